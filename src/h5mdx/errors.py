@@ -1,0 +1,83 @@
+"""Exceptions raised by h5mdx.
+
+Every error that concerns a file names the file, the H5MD path inside it and
+what is wrong, so that a user can act on it without reading a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "H5MDError",
+    "H5MDFormatError",
+    "H5MDReadError",
+    "H5MDUnitError",
+    "MissingDependencyError",
+    "TopologyError",
+]
+
+
+class H5MDError(Exception):
+    """Base class of all h5mdx errors."""
+
+
+def _where(filename: object | None, h5path: str | None) -> str:
+    parts = []
+    if filename is not None:
+        parts.append(f"{filename}")
+    if h5path:
+        parts.append(f"[{h5path}]")
+    return " ".join(parts)
+
+
+class H5MDFormatError(H5MDError, ValueError):
+    """A file is not valid H5MD, or an element in it is malformed.
+
+    Parameters
+    ----------
+    filename : str or path-like, optional
+        The file concerned.
+    h5path : str, optional
+        The HDF5 path inside the file (e.g. ``/particles/trajectory/position``).
+    problem : str
+        What is wrong, in words a user can act on.
+    """
+
+    def __init__(self, filename: object | None, h5path: str | None, problem: str) -> None:
+        self.filename = filename
+        self.h5path = h5path
+        self.problem = problem
+        where = _where(filename, h5path)
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.filename, self.h5path, self.problem))
+
+
+class H5MDReadError(H5MDError, OSError):
+    """Reading the data of an element failed (e.g. a corrupt compressed chunk)."""
+
+    def __init__(self, filename: object | None, h5path: str | None, problem: str) -> None:
+        where = _where(filename, h5path)
+        self.message = f"{where}: {problem}" if where else problem
+        super().__init__(self.message)
+        self.filename = filename
+        self.h5path = h5path
+        self.problem = problem
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.filename, self.h5path, self.problem))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class H5MDUnitError(H5MDError, ValueError):
+    """A unit string cannot be understood or converted."""
+
+
+class TopologyError(H5MDError, ValueError):
+    """A topology does not fit the trajectory, or a selection is unusable."""
+
+
+class MissingDependencyError(H5MDError, ImportError):
+    """An optional dependency needed for the requested feature is not installed."""

@@ -1,0 +1,217 @@
+"""Helpers that write H5MD files for tests, notebooks and benchmarks.
+
+:func:`write_h5md` writes the file with plain h5py, element by element, so
+tests can cover every H5MD storage kind (explicit and fixed-interval sampling,
+time-independent elements, several particle groups, compression, fill
+values) independently of h5mdx's own writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = ["adk_example", "adk_topology", "assert_rmsd_close", "write_element", "write_h5md"]
+
+
+def _write_h5md_header(f: h5py.File, creator: str = "h5mdx.testing") -> None:
+    h5md = f.create_group("h5md")
+    h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
+    h5md.create_group("author").attrs["name"] = "h5mdx tests"
+    c = h5md.create_group("creator")
+    c.attrs["name"] = creator
+    c.attrs["version"] = "0"
+
+
+def write_element(
+    group: h5py.Group,
+    name: str,
+    value: np.ndarray,
+    *,
+    step: np.ndarray | int | None = None,
+    time: np.ndarray | float | None = None,
+    step_offset: int = 0,
+    time_offset: float = 0.0,
+    unit: str | None = None,
+    time_unit: str | None = "ps",
+    chunks: tuple[int, ...] | bool | None = None,
+    compression: str | None = None,
+    compression_opts: Any = None,
+    fillvalue: Any = None,
+    link_sampling_from: h5py.Group | None = None,
+) -> h5py.Group | h5py.Dataset:
+    """Write one H5MD element with h5py.
+
+    ``step=None`` writes a time-independent dataset. An integer ``step`` (and a
+    float ``time``) writes fixed-interval sampling with ``offset`` attributes; arrays
+    write explicit sampling. ``link_sampling_from`` hard-links ``step``/``time`` of
+    another element instead of writing them.
+    """
+    kwargs: dict[str, Any] = {}
+    if chunks is not None:
+        kwargs["chunks"] = chunks
+    if compression is not None:
+        kwargs["compression"] = compression
+        if compression_opts is not None:
+            kwargs["compression_opts"] = compression_opts
+    if fillvalue is not None:
+        kwargs["fillvalue"] = fillvalue
+    if step is None and link_sampling_from is None:
+        dset = group.create_dataset(name, data=value, **kwargs)
+        if unit is not None:
+            dset.attrs["unit"] = unit
+        return dset
+    el = group.create_group(name)
+    dset = el.create_dataset("value", data=value, **kwargs)
+    if unit is not None:
+        dset.attrs["unit"] = unit
+    if link_sampling_from is not None:
+        el["step"] = link_sampling_from["step"]
+        if "time" in link_sampling_from:
+            el["time"] = link_sampling_from["time"]
+        return el
+    if np.ndim(step) == 0:
+        s = el.create_dataset("step", data=np.int64(step))
+        s.attrs["offset"] = np.int64(step_offset)
+        if time is not None:
+            t = el.create_dataset("time", data=np.float64(time))
+            t.attrs["offset"] = np.float64(time_offset)
+            if time_unit:
+                t.attrs["unit"] = time_unit
+    else:
+        el.create_dataset("step", data=np.asarray(step, dtype=np.int64))
+        if time is not None:
+            t = el.create_dataset("time", data=np.asarray(time))
+            if time_unit:
+                t.attrs["unit"] = time_unit
+    return el
+
+
+def write_h5md(
+    path: str | os.PathLike[str],
+    particles: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    *,
+    box: Mapping[str, Mapping[str, Any]] | None = None,
+    observables: Mapping[str, Mapping[str, Any]] | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> str:
+    """Write a small H5MD file.
+
+    Parameters
+    ----------
+    path : path-like
+        Output file.
+    particles : mapping
+        ``{group: {element: kwargs of write_element (with "value")}}``.
+    box : mapping, optional
+        ``{group: {"dimension": 3, "boundary": [...], "edges": kwargs or None}}``.
+    observables : mapping, optional
+        ``{"name" or "sub/name": kwargs of write_element}``.
+    parameters : mapping, optional
+        ``{name: value}`` written as datasets under ``/parameters``.
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    path = os.fspath(path)
+    with h5py.File(path, "w") as f:
+        _write_h5md_header(f)
+        pgrp = f.create_group("particles")
+        for gname, elements in particles.items():
+            g = pgrp.create_group(gname)
+            for ename, kw in elements.items():
+                kw = dict(kw)
+                link = kw.pop("link_sampling_from", None)
+                write_element(
+                    g, ename, link_sampling_from=g[link] if link else None, **kw
+                )
+            if box and gname in box:
+                spec = dict(box[gname])
+                b = g.create_group("box")
+                dim = int(spec.get("dimension", 3))
+                b.attrs["dimension"] = np.int32(dim)
+                boundary = spec.get("boundary", ["periodic"] * dim)
+                b.attrs["boundary"] = np.array([x.encode() for x in boundary], dtype="S8")
+                edges = spec.get("edges")
+                if edges is not None:
+                    edges = dict(edges)
+                    link = edges.pop("link_sampling_from", None)
+                    write_element(
+                        b, "edges", link_sampling_from=g[link] if link else None, **edges
+                    )
+        if observables:
+            ogrp = f.create_group("observables")
+            for oname, kw in observables.items():
+                parent = ogrp
+                *subs, leaf = oname.split("/")
+                for sub in subs:
+                    parent = parent.require_group(sub)
+                write_element(parent, leaf, **kw)
+        if parameters:
+            par = f.create_group("parameters")
+            for name, value in parameters.items():
+                par.create_dataset(name, data=value)
+    return path
+
+
+def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk: int = 10) -> str:
+    """Write the adenylate-kinase example trajectory (MDAnalysisTests PSF/DCD) to H5MD.
+
+    The file (98 frames, 3341 atoms, positions in Å, box, time in ps) is written
+    once with MDAnalysis' H5MDWriter and reused.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        Where to write; default ``~/.cache/h5mdx/adk.h5md``.
+    frames_per_chunk : int, default 10
+        HDF5 chunk length along time.
+
+    Returns
+    -------
+    str
+        The path of the H5MD file. Its topology is :func:`adk_topology`.
+    """
+    from h5mdx._optional import import_optional
+
+    mda = import_optional("MDAnalysis", "the adk example")
+    datafiles = import_optional("MDAnalysisTests.datafiles", "the adk example data")
+    if path is None:
+        cache = os.path.join(os.path.expanduser("~"), ".cache", "h5mdx")
+        os.makedirs(cache, exist_ok=True)
+        path = os.path.join(cache, f"adk-c{frames_per_chunk}.h5md")
+    path = os.fspath(path)
+    if os.path.exists(path):
+        return path
+    u = mda.Universe(datafiles.PSF, datafiles.DCD)
+    tmp = f"{path}.tmp-{os.getpid()}.h5md"
+    try:
+        with mda.Writer(
+            tmp, n_atoms=u.atoms.n_atoms, chunks=(frames_per_chunk, u.atoms.n_atoms, 3),
+            positions=True, velocities=False, forces=False,
+        ) as w:
+            for _ts in u.trajectory:
+                w.write(u.atoms)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def adk_topology() -> str:
+    """Path of the adenylate-kinase PSF topology shipped with MDAnalysisTests."""
+    from h5mdx._optional import import_optional
+
+    return import_optional("MDAnalysisTests.datafiles", "the adk example data").PSF
+
+
+def assert_rmsd_close(actual: Any, expected: Any, atol: float = 1e-4) -> None:
+    """Assert two RMSD series agree to ``atol`` Å (default 1e-4)."""
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=0, atol=atol)

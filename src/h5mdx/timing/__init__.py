@@ -1,0 +1,1 @@
+"""Per-task timing: records, capture, straggler analysis and plots."""

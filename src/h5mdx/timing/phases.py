@@ -1,0 +1,145 @@
+"""Phase timers that run *inside* a task (a dask block or an MPI rank).
+
+A task wraps its work in :class:`BlockTimer` and its phases in
+``timer.phase("io")`` / ``timer.phase("compute")``. When the environment
+variable ``H5MDX_TIMING_SPOOL`` names a directory, the timer appends one JSON
+line per task to a file of its own process in that directory; otherwise it
+costs two ``perf_counter`` calls per phase and writes nothing. Using a spool
+directory rather than in-memory state makes the records reach the parent from
+threads, process pools, distributed workers, SLURM jobs and MPI ranks alike.
+
+Only the standard library is used here: tasks import this module on workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SPOOL_ENV", "BlockTimer", "read_spool"]
+
+#: Environment variable naming the spool directory.
+SPOOL_ENV = "H5MDX_TIMING_SPOOL"
+
+#: Test hook: ``H5MDX_TIMING_DELAY="<frame_start>:<seconds>[:<phase>]"`` sleeps inside the
+#: given phase (default ``io``) of the block starting at that frame (straggler injection).
+DELAY_ENV = "H5MDX_TIMING_DELAY"
+
+_lock = threading.Lock()
+
+
+class BlockTimer:
+    """Time the phases of one task and spool the record.
+
+    Parameters
+    ----------
+    frame_start, frame_stop : int
+        The frame range (in the file's frame numbering) the task works on.
+    kind : str, optional
+        What the task does (e.g. ``"rmsd"``).
+    extra : dict, optional
+        More fields for the record (e.g. ``{"rank": 3}``).
+    """
+
+    def __init__(
+        self,
+        frame_start: int,
+        frame_stop: int,
+        kind: str = "task",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.frame_start = int(frame_start)
+        self.frame_stop = int(frame_stop)
+        self.kind = kind
+        self.extra = dict(extra or {})
+        self.phases: dict[str, float] = {}
+        self.bytes_read = 0
+        self.t_start = 0.0
+        self.t_stop = 0.0
+        self._p0 = 0.0
+
+    def __enter__(self) -> BlockTimer:
+        self.t_start = time.time()
+        self._p0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        wall = time.perf_counter() - self._p0
+        self.t_stop = self.t_start + wall
+        if exc_type is None:
+            self._spool(wall)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Accumulate the time spent in the ``with`` body under ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+            _maybe_delay(self.frame_start, name)
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+
+    def record(self, wall: float | None = None) -> dict[str, Any]:
+        """The record of this task as a plain dict."""
+        rec: dict[str, Any] = {
+            "kind": self.kind,
+            "frame_start": self.frame_start,
+            "frame_stop": self.frame_stop,
+            "t_start": self.t_start,
+            "t_stop": self.t_stop,
+            "wall": wall if wall is not None else self.t_stop - self.t_start,
+            "bytes_read": int(self.bytes_read),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "thread": threading.get_ident(),
+        }
+        for key, value in self.phases.items():
+            rec[f"t_{key}"] = value
+        rec.update(self.extra)
+        return rec
+
+    def _spool(self, wall: float) -> None:
+        spool = os.environ.get(SPOOL_ENV)
+        if not spool:
+            return
+        line = json.dumps(self.record(wall)) + "\n"
+        path = Path(spool) / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+        with _lock, open(path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+
+
+def _maybe_delay(frame_start: int, phase: str) -> None:
+    spec = os.environ.get(DELAY_ENV)
+    if not spec:
+        return
+    parts = spec.split(":")
+    target_phase = parts[2] if len(parts) > 2 else "io"
+    if int(parts[0]) == frame_start and phase == target_phase:
+        time.sleep(float(parts[1]))
+
+
+def read_spool(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read every record spooled in ``directory``.
+
+    Parameters
+    ----------
+    directory : path-like
+        A spool directory (the value that ``H5MDX_TIMING_SPOOL`` had).
+
+    Returns
+    -------
+    list of dict
+        One dict per task, in no particular order.
+    """
+    records = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            records.extend(json.loads(line) for line in fh if line.strip())
+    return records

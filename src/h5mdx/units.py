@@ -1,0 +1,190 @@
+"""H5MD unit strings: parsing, and conversion to MDAnalysis' base units.
+
+H5MD stores units as strings of space-separated factors with integer
+exponents, e.g. ``"nm ps-1"`` or ``"kJ mol-1 nm-1"``; some writers use
+``"eV/Angstrom"`` instead. :func:`parse_unit` turns such a string into a
+scale factor to SI and a dimension vector, and :func:`conversion` gives the
+factor that converts a unit into the base unit of the same dimension:
+Å (length), ps (time), Å/ps (velocity), kJ/(mol·Å) (force), kJ/mol (energy),
+u (mass), e (charge) — the base units of MDAnalysis.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from h5mdx.errors import H5MDUnitError
+
+__all__ = ["BASE_UNITS", "conversion", "parse_unit"]
+
+_NA = 6.02214076e23
+_E = 1.602176634e-19
+
+# dimension vector: (length m, mass kg, time s, charge C)
+_L, _M, _T, _Q = (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)
+_ONE = (0, 0, 0, 0)
+_ENERGY = (2, 1, -2, 0)
+_FORCE = (1, 1, -2, 0)
+
+#: symbol -> (factor to SI, dimension vector)
+_SYMBOLS: dict[str, tuple[float, tuple[int, int, int, int]]] = {
+    # length
+    "m": (1.0, _L),
+    "cm": (1e-2, _L),
+    "mm": (1e-3, _L),
+    "um": (1e-6, _L),
+    "nm": (1e-9, _L),
+    "Angstrom": (1e-10, _L),
+    "angstrom": (1e-10, _L),
+    "A": (1e-10, _L),
+    "Å": (1e-10, _L),
+    "pm": (1e-12, _L),
+    "fm": (1e-15, _L),
+    "bohr": (5.29177210903e-11, _L),
+    # time
+    "s": (1.0, _T),
+    "second": (1.0, _T),
+    "sec": (1.0, _T),
+    "ms": (1e-3, _T),
+    "us": (1e-6, _T),
+    "ns": (1e-9, _T),
+    "ps": (1e-12, _T),
+    "fs": (1e-15, _T),
+    "AKMA": (4.888821e-14, _T),
+    # mass
+    "kg": (1.0, _M),
+    "g": (1e-3, _M),
+    "u": (1.66053906660e-27, _M),
+    "amu": (1.66053906660e-27, _M),
+    "Da": (1.66053906660e-27, _M),
+    "dalton": (1.66053906660e-27, _M),
+    # charge
+    "C": (1.0, _Q),
+    "e": (_E, _Q),
+    # energy
+    "J": (1.0, _ENERGY),
+    "kJ": (1e3, _ENERGY),
+    "cal": (4.184, _ENERGY),
+    "kcal": (4184.0, _ENERGY),
+    "eV": (_E, _ENERGY),
+    "meV": (_E * 1e-3, _ENERGY),
+    "hartree": (4.3597447222071e-18, _ENERGY),
+    "Ha": (4.3597447222071e-18, _ENERGY),
+    "K": (1.380649e-23, _ENERGY),  # temperature as energy k_B T is not a conversion we do
+    # force
+    "N": (1.0, _FORCE),
+    "Newton": (1.0, _FORCE),
+    # amount: a pure number (per-particle quantities)
+    "mol": (_NA, _ONE),
+    # pressure
+    "Pa": (1.0, (-1, 1, -2, 0)),
+    "bar": (1e5, (-1, 1, -2, 0)),
+    "atm": (101325.0, (-1, 1, -2, 0)),
+}
+
+#: dimension vector -> (base unit string, its factor to SI)
+BASE_UNITS: dict[tuple[int, int, int, int], str] = {
+    _L: "Angstrom",
+    _T: "ps",
+    (1, 0, -1, 0): "Angstrom ps-1",
+    (1, 0, -2, 0): "Angstrom ps-2",
+    _FORCE: "kJ mol-1 Angstrom-1",
+    _ENERGY: "kJ mol-1",
+    _M: "u",
+    _Q: "e",
+    (1, 1, -1, 0): "u Angstrom ps-1",
+    (3, 0, 0, 0): "Angstrom3",
+    (2, 0, 0, 0): "Angstrom2",
+    (-1, 0, 0, 0): "Angstrom-1",
+}
+
+_TOKEN = re.compile(r"^([A-Za-zÅ_]+)(?:\^|\*\*)?([+-]?\d+)?$")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
+    factor = 1.0
+    dims = [0, 0, 0, 0]
+    for token in re.split(r"[\s*·]+", text.strip()):
+        if not token or token == "1":
+            continue
+        if _NUMBER.match(token):
+            factor *= float(token) ** sign
+            continue
+        match = _TOKEN.match(token)
+        if match is None or match.group(1) not in _SYMBOLS:
+            raise H5MDUnitError(f"unknown unit {token!r}")
+        scale, dim = _SYMBOLS[match.group(1)]
+        power = int(match.group(2) or 1) * sign
+        factor *= scale**power
+        for i in range(4):
+            dims[i] += dim[i] * power
+    return factor, dims
+
+
+@lru_cache(maxsize=256)
+def parse_unit(unit: str) -> tuple[float, tuple[int, int, int, int]]:
+    """Parse an H5MD unit string.
+
+    Parameters
+    ----------
+    unit : str
+        For example ``"nm ps-1"``, ``"kJ mol-1 nm-1"`` or ``"eV/Angstrom"``.
+
+    Returns
+    -------
+    factor : float
+        The value of one ``unit`` in SI (per particle: ``mol`` is a number).
+    dims : tuple of int
+        Exponents of length, mass, time and charge.
+
+    Raises
+    ------
+    H5MDUnitError
+        If a factor of the string is not a known unit.
+    """
+    text = unit.strip().replace("(", " ").replace(")", " ")
+    if not text:
+        return 1.0, _ONE
+    numerator, *denominators = text.split("/")
+    try:
+        factor, dims = _parse_product(numerator, 1)
+        for den in denominators:
+            f, d = _parse_product(den, -1)
+            factor *= f
+            dims = [a + b for a, b in zip(dims, d, strict=True)]
+    except H5MDUnitError as err:
+        raise H5MDUnitError(f"cannot parse unit {unit!r}: {err}") from None
+    return factor, (dims[0], dims[1], dims[2], dims[3])
+
+
+def conversion(unit: str) -> tuple[float, str] | None:
+    """Factor and unit string that convert ``unit`` to MDAnalysis' base units.
+
+    Parameters
+    ----------
+    unit : str
+        An H5MD unit string.
+
+    Returns
+    -------
+    (factor, base_unit) or None
+        Multiply values in ``unit`` by ``factor`` to get them in ``base_unit``.
+        ``None`` where the dimension has no base unit (the values are then left
+        as they are).
+
+    Examples
+    --------
+    >>> conversion("nm")
+    (10.0, 'Angstrom')
+    """
+    factor, dims = parse_unit(unit)
+    base = BASE_UNITS.get(dims)
+    if base is None:
+        return None
+    base_factor, _ = parse_unit(base)
+    ratio = factor / base_factor
+    # round away float noise such as 9.999999999999998
+    ratio = float(f"{ratio:.12g}")
+    return ratio, base

@@ -1,0 +1,55 @@
+"""``h5mdx info`` for people and for machines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from h5mdx.cli import main
+from h5mdx.testing import write_h5md
+
+
+def test_info_text(adk_h5md, capsys):
+    assert main(["info", adk_h5md]) == 0
+    out = capsys.readouterr().out
+    assert "particles/trajectory" in out
+    assert "98×3341×3" in out
+    assert "chunks 1×3341×3" in out
+    assert "Angstrom" in out
+
+
+def test_info_json(adk_h5md, capsys):
+    assert main(["info", "--json", adk_h5md]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pos = data["particles"]["trajectory"]["elements"]["position"]
+    assert pos["shape"] == [98, 3341, 3]
+    assert pos["chunks"] == [1, 3341, 3]
+    assert pos["unit"] == "Angstrom"
+    assert pos["sampling"]["n_frames"] == 98
+    assert data["h5md_version"] == "1.1"
+
+
+def test_info_bad_file_one_clear_line(tmp_path):
+    bad = tmp_path / "bad.h5md"
+    bad.write_text("definitely not an HDF5 file\n" * 20)
+    proc = subprocess.run([sys.executable, "-m", "h5mdx", "info", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "not an HDF5 file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(bad) in proc.stderr
+
+
+def test_info_observables_and_fixed(tmp_path, capsys):
+    path = write_h5md(
+        tmp_path / "o.h5md",
+        particles={"g": {"position": dict(value=np.zeros((5, 2, 3)), step=2, time=0.1,
+                                          unit="nm")}},
+        observables={"energy": dict(value=np.arange(5.0), step=2, time=0.1, unit="kJ mol-1")},
+    )
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "(fixed)" in out and "energy" in out and "steps 0..8" in out
