@@ -1,1 +1,71 @@
-"""Per-task timing: records, capture, straggler analysis and plots."""
+"""Per-task timing: records, capture, straggler analysis, plots and the scaling grid.
+
+``with h5mdx.timing.capture() as run: result.compute()`` gives ``run.records``,
+one row per task in the schema of :mod:`h5mdx.timing.records`; the functions of
+:mod:`h5mdx.timing.stragglers` analyse them and :mod:`h5mdx.timing.plots` draws
+them. Importing this package imports only the standard library: pandas,
+dask, distributed and matplotlib are imported when a function needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# ``capture`` is imported eagerly (it needs only the standard library at import time):
+# the function must shadow the submodule of the same name.
+from h5mdx.timing.capture import TimingRun, capture
+from h5mdx.timing.phases import DELAY_ENV, SPOOL_ENV, BlockTimer, read_spool
+
+__all__ = [
+    "DELAY_ENV",
+    "SPOOL_ENV",
+    "BlockTimer",
+    "TimingRun",
+    "advice",
+    "capture",
+    "flag_stragglers",
+    "load",
+    "load_imbalance",
+    "per_worker",
+    "plot_gantt",
+    "plot_per_worker",
+    "plot_scaling",
+    "ratios",
+    "read_spool",
+    "run_grid",
+    "save",
+    "speedup",
+    "to_frame",
+    "validate",
+]
+
+_LAZY = {
+    "to_frame": "h5mdx.timing.records",
+    "validate": "h5mdx.timing.records",
+    "save": "h5mdx.timing.records",
+    "load": "h5mdx.timing.records",
+    "advice": "h5mdx.timing.stragglers",
+    "flag_stragglers": "h5mdx.timing.stragglers",
+    "load_imbalance": "h5mdx.timing.stragglers",
+    "per_worker": "h5mdx.timing.stragglers",
+    "ratios": "h5mdx.timing.stragglers",
+    "speedup": "h5mdx.timing.stragglers",
+    "plot_gantt": "h5mdx.timing.plots",
+    "plot_per_worker": "h5mdx.timing.plots",
+    "plot_scaling": "h5mdx.timing.plots",
+    "run_grid": "h5mdx.timing.runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'h5mdx.timing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

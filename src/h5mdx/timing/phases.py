@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SPOOL_ENV", "BlockTimer", "read_spool"]
+__all__ = ["DELAY_ENV", "SPOOL_ENV", "BlockTimer", "current_task_key", "read_spool"]
 
 #: Environment variable naming the spool directory.
 SPOOL_ENV = "H5MDX_TIMING_SPOOL"
@@ -100,6 +101,9 @@ class BlockTimer:
             "host": socket.gethostname(),
             "thread": threading.get_ident(),
         }
+        key = current_task_key()
+        if key is not None:
+            rec["task_key"] = key
         for key, value in self.phases.items():
             rec[f"t_{key}"] = value
         rec.update(self.extra)
@@ -113,6 +117,33 @@ class BlockTimer:
         path = Path(spool) / f"{socket.gethostname()}-{os.getpid()}.jsonl"
         with _lock, open(path, "a", encoding="utf-8") as fh:
             fh.write(line)
+
+
+def current_task_key() -> str | None:
+    """The key of the dask task running in this thread, as ``str(key)``, if known.
+
+    On a ``distributed`` worker the key is in ``dask.context.thread_state``. The
+    local (threads, processes, synchronous) schedulers run every task through
+    ``dask.local.execute_task(key, ...)``, so the key is read from that frame of
+    the call stack. Nothing is imported: outside dask this returns None.
+    """
+    ctx = sys.modules.get("dask.context")
+    key = getattr(getattr(ctx, "thread_state", None), "key", None)
+    if key is not None:
+        return str(key)
+    if "dask.local" not in sys.modules:
+        return None
+    frame = sys._getframe(1)
+    for _ in range(64):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "execute_task" and frame.f_globals.get(
+            "__name__"
+        ) == "dask.local":
+            key = frame.f_locals.get("key")
+            return None if key is None else str(key)
+        frame = frame.f_back
+    return None
 
 
 def _maybe_delay(frame_start: int, phase: str) -> None:

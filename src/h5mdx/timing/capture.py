@@ -1,0 +1,518 @@
+"""Capture one timing record per dask task: ``with capture() as run: result.compute()``.
+
+Two sources are merged into one row per task:
+
+* **Inside the task.** Tasks that wrap their work in
+  :class:`~h5mdx.timing.phases.BlockTimer` (``h5mdx.rmsd`` does) append a
+  record with their frame range, absolute start/stop and the split into
+  phases (``io``, ``compute``, ...) to the spool directory named by
+  ``H5MDX_TIMING_SPOOL``. :func:`capture` points that variable at a fresh
+  directory for the duration of the ``with`` block: in ``os.environ`` for the
+  local schedulers (threads share it, the processes scheduler starts its pool
+  per ``compute`` and inherits it) and, with a ``distributed`` client, on
+  every worker through ``client.run``. The spooled record also carries the key
+  of the dask task that produced it (see
+  :func:`~h5mdx.timing.phases.current_task_key`).
+* **From the scheduler.** For the local schedulers a
+  :class:`dask.callbacks.Callback` notes when each task was handed to the pool
+  (``pretask``) and when its result came back (``posttask``, which also gives
+  the thread id or process id that ran it). For ``distributed`` a scheduler
+  plugin of our own keeps *every* finished task with its worker and
+  ``startstops`` in an unbounded list, so long runs lose nothing (the
+  dashboard's task stream keeps only its last few thousand tasks).
+
+Records are joined on the task key. A spooled record whose key is unknown
+is joined to the scheduler record of the same worker (thread, pid or worker
+address) whose time window contains it, the narrowest such window winning.
+
+``t_wait`` of a task is the time its worker sat idle before the task started:
+from the end of the worker's previous task (timed or not), or from the start of
+the run (entering the ``with`` block) for its first task. Per worker, the
+waits and the busy times of its tasks add up to the time from the run's start to
+the end of its last task. (pmda's "wait" instead counts from the start of the
+run for every block; that is ``t_start - run.t_run_start`` here.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from h5mdx.timing.phases import SPOOL_ENV, read_spool
+
+__all__ = ["TimingRun", "capture"]
+
+_TASK_BACKENDS = ("threads", "processes", "synchronous", "distributed", "dask-mpi", "slurm")
+_KNOWN_PHASES = ("init_top", "init_traj", "io", "compute", "comm_gather")
+_EPS = 0.05  # seconds of slack when fitting an in-task interval into a scheduler window
+
+
+def _key_split(key: str) -> str:
+    from dask.utils import key_split
+
+    return str(key_split(key))
+
+
+class TimingRun:
+    """What :func:`capture` recorded for one run.
+
+    Attributes
+    ----------
+    run_id : str
+        Identifier of the run.
+    backend : str
+        ``threads``, ``processes``, ``synchronous``, ``distributed``, ``dask-mpi`` or ``slurm``.
+    n_workers : int
+        Number of workers.
+    t_run_start, t_run_stop : float
+        Unix times when the ``with`` block was entered and left.
+    spooled : list of dict
+        The raw in-task records.
+    scheduler_records : list of dict
+        The raw scheduler records: ``key``, ``worker``, ``sched_start``,
+        ``sched_stop`` (and ``t_transfer`` for distributed).
+    meta : dict
+        The run's metadata (see :func:`h5mdx.timing.records.run_metadata`).
+    """
+
+    def __init__(self, run_id: str, backend: str, n_workers: int, meta: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.backend = backend
+        self.n_workers = int(n_workers)
+        self.meta = meta
+        self.t_run_start = float("nan")
+        self.t_run_stop = float("nan")
+        self.spooled: list[dict[str, Any]] = []
+        self.scheduler_records: list[dict[str, Any]] = []
+        self.all_tasks = False
+        self.pid_to_worker: dict[int, str] = {}
+        self.n_unmatched = 0
+        self._records: Any = None
+
+    @property
+    def wall(self) -> float:
+        """Wall time of the ``with`` block (s)."""
+        return self.t_run_stop - self.t_run_start
+
+    @property
+    def records(self) -> Any:
+        """The merged records, one row per task (a validated pandas DataFrame)."""
+        if self._records is None:
+            self._records = _merge(self)
+        return self._records
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :attr:`records` and :attr:`meta` to ``.parquet`` or ``.csv``."""
+        from h5mdx.timing.records import save
+
+        return save(self.records, path, self.meta)
+
+    def __repr__(self) -> str:
+        return (
+            f"<TimingRun {self.run_id} backend={self.backend} n_workers={self.n_workers} "
+            f"tasks={len(self.spooled)} wall={self.wall:.3f}s>"
+        )
+
+
+def _local_recorder() -> Any:
+    from dask.callbacks import Callback
+
+    class _LocalTaskRecorder(Callback):
+        """Start (hand-off to the pool) and stop (result back) of every local task."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.starts: dict[Any, float] = {}
+            self.rows: list[dict[str, Any]] = []
+            self.lock = threading.Lock()
+
+        def _pretask(self, key: Any, dsk: Any, state: Any) -> None:
+            with self.lock:
+                self.starts[key] = time.time()
+
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            t = time.time()
+            with self.lock:
+                start = self.starts.pop(key, float("nan"))
+                self.rows.append(
+                    {"key": str(key), "worker_id": worker_id, "sched_start": start,
+                     "sched_stop": t}
+                )
+
+    return _LocalTaskRecorder()
+
+
+def _scheduler_plugin_class() -> Any:
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class TaskRecorder(SchedulerPlugin):
+        """Keep every finished task (unbounded, unlike the dashboard's task stream)."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.records: list[dict[str, Any]] = []
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            if start == "processing" and finish in ("memory", "erred"):
+                self.records.append(
+                    {"key": str(key), "worker": kwargs.get("worker"),
+                     "thread": kwargs.get("thread"),
+                     "startstops": list(kwargs.get("startstops") or ()), "status": finish}
+                )
+
+    return TaskRecorder
+
+
+def _collect_plugin(dask_scheduler: Any, name: str) -> list[dict[str, Any]]:
+    plugin = dask_scheduler.plugins.get(name)
+    return [] if plugin is None else list(plugin.records)
+
+
+def _set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    return old
+
+
+def _worker_pid() -> int:
+    return os.getpid()
+
+
+def _detect_backend(client: Any) -> str:
+    if client is not None:
+        return "distributed"
+    if "distributed" in sys.modules:
+        from distributed import default_client
+
+        try:
+            default_client()
+        except ValueError:
+            pass
+        else:
+            return "distributed"
+    import dask
+
+    sched = dask.config.get("scheduler", None)
+    return {"threads": "threads", "threading": "threads", "processes": "processes",
+            "multiprocessing": "processes", "sync": "synchronous",
+            "synchronous": "synchronous", "single-threaded": "synchronous"}.get(
+        str(sched), "threads")
+
+
+@contextmanager
+def capture(
+    backend: str | None = None,
+    client: Any = None,
+    *,
+    n_workers: int | None = None,
+    run_id: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    report: str | os.PathLike[str] | None = None,
+    all_tasks: bool = False,
+    spool_dir: str | os.PathLike[str] | None = None,
+) -> Iterator[TimingRun]:
+    """Record one timing row per task of the computations in the ``with`` block.
+
+    Parameters
+    ----------
+    backend : str, optional
+        ``"threads"``, ``"processes"``, ``"synchronous"``, ``"distributed"``,
+        ``"dask-mpi"`` or ``"slurm"`` (the last two use ``client`` like
+        ``"distributed"``). Default: ``"distributed"`` if a client is given or is
+        the default, else dask's configured local scheduler.
+    client : distributed.Client, optional
+        The client the computation runs on.
+    n_workers : int, optional
+        Number of workers, for the records (default: the client's worker count, or
+        dask's ``num_workers`` setting / the CPU count for local schedulers).
+    run_id : str, optional
+        Identifier of the run (default: a random one).
+    meta : mapping, optional
+        More run metadata (``file``, ``layout``, ``selection``, ...).
+    env : mapping, optional
+        Extra environment variables for the duration, set like the spool variable
+        (e.g. ``{"H5MDX_TIMING_DELAY": "40:0.5"}`` to inject a straggler).
+    report : path-like, optional
+        With a distributed client, also write dask's ``performance_report``
+        HTML there.
+    all_tasks : bool, optional
+        Also give rows to tasks that spooled no in-task record (their phases are
+        NaN and their kind is the key's prefix). Default: only timed tasks.
+    spool_dir : path-like, optional
+        Parent directory of the spool directory; with workers on other hosts it
+        must be on a file system they all see. Default: the system temp dir.
+
+    Yields
+    ------
+    TimingRun
+        Filled in when the block exits; ``run.records`` is the merged DataFrame.
+
+    Examples
+    --------
+    >>> with capture(backend="threads", n_workers=2) as run:  # doctest: +SKIP
+    ...     result.compute(num_workers=2)
+    >>> run.records[["worker", "t_io", "t_compute", "t_wait"]]  # doctest: +SKIP
+    """
+    from h5mdx.timing.records import BACKENDS, run_metadata
+
+    if backend is None:
+        backend = _detect_backend(client)
+    if backend not in _TASK_BACKENDS:
+        raise ValueError(
+            f"capture() records dask tasks; backend {backend!r} is not one of "
+            f"{', '.join(_TASK_BACKENDS)} (MPI ranks write their own records)"
+        )
+    assert backend in BACKENDS
+    distributed_like = backend in ("distributed", "dask-mpi", "slurm")
+    if distributed_like and client is None:
+        from distributed import default_client
+
+        try:
+            client = default_client()
+        except ValueError as err:
+            raise ValueError(
+                f"capture(backend={backend!r}) needs a distributed client: pass "
+                "capture(backend=..., client=client)"
+            ) from err
+    if n_workers is None:
+        if distributed_like:
+            n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        else:
+            import dask
+
+            n_workers = 1 if backend == "synchronous" else int(
+                dask.config.get("num_workers", None) or os.cpu_count() or 1
+            )
+    run_id = run_id or uuid.uuid4().hex[:12]
+    run = TimingRun(
+        run_id, backend, int(n_workers),
+        run_metadata(backend=backend, n_workers=int(n_workers), run_id=run_id, **dict(meta or {})),
+    )
+    run.all_tasks = all_tasks
+    spool = tempfile.mkdtemp(prefix="h5mdx-spool-", dir=spool_dir)
+    values: dict[str, str | None] = {SPOOL_ENV: spool, **dict(env or {})}
+    plugin_name = f"h5mdx-timing-{run_id}"
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, spool, True)
+        old_local = _set_env(values)
+        stack.callback(_set_env, old_local)
+        recorder = None
+        if distributed_like:
+            old_remote = client.run(_set_env, values)
+            stack.callback(_restore_remote, client, old_remote)
+            run.pid_to_worker = {int(pid): addr for addr, pid in client.run(_worker_pid).items()}
+            client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
+            stack.callback(_unregister, client, plugin_name)
+            if report is not None:
+                from distributed import performance_report
+
+                from h5mdx._optional import import_optional
+
+                import_optional("bokeh", "dask's performance_report HTML")
+
+                stack.enter_context(performance_report(filename=os.fspath(report)))
+        else:
+            recorder = _local_recorder()
+            recorder.register()
+            stack.callback(recorder.unregister)
+        run.t_run_start = time.time()
+        try:
+            yield run
+        finally:
+            run.t_run_stop = time.time()
+            run.meta["t_run_start"] = run.t_run_start
+            run.meta["t_run_stop"] = run.t_run_stop
+            run.meta["wall"] = run.wall
+            if distributed_like:
+                run.scheduler_records = _distributed_rows(
+                    client.run_on_scheduler(_collect_plugin, name=plugin_name)
+                )
+            elif recorder is not None:
+                run.scheduler_records = _local_rows(recorder.rows, backend)
+            run.spooled = read_spool(spool)
+
+
+def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) -> None:
+    for addr, values in old.items():
+        try:
+            client.run(_set_env, values, workers=[addr])
+        except Exception:  # noqa: BLE001 - a worker that left needs no clean-up
+            pass
+
+
+def _unregister(client: Any, name: str) -> None:
+    try:
+        client.unregister_scheduler_plugin(name)
+    except Exception:  # noqa: BLE001 - already gone with the scheduler
+        pass
+
+
+def _local_worker_name(backend: str, worker_id: Any) -> str:
+    if backend == "processes":
+        return f"pid-{worker_id}"
+    if backend == "synchronous":
+        return "main"
+    return f"thread-{worker_id}"
+
+
+def _local_rows(rows: list[dict[str, Any]], backend: str) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        out.append({**r, "worker": _local_worker_name(backend, r["worker_id"])})
+    return out
+
+
+def _distributed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        compute = [s for s in r["startstops"] if s.get("action") == "compute"]
+        transfer = [s for s in r["startstops"] if s.get("action") == "transfer"]
+        if compute:
+            start = min(s["start"] for s in compute)
+            stop = max(s["stop"] for s in compute)
+        elif r["startstops"]:
+            start = min(s["start"] for s in r["startstops"])
+            stop = max(s["stop"] for s in r["startstops"])
+        else:
+            continue
+        out.append({
+            "key": r["key"], "worker": r["worker"], "worker_id": r.get("thread"),
+            "sched_start": float(start), "sched_stop": float(stop),
+            "t_transfer": float(sum(s["stop"] - s["start"] for s in transfer)),
+        })
+    return out
+
+
+def _spooled_worker(run: TimingRun, rec: Mapping[str, Any]) -> str:
+    if run.backend in ("threads", "processes", "synchronous"):
+        ident = rec.get("pid") if run.backend == "processes" else rec.get("thread")
+        return _local_worker_name(run.backend, ident)
+    return run.pid_to_worker.get(int(rec.get("pid", -1)), f"{rec.get('host')}:{rec.get('pid')}")
+
+
+def _match(run: TimingRun) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in run.scheduler_records:
+        by_key[s["key"]].append(s)
+        by_worker[s["worker"]].append(s)
+    used: set[int] = set()
+    pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for rec in sorted(run.spooled, key=lambda r: r["t_start"]):
+        worker = _spooled_worker(run, rec)
+        cands = [s for s in by_key.get(str(rec.get("task_key")), []) if id(s) not in used]
+        if not cands:
+            cands = [
+                s for s in by_worker.get(worker, [])
+                if id(s) not in used
+                and s["sched_start"] - _EPS <= rec["t_start"]
+                and rec["t_stop"] <= s["sched_stop"] + _EPS
+            ]
+        best = None
+        if cands:
+            best = min(cands, key=lambda s: (abs(s["sched_stop"] - rec["t_stop"])
+                                             + abs(s["sched_start"] - rec["t_start"])))
+            used.add(id(best))
+        pairs.append((rec, best))
+    return pairs
+
+
+def _merge(run: TimingRun) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    from h5mdx.timing.records import to_frame
+
+    nan = float("nan")
+    slurm = os.environ.get("SLURM_JOB_ID")
+    pairs = _match(run)
+    matched_ids = {id(s) for _, s in pairs if s is not None}
+    run.n_unmatched = sum(s is None for _, s in pairs)
+    if run.n_unmatched and run.scheduler_records:
+        warnings.warn(
+            f"{run.n_unmatched} of {len(pairs)} in-task timing records could not be matched "
+            "to a scheduler record; their worker comes from the in-task record",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    rows: list[dict[str, Any]] = []
+    for rec, s in pairs:
+        worker = s["worker"] if s is not None else _spooled_worker(run, rec)
+        row = {
+            "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
+            "worker": str(worker), "host": rec.get("host", socket.gethostname()),
+            "rank": rec.get("rank"), "slurm_job_id": rec.get("slurm_job_id", slurm),
+            "task_key": s["key"] if s is not None else str(
+                rec.get("task_key")
+                or f"{rec.get('kind', 'task')}-{rec['frame_start']}-{rec['frame_stop']}"
+            ),
+            "kind": rec.get("kind", "task"),
+            "frame_start": rec.get("frame_start"), "frame_stop": rec.get("frame_stop"),
+            "t_start": float(rec["t_start"]), "t_stop": float(rec["t_stop"]),
+            "wall": float(rec["t_stop"]) - float(rec["t_start"]),
+            "bytes_read": rec.get("bytes_read"),
+            "sched_start": s["sched_start"] if s is not None else nan,
+            "sched_stop": s["sched_stop"] if s is not None else nan,
+        }
+        for phase in _KNOWN_PHASES:
+            row[f"t_{phase}"] = float(rec.get(f"t_{phase}", nan))
+        if "t_transfer" in (s or {}):
+            row["t_transfer"] = s["t_transfer"]  # type: ignore[index]
+        rows.append(row)
+    # Untimed tasks: their intervals count for the workers' idle time, and rows if asked.
+    others = [s for s in run.scheduler_records if id(s) not in matched_ids]
+    intervals: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        intervals[row["worker"]].append((row["t_start"], row["t_stop"], i))
+    for s in others:
+        if not np.isfinite(s["sched_start"]):
+            continue
+        idx = -1
+        if run.all_tasks:
+            idx = len(rows)
+            rows.append({
+                "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
+                "worker": str(s["worker"]), "host": socket.gethostname(), "rank": None,
+                "slurm_job_id": slurm, "task_key": s["key"], "kind": _key_split(s["key"]),
+                "frame_start": None, "frame_stop": None,
+                "t_start": s["sched_start"], "t_stop": s["sched_stop"],
+                "wall": s["sched_stop"] - s["sched_start"], "bytes_read": None,
+                "sched_start": s["sched_start"], "sched_stop": s["sched_stop"],
+                **{f"t_{p}": nan for p in _KNOWN_PHASES},
+                **({"t_transfer": s["t_transfer"]} if "t_transfer" in s else {}),
+            })
+        intervals[str(s["worker"])].append((s["sched_start"], s["sched_stop"], idx))
+    for ivs in intervals.values():
+        last = run.t_run_start
+        for start, stop, idx in sorted(ivs):
+            if idx >= 0:
+                rows[idx]["t_wait"] = max(0.0, start - last)
+            last = max(last, stop)
+    if not rows:
+        from h5mdx.timing.records import empty
+
+        return empty()
+    df = pd.DataFrame(rows)
+    for col in ("rank", "frame_start", "frame_stop", "bytes_read"):
+        df[col] = pd.array(
+            [None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+             for v in df[col]], dtype="Int64")
+    df = df.sort_values(["t_start", "worker"]).reset_index(drop=True)
+    return to_frame(df, run.meta)

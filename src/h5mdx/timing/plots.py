@@ -1,0 +1,245 @@
+"""Figures of timing records: per-worker phases, task Gantt chart, speed-up and efficiency.
+
+Each function returns a :class:`matplotlib.figure.Figure` built without
+``pyplot`` (so no GUI backend and no global state: it renders with Agg, and a
+notebook shows it when it is the cell's value) and, with ``path``, saves it as
+PNG of exactly ``figsize * dpi`` pixels.
+
+For dask's own view of a distributed run (task stream, worker profiles) pass
+``report="report.html"`` to :func:`h5mdx.timing.capture`, which wraps the run
+in ``distributed.performance_report``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from h5mdx.timing.stragglers import SLOW_PHASES, _phase_table, flag_stragglers, per_worker
+
+__all__ = ["plot_gantt", "plot_per_worker", "plot_scaling"]
+
+#: Colour of each phase (``wait`` is idle time before a dask task).
+PHASE_COLORS = {
+    "init_top": "#8c564b",
+    "init_traj": "#e377c2",
+    "io": "#1f77b4",
+    "compute": "#ff7f0e",
+    "comm_gather": "#2ca02c",
+    "wait": "#c7c7c7",
+    "other": "#9467bd",
+}
+
+
+def _figure(figsize: tuple[float, float], dpi: int) -> Any:
+    from h5mdx._optional import import_optional
+
+    import_optional("matplotlib", "timing plots")
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize, dpi=dpi, layout="constrained")
+
+
+def _finish(fig: Any, path: str | os.PathLike[str] | None) -> Any:
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=fig.dpi, format="png")
+    return fig
+
+
+def _one_run(df: pd.DataFrame, run_id: str | None) -> pd.DataFrame:
+    if df.empty:
+        raise ValueError("no timing records to plot")
+    if run_id is None:
+        run_id = str(df["run_id"].iloc[-1])
+    sel = df[df["run_id"] == run_id]
+    if sel.empty:
+        raise ValueError(
+            f"run {run_id!r} is not in the records; runs: {', '.join(df['run_id'].unique())}"
+        )
+    return sel
+
+
+def _worker_labels(workers: list[str]) -> list[str]:
+    return [w if len(w) <= 22 else "…" + w[-21:] for w in workers]
+
+
+def plot_per_worker(
+    df: pd.DataFrame,
+    run_id: str | None = None,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    figsize: tuple[float, float] = (8.0, 4.5),
+    dpi: int = 100,
+) -> Any:
+    """Stacked bars of the time each worker spent in each phase (one run).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+    run_id : str, optional
+        The run to plot (default: the last run in ``df``).
+    path : path-like, optional
+        Save the figure there as PNG.
+    figsize, dpi : optional
+        Size of the figure in inches and its resolution.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    sel = _one_run(df, run_id)
+    pw = per_worker(sel).droplevel("run_id")
+    fig = _figure(figsize, dpi)
+    ax = fig.add_subplot()
+    x = np.arange(len(pw))
+    bottom = np.zeros(len(pw))
+    spmd_wait = sel["backend"].iloc[0] == "mpi-io"
+    order = ["init_top", "init_traj", "io", "compute", "comm_gather", "other", "wait"]
+    for phase in order:
+        col = "t_other" if phase == "other" else f"t_{phase}"
+        vals = pw[col].to_numpy(dtype=float)
+        if np.all(np.isnan(vals)) or np.nansum(vals) == 0:
+            continue
+        vals = np.nan_to_num(vals)
+        label = phase if phase != "wait" or spmd_wait else "wait (idle before tasks)"
+        ax.bar(x, vals, bottom=bottom, color=PHASE_COLORS[phase], label=label,
+               hatch="//" if phase == "wait" and not spmd_wait else None)
+        bottom += vals
+    ax.set_xticks(x, _worker_labels([str(w) for w in pw.index]), rotation=30, ha="right")
+    ax.set_ylabel("time (s)")
+    backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
+    ax.set_title(f"Time per worker and phase — {backend}, N={n}, run {sel['run_id'].iloc[0]}")
+    ax.legend(fontsize="small", loc="upper right")
+    return _finish(fig, path)
+
+
+def plot_gantt(
+    df: pd.DataFrame,
+    run_id: str | None = None,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    rule: str = "median",
+    factor: float | None = None,
+    figsize: tuple[float, float] = (10.0, 4.5),
+    dpi: int = 100,
+) -> Any:
+    """Task Gantt chart of one run: a row per worker, each task split into its phases.
+
+    Within a task the phases are drawn in the order init, io, compute, gather,
+    other, with their measured lengths (their true interleaving is not
+    recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`)
+    get a red outline and their slow phase written next to them.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+    run_id : str, optional
+        The run to plot (default: the last run in ``df``).
+    path : path-like, optional
+        Save the figure there as PNG.
+    rule, factor : optional
+        Straggler rule, as for :func:`~h5mdx.timing.stragglers.flag_stragglers`.
+    figsize, dpi : optional
+        Size of the figure in inches and its resolution.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    sel = _one_run(df, run_id)
+    flagged = flag_stragglers(sel, rule=rule, factor=factor)
+    ph = _phase_table(sel)
+    t0 = float(sel["t_start"].min())
+    workers = sorted(sel["worker"].unique(), key=lambda w: sel.loc[sel["worker"] == w,
+                                                                     "t_start"].min())
+    row_of = {w: i for i, w in enumerate(workers)}
+    fig = _figure(figsize, dpi)
+    ax = fig.add_subplot()
+    seen: set[str] = set()
+    for i in sel.index:
+        y = row_of[sel.at[i, "worker"]]
+        start = float(sel.at[i, "t_start"]) - t0
+        for phase in SLOW_PHASES:
+            length = ph.at[i, phase]
+            if pd.isna(length) or length <= 0:
+                continue
+            ax.barh(y, length, left=start, height=0.7, color=PHASE_COLORS[phase],
+                    label=phase if phase not in seen else None)
+            seen.add(phase)
+            start += float(length)
+        if flagged.at[i, "is_straggler"]:
+            s0 = float(sel.at[i, "t_start"]) - t0
+            ax.barh(y, float(ph.at[i, "duration"]), left=s0, height=0.8, fill=False,
+                    edgecolor="red", linewidth=2,
+                    label="straggler" if "straggler" not in seen else None)
+            seen.add("straggler")
+            ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + float(ph.at[i, "duration"]), y),
+                        xytext=(3, 0), textcoords="offset points", va="center",
+                        color="red", fontsize="small")
+    ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers]))
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the first task started (s)")
+    backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
+    ax.set_title(f"Tasks by worker — {backend}, N={n}, {len(sel)} tasks, "
+                 f"{int(flagged['is_straggler'].sum())} straggler(s)")
+    ax.legend(fontsize="small", loc="lower right")
+    return _finish(fig, path)
+
+
+def plot_scaling(
+    table: pd.DataFrame,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    figsize: tuple[float, float] = (10.0, 4.0),
+    dpi: int = 100,
+) -> Any:
+    """Speed-up S(N) and efficiency E(N) against the number of workers, with the ideal.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Output of :func:`h5mdx.timing.stragglers.speedup`.
+    path : path-like, optional
+        Save the figure there as PNG.
+    figsize, dpi : optional
+        Size of the figure in inches and its resolution.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if table.empty:
+        raise ValueError("no runs to plot: the speed-up table is empty")
+    fig = _figure(figsize, dpi)
+    ax_s, ax_e = fig.subplots(1, 2)
+    by = [c for c in table.columns if c not in (
+        "n_workers", "n_runs", "t_N", "t_N_min", "t_N_max", "S", "E")]
+    groups = table.groupby(by, dropna=False, sort=True) if by else [((), table)]
+    for key, grp in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(
+            f"M={int(v)}" if c == "blocks_per_worker" and pd.notna(v) else str(v)
+            for c, v in zip(by, key, strict=True)
+        ) or "runs"
+        grp = grp.sort_values("n_workers")
+        ax_s.plot(grp["n_workers"], grp["S"], marker="o", label=label)
+        ax_e.plot(grp["n_workers"], grp["E"], marker="o", label=label)
+    n = np.unique(np.r_[1, table["n_workers"].to_numpy(dtype=float)])
+    ax_s.plot(n, n, "k--", label="ideal")
+    ax_e.axhline(1.0, color="k", linestyle="--", label="ideal")
+    ax_s.set_xlabel("workers N")
+    ax_s.set_ylabel("speed-up S(N) = t_1 / t_N")
+    ax_e.set_xlabel("workers N")
+    ax_e.set_ylabel("efficiency E(N) = S(N) / N")
+    ax_e.set_ylim(0, max(1.1, float(np.nanmax(table["E"].to_numpy(dtype=float), initial=1)) + 0.1))
+    for ax in (ax_s, ax_e):
+        ax.set_xticks(n)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return _finish(fig, path)

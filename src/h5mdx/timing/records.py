@@ -1,0 +1,473 @@
+"""One timing schema for every backend, and its Parquet/CSV files (pandas only).
+
+Every parallel run, whatever executed it (dask's threads or processes
+scheduler, ``distributed``, dask-mpi, SLURM workers or the MPI-IO path), is
+described by one row per task (or per MPI rank) with the columns of
+:data:`COLUMNS`:
+
+========================  ==================  ==================================================
+column                    type                meaning
+========================  ==================  ==================================================
+``run_id``                str                 identifier of the run
+``backend``               str                 one of :data:`BACKENDS`
+``n_workers``             int                 number of workers (ranks) of the run
+``worker``                str                 thread id, ``host:pid``, worker address or rank
+``host``                  str                 host name
+``rank``                  Int64 (nullable)    MPI rank, if any
+``slurm_job_id``          str (nullable)      SLURM job id, if any
+``task_key``              str                 dask key (``str(key)``) or a made-up rank key
+``kind``                  str                 what the task does (``"rmsd"``, ``"read-sum"``)
+``frame_start/stop``      Int64 (nullable)    frames ``[start, stop)`` of the task
+``t_start``, ``t_stop``   float               absolute unix time (s) the task started/stopped
+``wall``                  float               ``t_stop - t_start`` (s)
+``t_init_top``            float               opening the topology (s)
+``t_init_traj``           float               opening the trajectory (s)
+``t_io``                  float               reading (s)
+``t_compute``             float               computing (s)
+``t_wait``                float               waiting (s), see below
+``t_comm_gather``         float               communication / gathering results (s)
+``bytes_read``            Int64 (nullable)    bytes the task read
+========================  ==================  ==================================================
+
+Phases that a backend does not measure are NaN ("unknown"), never 0 (which
+means "measured, and took no time").
+
+``t_wait`` has one meaning with two placements. For SPMD backends
+(:data:`SPMD_BACKENDS`: an MPI rank runs from start to finish) it is the time
+the rank waited at the barrier before the gather and lies *inside* ``wall``.
+For task backends (dask) it is the time the worker sat idle before the task
+started -- since the end of its previous task, or since the start of the run
+for its first task -- and lies *before* ``t_start``. :func:`busy` and
+:func:`phase_sum` take care of the difference.
+
+Extra columns (e.g. ``sched_start``/``sched_stop`` from the scheduler, or
+``t_transfer`` from ``distributed``) are allowed and kept.
+
+The run's metadata (file, layout, selection, versions, machine, backend, ...;
+see :func:`run_metadata`) is stored in the Parquet key-value metadata under
+``b"h5mdx"`` as JSON, or for CSV in a sidecar file ``<name>.meta.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "BACKENDS",
+    "COLUMNS",
+    "PHASES",
+    "SPMD_BACKENDS",
+    "busy",
+    "empty",
+    "load",
+    "phase_sum",
+    "run_metadata",
+    "save",
+    "to_frame",
+    "validate",
+]
+
+#: Backends a record may come from.
+BACKENDS = (
+    "threads",
+    "processes",
+    "synchronous",
+    "distributed",
+    "dask-mpi",
+    "slurm",
+    "mpi-io",
+)
+
+#: Backends whose rows are whole SPMD ranks (``t_wait`` lies inside ``wall``).
+SPMD_BACKENDS = ("mpi-io",)
+
+#: Phase columns, in the order they happen.
+PHASES = ("t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait", "t_comm_gather")
+
+_STR, _INT, _NINT, _FLOAT = "str", "int", "Int64", "float"
+
+#: The schema: column name -> kind of values (``str``, ``int``, nullable ``Int64``, ``float``).
+COLUMNS: dict[str, str] = {
+    "run_id": _STR,
+    "backend": _STR,
+    "n_workers": _INT,
+    "worker": _STR,
+    "host": _STR,
+    "rank": _NINT,
+    "slurm_job_id": _STR,
+    "task_key": _STR,
+    "kind": _STR,
+    "frame_start": _NINT,
+    "frame_stop": _NINT,
+    "t_start": _FLOAT,
+    "t_stop": _FLOAT,
+    "wall": _FLOAT,
+    **dict.fromkeys(PHASES, _FLOAT),
+    "bytes_read": _NINT,
+}
+
+_NULLABLE_STR = ("slurm_job_id",)
+_META_KEY = b"h5mdx"
+
+
+def empty() -> pd.DataFrame:
+    """An empty records frame with the schema's columns and dtypes."""
+    return _coerce(pd.DataFrame({c: [] for c in COLUMNS}))
+
+
+def _coerce(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for col, kind in COLUMNS.items():
+        if col not in out:
+            continue
+        s = out[col]
+        if kind == _STR:
+            if col in _NULLABLE_STR:
+                out[col] = s.astype(object).where(s.notna(), None).map(
+                    lambda v: v if v is None else str(v)
+                )
+            else:
+                out[col] = s.astype(str)
+            out[col] = out[col].astype(object)
+        elif kind == _INT:
+            out[col] = pd.to_numeric(s).astype("int64")
+        elif kind == _NINT:
+            out[col] = pd.to_numeric(s.astype(object).where(s.notna(), None)).astype("Int64")
+        else:
+            out[col] = pd.to_numeric(s.astype(object).where(s.notna(), np.nan)).astype(
+                "float64"
+            )
+    return out
+
+
+def to_frame(
+    records: Iterable[Mapping[str, Any]] | pd.DataFrame,
+    run_meta: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Build a validated records frame from dicts (or a frame).
+
+    Columns missing from the records are filled: ``run_id``, ``backend`` and
+    ``n_workers`` from ``run_meta``; phases with NaN (unknown); ``wall`` from
+    ``t_stop - t_start``; ``rank``, ``slurm_job_id``, frames and ``bytes_read``
+    with nulls.
+
+    Parameters
+    ----------
+    records : iterable of mapping, or DataFrame
+        One record per task (or rank).
+    run_meta : mapping, optional
+        The run's metadata (see :func:`run_metadata`); gives defaults for
+        ``run_id``, ``backend``, ``n_workers`` and ``host``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The records with the schema's columns first (in schema order), then any
+        extra columns.
+
+    Raises
+    ------
+    ValueError
+        If the result does not validate (see :func:`validate`).
+    """
+    df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    meta = dict(run_meta or {})
+    n = len(df)
+    for col in ("run_id", "backend", "n_workers", "host"):
+        if col not in df and col in meta:
+            df[col] = [meta[col]] * n
+    if "host" not in df:
+        df["host"] = [meta.get("machine", {}).get("hostname", socket.gethostname())] * n
+    if "wall" not in df and "t_start" in df and "t_stop" in df:
+        df["wall"] = pd.to_numeric(df["t_stop"]) - pd.to_numeric(df["t_start"])
+    for col in PHASES:
+        if col not in df:
+            df[col] = np.nan
+    for col in ("rank", "frame_start", "frame_stop", "bytes_read"):
+        if col not in df:
+            df[col] = pd.array([pd.NA] * n, dtype="Int64")
+    if "slurm_job_id" not in df:
+        df["slurm_job_id"] = [None] * n
+    if "kind" not in df:
+        df["kind"] = ["task"] * n
+    missing = [c for c in COLUMNS if c not in df]
+    if missing:
+        raise ValueError(
+            f"timing records lack the column(s) {missing}; pass them in the records "
+            f"or give run_id/backend/n_workers in run_meta"
+        )
+    df = _coerce(df)
+    extra = [c for c in df.columns if c not in COLUMNS]
+    df = df[list(COLUMNS) + extra].reset_index(drop=True)
+    validate(df)
+    return df
+
+
+def validate(df: pd.DataFrame) -> None:
+    """Check that ``df`` follows the timing schema.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+
+    Raises
+    ------
+    ValueError
+        Listing every missing column, every column of the wrong type, unknown
+        backends, negative durations and stop times before start times.
+    """
+    problems: list[str] = []
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        problems.append(f"missing column(s): {', '.join(missing)}")
+    wrong = []
+    for col, kind in COLUMNS.items():
+        if col not in df.columns:
+            continue
+        s = df[col]
+        if kind == _STR:
+            ok = s.map(lambda v: v is None or isinstance(v, str) or v is pd.NA).all() and (
+                col in _NULLABLE_STR or s.notna().all()
+            )
+        elif kind == _INT:
+            ok = pd.api.types.is_integer_dtype(s) and s.notna().all()
+        elif kind == _NINT:
+            ok = pd.api.types.is_integer_dtype(s) or (s.isna().all() and len(s) > 0)
+        else:
+            ok = pd.api.types.is_float_dtype(s)
+        if not ok:
+            wrong.append(f"{col} (expected {kind}, got {s.dtype})")
+    if wrong:
+        problems.append(f"wrong type in column(s): {', '.join(wrong)}")
+    if not missing and not wrong and len(df):
+        bad = sorted(set(df["backend"]) - set(BACKENDS))
+        if bad:
+            problems.append(f"unknown backend(s) {bad}; valid options are: {', '.join(BACKENDS)}")
+        durations = df[["wall", *PHASES]]
+        if (durations < 0).any().any():
+            cols = [c for c in durations if (durations[c] < 0).any()]
+            problems.append(f"negative durations in column(s): {', '.join(cols)}")
+        if (df["t_stop"] < df["t_start"]).any():
+            problems.append("t_stop before t_start in some rows")
+    if problems:
+        raise ValueError("invalid timing records: " + "; ".join(problems))
+
+
+def busy(df: pd.DataFrame) -> pd.Series:
+    """Time each task spent working (s): ``wall``, minus ``t_wait`` for SPMD ranks.
+
+    For dask tasks ``t_wait`` lies before the task, so ``busy == wall``; an MPI
+    rank's ``wall`` includes its barrier wait, which is not work.
+    """
+    spmd = df["backend"].isin(SPMD_BACKENDS)
+    return df["wall"] - df["t_wait"].where(spmd, 0.0).fillna(0.0)
+
+
+def phase_sum(df: pd.DataFrame) -> pd.Series:
+    """Sum of the known phases that lie inside each task's ``wall`` (s).
+
+    Unknown (NaN) phases count as 0 here; ``t_wait`` counts only for SPMD ranks.
+    ``wall - phase_sum(df)`` is the time no phase accounts for.
+    """
+    inside = [p for p in PHASES if p != "t_wait"]
+    total = df[inside].fillna(0.0).sum(axis=1)
+    spmd = df["backend"].isin(SPMD_BACKENDS)
+    return total + df["t_wait"].where(spmd, 0.0).fillna(0.0)
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in ("h5mdx", "dask", "distributed", "h5py", "numpy", "pandas", "xarray"):
+        try:
+            from importlib.metadata import version
+
+            out[name] = version(name)
+        except Exception:  # noqa: BLE001 - any failure means "unknown"
+            out[name] = None
+    try:
+        import h5py
+
+        out["HDF5"] = h5py.version.hdf5_version
+    except ImportError:  # pragma: no cover - h5py is a core dependency
+        out["HDF5"] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+def run_metadata(
+    *,
+    backend: str,
+    n_workers: int,
+    run_id: str | None = None,
+    file: str | None = None,
+    layout: Any = None,
+    selection: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The metadata of one run: what ran where, with which software.
+
+    Parameters
+    ----------
+    backend : str
+        One of :data:`BACKENDS`.
+    n_workers : int
+        Number of workers (ranks).
+    run_id : str, optional
+        Identifier of the run.
+    file : str, optional
+        The trajectory file.
+    layout : any, optional
+        The storage layout (e.g. HDF5 chunk shape) and dask chunks; JSON-able.
+    selection : str, optional
+        The atom selection.
+    **extra
+        More JSON-able entries.
+
+    Returns
+    -------
+    dict
+        With keys ``run_id, backend, n_workers, file, layout, selection,
+        versions, machine, timestamp`` and the extra ones.
+    """
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "backend": backend,
+        "n_workers": int(n_workers),
+        "file": None if file is None else os.fspath(file),
+        "layout": layout,
+        "selection": selection,
+        "versions": _versions(),
+        "machine": {
+            "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    meta.update(extra)
+    return meta
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_suffix(".meta.json")
+
+
+def save(
+    df: pd.DataFrame,
+    path: str | os.PathLike[str] | Mapping[str, Any],
+    metadata: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+) -> Path:
+    """Validate and write records to ``.parquet`` or ``.csv`` with the run's metadata.
+
+    Parquet files keep the metadata (JSON) in their key-value metadata under
+    ``h5mdx``; CSV files get a sidecar ``<stem>.meta.json``.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records (see :func:`to_frame`).
+    path : path-like
+        Output file; the suffix (``.parquet``/``.pq`` or ``.csv``) picks the format.
+    metadata : mapping, optional
+        The run's metadata (see :func:`run_metadata`). For convenience the order
+        ``save(df, metadata, path)`` is accepted too.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    ValueError
+        If the records do not validate or the suffix is not supported.
+    """
+    if isinstance(path, Mapping):
+        path, metadata = metadata, path  # type: ignore[assignment]
+    if path is None:
+        raise ValueError("save(df, path, metadata): no output path given")
+    meta = dict(metadata or {})  # type: ignore[arg-type]
+    validate(df)
+    path = Path(path)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(meta, default=_json_default, sort_keys=True)
+    if path.suffix in (".parquet", ".pq"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        kv = dict(table.schema.metadata or {})
+        kv[_META_KEY] = text.encode()
+        pq.write_table(table.replace_schema_metadata(kv), path)
+    elif path.suffix == ".csv":
+        df.to_csv(path, index=False, float_format="%.9f")
+        _sidecar(path).write_text(text + "\n", encoding="utf-8")
+    else:
+        raise ValueError(
+            f"cannot save timing records as {path.name!r}: use a .parquet or .csv file name"
+        )
+    return path
+
+
+def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Read records and metadata written by :func:`save`.
+
+    Parameters
+    ----------
+    path : path-like
+        A ``.parquet``/``.pq`` or ``.csv`` file.
+
+    Returns
+    -------
+    (pandas.DataFrame, dict)
+        The validated records and the run's metadata (empty if none was stored).
+    """
+    path = Path(path)
+    meta: dict[str, Any] = {}
+    if path.suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        raw = (table.schema.metadata or {}).get(_META_KEY)
+        if raw:
+            meta = json.loads(raw)
+        df = table.to_pandas()
+    elif path.suffix == ".csv":
+        df = pd.read_csv(
+            path,
+            dtype={"run_id": str, "worker": str, "host": str, "task_key": str, "kind": str,
+                   "backend": str, "slurm_job_id": str},
+            keep_default_na=False,
+            na_values=[""],
+        )
+        side = _sidecar(path)
+        if side.exists():
+            meta = json.loads(side.read_text(encoding="utf-8"))
+    else:
+        raise ValueError(
+            f"cannot read timing records from {path.name!r}: expected .parquet or .csv"
+        )
+    df = _coerce(df)
+    validate(df)
+    return df, meta

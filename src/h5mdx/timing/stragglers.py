@@ -1,0 +1,427 @@
+"""Analysis of timing records: worker totals, stragglers, imbalance, ratios, speed-up, advice.
+
+Pure functions of the records of :mod:`h5mdx.timing.records` (pandas and
+numpy only), so they work the same on records just captured and on records
+loaded from a file years later.
+
+Definitions
+-----------
+duration
+    The time a task (or rank) worked: :func:`h5mdx.timing.records.busy`
+    (``wall``, minus the barrier wait of an MPI rank).
+straggler
+    ``rule="median"`` (default): a task whose duration exceeds ``factor`` (1.5)
+    times the median duration of the tasks of the same run and kind.
+    ``rule="fastest-group"``: a task whose duration exceeds ``factor`` (2.0) times
+    the mean duration of the *fastest group*, the tasks at or below the 25th
+    percentile of duration (Khoshlessan et al. 2020 called a rank a straggler
+    at about twice the time of the fastest ranks).
+slow phase
+    Of a straggler, the phase (``init_top``, ``init_traj``, ``io``, ``compute``,
+    ``comm_gather`` or ``other``, the time no phase accounts for) whose time exceeds
+    its median over the run's tasks by the most.
+load imbalance
+    Per run, the largest busy time of a worker divided by the mean busy time per
+    worker (total busy time / ``n_workers``; a worker that ran nothing counts as 0).
+    1 is perfect balance.
+R_comp/IO, R_comp/comm
+    Sum of ``t_compute`` over sum of ``t_io``, and over sum of ``t_comm_gather``
+    (or, where that is unknown, of the ``t_transfer`` that ``distributed`` reports).
+S(N), E(N)
+    ``S(N) = t_1 / t_N`` and ``E(N) = S(N) / N``, where ``t_N`` is the median wall
+    time of the runs with N workers (same backend and blocks per worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from h5mdx.timing.records import PHASES, SPMD_BACKENDS, busy
+
+__all__ = [
+    "SLOW_PHASES",
+    "advice",
+    "flag_stragglers",
+    "load_imbalance",
+    "per_worker",
+    "ratios",
+    "run_table",
+    "speedup",
+]
+
+#: Phases a straggler can be slow in (``other`` is the time no phase accounts for).
+SLOW_PHASES = ("init_top", "init_traj", "io", "compute", "comm_gather", "other")
+
+_DEFAULT_FACTOR = {"median": 1.5, "fastest-group": 2.0}
+
+
+def _phase_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per task: duration and the in-task phases (NaN = unknown) plus ``other``."""
+    out = pd.DataFrame(index=df.index)
+    out["duration"] = busy(df)
+    known = 0.0
+    for p in SLOW_PHASES[:-1]:
+        out[p] = df[f"t_{p}"]
+        known = known + df[f"t_{p}"].fillna(0.0)
+    out["other"] = (out["duration"] - known).clip(lower=0.0)
+    return out
+
+
+def per_worker(df: pd.DataFrame) -> pd.DataFrame:
+    """Totals per worker and run.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``(run_id, worker)`` with ``backend, n_workers, n_tasks, busy``
+        (sum of durations), the sums of ``t_init_top ... t_comm_gather`` (NaN if
+        unknown for every task), ``t_other``, ``first_start``, ``last_stop``,
+        ``n_frames`` and ``bytes_read``.
+    """
+    ph = _phase_table(df)
+    work = df[["run_id", "worker", "backend", "n_workers", "t_start", "t_stop"]].copy()
+    work["busy"] = ph["duration"]
+    for p in PHASES:
+        work[p] = df[p]
+    work["t_other"] = ph["other"]
+    work["n_frames"] = (df["frame_stop"] - df["frame_start"]).astype("Float64")
+    work["bytes_read"] = df["bytes_read"].astype("Float64")
+    g = work.groupby(["run_id", "worker"], sort=True)
+    out = pd.DataFrame({
+        "backend": g["backend"].first(),
+        "n_workers": g["n_workers"].first(),
+        "n_tasks": g.size(),
+        "busy": g["busy"].sum(),
+    })
+    for p in (*PHASES, "t_other"):
+        out[p] = g[p].sum(min_count=1)
+    out["first_start"] = g["t_start"].min()
+    out["last_stop"] = g["t_stop"].max()
+    out["n_frames"] = g["n_frames"].sum(min_count=1)
+    out["bytes_read"] = g["bytes_read"].sum(min_count=1)
+    return out
+
+
+def flag_stragglers(
+    df: pd.DataFrame,
+    rule: str = "median",
+    factor: float | None = None,
+    by: Sequence[str] = ("run_id", "kind"),
+) -> pd.DataFrame:
+    """Mark the tasks that are much slower than their peers.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+    rule : {"median", "fastest-group"}, optional
+        See the module docstring.
+    factor : float, optional
+        Threshold factor (default 1.5 for ``"median"``, 2.0 for ``"fastest-group"``).
+    by : sequence of str, optional
+        Columns whose groups are compared separately (default: run and task kind).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``df`` with the columns ``duration``, ``threshold``,
+        ``is_straggler`` (bool) and ``slow_phase`` (str, empty for non-stragglers).
+
+    Raises
+    ------
+    ValueError
+        For an unknown rule or a factor <= 0.
+    """
+    if rule not in _DEFAULT_FACTOR:
+        raise ValueError(
+            f"unknown straggler rule {rule!r}; valid options are: {', '.join(_DEFAULT_FACTOR)}"
+        )
+    factor = _DEFAULT_FACTOR[rule] if factor is None else float(factor)
+    if factor <= 0:
+        raise ValueError(f"the straggler factor must be positive, not {factor}")
+    out = df.copy()
+    ph = _phase_table(df)
+    out["duration"] = ph["duration"]
+    out["threshold"] = np.nan
+    out["is_straggler"] = False
+    out["slow_phase"] = ""
+    if df.empty:
+        return out
+    for idx in df.groupby(list(by), sort=False).groups.values():
+        d = ph.loc[idx, "duration"]
+        if rule == "median":
+            threshold = factor * float(d.median())
+        else:
+            q = float(d.quantile(0.25))
+            threshold = factor * float(d[d <= q].mean())
+        out.loc[idx, "threshold"] = threshold
+        slow = d > threshold
+        out.loc[idx, "is_straggler"] = slow.to_numpy()
+        if not slow.any():
+            continue
+        medians = ph.loc[idx, list(SLOW_PHASES)].median()
+        excess = ph.loc[idx[slow.to_numpy()], list(SLOW_PHASES)] - medians
+        out.loc[excess.index, "slow_phase"] = [
+            str(row.idxmax()) if row.notna().any() else "other"
+            for _, row in excess.iterrows()
+        ]
+    out["is_straggler"] = out["is_straggler"].astype(bool)
+    return out
+
+
+def load_imbalance(df: pd.DataFrame) -> pd.Series:
+    """Largest worker busy time over the mean busy time per worker, per run.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+
+    Returns
+    -------
+    pandas.Series
+        Indexed by ``run_id``; 1.0 is perfect balance, ``n_workers`` is the worst.
+    """
+    pw = per_worker(df)
+    g = pw.groupby(level="run_id")
+    n = g["n_workers"].first().clip(lower=1)
+    total = g["busy"].sum()
+    mean = total / np.maximum(n, g.size())
+    return (g["busy"].max() / mean).rename("load_imbalance")
+
+
+def ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """R_comp/IO and R_comp/comm per run.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``run_id`` with ``t_compute, t_io, t_comm`` (sums; NaN if
+        unknown), ``R_comp_io`` and ``R_comp_comm`` (NaN if a sum is unknown or 0).
+    """
+    work = df[["run_id", "t_compute", "t_io", "t_comm_gather"]].copy()
+    if "t_transfer" in df:
+        work["t_comm"] = df["t_comm_gather"].fillna(df["t_transfer"])
+    else:
+        work["t_comm"] = df["t_comm_gather"]
+    g = work.groupby("run_id", sort=True)
+    out = pd.DataFrame({
+        "t_compute": g["t_compute"].sum(min_count=1),
+        "t_io": g["t_io"].sum(min_count=1),
+        "t_comm": g["t_comm"].sum(min_count=1),
+    })
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["R_comp_io"] = out["t_compute"] / out["t_io"].where(out["t_io"] > 0)
+        out["R_comp_comm"] = out["t_compute"] / out["t_comm"].where(out["t_comm"] > 0)
+    return out
+
+
+def run_table(df: pd.DataFrame, metas: Sequence[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per run: backend, workers, wall time and the per-run summaries.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records of one or more runs.
+    metas : sequence of dict, optional
+        The runs' metadata; their ``wall`` (the measured run time) and
+        ``blocks_per_worker``/``repeat`` are used when present. Otherwise the
+        wall time is the span from the first task start to the last task stop.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``run_id`` with ``backend, n_workers, blocks_per_worker, repeat,
+        n_tasks, wall, busy, load_imbalance, n_stragglers, R_comp_io, R_comp_comm``.
+    """
+    g = df.groupby("run_id", sort=False)
+    out = pd.DataFrame({
+        "backend": g["backend"].first(),
+        "n_workers": g["n_workers"].first(),
+        "n_tasks": g.size(),
+        "wall": g["t_stop"].max() - g["t_start"].min(),
+        "busy": busy(df).groupby(df["run_id"]).sum(),
+    })
+    out["blocks_per_worker"] = np.nan
+    out["repeat"] = np.nan
+    for meta in metas or ():
+        rid = meta.get("run_id")
+        if rid not in out.index:
+            continue
+        for key in ("wall", "blocks_per_worker", "repeat"):
+            if meta.get(key) is not None:
+                out.loc[rid, key] = float(meta[key])
+    out["load_imbalance"] = load_imbalance(df)
+    flagged = flag_stragglers(df)
+    out["n_stragglers"] = flagged.groupby("run_id")["is_straggler"].sum().astype(int)
+    r = ratios(df)
+    out["R_comp_io"] = r["R_comp_io"]
+    out["R_comp_comm"] = r["R_comp_comm"]
+    out.index.name = "run_id"
+    return out
+
+
+def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
+    """S(N) = t_1 / t_N and E(N) = S(N) / N over runs at several worker counts.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        One row per run with ``n_workers`` and ``wall`` (see :func:`run_table`),
+        or records (then :func:`run_table` is applied first).
+    by : sequence of str, optional
+        Columns that define one scaling series (default: ``backend`` and, if
+        present, ``blocks_per_worker``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``*by, n_workers, n_runs, t_N`` (median wall, s), ``t_N_min``,
+        ``t_N_max``, ``S`` and ``E``. Series without a 1-worker run get NaN S and E.
+    """
+    if "task_key" in runs.columns:
+        runs = run_table(runs)
+    if by is None:
+        by = ["backend"]
+        if "blocks_per_worker" in runs and runs["blocks_per_worker"].notna().any():
+            by.append("blocks_per_worker")
+    by = list(by)
+    keys = [*by, "n_workers"]
+    g = runs.groupby(keys, dropna=False, sort=True)["wall"]
+    table = pd.DataFrame({
+        "n_runs": g.size(), "t_N": g.median(), "t_N_min": g.min(), "t_N_max": g.max(),
+    }).reset_index()
+    s = []
+    for _, row in table.iterrows():
+        mask = table["n_workers"] == 1
+        for col in by:
+            mask &= (table[col] == row[col]) | (table[col].isna() & pd.isna(row[col]))
+        t1 = table.loc[mask, "t_N"]
+        s.append(float(t1.iloc[0]) / row["t_N"] if len(t1) else np.nan)
+    table["S"] = s
+    table["E"] = table["S"] / table["n_workers"]
+    return table
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def advice(df: pd.DataFrame, speedup_table: pd.DataFrame | None = None) -> list[str]:
+    """Plain-language diagnosis of the records (and optionally of a scaling series).
+
+    The heuristics follow the parallel-analysis studies: a small R_comp/IO
+    means the analysis is I/O bound and more workers on one file system do not
+    help; stragglers slow in I/O point at the file system or the layout;
+    imbalance calls for more, smaller blocks.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records (one or more runs; sums are over all of them).
+    speedup_table : pandas.DataFrame, optional
+        Output of :func:`speedup`, for remarks on the parallel efficiency.
+
+    Returns
+    -------
+    list of str
+        Sentences, most important first; empty when nothing stands out.
+    """
+    out: list[str] = []
+    if df.empty:
+        return ["No timing records: did the tasks use BlockTimer and was H5MDX_TIMING_SPOOL set?"]
+    t_comp = df["t_compute"].sum(min_count=1)
+    t_io = df["t_io"].sum(min_count=1)
+    if pd.notna(t_comp) and pd.notna(t_io) and t_io > 0:
+        r = t_comp / t_io
+        if r < 1:
+            out.append(
+                f"I/O bound: R_comp/IO = {r:.2g}; reading takes longer than computing, so more "
+                "workers on the same file system help little. Use a chunk-aligned layout "
+                "(h5mdx rechunk: time-blocked chunks, no or fast compression) or parallel "
+                "HDF5 (h5mdx mpi-rmsd)."
+            )
+        elif r < 3:
+            out.append(
+                f"Balanced between I/O and compute: R_comp/IO = {r:.2g}; both the layout "
+                "(h5mdx rechunk) and the kernel matter."
+            )
+        else:
+            out.append(
+                f"Compute bound: R_comp/IO = {r:.2g}; the analysis should scale with workers "
+                "until the cores run out."
+            )
+    comm = df["t_comm_gather"]
+    if "t_transfer" in df:
+        comm = comm.fillna(df["t_transfer"])
+    t_comm = comm.sum(min_count=1)
+    if pd.notna(t_comp) and pd.notna(t_comm) and t_comm > 0 and t_comp / t_comm < 1:
+        out.append(
+            f"Communication bound: R_comp/comm = {t_comp / t_comm:.2g}; moving results costs "
+            "more than computing them. Return less data per task or gather with MPI."
+        )
+    flagged = flag_stragglers(df)
+    n_slow = int(flagged["is_straggler"].sum())
+    if n_slow:
+        phases = flagged.loc[flagged["is_straggler"], "slow_phase"].value_counts()
+        main = str(phases.index[0])
+        why = {
+            "io": "the file system or the storage layout (contention, cold cache, chunks "
+                  "that do not match the blocks)",
+            "compute": "the CPU (other jobs or more workers than cores)",
+            "other": "time outside the measured phases (scheduler, serialisation, GC)",
+        }.get(main, f"the {main} phase")
+        out.append(
+            f"{n_slow} straggler task(s) of {len(flagged)} (> 1.5 x the median duration), "
+            f"mostly slow in {main}: look at {why}. More blocks per worker (e.g. 3) let "
+            "faster workers take over the work of slow ones."
+        )
+    imb = load_imbalance(df)
+    worst = imb.max()
+    if pd.notna(worst) and worst > 1.25:
+        out.append(
+            f"Load imbalance: the busiest worker worked {worst:.2f} x the mean; use more, "
+            "smaller blocks (--blocks-per-worker 3) or check for idle workers."
+        )
+    task_backend = ~df["backend"].isin(SPMD_BACKENDS)
+    wait = df.loc[task_backend, "t_wait"].sum(min_count=1)
+    worked = busy(df[task_backend]).sum()
+    if pd.notna(wait) and wait + worked > 0 and wait / (wait + worked) > 0.2:
+        out.append(
+            f"Workers were idle {_pct(wait / (wait + worked))} of their time before and "
+            "between tasks: start-up (e.g. the processes scheduler's new pool), too few "
+            "tasks for the workers, or scheduler overhead larger than the tasks; use "
+            "larger blocks or fewer workers."
+        )
+    init = df[["t_init_top", "t_init_traj"]].sum(axis=1, min_count=1).sum(min_count=1)
+    total = busy(df).sum()
+    if pd.notna(init) and total > 0 and init / total > 0.1:
+        out.append(
+            f"Opening the topology and trajectory takes {_pct(init / total)} of the work; "
+            "open once per worker, not per task."
+        )
+    if speedup_table is not None and not speedup_table.empty:
+        top = speedup_table.dropna(subset=["E"])
+        if not top.empty:
+            row = top.sort_values(["n_workers", "E"]).iloc[-1]
+            n = int(row["n_workers"])
+            if n > 1 and row["E"] < 0.5:
+                out.append(
+                    f"Poor scaling: E({n}) = {row['E']:.2f} (S = {row['S']:.2f}) with "
+                    f"{row.get('backend', '')}; see the I/O and straggler remarks."
+                )
+    return out

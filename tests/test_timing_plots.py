@@ -1,0 +1,71 @@
+"""Figures drawn from saved timing records."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from h5mdx.timing import records as rec
+from h5mdx.timing.plots import plot_gantt, plot_per_worker, plot_scaling
+from h5mdx.timing.stragglers import run_table, speedup
+
+image = pytest.importorskip("matplotlib.image")
+
+
+def _records(run_id, n_workers, slow=None):
+    rows, clock = [], dict.fromkeys(range(n_workers), 50.0)
+    for i in range(6):
+        w = i % n_workers
+        io, comp = 0.1, 0.2 + (0.5 if slow == i else 0.0)
+        rows.append({"run_id": run_id, "backend": "threads", "n_workers": n_workers,
+                     "worker": f"thread-{w}", "task_key": f"k{i}", "kind": "rmsd",
+                     "frame_start": i * 5, "frame_stop": i * 5 + 5, "t_start": clock[w],
+                     "t_stop": clock[w] + io + comp, "t_io": io, "t_compute": comp,
+                     "t_wait": 0.0 if i >= n_workers else 0.01})
+        clock[w] += io + comp
+    return rec.to_frame(rows)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    df = pd.concat([_records("n1", 1), _records("n2", 2, slow=3)], ignore_index=True)
+    path = rec.save(df, tmp_path / "records.parquet", {"runs": ["n1", "n2"]})
+    return rec.load(path)[0]
+
+
+def _check_png(path, width, height):
+    assert path.exists() and path.stat().st_size > 1000
+    img = image.imread(path)
+    assert img.shape[:2] == (height, width)
+
+
+def test_per_worker_bars(saved, tmp_path):
+    fig = plot_per_worker(saved, "n2", tmp_path / "w.png", figsize=(6, 4), dpi=50)
+    _check_png(tmp_path / "w.png", 300, 200)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[:2] == ["io", "compute"]
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert sum(heights) == pytest.approx(saved.loc[saved.run_id == "n2", "wall"].sum()
+                                         + saved.loc[saved.run_id == "n2", "t_wait"].sum())
+
+
+def test_gantt_marks_straggler(saved, tmp_path):
+    fig = plot_gantt(saved, "n2", tmp_path / "g.png")
+    _check_png(tmp_path / "g.png", 1000, 450)
+    ax = fig.axes[0]
+    assert "1 straggler" in ax.get_title()
+    assert [t.get_text() for t in ax.texts] == ["compute"]
+
+
+def test_scaling_plot(saved, tmp_path):
+    table = speedup(run_table(saved))
+    fig = plot_scaling(table, tmp_path / "s.png", figsize=(8, 3), dpi=100)
+    _check_png(tmp_path / "s.png", 800, 300)
+    assert fig.axes[0].lines[0].get_ydata()[0] == 1.0  # S(1) = 1
+
+
+def test_plot_errors(saved):
+    with pytest.raises(ValueError, match="not in the records"):
+        plot_gantt(saved, "nope")
+    with pytest.raises(ValueError, match="no timing records"):
+        plot_per_worker(rec.empty())

@@ -1,0 +1,125 @@
+"""The timing schema: building, validating, saving and loading records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h5mdx.timing import records as rec
+
+
+def _rows(n=3, backend="threads"):
+    return [
+        {"run_id": "r1", "backend": backend, "n_workers": 2, "worker": f"thread-{i % 2}",
+         "task_key": f"('rmsd-abc', {i})", "kind": "rmsd", "frame_start": 10 * i,
+         "frame_stop": 10 * i + 10, "t_start": 100.0 + i, "t_stop": 100.5 + i,
+         "t_io": 0.2, "t_compute": 0.25, "t_wait": 0.01 * i, "bytes_read": 1000 * i}
+        for i in range(n)
+    ]
+
+
+def test_to_frame_fills_unknown_phases_with_nan_not_zero():
+    df = rec.to_frame(_rows())
+    assert list(df.columns[: len(rec.COLUMNS)]) == list(rec.COLUMNS)
+    assert df["t_init_top"].isna().all() and df["t_comm_gather"].isna().all()
+    assert df["rank"].isna().all() and df["slurm_job_id"].isna().all()
+    np.testing.assert_allclose(df["wall"], 0.5)
+    assert df["frame_start"].dtype == "Int64" and df["n_workers"].dtype == "int64"
+    assert df["t_io"].tolist() == [0.2, 0.2, 0.2]
+
+
+def test_to_frame_takes_run_fields_from_meta():
+    rows = [{k: v for k, v in r.items() if k not in ("run_id", "backend", "n_workers")}
+            for r in _rows(2)]
+    meta = rec.run_metadata(backend="processes", n_workers=4, run_id="xyz", file="a.h5md")
+    df = rec.to_frame(rows, meta)
+    assert set(df["run_id"]) == {"xyz"} and set(df["backend"]) == {"processes"}
+    assert set(df["n_workers"]) == {4}
+    for key in ("versions", "machine", "timestamp", "layout", "selection"):
+        assert key in meta
+    assert meta["versions"]["h5py"] and meta["versions"]["HDF5"]
+    assert meta["machine"]["cpu_count"] >= 1
+
+
+def test_validate_lists_missing_and_wrong_columns():
+    df = rec.to_frame(_rows())
+    bad = df.drop(columns=["wall", "t_io"]).assign(n_workers=1.5, worker=None)
+    with pytest.raises(ValueError) as err:
+        rec.validate(bad)
+    msg = str(err.value)
+    assert "missing column(s): wall, t_io" in msg
+    assert "n_workers" in msg and "worker" in msg
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"backend": "pbs"}, "unknown backend"),
+        ({"t_io": -1.0}, "negative durations"),
+        ({"t_stop": 0.0}, "t_stop before t_start"),
+    ],
+)
+def test_validate_rejects_bad_values(change, words):
+    df = rec.to_frame(_rows())
+    for col, value in change.items():
+        df.loc[1, col] = value
+    with pytest.raises(ValueError, match=words):
+        rec.validate(df)
+
+
+def test_to_frame_missing_required_column():
+    rows = [{k: v for k, v in r.items() if k != "worker"} for r in _rows()]
+    with pytest.raises(ValueError, match="worker"):
+        rec.to_frame(rows)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_save_load_roundtrip(tmp_path, suffix):
+    rows = _rows()
+    rows[0]["extra_col"] = 1.5
+    df = rec.to_frame(rows)
+    meta = rec.run_metadata(backend="threads", n_workers=2, run_id="r1", layout={"chunks": [10]})
+    path = rec.save(df, tmp_path / f"t{suffix}", meta)
+    back, meta2 = rec.load(path)
+    pd.testing.assert_frame_equal(back, df, check_dtype=True)
+    assert meta2 == json.loads(json.dumps(meta))
+    if suffix == ".csv":
+        assert (tmp_path / "t.meta.json").exists()
+
+
+def test_save_accepts_meta_path_order_and_rejects_suffix(tmp_path):
+    df = rec.to_frame(_rows())
+    path = rec.save(df, {"run_id": "r1"}, tmp_path / "a.parquet")
+    assert rec.load(path)[1] == {"run_id": "r1"}
+    with pytest.raises(ValueError, match=r"\.parquet or \.csv"):
+        rec.save(df, tmp_path / "a.txt")
+
+
+def test_mpi_rank_records_roundtrip(tmp_path):
+    rows = [
+        {"run_id": "m", "backend": "mpi-io", "n_workers": 2, "worker": f"rank-{r}",
+         "host": "h", "rank": r, "slurm_job_id": "42", "task_key": f"mpi-{r}", "kind": "rmsd",
+         "frame_start": 50 * r, "frame_stop": 50 * r + 50, "t_start": 10.0, "t_stop": 11.0,
+         "wall": 1.0, "t_init_top": 0.1, "t_init_traj": 0.05, "t_io": 0.3, "t_compute": 0.3,
+         "t_wait": 0.2, "t_comm_gather": 0.05, "bytes_read": 10}
+        for r in range(2)
+    ]
+    df = rec.to_frame(rows)
+    back, _ = rec.load(rec.save(df, tmp_path / "m.csv", {}))
+    assert back["rank"].tolist() == [0, 1] and back["slurm_job_id"].tolist() == ["42", "42"]
+    # SPMD: the barrier wait is inside the wall, so the phases add up to it and busy excludes it
+    np.testing.assert_allclose(rec.phase_sum(back), back["wall"])
+    np.testing.assert_allclose(rec.busy(back), 0.8)
+
+
+def test_dask_wait_is_outside_wall():
+    df = rec.to_frame(_rows())
+    np.testing.assert_allclose(rec.busy(df), df["wall"])
+    np.testing.assert_allclose(rec.phase_sum(df), 0.45)
+
+
+def test_empty_frame_validates():
+    rec.validate(rec.empty())
