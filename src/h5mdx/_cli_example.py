@@ -1,7 +1,7 @@
 """``h5mdx example``: the main job on the embedded adenylate-kinase example.
 
-Writes the example H5MD file (generated from the PSF/DCD shipped with
-MDAnalysisTests), shows ``h5mdx info`` for it, opens it lazily with the
+Converts the PSF/DCD shipped with MDAnalysisTests to H5MD with ``h5mdx
+convert``'s library call, shows ``h5mdx info`` for it, opens it lazily with the
 ``h5md`` engine and, where the RMSD module is present, computes the C-alpha
 RMSD on a local dask cluster, writing a CSV file and a plot.
 """
@@ -43,11 +43,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"example trajectory: {path}  (topology {os.path.basename(topology)})\n")
     print(render(scan(path)))
     t0 = time.perf_counter()
-    ds = xr.open_dataset(
-        path, engine="h5md", topology=topology, chunks={}, convert_units=True
-    )
+    ds = xr.open_dataset(path, engine="h5md", topology=topology)
     t_open = time.perf_counter() - t0
-    print(f"\nxr.open_dataset({path!r}, engine='h5md', topology=..., chunks={{}}) "
+    print(f"\nxr.open_dataset({path!r}, engine='h5md', topology=...) "
           f"in {t_open * 1e3:.1f} ms:\n")
     print(ds)
     try:

@@ -99,7 +99,8 @@ class H5MDArray(BackendArray):
                 return np.asarray(dset[key])
             lo, hi = int(idx.min()), int(idx.max()) + 1
             slab = dset[(key[0], slice(lo, hi), *key[2:])]
-            return np.take(slab, idx - lo, axis=1)
+            axis = 0 if isinstance(key[0], (int, np.integer)) else 1  # an int drops time
+            return np.take(slab, idx - lo, axis=axis)
         return np.asarray(dset[key])
 
     def _getitem(self, key: tuple) -> np.ndarray:
@@ -378,6 +379,8 @@ def _particles_dataset(
             os.fspath(topology) if isinstance(topology, (str, os.PathLike))
             else str(getattr(universe, "filename", ""))
         )
+        # the atom coordinate travels with every DataArray: it names its topology
+        ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     if select is not None:
         from h5mdx.topology import load_universe, select_indices
 

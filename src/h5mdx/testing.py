@@ -163,13 +163,14 @@ def write_h5md(
 def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk: int = 10) -> str:
     """Write the adenylate-kinase example trajectory (MDAnalysisTests PSF/DCD) to H5MD.
 
-    The file (98 frames, 3341 atoms, positions in Å, box, time in ps) is written
-    once with MDAnalysis' H5MDWriter and reused.
+    The file (98 frames, 3341 atoms, positions in Å, time in ps, masses, charges
+    and species from the topology) is written once with :func:`h5mdx.convert.convert`
+    and reused.
 
     Parameters
     ----------
     path : path-like, optional
-        Where to write; default ``~/.cache/h5mdx/adk.h5md``.
+        Where to write; default ``~/.cache/h5mdx/adk-c<frames_per_chunk>.h5md``.
     frames_per_chunk : int, default 10
         HDF5 chunk length along time.
 
@@ -179,29 +180,17 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
         The path of the H5MD file. Its topology is :func:`adk_topology`.
     """
     from h5mdx._optional import import_optional
+    from h5mdx.convert import convert
 
-    mda = import_optional("MDAnalysis", "the adk example")
     datafiles = import_optional("MDAnalysisTests.datafiles", "the adk example data")
     if path is None:
         cache = os.path.join(os.path.expanduser("~"), ".cache", "h5mdx")
         os.makedirs(cache, exist_ok=True)
         path = os.path.join(cache, f"adk-c{frames_per_chunk}.h5md")
     path = os.fspath(path)
-    if os.path.exists(path):
-        return path
-    u = mda.Universe(datafiles.PSF, datafiles.DCD)
-    tmp = f"{path}.tmp-{os.getpid()}.h5md"
-    try:
-        with mda.Writer(
-            tmp, n_atoms=u.atoms.n_atoms, chunks=(frames_per_chunk, u.atoms.n_atoms, 3),
-            positions=True, velocities=False, forces=False,
-        ) as w:
-            for _ts in u.trajectory:
-                w.write(u.atoms)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    if not os.path.exists(path):
+        convert(datafiles.PSF, [datafiles.DCD], path, frames_per_chunk=frames_per_chunk,
+                progress=False)
     return path
 
 

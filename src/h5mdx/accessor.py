@@ -1,0 +1,71 @@
+"""The ``ds.md`` accessor: MD analyses on any Dataset in h5mdx's data model.
+
+Importing :mod:`h5mdx` registers it. It works on Datasets from the ``h5md``
+engine, from Zarr stores written by h5mdx, or built in memory, as long as they
+hold ``position`` on ``(time, atom, spatial)``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import xarray as xr
+
+__all__ = ["MDAccessor"]
+
+
+@xr.register_dataset_accessor("md")
+class MDAccessor:
+    """Molecular-dynamics methods on a Dataset: ``ds.md.rmsd(...)``, ``ds.md.to_h5md(...)``."""
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    @property
+    def topology(self) -> Any:
+        """The topology attached by ``topology=`` when the file was opened (or None)."""
+        return self._ds.attrs.get("topology")
+
+    def rmsd(
+        self,
+        reference: Any = 0,
+        *,
+        select: Any = None,
+        weights: Any = None,
+        superposition: bool = True,
+        **kwargs: Any,
+    ) -> xr.DataArray:
+        """RMSD of ``position`` after optimal superposition; see :func:`h5mdx.rmsd.rmsd`.
+
+        Parameters
+        ----------
+        reference : int, array_like or xarray.DataArray, default 0
+            Frame index, ``(atom, spatial)`` array or one-frame DataArray.
+        select : None, str, array of int or array of bool
+            Atoms to compare (selection strings use the attached topology).
+        weights : None, "mass" or array_like
+            Per-atom weights.
+        superposition : bool, default True
+            False gives the RMSD after centring only.
+        **kwargs
+            Passed to :func:`h5mdx.rmsd.rmsd` (``kernel``, ``frames_per_block``, ...).
+
+        Returns
+        -------
+        xarray.DataArray
+            Lazy ``rmsd`` on ``time``.
+        """
+        from h5mdx.rmsd import rmsd
+
+        if "position" not in self._ds:
+            raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)")
+        kwargs.setdefault("topology", self.topology)
+        return rmsd(self._ds["position"], reference, select=select, weights=weights,
+                    superposition=superposition, **kwargs)
+
+    def to_h5md(self, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """Write the Dataset as an H5MD file; see :func:`h5mdx.xio.to_h5md`."""
+        from h5mdx.xio import to_h5md
+
+        return to_h5md(self._ds, path, **kwargs)

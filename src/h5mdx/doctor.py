@@ -1,0 +1,324 @@
+"""What of the parallel stack is usable here: ``h5mdx doctor``.
+
+Each check reports ``"ok"``, ``"missing"`` or ``"info"``, a one-line detail (versions, states)
+and, when something is missing, the command that fixes it. Nothing here imports mpi4py or h5py
+into the calling process: the probes that load MPI (``import h5py`` loads mpi4py when h5py is
+built with MPI) run in a subprocess with a timeout, so that a broken MPI installation is
+reported instead of crashing or hanging the caller. Optional packages are looked up by their
+metadata, without importing them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Check", "Report", "run_checks"]
+
+Status = Literal["ok", "missing", "info"]
+
+#: How to get the pieces, shown next to a missing check.
+FIX_MPI_DEBIAN = "bash scripts/setup.sh --mpi  (Debian/Ubuntu, as root: Open MPI, parallel HDF5)"
+FIX_H5PY_MPI = (
+    "bash scripts/setup.sh --mpi  (builds h5py against Debian's parallel HDF5); with conda: "
+    "conda install -c conda-forge 'h5py=*=mpi_openmpi*' openmpi mpi4py"
+)
+FIX_SLURM_LOCAL = (
+    "bash scripts/setup.sh --slurm && bash scripts/slurm-local.sh start  (a local test "
+    "cluster), or load your site's SLURM module"
+)
+
+_H5PY_PROBE = """
+import json, h5py
+cfg = h5py.get_config()
+print(json.dumps({"version": h5py.__version__, "hdf5": h5py.version.hdf5_version,
+                  "mpi": bool(cfg.mpi)}))
+"""
+
+_MPI4PY_PROBE = """
+import json, mpi4py
+from mpi4py import MPI
+print(json.dumps({"version": mpi4py.__version__,
+                  "library": ", ".join(MPI.Get_library_version().replace("\\0", "")
+                                       .strip().splitlines()[0].split(", ")[:2]),
+                  "standard": "%d.%d" % MPI.Get_version()}))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check.
+
+    Attributes
+    ----------
+    name : str
+        What was checked (e.g. ``"h5py MPI"``).
+    status : {"ok", "missing", "info"}
+        ``"info"`` reports a setting without judging it.
+    detail : str
+        Versions, states or the reason of a failure.
+    fix : str or None
+        The command that installs or starts what is missing.
+    """
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the check passed (``"info"`` counts as passed)."""
+        return self.status != "missing"
+
+
+@dataclass(frozen=True)
+class Report:
+    """All checks and which parallel paths they make usable.
+
+    Attributes
+    ----------
+    checks : list of Check
+        In display order.
+    paths : dict
+        ``{"mpi-io": bool, "dask-mpi": bool, "slurm": bool}``.
+    python : str
+        The interpreter that was examined.
+    """
+
+    checks: list[Check]
+    paths: dict[str, bool] = field(default_factory=dict)
+    python: str = ""
+
+    def __getitem__(self, name: str) -> Check:
+        for check in self.checks:
+            if check.name == name:
+                return check
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able form (what ``h5mdx doctor --json`` prints)."""
+        return {
+            "python": self.python,
+            "checks": [{**asdict(c), "ok": c.ok} for c in self.checks],
+            "paths": dict(self.paths),
+        }
+
+    def format(self) -> str:
+        """A human-readable table with fixes under the missing items."""
+        width = max(len(c.name) for c in self.checks)
+        lines = [f"h5mdx doctor (python: {self.python})", ""]
+        for c in self.checks:
+            lines.append(f"  {c.name:<{width}}  {c.status:<7}  {c.detail}")
+            if c.status == "missing" and c.fix:
+                lines.append(f"  {'':<{width}}  {'':<7}  fix: {c.fix}")
+        lines.append("")
+        for name, usable in self.paths.items():
+            lines.append(f"  {name + ' path':<{width}}  {'usable' if usable else 'NOT usable'}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------- probes
+
+
+def _probe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Open MPI refuses to initialise as root otherwise (containers, CI)
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[
+    int | None, str, str
+]:
+    """(returncode or None on timeout/OSError, stdout, stderr) of ``cmd``, bounded."""
+    try:
+        proc = subprocess.run(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if env is None else dict(env),
+        )
+    except subprocess.TimeoutExpired:
+        return None, "", f"no answer within {timeout:g} s"
+    except OSError as err:
+        return None, "", str(err)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _python_probe(python: str, code: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run ``code`` in a fresh interpreter; (parsed JSON of its last line, or None; error)."""
+    rc, out, err = _run([python, "-c", code], timeout, env=_probe_env())
+    if rc == 0:
+        try:
+            return json.loads(out.strip().splitlines()[-1]), ""
+        except (ValueError, IndexError):
+            return None, f"unexpected output: {out.strip()[-200:]!r}"
+    if rc is None:
+        return None, err
+    if rc < 0:
+        return None, f"the interpreter crashed (signal {-rc}): {_last_line(err)}"
+    return None, _last_line(err) or f"exit code {rc}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _package_check(name: str, dist: str, module: str, fix: str) -> Check:
+    version = _dist_version(dist)
+    if version is None or importlib.util.find_spec(module) is None:
+        return Check(name, "missing", "not installed", fix)
+    return Check(name, "ok", version)
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def _h5py_checks(probe: dict[str, Any] | None, error: str) -> list[Check]:
+    if probe is None:
+        return [
+            Check("h5py", "missing", f"cannot be imported: {error}", "pip install h5py"),
+            Check("h5py MPI", "missing", "unknown (h5py cannot be imported)", FIX_H5PY_MPI),
+        ]
+    h5py_check = Check("h5py", "ok", f"h5py {probe['version']}, HDF5 {probe['hdf5']}")
+    if probe["mpi"]:
+        mpi_check = Check("h5py MPI", "ok", "built with MPI (driver='mpio' available)")
+    else:
+        mpi_check = Check("h5py MPI", "missing", "serial build (no driver='mpio')", FIX_H5PY_MPI)
+    return [h5py_check, mpi_check]
+
+
+def _mpi4py_check(probe: dict[str, Any] | None, error: str) -> Check:
+    fix = "pip install 'h5mdx[mpi]'  (needs an MPI library: " + FIX_MPI_DEBIAN + ")"
+    if importlib.util.find_spec("mpi4py") is None:
+        return Check("mpi4py", "missing", "not installed", fix)
+    if probe is None:
+        return Check("mpi4py", "missing", f"installed but MPI does not initialise: {error}", fix)
+    return Check(
+        "mpi4py",
+        "ok",
+        f"mpi4py {probe['version']}, MPI {probe['standard']}: {probe['library']}",
+    )
+
+
+def _mpirun_check(timeout: float) -> Check:
+    fix = "apt-get install -y openmpi-bin  (or: " + FIX_MPI_DEBIAN + ")"
+    exe = shutil.which("mpirun")
+    if exe is None:
+        return Check("mpirun", "missing", "not on PATH", fix)
+    rc, out, err = _run([exe, "--version"], timeout)
+    if rc != 0:
+        return Check("mpirun", "missing", f"{exe} does not run: {_last_line(err)}", fix)
+    first = next((line for line in out.splitlines() if line.strip()), "").strip()
+    return Check("mpirun", "ok", f"{exe} ({first})")
+
+
+def _slurm_checks(timeout: float) -> list[Check]:
+    fix_install = "apt-get install -y slurm-wlm munge  (or: " + FIX_SLURM_LOCAL + ")"
+    missing = [exe for exe in ("sbatch", "sinfo") if shutil.which(exe) is None]
+    if missing:
+        return [
+            Check("SLURM commands", "missing", f"not on PATH: {', '.join(missing)}", fix_install),
+            Check("SLURM cluster", "missing", "no SLURM commands", FIX_SLURM_LOCAL),
+        ]
+    commands = Check("SLURM commands", "ok", f"sbatch, sinfo in {os.path.dirname(shutil.which('sinfo') or '')}")
+    rc, out, err = _run(["sinfo", "-h", "-o", "%P %a %D %T"], timeout)
+    if rc != 0:
+        detail = "sinfo does not answer: " + (_last_line(err) or f"exit code {rc}")
+        return [commands, Check("SLURM cluster", "missing", detail, FIX_SLURM_LOCAL)]
+    states = ", ".join(line.strip() for line in out.splitlines() if line.strip())
+    return [commands, Check("SLURM cluster", "ok", f"answers (partition avail nodes state: {states})")]
+
+
+def _file_locking_check() -> Check:
+    value = os.environ.get("HDF5_USE_FILE_LOCKING")
+    if value is None:
+        detail = (
+            "unset (HDF5 locks files; on Lustre/NFS without locking support set "
+            "HDF5_USE_FILE_LOCKING=FALSE)"
+        )
+    else:
+        detail = f"HDF5_USE_FILE_LOCKING={value}"
+    return Check("HDF5 file locking", "info", detail)
+
+
+def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
+    """Check the parallel stack of an interpreter.
+
+    Parameters
+    ----------
+    python : str, optional
+        The interpreter whose h5py and mpi4py are probed (default: the running one). Package
+        versions are read from the running interpreter's metadata.
+    timeout : float, optional
+        Seconds allowed for each probe subprocess.
+
+    Returns
+    -------
+    Report
+        The checks and the usable paths (``mpi-io``, ``dask-mpi``, ``slurm``).
+
+    Examples
+    --------
+    >>> report = run_checks()
+    >>> report["h5py"].status
+    'ok'
+    """
+    python = python or sys.executable
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        h5py_future = pool.submit(_python_probe, python, _H5PY_PROBE, timeout)
+        mpi4py_future = (
+            pool.submit(_python_probe, python, _MPI4PY_PROBE, timeout)
+            if importlib.util.find_spec("mpi4py") is not None
+            else None
+        )
+        mpirun_future = pool.submit(_mpirun_check, timeout)
+        slurm_future = pool.submit(_slurm_checks, timeout)
+        h5py_probe, h5py_error = h5py_future.result()
+        mpi4py_probe, mpi4py_error = (
+            mpi4py_future.result() if mpi4py_future is not None else (None, "not installed")
+        )
+        checks = [
+            *_h5py_checks(h5py_probe, h5py_error),
+            _mpi4py_check(mpi4py_probe, mpi4py_error),
+            mpirun_future.result(),
+            _package_check("dask-mpi", "dask-mpi", "dask_mpi", "pip install 'h5mdx[mpi]'"),
+            _package_check(
+                "distributed", "distributed", "distributed", "pip install 'h5mdx[distributed]'"
+            ),
+            _package_check(
+                "dask-jobqueue", "dask-jobqueue", "dask_jobqueue", "pip install 'h5mdx[slurm]'"
+            ),
+            *slurm_future.result(),
+            _file_locking_check(),
+            _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
+        ]
+    ok = {c.name: c.ok for c in checks}
+    paths = {
+        "mpi-io": ok["h5py MPI"] and ok["mpi4py"] and ok["mpirun"],
+        "dask-mpi": ok["mpi4py"] and ok["mpirun"] and ok["dask-mpi"] and ok["distributed"],
+        "slurm": ok["SLURM cluster"] and ok["dask-jobqueue"] and ok["distributed"],
+    }
+    return Report(checks=checks, paths=paths, python=python)
