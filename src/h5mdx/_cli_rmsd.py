@@ -35,8 +35,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="distributed",
                    help="dask scheduler (default distributed: local worker processes)")
+    p.add_argument("--chunk-mib", type=float, default=None, metavar="M",
+                   help="target size of one task's block in MiB, in whole HDF5 chunks "
+                        "along time (default 32)")
     p.add_argument("--frames-per-block", type=int, default=None,
-                   help="frames per task (default: whole HDF5 chunks, ~32 MiB)")
+                   help="frames per task (overrides --chunk-mib)")
     p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto")
     p.add_argument("--out", default=None, help="write the series to a .csv or .nc file")
     p.add_argument("--plot", default=None, help="write a plot of the series (PNG)")
@@ -210,9 +213,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
         return 0
 
+    from h5mdx.chunking import DEFAULT_TARGET_MIB
+
+    chunk_mib = getattr(args, "chunk_mib", None)
+    if chunk_mib is None:
+        chunk_mib = DEFAULT_TARGET_MIB
+    elif chunk_mib <= 0:
+        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     with xr.open_dataset(args.trajectory, engine="h5md", group=args.group,
-                         topology=args.topology, convert_units=True) as ds:
+                         topology=args.topology, convert_units=True,
+                         chunk_mib=chunk_mib) as ds:
         t_open = time.perf_counter() - t0
         result, seconds = compute_rmsd(
             ds, select=args.select, reference=args.reference, weights=args.weights,

@@ -1,6 +1,6 @@
 """The ``ds.md`` accessor: MD analyses on any Dataset in h5mdx's data model.
 
-Importing :mod:`h5mdx` registers it. It works on Datasets from the ``h5md``
+Importing ``h5mdx`` registers it. It works on Datasets from the ``h5md``
 engine, from Zarr stores written by h5mdx, or built in memory, as long as they
 hold ``position`` on ``(time, atom, spatial)``.
 """

@@ -104,12 +104,19 @@ class H5MDArray(BackendArray):
         return np.asarray(dset[key])
 
     def _getitem(self, key: tuple) -> np.ndarray:
+        # bound open slices by our shape: a live (SWMR) dataset may have grown on disk
+        key = tuple(
+            slice(*k.indices(n)) if isinstance(k, slice) and k.step in (None, 1) else k
+            for k, n in zip(key, self.shape, strict=False)
+        ) + tuple(key[len(self.shape):])
         with self.lock:
             try:
                 f = self.manager.acquire(needs_lock=False)
                 dset = f[self.path]
+                if f.swmr_mode:
+                    dset.refresh()  # a live file: see the chunks written since open
                 data = self._read(dset, key)
-            except (OSError, RuntimeError, KeyError, ValueError) as err:
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
                 raise H5MDReadError(
                     self.manager._args[0] if self.manager._args else None,
                     self.path,
@@ -363,7 +370,7 @@ def _particles_dataset(
     if n_atoms is not None:
         coords[ATOM_DIM] = xr.Variable((ATOM_DIM,), np.arange(n_atoms, dtype=np.int64),
                                        {"long_name": "0-based atom index"})
-    ds = xr.Dataset(variables, coords, attrs)
+    ds = _dataset(variables, coords, attrs, info, pg.path)
 
     if topology is not None:
         from h5mdx.topology import load_universe, topology_coords
@@ -434,7 +441,7 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset
         variables[name] = b.variable(el, dims)
     attrs = _file_attrs(info)
     attrs["h5md_group"] = f"/observables/{prefix}".rstrip("/")
-    return xr.Dataset(variables, coords, attrs)
+    return _dataset(variables, coords, attrs, info, attrs["h5md_group"])
 
 
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
@@ -471,9 +478,25 @@ def _manager(filename: str, swmr: bool) -> CachingFileManager:
     return CachingFileManager(_opener, filename, mode="r", kwargs={"swmr": swmr})
 
 
-def _scan_with(manager: CachingFileManager, lock: Any) -> FileInfo:
+def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool) -> FileInfo:
     with lock:
-        return scan(manager.acquire(needs_lock=False))
+        return scan(manager.acquire(needs_lock=False), allow_external=allow_external)
+
+
+def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
+             attrs: dict[str, Any], info: FileInfo, where: str) -> xr.Dataset:
+    """``xr.Dataset`` that reports elements with clashing dimension sizes as a format error."""
+    try:
+        return xr.Dataset(variables, coords, attrs)
+    except ValueError as err:
+        raise H5MDFormatError(
+            info.filename, where, f"its elements do not fit together: {err}"
+        ) from None
+
+
+#: Errors of h5py/numpy/xarray that a malformed file can still provoke while the
+#: Dataset is assembled; they are reported as :class:`H5MDFormatError`.
+_STRUCTURE_ERRORS = (KeyError, RuntimeError, TypeError, AttributeError, IndexError, OverflowError)
 
 
 def _normalize_path(filename_or_obj: Any) -> str:
@@ -495,12 +518,13 @@ def _open_one(
     chunk_mib: float,
     swmr: bool,
     drop_variables: str | Iterable[str] | None,
+    allow_external: bool = False,
 ) -> xr.Dataset:
     drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
     manager = _manager(filename, swmr)
     lock = HDF5_LOCK
     try:
-        info = _scan_with(manager, lock)
+        info = _scan_with(manager, lock, allow_external)
         kind, name = _resolve_group(info, group)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock)
         if kind == "particles":
@@ -511,6 +535,11 @@ def _open_one(
             if select is not None or topology is not None:
                 raise ValueError("topology= and select= apply to particles groups only")
             ds = _observables_dataset(b, name, drop)
+    except _STRUCTURE_ERRORS as err:
+        manager.close()
+        raise H5MDFormatError(
+            filename, None, f"cannot assemble a Dataset ({type(err).__name__}: {err})"
+        ) from None
     except BaseException:
         manager.close()
         raise
@@ -541,6 +570,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         "convert_units",
         "chunk_mib",
         "swmr",
+        "allow_external",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -561,6 +591,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         convert_units: bool = False,
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
+        allow_external: bool = False,
     ) -> xr.Dataset:
         """Open one particles group (or observables group) as a Dataset.
 
@@ -584,7 +615,12 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         chunk_mib : float, default 32
             Target size of the preferred dask blocks along ``time``.
         swmr : bool, default False
-            Open a file that is being written in SWMR mode.
+            Open a file that is being written in SWMR mode: the Dataset shows the
+            frames written so far; reopen (or :func:`h5mdx.live.refresh`) to see more.
+        allow_external : bool, default False
+            Follow external links and read datasets whose data live in other files
+            (external raw storage, virtual datasets mapping other files). Refused by
+            default, with an :class:`~h5mdx.errors.H5MDFormatError` naming this keyword.
 
         Returns
         -------
@@ -600,6 +636,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             chunk_mib=chunk_mib,
             swmr=swmr,
             drop_variables=drop_variables,
+            allow_external=allow_external,
         )
 
     def open_groups_as_dict(  # type: ignore[override]
@@ -611,6 +648,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         convert_units: bool = False,
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
+        allow_external: bool = False,
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`)."""
@@ -621,6 +659,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             convert_units=convert_units,
             chunk_mib=chunk_mib,
             swmr=swmr,
+            allow_external=allow_external,
         )
 
     def open_datatree(  # type: ignore[override]
@@ -632,6 +671,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         convert_units: bool = False,
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
+        allow_external: bool = False,
         **kwargs: Any,
     ) -> xr.DataTree:
         """The whole file as a DataTree mirroring its groups."""
@@ -642,6 +682,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             convert_units=convert_units,
             chunk_mib=chunk_mib,
             swmr=swmr,
+            allow_external=allow_external,
         )
         return xr.DataTree.from_dict(groups)
 
@@ -654,6 +695,7 @@ def open_groups(
     convert_units: bool = False,
     chunk_mib: float = DEFAULT_TARGET_MIB,
     swmr: bool = False,
+    allow_external: bool = False,
 ) -> dict[str, xr.Dataset]:
     """Open every group of an H5MD file.
 
@@ -665,7 +707,7 @@ def open_groups(
     manager = _manager(filename, swmr)
     lock = HDF5_LOCK
     try:
-        info = _scan_with(manager, lock)
+        info = _scan_with(manager, lock, allow_external)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock)
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
         out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
@@ -682,6 +724,11 @@ def open_groups(
         params = _parameters_dataset(b)
         if params is not None:
             out["/parameters"] = params
+    except _STRUCTURE_ERRORS as err:
+        manager.close()
+        raise H5MDFormatError(
+            filename, None, f"cannot assemble a DataTree ({type(err).__name__}: {err})"
+        ) from None
     except BaseException:
         manager.close()
         raise
@@ -695,6 +742,10 @@ def open_groups(
     return out
 
 
+#: Parameters larger than this (bytes) are opened lazily rather than read at open time.
+_PARAMETER_READ_BYTES = 2**20
+
+
 def _parameters_dataset(b: _Builder) -> xr.Dataset | None:
     params = b.info.parameters
     with b.lock:
@@ -706,7 +757,25 @@ def _parameters_dataset(b: _Builder) -> xr.Dataset | None:
         variables = {}
         for name, meta in params.items():
             dset = grp[name]
-            value = dset[()]
+            key = name.replace("/", "_")
+            if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
+                if dset.dtype.kind not in "biufc":
+                    raise H5MDFormatError(
+                        b.info.filename, meta["path"],
+                        f"a {dset.dtype} parameter of shape {dset.shape} is too large to read",
+                    )
+                dims = tuple(f"{key}_dim_{i}" for i in range(dset.ndim))
+                lazy = H5MDArray(b.manager, meta["path"], tuple(dset.shape), dset.dtype,
+                                 lock=b.lock)
+                variables[key] = xr.Variable(dims, indexing.LazilyIndexedArray(lazy),
+                                             encoding={"h5md_path": meta["path"]})
+                continue
+            try:
+                value = dset[()]
+            except (OSError, RuntimeError, ValueError, TypeError) as err:
+                raise H5MDFormatError(
+                    b.info.filename, meta["path"], f"cannot read the parameter: {err}"
+                ) from None
             if isinstance(value, bytes):
                 attrs[name.replace("/", "_")] = value.decode("utf-8", "replace")
                 continue

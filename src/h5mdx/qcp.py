@@ -13,13 +13,13 @@ vectorised over frames. Everything accumulates in float64 (MDAnalysis found
 that float32 gives RMSD errors up to 1e-3 Å). The optional numba kernel gives
 the same numbers in a single compiled pass.
 
-References
-----------
-.. [1] D. L. Theobald. Rapid calculation of RMSDs using a quaternion-based
-   characteristic polynomial. Acta Cryst. A 61 (2005), 478-480.
-.. [2] P. Liu, D. K. Agrafiotis, D. L. Theobald. Fast determination of the
-   optimal rotational matrix for macromolecular superpositions.
-   J. Comput. Chem. 31 (2010), 1561-1563.
+References:
+
+- D. L. Theobald. Rapid calculation of RMSDs using a quaternion-based
+  characteristic polynomial. Acta Cryst. A 61 (2005), 478-480.
+- P. Liu, D. K. Agrafiotis, D. L. Theobald. Fast determination of the
+  optimal rotational matrix for macromolecular superpositions.
+  J. Comput. Chem. 31 (2010), 1561-1563.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ __all__ = ["center", "has_numba", "normalize_weights", "rmsd_qcp"]
 
 _EVALPREC = 1e-11
 _MAX_NEWTON = 50
+#: A root is "near-double" when |P'(lambda)| <= _GAP_TOL * |lambda|**3, i.e. the two largest
+#: eigenvalues of the key matrix lie within ~1 % of lambda (near-collinear structures, or
+#: det(S) < 0 with two equal singular values). Newton's method loses up to half the
+#: digits there, so those frames are solved with an eigenvalue routine instead.
+_GAP_TOL = 1e-2
 
 
 def normalize_weights(weights: Any, n_atoms: int) -> np.ndarray | None:
@@ -68,8 +73,13 @@ def center(coords: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     return x - c[..., None, :]
 
 
-def _quartic_max_root(a: np.ndarray, e0: np.ndarray) -> np.ndarray:
-    """Largest eigenvalue of the key matrix for inner-product matrices ``a`` (f, 3, 3)."""
+def _quartic_max_root(a: np.ndarray, e0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Largest eigenvalue of the key matrix for inner-product matrices ``a`` (f, 3, 3).
+
+    Returns the eigenvalues and a mask of the frames whose Newton iteration did not
+    converge or converged to a (near-)double root; :func:`_key_max_eigenvalue` solves
+    those exactly.
+    """
     sxx, sxy, sxz = a[:, 0, 0], a[:, 0, 1], a[:, 0, 2]
     syx, syy, syz = a[:, 1, 0], a[:, 1, 1], a[:, 1, 2]
     szx, szy, szz = a[:, 2, 0], a[:, 2, 1], a[:, 2, 2]
@@ -114,29 +124,68 @@ def _quartic_max_root(a: np.ndarray, e0: np.ndarray) -> np.ndarray:
         active[idx[done]] = False
         if not active.any():
             break
-    return lam
+    dp = (4.0 * lam * lam + 2.0 * c2) * lam + c1  # P'(lambda)
+    suspect = active | (np.abs(dp) <= _GAP_TOL * np.abs(lam) ** 3)
+    return lam, suspect
 
 
-def _rmsd_numpy(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None,
-                superposition: bool) -> np.ndarray:
-    n = ref_c.shape[0]
+def _inner_products(ref_c: np.ndarray, frames: np.ndarray,
+                    w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``E0 = (G_a + G_b) / 2`` and ``S[f, i, j] = sum_n w_n x_ni y_fnj`` (x reference)."""
     mob = center(frames, w)
-    if not superposition:
-        d2 = (mob - ref_c) ** 2
-        if w is not None:
-            d2 = d2 * w[:, None]
-        return np.sqrt(d2.sum(axis=(1, 2)) / n)
     wref = ref_c if w is None else ref_c * w[:, None]
     g_a = float(np.einsum("ij,ij->", wref, ref_c))
     wmob = mob if w is None else mob * w[None, :, None]
     g_b = np.einsum("fij,fij->f", wmob, mob)
     a = np.einsum("fni,nj->fij", mob, wref)  # sum_n w_n y_n x_n^T  (mobile x reference)
-    e0 = 0.5 * (g_a + g_b)
-    lam = _quartic_max_root(np.ascontiguousarray(a.transpose(0, 2, 1)), e0)
-    return np.sqrt(np.maximum(2.0 * (e0 - lam) / n, 0.0))
+    return 0.5 * (g_a + g_b), np.ascontiguousarray(a.transpose(0, 2, 1))
 
 
-_NUMBA_KERNEL: Any = None
+def _key_max_eigenvalue(s: np.ndarray) -> np.ndarray:
+    """Largest eigenvalue of Horn's symmetric 4x4 key matrix of each ``s`` (f, 3, 3).
+
+    The QCP quartic is the characteristic polynomial of this matrix; a symmetric
+    eigensolver is accurate to round-off of ``|K|`` even where the largest root is
+    (near-)double, where Newton's method on the quartic is not.
+    """
+    sxx, sxy, sxz = s[:, 0, 0], s[:, 0, 1], s[:, 0, 2]
+    syx, syy, syz = s[:, 1, 0], s[:, 1, 1], s[:, 1, 2]
+    szx, szy, szz = s[:, 2, 0], s[:, 2, 1], s[:, 2, 2]
+    k = np.empty((s.shape[0], 4, 4), dtype=np.float64)
+    k[:, 0, 0] = sxx + syy + szz
+    k[:, 1, 1] = sxx - syy - szz
+    k[:, 2, 2] = -sxx + syy - szz
+    k[:, 3, 3] = -sxx - syy + szz
+    k[:, 0, 1] = k[:, 1, 0] = syz - szy
+    k[:, 0, 2] = k[:, 2, 0] = szx - sxz
+    k[:, 0, 3] = k[:, 3, 0] = sxy - syx
+    k[:, 1, 2] = k[:, 2, 1] = sxy + syx
+    k[:, 1, 3] = k[:, 3, 1] = szx + sxz
+    k[:, 2, 3] = k[:, 3, 2] = syz + szy
+    return np.linalg.eigvalsh(k)[:, -1]
+
+
+def _rmsd_exact(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """RMSD after superposition from the key matrix's eigenvalues (degenerate frames)."""
+    e0, s = _inner_products(ref_c, frames, w)
+    lam = _key_max_eigenvalue(s)
+    return np.sqrt(np.maximum(2.0 * (e0 - lam) / ref_c.shape[0], 0.0))
+
+
+def _rmsd_numpy(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None,
+                superposition: bool) -> np.ndarray:
+    n = ref_c.shape[0]
+    if not superposition:
+        d2 = (center(frames, w) - ref_c) ** 2
+        if w is not None:
+            d2 = d2 * w[:, None]
+        return np.sqrt(d2.sum(axis=(1, 2)) / n)
+    e0, s = _inner_products(ref_c, frames, w)
+    lam, suspect = _quartic_max_root(s, e0)
+    out = np.sqrt(np.maximum(2.0 * (e0 - lam) / n, 0.0))
+    if suspect.any():
+        out[suspect] = _rmsd_exact(ref_c, frames[suspect], w)
+    return out
 
 
 def has_numba() -> bool:
@@ -149,115 +198,13 @@ def has_numba() -> bool:
 
 
 def _numba_kernel() -> Any:
-    global _NUMBA_KERNEL
-    if _NUMBA_KERNEL is not None:
-        return _NUMBA_KERNEL
-    import numba
-
-    @numba.njit(cache=True, fastmath=False, nogil=True)
-    def kernel(ref_c, frames, w, use_w, superposition, out):  # pragma: no cover - compiled
-        n_frames, n = frames.shape[0], frames.shape[1]
-        g_a = 0.0
-        for i in range(n):
-            wi = w[i] if use_w else 1.0
-            for k in range(3):
-                g_a += wi * ref_c[i, k] * ref_c[i, k]
-        for f in range(n_frames):
-            cx = 0.0
-            cy = 0.0
-            cz = 0.0
-            wsum = 0.0
-            for i in range(n):
-                wi = w[i] if use_w else 1.0
-                cx += wi * frames[f, i, 0]
-                cy += wi * frames[f, i, 1]
-                cz += wi * frames[f, i, 2]
-                wsum += wi
-            cx /= wsum
-            cy /= wsum
-            cz /= wsum
-            if not superposition:
-                s = 0.0
-                for i in range(n):
-                    wi = w[i] if use_w else 1.0
-                    dx = frames[f, i, 0] - cx - ref_c[i, 0]
-                    dy = frames[f, i, 1] - cy - ref_c[i, 1]
-                    dz = frames[f, i, 2] - cz - ref_c[i, 2]
-                    s += wi * (dx * dx + dy * dy + dz * dz)
-                out[f] = np.sqrt(s / n)
-                continue
-            sxx = sxy = sxz = syx = syy = syz = szx = szy = szz = 0.0
-            g_b = 0.0
-            for i in range(n):
-                wi = w[i] if use_w else 1.0
-                yx = frames[f, i, 0] - cx
-                yy = frames[f, i, 1] - cy
-                yz = frames[f, i, 2] - cz
-                g_b += wi * (yx * yx + yy * yy + yz * yz)
-                xx = wi * ref_c[i, 0]
-                xy = wi * ref_c[i, 1]
-                xz = wi * ref_c[i, 2]
-                sxx += xx * yx
-                sxy += xx * yy
-                sxz += xx * yz
-                syx += xy * yx
-                syy += xy * yy
-                syz += xy * yz
-                szx += xz * yx
-                szy += xz * yy
-                szz += xz * yz
-            e0 = 0.5 * (g_a + g_b)
-            sxx2 = sxx * sxx
-            syy2 = syy * syy
-            szz2 = szz * szz
-            sxy2 = sxy * sxy
-            syz2 = syz * syz
-            sxz2 = sxz * sxz
-            syx2 = syx * syx
-            szy2 = szy * szy
-            szx2 = szx * szx
-            syzszymsyyszz2 = 2.0 * (syz * szy - syy * szz)
-            sxx2syy2szz2syz2szy2 = syy2 + szz2 - sxx2 + syz2 + szy2
-            c2 = -2.0 * (sxx2 + syy2 + szz2 + sxy2 + syx2 + sxz2 + szx2 + syz2 + szy2)
-            c1 = 8.0 * (sxx * syz * szy + syy * szx * sxz + szz * sxy * syx
-                        - sxx * syy * szz - syz * szx * sxy - szy * syx * sxz)
-            sxzpszx = sxz + szx
-            syzpszy = syz + szy
-            sxypsyx = sxy + syx
-            syzmszy = syz - szy
-            sxzmszx = sxz - szx
-            sxymsyx = sxy - syx
-            sxxpsyy = sxx + syy
-            sxxmsyy = sxx - syy
-            sxy2sxz2syx2szx2 = sxy2 + sxz2 - syx2 - szx2
-            c0 = (sxy2sxz2syx2szx2 * sxy2sxz2syx2szx2
-                  + (sxx2syy2szz2syz2szy2 + syzszymsyyszz2)
-                  * (sxx2syy2szz2syz2szy2 - syzszymsyyszz2)
-                  + (-sxzpszx * syzmszy + sxymsyx * (sxxmsyy - szz))
-                  * (-sxzmszx * syzpszy + sxymsyx * (sxxmsyy + szz))
-                  + (-sxzpszx * syzpszy - sxypsyx * (sxxpsyy - szz))
-                  * (-sxzmszx * syzmszy - sxypsyx * (sxxpsyy + szz))
-                  + (sxypsyx * syzpszy + sxzpszx * (sxxmsyy + szz))
-                  * (-sxymsyx * syzmszy + sxzpszx * (sxxpsyy + szz))
-                  + (sxypsyx * syzmszy + sxzmszx * (sxxmsyy - szz))
-                  * (-sxymsyx * syzpszy + sxzmszx * (sxxpsyy - szz)))
-            lam = e0
-            for _ in range(50):
-                x2 = lam * lam
-                b = (x2 + c2) * lam
-                aa = b + c1
-                denom = 2.0 * x2 * lam + b + aa
-                if denom == 0.0:
-                    break
-                delta = (aa * lam + c0) / denom
-                lam -= delta
-                if abs(delta) <= abs(1e-11 * lam):
-                    break
-            v = 2.0 * (e0 - lam) / n
-            out[f] = np.sqrt(v) if v > 0.0 else 0.0
-
-    _NUMBA_KERNEL = kernel
-    return kernel
+    try:
+        from h5mdx._qcp_numba import _qcp_kernel
+    except ImportError as err:
+        raise ImportError(
+            "kernel='numba' needs numba: pip install numba (or 'h5mdx[fast]')"
+        ) from err
+    return _qcp_kernel
 
 
 def rmsd_qcp(
@@ -273,7 +220,7 @@ def rmsd_qcp(
 
     Both structures are centred (weighted by ``weights``) first; with
     ``superposition=True`` the RMSD is then minimised over rotations by the QCP
-    method [1]_ [2]_, as ``MDAnalysis.analysis.rms.rmsd(..., center=True,
+    method (Theobald 2005; Liu, Agrafiotis and Theobald 2010), as ``MDAnalysis.analysis.rms.rmsd(..., center=True,
     superposition=True)`` does for one frame.
 
     Parameters
@@ -331,6 +278,9 @@ def rmsd_qcp(
         data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
         k(np.ascontiguousarray(ref_c), np.ascontiguousarray(data), wk, w is not None,
           superposition, out)
+        suspect = out < 0.0  # the kernel flags (near-)double roots with -1
+        if suspect.any():
+            out[suspect] = _rmsd_exact(ref_c, fr[suspect], w)
     else:
         out = _rmsd_numpy(ref_c, fr, w, superposition)
     return out[0:1] if single else out

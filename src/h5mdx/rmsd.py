@@ -11,6 +11,7 @@ the I/O and compute split of every block.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -27,6 +28,16 @@ from h5mdx.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
 __all__ = ["rmsd", "select_atoms"]
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside h5mdx."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("h5mdx"):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _check_dims(position: xr.DataArray) -> None:
@@ -277,11 +288,12 @@ def rmsd(
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
     ref_c = center(_reference(position, sub, reference, idx), w)
     n_frames = sub.sizes[TIME_DIM]
-    token = tokenize(sub.variable._data if not isinstance(sub.data, da.Array) else sub.data,
-                     ref_c, w, superposition, kernel, frames_per_block)
+    # never touch ``sub.data`` on a lazily indexed array: that would read it all
+    is_dask = sub.chunks is not None
+    token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block)
     name = f"rmsd-{token}"
 
-    if isinstance(sub.data, da.Array):
+    if is_dask:
         data = sub.data
         if len(data.chunks[1]) > 1 or len(data.chunks[2]) > 1:
             warnings.warn(
@@ -289,7 +301,7 @@ def rmsd(
                 "rechunking once. Open the file with chunks={} (the h5md engine keeps "
                 "whole frames in a block) or chunks={'atom': -1, 'spatial': -1}.",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=_user_stacklevel(),
             )
             data = data.rechunk({1: -1, 2: -1})
         result = data.map_blocks(

@@ -114,7 +114,7 @@ class TimingRun:
         return self._records
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write :attr:`records` and :attr:`meta` to ``.parquet`` or ``.csv``."""
+        """Write :attr:`records` and ``meta`` to ``.parquet`` or ``.csv``."""
         from h5mdx.timing.records import save
 
         return save(self.records, path, self.meta)

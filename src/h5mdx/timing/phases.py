@@ -106,6 +106,9 @@ class BlockTimer:
             rec["task_key"] = key
         for key, value in self.phases.items():
             rec[f"t_{key}"] = value
+        job = os.environ.get("SLURM_JOB_ID")
+        if job:
+            rec["slurm_job_id"] = job
         rec.update(self.extra)
         return rec
 

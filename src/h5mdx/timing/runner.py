@@ -216,10 +216,11 @@ def rmsd_workload(
     opened: list[Any] = []
 
     def build(fpb: int) -> Any:
-        ds = xr.open_dataset(trajectory, engine="h5md", topology=topology,
-                             chunks={"time": fpb})
+        # lazily indexed (no chunks=): rmsd builds one task per block of fpb frames that
+        # reads its block itself, so the records split t_io from t_compute
+        ds = xr.open_dataset(trajectory, engine="h5md", topology=topology)
         opened.append(ds)
-        return rmsd(ds["position"], select=select, **rmsd_kwargs)
+        return rmsd(ds["position"], select=select, frames_per_block=fpb, **rmsd_kwargs)
 
     def close() -> None:
         while opened:

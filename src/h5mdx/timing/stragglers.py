@@ -116,6 +116,7 @@ def flag_stragglers(
     rule: str = "median",
     factor: float | None = None,
     by: Sequence[str] = ("run_id", "kind"),
+    min_excess: float = 0.05,
 ) -> pd.DataFrame:
     """Mark the tasks that are much slower than their peers.
 
@@ -129,6 +130,10 @@ def flag_stragglers(
         Threshold factor (default 1.5 for ``"median"``, 2.0 for ``"fastest-group"``).
     by : sequence of str, optional
         Columns whose groups are compared separately (default: run and task kind).
+    min_excess : float, default 0.05
+        A task must also be at least this many seconds slower than the median of
+        its group: millisecond tasks vary by several times from scheduling jitter
+        alone, and such noise is not a straggler worth a user's attention.
 
     Returns
     -------
@@ -163,6 +168,7 @@ def flag_stragglers(
         else:
             q = float(d.quantile(0.25))
             threshold = factor * float(d[d <= q].mean())
+        threshold = max(threshold, float(d.median()) + min_excess)
         out.loc[idx, "threshold"] = threshold
         slow = d > threshold
         out.loc[idx, "is_straggler"] = slow.to_numpy()

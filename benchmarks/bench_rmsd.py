@@ -1,0 +1,327 @@
+"""C-alpha RMSD: h5mdx against the I/O floor, MDAnalysis and MDTraj, in one run.
+
+Builds (once, cached under ``benchmarks/data/``) an adk trajectory of
+``--frames`` frames (default 30,000, ~1.2 GB) by repeating the 98 frames of
+MDAnalysisTests' PSF/DCD, in three layouts: MDAnalysis' default chunks
+(1, n_atoms, 3), time-blocked chunks (100, n_atoms, 3) and contiguous. Then,
+with a warm page cache, median of ``--repeats`` runs after a warm-up:
+
+1. the I/O floor: one h5py read of the whole position dataset, one process;
+2. h5mdx: ``h5mdx.rmsd`` of the C-alpha atoms on a LocalCluster of 2 worker
+   processes (its documented configuration);
+3. MDAnalysis 2.x ``RMSD(...).run()`` serial and with
+   ``backend="multiprocessing", n_workers=2`` (on the first ``--mda-frames``
+   frames: it is ~100x slower; compared in frames/s);
+4. MDTraj: ``md.load_dcd`` of the same frames plus ``md.rmsd`` (where installed),
+   and the kernels alone on in-memory C-alpha coordinates: h5mdx numpy,
+   h5mdx numba, mdtraj.rmsd, MDAnalysis' qcprot loop.
+
+Peak memory: ``h5mdx rmsd`` on the time-blocked file and on a 4x longer one,
+peak RSS of the whole process tree.
+
+Results: ``benchmarks/results/rmsd.json`` and ``rmsd.md``.
+
+Run: ``.venv/bin/python benchmarks/bench_rmsd.py`` (``--quick`` for a small smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+RESULTS = os.path.join(HERE, "results")
+LAYOUTS = {"mda-default (1,n,3)": "c1", "time-blocked (100,n,3)": "c100", "contiguous": "contig"}
+
+
+def adk():
+    import MDAnalysis as mda
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+    frames = np.stack([ts.positions.copy() for ts in u.trajectory])
+    return PSF, u, frames
+
+
+def build(path: str, frames: np.ndarray, n_frames: int, layout: str) -> str:
+    """An H5MD file of ``n_frames`` repeated adk frames in ``layout`` (cached)."""
+    if os.path.exists(path):
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    n_atoms = frames.shape[1]
+    chunks = {"c1": (1, n_atoms, 3), "c100": (100, n_atoms, 3), "contig": None}[layout]
+    tmp = path + ".part"
+    with h5py.File(tmp, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1])
+        h.create_group("author").attrs["name"] = "bench_rmsd"
+        h.create_group("creator").attrs["name"] = "bench_rmsd"
+        box = f.create_group("particles/trajectory/box")  # MDAnalysis needs a box group
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = np.array([b"none"] * 3)
+        g = f.create_group("particles/trajectory/position")
+        v = g.create_dataset("value", shape=(n_frames, n_atoms, 3), dtype=np.float32,
+                             chunks=chunks)
+        v.attrs["unit"] = "Angstrom"
+        for a in range(0, n_frames, len(frames)):
+            b = min(n_frames, a + len(frames))
+            v[a:b] = frames[: b - a]
+        g.create_dataset("step", data=np.arange(n_frames))
+        t = g.create_dataset("time", data=np.arange(n_frames, dtype=np.float64))
+        t.attrs["unit"] = "ps"
+    os.replace(tmp, path)
+    return path
+
+
+def median_time(fn, repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def io_floor(path: str) -> None:
+    with h5py.File(path, "r") as f:
+        d = f["particles/trajectory/position/value"]
+        out = np.empty(d.shape, d.dtype)
+        d.read_direct(out)
+
+
+def h5mdx_rmsd(path: str, topology: str, client) -> np.ndarray:
+    import xarray as xr
+
+    import h5mdx
+
+    with xr.open_dataset(path, engine="h5md", topology=topology) as ds:
+        return client.compute(h5mdx.rmsd(ds.position, select="name CA")).result().values
+
+
+def mda_rmsd(path: str, topology: str, n_frames: int, backend: str | None) -> np.ndarray:
+    import MDAnalysis as mda
+    from MDAnalysis.analysis import rms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(topology, path)
+        r = rms.RMSD(u, select="name CA")
+        if backend is None:
+            r.run(stop=n_frames)
+        else:
+            r.run(stop=n_frames, backend=backend, n_workers=2)
+    return r.results.rmsd[:, 2]
+
+
+def peak_rss(cmd: list[str]) -> tuple[float, float]:
+    """Peak summed RSS (MiB) of a command's process tree, and its wall time."""
+    import psutil
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = psutil.Process(proc.pid)
+    peak = 0
+    stop = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            try:
+                procs = [p, *p.children(recursive=True)]
+                total = sum(q.memory_info().rss for q in procs if q.is_running())
+                peak = max(peak, total)
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=poll, daemon=True)
+    th.start()
+    rc = proc.wait()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    if rc != 0:
+        raise RuntimeError(f"{cmd} exited {rc}")
+    return peak / 2**20, wall
+
+
+def kernels(frames: np.ndarray, ca: np.ndarray, n: int, repeats: int) -> dict:
+    from h5mdx.qcp import has_numba, rmsd_qcp
+
+    xyz = np.tile(frames[:, ca], (n // len(frames) + 1, 1, 1))[:n].astype(np.float32)
+    ref = xyz[0]
+    out = {}
+    t, _ = median_time(lambda: rmsd_qcp(ref, xyz, kernel="numpy"), repeats)
+    out["h5mdx numpy"] = n / t
+    if has_numba():
+        t, _ = median_time(lambda: rmsd_qcp(ref, xyz, kernel="numba"), repeats)
+        out["h5mdx numba"] = n / t
+    try:
+        import mdtraj
+
+        traj = mdtraj.Trajectory(xyz / 10.0, topology=None)
+        t, _ = median_time(lambda: mdtraj.rmsd(traj, traj, 0, parallel=False), repeats)
+        out["mdtraj.rmsd (1 thread)"] = n / t
+    except Exception as err:  # not installed, or its topology-less path failed
+        out["mdtraj.rmsd (1 thread)"] = f"skipped: {err}"
+    from MDAnalysis.analysis.rms import rmsd as mda_single
+
+    m = min(n, 5000)
+    t, _ = median_time(lambda: [mda_single(x, ref, center=True, superposition=True)
+                                for x in xyz[:m]], max(1, repeats // 3))
+    out["MDAnalysis qcprot loop"] = m / t
+    return out
+
+
+def mdtraj_load_rmsd(u, n_frames: int, ca: np.ndarray, repeats: int) -> float | str:
+    try:
+        import MDAnalysis as mda
+        import mdtraj
+    except ImportError as err:
+        return f"skipped: {err}"
+    dcd = os.path.join(DATA, f"adk-{n_frames}.dcd")
+    pdb = os.path.join(DATA, "adk-top.pdb")
+    if not os.path.exists(dcd):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            u.atoms.write(pdb)
+            frames = np.stack([ts.positions.copy() for ts in u.trajectory])
+            with mda.Writer(dcd + ".part.dcd", n_atoms=u.atoms.n_atoms) as w:
+                for i in range(n_frames):
+                    u.atoms.positions = frames[i % len(frames)]
+                    w.write(u.atoms)
+            os.replace(dcd + ".part.dcd", dcd)
+
+    def go() -> None:
+        t = mdtraj.load_dcd(dcd, top=pdb, atom_indices=ca)
+        mdtraj.rmsd(t, t, 0)
+
+    t, _ = median_time(go, repeats)
+    return n_frames / t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--frames", type=int, default=30_000)
+    ap.add_argument("--mda-frames", type=int, default=3_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap.add_argument("--no-memory", action="store_true", help="skip the 4x peak-RSS run")
+    args = ap.parse_args()
+    if args.quick:
+        args.frames, args.mda_frames, args.repeats = 2_000, 300, 1
+    os.makedirs(RESULTS, exist_ok=True)
+    import distributed
+
+    topology, u, frames = adk()
+    ca = u.select_atoms("name CA").indices
+    n = args.frames
+    rows = []
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        for label, layout in LAYOUTS.items():
+            path = build(os.path.join(DATA, f"adk-{n}-{layout}.h5md"), frames, n, layout)
+            gb = os.path.getsize(path) / 1e9
+            t_floor, _ = median_time(lambda p=path: io_floor(p), args.repeats)
+            ref = h5mdx_rmsd(path, topology, client)
+            t_h5mdx, _ = median_time(lambda p=path: h5mdx_rmsd(p, topology, client),
+                                     args.repeats)
+            m = min(args.mda_frames, n)
+            mda = mda_rmsd(path, topology, m, None)
+            assert np.abs(mda - ref[:m]).max() < 1e-4, "h5mdx and MDAnalysis disagree"
+            t_mda, _ = median_time(lambda p=path, m=m: mda_rmsd(p, topology, m, None),
+                                   max(1, args.repeats // 3), warmup=0)
+            t_mda2, _ = median_time(
+                lambda p=path, m=m: mda_rmsd(p, topology, m, "multiprocessing"),
+                max(1, args.repeats // 3), warmup=0)
+            row = {
+                "layout": label, "file_gb": gb, "frames": n,
+                "io_floor_fps": n / t_floor, "h5mdx_fps": n / t_h5mdx,
+                "mda_serial_fps": m / t_mda, "mda_2workers_fps": m / t_mda2,
+                "h5mdx_over_floor_walltime": t_h5mdx / t_floor,
+                "speedup_vs_mda_serial": (n / t_h5mdx) / (m / t_mda),
+                "speedup_vs_mda_2workers": (n / t_h5mdx) / (m / t_mda2),
+            }
+            rows.append(row)
+            print(row, flush=True)
+    mdtraj_fps = mdtraj_load_rmsd(u, min(n, 10_000), ca, args.repeats)
+    kern = kernels(frames, ca, min(n, 30_000), max(3, args.repeats))
+    print("kernels", kern, flush=True)
+
+    memory = {}
+    if not args.no_memory:
+        base = os.path.join(DATA, f"adk-{n}-c100.h5md")
+        long = build(os.path.join(DATA, f"adk-{4 * n}-c100.h5md"), frames, 4 * n, "c100")
+        h5mdx_cli = [sys.executable, "-m", "h5mdx", "rmsd", "--topology", topology,
+                     "--select", "name CA", "--workers", "2", "--no-progress"]
+        with tempfile.TemporaryDirectory() as tmp:
+            for label, p in (("1x", base), ("4x", long)):
+                rss, wall = peak_rss([*h5mdx_cli, p, "--out", os.path.join(tmp, "r.csv")])
+                memory[label] = {"file_gb": os.path.getsize(p) / 1e9, "peak_rss_mib": rss,
+                                 "wall_s": wall}
+        memory["ratio_4x_over_1x"] = memory["4x"]["peak_rss_mib"] / memory["1x"]["peak_rss_mib"]
+        print("memory", memory, flush=True)
+
+    result = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": sys.version.split()[0]},
+        "frames": n, "mda_frames": args.mda_frames, "repeats": args.repeats,
+        "layouts": rows, "mdtraj_load_plus_rmsd_fps": mdtraj_fps, "kernels_fps": kern,
+        "memory": memory,
+    }
+    with open(os.path.join(RESULTS, "rmsd.json"), "w") as fh:
+        json.dump(result, fh, indent=2)
+    lines = [
+        f"C-alpha RMSD, adk 3341 atoms (214 C-alpha), {n} frames; medians of "
+        f"{args.repeats} after a warm-up; warm page cache; 2 cores.",
+        "",
+        "| layout | GB | I/O floor (frames/s) | h5mdx 2 workers (frames/s) | h5mdx / floor "
+        "(wall) | MDAnalysis serial | MDAnalysis 2 workers | x vs MDA serial "
+        "| x vs MDA 2 workers |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['layout']} | {r['file_gb']:.2f} | {r['io_floor_fps']:,.0f} | "
+            f"{r['h5mdx_fps']:,.0f} | {r['h5mdx_over_floor_walltime']:.2f} | "
+            f"{r['mda_serial_fps']:,.0f} | {r['mda_2workers_fps']:,.0f} | "
+            f"{r['speedup_vs_mda_serial']:.0f} | {r['speedup_vs_mda_2workers']:.0f} |")
+    lines += ["", "Kernels alone, in-memory C-alpha coordinates (frames/s):", "",
+              "| kernel | frames/s |", "|---|---|"]
+    for k, v in kern.items():
+        lines.append(f"| {k} | {v:,.0f} |" if isinstance(v, float) else f"| {k} | {v} |")
+    lines.append(f"| mdtraj load_dcd + rmsd | "
+                 f"{mdtraj_fps:,.0f} |" if isinstance(mdtraj_fps, float)
+                 else f"| mdtraj load_dcd + rmsd | {mdtraj_fps} |")
+    if memory:
+        lines += ["", "Peak RSS of `h5mdx rmsd` (process tree):", "",
+                  "| file | GB | peak RSS (MiB) | wall (s) |", "|---|---|---|---|"]
+        for k in ("1x", "4x"):
+            lines.append(f"| {k} | {memory[k]['file_gb']:.2f} | "
+                         f"{memory[k]['peak_rss_mib']:.0f} | {memory[k]['wall_s']:.1f} |")
+        lines.append(f"\n4x/1x peak RSS ratio: {memory['ratio_4x_over_1x']:.2f}")
+    with open(os.path.join(RESULTS, "rmsd.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

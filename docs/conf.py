@@ -1,0 +1,111 @@
+"""Sphinx configuration of the h5mdx documentation.
+
+Build with ``sphinx-build -W --keep-going -b html docs docs/_build/html``
+(``tests/test_docs.py`` does exactly this). Nothing is fetched from the
+network: intersphinx is not used, so references to other projects are
+written as plain text, and every reference to an h5mdx object or command-line
+option must resolve (``nitpicky``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "_ext"))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import h5mdx  # noqa: E402
+
+project = "h5mdx"
+author = "h5mdx developers"
+copyright = "h5mdx developers"  # noqa: A001
+release = h5mdx.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "numpydoc",
+    "sphinx.ext.mathjax",
+    "h5mdx_docs",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_ext", "README.md"]
+templates_path: list[str] = []
+
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
+myst_heading_anchors = 3
+
+# -- API reference -----------------------------------------------------------------------
+autodoc_typehints = "none"  # types are in the numpydoc "Parameters" sections
+autodoc_member_order = "bysource"
+autodoc_mock_imports: list[str] = []
+numpydoc_show_class_members = False  # autodoc documents the members
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False  # parameter types stay text ("str or path-like, optional")
+numpydoc_attributes_as_param_list = True
+
+#: Modules whose absence is not (yet) an error: they are being written or need extras.
+h5mdx_api_optional = [
+    "h5mdx.qcp",
+    "h5mdx.rmsd",
+    "h5mdx.accessor",
+    "h5mdx.writer",
+    "h5mdx.convert",
+    "h5mdx.rechunk",
+    "h5mdx.layout",
+    "h5mdx.xio",
+    "h5mdx.doctor",
+    "h5mdx.cluster",
+]
+
+#: Pages written elsewhere, linked from the index when they exist.
+h5mdx_optional_pages = ["reliability"]
+
+#: Benchmark result files shown on the benchmarks page: (file, title, command that writes it).
+h5mdx_results = [
+    ("open.md", "Opening files: time against trajectory length",
+     "python benchmarks/bench_open.py"),
+    ("rmsd.md", "RMSD: h5mdx against the I/O floor, MDAnalysis and mdtraj",
+     "python benchmarks/bench_rmsd.py"),
+    ("layouts.md", "Layouts: chunks, compression and Zarr",
+     "python benchmarks/bench_layouts.py"),
+    ("mpi.md", "MPI-IO, dask-mpi and local dask processes",
+     "python benchmarks/bench_mpi.py"),
+]
+
+# -- every h5mdx reference must resolve; other projects' names are plain text ------------
+nitpicky = True
+_EXTERNAL = (
+    r"(xarray|xr|numpy|np|pandas|pd|dask|distributed|h5py|MDAnalysis|matplotlib|mpi4py|"
+    r"dask_mpi|dask_jobqueue|zarr|hdf5plugin|numba|mdtraj|rich|tqdm|psutil|pathlib|os|typing|collections|concurrent|argparse|"
+    r"datetime|enum|io|json|types)(\..*)?"
+)
+_BUILTIN = (
+    r"(str|int|float|bool|bytes|dict|list|tuple|set|object|None|callable|iterable|mapping|"
+    r"sequence|path-like|array-like|optional|scalar|module|lock|Path|Any|Enum|"
+    r"Exception|ValueError|OSError|ImportError|RuntimeError|TypeError|KeyError|"
+    r"BaseException|ExceptionGroup)"
+)
+nitpick_ignore_regex = [
+    (r"py:.*", _EXTERNAL),
+    (r"py:.*", _BUILTIN),
+    (r"py:.*", r"h5mdx\._[a-z_]+(\..*)?"),  # private modules are not part of the reference
+]
+
+# -- HTML ----------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"h5mdx {release}"
+html_static_path: list[str] = []
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version", "theme-version"],
+}
+html_context = {"default_mode": "light"}
+html_show_sourcelink = False
