@@ -18,4 +18,13 @@ from h5mdx import accessor as _accessor  # noqa: E402,F401 - registers ds.md
 from h5mdx.qcp import rmsd_qcp  # noqa: E402
 from h5mdx.rmsd import rmsd  # noqa: E402
 
-__all__ = ["__version__", "rmsd", "rmsd_qcp"]
+__all__ = ["__version__", "rmsd", "rmsd_qcp", "to_h5md"]
+
+
+def __getattr__(name: str) -> object:
+    # h5mdx.to_h5md lives in h5mdx.xio (it imports zarr helpers): load it on first use
+    if name == "to_h5md":
+        from h5mdx.xio import to_h5md
+
+        return to_h5md
+    raise AttributeError(f"module 'h5mdx' has no attribute {name!r}")
