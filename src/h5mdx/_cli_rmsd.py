@@ -208,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
 
         out_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
         values = rmsd_dask_mpi(args.trajectory, topology=args.topology, select=args.select,
-                               reference=args.reference, weights=args.weights, out=out_dir)
+                               reference=args.reference, weights=args.weights, out=out_dir,
+                               rmsd_file=args.out)
         if values is not None:
             print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
         return 0

@@ -1,0 +1,87 @@
+"""The MPI paths of h5mdx: parallel HDF5 (MPI-IO) and dask-mpi.
+
+This package is opt-in: it is the only part of h5mdx that imports
+:mod:`mpi4py`, and ``import h5mdx`` never imports it. It needs the ``mpi`` extra
+(``mpi4py``, ``dask-mpi``) and, for the MPI-IO path, an h5py built against a
+parallel HDF5 (``bash scripts/setup.sh --mpi``, or conda-forge's
+``h5py=*=mpi_openmpi*``).
+
+Modules
+-------
+:mod:`h5mdx.mpi.io`
+    Open a file with ``driver="mpio"`` and read chunk-aligned slabs of frames,
+    independently or collectively.
+:mod:`h5mdx.mpi.rmsd`
+    The SPMD RMSD program behind ``mpirun -n N h5mdx mpi-rmsd``.
+:mod:`h5mdx.mpi.launch`
+    A dask cluster inside an MPI job with dask-mpi (``h5mdx rmsd --scheduler mpi``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h5py
+
+from h5mdx._optional import import_optional
+from h5mdx.errors import MissingDependencyError
+
+__all__ = [
+    "PARALLEL_H5PY_HINT",
+    "comm_world",
+    "has_parallel_h5py",
+    "launched_by_mpirun",
+    "require_parallel_h5py",
+]
+
+#: What to do when h5py has no MPI support.
+PARALLEL_H5PY_HINT = (
+    "h5py is not built with MPI: run bash scripts/setup.sh --mpi "
+    "or conda install 'h5py=*=mpi_openmpi*'"
+)
+
+#: Environment variables that MPI launchers (Open MPI, MPICH/Hydra, PMIx, SLURM) set.
+_LAUNCHER_VARS = (
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "MPI_LOCALNRANKS",
+    "SLURM_STEP_NUM_TASKS",
+)
+
+
+def has_parallel_h5py() -> bool:
+    """Whether the installed h5py was built against a parallel (MPI) HDF5."""
+    return bool(h5py.get_config().mpi)
+
+
+def require_parallel_h5py() -> None:
+    """Raise :class:`~h5mdx.errors.MissingDependencyError` unless h5py has MPI support.
+
+    Raises
+    ------
+    MissingDependencyError
+        With the command that installs a parallel h5py.
+    """
+    if not has_parallel_h5py():
+        raise MissingDependencyError(
+            f"{PARALLEL_H5PY_HINT} (h5py {h5py.version.version} with HDF5 "
+            f"{h5py.version.hdf5_version} is a serial build)"
+        )
+
+
+def comm_world() -> Any:
+    """``mpi4py.MPI.COMM_WORLD`` (imports mpi4py, which initialises MPI).
+
+    Returns
+    -------
+    mpi4py.MPI.Intracomm
+    """
+    mpi = import_optional("mpi4py.MPI", "the MPI paths (mpirun, parallel HDF5, dask-mpi)")
+    return mpi.COMM_WORLD
+
+
+def launched_by_mpirun() -> bool:
+    """Whether this process was started by an MPI launcher (mpirun, mpiexec, srun)."""
+    return any(var in os.environ for var in _LAUNCHER_VARS)

@@ -1,0 +1,281 @@
+"""A dask cluster inside an MPI job, with dask-mpi.
+
+``mpirun -n N h5mdx rmsd TRAJ ... --scheduler mpi`` runs the ordinary dask
+path on a cluster that dask-mpi starts inside the MPI job: rank 0 runs the
+scheduler, rank 1 the client (the analysis script), ranks 2..N-1 one
+single-threaded worker each. MPI only bootstraps the cluster (the scheduler
+address is broadcast); the data moves over TCP on the loopback interface.
+
+Choices, measured on the project's machines (see ``shared/RECIPES.md``):
+
+- ``worker_class="distributed.Worker"``: dask-mpi's Nanny workers fork
+  processes that are not MPI processes, and a task touching MPI in them
+  aborted and restarted forever;
+- ``interface="lo"`` by default (single node); pass the fast network interface
+  (``ib0``, ``hsn0``, ...) on a cluster;
+- dask tasks open the file with the default HDF5 driver: MPI collectives from
+  inside tasks can deadlock, so the MPI-IO path is a separate SPMD program
+  (:mod:`h5mdx.mpi.rmsd`);
+- ``distributed`` logging at ``warning`` or above: at shutdown the workers log
+  ``CommClosedError ... Stream is closed`` tracebacks even on success.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from h5mdx._optional import import_optional
+from h5mdx.mpi import comm_world
+
+__all__ = [
+    "MIN_RANKS",
+    "dask_mpi_client",
+    "quiet_distributed_logging",
+    "rmsd_dask_mpi",
+    "worker_ranks",
+    "write_series",
+]
+
+#: dask-mpi needs a scheduler, a client and at least one worker.
+MIN_RANKS = 3
+
+#: Loggers that print connection-closed tracebacks when a cluster shuts down.
+_NOISY_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def quiet_distributed_logging(level: str = "error") -> None:
+    """Raise the level of the ``distributed`` (and tornado/asyncio) loggers.
+
+    Parameters
+    ----------
+    level : str, optional
+        ``"warning"``, ``"error"`` or ``"critical"``.
+    """
+    dask = import_optional("dask", "dask-mpi")
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = level
+    dask.config.set({"logging.distributed": level})
+    numeric = getattr(logging, level.upper())
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(numeric)
+
+
+@contextmanager
+def dask_mpi_client(
+    *,
+    interface: str | None = "lo",
+    nthreads: int = 1,
+    local_directory: str | None = None,
+    memory_limit: str | int | float = "auto",
+    log_level: str = "error",
+    cluster_log_level: str = "critical",
+    env: dict[str, str] | None = None,
+    comm: Any = None,
+) -> Iterator[Any]:
+    """Start a dask cluster over the ranks of an MPI job; yield a Client on rank 1.
+
+    Every rank must enter this context. Rank 0 (scheduler) and ranks 2+
+    (workers) block until the client is done, then yield ``None``: the caller
+    must then skip the client work and return (exit status 0). On rank 1 a
+    connected :class:`distributed.Client` is yielded; leaving the block (also
+    by an exception) closes the client and shuts the whole cluster down.
+
+    Parameters
+    ----------
+    interface : str or None, optional
+        Network interface for the scheduler and workers (default ``"lo"``, one node).
+    nthreads : int, optional
+        Threads per worker (1: HDF5 serialises calls within a process anyway).
+    local_directory : str, optional
+        Scratch directory of the workers.
+    memory_limit : str, int or float, optional
+        Per-worker memory limit (dask's syntax).
+    log_level : str, optional
+        Level of the ``distributed`` loggers on the client rank.
+    cluster_log_level : str, optional
+        Level on the scheduler and worker ranks. At shutdown a worker whose heartbeat
+        meets the closed scheduler logs an ERROR with a ``CommClosedError`` traceback
+        even on success; task failures reach the client as exceptions anyway.
+    env : dict, optional
+        Environment variables to set on every rank before the cluster starts
+        (e.g. ``H5MDX_TIMING_SPOOL`` for timing capture in the workers).
+    comm : mpi4py.MPI.Intracomm, optional
+        Default ``MPI.COMM_WORLD``.
+
+    Yields
+    ------
+    distributed.Client or None
+
+    Raises
+    ------
+    ValueError
+        If the job has fewer than :data:`MIN_RANKS` ranks.
+
+    Examples
+    --------
+    Run with ``mpirun -n 4 python script.py``::
+
+        with dask_mpi_client() as client:
+            if client is not None:
+                print(client.submit(sum, [1, 2]).result())
+    """
+    dask_mpi = import_optional("dask_mpi", "dask clusters inside MPI jobs (--scheduler mpi)")
+    distributed = import_optional("distributed", "dask clusters inside MPI jobs")
+    if comm is None:
+        comm = comm_world()
+    size = comm.Get_size()
+    if size < MIN_RANKS:
+        raise ValueError(
+            f"--scheduler mpi needs at least {MIN_RANKS} MPI ranks (scheduler, client, one "
+            f"worker) but the job has {size}: run it as mpirun -n 4 h5mdx rmsd ... "
+            "--scheduler mpi"
+        )
+    for key, value in (env or {}).items():
+        os.environ[key] = value
+    quiet_distributed_logging(log_level if comm.Get_rank() == 1 else cluster_log_level)
+    is_client = dask_mpi.initialize(
+        interface=interface,
+        nthreads=nthreads,
+        local_directory=local_directory,
+        memory_limit=memory_limit,
+        dashboard=False,
+        dashboard_address=":0",  # the HTTP server still starts: never clash on 8787
+        worker_class="distributed.Worker",
+        comm=comm,
+        exit=False,
+    )
+    if not is_client:
+        yield None
+        return
+    client = distributed.Client()
+    try:
+        client.wait_for_workers(size - 2, timeout=60)
+        yield client
+    finally:
+        try:
+            client.shutdown()
+        finally:
+            client.close()
+
+
+def worker_ranks(client: Any) -> dict[str, int]:
+    """Map the address of every dask-mpi worker to its MPI rank (dask-mpi names workers
+    after their rank)."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    out: dict[str, int] = {}
+    for addr, w in info.items():
+        try:
+            out[addr] = int(w.get("name"))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def rmsd_dask_mpi(
+    trajectory: str,
+    *,
+    topology: str | None = None,
+    select: str | None = None,
+    reference: int = 0,
+    weights: str | None = None,
+    out: str | None = None,
+    rmsd_file: str | None = None,
+    convert_units: bool = True,
+    run_id: str | None = None,
+    interface: str | None = "lo",
+    comm: Any = None,
+) -> np.ndarray | None:
+    """RMSD with :func:`h5mdx.rmsd` on a dask-mpi cluster; every rank must call it.
+
+    The client rank (1) opens the file lazily with the ``h5md`` engine (tasks of
+    whole HDF5 chunks that read their own frames), computes the RMSD on the cluster under :func:`h5mdx.timing.capture`
+    (one record per task, backend ``"dask-mpi"``, with the worker's MPI rank)
+    and, with ``out``, writes ``rmsd.csv`` and ``timing.csv`` (+ ``timing.meta.json``)
+    there. The run's wall time covers opening the topology and the file too, like
+    the MPI-IO path's.
+
+    Parameters
+    ----------
+    trajectory : str
+        The H5MD file.
+    topology, select, reference, weights
+        As for :func:`h5mdx.rmsd`.
+    out : str, optional
+        Output directory for ``timing.csv`` (and ``rmsd.csv`` unless ``rmsd_file``).
+    rmsd_file : str, optional
+        Where to write the series instead (``.csv`` or ``.nc``).
+    convert_units : bool, optional
+        Positions (and so the RMSD) in Angstrom, as ``h5mdx rmsd`` does.
+    run_id : str, optional
+        Identifier of the run in the timing records.
+    interface : str or None, optional
+        Network interface of the cluster (default loopback).
+    comm : mpi4py.MPI.Intracomm, optional
+        Default ``MPI.COMM_WORLD``.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        The RMSD series on the client rank; None on the scheduler and worker ranks.
+    """
+    if comm is None:
+        comm = comm_world()
+    with dask_mpi_client(interface=interface, comm=comm) as client:
+        if client is None:
+            return None
+        import xarray as xr
+
+        from h5mdx.rmsd import rmsd
+        from h5mdx.timing import capture
+
+        n_workers = comm.Get_size() - 2
+        meta = {"file": trajectory, "selection": select, "topology": topology,
+                "reference": reference, "weights": weights, "n_ranks": comm.Get_size(),
+                "interface": interface}
+        if out:
+            os.makedirs(out, exist_ok=True)
+        with capture(backend="dask-mpi", client=client, n_workers=n_workers, run_id=run_id,
+                     meta=meta, spool_dir=out) as run:
+            # lazily indexed (no dask chunks): each task reads its own block of the
+            # selected atoms, timed as t_io inside the task (h5mdx.rmsd's preferred path)
+            with xr.open_dataset(trajectory, engine="h5md", topology=topology,
+                                 convert_units=convert_units) as ds:
+                result = rmsd(ds["position"], reference=reference, select=select,
+                              weights=weights).compute()
+        ranks = worker_ranks(client)
+    frame = run.records.copy()
+    frame["rank"] = frame["worker"].map(ranks).astype("Int64")
+    if rmsd_file:
+        write_series(rmsd_file, result)
+    if out:
+        if not rmsd_file:
+            write_series(Path(out) / "rmsd.csv", result)
+        from h5mdx.timing.records import save
+
+        save(frame, Path(out) / "timing.csv", run.meta)
+    return np.asarray(result.values, dtype=np.float64)
+
+
+def write_series(path: str | os.PathLike[str], result: Any) -> Path:
+    """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF
+    (``.nc``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".nc":
+        result.to_netcdf(path)
+        return path
+    cols = {"frame": np.arange(result.sizes["time"])}
+    for name in ("time", "step"):
+        if name in result.coords:
+            cols[name] = np.asarray(result.coords[name].values)
+    cols["rmsd"] = np.asarray(result.values, dtype=np.float64)
+    fmt = ["%d" if np.issubdtype(v.dtype, np.integer) else "%.10g" for v in cols.values()]
+    np.savetxt(path, np.column_stack([v.astype(np.float64) for v in cols.values()]),
+               delimiter=",", header=",".join(cols), comments="", fmt=fmt)
+    return path

@@ -1,0 +1,473 @@
+"""RMSD of a trajectory as an SPMD program over MPI ranks, reading through MPI-IO.
+
+This is the split-apply-combine benchmark of the published MPI studies, as a
+tool: every rank
+
+1. opens the topology and resolves the selection (``t_init_top``); with
+   ``topology_on_root`` only rank 0 does and broadcasts the selected indices and
+   masses, the studies' proposed fix for the shared-topology opening cost;
+2. opens the shared H5MD file with ``driver="mpio"``, reads the reference frame
+   and warms the QCP kernel up (numba's compilation or cache load) (``t_init_traj``);
+3. reads its balanced, chunk-aligned block of frames frame by frame or at once
+   (``t_io``), optionally only the selected atoms and with collective MPI-IO;
+4. computes the RMSD after optimal superposition with the batched QCP kernel
+   (``t_compute``);
+5. waits for the others at a barrier (``t_wait``) and sends its RMSD to rank 0
+   with ``Gatherv`` (``t_comm_gather``).
+
+Rank 0 writes the time series and one timing record per rank (the common
+schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A rank that fails
+prints its rank and the reason and aborts the whole job (``MPI_Abort``) so that
+``mpirun`` exits non-zero at once instead of hanging in a collective call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from h5mdx.decompose import Block
+from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
+from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
+
+__all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
+
+#: Value of the ``backend`` column of the timing records.
+BACKEND = "mpi-io"
+
+#: Phase columns of the timing records, in the order they happen.
+PHASES = ("t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait", "t_comm_gather")
+
+
+@dataclass
+class MPIRMSDOptions:
+    """What ``h5mdx mpi-rmsd`` computes and how it reads.
+
+    Parameters
+    ----------
+    trajectory : str
+        The H5MD file (on a file system every rank sees).
+    topology : str or None
+        A topology MDAnalysis reads, for ``select`` and mass weights.
+    select : str or None
+        MDAnalysis selection string; None uses every atom.
+    reference : int
+        Frame index of the reference structure (negative counts from the end).
+    out : str or None
+        Output directory for ``rmsd.csv``/``rmsd.nc`` and the timing records.
+    read : {"block", "frame"}
+        Read the rank's whole block at once, or one frame at a time.
+    selected_only : bool
+        Read only the selected atoms (hyperslabs) instead of all atoms.
+    collective : bool
+        Collective MPI-IO transfers instead of independent ones.
+    topology_on_root : bool
+        Only rank 0 reads the topology; the selection is broadcast.
+    weights : {None, "mass"}
+        Mass-weighted RMSD and superposition.
+    superposition : bool
+        Superpose before measuring (False: centre only).
+    group : str or None
+        The particles group (default: the only one with positions).
+    out_format : {"csv", "nc"}
+        Format of the RMSD file.
+    convert_units : bool
+        Report the RMSD in h5mdx's canonical length unit (Angstrom, as ``h5mdx rmsd``
+        does) rather than in the file's unit.
+    run_id : str or None
+        Identifier of the run in the timing records (default: a random one).
+    """
+
+    trajectory: str
+    topology: str | None = None
+    select: str | None = None
+    reference: int = 0
+    out: str | None = None
+    read: str = "block"
+    selected_only: bool = False
+    collective: bool = False
+    topology_on_root: bool = False
+    weights: str | None = None
+    superposition: bool = True
+    group: str | None = None
+    out_format: str = "csv"
+    convert_units: bool = True
+    run_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ValueError on inconsistent options."""
+        if self.read not in ("block", "frame"):
+            raise ValueError(f"read must be 'block' or 'frame', got {self.read!r}")
+        if self.out_format not in ("csv", "nc"):
+            raise ValueError(f"out_format must be 'csv' or 'nc', got {self.out_format!r}")
+        if self.weights not in (None, "mass"):
+            raise ValueError(f"weights must be None or 'mass', got {self.weights!r}")
+        if self.select is not None and self.topology is None:
+            raise ValueError(
+                f"a selection ({self.select!r}) needs a topology: pass --topology FILE"
+            )
+        if self.weights == "mass" and self.topology is None:
+            raise ValueError("mass weights need a topology: pass --topology FILE")
+
+
+@dataclass
+class MPIRMSDResult:
+    """What rank 0 holds at the end of :func:`run_rmsd` (other ranks get None)."""
+
+    rmsd: np.ndarray
+    frames: np.ndarray
+    time: np.ndarray | None
+    step: np.ndarray | None
+    unit: str | None
+    records: list[dict[str, Any]]
+    files: dict[str, str]
+    chunks: tuple[int, ...] | None = None
+    time_unit: str | None = None
+
+
+class _Timer:
+    """Per-rank phase accumulator (perf_counter based)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _select(topology: str | None, select: str | None, weights: str | None,
+            filename: str) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
+    """(indices or None, masses or None, topology atom count or None)."""
+    if topology is None:
+        return None, None, None
+    from h5mdx.topology import load_universe, select_indices
+
+    u = load_universe(topology)
+    idx = select_indices(u, select, filename) if select else None
+    masses = None
+    if weights == "mass":
+        all_masses = np.asarray(u.atoms.masses, dtype=np.float64)
+        masses = all_masses[idx] if idx is not None else all_masses
+    return idx, masses, len(u.atoms)
+
+
+def _pieces(block: Block, read: str) -> list[tuple[int, int]]:
+    if block.n_frames == 0:
+        return []
+    if read == "frame":
+        return [(i, i + 1) for i in range(block.start, block.stop)]
+    return [(block.start, block.stop)]
+
+
+def _compute(reference: np.ndarray, frames: np.ndarray, weights: np.ndarray | None,
+             superposition: bool) -> np.ndarray:
+    from h5mdx.qcp import rmsd_qcp
+
+    return np.asarray(
+        rmsd_qcp(reference, frames, weights=weights, superposition=superposition),
+        dtype=np.float64,
+    )
+
+
+def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
+    """Run the MPI-IO RMSD program on every rank of ``comm`` (collective call).
+
+    Parameters
+    ----------
+    options : MPIRMSDOptions
+        What to compute; identical on every rank.
+    comm : mpi4py.MPI.Intracomm, optional
+        Default ``MPI.COMM_WORLD``.
+
+    Returns
+    -------
+    MPIRMSDResult or None
+        The RMSD series and the timing records on rank 0; None on other ranks.
+    """
+    options.check()
+    require_parallel_h5py()
+    if comm is None:
+        comm = comm_world()
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    run_id = comm.bcast(options.run_id or uuid.uuid4().hex[:12], root=0)
+    timer = _Timer()
+    comm.Barrier()
+    t_start = time.time()
+    p0 = time.perf_counter()
+
+    # 1. topology and selection
+    with timer.phase("init_top"):
+        if options.topology_on_root:
+            payload = None
+            if rank == 0:
+                payload = _select(options.topology, options.select, options.weights,
+                                  options.trajectory)
+            idx, masses, n_top = comm.bcast(payload, root=0)
+        else:
+            idx, masses, n_top = _select(options.topology, options.select, options.weights,
+                                         options.trajectory)
+
+    # 2. trajectory
+    with timer.phase("init_traj"):
+        f = open_parallel(options.trajectory, comm)
+        source = position_source(f, options.group)
+        if n_top is not None and n_top != source.n_atoms:
+            from h5mdx.errors import TopologyError
+
+            raise TopologyError(
+                f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
+                f"but the trajectory has {source.n_atoms}"
+            )
+        dset = f[source.element.value_path]
+        ref_index = options.reference
+        if not -source.n_frames <= ref_index < source.n_frames:
+            raise IndexError(
+                f"reference frame {ref_index} is out of range for {source.n_frames} frames"
+            )
+        ref_index %= source.n_frames
+        sel_reader = SlabReader(dset, idx)
+        reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
+        # warm the kernel up (numba compiles or loads its cache on the first call) so
+        # that t_compute measures computing only
+        _compute(reference, reference[None], masses, options.superposition)
+        blocks = rank_blocks(source, size)
+        block = blocks[rank]
+        reader = SlabReader(
+            dset, idx if options.selected_only else None, collective=options.collective
+        )
+        pick = idx if (idx is not None and not options.selected_only) else None
+
+    # 3 + 4. read and compute
+    pieces = _pieces(block, options.read)
+    n_loops = len(pieces)
+    if options.collective:  # every rank takes part in every collective read
+        n_loops = max(len(_pieces(b, options.read)) for b in blocks)
+    rmsd = np.empty(block.n_frames, dtype=np.float64)
+    for i in range(n_loops):
+        if i >= len(pieces):
+            with timer.phase("io"):
+                reader.read_none()
+            continue
+        a, b = pieces[i]
+        with timer.phase("io"):
+            frames = reader.read(a, b)
+            if pick is not None:
+                frames = frames[:, pick]
+        with timer.phase("compute"):
+            rmsd[a - block.start:b - block.start] = _compute(
+                reference, frames, masses, options.superposition
+            )
+    bytes_read = reader.bytes_read
+
+    # 5. wait and gather
+    with timer.phase("wait"):
+        comm.Barrier()
+    with timer.phase("comm_gather"):
+        counts = [b.n_frames for b in blocks]
+        displs = [b.start for b in blocks]
+        result = np.empty(source.n_frames, dtype=np.float64) if rank == 0 else None
+        comm.Gatherv(rmsd, [result, counts, displs, MPI.DOUBLE] if rank == 0 else None, root=0)
+    wall = time.perf_counter() - p0
+    f.close()  # collective with MPI-IO; after the timed phases
+
+    record = {
+        "run_id": run_id,
+        "backend": BACKEND,
+        "n_workers": size,
+        "worker": f"rank-{rank}",
+        "host": socket.gethostname(),
+        "rank": rank,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "task_key": f"mpi-rmsd-{run_id}-{rank}",
+        "kind": "rmsd",
+        "frame_start": block.start,
+        "frame_stop": block.stop,
+        "t_start": t_start,
+        "t_stop": t_start + wall,
+        "wall": wall,
+        "t_init_top": timer.phases.get("init_top", 0.0),
+        "t_init_traj": timer.phases.get("init_traj", 0.0),
+        "t_io": timer.phases.get("io", 0.0),
+        "t_compute": timer.phases.get("compute", 0.0),
+        "t_wait": timer.phases.get("wait", 0.0),
+        "t_comm_gather": timer.phases.get("comm_gather", 0.0),
+        "bytes_read": int(bytes_read),
+    }
+    records = comm.gather(record, root=0)
+    if rank != 0:
+        return None
+    sampling = source.element.sampling
+    unit = source.element.unit
+    if options.convert_units and unit is not None:
+        from h5mdx.units import conversion
+
+        conv = conversion(unit)
+        if conv is not None:
+            factor, unit = conv
+            result *= factor
+    times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
+    time_unit = None if sampling is None else sampling.time_unit
+    if options.convert_units and times is not None and time_unit:
+        from h5mdx.units import conversion
+
+        conv = conversion(time_unit)
+        if conv is not None:
+            times = times * conv[0]
+            time_unit = conv[1]
+    res = MPIRMSDResult(
+        rmsd=result,
+        frames=np.arange(source.n_frames),
+        time=times,
+        step=None if sampling is None else np.asarray(sampling.step),
+        unit=unit,
+        time_unit=time_unit,
+        records=records,
+        files={},
+        chunks=source.element.chunks,
+    )
+    if options.out:
+        res.files = write_outputs(res, options)
+    return res
+
+
+def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
+              source_chunks: Any = None) -> dict[str, Any]:
+    from h5mdx.timing import records as rec
+
+    opts = {k: v for k, v in asdict(options).items() if k not in ("extra", "run_id")}
+    extra: dict[str, Any] = {"options": opts, **options.extra}
+    try:
+        import mpi4py
+        from mpi4py import MPI
+
+        extra["mpi4py"] = mpi4py.__version__
+        extra["mpi_library"] = MPI.Get_library_version().splitlines()[0].strip()
+    except ImportError:  # pragma: no cover - run_rmsd already imported it
+        pass
+    return rec.run_metadata(
+        backend=BACKEND, n_workers=n_ranks, run_id=run_id, file=options.trajectory,
+        layout={"chunks": source_chunks}, selection=options.select, **extra,
+    )
+
+
+def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, str]:
+    """Write the RMSD series and the timing records to ``options.out`` (rank 0).
+
+    Returns
+    -------
+    dict
+        ``{"rmsd": path, "timing": path}``.
+    """
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    if options.out_format == "nc":
+        import xarray as xr
+
+        coords: dict[str, Any] = {"frame": ("time", result.frames)}
+        if result.time is not None:
+            coords["time"] = ("time", result.time, {"units": result.time_unit or ""})
+        if result.step is not None:
+            coords["step"] = ("time", result.step)
+        da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd",
+                          attrs={"units": result.unit or "", "select": options.select or "all",
+                                 "reference_frame": options.reference, "backend": BACKEND})
+        path = out / "rmsd.nc"
+        da.to_netcdf(path)
+    else:
+        path = out / "rmsd.csv"
+        cols = [("frame", result.frames)]
+        if result.time is not None:
+            cols.append(("time", result.time))
+        if result.step is not None:
+            cols.append(("step", result.step))
+        cols.append(("rmsd", result.rmsd))
+        header = ",".join(name for name, _ in cols)
+        fmt = ["%d" if np.issubdtype(np.asarray(v).dtype, np.integer) else "%.10g"
+               for _, v in cols]
+        np.savetxt(path, np.column_stack([np.asarray(v, dtype=np.float64) for _, v in cols]),
+                   delimiter=",", header=header, comments="", fmt=fmt)
+    files["rmsd"] = str(path)
+    meta = _metadata(options, len(result.records), result.records[0]["run_id"], result.chunks)
+    files["timing"] = save_records(result.records, out, meta)
+    return files
+
+
+def save_records(records: list[dict[str, Any]], out: Path, metadata: dict[str, Any]) -> str:
+    """Validate records with :mod:`h5mdx.timing.records` and save them as ``out/timing.csv``.
+
+    The run's metadata goes to the sidecar ``timing.meta.json``.
+    """
+    from h5mdx.timing import records as rec
+
+    frame = rec.to_frame(records, metadata)
+    path = rec.save(frame, Path(out) / "timing.csv", metadata)
+    return str(path)
+
+
+def _fail(rank: int, size: int, err: BaseException, comm: Any) -> None:
+    print(
+        f"h5mdx mpi-rmsd: rank {rank} of {size} failed: {type(err).__name__}: {err}",
+        file=sys.stderr,
+        flush=True,
+    )
+    comm.Abort(1)
+
+
+def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
+    """Run :func:`run_rmsd` with the error handling of the command line.
+
+    On a single rank errors propagate (the CLI prints them); on several ranks a
+    failing rank prints its rank and the reason and calls ``MPI_Abort(1)``.
+    """
+    comm = comm_world()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1 and not launched_by_mpirun() and verbose:
+        print("h5mdx mpi-rmsd: running on 1 MPI rank (not started by mpirun); for N ranks "
+              "use: mpirun -n N h5mdx mpi-rmsd ...", file=sys.stderr)
+    try:
+        res = run_rmsd(options, comm)
+    except Exception as err:
+        if size == 1:
+            raise
+        _fail(rank, size, err, comm)
+        return 1  # pragma: no cover - Abort does not return
+    if res is not None and verbose:
+        _summary(res, options)
+    return 0
+
+
+def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
+    recs = res.records
+    wall = max(r["t_stop"] for r in recs) - min(r["t_start"] for r in recs)
+    n = len(res.rmsd)
+    unit = f" {res.unit}" if res.unit else ""
+    print(f"RMSD of {n} frames on {len(recs)} rank(s) in {wall:.3f} s "
+          f"({n / wall if wall > 0 else float('inf'):,.0f} frames/s); "
+          f"mean {res.rmsd.mean():.4f}{unit}, max {res.rmsd.max():.4f}{unit}")
+    print("rank  frames        init_top init_traj     io    compute    wait  gather   total")
+    for r in recs:
+        print(f"{r['rank']:>4}  {r['frame_start']:>6}-{r['frame_stop']:<6} "
+              f"{r['t_init_top']:8.3f} {r['t_init_traj']:8.3f} {r['t_io']:8.3f} "
+              f"{r['t_compute']:8.3f} {r['t_wait']:7.3f} {r['t_comm_gather']:7.3f} "
+              f"{r['wall']:7.3f}")
+    for kind, path in res.files.items():
+        print(f"wrote {kind}: {path}")

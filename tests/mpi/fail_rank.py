@@ -1,0 +1,27 @@
+"""Run ``h5mdx mpi-rmsd`` with rank 1 failing in its compute phase.
+
+Usage: ``mpirun -n 2 python fail_rank.py TRAJ OUT``. The job must exit non-zero
+promptly (MPI_Abort), not hang in the barrier the other ranks wait in.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import h5mdx.mpi.rmsd as mpi_rmsd
+from h5mdx.cli import main
+from h5mdx.mpi import comm_world
+
+_real_compute = mpi_rmsd._compute
+
+
+def _failing_compute(*args, **kwargs):
+    if comm_world().Get_rank() == 1:
+        raise RuntimeError("injected failure for the test")
+    return _real_compute(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    mpi_rmsd._compute = _failing_compute
+    traj, out = sys.argv[1], sys.argv[2]
+    sys.exit(main(["mpi-rmsd", traj, "--out", out, "--quiet"]))
