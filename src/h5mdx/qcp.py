@@ -13,6 +13,13 @@ vectorised over frames. Everything accumulates in float64 (MDAnalysis found
 that float32 gives RMSD errors up to 1e-3 Å). The optional numba kernel gives
 the same numbers in a single compiled pass.
 
+Where the two largest roots of the quartic (nearly) coincide (near-collinear
+structures, or a best fit with det(S) < 0 and two equal singular values),
+Newton's method stops ~sqrt(eps) short of the root; MDAnalysis' qcprot then
+returns errors up to 1e-3 Å, or NaN. Both kernels flag such frames (``|P'(λ)|``
+small against ``λ³``, or no convergence) and solve them with a symmetric 4x4
+eigensolver on Horn's key matrix instead, which is exact to round-off.
+
 References:
 
 - D. L. Theobald. Rapid calculation of RMSDs using a quaternion-based

@@ -184,11 +184,18 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
 
 
 def _lazy_block(block: xr.DataArray, ref_c: np.ndarray, w: np.ndarray | None,
-                superposition: bool, kernel: str, start: int, stop: int) -> np.ndarray:
+                superposition: bool, kernel: str, start: int, stop: int,
+                take: np.ndarray | None = None) -> np.ndarray:
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("io"):
             data = np.asarray(block.transpose(TIME_DIM, ATOM_DIM, SPATIAL_DIM).values)
-        timer.bytes_read = data.nbytes
+            timer.bytes_read = data.nbytes
+            if take is not None:  # the selected atoms of a bounding slab, C-ordered
+                # gathering columns of the (frames, atoms*3) view is ~4x faster than
+                # np.take(data, take, axis=1)
+                cols = (3 * take[:, None] + np.arange(3)).reshape(-1)
+                data = data.reshape(data.shape[0], -1)[:, cols].reshape(
+                    data.shape[0], take.size, 3)
         with timer.phase("compute"):
             out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True)
     return out
@@ -207,6 +214,34 @@ def _dask_block(data: np.ndarray, ref_c: np.ndarray, w: np.ndarray | None,
         with timer.phase("compute"):
             out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True)
     return out
+
+
+def _read_plan(position: xr.DataArray,
+               idx: np.ndarray | None) -> tuple[xr.DataArray, np.ndarray | None]:
+    """What each lazy task reads, and which atoms of it it keeps.
+
+    Where the HDF5 chunks hold whole frames (or the dataset is contiguous), every
+    chunk that holds a selected atom holds the whole bounding range of atoms too, so
+    reading that range as one slab costs no extra disk I/O; taking the selected atoms
+    out of it in numpy is faster than a point selection and gives C-ordered blocks.
+    Elsewhere (atoms split across chunks, e.g. pyh5md's (32, 128, 3)) the selection
+    goes to the backend, which reads only the chunks that hold selected atoms.
+    """
+    ordered = (TIME_DIM, ATOM_DIM, SPATIAL_DIM)
+    if idx is None:
+        return position.transpose(*ordered), None
+    selected = position.isel({ATOM_DIM: idx}).transpose(*ordered)
+    if isinstance(position.variable._data, np.ndarray) or "source" not in position.encoding:
+        return selected, None
+    chunks = position.encoding.get("chunksizes")
+    n_atoms = position.sizes[ATOM_DIM]
+    if chunks is not None and chunks[position.dims.index(ATOM_DIM)] < n_atoms:
+        return selected, None
+    lo, hi = int(idx.min()), int(idx.max()) + 1
+    local = idx - lo
+    if np.array_equal(local, np.arange(hi - lo)):
+        return selected, None  # a contiguous range is a slab already
+    return position.isel({ATOM_DIM: slice(lo, hi)}).transpose(*ordered), local
 
 
 def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: float) -> int:
@@ -311,13 +346,14 @@ def rmsd(
         )
     else:
         fpb = _block_frames(sub, frames_per_block, chunk_mib)
+        source, take = _read_plan(position, idx)
         starts = list(range(0, n_frames, fpb)) or [0]
         dsk = {}
         sizes = []
         for i, a in enumerate(starts):
             b = min(a + fpb, n_frames)
-            block = sub.isel({TIME_DIM: slice(a, b)})
-            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b)
+            block = source.isel({TIME_DIM: slice(a, b)})
+            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, take)
             sizes.append(b - a)
         graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
         result = da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
