@@ -223,7 +223,9 @@ def run_child(call, extra, **kw):
     return subprocess.Popen([sys.executable, "-c", code], env=env, **kw)
 
 
-def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md):
+@pytest.mark.parametrize("kill_after_mib", [0, 20, 120])
+def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md, kill_after_mib):
+    """SIGKILL at several points: before, early in and late in the write."""
     before = _sha(big_h5md)
     out = tmp_path / "killed.h5md"
     call = (f"convert({d.PSF!r}, [{big_h5md!r}], {str(out)!r}, frames_per_chunk=50, "
@@ -232,7 +234,7 @@ def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md):
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         parts = partial_files(out)
-        if parts and parts[0].stat().st_size > 20 * 2**20:
+        if parts and parts[0].stat().st_size >= kill_after_mib * 2**20:
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -346,6 +347,18 @@ def test_failing_rank_aborts_the_job(layouts, tmp_path):
                       str(tmp_path / "out")], timeout=90)
     assert proc.returncode != 0
     assert "rank 1 of 2 failed: RuntimeError: injected failure" in proc.stderr
+    assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+def test_killed_rank_ends_the_job(layouts, tmp_path):
+    """A rank killed by SIGKILL mid-run: mpirun exits non-zero within the bound, no hang."""
+    require_mpi()
+    t0 = time.monotonic()
+    proc = mpirun(2, [sys.executable, str(SCRIPTS / "fail_rank.py"), layouts["chunk10"],
+                      str(tmp_path / "out"), "kill"], timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 90
     assert not (tmp_path / "out" / "rmsd.csv").exists()
 
 

@@ -1,11 +1,13 @@
 """Run ``h5mdx mpi-rmsd`` with rank 1 failing in its compute phase.
 
-Usage: ``mpirun -n 2 python fail_rank.py TRAJ OUT``. The job must exit non-zero
+Usage: ``mpirun -n 2 python fail_rank.py TRAJ OUT [raise|kill]``. The job must exit non-zero
 promptly (MPI_Abort), not hang in the barrier the other ranks wait in.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import h5mdx.mpi.rmsd as mpi_rmsd
@@ -15,8 +17,13 @@ from h5mdx.mpi import comm_world
 _real_compute = mpi_rmsd._compute
 
 
+MODE = sys.argv[3] if len(sys.argv) > 3 else "raise"
+
+
 def _failing_compute(*args, **kwargs):
     if comm_world().Get_rank() == 1:
+        if MODE == "kill":  # the rank dies without a word (OOM killer, node failure)
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError("injected failure for the test")
     return _real_compute(*args, **kwargs)
 
