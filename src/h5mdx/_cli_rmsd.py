@@ -125,20 +125,9 @@ def write_outputs(result: Any, out: str | None, plot: str | None) -> None:
     import numpy as np
 
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        if out.endswith(".nc"):
-            result.to_netcdf(out)
-        else:
-            cols = {"frame": np.arange(result.sizes["time"])}
-            for name in ("time", "step"):
-                if name in result.coords:
-                    cols[name] = np.asarray(result[name].values)
-            cols["rmsd"] = np.asarray(result.values)
-            with open(out, "w", encoding="utf-8") as fh:
-                fh.write(",".join(cols) + "\n")
-                for row in zip(*cols.values(), strict=True):
-                    fh.write(",".join(f"{v:.10g}" if isinstance(v, float | np.floating)
-                                      else str(v) for v in row) + "\n")
+        from h5mdx.rmsd import write_series
+
+        write_series(out, result)
     if plot:
         import matplotlib
 

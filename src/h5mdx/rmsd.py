@@ -11,8 +11,10 @@ the I/O and compute split of every block.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import dask.array as da
@@ -27,7 +29,7 @@ from h5mdx.qcp import center, normalize_weights, rmsd_qcp
 from h5mdx.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
-__all__ = ["rmsd", "select_atoms"]
+__all__ = ["rmsd", "select_atoms", "write_series"]
 
 
 def _user_stacklevel() -> int:
@@ -367,3 +369,35 @@ def rmsd(
     if isinstance(select, str):
         attrs["selection"] = select
     return xr.DataArray(result, dims=(TIME_DIM,), coords=coords, name="rmsd", attrs=attrs)
+
+
+def write_series(path: str | os.PathLike[str], result: Any) -> Path:
+    """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF.
+
+    Parameters
+    ----------
+    path : path-like
+        Output file; a ``.nc`` suffix writes netCDF, anything else CSV.
+    result : xarray.DataArray
+        The computed series (e.g. from :func:`rmsd`).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".nc":
+        result.to_netcdf(path)
+        return path
+    frames = result["frame"].values if "frame" in result.coords else None
+    cols = {"frame": np.arange(result.sizes["time"]) if frames is None else np.asarray(frames)}
+    for name in ("time", "step"):
+        if name in result.coords:
+            cols[name] = np.asarray(result.coords[name].values)
+    cols["rmsd"] = np.asarray(result.values, dtype=np.float64)
+    fmt = ["%d" if np.issubdtype(v.dtype, np.integer) else "%.10g" for v in cols.values()]
+    np.savetxt(path, np.column_stack([v.astype(np.float64) for v in cols.values()]),
+               delimiter=",", header=",".join(cols), comments="", fmt=fmt)
+    return path

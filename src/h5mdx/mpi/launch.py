@@ -33,6 +33,7 @@ import numpy as np
 
 from h5mdx._optional import import_optional
 from h5mdx.mpi import comm_world
+from h5mdx.rmsd import write_series
 
 __all__ = [
     "MIN_RANKS",
@@ -40,7 +41,7 @@ __all__ = [
     "quiet_distributed_logging",
     "rmsd_dask_mpi",
     "worker_ranks",
-    "write_series",
+
 ]
 
 #: dask-mpi needs a scheduler, a client and at least one worker.
@@ -260,22 +261,3 @@ def rmsd_dask_mpi(
 
         save(frame, Path(out) / "timing.csv", run.meta)
     return np.asarray(result.values, dtype=np.float64)
-
-
-def write_series(path: str | os.PathLike[str], result: Any) -> Path:
-    """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF
-    (``.nc``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".nc":
-        result.to_netcdf(path)
-        return path
-    cols = {"frame": np.arange(result.sizes["time"])}
-    for name in ("time", "step"):
-        if name in result.coords:
-            cols[name] = np.asarray(result.coords[name].values)
-    cols["rmsd"] = np.asarray(result.values, dtype=np.float64)
-    fmt = ["%d" if np.issubdtype(v.dtype, np.integer) else "%.10g" for v in cols.values()]
-    np.savetxt(path, np.column_stack([v.astype(np.float64) for v in cols.values()]),
-               delimiter=",", header=",".join(cols), comments="", fmt=fmt)
-    return path

@@ -379,32 +379,19 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
-    if options.out_format == "nc":
-        import xarray as xr
+    import xarray as xr
 
-        coords: dict[str, Any] = {"frame": ("time", result.frames)}
-        if result.time is not None:
-            coords["time"] = ("time", result.time, {"units": result.time_unit or ""})
-        if result.step is not None:
-            coords["step"] = ("time", result.step)
-        da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd",
-                          attrs={"units": result.unit or "", "select": options.select or "all",
-                                 "reference_frame": options.reference, "backend": BACKEND})
-        path = out / "rmsd.nc"
-        da.to_netcdf(path)
-    else:
-        path = out / "rmsd.csv"
-        cols = [("frame", result.frames)]
-        if result.time is not None:
-            cols.append(("time", result.time))
-        if result.step is not None:
-            cols.append(("step", result.step))
-        cols.append(("rmsd", result.rmsd))
-        header = ",".join(name for name, _ in cols)
-        fmt = ["%d" if np.issubdtype(np.asarray(v).dtype, np.integer) else "%.10g"
-               for _, v in cols]
-        np.savetxt(path, np.column_stack([np.asarray(v, dtype=np.float64) for _, v in cols]),
-                   delimiter=",", header=header, comments="", fmt=fmt)
+    from h5mdx.rmsd import write_series
+
+    coords: dict[str, Any] = {"frame": ("time", result.frames)}
+    if result.time is not None:
+        coords["time"] = ("time", result.time, {"units": result.time_unit or ""})
+    if result.step is not None:
+        coords["step"] = ("time", result.step)
+    da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd",
+                      attrs={"units": result.unit or "", "select": options.select or "all",
+                             "reference_frame": options.reference, "backend": BACKEND})
+    path = write_series(out / f"rmsd.{'nc' if options.out_format == 'nc' else 'csv'}", da)
     files["rmsd"] = str(path)
     meta = _metadata(options, len(result.records), result.records[0]["run_id"], result.chunks)
     files["timing"] = save_records(result.records, out, meta)
