@@ -98,3 +98,28 @@ def test_cli_rejects_bad_lists():
     add_parser(parser.add_subparsers(dest="command"))
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "x.h5md", "--workers", "0,2"])
+
+
+@pytest.mark.mpi
+def test_run_grid_mpi_backends_side_by_side(adk_h5md_blocked, tmp_path):
+    """mpi-io and dask-mpi run through mpirun and land in the same tables as dask."""
+    from infra import require_mpi
+
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.timing.runner import rmsd_workload
+
+    workload = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA")
+    result = run_grid(workload, schedulers=["mpi-io", "dask-mpi", "threads"], workers=[1, 2],
+                      repeats=1, out=tmp_path / "bench", progress=False)
+    rec.validate(result.records)
+    assert set(result.records["backend"]) == {"mpi-io", "dask-mpi", "threads"}
+    mpi = result.records[result.records["backend"] == "mpi-io"]
+    assert sorted(mpi.groupby("run_id").size()) == [1, 2]  # one record per rank
+    assert mpi[["t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait",
+                "t_comm_gather"]].notna().all().all()
+    s1 = result.speedup[result.speedup["n_workers"] == 1]["S"]
+    np.testing.assert_allclose(s1.to_numpy(dtype=float), 1.0)
+    assert (tmp_path / "bench" / "report.md").is_file()

@@ -43,8 +43,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--analysis", choices=("rmsd", "read"), default="rmsd",
                    help="rmsd (default) or read: read each block and reduce it (I/O only)")
     p.add_argument("--scheduler", type=_str_list, default=["threads", "processes"],
-                   help="comma-separated among threads,processes,distributed "
-                        "(default threads,processes)")
+                   help="comma-separated among threads,processes,distributed,mpi-io,"
+                        "dask-mpi (the MPI backends run under mpirun; M does not apply to "
+                        "them) (default threads,processes)")
     p.add_argument("--workers", type=_int_list, default=[1, 2],
                    help="comma-separated worker counts N (default 1,2)")
     p.add_argument("--blocks-per-worker", type=_int_list, default=[1, 3],

@@ -36,6 +36,7 @@ import numpy as np
 from h5mdx.timing.phases import BlockTimer
 
 __all__ = [
+    "MPI_BACKENDS",
     "SCHEDULERS",
     "BenchResult",
     "Workload",
@@ -48,7 +49,10 @@ __all__ = [
 ]
 
 #: Schedulers the grid can run.
-SCHEDULERS = ("threads", "processes", "distributed")
+#: Backends run as ``mpirun`` subprocesses (:mod:`h5mdx.mpi.commands`): the MPI-IO SPMD
+#: program and dask on a dask-mpi cluster. Their records come from the files they write.
+MPI_BACKENDS = ("mpi-io", "dask-mpi")
+SCHEDULERS = ("threads", "processes", "distributed", *MPI_BACKENDS)
 
 
 def frames_per_block(n_frames: int, n_workers: int, blocks_per_worker: int) -> int:
@@ -323,7 +327,8 @@ def run_grid(
     blocks = sorted({int(m) for m in blocks_per_worker})
     if not workers or min(workers) < 1 or not blocks or min(blocks) < 1 or repeats < 1:
         raise ValueError("workers, blocks-per-worker and repeats must be positive integers")
-    total = len(schedulers) * len(workers) * len(blocks) * repeats
+    total = sum(len(workers) * (1 if s in MPI_BACKENDS else len(blocks)) * repeats
+                for s in schedulers)
     frames: list[Any] = []
     metas: list[dict[str, Any]] = []
     bench_id = time.strftime("%Y%m%dT%H%M%S")
@@ -332,6 +337,21 @@ def run_grid(
     try:
         with bar:
             for scheduler in schedulers:
+                if scheduler in MPI_BACKENDS:
+                    # one block per rank (mpi-io) or the engine's blocks (dask-mpi): M does
+                    # not apply; each run is a fresh mpirun, timed end to end by its ranks
+                    for n in workers:
+                        for rep in range(repeats):
+                            run_id = f"{scheduler}-n{n}-r{rep}"
+                            bar.describe(f"{scheduler} N={n} repeat {rep + 1}")
+                            recs, meta = _run_mpi(scheduler, n, workload, run_id, env)
+                            meta.update(bench_id=bench_id, repeat=rep, blocks_per_worker=1)
+                            frames.append(recs)
+                            metas.append(meta)
+                            if on_run is not None:
+                                on_run(meta)
+                            bar.advance()
+                    continue
                 for n in workers:
                     with _cluster(scheduler, n) as client:
                         # untimed warm-up: imports, thread pools, page cache
@@ -368,6 +388,37 @@ def run_grid(
     if out is not None:
         write_outputs(result, out)
     return result
+
+
+def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
+             env: Mapping[str, str] | None) -> tuple[Any, dict[str, Any]]:
+    """Run the RMSD of ``workload`` with ``n`` MPI ranks (mpi-io) or workers (dask-mpi)."""
+    import subprocess
+    import tempfile
+
+    from h5mdx.mpi.commands import dask_mpi_command, mpi_env, mpi_io_command
+    from h5mdx.timing.records import load
+
+    spec = workload.meta
+    if spec.get("analysis") != "rmsd":
+        raise ValueError(f"the {backend} backend runs the rmsd analysis only (--analysis rmsd)")
+    make = mpi_io_command if backend == "mpi-io" else dask_mpi_command
+    with tempfile.TemporaryDirectory(prefix="h5mdx-bench-") as tmp:
+        cmd = make(n, spec["file"], tmp, topology=spec.get("topology"),
+                   select=spec.get("selection"))
+        proc = subprocess.run(cmd, env=mpi_env({**os.environ, **dict(env or {})}),
+                              capture_output=True, text=True, timeout=1800, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{backend} with N={n} failed (exit {proc.returncode}): "
+                               f"{proc.stderr.strip()[-1500:]}")
+        records, meta = load(os.path.join(tmp, "timing.csv"))
+    records = records.copy()
+    records["run_id"] = run_id
+    records["n_workers"] = n
+    meta = {**dict(meta or {}), **spec, "run_id": run_id, "backend": backend, "n_workers": n}
+    if backend == "mpi-io":
+        meta.pop("wall", None)  # the span of the rank records is the run's wall time
+    return records, meta
 
 
 class _Progress:
