@@ -48,10 +48,10 @@ __all__ = [
     "write_outputs",
 ]
 
-#: Schedulers the grid can run.
 #: Backends run as ``mpirun`` subprocesses (:mod:`h5mdx.mpi.commands`): the MPI-IO SPMD
 #: program and dask on a dask-mpi cluster. Their records come from the files they write.
 MPI_BACKENDS = ("mpi-io", "dask-mpi")
+#: Schedulers the grid can run.
 SCHEDULERS = ("threads", "processes", "distributed", *MPI_BACKENDS)
 
 
