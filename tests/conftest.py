@@ -70,3 +70,18 @@ def adk_pyh5md(tmp_path_factory, adk_universe, adk_positions):
         for i, xyz in enumerate(adk_positions):
             pos.append(xyz, i * 10, i * 0.5)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def local_client():
+    """A 2-process distributed LocalCluster client (h5mdx's recommended configuration).
+
+    Module-scoped: while it lives it is dask's default scheduler, so it must not leak into
+    modules that expect the local schedulers.
+    """
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        yield client
+

@@ -62,15 +62,6 @@ def memory_position(adk_positions):
     )
 
 
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as c:
-        yield c
-
-
 # --- what is read, and when -------------------------------------------------------------
 
 
@@ -263,7 +254,7 @@ def test_weighted_strided_variant_on_every_path(adk_h5md, adk_universe, adk_posi
         sub = ds.isel(time=slice(90, 2, -3))  # reversed and strided
         lazy = sub.md.rmsd(7, select="name CA", weights="mass")
         if path == "distributed":
-            got = request.getfixturevalue("client").compute(lazy).result()
+            got = request.getfixturevalue("local_client").compute(lazy).result()
         else:
             with dask.config.set(scheduler=path.removeprefix("dask-").replace(
                     "numpy-memory", "threads"), num_workers=2):

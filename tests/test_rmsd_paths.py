@@ -28,15 +28,6 @@ def expected_ca(adk_universe):
     return _mda_rmsd(adk_universe)
 
 
-@pytest.fixture(scope="module")
-def local_client():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as client:
-        yield client
-
-
 @pytest.fixture(params=["numpy-memory", "lazy-threads", "lazy-processes", "dask-threads",
                         "dask-processes", "distributed"])
 def path(request):
