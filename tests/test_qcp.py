@@ -288,5 +288,10 @@ def test_matches_mdanalysis_on_random_structures(data):
     y = x + noise.reshape(x.shape)
     expected = _mda(y[None], x, superposition=True)[0]
     assume(np.isfinite(expected))  # qcprot gives NaN where all atoms coincide; we give 0
+    exact = kabsch_rmsd(x, y, np.ones(len(x)))
+    if abs(expected - exact) > 1e-6:
+        # qcprot loses digits at (near-)degenerate structures, e.g. a collinear reference
+        # (found by hypothesis: MDAnalysis 1.2e-5 A off the SVD answer); judge by Kabsch there
+        expected = exact
     for kernel in KERNELS:
         assert rmsd_qcp(x, y[None], kernel=kernel)[0] == pytest.approx(expected, abs=1e-5)

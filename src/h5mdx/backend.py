@@ -13,6 +13,7 @@ read under the HDF5 lock, so datasets pickle to dask workers.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ from xarray.backends import BackendArray, BackendEntrypoint, CachingFileManager
 from xarray.backends.locks import HDF5_LOCK
 from xarray.core import indexing
 
+from h5mdx import direct as _direct
 from h5mdx import units as _units
 from h5mdx.chunking import DEFAULT_TARGET_MIB, time_block
 from h5mdx.errors import H5MDFormatError, H5MDReadError, TopologyError
@@ -84,6 +86,21 @@ class H5MDArray(BackendArray):
         self.lock = lock
         self.full_atom_chunks = full_atom_chunks
 
+    def __dask_tokenize__(self) -> tuple:
+        # the same data whenever the same file (unchanged on disk) is read the same way, so
+        # graphs built after reopening a file tokenize equal (distributed otherwise warns of
+        # a "different run_spec" for every block)
+        filename = self._filename()
+        stamp = None
+        if filename is not None:
+            try:
+                st = os.stat(filename)
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+        return ("h5mdx.H5MDArray", filename, stamp, self.path, self.shape, str(self.dtype),
+                self.scale, self.fillvalue, self.full_atom_chunks)
+
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER_1VECTOR, self._getitem
@@ -109,24 +126,74 @@ class H5MDArray(BackendArray):
             slice(*k.indices(n)) if isinstance(k, slice) and k.step in (None, 1) else k
             for k, n in zip(key, self.shape, strict=False)
         ) + tuple(key[len(self.shape):])
+        data = self._read_direct(key)
+        if data is None:
+            data = self._read_locked(key)
+        if self.fillvalue is not None and data.dtype.kind == "f":
+            data = np.where(data == self.fillvalue, np.nan, data).astype(data.dtype, copy=False)
+        if self.scale != 1.0:
+            data = (data * self.scale).astype(self.dtype, copy=False)
+        return data
+
+    def _filename(self) -> str | None:
+        # xarray's CachingFileManager keeps the opener's arguments in ``_args`` and has no
+        # public accessor for them; the file name is the first one.
+        return self.manager._args[0] if self.manager._args else None
+
+    def _read_locked(self, key: tuple) -> np.ndarray:
+        """Read through h5py, holding the HDF5 lock."""
         with self.lock:
             try:
                 f = self.manager.acquire(needs_lock=False)
                 dset = f[self.path]
                 if f.swmr_mode:
                     dset.refresh()  # a live file: see the chunks written since open
-                data = self._read(dset, key)
+                return self._read(dset, key)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
                 raise H5MDReadError(
-                    self.manager._args[0] if self.manager._args else None,
-                    self.path,
+                    self._filename(), self.path,
                     f"reading {_describe_key(key, self.shape)} failed: {err}",
                 ) from err
-        if self.fillvalue is not None and data.dtype.kind == "f":
-            data = np.where(data == self.fillvalue, np.nan, data).astype(data.dtype, copy=False)
-        if self.scale != 1.0:
-            data = (data * self.scale).astype(self.dtype, copy=False)
-        return data
+
+    def _read_direct(self, key: tuple) -> np.ndarray | None:
+        """Read without HDF5 (see :mod:`h5mdx.direct`); None where that path does not apply."""
+        split = _direct.box_of(key, self.shape)
+        if split is None or not _direct.enabled():
+            return None
+        box, rest = split
+        reader = self._direct_reader()
+        if reader is None:
+            return None
+        try:
+            missing = reader.missing(box)
+            if missing:
+                with self.lock:
+                    dset = self.manager.acquire(needs_lock=False)[self.path]
+                    located = _direct.locate_chunks(dset, missing)
+                reader.add_locations(located)
+            return reader.read(box)[rest]
+        except _direct.Unsupported:
+            _direct.forget(reader)
+            return None
+        except (OSError, ValueError, zlib.error) as err:
+            raise H5MDReadError(
+                self._filename(), self.path,
+                f"reading {_describe_key(key, self.shape)} failed: {err}",
+            ) from err
+
+    def _direct_reader(self) -> _direct.DirectReader | None:
+        filename = self._filename()
+        if filename is None:
+            return None
+        reader = _direct.cached(filename, self.path)
+        if reader is not _direct.UNPLANNED:
+            return reader
+        with self.lock:
+            try:
+                f = self.manager.acquire(needs_lock=False)
+                return _direct.plan_cached(f[self.path], filename, self.path)
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError):
+                return None  # h5py's own read reports the problem with its context
 
 
 def _describe_key(key: tuple, shape: tuple[int, ...]) -> str:

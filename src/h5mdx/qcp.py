@@ -204,6 +204,45 @@ def has_numba() -> bool:
     return True
 
 
+_WARM: set[str] = set()
+
+
+def warm_up(kernel: str = "auto") -> float:
+    """Load (or compile) the QCP kernel in this process, once; returns the seconds spent.
+
+    The numba kernel is loaded from numba's on-disk cache (compiled on first use
+    anywhere) for float32 and float64 frames. Call it when a worker starts (h5mdx's
+    clusters do) so that the first task does not pay for it; :func:`h5mdx.rmsd`
+    tasks call it too and record the time as their ``warmup`` phase, apart from
+    ``compute``.
+
+    Parameters
+    ----------
+    kernel : {"auto", "numpy", "numba"}
+
+    Returns
+    -------
+    float
+        Seconds spent now (0.0 when the kernel was warm already, or is numpy).
+    """
+    use_numba = kernel == "numba" or (kernel == "auto" and has_numba())
+    if not use_numba or "numba" in _WARM:
+        return 0.0
+    import time
+
+    t0 = time.perf_counter()
+    k = _numba_kernel()
+    out = np.empty(1, dtype=np.float64)
+    ref = np.zeros((3, 3), dtype=np.float64)
+    ref[1, 0] = ref[2, 1] = 1.0
+    w = np.ones(1, dtype=np.float64)
+    atoms = np.arange(3, dtype=np.intp)
+    for dtype in (np.float32, np.float64):
+        k(ref, ref[None].astype(dtype), atoms, w, False, True, out)
+    _WARM.add("numba")
+    return time.perf_counter() - t0
+
+
 def _numba_kernel() -> Any:
     try:
         from h5mdx._qcp_numba import _qcp_kernel
@@ -222,6 +261,7 @@ def rmsd_qcp(
     kernel: str = "auto",
     *,
     reference_centered: bool = False,
+    atoms: Any = None,
 ) -> np.ndarray:
     """RMSD of every frame to a reference after optimal superposition.
 
@@ -244,6 +284,10 @@ def rmsd_qcp(
         ``auto`` uses numba where installed.
     reference_centered : bool, default False
         Set when ``reference`` is already centred with the same weights.
+    atoms : array_like of int, optional
+        Compare only these atoms (positions along axis 1) of ``frames``, in this
+        order, with the rows of ``reference``: ``frames`` may then hold more atoms.
+        The numba kernel reads them in place, with no gathered copy of the frames.
 
     Returns
     -------
@@ -264,11 +308,17 @@ def rmsd_qcp(
         fr = fr[None]
     if ref.ndim != 2 or ref.shape[-1] != 3:
         raise ValueError(f"reference must have shape (n_atoms, 3), not {ref.shape}")
-    if fr.ndim != 3 or fr.shape[1:] != ref.shape:
-        raise ValueError(
-            f"frames must have shape (n_frames, {ref.shape[0]}, 3), not {np.shape(frames)}"
-        )
     n = ref.shape[0]
+    if atoms is not None:
+        atoms = np.asarray(atoms, dtype=np.intp).reshape(-1)
+        if atoms.size != n:
+            raise ValueError(f"atoms has {atoms.size} entries; the reference has {n} atoms")
+        if fr.ndim == 3 and atoms.size and (atoms.min() < 0 or atoms.max() >= fr.shape[1]):
+            raise IndexError(f"atoms out of range for frames of {fr.shape[1]} atoms")
+    if fr.ndim != 3 or fr.shape[2:] != (3,) or (atoms is None and fr.shape[1] != n):
+        raise ValueError(
+            f"frames must have shape (n_frames, {n}, 3), not {np.shape(frames)}"
+        )
     if n == 0:
         raise ValueError("no atoms to compare")
     w = normalize_weights(weights, n)
@@ -283,11 +333,13 @@ def rmsd_qcp(
         out = np.empty(fr.shape[0], dtype=np.float64)
         wk = w if w is not None else np.ones(1, dtype=np.float64)
         data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
-        k(np.ascontiguousarray(ref_c), np.ascontiguousarray(data), wk, w is not None,
+        cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
+        k(np.ascontiguousarray(ref_c), np.ascontiguousarray(data), cols, wk, w is not None,
           superposition, out)
         suspect = out < 0.0  # the kernel flags (near-)double roots with -1
         if suspect.any():
-            out[suspect] = _rmsd_exact(ref_c, fr[suspect], w)
+            picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
+            out[suspect] = _rmsd_exact(ref_c, picked, w)
     else:
-        out = _rmsd_numpy(ref_c, fr, w, superposition)
+        out = _rmsd_numpy(ref_c, fr if atoms is None else fr[:, atoms], w, superposition)
     return out[0:1] if single else out

@@ -25,7 +25,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from h5mdx.chunking import DEFAULT_TARGET_MIB, time_block
 from h5mdx.errors import TopologyError
-from h5mdx.qcp import center, normalize_weights, rmsd_qcp
+from h5mdx.qcp import center, normalize_weights, rmsd_qcp, warm_up
 from h5mdx.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
@@ -187,63 +187,74 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
 
 def _lazy_block(block: xr.DataArray, ref_c: np.ndarray, w: np.ndarray | None,
                 superposition: bool, kernel: str, start: int, stop: int,
-                take: np.ndarray | None = None) -> np.ndarray:
+                atoms: np.ndarray | None = None) -> np.ndarray:
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("io"):
             data = np.asarray(block.transpose(TIME_DIM, ATOM_DIM, SPATIAL_DIM).values)
             timer.bytes_read = data.nbytes
-            if take is not None:  # the selected atoms of a bounding slab, C-ordered
-                # gathering columns of the (frames, atoms*3) view is ~4x faster than
-                # np.take(data, take, axis=1)
-                cols = (3 * take[:, None] + np.arange(3)).reshape(-1)
-                data = data.reshape(data.shape[0], -1)[:, cols].reshape(
-                    data.shape[0], take.size, 3)
+        with timer.phase("warmup"):
+            warm_up(kernel)
         with timer.phase("compute"):
-            out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True)
+            # ``atoms``: the selected atoms of whole frames, read in place by the kernel
+            out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True,
+                           atoms=atoms)
     return out
 
 
 def _dask_block(data: np.ndarray, ref_c: np.ndarray, w: np.ndarray | None,
-                superposition: bool, kernel: str, block_info: Any = None) -> np.ndarray:
-    start = stop = 0
-    if block_info and None not in block_info:
-        start, stop = block_info[0]["array-location"][0]
-    elif block_info:
-        start, stop = block_info[None]["array-location"][0]
+                superposition: bool, kernel: str, start: int, stop: int,
+                atoms: np.ndarray | None = None) -> np.ndarray:
     with BlockTimer(start, stop, kind="rmsd") as timer:
         # the block arrives already read by dask (the read is fused into this task)
         timer.bytes_read = data.nbytes
+        with timer.phase("warmup"):
+            warm_up(kernel)
         with timer.phase("compute"):
-            out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True)
+            out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True,
+                           atoms=atoms)
     return out
 
 
 def _read_plan(position: xr.DataArray,
                idx: np.ndarray | None) -> tuple[xr.DataArray, np.ndarray | None]:
-    """What each lazy task reads, and which atoms of it it keeps.
+    """What each lazy task reads, and which atoms of it the kernel compares.
 
     Where the HDF5 chunks hold whole frames (or the dataset is contiguous), every
-    chunk that holds a selected atom holds the whole bounding range of atoms too, so
-    reading that range as one slab costs no extra disk I/O; taking the selected atoms
-    out of it in numpy is faster than a point selection and gives C-ordered blocks.
-    Elsewhere (atoms split across chunks, e.g. pyh5md's (32, 128, 3)) the selection
-    goes to the backend, which reads only the chunks that hold selected atoms.
+    chunk that holds a selected atom holds every atom of its frames too, so reading
+    whole frames costs no extra disk I/O; the kernel then reads the selected atoms in
+    place (no gathered copy). Elsewhere (atoms split across chunks, e.g. pyh5md's
+    (32, 128, 3)) the selection goes to the backend, which reads only the chunks
+    that hold selected atoms.
     """
     ordered = (TIME_DIM, ATOM_DIM, SPATIAL_DIM)
     if idx is None:
         return position.transpose(*ordered), None
     selected = position.isel({ATOM_DIM: idx}).transpose(*ordered)
-    if isinstance(position.variable._data, np.ndarray) or "source" not in position.encoding:
+    if "source" not in position.encoding or _in_memory(position):
         return selected, None
     chunks = position.encoding.get("chunksizes")
-    n_atoms = position.sizes[ATOM_DIM]
-    if chunks is not None and chunks[position.dims.index(ATOM_DIM)] < n_atoms:
+    if chunks is not None and chunks[position.dims.index(ATOM_DIM)] < position.sizes[ATOM_DIM]:
         return selected, None
-    lo, hi = int(idx.min()), int(idx.max()) + 1
-    local = idx - lo
-    if np.array_equal(local, np.arange(hi - lo)):
-        return selected, None  # a contiguous range is a slab already
-    return position.isel({ATOM_DIM: slice(lo, hi)}).transpose(*ordered), local
+    return position.transpose(*ordered), idx
+
+
+def _dask_plan(position: xr.DataArray, sub: xr.DataArray,
+               idx: np.ndarray | None) -> tuple[da.Array, np.ndarray | None]:
+    """The dask array each task takes, and which atoms of it the kernel compares.
+
+    Blocks that hold whole frames are handed to the kernel as they are read, with
+    the selected atoms read in place; a dask-level selection would copy them first.
+    """
+    full = position.transpose(TIME_DIM, ATOM_DIM, SPATIAL_DIM).data
+    if idx is not None and len(full.chunks[1]) == 1 and len(full.chunks[2]) == 1:
+        return full, idx
+    return sub.data, None
+
+
+def _in_memory(position: xr.DataArray) -> bool:
+    # xarray has no public test for "already loaded"; ``_in_memory`` is what its own
+    # ``load``/``compute`` paths consult
+    return bool(position.variable._in_memory)
 
 
 def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: float) -> int:
@@ -331,7 +342,7 @@ def rmsd(
     name = f"rmsd-{token}"
 
     if is_dask:
-        data = sub.data
+        data, atoms = _dask_plan(position, sub, idx)
         if len(data.chunks[1]) > 1 or len(data.chunks[2]) > 1:
             warnings.warn(
                 "the positions are split into several dask chunks along atom/spatial; "
@@ -341,21 +352,28 @@ def rmsd(
                 stacklevel=_user_stacklevel(),
             )
             data = data.rechunk({1: -1, 2: -1})
-        result = data.map_blocks(
-            _dask_block, ref_c, w, superposition, kernel,
-            drop_axis=[1, 2], dtype=np.float64, meta=np.array((), dtype=np.float64),
-            name=name,
-        )
+        # one task per block, each taking its (time, atom, spatial) block as it is:
+        # map_blocks with drop_axis would pass every block through np.concatenate, a full
+        # copy of the positions read
+        bounds = np.cumsum((0, *data.chunks[0]))
+        dsk = {
+            (name, i): (_dask_block, (data.name, i, 0, 0), ref_c, w, superposition, kernel,
+                        int(bounds[i]), int(bounds[i + 1]), atoms)
+            for i in range(len(data.chunks[0]))
+        }
+        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[data])
+        result = da.Array(graph, name, chunks=(data.chunks[0],), dtype=np.float64,
+                          meta=np.array((), dtype=np.float64))
     else:
         fpb = _block_frames(sub, frames_per_block, chunk_mib)
-        source, take = _read_plan(position, idx)
+        source, atoms = _read_plan(position, idx)
         starts = list(range(0, n_frames, fpb)) or [0]
         dsk = {}
         sizes = []
         for i, a in enumerate(starts):
             b = min(a + fpb, n_frames)
             block = source.isel({TIME_DIM: slice(a, b)})
-            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, take)
+            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, atoms)
             sizes.append(b - a)
         graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
         result = da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,

@@ -1,0 +1,406 @@
+"""RMSD scaling against the N-process read floor, 1..N cores, in one run.
+
+Builds (once, cached under ``--data``) an adk-sized trajectory of ``--frames``
+frames (default 100,000 x 3341 atoms, float32, ~4 GB) in the layouts asked for:
+``c100`` (chunks of 100 whole frames), ``c1`` (one frame per chunk, MDAnalysis'
+default) and ``contig`` (contiguous). The coordinates are synthetic (a seeded
+random structure with small per-frame motion) so that the benchmark runs on a
+bare machine with only numpy, h5py, dask, distributed, xarray, numba and h5mdx;
+atoms are selected by indices (214 "C-alpha" atoms, every ~16th atom).
+
+For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores):
+
+1. the read floor: N processes each read 1/N of the frames with h5py
+   (``read_direct`` of 32 MiB blocks, chunk-aligned), wall time from a common start;
+2. h5mdx: ``h5mdx.rmsd(ds.position, select=indices)`` computed on each
+   scheduler of ``--schedulers`` (``processes``: dask's process pool,
+   ``threads``: dask's threaded scheduler, ``distributed``: a LocalCluster of N
+   single-threaded worker processes), for each open mode of ``--opens``
+   (``lazy``: ``xr.open_dataset(...)``, ``chunks``: ``chunks={}``) and each
+   selection of ``--selections`` (``ca``, ``all``).
+
+Each figure is the median of ``--repeats`` runs after one warm-up run (warm page
+cache; the numba kernel loaded on every worker before timing). Reported: frames/s,
+the ratio to the floor at the same N, S(N) and E(N) against the floor at N=1 and
+against h5mdx at N=1; and the peak RSS of one worker on a trajectory and on one 4x
+longer (``--rss-frames``).
+
+Results: ``benchmarks/results/scale.json``, ``scale.md`` and ``scale.png``
+(``--tag`` appends a suffix, e.g. the machine). Run:
+``.venv/bin/python benchmarks/bench_scale.py`` (``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+N_ATOMS = 3341
+N_TEMPLATES = 64
+DSET = "particles/trajectory/position/value"
+CHUNKS = {"c100": lambda n: (100, n, 3), "c1": lambda n: (1, n, 3), "contig": lambda n: None}
+BLOCK_MIB = 32.0
+
+
+# ------------------------------------------------------------------------------- data
+def ca_indices(n_atoms: int = N_ATOMS) -> np.ndarray:
+    """214 atom indices spread over the structure, like adk's C-alpha atoms."""
+    return np.unique(np.linspace(1, n_atoms - 2, 214).astype(np.int64))
+
+
+def templates(n_atoms: int = N_ATOMS, seed: int = 42) -> np.ndarray:
+    """``N_TEMPLATES`` frames: a random compact structure with small deterministic motion."""
+    rng = np.random.default_rng(seed)
+    base = np.cumsum(rng.normal(scale=1.5, size=(n_atoms, 3)), axis=0)
+    base -= base.mean(axis=0)
+    motion = rng.normal(scale=0.6, size=(N_TEMPLATES, n_atoms, 3))
+    return (base[None] + motion).astype(np.float32)
+
+
+def build(path: str, n_frames: int, layout: str) -> str:
+    """Write (once) an H5MD file of ``n_frames`` frames in ``layout``; atomic rename."""
+    if os.path.exists(path):
+        with h5py.File(path, "r") as f:
+            if f[DSET].shape[0] == n_frames:
+                return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    frames = templates()
+    tmp = path + ".part"
+    with h5py.File(tmp, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1])
+        h.create_group("author").attrs["name"] = "bench_scale"
+        h.create_group("creator").attrs["name"] = "bench_scale"
+        g = f.create_group("particles/trajectory/position")
+        v = g.create_dataset("value", shape=(n_frames, N_ATOMS, 3), dtype=np.float32,
+                             chunks=CHUNKS[layout](N_ATOMS))
+        v.attrs["unit"] = "Angstrom"
+        step = 1000 if layout != "c1" else 100
+        for a in range(0, n_frames, step):
+            b = min(n_frames, a + step)
+            idx = np.arange(a, b) % N_TEMPLATES
+            v[a:b] = frames[idx]
+        g.create_dataset("step", data=np.arange(n_frames))
+        t = g.create_dataset("time", data=np.arange(n_frames, dtype=np.float64))
+        t.attrs["unit"] = "ps"
+    os.replace(tmp, path)
+    return path
+
+
+def block_frames(path: str) -> int:
+    from h5mdx.chunking import time_block
+
+    with h5py.File(path, "r") as f:
+        d = f[DSET]
+        return time_block(d.shape, d.dtype.itemsize, d.chunks, BLOCK_MIB)
+
+
+# ------------------------------------------------------------------------- read floor
+def _floor_worker(path: str, start: int, stop: int, block: int, t0: float) -> float:
+    with h5py.File(path, "r") as f:
+        d = f[DSET]
+        buf = np.empty((block, *d.shape[1:]), d.dtype)
+        while time.time() < t0:
+            time.sleep(0.0005)
+        for a in range(start, stop, block):
+            b = min(stop, a + block)
+            d.read_direct(buf, np.s_[a:b], np.s_[0:b - a])
+    return time.time()
+
+
+def read_floor(path: str, n: int, pool: cf.Executor, block: int) -> float:
+    """Seconds for ``n`` processes to read 1/n of the frames each (common start)."""
+    with h5py.File(path, "r") as f:
+        frames = f[DSET].shape[0]
+    n_blocks = -(-frames // block)
+    bounds = [min(frames, (i * n_blocks // n) * block) for i in range(n + 1)]
+    t0 = time.time() + 0.2
+    futs = [pool.submit(_floor_worker, path, bounds[i], bounds[i + 1], block, t0)
+            for i in range(n)]
+    return max(f.result() for f in futs) - t0
+
+
+# ---------------------------------------------------------------------------- h5mdx
+def _open(path: str, mode: str):
+    import xarray as xr
+
+    return xr.open_dataset(path, engine="h5md", chunks={} if mode == "chunks" else None)
+
+
+def h5mdx_run(path: str, mode: str, select: np.ndarray | None) -> Callable[[], Any]:
+    """A function computing the RMSD on the active dask scheduler."""
+    import h5mdx
+
+    def run() -> np.ndarray:
+        with _open(path, mode) as ds:
+            return h5mdx.rmsd(ds.position, select=select).values
+
+    return run
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def _warm_kernel() -> None:
+    from h5mdx.qcp import warm_up
+
+    warm_up()
+
+
+def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> list[dict]:
+    import dask
+    import distributed
+
+    selections = {"ca": ca_indices(), "all": None}
+    rows = []
+    for sched in args.schedulers:
+        if sched == "distributed":
+            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1,
+                                               processes=True, dashboard_address=None)
+            client = distributed.Client(cluster)
+            client.run(_warm_kernel)
+            ctx: Any = dask.config.set(scheduler=client)
+        elif sched == "processes":
+            pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
+                                          initializer=_warm_kernel)
+            ctx = dask.config.set(scheduler="processes", pool=pool, chunksize=1)
+        else:
+            _warm_kernel()
+            ctx = dask.config.set(scheduler="threads", num_workers=n)
+        try:
+            with ctx:
+                for mode in args.opens:
+                    for sel_name in args.selections:
+                        fn = h5mdx_run(path, mode, selections[sel_name])
+                        t, times = median_time(fn, args.repeats)
+                        rows.append({"scheduler": sched, "open": mode, "select": sel_name,
+                                     "n": n, "seconds": t, "times": times,
+                                     "frames_per_s": frames / t})
+                        print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
+                              f"{frames / t:12,.0f} frames/s", flush=True)
+        finally:
+            if sched == "distributed":
+                client.close()
+                cluster.close()
+            elif sched == "processes":
+                pool.shutdown()
+    return rows
+
+
+# ------------------------------------------------------------------------------ RSS
+RSS_SCRIPT = r"""
+import resource, sys, dask, xarray as xr, h5mdx, numpy as np
+sel = np.unique(np.linspace(1, 3339, 214).astype(np.int64))
+with dask.config.set(scheduler="synchronous"):
+    with xr.open_dataset(sys.argv[1], engine="h5md") as ds:
+        h5mdx.rmsd(ds.position, select=sel).values
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss(path: str) -> float:
+    out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, path], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout.split()[-1]) / 1024  # KiB -> MiB
+
+
+# --------------------------------------------------------------------------- report
+def versions() -> dict[str, str]:
+    import dask
+    import distributed
+    import numba
+    import xarray
+
+    import h5mdx
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version,
+            "dask": dask.__version__, "distributed": distributed.__version__,
+            "xarray": xarray.__version__, "numba": numba.__version__,
+            "h5mdx": h5mdx.__version__}
+
+
+def derive(results: dict) -> None:
+    """Add ratios to the floor and S(N), E(N) to every row (in place)."""
+    for layout in results["layouts"].values():
+        floor = {r["n"]: r["frames_per_s"] for r in layout["floor"]}
+        base = {}
+        for r in layout["h5mdx"]:
+            if r["n"] == min(floor):
+                base[(r["scheduler"], r["open"], r["select"])] = r["frames_per_s"]
+        for r in layout["h5mdx"]:
+            f = floor.get(r["n"])
+            b = base.get((r["scheduler"], r["open"], r["select"]))
+            r["vs_floor"] = r["frames_per_s"] / f if f else None
+            r["speedup"] = r["frames_per_s"] / b if b else None
+            r["efficiency"] = r["speedup"] / r["n"] if b else None
+            r["speedup_vs_floor1"] = r["frames_per_s"] / floor[min(floor)]
+        for r in layout["floor"]:
+            r["speedup"] = r["frames_per_s"] / floor[min(floor)]
+            r["efficiency"] = r["speedup"] / r["n"]
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        "# RMSD scaling against the read floor",
+        "",
+        f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
+        f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
+        f"warm page cache, medians of {results['repeats']} after a warm-up. "
+        f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.",
+        "",
+        "vs floor: h5mdx frames/s over the N-process h5py read floor at the same N. "
+        "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor at N=1.",
+        "",
+    ]
+    for name, layout in results["layouts"].items():
+        lines += [f"## {name}", "", "| what | N | frames/s | vs floor | S(N) | E(N) | "
+                  "S_floor(N) |", "|---|---|---|---|---|---|---|"]
+        for r in layout["floor"]:
+            lines.append(f"| read floor (N h5py processes) | {r['n']} | "
+                         f"{r['frames_per_s']:,.0f} | 1.00 | {r['speedup']:.2f} | "
+                         f"{r['efficiency']:.2f} | {r['speedup']:.2f} |")
+        for r in sorted(layout["h5mdx"], key=lambda r: (r["scheduler"], r["open"],
+                                                         r["select"], r["n"])):
+            lines.append(
+                f"| h5mdx {r['scheduler']}, {r['open']}, {r['select']} | {r['n']} | "
+                f"{r['frames_per_s']:,.0f} | {r['vs_floor']:.2f} | {r['speedup']:.2f} | "
+                f"{r['efficiency']:.2f} | {r['speedup_vs_floor1']:.2f} |")
+        lines.append("")
+    if results.get("rss"):
+        r = results["rss"]
+        lines += ["## Peak RSS of one worker", "",
+                  f"{r['frames_1x']:,} frames: {r['mib_1x']:.0f} MiB; "
+                  f"{r['frames_4x']:,} frames: {r['mib_4x']:.0f} MiB "
+                  f"(ratio {r['mib_4x'] / r['mib_1x']:.2f}).", ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    layouts = results["layouts"]
+    fig = Figure(figsize=(5.5 * len(layouts), 4.2), dpi=100)
+    for i, (name, layout) in enumerate(layouts.items()):
+        ax = fig.add_subplot(1, len(layouts), i + 1)
+        fl = layout["floor"]
+        ax.plot([r["n"] for r in fl], [r["frames_per_s"] for r in fl], "k--o",
+                label="read floor (h5py)")
+        keys = sorted({(r["scheduler"], r["open"], r["select"]) for r in layout["h5mdx"]})
+        for key in keys:
+            rows = sorted((r for r in layout["h5mdx"]
+                           if (r["scheduler"], r["open"], r["select"]) == key),
+                          key=lambda r: r["n"])
+            ax.plot([r["n"] for r in rows], [r["frames_per_s"] for r in rows], "-o",
+                    ms=3, lw=1, label=" ".join(key))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("workers N")
+        ax.set_ylabel("frames/s")
+        ax.set_title(name)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+# ----------------------------------------------------------------------------- main
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cores = os.cpu_count() or 1
+    p.add_argument("--frames", type=int, default=100_000)
+    p.add_argument("--layouts", default="c100,c1,contig")
+    p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
+                                                 if n <= cores))
+    p.add_argument("--schedulers", default="processes,threads,distributed")
+    p.add_argument("--opens", default="lazy,chunks")
+    p.add_argument("--selections", default="ca,all")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rss-frames", type=int, default=10_000,
+                   help="frames of the 1x file for the peak-RSS check (0: skip)")
+    p.add_argument("--data", default=os.path.join(HERE, "data"))
+    p.add_argument("--tag", default="", help="suffix of the result files")
+    p.add_argument("--quick", action="store_true", help="small smoke run")
+    args = p.parse_args()
+    if args.quick:
+        args.frames, args.repeats, args.rss_frames = 3000, 1, 1000
+    args.layouts = args.layouts.split(",")
+    args.workers = [int(n) for n in args.workers.split(",")]
+    args.schedulers = args.schedulers.split(",")
+    args.opens = args.opens.split(",")
+    args.selections = args.selections.split(",")
+
+    gb = args.frames * N_ATOMS * 3 * 4 / 1e9
+    results: dict[str, Any] = {
+        "machine": {"platform": platform.platform(), "cores": cores,
+                    "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                    / 2**30, "processor": platform.processor()},
+        "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
+        "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"), "layouts": {},
+    }
+    for layout in args.layouts:
+        path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
+        t0 = time.perf_counter()
+        build(path, args.frames, layout)
+        print(f"{layout}: {path} ready in {time.perf_counter() - t0:.1f} s", flush=True)
+        block = block_frames(path)
+        entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
+                                 "h5mdx": []}
+        with cf.ProcessPoolExecutor(max(args.workers),
+                                    mp_context=mp.get_context("spawn")) as pool:
+            for n in args.workers:
+                t, times = median_time(lambda n=n, path=path, block=block: read_floor(path, n, pool, block),
+                                       args.repeats)
+                entry["floor"].append({"n": n, "seconds": t, "times": times,
+                                       "frames_per_s": args.frames / t})
+                print(f"    read floor  N={n:2d} {args.frames / t:12,.0f} frames/s",
+                      flush=True)
+        for n in args.workers:
+            entry["h5mdx"] += scheduler_runs(args, path, n, args.frames)
+        results["layouts"][layout] = entry
+    if args.rss_frames:
+        small = build(os.path.join(args.data, f"scale-c100-{args.rss_frames}.h5md"),
+                      args.rss_frames, "c100")
+        big = build(os.path.join(args.data, f"scale-c100-{4 * args.rss_frames}.h5md"),
+                    4 * args.rss_frames, "c100")
+        results["rss"] = {"frames_1x": args.rss_frames, "mib_1x": peak_rss(small),
+                          "frames_4x": 4 * args.rss_frames, "mib_4x": peak_rss(big)}
+    derive(results)
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"scale{args.tag}")
+    with open(stem + ".json", "w") as fh:
+        json.dump(results, fh, indent=1)
+    with open(stem + ".md", "w") as fh:
+        fh.write(markdown(results))
+    plot(results, stem + ".png")
+    print(markdown(results))
+    print(f"wrote {stem}.json, .md, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
