@@ -79,6 +79,9 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
     import dask
 
     if scheduler == "threads":
+        from h5mdx.qcp import warm_up
+
+        warm_up()  # the threads share this process's kernel
         with dask.config.set(scheduler="threads", num_workers=workers):
             yield None
     elif scheduler == "processes":
@@ -92,6 +95,9 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
             n_workers=workers, threads_per_worker=1, processes=True,
             dashboard_address=None,
         ) as cluster, distributed.Client(cluster) as client:
+            from h5mdx.workers import warm_up_workers
+
+            warm_up_workers(client)
             yield client
     elif scheduler == "slurm":
         from h5mdx import cluster as slurm_cluster
@@ -105,13 +111,16 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
 def _progress(client: Any, result: Any, enabled: bool) -> Any:
     """Compute ``result`` with a progress bar on stderr."""
     if client is not None:
-        future = client.compute(result)
-        if enabled:
-            from distributed import progress
+        if not enabled:
+            return client.compute(result).result()
+        from distributed import progress
 
-            progress(future, notebook=False)
-            print(file=sys.stderr)
-        return future.result()
+        # persist: one future per task, so the bar advances per block (a single future from
+        # client.compute would sit at 0% until the whole result is gathered)
+        persisted = client.persist(result)
+        progress(persisted, notebook=False)
+        print(file=sys.stderr)
+        return persisted.compute()
     if enabled:
         from dask.diagnostics import ProgressBar
 

@@ -19,11 +19,13 @@ This module knows h5py, numpy and the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,7 @@ __all__ = [
     "locate_chunks",
     "plan_cached",
     "plan_direct",
+    "scratch_buffers",
 ]
 
 #: Environment variable that turns direct reads off (``0``): every read goes through h5py.
@@ -184,7 +187,7 @@ class DirectReader:
 
     def _rows(self, first: int, stop: int) -> np.ndarray:
         """Rows ``first:stop`` of axis 0, every other axis whole."""
-        rows = np.empty((stop - first, *self.shape[1:]), dtype=self.dtype)
+        rows = _empty((stop - first, *self.shape[1:]), self.dtype)
         flat = memoryview(rows).cast("B")
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
         if self.chunks is None:
@@ -365,6 +368,49 @@ def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple
         else:
             return None
     return tuple(box), tuple(rest)
+
+
+# -- scratch buffers ---------------------------------------------------------------------
+_SCRATCH = threading.local()
+
+
+@contextlib.contextmanager
+def scratch_buffers() -> Iterator[None]:
+    """Inside this block, reads of this thread reuse buffers of earlier blocks.
+
+    A fresh array costs the kernel zeroing its pages before the read fills them,
+    about as much again as the read itself from the page cache. A task that uses
+    what it reads only inside the block (an RMSD task reduces its frames to one
+    number each) can hand its buffers back: arrays read inside must not be used
+    after it. Each thread keeps the buffers of its largest block.
+    """
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = {"free": [], "used": [], "depth": 0}
+    pool["depth"] += 1
+    try:
+        yield
+    finally:
+        pool["depth"] -= 1
+        if pool["depth"] == 0:
+            pool["free"].extend(pool["used"])
+            pool["used"].clear()
+            del pool["free"][:-2]  # keep at most two per thread
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None or pool["depth"] == 0:
+        return np.empty(shape, dtype=dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    for i, buf in enumerate(pool["free"]):
+        if buf.nbytes >= nbytes:
+            del pool["free"][i]
+            break
+    else:
+        buf = np.empty(nbytes, dtype=np.uint8)
+    pool["used"].append(buf)
+    return buf[:nbytes].view(dtype).reshape(shape)
 
 
 # -- one reader per dataset and process ---------------------------------------------------

@@ -24,6 +24,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from h5mdx.chunking import DEFAULT_TARGET_MIB, time_block
+from h5mdx.direct import scratch_buffers
 from h5mdx.errors import TopologyError
 from h5mdx.qcp import center, normalize_weights, rmsd_qcp, warm_up
 from h5mdx.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
@@ -185,19 +186,31 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     )
 
 
-def _lazy_block(block: xr.DataArray, ref_c: np.ndarray, w: np.ndarray | None,
+def _lazy_block(block: xr.Variable, ref_c: np.ndarray, w: np.ndarray | None,
                 superposition: bool, kernel: str, start: int, stop: int,
-                atoms: np.ndarray | None = None) -> np.ndarray:
+                atoms: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
+    """RMSD of one task's frames, read ``step`` frames at a time.
+
+    Reading a few MiB at a time into the same buffer keeps the frames in the CPU cache
+    between the read and the kernel; the task's block stays large for the scheduler.
+    """
+    n = stop - start
+    step = n if not step else step
+    out = np.empty(n, dtype=np.float64)
     with BlockTimer(start, stop, kind="rmsd") as timer:
-        with timer.phase("io"):
-            data = np.asarray(block.transpose(TIME_DIM, ATOM_DIM, SPATIAL_DIM).values)
-            timer.bytes_read = data.nbytes
         with timer.phase("warmup"):
             warm_up(kernel)
-        with timer.phase("compute"):
-            # ``atoms``: the selected atoms of whole frames, read in place by the kernel
-            out = rmsd_qcp(ref_c, data, w, superposition, kernel, reference_centered=True,
-                           atoms=atoms)
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            # the frames read are used only here: their buffer serves the next read
+            with scratch_buffers():
+                with timer.phase("io"):
+                    data = np.asarray((block[a:b] if step < n else block).values)
+                    timer.bytes_read += data.nbytes
+                with timer.phase("compute"):
+                    # ``atoms``: the selected atoms of whole frames, read in place
+                    out[a:b] = rmsd_qcp(ref_c, data, w, superposition, kernel,
+                                        reference_centered=True, atoms=atoms)
     return out
 
 
@@ -255,6 +268,27 @@ def _in_memory(position: xr.DataArray) -> bool:
     # xarray has no public test for "already loaded"; ``_in_memory`` is what its own
     # ``load``/``compute`` paths consult
     return bool(position.variable._in_memory)
+
+
+#: Bytes a task reads at a time: small enough to stay in the CPU cache (L3) for the kernel;
+#: 4 MiB measured best of 2, 4 and 8 MiB on the 2-core AMD EPYC (32 MiB L3).
+READ_STEP_BYTES = 2**22
+
+
+def _read_step(source: xr.DataArray) -> int | None:
+    """Frames a task reads at a time: whole HDF5 chunks of about :data:`READ_STEP_BYTES`.
+
+    None (the whole block at once) where the data are not read straight from an
+    uncompressed file (compressed chunks are best decoded once each).
+    """
+    enc = source.encoding
+    if "source" not in enc or enc.get("compression") or _in_memory(source):
+        return None
+    frame_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:]))
+    chunks = enc.get("chunksizes")
+    per_chunk = int(chunks[0]) if chunks else 1
+    n_chunks = max(1, READ_STEP_BYTES // max(1, frame_bytes * per_chunk))
+    return n_chunks * per_chunk
 
 
 def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: float) -> int:
@@ -367,13 +401,16 @@ def rmsd(
     else:
         fpb = _block_frames(sub, frames_per_block, chunk_mib)
         source, atoms = _read_plan(position, idx)
+        step = _read_step(source)
         starts = list(range(0, n_frames, fpb)) or [0]
         dsk = {}
         sizes = []
         for i, a in enumerate(starts):
             b = min(a + fpb, n_frames)
-            block = source.isel({TIME_DIM: slice(a, b)})
-            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, atoms)
+            # a Variable on (time, atom, spatial): no coordinates travel with the task
+            block = source.variable[a:b]
+            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, atoms,
+                              step)
             sizes.append(b - a)
         graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
         result = da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,

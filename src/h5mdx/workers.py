@@ -1,0 +1,61 @@
+"""Prepare dask workers before they compute: warm-up is not work.
+
+:class:`KernelWarmUp` is a ``distributed`` worker plugin that loads the QCP
+kernel (:func:`h5mdx.qcp.warm_up`) when a worker starts, and on every worker
+that joins later, so the first task of a worker is not slowed by it and not
+taken for a straggler. :func:`warm_up_workers` installs it on a client's cluster
+and reports the seconds each worker spent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributed import WorkerPlugin
+
+from h5mdx.qcp import warm_up
+
+__all__ = ["KernelWarmUp", "warm_up_workers"]
+
+#: Name of the plugin on a cluster (registering it again replaces it).
+PLUGIN_NAME = "h5mdx-kernel-warm-up"
+
+
+class KernelWarmUp(WorkerPlugin):
+    """Load the QCP kernel on every worker as it starts.
+
+    Parameters
+    ----------
+    kernel : {"auto", "numpy", "numba"}
+        The kernel the computation will use.
+    """
+
+    name = PLUGIN_NAME
+
+    def __init__(self, kernel: str = "auto") -> None:
+        self.kernel = kernel
+
+    def setup(self, worker: Any) -> None:
+        """Load the kernel; keep the seconds spent on the worker object."""
+        worker.h5mdx_warm_up_s = warm_up(self.kernel)
+
+
+def _seconds(dask_worker: Any) -> float:
+    return float(getattr(dask_worker, "h5mdx_warm_up_s", 0.0))
+
+
+def warm_up_workers(client: Any, kernel: str = "auto") -> dict[str, float]:
+    """Load the QCP kernel on every worker of ``client`` (and on workers added later).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    kernel : {"auto", "numpy", "numba"}
+
+    Returns
+    -------
+    dict
+        Worker address -> seconds that worker spent loading the kernel.
+    """
+    client.register_plugin(KernelWarmUp(kernel), name=PLUGIN_NAME)
+    return client.run(_seconds)
