@@ -5,7 +5,8 @@ What ``h5mdx example`` does, as library calls:
 1. :func:`build_adk_trajectory` writes (once; cached by frame count) an H5MD
    file of ``frames`` frames of adenylate kinase (3341 atoms) made from the 98
    frames of MDAnalysisTests' PSF/DCD: frames 0-97 are the DCD's frames
-   exactly; every later frame is DCD frame ``i % 98`` moved by a small rigid
+   exactly; the trajectory then runs back and forth through them
+   (:func:`source_index`), every later frame moved by a small rigid
    rotation and translation plus Gaussian noise of 0.05 Å, drawn from a
    generator seeded by the frame number, so the file is the same on every
    machine and the RMSD stays meaningful. Layout: chunks of 100 whole frames
@@ -42,8 +43,10 @@ __all__ = [
     "build_adk_trajectory",
     "machine_description",
     "mdanalysis_sample_rate",
+    "plot_rmsd",
     "read_floor",
     "run_example",
+    "source_index",
     "summary_lines",
     "timing_split",
     "write_report",
@@ -58,7 +61,7 @@ _NOISE = 0.05  # Å, standard deviation of the per-coordinate noise
 _MAX_ANGLE = math.radians(10.0)
 _MAX_SHIFT = 2.0  # Å
 _SEED = 15
-_RECIPE = 1  # bump when the construction changes: cached files are rebuilt
+_RECIPE = 2  # bump when the construction changes: cached files are rebuilt
 
 
 def _adk_source() -> tuple[Any, np.ndarray, float, float]:
@@ -88,6 +91,17 @@ def _rotations(rng: np.random.Generator, n: int) -> np.ndarray:
     ], axis=1)
 
 
+def source_index(frame: Any, n_source: int = 98) -> Any:
+    """The source frame behind ``frame``: forward, then backward, then forward ...
+
+    ``0, 1, ..., n-1, n-1, n-2, ..., 0, 0, 1, ...``: consecutive frames are always
+    neighbours in the source, so the long trajectory goes back and forth along
+    the DCD's transition without jumps.
+    """
+    k = np.asarray(frame) % (2 * n_source)
+    return np.where(k < n_source, k, 2 * n_source - 1 - k)
+
+
 def perturbed_frames(source: np.ndarray, start: int, stop: int) -> np.ndarray:
     """Frames ``[start, stop)`` of the example trajectory built from ``source``.
 
@@ -103,11 +117,11 @@ def perturbed_frames(source: np.ndarray, start: int, stop: int) -> np.ndarray:
     numpy.ndarray
         float32 ``(stop - start, n_atoms, 3)``. Frames below ``n_source`` are the
         source frames unchanged; frame ``i`` above is source frame
-        ``i % n_source`` rotated about its centre, shifted and with Gaussian noise,
-        from a generator seeded by ``i`` (so any block gives the same frames).
+        ``source_index(i)`` rotated about its centre, shifted and with Gaussian
+        noise, from a generator seeded by ``i`` (so any block gives the same frames).
     """
     n_src = len(source)
-    out = source[np.arange(start, stop) % n_src].copy()
+    out = source[source_index(np.arange(start, stop), n_src)].copy()
     for j, i in enumerate(range(max(start, n_src), stop), start=max(start, n_src) - start):
         rng = np.random.default_rng((_SEED, i))
         frame = out[j].astype(np.float64)
@@ -429,12 +443,12 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
     if slow.empty:
         text = f"stragglers: none of {len(flagged)} tasks ({rule})"
     else:
-        items = ", ".join(
-            f"frames {r.frame_start}-{r.frame_stop} {r.duration:.2f} s (median "
-            f"{float(flagged['duration'].median()):.3f} s, slow in {r.slow_phase})"
-            for r in slow.itertuples()
-        )
-        text = f"stragglers: {len(slow)} of {len(flagged)} tasks: {items} ({rule})"
+        worst = slow.sort_values("duration", ascending=False)
+        items = ", ".join(f"frames {r.frame_start}-{r.frame_stop} {r.duration:.2f} s "
+                          f"({r.slow_phase})" for r in worst.head(3).itertuples())
+        more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
+        text = (f"stragglers: {len(slow)} of {len(flagged)} tasks (median "
+                f"{float(flagged['duration'].median()):.3f} s): {items}{more} ({rule})")
     warm = warmup_summary(records)
     parts = []
     if before:
@@ -577,6 +591,37 @@ th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f
     return files
 
 
+def plot_rmsd(rmsd: Any, path: str, zoom: int = 392) -> None:
+    """The RMSD series (top) and its first ``zoom`` frames (bottom), as PNG.
+
+    Parameters
+    ----------
+    rmsd : xarray.DataArray
+        The series on ``time``.
+    path : str
+        Output PNG.
+    zoom : int, default 392
+        Frames in the lower panel (default: two forward-and-back passes).
+    """
+    from h5mdx.timing.plots import _figure
+
+    t = np.asarray(rmsd["time"].values)
+    y = np.asarray(rmsd.values)
+    unit = rmsd["time"].attrs.get("units", "")
+    fig = _figure((8.0, 5.0), 100)
+    top, bottom = fig.subplots(2, 1)
+    top.plot(t, y, lw=0.3)
+    top.set_title(f"C-alpha RMSD to frame 0, all {y.size:,} frames")
+    bottom.plot(t[:zoom], y[:zoom], lw=1)
+    bottom.axvspan(t[0], t[min(97, y.size - 1)], color="0.9", label="the DCD's own 98 frames")
+    bottom.set_title(f"first {min(zoom, y.size)} frames")
+    bottom.legend(fontsize="small", loc="lower right")
+    for ax in (top, bottom):
+        ax.set_xlabel(f"time ({unit})")
+        ax.set_ylabel(f"RMSD ({rmsd.attrs.get('units', '')})")
+    fig.savefig(path, dpi=fig.dpi, format="png")
+
+
 def _describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
     with h5py.File(path, "r") as f:
         d = f[_POSITION]
@@ -593,7 +638,8 @@ def warm_kernel() -> float:
 
     t0 = time.perf_counter()
     x = np.random.default_rng(0).normal(size=(4, 3))
-    rmsd_qcp(x, np.stack([x, x + 1.0]))
+    for dtype in (np.float32, np.float64):  # one numba specialisation per frame dtype
+        rmsd_qcp(x, np.stack([x, x + 1.0]).astype(dtype), reference_centered=False)
     return time.perf_counter() - t0
 
 
@@ -662,7 +708,7 @@ def run_example(
     -------
     ExampleResult
     """
-    from h5mdx._cli_rmsd import write_outputs
+    from h5mdx.rmsd import write_series
     from h5mdx.testing import adk_topology
     from h5mdx.timing.records import load
 
@@ -683,7 +729,8 @@ def run_example(
     result, seconds, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
     files = {"rmsd_plot": os.path.join(out, "rmsd.png"), "rmsd": os.path.join(out, "rmsd.csv"),
              "timing": os.path.join(out, "timing.csv")}
-    write_outputs(result, files["rmsd"], files["rmsd_plot"])
+    write_series(files["rmsd"], result)
+    plot_rmsd(result, files["rmsd_plot"])
     records, _ = load(files["timing"])
     mda = None
     if mda_frames > 0:
