@@ -353,14 +353,19 @@ def timing_split(records: Any) -> dict[str, float]:
 
 
 def machine_description() -> str:
-    """``"<n> cores, <OS>"``, e.g. ``"2 cores, Linux-6.1-x86_64 (Debian 12)"``."""
-    os_name = platform.platform(terse=True)
+    """The machine in a few words: cores, operating system, kernel.
+
+    E.g. ``"2 cores, Debian GNU/Linux 12 (bookworm), Linux 6.1 x86_64"``.
+    """
+    parts = [f"{os.cpu_count()} cores"]
     try:
         info = platform.freedesktop_os_release()
-        os_name = f"{os_name} ({info.get('PRETTY_NAME', info.get('NAME', ''))})"
+        parts.append(info.get("PRETTY_NAME", info.get("NAME", "")))
     except (OSError, AttributeError):
         pass
-    return f"{os.cpu_count()} cores, {os_name}"
+    release = ".".join(platform.release().split("-")[0].split(".")[:2])
+    parts.append(f"{platform.system()} {release} {platform.machine()}".strip())
+    return ", ".join(p for p in parts if p)
 
 
 @dataclass
@@ -530,8 +535,9 @@ def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
                      "for all frames"))
     rows.append(("busy time split", ", ".join(f"{k} {100 * split[k]:.0f}%" for k in
                                               ("io", "compute", "warmup", "other"))))
-    rows.extend(zip(("stragglers", "warm-up"), _straggler_text(result.records, result.warmup),
-                    strict=True))
+    texts = _straggler_text(result.records, result.warmup)
+    rows.extend((name, text.split(": ", 1)[1])
+                for name, text in zip(("stragglers", "warm-up"), texts, strict=True))
     return rows
 
 
@@ -723,6 +729,7 @@ def run_example(
     echo(f"trajectory: {path}  {n_frames:,} frames x {n_atoms:,} atoms, {nbytes / 1e9:.2f} GB, "
          f"chunks {chunks}, uncompressed "
          + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
+    echo(f"machine: {machine_description()}")
     echo(f"measuring the read floor: plain h5py, {workers} reader process(es) ...")
     floor = read_floor(path, workers)
     echo(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes ...")
