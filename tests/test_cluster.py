@@ -377,7 +377,8 @@ def test_straggler_summary_flags_the_slow_rank():
 
 def test_straggler_summary_clean_run():
     text = straggler_summary(_rank_records([0.1, 0.11]))
-    assert "stragglers (duration > 1.5 x median): none" in text
+    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
+    assert f"stragglers ({rule}): none" in text
     assert "STRAGGLER" not in text
     assert straggler_summary(pd.DataFrame()) == "no timing records"
     assert np.isfinite(float(re.search(r"R_comp/IO: (\S+)", text).group(1)))

@@ -62,6 +62,8 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
     monkeypatch.setenv("H5MDX_REPO", str(ROOT))
     monkeypatch.setenv("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    # the quick start builds the `h5mdx example` trajectory: a small one here
+    monkeypatch.setenv("H5MDX_EXAMPLE_FRAMES", "980")
     client = NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     client.execute()

@@ -126,3 +126,136 @@ def test_advice_sentences():
     assert any(a.startswith("Load imbalance") for a in io_bound)
     assert advice(_run(io=0.01, compute=1.0))[0].startswith("Compute bound")
     assert "No timing records" in advice(rec.empty())[0]
+
+
+# --- warm-up and the minimum absolute excess (issue #15, item 6) -----------------------------
+
+def _small_tasks(n_tasks=14, n_workers=2, seed=0, base=0.010, jitter=0.3, warmup=0.3,
+                 delayed=None, delay=1.0, warmup_recorded=True):
+    """``n_tasks`` blocks of ~``base`` s (log-normal jitter) on ``n_workers`` workers.
+
+    The first task of each worker also loads the kernel (``warmup`` s inside its
+    wall time, recorded as ``t_warmup`` when ``warmup_recorded``); block ``delayed``
+    spends ``delay`` more seconds in I/O.
+    """
+    rng = np.random.default_rng(seed)
+    rows, clock = [], dict.fromkeys(range(n_workers), 1000.0)
+    for i in range(n_tasks):
+        w = i % n_workers
+        t_io = base * 0.6 * float(np.exp(jitter * rng.standard_normal()))
+        t_comp = base * 0.4 * float(np.exp(jitter * rng.standard_normal()))
+        if i == delayed:
+            t_io += delay
+        warm = warmup if i < n_workers else 0.0
+        wall = warm + t_io + t_comp + 0.0005
+        rows.append({"run_id": "r", "backend": "distributed", "n_workers": n_workers,
+                     "worker": f"w{w}", "task_key": f"k{i}", "kind": "rmsd",
+                     "frame_start": 100 * i, "frame_stop": 100 * i + 100,
+                     "t_start": clock[w], "t_stop": clock[w] + wall, "t_io": t_io,
+                     "t_compute": t_comp if warmup_recorded else t_comp + warm,
+                     "t_wait": 0.0, "bytes_read": 100,
+                     **({"t_warmup": warm} if warmup_recorded else {})})
+        clock[w] += wall
+    return rec.to_frame(rows)
+
+
+def test_issue_scenario_flags_only_the_delayed_block():
+    # 2 workers, 14 blocks of ~10 ms, block 5 delayed by 1 s, first blocks warm up the kernel
+    df = _small_tasks(delayed=5, seed=3)
+    flagged = flag_stragglers(df)
+    assert flagged.index[flagged["is_straggler"]].tolist() == [5]
+    assert flagged.loc[5, "slow_phase"] == "io"
+    np.testing.assert_allclose(flagged.loc[:1, "warmup"], 0.3)
+    # the judged duration leaves the warm-up out
+    np.testing.assert_allclose(flagged["duration"], df["wall"] - df["t_warmup"])
+    # without warm-up accounting the first blocks would look like compute stragglers
+    old = flag_stragglers(_small_tasks(delayed=5, seed=3, warmup_recorded=False))
+    assert {0, 1, 5} <= set(old.index[old["is_straggler"]])
+    assert old.loc[0, "slow_phase"] == "compute"
+
+
+def test_min_excess_hides_millisecond_jitter():
+    # jitter alone pushes some 10 ms blocks past 1.5x the median ...
+    df = _small_tasks(n_tasks=200, seed=1, jitter=0.5)
+    assert flag_stragglers(df, min_excess=0.0)["is_straggler"].any()
+    # ... but never 50 ms past it
+    assert not flag_stragglers(df)["is_straggler"].any()
+    thr = flag_stragglers(df)["threshold"].iloc[0]
+    assert thr == pytest.approx(float(df["wall"].iloc[2:].median() + 0.05), abs=0.01)
+    with pytest.raises(ValueError, match="min_excess"):
+        flag_stragglers(df, min_excess=-1)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_ordinary_runs_flag_nothing_and_a_delayed_task_is_always_flagged(seed):
+    rng = np.random.default_rng(1000 + seed)
+    n_tasks = int(rng.integers(8, 400))
+    n_workers = int(rng.integers(1, 9))
+    base = float(rng.uniform(0.002, 0.02))  # "small": 2-20 ms
+    ordinary = _small_tasks(n_tasks, n_workers, seed=seed, base=base)
+    assert not flag_stragglers(ordinary)["is_straggler"].any()
+    delayed = int(rng.integers(0, n_tasks))  # the warm-up task itself may be delayed
+    slow = flag_stragglers(_small_tasks(n_tasks, n_workers, seed=seed, base=base,
+                                        delayed=delayed, delay=0.2))
+    assert slow.index[slow["is_straggler"]].tolist() == [delayed]
+
+
+def test_old_records_without_warmup_load_as_zero(tmp_path):
+    df = _run()
+    path = tmp_path / "old.csv"
+    df.drop(columns=["t_warmup"]).to_csv(path, index=False)
+    loaded, _ = rec.load(path)
+    assert (loaded["t_warmup"] == 0.0).all()
+    assert list(loaded.columns[:len(rec.COLUMNS)]) == list(rec.COLUMNS)
+
+
+def test_warmup_is_reported_apart():
+    from h5mdx.timing.stragglers import straggler_rule, warmup_summary
+
+    df = _small_tasks(n_tasks=4, seed=2)
+    w = warmup_summary(df)
+    assert w["n_tasks"] == 2 and w["seconds"] == pytest.approx(0.6)
+    assert w["fraction"] == pytest.approx(0.6 / df["wall"].sum())
+    assert any(a.startswith("Warm-up (loading the kernel)") for a in advice(df))
+    assert straggler_rule() == ("a task is a straggler when > 1.5x the median and > 50 ms "
+                                "longer than the median, warm-up excluded")
+    assert "> 2x the fastest" in straggler_rule("fastest-group", min_excess=0.1)
+    # per-worker busy time still contains the warm-up
+    pw = per_worker(df).loc["r"]
+    np.testing.assert_allclose(pw["busy"].sum(), df["wall"].sum())
+    np.testing.assert_allclose(pw["t_warmup"], [0.3, 0.3])
+
+
+def test_real_run_warmup_and_delay(tmp_path, monkeypatch):
+    """Many small dask tasks, the first per thread warming up, one delayed by 1 s."""
+    import threading
+    import time
+
+    import dask
+    import dask.array as da
+
+    from h5mdx.timing import capture
+    from h5mdx.timing.phases import DELAY_ENV, BlockTimer
+
+    seen = threading.local()
+
+    def block(x, block_info=None):
+        start = block_info[0]["array-location"][0][0]
+        with BlockTimer(start, start + len(x), kind="rmsd") as timer:
+            if not getattr(seen, "warm", False):
+                with timer.phase("warmup"):
+                    time.sleep(0.3)
+                seen.warm = True
+            with timer.phase("io"):
+                time.sleep(0.008)
+            with timer.phase("compute"):
+                out = x * 2
+        return out
+
+    arr = da.ones(40 * 10, chunks=10).map_blocks(block, dtype=float)
+    with capture(backend="threads", n_workers=2, env={DELAY_ENV: "170:1.0"}) as run:
+        dask.compute(arr, scheduler="threads", num_workers=2)
+    flagged = flag_stragglers(run.records)
+    assert len(flagged) == 40
+    assert (flagged["warmup"] > 0.25).sum() == 2  # one kernel load per thread
+    assert flagged.loc[flagged["is_straggler"], "frame_start"].tolist() == [170]

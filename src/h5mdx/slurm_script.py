@@ -388,7 +388,8 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     -------
     str
         Lines: a header, one line per rank or task, the stragglers by the default
-        rule (duration > 1.5 x median) with their slow phase, load imbalance,
+        rule (duration without warm-up > 1.5 x median and > 50 ms longer) with their
+        slow phase, load imbalance,
         R_comp/IO and the advice of :func:`h5mdx.timing.stragglers.advice`.
     """
     from h5mdx.timing.stragglers import advice, flag_stragglers, load_imbalance, ratios
@@ -397,6 +398,7 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     if df.empty:
         return "no timing records"
     flagged = flag_stragglers(df)
+    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
     backend = ", ".join(sorted(set(map(str, df["backend"]))))
     n = int(df["n_workers"].max())
     wall = float(df["t_stop"].max() - df["t_start"].min())
@@ -420,14 +422,14 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
         )
     slow = flagged[flagged["is_straggler"]]
     if slow.empty:
-        lines.append("stragglers (duration > 1.5 x median): none")
+        lines.append(f"stragglers ({rule}): none")
     else:
         items = [
             f"{'rank ' + str(r['rank']) if str(r['rank']) != '<NA>' else r['task_key']} "
             f"({r['duration']:.3f} s > {r['threshold']:.3f} s, slow in {r['slow_phase']})"
             for _, r in slow.iterrows()
         ]
-        lines.append("stragglers (duration > 1.5 x median): " + "; ".join(items))
+        lines.append(f"stragglers ({rule}): " + "; ".join(items))
     imb = load_imbalance(df)
     rat = ratios(df)
     r_io = rat["R_comp_io"].iloc[0] if len(rat) == 1 else float("nan")

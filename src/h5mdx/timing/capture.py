@@ -55,7 +55,7 @@ from h5mdx.timing.phases import SPOOL_ENV, read_spool
 __all__ = ["TimingRun", "capture"]
 
 _TASK_BACKENDS = ("threads", "processes", "synchronous", "distributed", "dask-mpi", "slurm")
-_KNOWN_PHASES = ("init_top", "init_traj", "io", "compute", "comm_gather")
+_KNOWN_PHASES = ("init_top", "init_traj", "warmup", "io", "compute", "comm_gather")
 _EPS = 0.05  # seconds of slack when fitting an in-task interval into a scheduler window
 
 
@@ -472,7 +472,7 @@ def _merge(run: TimingRun) -> Any:
             "sched_stop": s["sched_stop"] if s is not None else nan,
         }
         for phase in _KNOWN_PHASES:
-            row[f"t_{phase}"] = float(rec.get(f"t_{phase}", nan))
+            row[f"t_{phase}"] = float(rec.get(f"t_{phase}", 0.0 if phase == "warmup" else nan))
         if "t_transfer" in (s or {}):
             row["t_transfer"] = s["t_transfer"]  # type: ignore[index]
         rows.append(row)

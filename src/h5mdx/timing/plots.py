@@ -26,6 +26,7 @@ __all__ = ["plot_gantt", "plot_per_worker", "plot_scaling"]
 PHASE_COLORS = {
     "init_top": "#8c564b",
     "init_traj": "#e377c2",
+    "warmup": "#bcbd22",
     "io": "#1f77b4",
     "compute": "#ff7f0e",
     "comm_gather": "#2ca02c",
@@ -99,7 +100,7 @@ def plot_per_worker(
     x = np.arange(len(pw))
     bottom = np.zeros(len(pw))
     spmd_wait = sel["backend"].iloc[0] == "mpi-io"
-    order = ["init_top", "init_traj", "io", "compute", "comm_gather", "other", "wait"]
+    order = ["init_top", "init_traj", "warmup", "io", "compute", "comm_gather", "other", "wait"]
     for phase in order:
         col = "t_other" if phase == "other" else f"t_{phase}"
         vals = pw[col].to_numpy(dtype=float)
@@ -130,10 +131,11 @@ def plot_gantt(
 ) -> Any:
     """Task Gantt chart of one run: a row per worker, each task split into its phases.
 
-    Within a task the phases are drawn in the order init, io, compute, gather,
-    other, with their measured lengths (their true interleaving is not
-    recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`)
-    get a red outline and their slow phase written next to them.
+    Within a task the phases are drawn in the order init, warm-up, io, compute,
+    gather, other, with their measured lengths (their true interleaving is not
+    recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`,
+    which does not count warm-up) get a red outline and their slow phase written
+    next to them.
 
     Parameters
     ----------
@@ -165,7 +167,7 @@ def plot_gantt(
     for i in sel.index:
         y = row_of[sel.at[i, "worker"]]
         start = float(sel.at[i, "t_start"]) - t0
-        for phase in SLOW_PHASES:
+        for phase in ("warmup", *SLOW_PHASES):
             length = ph.at[i, phase]
             if pd.isna(length) or length <= 0:
                 continue
@@ -175,11 +177,11 @@ def plot_gantt(
             start += float(length)
         if flagged.at[i, "is_straggler"]:
             s0 = float(sel.at[i, "t_start"]) - t0
-            ax.barh(y, float(ph.at[i, "duration"]), left=s0, height=0.8, fill=False,
+            ax.barh(y, float(ph.at[i, "busy"]), left=s0, height=0.8, fill=False,
                     edgecolor="red", linewidth=2,
                     label="straggler" if "straggler" not in seen else None)
             seen.add("straggler")
-            ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + float(ph.at[i, "duration"]), y),
+            ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + float(ph.at[i, "busy"]), y),
                         xytext=(3, 0), textcoords="offset points", va="center",
                         color="red", fontsize="small")
     ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers]))

@@ -22,6 +22,8 @@ column                    type                meaning
 ``wall``                  float               ``t_stop - t_start`` (s)
 ``t_init_top``            float               opening the topology (s)
 ``t_init_traj``           float               opening the trajectory (s)
+``t_warmup``              float               loading/compiling the kernel in this task (s; 0
+                                              where none was loaded, and in older records)
 ``t_io``                  float               reading (s)
 ``t_compute``             float               computing (s)
 ``t_wait``                float               waiting (s), see below
@@ -30,7 +32,14 @@ column                    type                meaning
 ========================  ==================  ==================================================
 
 Phases that a backend does not measure are NaN ("unknown"), never 0 (which
-means "measured, and took no time").
+means "measured, and took no time"). The exception is ``t_warmup``: a task that
+loaded no kernel spent no time warming up, so a missing ``t_warmup`` (records
+written before the column existed) reads as 0.
+
+``t_warmup`` is one-off start-up cost (numba loading or compiling the QCP kernel
+in the first task a worker runs), *not* part of ``t_compute``. It lies inside
+``wall``; the straggler analysis judges tasks on ``wall - t_warmup`` so that a
+worker's first task is not called a straggler for paying it.
 
 ``t_wait`` has one meaning with two placements. For SPMD backends
 (:data:`SPMD_BACKENDS`: an MPI rank runs from start to finish) it is the time
@@ -67,6 +76,7 @@ __all__ = [
     "COLUMNS",
     "PHASES",
     "SPMD_BACKENDS",
+    "ZERO_DEFAULT_PHASES",
     "busy",
     "empty",
     "load",
@@ -92,7 +102,12 @@ BACKENDS = (
 SPMD_BACKENDS = ("mpi-io",)
 
 #: Phase columns, in the order they happen.
-PHASES = ("t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait", "t_comm_gather")
+PHASES = (
+    "t_init_top", "t_init_traj", "t_warmup", "t_io", "t_compute", "t_wait", "t_comm_gather",
+)
+
+#: Phases that default to 0.0 (not NaN) when a record or an older file lacks them.
+ZERO_DEFAULT_PHASES = ("t_warmup",)
 
 _STR, _INT, _NINT, _FLOAT = "str", "int", "Int64", "float"
 
@@ -123,6 +138,16 @@ _META_KEY = b"h5mdx"
 def empty() -> pd.DataFrame:
     """An empty records frame with the schema's columns and dtypes."""
     return _coerce(pd.DataFrame({c: [] for c in COLUMNS}))
+
+
+def _fill_zero_default(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the phases of :data:`ZERO_DEFAULT_PHASES` as 0.0 where they are missing."""
+    for col in ZERO_DEFAULT_PHASES:
+        if col not in df:
+            df[col] = 0.0
+        else:
+            df[col] = pd.to_numeric(df[col]).fillna(0.0)
+    return df
 
 
 def _coerce(df: pd.DataFrame) -> pd.DataFrame:
@@ -157,7 +182,8 @@ def to_frame(
     """Build a validated records frame from dicts (or a frame).
 
     Columns missing from the records are filled: ``run_id``, ``backend`` and
-    ``n_workers`` from ``run_meta``; phases with NaN (unknown); ``wall`` from
+    ``n_workers`` from ``run_meta``; phases with NaN (unknown), except
+    ``t_warmup`` with 0.0; ``wall`` from
     ``t_stop - t_start``; ``rank``, ``slurm_job_id``, frames and ``bytes_read``
     with nulls.
 
@@ -190,6 +216,7 @@ def to_frame(
         df["host"] = [meta.get("machine", {}).get("hostname", socket.gethostname())] * n
     if "wall" not in df and "t_start" in df and "t_stop" in df:
         df["wall"] = pd.to_numeric(df["t_stop"]) - pd.to_numeric(df["t_start"])
+    _fill_zero_default(df)
     for col in PHASES:
         if col not in df:
             df[col] = np.nan
@@ -442,6 +469,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     -------
     (pandas.DataFrame, dict)
         The validated records and the run's metadata (empty if none was stored).
+        Records written before ``t_warmup`` existed get ``t_warmup = 0.0``.
     """
     path = Path(path)
     meta: dict[str, Any] = {}
@@ -468,6 +496,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise ValueError(
             f"cannot read timing records from {path.name!r}: expected .parquet or .csv"
         )
-    df = _coerce(df)
+    df = _coerce(_fill_zero_default(df))
     validate(df)
-    return df, meta
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[list(COLUMNS) + extra], meta

@@ -7,15 +7,19 @@ loaded from a file years later.
 Definitions
 -----------
 duration
-    The time a task (or rank) worked: :func:`h5mdx.timing.records.busy`
-    (``wall``, minus the barrier wait of an MPI rank).
+    The time a task (or rank) worked, less its warm-up:
+    :func:`h5mdx.timing.records.busy` (``wall``, minus the barrier wait of an
+    MPI rank) minus ``t_warmup`` (loading or compiling the kernel, which a
+    worker's first task pays once; see :func:`warmup_summary`).
 straggler
     ``rule="median"`` (default): a task whose duration exceeds ``factor`` (1.5)
-    times the median duration of the tasks of the same run and kind.
+    times the median duration of the tasks of the same run and kind, *and*
+    exceeds that median by at least ``min_excess`` (default 0.05 s), so that the
+    scheduling jitter of millisecond tasks is not reported.
     ``rule="fastest-group"``: a task whose duration exceeds ``factor`` (2.0) times
     the mean duration of the *fastest group*, the tasks at or below the 25th
     percentile of duration (Khoshlessan et al. 2020 called a rank a straggler
-    at about twice the time of the fastest ranks).
+    at about twice the time of the fastest ranks); ``min_excess`` applies too.
 slow phase
     Of a straggler, the phase (``init_top``, ``init_traj``, ``io``, ``compute``,
     ``comm_gather`` or ``other``, the time no phase accounts for) whose time exceeds
@@ -43,6 +47,7 @@ import pandas as pd
 from h5mdx.timing.records import PHASES, SPMD_BACKENDS, busy
 
 __all__ = [
+    "DEFAULT_MIN_EXCESS",
     "SLOW_PHASES",
     "advice",
     "flag_stragglers",
@@ -51,6 +56,8 @@ __all__ = [
     "ratios",
     "run_table",
     "speedup",
+    "straggler_rule",
+    "warmup_summary",
 ]
 
 #: Phases a straggler can be slow in (``other`` is the time no phase accounts for).
@@ -58,11 +65,51 @@ SLOW_PHASES = ("init_top", "init_traj", "io", "compute", "comm_gather", "other")
 
 _DEFAULT_FACTOR = {"median": 1.5, "fastest-group": 2.0}
 
+#: Default minimum absolute excess over the median (s) for a straggler.
+DEFAULT_MIN_EXCESS = 0.05
+
+
+def straggler_rule(rule: str = "median", factor: float | None = None,
+                   min_excess: float = DEFAULT_MIN_EXCESS) -> str:
+    """The straggler rule in words, for reports.
+
+    Parameters
+    ----------
+    rule, factor, min_excess : optional
+        As for :func:`flag_stragglers`.
+
+    Returns
+    -------
+    str
+        E.g. ``"a task is a straggler when > 1.5x the median and > 50 ms longer,
+        warm-up excluded"``.
+    """
+    if rule not in _DEFAULT_FACTOR:
+        raise ValueError(
+            f"unknown straggler rule {rule!r}; valid options are: {', '.join(_DEFAULT_FACTOR)}"
+        )
+    f = _DEFAULT_FACTOR[rule] if factor is None else float(factor)
+    peers = "the median" if rule == "median" else "the fastest quarter's mean"
+    return (f"a task is a straggler when > {f:g}x {peers} and > {min_excess * 1e3:.0f} ms "
+            "longer than the median, warm-up excluded")
+
+
+def _warmup(df: pd.DataFrame) -> pd.Series:
+    if "t_warmup" not in df:
+        return pd.Series(0.0, index=df.index)
+    return pd.to_numeric(df["t_warmup"]).fillna(0.0)
+
 
 def _phase_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per task: duration and the in-task phases (NaN = unknown) plus ``other``."""
+    """Per task: busy time, warm-up, duration (busy - warm-up), phases and ``other``.
+
+    The phases are NaN where unknown; ``other`` is the part of ``duration`` that
+    no phase accounts for.
+    """
     out = pd.DataFrame(index=df.index)
-    out["duration"] = busy(df)
+    out["busy"] = busy(df)
+    out["warmup"] = _warmup(df)
+    out["duration"] = (out["busy"] - out["warmup"]).clip(lower=0.0)
     known = 0.0
     for p in SLOW_PHASES[:-1]:
         out[p] = df[f"t_{p}"]
@@ -83,13 +130,14 @@ def per_worker(df: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         Indexed by ``(run_id, worker)`` with ``backend, n_workers, n_tasks, busy``
-        (sum of durations), the sums of ``t_init_top ... t_comm_gather`` (NaN if
+        (sum of busy times, warm-up included), the sums of ``t_init_top ...
+        t_comm_gather`` (NaN if
         unknown for every task), ``t_other``, ``first_start``, ``last_stop``,
         ``n_frames`` and ``bytes_read``.
     """
     ph = _phase_table(df)
     work = df[["run_id", "worker", "backend", "n_workers", "t_start", "t_stop"]].copy()
-    work["busy"] = ph["duration"]
+    work["busy"] = ph["busy"]
     for p in PHASES:
         work[p] = df[p]
     work["t_other"] = ph["other"]
@@ -116,9 +164,14 @@ def flag_stragglers(
     rule: str = "median",
     factor: float | None = None,
     by: Sequence[str] = ("run_id", "kind"),
-    min_excess: float = 0.05,
+    min_excess: float = DEFAULT_MIN_EXCESS,
 ) -> pd.DataFrame:
     """Mark the tasks that are much slower than their peers.
+
+    Tasks are compared on their duration *without warm-up* (``busy - t_warmup``):
+    the kernel load that a worker's first task pays is reported apart (see
+    :func:`warmup_summary`), not as straggling. :func:`straggler_rule` states the
+    rule in words.
 
     Parameters
     ----------
@@ -138,13 +191,14 @@ def flag_stragglers(
     Returns
     -------
     pandas.DataFrame
-        A copy of ``df`` with the columns ``duration``, ``threshold``,
-        ``is_straggler`` (bool) and ``slow_phase`` (str, empty for non-stragglers).
+        A copy of ``df`` with the columns ``duration`` (busy time less warm-up),
+        ``warmup``, ``threshold``, ``is_straggler`` (bool) and ``slow_phase`` (str,
+        empty for non-stragglers).
 
     Raises
     ------
     ValueError
-        For an unknown rule or a factor <= 0.
+        For an unknown rule, a factor <= 0 or a negative ``min_excess``.
     """
     if rule not in _DEFAULT_FACTOR:
         raise ValueError(
@@ -153,9 +207,12 @@ def flag_stragglers(
     factor = _DEFAULT_FACTOR[rule] if factor is None else float(factor)
     if factor <= 0:
         raise ValueError(f"the straggler factor must be positive, not {factor}")
+    if min_excess < 0:
+        raise ValueError(f"min_excess must be >= 0 seconds, not {min_excess}")
     out = df.copy()
     ph = _phase_table(df)
     out["duration"] = ph["duration"]
+    out["warmup"] = ph["warmup"]
     out["threshold"] = np.nan
     out["is_straggler"] = False
     out["slow_phase"] = ""
@@ -182,6 +239,32 @@ def flag_stragglers(
         ]
     out["is_straggler"] = out["is_straggler"].astype(bool)
     return out
+
+
+def warmup_summary(df: pd.DataFrame) -> dict[str, float]:
+    """Total warm-up of the records, and how many tasks paid it.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Records.
+
+    Returns
+    -------
+    dict
+        ``seconds`` (sum of ``t_warmup``), ``n_tasks`` (tasks with a warm-up > 0),
+        ``max`` (the longest one) and ``fraction`` (of the total busy time; 0 for
+        no records).
+    """
+    w = _warmup(df)
+    total_busy = float(busy(df).sum()) if len(df) else 0.0
+    seconds = float(w.sum())
+    return {
+        "seconds": seconds,
+        "n_tasks": float((w > 0).sum()),
+        "max": float(w.max()) if len(w) else 0.0,
+        "fraction": seconds / total_busy if total_busy > 0 else 0.0,
+    }
 
 
 def load_imbalance(df: pd.DataFrame) -> pd.Series:
@@ -392,9 +475,16 @@ def advice(df: pd.DataFrame, speedup_table: pd.DataFrame | None = None) -> list[
             "other": "time outside the measured phases (scheduler, serialisation, GC)",
         }.get(main, f"the {main} phase")
         out.append(
-            f"{n_slow} straggler task(s) of {len(flagged)} (> 1.5 x the median duration), "
+            f"{n_slow} straggler task(s) of {len(flagged)} ({straggler_rule()}), "
             f"mostly slow in {main}: look at {why}. More blocks per worker (e.g. 3) let "
             "faster workers take over the work of slow ones."
+        )
+    warm = warmup_summary(df)
+    if warm["fraction"] > 0.1:
+        out.append(
+            f"Warm-up (loading the kernel) takes {_pct(warm['fraction'])} of the work "
+            f"({warm['seconds']:.2f} s in {warm['n_tasks']:.0f} task(s)): a longer run "
+            "amortises it; it is not counted as straggling."
         )
     imb = load_imbalance(df)
     worst = imb.max()

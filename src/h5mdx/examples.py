@@ -1,0 +1,752 @@
+"""The main example: a real-size adk trajectory, C-alpha RMSD at the read floor, a report.
+
+What ``h5mdx example`` does, as library calls:
+
+1. :func:`build_adk_trajectory` writes (once; cached by frame count) an H5MD
+   file of ``frames`` frames of adenylate kinase (3341 atoms) made from the 98
+   frames of MDAnalysisTests' PSF/DCD: frames 0-97 are the DCD's frames
+   exactly; the trajectory then runs back and forth through them
+   (:func:`source_index`), every later frame moved by a small rigid
+   rotation and translation plus Gaussian noise of 0.05 Å, drawn from a
+   generator seeded by the frame number, so the file is the same on every
+   machine and the RMSD stays meaningful. Layout: chunks of 100 whole frames
+   (~3.8 MiB), uncompressed -- the layout that reads fastest in blocks.
+2. :func:`read_floor` measures how fast this machine reads that file with
+   plain h5py (one slab per worker process, page cache warm).
+3. The RMSD runs on a local cluster with per-task timing
+   (:func:`h5mdx._cli_rmsd.compute_rmsd`).
+4. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
+   frames of the same file, to extrapolate to all frames.
+5. :func:`summary_lines` and :func:`write_report` turn the figures into a few
+   lines of text and a small HTML report with plots.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = [
+    "DEFAULT_FRAMES",
+    "ExampleResult",
+    "build_adk_trajectory",
+    "machine_description",
+    "mdanalysis_sample_rate",
+    "plot_rmsd",
+    "read_floor",
+    "run_example",
+    "source_index",
+    "summary_lines",
+    "timing_split",
+    "write_report",
+]
+
+#: Default number of frames of the example trajectory (~1.2 GB).
+DEFAULT_FRAMES = 30_000
+
+_POSITION = "particles/trajectory/position/value"
+_FRAMES_PER_CHUNK = 100
+_NOISE = 0.05  # Å, standard deviation of the per-coordinate noise
+_MAX_ANGLE = math.radians(10.0)
+_MAX_SHIFT = 2.0  # Å
+_SEED = 15
+_RECIPE = 2  # bump when the construction changes: cached files are rebuilt
+
+
+def _adk_source() -> tuple[Any, np.ndarray, float, float]:
+    """The adk Universe, its 98 frames (float32, Å), first time and dt (ps)."""
+    from h5mdx._optional import import_optional
+
+    mda = import_optional("MDAnalysis", "the adk example")
+    datafiles = import_optional("MDAnalysisTests.datafiles", "the adk example data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCD/PSF warnings about missing box and dt
+        u = mda.Universe(datafiles.PSF, datafiles.DCD)
+        frames = np.stack([ts.positions.copy() for ts in u.trajectory]).astype(np.float32)
+        t0, dt = float(u.trajectory[0].time), float(u.trajectory.dt)
+    return u, frames, t0, dt
+
+
+def _rotations(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` rotation matrices about random axes by angles up to ``_MAX_ANGLE``."""
+    axis = rng.standard_normal((n, 3))
+    axis /= np.linalg.norm(axis, axis=1, keepdims=True)
+    half = 0.5 * rng.uniform(0.0, _MAX_ANGLE, n)
+    w, (x, y, z) = np.cos(half), (axis * np.sin(half)[:, None]).T
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)], -1),
+        np.stack([2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)], -1),
+        np.stack([2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)], -1),
+    ], axis=1)
+
+
+def source_index(frame: Any, n_source: int = 98) -> Any:
+    """The source frame behind ``frame``: forward, then backward, then forward ...
+
+    ``0, 1, ..., n-1, n-1, n-2, ..., 0, 0, 1, ...``: consecutive frames are always
+    neighbours in the source, so the long trajectory goes back and forth along
+    the DCD's transition without jumps.
+    """
+    k = np.asarray(frame) % (2 * n_source)
+    return np.where(k < n_source, k, 2 * n_source - 1 - k)
+
+
+def perturbed_frames(source: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Frames ``[start, stop)`` of the example trajectory built from ``source``.
+
+    Parameters
+    ----------
+    source : numpy.ndarray
+        The original frames, shape ``(n_source, n_atoms, 3)``.
+    start, stop : int
+        Frame range.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 ``(stop - start, n_atoms, 3)``. Frames below ``n_source`` are the
+        source frames unchanged; frame ``i`` above is source frame
+        ``source_index(i)`` rotated about its centre, shifted and with Gaussian
+        noise, from a generator seeded by ``i`` (so any block gives the same frames).
+    """
+    n_src = len(source)
+    out = source[source_index(np.arange(start, stop), n_src)].copy()
+    for j, i in enumerate(range(max(start, n_src), stop), start=max(start, n_src) - start):
+        rng = np.random.default_rng((_SEED, i))
+        frame = out[j].astype(np.float64)
+        centre = frame.mean(axis=0)
+        rot = _rotations(rng, 1)[0]
+        shift = rng.uniform(-_MAX_SHIFT, _MAX_SHIFT, 3)
+        noise = rng.standard_normal(frame.shape) * _NOISE
+        out[j] = ((frame - centre) @ rot.T + centre + shift + noise).astype(np.float32)
+    return out
+
+
+def _recipe(frames: int) -> str:
+    return json.dumps({"recipe": _RECIPE, "frames": frames, "seed": _SEED, "noise": _NOISE,
+                       "frames_per_chunk": _FRAMES_PER_CHUNK}, sort_keys=True)
+
+
+def _cached(path: str, frames: int) -> bool:
+    """Whether ``path`` is a complete example file of ``frames`` frames and this recipe."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            return (f.attrs.get("h5mdx_example") == _recipe(frames)
+                    and f[_POSITION].shape[0] == frames)
+    except (OSError, KeyError):
+        return False
+
+
+def build_adk_trajectory(
+    path: str | os.PathLike[str],
+    frames: int = DEFAULT_FRAMES,
+    *,
+    progress: bool = True,
+    block: int = 1000,
+) -> str:
+    """Write the example adk trajectory of ``frames`` frames to H5MD (once; cached).
+
+    Parameters
+    ----------
+    path : path-like
+        The H5MD file. If it already holds this example with ``frames`` frames it
+        is reused; otherwise it is (re)built in a temporary file next to it and
+        renamed into place when complete.
+    frames : int, default 30,000
+        Number of frames (at least 98, the frames of the DCD); 30,000 frames of
+        3341 atoms are 1.2 GB.
+    progress : bool, default True
+        Show a progress bar.
+    block : int, default 1000
+        Frames generated per write (memory: ``block * n_atoms * 12`` bytes).
+
+    Returns
+    -------
+    str
+        ``path``. Its topology is :func:`h5mdx.testing.adk_topology`.
+
+    Raises
+    ------
+    ValueError
+        If ``frames`` is below 98.
+    """
+    from h5mdx._safe import atomic_output
+    from h5mdx.convert import _static, progress_bar
+    from h5mdx.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
+
+    path = os.fspath(path)
+    u, source, t0, dt = _adk_source()
+    if frames < len(source):
+        raise ValueError(f"the example needs at least {len(source)} frames (the DCD's), "
+                         f"not {frames}")
+    if _cached(path, frames):
+        return path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    n_atoms = source.shape[1]
+    spec = ElementSpec("position", (n_atoms, 3), np.float32, ELEMENT_UNITS["position"])
+    layout = Layout(frames_per_chunk=_FRAMES_PER_CHUNK)
+    desc = f"building {os.path.basename(path)} ({frames:,} frames)"
+    with atomic_output(path, overwrite=True) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["h5mdx_example"] = _recipe(frames)
+        with H5MDWriter(f, [spec], n_frames=frames, layout=layout, static=_static(u.atoms),
+                        author="h5mdx example") as writer, \
+                progress_bar(frames, desc, progress) as advance:
+            for a in range(0, frames, block):
+                b = min(frames, a + block)
+                idx = np.arange(a, b)
+                writer.extend(idx, t0 + idx * dt, position=perturbed_frames(source, a, b))
+                advance(b - a)
+    return path
+
+
+def _ping(_: int) -> int:
+    time.sleep(0.05)  # keep the first workers busy so the pool starts all of them
+    return os.getpid()
+
+
+def _read_slab(path: str, start: int, stop: int) -> int:
+    """Read frames ``[start, stop)`` of the positions with plain h5py; bytes read."""
+    with h5py.File(path, "r") as f:
+        d = f[_POSITION]
+        out = np.empty((stop - start, *d.shape[1:]), dtype=d.dtype)
+        if stop > start:
+            d.read_direct(out, np.s_[start:stop])
+    return int(out.nbytes)
+
+
+def _slabs(n_frames: int, chunk: int, workers: int) -> list[tuple[int, int]]:
+    """``workers`` contiguous frame ranges, split at chunk boundaries."""
+    n_chunks = math.ceil(n_frames / chunk)
+    edges = [min(n_frames, chunk * round(k * n_chunks / workers)) for k in range(workers + 1)]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
+               ) -> dict[str, float]:
+    """How fast this machine reads the positions of ``path`` with plain h5py.
+
+    One untimed read warms the page cache; then the best of ``repeats`` reads. With
+    ``workers > 1`` each of ``workers`` processes (started beforehand, not timed)
+    reads one contiguous slab of whole chunks, as the RMSD's workers do.
+
+    Parameters
+    ----------
+    path : path-like
+        An H5MD file with ``particles/trajectory/position``.
+    workers : int, default 1
+        Reading processes (1: this process).
+    repeats : int, default 2
+        Timed reads.
+
+    Returns
+    -------
+    dict
+        ``workers, frames, bytes, seconds, frames_per_s, gb_per_s`` (GB = 1e9 bytes).
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    path = os.fspath(path)
+    with h5py.File(path, "r") as f:
+        d = f[_POSITION]
+        n_frames, chunk = d.shape[0], (d.chunks or d.shape)[0]
+    slabs = _slabs(n_frames, chunk, max(1, workers))
+
+    def once(pool: Any) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        if pool is None:
+            nbytes = _read_slab(path, 0, n_frames)
+        else:
+            nbytes = sum(pool.map(_read_slab, *zip(*((path, a, b) for a, b in slabs),
+                                                   strict=True)))
+        return time.perf_counter() - t0, nbytes
+
+    if workers <= 1:
+        times = [once(None) for _ in range(repeats + 1)][1:]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            list(pool.map(_ping, range(workers)))
+            times = [once(pool) for _ in range(repeats + 1)][1:]
+    seconds, nbytes = min(times)
+    return {"workers": float(max(1, workers)), "frames": float(n_frames),
+            "bytes": float(nbytes), "seconds": seconds,
+            "frames_per_s": n_frames / seconds, "gb_per_s": nbytes / seconds / 1e9}
+
+
+def mdanalysis_sample_rate(path: str | os.PathLike[str], topology: str, select: str = "name CA",
+                           frames: int = 300) -> dict[str, Any]:
+    """Time MDAnalysis' ``RMSD`` on the first ``frames`` frames of ``path``.
+
+    Only ``RMSD.run`` is timed (not building the Universe), serially, as
+    MDAnalysis runs by default.
+
+    Parameters
+    ----------
+    path : path-like
+        The H5MD file (read by MDAnalysis' own H5MD reader).
+    topology : str
+        Topology file.
+    select : str, default "name CA"
+        Atom selection.
+    frames : int, default 300
+        Frames to run on (capped at the trajectory's length).
+
+    Returns
+    -------
+    dict
+        ``version, frames, seconds, frames_per_s`` and ``rmsd`` (numpy array, Å).
+    """
+    from h5mdx._optional import import_optional
+
+    mda = import_optional("MDAnalysis", "the MDAnalysis comparison")
+    from MDAnalysis.analysis import rms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(topology, os.fspath(path))
+        n = min(int(frames), u.trajectory.n_frames)
+        analysis = rms.RMSD(u, select=select)
+        t0 = time.perf_counter()
+        analysis.run(stop=n)
+        seconds = time.perf_counter() - t0
+    return {"version": mda.__version__, "frames": n, "seconds": seconds,
+            "frames_per_s": n / seconds, "rmsd": np.asarray(analysis.results.rmsd[:, 2])}
+
+
+def timing_split(records: Any) -> dict[str, float]:
+    """Fractions of the workers' busy time spent in I/O, compute, warm-up and the rest.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame
+        Timing records (see :mod:`h5mdx.timing.records`).
+
+    Returns
+    -------
+    dict
+        ``io, compute, warmup, other`` (fractions summing to 1) and ``busy`` (s).
+    """
+    from h5mdx.timing.records import busy
+
+    total = float(busy(records).sum())
+    parts = {name: float(records[f"t_{name}"].fillna(0.0).sum())
+             for name in ("io", "compute", "warmup")}
+    if total <= 0:
+        return {**dict.fromkeys(parts, 0.0), "other": 0.0, "busy": 0.0}
+    out = {name: v / total for name, v in parts.items()}
+    out["other"] = max(0.0, 1.0 - sum(out.values()))
+    out["busy"] = total
+    return out
+
+
+def machine_description() -> str:
+    """The machine in a few words: cores, operating system, kernel.
+
+    E.g. ``"2 cores, Debian GNU/Linux 12 (bookworm), Linux 6.1 x86_64"``.
+    """
+    parts = [f"{os.cpu_count()} cores"]
+    try:
+        info = platform.freedesktop_os_release()
+        parts.append(info.get("PRETTY_NAME", info.get("NAME", "")))
+    except (OSError, AttributeError):
+        pass
+    release = ".".join(platform.release().split("-")[0].split(".")[:2])
+    parts.append(f"{platform.system()} {release} {platform.machine()}".strip())
+    return ", ".join(p for p in parts if p)
+
+
+@dataclass
+class ExampleResult:
+    """Everything :func:`run_example` measured and wrote.
+
+    Attributes
+    ----------
+    out : str
+        Output directory.
+    trajectory : str
+        The H5MD file.
+    n_frames, n_atoms, n_selected : int
+        Frames, atoms in the file, atoms in the selection.
+    nbytes : int
+        Size of the position dataset (bytes).
+    chunks : tuple of int
+        HDF5 chunk shape of the positions.
+    built_seconds : float or None
+        Time to build the file (None: it was cached).
+    workers : int
+        Worker processes of the local cluster.
+    select : str
+        The atom selection.
+    seconds : float
+        Wall time of the RMSD computation (cluster start-up excluded).
+    rmsd : xarray.DataArray
+        The RMSD series.
+    floor : dict
+        :func:`read_floor`.
+    mda : dict or None
+        :func:`mdanalysis_sample_rate` (None when skipped).
+    records : pandas.DataFrame
+        Per-task timing records.
+    warmup : dict
+        Worker -> seconds its kernel load took before the timed run.
+    files : dict
+        Name -> path of every output.
+    """
+
+    out: str
+    trajectory: str
+    n_frames: int
+    n_atoms: int
+    n_selected: int
+    nbytes: int
+    chunks: tuple[int, ...]
+    built_seconds: float | None
+    workers: int
+    select: str
+    seconds: float
+    rmsd: Any
+    floor: dict[str, float]
+    mda: dict[str, Any] | None
+    records: Any
+    warmup: dict[str, float] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def frames_per_s(self) -> float:
+        """RMSD frames per second."""
+        return self.n_frames / self.seconds
+
+    @property
+    def gb_per_s(self) -> float:
+        """Position bytes per second of the RMSD (GB = 1e9 bytes)."""
+        return self.nbytes / self.seconds / 1e9
+
+
+def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tuple[str, str]:
+    """The straggler line and the warm-up line of the summary.
+
+    ``before`` is the warm-up per worker done before the timed run, if any.
+    """
+    from h5mdx.timing.stragglers import flag_stragglers, straggler_rule, warmup_summary
+
+    flagged = flag_stragglers(records)
+    slow = flagged[flagged["is_straggler"]]
+    rule = straggler_rule()
+    if slow.empty:
+        text = f"stragglers: none of {len(flagged)} tasks ({rule})"
+    else:
+        worst = slow.sort_values("duration", ascending=False)
+        items = ", ".join(f"frames {r.frame_start}-{r.frame_stop} {r.duration:.2f} s "
+                          f"({r.slow_phase})" for r in worst.head(3).itertuples())
+        more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
+        text = (f"stragglers: {len(slow)} of {len(flagged)} tasks (median "
+                f"{float(flagged['duration'].median()):.3f} s): {items}{more} ({rule})")
+    warm = warmup_summary(records)
+    parts = []
+    if before:
+        parts.append(f"kernel loaded on {len(before)} worker(s) before the timed run in "
+                     f"{max(before.values()):.2f} s (not timed)")
+    if warm["n_tasks"]:
+        parts.append(f"kernel load {warm['seconds']:.2f} s in {warm['n_tasks']:.0f} "
+                     f"task(s) ({100 * warm['fraction']:.0f}% of the work), kept apart from "
+                     "stragglers")
+    return text, "warm-up: " + ("; ".join(parts) if parts else "none recorded")
+
+
+def _times(x: float) -> str:
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.2g}x"
+
+
+def summary_lines(result: ExampleResult) -> list[str]:
+    """The example's summary: speed, read floor, MDAnalysis, I/O split, stragglers, outputs.
+
+    The ``outputs`` line appears once ``result.files`` has a ``report``.
+
+    Parameters
+    ----------
+    result : ExampleResult
+
+    Returns
+    -------
+    list of str
+    """
+    fl = result.floor
+    lines = [
+        f"rmsd  {result.n_frames:,} frames  in {result.seconds:.2f} s  "
+        f"{result.frames_per_s:,.0f} frames/s  {result.gb_per_s:.2f} GB/s  "
+        f"= {_times(fl['seconds'] / result.seconds)} the read floor of this machine "
+        f"({fl['frames_per_s']:,.0f} frames/s, {fl['gb_per_s']:.2f} GB/s with "
+        f"{fl['workers']:.0f} h5py reader(s), measured now)",
+    ]
+    if result.mda is not None:
+        m = result.mda
+        full = result.n_frames / m["frames_per_s"]
+        diff = float(np.max(np.abs(result.rmsd.values[:m["frames"]] - m["rmsd"])))
+        lines.append(
+            f"MDAnalysis {m['version']}: {m['frames']} frames in {m['seconds']:.2f} s -> "
+            f"{m['frames_per_s']:,.0f} frames/s (sampled, extrapolated: {full:,.0f} s for all) "
+            f"-> h5mdx is {_times(full / result.seconds)} faster; same RMSD to {diff:.1g} Å"
+        )
+    split = timing_split(result.records)
+    warm = f"  warm-up {100 * split['warmup']:.0f}%" if split["warmup"] > 0 else ""
+    lines.append(f"I/O {100 * split['io']:.0f}%  compute {100 * split['compute']:.0f}%{warm}  "
+                 f"other {100 * split['other']:.0f}% of the workers' busy time "
+                 f"({len(result.records)} tasks on {result.workers} workers)")
+    lines.extend(_straggler_text(result.records, result.warmup))
+    f = result.files
+    if "report" in f:
+        others = ", ".join(os.path.basename(f[k]) for k in f if k != "report")
+        lines.append(f"outputs: {f['report']} (with {others})")
+    return lines
+
+
+def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
+    fl, split = result.floor, timing_split(result.records)
+    rows = [
+        ("machine", machine_description()),
+        ("trajectory", f"{os.path.basename(result.trajectory)}: {result.n_frames:,} frames x "
+                       f"{result.n_atoms:,} atoms, {result.nbytes / 1e9:.2f} GB of positions, "
+                       f"chunks {result.chunks}, uncompressed"),
+        ("selection", f"{result.select!r} ({result.n_selected} atoms)"),
+        ("RMSD", f"{result.seconds:.2f} s, {result.frames_per_s:,.0f} frames/s, "
+                 f"{result.gb_per_s:.2f} GB/s on {result.workers} worker processes"),
+        ("read floor (h5py)", f"{fl['seconds']:.2f} s, {fl['frames_per_s']:,.0f} frames/s, "
+                              f"{fl['gb_per_s']:.2f} GB/s with {fl['workers']:.0f} reader(s)"),
+        ("RMSD / read floor", f"{fl['seconds'] / result.seconds:.2f}x"),
+    ]
+    if result.mda is not None:
+        m = result.mda
+        rows.append((f"MDAnalysis {m['version']} (sampled)",
+                     f"{m['frames']} frames in {m['seconds']:.2f} s, {m['frames_per_s']:,.0f} "
+                     f"frames/s; extrapolated {result.n_frames / m['frames_per_s']:,.0f} s "
+                     "for all frames"))
+    rows.append(("busy time split", ", ".join(f"{k} {100 * split[k]:.0f}%" for k in
+                                              ("io", "compute", "warmup", "other"))))
+    texts = _straggler_text(result.records, result.warmup)
+    rows.extend((name, text.split(": ", 1)[1])
+                for name, text in zip(("stragglers", "warm-up"), texts, strict=True))
+    return rows
+
+
+def write_report(result: ExampleResult) -> dict[str, str]:
+    """Write the Gantt chart, the per-worker bars and ``report.html`` into ``result.out``.
+
+    The RMSD plot, ``rmsd.csv`` and ``timing.csv`` are expected there already
+    (:func:`run_example` writes them); the page links every file relatively.
+
+    Parameters
+    ----------
+    result : ExampleResult
+
+    Returns
+    -------
+    dict
+        Name -> path of the files written (``gantt``, ``workers``, ``report``).
+    """
+    from h5mdx.timing.plots import plot_gantt, plot_per_worker
+
+    out = result.out
+    files = {"gantt": os.path.join(out, "gantt.png"),
+             "workers": os.path.join(out, "workers.png"),
+             "report": os.path.join(out, "report.html")}
+    plot_gantt(result.records, path=files["gantt"])
+    plot_per_worker(result.records, path=files["workers"])
+    table = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                      for k, v in _html_rows(result))
+    links = " · ".join(f'<a href="{html.escape(os.path.basename(p))}">'
+                       f"{html.escape(os.path.basename(p))}</a>"
+                       for k, p in {**result.files, **files}.items() if k != "report")
+    figures = "\n".join(
+        f'<h2>{title}</h2>\n<img src="{name}" alt="{title}" style="max-width:100%">'
+        for title, name in (("C-alpha RMSD", "rmsd.png"),
+                            ("Tasks by worker, coloured by phase", "gantt.png"),
+                            ("Time per worker and phase", "workers.png")))
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>h5mdx example report</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
+th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f4;padding:1em}}
+</style></head><body>
+<h1>h5mdx example: C-alpha RMSD of adenylate kinase</h1>
+<p>Measured {html.escape(time.strftime('%Y-%m-%d %H:%M %Z'))} on
+{html.escape(machine_description())}.</p>
+<pre>{html.escape(chr(10).join(summary_lines(result)))}</pre>
+<table>
+{table}
+</table>
+<p>Files: {links}</p>
+{figures}
+</body></html>
+"""
+    tmp = files["report"] + ".part"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    os.replace(tmp, files["report"])
+    return files
+
+
+def plot_rmsd(rmsd: Any, path: str, zoom: int = 392) -> None:
+    """The RMSD series (top) and its first ``zoom`` frames (bottom), as PNG.
+
+    Parameters
+    ----------
+    rmsd : xarray.DataArray
+        The series on ``time``.
+    path : str
+        Output PNG.
+    zoom : int, default 392
+        Frames in the lower panel (default: two forward-and-back passes).
+    """
+    from h5mdx.timing.plots import _figure
+
+    t = np.asarray(rmsd["time"].values)
+    y = np.asarray(rmsd.values)
+    unit = rmsd["time"].attrs.get("units", "")
+    fig = _figure((8.0, 5.0), 100)
+    top, bottom = fig.subplots(2, 1)
+    top.plot(t, y, lw=0.3)
+    top.set_title(f"C-alpha RMSD to frame 0, all {y.size:,} frames")
+    bottom.plot(t[:zoom], y[:zoom], lw=1)
+    bottom.axvspan(t[0], t[min(97, y.size - 1)], color="0.9", label="the DCD's own 98 frames")
+    bottom.set_title(f"first {min(zoom, y.size)} frames")
+    bottom.legend(fontsize="small", loc="lower right")
+    for ax in (top, bottom):
+        ax.set_xlabel(f"time ({unit})")
+        ax.set_ylabel(f"RMSD ({rmsd.attrs.get('units', '')})")
+    fig.savefig(path, dpi=fig.dpi, format="png")
+
+
+def _describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
+    with h5py.File(path, "r") as f:
+        d = f[_POSITION]
+        return d.shape[0], d.shape[1], int(d.size * d.dtype.itemsize), tuple(d.chunks or ())
+
+
+def warm_kernel() -> float:
+    """Load the RMSD kernel in this process (numba's import and cache load); seconds taken.
+
+    Run on every worker before a timed run (``client.run(warm_kernel)``), so that the
+    one-off load is measured and reported apart, not inside the first tasks.
+    """
+    from h5mdx.qcp import rmsd_qcp
+
+    t0 = time.perf_counter()
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    for dtype in (np.float32, np.float64):  # one numba specialisation per frame dtype
+        rmsd_qcp(x, np.stack([x, x + 1.0]).astype(dtype), reference_centered=False)
+    return time.perf_counter() - t0
+
+
+def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
+              ) -> tuple[Any, float, int, dict[str, float]]:
+    """The RMSD on a local cluster, kernel warmed up first, timing in ``out/timing.csv``.
+
+    Returns the result, the seconds of the timed compute (cluster start and
+    warm-up excluded), the number of selected atoms and the warm-up per worker.
+    """
+    import MDAnalysis as mda
+    import xarray as xr
+
+    import h5mdx  # noqa: F401 - registers the engine and the ds.md accessor
+    from h5mdx._cli_rmsd import _progress, scheduler_context
+    from h5mdx.testing import adk_topology
+    from h5mdx.timing import capture
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        n_selected = int(mda.Universe(adk_topology()).select_atoms(select).n_atoms)
+    with xr.open_dataset(path, engine="h5md", topology=adk_topology()) as ds, \
+            scheduler_context("distributed", workers) as client:
+        warm = {str(k): float(v) for k, v in client.run(warm_kernel).items()}
+        lazy = ds.md.rmsd(0, select=select)
+        with capture(backend="distributed", client=client, n_workers=workers,
+                     meta={"file": path, "selection": select, "warmup": warm}) as run:
+            t0 = time.perf_counter()
+            result = _progress(client, lazy, progress)
+            seconds = time.perf_counter() - t0
+        run.save(os.path.join(out, "timing.csv"))
+    return result, seconds, n_selected, warm
+
+
+def run_example(
+    out: str | os.PathLike[str] = "h5mdx-example",
+    frames: int = DEFAULT_FRAMES,
+    *,
+    workers: int = 2,
+    select: str = "name CA",
+    mda_frames: int = 300,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+) -> ExampleResult:
+    """Build (or reuse) the example trajectory, time the RMSD, compare, write the report.
+
+    Parameters
+    ----------
+    out : path-like, default "h5mdx-example"
+        Output directory (created); the trajectory is cached there as
+        ``adk-<frames>.h5md``.
+    frames : int, default 30,000
+        Frames of the trajectory.
+    workers : int, default 2
+        Worker processes of the local dask cluster (and h5py readers of the floor).
+    select : str, default "name CA"
+        MDAnalysis selection for the RMSD.
+    mda_frames : int, default 300
+        Frames MDAnalysis runs on (0: skip the comparison).
+    progress : bool, default True
+        Progress bars.
+    echo : callable, default print
+        Receives a line for each step as it starts.
+
+    Returns
+    -------
+    ExampleResult
+    """
+    from h5mdx.rmsd import write_series
+    from h5mdx.testing import adk_topology
+    from h5mdx.timing.records import load
+
+    out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"adk-{frames}.h5md")
+    t0 = time.perf_counter()
+    cached = _cached(path, frames)
+    build_adk_trajectory(path, frames, progress=progress)
+    built = None if cached else time.perf_counter() - t0
+    n_frames, n_atoms, nbytes, chunks = _describe_file(path)
+    echo(f"trajectory: {path}  {n_frames:,} frames x {n_atoms:,} atoms, {nbytes / 1e9:.2f} GB, "
+         f"chunks {chunks}, uncompressed "
+         + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
+    echo(f"machine: {machine_description()}")
+    echo(f"measuring the read floor: plain h5py, {workers} reader process(es) ...")
+    floor = read_floor(path, workers)
+    echo(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes ...")
+    result, seconds, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
+    files = {"rmsd_plot": os.path.join(out, "rmsd.png"), "rmsd": os.path.join(out, "rmsd.csv"),
+             "timing": os.path.join(out, "timing.csv")}
+    write_series(files["rmsd"], result)
+    plot_rmsd(result, files["rmsd_plot"])
+    records, _ = load(files["timing"])
+    mda = None
+    if mda_frames > 0:
+        echo(f"MDAnalysis RMSD on the first {min(mda_frames, n_frames)} frames ...")
+        mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
+    res = ExampleResult(out=out, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
+                        n_selected=n_selected, nbytes=nbytes, chunks=chunks, built_seconds=built,
+                        workers=workers, select=select, seconds=seconds, rmsd=result,
+                        floor=floor, mda=mda, records=records, warmup=warm, files=files)
+    res.files.update(write_report(res))
+    return res
+
