@@ -634,21 +634,6 @@ def _describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
         return d.shape[0], d.shape[1], int(d.size * d.dtype.itemsize), tuple(d.chunks or ())
 
 
-def warm_kernel() -> float:
-    """Load the RMSD kernel in this process (numba's import and cache load); seconds taken.
-
-    Run on every worker before a timed run (``client.run(warm_kernel)``), so that the
-    one-off load is measured and reported apart, not inside the first tasks.
-    """
-    from h5mdx.qcp import rmsd_qcp
-
-    t0 = time.perf_counter()
-    x = np.random.default_rng(0).normal(size=(4, 3))
-    for dtype in (np.float32, np.float64):  # one numba specialisation per frame dtype
-        rmsd_qcp(x, np.stack([x, x + 1.0]).astype(dtype), reference_centered=False)
-    return time.perf_counter() - t0
-
-
 def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
               ) -> tuple[Any, float, int, dict[str, float]]:
     """The RMSD on a local cluster, kernel warmed up first, timing in ``out/timing.csv``.
@@ -663,13 +648,14 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
     from h5mdx._cli_rmsd import _progress, scheduler_context
     from h5mdx.testing import adk_topology
     from h5mdx.timing import capture
+    from h5mdx.workers import warm_up_seconds
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         n_selected = int(mda.Universe(adk_topology()).select_atoms(select).n_atoms)
     with xr.open_dataset(path, engine="h5md", topology=adk_topology()) as ds, \
             scheduler_context("distributed", workers) as client:
-        warm = {str(k): float(v) for k, v in client.run(warm_kernel).items()}
+        warm = warm_up_seconds(client)  # scheduler_context loaded the kernel on each worker
         lazy = ds.md.rmsd(0, select=select)
         with capture(backend="distributed", client=client, n_workers=workers,
                      meta={"file": path, "selection": select, "warmup": warm}) as run:

@@ -15,7 +15,7 @@ from distributed import WorkerPlugin
 
 from h5mdx.qcp import warm_up
 
-__all__ = ["KernelWarmUp", "warm_up_workers"]
+__all__ = ["KernelWarmUp", "warm_up_seconds", "warm_up_workers"]
 
 #: Name of the plugin on a cluster (registering it again replaces it).
 PLUGIN_NAME = "h5mdx-kernel-warm-up"
@@ -36,8 +36,8 @@ class KernelWarmUp(WorkerPlugin):
         self.kernel = kernel
 
     def setup(self, worker: Any) -> None:
-        """Load the kernel; keep the seconds spent on the worker object."""
-        worker.h5mdx_warm_up_s = warm_up(self.kernel)
+        """Load the kernel; add the seconds spent to the worker's ``h5mdx_warm_up_s``."""
+        worker.h5mdx_warm_up_s = _seconds(worker) + warm_up(self.kernel)
 
 
 def _seconds(dask_worker: Any) -> float:
@@ -58,4 +58,19 @@ def warm_up_workers(client: Any, kernel: str = "auto") -> dict[str, float]:
         Worker address -> seconds that worker spent loading the kernel.
     """
     client.register_plugin(KernelWarmUp(kernel), name=PLUGIN_NAME)
-    return client.run(_seconds)
+    return warm_up_seconds(client)
+
+
+def warm_up_seconds(client: Any) -> dict[str, float]:
+    """Seconds each worker of ``client`` spent loading the kernel (0.0 where it did not).
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    dict
+        Worker address -> seconds.
+    """
+    return {str(k): float(v) for k, v in client.run(_seconds).items()}
