@@ -85,4 +85,18 @@ fi
 if [ "$rc" -ne 0 ]; then
     status=$rc
 fi
+
+# The engine and RMSD tests again with the lock-free direct reads off: every read through
+# h5py (both read paths must give the same results; tests/test_direct.py compares bytes).
+if [ "$#" -eq 0 ]; then
+    echo "==> pytest (H5MDX_DIRECT_READ=0: reads through h5py only) engine and rmsd tests"
+    set +e
+    H5MDX_DIRECT_READ=0 "$VENV/bin/python" -m pytest -q tests/test_backend.py \
+        tests/test_rmsd.py tests/test_rmsd_paths.py
+    rc=$?
+    set -e
+    if [ "$rc" -ne 0 ]; then
+        status=$rc
+    fi
+fi
 exit "$status"
