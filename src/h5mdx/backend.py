@@ -63,6 +63,10 @@ class H5MDArray(BackendArray):
         Stored fill value that becomes NaN (floating-point data only).
     lock : lock, optional
         Lock held while h5py is called.
+    full_atom_chunks : bool, optional
+        The HDF5 chunks hold whole frames (a list of atoms is read as a slab).
+    filename : str, optional
+        The file (absolute path), for error messages and direct reads.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class H5MDArray(BackendArray):
         fillvalue: Any = None,
         lock: Any = HDF5_LOCK,
         full_atom_chunks: bool = False,
+        filename: str | None = None,
     ) -> None:
         self.manager = manager
         self.path = path
@@ -85,6 +90,7 @@ class H5MDArray(BackendArray):
         self.fillvalue = fillvalue
         self.lock = lock
         self.full_atom_chunks = full_atom_chunks
+        self.filename = filename
 
     def __dask_tokenize__(self) -> tuple:
         # the same data whenever the same file (unchanged on disk) is read the same way, so
@@ -136,9 +142,7 @@ class H5MDArray(BackendArray):
         return data
 
     def _filename(self) -> str | None:
-        # xarray's CachingFileManager keeps the opener's arguments in ``_args`` and has no
-        # public accessor for them; the file name is the first one.
-        return self.manager._args[0] if self.manager._args else None
+        return self.filename
 
     def _read_locked(self, key: tuple) -> np.ndarray:
         """Read through h5py, holding the HDF5 lock."""
@@ -275,6 +279,7 @@ class _Builder:
             fillvalue=el.fillvalue,
             lock=self.lock,
             full_atom_chunks=full_atoms,
+            filename=self.info.filename,
         )
         data = indexing.LazilyIndexedArray(array)
         var_attrs = dict(attrs or {})
@@ -833,7 +838,7 @@ def _parameters_dataset(b: _Builder) -> xr.Dataset | None:
                     )
                 dims = tuple(f"{key}_dim_{i}" for i in range(dset.ndim))
                 lazy = H5MDArray(b.manager, meta["path"], tuple(dset.shape), dset.dtype,
-                                 lock=b.lock)
+                                 lock=b.lock, filename=b.info.filename)
                 variables[key] = xr.Variable(dims, indexing.LazilyIndexedArray(lazy),
                                              encoding={"h5md_path": meta["path"]})
                 continue
