@@ -653,6 +653,17 @@ def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
 # ----------------------------------------------------------------------------- elements
 
 
+def _check_dtype(c: _Ctx, dtype: np.dtype, where: str) -> None:
+    """Refuse element types h5mdx cannot read: numbers and strings are read."""
+    if dtype.kind in "biufcSU" or h5py.check_string_dtype(dtype) is not None:
+        return
+    what = ("object references, which h5mdx does not follow"
+            if h5py.check_ref_dtype(dtype) is not None else f"dtype {dtype}")
+    raise H5MDFormatError(
+        c.filename, where, f"unsupported {what} (h5mdx reads numeric and string elements)"
+    )
+
+
 def _dataset_info(
     c: _Ctx,
     name: str,
@@ -679,6 +690,7 @@ def _dataset_info(
         compression_opts = dset.compression_opts
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
         raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
+    _check_dtype(c, dtype, link_path or path)
     if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
         shape = (int(sampling.step.shape[0]), *shape[1:])  # live file: frames written so far
     try:
@@ -882,6 +894,28 @@ def _box(c: _Ctx, grp: h5py.Group, path: str) -> BoxInfo:
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges)
 
 
+def _n_particles(el: ElementInfo) -> int | None:
+    tail = el.shape[1:] if el.time_dependent else el.shape
+    return int(tail[0]) if tail else None
+
+
+def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
+    """Leave out elements whose number of particles differs from the group's."""
+    counts = [n for el in elements.values() if (n := _n_particles(el)) is not None]
+    if not counts:
+        return
+    position = elements.get("position")
+    n_atoms = _n_particles(position) if position is not None else None
+    if n_atoms is None:
+        n_atoms = max(set(counts), key=counts.count)
+    for key, el in list(elements.items()):
+        n = _n_particles(el)
+        if n is not None and n != n_atoms:
+            c.note(el.path, f"has {n} particles but other elements of {path} have {n_atoms}",
+                   "left out")
+            del elements[key]
+
+
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     path = grp.name or f"/particles/{name}"
     elements: dict[str, ElementInfo] = {}
@@ -898,6 +932,7 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
             elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
         except H5MDFormatError as err:
             c.left_out(err, f"{path}/{child}")
+    _same_particles(c, elements, path)
     if c.live:
         every = list(elements.values())
         if box is not None and box.edges is not None:
@@ -923,6 +958,12 @@ def _observables(
         path = f"/observables/{key}"
         try:
             obj = _get(c, grp, child, grp.name)
+            if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
+                _has(obj, "step") or _has(obj, "time")
+            ):
+                raise H5MDFormatError(
+                    c.filename, path, "element has 'step'/'time' but no 'value' dataset"
+                )
             if isinstance(obj, h5py.Group) and not _has(obj, "value"):
                 if _addr(obj) in seen:
                     raise H5MDFormatError(
