@@ -11,6 +11,7 @@ open with the positions MDAnalysis' own H5MD reader gives.
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Callable
@@ -490,3 +491,106 @@ def test_external_link_is_refused_not_left_out(tmp_path):
         f[f"{G}/velocity"] = h5py.ExternalLink("other.h5", "/v")
     with pytest.raises(H5MDFormatError, match="allow_external"):
         xr.open_dataset(path, engine="h5md")
+
+
+# ----------------------------------------------------------------------------- MDAnalysis
+
+
+def _mda_positions(path: str) -> np.ndarray | None:
+    """All positions MDAnalysis' H5MD reader gives (Å), or None where it cannot open it."""
+    reader_mod = pytest.importorskip("MDAnalysis.coordinates.H5MD")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reader = reader_mod.H5MDReader(path)
+            try:
+                return np.stack([ts.positions.copy() for ts in reader])
+            finally:
+                reader.close()
+    except Exception:  # noqa: BLE001 - any failure means MDAnalysis does not open it
+        return None
+
+
+def _h5mdx_positions(path: str) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        tree = xr.open_datatree(path, engine="h5md", convert_units=True)
+    with tree:
+        groups = [n for n in tree["particles"].children.values() if "position" in n]
+        return groups[0]["position"].values
+
+
+def _znh5md_file(path: str) -> str:
+    znh5md = pytest.importorskip("znh5md")
+    ase = pytest.importorskip("ase")
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(3)
+    frames = []
+    for i in range(5):
+        atoms = ase.Atoms("H2O", positions=rng.normal(size=(3, 3)),
+                          cell=np.diag([5.0, 6.0, 7.0 + i]), pbc=True)
+        atoms.calc = SinglePointCalculator(atoms, energy=float(i),
+                                           forces=rng.normal(size=(3, 3)))
+        frames.append(atoms)
+    znh5md.IO(path).extend(frames)
+    return path
+
+
+def _public_files() -> dict[str, str]:
+    datafiles = pytest.importorskip("MDAnalysisTests.datafiles")
+    return {name: getattr(datafiles, name)
+            for name in ("H5MD_xvf", "H5MD_energy", "H5MD_malformed", "COORDINATES_H5MD")}
+
+
+@pytest.fixture(scope="module")
+def wild_files(tmp_path_factory, adk_h5md, adk_pyh5md):
+    """Files of other writers and every trouble file: {label: path}."""
+    tmp = tmp_path_factory.mktemp("wild")
+    files = dict(_public_files())
+    files["MDAnalysis H5MDWriter"] = adk_h5md
+    files["pyh5md"] = adk_pyh5md
+    files["znh5md"] = _znh5md_file(str(tmp / "znh5md.h5"))
+    for kind in TROUBLES:
+        files[f"trouble: {kind}"] = _trouble_file(tmp, kind)
+    return files
+
+
+def test_every_file_mdanalysis_opens_h5mdx_opens_alike(wild_files):
+    opened_by_mda = 0
+    for label, path in wild_files.items():
+        mine = _h5mdx_positions(path)  # h5mdx opens every one of them
+        assert mine.shape[-1] == 3, label
+        theirs = _mda_positions(path)
+        if theirs is None:
+            continue
+        opened_by_mda += 1
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-5, err_msg=label)
+    assert opened_by_mda >= 7  # the public files and the other writers' files at least
+
+
+# ----------------------------------------------------------------------------- h5mdx info
+
+
+def test_info_lists_conformance_problems(tmp_path, capsys):
+    from h5mdx.cli import main
+
+    path = _trouble_file(tmp_path, "box without dimension")
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "conformance: 1 problem(s)" in out
+    assert f"{G}/box: box has no 'dimension' attribute" in out
+    assert "assumed: no box dimension: taken from edges shape (3)" in out
+    assert main(["info", "--json", path]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["problems"] == [{
+        "path": f"{G}/box", "problem": "box has no 'dimension' attribute",
+        "assumed": "no box dimension: taken from edges shape (3)",
+    }]
+
+
+def test_info_of_a_conformant_file_lists_none(tmp_path, capsys):
+    from h5mdx.cli import main
+
+    assert main(["info", "--json", _base(str(tmp_path / "ok.h5md"))]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
