@@ -240,11 +240,11 @@ def _check_float_step(ds):
 
 
 def _unknown_unit(f):
-    f[f"{G}/position/value"].attrs["unit"] = "furlong"
+    f[f"{G}/position/value"].attrs["unit"] = "blorp"
 
 
 def _check_unconverted(ds):
-    assert ds.position.attrs["units"] == "furlong"
+    assert ds.position.attrs["units"] == "blorp"
     np.testing.assert_array_equal(ds.position, POS)
     np.testing.assert_allclose(ds.box_edges, EDGES * 10)  # nm -> Angstrom still converted
 
