@@ -287,13 +287,20 @@ class _Ctx:
 
     def left_out(self, err: H5MDFormatError, path: str) -> None:
         """Record that the part at ``path`` was left out because of ``err``."""
-        if isinstance(err, _Refused):
+        if _refused(err):
             raise err
         self.note(err.h5path or path, err.problem, "left out")
 
 
-class _Refused(H5MDFormatError):
-    """A refusal that tolerance must not turn into a warning (reaching other files)."""
+def _refusal(filename: str, where: str, problem: str) -> H5MDFormatError:
+    """An error that tolerance must not turn into a warning (reaching into other files)."""
+    err = H5MDFormatError(filename, where, problem)
+    err.refused = True  # type: ignore[attr-defined]
+    return err
+
+
+def _refused(err: BaseException) -> bool:
+    return bool(getattr(err, "refused", False))
 
 
 _EXTERNAL_HINT = (
@@ -398,7 +405,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError, AttributeError):
             target = "another file"
         if not c.allow_external:
-            raise _Refused(
+            raise _refusal(
                 c.filename, where, f"{name!r} is an external link to {target}; {_EXTERNAL_HINT}"
             )
     elif kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
@@ -418,7 +425,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError):
             same = True
         if not same:
-            raise _Refused(
+            raise _refusal(
                 c.filename, where, f"{name!r} leads into another file; {_EXTERNAL_HINT}"
             )
     return obj
@@ -440,7 +447,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
             ) from None
         others = [name for name in files if name != "."]
         if others:
-            raise _Refused(
+            raise _refusal(
                 c.filename,
                 where,
                 f"a virtual dataset mapping data from other files ({', '.join(others)}); "
@@ -452,7 +459,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         external = None
     if external:
         names = ", ".join(sorted({str(e[0]) for e in external}))
-        raise _Refused(
+        raise _refusal(
             c.filename,
             where,
             f"the dataset stores its raw data in external files ({names}); " + _EXTERNAL_HINT,
@@ -534,9 +541,9 @@ def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.D
         return None
     try:
         obj = _get(c, grp, name, where)
-    except _Refused:
-        raise
     except H5MDFormatError as err:
+        if _refused(err):
+            raise
         c.note(f"{where}/{name}", err.problem, f"{name!r} ignored")
         return None
     if not isinstance(obj, h5py.Dataset):
@@ -1062,9 +1069,9 @@ def _h5md_group(c: _Ctx) -> h5py.Group | None:
     if _has(c.f, "h5md"):
         try:
             h5md = _get(c, c.f, "h5md", "/")
-        except _Refused:
-            raise
-        except H5MDFormatError:
+        except H5MDFormatError as err:
+            if _refused(err):
+                raise
             h5md = None
     if isinstance(h5md, h5py.Group):
         return h5md
