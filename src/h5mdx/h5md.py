@@ -1028,11 +1028,14 @@ def scan(
     Returns
     -------
     FileInfo
+        With ``problems``: every departure from H5MD found, what was assumed to read
+        the file anyway, and the parts left out because they cannot be read.
 
     Raises
     ------
     H5MDFormatError
-        If the file is not H5MD, an element in it is malformed, or it refers to other
+        If the file is not H5MD at all (no ``/h5md``, ``/particles`` or
+        ``/observables``), is of an unsupported major version, or refers to other
         files and ``allow_external`` is False.
     """
     if isinstance(source, h5py.File):
@@ -1139,7 +1142,11 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
     particles: dict[str, ParticlesGroupInfo] = {}
     if not _has(c.f, "particles"):
         return particles
-    pgrp = _get(c, c.f, "particles", "/")
+    try:
+        pgrp = _get(c, c.f, "particles", "/")
+    except H5MDFormatError as err:
+        c.left_out(err, "/particles")
+        return particles
     if not isinstance(pgrp, h5py.Group):
         c.note("/particles", "/particles must be a group", "left out")
         return particles
@@ -1165,7 +1172,11 @@ def _scan(c: _Ctx) -> FileInfo:
     observables: dict[str, ElementInfo] = {}
     obs_groups: list[str] = []
     if _has(c.f, "observables"):
-        ogrp = _get(c, c.f, "observables", "/")
+        try:
+            ogrp = _get(c, c.f, "observables", "/")
+        except H5MDFormatError as err:
+            c.left_out(err, "/observables")
+            ogrp = None
         if isinstance(ogrp, h5py.Group):
             _observables(c, ogrp, "", observables, obs_groups, set())
     try:
