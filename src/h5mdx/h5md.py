@@ -5,7 +5,7 @@ reads the metadata of an H5MD 1.x file -- groups, elements, shapes, chunk
 layouts, units and the small ``step``/``time`` arrays -- and never the
 ``value`` data of an element. The scan is tolerant: where a file departs from
 H5MD but still carries usable data, :func:`scan` records a :class:`Problem` (the
-H5MD path, what is wrong and what was assumed) on :attr:`FileInfo.problems` and
+H5MD path, what is wrong and what was assumed) on ``FileInfo.problems`` and
 goes on; an element that cannot be read at all is left out with a problem saying
 so. Only a file that is not H5MD (or HDF5) at all, or that reaches into other
 files without ``allow_external``, raises :class:`~h5mdx.errors.H5MDFormatError`.
