@@ -28,6 +28,7 @@ from h5mdx import units as _units
 from h5mdx.chunking import DEFAULT_TARGET_MIB, time_block
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
 from h5mdx.h5md import (
+    BoxInfo,
     ElementInfo,
     FileInfo,
     ParticlesGroupInfo,
@@ -380,6 +381,32 @@ def _tail_dims(el: ElementInfo, name: str, first: tuple[str, ...], *, particles:
     return tuple(dims)
 
 
+def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[str],
+                   variables: dict[str, xr.Variable], coords: dict[str, xr.Variable]) -> None:
+    """Add ``box_edges`` (and the ``box_vector``/``spatial`` coordinates) of ``box``."""
+    attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
+    if box.edges is not None and "box_edges" not in drop:
+        el = box.edges
+        first: tuple[str, ...] = ()
+        if el.time_dependent:
+            assert el.sampling is not None
+            if main is not None and el.sampling.same_as(main):
+                first = (TIME_DIM,)
+            else:
+                first = (f"{TIME_DIM}_box_edges",)
+                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        tail = el.shape[len(first):]
+        box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
+        edges_var = b.variable(el, first + box_dims, attrs)
+        if edges_var is not None:
+            variables["box_edges"] = edges_var
+        if edges_var is not None and len(tail) == 2:
+            coords[BOX_VECTOR_DIM] = xr.Variable(
+                (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
+            )
+    coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:box.dimension]))
+
+
 def _particles_dataset(
     b: _Builder,
     pg: ParticlesGroupInfo,
@@ -423,31 +450,7 @@ def _particles_dataset(
             variables[name] = var
 
     if pg.box is not None:
-        box = pg.box
-        attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
-        if box.edges is not None and "box_edges" not in drop:
-            el = box.edges
-            first = ()
-            if el.time_dependent:
-                assert el.sampling is not None
-                if main is not None and el.sampling.same_as(main):
-                    first = (TIME_DIM,)
-                else:
-                    first = (f"{TIME_DIM}_box_edges",)
-                    coords.update(b.time_coords(el.sampling, first[0], el.path))
-            tail = el.shape[len(first):]
-            box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
-            edges_var = b.variable(el, first + box_dims, attrs)
-            if edges_var is not None:
-                variables["box_edges"] = edges_var
-            if edges_var is not None and len(tail) == 2:
-                coords[BOX_VECTOR_DIM] = xr.Variable(
-                    (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
-                )
-        if dimension is not None:
-            coords[SPATIAL_DIM] = xr.Variable(
-                (SPATIAL_DIM,), np.array(SPATIAL_LABELS[:dimension])
-            )
+        _box_variables(b, pg.box, main, drop, variables, coords)
     if SPATIAL_DIM not in coords and any(SPATIAL_DIM in v.dims for v in variables.values()):
         size = next(v.sizes[SPATIAL_DIM] for v in variables.values() if SPATIAL_DIM in v.dims)
         if size <= 3:
