@@ -274,6 +274,9 @@ class _Ctx:
     allow_external: bool = False
     live: bool = False
     problems: list[Problem] = field(default_factory=list)
+    #: samplings already read, by (step address, time address, frames): a step/time
+    #: shared by hard links is read, and its problems noted, once
+    samplings: dict[tuple, Sampling] = field(default_factory=dict)
 
     @property
     def filename(self) -> str:
@@ -635,6 +638,17 @@ def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
     time_ds = _sampling_dataset(c, grp, "time", where)
     key = (_addr(step_ds) if step_ds is not None else ("implicit", where),
            _addr(time_ds) if time_ds is not None else None)
+    if (*key, n_frames) in c.samplings:
+        return c.samplings[(*key, n_frames)]
+    c.samplings[(*key, n_frames)] = sampling = _read_sampling(
+        c, grp, step_ds, time_ds, n_frames, where, key
+    )
+    return sampling
+
+
+def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
+                   time_ds: h5py.Dataset | None, n_frames: int, where: str,
+                   key: tuple) -> Sampling:
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
     if step_ds is None:
         if not _has(grp, "step"):
