@@ -495,6 +495,13 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
     if not shape:
         return
     size = math.prod(int(s) for s in shape)
+    if size == 0 and max(int(s) for s in shape) > MAX_ABSENT_ELEMENTS:
+        # opening builds per-frame and per-atom arrays: a zero-size dataset's declared
+        # axis lengths are not evidence of frames or atoms
+        raise H5MDFormatError(
+            c.filename, where, f"declares shape {tuple(int(s) for s in shape)} but stores "
+            "no element (a zero-length axis); h5mdx refuses to trust the declared size",
+        )
     chunk = math.prod(int(x) for x in dset.chunks) if dset.chunks else 0
     allowed = max(MAX_ABSENT_ELEMENTS, chunk)
     if size <= allowed:
