@@ -282,6 +282,12 @@ def _check_no_velocity(ds):
     np.testing.assert_array_equal(ds.position, POS)
 
 
+def _empty_huge(f):
+    el = f.create_group(f"{G}/velocity")
+    el.create_dataset("value", shape=(0, 10**9, 3), dtype="f4")
+    el["step"] = np.arange(0)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
@@ -328,6 +334,8 @@ TROUBLES = {
     "references": Trouble(_references, f"{G}/ref", "left out", _check_no_ref),
     "particle count mismatch": Trouble(_atom_mismatch, f"{G}/mass", "left out", _check_no_mass),
     "dangling link": Trouble(_dangling, f"{G}", "left out", _check_no_velocity),
+    "zero-size element declaring 10^9 particles": Trouble(
+        _empty_huge, f"{G}/velocity/value", "left out", _check_no_velocity),
 }
 
 
