@@ -459,23 +459,24 @@ def test_bad_files(tmp_path, adk_h5md):
 
 
 def test_bad_structures(tmp_path):
+    """strict=True refuses them (the tolerant default is in test_conformance.py)."""
     base = dict(value=np.zeros((4, 2, 3)), step=np.arange(4))
     path = write_h5md(tmp_path / "novalue.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:
         del f["particles/g/position/value"]
-    _expect(path, r"/particles/g/position.*no 'value'")
+    _expect(path, r"/particles/g/position.*no 'value'", strict=True)
 
     path = write_h5md(tmp_path / "steplen.h5md",
                       particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
                                                         step=np.arange(3))}})
-    err = _expect(path, "'step' has shape")
+    err = _expect(path, "'step' has shape", strict=True)
     assert err.h5path == "/particles/g/position/step"
 
     path = write_h5md(tmp_path / "timelen.h5md",
                       particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
                                                         step=np.arange(4),
                                                         time=np.arange(5.0))}})
-    _expect(path, "'time' has shape")
+    _expect(path, "'time' has shape", strict=True)
 
     path = write_h5md(tmp_path / "version.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:
@@ -485,12 +486,12 @@ def test_bad_structures(tmp_path):
     path = write_h5md(tmp_path / "nostep.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:
         del f["particles/g/position/step"]
-    _expect(path, "no 'step'")
+    _expect(path, "no 'step'", strict=True)
 
     path = write_h5md(tmp_path / "dangling.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:
         f["particles/g/velocity"] = h5py.SoftLink("/nowhere")
-    _expect(path, "dangling")
+    _expect(path, "dangling", strict=True)
 
     path = write_h5md(tmp_path / "external.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:

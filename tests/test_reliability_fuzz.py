@@ -2,7 +2,8 @@
 
 Every generated file must either open (and a small read of every variable works or
 raises :class:`~h5mdx.errors.H5MDReadError`) or be refused with one of h5mdx's clear
-errors. The files are opened in a separate, long-lived worker process so that a
+errors -- in the tolerant default (where departures from H5MD become warnings and
+unreadable parts are left out) and with ``strict=True`` (where they are errors). The files are opened in a separate, long-lived worker process so that a
 segfault or a hang in h5py/HDF5 is caught (the worker is restarted) and reported as a
 failure of that example, with the file kept for reproduction.
 
@@ -389,6 +390,11 @@ def _outcome(path: str) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - classified and reported
         msg = str(err)
         return {"class": classify(err), "msg": msg[:300], "steps": steps}
+    try:
+        xr.open_datatree(path, engine="h5md", strict=True).close()
+    except Exception as err:  # noqa: BLE001 - classified and reported
+        if classify(err) != "H5MDFormatError":
+            return {"class": f"strict {classify(err)}", "msg": str(err)[:300], "steps": steps}
     return {"class": "ok", "steps": steps}
 
 

@@ -12,8 +12,10 @@ from h5mdx.h5md import ElementInfo, FileInfo, scan
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "info",
-        help="show groups, elements, chunks, units and layout problems of an H5MD file",
-        description="Show the contents and storage layout of an H5MD file.",
+        help="show groups, elements, chunks, units, conformance and layout problems of an "
+        "H5MD file",
+        description="Show the contents and storage layout of an H5MD file, and where it "
+        "departs from H5MD (what h5mdx assumes to read it, or leaves out).",
     )
     p.add_argument("file", help="an H5MD file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -93,6 +95,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                        for k, v in info.parameters.items()},
         "findings": _findings(info),
+        "problems": [
+            {"path": p.path, "problem": p.message, "assumed": p.assumed} for p in info.problems
+        ],
     }
 
 
@@ -134,6 +139,11 @@ def render(info: FileInfo) -> str:
             out.append(_line(el, "  ").replace(f"  {el.name}", f"  {key}", 1))
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
+    if info.problems:
+        out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
+        for p in info.problems:
+            out.append(f"  {p.path}: {p.message}")
+            out.append(f"      assumed: {p.assumed}")
     findings = _findings(info)
     if findings:
         out.append("layout:")

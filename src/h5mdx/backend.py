@@ -13,6 +13,7 @@ read under the HDF5 lock, so datasets pickle to dask workers.
 from __future__ import annotations
 
 import os
+import warnings
 import zlib
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -27,8 +28,17 @@ from xarray.core import indexing
 from h5mdx import direct as _direct
 from h5mdx import units as _units
 from h5mdx.chunking import DEFAULT_TARGET_MIB, time_block
-from h5mdx.errors import H5MDFormatError, H5MDReadError, TopologyError
-from h5mdx.h5md import ElementInfo, FileInfo, ParticlesGroupInfo, Sampling, is_h5md, scan
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
+from h5mdx.h5md import (
+    BoxInfo,
+    ElementInfo,
+    FileInfo,
+    ParticlesGroupInfo,
+    Problem,
+    Sampling,
+    is_h5md,
+    scan,
+)
 from h5mdx.h5md import open_h5md as _open_file
 from h5mdx.schema import (
     ATOM_DIM,
@@ -217,6 +227,53 @@ def _describe_key(key: tuple, shape: tuple[int, ...]) -> str:
 # ----------------------------------------------------------------------------- assembly
 
 
+class _Report:
+    """The conformance problems of one open: warned once each, or raised (``strict``)."""
+
+    def __init__(self, filename: str, strict: bool) -> None:
+        self.filename = filename
+        self.strict = strict
+        self.problems: list[Problem] = []
+
+    def add(self, problem: Problem) -> None:
+        """Record ``problem``; with ``strict`` raise it as an :class:`H5MDFormatError`."""
+        if self.strict:
+            raise H5MDFormatError(self.filename, problem.path, problem.message)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def note(self, path: str, message: str, assumed: str) -> None:
+        """Record a problem found while assembling the Dataset."""
+        self.add(Problem(path, message, assumed))
+
+    def scanned(self, info: FileInfo, under: str | None = None) -> None:
+        """Take the problems of the scan: all, or those of ``under`` and the whole file."""
+        for problem in info.problems:
+            if self.strict or under is None or _concerns(problem.path, under):
+                self.add(problem)
+
+    def emit(self) -> None:
+        """Warn once per problem, naming the file, the path and what was assumed."""
+        for p in self.problems:
+            warnings.warn(
+                H5MDConformanceWarning(
+                    f"{self.filename} [{p.path}]: {p.message}; {p.assumed}"
+                ),
+                stacklevel=2,
+            )
+
+
+def _concerns(path: str, group_path: str) -> bool:
+    """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file)."""
+    if not path.startswith(("/particles/", "/observables")):
+        return True
+    return path == group_path or path.startswith(group_path.rstrip("/") + "/")
+
+
+#: String datasets up to this size (bytes) are read at open time; larger ones are left out.
+_STRING_READ_BYTES = 2**24
+
+
 class _Builder:
     """Turns the :class:`FileInfo` of one group into xarray variables."""
 
@@ -228,12 +285,14 @@ class _Builder:
         convert_units: bool,
         chunk_mib: float,
         lock: Any,
+        report: _Report | None = None,
     ) -> None:
         self.info = info
         self.manager = manager
         self.convert_units = convert_units
         self.chunk_mib = chunk_mib
         self.lock = lock
+        self.report = report if report is not None else _Report(info.filename, strict=True)
 
     # -- units -------------------------------------------------------------------------
     def _unit(self, unit: str | None, where: str) -> tuple[float, str | None]:
@@ -242,27 +301,55 @@ class _Builder:
         try:
             conv = _units.conversion(unit)
         except _units.H5MDUnitError as err:
-            raise H5MDFormatError(self.info.filename, where, str(err)) from None
+            self.report.note(where, str(err), "left unconverted")
+            return 1.0, unit
         if conv is None:
             return 1.0, unit
         return conv
 
     # -- data variables -----------------------------------------------------------------
+    def _eager(self, el: ElementInfo) -> np.ndarray | None:
+        """The values of a non-numeric element read now (strings), or None (noted)."""
+        if el.data is not None:
+            return el.data
+        string = h5py.check_string_dtype(el.dtype) is not None or el.dtype.kind in "SU"
+        if not string or el.nbytes > _STRING_READ_BYTES:
+            what = ("object references, which h5mdx does not follow"
+                    if h5py.check_ref_dtype(el.dtype) is not None else f"dtype {el.dtype}")
+            self.report.note(el.value_path, f"unsupported {what} (h5mdx reads numeric "
+                             "and string elements)", "left out")
+            return None
+        with self.lock:
+            dset = self.manager.acquire(needs_lock=False)[el.value_path]
+            try:
+                return np.asarray(dset.asstr()[()], dtype=str)
+            except (OSError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as err:
+                self.report.note(el.value_path, f"cannot read the strings: {err}", "left out")
+                return None
+
     def variable(
         self, el: ElementInfo, dims: tuple[str, ...], attrs: dict[str, Any] | None = None
-    ) -> xr.Variable:
+    ) -> xr.Variable | None:
+        """The variable of element ``el``, or None where it is left out (noted)."""
         if len(dims) != len(el.shape):
             raise H5MDFormatError(
                 self.info.filename,
                 el.path,
                 f"value has shape {el.shape}; expected dimensions {dims}",
             )
-        if el.dtype.kind not in "biufc":
-            raise H5MDFormatError(
-                self.info.filename,
-                el.value_path,
-                f"unsupported dtype {el.dtype} (h5mdx reads numeric elements)",
-            )
+        if el.data is not None or el.dtype.kind not in "biufc":
+            values = self._eager(el)
+            if values is None:
+                return None
+            var_attrs = dict(attrs or {})
+            unit = el.unit
+            if values.dtype.kind in "iuf":
+                scale, unit = self._unit(el.unit, el.value_path)
+                values = values * scale if scale != 1.0 else values
+            if unit is not None:
+                var_attrs["units"] = unit
+            return xr.Variable(dims, values, var_attrs, {"source": self.info.filename,
+                                                         "h5md_path": el.path})
         scale, unit = self._unit(el.unit, el.value_path)
         dtype = el.dtype
         if scale != 1.0 and dtype.kind in "iub":
@@ -366,6 +453,32 @@ def _tail_dims(el: ElementInfo, name: str, first: tuple[str, ...], *, particles:
     return tuple(dims)
 
 
+def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[str],
+                   variables: dict[str, xr.Variable], coords: dict[str, xr.Variable]) -> None:
+    """Add ``box_edges`` (and the ``box_vector``/``spatial`` coordinates) of ``box``."""
+    attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
+    if box.edges is not None and "box_edges" not in drop:
+        el = box.edges
+        first: tuple[str, ...] = ()
+        if el.time_dependent:
+            assert el.sampling is not None
+            if main is not None and el.sampling.same_as(main):
+                first = (TIME_DIM,)
+            else:
+                first = (f"{TIME_DIM}_box_edges",)
+                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        tail = el.shape[len(first):]
+        box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
+        edges_var = b.variable(el, first + box_dims, attrs)
+        if edges_var is not None:
+            variables["box_edges"] = edges_var
+        if edges_var is not None and len(tail) == 2:
+            coords[BOX_VECTOR_DIM] = xr.Variable(
+                (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
+            )
+    coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:box.dimension]))
+
+
 def _particles_dataset(
     b: _Builder,
     pg: ParticlesGroupInfo,
@@ -401,37 +514,15 @@ def _particles_dataset(
             if n_atoms is None:
                 n_atoms = size
             elif size != n_atoms:
-                raise H5MDFormatError(
-                    info.filename,
-                    el.path,
-                    f"has {size} particles but other elements of {pg.path} have {n_atoms}",
-                )
-        variables[name] = b.variable(el, dims)
+                b.report.note(el.path, f"has {size} particles but other elements of "
+                              f"{pg.path} have {n_atoms}", "left out")
+                continue
+        var = b.variable(el, dims)
+        if var is not None:
+            variables[name] = var
 
     if pg.box is not None:
-        box = pg.box
-        attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
-        if box.edges is not None and "box_edges" not in drop:
-            el = box.edges
-            first = ()
-            if el.time_dependent:
-                assert el.sampling is not None
-                if main is not None and el.sampling.same_as(main):
-                    first = (TIME_DIM,)
-                else:
-                    first = (f"{TIME_DIM}_box_edges",)
-                    coords.update(b.time_coords(el.sampling, first[0], el.path))
-            tail = el.shape[len(first):]
-            box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
-            variables["box_edges"] = b.variable(el, first + box_dims, attrs)
-            if len(tail) == 2:
-                coords[BOX_VECTOR_DIM] = xr.Variable(
-                    (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
-                )
-        if dimension is not None:
-            coords[SPATIAL_DIM] = xr.Variable(
-                (SPATIAL_DIM,), np.array(SPATIAL_LABELS[:dimension])
-            )
+        _box_variables(b, pg.box, main, drop, variables, coords)
     if SPATIAL_DIM not in coords and any(SPATIAL_DIM in v.dims for v in variables.values()):
         size = next(v.sizes[SPATIAL_DIM] for v in variables.values() if SPATIAL_DIM in v.dims)
         if size <= 3:
@@ -510,7 +601,9 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset
                 first = (f"{TIME_DIM}_{name}",)
                 coords.update(b.time_coords(el.sampling, first[0], el.path))
         dims = first + _tail_dims(el, name, first, particles=False, dimension=None)
-        variables[name] = b.variable(el, dims)
+        var = b.variable(el, dims)
+        if var is not None:
+            variables[name] = var
     attrs = _file_attrs(info)
     attrs["h5md_group"] = f"/observables/{prefix}".rstrip("/")
     return _dataset(variables, coords, attrs, info, attrs["h5md_group"])
@@ -532,7 +625,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
             raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
         raise ValueError(
             f"{info.filename} has several particles groups; choose one with group=...: "
-            f"{listing}"
+            f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
         )
     g = group.strip("/")
     if g in info.particles:
@@ -591,14 +684,19 @@ def _open_one(
     swmr: bool,
     drop_variables: str | Iterable[str] | None,
     allow_external: bool = False,
+    strict: bool = False,
 ) -> xr.Dataset:
     drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
     manager = _manager(filename, swmr)
     lock = HDF5_LOCK
+    report = _Report(filename, strict)
     try:
         info = _scan_with(manager, lock, allow_external)
         kind, name = _resolve_group(info, group)
-        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock)
+        report.scanned(info, f"/particles/{name}" if kind == "particles"
+                       else f"/observables/{name}".rstrip("/"))
+        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
+                     report=report)
         if kind == "particles":
             ds = _particles_dataset(
                 b, info.particles[name], topology=topology, select=select, drop=drop
@@ -615,6 +713,7 @@ def _open_one(
     except BaseException:
         manager.close()
         raise
+    report.emit()
     ds.set_close(manager.close)
     return ds
 
@@ -643,6 +742,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         "chunk_mib",
         "swmr",
         "allow_external",
+        "strict",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -664,6 +764,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
         allow_external: bool = False,
+        strict: bool = False,
     ) -> xr.Dataset:
         """Open one particles group (or observables group) as a Dataset.
 
@@ -693,6 +794,12 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             Follow external links and read datasets whose data live in other files
             (external raw storage, virtual datasets mapping other files). Refused by
             default, with an :class:`~h5mdx.errors.H5MDFormatError` naming this keyword.
+        strict : bool, default False
+            Refuse any departure from H5MD with an
+            :class:`~h5mdx.errors.H5MDFormatError` naming the file, the H5MD path and
+            the problem. By default h5mdx reads what carries usable data and emits one
+            :class:`~h5mdx.errors.H5MDConformanceWarning` per problem (saying what it
+            assumed, or that a part was left out).
 
         Returns
         -------
@@ -709,6 +816,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             swmr=swmr,
             drop_variables=drop_variables,
             allow_external=allow_external,
+            strict=strict,
         )
 
     def open_groups_as_dict(  # type: ignore[override]
@@ -721,6 +829,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
         allow_external: bool = False,
+        strict: bool = False,
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`)."""
@@ -732,6 +841,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             chunk_mib=chunk_mib,
             swmr=swmr,
             allow_external=allow_external,
+            strict=strict,
         )
 
     def open_datatree(  # type: ignore[override]
@@ -744,6 +854,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         chunk_mib: float = DEFAULT_TARGET_MIB,
         swmr: bool = False,
         allow_external: bool = False,
+        strict: bool = False,
         **kwargs: Any,
     ) -> xr.DataTree:
         """The whole file as a DataTree mirroring its groups."""
@@ -755,6 +866,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             chunk_mib=chunk_mib,
             swmr=swmr,
             allow_external=allow_external,
+            strict=strict,
         )
         return xr.DataTree.from_dict(groups)
 
@@ -768,19 +880,39 @@ def open_groups(
     chunk_mib: float = DEFAULT_TARGET_MIB,
     swmr: bool = False,
     allow_external: bool = False,
+    strict: bool = False,
 ) -> dict[str, xr.Dataset]:
-    """Open every group of an H5MD file.
+    """Open every group of an H5MD file (every particles group, observables, parameters).
 
-    Returns ``{"/": file attrs, "/particles/<g>": ..., "/observables": ...,
-    "/observables/<sub>": ..., "/parameters": ...}``. Where an ancestor's
-    dimension would not align with a descendant's, the ancestor's dimension is
-    renamed ``<dim>_<node>`` (e.g. ``time_observables``).
+    Where an ancestor's dimension would not align with a descendant's, the
+    ancestor's dimension is renamed ``<dim>_<node>`` (e.g. ``time_observables``).
+    This is what ``xr.open_datatree(path, engine="h5md")`` uses: the way to open a
+    file with several particles groups at once.
+
+    Parameters
+    ----------
+    filename : str
+        The H5MD file.
+    drop_variables, topology, convert_units, chunk_mib, swmr, allow_external
+        As for ``xr.open_dataset(..., engine="h5md")``.
+    strict : bool, default False
+        Raise :class:`~h5mdx.errors.H5MDFormatError` on any departure from H5MD
+        instead of one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        ``{"/": file attrs, "/particles/<g>": ..., "/observables": ...,
+        "/observables/<sub>": ..., "/parameters": ...}``.
     """
     manager = _manager(filename, swmr)
     lock = HDF5_LOCK
+    report = _Report(filename, strict)
     try:
         info = _scan_with(manager, lock, allow_external)
-        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock)
+        report.scanned(info)
+        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
+                     report=report)
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
         out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
         if info.particles:
@@ -804,6 +936,7 @@ def open_groups(
     except BaseException:
         manager.close()
         raise
+    report.emit()
     _dealign(out)
     file_attrs = set(out["/"].attrs)
     for path, ds in out.items():

@@ -7,6 +7,7 @@ what is wrong, so that a user can act on it without reading a traceback.
 from __future__ import annotations
 
 __all__ = [
+    "H5MDConformanceWarning",
     "H5MDError",
     "H5MDFormatError",
     "H5MDReadError",
@@ -81,3 +82,13 @@ class TopologyError(H5MDError, ValueError):
 
 class MissingDependencyError(H5MDError, ImportError):
     """An optional dependency needed for the requested feature is not installed."""
+
+
+class H5MDConformanceWarning(UserWarning):
+    """A file departs from H5MD but h5mdx could still read it.
+
+    The message names the file, the H5MD path, the problem and what h5mdx assumed
+    (e.g. "no step: frames numbered 0..n-1"), or that the part was left out. Pass
+    ``strict=True`` to :func:`xarray.open_dataset` to make each of these an
+    :class:`H5MDFormatError` instead.
+    """

@@ -3,9 +3,13 @@
 This module knows h5py and numpy only (no xarray, no dask). :func:`scan`
 reads the metadata of an H5MD 1.x file -- groups, elements, shapes, chunk
 layouts, units and the small ``step``/``time`` arrays -- and never the
-``value`` data of an element. Everything that is wrong with the file raises
-:class:`~h5mdx.errors.H5MDFormatError` naming the file, the H5MD path and the
-problem.
+``value`` data of an element. The scan is tolerant: where a file departs from
+H5MD but still carries usable data, :func:`scan` records a :class:`Problem` (the
+H5MD path, what is wrong and what was assumed) on ``FileInfo.problems`` and
+goes on; an element that cannot be read at all is left out with a problem saying
+so. Only a file that is not H5MD (or HDF5) at all, or that reaches into other
+files without ``allow_external``, raises :class:`~h5mdx.errors.H5MDFormatError`.
+The backend turns problems into warnings, or into errors with ``strict=True``.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDError, H5MDFormatError, H5MDReadError
-from h5mdx.schema import H5MD_SIGNATURE, SUPPORTED_VERSIONS, Path
+from h5mdx.schema import H5MD_SIGNATURE, KNOWN_PARTICLE_ELEMENTS, SUPPORTED_VERSIONS, Path
 
 __all__ = [
     "BoxInfo",
     "ElementInfo",
     "FileInfo",
     "ParticlesGroupInfo",
+    "Problem",
     "Sampling",
     "is_h5md",
     "open_h5md",
@@ -47,15 +52,38 @@ MAX_ABSENT_ELEMENTS = 2**22
 MAX_SMALL_READ = 2**30
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One way a file departs from H5MD, and what h5mdx assumed to read it anyway.
+
+    Attributes
+    ----------
+    path : str
+        The H5MD path concerned (``/particles/trajectory/box``).
+    message : str
+        What is wrong (the error a strict reader raises).
+    assumed : str
+        What h5mdx did instead (``frames numbered 0..n-1``, ``left out``).
+    """
+
+    path: str
+    message: str
+    assumed: str
+
+    def __str__(self) -> str:
+        return f"[{self.path}] {self.message}; {self.assumed}"
+
+
 @dataclass(frozen=True, eq=False)
 class Sampling:
     """When a time-dependent element was sampled.
 
     Attributes
     ----------
-    kind : {"explicit", "fixed"}
+    kind : {"explicit", "fixed", "implicit"}
         ``explicit``: ``step``/``time`` datasets with one entry per frame;
-        ``fixed``: scalar intervals with an ``offset`` attribute.
+        ``fixed``: scalar intervals with an ``offset`` attribute; ``implicit``: the
+        file has no usable ``step``, frames are numbered 0..n-1.
     step : numpy.ndarray
         Integer step of every frame.
     time : numpy.ndarray or None
@@ -102,6 +130,8 @@ class ElementInfo:
     sampling: Sampling | None
     fillvalue: Any
     storage_size: int
+    #: values read at scan time (an element stored as an attribute), else None
+    data: np.ndarray | None = None
 
     @property
     def n_frames(self) -> int | None:
@@ -147,6 +177,7 @@ class FileInfo:
     observable_groups: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
     file_size: int = 0
+    problems: tuple[Problem, ...] = ()
 
 
 # ----------------------------------------------------------------------------- opening
@@ -242,10 +273,37 @@ class _Ctx:
     f: h5py.File
     allow_external: bool = False
     live: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    #: samplings already read, by (step address, time address, frames): a step/time
+    #: shared by hard links is read, and its problems noted, once
+    samplings: dict[tuple, Sampling] = field(default_factory=dict)
 
     @property
     def filename(self) -> str:
         return self.f.filename
+
+    def note(self, path: str, message: str, assumed: str) -> None:
+        """Record a departure from H5MD (once per path and message)."""
+        problem = Problem(path, message, assumed)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def left_out(self, err: H5MDFormatError, path: str) -> None:
+        """Record that the part at ``path`` was left out because of ``err``."""
+        if _refused(err):
+            raise err
+        self.note(err.h5path or path, err.problem, "left out")
+
+
+def _refusal(filename: str, where: str, problem: str) -> H5MDFormatError:
+    """An error that tolerance must not turn into a warning (reaching into other files)."""
+    err = H5MDFormatError(filename, where, problem)
+    err.refused = True  # type: ignore[attr-defined]
+    return err
+
+
+def _refused(err: BaseException) -> bool:
+    return bool(getattr(err, "refused", False))
 
 
 _EXTERNAL_HINT = (
@@ -285,7 +343,8 @@ def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
         unit = unit[0]
     if unit is None or isinstance(unit, str):
         return unit
-    raise H5MDFormatError(c.filename, where, f"the 'unit' attribute must be a string, not {unit!r}")
+    c.note(where, f"the 'unit' attribute must be a string, not {unit!r}", "unit ignored")
+    return None
 
 
 def _addr(obj: h5py.HLObject) -> int:
@@ -349,7 +408,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError, AttributeError):
             target = "another file"
         if not c.allow_external:
-            raise H5MDFormatError(
+            raise _refusal(
                 c.filename, where, f"{name!r} is an external link to {target}; {_EXTERNAL_HINT}"
             )
     elif kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
@@ -369,7 +428,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError):
             same = True
         if not same:
-            raise H5MDFormatError(
+            raise _refusal(
                 c.filename, where, f"{name!r} leads into another file; {_EXTERNAL_HINT}"
             )
     return obj
@@ -391,7 +450,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
             ) from None
         others = [name for name in files if name != "."]
         if others:
-            raise H5MDFormatError(
+            raise _refusal(
                 c.filename,
                 where,
                 f"a virtual dataset mapping data from other files ({', '.join(others)}); "
@@ -403,7 +462,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         external = None
     if external:
         names = ", ".join(sorted({str(e[0]) for e in external}))
-        raise H5MDFormatError(
+        raise _refusal(
             c.filename,
             where,
             f"the dataset stores its raw data in external files ({names}); " + _EXTERNAL_HINT,
@@ -436,6 +495,13 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
     if not shape:
         return
     size = math.prod(int(s) for s in shape)
+    if size == 0 and max(int(s) for s in shape) > MAX_ABSENT_ELEMENTS:
+        # opening builds per-frame and per-atom arrays: a zero-size dataset's declared
+        # axis lengths are not evidence of frames or atoms
+        raise H5MDFormatError(
+            c.filename, where, f"declares shape {tuple(int(s) for s in shape)} but stores "
+            "no element (a zero-length axis); h5mdx refuses to trust the declared size",
+        )
     chunk = math.prod(int(x) for x in dset.chunks) if dset.chunks else 0
     allowed = max(MAX_ABSENT_ELEMENTS, chunk)
     if size <= allowed:
@@ -476,98 +542,154 @@ def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None) -
         raise H5MDFormatError(c.filename, where, f"cannot read {dset.name}: {err}") from None
 
 
+_NUMBERED = "frames numbered 0..n-1"
+
+
+def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.Dataset | None:
+    """``grp/step`` or ``grp/time`` as a dataset, or None (absent or unusable: noted)."""
+    if not _has(grp, name):
+        return None
+    try:
+        obj = _get(c, grp, name, where)
+    except H5MDFormatError as err:
+        if _refused(err):
+            raise
+        c.note(f"{where}/{name}", err.problem, f"{name!r} ignored")
+        return None
+    if not isinstance(obj, h5py.Dataset):
+        c.note(f"{where}/{name}", f"{name!r} must be a dataset", f"{name!r} ignored")
+        return None
+    _check_dataset(c, obj, f"{where}/{name}")
+    _refresh(c, obj)
+    return obj
+
+
+def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of fixed-interval sampling (scalar ``step`` with an ``offset``), or None."""
+    interval = _read_small(c, step_ds, f"{where}/step")
+    offset = _attr(step_ds, "offset", 0) or 0
+    if interval.dtype.kind not in "iu" or not isinstance(offset, int):
+        c.note(f"{where}/step", "'step' and its 'offset' must be integers", _NUMBERED)
+        return None
+    return int(offset) + int(interval) * np.arange(n, dtype=np.int64)
+
+
+def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of explicit sampling (one per frame), or None where unusable (noted)."""
+    path = f"{where}/step"
+    if step_ds.shape is None or step_ds.ndim != 1:
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames", _NUMBERED)
+        return None
+    if step_ds.dtype.kind not in "iuf":
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+        return None
+    m = int(step_ds.shape[0])
+    if m != n and not c.live:
+        if m < n:
+            c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
+                   _NUMBERED)
+            return None
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
+               f"the first {n} steps used")
+    raw = _read_small(c, step_ds, path, min(m, n))
+    if raw.dtype.kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
+            c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+            return None
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
+    return raw.astype(np.int64, copy=False)
+
+
+def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
+    """Times of the frames (fixed or explicit), or None (absent or unusable: noted)."""
+    if time_ds is None:
+        return None
+    path = f"{where}/time"
+    if time_ds.dtype.kind not in "iuf":
+        c.note(path, f"'time' must be numeric, not {time_ds.dtype}", "'time' ignored")
+        return None
+    if time_ds.shape == ():
+        t_raw = _read_small(c, time_ds, path)
+        t_off = _attr(time_ds, "offset", 0.0) or 0.0
+        if not isinstance(t_off, (int, float)):
+            c.note(path, "'time' and its 'offset' must be numbers", "'time' ignored")
+            return None
+        return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+    if time_ds.ndim != 1:
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               "'time' ignored")
+        return None
+    m = int(time_ds.shape[0])
+    if m != n and not c.live:
+        if m < n:
+            c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+                   "'time' ignored")
+            return None
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               f"the first {n} times used")
+    return _read_small(c, time_ds, path, min(m, n)).astype(np.float64, copy=False)
+
+
 def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
     """The sampling of an element whose value has ``n_frames`` frames.
 
     In a live (SWMR) file the element may hold fewer steps/times than values (or more)
-    while a writer appends: the sampling is then cut to the frames all three hold.
+    while a writer appends: the sampling is then cut to the frames all three hold. A
+    missing or unusable ``step`` is noted and the frames numbered 0..n-1.
     """
-    if not _has(grp, "step"):
+    if n_frames > MAX_FRAMES:
         raise H5MDFormatError(
-            c.filename,
-            where,
-            "time-dependent element has a 'value' dataset but no 'step' "
-            "(H5MD requires 'step' next to 'value')",
+            c.filename, where, f"declares {n_frames} frames, more than h5mdx accepts"
         )
-    step_ds = _get(c, grp, "step", where)
-    if not isinstance(step_ds, h5py.Dataset):
-        raise H5MDFormatError(c.filename, f"{where}/step", "'step' must be a dataset")
-    time_ds = _get(c, grp, "time", where) if _has(grp, "time") else None
-    if time_ds is not None and not isinstance(time_ds, h5py.Dataset):
-        raise H5MDFormatError(c.filename, f"{where}/time", "'time' must be a dataset")
-    _check_dataset(c, step_ds, f"{where}/step")
-    if time_ds is not None:
-        _check_dataset(c, time_ds, f"{where}/time")
-        _refresh(c, time_ds)
-    _refresh(c, step_ds)
-    key = (_addr(step_ds), _addr(time_ds) if time_ds is not None else None)
+    step_ds = _sampling_dataset(c, grp, "step", where)
+    time_ds = _sampling_dataset(c, grp, "time", where)
+    key = (_addr(step_ds) if step_ds is not None else ("implicit", where),
+           _addr(time_ds) if time_ds is not None else None)
+    if (*key, n_frames) in c.samplings:
+        return c.samplings[(*key, n_frames)]
+    c.samplings[(*key, n_frames)] = sampling = _read_sampling(
+        c, grp, step_ds, time_ds, n_frames, where, key
+    )
+    return sampling
+
+
+def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
+                   time_ds: h5py.Dataset | None, n_frames: int, where: str,
+                   key: tuple) -> Sampling:
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
-
-    if step_ds.shape == ():
-        # fixed interval: s_i = offset + i * step
-        if n_frames > MAX_FRAMES:
-            raise H5MDFormatError(
-                c.filename, where, f"declares {n_frames} frames, more than h5mdx accepts"
-            )
-        interval = _read_small(c, step_ds, f"{where}/step")
-        offset = _attr(step_ds, "offset", 0) or 0
-        if np.asarray(interval).dtype.kind not in "iu" or not isinstance(offset, int):
-            raise H5MDFormatError(
-                c.filename, f"{where}/step", "'step' and its 'offset' must be integers"
-            )
-        step = int(offset) + int(interval) * np.arange(n_frames, dtype=np.int64)
-        time = None
-        if time_ds is not None:
-            if time_ds.shape != ():
-                raise H5MDFormatError(
-                    c.filename,
-                    f"{where}/time",
-                    f"'step' is a fixed interval (scalar) but 'time' has shape {time_ds.shape}",
-                )
-            t_raw = _read_small(c, time_ds, f"{where}/time")
-            t_off = _attr(time_ds, "offset", 0.0) or 0.0
-            if t_raw.dtype.kind not in "iuf" or not isinstance(t_off, (int, float)):
-                raise H5MDFormatError(
-                    c.filename, f"{where}/time", "'time' and its 'offset' must be numbers"
-                )
-            time = float(t_off) + float(t_raw) * np.arange(n_frames, dtype=np.float64)
-        return Sampling("fixed", step, time, time_unit, key)
-
-    if step_ds.shape is None or step_ds.ndim != 1 or (
-        step_ds.shape[0] != n_frames and not c.live
-    ):
-        raise H5MDFormatError(
-            c.filename,
-            f"{where}/step",
-            f"'step' has shape {step_ds.shape} but 'value' has {n_frames} frames",
-        )
-    if step_ds.dtype.kind not in "iu":
-        raise H5MDFormatError(
-            c.filename, f"{where}/step", f"'step' must be integer, not {step_ds.dtype}"
-        )
-    n = min(n_frames, int(step_ds.shape[0]))
-    if time_ds is not None:
-        if time_ds.shape is None or time_ds.ndim != 1 or (
-            time_ds.shape[0] != n_frames and not c.live
-        ):
-            raise H5MDFormatError(
-                c.filename,
-                f"{where}/time",
-                f"'time' has shape {time_ds.shape} but 'value' has {n_frames} frames",
-            )
-        if time_ds.dtype.kind not in "iuf":
-            raise H5MDFormatError(
-                c.filename, f"{where}/time", f"'time' must be numeric, not {time_ds.dtype}"
-            )
-        n = min(n, int(time_ds.shape[0]))
-    step = _read_small(c, step_ds, f"{where}/step", n).astype(np.int64, copy=False)
-    time = None
-    if time_ds is not None:
-        time = _read_small(c, time_ds, f"{where}/time", n).astype(np.float64, copy=False)
-    return Sampling("explicit", step, time, time_unit, key)
+    if step_ds is None:
+        if not _has(grp, "step"):
+            c.note(where, "time-dependent element has a 'value' but no 'step' "
+                   "(H5MD requires 'step' next to 'value')", f"no step: {_NUMBERED}")
+        step = None
+    elif step_ds.shape == ():
+        step = _fixed_steps(c, step_ds, n_frames, where)
+    else:
+        step = _explicit_steps(c, step_ds, n_frames, where)
+    n = n_frames if step is None else min(n_frames, step.shape[0])
+    time = _times(c, time_ds, n, where)
+    if time is not None and time.shape[0] < n:  # live file: times lag behind
+        n = time.shape[0]
+        step = None if step is None else step[:n]
+    if step is None:
+        kind, step = "implicit", np.arange(n, dtype=np.int64)
+    else:
+        kind = "fixed" if step_ds is not None and step_ds.shape == () else "explicit"
+    return Sampling(kind, step, time, time_unit if time is not None else None, key)
 
 
 # ----------------------------------------------------------------------------- elements
+
+
+def _check_dtype(c: _Ctx, dtype: np.dtype, where: str) -> None:
+    """Refuse element types h5mdx cannot read: numbers and strings are read."""
+    if dtype.kind in "biufcSU" or h5py.check_string_dtype(dtype) is not None:
+        return
+    what = ("object references, which h5mdx does not follow"
+            if h5py.check_ref_dtype(dtype) is not None else f"dtype {dtype}")
+    raise H5MDFormatError(
+        c.filename, where, f"unsupported {what} (h5mdx reads numeric and string elements)"
+    )
 
 
 def _dataset_info(
@@ -596,6 +718,7 @@ def _dataset_info(
         compression_opts = dset.compression_opts
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
         raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
+    _check_dtype(c, dtype, link_path or path)
     if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
         shape = (int(sampling.step.shape[0]), *shape[1:])  # live file: frames written so far
     try:
@@ -674,59 +797,151 @@ def _trim_live(elements: list[ElementInfo]) -> dict[str, ElementInfo]:
     return out
 
 
-def _box(c: _Ctx, grp: h5py.Group, path: str) -> BoxInfo:
-    dimension = _attr(grp, "dimension")
-    boundary = _attr(grp, "boundary")
-    # some writers (ZnH5MD) also store them as datasets
-    for key in ("dimension", "boundary"):
-        if (dimension if key == "dimension" else boundary) is not None or not _has(grp, key):
-            continue
+#: Particle elements that hold one number per particle (a vector for the others).
+_SCALAR_ELEMENTS = ("species", "id", "mass", "charge")
+
+
+def _as_time_series(c: _Ctx, el: ElementInfo) -> ElementInfo:
+    """A plain dataset holding one axis more than its per-particle form: a time series."""
+    if el.time_dependent or el.name not in KNOWN_PARTICLE_ELEMENTS or el.data is not None:
+        return el
+    per_particle = 1 if el.name in _SCALAR_ELEMENTS else 2
+    if len(el.shape) != per_particle + 1 or el.dtype.kind not in "biuf":
+        return el
+    c.note(el.path, f"a plain dataset of shape {el.shape} where H5MD expects a time-dependent "
+           "element (a group with 'value' and 'step')", f"read as a time series, {_NUMBERED}")
+    n = el.shape[0]
+    sampling = Sampling("implicit", np.arange(n, dtype=np.int64), None, None,
+                        ("implicit", el.path))
+    return replace(el, time_dependent=True, sampling=sampling)
+
+
+def _box_value(c: _Ctx, grp: h5py.Group, key: str, path: str) -> Any:
+    """A box property stored as an attribute or (ZnH5MD) as a small dataset."""
+    value = _attr(grp, key)
+    if value is None and _has(grp, key):
         obj = _get(c, grp, key, path)
         if isinstance(obj, h5py.Dataset) and (obj.size or 0) <= 16:
-            val = _decode(_read_small(c, obj, f"{path}/{key}"))
-            if key == "dimension":
-                dimension = val
-            else:
-                boundary = val
-    if dimension is None:
-        raise H5MDFormatError(c.filename, path, "box has no 'dimension' attribute")
-    if isinstance(dimension, list) and len(dimension) == 1:
-        dimension = dimension[0]
+            value = _decode(_read_small(c, obj, f"{path}/{key}"))
+    if isinstance(value, list) and len(value) == 1 and key != "boundary":
+        value = value[0]
+    return value
+
+
+def _edges_from_attr(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
+    """Box edges stored as an attribute of the box group instead of a dataset."""
+    raw = grp.attrs.get("edges") if "edges" in grp.attrs else None
+    arr = np.asarray(raw) if raw is not None else None
+    if arr is None or arr.dtype.kind not in "iuf" or arr.ndim not in (1, 2) or arr.size > 9:
+        return None
+    c.note(f"{path}/edges", "box edges stored as an attribute of the box group, not as a "
+           "dataset or element", "read as fixed (time-independent) edges")
+    return ElementInfo(
+        name="box_edges", path=f"{path}/edges", value_path=f"{path}/edges",
+        shape=tuple(int(x) for x in arr.shape), dtype=arr.dtype, chunks=None,
+        compression=None, compression_opts=None, filters=(), unit=_unit_attr(c, grp, path),
+        time_dependent=False, sampling=None, fillvalue=None, storage_size=0, data=arr,
+    )
+
+
+def _box_edges(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
+    if not _has(grp, "edges"):
+        return _edges_from_attr(c, grp, path)
     try:
-        if isinstance(dimension, (list, dict, complex)) or float(dimension) != int(dimension):
-            raise TypeError
-        dimension = int(dimension)
+        return _element(c, "box_edges", _get(c, grp, "edges", path), f"{path}/edges")
+    except H5MDFormatError as err:
+        c.left_out(err, f"{path}/edges")
+        return None
+
+
+def _edges_dimension(edges: ElementInfo | None) -> int | None:
+    if edges is None:
+        return None
+    tail = edges.shape[1:] if edges.time_dependent else edges.shape
+    return int(tail[-1]) if tail and 1 <= tail[-1] <= 3 else None
+
+
+def _valid_dimension(value: Any) -> int | None:
+    try:
+        if isinstance(value, (list, dict, complex, str)) or float(value) != int(value):
+            return None
+        dim = int(value)
     except (TypeError, ValueError, OverflowError):
-        raise H5MDFormatError(
-            c.filename, path, f"box 'dimension' must be an integer, not {dimension!r}"
-        ) from None
-    if not 1 <= dimension <= 3:
-        raise H5MDFormatError(c.filename, path, f"box 'dimension' is {dimension}; must be 1-3")
+        return None
+    return dim if 1 <= dim <= 3 else None
+
+
+def _box_dimension(c: _Ctx, grp: h5py.Group, path: str, edges: ElementInfo | None) -> int:
+    raw = _box_value(c, grp, "dimension", path)
+    if raw is None and "dimensions" in grp.attrs:
+        raw = _box_value(c, grp, "dimensions", path)
+        if _valid_dimension(raw) is not None:
+            c.note(path, "box has a 'dimensions' attribute instead of 'dimension'",
+                   f"dimension {_valid_dimension(raw)} read from 'dimensions'")
+            return int(raw)
+    dim = _valid_dimension(raw)
+    if dim is not None:
+        return dim
+    problem = ("box has no 'dimension' attribute" if raw is None else
+               f"box 'dimension' must be an integer 1-3, not {raw!r}")
+    from_edges = _edges_dimension(edges)
+    if from_edges is not None:
+        c.note(path, problem, f"no box dimension: taken from edges shape ({from_edges})")
+        return from_edges
+    c.note(path, problem, "dimension 3 assumed")
+    return 3
+
+
+def _box_boundary(c: _Ctx, grp: h5py.Group, path: str, dimension: int,
+                  edges: ElementInfo | None) -> tuple[str, ...]:
+    boundary = _box_value(c, grp, "boundary", path)
     if boundary is None:
-        boundary = ["none"] * dimension
+        return ("none",) * dimension
     if isinstance(boundary, str):
         boundary = [boundary] * dimension
-    if not isinstance(boundary, list) or len(boundary) != dimension:
-        raise H5MDFormatError(
-            c.filename,
-            path,
-            f"box 'boundary' must hold {dimension} strings ('periodic' or 'none'), "
-            f"not {boundary!r}",
-        )
-    edges = None
-    if _has(grp, "edges"):
-        edges = _element(c, "box_edges", _get(c, grp, "edges", path), f"{path}/edges")
+    if (isinstance(boundary, list) and len(boundary) == dimension
+            and all(isinstance(b, str) for b in boundary)):
+        return tuple(boundary)
+    guess = "periodic" if edges is not None else "none"
+    c.note(path, f"box 'boundary' must hold {dimension} strings ('periodic' or 'none'), "
+           f"not {boundary!r}", f"boundary {guess!r} assumed")
+    return (guess,) * dimension
+
+
+def _box(c: _Ctx, grp: h5py.Group, path: str) -> BoxInfo:
+    edges = _box_edges(c, grp, path)
+    dimension = _box_dimension(c, grp, path, edges)
+    boundary = _box_boundary(c, grp, path, dimension, edges)
+    if edges is not None:
         tail = edges.shape[1:] if edges.time_dependent else edges.shape
         if tail not in ((dimension,), (dimension, dimension)):
-            raise H5MDFormatError(
-                c.filename,
-                f"{path}/edges",
-                f"box edges have shape {edges.shape}; expected (…, {dimension}) or "
-                f"(…, {dimension}, {dimension}) for a {dimension}-dimensional box",
-            )
-    return BoxInfo(
-        path=path, dimension=dimension, boundary=tuple(str(b) for b in boundary), edges=edges
-    )
+            c.note(f"{path}/edges", f"box edges have shape {edges.shape}; expected "
+                   f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
+                   f"{dimension}-dimensional box", "left out")
+            edges = None
+    return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges)
+
+
+def _n_particles(el: ElementInfo) -> int | None:
+    tail = el.shape[1:] if el.time_dependent else el.shape
+    return int(tail[0]) if tail else None
+
+
+def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
+    """Leave out elements whose number of particles differs from the group's."""
+    counts = [n for el in elements.values() if (n := _n_particles(el)) is not None]
+    if not counts:
+        return
+    position = elements.get("position")
+    n_atoms = _n_particles(position) if position is not None else None
+    if n_atoms is None:
+        n_atoms = max(set(counts), key=counts.count)
+    for key, el in list(elements.items()):
+        n = _n_particles(el)
+        if n is not None and n != n_atoms:
+            c.note(el.path, f"has {n} particles but other elements of {path} have {n_atoms}",
+                   "left out")
+            del elements[key]
 
 
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
@@ -734,12 +949,18 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     elements: dict[str, ElementInfo] = {}
     box = None
     for child in grp:
-        obj = _get(c, grp, child, path)
-        if child == "box":
-            if isinstance(obj, h5py.Group):
-                box = _box(c, obj, f"{path}/box")
-            continue
-        elements[child] = _element(c, child, obj, f"{path}/{child}")
+        try:
+            obj = _get(c, grp, child, path)
+            if child == "box":
+                if isinstance(obj, h5py.Group):
+                    box = _box(c, obj, f"{path}/box")
+                else:
+                    c.note(f"{path}/box", "the box must be a group", "left out")
+                continue
+            elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
+        except H5MDFormatError as err:
+            c.left_out(err, f"{path}/{child}")
+    _same_particles(c, elements, path)
     if c.live:
         every = list(elements.values())
         if box is not None and box.edges is not None:
@@ -761,18 +982,27 @@ def _observables(
 ) -> None:
     seen.add(_addr(grp))
     for child in grp:
-        obj = _get(c, grp, child, grp.name)
         key = f"{prefix}{child}"
         path = f"/observables/{key}"
-        if isinstance(obj, h5py.Group) and not _has(obj, "value"):
-            if _addr(obj) in seen:
+        try:
+            obj = _get(c, grp, child, grp.name)
+            if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
+                _has(obj, "step") or _has(obj, "time")
+            ):
                 raise H5MDFormatError(
-                    c.filename, path, "links back to a group that contains it (a cycle)"
+                    c.filename, path, "element has 'step'/'time' but no 'value' dataset"
                 )
-            groups.append(key)
-            _observables(c, obj, f"{key}/", out, groups, seen)
-        else:
-            out[key] = _element(c, child, obj, path)
+            if isinstance(obj, h5py.Group) and not _has(obj, "value"):
+                if _addr(obj) in seen:
+                    raise H5MDFormatError(
+                        c.filename, path, "links back to a group that contains it (a cycle)"
+                    )
+                groups.append(key)
+                _observables(c, obj, f"{key}/", out, groups, seen)
+            else:
+                out[key] = _element(c, child, obj, path)
+        except H5MDFormatError as err:
+            c.left_out(err, path)
 
 
 def _parameters(c: _Ctx) -> dict[str, Any]:
@@ -792,8 +1022,12 @@ def _parameters(c: _Ctx) -> dict[str, Any]:
     # external links, so cycles and links to other files are not walked
     grp.visititems(visit)
     for name, obj in found:
-        _check_dataset(c, obj, obj.name)
-        _check_declared(c, obj, obj.name)
+        try:
+            _check_dataset(c, obj, obj.name)
+            _check_declared(c, obj, obj.name)
+        except H5MDFormatError as err:
+            c.left_out(err, obj.name)
+            continue
         params[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": obj.name}
     return params
 
@@ -815,11 +1049,14 @@ def scan(
     Returns
     -------
     FileInfo
+        With ``problems``: every departure from H5MD found, what was assumed to read
+        the file anyway, and the parts left out because they cannot be read.
 
     Raises
     ------
     H5MDFormatError
-        If the file is not H5MD, an element in it is malformed, or it refers to other
+        If the file is not H5MD at all (no ``/h5md``, ``/particles`` or
+        ``/observables``), is of an unsupported major version, or refers to other
         files and ``allow_external`` is False.
     """
     if isinstance(source, h5py.File):
@@ -850,73 +1087,124 @@ def _scan_safely(f: h5py.File, allow_external: bool) -> FileInfo:
         ) from None
 
 
-def _version(c: _Ctx) -> tuple[int, int]:
-    h5md = _get(c, c.f, "h5md", "/") if _has(c.f, "h5md") else None
-    if not isinstance(h5md, h5py.Group):
+def _h5md_group(c: _Ctx) -> h5py.Group | None:
+    """The ``/h5md`` group; None (noted) where a file without it still holds H5MD data."""
+    h5md = None
+    if _has(c.f, "h5md"):
+        try:
+            h5md = _get(c, c.f, "h5md", "/")
+        except H5MDFormatError as err:
+            if _refused(err):
+                raise
+            h5md = None
+    if isinstance(h5md, h5py.Group):
+        return h5md
+    if not (_has(c.f, "particles") or _has(c.f, "observables")):
         raise H5MDFormatError(
             c.filename,
             "/h5md",
             "an HDF5 file but not an H5MD file: there is no /h5md group "
             "(open generic HDF5/netCDF files with engine='h5netcdf')",
         )
+    c.note("/h5md", "there is no /h5md group (an old or hand-made file)", "read as H5MD 1.1")
+    return None
+
+
+def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
+    if h5md is None:
+        return 1, 1
     raw = _attr(h5md, "version")
     if raw is None:
-        raise H5MDFormatError(c.filename, "/h5md", "the /h5md group has no 'version' attribute")
+        c.note("/h5md", "the /h5md group has no 'version' attribute", "read as H5MD 1.1")
+        return 1, 1
     try:
         major, minor = (int(v) for v in list(np.ravel(raw))[:2])
     except (TypeError, ValueError, OverflowError):
-        raise H5MDFormatError(
-            c.filename, "/h5md", f"cannot understand H5MD version {raw!r}"
-        ) from None
-    if (major, minor) not in SUPPORTED_VERSIONS:
-        supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_VERSIONS)
+        c.note("/h5md", f"cannot understand H5MD version {raw!r}", "read as H5MD 1.1")
+        return 1, 1
+    if (major, minor) in SUPPORTED_VERSIONS:
+        return major, minor
+    supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_VERSIONS)
+    if major > 1:
         raise H5MDFormatError(
             c.filename,
             "/h5md",
             f"H5MD version {major}.{minor} is not supported (h5mdx reads {supported})",
         )
-    return major, minor
+    nearest = (1, 0) if major < 1 else (1, 1)
+    c.note("/h5md", f"H5MD version {major}.{minor} is not one h5mdx knows ({supported})",
+           f"read as H5MD {nearest[0]}.{nearest[1]}")
+    return nearest
 
 
-def _meta(c: _Ctx, h5md: h5py.Group, name: str, keys: tuple[str, ...]) -> dict[str, str]:
-    if not _has(h5md, name):
+def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
+          keys: tuple[str, ...]) -> dict[str, str]:
+    """``/h5md/author`` or ``/h5md/creator``; pre-1.0 files keep them as attributes."""
+    if h5md is None:
         return {}
-    try:
-        grp = _get(c, h5md, name, "/h5md")
-    except H5MDFormatError:
-        return {}  # author/creator are informative only
-    if not isinstance(grp, h5py.Group):
+    if _has(h5md, name):
+        try:
+            grp = _get(c, h5md, name, "/h5md")
+        except H5MDFormatError:
+            return {}  # author/creator are informative only
+        if isinstance(grp, h5py.Group):
+            return {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
         return {}
-    return {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
+    # pre-1.0 pyh5md: attributes "author", "author_email", "creator", "creator_version"
+    found = {k: _attr(h5md, name if k == "name" else f"{name}_{k}") for k in keys}
+    found = {k: str(v) for k, v in found.items() if v is not None}
+    if found:
+        c.note(f"/h5md/{name}", f"{name} stored as attributes of /h5md (pre-1.0 layout), "
+               f"not as a /h5md/{name} group", "read from the attributes")
+    return found
 
 
-def _scan(c: _Ctx) -> FileInfo:
-    version = _version(c)
-    h5md = c.f["h5md"]
-    author = _meta(c, h5md, "author", ("name", "email"))
-    creator = _meta(c, h5md, "creator", ("name", "version"))
+def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
     particles: dict[str, ParticlesGroupInfo] = {}
-    if _has(c.f, "particles"):
+    if not _has(c.f, "particles"):
+        return particles
+    try:
         pgrp = _get(c, c.f, "particles", "/")
-        if not isinstance(pgrp, h5py.Group):
-            raise H5MDFormatError(c.filename, "/particles", "must be a group")
-        for name in pgrp:
+    except H5MDFormatError as err:
+        c.left_out(err, "/particles")
+        return particles
+    if not isinstance(pgrp, h5py.Group):
+        c.note("/particles", "/particles must be a group", "left out")
+        return particles
+    for name in pgrp:
+        try:
             obj = _get(c, pgrp, name, "/particles")
             if not isinstance(obj, h5py.Group):
                 raise H5MDFormatError(
                     c.filename, f"/particles/{name}", "a particles group must be a group"
                 )
             particles[name] = _particles_group(c, name, obj)
+        except H5MDFormatError as err:
+            c.left_out(err, f"/particles/{name}")
+    return particles
+
+
+def _scan(c: _Ctx) -> FileInfo:
+    h5md = _h5md_group(c)
+    version = _version(c, h5md)
+    author = _meta(c, h5md, "author", ("name", "email"))
+    creator = _meta(c, h5md, "creator", ("name", "version"))
+    particles = _particles(c)
     observables: dict[str, ElementInfo] = {}
     obs_groups: list[str] = []
     if _has(c.f, "observables"):
-        ogrp = _get(c, c.f, "observables", "/")
+        try:
+            ogrp = _get(c, c.f, "observables", "/")
+        except H5MDFormatError as err:
+            c.left_out(err, "/observables")
+            ogrp = None
         if isinstance(ogrp, h5py.Group):
             _observables(c, ogrp, "", observables, obs_groups, set())
     try:
         size = os.path.getsize(c.filename)
     except OSError:
         size = 0
+    parameters = _parameters(c)
     return FileInfo(
         filename=c.filename,
         version=version,
@@ -925,6 +1213,7 @@ def _scan(c: _Ctx) -> FileInfo:
         particles=particles,
         observables=observables,
         observable_groups=tuple(obs_groups),
-        parameters=_parameters(c),
+        parameters=parameters,
         file_size=size,
+        problems=tuple(c.problems),
     )

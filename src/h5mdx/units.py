@@ -6,13 +6,21 @@ exponents, e.g. ``"nm ps-1"`` or ``"kJ mol-1 nm-1"``; some writers use
 scale factor to SI and a dimension vector, and :func:`conversion` gives the
 factor that converts a unit into the base unit of the same dimension:
 Å (length), ps (time), Å/ps (velocity), kJ/(mol·Å) (force), kJ/mol (energy),
-u (mass), e (charge) — the base units of MDAnalysis.
+u (mass), e (charge) — the base units of MDAnalysis — and K (temperature).
+
+H5MD's syntax (space-separated factors with integer exponents, ``ps-1``) is
+tokenised here, and the symbols MD programs write are looked up in a table of
+their own. A symbol the table lacks is looked up in `pint
+<https://pint.readthedocs.io>`_'s registry when pint is installed (``furlong``,
+``fortnight``, ``kelvin``, ``statvolt``...); offset units such as ``degC`` are
+never converted. A temperature stays a temperature: ``K`` is not ``k_B T``.
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 from h5mdx.errors import H5MDUnitError
 
@@ -21,14 +29,17 @@ __all__ = ["BASE_UNITS", "conversion", "parse_unit"]
 _NA = 6.02214076e23
 _E = 1.602176634e-19
 
-# dimension vector: (length m, mass kg, time s, charge C)
-_L, _M, _T, _Q = (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1)
-_ONE = (0, 0, 0, 0)
-_ENERGY = (2, 1, -2, 0)
-_FORCE = (1, 1, -2, 0)
+#: dimension vector: exponents of (length m, mass kg, time s, charge C, temperature K)
+Dims = tuple[int, int, int, int, int]
+_L, _M, _T, _Q, _K = (1, 0, 0, 0, 0), (0, 1, 0, 0, 0), (0, 0, 1, 0, 0), (0, 0, 0, 1, 0), \
+    (0, 0, 0, 0, 1)
+_ONE = (0, 0, 0, 0, 0)
+_ENERGY = (2, 1, -2, 0, 0)
+_FORCE = (1, 1, -2, 0, 0)
+_PRESSURE = (-1, 1, -2, 0, 0)
 
 #: symbol -> (factor to SI, dimension vector)
-_SYMBOLS: dict[str, tuple[float, tuple[int, int, int, int]]] = {
+_SYMBOLS: dict[str, tuple[float, Dims]] = {
     # length
     "m": (1.0, _L),
     "cm": (1e-2, _L),
@@ -71,41 +82,93 @@ _SYMBOLS: dict[str, tuple[float, tuple[int, int, int, int]]] = {
     "meV": (_E * 1e-3, _ENERGY),
     "hartree": (4.3597447222071e-18, _ENERGY),
     "Ha": (4.3597447222071e-18, _ENERGY),
-    "K": (1.380649e-23, _ENERGY),  # temperature as energy k_B T is not a conversion we do
+    # temperature: a temperature, never an energy k_B T
+    "K": (1.0, _K),
+    "kelvin": (1.0, _K),
     # force
     "N": (1.0, _FORCE),
     "Newton": (1.0, _FORCE),
     # amount: a pure number (per-particle quantities)
     "mol": (_NA, _ONE),
     # pressure
-    "Pa": (1.0, (-1, 1, -2, 0)),
-    "bar": (1e5, (-1, 1, -2, 0)),
-    "atm": (101325.0, (-1, 1, -2, 0)),
+    "Pa": (1.0, _PRESSURE),
+    "bar": (1e5, _PRESSURE),
+    "atm": (101325.0, _PRESSURE),
 }
 
 #: dimension vector -> (base unit string, its factor to SI)
-BASE_UNITS: dict[tuple[int, int, int, int], str] = {
+BASE_UNITS: dict[Dims, str] = {
     _L: "Angstrom",
     _T: "ps",
-    (1, 0, -1, 0): "Angstrom ps-1",
-    (1, 0, -2, 0): "Angstrom ps-2",
+    (1, 0, -1, 0, 0): "Angstrom ps-1",
+    (1, 0, -2, 0, 0): "Angstrom ps-2",
     _FORCE: "kJ mol-1 Angstrom-1",
     _ENERGY: "kJ mol-1",
     _M: "u",
     _Q: "e",
-    (1, 1, -1, 0): "u Angstrom ps-1",
-    (3, 0, 0, 0): "Angstrom3",
-    (2, 0, 0, 0): "Angstrom2",
-    (-1, 0, 0, 0): "Angstrom-1",
+    _K: "K",
+    (1, 1, -1, 0, 0): "u Angstrom ps-1",
+    (3, 0, 0, 0, 0): "Angstrom3",
+    (2, 0, 0, 0, 0): "Angstrom2",
+    (-1, 0, 0, 0, 0): "Angstrom-1",
 }
 
 _TOKEN = re.compile(r"^([A-Za-zÅ_]+)(?:\^|\*\*)?([+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
+#: pint base dimension -> (position, sign) in the dimension vector (current: charge/time)
+_PINT_DIMS = {"[length]": ((0, 1),), "[mass]": ((1, 1),), "[time]": ((2, 1),),
+              "[current]": ((3, 1), (2, -1)), "[temperature]": ((4, 1),)}
+
+
+@lru_cache(maxsize=1)
+def _pint_registry() -> Any:
+    try:
+        import pint
+    except ImportError:
+        return None
+    return pint.UnitRegistry()
+
+
+@lru_cache(maxsize=256)
+def _pint_symbol(symbol: str) -> tuple[float, Dims] | None:
+    """``symbol`` looked up in pint's registry, or None (no pint, unknown, offset unit)."""
+    ureg = _pint_registry()
+    if ureg is None:
+        return None
+    try:
+        one = ureg.Quantity(1.0, symbol)
+        if not one._is_multiplicative:
+            return None  # degC, degF: an offset, not a factor
+        base = one.to_base_units()
+    except Exception:  # noqa: BLE001 - pint raises many kinds of errors for odd strings
+        return None
+    factor = float(base.magnitude)
+    dims = [0, 0, 0, 0, 0]
+    for name, power in dict(base.dimensionality).items():
+        if float(power) != int(power):
+            return None
+        if name == "[substance]":  # mol is a number (N_A) here
+            factor *= _NA ** int(power)
+            continue
+        if name not in _PINT_DIMS:
+            return None
+        for i, sign in _PINT_DIMS[name]:
+            dims[i] += sign * int(power)
+    return factor, (dims[0], dims[1], dims[2], dims[3], dims[4])
+
+
+def _symbol(symbol: str) -> tuple[float, Dims]:
+    known = _SYMBOLS.get(symbol) or _pint_symbol(symbol)
+    if known is None:
+        raise H5MDUnitError(f"unknown unit {symbol!r}")
+    return known
+
+
 def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
     factor = 1.0
-    dims = [0, 0, 0, 0]
+    dims = [0, 0, 0, 0, 0]
     for token in re.split(r"[\s*·]+", text.strip()):
         if not token or token == "1":
             continue
@@ -113,18 +176,18 @@ def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
             factor *= float(token) ** sign
             continue
         match = _TOKEN.match(token)
-        if match is None or match.group(1) not in _SYMBOLS:
+        if match is None:
             raise H5MDUnitError(f"unknown unit {token!r}")
-        scale, dim = _SYMBOLS[match.group(1)]
+        scale, dim = _symbol(match.group(1))
         power = int(match.group(2) or 1) * sign
         factor *= scale**power
-        for i in range(4):
+        for i in range(5):
             dims[i] += dim[i] * power
     return factor, dims
 
 
 @lru_cache(maxsize=256)
-def parse_unit(unit: str) -> tuple[float, tuple[int, int, int, int]]:
+def parse_unit(unit: str) -> tuple[float, Dims]:
     """Parse an H5MD unit string.
 
     Parameters
@@ -137,7 +200,7 @@ def parse_unit(unit: str) -> tuple[float, tuple[int, int, int, int]]:
     factor : float
         The value of one ``unit`` in SI (per particle: ``mol`` is a number).
     dims : tuple of int
-        Exponents of length, mass, time and charge.
+        Exponents of length, mass, time, charge and temperature.
 
     Raises
     ------
@@ -156,7 +219,7 @@ def parse_unit(unit: str) -> tuple[float, tuple[int, int, int, int]]:
             dims = [a + b for a, b in zip(dims, d, strict=True)]
     except H5MDUnitError as err:
         raise H5MDUnitError(f"cannot parse unit {unit!r}: {err}") from None
-    return factor, (dims[0], dims[1], dims[2], dims[3])
+    return factor, (dims[0], dims[1], dims[2], dims[3], dims[4])
 
 
 def conversion(unit: str) -> tuple[float, str] | None:
