@@ -161,7 +161,9 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         if not -n_frames <= int(reference) < n_frames:
             raise IndexError(f"reference frame {reference} out of range for {n_frames} frames")
         ref = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
-        return np.asarray(ref.values, dtype=np.float64)
+        # one frame, read here like a lazily indexed one: not through a process pool or a
+        # cluster, which would ship the whole block that holds it
+        return np.asarray(ref.compute(scheduler="sync").values, dtype=np.float64)
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         if TIME_DIM in ref_da.dims:
