@@ -10,8 +10,9 @@ atoms are selected by indices (214 "C-alpha" atoms, every ~16th atom).
 
 For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores):
 
-1. the read floor: N processes each read 1/N of the frames with h5py
-   (``read_direct`` of 32 MiB blocks, chunk-aligned), wall time from a common start;
+1. the read floor: N processes each read 1/N of the frames (a slab of whole chunks) with
+   one plain h5py call, best of ``--repeats`` after a warm read
+   (:func:`h5mdx.examples.read_floor`, the floor ``h5mdx example`` reports);
 2. h5mdx: ``h5mdx.rmsd(ds.position, select=indices)`` computed on each
    scheduler of ``--schedulers`` (``processes``: dask's process pool,
    ``threads``: dask's threaded scheduler, ``distributed``: a LocalCluster of N
@@ -19,7 +20,7 @@ For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores)
    (``lazy``: ``xr.open_dataset(...)``, ``chunks``: ``chunks={}``) and each
    selection of ``--selections`` (``ca``, ``all``).
 
-Each figure is the median of ``--repeats`` runs after one warm-up run (warm page
+Each h5mdx figure is the median of ``--repeats`` runs after one warm-up run (warm page
 cache; the numba kernel loaded on every worker before timing). Reported: frames/s,
 the ratio to the floor at the same N, S(N) and E(N) against the floor at N=1 and
 against h5mdx at N=1; and the peak RSS of one worker on a trajectory and on one 4x
@@ -108,31 +109,6 @@ def block_frames(path: str) -> int:
     with h5py.File(path, "r") as f:
         d = f[DSET]
         return time_block(d.shape, d.dtype.itemsize, d.chunks, BLOCK_MIB)
-
-
-# ------------------------------------------------------------------------- read floor
-def _floor_worker(path: str, start: int, stop: int, block: int, t0: float) -> float:
-    with h5py.File(path, "r") as f:
-        d = f[DSET]
-        buf = np.empty((block, *d.shape[1:]), d.dtype)
-        while time.time() < t0:
-            time.sleep(0.0005)
-        for a in range(start, stop, block):
-            b = min(stop, a + block)
-            d.read_direct(buf, np.s_[a:b], np.s_[0:b - a])
-    return time.time()
-
-
-def read_floor(path: str, n: int, pool: cf.Executor, block: int) -> float:
-    """Seconds for ``n`` processes to read 1/n of the frames each (common start)."""
-    with h5py.File(path, "r") as f:
-        frames = f[DSET].shape[0]
-    n_blocks = -(-frames // block)
-    bounds = [min(frames, (i * n_blocks // n) * block) for i in range(n + 1)]
-    t0 = time.time() + 0.2
-    futs = [pool.submit(_floor_worker, path, bounds[i], bounds[i + 1], block, t0)
-            for i in range(n)]
-    return max(f.result() for f in futs) - t0
 
 
 # ---------------------------------------------------------------------------- h5mdx
@@ -269,7 +245,7 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
         f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
-        f"warm page cache, medians of {results['repeats']} after a warm-up. "
+        f"warm page cache, h5mdx: medians of {results['repeats']} after a warm-up; floor: best of {results['repeats']}. "
         f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.",
         "",
         "vs floor: h5mdx frames/s over the N-process h5py read floor at the same N. "
@@ -330,6 +306,8 @@ def plot(results: dict, path: str) -> None:
 
 # ----------------------------------------------------------------------------- main
 def main() -> int:
+    from h5mdx.examples import read_floor
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cores = os.cpu_count() or 1
     p.add_argument("--frames", type=int, default=100_000)
@@ -370,15 +348,12 @@ def main() -> int:
         block = block_frames(path)
         entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
                                  "h5mdx": []}
-        with cf.ProcessPoolExecutor(max(args.workers),
-                                    mp_context=mp.get_context("spawn")) as pool:
-            for n in args.workers:
-                t, times = median_time(lambda n=n, path=path, block=block: read_floor(path, n, pool, block),
-                                       args.repeats)
-                entry["floor"].append({"n": n, "seconds": t, "times": times,
-                                       "frames_per_s": args.frames / t})
-                print(f"    read floor  N={n:2d} {args.frames / t:12,.0f} frames/s",
-                      flush=True)
+        for n in args.workers:
+            floor = read_floor(path, workers=n, repeats=args.repeats)
+            entry["floor"].append({"n": n, "seconds": floor["seconds"],
+                                   "frames_per_s": floor["frames_per_s"]})
+            print(f"    read floor  N={n:2d} {floor['frames_per_s']:12,.0f} frames/s",
+                  flush=True)
         for n in args.workers:
             entry["h5mdx"] += scheduler_runs(args, path, n, args.frames)
         results["layouts"][layout] = entry
