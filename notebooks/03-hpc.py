@@ -104,7 +104,9 @@ else:
 # ## SLURM
 #
 # The MPI-IO program as a batch job (`mpirun` inside an sbatch script needs no PMIx). The cell
-# submits it with `sbatch --wait` when a SLURM answers, and cancels it if it stays queued.
+# shows the script; it submits it with `sbatch --wait` only when asked
+# (`H5MDX_NOTEBOOK_SUBMIT=1`, or set `submit = True`) and a SLURM answers, and cancels the job
+# if it stays queued. (The docs build does not ask: its page shows the script.)
 
 # %%
 script = f'''#!/bin/bash
@@ -116,7 +118,8 @@ export HDF5_USE_FILE_LOCKING=FALSE
 '''
 Path("mpi-rmsd.sbatch").write_text(script)
 print(script)
-if have_slurm and have_mpi:
+submit = os.environ.get("H5MDX_NOTEBOOK_SUBMIT") == "1"
+if submit and have_slurm and have_mpi:
     sub = subprocess.Popen(["sbatch", "--parsable", "--wait", "mpi-rmsd.sbatch"],
                            env=mpi_env(), stdout=subprocess.PIPE, text=True)
     try:
@@ -129,7 +132,8 @@ if have_slurm and have_mpi:
         subprocess.run(["scancel", job_id])
         print(f"job {job_id} still queued after 90 s: cancelled")
 else:
-    print("SLURM not available here: the script above is what you would submit")
+    print("not submitted (SLURM available: %s): the script above is what you would submit"
+          % have_slurm)
 
 # %% [markdown]
 # ## Comparing backends
