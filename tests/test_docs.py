@@ -75,7 +75,7 @@ def test_notebook_pages_show_their_figures(html: Path, name: str) -> None:
     for image in images:
         assert (html / image).stat().st_size > 5000, image  # a real plot, not an empty canvas
     assert 'class="output traceback' not in page
-    expected = {"01-quickstart": 3, "02-parallel-and-stragglers": 5, "03-hpc": 1}[name]
+    expected = {"01-quickstart": 4, "02-parallel-and-stragglers": 5, "03-hpc": 1}[name]
     assert len(images) >= expected, (name, len(images))
 
 
