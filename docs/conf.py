@@ -5,10 +5,15 @@ Build with ``sphinx-build -W --keep-going -b html docs docs/_build/html``
 network: intersphinx is not used, so references to other projects are
 written as plain text, and every reference to an h5mdx object or command-line
 option must resolve (``nitpicky``).
+
+The notebooks are rendered by myst-nb: ``docs/notebooks/*.py`` are symbolic links to
+the jupytext percent-format sources in ``notebooks/``, read with ``jupytext.reads``
+and executed at every build (a cell that raises fails the build).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,20 +30,34 @@ release = h5mdx.__version__
 version = ".".join(release.split(".")[:2])
 
 extensions = [
-    "myst_parser",
+    "myst_nb",  # includes myst_parser
     "sphinx.ext.autodoc",
     "numpydoc",
     "sphinx.ext.mathjax",
     "h5mdx_docs",
 ]
 
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_ext", "README.md"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_ext", "README.md", "conf.py",
+                    "**.ipynb_checkpoints"]
 templates_path: list[str] = []
 
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
+
+# -- notebooks (myst-nb) --------------------------------------------------------------------
+# The jupytext percent scripts are the notebooks; myst-nb reads them with jupytext.
+nb_custom_formats = {".py": ["jupytext.reads", {"fmt": "py:percent"}]}
+nb_execution_mode = "force"  # always run them: the pages show what the code does today
+nb_execution_in_temp = True  # they write their small data files to the working directory
+nb_execution_timeout = 300  # seconds per cell
+nb_execution_raise_on_error = True  # a broken notebook fails the build
+nb_execution_show_tb = True
+nb_merge_streams = True
+# where the HPC notebook finds benchmarks/results when it runs in a temporary directory
+os.environ.setdefault("H5MDX_REPO", str(HERE.parent))
+# the quick start builds the `h5mdx example` trajectory: a small one for the docs
+os.environ.setdefault("H5MDX_EXAMPLE_FRAMES", "2000")
 
 # -- API reference -----------------------------------------------------------------------
 autodoc_typehints = "none"  # types are in the numpydoc "Parameters" sections

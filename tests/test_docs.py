@@ -1,5 +1,7 @@
 """The documentation builds offline with warnings as errors (``sphinx-build -W``).
 
+The build executes the three notebooks (myst-nb, ``nb_execution_raise_on_error``), so
+a notebook cell that raises fails it, and their pages must show their figures.
 Every reference to an h5mdx function, class, module or command-line option in the
 pages and in the docstrings must resolve (``nitpicky = True``), so a page that
 documents an API that does not exist fails here.
@@ -21,7 +23,8 @@ DOCS = ROOT / "docs"
 
 
 def _require_sphinx() -> None:
-    missing = [m for m in ("sphinx", "myst_parser", "numpydoc", "pydata_sphinx_theme")
+    missing = [m for m in ("sphinx", "myst_nb", "jupytext", "numpydoc", "pydata_sphinx_theme",
+                           "ipykernel", "matplotlib")
                if importlib.util.find_spec(m) is None]
     if missing and not os.environ.get("H5MDX_REQUIRE_DOCS"):
         pytest.skip(f"documentation tools not installed ({', '.join(missing)}); "
@@ -43,6 +46,7 @@ def html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_docs_build_without_warnings(html: Path) -> None:
     assert (html / "index.html").is_file()
     for page in ("installation", "notebooks", "cli", "benchmarks", "guide/data-model",
@@ -60,6 +64,22 @@ def test_docs_build_without_warnings(html: Path) -> None:
         assert command in cli
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["01-quickstart", "02-parallel-and-stragglers", "03-hpc"])
+def test_notebook_pages_show_their_figures(html: Path, name: str) -> None:
+    """Each notebook page is reachable from the notebooks page and shows executed figures."""
+    assert f'href="notebooks/{name}.html"' in (html / "notebooks.html").read_text("utf-8")
+    page = (html / "notebooks" / f"{name}.html").read_text(encoding="utf-8")
+    images = re.findall(r'<img [^>]*src="\.\./(_images/[^"]+\.png)"', page)
+    assert images, f"{name}: no figure on the rendered page"
+    for image in images:
+        assert (html / image).stat().st_size > 5000, image  # a real plot, not an empty canvas
+    assert 'class="output traceback' not in page
+    expected = {"01-quickstart": 4, "02-parallel-and-stragglers": 5, "03-hpc": 1}[name]
+    assert len(images) >= expected, (name, len(images))
+
+
+@pytest.mark.slow
 def test_benchmark_results_are_included(html: Path) -> None:
     """Every result table present under benchmarks/results shows up on the page."""
     page = (html / "benchmarks.html").read_text(encoding="utf-8")

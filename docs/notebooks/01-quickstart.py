@@ -1,0 +1,1 @@
+../../notebooks/01-quickstart.py

@@ -1,0 +1,1 @@
+../../notebooks/02-parallel-and-stragglers.py

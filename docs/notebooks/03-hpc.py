@@ -1,0 +1,1 @@
+../../notebooks/03-hpc.py
