@@ -330,7 +330,7 @@ def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple
     -------
     (box, rest) or None
         ``box`` has one ``slice(start, stop)`` per axis; ``data[box][rest]`` equals
-        ``data[key]``. None where the box would read more than :data:`MAX_OVERREAD`
+        ``data[key]``. None where the box would read more than ``MAX_OVERREAD``
         times what the key asks for, or the key is of another kind.
 
     Examples
@@ -431,7 +431,7 @@ def _stamp(filename: str) -> tuple[int, int, int] | None:
 
 def cached(filename: str, path: str) -> DirectReader | None:
     """This process's reader of ``path`` in ``filename``: a reader, None (read through
-    h5py), or :data:`UNPLANNED` (not planned yet, or the file changed since)."""
+    h5py), or ``UNPLANNED`` (not planned yet, or the file changed since)."""
     entry = _CACHE.get((filename, path))
     if entry is None or entry[0] != _stamp(filename):
         return UNPLANNED

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["center", "has_numba", "normalize_weights", "rmsd_qcp"]
+__all__ = ["center", "has_numba", "normalize_weights", "rmsd_qcp", "warm_up"]
 
 _EVALPREC = 1e-11
 _MAX_NEWTON = 50
