@@ -37,6 +37,8 @@ def _qcp_kernel(ref_c, frames, atoms, w, use_w, superposition, out):  # pragma: 
         # sum w x (y - c)^T = sum w x y^T - (sum w x) c^T
         sx = sy = sz = gy = 0.0
         sxx = sxy = sxz = syx = syy = syz = szx = szy = szz = 0.0
+        # two copies of the loop, weighted and not: one loop with ``wi = w[i] if use_w
+        # else 1.0`` measured 25-35% slower (214 and 3341 atoms, numba 0.68)
         if use_w:
             for i in range(n):
                 a = atoms[i]
