@@ -124,8 +124,8 @@ def child_processes(traj: str, top: str, n: int, out: str) -> None:
     import xarray as xr
     from distributed import Client, LocalCluster
 
+    from h5mdx.analysis.rmsd import rmsd
     from h5mdx.mpi.launch import write_series
-    from h5mdx.rmsd import rmsd
     from h5mdx.timing import capture
 
     os.makedirs(out, exist_ok=True)

@@ -163,7 +163,7 @@ def peak_rss(cmd: list[str]) -> tuple[float, float]:
 
 
 def kernels(frames: np.ndarray, ca: np.ndarray, n: int, repeats: int) -> dict:
-    from h5mdx.qcp import has_numba, rmsd_qcp
+    from h5mdx.analysis.qcp import has_numba, rmsd_qcp
 
     xyz = np.tile(frames[:, ca], (n // len(frames) + 1, 1, 1))[:n].astype(np.float32)
     ref = xyz[0]

@@ -103,7 +103,7 @@ def build(path: str, n_frames: int, layout: str) -> str:
 
 
 def block_frames(path: str) -> int:
-    from h5mdx.chunking import time_block
+    from h5mdx.engine.chunking import time_block
 
     with h5py.File(path, "r") as f:
         d = f[DSET]
@@ -164,7 +164,7 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]
 
 
 def _warm_kernel() -> None:
-    from h5mdx.qcp import warm_up
+    from h5mdx.analysis.qcp import warm_up
 
     warm_up()
 

@@ -163,7 +163,7 @@ returns a lazy DataArray on `time`; `.compute()` runs it on the active dask sche
 task per block). We check it against MDAnalysis.
 """),
     code("""
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 
 r = rmsd(ds.position, reference=0, select="name CA")
 r = r.compute()
@@ -236,7 +236,7 @@ import pandas as pd
 import xarray as xr
 from distributed import Client, LocalCluster, get_task_stream
 
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 from h5mdx.testing import adk_example, adk_topology, write_h5md
 from h5mdx.timing import capture, flag_stragglers, per_worker, plot_gantt, plot_per_worker
 
@@ -337,8 +337,8 @@ client.close()
 cluster.close()
 ds.close()
 
-from h5mdx.timing import plot_scaling, run_grid
-from h5mdx.timing.runner import rmsd_workload
+from h5mdx.bench import rmsd_workload, run_grid
+from h5mdx.timing import plot_scaling
 
 grid = run_grid(rmsd_workload(path, psf, "name CA"), schedulers=["distributed"],
                 workers=[1, 2], blocks_per_worker=[1, 3], repeats=1, progress=False)
@@ -486,7 +486,7 @@ Without MPI here, the records saved by the benchmark are compared instead.
     code("""
 import xarray as xr
 
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 from h5mdx.timing import capture
 
 with xr.open_dataset(path, engine="h5md", topology=psf, chunks={"time": 49}) as ds:

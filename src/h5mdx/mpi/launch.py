@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
+from h5mdx.analysis.rmsd import write_series
 from h5mdx.mpi import comm_world
-from h5mdx.rmsd import write_series
 
 __all__ = [
     "MIN_RANKS",
@@ -232,7 +232,7 @@ def rmsd_dask_mpi(
             return None
         import xarray as xr
 
-        from h5mdx.rmsd import rmsd
+        from h5mdx.analysis.rmsd import rmsd
         from h5mdx.timing import capture
 
         n_workers = comm.Get_size() - 2

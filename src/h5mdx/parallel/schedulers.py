@@ -1,0 +1,87 @@
+"""Run a dask computation on one of h5mdx's schedulers.
+
+:func:`scheduler_context` activates ``threads``, ``processes``, ``distributed`` (a
+local cluster of worker processes) or ``slurm`` (workers in SLURM jobs) and yields
+the distributed client where there is one; :func:`compute` computes a collection
+on it with a progress bar. Used by ``h5mdx rmsd`` and the worked example (``h5mdx example``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["compute", "quiet_logging", "scheduler_context"]
+
+
+@contextlib.contextmanager
+def quiet_logging() -> Iterator[None]:
+    """Silence the INFO logs of distributed, tornado and asyncio while a cluster runs."""
+    loggers = [logging.getLogger(n) for n in ("distributed", "tornado", "asyncio")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(loggers, levels, strict=True):
+            lg.setLevel(lv)
+
+
+@contextlib.contextmanager
+def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterator[Any]:
+    """Activate a dask scheduler; yields the distributed Client (or None)."""
+    import dask
+
+    if scheduler == "threads":
+        from h5mdx.analysis.qcp import warm_up
+
+        warm_up()  # the threads share this process's kernel
+        with dask.config.set(scheduler="threads", num_workers=workers):
+            yield None
+    elif scheduler == "processes":
+        with dask.config.set(scheduler="processes", num_workers=workers, chunksize=1):
+            yield None
+    elif scheduler == "distributed":
+        from h5mdx._optional import import_optional
+
+        distributed = import_optional("distributed", "--scheduler distributed")
+        with quiet_logging(), distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True,
+            dashboard_address=None,
+        ) as cluster, distributed.Client(cluster) as client:
+            from h5mdx.parallel.workers import warm_up_workers
+
+            warm_up_workers(client)
+            yield client
+    elif scheduler == "slurm":
+        from h5mdx.parallel import cluster as slurm_cluster
+
+        with quiet_logging(), slurm_cluster.slurm_client_from_args(args, workers) as client:
+            yield client
+    else:  # pragma: no cover - argparse restricts the choices
+        raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+def compute(client: Any, result: Any, enabled: bool) -> Any:
+    """Compute ``result`` (on ``client``, or the active local scheduler) with a progress bar on stderr."""
+    if client is not None:
+        if not enabled:
+            return client.compute(result).result()
+        from distributed import progress
+
+        # persist: one future per task, so the bar advances per block (a single future from
+        # client.compute would sit at 0% until the whole result is gathered)
+        persisted = client.persist(result)
+        progress(persisted, notebook=False)
+        print(file=sys.stderr)
+        return persisted.compute()
+    if enabled:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=sys.stderr):
+            return result.compute()
+    return result.compute()
