@@ -74,6 +74,7 @@ def test_run_grid_rejects_unknown_scheduler(h5md_file):
         run_grid(read_workload(h5md_file), schedulers=["mpi"], progress=False)
 
 
+@pytest.mark.slow
 def test_cli_bench(h5md_file, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))

@@ -10,6 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # the worked example end to end (a local cluster, ~20 s)
+
 pytest.importorskip("MDAnalysisTests")
 pytest.importorskip("distributed")
 pytest.importorskip("matplotlib")

@@ -223,6 +223,7 @@ def run_child(call, extra, **kw):
     return subprocess.Popen([sys.executable, "-c", code], env=env, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after_mib", [0, 20, 120])
 def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md, kill_after_mib):
     """SIGKILL at several points: before, early in and late in the write."""
@@ -244,6 +245,7 @@ def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md, kill_after_mib):
     assert _sha(big_h5md) == before
 
 
+@pytest.mark.slow
 def test_memory_bounded_below_file_size(tmp_path, big_h5md):
     """rechunk and convert of a 240 MB file under a 150 MB address-space allowance."""
     size = os.path.getsize(big_h5md)
