@@ -230,12 +230,13 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     import distributed
 
+    from h5mdx.parallel import local_cluster
+
     topology, u, frames = adk()
     ca = u.select_atoms("name CA").indices
     n = args.frames
     rows = []
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    with local_cluster(2) as cluster, \
             distributed.Client(cluster) as client:
         for label, layout in LAYOUTS.items():
             path = build(os.path.join(DATA, f"adk-{n}-{layout}.h5md"), frames, n, layout)

@@ -173,12 +173,13 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
     import dask
     import distributed
 
+    from h5mdx.parallel import local_cluster
+
     selections = {"ca": ca_indices(), "all": None}
     rows = []
     for sched in args.schedulers:
         if sched == "distributed":
-            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1,
-                                               processes=True, dashboard_address=None)
+            cluster = local_cluster(n)
             client = distributed.Client(cluster)
             client.run(_warm_kernel)
             ctx: Any = dask.config.set(scheduler=client)

@@ -87,8 +87,9 @@ def local_client():
     modules that expect the local schedulers.
     """
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, \
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(2, dashboard=True) as cluster, \
             distributed.Client(cluster) as client:
         yield client
 

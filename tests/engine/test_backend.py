@@ -377,8 +377,9 @@ def test_threads_and_processes_schedulers(adk_h5md, adk_positions):
 
 def test_distributed_local_cluster(adk_h5md, adk_positions):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(2) as cluster, \
             distributed.Client(cluster) as client, \
             xr.open_dataset(adk_h5md, engine="h5md", chunks={}, chunk_mib=0.3) as ds:
         got = client.compute(ds.position.max(("atom", "spatial"))).result()

@@ -14,6 +14,7 @@ import xarray as xr
 
 from h5mdx.analysis.rmsd import rmsd
 from h5mdx.errors import H5MDReadError
+from h5mdx.parallel import local_cluster
 
 pytestmark = pytest.mark.slow  # in the full run (scripts/test.sh, CI), not in plain `pytest`
 
@@ -35,8 +36,7 @@ def client():
     old = os.environ.get("H5MDX_TIMING_DELAY")
     os.environ["H5MDX_TIMING_DELAY"] = f"{DELAY_FRAME}:4:compute"
     try:
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster, \
+        with local_cluster(2) as cluster, \
                 distributed.Client(cluster) as c:
             yield c
     finally:

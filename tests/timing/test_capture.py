@@ -117,8 +117,9 @@ def test_processes(frames_file):
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                  dashboard_address=None) as cluster, \
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(2) as cluster, \
             distributed.Client(cluster) as c:
         yield c
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
 
 __all__ = [
@@ -51,8 +52,9 @@ __all__ = [
 #: Backends run as ``mpirun`` subprocesses (:mod:`h5mdx.mpi.commands`): the MPI-IO SPMD
 #: program and dask on a dask-mpi cluster. Their records come from the files they write.
 MPI_BACKENDS = ("mpi-io", "dask-mpi")
-#: Schedulers the grid can run.
-SCHEDULERS = ("threads", "processes", "distributed", *MPI_BACKENDS)
+#: Schedulers the grid can run (those of :data:`h5mdx.parallel.schedulers.SCHEDULERS` but
+#: SLURM).
+SCHEDULERS = tuple(s for s in _ALL_SCHEDULERS if s != "slurm")
 
 
 def frames_per_block(n_frames: int, n_workers: int, blocks_per_worker: int) -> int:
@@ -474,10 +476,11 @@ class _cluster:
         from h5mdx._optional import import_optional
 
         import_optional("distributed", "h5mdx bench --scheduler distributed")
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        self.cluster = LocalCluster(n_workers=self.n, threads_per_worker=1, processes=True,
-                                    dashboard_address=None)
+        from h5mdx.parallel.local import local_cluster
+
+        self.cluster = local_cluster(self.n)
         self.client = Client(self.cluster)
         return self.client
 

@@ -8,10 +8,12 @@ import sys
 import time
 from typing import Any
 
+from h5mdx.parallel.schedulers import SCHEDULERS as _ALL
+from h5mdx.parallel.schedulers import canonical, scheduler_context
 from h5mdx.parallel.schedulers import compute as _progress
-from h5mdx.parallel.schedulers import scheduler_context
 
-SCHEDULERS = ("distributed", "processes", "threads", "slurm", "mpi")
+#: The schedulers of ``h5mdx rmsd`` (the MPI-IO path is ``h5mdx mpi-rmsd``).
+SCHEDULERS = tuple(s for s in _ALL if s != "mpi-io")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -33,8 +35,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="RMSD after centring only")
     p.add_argument("--group", default=None, help="particles group (default: the only one)")
     p.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="distributed",
-                   help="dask scheduler (default distributed: local worker processes)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="distributed", type=canonical,
+                   help="dask scheduler (default distributed: local worker processes; "
+                        "dask-mpi, formerly 'mpi', under mpirun)")
     p.add_argument("--chunk-mib", type=float, default=None, metavar="M",
                    help="target size of one task's block in MiB, in whole HDF5 chunks "
                         "along time (default 32)")
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     import h5mdx  # noqa: F401 - registers the ds.md accessor
 
-    if args.scheduler == "mpi":
+    if args.scheduler == "dask-mpi":
         from h5mdx.mpi.launch import rmsd_dask_mpi
 
         out_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None

@@ -75,7 +75,7 @@ def _split(args: argparse.Namespace) -> tuple[argparse.Namespace, list[str]]:
     """Take the slurm-script options out of the program's arguments (they may come last)."""
     extra = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     _slurm_options(extra)
-    defaults = {a.dest: a.default for a in extra._actions}
+    defaults = vars(extra.parse_known_args([])[0])  # every option's default, by dest
     found, rest = extra.parse_known_args(list(args.program_args))
     for dest, default in defaults.items():
         value = getattr(found, dest)

@@ -1,4 +1,8 @@
-"""Run a dask computation on one of h5mdx's schedulers.
+"""The schedulers of h5mdx, by one set of names, and running a dask computation on them.
+
+:data:`SCHEDULERS` is the one vocabulary every command uses (``h5mdx rmsd --scheduler``,
+``h5mdx bench --scheduler``, the ``backend`` column of timing records); :func:`canonical`
+accepts the old spellings (``mpi`` for ``dask-mpi``) with a note.
 
 :func:`scheduler_context` activates ``threads``, ``processes``, ``distributed`` (a
 local cluster of worker processes) or ``slurm`` (workers in SLURM jobs) and yields
@@ -14,7 +18,31 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["compute", "quiet_logging", "scheduler_context"]
+__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "quiet_logging",
+           "scheduler_context"]
+
+#: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
+#: processes, SLURM workers (dask-jobqueue), a dask cluster inside an MPI job (dask-mpi)
+#: and the SPMD program on parallel HDF5 (MPI-IO). Commands accept the subsets they run.
+SCHEDULERS = ("threads", "processes", "distributed", "slurm", "dask-mpi", "mpi-io")
+
+#: Old names -> their names in :data:`SCHEDULERS`.
+ALIASES = {"mpi": "dask-mpi"}
+
+
+def canonical(name: str) -> str:
+    """The name of a scheduler in :data:`SCHEDULERS` (old spellings noted on stderr).
+
+    Examples
+    --------
+    >>> canonical("distributed")
+    'distributed'
+    """
+    new = ALIASES.get(name)
+    if new is not None:
+        print(f"h5mdx: note: scheduler {name!r} is now called {new!r}", file=sys.stderr)
+        return new
+    return name
 
 
 @contextlib.contextmanager
@@ -47,12 +75,11 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
             yield None
     elif scheduler == "distributed":
         from h5mdx._optional import import_optional
+        from h5mdx.parallel.local import local_cluster
 
         distributed = import_optional("distributed", "--scheduler distributed")
-        with quiet_logging(), distributed.LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True,
-            dashboard_address=None,
-        ) as cluster, distributed.Client(cluster) as client:
+        with quiet_logging(), local_cluster(workers) as cluster, \
+                distributed.Client(cluster) as client:
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)
