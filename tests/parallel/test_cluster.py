@@ -189,7 +189,7 @@ def _cluster(*ids, processes=1):
     return SimpleNamespace(
         workers={f"w{i}": SimpleNamespace(job_id=j) for i, j in enumerate(ids)},
         worker_spec=dict.fromkeys(ids),
-        _job_kwargs={"processes": processes},
+        new_spec={"options": {"processes": processes}},
     )
 
 
@@ -391,3 +391,26 @@ def test_ctrl_c_still_raises_keyboardinterrupt_after_import():
     job_script_preview(interface=None)
     handler = signal.getsignal(signal.SIGINT)
     assert getattr(handler, "__module__", "") != "dask_jobqueue.runner"
+
+
+def test_signal_handlers_are_restored_when_the_last_cluster_is_released(monkeypatch):
+    import signal
+
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {})
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: None)
+    before = signal.getsignal(signal.SIGTERM)
+    class _Fake:  # weakly referenced, as live clusters are
+        workers: dict = {}
+
+        def close(self, timeout=None):
+            pass
+
+    fake = _Fake()
+    cluster._LIVE.add(fake)
+    try:
+        cluster._install_cleanup()
+        if before is signal.SIG_DFL:
+            assert signal.getsignal(signal.SIGTERM) is cluster._on_signal
+    finally:
+        cluster.release(fake)
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -426,18 +426,35 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+#: The SIGTERM/SIGHUP handlers replaced while clusters live (restored by release()).
+_previous_handlers: dict[int, Any] = {}
+
+
 def _install_cleanup() -> None:
+    """Release the live clusters at exit and on SIGTERM/SIGHUP (while any cluster lives)."""
     global _installed
     with _install_lock:
-        if _installed:
+        if not _installed:
+            _installed = True
+            atexit.register(_release_all)
+        if threading.current_thread() is not threading.main_thread() or _previous_handlers:
             return
-        _installed = True
-        atexit.register(_release_all)
-        if threading.current_thread() is threading.main_thread():
-            for name in ("SIGTERM", "SIGHUP"):
-                sig = getattr(signal, name, None)
-                if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
-                    signal.signal(sig, _on_signal)
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+                _previous_handlers[sig] = signal.getsignal(sig)
+                signal.signal(sig, _on_signal)
+
+
+def _restore_signals() -> None:
+    """Put back the handlers :func:`_install_cleanup` replaced, once no cluster lives."""
+    with _install_lock:
+        if list(_LIVE) or threading.current_thread() is not threading.main_thread():
+            return
+        for sig, previous in list(_previous_handlers.items()):
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            del _previous_handlers[sig]
 
 
 def _release_all() -> None:
@@ -593,6 +610,16 @@ def _n_workers(client: Any) -> int:
     return len(client.scheduler_info(n_workers=-1).get("workers", {}))
 
 
+def _processes_per_job(cluster: Any) -> int:
+    """Worker processes per job, from the public worker spec of the cluster.
+
+    ``SpecCluster.new_spec`` is the template every job is made from; dask-jobqueue puts
+    the job's options (``processes`` among them) under ``"options"``.
+    """
+    spec = getattr(cluster, "new_spec", None) or {}
+    return max(1, int((spec.get("options") or {}).get("processes") or 1))
+
+
 def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
                      timeout: float = DEFAULT_TIMEOUT, poll: float = 0.5) -> int:
     """Wait until ``n`` workers have joined, or explain why not.
@@ -623,8 +650,7 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
         are PENDING (Resources)"`` and what to do about it.
     """
     if n is None:
-        n = len(getattr(cluster, "worker_spec", {})) * max(
-            1, int(getattr(cluster, "_job_kwargs", {}).get("processes") or 1))
+        n = len(getattr(cluster, "worker_spec", {})) * _processes_per_job(cluster)
     n = int(n)
     t0 = time.monotonic()
     last_check = t0
@@ -649,7 +675,7 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
     ids = job_ids(cluster)
     states = job_states(ids)
     if states:
-        per_job = max(1, int(getattr(cluster, "_job_kwargs", {}).get("processes") or 1))
+        per_job = _processes_per_job(cluster)
         what, hints = _describe(states, have, per_job)
     else:
         what, hints = "no job was submitted", [
@@ -684,6 +710,7 @@ def release(cluster: Any, timeout: float = 20.0) -> list[str]:
     with contextlib.suppress(Exception):
         cluster.close(timeout=timeout)
     _LIVE.discard(cluster)
+    _restore_signals()
     left = [i for i, (state, _) in job_states(ids).items() if state not in _GONE]
     name = getattr(cluster, "_h5mdx_job_name", None)
     if shutil.which("scancel") is None:
