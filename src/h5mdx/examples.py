@@ -14,7 +14,7 @@ What ``h5mdx example`` does, as library calls:
 2. :func:`read_floor` measures how fast this machine reads that file with
    plain h5py (one slab per worker process, page cache warm).
 3. The RMSD runs on a local cluster with per-task timing
-   (:func:`h5mdx.cli.rmsd.compute_rmsd`).
+   (:func:`h5mdx.parallel.schedulers.compute_rmsd`).
 4. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
    frames of the same file, to extrapolate to all frames.
 5. :func:`summary_lines` and :func:`write_report` turn the figures into a few
@@ -701,7 +701,7 @@ def run_example(
     -------
     ExampleResult
     """
-    from h5mdx.analysis.rmsd import write_series
+    from h5mdx.analysis.series import write_series
     from h5mdx.testing import adk_topology
     from h5mdx.timing.records import load
 

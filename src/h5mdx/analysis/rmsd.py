@@ -11,10 +11,8 @@ the I/O and compute split of every block.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import dask.array as da
@@ -24,6 +22,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from h5mdx.analysis.qcp import center, normalize_weights, rmsd_qcp, warm_up
+from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
 from h5mdx.errors import TopologyError
 from h5mdx.format.direct import scratch_buffers
@@ -424,35 +423,3 @@ def rmsd(
     if isinstance(select, str):
         attrs["selection"] = select
     return xr.DataArray(result, dims=(TIME_DIM,), coords=coords, name="rmsd", attrs=attrs)
-
-
-def write_series(path: str | os.PathLike[str], result: Any) -> Path:
-    """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF.
-
-    Parameters
-    ----------
-    path : path-like
-        Output file; a ``.nc`` suffix writes netCDF, anything else CSV.
-    result : xarray.DataArray
-        The computed series (e.g. from :func:`rmsd`).
-
-    Returns
-    -------
-    pathlib.Path
-        The file written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".nc":
-        result.to_netcdf(path)
-        return path
-    frames = result["frame"].values if "frame" in result.coords else None
-    cols = {"frame": np.arange(result.sizes["time"]) if frames is None else np.asarray(frames)}
-    for name in ("time", "step"):
-        if name in result.coords:
-            cols[name] = np.asarray(result.coords[name].values)
-    cols["rmsd"] = np.asarray(result.values, dtype=np.float64)
-    fmt = ["%d" if np.issubdtype(v.dtype, np.integer) else "%.10g" for v in cols.values()]
-    np.savetxt(path, np.column_stack([v.astype(np.float64) for v in cols.values()]),
-               delimiter=",", header=",".join(cols), comments="", fmt=fmt)
-    return path

@@ -8,9 +8,9 @@ import sys
 import time
 from typing import Any
 
+from h5mdx.analysis.series import write_outputs
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL
-from h5mdx.parallel.schedulers import canonical, scheduler_context
-from h5mdx.parallel.schedulers import compute as _progress
+from h5mdx.parallel.schedulers import canonical, compute_rmsd
 
 #: The schedulers of ``h5mdx rmsd`` (the MPI-IO path is ``h5mdx mpi-rmsd``).
 SCHEDULERS = tuple(s for s in _ALL if s != "mpi-io")
@@ -61,58 +61,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="seconds to wait for the worker jobs")
     p.set_defaults(func=run)
     return p
-
-
-def write_outputs(result: Any, out: str | None, plot: str | None) -> None:
-    """Write the series (``.csv`` or ``.nc``) and a PNG plot."""
-    import numpy as np
-
-    if out:
-        from h5mdx.analysis.rmsd import write_series
-
-        write_series(out, result)
-    if plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(7, 3.5), dpi=100)
-        ax = fig.add_subplot()
-        x = result["time"].values if "time" in result.coords else np.arange(result.size)
-        ax.plot(x, result.values, lw=1)
-        ax.set_xlabel(f"time ({result['time'].attrs.get('units', '')})"
-                      if "time" in result.coords else "frame")
-        ax.set_ylabel(f"RMSD ({result.attrs.get('units', '')})")
-        sel = result.attrs.get("selection")
-        ax.set_title(f"RMSD{f' of {sel}' if sel else ''}")
-        fig.tight_layout()
-        fig.savefig(plot)
-
-
-def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
-                 superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
-                 frames_per_block: int | None = None, kernel: str = "auto",
-                 progress: bool = True, timing: str | None = None, args: Any = None
-                 ) -> tuple[Any, float]:
-    """Compute the RMSD of an opened Dataset; returns (result, seconds)."""
-    with scheduler_context(scheduler, workers, args) as client:
-        lazy = ds.md.rmsd(reference, select=select, weights=weights,
-                          superposition=superposition, frames_per_block=frames_per_block,
-                          kernel=kernel)
-        t0 = time.perf_counter()
-        if timing:
-            from h5mdx.timing import capture
-
-            os.makedirs(timing, exist_ok=True)
-            with capture(backend=scheduler, client=client, n_workers=workers,
-                         meta={"file": ds.attrs.get("source"), "selection": select}) as run:
-                result = _progress(client, lazy, progress)
-            run.save(os.path.join(timing, "timing.csv"))
-        else:
-            result = _progress(client, lazy, progress)
-        seconds = time.perf_counter() - t0
-    return result, seconds
 
 
 def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
-from h5mdx.analysis.rmsd import write_series
+from h5mdx.analysis.series import write_series
 from h5mdx.mpi import comm_world
 
 __all__ = [

@@ -381,7 +381,7 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     files: dict[str, str] = {}
     import xarray as xr
 
-    from h5mdx.analysis.rmsd import write_series
+    from h5mdx.analysis.series import write_series
 
     coords: dict[str, Any] = {"frame": ("time", result.frames)}
     if result.time is not None:

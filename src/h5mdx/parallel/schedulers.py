@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "quiet_logging",
+__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "quiet_logging",
            "scheduler_context"]
 
 #: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
@@ -112,3 +114,31 @@ def compute(client: Any, result: Any, enabled: bool) -> Any:
         with ProgressBar(out=sys.stderr):
             return result.compute()
     return result.compute()
+
+
+def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
+                 superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
+                 frames_per_block: int | None = None, kernel: str = "auto",
+                 progress: bool = True, timing: str | None = None, args: Any = None
+                 ) -> tuple[Any, float]:
+    """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds).
+
+    With ``timing`` (a directory), per-task timing records go to ``timing/timing.csv``.
+    """
+    with scheduler_context(scheduler, workers, args) as client:
+        lazy = ds.md.rmsd(reference, select=select, weights=weights,
+                          superposition=superposition, frames_per_block=frames_per_block,
+                          kernel=kernel)
+        t0 = time.perf_counter()
+        if timing:
+            from h5mdx.timing import capture
+
+            os.makedirs(timing, exist_ok=True)
+            with capture(backend=scheduler, client=client, n_workers=workers,
+                         meta={"file": ds.attrs.get("source"), "selection": select}) as run:
+                result = compute(client, lazy, progress)
+            run.save(os.path.join(timing, "timing.csv"))
+        else:
+            result = compute(client, lazy, progress)
+        seconds = time.perf_counter() - t0
+    return result, seconds
