@@ -49,16 +49,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timing", default=None,
                    help="capture per-task timing records into this directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    # SLURM options (with --scheduler slurm)
-    g = p.add_argument_group("SLURM (--scheduler slurm)")
-    g.add_argument("--jobs", type=int, default=None, help="worker jobs (default --workers)")
-    g.add_argument("--cores", type=int, default=None, help="cores per job")
-    g.add_argument("--memory", default=None, help='memory per job, e.g. "2GB"')
-    g.add_argument("--walltime", default=None, help='e.g. "00:30:00"')
-    g.add_argument("--queue", default=None, help="partition")
-    g.add_argument("--account", default=None, help="account")
-    g.add_argument("--wait-timeout", type=float, default=120.0,
-                   help="seconds to wait for the worker jobs")
+    # SLURM options (with --scheduler slurm): the same group as every command's
+    from h5mdx.parallel.cluster import add_cli_arguments
+
+    add_cli_arguments(p)
     p.set_defaults(func=run)
     return p
 

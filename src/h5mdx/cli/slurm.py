@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from h5mdx.parallel.cluster import add_job_options
+
 PROGRAMS = ("mpi-rmsd",)
 
 
@@ -23,9 +25,10 @@ def _slurm_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("job options (sbatch)")
     g.add_argument("--ntasks", type=int, metavar="N", help="MPI ranks (required)")
     g.add_argument("--nodes", type=int, metavar="N", help="nodes (default: SLURM's choice)")
-    g.add_argument("--time", dest="time_limit", metavar="T", help="time limit, e.g. 00:30:00")
-    g.add_argument("--partition", metavar="P", help="partition")
-    g.add_argument("--account", metavar="A", help="account")
+    # --walltime/--time, --queue/--partition, --account, --wait-timeout/--timeout: shared
+    add_job_options(g, wait_default=None,
+                    wait_help="with --submit: seconds to wait before cancelling the job "
+                              "(default: no limit)")
     g.add_argument("--mem-per-cpu", metavar="M", help="memory per CPU, e.g. 2G")
     g.add_argument("--job-name", metavar="NAME", help="job name (default h5mdx-mpi-rmsd)")
     g.add_argument("--log", metavar="FILE",
@@ -44,9 +47,6 @@ def _slurm_options(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--submit", action="store_true",
                    help="submit with sbatch, wait, print the job output and the straggler "
                         "summary")
-    s.add_argument("--timeout", type=float, metavar="S",
-                   help="with --submit: seconds to wait before cancelling the job "
-                        "(default: no limit)")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
         rest,
         ntasks=args.ntasks,
         nodes=args.nodes,
-        time_limit=args.time_limit,
-        partition=args.partition,
+        time_limit=args.walltime,
+        partition=args.queue,
         account=args.account,
         mem_per_cpu=args.mem_per_cpu,
         job_name=args.job_name or "h5mdx-mpi-rmsd",
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     job_id = submit(script, cwd=chdir)
     print(f"submitted SLURM job {job_id} ({args.ntasks} rank(s)); waiting for it to end",
           file=sys.stderr, flush=True)
-    result = wait_for_job(job_id, timeout=args.timeout)
+    result = wait_for_job(job_id, timeout=args.wait_timeout)
     log_path = Path(chdir) / log.replace("%j", job_id)
     if log_path.is_file():
         sys.stdout.write(log_path.read_text(encoding="utf-8", errors="replace"))

@@ -812,12 +812,42 @@ def annotate_job_ids(run: Any, client: Any) -> Any:
 # ------------------------------------------------------------------------------------- CLI
 
 
+def add_job_options(group: Any, *, wait_default: float | None = DEFAULT_TIMEOUT,
+                    wait_help: str | None = None) -> None:
+    """Add the SLURM options every h5mdx command shares to an argparse group.
+
+    ``--walltime`` (also ``--time``), ``--queue`` (also ``--partition``), ``--account``
+    and ``--wait-timeout`` (also ``--slurm-timeout`` and ``--timeout``): the same names
+    in ``h5mdx rmsd --scheduler slurm`` and ``h5mdx slurm-script``. Their values land in
+    ``walltime``, ``queue``, ``account`` and ``wait_timeout``.
+
+    Parameters
+    ----------
+    group : argparse parser or argument group
+        Where to add them.
+    wait_default : float or None, optional
+        Default of ``--wait-timeout`` (None: no limit).
+    wait_help : str, optional
+        Help of ``--wait-timeout``.
+    """
+    group.add_argument("--walltime", "--time", dest="walltime", metavar="T",
+                       help="time limit per job, e.g. 00:30:00")
+    group.add_argument("--queue", "--partition", dest="queue", metavar="Q",
+                       help="SLURM partition (-p)")
+    group.add_argument("--account", metavar="A", help="SLURM account (-A)")
+    group.add_argument("--wait-timeout", "--slurm-timeout", "--timeout", dest="wait_timeout",
+                       type=float, default=wait_default, metavar="S",
+                       help=wait_help or "seconds to wait for the workers (default "
+                                         f"{wait_default:g})")
+
+
 def add_cli_arguments(parser: Any) -> None:
     """Add the SLURM options of ``--scheduler slurm`` to an argparse parser.
 
-    Options: ``--jobs --cores --memory --walltime --queue --account --interface
-    --job-log-dir --slurm-timeout``. Unset ones come from dask's config
-    (``jobqueue.slurm``), then from h5mdx's defaults (see :func:`slurm_options`).
+    Options: ``--jobs --cores --memory --interface --job-log-dir`` and the shared ones of
+    :func:`add_job_options` (``--walltime --queue --account --wait-timeout``). Unset ones
+    come from dask's config (``jobqueue.slurm``), then from h5mdx's defaults (see
+    :func:`slurm_options`).
     """
     g = parser.add_argument_group(
         "SLURM (--scheduler slurm)",
@@ -829,16 +859,12 @@ def add_cli_arguments(parser: Any) -> None:
     g.add_argument("--cores", type=int, metavar="C",
                    help="cores per job, one single-threaded worker each (default 1)")
     g.add_argument("--memory", metavar="M", help="memory per job, e.g. 4GiB (default 2GiB/core)")
-    g.add_argument("--walltime", metavar="T", help="time limit per job, e.g. 00:30:00")
-    g.add_argument("--queue", metavar="Q", help="SLURM partition (-p)")
-    g.add_argument("--account", metavar="A", help="SLURM account (-A)")
+    add_job_options(g)
     g.add_argument("--interface", metavar="IF",
                    help='network interface, e.g. ib0 (default: "lo" on a single-node '
                         f"cluster of this machine, ${INTERFACE_ENV})")
     g.add_argument("--job-log-dir", metavar="DIR",
                    help="directory for the worker jobs' output (default: current directory)")
-    g.add_argument("--slurm-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
-                   help=f"seconds to wait for the workers (default {DEFAULT_TIMEOUT:g})")
 
 
 def _cli_kwargs(args: Any) -> dict[str, Any]:
