@@ -183,9 +183,10 @@ def build_adk_trajectory(
     ValueError
         If ``frames`` is below 98.
     """
+    from h5mdx._progress import progress_bar
     from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
     from h5mdx.layout._atomic import atomic_output
-    from h5mdx.layout.convert import _static, progress_bar
+    from h5mdx.layout.convert import _static
 
     path = os.fspath(path)
     u, source, t0, dt = _adk_source()

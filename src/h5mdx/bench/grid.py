@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from h5mdx._progress import progress_bar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
 
@@ -335,9 +336,9 @@ def run_grid(
     metas: list[dict[str, Any]] = []
     bench_id = time.strftime("%Y%m%dT%H%M%S")
 
-    bar = _Progress(total, enabled=progress)
     try:
-        with bar:
+        with progress_bar(total, "runs", progress, unit=None, elapsed=True,
+                          stderr=True) as bar:
             for scheduler in schedulers:
                 if scheduler in MPI_BACKENDS:
                     # one block per rank (mpi-io) or the engine's blocks (dask-mpi): M does
@@ -421,44 +422,6 @@ def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
     if backend == "mpi-io":
         meta.pop("wall", None)  # the span of the rank records is the run's wall time
     return records, meta
-
-
-class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total = total
-        self.enabled = enabled
-        self._p: Any = None
-        self._task: Any = None
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._p = Progress(TextColumn("{task.description}"), BarColumn(),
-                               MofNCompleteColumn(), TimeElapsedColumn(),
-                               console=Console(stderr=True), transient=False)
-            self._p.__enter__()
-            self._task = self._p.add_task("runs", total=self.total)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._p is not None:
-            self._p.__exit__(*exc)
-
-    def describe(self, text: str) -> None:
-        if self._p is not None:
-            self._p.update(self._task, description=text)
-
-    def advance(self) -> None:
-        if self._p is not None:
-            self._p.advance(self._task)
 
 
 class _cluster:

@@ -13,17 +13,17 @@ as the (3, 3) matrix of box vectors, as MDAnalysis' H5MDWriter does.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time as _time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from h5mdx._optional import import_optional
+from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout, dataset_checksums
 from h5mdx.layout._atomic import atomic_output
@@ -84,36 +84,6 @@ def _size(path: str) -> int:
         return sum(os.path.getsize(os.path.join(d, f))
                    for d, _, files in os.walk(path) for f in files)
     return os.path.getsize(path) if os.path.exists(path) else 0
-
-
-@contextlib.contextmanager
-def progress_bar(total: int | None, description: str, enabled: bool = True
-                 ) -> Iterator[Callable[[int], None]]:
-    """A progress bar (rich, else tqdm, else nothing); yields ``advance(n)``."""
-    if not enabled:
-        yield lambda n: None
-        return
-    try:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-    except ImportError:
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            yield lambda n: None
-            return
-        with tqdm(total=total, desc=description, unit="frame") as bar:
-            yield bar.update
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("frames"), TimeRemainingColumn()) as prog:
-        task = prog.add_task(description, total=total)
-        yield lambda n: prog.advance(task, n)
 
 
 def _universe(topology: Any, trajectories: Sequence[Any]) -> Any:

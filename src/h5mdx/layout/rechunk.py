@@ -21,11 +21,12 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5mdx._progress import progress_bar
 from h5mdx.errors import H5MDReadError
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
 from h5mdx.format.writer import Layout, compression_kwargs, dataset_checksums
 from h5mdx.layout._atomic import atomic_output
-from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path, progress_bar
+from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
 
 __all__ = ["rechunk", "time_dependent_elements"]
 
