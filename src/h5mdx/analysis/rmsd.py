@@ -33,7 +33,11 @@ __all__ = ["rmsd", "select_atoms", "write_series"]
 
 
 def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first caller outside h5mdx."""
+    """The ``stacklevel`` that points a warning at the first caller outside h5mdx.
+
+    ``sys._getframe`` because ``warnings.warn(skip_file_prefixes=...)``, the public way,
+    needs Python 3.12 and h5mdx supports 3.10.
+    """
     frame = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("h5mdx"):
@@ -369,7 +373,10 @@ def rmsd(
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
     ref_c = center(_reference(position, sub, reference, idx), w)
     n_frames = sub.sizes[TIME_DIM]
-    # never touch ``sub.data`` on a lazily indexed array: that would read it all
+    # never touch ``sub.data`` on a lazily indexed array: that would read it all.
+    # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
+    # array (or the dask array) without loading it, and tokenizing it is what identifies
+    # the file, element and selection.
     is_dask = sub.chunks is not None
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block)
     name = f"rmsd-{token}"
