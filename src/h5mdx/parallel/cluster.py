@@ -60,6 +60,7 @@ __all__ = [
     "SlurmError",
     "WorkerTimeoutError",
     "add_cli_arguments",
+    "add_job_options",
     "annotate_job_ids",
     "cli_client",
     "job_ids",
