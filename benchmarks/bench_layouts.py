@@ -119,10 +119,10 @@ def timed(fn: Any) -> float:
 
 
 def _rmsd_function() -> Any:
-    """h5mdx.rmsd.rmsd if that module is available (decided once per run)."""
+    """h5mdx.analysis.rmsd.rmsd if that module is available (decided once per run)."""
     if "rmsd" not in _RMSD:
         try:
-            from h5mdx.rmsd import rmsd
+            from h5mdx.analysis.rmsd import rmsd
         except ImportError:
             rmsd = None
         _RMSD["rmsd"] = rmsd
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                     write_h5md(contiguous, base, n_frames, LAYOUTS["contiguous"])
                 import xarray as xr
 
-                from h5mdx.writer import Layout
-                from h5mdx.xio import dataset_to_zarr
+                from h5mdx.format.writer import Layout
+                from h5mdx.layout.export import dataset_to_zarr
 
                 shutil.rmtree(path, ignore_errors=True)
 

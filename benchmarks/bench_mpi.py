@@ -122,15 +122,15 @@ def run_processes(traj: Path, top: str, n: int, out: Path) -> float:
 def child_processes(traj: str, top: str, n: int, out: str) -> None:
     """One local-cluster run (in its own process, so nothing is cached between runs)."""
     import xarray as xr
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
+    from h5mdx.analysis.rmsd import rmsd
     from h5mdx.mpi.launch import write_series
-    from h5mdx.rmsd import rmsd
+    from h5mdx.parallel import local_cluster
     from h5mdx.timing import capture
 
     os.makedirs(out, exist_ok=True)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with local_cluster(n) as cluster, Client(cluster) as client:
         client.wait_for_workers(n)
         with capture(backend="distributed", client=client, n_workers=n,
                      meta={"file": traj, "selection": SELECT, "cluster": "LocalCluster"},

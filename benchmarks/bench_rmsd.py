@@ -163,7 +163,7 @@ def peak_rss(cmd: list[str]) -> tuple[float, float]:
 
 
 def kernels(frames: np.ndarray, ca: np.ndarray, n: int, repeats: int) -> dict:
-    from h5mdx.qcp import has_numba, rmsd_qcp
+    from h5mdx.analysis.qcp import has_numba, rmsd_qcp
 
     xyz = np.tile(frames[:, ca], (n // len(frames) + 1, 1, 1))[:n].astype(np.float32)
     ref = xyz[0]
@@ -230,12 +230,13 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     import distributed
 
+    from h5mdx.parallel import local_cluster
+
     topology, u, frames = adk()
     ca = u.select_atoms("name CA").indices
     n = args.frames
     rows = []
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    with local_cluster(2) as cluster, \
             distributed.Client(cluster) as client:
         for label, layout in LAYOUTS.items():
             path = build(os.path.join(DATA, f"adk-{n}-{layout}.h5md"), frames, n, layout)

@@ -104,7 +104,7 @@ def build(path: str, n_frames: int, layout: str) -> str:
 
 
 def block_frames(path: str) -> int:
-    from h5mdx.chunking import time_block
+    from h5mdx.engine.chunking import time_block
 
     with h5py.File(path, "r") as f:
         d = f[DSET]
@@ -140,7 +140,7 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]
 
 
 def _warm_kernel() -> None:
-    from h5mdx.qcp import warm_up
+    from h5mdx.analysis.qcp import warm_up
 
     warm_up()
 
@@ -149,12 +149,13 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
     import dask
     import distributed
 
+    from h5mdx.parallel import local_cluster
+
     selections = {"ca": ca_indices(), "all": None}
     rows = []
     for sched in args.schedulers:
         if sched == "distributed":
-            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1,
-                                               processes=True, dashboard_address=None)
+            cluster = local_cluster(n)
             client = distributed.Client(cluster)
             client.run(_warm_kernel)
             ctx: Any = dask.config.set(scheduler=client)

@@ -138,7 +138,7 @@ print(tree)
 # task per block). We check it against MDAnalysis.
 
 # %%
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 
 r = rmsd(ds.position, reference=0, select="name CA")
 r = r.compute()

@@ -21,7 +21,7 @@ import pandas as pd
 import xarray as xr
 from distributed import Client, LocalCluster, get_task_stream
 
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 from h5mdx.testing import adk_example, adk_topology, write_h5md
 from h5mdx.timing import capture, flag_stragglers, per_worker, plot_gantt, plot_per_worker
 
@@ -129,7 +129,7 @@ cluster.close()
 ds.close()
 
 from h5mdx.timing import plot_scaling, run_grid
-from h5mdx.timing.runner import rmsd_workload
+from h5mdx.bench.grid import rmsd_workload
 
 grid = run_grid(rmsd_workload(path, psf, "name CA"), schedulers=["distributed"],
                 workers=[1, 2], blocks_per_worker=[1, 3], repeats=1, progress=False)

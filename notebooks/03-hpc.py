@@ -144,7 +144,7 @@ else:
 # %%
 import xarray as xr
 
-from h5mdx.rmsd import rmsd
+from h5mdx.analysis.rmsd import rmsd
 from h5mdx.timing import capture
 
 with xr.open_dataset(path, engine="h5md", topology=psf, chunks={"time": 49}) as ds:

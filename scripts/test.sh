@@ -73,9 +73,12 @@ if ! "$VENV/bin/ruff" check "${lint_paths[@]}"; then
     status=1
 fi
 
-echo "==> pytest $*"
+# Everything, fast and slow (a plain `pytest` leaves out the tests marked slow: fuzzing,
+# load, faults, notebooks, the Sphinx build, MPI and SLURM); arguments given here come
+# after, so `bash scripts/test.sh -m "not slow"` runs the fast suite only.
+echo "==> pytest -m 'slow or not slow' $*"
 set +e
-"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m pytest -m "slow or not slow" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
@@ -87,12 +90,12 @@ if [ "$rc" -ne 0 ]; then
 fi
 
 # The engine and RMSD tests again with the lock-free direct reads off: every read through
-# h5py (both read paths must give the same results; tests/test_direct.py compares bytes).
+# h5py (both read paths must give the same results; tests/format/test_direct.py compares bytes).
 if [ "$#" -eq 0 ]; then
     echo "==> pytest (H5MDX_DIRECT_READ=0: reads through h5py only) engine and rmsd tests"
     set +e
-    H5MDX_DIRECT_READ=0 "$VENV/bin/python" -m pytest -q tests/test_backend.py \
-        tests/test_rmsd.py tests/test_rmsd_paths.py
+    H5MDX_DIRECT_READ=0 "$VENV/bin/python" -m pytest -q -m "slow or not slow" \
+        tests/engine/test_backend.py tests/analysis/test_rmsd.py tests/analysis/test_rmsd_paths.py
     rc=$?
     set -e
     if [ "$rc" -ne 0 ]; then

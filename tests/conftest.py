@@ -14,6 +14,13 @@ PSF = datafiles.PSF
 DCD = datafiles.DCD
 
 
+def pytest_collection_modifyitems(config, items):
+    """MPI and SLURM tests start mpirun or SLURM jobs: they belong to the slow run."""
+    for item in items:
+        if item.get_closest_marker("mpi") or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def adk_universe():
     """The adenylate kinase PSF/DCD trajectory (3341 atoms, 98 frames)."""
@@ -80,8 +87,9 @@ def local_client():
     modules that expect the local schedulers.
     """
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, \
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(2, dashboard=True) as cluster, \
             distributed.Client(cluster) as client:
         yield client
 

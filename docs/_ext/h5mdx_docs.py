@@ -260,8 +260,12 @@ def _resolve_short_name(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
     target = node.get("reftarget", "")
     domain = env.get_domain("py")
     if target.startswith("h5mdx.") and target.count(".") >= 1:
-        # ``h5mdx.rmsd`` (the function re-exported by the package) -> ``h5mdx.rmsd.rmsd``
-        doubled = f"{target}.{target.rsplit('.', 1)[-1]}"
+        # ``h5mdx.rmsd`` (a function the package loads on first use) -> where it is defined
+        import h5mdx
+
+        name = target.rsplit(".", 1)[-1]
+        home = h5mdx._LAZY.get(name) if target == f"h5mdx.{name}" else None
+        doubled = f"{home}.{name}" if home else f"{target}.{name}"
         obj = domain.objects.get(doubled)
         if obj is not None and obj.objtype in ("function", "class"):
             from sphinx.util.nodes import make_refnode

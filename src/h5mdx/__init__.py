@@ -3,28 +3,42 @@
 Open a trajectory with ``xr.open_dataset(path, engine="h5md")``; compute the RMSD
 with :func:`h5mdx.rmsd` or ``ds.md.rmsd(...)``; see the documentation for layout
 tools, parallel timing, MPI and SLURM.
+
+The package is organised in layers (see ``docs/architecture.md``): :mod:`h5mdx.format`
+(h5py + numpy), :mod:`h5mdx.engine` (the xarray backend), :mod:`h5mdx.analysis`,
+:mod:`h5mdx.layout`, :mod:`h5mdx.timing`, :mod:`h5mdx.parallel`, :mod:`h5mdx.mpi`,
+:mod:`h5mdx.bench` and :mod:`h5mdx.cli`. Importing ``h5mdx`` registers the ``ds.md``
+accessor and nothing more: :func:`rmsd`, :func:`rmsd_qcp` and :func:`to_h5md` are loaded
+on first use, so the ``h5md`` engine never imports dask.distributed, the analysis or MPI.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("h5mdx")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
-
-from h5mdx import accessor as _accessor  # noqa: E402,F401 - registers ds.md
-from h5mdx.qcp import rmsd_qcp  # noqa: E402
-from h5mdx.rmsd import rmsd  # noqa: E402
+from h5mdx import _legacy
+from h5mdx import accessor as _accessor  # noqa: F401 - registers ds.md
+from h5mdx._version import __version__
 
 __all__ = ["__version__", "rmsd", "rmsd_qcp", "to_h5md"]
 
+_LAZY = {
+    "rmsd": "h5mdx.analysis.rmsd",
+    "rmsd_qcp": "h5mdx.analysis.qcp",
+    "to_h5md": "h5mdx.layout.export",
+}
 
-def __getattr__(name: str) -> object:
-    # h5mdx.to_h5md lives in h5mdx.xio (it imports zarr helpers): load it on first use
-    if name == "to_h5md":
-        from h5mdx.xio import to_h5md
+_legacy.install()
 
-        return to_h5md
-    raise AttributeError(f"module 'h5mdx' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'h5mdx' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -36,7 +36,7 @@ class MDAccessor:
         superposition: bool = True,
         **kwargs: Any,
     ) -> xr.DataArray:
-        """RMSD of ``position`` after optimal superposition; see :func:`h5mdx.rmsd.rmsd`.
+        """RMSD of ``position`` after optimal superposition; see :func:`h5mdx.analysis.rmsd.rmsd`.
 
         Parameters
         ----------
@@ -49,14 +49,14 @@ class MDAccessor:
         superposition : bool, default True
             False gives the RMSD after centring only.
         **kwargs
-            Passed to :func:`h5mdx.rmsd.rmsd` (``kernel``, ``frames_per_block``, ...).
+            Passed to :func:`h5mdx.analysis.rmsd.rmsd` (``kernel``, ``frames_per_block``, ...).
 
         Returns
         -------
         xarray.DataArray
             Lazy ``rmsd`` on ``time``.
         """
-        from h5mdx.rmsd import rmsd
+        from h5mdx.analysis.rmsd import rmsd
 
         if "position" not in self._ds:
             raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)")
@@ -65,7 +65,7 @@ class MDAccessor:
                     superposition=superposition, **kwargs)
 
     def to_h5md(self, path: str | os.PathLike[str], **kwargs: Any) -> Any:
-        """Write the Dataset as an H5MD file; see :func:`h5mdx.xio.to_h5md`."""
-        from h5mdx.xio import to_h5md
+        """Write the Dataset as an H5MD file; see :func:`h5mdx.layout.export.to_h5md`."""
+        from h5mdx.layout.export import to_h5md
 
         return to_h5md(self._ds, path, **kwargs)

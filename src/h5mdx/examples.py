@@ -14,7 +14,7 @@ What ``h5mdx example`` does, as library calls:
 2. :func:`read_floor` measures how fast this machine reads that file with
    plain h5py (one slab per worker process, page cache warm).
 3. The RMSD runs on a local cluster with per-task timing
-   (:func:`h5mdx._cli_rmsd.compute_rmsd`).
+   (:func:`h5mdx.parallel.schedulers.compute_rmsd`).
 4. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
    frames of the same file, to extrapolate to all frames.
 5. :func:`summary_lines` and :func:`write_report` turn the figures into a few
@@ -183,9 +183,10 @@ def build_adk_trajectory(
     ValueError
         If ``frames`` is below 98.
     """
-    from h5mdx._safe import atomic_output
-    from h5mdx.convert import _static, progress_bar
-    from h5mdx.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
+    from h5mdx._progress import progress_bar
+    from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
+    from h5mdx.layout._atomic import atomic_output
+    from h5mdx.layout.convert import _static
 
     path = os.fspath(path)
     u, source, t0, dt = _adk_source()
@@ -647,10 +648,11 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
     import xarray as xr
 
     import h5mdx  # noqa: F401 - registers the engine and the ds.md accessor
-    from h5mdx._cli_rmsd import _progress, scheduler_context
+    from h5mdx.parallel.schedulers import compute as _progress
+    from h5mdx.parallel.schedulers import scheduler_context
+    from h5mdx.parallel.workers import warm_up_seconds
     from h5mdx.testing import adk_topology
     from h5mdx.timing import capture
-    from h5mdx.workers import warm_up_seconds
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -705,7 +707,7 @@ def run_example(
     -------
     ExampleResult
     """
-    from h5mdx.rmsd import write_series
+    from h5mdx.analysis.series import write_series
     from h5mdx.testing import adk_topology
     from h5mdx.timing.records import load
 

@@ -164,7 +164,7 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
     """Write the adenylate-kinase example trajectory (MDAnalysisTests PSF/DCD) to H5MD.
 
     The file (98 frames, 3341 atoms, positions in Å, time in ps, masses, charges
-    and species from the topology) is written once with :func:`h5mdx.convert.convert`
+    and species from the topology) is written once with :func:`h5mdx.layout.convert.convert`
     and reused.
 
     Parameters
@@ -180,7 +180,7 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
         The path of the H5MD file. Its topology is :func:`adk_topology`.
     """
     from h5mdx._optional import import_optional
-    from h5mdx.convert import convert
+    from h5mdx.layout.convert import convert
 
     datafiles = import_optional("MDAnalysisTests.datafiles", "the adk example data")
     if path is None:

@@ -14,7 +14,7 @@ Modules
 :mod:`h5mdx.mpi.rmsd`
     The SPMD RMSD program behind ``mpirun -n N h5mdx mpi-rmsd``.
 :mod:`h5mdx.mpi.launch`
-    A dask cluster inside an MPI job with dask-mpi (``h5mdx rmsd --scheduler mpi``).
+    A dask cluster inside an MPI job with dask-mpi (``h5mdx rmsd --scheduler dask-mpi``).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5mdx.decompose import Block, atom_runs, chunk_aligned_blocks
 from h5mdx.errors import H5MDFormatError
-from h5mdx.h5md import ElementInfo, FileInfo, open_h5md, scan
+from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
 from h5mdx.mpi import require_parallel_h5py
+from h5mdx.mpi.decompose import Block, atom_runs, chunk_aligned_blocks
 
 __all__ = [
     "LOCKING_HINT",

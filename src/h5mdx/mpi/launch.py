@@ -1,6 +1,6 @@
 """A dask cluster inside an MPI job, with dask-mpi.
 
-``mpirun -n N h5mdx rmsd TRAJ ... --scheduler mpi`` runs the ordinary dask
+``mpirun -n N h5mdx rmsd TRAJ ... --scheduler dask-mpi`` runs the ordinary dask
 path on a cluster that dask-mpi starts inside the MPI job: rank 0 runs the
 scheduler, rank 1 the client (the analysis script), ranks 2..N-1 one
 single-threaded worker each. MPI only bootstraps the cluster (the scheduler
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
+from h5mdx.analysis.series import write_series
 from h5mdx.mpi import comm_world
-from h5mdx.rmsd import write_series
 
 __all__ = [
     "MIN_RANKS",
@@ -126,16 +126,16 @@ def dask_mpi_client(
             if client is not None:
                 print(client.submit(sum, [1, 2]).result())
     """
-    dask_mpi = import_optional("dask_mpi", "dask clusters inside MPI jobs (--scheduler mpi)")
+    dask_mpi = import_optional("dask_mpi", "dask clusters inside MPI jobs (--scheduler dask-mpi)")
     distributed = import_optional("distributed", "dask clusters inside MPI jobs")
     if comm is None:
         comm = comm_world()
     size = comm.Get_size()
     if size < MIN_RANKS:
         raise ValueError(
-            f"--scheduler mpi needs at least {MIN_RANKS} MPI ranks (scheduler, client, one "
+            f"--scheduler dask-mpi needs at least {MIN_RANKS} MPI ranks (scheduler, client, one "
             f"worker) but the job has {size}: run it as mpirun -n 4 h5mdx rmsd ... "
-            "--scheduler mpi"
+            "--scheduler dask-mpi"
         )
     for key, value in (env or {}).items():
         os.environ[key] = value
@@ -232,7 +232,7 @@ def rmsd_dask_mpi(
             return None
         import xarray as xr
 
-        from h5mdx.rmsd import rmsd
+        from h5mdx.analysis.rmsd import rmsd
         from h5mdx.timing import capture
 
         n_workers = comm.Get_size() - 2

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from h5mdx.decompose import Block
 from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
+from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
 
 __all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
@@ -156,7 +156,7 @@ def _select(topology: str | None, select: str | None, weights: str | None,
     """(indices or None, masses or None, topology atom count or None)."""
     if topology is None:
         return None, None, None
-    from h5mdx.topology import load_universe, select_indices
+    from h5mdx.engine.topology import load_universe, select_indices
 
     u = load_universe(topology)
     idx = select_indices(u, select, filename) if select else None
@@ -177,7 +177,7 @@ def _pieces(block: Block, read: str) -> list[tuple[int, int]]:
 
 def _compute(reference: np.ndarray, frames: np.ndarray, weights: np.ndarray | None,
              superposition: bool) -> np.ndarray:
-    from h5mdx.qcp import rmsd_qcp
+    from h5mdx.analysis.qcp import rmsd_qcp
 
     return np.asarray(
         rmsd_qcp(reference, frames, weights=weights, superposition=superposition),
@@ -317,7 +317,7 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     sampling = source.element.sampling
     unit = source.element.unit
     if options.convert_units and unit is not None:
-        from h5mdx.units import conversion
+        from h5mdx.format.units import conversion
 
         conv = conversion(unit)
         if conv is not None:
@@ -326,7 +326,7 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
     time_unit = None if sampling is None else sampling.time_unit
     if options.convert_units and times is not None and time_unit:
-        from h5mdx.units import conversion
+        from h5mdx.format.units import conversion
 
         conv = conversion(time_unit)
         if conv is not None:
@@ -381,7 +381,7 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     files: dict[str, str] = {}
     import xarray as xr
 
-    from h5mdx.rmsd import write_series
+    from h5mdx.analysis.series import write_series
 
     coords: dict[str, Any] = {"frame": ("time", result.frames)}
     if result.time is not None:

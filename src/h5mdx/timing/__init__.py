@@ -1,4 +1,4 @@
-"""Per-task timing: records, capture, straggler analysis, plots and the scaling grid.
+"""Per-task timing: records, capture, straggler analysis and plots.
 
 ``with h5mdx.timing.capture() as run: result.compute()`` gives ``run.records``,
 one row per task in the schema of :mod:`h5mdx.timing.records`; the functions of
@@ -33,7 +33,6 @@ __all__ = [
     "plot_scaling",
     "ratios",
     "read_spool",
-    "run_grid",
     "save",
     "speedup",
     "to_frame",
@@ -54,11 +53,17 @@ _LAZY = {
     "plot_gantt": "h5mdx.timing.plots",
     "plot_per_worker": "h5mdx.timing.plots",
     "plot_scaling": "h5mdx.timing.plots",
-    "run_grid": "h5mdx.timing.runner",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name == "run_grid":
+        # the grid runner moved up a layer to h5mdx.bench (timing imports no analysis)
+        import warnings
+
+        warnings.warn("h5mdx.timing.run_grid has moved to h5mdx.bench.run_grid",
+                      FutureWarning, stacklevel=2)
+        return getattr(importlib.import_module("h5mdx.bench.grid"), name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'h5mdx.timing' has no attribute {name!r}")

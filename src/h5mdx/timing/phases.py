@@ -129,6 +129,10 @@ def current_task_key() -> str | None:
     local (threads, processes, synchronous) schedulers run every task through
     ``dask.local.execute_task(key, ...)``, so the key is read from that frame of
     the call stack. Nothing is imported: outside dask this returns None.
+
+    The stack walk (``sys._getframe``) stays because dask's local schedulers publish the
+    running task's key nowhere else (``dask.context.thread_state.key`` is set by
+    distributed only).
     """
     ctx = sys.modules.get("dask.context")
     key = getattr(getattr(ctx, "thread_state", None), "key", None)

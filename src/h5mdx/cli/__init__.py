@@ -1,0 +1,62 @@
+"""The ``h5mdx`` command line: parses arguments and calls the library.
+
+Each subcommand lives in a module of its own in this package with
+``add_parser(subparsers)`` and ``run(args) -> int``; the list below is explicit, and a
+subcommand whose module fails to import is an error, never skipped. Errors print one
+clear line and a hint; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from h5mdx._version import __version__
+from h5mdx.cli import bench, doctor, example, info, layout, mpi, rmsd, slurm
+from h5mdx.errors import H5MDError
+
+#: Subcommand modules, in the order they appear in ``h5mdx --help``.
+SUBCOMMAND_MODULES = (info, example, rmsd, layout, bench, doctor, mpi, slurm)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="h5mdx",
+        description="Lazy, chunk-aligned H5MD trajectories: inspect, convert, analyse, time.",
+    )
+    parser.add_argument("--version", action="version", version=f"h5mdx {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMAND_MODULES:
+        before = set(sub.choices)
+        module.add_parser(sub)
+        for command in set(sub.choices) - before:
+            if sub.choices[command].get_default("func") is None:
+                sub.choices[command].set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``h5mdx`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("h5mdx: interrupted", file=sys.stderr)
+        return 130
+    except (H5MDError, OSError, ValueError, ImportError) as err:
+        if args.debug:
+            raise
+        print(f"h5mdx {args.command}: error: {err}", file=sys.stderr)
+        print("  (run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""``h5mdx bench TRAJ``: time an analysis over schedulers, worker counts and block counts.
+
+For every scheduler x N workers x M blocks per worker x repeat, the analysis
+runs with ``n_frames / (N M)`` frames per dask block and one timing record per
+task is captured (I/O and compute split inside the task, start/stop and worker
+from the scheduler). Written to --out: ``runs/<run>.parquet`` (one file per
+run), ``records.parquet`` (all), ``runs.csv``, ``speedup.csv``, figures
+(speed-up/efficiency, task Gantt chart, time per worker) and ``report.md``.
+M = 3 is the over-subscription experiment (three blocks per worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4, got {text!r}") from err
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
+    return values
+
+
+def _str_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "bench",
+        help="time an analysis over schedulers, workers and blocks (records, plots, report)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("trajectory", help="an H5MD file")
+    p.add_argument("--topology", help="topology file (for --select)")
+    p.add_argument("--select", help="MDAnalysis atom selection, e.g. 'name CA'")
+    p.add_argument("--analysis", choices=("rmsd", "read"), default="rmsd",
+                   help="rmsd (default) or read: read each block and reduce it (I/O only)")
+    p.add_argument("--scheduler", type=_str_list, default=["threads", "processes"],
+                   help="comma-separated among threads,processes,distributed,mpi-io,"
+                        "dask-mpi (the MPI backends run under mpirun; M does not apply to "
+                        "them) (default threads,processes)")
+    p.add_argument("--workers", type=_int_list, default=[1, 2],
+                   help="comma-separated worker counts N (default 1,2)")
+    p.add_argument("--blocks-per-worker", type=_int_list, default=[1, 3],
+                   help="comma-separated blocks per worker M (default 1,3)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per configuration (default 3)")
+    p.add_argument("--out", default="h5mdx-bench", help="output directory (default h5mdx-bench)")
+    p.add_argument("--delay", metavar="FRAME:SECONDS[:PHASE]",
+                   help="inject a straggler: sleep in the block starting at FRAME")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the grid, print the summary table and the advice; return the exit code."""
+    from h5mdx.bench.grid import (
+        SCHEDULERS,
+        read_workload,
+        rmsd_workload,
+        run_grid,
+        summary_rows,
+    )
+    from h5mdx.timing.phases import DELAY_ENV
+
+    bad = [s for s in args.scheduler if s not in SCHEDULERS]
+    if bad:
+        raise ValueError(f"unknown scheduler(s) {bad}; valid options are: {', '.join(SCHEDULERS)}")
+    if args.repeats < 1:
+        raise ValueError("--repeats must be at least 1")
+    if args.analysis == "rmsd":
+        workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
+    else:
+        workload = read_workload(args.trajectory)
+    env = {DELAY_ENV: args.delay} if args.delay else None
+    result = run_grid(
+        workload,
+        schedulers=args.scheduler,
+        workers=args.workers,
+        blocks_per_worker=args.blocks_per_worker,
+        repeats=args.repeats,
+        out=args.out,
+        env=env,
+        progress=not args.no_progress,
+    )
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = summary_rows(result)
+    table = Table(title=f"h5mdx bench: {args.analysis} on {args.trajectory}")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0,
+                         min_width=11 if i == 0 else None)
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    console.width = max(console.width, 100)
+    console.print(table)
+    for sentence in result.advice:
+        console.print(f"• {sentence}")
+    console.print(f"records, figures and report.md written to {args.out}/")
+    return 0

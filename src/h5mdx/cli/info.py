@@ -1,0 +1,163 @@
+"""``h5mdx info FILE``: what is in an H5MD file, and whether its layout is slow."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from h5mdx.format.h5md import ElementInfo, FileInfo, scan
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "info",
+        help="show groups, elements, chunks, units, conformance and layout problems of an "
+        "H5MD file",
+        description="Show the contents and storage layout of an H5MD file, and where it "
+        "departs from H5MD (what h5mdx assumes to read it, or leaves out).",
+    )
+    p.add_argument("file", help="an H5MD file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+    return p
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def element_dict(el: ElementInfo) -> dict[str, Any]:
+    """A JSON-able description of one element."""
+    d: dict[str, Any] = {
+        "name": el.name,
+        "path": el.path,
+        "shape": list(el.shape),
+        "dtype": str(el.dtype),
+        "chunks": list(el.chunks) if el.chunks else None,
+        "compression": el.compression,
+        "compression_opts": el.compression_opts,
+        "filters": list(el.filters),
+        "unit": el.unit,
+        "time_dependent": el.time_dependent,
+        "nbytes": el.nbytes,
+        "storage_size": el.storage_size,
+    }
+    if el.sampling is not None:
+        s = el.sampling
+        d["sampling"] = {
+            "kind": s.kind,
+            "n_frames": int(s.step.size),
+            "step_first": int(s.step[0]) if s.step.size else None,
+            "step_last": int(s.step[-1]) if s.step.size else None,
+            "time_first": float(s.time[0]) if s.time is not None and s.time.size else None,
+            "time_last": float(s.time[-1]) if s.time is not None and s.time.size else None,
+            "time_unit": s.time_unit,
+        }
+    return d
+
+
+def _findings(info: FileInfo) -> list[dict[str, Any]]:
+    try:
+        from h5mdx.layout import diagnose, finding_dict
+    except ImportError:
+        return []
+    return [finding_dict(f) for f in diagnose(info)]
+
+
+def info_dict(info: FileInfo) -> dict[str, Any]:
+    """A JSON-able description of a whole file (what ``h5mdx info --json`` prints)."""
+    return {
+        "file": info.filename,
+        "file_size": info.file_size,
+        "h5md_version": ".".join(map(str, info.version)),
+        "author": info.author,
+        "creator": info.creator,
+        "particles": {
+            name: {
+                "path": pg.path,
+                "elements": {k: element_dict(e) for k, e in pg.elements.items()},
+                "box": None
+                if pg.box is None
+                else {
+                    "dimension": pg.box.dimension,
+                    "boundary": list(pg.box.boundary),
+                    "edges": element_dict(pg.box.edges) if pg.box.edges else None,
+                },
+            }
+            for name, pg in info.particles.items()
+        },
+        "observables": {k: element_dict(e) for k, e in info.observables.items()},
+        "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
+                       for k, v in info.parameters.items()},
+        "findings": _findings(info),
+        "problems": [
+            {"path": p.path, "problem": p.message, "assumed": p.assumed} for p in info.problems
+        ],
+    }
+
+
+def _line(el: ElementInfo, indent: str) -> str:
+    shape = "×".join(map(str, el.shape)) or "scalar"
+    chunks = "×".join(map(str, el.chunks)) if el.chunks else "contiguous"
+    comp = el.compression or "-"
+    if el.compression_opts is not None:
+        comp += f":{el.compression_opts}"
+    unit = el.unit or "-"
+    samp = ""
+    if el.sampling is not None:
+        s = el.sampling
+        samp = f"steps {int(s.step[0])}..{int(s.step[-1])}" if s.step.size else "no frames"
+        if s.time is not None and s.time.size:
+            samp += f", t {s.time[0]:g}..{s.time[-1]:g} {s.time_unit or ''}".rstrip()
+        samp += f" ({s.kind})"
+    return (f"{indent}{el.name:<12} {shape:<16} {str(el.dtype):<8} chunks {chunks:<14} "
+            f"{comp:<8} {unit:<22} {samp}")
+
+
+def render(info: FileInfo) -> str:
+    """The human-readable report of ``h5mdx info``."""
+    out = [
+        f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
+        f"creator {info.creator.get('name', '?')} {info.creator.get('version', '')})".rstrip(),
+    ]
+    for name, pg in info.particles.items():
+        out.append(f"particles/{name}")
+        for el in pg.elements.values():
+            out.append(_line(el, "  "))
+        if pg.box is not None:
+            out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
+            if pg.box.edges is not None:
+                out.append(_line(pg.box.edges, "    "))
+    if info.observables:
+        out.append("observables")
+        for key, el in info.observables.items():
+            out.append(_line(el, "  ").replace(f"  {el.name}", f"  {key}", 1))
+    if info.parameters:
+        out.append("parameters: " + ", ".join(info.parameters))
+    if info.problems:
+        out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
+        for p in info.problems:
+            out.append(f"  {p.path}: {p.message}")
+            out.append(f"      assumed: {p.assumed}")
+    findings = _findings(info)
+    if findings:
+        out.append("layout:")
+        for f in findings:
+            out.append(f"  [{f.get('severity', 'info')}] {f.get('message', '')}")
+            if f.get("fix"):
+                out.append(f"      fix: {f['fix']}")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    info = scan(args.file)
+    if args.json:
+        print(json.dumps(info_dict(info), indent=2, default=str))
+    else:
+        print(render(info))
+    return 0

@@ -1,0 +1,111 @@
+"""``h5mdx convert`` and ``h5mdx rechunk``: get a trajectory into a good layout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+_LAYOUT_HELP = (
+    "Layout: chunks of whole frames, --frames-per-chunk N or --chunk-mib M (default about "
+    "4 MiB per chunk), or --contiguous; --compression none|gzip[:LEVEL]|lzf|blosc[:CODEC[:L]]|"
+    "zstd[:L] (blosc/zstd need hdf5plugin). The output appears under its name only when "
+    "complete; an interrupted run leaves no partial output."
+)
+
+
+def _layout_options(p: argparse.ArgumentParser, compression_default: str | None) -> None:
+    g = p.add_argument_group("layout")
+    m = g.add_mutually_exclusive_group()
+    m.add_argument("--frames-per-chunk", type=int, metavar="N", help="frames per chunk")
+    m.add_argument("--chunk-mib", type=float, metavar="M",
+                   help="target chunk size in MiB (whole frames)")
+    m.add_argument("--contiguous", action="store_true", help="no chunks")
+    g.add_argument("--compression", default=compression_default, metavar="SPEC",
+                   help="none, gzip[:LEVEL], lzf, blosc[:CODEC[:LEVEL]], zstd[:LEVEL] "
+                        f"(default: {compression_default or 'keep the input filters'})")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--verify", action="store_true",
+                   help="re-read the output and compare per-element checksums")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``convert`` and ``rechunk``."""
+    c = subparsers.add_parser(
+        "convert",
+        help="convert any trajectory MDAnalysis reads to H5MD (or Zarr: OUT.zarr)",
+        description="Convert a trajectory (DCD, XTC, TRR, NetCDF, H5MD, multi-frame PDB/GRO, "
+                    "...) to H5MD 1.1, or to Zarr when OUT ends in .zarr. Several trajectory "
+                    "files are concatenated in order. " + _LAYOUT_HELP,
+    )
+    c.add_argument("topology", help="topology file (PSF, PDB, GRO, TPR, PRMTOP, ...)")
+    c.add_argument("paths", nargs="+", metavar="TRAJ... OUT",
+                   help="trajectory file(s), then the output (.h5md or .zarr); with only OUT "
+                        "the topology's own frames are converted")
+    c.add_argument("--select", help="MDAnalysis selection of the atoms to write")
+    c.add_argument("--start", type=int)
+    c.add_argument("--stop", type=int)
+    c.add_argument("--step", type=int)
+    c.add_argument("--group", default="trajectory", help="particles group name")
+    for name in ("velocities", "forces"):
+        v = c.add_mutually_exclusive_group()
+        v.add_argument(f"--{name}", dest=name, action="store_true", default=None,
+                       help=f"write {name} (error if absent); default: when present")
+        v.add_argument(f"--no-{name}", dest=name, action="store_false",
+                       help=f"do not write {name}")
+    _layout_options(c, "none")
+    c.set_defaults(func=run)
+
+    r = subparsers.add_parser(
+        "rechunk",
+        help="rewrite an H5MD file with a new chunk layout/compression (or to Zarr)",
+        description="Copy an H5MD file keeping every group, attribute and link, with a new "
+                    "layout for its time-dependent elements. " + _LAYOUT_HELP,
+    )
+    r.add_argument("input", help="H5MD file")
+    r.add_argument("output", help="new H5MD file, or OUT.zarr")
+    r.add_argument("--buffer-mib", type=float, default=64.0,
+                   help="largest block held in memory (default 64)")
+    _layout_options(r, None)
+    r.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``convert`` or ``rechunk``."""
+    layout = {
+        "frames_per_chunk": args.frames_per_chunk,
+        "chunk_mib": args.chunk_mib,
+        "contiguous": args.contiguous,
+        "compression": args.compression,
+        "overwrite": args.overwrite,
+        "verify": args.verify,
+    }
+    progress = args.progress and sys.stderr.isatty()
+    if args.command == "convert":
+        from h5mdx.layout.convert import convert
+
+        *trajs, out = args.paths
+        stats = convert(args.topology, trajs, out, select=args.select, start=args.start,
+                        stop=args.stop, step=args.step, velocities=args.velocities,
+                        forces=args.forces, group=args.group, progress=progress, **layout)
+    else:
+        from h5mdx.layout.rechunk import rechunk
+
+        stats = rechunk(args.input, args.output, buffer_mib=args.buffer_mib,
+                        progress=progress, **layout)
+    if args.json:
+        print(json.dumps(stats.as_dict(), indent=2))
+    else:
+        print(stats.summary())
+        if stats.steps_renumbered:
+            print("note: the input steps were not increasing (e.g. concatenated runs that "
+                  "restart at 0); later steps continue from the previous ones")
+        for note in getattr(stats, "notes", []):
+            print(f"note: {note}")
+        for name, count in stats.missing.items():
+            print(f"note: {count} frames had no {name}; written as NaN")
+    return 0

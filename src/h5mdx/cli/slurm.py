@@ -1,0 +1,159 @@
+"""``h5mdx slurm-script mpi-rmsd TRAJ ... --ntasks N``: an sbatch script for the MPI-IO path.
+
+Prints the script (``> job.sh``), or with ``--submit`` submits it, waits for the
+job, prints its output and the straggler summary of the per-rank timings it
+saved. Every argument that is not an option of ``slurm-script`` goes to
+``h5mdx mpi-rmsd``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from h5mdx.parallel.cluster import add_job_options
+
+PROGRAMS = ("mpi-rmsd",)
+
+
+def _slurm_options(parser: argparse.ArgumentParser) -> None:
+    # Long options only: mpi-rmsd's short options (-t, -s, -o, -q) pass through untouched.
+    g = parser.add_argument_group("job options (sbatch)")
+    g.add_argument("--ntasks", type=int, metavar="N", help="MPI ranks (required)")
+    g.add_argument("--nodes", type=int, metavar="N", help="nodes (default: SLURM's choice)")
+    # --walltime/--time, --queue/--partition, --account, --wait-timeout/--timeout: shared
+    add_job_options(g, wait_default=None,
+                    wait_help="with --submit: seconds to wait before cancelling the job "
+                              "(default: no limit)")
+    g.add_argument("--mem-per-cpu", metavar="M", help="memory per CPU, e.g. 2G")
+    g.add_argument("--job-name", metavar="NAME", help="job name (default h5mdx-mpi-rmsd)")
+    g.add_argument("--log", metavar="FILE",
+                   help="job output file, %%j = job id (default h5mdx-mpi-rmsd-%%j.out)")
+    g.add_argument("--chdir", metavar="DIR",
+                   help="working directory of the job (default: the current directory)")
+    g.add_argument("--sbatch", dest="directives", action="append", default=None,
+                   metavar="OPTION", help="another #SBATCH option, e.g. --sbatch=--exclusive "
+                                          "(repeatable)")
+    g.add_argument("--prologue", action="append", default=None, metavar="LINE",
+                   help='a shell line before mpirun, e.g. "module load openmpi" (repeatable)')
+    g.add_argument("--mpirun", metavar="CMD", help="MPI launcher (default mpirun)")
+    g.add_argument("--mpirun-args", metavar="ARGS",
+                   help='options of the launcher, e.g. "--bind-to none"')
+    s = parser.add_argument_group("submission")
+    s.add_argument("--submit", action="store_true",
+                   help="submit with sbatch, wait, print the job output and the straggler "
+                        "summary")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``slurm-script`` subcommand."""
+    p = subparsers.add_parser(
+        "slurm-script",
+        allow_abbrev=False,
+        help="write (or --submit) an sbatch script that runs h5mdx mpi-rmsd under mpirun",
+        description=(
+            "Write an sbatch script that runs 'mpirun -n N h5mdx mpi-rmsd TRAJ ...' with "
+            "HDF5 file locking off and Open MPI's run-as-root variables when run as root. "
+            "Arguments after the program that are not options of slurm-script go to the "
+            "program. Example: h5mdx slurm-script mpi-rmsd adk.h5md --topology adk.psf "
+            "--select 'name CA' --ntasks 4 --time 00:20:00 > job.sh"
+        ),
+    )
+    p.add_argument("program", choices=PROGRAMS, help="the h5mdx program the job runs")
+    p.add_argument("program_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="arguments of the program (TRAJ --topology T --select S ...)")
+    _slurm_options(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _split(args: argparse.Namespace) -> tuple[argparse.Namespace, list[str]]:
+    """Take the slurm-script options out of the program's arguments (they may come last)."""
+    extra = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _slurm_options(extra)
+    defaults = vars(extra.parse_known_args([])[0])  # every option's default, by dest
+    found, rest = extra.parse_known_args(list(args.program_args))
+    for dest, default in defaults.items():
+        value = getattr(found, dest)
+        if value != default:
+            before = getattr(args, dest, default)
+            if isinstance(value, list) and isinstance(before, list):
+                value = before + value
+            setattr(args, dest, value)
+    return args, rest
+
+
+def _program_namespace(program: str, argv: list[str]) -> argparse.Namespace:
+    """Parse the program's arguments with its own parser (errors show its usage)."""
+    from h5mdx.cli.mpi import add_parser as add_mpi_rmsd
+
+    parser = argparse.ArgumentParser(prog="h5mdx slurm-script")
+    add_mpi_rmsd(parser.add_subparsers(dest="program"))
+    return parser.parse_args([program, *argv])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print or submit the script."""
+    from h5mdx.parallel.batch import (
+        DEFAULT_LOG,
+        default_out_dir,
+        mpi_rmsd_script,
+        straggler_summary,
+        submit,
+        wait_for_job,
+    )
+
+    args, rest = _split(args)
+    if args.ntasks is None:
+        raise ValueError("--ntasks N is required: the number of MPI ranks of the job")
+    program_ns = _program_namespace(args.program, rest)
+    chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
+    log = args.log or DEFAULT_LOG
+    script = mpi_rmsd_script(
+        rest,
+        ntasks=args.ntasks,
+        nodes=args.nodes,
+        time_limit=args.walltime,
+        partition=args.queue,
+        account=args.account,
+        mem_per_cpu=args.mem_per_cpu,
+        job_name=args.job_name or "h5mdx-mpi-rmsd",
+        log=log,
+        chdir=chdir,
+        extra_directives=args.directives or (),
+        prologue=args.prologue or (),
+        mpirun=args.mpirun or "mpirun",
+        mpirun_args=shlex.split(args.mpirun_args or ""),
+    )
+    if not args.submit:
+        sys.stdout.write(script)
+        return 0
+
+    job_id = submit(script, cwd=chdir)
+    print(f"submitted SLURM job {job_id} ({args.ntasks} rank(s)); waiting for it to end",
+          file=sys.stderr, flush=True)
+    result = wait_for_job(job_id, timeout=args.wait_timeout)
+    log_path = Path(chdir) / log.replace("%j", job_id)
+    if log_path.is_file():
+        sys.stdout.write(log_path.read_text(encoding="utf-8", errors="replace"))
+    state = result.state + (f" (exit code {result.exit_code})"
+                            if result.exit_code not in (None, 0) else "")
+    print(f"SLURM job {job_id}: {state} after {result.wall:.1f} s; output in {log_path}")
+    out = Path(program_ns.out) if program_ns.out else default_out_dir(job_id, chdir)
+    if not out.is_absolute():
+        out = Path(chdir) / out
+    timing = out / "timing.csv"
+    if not timing.is_file():
+        print(f"h5mdx slurm-script: no timing records in {out} (the job did not finish its "
+              f"run; see {log_path})", file=sys.stderr)
+        return 1
+    from h5mdx.timing.records import load
+
+    records, meta = load(timing)
+    print(f"timing records: {timing}")
+    print(straggler_summary(records, meta))
+    return 0 if result.ok or (result.state == "ENDED") else 1

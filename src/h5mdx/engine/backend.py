@@ -1,0 +1,1035 @@
+"""The ``h5md`` xarray backend: H5MD files as lazy, chunk-aligned Datasets.
+
+``xr.open_dataset(path, engine="h5md")`` reads the metadata of a particles
+group (or of ``/observables``) and returns variables backed by
+:class:`H5MDArray`, which reads from disk only when indexed. Each variable
+declares ``encoding["preferred_chunks"]``: whole HDF5 chunks along ``time``
+sized near a target (32 MiB by default) and every other axis whole, so
+``chunks={}`` gives one dask task per few tens of MiB, never one per frame.
+Files are held by xarray's :class:`~xarray.backends.CachingFileManager` and
+read under the HDF5 lock, so datasets pickle to dask workers.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import h5py
+import numpy as np
+import xarray as xr
+from xarray.backends import BackendArray, BackendEntrypoint, CachingFileManager
+from xarray.backends.locks import HDF5_LOCK
+from xarray.core import indexing
+
+from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
+from h5mdx.format import direct as _direct
+from h5mdx.format import units as _units
+from h5mdx.format.h5md import (
+    BoxInfo,
+    ElementInfo,
+    FileInfo,
+    ParticlesGroupInfo,
+    Problem,
+    Sampling,
+    is_h5md,
+    scan,
+)
+from h5mdx.format.h5md import open_h5md as _open_file
+from h5mdx.format.schema import (
+    ATOM_DIM,
+    BOX_VECTOR_DIM,
+    BOX_VECTOR_LABELS,
+    SPATIAL_DIM,
+    SPATIAL_LABELS,
+    TIME_DIM,
+)
+
+__all__ = ["H5MDArray", "H5MDBackendEntrypoint", "open_groups"]
+
+
+def _opener(filename: str, mode: str = "r", swmr: bool = False) -> h5py.File:
+    return _open_file(filename, swmr=swmr)
+
+
+class H5MDArray(BackendArray):
+    """A lazily read H5MD dataset.
+
+    Parameters
+    ----------
+    manager : CachingFileManager
+        Opens the file on demand (also after unpickling on a worker).
+    path : str
+        HDF5 path of the dataset.
+    shape, dtype
+        Shape and dtype of the values returned.
+    scale : float, optional
+        Factor applied after reading (unit conversion).
+    fillvalue : scalar, optional
+        Stored fill value that becomes NaN (floating-point data only).
+    lock : lock, optional
+        Lock held while h5py is called.
+    full_atom_chunks : bool, optional
+        The HDF5 chunks hold whole frames (a list of atoms is read as a slab).
+    filename : str, optional
+        The file (absolute path), for error messages and direct reads.
+    """
+
+    def __init__(
+        self,
+        manager: CachingFileManager,
+        path: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        *,
+        scale: float = 1.0,
+        fillvalue: Any = None,
+        lock: Any = HDF5_LOCK,
+        full_atom_chunks: bool = False,
+        filename: str | None = None,
+    ) -> None:
+        self.manager = manager
+        self.path = path
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.scale = scale
+        self.fillvalue = fillvalue
+        self.lock = lock
+        self.full_atom_chunks = full_atom_chunks
+        self.filename = filename
+
+    def __dask_tokenize__(self) -> tuple:
+        # the same data whenever the same file (unchanged on disk) is read the same way, so
+        # graphs built after reopening a file tokenize equal (distributed otherwise warns of
+        # a "different run_spec" for every block)
+        filename = self._filename()
+        stamp = None
+        if filename is not None:
+            try:
+                st = os.stat(filename)
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+        return ("h5mdx.H5MDArray", filename, stamp, self.path, self.shape, str(self.dtype),
+                self.scale, self.fillvalue, self.full_atom_chunks)
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.OUTER_1VECTOR, self._getitem
+        )
+
+    def _read(self, dset: h5py.Dataset, key: tuple) -> np.ndarray:
+        # A list of atoms inside chunks that hold whole frames: read the bounding slab and
+        # take in numpy. HDF5 reads the same chunks either way, and a memcpy beats
+        # h5py's point-by-point selection.
+        if self.full_atom_chunks and len(key) > 1 and isinstance(key[1], np.ndarray):
+            idx = key[1]
+            if idx.size == 0:
+                return np.asarray(dset[key])
+            lo, hi = int(idx.min()), int(idx.max()) + 1
+            slab = dset[(key[0], slice(lo, hi), *key[2:])]
+            axis = 0 if isinstance(key[0], (int, np.integer)) else 1  # an int drops time
+            return np.take(slab, idx - lo, axis=axis)
+        return np.asarray(dset[key])
+
+    def _getitem(self, key: tuple) -> np.ndarray:
+        # bound open slices by our shape: a live (SWMR) dataset may have grown on disk
+        key = tuple(
+            slice(*k.indices(n)) if isinstance(k, slice) and k.step in (None, 1) else k
+            for k, n in zip(key, self.shape, strict=False)
+        ) + tuple(key[len(self.shape):])
+        data = self._read_direct(key)
+        if data is None:
+            data = self._read_locked(key)
+        if self.fillvalue is not None and data.dtype.kind == "f":
+            data = np.where(data == self.fillvalue, np.nan, data).astype(data.dtype, copy=False)
+        if self.scale != 1.0:
+            data = (data * self.scale).astype(self.dtype, copy=False)
+        return data
+
+    def _filename(self) -> str | None:
+        return self.filename
+
+    def _read_locked(self, key: tuple) -> np.ndarray:
+        """Read through h5py, holding the HDF5 lock."""
+        with self.lock:
+            try:
+                f = self.manager.acquire(needs_lock=False)
+                dset = f[self.path]
+                if f.swmr_mode:
+                    dset.refresh()  # a live file: see the chunks written since open
+                return self._read(dset, key)
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+                raise H5MDReadError(
+                    self._filename(), self.path,
+                    f"reading {_describe_key(key, self.shape)} failed: {err}",
+                ) from err
+
+    def _read_direct(self, key: tuple) -> np.ndarray | None:
+        """Read without HDF5 (see :mod:`h5mdx.format.direct`); None where that path does not apply."""
+        split = _direct.box_of(key, self.shape)
+        if split is None or not _direct.enabled():
+            return None
+        box, rest = split
+        reader = self._direct_reader()
+        if reader is None:
+            return None
+        try:
+            missing = reader.missing(box)
+            if missing:
+                with self.lock:
+                    dset = self.manager.acquire(needs_lock=False)[self.path]
+                    located = _direct.locate_chunks(dset, missing)
+                reader.add_locations(located)
+            return reader.read(box)[rest]
+        except _direct.Unsupported:
+            _direct.forget(reader)
+            return None
+        except (OSError, ValueError, zlib.error) as err:
+            raise H5MDReadError(
+                self._filename(), self.path,
+                f"reading {_describe_key(key, self.shape)} failed: {err}",
+            ) from err
+
+    def _direct_reader(self) -> _direct.DirectReader | None:
+        filename = self._filename()
+        if filename is None:
+            return None
+        reader = _direct.cached(filename, self.path)
+        if reader is not _direct.UNPLANNED:
+            return reader
+        with self.lock:
+            try:
+                f = self.manager.acquire(needs_lock=False)
+                return _direct.plan_cached(f[self.path], filename, self.path)
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError):
+                return None  # h5py's own read reports the problem with its context
+
+
+def _describe_key(key: tuple, shape: tuple[int, ...]) -> str:
+    if not key or not shape:
+        return "the data"
+    first = key[0]
+    if isinstance(first, slice):
+        start, stop, step = first.indices(shape[0])
+        span = f"frames {start}-{max(start, stop - 1)}" + (f" step {step}" if step != 1 else "")
+    elif isinstance(first, np.ndarray):
+        span = f"{first.size} frames between {first.min()} and {first.max()}" if first.size else "no frame"
+    else:
+        span = f"frame {first}"
+    return span
+
+
+# ----------------------------------------------------------------------------- assembly
+
+
+class _Report:
+    """The conformance problems of one open: warned once each, or raised (``strict``)."""
+
+    def __init__(self, filename: str, strict: bool) -> None:
+        self.filename = filename
+        self.strict = strict
+        self.problems: list[Problem] = []
+
+    def add(self, problem: Problem) -> None:
+        """Record ``problem``; with ``strict`` raise it as an :class:`H5MDFormatError`."""
+        if self.strict:
+            raise H5MDFormatError(self.filename, problem.path, problem.message)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def note(self, path: str, message: str, assumed: str) -> None:
+        """Record a problem found while assembling the Dataset."""
+        self.add(Problem(path, message, assumed))
+
+    def scanned(self, info: FileInfo, under: str | None = None) -> None:
+        """Take the problems of the scan: all, or those of ``under`` and the whole file."""
+        for problem in info.problems:
+            if self.strict or under is None or _concerns(problem.path, under):
+                self.add(problem)
+
+    def emit(self) -> None:
+        """Warn once per problem, naming the file, the path and what was assumed."""
+        for p in self.problems:
+            warnings.warn(
+                H5MDConformanceWarning(
+                    f"{self.filename} [{p.path}]: {p.message}; {p.assumed}"
+                ),
+                stacklevel=2,
+            )
+
+
+def _concerns(path: str, group_path: str) -> bool:
+    """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file)."""
+    if not path.startswith(("/particles/", "/observables")):
+        return True
+    return path == group_path or path.startswith(group_path.rstrip("/") + "/")
+
+
+#: String datasets up to this size (bytes) are read at open time; larger ones are left out.
+_STRING_READ_BYTES = 2**24
+
+
+class _Builder:
+    """Turns the :class:`FileInfo` of one group into xarray variables."""
+
+    def __init__(
+        self,
+        info: FileInfo,
+        manager: CachingFileManager,
+        *,
+        convert_units: bool,
+        chunk_mib: float,
+        lock: Any,
+        report: _Report | None = None,
+    ) -> None:
+        self.info = info
+        self.manager = manager
+        self.convert_units = convert_units
+        self.chunk_mib = chunk_mib
+        self.lock = lock
+        self.report = report if report is not None else _Report(info.filename, strict=True)
+
+    # -- units -------------------------------------------------------------------------
+    def _unit(self, unit: str | None, where: str) -> tuple[float, str | None]:
+        if unit is None or not self.convert_units:
+            return 1.0, unit
+        try:
+            conv = _units.conversion(unit)
+        except _units.H5MDUnitError as err:
+            self.report.note(where, str(err), "left unconverted")
+            return 1.0, unit
+        if conv is None:
+            return 1.0, unit
+        return conv
+
+    # -- data variables -----------------------------------------------------------------
+    def _eager(self, el: ElementInfo) -> np.ndarray | None:
+        """The values of a non-numeric element read now (strings), or None (noted)."""
+        if el.data is not None:
+            return el.data
+        string = h5py.check_string_dtype(el.dtype) is not None or el.dtype.kind in "SU"
+        if not string or el.nbytes > _STRING_READ_BYTES:
+            what = ("object references, which h5mdx does not follow"
+                    if h5py.check_ref_dtype(el.dtype) is not None else f"dtype {el.dtype}")
+            self.report.note(el.value_path, f"unsupported {what} (h5mdx reads numeric "
+                             "and string elements)", "left out")
+            return None
+        with self.lock:
+            dset = self.manager.acquire(needs_lock=False)[el.value_path]
+            try:
+                return np.asarray(dset.asstr()[()], dtype=str)
+            except (OSError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as err:
+                self.report.note(el.value_path, f"cannot read the strings: {err}", "left out")
+                return None
+
+    def variable(
+        self, el: ElementInfo, dims: tuple[str, ...], attrs: dict[str, Any] | None = None
+    ) -> xr.Variable | None:
+        """The variable of element ``el``, or None where it is left out (noted)."""
+        if len(dims) != len(el.shape):
+            raise H5MDFormatError(
+                self.info.filename,
+                el.path,
+                f"value has shape {el.shape}; expected dimensions {dims}",
+            )
+        if el.data is not None or el.dtype.kind not in "biufc":
+            values = self._eager(el)
+            if values is None:
+                return None
+            var_attrs = dict(attrs or {})
+            unit = el.unit
+            if values.dtype.kind in "iuf":
+                scale, unit = self._unit(el.unit, el.value_path)
+                values = values * scale if scale != 1.0 else values
+            if unit is not None:
+                var_attrs["units"] = unit
+            return xr.Variable(dims, values, var_attrs, {"source": self.info.filename,
+                                                         "h5md_path": el.path})
+        scale, unit = self._unit(el.unit, el.value_path)
+        dtype = el.dtype
+        if scale != 1.0 and dtype.kind in "iub":
+            dtype = np.dtype(np.float64)
+        full_atoms = bool(
+            el.chunks and len(el.shape) > 1 and el.time_dependent and el.chunks[1] == el.shape[1]
+        )
+        array = H5MDArray(
+            self.manager,
+            el.value_path,
+            el.shape,
+            dtype,
+            scale=scale,
+            fillvalue=el.fillvalue,
+            lock=self.lock,
+            full_atom_chunks=full_atoms,
+            filename=self.info.filename,
+        )
+        data = indexing.LazilyIndexedArray(array)
+        var_attrs = dict(attrs or {})
+        if unit is not None:
+            var_attrs["units"] = unit
+        encoding: dict[str, Any] = {
+            "source": self.info.filename,
+            "h5md_path": el.path,
+            "dtype": el.dtype,
+            "chunksizes": el.chunks,
+            "contiguous": el.chunks is None,
+            "compression": el.compression,
+            "compression_opts": el.compression_opts,
+            "original_shape": el.shape,
+        }
+        if el.fillvalue is not None:
+            encoding["_FillValue"] = el.fillvalue
+        if el.time_dependent and el.shape:
+            block = time_block(el.shape, el.dtype.itemsize, el.chunks, self.chunk_mib)
+            preferred = {dims[0]: block}
+            preferred.update({d: int(s) for d, s in zip(dims[1:], el.shape[1:], strict=True)})
+            encoding["preferred_chunks"] = preferred
+        elif el.shape:
+            encoding["preferred_chunks"] = {
+                d: int(s) for d, s in zip(dims, el.shape, strict=True)
+            }
+        return xr.Variable(dims, data, var_attrs, encoding)
+
+    # -- time coordinates --------------------------------------------------------------
+    def time_coords(self, sampling: Sampling, tdim: str, where: str) -> dict[str, xr.Variable]:
+        suffix = tdim[len(TIME_DIM):]
+        step_name = f"step{suffix}"
+        coords: dict[str, xr.Variable] = {
+            step_name: xr.Variable((tdim,), sampling.step, {"long_name": "MD integration step"})
+        }
+        if sampling.time is not None:
+            scale, unit = self._unit(sampling.time_unit, f"{where}/time")
+            time = sampling.time * scale
+            attrs = {"long_name": "simulation time"}
+            if unit is not None:
+                attrs["units"] = unit
+        else:
+            time = sampling.step.astype(np.float64)
+            attrs = {
+                "long_name": "simulation time (the file stores no time: the step is used)",
+                "units": "step",
+            }
+        coords[tdim] = xr.Variable((tdim,), time, attrs)
+        return coords
+
+
+def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sampling | None:
+    tds = [e for e in elements if e.time_dependent and e.sampling is not None]
+    if not tds:
+        return None
+    for e in tds:
+        if e.name == preferred:
+            return e.sampling
+    # the sampling most elements share
+    groups: list[tuple[Sampling, int]] = []
+    for e in tds:
+        assert e.sampling is not None
+        for i, (s, n) in enumerate(groups):
+            if s.same_as(e.sampling):
+                groups[i] = (s, n + 1)
+                break
+        else:
+            groups.append((e.sampling, 1))
+    # ties go to the sampling with the most frames
+    return max(groups, key=lambda sn: (sn[1], sn[0].step.size))[0]
+
+
+def _tail_dims(el: ElementInfo, name: str, first: tuple[str, ...], *, particles: bool,
+               dimension: int | None) -> tuple[str, ...]:
+    shape = el.shape[len(first):]
+    dims: list[str] = []
+    for i, size in enumerate(shape):
+        if particles and i == 0:
+            dims.append(ATOM_DIM)
+        elif particles and i == 1 and len(shape) == 2 and (dimension is None or size == dimension):
+            dims.append(SPATIAL_DIM)
+        else:
+            dims.append(f"{name}_dim_{len(first) + i}")
+    return tuple(dims)
+
+
+def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[str],
+                   variables: dict[str, xr.Variable], coords: dict[str, xr.Variable]) -> None:
+    """Add ``box_edges`` (and the ``box_vector``/``spatial`` coordinates) of ``box``."""
+    attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
+    if box.edges is not None and "box_edges" not in drop:
+        el = box.edges
+        first: tuple[str, ...] = ()
+        if el.time_dependent:
+            assert el.sampling is not None
+            if main is not None and el.sampling.same_as(main):
+                first = (TIME_DIM,)
+            else:
+                first = (f"{TIME_DIM}_box_edges",)
+                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        tail = el.shape[len(first):]
+        box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
+        edges_var = b.variable(el, first + box_dims, attrs)
+        if edges_var is not None:
+            variables["box_edges"] = edges_var
+        if edges_var is not None and len(tail) == 2:
+            coords[BOX_VECTOR_DIM] = xr.Variable(
+                (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
+            )
+    coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:box.dimension]))
+
+
+def _particles_dataset(
+    b: _Builder,
+    pg: ParticlesGroupInfo,
+    *,
+    topology: Any,
+    select: str | None,
+    drop: set[str],
+) -> xr.Dataset:
+    info = b.info
+    dimension = pg.box.dimension if pg.box is not None else None
+    main = _main_sampling(pg.elements.values(), "position")
+    variables: dict[str, xr.Variable] = {}
+    coords: dict[str, xr.Variable] = {}
+    if main is not None:
+        coords.update(b.time_coords(main, TIME_DIM, pg.path))
+
+    n_atoms: int | None = None
+    for name, el in pg.elements.items():
+        if name in drop:
+            continue
+        first: tuple[str, ...] = ()
+        if el.time_dependent:
+            assert el.sampling is not None
+            if main is not None and el.sampling.same_as(main):
+                first = (TIME_DIM,)
+            else:
+                tdim = f"{TIME_DIM}_{name}"
+                first = (tdim,)
+                coords.update(b.time_coords(el.sampling, tdim, el.path))
+        dims = first + _tail_dims(el, name, first, particles=True, dimension=dimension)
+        if ATOM_DIM in dims:
+            size = el.shape[dims.index(ATOM_DIM)]
+            if n_atoms is None:
+                n_atoms = size
+            elif size != n_atoms:
+                b.report.note(el.path, f"has {size} particles but other elements of "
+                              f"{pg.path} have {n_atoms}", "left out")
+                continue
+        var = b.variable(el, dims)
+        if var is not None:
+            variables[name] = var
+
+    if pg.box is not None:
+        _box_variables(b, pg.box, main, drop, variables, coords)
+    if SPATIAL_DIM not in coords and any(SPATIAL_DIM in v.dims for v in variables.values()):
+        size = next(v.sizes[SPATIAL_DIM] for v in variables.values() if SPATIAL_DIM in v.dims)
+        if size <= 3:
+            coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:size]))
+
+    attrs = _file_attrs(info)
+    attrs["h5md_group"] = pg.path
+    if n_atoms is not None:
+        coords[ATOM_DIM] = xr.Variable((ATOM_DIM,), np.arange(n_atoms, dtype=np.int64),
+                                       {"long_name": "0-based atom index"})
+    ds = _dataset(variables, coords, attrs, info, pg.path)
+
+    if topology is not None:
+        from h5mdx.engine.topology import load_universe, topology_coords
+
+        if n_atoms is None:
+            raise TopologyError(f"{info.filename}: {pg.path} has no per-atom element")
+        universe = load_universe(topology)
+        tcoords = topology_coords(universe, n_atoms, info.filename)
+        ds = ds.assign_coords(
+            {k: (ATOM_DIM, v) for k, v in tcoords.items() if k not in ds.variables}
+        )
+        ds.attrs["topology"] = (
+            os.fspath(topology) if isinstance(topology, (str, os.PathLike))
+            else str(getattr(universe, "filename", ""))
+        )
+        # the atom coordinate travels with every DataArray: it names its topology
+        ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
+    if select is not None:
+        from h5mdx.engine.topology import load_universe, select_indices
+
+        if topology is None:
+            raise TopologyError(
+                f"{info.filename}: select={select!r} needs a topology: pass "
+                "topology='system.psf' (any file MDAnalysis reads)"
+            )
+        indices = select_indices(load_universe(topology), select, info.filename)
+        ds = ds.isel({ATOM_DIM: indices})
+        ds.attrs["selection"] = select
+    return ds
+
+
+def _file_attrs(info: FileInfo) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"h5md_version": f"{info.version[0]}.{info.version[1]}"}
+    for k, v in info.author.items():
+        attrs[f"author_{k}"] = v
+    for k, v in info.creator.items():
+        attrs[f"creator_{k}"] = v
+    attrs["source"] = info.filename
+    return attrs
+
+
+def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset:
+    """Observables directly under ``/observables/<prefix>``."""
+    info = b.info
+    pre = f"{prefix}/" if prefix else ""
+    elements = {
+        key[len(pre):]: el
+        for key, el in info.observables.items()
+        if key.startswith(pre) and "/" not in key[len(pre):]
+    }
+    main = _main_sampling(elements.values(), None)
+    variables: dict[str, xr.Variable] = {}
+    coords: dict[str, xr.Variable] = {}
+    if main is not None:
+        coords.update(b.time_coords(main, TIME_DIM, f"/observables/{prefix}"))
+    for name, el in elements.items():
+        if name in drop:
+            continue
+        first: tuple[str, ...] = ()
+        if el.time_dependent:
+            assert el.sampling is not None
+            if main is not None and el.sampling.same_as(main):
+                first = (TIME_DIM,)
+            else:
+                first = (f"{TIME_DIM}_{name}",)
+                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        dims = first + _tail_dims(el, name, first, particles=False, dimension=None)
+        var = b.variable(el, dims)
+        if var is not None:
+            variables[name] = var
+    attrs = _file_attrs(info)
+    attrs["h5md_group"] = f"/observables/{prefix}".rstrip("/")
+    return _dataset(variables, coords, attrs, info, attrs["h5md_group"])
+
+
+def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
+    """Return ("particles", name) or ("observables", prefix)."""
+    available = [f"particles/{g}" for g in info.particles]
+    if info.observables:
+        available.append("observables")
+        available.extend(f"observables/{g}" for g in info.observable_groups)
+    listing = ", ".join(repr(a) for a in available) or "none"
+    if group is None:
+        if len(info.particles) == 1:
+            return "particles", next(iter(info.particles))
+        if not info.particles:
+            if info.observables:
+                return "observables", ""
+            raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
+        raise ValueError(
+            f"{info.filename} has several particles groups; choose one with group=...: "
+            f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
+        )
+    g = group.strip("/")
+    if g in info.particles:
+        return "particles", g
+    if g.startswith("particles/") and g[len("particles/"):] in info.particles:
+        return "particles", g[len("particles/"):]
+    if g == "observables" and info.observables:
+        return "observables", ""
+    if g.startswith("observables/") and g[len("observables/"):] in info.observable_groups:
+        return "observables", g[len("observables/"):]
+    raise ValueError(f"{info.filename} has no group {group!r}; available: {listing}")
+
+
+def _manager(filename: str, swmr: bool) -> CachingFileManager:
+    return CachingFileManager(_opener, filename, mode="r", kwargs={"swmr": swmr})
+
+
+def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool) -> FileInfo:
+    with lock:
+        return scan(manager.acquire(needs_lock=False), allow_external=allow_external)
+
+
+def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
+             attrs: dict[str, Any], info: FileInfo, where: str) -> xr.Dataset:
+    """``xr.Dataset`` that reports elements with clashing dimension sizes as a format error."""
+    try:
+        return xr.Dataset(variables, coords, attrs)
+    except ValueError as err:
+        raise H5MDFormatError(
+            info.filename, where, f"its elements do not fit together: {err}"
+        ) from None
+
+
+#: Errors of h5py/numpy/xarray that a malformed file can still provoke while the
+#: Dataset is assembled; they are reported as :class:`H5MDFormatError`.
+_STRUCTURE_ERRORS = (KeyError, RuntimeError, TypeError, AttributeError, IndexError, OverflowError)
+
+
+def _normalize_path(filename_or_obj: Any) -> str:
+    if isinstance(filename_or_obj, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(filename_or_obj))
+    raise TypeError(
+        "the h5md engine opens files by path (str or os.PathLike), not "
+        f"{type(filename_or_obj).__name__}"
+    )
+
+
+def _open_one(
+    filename: str,
+    *,
+    group: str | None,
+    topology: Any,
+    select: str | None,
+    convert_units: bool,
+    chunk_mib: float,
+    swmr: bool,
+    drop_variables: str | Iterable[str] | None,
+    allow_external: bool = False,
+    strict: bool = False,
+) -> xr.Dataset:
+    drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
+    manager = _manager(filename, swmr)
+    lock = HDF5_LOCK
+    report = _Report(filename, strict)
+    try:
+        info = _scan_with(manager, lock, allow_external)
+        kind, name = _resolve_group(info, group)
+        report.scanned(info, f"/particles/{name}" if kind == "particles"
+                       else f"/observables/{name}".rstrip("/"))
+        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
+                     report=report)
+        if kind == "particles":
+            ds = _particles_dataset(
+                b, info.particles[name], topology=topology, select=select, drop=drop
+            )
+        else:
+            if select is not None or topology is not None:
+                raise ValueError("topology= and select= apply to particles groups only")
+            ds = _observables_dataset(b, name, drop)
+    except _STRUCTURE_ERRORS as err:
+        manager.close()
+        raise H5MDFormatError(
+            filename, None, f"cannot assemble a Dataset ({type(err).__name__}: {err})"
+        ) from None
+    except BaseException:
+        manager.close()
+        raise
+    report.emit()
+    ds.set_close(manager.close)
+    return ds
+
+
+class H5MDBackendEntrypoint(BackendEntrypoint):
+    """Open H5MD 1.1 molecular-dynamics files with xarray: ``engine="h5md"``.
+
+    Examples
+    --------
+    >>> ds = xr.open_dataset("traj.h5md", engine="h5md", chunks={})  # doctest: +SKIP
+    >>> ds.position  # (time, atom, spatial), lazily read  # doctest: +SKIP
+    """
+
+    description: ClassVar[str] = (
+        "Open H5MD molecular-dynamics trajectories (particles, box, observables) lazily"
+    )
+    url: ClassVar[str] = "https://github.com/h5mdx/h5mdx"
+    supports_groups: ClassVar[bool] = True
+    open_dataset_parameters: ClassVar[tuple[str, ...]] = (
+        "filename_or_obj",
+        "drop_variables",
+        "group",
+        "topology",
+        "select",
+        "convert_units",
+        "chunk_mib",
+        "swmr",
+        "allow_external",
+        "strict",
+    )
+
+    def guess_can_open(self, filename_or_obj: Any) -> bool:
+        """Claim only HDF5 files that have an ``/h5md`` group."""
+        if not isinstance(filename_or_obj, (str, os.PathLike)):
+            return False
+        path = os.fspath(filename_or_obj)
+        return os.path.isfile(path) and is_h5md(path)
+
+    def open_dataset(  # type: ignore[override]
+        self,
+        filename_or_obj: str | os.PathLike[Any],
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        topology: Any = None,
+        select: str | None = None,
+        convert_units: bool = False,
+        chunk_mib: float = DEFAULT_TARGET_MIB,
+        swmr: bool = False,
+        allow_external: bool = False,
+        strict: bool = False,
+    ) -> xr.Dataset:
+        """Open one particles group (or observables group) as a Dataset.
+
+        Parameters
+        ----------
+        filename_or_obj : str or path-like
+            The H5MD file.
+        drop_variables : str or iterable of str, optional
+            Elements not to open.
+        group : str, optional
+            ``"trajectory"``/``"particles/trajectory"``, ``"observables"`` or a nested
+            observables group such as ``"observables/atoms"``. Default: the only
+            particles group.
+        topology : str, path-like or MDAnalysis.Universe, optional
+            Adds per-atom coordinates (``name``, ``resname``, ``resid``, ``segid``,
+            ``type``, ``mass``, ``charge``).
+        select : str, optional
+            MDAnalysis selection restricting the ``atom`` dimension (needs ``topology``).
+        convert_units : bool, default False
+            Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
+        chunk_mib : float, default 32
+            Target size of the preferred dask blocks along ``time``.
+        swmr : bool, default False
+            Open a file that is being written in SWMR mode: the Dataset shows the
+            frames written so far; reopen (or ``h5mdx.engine.live.refresh(ds)``) to see more.
+        allow_external : bool, default False
+            Follow external links and read datasets whose data live in other files
+            (external raw storage, virtual datasets mapping other files). Refused by
+            default, with an :class:`~h5mdx.errors.H5MDFormatError` naming this keyword.
+        strict : bool, default False
+            Refuse any departure from H5MD with an
+            :class:`~h5mdx.errors.H5MDFormatError` naming the file, the H5MD path and
+            the problem. By default h5mdx reads what carries usable data and emits one
+            :class:`~h5mdx.errors.H5MDConformanceWarning` per problem (saying what it
+            assumed, or that a part was left out).
+
+        Returns
+        -------
+        xarray.Dataset
+        """
+        filename = _normalize_path(filename_or_obj)
+        return _open_one(
+            filename,
+            group=group,
+            topology=topology,
+            select=select,
+            convert_units=convert_units,
+            chunk_mib=chunk_mib,
+            swmr=swmr,
+            drop_variables=drop_variables,
+            allow_external=allow_external,
+            strict=strict,
+        )
+
+    def open_groups_as_dict(  # type: ignore[override]
+        self,
+        filename_or_obj: str | os.PathLike[Any],
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        topology: Any = None,
+        convert_units: bool = False,
+        chunk_mib: float = DEFAULT_TARGET_MIB,
+        swmr: bool = False,
+        allow_external: bool = False,
+        strict: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, xr.Dataset]:
+        """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`)."""
+        return open_groups(
+            _normalize_path(filename_or_obj),
+            drop_variables=drop_variables,
+            topology=topology,
+            convert_units=convert_units,
+            chunk_mib=chunk_mib,
+            swmr=swmr,
+            allow_external=allow_external,
+            strict=strict,
+        )
+
+    def open_datatree(  # type: ignore[override]
+        self,
+        filename_or_obj: str | os.PathLike[Any],
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        topology: Any = None,
+        convert_units: bool = False,
+        chunk_mib: float = DEFAULT_TARGET_MIB,
+        swmr: bool = False,
+        allow_external: bool = False,
+        strict: bool = False,
+        **kwargs: Any,
+    ) -> xr.DataTree:
+        """The whole file as a DataTree mirroring its groups."""
+        groups = self.open_groups_as_dict(
+            filename_or_obj,
+            drop_variables=drop_variables,
+            topology=topology,
+            convert_units=convert_units,
+            chunk_mib=chunk_mib,
+            swmr=swmr,
+            allow_external=allow_external,
+            strict=strict,
+        )
+        return xr.DataTree.from_dict(groups)
+
+
+def open_groups(
+    filename: str,
+    *,
+    drop_variables: str | Iterable[str] | None = None,
+    topology: Any = None,
+    convert_units: bool = False,
+    chunk_mib: float = DEFAULT_TARGET_MIB,
+    swmr: bool = False,
+    allow_external: bool = False,
+    strict: bool = False,
+) -> dict[str, xr.Dataset]:
+    """Open every group of an H5MD file (every particles group, observables, parameters).
+
+    Where an ancestor's dimension would not align with a descendant's, the
+    ancestor's dimension is renamed ``<dim>_<node>`` (e.g. ``time_observables``).
+    This is what ``xr.open_datatree(path, engine="h5md")`` uses: the way to open a
+    file with several particles groups at once.
+
+    Parameters
+    ----------
+    filename : str
+        The H5MD file.
+    drop_variables, topology, convert_units, chunk_mib, swmr, allow_external
+        As for ``xr.open_dataset(..., engine="h5md")``.
+    strict : bool, default False
+        Raise :class:`~h5mdx.errors.H5MDFormatError` on any departure from H5MD
+        instead of one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        ``{"/": file attrs, "/particles/<g>": ..., "/observables": ...,
+        "/observables/<sub>": ..., "/parameters": ...}``.
+    """
+    manager = _manager(filename, swmr)
+    lock = HDF5_LOCK
+    report = _Report(filename, strict)
+    try:
+        info = _scan_with(manager, lock, allow_external)
+        report.scanned(info)
+        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
+                     report=report)
+        drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
+        out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
+        if info.particles:
+            out["/particles"] = xr.Dataset()
+        for name, pg in info.particles.items():
+            out[f"/particles/{name}"] = _particles_dataset(
+                b, pg, topology=topology, select=None, drop=drop
+            )
+        if info.observables:
+            out["/observables"] = _observables_dataset(b, "", drop)
+            for sub in info.observable_groups:
+                out[f"/observables/{sub}"] = _observables_dataset(b, sub, drop)
+        params = _parameters_dataset(b)
+        if params is not None:
+            out["/parameters"] = params
+    except _STRUCTURE_ERRORS as err:
+        manager.close()
+        raise H5MDFormatError(
+            filename, None, f"cannot assemble a DataTree ({type(err).__name__}: {err})"
+        ) from None
+    except BaseException:
+        manager.close()
+        raise
+    report.emit()
+    _dealign(out)
+    file_attrs = set(out["/"].attrs)
+    for path, ds in out.items():
+        if path != "/":
+            ds.attrs = {k: v for k, v in ds.attrs.items() if k not in file_attrs}
+    for ds in out.values():
+        ds.set_close(manager.close)
+    return out
+
+
+#: Parameters larger than this (bytes) are opened lazily rather than read at open time.
+_PARAMETER_READ_BYTES = 2**20
+
+
+def _parameters_dataset(b: _Builder) -> xr.Dataset | None:
+    params = b.info.parameters
+    with b.lock:
+        f = b.manager.acquire(needs_lock=False)
+        grp = f.get("parameters")
+        if not isinstance(grp, h5py.Group):
+            return None
+        attrs = {k: _plain(v) for k, v in grp.attrs.items()}
+        variables = {}
+        for name, meta in params.items():
+            dset = grp[name]
+            key = name.replace("/", "_")
+            if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
+                if dset.dtype.kind not in "biufc":
+                    raise H5MDFormatError(
+                        b.info.filename, meta["path"],
+                        f"a {dset.dtype} parameter of shape {dset.shape} is too large to read",
+                    )
+                dims = tuple(f"{key}_dim_{i}" for i in range(dset.ndim))
+                lazy = H5MDArray(b.manager, meta["path"], tuple(dset.shape), dset.dtype,
+                                 lock=b.lock, filename=b.info.filename)
+                variables[key] = xr.Variable(dims, indexing.LazilyIndexedArray(lazy),
+                                             encoding={"h5md_path": meta["path"]})
+                continue
+            try:
+                value = dset[()]
+            except (OSError, RuntimeError, ValueError, TypeError) as err:
+                raise H5MDFormatError(
+                    b.info.filename, meta["path"], f"cannot read the parameter: {err}"
+                ) from None
+            if isinstance(value, bytes):
+                attrs[name.replace("/", "_")] = value.decode("utf-8", "replace")
+                continue
+            arr = np.asarray(value)
+            dims = tuple(f"{name.replace('/', '_')}_dim_{i}" for i in range(arr.ndim))
+            if arr.dtype.kind in "SO":
+                arr = arr.astype(str)
+            variables[name.replace("/", "_")] = xr.Variable(
+                dims, arr, {k: _plain(v) for k, v in dset.attrs.items()},
+                {"h5md_path": meta["path"]},
+            )
+    return xr.Dataset(variables, attrs=attrs)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SO":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value.tolist()]
+    return value
+
+
+def _dealign(groups: dict[str, xr.Dataset]) -> None:
+    """Rename ancestor dims that descendants would fail to align with."""
+    paths = sorted(groups, key=lambda p: p.count("/"))
+    for path in paths:
+        ds = groups[path]
+        descendants = [
+            groups[p] for p in groups if p != path and p.startswith(path.rstrip("/") + "/")
+        ]
+        renames = {}
+        for dim in ds.dims:
+            for child in descendants:
+                if dim not in child.dims:
+                    continue
+                if child.sizes[dim] != ds.sizes[dim] or (
+                    dim in ds.coords and dim in child.coords
+                    and not ds.indexes[dim].equals(child.indexes[dim])
+                ):
+                    node = path.rstrip("/").rsplit("/", 1)[-1] or "root"
+                    renames[dim] = f"{dim}_{node}"
+                    break
+        if renames:
+            extra = {
+                c: f"{c}_{renames[ds[c].dims[0]].split('_', 1)[1]}"
+                for c in ds.coords
+                if c not in renames and ds[c].ndim == 1 and ds[c].dims[0] in renames
+                and c not in groups
+            }
+            groups[path] = ds.rename({**renames, **extra})
+
+

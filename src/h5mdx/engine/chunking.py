@@ -1,0 +1,54 @@
+"""Choose dask block sizes that line up with HDF5 chunks (numpy only)."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["DEFAULT_TARGET_MIB", "time_block"]
+
+#: Default target size of one dask block along ``time``, in MiB.
+DEFAULT_TARGET_MIB = 32.0
+
+
+def time_block(
+    shape: tuple[int, ...],
+    itemsize: int,
+    hdf5_chunks: tuple[int, ...] | None,
+    target_mib: float = DEFAULT_TARGET_MIB,
+) -> int:
+    """Frames per dask block along the first (time) axis.
+
+    The block is a whole number of HDF5 chunks along time, holds every other
+    axis whole, and is sized near ``target_mib``. Contiguous datasets get
+    blocks of the target size.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Shape of the dataset; axis 0 is time.
+    itemsize : int
+        Bytes per element.
+    hdf5_chunks : tuple of int or None
+        The HDF5 chunk shape, or None for a contiguous dataset.
+    target_mib : float, optional
+        Target block size in MiB.
+
+    Returns
+    -------
+    int
+        Frames per block (at least one HDF5 chunk, at most the whole axis).
+
+    Examples
+    --------
+    >>> time_block((30000, 3341, 3), 4, (1, 3341, 3), target_mib=32)
+    836
+    """
+    n_frames = int(shape[0]) if shape else 0
+    if n_frames <= 1:
+        return max(n_frames, 1)
+    frame_bytes = max(1, math.prod(int(s) for s in shape[1:]) * int(itemsize))
+    target_frames = max(1, int(target_mib * 2**20 // frame_bytes))
+    step = int(hdf5_chunks[0]) if hdf5_chunks else 1
+    step = max(1, step)
+    frames = max(step, (target_frames // step) * step)
+    return min(frames, n_frames)

@@ -1,0 +1,130 @@
+"""Read H5MD files while a simulation is still writing them (HDF5 SWMR).
+
+A writer that opens its file with ``libver="latest"``, sets ``f.swmr_mode = True``
+and appends frames with ``resize`` + ``flush`` lets readers open the file at the
+same time: ``xr.open_dataset(path, engine="h5md", swmr=True)`` shows the frames
+written so far (every element cut to the frames its ``value``, ``step`` and
+``time`` all hold). A Dataset never grows by itself: :func:`refresh` closes it and
+opens the file again, :func:`follow` yields a new Dataset each time the file grew.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import xarray as xr
+
+from h5mdx.errors import H5MDFormatError, H5MDReadError
+from h5mdx.format.schema import TIME_DIM
+
+__all__ = ["follow", "n_frames", "refresh"]
+
+
+def n_frames(ds: xr.Dataset) -> int:
+    """Frames along ``time`` (0 when the Dataset has no time axis)."""
+    return int(ds.sizes.get(TIME_DIM, 0))
+
+
+def _reopen_kwargs(ds: xr.Dataset, kwargs: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"engine": "h5md", "swmr": True}
+    group = ds.attrs.get("h5md_group")
+    if group:
+        out["group"] = group
+    if "topology" in ds.attrs:
+        out["topology"] = ds.attrs["topology"]
+    if "selection" in ds.attrs:
+        out["select"] = ds.attrs["selection"]
+    if ds.chunks:
+        out["chunks"] = {}
+    out.update(kwargs)
+    return out
+
+
+def refresh(ds: xr.Dataset, **open_kwargs: Any) -> xr.Dataset:
+    """Close ``ds`` and open its file again to see the frames appended since.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A Dataset opened with ``engine="h5md"`` (usually with ``swmr=True``).
+    **open_kwargs
+        Override the arguments of :func:`xarray.open_dataset`. By default the same
+        group, topology, selection and (if ``ds`` is dask-backed) ``chunks={}`` are
+        used, with ``swmr=True``.
+
+    Returns
+    -------
+    xarray.Dataset
+        The file as it is now. ``ds`` is closed and must not be used any more.
+
+    Examples
+    --------
+    >>> ds = xr.open_dataset("run.h5md", engine="h5md", swmr=True)  # doctest: +SKIP
+    >>> ds = h5mdx.engine.live.refresh(ds)  # more frames, if the writer appended  # doctest: +SKIP
+    """
+    source = ds.encoding.get("source") or ds.attrs.get("source")
+    if not source:
+        raise ValueError("refresh needs a Dataset opened from a file with engine='h5md'")
+    kwargs = _reopen_kwargs(ds, open_kwargs)
+    ds.close()
+    return xr.open_dataset(source, **kwargs)
+
+
+def follow(
+    path: str | os.PathLike[str],
+    *,
+    interval: float = 1.0,
+    timeout: float | None = 60.0,
+    until: Callable[[xr.Dataset], bool] | None = None,
+    min_new_frames: int = 1,
+    **open_kwargs: Any,
+) -> Iterator[xr.Dataset]:
+    """Yield the file as a Dataset each time a writer has appended frames.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The H5MD file being written in SWMR mode (it may not exist yet).
+    interval : float, default 1.0
+        Seconds between looks at the file.
+    timeout : float or None, default 60
+        Stop after this many seconds without new frames (None: never).
+    until : callable, optional
+        Stop after yielding a Dataset for which ``until(ds)`` is true.
+    min_new_frames : int, default 1
+        Yield only when at least this many frames were added.
+    **open_kwargs
+        Passed to :func:`xarray.open_dataset` (``swmr=True``, ``engine="h5md"`` are set).
+
+    Yields
+    ------
+    xarray.Dataset
+        The frames written so far. Each Dataset is closed when the next one is
+        produced (or the generator ends): load what you need before asking for more.
+    """
+    kwargs = {"engine": "h5md", "swmr": True, **open_kwargs}
+    seen = 0
+    last_growth = time.monotonic()
+    while True:
+        ds = None
+        try:
+            ds = xr.open_dataset(os.fspath(path), **kwargs)
+        except (FileNotFoundError, H5MDFormatError, H5MDReadError):
+            ds = None  # not created yet, or the writer has not finished its header
+        if ds is not None and n_frames(ds) >= seen + min_new_frames:
+            seen = n_frames(ds)
+            last_growth = time.monotonic()
+            try:
+                yield ds
+            finally:
+                ds.close()
+            if until is not None and until(ds):
+                return
+        elif ds is not None:
+            ds.close()
+        if timeout is not None and time.monotonic() - last_growth > timeout:
+            return
+        time.sleep(interval)

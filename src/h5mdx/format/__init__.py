@@ -1,0 +1,7 @@
+"""Layer 1, the H5MD file format: h5py and numpy only (no xarray, no dask).
+
+:mod:`~h5mdx.format.schema` (names and paths), :mod:`~h5mdx.format.units`,
+:mod:`~h5mdx.format.h5md` (open and scan a file), :mod:`~h5mdx.format.writer`
+(write H5MD) and :mod:`~h5mdx.format.direct` (lock-free reads of contiguous and
+chunked datasets).
+"""

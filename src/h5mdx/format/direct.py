@@ -1,0 +1,463 @@
+"""Lock-free reads of HDF5 datasets: locate the bytes once, then ``os.pread`` them.
+
+h5py serialises every call of a process (HDF5 is not thread-safe), so threads
+that read one file through h5py take turns. Most trajectories are stored in the
+simplest layouts HDF5 has: contiguous, or chunked without filters or with
+deflate/shuffle. For those, the bytes of a chunk lie at a known place in the file
+and the HDF5 library is not needed to read them: :class:`DirectReader` asks
+HDF5 (once, under the caller's lock) where each chunk is, then reads the bytes
+with ``os.pread`` into the output array and decodes them with zlib and numpy,
+all of which release the GIL. Threads then read in parallel.
+
+Anything unusual -- external or virtual storage, a userblock, a file driver
+other than the default, unallocated chunks, filters other than deflate and
+shuffle, a skipped filter, non-numeric types -- is not planned
+(:func:`plan_direct` gives the reason) and the caller reads through h5py.
+
+This module knows h5py, numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = [
+    "DirectReader",
+    "Unsupported",
+    "box_of",
+    "cached",
+    "enabled",
+    "locate_chunks",
+    "plan_cached",
+    "plan_direct",
+    "scratch_buffers",
+]
+
+#: Environment variable that turns direct reads off (``0``): every read goes through h5py.
+ENV_VAR = "H5MDX_DIRECT_READ"
+
+#: Largest factor by which a bounding box may exceed what an index array or a stride
+#: asks for; beyond it h5py's own selection reads less.
+MAX_OVERREAD = 4
+
+_DEFLATE = h5py.h5z.FILTER_DEFLATE
+_SHUFFLE = h5py.h5z.FILTER_SHUFFLE
+
+
+class Unsupported(Exception):  # noqa: N818 - a reason, not an error to report
+    """The dataset cannot be read directly; the message says why."""
+
+
+@dataclass
+class DirectReader:
+    """Read boxes of one dataset straight from the file's bytes.
+
+    Build it with :func:`plan_direct`. :meth:`read` needs no HDF5 call for a
+    contiguous dataset, and for a chunked one only where a chunk's address is
+    not known yet: ``locate(coord)`` (run by the caller under its HDF5 lock)
+    gives it, and it is kept.
+
+    Attributes
+    ----------
+    filename : str
+        The file, opened with ``os.open`` per process.
+    shape : tuple of int
+    dtype : numpy.dtype
+        The stored dtype (byte order included).
+    chunks : tuple of int or None
+        The chunk shape; None for contiguous storage.
+    offset : int or None
+        Byte offset of contiguous data.
+    filters : tuple of int
+        The filter pipeline (deflate and/or shuffle), in the order applied on write.
+    """
+
+    filename: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...] | None
+    offset: int | None = None
+    filters: tuple[int, ...] = ()
+    _index: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict, repr=False)
+    _fd: int | None = field(default=None, repr=False)
+    _fd_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- file descriptor ------------------------------------------------------------------
+    def _descriptor(self) -> int:
+        fd = self._fd
+        if fd is None:
+            with self._fd_lock:
+                if self._fd is None:
+                    self._fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                fd = self._fd
+        return fd
+
+    def close(self) -> None:
+        """Close the file descriptor (reopened on the next read)."""
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing to do at collection time
+            pass
+
+    def _pread_into(self, out: memoryview, offset: int) -> None:
+        fd = self._descriptor()
+        done = 0
+        while done < len(out):
+            n = os.preadv(fd, [out[done:]], offset + done)
+            if n <= 0:
+                raise OSError(
+                    f"{self.filename}: unexpected end of file reading {len(out)} bytes "
+                    f"at offset {offset}"
+                )
+            done += n
+
+    # -- chunk index ----------------------------------------------------------------------
+    def missing(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
+        """Chunk coordinates (element offsets) in ``box`` whose address is not known yet."""
+        if self.chunks is None:
+            return []
+        return [c for c in self._chunk_coords(box) if c not in self._index]
+
+    def add_locations(self, located: dict[tuple[int, ...], tuple[int, int] | None]) -> None:
+        """Record chunk addresses ``coord -> (byte offset, size)``.
+
+        Raises
+        ------
+        Unsupported
+            If a chunk is not allocated (its values are the fill value).
+        """
+        if not located:
+            return
+        assert self.chunks is not None
+        nbytes = math.prod(self.chunks) * self.dtype.itemsize
+        for coord, where in located.items():
+            if where is None:
+                raise Unsupported(f"chunk at {coord} is not allocated (fill value)")
+            if not self.filters and where[1] != nbytes:
+                raise Unsupported(f"chunk at {coord} holds {where[1]} bytes, not {nbytes}")
+            self._index[coord] = where
+
+    def _chunk_coords(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
+        assert self.chunks is not None
+        ranges = [
+            range((s.start // c) * c, s.stop, c) if s.stop > s.start else range(0)
+            for s, c in zip(box, self.chunks, strict=True)
+        ]
+        return list(itertools.product(*ranges))
+
+    # -- reading --------------------------------------------------------------------------
+    def read(self, box: tuple[slice, ...]) -> np.ndarray:
+        """The values in ``box`` (one ``slice(start, stop)`` per axis, step 1).
+
+        Call :meth:`missing` and :meth:`add_locations` first for a chunked dataset.
+        Where the storage holds whole rows of axis 0 (contiguous, or uncompressed
+        chunks spanning every other axis), the rows are read in as few ``pread``
+        calls as they are runs on disk, and a view of them is returned.
+        """
+        if any(s.stop <= s.start for s in box):
+            return np.empty(tuple(max(0, s.stop - s.start) for s in box), dtype=self.dtype)
+        if self.chunks is None or (not self.filters and self._whole_row_chunks()):
+            rows = self._rows(box[0].start, box[0].stop)
+            return rows[(slice(None), *box[1:])]
+        out = np.empty(tuple(s.stop - s.start for s in box), dtype=self.dtype)
+        for coord in self._chunk_coords(box):
+            self._read_chunk(coord, box, out)
+        return out
+
+    def _whole_row_chunks(self) -> bool:
+        assert self.chunks is not None
+        return all(c == n for c, n in zip(self.chunks[1:], self.shape[1:], strict=True))
+
+    def _rows(self, first: int, stop: int) -> np.ndarray:
+        """Rows ``first:stop`` of axis 0, every other axis whole."""
+        rows = _empty((stop - first, *self.shape[1:]), self.dtype)
+        flat = memoryview(rows).cast("B")
+        row = math.prod(self.shape[1:]) * self.dtype.itemsize
+        if self.chunks is None:
+            assert self.offset is not None
+            self._pread_into(flat, self.offset + first * row)
+            return rows
+        c0 = self.chunks[0]
+        tail = (0,) * (len(self.shape) - 1)
+        run_out = run_file = run_len = 0  # the current run: where in rows, in the file, bytes
+        for start in range((first // c0) * c0, stop, c0):
+            offset = self._index[(start, *tail)][0]
+            lo, hi = max(start, first), min(start + c0, stop)
+            file_at = offset + (lo - start) * row
+            out_at = (lo - first) * row
+            if run_len and file_at == run_file + run_len and out_at == run_out + run_len:
+                run_len += (hi - lo) * row
+                continue
+            if run_len:
+                self._pread_into(flat[run_out:run_out + run_len], run_file)
+            run_out, run_file, run_len = out_at, file_at, (hi - lo) * row
+        self._pread_into(flat[run_out:run_out + run_len], run_file)
+        return rows
+
+    def _decode(self, raw: bytes | bytearray) -> np.ndarray:
+        data: Any = raw
+        for code in reversed(self.filters):
+            if code == _DEFLATE:
+                data = zlib.decompress(data)
+            elif code == _SHUFFLE:
+                size = self.dtype.itemsize
+                a = np.frombuffer(data, dtype=np.uint8)
+                data = a.reshape(size, -1).T.copy() if size > 1 else a
+        assert self.chunks is not None
+        return np.frombuffer(data, dtype=self.dtype).reshape(self.chunks)
+
+    def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
+                    out: np.ndarray) -> None:
+        assert self.chunks is not None
+        offset, size = self._index[coord]
+        raw = bytearray(size)
+        self._pread_into(memoryview(raw), offset)
+        chunk = self._decode(raw) if self.filters else np.frombuffer(
+            raw, dtype=self.dtype).reshape(self.chunks)
+        src, dst = [], []
+        for c, s, n in zip(coord, box, self.chunks, strict=True):
+            lo, hi = max(c, s.start), min(c + n, s.stop)
+            src.append(slice(lo - c, hi - c))
+            dst.append(slice(lo - s.start, hi - s.start))
+        out[tuple(dst)] = chunk[tuple(src)]
+
+
+def plan_direct(dset: h5py.Dataset) -> DirectReader:
+    """A :class:`DirectReader` for ``dset``, or :class:`Unsupported` saying why not.
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+        An open dataset (the caller holds its HDF5 lock).
+
+    Returns
+    -------
+    DirectReader
+
+    Raises
+    ------
+    Unsupported
+        For storage that only HDF5 can read: the caller reads through h5py.
+    """
+    f = dset.file
+    if f.driver not in ("sec2", "stdio"):
+        raise Unsupported(f"file driver {f.driver!r}")
+    if f.userblock_size:
+        raise Unsupported("the file has a userblock")
+    if f.swmr_mode or f.mode != "r":
+        raise Unsupported("the file is open for writing or in SWMR mode")
+    dtype = dset.dtype
+    if dtype.kind not in "biuf" or dtype.hasobject or dtype.itemsize not in (1, 2, 4, 8):
+        raise Unsupported(f"dtype {dtype}")
+    if dset.is_virtual:
+        raise Unsupported("virtual dataset")
+    if dset.external:
+        raise Unsupported("external storage")
+    if not dset.shape or math.prod(dset.shape) == 0:
+        raise Unsupported("empty or scalar dataset")
+    plist = dset.id.get_create_plist()
+    layout = plist.get_layout()
+    filename = os.path.abspath(f.filename)
+    if layout == h5py.h5d.CONTIGUOUS:
+        offset = dset.id.get_offset()
+        if offset is None:
+            raise Unsupported("contiguous storage not allocated")
+        return DirectReader(filename, dset.shape, dtype, None, offset=int(offset))
+    if layout != h5py.h5d.CHUNKED:
+        raise Unsupported("compact storage")
+    if not hasattr(dset.id, "get_chunk_info_by_coord"):
+        raise Unsupported("this HDF5 cannot report chunk addresses")
+    filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
+    if any(code not in (_DEFLATE, _SHUFFLE) for code in filters):
+        raise Unsupported(f"filters {filters}")
+    return DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
+
+
+def locate_chunks(dset: h5py.Dataset,
+                  coords: list[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[int, int] | None]:
+    """Byte offset and size of the chunks at ``coords`` (None where not allocated).
+
+    Raises
+    ------
+    Unsupported
+        If a chunk was stored with one of its filters skipped.
+    """
+    located: dict[tuple[int, ...], tuple[int, int] | None] = {}
+    for coord in coords:
+        info = dset.id.get_chunk_info_by_coord(coord)
+        if info.byte_offset is None:
+            located[coord] = None
+            continue
+        if info.filter_mask:
+            raise Unsupported(f"chunk at {coord} skipped a filter (mask {info.filter_mask})")
+        located[coord] = (int(info.byte_offset), int(info.size))
+    return located
+
+
+def enabled() -> bool:
+    """Whether direct reads are on (the default; ``H5MDX_DIRECT_READ=0`` turns them off)."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple] | None:
+    """Split an outer-indexing key into a bounding box and the indexing left inside it.
+
+    Parameters
+    ----------
+    key : tuple
+        One entry per axis: a slice, an int, or a 1-D integer array (at most one).
+    shape : tuple of int
+        The dataset's shape.
+
+    Returns
+    -------
+    (box, rest) or None
+        ``box`` has one ``slice(start, stop)`` per axis; ``data[box][rest]`` equals
+        ``data[key]``. None where the box would read more than ``MAX_OVERREAD``
+        times what the key asks for, or the key is of another kind.
+
+    Examples
+    --------
+    >>> box_of((slice(2, 8, 2), 1), (10, 3))
+    ((slice(2, 7, None), slice(1, 2, None)), (slice(None, None, 2), 0))
+    """
+    if len(key) != len(shape):
+        return None
+    box: list[slice] = []
+    rest: list[Any] = []
+    for k, n in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step < 1 or step > MAX_OVERREAD:
+                return None
+            stop = max(start, stop)
+            if step > 1 and stop > start:
+                stop = start + ((stop - start - 1) // step) * step + 1
+            box.append(slice(start, stop))
+            rest.append(slice(None, None, step) if step > 1 else slice(None))
+        elif isinstance(k, (int, np.integer)):
+            i = int(k) + n if k < 0 else int(k)
+            box.append(slice(i, i + 1))
+            rest.append(0)
+        elif isinstance(k, np.ndarray) and k.ndim == 1 and k.dtype.kind in "iu":
+            if k.size == 0:
+                return None
+            idx = np.where(k < 0, k + n, k)
+            lo, hi = int(idx.min()), int(idx.max()) + 1
+            if hi - lo > MAX_OVERREAD * k.size:
+                return None
+            box.append(slice(lo, hi))
+            rest.append(idx - lo)
+        else:
+            return None
+    return tuple(box), tuple(rest)
+
+
+# -- scratch buffers ---------------------------------------------------------------------
+_SCRATCH = threading.local()
+
+
+@contextlib.contextmanager
+def scratch_buffers() -> Iterator[None]:
+    """Inside this block, reads of this thread reuse buffers of earlier blocks.
+
+    A fresh array costs the kernel zeroing its pages before the read fills them,
+    about as much again as the read itself from the page cache. A task that uses
+    what it reads only inside the block (an RMSD task reduces its frames to one
+    number each) can hand its buffers back: arrays read inside must not be used
+    after it. Each thread keeps the buffers of its largest block.
+    """
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = {"free": [], "used": [], "depth": 0}
+    pool["depth"] += 1
+    try:
+        yield
+    finally:
+        pool["depth"] -= 1
+        if pool["depth"] == 0:
+            pool["free"].extend(pool["used"])
+            pool["used"].clear()
+            del pool["free"][:-2]  # keep at most two per thread
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None or pool["depth"] == 0:
+        return np.empty(shape, dtype=dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    for i, buf in enumerate(pool["free"]):
+        if buf.nbytes >= nbytes:
+            del pool["free"][i]
+            break
+    else:
+        buf = np.empty(nbytes, dtype=np.uint8)
+    pool["used"].append(buf)
+    return buf[:nbytes].view(dtype).reshape(shape)
+
+
+# -- one reader per dataset and process ---------------------------------------------------
+#: Marks a dataset not planned yet in this process.
+UNPLANNED: Any = object()
+
+_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], DirectReader | None]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _stamp(filename: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def cached(filename: str, path: str) -> DirectReader | None:
+    """This process's reader of ``path`` in ``filename``: a reader, None (read through
+    h5py), or ``UNPLANNED`` (not planned yet, or the file changed since)."""
+    entry = _CACHE.get((filename, path))
+    if entry is None or entry[0] != _stamp(filename):
+        return UNPLANNED
+    return entry[1]
+
+
+def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | None:
+    """Plan the reader of ``dset`` once per process (the caller holds the HDF5 lock)."""
+    stamp = _stamp(filename)
+    try:
+        reader: DirectReader | None = plan_direct(dset)
+    except Unsupported:
+        reader = None
+    if stamp is not None:
+        with _CACHE_LOCK:
+            old = _CACHE.get((filename, path))
+            _CACHE[(filename, path)] = (stamp, reader)
+        if old is not None and old[1] is not None and old[1] is not reader:
+            old[1].close()
+    return reader
+
+
+def forget(reader: DirectReader) -> None:
+    """Read this dataset through h5py from now on (something unusual was found)."""
+    with _CACHE_LOCK:
+        for key, (stamp, r) in list(_CACHE.items()):
+            if r is reader:
+                _CACHE[key] = (stamp, None)
+    reader.close()

@@ -1,0 +1,1224 @@
+"""The H5MD format layer: walk an HDF5 file into plain descriptions.
+
+This module knows h5py and numpy only (no xarray, no dask). :func:`scan`
+reads the metadata of an H5MD 1.x file -- groups, elements, shapes, chunk
+layouts, units and the small ``step``/``time`` arrays -- and never the
+``value`` data of an element. The scan is tolerant: where a file departs from
+H5MD but still carries usable data, :func:`scan` records a :class:`Problem` (the
+H5MD path, what is wrong and what was assumed) on ``FileInfo.problems`` and
+goes on; an element that cannot be read at all is left out with a problem saying
+so. Only a file that is not H5MD (or HDF5) at all, or that reaches into other
+files without ``allow_external``, raises :class:`~h5mdx.errors.H5MDFormatError`.
+The backend turns problems into warnings, or into errors with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5mdx.errors import H5MDError, H5MDFormatError, H5MDReadError
+from h5mdx.format.schema import (
+    H5MD_SIGNATURE,
+    KNOWN_PARTICLE_ELEMENTS,
+    SUPPORTED_VERSIONS,
+    Path,
+)
+
+__all__ = [
+    "BoxInfo",
+    "ElementInfo",
+    "FileInfo",
+    "ParticlesGroupInfo",
+    "Problem",
+    "Sampling",
+    "is_h5md",
+    "open_h5md",
+    "scan",
+]
+
+#: Largest number of frames for which a fixed-interval step/time array is built at
+#: open time; above this a file is refused as implausible (an absurd declared shape).
+MAX_FRAMES = 2**36
+
+#: How many declared elements of a dataset may lack stored data (never written,
+#: e.g. a writer that died after a resize) before :func:`scan` refuses the file. Opening
+#: builds arrays proportional to the number of frames and atoms (``step``, ``time``, the
+#: ``atom`` index), so a shape declared far beyond the stored data must not be trusted.
+MAX_ABSENT_ELEMENTS = 2**22
+
+#: Largest dataset :func:`scan` reads whole at open time (``step``/``time`` of explicit
+#: sampling, box attributes stored as datasets), in bytes.
+MAX_SMALL_READ = 2**30
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One way a file departs from H5MD, and what h5mdx assumed to read it anyway.
+
+    Attributes
+    ----------
+    path : str
+        The H5MD path concerned (``/particles/trajectory/box``).
+    message : str
+        What is wrong (the error a strict reader raises).
+    assumed : str
+        What h5mdx did instead (``frames numbered 0..n-1``, ``left out``).
+    """
+
+    path: str
+    message: str
+    assumed: str
+
+    def __str__(self) -> str:
+        return f"[{self.path}] {self.message}; {self.assumed}"
+
+
+@dataclass(frozen=True, eq=False)
+class Sampling:
+    """When a time-dependent element was sampled.
+
+    Attributes
+    ----------
+    kind : {"explicit", "fixed", "implicit"}
+        ``explicit``: ``step``/``time`` datasets with one entry per frame;
+        ``fixed``: scalar intervals with an ``offset`` attribute; ``implicit``: the
+        file has no usable ``step``, frames are numbered 0..n-1.
+    step : numpy.ndarray
+        Integer step of every frame.
+    time : numpy.ndarray or None
+        Time of every frame, or None where the element has no ``time``.
+    time_unit : str or None
+        The unit of ``time``.
+    key : tuple
+        Identity of the stored step/time objects (file addresses); elements that
+        share their step/time through hard links have equal keys.
+    """
+
+    kind: str
+    step: np.ndarray
+    time: np.ndarray | None
+    time_unit: str | None
+    key: tuple
+
+    def same_as(self, other: Sampling) -> bool:
+        """Whether two samplings describe the same frames (shared link or equal values)."""
+        if self.key == other.key:
+            return True
+        if self.step.shape != other.step.shape or not np.array_equal(self.step, other.step):
+            return False
+        if (self.time is None) != (other.time is None):
+            return False
+        return self.time is None or bool(np.array_equal(self.time, other.time))
+
+
+@dataclass(frozen=True, eq=False)
+class ElementInfo:
+    """One H5MD element (time-dependent group or time-independent dataset)."""
+
+    name: str
+    path: str
+    value_path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...] | None
+    compression: str | None
+    compression_opts: Any
+    filters: tuple[str, ...]
+    unit: str | None
+    time_dependent: bool
+    sampling: Sampling | None
+    fillvalue: Any
+    storage_size: int
+    #: values read at scan time (an element stored as an attribute), else None
+    data: np.ndarray | None = None
+
+    @property
+    def n_frames(self) -> int | None:
+        """Number of frames, or None for a time-independent element."""
+        return self.shape[0] if self.time_dependent else None
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the uncompressed data in bytes."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class BoxInfo:
+    """The simulation box of a particles group."""
+
+    path: str
+    dimension: int
+    boundary: tuple[str, ...]
+    edges: ElementInfo | None
+
+
+@dataclass(frozen=True, eq=False)
+class ParticlesGroupInfo:
+    """A group under ``/particles``."""
+
+    name: str
+    path: str
+    elements: dict[str, ElementInfo]
+    box: BoxInfo | None
+
+
+@dataclass(frozen=True, eq=False)
+class FileInfo:
+    """Everything :func:`scan` learnt about a file."""
+
+    filename: str
+    version: tuple[int, int]
+    author: dict[str, str]
+    creator: dict[str, str]
+    particles: dict[str, ParticlesGroupInfo]
+    observables: dict[str, ElementInfo]
+    observable_groups: tuple[str, ...]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    file_size: int = 0
+    problems: tuple[Problem, ...] = ()
+
+
+# ----------------------------------------------------------------------------- opening
+
+
+def _signature_ok(path: str | os.PathLike[str]) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    return head == H5MD_SIGNATURE
+
+
+def open_h5md(
+    path: str | os.PathLike[str], *, swmr: bool = False, **kwargs: Any
+) -> h5py.File:
+    """Open ``path`` read-only with h5py, turning low-level failures into clear errors.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file to open.
+    swmr : bool, optional
+        Open in single-writer/multiple-reader mode (for files being written).
+    **kwargs
+        Passed to :class:`h5py.File` (e.g. ``driver``, ``comm``).
+
+    Returns
+    -------
+    h5py.File
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    H5MDFormatError
+        If the file is empty, not HDF5, or truncated/corrupt.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No such file: {path!r}")
+    if os.path.isdir(path):
+        raise H5MDFormatError(path, None, "is a directory, not an H5MD file")
+    if os.path.getsize(path) == 0:
+        raise H5MDFormatError(path, None, "the file is empty (0 bytes), not an H5MD file")
+    # A userblock can move the signature to 512, 1024, ... ; h5py handles those, so only
+    # reject outright when the file is too small to hold an HDF5 superblock.
+    if os.path.getsize(path) < 8:
+        raise H5MDFormatError(path, None, "the file is too small to be HDF5")
+    try:
+        return h5py.File(path, "r", swmr=swmr, **kwargs)
+    except OSError as err:
+        text = str(err)
+        if "unable to lock" in text.lower() or "file locking" in text.lower():
+            raise H5MDReadError(
+                path,
+                None,
+                f"HDF5 cannot lock the file ({text}): another process has it open for "
+                "writing, or the file system does not support locking. For a file being "
+                "written in SWMR mode open it with swmr=True; on file systems without "
+                "locking (some NFS/Lustre mounts) set HDF5_USE_FILE_LOCKING=FALSE in the "
+                "environment before starting Python",
+            ) from None
+        if not _signature_ok(path):
+            problem = "not an HDF5 file (no HDF5 signature): H5MD files are HDF5 files"
+        elif swmr:
+            problem = (
+                f"HDF5 cannot open the file with swmr=True ({text}); SWMR reading needs a "
+                "file written with libver='latest' (HDF5 >= 1.10 format): open it without "
+                "swmr=True, or it is truncated or corrupt"
+            )
+        else:
+            problem = f"HDF5 cannot open the file; it is truncated or corrupt ({text})"
+        raise H5MDFormatError(path, None, problem) from None
+
+
+def is_h5md(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an HDF5 file with an ``/h5md`` group (never raises)."""
+    try:
+        if not _signature_ok(path):
+            return False
+        with h5py.File(path, "r") as f:
+            return isinstance(f.get(Path.H5MD.value, getlink=False), h5py.Group)
+    except Exception:  # noqa: BLE001 - sniffing must never raise
+        return False
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class _Ctx:
+    """What a scan knows while it walks one file."""
+
+    f: h5py.File
+    allow_external: bool = False
+    live: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    #: samplings already read, by (step address, time address, frames): a step/time
+    #: shared by hard links is read, and its problems noted, once
+    samplings: dict[tuple, Sampling] = field(default_factory=dict)
+
+    @property
+    def filename(self) -> str:
+        return self.f.filename
+
+    def note(self, path: str, message: str, assumed: str) -> None:
+        """Record a departure from H5MD (once per path and message)."""
+        problem = Problem(path, message, assumed)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def left_out(self, err: H5MDFormatError, path: str) -> None:
+        """Record that the part at ``path`` was left out because of ``err``."""
+        if _refused(err):
+            raise err
+        self.note(err.h5path or path, err.problem, "left out")
+
+
+def _refusal(filename: str, where: str, problem: str) -> H5MDFormatError:
+    """An error that tolerance must not turn into a warning (reaching into other files)."""
+    err = H5MDFormatError(filename, where, problem)
+    err.refused = True  # type: ignore[attr-defined]
+    return err
+
+
+def _refused(err: BaseException) -> bool:
+    return bool(getattr(err, "refused", False))
+
+
+_EXTERNAL_HINT = (
+    "h5mdx does not follow references to other files unless you opt in with "
+    "allow_external=True (xr.open_dataset(..., engine='h5md', allow_external=True)); "
+    "do so only for files you trust"
+)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "SO":
+            return [_decode(v) for v in value.tolist()]
+        if value.ndim == 0:
+            return value.item()
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
+    try:
+        if name not in obj.attrs:
+            return default
+        return _decode(obj.attrs[name])
+    except (OSError, TypeError, ValueError, KeyError, RuntimeError):
+        return default
+
+
+def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
+    """The ``unit`` attribute as a string (a one-element string array is accepted)."""
+    unit = _attr(obj, "unit")
+    if isinstance(unit, list) and len(unit) == 1:
+        unit = unit[0]
+    if unit is None or isinstance(unit, str):
+        return unit
+    c.note(where, f"the 'unit' attribute must be a string, not {unit!r}", "unit ignored")
+    return None
+
+
+def _addr(obj: h5py.HLObject) -> int:
+    return int(h5py.h5o.get_info(obj.id).addr)
+
+
+def _fill_value(dset: h5py.Dataset) -> Any:
+    try:
+        plist = dset.id.get_create_plist()
+        if plist.fill_value_defined() != h5py.h5d.FILL_VALUE_USER_DEFINED:
+            return None
+        if dset.dtype.kind not in "iufb":
+            return None
+        value = dset.fillvalue
+    except (OSError, TypeError, ValueError, RuntimeError):
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _filters(dset: h5py.Dataset) -> tuple[str, ...]:
+    names = []
+    try:
+        plist = dset.id.get_create_plist()
+        for i in range(plist.get_nfilters()):
+            code, _flags, _vals, name = plist.get_filter(i)
+            names.append(name.decode("ascii", "replace") if name else str(code))
+    except (OSError, ValueError, RuntimeError):
+        pass
+    return tuple(names)
+
+
+def _link_type(group: h5py.Group, name: str) -> int | None:
+    """The HDF5 link type of ``group/name`` without following the link (None: no link)."""
+    key = name.encode("utf-8")
+    try:
+        if not group.id.links.exists(key):
+            return None
+        return int(group.id.links.get_info(key).type)
+    except (KeyError, OSError, RuntimeError, ValueError):
+        return None
+
+
+def _has(group: h5py.Group, name: str) -> bool:
+    """``name in group`` that never opens another file (external links count as present)."""
+    return _link_type(group, name) is not None
+
+
+def _fileno(obj: h5py.HLObject) -> int:
+    return int(h5py.h5o.get_info(obj.id).fileno)
+
+
+def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
+    """``group[name]`` that reports dangling, looping and external links clearly."""
+    kind = _link_type(group, name)
+    if kind is None:
+        raise H5MDFormatError(c.filename, where, f"cannot read link {name!r}")
+    if kind == h5py.h5l.TYPE_EXTERNAL:
+        try:
+            link = group.get(name, getlink=True)
+            target = f"{link.filename}:{link.path}"
+        except (KeyError, OSError, RuntimeError, ValueError, AttributeError):
+            target = "another file"
+        if not c.allow_external:
+            raise _refusal(
+                c.filename, where, f"{name!r} is an external link to {target}; {_EXTERNAL_HINT}"
+            )
+    elif kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
+        raise H5MDFormatError(
+            c.filename, where, f"{name!r} is a user-defined link (type {kind}), not followed"
+        )
+    try:
+        obj = group[name]
+    except (KeyError, OSError, RuntimeError, ValueError) as err:
+        raise H5MDFormatError(
+            c.filename, where, f"{name!r} is a dangling, looping or unreadable link ({err})"
+        ) from None
+    if not c.allow_external and kind == h5py.h5l.TYPE_SOFT:
+        # a soft link can still reach another file through an external link on its way
+        try:
+            same = _fileno(obj) == _fileno(c.f["/"])
+        except (KeyError, OSError, RuntimeError, ValueError):
+            same = True
+        if not same:
+            raise _refusal(
+                c.filename, where, f"{name!r} leads into another file; {_EXTERNAL_HINT}"
+            )
+    return obj
+
+
+def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
+    if c.allow_external:
+        return
+    try:
+        virtual = dset.is_virtual
+    except (OSError, AttributeError, RuntimeError, ValueError):
+        virtual = False
+    if virtual:
+        try:
+            files = sorted({src.file_name for src in dset.virtual_sources()})
+        except (OSError, RuntimeError, ValueError) as err:
+            raise H5MDFormatError(
+                c.filename, where, f"cannot read the sources of a virtual dataset ({err})"
+            ) from None
+        others = [name for name in files if name != "."]
+        if others:
+            raise _refusal(
+                c.filename,
+                where,
+                f"a virtual dataset mapping data from other files ({', '.join(others)}); "
+                + _EXTERNAL_HINT,
+            )
+    try:
+        external = dset.external
+    except (OSError, AttributeError, RuntimeError, ValueError):
+        external = None
+    if external:
+        names = ", ".join(sorted({str(e[0]) for e in external}))
+        raise _refusal(
+            c.filename,
+            where,
+            f"the dataset stores its raw data in external files ({names}); " + _EXTERNAL_HINT,
+        )
+
+
+def _capacity(dset: h5py.Dataset) -> int:
+    """Upper bound on the number of elements of ``dset`` that have stored data."""
+    size = int(dset.size or 0)
+    itemsize = max(1, int(dset.dtype.itemsize))
+    try:
+        storage = int(dset.id.get_storage_size())
+    except (OSError, ValueError, RuntimeError):
+        return size  # cannot tell: do not refuse on this ground
+    if storage >= size * itemsize:
+        return size
+    chunks = dset.chunks
+    if not chunks:
+        return storage // itemsize
+    try:
+        n_chunks = int(dset.id.get_num_chunks())
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return size
+    return min(size, n_chunks * math.prod(int(x) for x in chunks))
+
+
+def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
+    """Refuse a dataset whose declared shape goes far beyond its stored data."""
+    shape = dset.shape
+    if not shape:
+        return
+    size = math.prod(int(s) for s in shape)
+    if size == 0 and max(int(s) for s in shape) > MAX_ABSENT_ELEMENTS:
+        # opening builds per-frame and per-atom arrays: a zero-size dataset's declared
+        # axis lengths are not evidence of frames or atoms
+        raise H5MDFormatError(
+            c.filename, where, f"declares shape {tuple(int(s) for s in shape)} but stores "
+            "no element (a zero-length axis); h5mdx refuses to trust the declared size",
+        )
+    chunk = math.prod(int(x) for x in dset.chunks) if dset.chunks else 0
+    allowed = max(MAX_ABSENT_ELEMENTS, chunk)
+    if size <= allowed:
+        return
+    absent = size - _capacity(dset)
+    if absent > allowed:
+        raise H5MDFormatError(
+            c.filename,
+            where,
+            f"declares shape {tuple(int(s) for s in shape)} but stores data for at most "
+            f"{size - absent} of its {size} elements: the data were never written (an "
+            "absurd declared size, or a writer that died); h5mdx refuses to trust the "
+            "declared size",
+        )
+
+
+def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
+    if c.live:
+        try:
+            dset.refresh()
+        except (OSError, RuntimeError, ValueError, AttributeError):
+            pass
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None) -> np.ndarray:
+    _check_declared(c, dset, where)
+    count = dset.size if n is None else n
+    if int(count or 0) * max(1, dset.dtype.itemsize) > MAX_SMALL_READ:
+        raise H5MDFormatError(
+            c.filename, where, f"{dset.name} is too large to read at open time ({dset.shape})"
+        )
+    try:
+        return np.asarray(dset[()] if n is None else dset[:n])
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as err:
+        raise H5MDFormatError(c.filename, where, f"cannot read {dset.name}: {err}") from None
+
+
+_NUMBERED = "frames numbered 0..n-1"
+
+
+def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.Dataset | None:
+    """``grp/step`` or ``grp/time`` as a dataset, or None (absent or unusable: noted)."""
+    if not _has(grp, name):
+        return None
+    try:
+        obj = _get(c, grp, name, where)
+    except H5MDFormatError as err:
+        if _refused(err):
+            raise
+        c.note(f"{where}/{name}", err.problem, f"{name!r} ignored")
+        return None
+    if not isinstance(obj, h5py.Dataset):
+        c.note(f"{where}/{name}", f"{name!r} must be a dataset", f"{name!r} ignored")
+        return None
+    _check_dataset(c, obj, f"{where}/{name}")
+    _refresh(c, obj)
+    return obj
+
+
+def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of fixed-interval sampling (scalar ``step`` with an ``offset``), or None."""
+    interval = _read_small(c, step_ds, f"{where}/step")
+    offset = _attr(step_ds, "offset", 0) or 0
+    if interval.dtype.kind not in "iu" or not isinstance(offset, int):
+        c.note(f"{where}/step", "'step' and its 'offset' must be integers", _NUMBERED)
+        return None
+    return int(offset) + int(interval) * np.arange(n, dtype=np.int64)
+
+
+def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of explicit sampling (one per frame), or None where unusable (noted)."""
+    path = f"{where}/step"
+    if step_ds.shape is None or step_ds.ndim != 1:
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames", _NUMBERED)
+        return None
+    if step_ds.dtype.kind not in "iuf":
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+        return None
+    m = int(step_ds.shape[0])
+    if m != n and not c.live:
+        if m < n:
+            c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
+                   _NUMBERED)
+            return None
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
+               f"the first {n} steps used")
+    raw = _read_small(c, step_ds, path, min(m, n))
+    if raw.dtype.kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
+            c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+            return None
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
+    return raw.astype(np.int64, copy=False)
+
+
+def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
+    """Times of the frames (fixed or explicit), or None (absent or unusable: noted)."""
+    if time_ds is None:
+        return None
+    path = f"{where}/time"
+    if time_ds.dtype.kind not in "iuf":
+        c.note(path, f"'time' must be numeric, not {time_ds.dtype}", "'time' ignored")
+        return None
+    if time_ds.shape == ():
+        t_raw = _read_small(c, time_ds, path)
+        t_off = _attr(time_ds, "offset", 0.0) or 0.0
+        if not isinstance(t_off, (int, float)):
+            c.note(path, "'time' and its 'offset' must be numbers", "'time' ignored")
+            return None
+        return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+    if time_ds.ndim != 1:
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               "'time' ignored")
+        return None
+    m = int(time_ds.shape[0])
+    if m != n and not c.live:
+        if m < n:
+            c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+                   "'time' ignored")
+            return None
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               f"the first {n} times used")
+    return _read_small(c, time_ds, path, min(m, n)).astype(np.float64, copy=False)
+
+
+def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
+    """The sampling of an element whose value has ``n_frames`` frames.
+
+    In a live (SWMR) file the element may hold fewer steps/times than values (or more)
+    while a writer appends: the sampling is then cut to the frames all three hold. A
+    missing or unusable ``step`` is noted and the frames numbered 0..n-1.
+    """
+    if n_frames > MAX_FRAMES:
+        raise H5MDFormatError(
+            c.filename, where, f"declares {n_frames} frames, more than h5mdx accepts"
+        )
+    step_ds = _sampling_dataset(c, grp, "step", where)
+    time_ds = _sampling_dataset(c, grp, "time", where)
+    key = (_addr(step_ds) if step_ds is not None else ("implicit", where),
+           _addr(time_ds) if time_ds is not None else None)
+    if (*key, n_frames) in c.samplings:
+        return c.samplings[(*key, n_frames)]
+    c.samplings[(*key, n_frames)] = sampling = _read_sampling(
+        c, grp, step_ds, time_ds, n_frames, where, key
+    )
+    return sampling
+
+
+def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
+                   time_ds: h5py.Dataset | None, n_frames: int, where: str,
+                   key: tuple) -> Sampling:
+    time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
+    if step_ds is None:
+        if not _has(grp, "step"):
+            c.note(where, "time-dependent element has a 'value' but no 'step' "
+                   "(H5MD requires 'step' next to 'value')", f"no step: {_NUMBERED}")
+        step = None
+    elif step_ds.shape == ():
+        step = _fixed_steps(c, step_ds, n_frames, where)
+    else:
+        step = _explicit_steps(c, step_ds, n_frames, where)
+    n = n_frames if step is None else min(n_frames, step.shape[0])
+    time = _times(c, time_ds, n, where)
+    if time is not None and time.shape[0] < n:  # live file: times lag behind
+        n = time.shape[0]
+        step = None if step is None else step[:n]
+    if step is None:
+        kind, step = "implicit", np.arange(n, dtype=np.int64)
+    else:
+        kind = "fixed" if step_ds is not None and step_ds.shape == () else "explicit"
+    return Sampling(kind, step, time, time_unit if time is not None else None, key)
+
+
+# ----------------------------------------------------------------------------- elements
+
+
+def _check_dtype(c: _Ctx, dtype: np.dtype, where: str) -> None:
+    """Refuse element types h5mdx cannot read: numbers and strings are read."""
+    if dtype.kind in "biufcSU" or h5py.check_string_dtype(dtype) is not None:
+        return
+    what = ("object references, which h5mdx does not follow"
+            if h5py.check_ref_dtype(dtype) is not None else f"dtype {dtype}")
+    raise H5MDFormatError(
+        c.filename, where, f"unsupported {what} (h5mdx reads numeric and string elements)"
+    )
+
+
+def _dataset_info(
+    c: _Ctx,
+    name: str,
+    path: str,
+    dset: h5py.Dataset,
+    *,
+    time_dependent: bool,
+    sampling: Sampling | None,
+    unit: str | None,
+    link_path: str | None = None,
+) -> ElementInfo:
+    value_path = dset.name
+    if link_path is not None:
+        try:
+            if _fileno(dset) != _fileno(c.f["/"]):
+                value_path = link_path  # reached through an external link: read it by that
+        except (KeyError, OSError, RuntimeError, ValueError):
+            pass
+    try:
+        dtype = dset.dtype
+        shape = tuple(int(s) for s in dset.shape) if dset.shape is not None else ()
+        chunks = dset.chunks
+        compression = dset.compression
+        compression_opts = dset.compression_opts
+    except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
+        raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
+    _check_dtype(c, dtype, link_path or path)
+    if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
+        shape = (int(sampling.step.shape[0]), *shape[1:])  # live file: frames written so far
+    try:
+        storage = int(dset.id.get_storage_size())
+    except (OSError, ValueError, RuntimeError):
+        storage = 0
+    return ElementInfo(
+        name=name,
+        path=path,
+        value_path=value_path,
+        shape=shape,
+        dtype=dtype,
+        chunks=tuple(chunks) if chunks else None,
+        compression=compression,
+        compression_opts=compression_opts,
+        filters=_filters(dset),
+        unit=unit,
+        time_dependent=time_dependent,
+        sampling=sampling,
+        fillvalue=_fill_value(dset),
+        storage_size=storage,
+    )
+
+
+def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
+    """Describe the element ``obj`` found at H5MD path ``path``."""
+    if isinstance(obj, h5py.Dataset):
+        _check_dataset(c, obj, obj.name or path)
+        _check_declared(c, obj, obj.name or path)
+        return _dataset_info(
+            c, name, path, obj, time_dependent=False, sampling=None,
+            unit=_unit_attr(c, obj, path), link_path=path,
+        )
+    if not isinstance(obj, h5py.Group):
+        raise H5MDFormatError(c.filename, path, "is neither a group nor a dataset")
+    if not _has(obj, "value"):
+        raise H5MDFormatError(
+            c.filename,
+            path,
+            "element has no 'value' dataset (a time-dependent H5MD element is a group "
+            "with 'value' and 'step')",
+        )
+    value = _get(c, obj, "value", path)
+    if not isinstance(value, h5py.Dataset):
+        raise H5MDFormatError(c.filename, f"{path}/value", "'value' must be a dataset")
+    _check_dataset(c, value, f"{path}/value")
+    _refresh(c, value)
+    if value.shape is None or len(value.shape) == 0:
+        raise H5MDFormatError(
+            c.filename,
+            f"{path}/value",
+            "'value' of a time-dependent element must have a time axis, but it is a scalar",
+        )
+    _check_declared(c, value, f"{path}/value")
+    sampling = _sampling(c, obj, int(value.shape[0]), path)
+    unit = _unit_attr(c, value, f"{path}/value")
+    return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
+                         link_path=f"{path}/value")
+
+
+def _trim_live(elements: list[ElementInfo]) -> dict[str, ElementInfo]:
+    """Cut elements that share one ``step`` dataset to the frames they all hold (SWMR)."""
+    shortest: dict[tuple, int] = {}
+    for el in elements:
+        if el.time_dependent and el.sampling is not None and el.sampling.kind == "explicit":
+            k = el.sampling.key
+            shortest[k] = min(shortest.get(k, el.shape[0]), el.shape[0])
+    out = {}
+    for el in elements:
+        s = el.sampling
+        if s is not None and s.kind == "explicit" and el.shape[0] > shortest[s.key]:
+            n = shortest[s.key]
+            s = replace(s, step=s.step[:n], time=None if s.time is None else s.time[:n])
+            el = replace(el, shape=(n, *el.shape[1:]), sampling=s)
+        out[el.path] = el
+    return out
+
+
+#: Particle elements that hold one number per particle (a vector for the others).
+_SCALAR_ELEMENTS = ("species", "id", "mass", "charge")
+
+
+def _as_time_series(c: _Ctx, el: ElementInfo) -> ElementInfo:
+    """A plain dataset holding one axis more than its per-particle form: a time series."""
+    if el.time_dependent or el.name not in KNOWN_PARTICLE_ELEMENTS or el.data is not None:
+        return el
+    per_particle = 1 if el.name in _SCALAR_ELEMENTS else 2
+    if len(el.shape) != per_particle + 1 or el.dtype.kind not in "biuf":
+        return el
+    c.note(el.path, f"a plain dataset of shape {el.shape} where H5MD expects a time-dependent "
+           "element (a group with 'value' and 'step')", f"read as a time series, {_NUMBERED}")
+    n = el.shape[0]
+    sampling = Sampling("implicit", np.arange(n, dtype=np.int64), None, None,
+                        ("implicit", el.path))
+    return replace(el, time_dependent=True, sampling=sampling)
+
+
+def _box_value(c: _Ctx, grp: h5py.Group, key: str, path: str) -> Any:
+    """A box property stored as an attribute or (ZnH5MD) as a small dataset."""
+    value = _attr(grp, key)
+    if value is None and _has(grp, key):
+        obj = _get(c, grp, key, path)
+        if isinstance(obj, h5py.Dataset) and (obj.size or 0) <= 16:
+            value = _decode(_read_small(c, obj, f"{path}/{key}"))
+    if isinstance(value, list) and len(value) == 1 and key != "boundary":
+        value = value[0]
+    return value
+
+
+def _edges_from_attr(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
+    """Box edges stored as an attribute of the box group instead of a dataset."""
+    raw = grp.attrs.get("edges") if "edges" in grp.attrs else None
+    arr = np.asarray(raw) if raw is not None else None
+    if arr is None or arr.dtype.kind not in "iuf" or arr.ndim not in (1, 2) or arr.size > 9:
+        return None
+    c.note(f"{path}/edges", "box edges stored as an attribute of the box group, not as a "
+           "dataset or element", "read as fixed (time-independent) edges")
+    return ElementInfo(
+        name="box_edges", path=f"{path}/edges", value_path=f"{path}/edges",
+        shape=tuple(int(x) for x in arr.shape), dtype=arr.dtype, chunks=None,
+        compression=None, compression_opts=None, filters=(), unit=_unit_attr(c, grp, path),
+        time_dependent=False, sampling=None, fillvalue=None, storage_size=0, data=arr,
+    )
+
+
+def _box_edges(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
+    if not _has(grp, "edges"):
+        return _edges_from_attr(c, grp, path)
+    try:
+        return _element(c, "box_edges", _get(c, grp, "edges", path), f"{path}/edges")
+    except H5MDFormatError as err:
+        c.left_out(err, f"{path}/edges")
+        return None
+
+
+def _edges_dimension(edges: ElementInfo | None) -> int | None:
+    if edges is None:
+        return None
+    tail = edges.shape[1:] if edges.time_dependent else edges.shape
+    return int(tail[-1]) if tail and 1 <= tail[-1] <= 3 else None
+
+
+def _valid_dimension(value: Any) -> int | None:
+    try:
+        if isinstance(value, (list, dict, complex, str)) or float(value) != int(value):
+            return None
+        dim = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return dim if 1 <= dim <= 3 else None
+
+
+def _box_dimension(c: _Ctx, grp: h5py.Group, path: str, edges: ElementInfo | None) -> int:
+    raw = _box_value(c, grp, "dimension", path)
+    if raw is None and "dimensions" in grp.attrs:
+        raw = _box_value(c, grp, "dimensions", path)
+        if _valid_dimension(raw) is not None:
+            c.note(path, "box has a 'dimensions' attribute instead of 'dimension'",
+                   f"dimension {_valid_dimension(raw)} read from 'dimensions'")
+            return int(raw)
+    dim = _valid_dimension(raw)
+    if dim is not None:
+        return dim
+    problem = ("box has no 'dimension' attribute" if raw is None else
+               f"box 'dimension' must be an integer 1-3, not {raw!r}")
+    from_edges = _edges_dimension(edges)
+    if from_edges is not None:
+        c.note(path, problem, f"no box dimension: taken from edges shape ({from_edges})")
+        return from_edges
+    c.note(path, problem, "dimension 3 assumed")
+    return 3
+
+
+def _box_boundary(c: _Ctx, grp: h5py.Group, path: str, dimension: int,
+                  edges: ElementInfo | None) -> tuple[str, ...]:
+    boundary = _box_value(c, grp, "boundary", path)
+    if boundary is None:
+        return ("none",) * dimension
+    if isinstance(boundary, str):
+        boundary = [boundary] * dimension
+    if (isinstance(boundary, list) and len(boundary) == dimension
+            and all(isinstance(b, str) for b in boundary)):
+        return tuple(boundary)
+    guess = "periodic" if edges is not None else "none"
+    c.note(path, f"box 'boundary' must hold {dimension} strings ('periodic' or 'none'), "
+           f"not {boundary!r}", f"boundary {guess!r} assumed")
+    return (guess,) * dimension
+
+
+def _box(c: _Ctx, grp: h5py.Group, path: str) -> BoxInfo:
+    edges = _box_edges(c, grp, path)
+    dimension = _box_dimension(c, grp, path, edges)
+    boundary = _box_boundary(c, grp, path, dimension, edges)
+    if edges is not None:
+        tail = edges.shape[1:] if edges.time_dependent else edges.shape
+        if tail not in ((dimension,), (dimension, dimension)):
+            c.note(f"{path}/edges", f"box edges have shape {edges.shape}; expected "
+                   f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
+                   f"{dimension}-dimensional box", "left out")
+            edges = None
+    return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges)
+
+
+def _n_particles(el: ElementInfo) -> int | None:
+    tail = el.shape[1:] if el.time_dependent else el.shape
+    return int(tail[0]) if tail else None
+
+
+def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
+    """Leave out elements whose number of particles differs from the group's."""
+    counts = [n for el in elements.values() if (n := _n_particles(el)) is not None]
+    if not counts:
+        return
+    position = elements.get("position")
+    n_atoms = _n_particles(position) if position is not None else None
+    if n_atoms is None:
+        n_atoms = max(set(counts), key=counts.count)
+    for key, el in list(elements.items()):
+        n = _n_particles(el)
+        if n is not None and n != n_atoms:
+            c.note(el.path, f"has {n} particles but other elements of {path} have {n_atoms}",
+                   "left out")
+            del elements[key]
+
+
+def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
+    path = grp.name or f"/particles/{name}"
+    elements: dict[str, ElementInfo] = {}
+    box = None
+    for child in grp:
+        try:
+            obj = _get(c, grp, child, path)
+            if child == "box":
+                if isinstance(obj, h5py.Group):
+                    box = _box(c, obj, f"{path}/box")
+                else:
+                    c.note(f"{path}/box", "the box must be a group", "left out")
+                continue
+            elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
+        except H5MDFormatError as err:
+            c.left_out(err, f"{path}/{child}")
+    _same_particles(c, elements, path)
+    if c.live:
+        every = list(elements.values())
+        if box is not None and box.edges is not None:
+            every.append(box.edges)
+        trimmed = _trim_live(every)
+        elements = {k: trimmed[el.path] for k, el in elements.items()}
+        if box is not None and box.edges is not None:
+            box = replace(box, edges=trimmed[box.edges.path])
+    return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box)
+
+
+def _observables(
+    c: _Ctx,
+    grp: h5py.Group,
+    prefix: str,
+    out: dict[str, ElementInfo],
+    groups: list[str],
+    seen: set[int],
+) -> None:
+    seen.add(_addr(grp))
+    for child in grp:
+        key = f"{prefix}{child}"
+        path = f"/observables/{key}"
+        try:
+            obj = _get(c, grp, child, grp.name)
+            if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
+                _has(obj, "step") or _has(obj, "time")
+            ):
+                raise H5MDFormatError(
+                    c.filename, path, "element has 'step'/'time' but no 'value' dataset"
+                )
+            if isinstance(obj, h5py.Group) and not _has(obj, "value"):
+                if _addr(obj) in seen:
+                    raise H5MDFormatError(
+                        c.filename, path, "links back to a group that contains it (a cycle)"
+                    )
+                groups.append(key)
+                _observables(c, obj, f"{key}/", out, groups, seen)
+            else:
+                out[key] = _element(c, child, obj, path)
+        except H5MDFormatError as err:
+            c.left_out(err, path)
+
+
+def _parameters(c: _Ctx) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if not _has(c.f, "parameters"):
+        return params
+    grp = _get(c, c.f, "parameters", "/")
+    if not isinstance(grp, h5py.Group):
+        return params
+    found: list[tuple[str, h5py.Dataset]] = []
+
+    def visit(name: str, obj: h5py.HLObject) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.append((name, obj))
+
+    # visititems (H5Ovisit) visits every object once and does not follow soft or
+    # external links, so cycles and links to other files are not walked
+    grp.visititems(visit)
+    for name, obj in found:
+        try:
+            _check_dataset(c, obj, obj.name)
+            _check_declared(c, obj, obj.name)
+        except H5MDFormatError as err:
+            c.left_out(err, obj.name)
+            continue
+        params[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": obj.name}
+    return params
+
+
+def scan(
+    source: str | os.PathLike[str] | h5py.File, *, allow_external: bool = False
+) -> FileInfo:
+    """Describe an H5MD file without reading element data.
+
+    Parameters
+    ----------
+    source : str, path-like or h5py.File
+        The file, or an open :class:`h5py.File`. A file opened with ``swmr=True`` is
+        treated as live: elements are cut to the frames written so far.
+    allow_external : bool, default False
+        Follow external links and accept datasets whose data live in other files
+        (external raw storage, virtual datasets). Refused by default.
+
+    Returns
+    -------
+    FileInfo
+        With ``problems``: every departure from H5MD found, what was assumed to read
+        the file anyway, and the parts left out because they cannot be read.
+
+    Raises
+    ------
+    H5MDFormatError
+        If the file is not H5MD at all (no ``/h5md``, ``/particles`` or
+        ``/observables``), is of an unsupported major version, or refers to other
+        files and ``allow_external`` is False.
+    """
+    if isinstance(source, h5py.File):
+        return _scan_safely(source, allow_external)
+    with open_h5md(source) as f:
+        return _scan_safely(f, allow_external)
+
+
+def _scan_safely(f: h5py.File, allow_external: bool) -> FileInfo:
+    try:
+        live = bool(f.swmr_mode)
+    except (AttributeError, ValueError, OSError):
+        live = False
+    c = _Ctx(f, allow_external=allow_external, live=live)
+    try:
+        return _scan(c)
+    except H5MDError:
+        raise
+    except RecursionError:
+        raise H5MDFormatError(
+            c.filename, None, "the group structure is too deeply nested"
+        ) from None
+    except (KeyError, RuntimeError, TypeError, OSError, ValueError, AttributeError,
+            IndexError, OverflowError) as err:
+        # h5py/HDF5 failures on a structure no check above anticipated
+        raise H5MDFormatError(
+            c.filename, None, f"unreadable H5MD structure ({type(err).__name__}: {err})"
+        ) from None
+
+
+def _h5md_group(c: _Ctx) -> h5py.Group | None:
+    """The ``/h5md`` group; None (noted) where a file without it still holds H5MD data."""
+    h5md = None
+    if _has(c.f, "h5md"):
+        try:
+            h5md = _get(c, c.f, "h5md", "/")
+        except H5MDFormatError as err:
+            if _refused(err):
+                raise
+            h5md = None
+    if isinstance(h5md, h5py.Group):
+        return h5md
+    if not (_has(c.f, "particles") or _has(c.f, "observables")):
+        raise H5MDFormatError(
+            c.filename,
+            "/h5md",
+            "an HDF5 file but not an H5MD file: there is no /h5md group "
+            "(open generic HDF5/netCDF files with engine='h5netcdf')",
+        )
+    c.note("/h5md", "there is no /h5md group (an old or hand-made file)", "read as H5MD 1.1")
+    return None
+
+
+def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
+    if h5md is None:
+        return 1, 1
+    raw = _attr(h5md, "version")
+    if raw is None:
+        c.note("/h5md", "the /h5md group has no 'version' attribute", "read as H5MD 1.1")
+        return 1, 1
+    try:
+        major, minor = (int(v) for v in list(np.ravel(raw))[:2])
+    except (TypeError, ValueError, OverflowError):
+        c.note("/h5md", f"cannot understand H5MD version {raw!r}", "read as H5MD 1.1")
+        return 1, 1
+    if (major, minor) in SUPPORTED_VERSIONS:
+        return major, minor
+    supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_VERSIONS)
+    if major > 1:
+        raise H5MDFormatError(
+            c.filename,
+            "/h5md",
+            f"H5MD version {major}.{minor} is not supported (h5mdx reads {supported})",
+        )
+    nearest = (1, 0) if major < 1 else (1, 1)
+    c.note("/h5md", f"H5MD version {major}.{minor} is not one h5mdx knows ({supported})",
+           f"read as H5MD {nearest[0]}.{nearest[1]}")
+    return nearest
+
+
+def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
+          keys: tuple[str, ...]) -> dict[str, str]:
+    """``/h5md/author`` or ``/h5md/creator``; pre-1.0 files keep them as attributes."""
+    if h5md is None:
+        return {}
+    if _has(h5md, name):
+        try:
+            grp = _get(c, h5md, name, "/h5md")
+        except H5MDFormatError:
+            return {}  # author/creator are informative only
+        if isinstance(grp, h5py.Group):
+            return {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
+        return {}
+    # pre-1.0 pyh5md: attributes "author", "author_email", "creator", "creator_version"
+    found = {k: _attr(h5md, name if k == "name" else f"{name}_{k}") for k in keys}
+    found = {k: str(v) for k, v in found.items() if v is not None}
+    if found:
+        c.note(f"/h5md/{name}", f"{name} stored as attributes of /h5md (pre-1.0 layout), "
+               f"not as a /h5md/{name} group", "read from the attributes")
+    return found
+
+
+def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
+    particles: dict[str, ParticlesGroupInfo] = {}
+    if not _has(c.f, "particles"):
+        return particles
+    try:
+        pgrp = _get(c, c.f, "particles", "/")
+    except H5MDFormatError as err:
+        c.left_out(err, "/particles")
+        return particles
+    if not isinstance(pgrp, h5py.Group):
+        c.note("/particles", "/particles must be a group", "left out")
+        return particles
+    for name in pgrp:
+        try:
+            obj = _get(c, pgrp, name, "/particles")
+            if not isinstance(obj, h5py.Group):
+                raise H5MDFormatError(
+                    c.filename, f"/particles/{name}", "a particles group must be a group"
+                )
+            particles[name] = _particles_group(c, name, obj)
+        except H5MDFormatError as err:
+            c.left_out(err, f"/particles/{name}")
+    return particles
+
+
+def _scan(c: _Ctx) -> FileInfo:
+    h5md = _h5md_group(c)
+    version = _version(c, h5md)
+    author = _meta(c, h5md, "author", ("name", "email"))
+    creator = _meta(c, h5md, "creator", ("name", "version"))
+    particles = _particles(c)
+    observables: dict[str, ElementInfo] = {}
+    obs_groups: list[str] = []
+    if _has(c.f, "observables"):
+        try:
+            ogrp = _get(c, c.f, "observables", "/")
+        except H5MDFormatError as err:
+            c.left_out(err, "/observables")
+            ogrp = None
+        if isinstance(ogrp, h5py.Group):
+            _observables(c, ogrp, "", observables, obs_groups, set())
+    try:
+        size = os.path.getsize(c.filename)
+    except OSError:
+        size = 0
+    parameters = _parameters(c)
+    return FileInfo(
+        filename=c.filename,
+        version=version,
+        author=author,
+        creator=creator,
+        particles=particles,
+        observables=observables,
+        observable_groups=tuple(obs_groups),
+        parameters=parameters,
+        file_size=size,
+        problems=tuple(c.problems),
+    )

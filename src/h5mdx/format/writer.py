@@ -1,0 +1,552 @@
+"""Write H5MD 1.1 files frame block by frame block (h5py and numpy only).
+
+:class:`H5MDWriter` streams frames into ``/particles/<group>``: time-dependent
+elements (``position``, ``velocity``, ``force``, box ``edges``, any other
+per-frame array) that share one ``step`` and one ``time`` dataset through hard
+links, as MDAnalysis' H5MDWriter does, plus time-independent elements
+(``species``, ``mass``, ``charge``). It buffers at most one output chunk of
+frames per element, so memory stays bounded whatever the trajectory length.
+
+:class:`Layout` describes how the ``value`` datasets are stored on disk:
+chunks of whole frames (``frames_per_chunk`` or a target ``chunk_mib``), or
+contiguous, and a compression filter (``none``, ``gzip[:level]``, ``lzf``, and
+``blosc[:codec[:level]]`` / ``zstd[:level]`` where :mod:`hdf5plugin` is
+installed).
+
+Layout of the file written::
+
+    /h5md                    version=[1, 1]; author(name); creator(name="h5mdx", version)
+    /particles/<group>
+        box                  dimension=3, boundary=[periodic|none]*3
+            edges/value      (n_frames, 3, 3) matrix from the triclinic box, or (n_frames, 3)
+            edges/step, edges/time
+        position/value       (n_frames, n_atoms, 3), unit "Angstrom"
+        position/step, time  hard links to the first element's step and time
+        velocity, force      likewise ("Angstrom ps-1", "kJ mol-1 Angstrom-1")
+        species, mass, charge  (n_atoms,) time-independent datasets
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5mdx.errors import MissingDependencyError
+
+__all__ = [
+    "DEFAULT_CHUNK_MIB",
+    "ELEMENT_UNITS",
+    "ElementSpec",
+    "H5MDWriter",
+    "Layout",
+    "compression_kwargs",
+    "dataset_checksums",
+]
+
+#: Default target size of one chunk (whole frames), in MiB.
+DEFAULT_CHUNK_MIB = 4.0
+
+#: Smallest chunk, in bytes, for elements with tiny frames (box edges, observables).
+SMALL_CHUNK_BYTES = 64 * 1024
+
+#: H5MD units of the data MDAnalysis delivers (its base units).
+ELEMENT_UNITS = {
+    "position": "Angstrom",
+    "velocity": "Angstrom ps-1",
+    "force": "kJ mol-1 Angstrom-1",
+    "box_edges": "Angstrom",
+    "mass": "u",
+    "charge": "e",
+}
+
+#: Frames of ``step``/``time`` per chunk when they are resizable.
+_SAMPLING_CHUNK = 8192
+
+
+def _version() -> str:
+    from h5mdx._version import __version__
+
+    return __version__
+
+
+def compression_kwargs(spec: str | None) -> dict[str, Any]:
+    """Keyword arguments of :meth:`h5py.Group.create_dataset` for a compression spec.
+
+    Parameters
+    ----------
+    spec : str or None
+        ``None``/``"none"``; ``"gzip"`` or ``"gzip:LEVEL"`` (0-9, default 4);
+        ``"lzf"``; ``"blosc"``/``"blosc:CODEC"``/``"blosc:CODEC:LEVEL"`` (codec
+        lz4, lz4hc, zstd, zlib, blosclz; default lz4 level 5, byte shuffle) and
+        ``"zstd"``/``"zstd:LEVEL"`` (default 3), the last two through :mod:`hdf5plugin`.
+
+    Returns
+    -------
+    dict
+        Possibly empty.
+
+    Raises
+    ------
+    ValueError
+        For an unknown filter or a bad level.
+    MissingDependencyError
+        For ``blosc``/``zstd`` without :mod:`hdf5plugin`.
+    """
+    if spec is None:
+        return {}
+    parts = str(spec).strip().lower().split(":")
+    name, args = parts[0], parts[1:]
+    if name in ("none", ""):
+        return {}
+    if name == "gzip":
+        level = int(args[0]) if args else 4
+        if not 0 <= level <= 9 or len(args) > 1:
+            raise ValueError(f"gzip level must be 0-9, as in 'gzip:1'; got {spec!r}")
+        return {"compression": "gzip", "compression_opts": level}
+    if name == "lzf":
+        if args:
+            raise ValueError(f"lzf takes no level; got {spec!r}")
+        return {"compression": "lzf"}
+    if name in ("blosc", "zstd"):
+        try:
+            import hdf5plugin
+        except ImportError as err:
+            raise MissingDependencyError(
+                f"compression {spec!r} needs the hdf5plugin package: pip install hdf5plugin "
+                "(or use gzip:1 / lzf, which h5py always has)"
+            ) from err
+        if name == "zstd":
+            level = int(args[0]) if args else 3
+            return dict(hdf5plugin.Zstd(clevel=level))
+        cname = args[0] if args else "lz4"
+        level = int(args[1]) if len(args) > 1 else 5
+        if cname not in ("lz4", "lz4hc", "zstd", "zlib", "blosclz"):
+            raise ValueError(f"unknown blosc codec {cname!r} in {spec!r}")
+        return dict(hdf5plugin.Blosc(cname=cname, clevel=level, shuffle=hdf5plugin.Blosc.SHUFFLE))
+    raise ValueError(
+        f"unknown compression {spec!r}; use none, gzip[:LEVEL], lzf, blosc[:CODEC[:LEVEL]] "
+        "or zstd[:LEVEL]"
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the ``value`` datasets of time-dependent elements are stored.
+
+    At most one of ``frames_per_chunk``, ``chunk_mib`` and ``contiguous`` may be
+    given; with none, chunks of whole frames of about :data:`DEFAULT_CHUNK_MIB` MiB.
+
+    Parameters
+    ----------
+    frames_per_chunk : int, optional
+        Frames per chunk (every other axis whole).
+    chunk_mib : float, optional
+        Target chunk size in MiB; frames per chunk follow from the frame size.
+    contiguous : bool, default False
+        No chunks (needs the number of frames in advance; no compression).
+    compression : str, optional
+        See :func:`compression_kwargs`. ``None`` means no compression for writers
+        and "keep the source's" for :func:`h5mdx.layout.rechunk.rechunk`.
+    """
+
+    frames_per_chunk: int | None = None
+    chunk_mib: float | None = None
+    contiguous: bool = False
+    compression: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [
+            n for n, v in (("frames_per_chunk", self.frames_per_chunk),
+                           ("chunk_mib", self.chunk_mib),
+                           ("contiguous", self.contiguous or None)) if v is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"choose one of frames_per_chunk, chunk_mib and contiguous, not {given} "
+                "(--frames-per-chunk, --chunk-mib, --contiguous)"
+            )
+        if self.frames_per_chunk is not None and self.frames_per_chunk < 1:
+            raise ValueError(f"frames_per_chunk must be >= 1, not {self.frames_per_chunk}")
+        if self.chunk_mib is not None and not self.chunk_mib > 0:
+            raise ValueError(f"chunk_mib must be > 0, not {self.chunk_mib}")
+        if self.contiguous and compression_kwargs(self.compression):
+            raise ValueError(
+                f"compression {self.compression!r} needs chunked storage: drop --contiguous "
+                "or use --compression none"
+            )
+        compression_kwargs(self.compression)  # validate early
+
+    def frames(self, frame_bytes: int, n_frames: int | None, *, small: bool = False) -> int:
+        """Frames per chunk (or per write buffer when contiguous) for a frame size.
+
+        Parameters
+        ----------
+        frame_bytes : int
+            Bytes of one frame of the element.
+        n_frames : int or None
+            Number of frames, if known (chunks never exceed it).
+        small : bool, default False
+            An element with tiny frames (box, observables): chunks of at least
+            ``SMALL_CHUNK_BYTES``.
+        """
+        frame_bytes = max(1, int(frame_bytes))
+        if self.frames_per_chunk is not None and not small:
+            frames = int(self.frames_per_chunk)
+        else:
+            mib = self.chunk_mib if self.chunk_mib is not None else DEFAULT_CHUNK_MIB
+            frames = max(1, int(mib * 2**20 // frame_bytes))
+            if self.frames_per_chunk is not None:
+                frames = max(int(self.frames_per_chunk),
+                             math.ceil(SMALL_CHUNK_BYTES / frame_bytes))
+        if n_frames is not None and n_frames > 0:
+            frames = min(frames, int(n_frames))
+        return max(1, frames)
+
+    def describe(self) -> str:
+        """A short text such as ``"chunks of 100 frames, gzip:1"``."""
+        if self.contiguous:
+            what = "contiguous"
+        elif self.frames_per_chunk is not None:
+            what = f"chunks of {self.frames_per_chunk} frames"
+        else:
+            what = f"chunks of about {self.chunk_mib or DEFAULT_CHUNK_MIB:g} MiB of whole frames"
+        return f"{what}, compression {self.compression or 'none'}"
+
+
+@dataclass
+class ElementSpec:
+    """A time-dependent element to write.
+
+    Parameters
+    ----------
+    name : str
+        Element name (``"position"``, ...); ``"box_edges"`` writes ``box/edges``.
+    frame_shape : tuple of int
+        Shape of one frame.
+    dtype : numpy dtype
+        Stored dtype.
+    unit : str, optional
+        H5MD ``unit`` attribute of ``value``.
+    """
+
+    name: str
+    frame_shape: tuple[int, ...]
+    dtype: Any = np.float32
+    unit: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def frame_bytes(self) -> int:
+        return int(np.prod(self.frame_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+class H5MDWriter:
+    """Stream frames into a new H5MD 1.1 file.
+
+    Parameters
+    ----------
+    target : str, path-like or h5py.File
+        Output path (created, truncated) or an open writable file.
+    elements : iterable of ElementSpec
+        Time-dependent particle elements; a spec named ``"box_edges"`` stores the
+        box edges (frame shape ``(3, 3)`` or ``(3,)``).
+    n_frames : int, optional
+        Number of frames, when known (needed for ``Layout(contiguous=True)``).
+    layout : Layout, optional
+        Storage of the ``value`` datasets.
+    group : str, default "trajectory"
+        Name of the particles group.
+    boundary : sequence of str, optional
+        Box boundary per dimension; default ``periodic`` with box edges, else ``none``.
+    static : mapping, optional
+        ``name -> (array, unit, attrs)`` time-independent elements (``species``, ...).
+    time_unit : str, default "ps"
+        Unit of ``time``.
+    author : str, optional
+        ``/h5md/author`` name (default: the user name).
+    checksum : bool, default False
+        Keep a BLAKE2 digest of everything written (see :attr:`checksums`).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.h5md")
+    >>> with H5MDWriter(path, [ElementSpec("position", (2, 3), unit="Angstrom")]) as w:
+    ...     w.append(0, 0.0, position=np.zeros((2, 3)))
+    >>> w.n_written
+    1
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | h5py.File,
+        elements: Iterable[ElementSpec],
+        *,
+        n_frames: int | None = None,
+        layout: Layout | None = None,
+        group: str = "trajectory",
+        boundary: Iterable[str] | None = None,
+        static: Mapping[str, tuple[Any, str | None, Mapping[str, Any]]] | None = None,
+        time_unit: str | None = "ps",
+        author: str | None = None,
+        checksum: bool = False,
+    ) -> None:
+        self.layout = layout or Layout()
+        self.n_frames = None if n_frames is None else int(n_frames)
+        if self.layout.contiguous and self.n_frames is None:
+            raise ValueError(
+                "contiguous storage needs the number of frames in advance; use chunks "
+                "(--frames-per-chunk/--chunk-mib) when it is unknown"
+            )
+        self.specs = {e.name: e for e in elements}
+        if not self.specs:
+            raise ValueError("nothing to write: give at least one time-dependent element")
+        self._own = not isinstance(target, h5py.File)
+        self.file = h5py.File(os.fspath(target), "w") if self._own else target
+        self.filename = self.file.filename
+        self.group = group
+        self.n_written = 0
+        self._checksum = checksum
+        self._hash: dict[str, Any] = {}
+        try:
+            self._create(boundary, static or {}, time_unit, author)
+        except BaseException:
+            if self._own:
+                self.file.close()
+            raise
+
+    # ------------------------------------------------------------------ creation
+    def _create(self, boundary: Iterable[str] | None, static: Mapping[str, Any],
+                time_unit: str | None, author: str | None) -> None:
+        f = self.file
+        h5md = f.require_group("h5md")
+        h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        a = h5md.require_group("author")
+        a.attrs["name"] = author or os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+        c = h5md.require_group("creator")
+        c.attrs["name"] = "h5mdx"
+        c.attrs["version"] = _version()
+        part = f.require_group("particles").require_group(self.group)
+        self.particles = part
+        box = part.require_group("box")
+        box.attrs["dimension"] = np.int32(3)
+        has_box = "box_edges" in self.specs
+        if boundary is None:
+            boundary = ["periodic" if has_box else "none"] * 3
+        box.attrs["boundary"] = [str(b) for b in boundary]
+
+        # the flush unit: chunk frames of the largest element
+        big = max(self.specs.values(), key=lambda e: e.frame_bytes)
+        self.block = self.layout.frames(big.frame_bytes, self.n_frames)
+        self._dsets: dict[str, h5py.Dataset] = {}
+        self._buf: dict[str, np.ndarray] = {}
+        order = sorted(self.specs, key=lambda n: n != "box_edges")  # box first, like MDAnalysis
+        step = time = None
+        known = self.n_frames is not None
+        for name in order:
+            spec = self.specs[name]
+            grp = box.require_group("edges") if name == "box_edges" else part.require_group(name)
+            small = spec.frame_bytes < big.frame_bytes
+            kwargs: dict[str, Any] = {}
+            if self.layout.contiguous:
+                shape = (self.n_frames, *spec.frame_shape)
+                maxshape = None
+            else:
+                frames = self.layout.frames(spec.frame_bytes, self.n_frames, small=small)
+                frames = self.block * max(1, math.ceil(frames / self.block))
+                if known:
+                    frames = min(frames, max(1, self.n_frames))
+                kwargs["chunks"] = (frames, *spec.frame_shape)
+                kwargs.update(compression_kwargs(self.layout.compression))
+                shape = (0, *spec.frame_shape)
+                maxshape = (None, *spec.frame_shape)
+            dset = grp.create_dataset("value", shape=shape, maxshape=maxshape,
+                                      dtype=np.dtype(spec.dtype), **kwargs)
+            if spec.unit is not None:
+                dset.attrs["unit"] = spec.unit
+            for k, v in spec.attrs.items():
+                dset.attrs[k] = v
+            if step is None:
+                if self.layout.contiguous:
+                    step = grp.create_dataset("step", shape=(self.n_frames,), dtype=np.int64)
+                    time = grp.create_dataset("time", shape=(self.n_frames,), dtype=np.float64)
+                else:
+                    sk = {"shape": (0,), "maxshape": (None,), "chunks": (_SAMPLING_CHUNK,)}
+                    step = grp.create_dataset("step", dtype=np.int64, **sk)
+                    time = grp.create_dataset("time", dtype=np.float64, **sk)
+                if time_unit is not None:
+                    time.attrs["unit"] = time_unit
+            else:
+                grp["step"] = step
+                grp["time"] = time
+            self._dsets[name] = dset
+            self._buf[name] = np.empty((self.block, *spec.frame_shape), dtype=np.dtype(spec.dtype))
+        self._step, self._time = step, time
+        self._buf_step = np.empty(self.block, dtype=np.int64)
+        self._buf_time = np.empty(self.block, dtype=np.float64)
+        self._fill = 0
+        for name, (data, unit, attrs) in static.items():
+            arr = np.asarray(data)
+            dset = part.create_dataset(name, data=arr)
+            if unit is not None:
+                dset.attrs["unit"] = unit
+            for k, v in (attrs or {}).items():
+                dset.attrs[k] = v
+            self._digest(dset.name, arr)
+
+    # ------------------------------------------------------------------ writing
+    def _digest(self, path: str, arr: np.ndarray) -> None:
+        if self._checksum:
+            h = self._hash.setdefault(path, hashlib.blake2b(digest_size=16))
+            h.update(np.ascontiguousarray(arr).tobytes())
+
+    def append(self, step: int, time: float, **frames: Any) -> None:
+        """Add one frame: ``append(step, time, position=xyz, box_edges=m, ...)``.
+
+        Every element given at construction must be passed.
+        """
+        self._check_names(frames)
+        i = self._fill
+        self._buf_step[i] = step
+        self._buf_time[i] = time
+        for name, arr in frames.items():
+            self._buf[name][i] = arr
+        self._fill += 1
+        if self._fill == self.block:
+            self._flush()
+
+    def extend(self, step: Any, time: Any, **blocks: Any) -> None:
+        """Add a block of frames (leading axis = frames) for every element."""
+        self._check_names(blocks)
+        step = np.asarray(step, dtype=np.int64).reshape(-1)
+        time = np.asarray(time, dtype=np.float64).reshape(-1)
+        n = step.size
+        if time.size != n or any(np.shape(b)[0] != n for b in blocks.values()):
+            raise ValueError("step, time and every element block need the same number of frames")
+        pos = 0
+        while pos < n:
+            take = min(self.block - self._fill, n - pos)
+            i = self._fill
+            self._buf_step[i:i + take] = step[pos:pos + take]
+            self._buf_time[i:i + take] = time[pos:pos + take]
+            for name, b in blocks.items():
+                self._buf[name][i:i + take] = b[pos:pos + take]
+            self._fill += take
+            pos += take
+            if self._fill == self.block:
+                self._flush()
+
+    def _check_names(self, given: Mapping[str, Any]) -> None:
+        if set(given) != set(self.specs):
+            missing = sorted(set(self.specs) - set(given))
+            extra = sorted(set(given) - set(self.specs))
+            raise ValueError(f"elements missing: {missing}, unexpected: {extra}")
+
+    def _flush(self) -> None:
+        n = self._fill
+        if n == 0:
+            return
+        a, b = self.n_written, self.n_written + n
+        if self.n_frames is not None and b > self.n_frames and self.layout.contiguous:
+            raise ValueError(f"more frames than the {self.n_frames} announced")
+        if not self.layout.contiguous:
+            self._step.resize((b,))
+            self._time.resize((b,))
+        self._step[a:b] = self._buf_step[:n]
+        self._time[a:b] = self._buf_time[:n]
+        self._digest(self._step.name, self._buf_step[:n])
+        self._digest(self._time.name, self._buf_time[:n])
+        for name, dset in self._dsets.items():
+            if not self.layout.contiguous:
+                dset.resize(b, axis=0)
+            dset[a:b] = self._buf[name][:n]
+            self._digest(dset.name, self._buf[name][:n])
+        self.n_written = b
+        self._fill = 0
+
+    def close(self) -> None:
+        """Write the buffered frames and close the file (if this writer opened it)."""
+        if self.file is None:
+            return
+        try:
+            self._flush()
+            if (self.layout.contiguous and self.n_frames is not None
+                    and self.n_written != self.n_frames):
+                raise ValueError(
+                    f"{self.filename}: {self.n_written} frames written but {self.n_frames} "
+                    "announced for contiguous storage"
+                )
+        finally:
+            if self._own:
+                self.file.close()
+            self.file = None
+
+    @property
+    def checksums(self) -> dict[str, str]:
+        """HDF5 path -> hex digest of everything written (``checksum=True`` only)."""
+        return {k: h.hexdigest() for k, h in self._hash.items()}
+
+    def __enter__(self) -> H5MDWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and self.file is not None:
+            # do not write more after a failure; just release the file
+            self._fill = 0
+        self.close()
+
+
+def dataset_checksums(
+    source: str | os.PathLike[str] | h5py.File,
+    paths: Iterable[str],
+    *,
+    block_bytes: int = 64 * 2**20,
+    dtypes: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """BLAKE2 digest of the data of each dataset, read in blocks of frames.
+
+    The digest depends only on the values (C order) and the dtype, not on the
+    chunk layout or compression, so an input and its rechunked copy agree.
+
+    Parameters
+    ----------
+    source : str, path-like or h5py.File
+        The file.
+    paths : iterable of str
+        Dataset paths.
+    block_bytes : int, optional
+        Size of the blocks read at a time (bounds memory).
+    dtypes : mapping, optional
+        Path -> dtype to cast to before hashing.
+
+    Returns
+    -------
+    dict
+        Path -> hex digest.
+    """
+    if not isinstance(source, h5py.File):
+        with h5py.File(os.fspath(source), "r") as f:
+            return dataset_checksums(f, paths, block_bytes=block_bytes, dtypes=dtypes)
+    out = {}
+    for path in paths:
+        dset = source[path]
+        h = hashlib.blake2b(digest_size=16)
+        dtype = np.dtype((dtypes or {}).get(path, dset.dtype))
+        if dset.shape == ():
+            h.update(np.asarray(dset[()], dtype=dtype).tobytes())
+        elif dset.size:
+            row = max(1, int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize)
+            step = max(1, block_bytes // row)
+            if dset.chunks:
+                step = max(dset.chunks[0], (step // dset.chunks[0]) * dset.chunks[0])
+            for a in range(0, dset.shape[0], step):
+                h.update(np.ascontiguousarray(dset[a:a + step], dtype=dtype).tobytes())
+        out[path] = h.hexdigest()
+    return out

@@ -1,0 +1,214 @@
+"""Atomic output: write to a temporary name in the target directory, rename when done.
+
+An interrupted write (exception, Ctrl-C, SIGTERM, a full disk) removes the
+temporary file; a killed process (SIGKILL, power loss) can leave only a hidden
+``.NAME.HOST.PID.h5mdx-partial`` file, never a half-written file under the
+target name. Such leftovers of dead processes on this host are removed the next
+time the same target is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+__all__ = ["atomic_output", "check_target", "partial_files"]
+
+_SUFFIX = ".h5mdx-partial"
+
+
+def _host() -> str:
+    return socket.gethostname().split(".")[0].replace(".", "_") or "host"
+
+
+def partial_files(target: str | os.PathLike[str]) -> list[Path]:
+    """Leftover temporary outputs of ``target`` (from any process)."""
+    t = Path(target)
+    return sorted(t.parent.glob(f".{t.name}.*{_SUFFIX}"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _clean_stale(target: Path) -> None:
+    host = _host()
+    for p in partial_files(target):
+        parts = p.name[len(target.name) + 2: -len(_SUFFIX)].split(".")
+        # .NAME.HOST.PID.RANDOM.h5mdx-partial
+        if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not _alive(
+            int(parts[1])
+        ):
+            _remove(p)
+
+
+def check_target(
+    target: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+) -> Path:
+    """Refuse to write ``target`` over an existing file or over one of the inputs.
+
+    Parameters
+    ----------
+    target : str or path-like
+        The output path.
+    overwrite : bool, default False
+        Allow replacing an existing target.
+    inputs : iterable of path-like
+        Files read by the operation; the target may never be one of them.
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute target path.
+
+    Raises
+    ------
+    FileExistsError
+        If the target exists and ``overwrite`` is False.
+    ValueError
+        If the target is one of the inputs, or its directory does not exist.
+    """
+    t = Path(os.path.abspath(os.fspath(target)))
+    for i in inputs:
+        ip = Path(os.path.abspath(os.fspath(i)))
+        same = ip == t
+        with contextlib.suppress(OSError):
+            same = same or (t.exists() and os.path.samefile(ip, t))
+        if same:
+            raise ValueError(
+                f"the output {os.fspath(target)!r} is also an input; h5mdx never writes over "
+                "its input: choose another output name"
+            )
+    if not t.parent.is_dir():
+        raise ValueError(f"the output directory {str(t.parent)!r} does not exist")
+    if (t.exists() or t.is_symlink()) and not overwrite:
+        raise FileExistsError(
+            f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
+            "command line) to replace it"
+        )
+    return t
+
+
+def _fsync(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit while writing, so the cleanup runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def atomic_output(
+    target: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    directory: bool = False,
+) -> Iterator[str]:
+    """Yield a temporary path next to ``target``; rename it to ``target`` on success.
+
+    Parameters
+    ----------
+    target : str or path-like
+        The final output path (a file, or a directory for Zarr stores).
+    overwrite : bool, default False
+        Replace an existing target (only once the new output is complete).
+    inputs : iterable of path-like
+        Files read by the operation (the target may not be one of them).
+    directory : bool, default False
+        The output is a directory (the temporary path is not created: the writer
+        creates it).
+
+    Yields
+    ------
+    str
+        The temporary path to write to.
+
+    Raises
+    ------
+    FileExistsError
+        If ``target`` exists and ``overwrite`` is False.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> with atomic_output(os.path.join(d, "out.txt")) as tmp, open(tmp, "w") as f:
+    ...     _ = f.write("done")
+    >>> os.listdir(d)
+    ['out.txt']
+    """
+    t = check_target(target, overwrite=overwrite, inputs=inputs)
+    _clean_stale(t)
+    tmp = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
+    try:
+        with _sigterm_raises():
+            yield str(tmp)
+            if not tmp.exists():
+                raise FileNotFoundError(f"the writer produced no output at {tmp}")
+            if not directory:
+                _fsync(tmp)
+            if (t.exists() or t.is_symlink()) and not overwrite:  # appeared meanwhile
+                raise FileExistsError(
+                    f"{os.fspath(target)!r} appeared while writing; pass overwrite=True "
+                    "(--overwrite) to replace it"
+                )
+            if directory and t.is_dir() and not t.is_symlink():
+                old = t.parent / f".{t.name}.{_host()}.{os.getpid()}.old{_SUFFIX}"
+                os.replace(t, old)
+                os.replace(tmp, t)
+                _remove(old)
+            else:
+                if directory and t.exists():
+                    t.unlink()
+                os.replace(tmp, t)
+            _fsync(t.parent)
+    except BaseException:
+        _remove(tmp)
+        raise

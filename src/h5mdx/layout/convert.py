@@ -1,0 +1,343 @@
+"""Convert any trajectory MDAnalysis reads into H5MD (or Zarr), streaming.
+
+:func:`convert` reads frames with MDAnalysis (DCD, XTC, TRR, NetCDF, H5MD,
+multi-frame PDB/GRO, ...; several trajectory files are concatenated in order)
+and writes them through :class:`h5mdx.format.writer.H5MDWriter` (or
+:class:`h5mdx.layout.export.ZarrWriter` for an output ending in ``.zarr``). Memory holds
+one output chunk of frames. The output appears under its name only when it is
+complete (see :mod:`h5mdx.layout._atomic`).
+
+Units are MDAnalysis' base units: Å, ps, Å/ps, kJ/(mol·Å); the box is written
+as the (3, 3) matrix of box vectors, as MDAnalysis' H5MDWriter does.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from h5mdx._optional import import_optional
+from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
+from h5mdx.errors import H5MDReadError, TopologyError
+from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout, dataset_checksums
+from h5mdx.layout._atomic import atomic_output
+
+__all__ = ["ConvertStats", "convert", "is_zarr_path", "progress_bar"]
+
+
+@dataclass
+class ConvertStats:
+    """What :func:`convert` (or :func:`h5mdx.layout.rechunk.rechunk`) did."""
+
+    output: str
+    n_frames: int
+    n_atoms: int
+    elements: list[str]
+    seconds: float
+    bytes_written: int
+    layout: str
+    verified: bool = False
+    steps_renumbered: bool = False
+    missing: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def frames_per_second(self) -> float:
+        """Frames written per second."""
+        return self.n_frames / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        """One line for the command line."""
+        mib = self.bytes_written / 2**20
+        text = (f"wrote {self.output}: {self.n_frames} frames x {self.n_atoms} atoms "
+                f"({', '.join(self.elements)}), {mib:.1f} MiB, {self.layout}; "
+                f"{self.seconds:.2f} s, {self.frames_per_second:.0f} frames/s")
+        if self.verified:
+            text += "; verified"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        d = asdict(self)
+        d["frames_per_second"] = self.frames_per_second
+        return d
+
+
+def is_zarr_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a Zarr store (``*.zarr``, or an existing Zarr directory)."""
+    p = os.fspath(path).rstrip("/")
+    if p.endswith(".zarr"):
+        return True
+    return os.path.isdir(p) and any(
+        os.path.exists(os.path.join(p, m)) for m in ("zarr.json", ".zgroup", ".zattrs")
+    )
+
+
+def _size(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f))
+                   for d, _, files in os.walk(path) for f in files)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _universe(topology: Any, trajectories: Sequence[Any]) -> Any:
+    mda = import_optional("MDAnalysis", "reading trajectories to convert")
+    if hasattr(topology, "trajectory") and hasattr(topology, "atoms"):
+        if trajectories:
+            raise ValueError("pass trajectories either in the Universe or as files, not both")
+        return topology
+    trajs = [os.fspath(t) for t in trajectories]
+    for t in [topology, *trajs]:
+        if isinstance(t, (str, os.PathLike)) and not os.path.exists(t):
+            raise FileNotFoundError(f"No such file: {os.fspath(t)!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if not trajs:
+                return mda.Universe(os.fspath(topology))
+            return mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0])
+        except Exception as err:  # MDAnalysis raises many kinds of errors
+            raise TopologyError(
+                f"MDAnalysis cannot read {os.fspath(topology)!r} with {trajs}: {err}"
+            ) from err
+
+
+def _species(atoms: Any) -> tuple[np.ndarray, list[str]] | None:
+    for attr in ("types", "elements", "names"):
+        try:
+            labels = np.asarray(getattr(atoms, attr)).astype(str)
+        except (AttributeError, ValueError):
+            continue
+        uniq, first, codes = np.unique(labels, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # codes in order of first appearance
+        remap = np.empty_like(order)
+        remap[order] = np.arange(order.size)
+        return remap[codes].astype(np.int32), [str(u) for u in uniq[order]]
+    return None
+
+
+def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
+    out: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
+    sp = _species(atoms)
+    if sp is not None:
+        out["species"] = (sp[0], None, {"labels": sp[1]})
+    for name, attr in (("mass", "masses"), ("charge", "charges")):
+        try:
+            values = np.asarray(getattr(atoms, attr), dtype=np.float64)
+        except (AttributeError, ValueError):
+            continue
+        out[name] = (values, ELEMENT_UNITS[name], {})
+    return out
+
+
+class _Steps:
+    """Integer steps from ``ts.data['step']``, kept strictly increasing.
+
+    Concatenated files that restart at 0 (or files without steps) continue
+    from the last step by the last observed increment.
+    """
+
+    def __init__(self) -> None:
+        self.prev: int | None = None
+        self.delta = 1
+        self.offset = 0
+        self.renumbered = False
+
+    def __call__(self, ts: Any) -> int:
+        raw = ts.data.get("step")
+        value = int(raw) if raw is not None else int(ts.frame)
+        value += self.offset
+        if self.prev is not None:
+            if value <= self.prev:
+                self.offset += self.prev + self.delta - value
+                value = self.prev + self.delta
+                self.renumbered = True
+            else:
+                self.delta = value - self.prev
+        self.prev = value
+        return value
+
+
+def convert(
+    topology: Any,
+    trajectories: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    out: str | os.PathLike[str] = "",
+    *,
+    select: str | None = None,
+    start: int | None = None,
+    stop: int | None = None,
+    step: int | None = None,
+    frames_per_chunk: int | None = None,
+    chunk_mib: float | None = None,
+    contiguous: bool = False,
+    compression: str | None = None,
+    velocities: bool | None = None,
+    forces: bool | None = None,
+    group: str = "trajectory",
+    progress: bool = True,
+    overwrite: bool = False,
+    verify: bool = False,
+) -> ConvertStats:
+    """Convert a trajectory MDAnalysis reads into an H5MD 1.1 file or a Zarr store.
+
+    Parameters
+    ----------
+    topology : str, path-like or MDAnalysis.Universe
+        Any topology file MDAnalysis reads (PSF, PDB, GRO, TPR, PRMTOP, ...), or
+        a Universe (then ``trajectories`` must be empty).
+    trajectories : path or sequence of paths
+        Trajectory files, concatenated in order (empty: the topology's own frames,
+        e.g. a multi-frame PDB).
+    out : str or path-like
+        Output file; a name ending in ``.zarr`` writes a Zarr store.
+    select : str, optional
+        MDAnalysis selection of the atoms to write.
+    start, stop, step : int, optional
+        Frame slice.
+    frames_per_chunk, chunk_mib, contiguous, compression
+        The layout (see :class:`h5mdx.format.writer.Layout`); default chunks of whole
+        frames of about 4 MiB, no compression.
+    velocities, forces : bool, optional
+        Write velocities/forces: None writes them when the first frame has them,
+        True requires them, False skips them. Frames without them get NaN.
+    group : str, default "trajectory"
+        Name of the particles group.
+    progress : bool, default True
+        Show a progress bar.
+    overwrite : bool, default False
+        Replace an existing output.
+    verify : bool, default False
+        Re-read the output and compare per-element checksums with what was written.
+
+    Returns
+    -------
+    ConvertStats
+
+    Raises
+    ------
+    FileExistsError
+        If ``out`` exists and ``overwrite`` is False.
+    TopologyError
+        If MDAnalysis cannot read the input or the selection is empty.
+    ValueError
+        If velocities/forces are required but absent, or the layout is invalid.
+    """
+    if isinstance(trajectories, (str, os.PathLike)):
+        trajectories = [trajectories]
+    out = os.fspath(out)
+    if not out:
+        raise ValueError("give the output path (out=...)")
+    layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
+                    contiguous=contiguous, compression=compression)
+    zarr_out = is_zarr_path(out)
+    inputs = [os.fspath(t) for t in trajectories]
+    if isinstance(topology, (str, os.PathLike)):
+        inputs.append(os.fspath(topology))
+    # refuse early, before MDAnalysis spends time on the input
+    from h5mdx.layout._atomic import check_target
+
+    check_target(out, overwrite=overwrite, inputs=inputs)
+    u = _universe(topology, list(trajectories))
+    if select:
+        try:
+            atoms = u.select_atoms(select)
+        except Exception as err:  # MDAnalysis SelectionError and friends
+            raise TopologyError(f"cannot use the selection {select!r}: {err}") from err
+        if atoms.n_atoms == 0:
+            raise TopologyError(f"the selection {select!r} matches no atoms")
+    else:
+        atoms = u.atoms
+    indices = None if atoms.n_atoms == u.atoms.n_atoms and not select else atoms.indices
+    frames = u.trajectory[slice(start, stop, step)]
+    n_frames = len(frames)
+    if n_frames == 0:
+        raise ValueError(f"no frames to write (start={start}, stop={stop}, step={step})")
+    first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
+    ts0 = u.trajectory[first]
+
+    want = {}
+    for name, flag, has in (("velocity", velocities, ts0.has_velocities),
+                            ("force", forces, ts0.has_forces)):
+        if flag and not has:
+            option = {"velocity": "velocities", "force": "forces"}[name]
+            raise ValueError(
+                f"the trajectory has no {option} in its first frame; drop --{option} "
+                f"({option}=True)"
+            )
+        want[name] = bool(has) if flag is None else bool(flag)
+    n = atoms.n_atoms
+    specs = [ElementSpec("position", (n, 3), np.float32, ELEMENT_UNITS["position"])]
+    for name in ("velocity", "force"):
+        if want[name]:
+            specs.append(ElementSpec(name, (n, 3), np.float32, ELEMENT_UNITS[name]))
+    dims = ts0.dimensions
+    has_box = dims is not None and bool(np.all(np.asarray(dims[:3]) > 0))
+    if has_box:
+        specs.append(ElementSpec("box_edges", (3, 3), np.float32, ELEMENT_UNITS["box_edges"]))
+    static = _static(atoms)
+    steps = _Steps()
+    missing = {"velocity": 0, "force": 0, "box_edges": 0}
+    t0 = _time.perf_counter()
+    with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out) as tmp:
+        if zarr_out:
+            from h5mdx.layout.export import ZarrWriter
+
+            writer: Any = ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
+                                     static=static, checksum=verify)
+        else:
+            writer = H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
+                                static=static, checksum=verify)
+        nan = np.full((n, 3), np.nan, dtype=np.float32)
+        bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
+        with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
+            # MDAnalysis warns per frame (e.g. "no dt information"); report them once
+            warnings.simplefilter("always")
+            for ts in frames:
+                arrays: dict[str, Any] = {}
+                pos = ts.positions
+                arrays["position"] = pos if indices is None else pos[indices]
+                for name, attr in (("velocity", "velocities"), ("force", "forces")):
+                    if want[name]:
+                        if getattr(ts, f"has_{attr}"):
+                            v = getattr(ts, attr)
+                            arrays[name] = v if indices is None else v[indices]
+                        else:
+                            arrays[name] = nan
+                            missing[name] += 1
+                if has_box:
+                    d = ts.dimensions
+                    if d is None or not np.all(np.asarray(d[:3]) > 0):
+                        arrays["box_edges"] = np.zeros((3, 3), np.float32)
+                        missing["box_edges"] += 1
+                    else:
+                        arrays["box_edges"] = ts.triclinic_dimensions
+                writer.append(steps(ts), float(ts.time), **arrays)
+                advance(1)
+        verified = False
+        if verify:
+            expected = writer.checksums
+            if zarr_out:
+                from h5mdx.layout.export import zarr_checksums
+
+                got = zarr_checksums(tmp, expected)
+            else:
+                got = dataset_checksums(tmp, expected)
+            bad = [p for p in expected if expected[p] != got[p]]
+            if bad:
+                raise H5MDReadError(out, bad[0], "verification failed: the data read back "
+                                    "differs from the data written")
+            verified = True
+        seconds = _time.perf_counter() - t0
+        size = _size(tmp)
+    return ConvertStats(
+        output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs],
+        seconds=seconds, bytes_written=size, layout=layout.describe(), verified=verified,
+        steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
+        notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught)),
+    )

@@ -1,0 +1,465 @@
+"""xarray adapters of the layout tools: Dataset -> H5MD, frames -> Zarr.
+
+:func:`to_h5md` writes any Dataset of the h5mdx data model (for example after
+``isel`` or a ``select=``) to an H5MD file through :class:`h5mdx.format.writer.H5MDWriter`,
+block of output chunks by block, so a lazy (dask) Dataset never has to fit in
+memory. :class:`ZarrWriter` streams frames into a Zarr store with xarray's
+``to_zarr`` (append along ``time``) such that ``xr.open_zarr(store)`` gives
+the same variables, coordinates and units as ``xr.open_dataset(h5md,
+engine="h5md")`` for the equivalent H5MD file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from h5mdx._optional import import_optional
+from h5mdx.format.schema import (
+    ATOM_DIM,
+    BOX_VECTOR_DIM,
+    BOX_VECTOR_LABELS,
+    SPATIAL_DIM,
+    SPATIAL_LABELS,
+    STEP_COORD,
+    TIME_DIM,
+)
+from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout
+from h5mdx.layout._atomic import atomic_output
+
+__all__ = ["ZarrWriter", "dataset_to_zarr", "to_h5md", "zarr_checksums", "zarr_compressors"]
+
+
+@contextlib.contextmanager
+def _quiet_zarr() -> Iterator[None]:
+    """Silence zarr's notes about v3 string dtypes and consolidated metadata."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification.*")
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        yield
+
+
+def zarr_compressors(spec: str | None) -> list[Any] | None:
+    """Zarr (format 3) compressors for a compression spec of :class:`~h5mdx.format.writer.Layout`.
+
+    ``none`` gives no compressor, ``gzip[:L]``, ``zstd[:L]`` and
+    ``blosc[:CODEC[:L]]`` the Zarr codecs; ``lzf`` (HDF5 only) is refused.
+    """
+    codecs = import_optional("zarr.codecs", "writing Zarr stores")
+    if spec is None:
+        return None
+    parts = str(spec).lower().split(":")
+    name, args = parts[0], parts[1:]
+    if name in ("none", ""):
+        return None
+    if name == "gzip":
+        return [codecs.GzipCodec(level=int(args[0]) if args else 4)]
+    if name == "zstd":
+        return [codecs.ZstdCodec(level=int(args[0]) if args else 3)]
+    if name == "blosc":
+        cname = args[0] if args else "lz4"
+        return [codecs.BloscCodec(cname=cname, clevel=int(args[1]) if len(args) > 1 else 5,
+                                  shuffle="shuffle")]
+    raise ValueError(
+        f"compression {spec!r} is not available for Zarr; use none, gzip[:L], zstd[:L] "
+        "or blosc[:CODEC[:L]]"
+    )
+
+
+# ----------------------------------------------------------------------------- Zarr
+
+
+def _dims(spec: ElementSpec) -> tuple[str, ...]:
+    if spec.name == "box_edges":
+        return (TIME_DIM, BOX_VECTOR_DIM, SPATIAL_DIM)[-(1 + len(spec.frame_shape)):]
+    tail: list[str] = []
+    for i, _size in enumerate(spec.frame_shape):
+        if i == 0:
+            tail.append(ATOM_DIM)
+        elif i == 1 and len(spec.frame_shape) == 2:
+            tail.append(SPATIAL_DIM)
+        else:
+            tail.append(f"{spec.name}_dim_{i + 1}")
+    return (TIME_DIM, *tail)
+
+
+class ZarrWriter:
+    """Stream frames into a Zarr store laid out as the h5md engine presents H5MD.
+
+    Same interface as :class:`h5mdx.format.writer.H5MDWriter` (``append``, ``extend``,
+    ``close``, context manager). Each ``time`` chunk is written by one
+    ``Dataset.to_zarr(append_dim="time")`` call, so memory holds one chunk.
+
+    Parameters
+    ----------
+    store : str or path-like
+        The Zarr directory to create.
+    elements : iterable of ElementSpec
+        Time-dependent elements (``box_edges`` for the box).
+    n_frames : int, optional
+        Number of frames when known (caps the chunk length).
+    layout : Layout, optional
+        Chunking (``contiguous`` means one chunk along time) and compression.
+    group : str, default "trajectory"
+        Name recorded in the ``h5md_group`` attribute.
+    boundary : sequence of str, optional
+        Box boundary (attribute of ``box_edges``).
+    static : mapping, optional
+        ``name -> (array, unit, attrs)`` per-atom variables (``species``, ``mass``, ...).
+    time_unit : str, default "ps"
+        Unit of the ``time`` coordinate.
+    author : str, optional
+        Recorded as the ``author_name`` attribute.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str],
+        elements: Iterable[ElementSpec],
+        *,
+        n_frames: int | None = None,
+        layout: Layout | None = None,
+        group: str = "trajectory",
+        boundary: Iterable[str] | None = None,
+        static: Mapping[str, tuple[Any, str | None, Mapping[str, Any]]] | None = None,
+        time_unit: str | None = "ps",
+        author: str | None = None,
+        checksum: bool = False,
+    ) -> None:
+        from h5mdx._version import __version__
+
+        self.store = os.fspath(store)
+        self.layout = layout or Layout()
+        self.specs = {e.name: e for e in elements}
+        self.n_frames = n_frames
+        big = max(self.specs.values(), key=lambda e: e.frame_bytes)
+        if self.layout.contiguous:
+            self.block = max(1, int(n_frames or self.layout.frames(big.frame_bytes, None)))
+        else:
+            self.block = self.layout.frames(big.frame_bytes, n_frames)
+        self.compressors = zarr_compressors(self.layout.compression)
+        self.time_unit = time_unit
+        has_box = "box_edges" in self.specs
+        self.boundary = list(boundary) if boundary is not None else (
+            ["periodic" if has_box else "none"] * 3)
+        self.static = dict(static or {})
+        self.attrs = {
+            "h5md_version": "1.1",
+            "author_name": author or os.environ.get("USER") or "unknown",
+            "creator_name": "h5mdx",
+            "creator_version": __version__,
+            "h5md_group": f"/particles/{group}",
+        }
+        self._buf = {n: np.empty((self.block, *s.frame_shape), dtype=np.dtype(s.dtype))
+                     for n, s in self.specs.items()}
+        self._step = np.empty(self.block, dtype=np.int64)
+        self._time = np.empty(self.block, dtype=np.float64)
+        self._fill = 0
+        self.n_written = 0
+        self.closed = False
+        self._checksum = checksum
+        self._hash: dict[str, Any] = {}
+
+    @property
+    def checksums(self) -> dict[str, str]:
+        """Array name -> hex digest of everything written (``checksum=True`` only)."""
+        return {k: h.hexdigest() for k, h in self._hash.items()}
+
+    def _digest(self, name: str, arr: np.ndarray) -> None:
+        if self._checksum:
+            h = self._hash.setdefault(name, hashlib.blake2b(digest_size=16))
+            h.update(np.ascontiguousarray(arr).tobytes())
+
+    def append(self, step: int, time: float, **frames: Any) -> None:
+        """Add one frame (see :meth:`h5mdx.format.writer.H5MDWriter.append`)."""
+        i = self._fill
+        self._step[i], self._time[i] = step, time
+        for name, spec in self.specs.items():
+            self._buf[name][i] = frames[spec.name]
+        self._fill += 1
+        if self._fill == self.block:
+            self._flush()
+
+    def extend(self, step: Any, time: Any, **blocks: Any) -> None:
+        """Add a block of frames (leading axis = frames)."""
+        step = np.asarray(step).reshape(-1)
+        time = np.asarray(time).reshape(-1)
+        for i in range(step.size):
+            self.append(int(step[i]), float(time[i]), **{k: v[i] for k, v in blocks.items()})
+
+    def _dataset(self, n: int, first: bool) -> xr.Dataset:
+        data: dict[str, xr.Variable] = {}
+        for name, spec in self.specs.items():
+            attrs: dict[str, Any] = {}
+            if name == "box_edges":
+                attrs = {"boundary": self.boundary, "dimension": 3}
+            if spec.unit is not None:
+                attrs["units"] = spec.unit
+            data[name] = xr.Variable(_dims(spec), self._buf[name][:n].copy(), attrs)
+        tattrs = {"long_name": "simulation time"}
+        if self.time_unit is not None:
+            tattrs["units"] = self.time_unit
+        coords: dict[str, Any] = {
+            STEP_COORD: xr.Variable((TIME_DIM,), self._step[:n].copy(),
+                                    {"long_name": "MD integration step"}),
+            TIME_DIM: xr.Variable((TIME_DIM,), self._time[:n].copy(), tattrs),
+        }
+        if first:
+            n_atoms = None
+            for name, (arr, unit, _attrs) in self.static.items():
+                arr = np.asarray(arr)
+                data[name] = xr.Variable((ATOM_DIM,), arr, {"units": unit} if unit else {})
+                n_atoms = arr.shape[0]
+            for spec in self.specs.values():
+                if spec.name != "box_edges" and spec.frame_shape:
+                    n_atoms = spec.frame_shape[0]
+            if n_atoms is not None:
+                coords[ATOM_DIM] = xr.Variable((ATOM_DIM,), np.arange(n_atoms, dtype=np.int64),
+                                               {"long_name": "0-based atom index"})
+            coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS))
+            if "box_edges" in self.specs and len(self.specs["box_edges"].frame_shape) == 2:
+                coords[BOX_VECTOR_DIM] = xr.Variable((BOX_VECTOR_DIM,),
+                                                     np.array(BOX_VECTOR_LABELS))
+        return xr.Dataset(data, coords, self.attrs if first else {})
+
+    def _flush(self) -> None:
+        n = self._fill
+        if n == 0:
+            return
+        first = self.n_written == 0
+        ds = self._dataset(n, first)
+        with _quiet_zarr():
+            if first:
+                enc: dict[str, dict[str, Any]] = {}
+                for name, spec in self.specs.items():
+                    enc[name] = {"chunks": (self.block, *spec.frame_shape),
+                                 "compressors": self.compressors}
+                for c in (TIME_DIM, STEP_COORD):
+                    enc[c] = {"chunks": (self.block,)}
+                ds.to_zarr(self.store, mode="w-", encoding=enc)
+            else:
+                ds.to_zarr(self.store, append_dim=TIME_DIM)
+        for name in self.specs:
+            self._digest(name, self._buf[name][:n])
+        self._digest(STEP_COORD, self._step[:n])
+        self._digest(TIME_DIM, self._time[:n])
+        if first:
+            for name, (arr, _unit, _attrs) in self.static.items():
+                self._digest(name, np.asarray(arr))
+        self.n_written += n
+        self._fill = 0
+
+    def close(self) -> None:
+        """Write the buffered frames."""
+        if not self.closed:
+            self._flush()
+            self.closed = True
+
+    def __enter__(self) -> ZarrWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        self.closed = True
+
+
+def zarr_checksums(store: str | os.PathLike[str], names: Iterable[str],
+                   block_bytes: int = 64 * 2**20) -> dict[str, str]:
+    """BLAKE2 digest of each array of a Zarr store, read in blocks along the first axis."""
+    zarr = import_optional("zarr", "reading Zarr stores")
+    root = zarr.open_group(os.fspath(store), mode="r")
+    out = {}
+    for name in names:
+        arr = root[name]
+        h = hashlib.blake2b(digest_size=16)
+        row = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize)
+        step = max(int(arr.chunks[0]), block_bytes // row // arr.chunks[0] * arr.chunks[0])
+        for a in range(0, arr.shape[0], step):
+            h.update(np.ascontiguousarray(arr[a:a + step]).tobytes())
+        out[name] = h.hexdigest()
+    return out
+
+
+def dataset_to_zarr(
+    ds: xr.Dataset,
+    store: str | os.PathLike[str],
+    *,
+    layout: Layout | None = None,
+    group: str | None = None,
+    mode: str = "w-",
+) -> None:
+    """Write a Dataset of the h5mdx data model to Zarr with whole-frame chunks.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Typically ``xr.open_dataset(h5md, engine="h5md", chunks={})``.
+    store : str or path-like
+        The Zarr directory.
+    layout : Layout, optional
+        Chunks along ``time`` (every other dimension whole) and compression.
+    group : str, optional
+        Zarr group to write into.
+    mode : str, default "w-"
+        Passed to :meth:`xarray.Dataset.to_zarr`.
+    """
+    layout = layout or Layout()
+    compressors = zarr_compressors(layout.compression)
+    enc: dict[str, dict[str, Any]] = {}
+    # per time dimension: output chunk of the largest variable ("base") and the dask
+    # block, a multiple of it that also holds whole chunks of the small variables
+    base: dict[str, tuple[int, int]] = {}
+    for var in ds.variables.values():
+        if var.ndim and str(var.dims[0]).startswith(TIME_DIM):
+            fb = int(np.prod(var.shape[1:], dtype=np.int64)) * var.dtype.itemsize
+            if fb >= base.get(str(var.dims[0]), (0, 0))[1]:
+                frames = var.shape[0] if layout.contiguous else layout.frames(fb, var.shape[0])
+                base[str(var.dims[0])] = (max(1, frames), fb)
+    block = {d: f for d, (f, _fb) in base.items()}
+    for name, var in ds.variables.items():
+        venc: dict[str, Any] = {}
+        if var.ndim and str(var.dims[0]) in base:
+            d = str(var.dims[0])
+            b, big_fb = base[d]
+            fb = int(np.prod(var.shape[1:], dtype=np.int64)) * var.dtype.itemsize
+            k = 1
+            if ATOM_DIM not in var.dims and not layout.contiguous and var.ndim > 1:
+                want = layout.frames(fb, var.shape[0], small=True)
+                k = max(1, min(math.ceil(want / b), (64 * 2**20) // max(1, b * big_fb)))
+            venc["chunks"] = (b * k, *var.shape[1:])
+            block[d] = max(block[d], b * k)
+        elif var.ndim:
+            venc["chunks"] = var.shape
+        if name in ds.data_vars:
+            venc["compressors"] = compressors
+        enc[str(name)] = venc
+    for name, venc in enc.items():  # 1-D time coordinates follow the dask blocks
+        var = ds.variables[name]
+        if var.ndim == 1 and str(var.dims[0]) in block:
+            venc["chunks"] = (block[str(var.dims[0])],)
+    chunks = {d: min(n, ds.sizes[d]) for d, n in block.items()}
+    out = ds.copy()
+    for v in out.variables.values():
+        v.encoding = {}
+    out = out.chunk({d: n for d, n in chunks.items()})
+    with _quiet_zarr():
+        out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group)
+
+
+# ----------------------------------------------------------------------------- to_h5md
+
+
+def to_h5md(
+    ds: xr.Dataset,
+    path: str | os.PathLike[str],
+    *,
+    frames_per_chunk: int | None = None,
+    chunk_mib: float | None = None,
+    contiguous: bool = False,
+    compression: str | None = None,
+    group: str | None = None,
+    overwrite: bool = False,
+    author: str | None = None,
+) -> str:
+    """Write a Dataset of the h5mdx data model to an H5MD 1.1 file.
+
+    Variables whose first dimension is ``time`` become time-dependent elements
+    (``box_edges`` becomes ``box/edges`` with its ``boundary``), the others
+    time-independent datasets; ``time`` and ``step`` coordinates give the
+    sampling; ``units`` attributes become H5MD ``unit`` attributes. ``mass``
+    and ``charge`` topology coordinates are written as elements when the
+    Dataset has no such variables. Data is read in blocks of whole output
+    chunks, so lazy Datasets larger than memory can be written.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The data (e.g. ``xr.open_dataset(f, engine="h5md").isel(time=slice(0, None, 10))``).
+    path : str or path-like
+        The output file (written atomically).
+    frames_per_chunk, chunk_mib, contiguous, compression
+        The layout (see :class:`h5mdx.format.writer.Layout`).
+    group : str, optional
+        Particles group name; default from ``ds.attrs["h5md_group"]`` or "trajectory".
+    overwrite : bool, default False
+        Replace an existing file.
+    author : str, optional
+        ``/h5md/author`` name.
+
+    Returns
+    -------
+    str
+        The path written.
+
+    Raises
+    ------
+    ValueError
+        If a variable depends on a time dimension other than ``time``.
+    """
+    layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
+                    contiguous=contiguous, compression=compression)
+    if group is None:
+        group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
+        group = group.rsplit("/", 1)[-1] or "trajectory"
+    specs: list[ElementSpec] = []
+    static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
+    boundary = None
+    timed: list[str] = []
+    for name, var in ds.data_vars.items():
+        name = str(name)
+        other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
+        if other:
+            raise ValueError(
+                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
+                f"separately or interpolate it onto 'time' first"
+            )
+        if TIME_DIM in var.dims:
+            if var.dims[0] != TIME_DIM:
+                var = var.transpose(TIME_DIM, ...)
+            attrs = {}
+            if name == "box_edges":
+                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
+            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
+                                     var.attrs.get("units"), attrs))
+            timed.append(name)
+        else:
+            static[name] = (var.values, var.attrs.get("units"), {})
+    for coord, unit in (("mass", "u"), ("charge", "e")):
+        if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
+            static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
+    if not specs:
+        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
+    n_frames = ds.sizes[TIME_DIM]
+    time = ds[TIME_DIM]
+    time_unit = time.attrs.get("units")
+    if time_unit == "step":
+        time_unit = None
+    steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
+             else np.arange(n_frames, dtype=np.int64))
+    with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
+        with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
+                        boundary=boundary, static=static, time_unit=time_unit,
+                        author=author) as w:
+            block = w.block * max(1, math.ceil(16 / max(1, w.block)))
+            for a in range(0, n_frames, block):
+                sub = ds[timed].isel({TIME_DIM: slice(a, a + block)}).transpose(TIME_DIM, ...)
+                sub = sub.compute()
+                w.extend(steps[a:a + block], time.values[a:a + block],
+                         **{n: sub[n].values for n in timed})
+    return os.fspath(path)
+
+
+def _sources(ds: xr.Dataset) -> list[str]:
+    out = {ds.encoding.get("source"), ds.attrs.get("source")}
+    for v in ds.variables.values():
+        out.add(v.encoding.get("source"))
+    return [s for s in out if isinstance(s, str) and os.path.exists(s)]

@@ -1,0 +1,299 @@
+"""Rewrite an H5MD file with another storage layout (or into a Zarr store).
+
+:func:`rechunk` copies every group, dataset, attribute and link of the input.
+The ``value`` datasets of time-dependent elements (particles, box edges,
+observables) get the new layout (chunks of whole frames, compression); every
+other dataset is copied as it is. An object reachable under several paths
+(hard links, such as the ``step``/``time`` datasets that MDAnalysis shares
+between elements) stays one object; soft and external links stay links.
+Data moves in blocks of whole output chunks (at most ``buffer_mib``), so
+memory stays bounded whatever the file size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time as _time
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5mdx._progress import progress_bar
+from h5mdx.errors import H5MDReadError
+from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
+from h5mdx.format.writer import Layout, compression_kwargs, dataset_checksums
+from h5mdx.layout._atomic import atomic_output
+from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
+
+__all__ = ["rechunk", "time_dependent_elements"]
+
+_DEFLATE, _SHUFFLE, _FLETCHER32, _SZIP, _NBIT, _SCALEOFFSET, _LZF = 1, 2, 3, 4, 5, 6, 32000
+
+
+def time_dependent_elements(info: FileInfo) -> list[ElementInfo]:
+    """Every time-dependent element of a file (particles, box edges, observables)."""
+    out: list[ElementInfo] = []
+    for pg in info.particles.values():
+        out.extend(e for e in pg.elements.values() if e.time_dependent)
+        if pg.box is not None and pg.box.edges is not None and pg.box.edges.time_dependent:
+            out.append(pg.box.edges)
+    out.extend(e for e in info.observables.values() if e.time_dependent)
+    return out
+
+
+def _addr(obj: Any) -> tuple[int, int]:
+    return (obj.file.id.fileno, int(h5py.h5o.get_info(obj.id).addr))
+
+
+def _copy_attrs(src: Any, dst: Any) -> None:
+    for name in src.attrs:
+        aid = src.attrs.get_id(name)
+        dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+
+
+def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
+    """create_dataset keyword arguments that reproduce a dataset's filter pipeline."""
+    out: dict[str, Any] = {}
+    plist = dset.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        code, _flags, values, _name = plist.get_filter(i)
+        if code == _DEFLATE:
+            out["compression"], out["compression_opts"] = "gzip", int(values[0]) if values else 4
+        elif code == _SHUFFLE:
+            out["shuffle"] = True
+        elif code == _FLETCHER32:
+            out["fletcher32"] = True
+        elif code == _LZF:
+            out["compression"] = "lzf"
+        elif code == _SCALEOFFSET:
+            out["scaleoffset"] = dset.scaleoffset
+        elif code in (_SZIP, _NBIT):
+            continue
+        else:  # a plugin filter (blosc, zstd, ...)
+            out["compression"] = int(code)
+            out["compression_opts"] = tuple(int(v) for v in values)
+            out["allow_unknown_filter"] = True
+    return out
+
+
+class _Copier:
+    def __init__(self, fin: h5py.File, fout: h5py.File, layout: Layout,
+                 targets: dict[tuple[int, int], ElementInfo], buffer_bytes: int,
+                 advance: Any) -> None:
+        self.fin, self.fout = fin, fout
+        self.layout = layout
+        self.targets = targets
+        self.buffer_bytes = buffer_bytes
+        self.advance = advance
+        self.seen: dict[tuple[int, int], str] = {}
+        self.hashes: dict[str, str] = {}
+        self.copied: list[tuple[str, str]] = []  # (source path, output path) copied as is
+        self.elements: list[str] = []
+
+    def walk(self, gsrc: h5py.Group, gdst: h5py.Group) -> None:
+        for name in gsrc:
+            link = gsrc.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                gdst[name] = h5py.SoftLink(link.path)
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                gdst[name] = h5py.ExternalLink(link.filename, link.path)
+                continue
+            obj = gsrc[name]
+            key = _addr(obj)
+            if key in self.seen:
+                gdst[name] = self.fout[self.seen[key]]  # a hard link to the same object
+                continue
+            if isinstance(obj, h5py.Group):
+                g = gdst.create_group(name)
+                _copy_attrs(obj, g)
+                self.seen[key] = g.name
+                self.walk(obj, g)
+            elif isinstance(obj, h5py.Dataset) and key in self.targets:
+                self.seen[key] = self._rechunk(obj, gdst, name, self.targets[key])
+            else:  # datasets and named datatypes copied as they are
+                self.fin.copy(obj, gdst, name=name)
+                self.seen[key] = gdst[name].name
+                if isinstance(obj, h5py.Dataset):
+                    self.copied.append((obj.name, gdst[name].name))
+
+    def _rechunk(self, src: h5py.Dataset, gdst: h5py.Group, name: str,
+                 el: ElementInfo) -> str:
+        n = src.shape[0]
+        frame_bytes = int(np.prod(src.shape[1:], dtype=np.int64)) * src.dtype.itemsize
+        kwargs: dict[str, Any] = {}
+        if self.layout.contiguous:
+            chunk = None
+            maxshape = None
+        else:
+            small = not el.path.startswith("/particles/") or el.name == "box_edges"
+            chunk = self.layout.frames(frame_bytes, n, small=small)
+            kwargs["chunks"] = (chunk, *src.shape[1:])
+            if self.layout.compression is None:
+                kwargs.update(_source_filters(src))
+            else:
+                kwargs.update(compression_kwargs(self.layout.compression))
+            maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
+        if el.fillvalue is not None:
+            kwargs["fillvalue"] = src.fillvalue
+        dst = gdst.create_dataset(name, shape=src.shape, maxshape=maxshape, dtype=src.dtype,
+                                  **kwargs)
+        _copy_attrs(src, dst)
+        # blocks of whole output chunks, aligned to input chunks when cheap
+        unit = chunk or max(1, self.layout.frames(frame_bytes, n))
+        if src.chunks:
+            lcm = math.lcm(unit, src.chunks[0])
+            if lcm * frame_bytes <= 4 * self.buffer_bytes:
+                unit = lcm
+        block = max(unit, (self.buffer_bytes // max(1, frame_bytes)) // unit * unit)
+        block = min(block, max(n, 1))
+        h = hashlib.blake2b(digest_size=16)
+        buf = np.empty((block, *src.shape[1:]), dtype=src.dtype)
+        report = el.name == "position" or (src.ndim > 2 and frame_bytes >= 4096)
+        for a in range(0, n, block):
+            b = min(n, a + block)
+            view = buf[: b - a]
+            if b > a:
+                src.read_direct(view, np.s_[a:b], np.s_[0:b - a])
+                dst[a:b] = view
+                h.update(view.tobytes())
+            if report:
+                self.advance(b - a)
+        self.hashes[dst.name] = h.hexdigest()
+        self.elements.append(el.path)
+        return dst.name
+
+
+def rechunk(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    frames_per_chunk: int | None = None,
+    chunk_mib: float | None = None,
+    contiguous: bool = False,
+    compression: str | None = None,
+    overwrite: bool = False,
+    verify: bool = False,
+    buffer_mib: float = 64.0,
+    progress: bool = False,
+) -> ConvertStats:
+    """Copy an H5MD file with a new layout for its time-dependent elements.
+
+    Parameters
+    ----------
+    src : str or path-like
+        The input H5MD file (never modified).
+    dst : str or path-like
+        The output file; a name ending in ``.zarr`` writes a Zarr store (one group
+        per H5MD group: the first particles group at the root, others under
+        ``particles/<name>``, observables under ``observables``).
+    frames_per_chunk, chunk_mib, contiguous : optional
+        The new chunking (see :class:`h5mdx.format.writer.Layout`); default chunks of whole
+        frames of about 4 MiB.
+    compression : str, optional
+        New compression (``none``, ``gzip[:L]``, ``lzf``, ``blosc``, ``zstd``);
+        default: keep each dataset's filters.
+    overwrite : bool, default False
+        Replace an existing output.
+    verify : bool, default False
+        Re-read the output and compare a checksum of every dataset with the input.
+    buffer_mib : float, default 64
+        Largest block of data held in memory while copying.
+    progress : bool, default False
+        Show a progress bar.
+
+    Returns
+    -------
+    ConvertStats
+
+    Raises
+    ------
+    FileExistsError
+        If ``dst`` exists and ``overwrite`` is False.
+    H5MDReadError
+        If verification finds a difference.
+    """
+    layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
+                    contiguous=contiguous, compression=compression)
+    src = os.fspath(src)
+    dst = os.fspath(dst)
+    info = scan(src)
+    elements = time_dependent_elements(info)
+    n_frames = max((e.shape[0] for e in elements), default=0)
+    main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
+                 if n == "position" and e.time_dependent), None)
+    n_atoms = int(main.shape[1]) if main is not None and len(main.shape) > 1 else 0
+    if is_zarr_path(dst):
+        return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
+                             n_frames=n_frames, n_atoms=n_atoms)
+    t0 = _time.perf_counter()
+    buffer_bytes = int(buffer_mib * 2**20)
+    with atomic_output(dst, overwrite=overwrite, inputs=[src]) as tmp:
+        with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, h5py.File(tmp, "w") as fout:
+            targets = {_addr(fin[e.value_path]): e for e in elements}
+            _copy_attrs(fin, fout)
+            total = main.shape[0] if main is not None else 0
+            with progress_bar(total or None, f"rechunk -> {os.path.basename(dst)}",
+                              progress) as advance:
+                copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance)
+                copier.walk(fin, fout)
+        verified = False
+        if verify:
+            got = dataset_checksums(tmp, copier.hashes)
+            bad = [p for p, h in copier.hashes.items() if got[p] != h]
+            src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
+            out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
+            bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
+            if bad:
+                raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
+                                    "from the input")
+            verified = True
+        seconds = _time.perf_counter() - t0
+        size = _size(tmp)
+    return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
+                        elements=copier.elements, seconds=seconds, bytes_written=size,
+                        layout=layout.describe() if compression is not None else
+                        layout.describe().replace("compression none", "compression kept"),
+                        verified=verified)
+
+
+def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
+                  verify: bool, n_frames: int, n_atoms: int) -> ConvertStats:
+    import xarray as xr
+
+    from h5mdx.layout.export import dataset_to_zarr, zarr_checksums
+
+    t0 = _time.perf_counter()
+    groups: list[tuple[str, str | None, dict[str, ElementInfo]]] = []
+    for i, (name, pg) in enumerate(info.particles.items()):
+        els = {n: e for n, e in pg.elements.items()}
+        if pg.box is not None and pg.box.edges is not None:
+            els["box_edges"] = pg.box.edges
+        groups.append((f"particles/{name}", None if i == 0 else f"particles/{name}", els))
+    if info.observables:
+        direct = {k: e for k, e in info.observables.items() if "/" not in k}
+        if direct:
+            groups.append(("observables", "observables", direct))
+    names: list[str] = []
+    with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:
+        for h5group, zgroup, els in groups:
+            with xr.open_dataset(src, engine="h5md", group=h5group, chunks={}) as ds:
+                dataset_to_zarr(ds, tmp, layout=layout, group=zgroup,
+                                mode="w-" if zgroup is None and not names else "a")
+            names.append(h5group)
+            if verify:
+                store = tmp if zgroup is None else os.path.join(tmp, zgroup)
+                want = dataset_checksums(src, [e.value_path for e in els.values()])
+                got = zarr_checksums(store, list(els))
+                bad = [n for n, e in els.items() if want[e.value_path] != got[n]]
+                if bad:
+                    raise H5MDReadError(dst, bad[0], "verification failed: the Zarr copy "
+                                        "differs from the input")
+        seconds = _time.perf_counter() - t0
+        size = _size(tmp)
+    return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
+                        seconds=seconds, bytes_written=size, layout=layout.describe(),
+                        verified=verify)

@@ -1,0 +1,440 @@
+"""sbatch scripts for the MPI-IO path, their submission, and the straggler summary.
+
+:func:`mpi_rmsd_script` writes a batch script that runs
+``mpirun -n N <venv>/bin/h5mdx mpi-rmsd TRAJ ...`` with what MPI and HDF5 need
+in a job: HDF5 file locking off (``HDF5_USE_FILE_LOCKING=FALSE``), Open MPI's
+run-as-root variables only when the job runs as root, and the job's working
+directory set to where the script was written (so relative paths mean what they
+meant there). :func:`submit` hands a script to ``sbatch`` and :func:`wait_for_job`
+polls ``scontrol show job`` until it ends (no accounting database needed);
+:func:`straggler_summary` turns the per-rank timing records the job saved into
+a short report (per-rank phases, stragglers, imbalance, advice).
+
+Only the standard library is imported at module level; pandas is imported by
+:func:`straggler_summary`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from h5mdx.parallel.cluster import SlurmError
+
+__all__ = [
+    "ENDED_STATES",
+    "JobResult",
+    "default_out_dir",
+    "h5mdx_command",
+    "job_info",
+    "mpi_rmsd_script",
+    "straggler_summary",
+    "submit",
+    "wait_for_job",
+]
+
+#: ``JobState`` values after which a job will not run again.
+ENDED_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+    "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
+})
+
+#: Output directory of ``mpi-rmsd`` inside the job when the command line gives none.
+DEFAULT_OUT = "h5mdx-mpi-rmsd-${SLURM_JOB_ID}"
+
+#: Default file of the job's standard output and error (``%j`` is the job id).
+DEFAULT_LOG = "h5mdx-mpi-rmsd-%j.out"
+
+
+def h5mdx_command() -> list[str]:
+    """The ``h5mdx`` command of this installation: ``<venv>/bin/h5mdx``, or ``python -m h5mdx``.
+
+    The path is absolute and not resolved through symlinks, so a virtual
+    environment's script is found next to its ``python``.
+    """
+    script = Path(os.path.abspath(sys.executable)).with_name("h5mdx")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [os.path.abspath(sys.executable), "-m", "h5mdx"]
+
+
+def _has_out(argv: Sequence[str]) -> bool:
+    return any(a in ("--out", "-o") or a.startswith("--out=") or
+               (a.startswith("-o") and len(a) > 2 and not a.startswith("--"))
+               for a in argv)
+
+
+def mpi_rmsd_script(
+    rmsd_args: Sequence[str],
+    *,
+    ntasks: int,
+    nodes: int | None = None,
+    time_limit: str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    mem_per_cpu: str | None = None,
+    job_name: str = "h5mdx-mpi-rmsd",
+    log: str = DEFAULT_LOG,
+    chdir: str | os.PathLike[str] | None = None,
+    extra_directives: Sequence[str] = (),
+    prologue: Sequence[str] = (),
+    mpirun: str = "mpirun",
+    mpirun_args: Sequence[str] = (),
+    h5mdx: Sequence[str] | None = None,
+) -> str:
+    """An sbatch script that runs ``h5mdx mpi-rmsd`` on ``ntasks`` MPI ranks.
+
+    Parameters
+    ----------
+    rmsd_args : sequence of str
+        Arguments of ``h5mdx mpi-rmsd`` (``TRAJ --topology T --select S ...``).
+        Without ``--out`` the job writes to ``h5mdx-mpi-rmsd-<jobid>`` in the
+        working directory.
+    ntasks : int
+        MPI ranks (``#SBATCH --ntasks`` and ``mpirun -n``).
+    nodes : int, optional
+        ``#SBATCH --nodes``.
+    time_limit : str, optional
+        ``#SBATCH --time``, e.g. ``"00:30:00"``.
+    partition, account : str, optional
+        ``#SBATCH --partition`` and ``--account``.
+    mem_per_cpu : str, optional
+        ``#SBATCH --mem-per-cpu``, e.g. ``"2G"``.
+    job_name : str, optional
+        ``#SBATCH --job-name``.
+    log : str, optional
+        ``#SBATCH --output`` (stdout and stderr of the job; ``%j`` = job id).
+    chdir : path-like, optional
+        Working directory of the job (default: the current directory), where
+        relative paths in ``rmsd_args`` and ``log`` are resolved.
+    extra_directives : sequence of str
+        More sbatch options, one per ``#SBATCH`` line (``"--exclusive"``).
+    prologue : sequence of str
+        Shell lines before ``mpirun`` (``"module load openmpi"``).
+    mpirun : str, optional
+        The MPI launcher.
+    mpirun_args : sequence of str
+        Options of the launcher (``["--bind-to", "none"]``).
+    h5mdx : sequence of str, optional
+        The ``h5mdx`` command (default: :func:`h5mdx_command`).
+
+    Returns
+    -------
+    str
+        The script.
+
+    Raises
+    ------
+    ValueError
+        If ``ntasks`` or ``nodes`` is below 1.
+    """
+    ntasks = int(ntasks)
+    if ntasks < 1:
+        raise ValueError(f"--ntasks must be at least 1, not {ntasks}")
+    if nodes is not None and int(nodes) < 1:
+        raise ValueError(f"--nodes must be at least 1, not {nodes}")
+    workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
+    from h5mdx._version import __version__
+
+    directives = [f"--job-name={job_name}", f"--ntasks={ntasks}"]
+    if nodes is not None:
+        directives.append(f"--nodes={int(nodes)}")
+    if time_limit:
+        directives.append(f"--time={time_limit}")
+    if partition:
+        directives.append(f"--partition={partition}")
+    if account:
+        directives.append(f"--account={account}")
+    if mem_per_cpu:
+        directives.append(f"--mem-per-cpu={mem_per_cpu}")
+    directives += [f"--output={log}", f"--chdir={workdir}", *extra_directives]
+    command = [
+        shlex.quote(mpirun), "-n", str(ntasks), *map(shlex.quote, mpirun_args),
+        *map(shlex.quote, h5mdx or h5mdx_command()), "mpi-rmsd",
+        *map(shlex.quote, rmsd_args),
+    ]
+    if not _has_out(rmsd_args):
+        command += ["--out", f'"{DEFAULT_OUT}"']
+    lines = [
+        "#!/bin/bash",
+        *(f"#SBATCH {d}" for d in directives),
+        "",
+        f"# Written by h5mdx {__version__}: RMSD over {ntasks} MPI rank(s) reading one shared",
+        "# H5MD file with parallel HDF5 (MPI-IO). Submit with: sbatch <this file>",
+        "set -euo pipefail",
+        "# HDF5 file locks fail or hang on many parallel file systems (Lustre, NFS)",
+        "export HDF5_USE_FILE_LOCKING=FALSE",
+        "export PYTHONUNBUFFERED=1",
+        'if [ "$(id -u)" -eq 0 ]; then',
+        "    # Open MPI refuses to start as root without these",
+        "    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+        "fi",
+        *prologue,
+        'echo "h5mdx: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}, '
+        f'{ntasks} rank(s)"',
+        " ".join(command),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def default_out_dir(job_id: str, chdir: str | os.PathLike[str] | None = None) -> Path:
+    """Where a script without ``--out`` makes the job write (see :data:`DEFAULT_OUT`)."""
+    base = Path(os.fspath(chdir) if chdir is not None else os.getcwd())
+    return base / DEFAULT_OUT.replace("${SLURM_JOB_ID}", str(job_id))
+
+
+@dataclass
+class JobResult:
+    """How a batch job ended.
+
+    Attributes
+    ----------
+    job_id : str
+        SLURM job id.
+    state : str
+        Final ``JobState`` (``COMPLETED``, ``FAILED``, ...; ``ENDED`` when SLURM
+        had already forgotten the job).
+    exit_code : int or None
+        Exit code of the batch script (None if unknown).
+    reason : str
+        SLURM's ``Reason``.
+    wall : float
+        Seconds from submission to the end.
+    info : dict
+        The last ``scontrol show job`` fields.
+    """
+
+    job_id: str
+    state: str
+    exit_code: int | None
+    reason: str = ""
+    wall: float = 0.0
+    info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """The job completed with exit code 0."""
+        return self.state == "COMPLETED" and self.exit_code in (0, None)
+
+
+def _run(cmd: Sequence[str], timeout: float = 30.0, stdin: str | None = None,
+         cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, check=False)
+
+
+def job_info(job_id: str) -> dict[str, str] | None:
+    """The fields of ``scontrol -o show job <id>`` (None once SLURM forgot the job)."""
+    try:
+        proc = _run(["scontrol", "-o", "show", "job", str(job_id)], timeout=30.0)
+    except subprocess.TimeoutExpired:
+        return {}
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:
+            return None
+        return {}
+    info: dict[str, str] = {}
+    for token in proc.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in info:
+            info[key] = value
+    return info
+
+
+def _scancel(job_id: str) -> None:
+    if shutil.which("scancel"):
+        try:
+            _run(["scancel", str(job_id)], timeout=30.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def submit(script: str, *, cwd: str | os.PathLike[str] | None = None,
+           sbatch_args: Sequence[str] = ()) -> str:
+    """Submit a batch script (given as text) with ``sbatch --parsable``.
+
+    Parameters
+    ----------
+    script : str
+        The script.
+    cwd : path-like, optional
+        Directory to submit from.
+    sbatch_args : sequence of str
+        More sbatch options.
+
+    Returns
+    -------
+    str
+        The job id.
+
+    Raises
+    ------
+    SlurmError
+        If sbatch is missing or rejects the job (with sbatch's reason).
+    """
+    if shutil.which("sbatch") is None:
+        raise SlurmError(
+            "sbatch is not on PATH: submit on a SLURM login node, or save the script "
+            "(h5mdx slurm-script ... > job.sh) and submit it there with: sbatch job.sh"
+        )
+    try:
+        proc = _run(["sbatch", "--parsable", *sbatch_args], timeout=120.0, stdin=script,
+                    cwd=None if cwd is None else os.fspath(cwd))
+    except subprocess.TimeoutExpired as err:
+        raise SlurmError("sbatch did not answer within 120 s: is slurmctld up? (sinfo)") from err
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip()).replace("\n", "; ")
+        raise SlurmError(f"sbatch rejected the job: {said}")
+    out = proc.stdout.strip().splitlines()
+    job_id = out[-1].split(";")[0].strip() if out else ""
+    if not job_id.isdigit():
+        raise SlurmError(f"cannot read the job id from sbatch's output {proc.stdout!r}")
+    return job_id
+
+
+def _exit_code(info: Mapping[str, str]) -> int | None:
+    code = info.get("ExitCode", "")
+    head = code.split(":")[0]
+    return int(head) if head.isdigit() else None
+
+
+def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0,
+                 cancel_on_timeout: bool = True) -> JobResult:
+    """Wait until a job ends, polling ``scontrol show job`` (accounting not needed).
+
+    Parameters
+    ----------
+    job_id : str
+        The job.
+    timeout : float, optional
+        Seconds to wait (default: no limit).
+    poll : float, optional
+        Seconds between polls.
+    cancel_on_timeout : bool, default True
+        Cancel the job when the wait times out or is interrupted (Ctrl-C).
+
+    Returns
+    -------
+    JobResult
+        The final state and exit code.
+
+    Raises
+    ------
+    TimeoutError
+        If the job did not end within ``timeout`` (it is cancelled first), with
+        its state and reason.
+    """
+    t0 = time.monotonic()
+    last: dict[str, str] = {}
+    try:
+        while True:
+            info = job_info(job_id)
+            if info is None:  # purged after MinJobAge: it ended, result unknown
+                return JobResult(job_id, "ENDED", None, "", time.monotonic() - t0, last)
+            if info:
+                last = info
+                state = info.get("JobState", "")
+                if state in ENDED_STATES:
+                    return JobResult(job_id, state, _exit_code(info), info.get("Reason", ""),
+                                     time.monotonic() - t0, info)
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                state = last.get("JobState", "UNKNOWN")
+                reason = last.get("Reason", "")
+                if cancel_on_timeout:
+                    _scancel(job_id)
+                raise TimeoutError(
+                    f"SLURM job {job_id} did not end within {timeout:g} s: it is {state}"
+                    + (f" ({reason})" if reason and reason != "None" else "")
+                    + ("; cancelled it" if cancel_on_timeout else "")
+                )
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        if cancel_on_timeout:
+            _scancel(job_id)
+        raise
+
+
+def _fmt(x: Any, spec: str = "8.3f") -> str:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return f"{'-':>{spec.split('.')[0]}}"
+    if value != value:  # NaN: unknown
+        return f"{'-':>{spec.split('.')[0]}}"
+    return format(value, spec)
+
+
+def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> str:
+    """A plain-text report of timing records: per task/rank phases, stragglers, advice.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame
+        Timing records (:mod:`h5mdx.timing.records` schema), e.g. the
+        ``timing.csv`` that ``h5mdx mpi-rmsd --out DIR`` writes.
+    meta : mapping, optional
+        The run's metadata (for the header line).
+
+    Returns
+    -------
+    str
+        Lines: a header, one line per rank or task, the stragglers by the default
+        rule (duration without warm-up > 1.5 x median and > 50 ms longer) with their
+        slow phase, load imbalance,
+        R_comp/IO and the advice of :func:`h5mdx.timing.stragglers.advice`.
+    """
+    from h5mdx.timing.stragglers import advice, flag_stragglers, load_imbalance, ratios
+
+    df = records
+    if df.empty:
+        return "no timing records"
+    flagged = flag_stragglers(df)
+    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
+    backend = ", ".join(sorted(set(map(str, df["backend"]))))
+    n = int(df["n_workers"].max())
+    wall = float(df["t_stop"].max() - df["t_start"].min())
+    lines = [f"timing: {len(df)} record(s), backend {backend}, {n} worker(s)/rank(s), "
+             f"{wall:.3f} s from first start to last stop"
+             + (f", file {meta['file']}" if meta and meta.get("file") else "")]
+    lines.append(f"{'rank':>4} {'host':<12} {'frames':<13} {'init_top':>8} {'init_trj':>8} "
+                 f"{'io':>8} {'compute':>8} {'wait':>8} {'gather':>8} {'total':>8}  job")
+    order = flagged.sort_values(["rank", "t_start"] if df["rank"].notna().all() else "t_start")
+    for _, r in order.iterrows():
+        who = str(r["rank"]) if r["rank"] is not None and str(r["rank"]) != "<NA>" \
+            else str(r["worker"])[-4:]
+        frames = "" if str(r["frame_start"]) == "<NA>" else f"{r['frame_start']}-{r['frame_stop']}"
+        mark = "  STRAGGLER" if r["is_straggler"] else ""
+        job = r.get("slurm_job_id")
+        lines.append(
+            f"{who:>4} {str(r['host'])[:12]:<12} {frames:<13} {_fmt(r['t_init_top'])} "
+            f"{_fmt(r['t_init_traj'])} {_fmt(r['t_io'])} {_fmt(r['t_compute'])} "
+            f"{_fmt(r['t_wait'])} {_fmt(r['t_comm_gather'])} {_fmt(r['wall'])}  "
+            f"{job if job is not None and str(job) not in ('nan', '<NA>') else '-'}{mark}"
+        )
+    slow = flagged[flagged["is_straggler"]]
+    if slow.empty:
+        lines.append(f"stragglers ({rule}): none")
+    else:
+        items = [
+            f"{'rank ' + str(r['rank']) if str(r['rank']) != '<NA>' else r['task_key']} "
+            f"({r['duration']:.3f} s > {r['threshold']:.3f} s, slow in {r['slow_phase']})"
+            for _, r in slow.iterrows()
+        ]
+        lines.append(f"stragglers ({rule}): " + "; ".join(items))
+    imb = load_imbalance(df)
+    rat = ratios(df)
+    r_io = rat["R_comp_io"].iloc[0] if len(rat) == 1 else float("nan")
+    lines.append(f"load imbalance (max/mean busy): {imb.max():.2f}; "
+                 f"R_comp/IO: {_fmt(r_io, '.3g').strip()}")
+    for sentence in advice(df):
+        lines.append(f"advice: {sentence}")
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""The schedulers of h5mdx, by one set of names, and running a dask computation on them.
+
+:data:`SCHEDULERS` is the one vocabulary every command uses (``h5mdx rmsd --scheduler``,
+``h5mdx bench --scheduler``, the ``backend`` column of timing records); :func:`canonical`
+accepts the old spellings (``mpi`` for ``dask-mpi``) with a note.
+
+:func:`scheduler_context` activates ``threads``, ``processes``, ``distributed`` (a
+local cluster of worker processes) or ``slurm`` (workers in SLURM jobs) and yields
+the distributed client where there is one; :func:`compute` computes a collection
+on it with a progress bar. Used by ``h5mdx rmsd`` and the worked example (``h5mdx example``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "quiet_logging",
+           "scheduler_context"]
+
+#: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
+#: processes, SLURM workers (dask-jobqueue), a dask cluster inside an MPI job (dask-mpi)
+#: and the SPMD program on parallel HDF5 (MPI-IO). Commands accept the subsets they run.
+SCHEDULERS = ("threads", "processes", "distributed", "slurm", "dask-mpi", "mpi-io")
+
+#: Old names -> their names in :data:`SCHEDULERS`.
+ALIASES = {"mpi": "dask-mpi"}
+
+
+def canonical(name: str) -> str:
+    """The name of a scheduler in :data:`SCHEDULERS` (old spellings noted on stderr).
+
+    Examples
+    --------
+    >>> canonical("distributed")
+    'distributed'
+    """
+    new = ALIASES.get(name)
+    if new is not None:
+        print(f"h5mdx: note: scheduler {name!r} is now called {new!r}", file=sys.stderr)
+        return new
+    return name
+
+
+@contextlib.contextmanager
+def quiet_logging() -> Iterator[None]:
+    """Silence the INFO logs of distributed, tornado and asyncio while a cluster runs."""
+    loggers = [logging.getLogger(n) for n in ("distributed", "tornado", "asyncio")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(loggers, levels, strict=True):
+            lg.setLevel(lv)
+
+
+@contextlib.contextmanager
+def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterator[Any]:
+    """Activate a dask scheduler; yields the distributed Client (or None)."""
+    import dask
+
+    if scheduler == "threads":
+        from h5mdx.analysis.qcp import warm_up
+
+        warm_up()  # the threads share this process's kernel
+        with dask.config.set(scheduler="threads", num_workers=workers):
+            yield None
+    elif scheduler == "processes":
+        with dask.config.set(scheduler="processes", num_workers=workers, chunksize=1):
+            yield None
+    elif scheduler == "distributed":
+        from h5mdx._optional import import_optional
+        from h5mdx.parallel.local import local_cluster
+
+        distributed = import_optional("distributed", "--scheduler distributed")
+        with quiet_logging(), local_cluster(workers) as cluster, \
+                distributed.Client(cluster) as client:
+            from h5mdx.parallel.workers import warm_up_workers
+
+            warm_up_workers(client)
+            yield client
+    elif scheduler == "slurm":
+        from h5mdx.parallel import cluster as slurm_cluster
+
+        with quiet_logging(), slurm_cluster.slurm_client_from_args(args, workers) as client:
+            yield client
+    else:  # pragma: no cover - argparse restricts the choices
+        raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+def compute(client: Any, result: Any, enabled: bool) -> Any:
+    """Compute ``result`` (on ``client``, or the active local scheduler) with a progress bar on stderr."""
+    if client is not None:
+        if not enabled:
+            return client.compute(result).result()
+        from distributed import progress
+
+        # persist: one future per task, so the bar advances per block (a single future from
+        # client.compute would sit at 0% until the whole result is gathered)
+        persisted = client.persist(result)
+        progress(persisted, notebook=False)
+        print(file=sys.stderr)
+        return persisted.compute()
+    if enabled:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(out=sys.stderr):
+            return result.compute()
+    return result.compute()
+
+
+def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
+                 superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
+                 frames_per_block: int | None = None, kernel: str = "auto",
+                 progress: bool = True, timing: str | None = None, args: Any = None
+                 ) -> tuple[Any, float]:
+    """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds).
+
+    With ``timing`` (a directory), per-task timing records go to ``timing/timing.csv``.
+    """
+    with scheduler_context(scheduler, workers, args) as client:
+        lazy = ds.md.rmsd(reference, select=select, weights=weights,
+                          superposition=superposition, frames_per_block=frames_per_block,
+                          kernel=kernel)
+        t0 = time.perf_counter()
+        if timing:
+            from h5mdx.timing import capture
+
+            os.makedirs(timing, exist_ok=True)
+            with capture(backend=scheduler, client=client, n_workers=workers,
+                         meta={"file": ds.attrs.get("source"), "selection": select}) as run:
+                result = compute(client, lazy, progress)
+            run.save(os.path.join(timing, "timing.csv"))
+        else:
+            result = compute(client, lazy, progress)
+        seconds = time.perf_counter() - t0
+    return result, seconds

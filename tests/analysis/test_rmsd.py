@@ -1,0 +1,313 @@
+"""h5mdx.rmsd, ds.md.rmsd and ``h5mdx rmsd``: laziness, inputs, timing and the CLI.
+
+``test_rmsd_paths.py`` checks the C-alpha series on every execution path; this module
+checks what is read from disk and when, every kind of input (pure numpy, dask, Zarr,
+other references and weights), the per-block timing records, and the CLI end to end.
+Every value is compared with MDAnalysis 2.x.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysis.analysis import rms
+from MDAnalysisTests.datafiles import PSF
+
+import h5mdx
+import h5mdx.engine.backend
+from h5mdx.cli import main as cli_main
+from h5mdx.errors import TopologyError
+from h5mdx.timing.phases import SPOOL_ENV, read_spool
+
+ATOL = 1e-4  # Angstrom; float32 positions
+
+
+def _mda_rmsd(universe, select="name CA", **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rms.RMSD(universe, select=select, **kw).run().results.rmsd[:, 2]
+
+
+def _plain_rmsd(frames, ref, **kw):
+    return np.array([rms.rmsd(x, ref, center=True, **kw) for x in frames])
+
+
+@pytest.fixture(scope="module")
+def ca(adk_universe):
+    return adk_universe.select_atoms("name CA").indices
+
+
+@pytest.fixture(scope="module")
+def expected_ca(adk_universe):
+    return _mda_rmsd(adk_universe)
+
+
+@pytest.fixture(scope="module")
+def memory_position(adk_positions):
+    """Positions as a plain in-memory DataArray, as a user would build one."""
+    n_frames, n_atoms, _ = adk_positions.shape
+    return xr.DataArray(
+        adk_positions,
+        dims=("time", "atom", "spatial"),
+        coords={"time": np.arange(n_frames) * 1.0, "atom": np.arange(n_atoms),
+                "spatial": ["x", "y", "z"]},
+        attrs={"units": "Angstrom", "topology": PSF},
+        name="position",
+    )
+
+
+# --- what is read, and when -------------------------------------------------------------
+
+
+@pytest.fixture
+def read_log(monkeypatch):
+    """Every key the h5md backend reads from disk (in this process)."""
+    keys = []
+    original = h5mdx.engine.backend.H5MDArray._getitem
+
+    def logged(self, key):
+        keys.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "_getitem", logged)
+    return keys
+
+
+def test_reads_only_selected_atoms_once_per_block(adk_h5md_blocked, ca, expected_ca, read_log):
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        read_log.clear()
+        lazy = ds.md.rmsd(select="name CA", frames_per_block=30)
+        # building the graph reads the reference frame only, for the selected atoms
+        assert len(read_log) == 1
+        assert read_log[0][0] == 0
+        np.testing.assert_array_equal(read_log[0][1], ca)
+        read_log.clear()
+        got = lazy.compute(scheduler="sync")
+    assert_close(got, expected_ca)
+    # one read per block of 30 frames; the chunks hold whole frames, so each block reads
+    # its whole frames (no extra chunk) in one call and the kernel reads the C-alpha
+    # atoms in place
+    assert sorted((k[0].start, k[0].stop) for k in read_log) == [(0, 30), (30, 60), (60, 90),
+                                                                 (90, 98)]
+    for key in read_log:
+        assert key[1] == slice(None) or (key[1].start, key[1].stop) == (0, 3341)
+
+
+def test_atom_split_chunks_read_only_selected_atoms(adk_pyh5md, ca, expected_ca, read_log):
+    """pyh5md's (32, 128, 3) chunks: the selection goes to the backend as indices."""
+    with xr.open_dataset(adk_pyh5md, engine="h5md", topology=PSF) as ds:
+        read_log.clear()
+        got = ds.md.rmsd(select="name CA", frames_per_block=32).compute(scheduler="sync")
+    assert_close(got, expected_ca)
+    assert len(read_log) == 1 + 4
+    for key in read_log:
+        np.testing.assert_array_equal(key[1], ca)
+
+
+def test_timing_records_split_io_and_compute(adk_h5md_blocked, ca, expected_ca, tmp_path,
+                                             monkeypatch):
+    monkeypatch.setenv(SPOOL_ENV, str(tmp_path))
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        got = ds.md.rmsd(select="name CA", frames_per_block=20).compute(scheduler="threads")
+    assert_close(got, expected_ca)
+    records = sorted(read_spool(tmp_path), key=lambda r: r["frame_start"])
+    assert [(r["frame_start"], r["frame_stop"]) for r in records] == [
+        (0, 20), (20, 40), (40, 60), (60, 80), (80, 98)]
+    for r in records:
+        assert r["kind"] == "rmsd"
+        assert r["t_io"] > 0 and r["t_compute"] > 0
+        assert r["t_io"] + r["t_compute"] <= r["wall"] + 1e-6
+        # whole-frame chunks: whole frames are read (the same chunks as the C-alpha slab)
+        assert r["bytes_read"] == (r["frame_stop"] - r["frame_start"]) * 3341 * 3 * 4
+        assert r["t_warmup"] >= 0
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+def assert_close(got, expected, atol=ATOL):
+    got = np.asarray(got.values if isinstance(got, xr.DataArray) else got)
+    assert got.shape == np.shape(expected)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+
+
+def test_pure_numpy_dataarray(memory_position, adk_universe, adk_positions, ca, expected_ca):
+    lazy = h5mdx.rmsd(memory_position, select="name CA")  # topology from attrs
+    assert isinstance(lazy.data, da.Array)
+    got = lazy.compute()
+    assert_close(got, expected_ca)
+    assert got.attrs["units"] == "Angstrom"
+    np.testing.assert_array_equal(got.time.values, memory_position.time.values)
+    # integer indices on a DataArray with no atom coordinate
+    bare = xr.DataArray(adk_positions, dims=("time", "atom", "spatial"))
+    assert_close(h5mdx.rmsd(bare, select=ca).compute(), expected_ca)
+    # mass weights from the topology named in attrs (no mass coordinate)
+    assert "mass" not in memory_position.coords
+    assert_close(h5mdx.rmsd(memory_position, select="backbone", weights="mass").compute(),
+                 _mda_rmsd(adk_universe, select="backbone", weights="mass"))
+
+
+def test_dask_array_built_by_hand(memory_position, adk_positions, ca):
+    chunked = memory_position.chunk({"time": 25})
+    sub = chunked.isel(time=slice(3, 95, 4))
+    got = h5mdx.rmsd(sub, reference=2, select="name CA").compute(scheduler="processes",
+                                                                   num_workers=2)
+    frames = adk_positions[3:95:4][:, ca]
+    assert_close(got, _plain_rmsd(frames, frames[2], superposition=True))
+    np.testing.assert_array_equal(got.time.values, sub.time.values)
+
+
+def test_zarr_store(memory_position, tmp_path, expected_ca):
+    store = tmp_path / "adk.zarr"
+    position = memory_position.drop_vars("spatial").chunk({"time": 33})
+    xr.Dataset({"position": position}, attrs={"topology": PSF}).to_zarr(store,
+                                                                         consolidated=False)
+    with xr.open_zarr(store, consolidated=False) as ds:
+        assert ds.position.chunks is not None
+        lazy = ds.md.rmsd(select="name CA")
+        assert lazy.data.numblocks == (3,)
+        assert_close(lazy.compute(scheduler="threads"), expected_ca)
+
+
+def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
+    import MDAnalysis as mda
+
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        # a whole-system frame of another Dataset: the selected atoms are taken from it
+        other = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF)
+        got = ds.md.rmsd(other.position.isel(time=57), select="name CA").compute()
+        assert_close(got, _mda_rmsd(adk_universe, ref_frame=57))
+        other.close()
+        # an external structure: frame 30 rotated and moved, as an MDAnalysis Universe
+        theta = 0.7
+        rot = np.array([[np.cos(theta), -np.sin(theta), 0.0],
+                        [np.sin(theta), np.cos(theta), 0.0], [0.0, 0.0, 1.0]])
+        moved = (adk_positions[30].astype(np.float64) @ rot.T + [5.0, -3.0, 12.0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref_u = mda.Universe(PSF, moved[None].astype(np.float32))  # in memory
+        expected = _mda_rmsd(adk_universe, reference=ref_u)
+        assert expected[30] < 1e-3
+        assert_close(ds.md.rmsd(ref_u.atoms.positions, select="name CA").compute(), expected)
+        assert_close(ds.md.rmsd(ref_u.atoms.positions[ca], select="name CA").compute(),
+                     expected)
+        # full-length weights are indexed by the selection like the reference
+        w = np.linspace(1.0, 3.0, ds.sizes["atom"])
+        expected_w = _plain_rmsd(adk_positions[:, ca], adk_positions[0, ca], weights=w[ca],
+                                 superposition=True)
+        assert_close(ds.md.rmsd(select="name CA", weights=w).compute(), expected_w)
+
+
+def test_empty_and_tiny_selections(adk_h5md_blocked, adk_positions, ca):
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF, chunks={}) as ds:
+        empty = ds.isel(time=slice(5, 5)).md.rmsd(adk_positions[0, ca], select="name CA")
+        assert empty.sizes["time"] == 0
+        assert empty.compute().values.shape == (0,)
+        # one atom: nothing to superpose, RMSD 0 after centring
+        one = ds.md.rmsd(select=[17]).compute()
+        np.testing.assert_allclose(one.values, 0.0, atol=1e-6)
+
+
+def test_rechunk_warning_points_at_the_caller(adk_h5md_blocked, adk_universe):
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        split = ds.chunk({"time": 49, "atom": 1000})
+        with pytest.warns(UserWarning, match=r"chunks=\{'atom': -1, 'spatial': -1\}") as rec:
+            lazy = split.md.rmsd()
+        assert rec[0].filename == __file__
+        assert lazy.data.numblocks == (2,)
+        assert_close(lazy.compute(), _mda_rmsd(adk_universe, select="all"))
+
+
+def test_argument_errors(memory_position):
+    with pytest.raises(ValueError, match="boolean mask must have 3341"):
+        h5mdx.rmsd(memory_position, select=np.ones(5, bool))
+    with pytest.raises(IndexError, match="out of range"):
+        h5mdx.rmsd(memory_position, select=[0, 5000])
+    with pytest.raises(ValueError, match="weights has 7 entries"):
+        h5mdx.rmsd(memory_position, weights=np.ones(7))
+    with pytest.raises(ValueError, match="weights must be None, 'mass'"):
+        h5mdx.rmsd(memory_position, weights="charge")
+    with pytest.raises(TopologyError, match="'resname XYZ'"):
+        h5mdx.rmsd(memory_position, select="resname XYZ")
+    with pytest.raises(TopologyError, match="needs masses"):
+        h5mdx.rmsd(memory_position.assign_attrs(topology=None), weights="mass")
+    with pytest.raises(ValueError, match="needs a 'position' variable"):
+        xr.Dataset({"velocity": memory_position}).md.rmsd()
+
+
+# --- one harder variant on every execution path ----------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate the stored chunks")
+@pytest.mark.parametrize("path", ["numpy-memory", "dask-threads", "dask-processes",
+                                  "distributed"])
+def test_weighted_strided_variant_on_every_path(adk_h5md, adk_universe, adk_positions, ca,
+                                                path, request):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF,
+                         chunks=None if path == "numpy-memory" else {"time": 16}) as ds:
+        if path == "numpy-memory":
+            ds = ds.load()
+        sub = ds.isel(time=slice(90, 2, -3))  # reversed and strided
+        lazy = sub.md.rmsd(7, select="name CA", weights="mass")
+        if path == "distributed":
+            got = request.getfixturevalue("local_client").compute(lazy).result()
+        else:
+            with dask.config.set(scheduler=path.removeprefix("dask-").replace(
+                    "numpy-memory", "threads"), num_workers=2):
+                got = lazy.compute()
+    frames = adk_positions[90:2:-3][:, ca]
+    masses = adk_universe.atoms.masses[ca]
+    assert_close(got, _plain_rmsd(frames, frames[7], weights=masses, superposition=True))
+    np.testing.assert_array_equal(got.step.values, sub.step.values)
+
+
+# --- the CLI ----------------------------------------------------------------------------
+
+
+def test_cli_threads_csv_and_plot(adk_h5md_blocked, expected_ca, tmp_path, capsys):
+    out, png = tmp_path / "rmsd.csv", tmp_path / "rmsd.png"
+    rc = cli_main(["rmsd", adk_h5md_blocked, "--topology", PSF, "--select", "name CA",
+                   "--scheduler", "threads", "--workers", "2", "--chunk-mib", "0.5",
+                   "--out", str(out), "--plot", str(png), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "98 frames" in text and "frames/s" in text
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["frame"]) for r in rows] == list(range(98))
+    assert_close(np.array([float(r["rmsd"]) for r in rows]), expected_ca)
+    assert png.stat().st_size > 1000
+
+
+def test_cli_processes_netcdf(adk_h5md, adk_universe, tmp_path):
+    out = tmp_path / "rmsd.nc"
+    rc = cli_main(["rmsd", adk_h5md, "--topology", PSF, "--select", "backbone",
+                   "--reference", "20", "--scheduler", "processes", "--workers", "2",
+                   "--out", str(out), "--no-progress"])
+    assert rc == 0
+    with xr.open_dataarray(out) as got:
+        assert got.name == "rmsd" and got.attrs["units"] == "Angstrom"
+        assert_close(got, _mda_rmsd(adk_universe, select="backbone", ref_frame=20))
+
+
+def test_cli_default_distributed(adk_h5md_blocked, expected_ca, tmp_path, capsys):
+    out = tmp_path / "rmsd.csv"
+    rc = cli_main(["rmsd", adk_h5md_blocked, "--topology", PSF, "--select", "name CA",
+                   "--workers", "2", "--out", str(out)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "on distributed with 2 workers" in captured.out
+    with open(out, newline="") as fh:
+        values = np.array([float(r["rmsd"]) for r in csv.DictReader(fh)])
+    assert_close(values, expected_ca)
+
+
+def test_cli_rejects_bad_chunk_size(adk_h5md, capsys):
+    assert cli_main(["rmsd", adk_h5md, "--chunk-mib", "-1", "--scheduler", "threads"]) == 2
+    assert "--chunk-mib must be positive" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""h5mdx.rmsd equals MDAnalysis' RMSD on every input and execution path."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysis.analysis import rms
+from MDAnalysisTests.datafiles import PSF
+
+import h5mdx
+from h5mdx.analysis.qcp import has_numba
+from h5mdx.errors import TopologyError
+from h5mdx.testing import assert_rmsd_close
+
+
+def _mda_rmsd(universe, select="name CA", **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rms.RMSD(universe, select=select, **kw).run().results.rmsd[:, 2]
+
+
+@pytest.fixture(scope="module")
+def expected_ca(adk_universe):
+    return _mda_rmsd(adk_universe)
+
+
+@pytest.fixture(params=["numpy-memory", "lazy-threads", "lazy-processes", "dask-threads",
+                        "dask-processes", "distributed"])
+def path(request):
+    return request.param
+
+
+def _open(adk_h5md_blocked, path):
+    chunks = {} if path.startswith("dask") else None
+    ds = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF, chunks=chunks,
+                         chunk_mib=0.5)
+    if path == "numpy-memory":
+        ds = ds.load()
+    return ds
+
+
+def _compute(result, path, request):
+    if path == "distributed":
+        client = request.getfixturevalue("local_client")
+        return client.compute(result).result()
+    scheduler = "processes" if path.endswith("processes") else "threads"
+    with dask.config.set(scheduler=scheduler, num_workers=2, chunksize=1):
+        return result.compute()
+
+
+def test_every_path_equals_mdanalysis(adk_h5md_blocked, expected_ca, path, request):
+    ds = _open(adk_h5md_blocked, path)
+    lazy = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=20)
+    assert lazy.name == "rmsd"
+    assert lazy.dims == ("time",)
+    got = _compute(lazy, path, request)
+    assert_rmsd_close(got, expected_ca, atol=1e-4)
+    assert got.attrs["units"] == "Angstrom"
+    np.testing.assert_array_equal(got.step.values, ds.step.values)
+    ds.close()
+
+
+def test_accessor_and_variants(adk_h5md, adk_universe, adk_positions):
+    ds = xr.open_dataset(adk_h5md, engine="h5md", topology=PSF)
+    # all atoms
+    assert_rmsd_close(ds.md.rmsd().compute(), _mda_rmsd(adk_universe, select="all"))
+    # mass weights
+    assert_rmsd_close(ds.md.rmsd(select="backbone", weights="mass").compute(),
+                      _mda_rmsd(adk_universe, select="backbone", weights="mass"))
+    # another reference frame
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = rms.RMSD(adk_universe, select="name CA", ref_frame=40).run()
+    assert_rmsd_close(ds.md.rmsd(40, select="name CA").compute(), expected.results.rmsd[:, 2])
+    # an external reference: a frame of another Dataset, and a plain array
+    ca = adk_universe.select_atoms("name CA").indices
+    ref = adk_positions[60, ca] + 3.0
+    via_array = ds.md.rmsd(ref, select="name CA").compute()
+    other = xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, select="name CA")
+    via_da = ds.md.rmsd(other.position.isel(time=[60]) + 3.0, select="name CA").compute()
+    expected_ext = np.array([rms.rmsd(x[ca], ref, center=True, superposition=True)
+                             for x in adk_positions])
+    assert_rmsd_close(via_array, expected_ext)
+    assert_rmsd_close(via_da, expected_ext)
+    other.close()
+    # superposition=False
+    plain = np.array([rms.rmsd(x[ca], adk_positions[0, ca], center=True, superposition=False)
+                      for x in adk_positions])
+    assert_rmsd_close(ds.md.rmsd(select="name CA", superposition=False).compute(), plain)
+    # strided and sliced trajectories
+    sub = ds.isel(time=slice(10, 90, 3))
+    expected_sub = np.array([rms.rmsd(x[ca], adk_positions[10, ca], center=True,
+                                      superposition=True) for x in adk_positions[10:90:3]])
+    got = sub.md.rmsd(select="name CA").compute()
+    assert_rmsd_close(got, expected_sub)
+    np.testing.assert_array_equal(got.time.values, sub.time.values)
+    # integer indices and boolean masks select the same atoms as the string
+    mask = np.zeros(ds.sizes["atom"], bool)
+    mask[ca] = True
+    assert_rmsd_close(ds.md.rmsd(select=ca).compute(), ds.md.rmsd(select=mask).compute(),
+                      atol=1e-12)
+    ds.close()
+
+
+def test_opened_with_select_reads_only_those_atoms(adk_h5md, expected_ca):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, select="name CA") as ds:
+        assert ds.sizes["atom"] == 214
+        assert_rmsd_close(h5mdx.rmsd(ds.position).compute(), expected_ca)
+        # string selections still resolve through the attached topology
+        assert_rmsd_close(h5mdx.rmsd(ds.position, select="name CA").compute(), expected_ca)
+
+
+@pytest.mark.skipif(not has_numba(), reason="numba not installed")
+def test_kernels_give_the_same_numbers(adk_h5md):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        a = ds.md.rmsd(select="name CA", kernel="numpy").compute()
+        b = ds.md.rmsd(select="name CA", kernel="numba").compute()
+    assert_rmsd_close(a, b, atol=1e-6)
+
+
+def test_split_atom_chunks_warn_and_still_agree(adk_h5md, adk_universe):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF,
+                         chunks={"time": 49, "atom": 1000}) as ds:
+        with pytest.warns(UserWarning, match="rechunking once"):
+            lazy = ds.md.rmsd()
+        assert_rmsd_close(lazy.compute(scheduler="threads"),
+                          _mda_rmsd(adk_universe, select="all"))
+
+
+def test_one_task_per_block_and_reference_read_once(adk_h5md_blocked):
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        lazy = ds.md.rmsd(select="name CA", frames_per_block=10)
+        graph = dict(lazy.data.__dask_graph__())
+        assert len(graph) == 10  # 98 frames, 10 per block: one task per block
+        assert lazy.data.chunks == ((10,) * 9 + (8,),)
+
+
+def test_errors(adk_h5md):
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        with pytest.raises(TopologyError, match="needs a topology"):
+            h5mdx.rmsd(ds.position, select="name CA")
+        with pytest.raises(ValueError, match=r"\(time, atom, spatial\)"):
+            h5mdx.rmsd(ds.position.isel(spatial=0))
+        with pytest.raises(IndexError, match="out of range"):
+            h5mdx.rmsd(ds.position, reference=500)
+        with pytest.raises(ValueError, match="reference has 5 atoms"):
+            h5mdx.rmsd(ds.position, reference=np.zeros((5, 3)))
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        with pytest.raises(TopologyError, match="matches no atom"):
+            ds.md.rmsd(select="name XX")

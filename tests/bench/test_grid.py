@@ -1,0 +1,126 @@
+"""The scaling grid and ``h5mdx bench`` on a small file, with the read workload."""
+
+from __future__ import annotations
+
+import argparse
+
+import h5py
+import numpy as np
+import pytest
+
+from h5mdx.bench.grid import frames_per_block, read_workload, run_grid
+from h5mdx.cli.bench import add_parser, run
+from h5mdx.testing import write_h5md
+from h5mdx.timing import records as rec
+
+
+@pytest.fixture(scope="module")
+def h5md_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "traj.h5md"
+    pos = np.random.default_rng(2).random((48, 500, 3), dtype=np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(48),
+                                           "time": np.arange(48) * 0.5, "unit": "nm",
+                                           "chunks": (4, 500, 3)}}})
+    return str(path)
+
+
+def test_frames_per_block():
+    assert frames_per_block(98, 1, 1) == 98
+    assert frames_per_block(98, 2, 3) == 17
+    assert frames_per_block(4, 4, 3) == 1
+    with pytest.raises(ValueError):
+        frames_per_block(10, 0, 1)
+
+
+def test_read_workload_finds_h5md_positions(h5md_file):
+    wl = read_workload(h5md_file)
+    assert wl.n_frames == 48 and wl.meta["dataset"] == "/particles/all/position/value"
+    assert wl.meta["layout"]["hdf5_chunks"] == [4, 500, 3]
+    with h5py.File(h5md_file) as f:
+        x = f["/particles/all/position/value"][:].astype(np.float64).reshape(48, -1)
+    np.testing.assert_allclose(wl.build(10).compute(scheduler="sync"),
+                               np.sqrt((x * x).sum(axis=1)))
+
+
+def test_run_grid(h5md_file, tmp_path):
+    out = tmp_path / "bench"
+    res = run_grid(read_workload(h5md_file, repeat=5), schedulers=["threads"], workers=[1, 2],
+                   blocks_per_worker=[1, 3], repeats=2, out=out, progress=False)
+    assert len(res.metas) == 8 and res.runs.shape[0] == 8
+    n_tasks = res.runs.set_index(["n_workers", "blocks_per_worker", "repeat"])["n_tasks"]
+    assert n_tasks[(1, 1, 0)] == 1 and n_tasks[(2, 3, 1)] == 6  # 48 frames / (N M) per block
+    sp = res.speedup.set_index(["n_workers", "blocks_per_worker"])
+    assert sp.loc[(1, 1), "S"] == 1.0 and sp.loc[(1, 3), "E"] == 1.0  # S(1) = 1
+    assert (sp["n_runs"] == 2).all()
+    # files: one per run, the combined records, tables, figures and the report
+    for meta in res.metas:
+        df, m = rec.load(out / "runs" / f"{meta['run_id']}.parquet")
+        assert set(df["run_id"]) == {meta["run_id"]} and m["blocks_per_worker"] in (1, 3)
+        assert m["layout"]["dask_time_chunk"] == frames_per_block(48, m["n_workers"],
+                                                                  m["blocks_per_worker"])
+    combined, cmeta = rec.load(out / "records.parquet")
+    assert len(combined) == res.runs["n_tasks"].sum() and len(cmeta["runs"]) == 8
+    for name in ("runs.csv", "speedup.csv", "scaling.png", "gantt-threads-n2-m3-r1.png",
+                 "workers-threads-n2-m3-r1.png"):
+        assert (out / name).stat().st_size > 0
+    report = (out / "report.md").read_text()
+    assert "| scheduler | N | M |" in report and "| threads | 2 | 3 | 6 | 2 |" in report
+    assert "![speed-up and efficiency](scaling.png)" in report
+    assert "## Advice" in report
+
+
+def test_run_grid_rejects_unknown_scheduler(h5md_file):
+    with pytest.raises(ValueError, match="valid options are: threads, processes, distributed"):
+        run_grid(read_workload(h5md_file), schedulers=["mpi"], progress=False)
+
+
+@pytest.mark.slow
+def test_cli_bench(h5md_file, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args([
+        "bench", h5md_file, "--analysis", "read", "--scheduler", "threads,processes",
+        "--workers", "1,2", "--blocks-per-worker", "2", "--repeats", "1",
+        "--out", str(tmp_path / "o"), "--no-progress", "--delay", "24:0.3",
+    ])
+    assert args.func is run
+    assert run(args) == 0
+    text = capsys.readouterr().out
+    assert "h5mdx bench: read" in text and "processes" in text and "threads" in text
+    df, _ = rec.load(tmp_path / "o" / "records.parquet")
+    assert set(df["backend"]) == {"threads", "processes"}
+    slow = df[(df["n_workers"] == 2) & (df["frame_start"] == 24)]
+    assert (slow["t_io"] >= 0.3).all() and len(slow) == 2  # the injected straggler
+    assert (tmp_path / "o" / "report.md").exists()
+
+
+def test_cli_rejects_bad_lists():
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "x.h5md", "--workers", "0,2"])
+
+
+@pytest.mark.mpi
+def test_run_grid_mpi_backends_side_by_side(adk_h5md_blocked, tmp_path):
+    """mpi-io and dask-mpi run through mpirun and land in the same tables as dask."""
+    from infra import require_mpi
+
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.bench.grid import rmsd_workload
+
+    workload = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA")
+    result = run_grid(workload, schedulers=["mpi-io", "dask-mpi", "threads"], workers=[1, 2],
+                      repeats=1, out=tmp_path / "bench", progress=False)
+    rec.validate(result.records)
+    assert set(result.records["backend"]) == {"mpi-io", "dask-mpi", "threads"}
+    mpi = result.records[result.records["backend"] == "mpi-io"]
+    assert sorted(mpi.groupby("run_id").size()) == [1, 2]  # one record per rank
+    assert mpi[["t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait",
+                "t_comm_gather"]].notna().all().all()
+    s1 = result.speedup[result.speedup["n_workers"] == 1]["S"]
+    np.testing.assert_allclose(s1.to_numpy(dtype=float), 1.0)
+    assert (tmp_path / "bench" / "report.md").is_file()

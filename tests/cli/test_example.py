@@ -1,0 +1,142 @@
+"""``h5mdx example``: builds the trajectory, runs the timed RMSD, writes the report."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # the worked example end to end (a local cluster, ~20 s)
+
+pytest.importorskip("MDAnalysisTests")
+pytest.importorskip("distributed")
+pytest.importorskip("matplotlib")
+
+from h5mdx.cli import main  # noqa: E402
+from h5mdx.examples import (  # noqa: E402
+    _adk_source,
+    _slabs,
+    build_adk_trajectory,
+    perturbed_frames,
+    read_floor,
+    source_index,
+)
+from h5mdx.testing import assert_rmsd_close  # noqa: E402
+
+FRAMES = 300
+POSITION = "particles/trajectory/position/value"
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("example") / "h5mdx-example"
+    code = main(["example", "--frames", str(FRAMES), "--out", str(out), "--no-progress",
+                 "--mda-frames", "100"])
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def mda_dcd_rmsd():
+    """MDAnalysis' C-alpha RMSD on the PSF/DCD itself (98 frames)."""
+    import MDAnalysis as mda
+    from MDAnalysis.analysis import rms
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+        return rms.RMSD(u, select="name CA").run().results.rmsd[:, 2]
+
+
+def test_outputs_exist(example_run, capsys):
+    code, out = example_run
+    assert code == 0
+    for name in ("report.html", "rmsd.png", "gantt.png", "workers.png", "rmsd.csv",
+                 "timing.csv", f"adk-{FRAMES}.h5md"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temporary files left
+    page = (out / "report.html").read_text(encoding="utf-8")
+    for name in ("rmsd.png", "gantt.png", "workers.png", "rmsd.csv", "timing.csv"):
+        assert f'"{name}"' in page  # relative links
+    assert "read floor" in page and "MDAnalysis" in page
+
+
+def test_rmsd_equals_mdanalysis_on_the_shipped_frames(example_run, mda_dcd_rmsd):
+    _, out = example_run
+    table = np.genfromtxt(out / "rmsd.csv", delimiter=",", names=True)
+    assert table.size == FRAMES
+    np.testing.assert_array_equal(table["frame"], np.arange(FRAMES))
+    assert_rmsd_close(table["rmsd"][:98], mda_dcd_rmsd, atol=1e-4)
+    # the perturbed frames stay close to the frames they come from (noise 0.05 Å)
+    later = table["rmsd"][98:]
+    expected = mda_dcd_rmsd[source_index(np.arange(98, FRAMES))]
+    assert np.all(np.abs(later - expected) < 0.2) and np.all(later > 0.05)
+
+
+def test_summary_lines(example_run, capsys):
+    # the module fixture ran inside the first test; run the CLI again on the cached file
+    _, out = example_run
+    assert main(["example", "--frames", str(FRAMES), "--out", str(out), "--no-progress",
+                 "--mda-frames", "50"]) == 0
+    text = capsys.readouterr().out
+    assert "(cached)" in text
+    assert re.search(rf"^rmsd  {FRAMES} frames  in [\d.]+ s  [\d,]+ frames/s  [\d.]+ GB/s  = "
+                     r"[\d.]+x the read floor of this machine \([\d,]+ frames/s", text, re.M)
+    assert re.search(r"^MDAnalysis \S+: 50 frames in [\d.]+ s -> [\d,]+ frames/s \(sampled, "
+                     r"extrapolated: .* -> h5mdx is [\d.,]+x faster", text, re.M)
+    assert re.search(r"^I/O \d+%  compute \d+%", text, re.M)
+    assert re.search(r"^stragglers: .*> 1\.5x the median and > 50 ms longer", text, re.M)
+    assert re.search(r"^warm-up: kernel loaded on 2 worker\(s\)", text, re.M)
+    assert re.search(r"^outputs: .*report\.html", text, re.M)
+
+
+def test_trajectory_construction(tmp_path):
+    _, source, t0, dt = _adk_source()
+    path = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False, block=64)
+    with h5py.File(path, "r") as f:
+        d = f[POSITION]
+        assert d.shape == (250, 3341, 3) and d.chunks == (100, 3341, 3)
+        assert d.compression is None
+        np.testing.assert_array_equal(d[:98], source)  # the DCD's frames, exactly
+        # deterministic whatever the block size: the same frames as generated in one go
+        np.testing.assert_array_equal(d[98:], perturbed_frames(source, 98, 250))
+        np.testing.assert_allclose(f["particles/trajectory/position/time"][:3],
+                                   t0 + np.arange(3) * dt)
+        assert "mass" in f["particles/trajectory"]
+    mtime = os.path.getmtime(path)
+    assert build_adk_trajectory(path, 250, progress=False) == path  # cached
+    assert os.path.getmtime(path) == mtime
+    build_adk_trajectory(path, 120, progress=False)  # another size: rebuilt in place
+    with h5py.File(path, "r") as f:
+        assert f[POSITION].shape[0] == 120
+    with pytest.raises(ValueError, match="at least 98 frames"):
+        build_adk_trajectory(tmp_path / "small.h5md", 50, progress=False)
+
+
+def test_source_index_goes_back_and_forth():
+    idx = source_index(np.arange(400))
+    np.testing.assert_array_equal(idx[:98], np.arange(98))
+    np.testing.assert_array_equal(idx[98:196], np.arange(97, -1, -1))
+    np.testing.assert_array_equal(idx[196:294], np.arange(98))
+    assert np.abs(np.diff(idx)).max() == 1  # no jumps
+
+
+def test_read_floor_and_slabs(tmp_path):
+    assert _slabs(1000, 100, 2) == [(0, 500), (500, 1000)]
+    assert _slabs(250, 100, 2) == [(0, 200), (200, 250)]
+    assert _slabs(50, 100, 4) == [(0, 50)]
+    path = build_adk_trajectory(tmp_path / "adk.h5md", 200, progress=False)
+    nbytes = 200 * 3341 * 3 * 4
+    for workers in (1, 2):
+        floor = read_floor(path, workers=workers, repeats=1)
+        assert floor["bytes"] == nbytes and floor["frames"] == 200
+        assert floor["gb_per_s"] == pytest.approx(nbytes / floor["seconds"] / 1e9)
+
+
+def test_cli_rejects_too_few_frames(tmp_path, capsys):
+    assert main(["example", "--frames", "10", "--out", str(tmp_path)]) == 2
+    assert "--frames must be at least 98" in capsys.readouterr().err

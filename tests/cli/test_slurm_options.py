@@ -1,0 +1,36 @@
+"""One set of SLURM option names for every command (``rmsd --scheduler slurm``,
+``slurm-script``), with the old spellings as aliases."""
+
+from __future__ import annotations
+
+import pytest
+
+from h5mdx.cli import build_parser, main
+from h5mdx.cli.slurm import _split
+
+SHARED = {"walltime": "00:07:00", "queue": "q", "account": "acc", "wait_timeout": 5.0}
+
+
+@pytest.mark.parametrize("names", [
+    ("--walltime", "--queue", "--account", "--wait-timeout"),
+    ("--time", "--partition", "--account", "--timeout"),
+])
+@pytest.mark.parametrize("command", [["rmsd", "x.h5md"], ["slurm-script", "mpi-rmsd"]])
+def test_same_names_same_destinations(command, names):
+    argv = list(command)
+    for name, value in zip(names, SHARED.values(), strict=True):
+        argv += [name, str(value)]
+    args = build_parser().parse_args(argv)
+    if command[0] == "slurm-script":  # its options may follow the program's arguments
+        args, rest = _split(args)
+        assert rest == []
+    for dest, value in SHARED.items():
+        assert getattr(args, dest) == value
+
+
+def test_slurm_script_takes_the_shared_names_after_the_program_arguments(capsys):
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--walltime", "00:06:00", "--queue", "q2"]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --time=00:06:00" in script
+    assert "#SBATCH --partition=q2" in script

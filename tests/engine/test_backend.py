@@ -1,0 +1,525 @@
+"""The h5md engine against MDAnalysis' H5MDReader and the raw h5py datasets."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import cloudpickle
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysisTests.datafiles import (
+    COORDINATES_H5MD,
+    COORDINATES_TOPOLOGY,
+    PSF,
+    H5MD_energy,
+    H5MD_xvf,
+    PDB_small,
+    TPR_xvf,
+)
+
+import h5mdx.engine.backend
+from h5mdx.engine.backend import H5MDArray
+from h5mdx.errors import H5MDFormatError, H5MDReadError, TopologyError
+from h5mdx.testing import write_h5md
+
+mda = pytest.importorskip("MDAnalysis")
+
+
+def _mda(top, traj, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mda.Universe(top, traj, **kw)
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def test_engine_registered():
+    engines = xr.backends.list_engines()
+    assert "h5md" in engines
+    assert type(engines["h5md"]).__module__ == "h5mdx.engine.backend"
+
+
+def test_guess_can_open(tmp_path, adk_h5md):
+    ep = h5mdx.engine.backend.H5MDBackendEntrypoint()
+    assert ep.guess_can_open(adk_h5md)
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.arange(3)
+    assert not ep.guess_can_open(str(plain))
+    text = tmp_path / "text.h5md"
+    text.write_text("this is not HDF5 at all, just some text\n" * 10)
+    assert not ep.guess_can_open(str(text))
+    assert not ep.guess_can_open(str(tmp_path / "missing.h5md"))
+    # without engine=, xarray asks the engines in order; ours claims H5MD files (h5netcdf,
+    # when installed, is asked first and claims every HDF5 file)
+    if "h5netcdf" not in xr.backends.list_engines():
+        with xr.open_dataset(adk_h5md) as ds:
+            assert "position" in ds
+
+
+# ----------------------------------------------------------------------------- values
+
+
+@pytest.mark.parametrize(
+    "traj, top",
+    [(COORDINATES_H5MD, COORDINATES_TOPOLOGY), (H5MD_xvf, TPR_xvf)],
+    ids=["mda-test.h5md", "cobrotoxin.h5md"],
+)
+def test_values_equal_mdanalysis_shipped_files(traj, top):
+    u = _mda(top, traj)
+    with xr.open_dataset(traj, engine="h5md", convert_units=True) as ds:
+        assert ds.sizes["time"] == u.trajectory.n_frames
+        for i, ts in enumerate(u.trajectory):
+            np.testing.assert_allclose(ds.position[i].values, ts.positions, rtol=1e-6, atol=1e-5)
+            np.testing.assert_allclose(ds.velocity[i].values, ts.velocities, rtol=1e-6, atol=1e-5)
+            np.testing.assert_allclose(ds.force[i].values, ts.forces, rtol=1e-6, atol=1e-5)
+            assert ds.time[i].item() == pytest.approx(ts.time, rel=1e-6)
+            assert int(ds.step[i]) == ts.data["step"]
+            # MDAnalysis gives (a, b, c, alpha, beta, gamma); compare the box lengths
+            edges = ds.box_edges[i].values
+            np.testing.assert_allclose(
+                np.linalg.norm(edges, axis=1), ts.dimensions[:3], rtol=1e-5
+            )
+        assert ds.position.attrs["units"] == "Angstrom"
+        assert ds.velocity.attrs["units"] == "Angstrom ps-1"
+        assert ds.force.attrs["units"] == "kJ mol-1 Angstrom-1"
+        assert ds.time.attrs["units"] == "ps"
+
+
+def test_units_kept_without_conversion():
+    with xr.open_dataset(H5MD_xvf, engine="h5md") as ds, h5py.File(H5MD_xvf) as f:
+        assert ds.position.attrs["units"] == "nm"
+        assert ds.force.attrs["units"] == "kJ mol-1 nm-1"
+        np.testing.assert_array_equal(
+            ds.position.values, f["particles/trajectory/position/value"][()]
+        )
+
+
+@pytest.mark.parametrize("fixture", ["adk_h5md", "adk_h5md_blocked"])
+def test_adk_equal_mdanalysis(request, fixture, adk_positions):
+    path = request.getfixturevalue(fixture)
+    u = _mda(PSF, path)
+    with xr.open_dataset(path, engine="h5md", convert_units=True, chunks={}) as ds:
+        np.testing.assert_array_equal(ds.position.values, adk_positions)
+        times = np.array([ts.time for ts in u.trajectory])
+        np.testing.assert_allclose(ds.time.values, times, rtol=1e-6)
+        assert ds.position.dtype == np.float32
+
+
+def test_pyh5md_file(adk_pyh5md, adk_positions):
+    with xr.open_dataset(adk_pyh5md, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, adk_positions)
+        np.testing.assert_array_equal(ds.step.values, np.arange(98) * 10)
+        np.testing.assert_allclose(ds.time.values, np.arange(98) * 0.5)
+        assert ds.position.encoding["chunksizes"] == (32, 128, 3)
+        # a fixed (time-independent) box and species
+        assert ds.box_edges.dims == ("spatial",)
+        np.testing.assert_array_equal(ds.box_edges.values, [80.0, 90.0, 100.0])
+        assert ds.species.dims == ("atom",)
+        assert ds.box_edges.attrs["boundary"] == ["periodic"] * 3
+        assert ds.attrs["creator_name"] == "pyh5md-test"
+    # MDAnalysis cannot read this file: it needs a time-dependent box (box/edges/value)
+
+
+def test_znh5md_file_and_observables():
+    with xr.open_dataset(H5MD_energy, engine="h5md", convert_units=True) as ds, h5py.File(
+        H5MD_energy
+    ) as f:
+        raw = f["particles/atoms/position/value"][()]
+        np.testing.assert_array_equal(ds.position.values, raw)
+        np.testing.assert_allclose(ds.time.values, np.arange(20) * 1e-3)  # fs -> ps
+        assert ds.forces.attrs["units"] == "kJ mol-1 Angstrom-1"
+        np.testing.assert_allclose(
+            ds.forces.values, f["particles/atoms/forces/value"][()] * 96.4853321233
+        )
+    with xr.open_dataset(H5MD_energy, engine="h5md", group="observables/atoms") as obs:
+        assert obs.energy.dims == ("time",)
+        assert obs.energy.attrs["units"] == "eV"
+        assert obs.sizes["time"] == 20
+
+
+# ----------------------------------------------------------------------------- storage kinds
+
+
+@pytest.fixture
+def mixed_file(tmp_path):
+    """Every storage kind: explicit, fixed-interval, time-independent, other sampling."""
+    rng = np.random.default_rng(1)
+    n, nf = 7, 12
+    pos = rng.normal(size=(nf, n, 3)).astype(np.float32)
+    vel = rng.normal(size=(nf // 2, n, 3))
+    img = rng.integers(-2, 3, size=(nf, n, 3)).astype(np.int32)
+    path = write_h5md(
+        tmp_path / "mixed.h5md",
+        particles={
+            "trajectory": {
+                "position": dict(value=pos, step=np.arange(nf) * 5, time=np.arange(nf) * 0.01,
+                                 unit="nm", chunks=(4, n, 3)),
+                "image": dict(value=img, link_sampling_from="position"),
+                "velocity": dict(value=vel, step=10, step_offset=0, time=0.02,
+                                 unit="nm ps-1"),
+                "mass": dict(value=np.arange(1, n + 1, dtype=np.float64), unit="u"),
+                "species": dict(value=np.arange(n, dtype=np.int32)),
+                "charge": dict(value=rng.normal(size=(nf, n)), step=np.arange(nf) * 5,
+                               time=np.arange(nf) * 0.01),
+            },
+            "solvent": {
+                "position": dict(value=np.zeros((3, 2, 3)), step=1, time=1.0, unit="nm"),
+            },
+        },
+        box={"trajectory": {"dimension": 3, "boundary": ["periodic"] * 3,
+                            "edges": dict(value=np.full((nf, 3), 5.0), unit="nm",
+                                          link_sampling_from="position")}},
+        observables={
+            "temperature": dict(value=rng.normal(size=nf), step=np.arange(nf) * 5,
+                                time=np.arange(nf) * 0.01, unit="K"),
+            "pressure": dict(value=rng.normal(size=3), step=np.array([0, 20, 40]),
+                             time=np.array([0.0, 0.04, 0.08]), unit="bar"),
+            "lattice": dict(value=np.eye(3), unit="nm"),
+            "thermo/energy": dict(value=rng.normal(size=(4, 2)), step=15, time=0.03),
+        },
+        parameters={"temperature_target": 300.0, "ensemble": b"NVT"},
+    )
+    return path, dict(pos=pos, vel=vel, img=img)
+
+
+def test_storage_kinds(mixed_file):
+    path, data = mixed_file
+    with pytest.raises(ValueError, match="several particles groups.*particles/trajectory"):
+        xr.open_dataset(path, engine="h5md")
+    with xr.open_dataset(path, engine="h5md", group="trajectory") as ds:
+        assert ds.position.dims == ("time", "atom", "spatial")
+        np.testing.assert_array_equal(ds.position.values, data["pos"])
+        np.testing.assert_array_equal(ds.step.values, np.arange(12) * 5)
+        # hard-linked and equal-valued samplings share time
+        assert ds.image.dims == ("time", "atom", "spatial")
+        assert ds.charge.dims == ("time", "atom")
+        assert ds.box_edges.dims == ("time", "spatial")
+        # fixed interval sampling: step 10 from offset 0, other frames -> own dimension
+        assert ds.velocity.dims == ("time_velocity", "atom", "spatial")
+        np.testing.assert_array_equal(ds.step_velocity.values, [0, 10, 20, 30, 40, 50])
+        np.testing.assert_allclose(ds.time_velocity.values, np.arange(6) * 0.02)
+        np.testing.assert_array_equal(ds.velocity.values, data["vel"])
+        # time-independent elements
+        assert ds.mass.dims == ("atom",)
+        assert ds.species.dims == ("atom",)
+        assert ds.mass.attrs["units"] == "u"
+        assert list(ds.spatial.values) == ["x", "y", "z"]
+        assert ds.box_edges.attrs["dimension"] == 3
+    with xr.open_dataset(path, engine="h5md", group="particles/solvent") as ds:
+        np.testing.assert_array_equal(ds.step.values, [0, 1, 2])
+    with xr.open_dataset(path, engine="h5md", group="trajectory", convert_units=True) as ds:
+        np.testing.assert_allclose(ds.position.values, data["pos"] * 10, rtol=1e-6)
+        assert ds.box_edges.values[0, 0] == pytest.approx(50.0)
+        assert ds.velocity.attrs["units"] == "Angstrom ps-1"
+
+
+def test_observables(mixed_file):
+    path, _ = mixed_file
+    with xr.open_dataset(path, engine="h5md", group="observables") as obs:
+        assert obs.temperature.dims == ("time",)
+        assert obs.pressure.dims == ("time_pressure",)
+        np.testing.assert_array_equal(obs.step_pressure.values, [0, 20, 40])
+        assert obs.lattice.dims == ("lattice_dim_0", "lattice_dim_1")
+        assert "energy" not in obs  # it lives in the nested group
+    with xr.open_dataset(path, engine="h5md", group="observables/thermo") as th:
+        assert th.energy.dims == ("time", "energy_dim_1")
+        np.testing.assert_array_equal(th.step.values, [0, 15, 30, 45])
+
+
+def test_datatree(mixed_file):
+    path, data = mixed_file
+    tree = xr.open_datatree(path, engine="h5md")
+    assert set(tree.children) == {"particles", "observables", "parameters"}
+    assert set(tree["particles"].children) == {"trajectory", "solvent"}
+    np.testing.assert_array_equal(tree["particles/trajectory"].position.values, data["pos"])
+    assert "thermo" in tree["observables"].children
+    # the parent's time (12 frames) would not align with thermo's (4): renamed on the parent
+    assert "time_observables" in tree["observables"].dims
+    assert tree["observables/thermo"].sizes["time"] == 4
+    assert float(tree["parameters"].temperature_target) == 300.0
+    assert tree["parameters"].attrs["ensemble"] == "NVT"
+    assert tree.attrs["h5md_version"] == "1.1"
+    tree.close()
+
+
+def test_fill_value_becomes_nan(tmp_path):
+    value = np.arange(24, dtype=np.float64).reshape(2, 4, 3)
+    value[1, 3] = -1.0
+    path = write_h5md(
+        tmp_path / "fill.h5md",
+        particles={"g": {"position": dict(value=value, step=np.arange(2), fillvalue=-1.0)}},
+    )
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert np.isnan(ds.position.values[1, 3]).all()
+        assert not np.isnan(ds.position.values[0]).any()
+        assert ds.position.encoding["_FillValue"] == -1.0
+
+
+# ----------------------------------------------------------------------------- laziness, chunks
+
+
+def test_open_reads_no_value_data(adk_h5md, monkeypatch):
+    calls = []
+    original = H5MDArray._getitem
+
+    def spy(self, key):
+        calls.append((self.path, key))
+        return original(self, key)
+
+    monkeypatch.setattr(H5MDArray, "_getitem", spy)
+    ds = xr.open_dataset(adk_h5md, engine="h5md", chunks={})
+    assert calls == []
+    sub = ds.position.isel(time=slice(10, 12), atom=[5, 1, 700])
+    assert calls == []
+    values = sub.values
+    assert values.shape == (2, 3, 3)
+    reads = [key for path, key in calls if path.endswith("position/value")]
+    assert len(reads) == 1
+    # dask fuses the time slice into the read: only frames 10-11 are asked of h5py
+    assert reads[0][0] == slice(10, 12, 1)
+    ds.close()
+    # without dask, xarray's lazy indexing passes the atom list down to the read as well
+    calls.clear()
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        ds.position.isel(time=slice(10, 12), atom=[5, 1, 700]).values  # noqa: B018
+    (path, key), = calls
+    assert key[0] == slice(10, 12, 1)
+    np.testing.assert_array_equal(key[1], [1, 5, 700])
+
+
+def test_indexing_matches_numpy(adk_h5md, adk_positions):
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        pos = ds.position
+        np.testing.assert_array_equal(pos.isel(time=5).values, adk_positions[5])
+        np.testing.assert_array_equal(pos.isel(time=slice(3, 40, 7)).values, adk_positions[3:40:7])
+        np.testing.assert_array_equal(pos.isel(time=slice(None, None, -5)).values,
+                                      adk_positions[::-5])
+        idx = [900, 3, 3, 17, 2000]
+        np.testing.assert_array_equal(pos.isel(atom=idx).values, adk_positions[:, idx])
+        np.testing.assert_array_equal(pos.isel(time=[7, 2, 50], atom=slice(0, 10)).values,
+                                      adk_positions[[7, 2, 50], :10])
+        np.testing.assert_array_equal(pos.isel(time=3, atom=idx).values, adk_positions[3, idx])
+        np.testing.assert_array_equal(pos.isel(time=3, atom=idx, spatial=1).values,
+                                      adk_positions[3, idx, 1])
+        np.testing.assert_array_equal(pos.sel(spatial="y").isel(time=0).values,
+                                      adk_positions[0, :, 1])
+        t = float(ds.time[4])
+        np.testing.assert_array_equal(pos.sel(time=t).values, adk_positions[4])
+
+
+def test_default_chunks_align_with_hdf5(adk_h5md):
+    # HDF5 chunks of one frame (the MDAnalysis default): never one task per frame
+    with xr.open_dataset(adk_h5md, engine="h5md", chunks={}) as ds:
+        assert ds.position.encoding["chunksizes"] == (1, 3341, 3)
+        assert ds.position.chunks[1:] == ((3341,), (3,))
+        assert len(ds.position.chunks[0]) == 1  # 98 frames x 40 KB < 32 MiB
+    with xr.open_dataset(adk_h5md, engine="h5md", chunks={}, chunk_mib=0.5) as ds:
+        blocks = ds.position.chunks[0]
+        frame = 3341 * 3 * 4
+        assert blocks[0] == (512 * 1024) // frame
+        assert len(blocks) == -(-98 // blocks[0])
+
+
+def test_default_chunks_whole_hdf5_chunks(tmp_path):
+    n = 50
+    path = write_h5md(
+        tmp_path / "c.h5md",
+        particles={"g": {"position": dict(value=np.zeros((100, n, 3), np.float32),
+                                          step=np.arange(100), chunks=(7, 10, 3))}},
+    )
+    with xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.01) as ds:
+        blocks = ds.position.chunks[0]
+        assert all(b % 7 == 0 for b in blocks[:-1])
+        assert ds.position.chunks[1] == (n,)
+    with xr.open_dataset(path, engine="h5md", chunks="auto", chunk_mib=0.01) as ds:
+        pref = ds.position.encoding["preferred_chunks"]["time"]
+        assert all(b % pref == 0 for b in ds.position.chunks[0][:-1])
+    with pytest.warns(UserWarning, match="separate the stored chunks"):
+        xr.open_dataset(path, engine="h5md", chunks={"time": 5}, chunk_mib=0.01).close()
+
+
+def test_contiguous_blocks(tmp_path):
+    path = write_h5md(
+        tmp_path / "contig.h5md",
+        particles={"g": {"position": dict(value=np.ones((200, 100, 3), np.float64),
+                                          step=np.arange(200))}},
+    )
+    with xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.1) as ds:
+        assert ds.position.encoding["chunksizes"] is None
+        frames = int(0.1 * 2**20 // (100 * 3 * 8))
+        assert ds.position.chunks[0][0] == frames
+        assert float(ds.position.sum()) == 200 * 100 * 3
+
+
+def test_pickle_roundtrip(adk_h5md, adk_positions):
+    ds = xr.open_dataset(adk_h5md, engine="h5md", chunks={})
+    for dumps, loads in ((cloudpickle.dumps, pickle.loads), (pickle.dumps, pickle.loads)):
+        back = loads(dumps(ds))
+        np.testing.assert_array_equal(back.position[3:5].values, adk_positions[3:5])
+    ds.close()
+
+
+def test_threads_and_processes_schedulers(adk_h5md, adk_positions):
+    import dask
+
+    with xr.open_dataset(adk_h5md, engine="h5md", chunks={}, chunk_mib=0.3) as ds:
+        expected = adk_positions.astype(np.float64).mean(axis=(1, 2))
+        for scheduler in ("threads", "processes"):
+            with dask.config.set(scheduler=scheduler, num_workers=2):
+                got = ds.position.mean(("atom", "spatial")).compute()
+            np.testing.assert_allclose(got.values, expected, rtol=0, atol=1e-6)
+
+
+def test_distributed_local_cluster(adk_h5md, adk_positions):
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(2) as cluster, \
+            distributed.Client(cluster) as client, \
+            xr.open_dataset(adk_h5md, engine="h5md", chunks={}, chunk_mib=0.3) as ds:
+        got = client.compute(ds.position.max(("atom", "spatial"))).result()
+        np.testing.assert_allclose(got.values, adk_positions.max(axis=(1, 2)))
+
+
+def test_close_releases_file(tmp_path):
+    path = write_h5md(tmp_path / "close.h5md",
+                      particles={"g": {"position": dict(value=np.ones((3, 2, 3)),
+                                                        step=np.arange(3))}})
+    ds = xr.open_dataset(path, engine="h5md")
+    assert float(ds.position[0, 0, 0]) == 1.0  # opens the file
+    ds.close()
+    # no open h5py file object on it remains: it can be opened for writing
+    with h5py.File(path, "r+") as f:
+        assert "particles" in f
+
+
+# ----------------------------------------------------------------------------- topology
+
+
+def test_topology_and_select(adk_h5md, adk_positions, adk_universe):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        assert ds.attrs["topology"] == PSF
+        np.testing.assert_array_equal(ds.name.values, adk_universe.atoms.names)
+        np.testing.assert_array_equal(ds.resid.values, adk_universe.atoms.resids)
+        np.testing.assert_allclose(ds.mass.values, adk_universe.atoms.masses)
+        assert set(ds.coords) >= {"name", "resname", "resid", "segid", "type", "mass", "charge"}
+    ca = adk_universe.select_atoms("name CA").indices
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, select="name CA",
+                         chunks={}) as ds:
+        assert ds.sizes["atom"] == 214
+        np.testing.assert_array_equal(ds.atom.values, ca)
+        assert set(ds.name.values) == {"CA"}
+        np.testing.assert_array_equal(ds.position.values, adk_positions[:, ca])
+
+
+def test_topology_atom_count_mismatch(adk_h5md):
+    with pytest.raises(TopologyError, match=r"214|3341") as err:
+        xr.open_dataset(adk_h5md, engine="h5md", topology=PDB_small.replace(".pdb", "_10res.pdb"))
+    assert "3341" in str(err.value)
+    assert adk_h5md in str(err.value)
+
+
+def test_select_matches_nothing(adk_h5md):
+    with pytest.raises(TopologyError, match="matches no atom"):
+        xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, select="name XYZ")
+    with pytest.raises(TopologyError, match="needs a topology"):
+        xr.open_dataset(adk_h5md, engine="h5md", select="name CA")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _expect(path, match, exc=H5MDFormatError, **kw):
+    with pytest.raises(exc, match=match) as err:
+        xr.open_dataset(path, engine="h5md", **kw)
+    assert str(path) in str(err.value) or str(path) in repr(err.value)
+    return err.value
+
+
+def test_bad_files(tmp_path, adk_h5md):
+    empty = tmp_path / "empty.h5md"
+    empty.write_bytes(b"")
+    _expect(empty, "empty")
+    text = tmp_path / "text.h5md"
+    text.write_text("not hdf5\n" * 100)
+    _expect(text, "not an HDF5 file")
+    truncated = tmp_path / "truncated.h5md"
+    truncated.write_bytes(open(adk_h5md, "rb").read()[:5000])
+    _expect(truncated, "truncated or corrupt")
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = 1
+    _expect(plain, "no /h5md group")
+    with pytest.raises(FileNotFoundError):
+        xr.open_dataset(tmp_path / "missing.h5md", engine="h5md")
+
+
+def test_bad_structures(tmp_path):
+    """strict=True refuses them (the tolerant default is in test_conformance.py)."""
+    base = dict(value=np.zeros((4, 2, 3)), step=np.arange(4))
+    path = write_h5md(tmp_path / "novalue.h5md", particles={"g": {"position": base}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/g/position/value"]
+    _expect(path, r"/particles/g/position.*no 'value'", strict=True)
+
+    path = write_h5md(tmp_path / "steplen.h5md",
+                      particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
+                                                        step=np.arange(3))}})
+    err = _expect(path, "'step' has shape", strict=True)
+    assert err.h5path == "/particles/g/position/step"
+
+    path = write_h5md(tmp_path / "timelen.h5md",
+                      particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
+                                                        step=np.arange(4),
+                                                        time=np.arange(5.0))}})
+    _expect(path, "'time' has shape", strict=True)
+
+    path = write_h5md(tmp_path / "version.h5md", particles={"g": {"position": base}})
+    with h5py.File(path, "r+") as f:
+        f["h5md"].attrs["version"] = np.array([2, 0])
+    _expect(path, "version 2.0 is not supported")
+
+    path = write_h5md(tmp_path / "nostep.h5md", particles={"g": {"position": base}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/g/position/step"]
+    _expect(path, "no 'step'", strict=True)
+
+    path = write_h5md(tmp_path / "dangling.h5md", particles={"g": {"position": base}})
+    with h5py.File(path, "r+") as f:
+        f["particles/g/velocity"] = h5py.SoftLink("/nowhere")
+    _expect(path, "dangling", strict=True)
+
+    path = write_h5md(tmp_path / "external.h5md", particles={"g": {"position": base}})
+    with h5py.File(path, "r+") as f:
+        f["particles/g/velocity"] = h5py.ExternalLink("/etc/other.h5", "/x")
+    _expect(path, "external link")
+
+    path = write_h5md(tmp_path / "groups.h5md", particles={"g": {"position": base}})
+    _expect(path, "no group 'nope'.*'particles/g'", exc=ValueError, group="nope")
+
+
+def test_corrupt_chunk_error_at_compute(tmp_path):
+    value = np.random.default_rng(0).normal(size=(40, 50, 3))
+    path = write_h5md(
+        tmp_path / "corrupt.h5md",
+        particles={"g": {"position": dict(value=value, step=np.arange(40), chunks=(10, 50, 3),
+                                          compression="gzip")}},
+    )
+    with h5py.File(path, "r") as f:
+        info = f["particles/g/position/value"].id.get_chunk_info(1)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset)
+        fh.write(b"\xff" * min(info.size, 64))
+    ds = xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.01)  # opens fine: lazy
+    assert ds.position.chunks[0] == (10, 10, 10, 10)
+    np.testing.assert_array_equal(ds.position[:10].values, value[:10])
+    with pytest.raises(H5MDReadError, match=r"position/value.*frames 10-19") as err:
+        ds.position[10:20].values  # noqa: B018
+    assert isinstance(err.value, OSError)
+    assert path in str(err.value)
+    ds.close()

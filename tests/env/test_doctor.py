@@ -1,0 +1,171 @@
+"""``h5mdx doctor``: its checks agree with the real environment, and it never crashes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from h5mdx import doctor
+from h5mdx.cli import main
+from h5mdx.cli.doctor import add_parser, run
+
+NAMES = [
+    "h5py",
+    "h5py MPI",
+    "mpi4py",
+    "mpirun",
+    "dask-mpi",
+    "distributed",
+    "dask-jobqueue",
+    "SLURM commands",
+    "SLURM cluster",
+    "HDF5 file locking",
+    "numba",
+]
+
+
+@pytest.fixture(scope="module")
+def report():
+    return doctor.run_checks()
+
+
+def test_all_checks_present(report):
+    assert [c.name for c in report.checks] == NAMES
+    assert all(c.status in ("ok", "missing", "info") for c in report.checks)
+    assert all(c.fix for c in report.checks if c.status == "missing")
+    assert report.python == sys.executable
+    assert set(report.paths) == {"mpi-io", "dask-mpi", "slurm"}
+
+
+def test_h5py_matches_this_interpreter(report):
+    assert report["h5py"].status == "ok"
+    assert report["h5py"].detail == f"h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}"
+    assert (report["h5py MPI"].status == "ok") is bool(h5py.get_config().mpi)
+
+
+def test_packages_match_metadata(report):
+    for name, dist in [("dask-jobqueue", "dask-jobqueue"), ("numba", "numba"),
+                       ("distributed", "distributed"), ("dask-mpi", "dask-mpi")]:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            assert report[name].status == "missing"
+            assert "pip install" in report[name].fix
+        else:
+            assert report[name].status == "ok"
+            assert report[name].detail == version
+
+
+def test_mpirun_and_slurm_match_path(report):
+    assert (report["mpirun"].status == "ok") is (shutil.which("mpirun") is not None)
+    has_slurm = shutil.which("sinfo") is not None and shutil.which("sbatch") is not None
+    assert (report["SLURM commands"].status == "ok") is has_slurm
+    if report["SLURM cluster"].status == "ok":
+        out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True)
+        assert out.stdout.split()[0] in report["SLURM cluster"].detail
+
+
+def test_mpi4py_reports_library(report):
+    if report["mpi4py"].status == "ok":
+        code = "import mpi4py; print(mpi4py.__version__)"
+        version = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert report["mpi4py"].detail.startswith(f"mpi4py {version}, MPI ")
+
+
+def test_ci_stack_is_complete(report):
+    """Under CI (H5MDX_REQUIRE_*) the doctor must find every parallel path usable."""
+    if os.environ.get("H5MDX_REQUIRE_MPI") != "1" and os.environ.get("H5MDX_REQUIRE_SLURM") != "1":
+        pytest.skip("H5MDX_REQUIRE_MPI/H5MDX_REQUIRE_SLURM not set")
+    if os.environ.get("H5MDX_REQUIRE_MPI") == "1":
+        assert report.paths["mpi-io"], report.format()
+        assert report.paths["dask-mpi"], report.format()
+    if os.environ.get("H5MDX_REQUIRE_SLURM") == "1":
+        assert report.paths["slurm"], report.format()
+
+
+def test_missing_commands_name_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    rep = doctor.run_checks()
+    assert rep["mpirun"].status == "missing"
+    assert "apt-get install -y openmpi-bin" in rep["mpirun"].fix
+    assert rep["SLURM commands"].status == "missing"
+    assert "slurm-wlm" in rep["SLURM commands"].fix
+    assert rep["SLURM cluster"].status == "missing"
+    assert "slurm-local.sh start" in rep["SLURM cluster"].fix
+    assert not rep.paths["mpi-io"] and not rep.paths["slurm"]
+    text = rep.format()
+    assert "fix: apt-get install -y openmpi-bin" in text
+    assert "mpi-io path" in text and "NOT usable" in text
+
+
+def test_crashing_interpreter_is_reported_not_raised(tmp_path):
+    """A probe interpreter that dies of a signal (like a broken MPI) becomes a 'missing' check."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    rep = doctor.run_checks(python=str(fake))
+    assert rep["h5py"].status == "missing"
+    assert "crashed (signal 11)" in rep["h5py"].detail
+    assert rep["h5py MPI"].status == "missing"
+    if rep["mpi4py"].detail != "not installed":
+        assert "does not initialise" in rep["mpi4py"].detail
+
+
+def test_hanging_interpreter_times_out(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    rep = doctor.run_checks(python=str(fake), timeout=1.0)
+    assert rep["h5py"].status == "missing"
+    assert "no answer within 1 s" in rep["h5py"].detail
+
+
+def test_file_locking_setting_is_shown(monkeypatch):
+    monkeypatch.setenv("HDF5_USE_FILE_LOCKING", "FALSE")
+    check = doctor._file_locking_check()
+    assert (check.status, check.detail) == ("info", "HDF5_USE_FILE_LOCKING=FALSE")
+    monkeypatch.delenv("HDF5_USE_FILE_LOCKING")
+    assert "unset" in doctor._file_locking_check().detail
+
+
+def test_doctor_does_not_load_mpi_in_caller():
+    code = (
+        "import sys, h5mdx.doctor as d; r = d.run_checks(); "
+        "assert 'mpi4py' not in sys.modules, sorted(sys.modules); "
+        "print(len(r.checks))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(len(NAMES))
+
+
+def test_cli_json(capsys):
+    assert main(["doctor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in data["checks"]] == NAMES
+    assert data["python"] == sys.executable
+    assert set(data["paths"]) == {"mpi-io", "dask-mpi", "slurm"}
+    h5 = next(c for c in data["checks"] if c["name"] == "h5py")
+    assert h5["ok"] is True and h5py.__version__ in h5["detail"]
+
+
+def test_cli_text_and_strict(capsys, monkeypatch, tmp_path):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    assert run(parser.parse_args(["doctor"])) == 0
+    out = capsys.readouterr().out
+    for name in NAMES:
+        assert name in out
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun, no SLURM: --strict fails
+    assert run(parser.parse_args(["doctor", "--strict"])) == 1
+    assert run(parser.parse_args(["doctor"])) == 0

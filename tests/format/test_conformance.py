@@ -1,0 +1,609 @@
+"""Files found in the wild: tolerant by default, strict on request (issue #12).
+
+Every kind of departure from H5MD seen in files written by other programs gets a file
+built here with h5py (from a conformant base file) and two tests: the tolerant default
+opens it with one :class:`~h5mdx.errors.H5MDConformanceWarning` naming the file, the
+H5MD path and what was assumed, with the right values; ``strict=True`` refuses it with
+an :class:`~h5mdx.errors.H5MDFormatError` naming the file and the path. Files written
+by MDAnalysis, pyh5md and znh5md, and the H5MD files that ship with MDAnalysisTests,
+open with the positions MDAnalysis' own H5MD reader gives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
+from h5mdx.format.h5md import scan
+
+N_FRAMES, N_ATOMS = 3, 4
+POS = np.arange(N_FRAMES * N_ATOMS * 3, dtype=np.float64).reshape(N_FRAMES, N_ATOMS, 3) / 10
+STEPS = np.array([0, 10, 20])
+TIMES = np.array([0.0, 0.5, 1.0])
+EDGES = np.array([[5.0, 6.0, 7.0]] * N_FRAMES)
+ENERGY = np.array([1.0, 2.0, 3.0])
+G = "/particles/g"
+
+
+def _base(path: str) -> str:
+    """A small conformant H5MD 1.1 file: position, box edges and energy share step/time."""
+    with h5py.File(path, "w") as f:
+        h5md = f.create_group("h5md")
+        h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        h5md.create_group("author").attrs["name"] = "tests"
+        creator = h5md.create_group("creator")
+        creator.attrs["name"] = "h5py"
+        creator.attrs["version"] = "1"
+        pos = f.create_group(f"{G}/position")
+        pos.create_dataset("value", data=POS).attrs["unit"] = "nm"
+        pos["step"] = STEPS
+        pos.create_dataset("time", data=TIMES).attrs["unit"] = "ps"
+        box = f[G].create_group("box")
+        box.attrs["dimension"] = np.int32(3)
+        box.attrs["boundary"] = np.array([b"periodic"] * 3)
+        edges = box.create_group("edges")
+        edges.create_dataset("value", data=EDGES).attrs["unit"] = "nm"
+        edges["step"], edges["time"] = pos["step"], pos["time"]  # hard links
+        energy = f.create_group("observables/energy")
+        energy.create_dataset("value", data=ENERGY).attrs["unit"] = "kJ mol-1"
+        energy["step"], energy["time"] = pos["step"], pos["time"]
+    return path
+
+
+def _replace(grp: h5py.Group, name: str, data: Any) -> None:
+    del grp[name]
+    grp[name] = data
+
+
+@dataclass
+class Trouble:
+    """One kind of trouble: how to make it, where it is, what h5mdx assumes."""
+
+    mutate: Callable[[h5py.File], None]
+    path: str
+    assumed: str
+    check: Callable[[xr.Dataset], None] = lambda ds: None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the trouble is outside the particles group: open the whole file as a DataTree
+    tree: bool = False
+
+
+def _no_step(f):
+    del f[f"{G}/position/step"], f[f"{G}/position/time"]
+
+
+def _check_numbered(ds):
+    np.testing.assert_array_equal(ds.step, [0, 1, 2])
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.box_edges, EDGES)  # keeps its own steps
+    np.testing.assert_array_equal(ds.step_box_edges, STEPS)
+
+
+def _short_step(f):
+    _replace(f[f"{G}/position"], "step", np.array([0]))
+    del f[f"{G}/position/time"]
+
+
+def _box_no_step(f):
+    del f[f"{G}/box/edges/step"], f[f"{G}/box/edges/time"]
+
+
+def _check_box_numbered(ds):
+    np.testing.assert_array_equal(ds.box_edges, EDGES)
+    np.testing.assert_array_equal(ds.step_box_edges, [0, 1, 2])
+    np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def _observable_no_step(f):
+    del f["observables/energy/step"], f["observables/energy/time"]
+
+
+def _check_energy_numbered(ds):
+    np.testing.assert_array_equal(ds.energy, ENERGY)
+    np.testing.assert_array_equal(ds.step, [0, 1, 2])
+
+
+def _species_no_step(f):
+    f.create_dataset(f"{G}/species/value", data=np.ones((N_FRAMES, N_ATOMS), dtype=np.int32))
+
+
+def _check_species(ds):
+    assert ds.species.dims == ("time_species", "atom")
+    np.testing.assert_array_equal(ds.species, 1)
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _id_short_step(f):
+    el = f.create_group(f"{G}/id")
+    el["value"] = np.tile(np.arange(N_ATOMS), (N_FRAMES, 1))
+    el["step"] = np.array([0])
+
+
+def _check_id(ds):
+    np.testing.assert_array_equal(ds["id"].isel(time_id=2), np.arange(N_ATOMS))
+
+
+def _malformed_observable(f):
+    del f["observables/energy/value"]
+
+
+def _check_particles_fine(ds):
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def _scalar_observable(f):
+    _replace(f["observables/energy"], "value", 1.0)
+
+
+def _no_h5md(f):
+    del f["h5md"]
+
+
+def _pre10_meta(f):
+    h5md = f["h5md"]
+    del h5md["author"], h5md["creator"]
+    h5md.attrs["author"] = "A. Author"
+    h5md.attrs["creator"] = "pyh5md"
+    h5md.attrs["creator_version"] = "0.1"
+
+
+def _check_pre10(ds):
+    assert ds.attrs["author_name"] == "A. Author"
+    assert ds.attrs["creator_name"] == "pyh5md"
+    assert ds.attrs["creator_version"] == "0.1"
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _no_version(f):
+    del f["h5md"].attrs["version"]
+
+
+def _box_no_dimension(f):
+    del f[f"{G}/box"].attrs["dimension"]
+
+
+def _check_box(ds):
+    assert ds.box_edges.attrs["dimension"] == 3
+    assert ds.box_edges.attrs["boundary"] == ["periodic"] * 3
+    np.testing.assert_array_equal(ds.box_edges, EDGES)
+
+
+def _boundary_nan(f):
+    f[f"{G}/box"].attrs["boundary"] = np.full(3, np.nan)
+
+
+def _dimensions_misspelled(f):
+    box = f[f"{G}/box"]
+    del box.attrs["dimension"]
+    box.attrs["dimensions"] = 3
+
+
+def _edges_attribute(f):
+    box = f[f"{G}/box"]
+    del box["edges"]
+    box.attrs["edges"] = np.array([5.0, 6.0, 7.0])
+
+
+def _check_edges_attr(ds):
+    assert ds.box_edges.dims == ("spatial",)
+    np.testing.assert_array_equal(ds.box_edges, [5.0, 6.0, 7.0])
+
+
+def _edges_bad_shape(f):
+    _replace(f[f"{G}/box/edges"], "value", np.ones((N_FRAMES, 2)))
+
+
+def _check_no_edges(ds):
+    assert "box_edges" not in ds
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _plain_series(f):
+    del f[f"{G}/position"]
+    f[f"{G}/position"] = POS
+
+
+def _check_plain_series(ds):
+    assert ds.position.dims == ("time", "atom", "spatial")  # position sets the time axis
+    np.testing.assert_array_equal(ds.step, [0, 1, 2])
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.step_box_edges, STEPS)
+
+
+def _time_wrong_length(f):
+    _replace(f[f"{G}/position"], "time", np.arange(2.0))
+
+
+def _check_time_ignored(ds):
+    np.testing.assert_array_equal(ds.time, STEPS)  # no time: the step stands in
+    assert ds.time.attrs["units"] == "step"
+
+
+def _float_step(f):
+    _replace(f[f"{G}/position"], "step", STEPS.astype(np.float64))
+
+
+def _check_float_step(ds):
+    np.testing.assert_array_equal(ds.step, STEPS)
+    assert ds.step.dtype == np.int64
+
+
+def _unknown_unit(f):
+    f[f"{G}/position/value"].attrs["unit"] = "blorp"
+
+
+def _check_unconverted(ds):
+    assert ds.position.attrs["units"] == "blorp"
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_allclose(ds.box_edges, EDGES * 10)  # nm -> Angstrom still converted
+
+
+def _unit_not_string(f):
+    f[f"{G}/position/value"].attrs["unit"] = 3
+
+
+def _references(f):
+    g = f[G]
+    refs = g.create_dataset("ref", shape=(N_ATOMS,), dtype=h5py.ref_dtype)
+    refs[0] = g["position"].ref
+
+
+def _check_no_ref(ds):
+    assert "ref" not in ds
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _atom_mismatch(f):
+    f[f"{G}/mass"] = np.ones(N_ATOMS + 1)
+
+
+def _check_no_mass(ds):
+    assert "mass" not in ds
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _dangling(f):
+    f[f"{G}/velocity"] = h5py.SoftLink("/nowhere")
+
+
+def _check_no_velocity(ds):
+    assert "velocity" not in ds
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _empty_huge(f):
+    el = f.create_group(f"{G}/velocity")
+    el.create_dataset("value", shape=(0, 10**9, 3), dtype="f4")
+    el["step"] = np.arange(0)
+
+
+TROUBLES = {
+    "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
+                       _check_numbered),
+    "step shorter than value": Trouble(_short_step, f"{G}/position/step",
+                                       "frames numbered 0..n-1"),
+    "box edges without step": Trouble(_box_no_step, f"{G}/box/edges", "no step: frames numbered",
+                                      _check_box_numbered),
+    "observable without step": Trouble(_observable_no_step, "/observables/energy",
+                                       "no step: frames numbered", _check_energy_numbered,
+                                       {"group": "observables"}),
+    "species without step": Trouble(_species_no_step, f"{G}/species", "no step: frames numbered",
+                                    _check_species),
+    "id with a step of length 1": Trouble(_id_short_step, f"{G}/id/step",
+                                          "frames numbered 0..n-1", _check_id),
+    "malformed observable": Trouble(_malformed_observable, "/observables/energy", "left out",
+                                    _check_particles_fine, tree=True),
+    "scalar observable value": Trouble(_scalar_observable, "/observables/energy/value",
+                                       "left out", _check_particles_fine, tree=True),
+    "no /h5md group": Trouble(_no_h5md, "/h5md", "read as H5MD 1.1", _check_particles_fine),
+    "author/creator as /h5md attributes": Trouble(_pre10_meta, "/h5md/author",
+                                                  "read from the attributes", _check_pre10),
+    "no version": Trouble(_no_version, "/h5md", "read as H5MD 1.1", _check_particles_fine),
+    "box without dimension": Trouble(_box_no_dimension, f"{G}/box",
+                                     r"no box dimension: taken from edges shape \(3\)", _check_box),
+    "boundary as NaN floats": Trouble(_boundary_nan, f"{G}/box", "boundary 'periodic' assumed",
+                                      _check_box),
+    "misspelled dimensions": Trouble(_dimensions_misspelled, f"{G}/box",
+                                     "read from 'dimensions'", _check_box),
+    "edges as an attribute": Trouble(_edges_attribute, f"{G}/box/edges",
+                                     "read as fixed", _check_edges_attr),
+    "edges of the wrong shape": Trouble(_edges_bad_shape, f"{G}/box/edges", "left out",
+                                        _check_no_edges),
+    "positions as a plain time series": Trouble(_plain_series, f"{G}/position",
+                                                "read as a time series, frames numbered",
+                                                _check_plain_series),
+    "time of another length": Trouble(_time_wrong_length, f"{G}/position/time",
+                                      "'time' ignored", _check_time_ignored),
+    "float step": Trouble(_float_step, f"{G}/position/step", "converted to integers",
+                          _check_float_step),
+    "unknown unit": Trouble(_unknown_unit, f"{G}/position/value", "left unconverted",
+                            _check_unconverted, {"convert_units": True}),
+    "unit not a string": Trouble(_unit_not_string, f"{G}/position/value", "unit ignored",
+                                 _check_particles_fine),
+    "references": Trouble(_references, f"{G}/ref", "left out", _check_no_ref),
+    "particle count mismatch": Trouble(_atom_mismatch, f"{G}/mass", "left out", _check_no_mass),
+    "dangling link": Trouble(_dangling, f"{G}", "left out", _check_no_velocity),
+    "zero-size element declaring 10^9 particles": Trouble(
+        _empty_huge, f"{G}/velocity/value", "left out", _check_no_velocity),
+}
+
+
+def _trouble_file(tmp_path, kind: str) -> str:
+    path = _base(str(tmp_path / f"{re.sub(r'[^a-z0-9]+', '_', kind)}.h5md"))
+    with h5py.File(path, "r+") as f:
+        TROUBLES[kind].mutate(f)
+    return path
+
+
+def _matching(record, path: str, hpath: str) -> list[str]:
+    return [str(w.message) for w in record
+            if issubclass(w.category, H5MDConformanceWarning)
+            and str(w.message).startswith(f"{path} [{hpath}")]
+
+
+@pytest.mark.parametrize("kind", list(TROUBLES))
+def test_tolerant(tmp_path, kind):
+    trouble = TROUBLES[kind]
+    path = _trouble_file(tmp_path, kind)
+    with pytest.warns(H5MDConformanceWarning) as record:
+        if trouble.tree:
+            tree = xr.open_datatree(path, engine="h5md", **trouble.kwargs)
+            ds = tree["particles/g"].to_dataset()
+            ds.set_close(tree.close)
+        else:
+            ds = xr.open_dataset(path, engine="h5md", **trouble.kwargs)
+    found = _matching(record, path, trouble.path)
+    assert len(found) == 1, [str(w.message) for w in record]
+    assert re.search(trouble.assumed, found[0]), found[0]
+    with ds:
+        trouble.check(ds)
+
+
+@pytest.mark.parametrize("kind", list(TROUBLES))
+def test_strict(tmp_path, kind):
+    trouble = TROUBLES[kind]
+    path = _trouble_file(tmp_path, kind)
+    with pytest.raises(H5MDFormatError) as err:
+        xr.open_dataset(path, engine="h5md", strict=True, **trouble.kwargs)
+    assert path in str(err.value)
+    assert err.value.h5path.startswith(trouble.path.rstrip("/")), err.value.h5path
+    with pytest.raises(H5MDFormatError):
+        xr.open_datatree(path, engine="h5md", strict=True, **trouble.kwargs)
+
+
+#: troubles that only matter for some keywords of the open (found by the backend)
+_OPEN_TIME = {"unknown unit"}
+
+
+@pytest.mark.parametrize("kind", [k for k in TROUBLES if k not in _OPEN_TIME])
+def test_scan_lists_problem(tmp_path, kind):
+    info = scan(_trouble_file(tmp_path, kind))
+    assert any(p.path.startswith(TROUBLES[kind].path.rstrip("/")) for p in info.problems)
+
+
+def test_particles_open_quietly_beside_a_malformed_observable(tmp_path):
+    """Opening one group warns about that group (and the file), not about the others."""
+    path = _trouble_file(tmp_path, "malformed observable")
+    with _no_warning_open(path) as ds:
+        _check_particles_fine(ds)
+
+
+def test_malformed_observable_leaves_the_rest_of_the_tree(tmp_path):
+    path = _trouble_file(tmp_path, "malformed observable")
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/observables/energy\].*left out"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        np.testing.assert_array_equal(tree["particles/g"].position, POS)
+        assert "observables" not in tree.children
+
+
+def test_warned_once_per_problem(tmp_path):
+    """A step shared by hard links is one problem, not one per element using it."""
+    path = _base(str(tmp_path / "shared.h5md"))
+    with h5py.File(path, "r+") as f:
+        for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+            del f[f"{el}/time"]
+        step = f.create_dataset("shared_step", data=STEPS.astype(np.float64))
+        for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+            _replace(f[el], "step", step)
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 1, messages  # one step dataset, one problem
+    assert re.search(r"/step\]: 'step' must be integer, not float64; converted to integers",
+                     messages[0])
+    with tree:
+        np.testing.assert_array_equal(tree["particles/g"].step, STEPS)
+        np.testing.assert_array_equal(tree["observables"].step, STEPS)
+        np.testing.assert_array_equal(tree["observables"].energy, ENERGY)
+
+
+# ----------------------------------------------------------------------------- no trouble
+
+
+def _no_warning_open(path, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        return xr.open_dataset(path, engine="h5md", **kwargs)
+
+
+def test_conformant_variants_open_without_warning(tmp_path):
+    """H5MD 1.0, uint64 steps, hard-linked step/time, (3, 3) edges, strings: all fine."""
+    path = _base(str(tmp_path / "variants.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["h5md"].attrs["version"] = np.array([1, 0])
+        pos = f[f"{G}/position"]
+        _replace(pos, "step", STEPS.astype(np.uint64))
+        box = f[f"{G}/box"]
+        del box["edges"]
+        box["edges"] = np.diag([5.0, 6.0, 7.0])
+        f[f"{G}/names"] = np.array([b"C", b"O", b"N", b"H"])
+        f.create_dataset(f"{G}/labels", data=["a", "bb", "ccc", "dddd"],
+                         dtype=h5py.string_dtype())
+    with _no_warning_open(path, strict=True) as ds:
+        assert ds.attrs["h5md_version"] == "1.0"
+        np.testing.assert_array_equal(ds.step, STEPS)
+        assert ds.box_edges.dims == ("box_vector", "spatial")
+        np.testing.assert_array_equal(ds.box_edges, np.diag([5.0, 6.0, 7.0]))
+        assert ds.names.values.tolist() == ["C", "O", "N", "H"]
+        assert ds.labels.values.tolist() == ["a", "bb", "ccc", "dddd"]
+        assert ds.labels.dims == ("atom",)
+
+
+def test_base_file_is_conformant(tmp_path):
+    path = _base(str(tmp_path / "base.h5md"))
+    assert scan(path).problems == ()
+    with _no_warning_open(path, strict=True) as ds:
+        np.testing.assert_array_equal(ds.position, POS)
+        np.testing.assert_array_equal(ds.time, TIMES)
+
+
+def test_several_particle_groups(tmp_path):
+    path = _base(str(tmp_path / "two.h5md"))
+    with h5py.File(path, "r+") as f:
+        f.copy(f[G], "/particles/solvent")
+    with pytest.raises(ValueError, match=r"several particles groups.*'particles/g'.*"
+                       r"'particles/solvent'.*open_datatree"):
+        xr.open_dataset(path, engine="h5md")
+    tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        for name in ("g", "solvent"):
+            np.testing.assert_array_equal(tree[f"particles/{name}"].position, POS)
+
+
+def test_not_h5md_at_all_is_still_an_error(tmp_path):
+    path = str(tmp_path / "plain.h5")
+    with h5py.File(path, "w") as f:
+        f["x"] = 1
+    with pytest.raises(H5MDFormatError, match="no /h5md group"):
+        xr.open_dataset(path, engine="h5md")
+
+
+def test_unsupported_major_version_is_still_an_error(tmp_path):
+    path = _base(str(tmp_path / "v2.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["h5md"].attrs["version"] = np.array([2, 0])
+    with pytest.raises(H5MDFormatError, match="version 2.0 is not supported"):
+        xr.open_dataset(path, engine="h5md")
+
+
+def test_external_link_is_refused_not_left_out(tmp_path):
+    path = _base(str(tmp_path / "ext.h5md"))
+    with h5py.File(path, "r+") as f:
+        f[f"{G}/velocity"] = h5py.ExternalLink("other.h5", "/v")
+    with pytest.raises(H5MDFormatError, match="allow_external"):
+        xr.open_dataset(path, engine="h5md")
+
+
+# ----------------------------------------------------------------------------- MDAnalysis
+
+
+def _mda_positions(path: str) -> np.ndarray | None:
+    """All positions MDAnalysis' H5MD reader gives (Å), or None where it cannot open it."""
+    reader_mod = pytest.importorskip("MDAnalysis.coordinates.H5MD")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reader = reader_mod.H5MDReader(path)
+            try:
+                return np.stack([ts.positions.copy() for ts in reader])
+            finally:
+                reader.close()
+    except Exception:  # noqa: BLE001 - any failure means MDAnalysis does not open it
+        return None
+
+
+def _h5mdx_positions(path: str) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        tree = xr.open_datatree(path, engine="h5md", convert_units=True)
+    with tree:
+        groups = [n for n in tree["particles"].children.values() if "position" in n]
+        return groups[0]["position"].values
+
+
+def _znh5md_file(path: str) -> str:
+    znh5md = pytest.importorskip("znh5md")
+    ase = pytest.importorskip("ase")
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(3)
+    frames = []
+    for i in range(5):
+        atoms = ase.Atoms("H2O", positions=rng.normal(size=(3, 3)),
+                          cell=np.diag([5.0, 6.0, 7.0 + i]), pbc=True)
+        atoms.calc = SinglePointCalculator(atoms, energy=float(i),
+                                           forces=rng.normal(size=(3, 3)))
+        frames.append(atoms)
+    znh5md.IO(path).extend(frames)
+    return path
+
+
+def _public_files() -> dict[str, str]:
+    datafiles = pytest.importorskip("MDAnalysisTests.datafiles")
+    return {name: getattr(datafiles, name)
+            for name in ("H5MD_xvf", "H5MD_energy", "H5MD_malformed", "COORDINATES_H5MD")}
+
+
+@pytest.fixture(scope="module")
+def wild_files(tmp_path_factory, adk_h5md, adk_pyh5md):
+    """Files of other writers and every trouble file: {label: path}."""
+    tmp = tmp_path_factory.mktemp("wild")
+    files = dict(_public_files())
+    files["MDAnalysis H5MDWriter"] = adk_h5md
+    files["pyh5md"] = adk_pyh5md
+    files["znh5md"] = _znh5md_file(str(tmp / "znh5md.h5"))
+    for kind in TROUBLES:
+        files[f"trouble: {kind}"] = _trouble_file(tmp, kind)
+    return files
+
+
+def test_every_file_mdanalysis_opens_h5mdx_opens_alike(wild_files):
+    opened_by_mda = 0
+    for label, path in wild_files.items():
+        mine = _h5mdx_positions(path)  # h5mdx opens every one of them
+        assert mine.shape[-1] == 3, label
+        theirs = _mda_positions(path)
+        if theirs is None:
+            continue
+        opened_by_mda += 1
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-5, err_msg=label)
+    assert opened_by_mda >= 7  # the public files and the other writers' files at least
+
+
+# ----------------------------------------------------------------------------- h5mdx info
+
+
+def test_info_lists_conformance_problems(tmp_path, capsys):
+    from h5mdx.cli import main
+
+    path = _trouble_file(tmp_path, "box without dimension")
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "conformance: 1 problem(s)" in out
+    assert f"{G}/box: box has no 'dimension' attribute" in out
+    assert "assumed: no box dimension: taken from edges shape (3)" in out
+    assert main(["info", "--json", path]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["problems"] == [{
+        "path": f"{G}/box", "problem": "box has no 'dimension' attribute",
+        "assumed": "no box dimension: taken from edges shape (3)",
+    }]
+
+
+def test_info_of_a_conformant_file_lists_none(tmp_path, capsys):
+    from h5mdx.cli import main
+
+    assert main(["info", "--json", _base(str(tmp_path / "ok.h5md"))]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []

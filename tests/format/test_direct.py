@@ -1,0 +1,179 @@
+"""Direct (lock-free) reads against h5py, byte for byte, on every layout and filter."""
+
+from __future__ import annotations
+
+import threading
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.format import direct
+from h5mdx.testing import write_h5md
+
+SHAPE = (57, 41, 3)
+
+#: name -> create_dataset keywords; the bool says whether the direct path must take it
+LAYOUTS = {
+    "contiguous": ({}, True),
+    "frames (1,n,3)": ({"chunks": (1, 41, 3)}, True),
+    "frames (10,n,3)": ({"chunks": (10, 41, 3)}, True),
+    "frames (10,n,3) unlimited": ({"chunks": (10, 41, 3), "maxshape": (None, 41, 3)}, True),
+    "split (8,16,3)": ({"chunks": (8, 16, 3)}, True),
+    "split (5,7,2)": ({"chunks": (5, 7, 2)}, True),
+    "gzip": ({"chunks": (10, 41, 3), "compression": "gzip"}, True),
+    "gzip+shuffle": ({"chunks": (8, 16, 3), "compression": "gzip", "shuffle": True}, True),
+    "shuffle": ({"chunks": (10, 41, 3), "shuffle": True}, True),
+    "lzf": ({"chunks": (10, 41, 3), "compression": "lzf"}, False),
+    "fletcher32": ({"chunks": (10, 41, 3), "fletcher32": True}, False),
+    "scaleoffset": ({"chunks": (10, 41, 3), "scaleoffset": 3}, False),
+}
+DTYPES = ["<f4", ">f4", "<f8", "<i4", ">i8", "u2"]
+
+KEYS = [
+    (slice(None), slice(None), slice(None)),
+    (slice(3, 29), slice(None), slice(None)),
+    (slice(3, 29), slice(5, 40), slice(None)),
+    (slice(50, 57), slice(0, 1), slice(1, 3)),
+    (7, slice(None), slice(None)),
+    (slice(0, 57, 2), slice(None), 1),
+    (slice(10, 20), np.array([3, 1, 19, 1, 10]), slice(None)),
+    (np.array([0, 2, 5, 4]), slice(2, 9), slice(None)),
+    (slice(5, 5), slice(None), slice(None)),
+]
+
+
+def _values(dtype: str) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    v = rng.normal(scale=30.0, size=SHAPE)
+    if np.dtype(dtype).kind in "iu":
+        v = np.abs(v) * 100
+    return v.astype(dtype)
+
+
+def _read_direct(path: str, key: tuple) -> tuple[np.ndarray | None, bool]:
+    with h5py.File(path, "r") as f:
+        dset = f["x"]
+        try:
+            reader = direct.plan_direct(dset)
+        except direct.Unsupported:
+            return None, False
+        split = direct.box_of(key, dset.shape)
+        assert split is not None
+        box, rest = split
+        try:
+            reader.add_locations(direct.locate_chunks(dset, reader.missing(box)))
+        except direct.Unsupported:
+            return None, False
+    try:
+        return np.array(reader.read(box)[rest]), True
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
+    kwargs, supported = LAYOUTS[layout]
+    if layout == "scaleoffset" and np.dtype(dtype).kind == "f":
+        kwargs = {**kwargs, "scaleoffset": 2}
+    path = str(tmp_path / "d.h5")
+    values = _values(dtype)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values, **kwargs)
+    for key in KEYS:
+        got, used = _read_direct(path, key)
+        assert used == supported, layout
+        if not used:
+            continue
+        want = values[key]  # the full array as h5py wrote it (h5py wants sorted lists)
+        with h5py.File(path, "r") as f:
+            assert f["x"][()].tobytes() == values.tobytes()
+        assert got.dtype == want.dtype
+        assert got.shape == want.shape, key
+        assert got.tobytes() == want.tobytes(), (layout, dtype, key)
+
+
+def test_unallocated_chunks_fall_back(tmp_path):
+    path = str(tmp_path / "fill.h5")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=SHAPE, dtype="f4", chunks=(10, 41, 3), fillvalue=-1.0)
+        d[:10] = 1.0  # chunks 1.. stay unallocated
+    got, used = _read_direct(path, (slice(0, 10), slice(None), slice(None)))
+    assert used and np.all(got == 1.0)
+    got, used = _read_direct(path, (slice(0, 30), slice(None), slice(None)))
+    assert not used
+
+
+def test_userblock_and_drivers_fall_back(tmp_path):
+    path = str(tmp_path / "ub.h5")
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f.create_dataset("x", data=_values("<f4"))
+    with h5py.File(path, "r") as f, pytest.raises(direct.Unsupported, match="userblock"):
+        direct.plan_direct(f["x"])
+    with h5py.File(path, "r", driver="core") as f, pytest.raises(direct.Unsupported,
+                                                                   match="driver"):
+        direct.plan_direct(f["x"])
+
+
+def test_external_and_virtual_fall_back(tmp_path):
+    raw = tmp_path / "raw.bin"
+    _values("<f4").tofile(raw)
+    path = str(tmp_path / "ext.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", shape=SHAPE, dtype="<f4", external=[(str(raw), 0, h5py.h5f.UNLIMITED)])
+        layout = h5py.VirtualLayout(shape=SHAPE, dtype="<f4")
+        layout[:] = h5py.VirtualSource(f["x"])
+        f.create_virtual_dataset("v", layout)
+    with h5py.File(path, "r") as f:
+        with pytest.raises(direct.Unsupported, match="external"):
+            direct.plan_direct(f["x"])
+        with pytest.raises(direct.Unsupported, match="virtual"):
+            direct.plan_direct(f["v"])
+
+
+def test_box_of_rejects_wide_overreads():
+    assert direct.box_of((slice(0, 100, 10),), (100,)) is None
+    assert direct.box_of((np.array([0, 99]),), (100,)) is None
+    assert direct.box_of((np.array([], dtype=int),), (100,)) is None
+    box, rest = direct.box_of((np.array([-1, 97]), -2), (100, 5))
+    assert box == (slice(97, 100), slice(3, 4)) and rest[1] == 0
+    assert list(rest[0]) == [2, 0]
+
+
+def test_engine_both_paths_and_threads(tmp_path, monkeypatch):
+    """The engine gives the same values with direct reads on and off, also from threads."""
+    values = _values("<f4")
+    path = str(tmp_path / "t.h5md")
+    write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                           "step": np.arange(SHAPE[0])}}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        a = ds.position[5:50, ::3].values
+        assert isinstance(direct.cached(path, "/particles/all/position/value"),
+                          direct.DirectReader)
+        out: list[np.ndarray] = []
+        threads = [threading.Thread(target=lambda i=i: out.append(
+            ds.position[i * 10:(i + 1) * 10].values)) for i in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(o[0, 0, 0] for o in out) == sorted(values[i * 10, 0, 0] for i in range(5))
+    monkeypatch.setenv(direct.ENV_VAR, "0")
+    with xr.open_dataset(path, engine="h5md") as ds:
+        b = ds.position[5:50, ::3].values
+    assert a.tobytes() == b.tobytes() == values[5:50, ::3].tobytes()
+
+
+def test_rewritten_file_is_replanned(tmp_path):
+    path = str(tmp_path / "r.h5md")
+    v1 = _values("<f4")
+    write_h5md(path, {"all": {"position": {"value": v1, "step": np.arange(SHAPE[0])}}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, v1)
+    v2 = v1[:30] + 1
+    write_h5md(path, {"all": {"position": {"value": v2, "chunks": (3, 41, 3),
+                                           "step": np.arange(30)}}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, v2)

@@ -1,0 +1,109 @@
+"""H5MD unit strings and their conversion to MDAnalysis' base units."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDUnitError
+from h5mdx.format.units import conversion, parse_unit
+from h5mdx.testing import write_h5md
+
+
+@pytest.mark.parametrize(
+    "unit, factor, base",
+    [
+        ("nm", 10.0, "Angstrom"),
+        ("Angstrom", 1.0, "Angstrom"),
+        ("A", 1.0, "Angstrom"),
+        ("pm", 0.01, "Angstrom"),
+        ("fs", 1e-3, "ps"),
+        ("ns", 1e3, "ps"),
+        ("ps", 1.0, "ps"),
+        ("nm ps-1", 10.0, "Angstrom ps-1"),
+        ("Angstrom fs-1", 1e3, "Angstrom ps-1"),
+        ("kJ mol-1 nm-1", 0.1, "kJ mol-1 Angstrom-1"),
+        ("kcal mol-1 Angstrom-1", 4.184, "kJ mol-1 Angstrom-1"),
+        ("kJ/(mol*nm)", 0.1, "kJ mol-1 Angstrom-1"),
+        ("eV/Angstrom", 96.4853321233, "kJ mol-1 Angstrom-1"),
+        ("kJ mol-1", 1.0, "kJ mol-1"),
+        ("eV", 96.4853321233, "kJ mol-1"),
+        ("u", 1.0, "u"),
+        ("nm+3", 1000.0, "Angstrom3"),
+        ("K", 1.0, "K"),
+        ("kelvin", 1.0, "K"),
+        ("bar nm3", 1e5 * 1e-27 * 6.02214076e23 / 1e3, "kJ mol-1"),
+    ],
+)
+def test_conversion(unit, factor, base):
+    got = conversion(unit)
+    assert got is not None
+    assert got[0] == pytest.approx(factor, rel=1e-9)
+    assert got[1] == base
+
+
+def test_no_base_unit_for_odd_dimensions():
+    assert conversion("eV/fs") is None  # energy per time: left as it is
+
+
+def test_unknown_unit():
+    with pytest.raises(H5MDUnitError, match="blorp"):
+        parse_unit("blorp ps-1")
+
+
+def test_temperature_is_not_an_energy():
+    """Issue #12: 300 K opened as 2.494 kJ mol-1; a temperature stays in K."""
+    assert parse_unit("K") == (1.0, (0, 0, 0, 0, 1))
+    assert conversion("K") == (1.0, "K")
+    assert conversion("K ps-1") is None  # no base unit: left as it is
+
+
+def test_symbols_outside_the_table_come_from_pint():
+    pytest.importorskip("pint")
+    factor, base = conversion("furlong fortnight-1")
+    assert base == "Angstrom ps-1"
+    assert factor == pytest.approx(201.1684 * 1e10 / (14 * 86400 * 1e12), rel=1e-6)
+    factor, base = conversion("coulomb")  # charge: pint's current x time
+    assert base == "e"
+    assert factor == pytest.approx(1 / 1.602176634e-19)
+    with pytest.raises(H5MDUnitError, match="degC"):
+        parse_unit("degC")  # an offset unit is never a factor
+
+
+def _temperature_file(tmp_path, unit):
+    return write_h5md(
+        tmp_path / "temp.h5md",
+        particles={"g": {"position": dict(value=np.zeros((3, 2, 3)), step=np.arange(3),
+                                          unit="nm")}},
+        observables={"temperature": dict(value=np.array([300.0, 310.0, 320.0]),
+                                         step=np.arange(3), unit=unit)},
+    )
+
+
+def test_temperature_opens_in_kelvin(tmp_path):
+    path = _temperature_file(tmp_path, "K")
+    with xr.open_dataset(path, engine="h5md", group="observables", convert_units=True) as ds:
+        np.testing.assert_array_equal(ds.temperature, [300.0, 310.0, 320.0])
+        assert ds.temperature.attrs["units"] == "K"
+
+
+def test_unknown_unit_left_unconverted_with_a_warning(tmp_path):
+    path = _temperature_file(tmp_path, "blorp")
+    with pytest.warns(H5MDConformanceWarning,
+                      match=r"\[/observables/temperature/value\].*blorp.*left unconverted"):
+        ds = xr.open_dataset(path, engine="h5md", group="observables", convert_units=True)
+    with ds:
+        np.testing.assert_array_equal(ds.temperature, [300.0, 310.0, 320.0])
+        assert ds.temperature.attrs["units"] == "blorp"
+    with pytest.raises(H5MDFormatError, match=r"temperature/value.*blorp") as err:
+        xr.open_dataset(path, engine="h5md", group="observables", convert_units=True,
+                        strict=True)
+    assert path in str(err.value)
+    with h5py.File(path) as f:  # the file itself is left alone
+        assert f["observables/temperature/value"].attrs["unit"] == "blorp"
+
+
+def test_dimensionless():
+    assert parse_unit("") == (1.0, (0, 0, 0, 0, 0))

@@ -1,0 +1,187 @@
+"""The H5MD writer, layouts, safe writes and Dataset -> H5MD."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.format.h5md import scan
+from h5mdx.format.writer import (
+    ElementSpec,
+    H5MDWriter,
+    Layout,
+    compression_kwargs,
+    dataset_checksums,
+)
+from h5mdx.layout._atomic import atomic_output, partial_files
+from h5mdx.layout.export import to_h5md
+
+RNG = np.random.default_rng(7)
+
+
+def _frames(n=25, atoms=11):
+    pos = RNG.normal(size=(n, atoms, 3)).astype(np.float32)
+    box = np.tile(np.diag([10.0, 11.0, 12.0]).astype(np.float32), (n, 1, 1))
+    return pos, box
+
+
+def _write(path, pos, box, layout=None, n_frames=None, by_block=False, **kw):
+    specs = [ElementSpec("position", pos.shape[1:], np.float32, "Angstrom"),
+             ElementSpec("box_edges", (3, 3), np.float32, "Angstrom")]
+    steps = np.arange(pos.shape[0]) * 10
+    times = np.arange(pos.shape[0]) * 0.5
+    with H5MDWriter(path, specs, layout=layout, n_frames=n_frames, **kw) as w:
+        if by_block:
+            w.extend(steps[:7], times[:7], position=pos[:7], box_edges=box[:7])
+            w.extend(steps[7:], times[7:], position=pos[7:], box_edges=box[7:])
+        else:
+            for i in range(pos.shape[0]):
+                w.append(steps[i], times[i], position=pos[i], box_edges=box[i])
+    return w
+
+
+@pytest.mark.parametrize("by_block", [False, True])
+@pytest.mark.parametrize("layout", [Layout(), Layout(frames_per_chunk=4),
+                                    Layout(chunk_mib=0.001), Layout(frames_per_chunk=3,
+                                                                    compression="gzip:1")])
+def test_round_trip(tmp_path, layout, by_block):
+    pos, box = _frames()
+    path = tmp_path / "w.h5md"
+    _write(path, pos, box, layout=layout, by_block=by_block,
+           static={"mass": (np.arange(11.0), "u", {})})
+    with h5py.File(path) as f:
+        assert tuple(f["h5md"].attrs["version"]) == (1, 1)
+        assert f["h5md/creator"].attrs["name"] == "h5mdx"
+        grp = f["particles/trajectory"]
+        v = grp["position/value"]
+        np.testing.assert_array_equal(v[()], pos)
+        np.testing.assert_array_equal(grp["box/edges/value"][()], box)
+        np.testing.assert_array_equal(grp["position/step"][()], np.arange(25) * 10)
+        np.testing.assert_allclose(grp["position/time"][()], np.arange(25) * 0.5)
+        assert v.attrs["unit"] == "Angstrom"
+        assert grp["position/time"].attrs["unit"] == "ps"
+        assert list(grp["box"].attrs["boundary"]) == ["periodic"] * 3
+        # step/time are one object shared by hard links
+        assert grp["position/step"].id == grp["box/edges/step"].id
+        assert grp["position/time"].id == grp["box/edges/time"].id
+        if layout.frames_per_chunk:
+            assert v.chunks == (layout.frames_per_chunk, 11, 3)
+        assert v.compression == ("gzip" if layout.compression else None)
+        np.testing.assert_array_equal(grp["mass"][()], np.arange(11.0))
+        assert grp["mass"].attrs["unit"] == "u"
+    info = scan(path)
+    assert info.particles["trajectory"].elements["position"].shape == (25, 11, 3)
+
+
+def test_contiguous(tmp_path):
+    pos, box = _frames()
+    with pytest.raises(ValueError, match="number of frames"):
+        _write(tmp_path / "a.h5md", pos, box, layout=Layout(contiguous=True))
+    _write(tmp_path / "b.h5md", pos, box, layout=Layout(contiguous=True), n_frames=25)
+    with h5py.File(tmp_path / "b.h5md") as f:
+        assert f["particles/trajectory/position/value"].chunks is None
+        np.testing.assert_array_equal(f["particles/trajectory/position/value"][()], pos)
+    with pytest.raises(ValueError, match="announced"):
+        _write(tmp_path / "c.h5md", pos, box, layout=Layout(contiguous=True), n_frames=30)
+
+
+def test_layout_validation():
+    with pytest.raises(ValueError, match="choose one"):
+        Layout(frames_per_chunk=2, contiguous=True)
+    with pytest.raises(ValueError, match="chunked storage"):
+        Layout(contiguous=True, compression="gzip")
+    with pytest.raises(ValueError, match="unknown compression"):
+        Layout(compression="brotli")
+    with pytest.raises(ValueError, match="0-9"):
+        compression_kwargs("gzip:12")
+    assert compression_kwargs("gzip:1") == {"compression": "gzip", "compression_opts": 1}
+    assert compression_kwargs("none") == {}
+    # 4 MiB default of 40 KB frames
+    assert Layout().frames(3341 * 12, 10**6) == 4 * 2**20 // (3341 * 12)
+    assert Layout(frames_per_chunk=5).frames(36, 10**6, small=True) == 65536 // 36 + 1
+
+
+@pytest.mark.parametrize("spec", ["blosc", "zstd:5", "blosc:zstd:3"])
+def test_plugin_compression(tmp_path, spec):
+    pytest.importorskip("hdf5plugin")
+    pos, box = _frames()
+    _write(tmp_path / "p.h5md", pos, box, layout=Layout(frames_per_chunk=5, compression=spec))
+    with h5py.File(tmp_path / "p.h5md") as f:
+        np.testing.assert_array_equal(f["particles/trajectory/position/value"][()], pos)
+
+
+def test_checksums_independent_of_layout(tmp_path):
+    pos, box = _frames()
+    w1 = _write(tmp_path / "a.h5md", pos, box, layout=Layout(frames_per_chunk=2), checksum=True)
+    _write(tmp_path / "b.h5md", pos, box, layout=Layout(contiguous=True), n_frames=25)
+    paths = ["/particles/trajectory/position/value", "/particles/trajectory/box/edges/value"]
+    a = dataset_checksums(tmp_path / "a.h5md", paths, block_bytes=100)
+    b = dataset_checksums(tmp_path / "b.h5md", paths)
+    assert a == b
+    assert {p: w1.checksums[p] for p in paths} == a
+    pos[3, 0, 0] += 1
+    _write(tmp_path / "c.h5md", pos, box)
+    assert dataset_checksums(tmp_path / "c.h5md", paths)[paths[0]] != a[paths[0]]
+
+
+def test_atomic_output_refuses_and_cleans(tmp_path):
+    target = tmp_path / "out.bin"
+    with atomic_output(target) as tmp:
+        assert os.path.dirname(tmp) == str(tmp_path)
+        with open(tmp, "w") as fh:
+            fh.write("one")
+    assert target.read_text() == "one"
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        with atomic_output(target):
+            pass
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_output(target, overwrite=True) as tmp:
+            with open(tmp, "w") as fh:
+                fh.write("two")
+            raise RuntimeError("boom")
+    assert target.read_text() == "one"
+    assert partial_files(target) == []
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_output(tmp_path / "new.bin") as tmp:
+            open(tmp, "w").close()
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    with pytest.raises(ValueError, match="also an input"):
+        with atomic_output(target, overwrite=True, inputs=[target]):
+            pass
+
+
+def test_stale_partials_of_dead_processes_are_removed(tmp_path):
+    import socket
+
+    target = tmp_path / "x.h5md"
+    host = socket.gethostname().split(".")[0]
+    stale = tmp_path / f".x.h5md.{host}.999999999.abcd.h5mdx-partial"
+    stale.write_text("half")
+    with atomic_output(target) as tmp:
+        open(tmp, "w").close()
+    assert not stale.exists()
+
+
+def test_to_h5md_round_trip(tmp_path, adk_h5md):
+    ds = xr.open_dataset(adk_h5md, engine="h5md", chunks={})
+    sub = ds.isel(time=slice(3, 60, 4), atom=slice(100, 400))
+    out = tmp_path / "sub.h5md"
+    to_h5md(sub, out, frames_per_chunk=5)
+    back = xr.open_dataset(out, engine="h5md")
+    np.testing.assert_array_equal(back.position.values, sub.position.values)
+    np.testing.assert_array_equal(back.step.values, sub.step.values)
+    np.testing.assert_allclose(back.time.values, sub.time.values)
+    assert back.position.attrs["units"] == sub.position.attrs["units"]
+    assert back.position.encoding["chunksizes"] == (5, 300, 3)
+    for name in sub.data_vars:
+        np.testing.assert_array_equal(back[name].values, sub[name].values)
+    with pytest.raises(FileExistsError):
+        to_h5md(sub, out)
+    with pytest.raises(ValueError, match="also an input"):
+        to_h5md(ds, adk_h5md, overwrite=True)
+    ds.close()

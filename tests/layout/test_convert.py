@@ -1,0 +1,298 @@
+"""convert(): every MDAnalysis input format -> H5MD/Zarr, compared frame by frame."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.cli import layout as _cli_layout
+from h5mdx.format.writer import H5MDWriter
+from h5mdx.layout._atomic import partial_files
+from h5mdx.layout.convert import convert
+
+mda = pytest.importorskip("MDAnalysis")
+d = pytest.importorskip("MDAnalysisTests.datafiles")
+
+FORMATS = {
+    "dcd": (d.PSF, [d.DCD]),
+    "xtc": (d.GRO, [d.XTC]),
+    "trr": (d.GRO, [d.TRR]),
+    "h5md": (d.COORDINATES_TOPOLOGY, [d.COORDINATES_H5MD]),
+    "ncdf": (d.PRMncdf, [d.NCDF]),
+    "pdb-multiframe": (d.PDB_multiframe, []),
+    "gro-multiframe": (d.two_water_gro_multiframe, []),
+}
+
+
+def universe(top, trajs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not trajs:
+            return mda.Universe(top)
+        return mda.Universe(top, trajs if len(trajs) > 1 else trajs[0])
+
+
+def compare_with_mda(ref, out, top, *, indices=None, frames=None, velocities=False,
+                     forces=False):
+    """Every frame of ``out`` (read by MDAnalysis' H5MDReader) equals ``ref``."""
+    back = universe(top, [str(out)]) if indices is None else None
+    with h5py.File(out) as f:
+        grp = f["particles/trajectory"]
+        pos = grp["position/value"]
+        frames = list(range(ref.trajectory.n_frames)) if frames is None else frames
+        assert pos.shape[0] == len(frames)
+        for i, fr in enumerate(frames):
+            ts = ref.trajectory[fr]
+            want = ts.positions if indices is None else ts.positions[indices]
+            np.testing.assert_allclose(pos[i], want, atol=1e-5)
+            assert grp["position/time"][i] == pytest.approx(ts.time, abs=1e-4)
+            if ts.dimensions is not None and np.all(ts.dimensions[:3] > 0):
+                np.testing.assert_allclose(grp["box/edges/value"][i], ts.triclinic_dimensions,
+                                           atol=1e-4)
+            if velocities:
+                np.testing.assert_allclose(grp["velocity/value"][i], ts.velocities, atol=1e-5)
+            if forces:
+                np.testing.assert_allclose(grp["force/value"][i], ts.forces, atol=1e-5)
+            if back is not None:
+                bts = back.trajectory[i]
+                np.testing.assert_allclose(bts.positions, want, atol=1e-5)
+                if ts.dimensions is not None and np.all(ts.dimensions[:3] > 0):
+                    np.testing.assert_allclose(bts.dimensions, ts.dimensions, atol=1e-3)
+                assert bts.time == pytest.approx(ts.time, abs=1e-4)
+        steps = grp["position/step"][()]
+        assert np.all(np.diff(steps) > 0)
+
+
+@pytest.mark.filterwarnings("ignore:Reader has no dt")
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_round_trip_every_format(tmp_path, fmt):
+    top, trajs = FORMATS[fmt]
+    ref = universe(top, trajs)
+    ts = ref.trajectory[0]
+    out = tmp_path / f"{fmt}.h5md"
+    stats = convert(top, trajs, out, progress=False, frames_per_chunk=3, verify=True)
+    assert stats.verified and stats.n_frames == ref.trajectory.n_frames
+    assert ("velocity" in stats.elements) == bool(ts.has_velocities)
+    compare_with_mda(ref, out, top, velocities=ts.has_velocities, forces=ts.has_forces)
+    # the h5md engine reads the output
+    ds = xr.open_dataset(out, engine="h5md")
+    assert ds.position.dims == ("time", "atom", "spatial")
+    assert ds.position.attrs["units"] == "Angstrom"
+    assert ds.time.attrs["units"] == "ps"
+    assert ds.position.encoding["chunksizes"] == (min(3, stats.n_frames), ref.atoms.n_atoms, 3)
+    ref.trajectory[-1]
+    np.testing.assert_allclose(ds.position.values[-1], ref.trajectory.ts.positions, atol=1e-5)
+    if hasattr(ref.atoms, "masses"):
+        np.testing.assert_allclose(ds.mass.values, ref.atoms.masses)
+        assert ds.mass.attrs["units"] == "u"
+    ds.close()
+
+
+def test_select_slice_and_options(tmp_path):
+    ref = universe(d.PSF, [d.DCD])
+    out = tmp_path / "ca.h5md"
+    stats = convert(d.PSF, [d.DCD], out, select="name CA", start=5, stop=60, step=7,
+                    chunk_mib=0.01, compression="gzip:1", progress=False)
+    ca = ref.select_atoms("name CA").indices
+    assert stats.n_atoms == ca.size == 214
+    compare_with_mda(ref, out, d.PSF, indices=ca, frames=list(range(5, 60, 7)))
+    with h5py.File(out) as f:
+        v = f["particles/trajectory/position/value"]
+        assert v.compression == "gzip" and v.compression_opts == 1
+        assert v.chunks[0] == int(0.01 * 2**20 // (214 * 12))
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        convert(d.PSF, [d.DCD], out, progress=False)
+    convert(d.PSF, [d.DCD], out, progress=False, overwrite=True, contiguous=True)
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks is None
+    with pytest.raises(ValueError, match="no velocities"):
+        convert(d.PSF, [d.DCD], tmp_path / "v.h5md", velocities=True, progress=False)
+
+
+def test_trr_without_velocities_and_concatenation(tmp_path):
+    out = tmp_path / "novel.h5md"
+    stats = convert(d.GRO, [d.TRR], out, velocities=False, progress=False)
+    assert stats.elements == ["position", "box_edges"]
+    out2 = tmp_path / "two.h5md"
+    stats = convert(d.GRO, [d.XTC, d.XTC], out2, progress=False)
+    assert stats.n_frames == 20 and stats.steps_renumbered
+    ref = universe(d.GRO, [d.XTC, d.XTC])
+    compare_with_mda(ref, out2, d.GRO)
+    with h5py.File(out2) as f:
+        steps = f["particles/trajectory/position/step"][()]
+    np.testing.assert_array_equal(steps, np.arange(20) * 50000)
+
+
+def test_zarr_matches_engine(tmp_path):
+    h5 = tmp_path / "adk.h5md"
+    store = tmp_path / "adk.zarr"
+    convert(d.GRO, [d.TRR], h5, frames_per_chunk=4, progress=False)
+    stats = convert(d.GRO, [d.TRR], store, frames_per_chunk=4, progress=False, verify=True)
+    assert stats.verified
+    a = xr.open_dataset(h5, engine="h5md")
+    b = xr.open_zarr(store)
+    assert set(a.variables) == set(b.variables)
+    for name in a.variables:
+        assert a[name].dims == b[name].dims, name
+        np.testing.assert_array_equal(a[name].values, b[name].values)
+        assert a[name].attrs == b[name].attrs, name
+    assert b.position.encoding["chunks"] == (4, 47681, 3)
+    a.close()
+
+
+def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "x.h5md"
+    calls = []
+    original = H5MDWriter._flush
+
+    def failing(self):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        original(self)
+
+    monkeypatch.setattr(H5MDWriter, "_flush", failing)
+    with pytest.raises(KeyboardInterrupt):
+        convert(d.PSF, [d.DCD], out, frames_per_chunk=10, progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def _sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(2**20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def big_h5md(tmp_path_factory):
+    """~240 MB H5MD file: the adk frames repeated (written quickly with h5py)."""
+    ref = universe(d.PSF, [d.DCD])
+    pos = np.stack([ts.positions.copy() for ts in ref.trajectory])
+    n = 98 * 61
+    path = tmp_path_factory.mktemp("big") / "big.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f["h5md"].create_group("author").attrs["name"] = "test"
+        f["h5md"].create_group("creator").attrs["name"] = "test"
+        g = f.create_group("particles/trajectory")
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        v = g.create_dataset("position/value", shape=(n, 3341, 3), dtype=np.float32,
+                             chunks=(1, 3341, 3))
+        v.attrs["unit"] = "Angstrom"
+        for i in range(0, n, 98):
+            v[i:i + 98] = pos
+        g["position/step"] = np.arange(n)
+        g["position/time"] = np.arange(n, dtype=np.float64)
+        g["position/time"].attrs["unit"] = "ps"
+    return str(path)
+
+
+CHILD = """
+import os, resource, sys
+import MDAnalysis, h5py, numpy
+from h5mdx.layout.convert import convert
+from h5mdx.layout.rechunk import rechunk
+def vm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize"):
+            return int(line.split()[1]) * 1024
+limit = vm() + {extra}
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+{call}
+print("ok", limit)
+"""
+
+
+def run_child(call, extra, **kw):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    code = textwrap.dedent(CHILD).format(call=call, extra=extra)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after_mib", [0, 20, 120])
+def test_kill_mid_write_leaves_no_target(tmp_path, big_h5md, kill_after_mib):
+    """SIGKILL at several points: before, early in and late in the write."""
+    before = _sha(big_h5md)
+    out = tmp_path / "killed.h5md"
+    call = (f"convert({d.PSF!r}, [{big_h5md!r}], {str(out)!r}, frames_per_chunk=50, "
+            "progress=False)")
+    proc = run_child(call, 2**34, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        parts = partial_files(out)
+        if parts and parts[0].stat().st_size >= kill_after_mib * 2**20:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    assert _sha(big_h5md) == before
+
+
+@pytest.mark.slow
+def test_memory_bounded_below_file_size(tmp_path, big_h5md):
+    """rechunk and convert of a 240 MB file under a 150 MB address-space allowance."""
+    size = os.path.getsize(big_h5md)
+    allowance = 150 * 2**20
+    assert size > allowance
+    out = tmp_path / "r.h5md"
+    proc = run_child(f"rechunk({big_h5md!r}, {str(out)!r}, frames_per_chunk=100, "
+                     "buffer_mib=16)", allowance, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    with h5py.File(out) as f, h5py.File(big_h5md) as g:
+        v = f["particles/trajectory/position/value"]
+        assert v.chunks == (100, 3341, 3)
+        np.testing.assert_array_equal(v[-5:], g["particles/trajectory/position/value"][-5:])
+    out2 = tmp_path / "c.h5md"
+    proc = run_child(f"convert({d.PSF!r}, [{big_h5md!r}], {str(out2)!r}, start=0, stop=3000, "
+                     "frames_per_chunk=100, progress=False)", allowance,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    # the same child fails when told to hold the whole input in memory
+    proc = run_child(f"h5py.File({big_h5md!r})['particles/trajectory/position/value'][()]",
+                     allowance, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    _cli_layout.add_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_convert(tmp_path, capsys):
+    out = tmp_path / "cli.h5md"
+    code = _cli(["convert", d.PSF, d.DCD, str(out), "--frames-per-chunk", "7", "--select",
+                 "name CA", "--stop", "20", "--compression", "lzf", "--verify"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "frames/s" in text and "verified" in text and "20 frames x 214 atoms" in text
+    with h5py.File(out) as f:
+        v = f["particles/trajectory/position/value"]
+        assert v.chunks == (7, 214, 3) and v.compression == "lzf"
+    with pytest.raises(FileExistsError):
+        _cli(["convert", d.PSF, d.DCD, str(out)])
+    assert _cli(["convert", d.PSF, d.DCD, str(out), "--overwrite", "--contiguous",
+                 "--json"]) == 0
+    assert '"n_frames": 98' in capsys.readouterr().out

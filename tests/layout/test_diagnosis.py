@@ -1,0 +1,90 @@
+"""The layout doctor: findings, cost estimates and the fix command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import h5py
+import numpy as np
+import pytest
+
+from h5mdx.format.h5md import scan
+from h5mdx.layout import diagnose, finding_dict, read_cost, recommended_frames, render_findings
+from h5mdx.testing import write_element
+
+N_FRAMES, N_ATOMS = 30, 3341
+
+
+def _file(path, chunks, compression=None, opts=None, data=None):
+    data = np.zeros((N_FRAMES, N_ATOMS, 3), np.float32) if data is None else data
+    with h5py.File(path, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1])
+        g = f.create_group("particles/trajectory")
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        write_element(g, "position", data, step=np.arange(N_FRAMES), time=np.arange(N_FRAMES),
+                      unit="Angstrom", chunks=chunks, compression=compression,
+                      compression_opts=opts)
+    return scan(path)
+
+
+def test_cost_model_matches_measured_ratios():
+    shape = (29988, N_ATOMS, 3)
+    good = read_cost(shape, 4, (100, N_ATOMS, 3))
+    # measured one-call reads: (100,n,3) 5.5 GB/s, (1,n,3) 2.2, (64,209,1) 0.5, gzip-1 0.21
+    assert read_cost(shape, 4, (1, N_ATOMS, 3)) / good == pytest.approx(5.5 / 2.2, rel=0.15)
+    assert read_cost(shape, 4, (64, 209, 1)) / good == pytest.approx(5.5 / 0.5, rel=0.15)
+    assert read_cost(shape, 4, (32, 128, 3)) / good == pytest.approx(5.5 / 2.25, rel=0.15)
+    assert read_cost(shape, 4, (100, N_ATOMS, 3), "gzip") / good == pytest.approx(
+        5.5 / 0.21, rel=0.15)
+    assert recommended_frames(N_ATOMS * 12, 29988) == 104
+
+
+def test_split_frames(tmp_path):
+    info = _file(tmp_path / "auto.h5md", (16, 209, 1))
+    found = diagnose(info, min_bytes=0)
+    split = next(f for f in found if f.code == "split-frames")
+    assert split.severity == "problem"
+    assert "each frame is spread over 48 chunks" in split.message
+    assert "reading one frame reads 16 frames of data" in split.message
+    assert split.cost > 5
+    cmd = shlex.split(split.fix)
+    assert cmd[:3] == ["h5mdx", "rechunk", str(tmp_path / "auto.h5md")]
+    assert cmd[3] == str(tmp_path / "auto.rechunked.h5md")
+    assert cmd[4:] == ["--frames-per-chunk", str(N_FRAMES)]
+
+
+def test_small_chunks_and_good_layout(tmp_path):
+    found = diagnose(_file(tmp_path / "one.h5md", (1, N_ATOMS, 3)), min_bytes=0)
+    assert [f.code for f in found] == ["small-chunks"]
+    assert "chunks of 39 KiB (1 frame each, 30 chunks)" in found[0].message
+    assert "one task per frame" in found[0].message
+    assert found[0].cost == pytest.approx(2.5, rel=0.2)
+    good = diagnose(_file(tmp_path / "good.h5md", (N_FRAMES, N_ATOMS, 3)), min_bytes=0)
+    assert [f.severity for f in good] == ["ok"]
+    assert good[0].cost == pytest.approx(1.0)
+    cont = diagnose(_file(tmp_path / "cont.h5md", None), min_bytes=0)
+    assert [f.code for f in cont] == ["contiguous"]
+    # small files are not worth a finding by default
+    assert diagnose(scan(tmp_path / "one.h5md")) == []
+
+
+def test_compression(tmp_path):
+    rng = np.random.default_rng(0)
+    noisy = rng.normal(size=(N_FRAMES, N_ATOMS, 3)).astype(np.float32)
+    found = diagnose(_file(tmp_path / "gz.h5md", (N_FRAMES, N_ATOMS, 3), "gzip", 9, noisy),
+                     min_bytes=0)
+    comp = next(f for f in found if f.code == "compression")
+    assert comp.message.startswith("gzip level 9 compression saves")
+    assert "store it uncompressed" in comp.message  # random floats hardly compress
+    assert comp.fix.endswith("--compression none")
+    lines = render_findings(found)
+    assert any(line.startswith("[warning]") for line in lines)
+    assert lines[-1] == f"fix: {comp.fix}"
+    json.dumps([finding_dict(f) for f in found])
+    zeros = diagnose(_file(tmp_path / "gz0.h5md", (N_FRAMES, N_ATOMS, 3), "gzip", 9),
+                     min_bytes=0)
+    comp = next(f for f in zeros if f.code == "compression")
+    assert "saves 100%" in comp.message or "saves 99%" in comp.message
+    assert "lzf" in comp.message

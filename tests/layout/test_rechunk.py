@@ -1,0 +1,156 @@
+"""rechunk(): new layout, everything else (groups, attributes, links, observables) kept."""
+
+from __future__ import annotations
+
+import argparse
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.cli import layout as _cli_layout
+from h5mdx.layout.rechunk import rechunk
+from h5mdx.testing import write_element
+
+d = pytest.importorskip("MDAnalysisTests.datafiles")
+
+
+def _tree(path):
+    """path -> (kind, object id shared by hard links, attrs, data) of every object."""
+    out = {}
+    with h5py.File(path) as f:
+        addrs = {}
+
+        def visit(name, obj):
+            addr = h5py.h5o.get_info(obj.id).addr
+            ident = addrs.setdefault(addr, len(addrs))
+            attrs = {k: np.asarray(obj.attrs[k]).tolist() for k in obj.attrs}
+            data = obj[()] if isinstance(obj, h5py.Dataset) else None
+            out[name] = (type(obj).__name__, ident, attrs, data)
+
+        names = []
+        f.visit_links(names.append)
+        for name in names:
+            link = f.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                out[name] = ("SoftLink", link.path, None, None)
+            else:
+                visit(name, f[name])
+        out["/"] = ("File", None, {k: np.asarray(f.attrs[k]).tolist() for k in f.attrs}, None)
+    return out
+
+
+def _assert_same(a, b):
+    ta, tb = _tree(a), _tree(b)
+    assert sorted(ta) == sorted(tb)
+    for k in ta:
+        ka, ia, aa, da = ta[k]
+        kb, ib, ab, db = tb[k]
+        assert (ka, ia, aa) == (kb, ib, ab), k
+        if da is not None:
+            np.testing.assert_array_equal(da, db)
+
+
+@pytest.fixture
+def rich_file(tmp_path):
+    """Two particle groups, observables (nested), parameters, soft link, hard links, attrs."""
+    path = tmp_path / "rich.h5md"
+    rng = np.random.default_rng(3)
+    with h5py.File(path, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        h.create_group("author").attrs["name"] = "me"
+        h.create_group("creator").attrs.update({"name": "test", "version": "1"})
+        f.attrs["note"] = "root attribute"
+        g = f.create_group("particles/all")
+        box = g.create_group("box")
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = np.array([b"periodic"] * 3, dtype="S8")
+        pos = write_element(g, "position", rng.normal(size=(40, 30, 3)).astype(np.float32),
+                            step=np.arange(40) * 5, time=np.arange(40) * 0.1, unit="nm",
+                            chunks=(7, 10, 1), compression="gzip", compression_opts=6)
+        write_element(g, "velocity", rng.normal(size=(40, 30, 3)).astype(np.float32),
+                      unit="nm ps-1", link_sampling_from=pos, chunks=True)
+        write_element(box, "edges", np.full((40, 3), 5.0), link_sampling_from=pos, unit="nm")
+        write_element(g, "species", np.arange(30) % 4)
+        g2 = f.create_group("particles/other")
+        write_element(g2, "position", np.ones((10, 4, 3)), step=1, time=0.5, unit="nm")
+        obs = f.create_group("observables")
+        write_element(obs, "energy", rng.normal(size=40), step=np.arange(40) * 5,
+                      time=np.arange(40) * 0.1, unit="kJ mol-1")
+        sub = obs.create_group("atoms")
+        write_element(sub, "temperature", rng.normal(size=(40, 2)), link_sampling_from=pos)
+        f["parameters/thermostat"] = 300.0
+        f["parameters/thermostat"].attrs["unit"] = "K"
+        f["parameters/alias"] = h5py.SoftLink("/parameters/thermostat")
+    return path
+
+
+@pytest.mark.parametrize("opts", [dict(frames_per_chunk=8), dict(contiguous=True),
+                                  dict(chunk_mib=0.001, compression="lzf"),
+                                  dict(compression="none")])
+def test_rechunk_keeps_everything(tmp_path, rich_file, opts):
+    out = tmp_path / "out.h5md"
+    stats = rechunk(rich_file, out, verify=True, buffer_mib=0.01, **opts)
+    assert stats.verified
+    _assert_same(rich_file, out)
+    with h5py.File(out) as f:
+        v = f["particles/all/position/value"]
+        if opts.get("frames_per_chunk"):
+            assert v.chunks == (8, 30, 3) and v.compression == "gzip"  # filters kept
+        if opts.get("contiguous"):
+            assert v.chunks is None
+        if opts.get("compression") == "lzf":
+            assert v.compression == "lzf" and v.chunks[1:] == (30, 3)
+        if opts.get("compression") == "none":
+            assert v.compression is None
+        # hard links stay one object
+        assert f["particles/all/position/step"].id == f["observables/atoms/temperature/step"].id
+        assert f.get("parameters/alias", getlink=True).path == "/parameters/thermostat"
+
+
+def test_rechunk_mdanalysis_file_and_engine(tmp_path, adk_h5md, adk_positions):
+    out = tmp_path / "adk100.h5md"
+    rechunk(adk_h5md, out, frames_per_chunk=20, verify=True)
+    _assert_same(adk_h5md, out)
+    ds = xr.open_dataset(out, engine="h5md")
+    assert ds.position.encoding["chunksizes"] == (20, 3341, 3)
+    np.testing.assert_array_equal(ds.position.values, adk_positions)
+    ds.close()
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        rechunk(adk_h5md, out)
+    with pytest.raises(ValueError, match="also an input"):
+        rechunk(adk_h5md, adk_h5md, overwrite=True)
+
+
+def test_rechunk_to_zarr(tmp_path, rich_file):
+    store = tmp_path / "rich.zarr"
+    stats = rechunk(rich_file, store, frames_per_chunk=8, verify=True)
+    assert stats.verified
+    for group, zgroup in (("particles/all", None), ("particles/other", "particles/other"),
+                          ("observables", "observables")):
+        a = xr.open_dataset(rich_file, engine="h5md", group=group)
+        b = xr.open_zarr(store, group=zgroup)
+        assert set(a.variables) == set(b.variables)
+        for name in a.variables:
+            assert a[name].dims == b[name].dims
+            assert a[name].attrs == b[name].attrs
+            np.testing.assert_array_equal(a[name].values, b[name].values)
+        a.close()
+    b = xr.open_zarr(store)
+    assert b.position.encoding["chunks"] == (8, 30, 3)
+
+
+def test_cli_rechunk(tmp_path, adk_h5md, capsys):
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    _cli_layout.add_parser(sub)
+    out = tmp_path / "cli.h5md"
+    args = parser.parse_args(["rechunk", adk_h5md, str(out), "--frames-per-chunk", "49",
+                              "--compression", "gzip:1", "--verify"])
+    assert args.func(args) == 0
+    assert "verified" in capsys.readouterr().out
+    with h5py.File(out) as f:
+        v = f["particles/trajectory/position/value"]
+        assert v.chunks == (49, 3341, 3) and v.compression_opts == 1

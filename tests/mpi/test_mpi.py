@@ -1,0 +1,409 @@
+"""The MPI paths: chunk-aligned decomposition, slab reads, mpirun runs of mpi-rmsd and dask-mpi.
+
+The mpirun tests really run ``mpirun`` with 1, 2 and 4 ranks (oversubscribed on
+small machines). They skip only when MPI (mpirun, mpi4py, a parallel h5py) is
+absent and ``H5MDX_REQUIRE_MPI`` is unset; CI sets it, so there they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from h5mdx.mpi.decompose import Block, atom_runs, chunk_aligned_blocks
+from h5mdx.mpi.io import SlabReader, position_source
+
+HERE = Path(__file__).parent
+SCRIPTS = HERE / "scripts"
+SELECT = "name CA"
+
+# ----------------------------------------------------------------------------- MPI harness
+
+from infra import mpi_env, require_mpi, run_mpi  # noqa: E402  (tests/ is on sys.path)
+
+
+def mpirun(n: int, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``argv`` on ``n`` ranks (bounded; the process group is killed on timeout)."""
+    return run_mpi(n, argv, timeout=timeout, env={**os.environ, "HDF5_USE_FILE_LOCKING": "FALSE"})
+
+
+def h5mdx_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "h5mdx", *args]
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def adk_contiguous(tmp_path_factory, adk_universe, adk_positions):
+    """adk with contiguous (unchunked) positions, written with plain h5py."""
+    from h5mdx.testing import write_h5md
+
+    path = tmp_path_factory.mktemp("adk") / "adk_contiguous.h5md"
+    n = len(adk_positions)
+    return write_h5md(path, {"trajectory": {"position": {
+        "value": adk_positions, "step": np.arange(n), "time": np.arange(n) * 1.0,
+        "unit": "Angstrom", "chunks": None}}})
+
+
+@pytest.fixture(scope="session")
+def adk_chunk64(tmp_path_factory, adk_positions):
+    """adk with (64, n_atoms, 3) chunks: two chunks, so 4 ranks leave two idle."""
+    from h5mdx.testing import write_h5md
+
+    path = tmp_path_factory.mktemp("adk") / "adk_chunk64.h5md"
+    n = len(adk_positions)
+    return write_h5md(path, {"trajectory": {"position": {
+        "value": adk_positions, "step": np.arange(n), "time": np.arange(n) * 1.0,
+        "unit": "Angstrom", "chunks": (64, adk_positions.shape[1], 3)}}})
+
+
+@pytest.fixture(scope="session")
+def layouts(adk_h5md, adk_h5md_blocked, adk_contiguous, adk_chunk64):
+    return {"chunk1": adk_h5md, "chunk10": adk_h5md_blocked,
+            "contiguous": adk_contiguous, "chunk64": adk_chunk64}
+
+
+@pytest.fixture(scope="session")
+def mda_rmsd(adk_universe):
+    """MDAnalysis' RMSD of the C-alpha atoms, keyed by (reference frame, weights)."""
+    from MDAnalysis.analysis.rms import RMSD
+
+    cache: dict = {}
+
+    def get(ref_frame: int = 0, weights: str | None = None) -> np.ndarray:
+        key = (ref_frame, weights)
+        if key not in cache:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = RMSD(adk_universe, select=SELECT, ref_frame=ref_frame,
+                         weights=weights).run()
+            cache[key] = r.results.rmsd[:, 2].copy()
+        return cache[key]
+
+    return get
+
+
+# ----------------------------------------------------------------------------- decomposition
+
+
+@pytest.mark.parametrize(
+    ("n_frames", "n_ranks", "chunk"),
+    [(98, 1, 1), (98, 4, 10), (98, 4, None), (98, 3, 64), (5, 8, 1), (0, 3, 10),
+     (29988, 7, 100), (1000, 16, 1)],
+)
+def test_blocks_cover_balanced_and_chunk_aligned(n_frames, n_ranks, chunk):
+    blocks = chunk_aligned_blocks(n_frames, n_ranks, chunk)
+    assert [b.rank for b in blocks] == list(range(n_ranks))
+    assert blocks[0].start == 0 and blocks[-1].stop == n_frames
+    for a, b in zip(blocks[:-1], blocks[1:], strict=True):
+        assert a.stop == b.start
+    c = chunk or 1
+    for b in blocks:
+        assert b.start % c == 0 or b.start == n_frames
+    n_chunks = [-(-b.n_frames // c) for b in blocks]
+    assert max(n_chunks) - min(n_chunks) <= 1
+    assert sum(b.n_frames for b in blocks) == n_frames
+
+
+def test_blocks_examples_and_subrange():
+    assert [(b.start, b.stop) for b in chunk_aligned_blocks(98, 4, 10)] == [
+        (0, 30), (30, 60), (60, 80), (80, 98)]
+    # a sub-range is cut on the file's chunk grid, not the sub-range's
+    assert [(b.start, b.stop) for b in chunk_aligned_blocks(98, 2, 10, start=15, stop=55)] == [
+        (15, 40), (40, 55)]
+    assert chunk_aligned_blocks(98, 3, 64)[2] == Block(rank=2, start=98, stop=98)
+
+
+@pytest.mark.parametrize("bad", [dict(n_ranks=0), dict(chunk_frames=0), dict(start=50, stop=10),
+                                 dict(stop=200)])
+def test_blocks_reject_bad_arguments(bad):
+    kwargs = dict(n_frames=98, n_ranks=2, chunk_frames=10) | bad
+    with pytest.raises(ValueError):
+        chunk_aligned_blocks(**kwargs)
+
+
+def test_atom_runs():
+    assert atom_runs(np.array([0, 1, 2, 5, 7, 8])) == [(0, 3), (5, 6), (7, 9)]
+    assert atom_runs(np.array([], dtype=int)) == []
+    with pytest.raises(ValueError, match="strictly increasing"):
+        atom_runs(np.array([3, 1]))
+
+
+# ----------------------------------------------------------------------------- slab reads (serial)
+
+
+def test_slab_reader_reads_selection_exactly(adk_h5md_blocked, adk_universe):
+    ca = np.sort(adk_universe.select_atoms(SELECT).indices)
+    with h5py.File(adk_h5md_blocked, "r") as f:
+        src = position_source(f)
+        assert (src.n_frames, src.n_atoms, src.chunk_frames) == (98, 3341, 10)
+        dset = f[src.element.value_path]
+        sel = SlabReader(dset, ca)
+        np.testing.assert_array_equal(sel.read(7, 23), dset[7:23][:, ca])
+        full = SlabReader(dset)
+        np.testing.assert_array_equal(full.read(95, 98), dset[95:98])
+        sel.read_none()  # an empty selection reads nothing and does not fail
+        assert sel.bytes_read == 16 * len(ca) * 3 * 4
+        with pytest.raises(ValueError, match="read_none"):
+            sel.read(5, 5)
+
+
+def test_position_source_errors(tmp_path):
+    from h5mdx.errors import H5MDFormatError
+    from h5mdx.testing import write_h5md
+
+    pos = {"value": np.zeros((2, 3, 3), np.float32), "step": np.arange(2)}
+    path = write_h5md(tmp_path / "two.h5md", {"a": {"position": pos}, "b": {"position": pos}})
+    with h5py.File(path) as f:
+        with pytest.raises(H5MDFormatError, match="--group"):
+            position_source(f)
+        assert position_source(f, "particles/b").group == "b"
+        with pytest.raises(H5MDFormatError, match="groups with positions"):
+            position_source(f, "c")
+
+
+# ----------------------------------------------------------------------------- errors without MPI
+
+
+def test_cli_module_does_not_import_mpi4py():
+    code = ("import sys, h5mdx.cli.mpi, h5mdx.mpi.decompose, h5mdx.mpi.io;"
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_serial_h5py_error_names_the_fix(monkeypatch, adk_h5md):
+    import h5mdx.mpi
+    from h5mdx.cli import main
+    from h5mdx.errors import MissingDependencyError
+
+    monkeypatch.setattr(h5mdx.mpi, "has_parallel_h5py", lambda: False)
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup.sh --mpi"):
+        h5mdx.mpi.require_parallel_h5py()
+    assert main(["mpi-rmsd", adk_h5md]) == 1
+
+
+def test_locking_failure_gives_advice(monkeypatch, tmp_path):
+    pytest.importorskip("mpi4py")
+    import h5mdx.mpi.io as mio
+
+    def locked(*args, **kwargs):
+        raise OSError("Unable to open file (unable to lock file, errno = 11)")
+
+    monkeypatch.setattr(mio, "require_parallel_h5py", lambda: None)
+    monkeypatch.setattr(mio, "open_h5md", locked)
+    monkeypatch.delenv("HDF5_USE_FILE_LOCKING", raising=False)
+    with pytest.raises(OSError, match="HDF5_USE_FILE_LOCKING=FALSE"):
+        mio.open_parallel(tmp_path / "x.h5md", comm=None)
+
+
+def test_options_are_checked():
+    from h5mdx.mpi.rmsd import MPIRMSDOptions
+
+    with pytest.raises(ValueError, match="needs a topology"):
+        MPIRMSDOptions("x.h5md", select="name CA").check()
+    with pytest.raises(ValueError, match="read must be"):
+        MPIRMSDOptions("x.h5md", read="chunk").check()
+
+
+def test_commands_and_environment(monkeypatch):
+    from h5mdx.mpi.commands import dask_mpi_command, mpi_env, mpi_io_command
+
+    monkeypatch.setenv("H5MDX_MPIRUN", "/opt/x/bin/mpirun")
+    cmd = mpi_io_command(3, "t.h5md", "out", topology="t.psf", select="name CA",
+                         options=["--collective"])
+    assert cmd[:3] == ["/opt/x/bin/mpirun", "-n", "3"] and "--oversubscribe" in cmd
+    assert cmd[-1] == "--collective" and cmd[cmd.index("--select") + 1] == "name CA"
+    assert dask_mpi_command(2, "t.h5md", "out")[2] == "4"
+    env = mpi_env({"HDF5_USE_FILE_LOCKING": "TRUE"}, as_root=True)
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["HDF5_USE_FILE_LOCKING"] == "TRUE"
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in mpi_env({}, as_root=False)
+
+
+# ----------------------------------------------------------------------------- mpirun runs
+
+
+def _read_rmsd(out: Path) -> np.ndarray:
+    if (out / "rmsd.nc").exists():
+        import xarray as xr
+
+        with xr.open_dataarray(out / "rmsd.nc") as da:
+            return da.values.copy()
+    data = np.genfromtxt(out / "rmsd.csv", delimiter=",", names=True)
+    return np.asarray(data["rmsd"])
+
+
+def _check_records(out: Path, n_ranks: int, n_frames: int, backend: str = "mpi-io"):
+    from h5mdx.timing import records
+
+    frame, meta = records.load(out / "timing.csv")
+    records.validate(frame)
+    assert meta["backend"] == backend and meta["n_workers"] == n_ranks
+    assert len(frame) == n_ranks
+    assert set(frame["backend"]) == {backend}
+    assert sorted(frame["rank"]) == list(range(n_ranks))
+    assert int(frame["frame_stop"].max()) == n_frames and int(frame["frame_start"].min()) == 0
+    assert int((frame["frame_stop"] - frame["frame_start"]).sum()) == n_frames
+    for phase in records.PHASES:  # the MPI-IO path measures every phase
+        assert frame[phase].notna().all() and (frame[phase] >= 0).all()
+    np.testing.assert_allclose(records.phase_sum(frame), frame["wall"], atol=0.05, rtol=0.05)
+    assert (frame["bytes_read"] > 0).sum() >= 1
+    return frame
+
+
+MPI_CASES = [
+    # n ranks, layout, options, (reference, weights)
+    pytest.param(1, "chunk1", [], (0, None), id="n1-chunk1-block"),
+    pytest.param(2, "chunk10", ["--read", "frame", "--collective", "--selected-only"],
+                 (0, None), id="n2-chunk10-frame-collective-selected"),
+    pytest.param(2, "contiguous", ["--read", "frame", "--weights", "mass", "--reference", "5"],
+                 (5, "mass"), id="n2-contiguous-frame-mass-ref5"),
+    pytest.param(4, "contiguous", ["--topology-on-root", "--format", "nc", "--selected-only"],
+                 (0, None), id="n4-contiguous-toproot-nc"),
+    pytest.param(4, "chunk64", ["--collective"], (0, None), id="n4-chunk64-idle-ranks-collective"),
+]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("n", "layout", "options", "expect"), MPI_CASES)
+def test_mpi_rmsd_matches_mdanalysis(n, layout, options, expect, layouts, mda_rmsd, tmp_path):
+    require_mpi()
+    from h5mdx.testing import adk_topology
+
+    out = tmp_path / "out"
+    proc = mpirun(n, h5mdx_argv("mpi-rmsd", layouts[layout], "--topology", adk_topology(),
+                                "--select", SELECT, "--out", str(out), *options))
+    assert proc.returncode == 0, proc.stderr
+    assert "CommClosedError" not in proc.stderr
+    rmsd = _read_rmsd(out)
+    ref_frame, weights = expect
+    np.testing.assert_allclose(rmsd, mda_rmsd(ref_frame, weights), rtol=0, atol=1e-4)
+    frame = _check_records(out, n, len(rmsd))
+    assert set(frame["n_workers"]) == {n}
+    if "--selected-only" in options:  # only the C-alpha atoms came from disk
+        assert int(frame["bytes_read"].sum()) == len(rmsd) * 214 * 3 * 4
+    else:
+        assert int(frame["bytes_read"].sum()) == len(rmsd) * 3341 * 3 * 4
+    if layout == "chunk64":  # two chunks, four ranks: two idle ranks took part in the read
+        assert sorted((frame["frame_stop"] - frame["frame_start"]).tolist()) == [0, 0, 34, 64]
+    assert f"on {n} rank(s)" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd, tmp_path):
+    require_mpi()
+    from h5mdx.mpi import _LAUNCHER_VARS
+    from h5mdx.testing import adk_topology
+
+    env = {k: v for k, v in mpi_env().items() if k not in _LAUNCHER_VARS}
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--topology", adk_topology(), "--select",
+                   SELECT, "--out", str(out), "--read", "frame"),
+        env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "not started by mpirun" in proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
+
+
+@pytest.mark.mpi
+def test_mpi_rmsd_file_equals_the_dask_paths(layouts, tmp_path):
+    """Same columns (frame, time, step, rmsd), same values as ``h5mdx rmsd`` (dask)."""
+    require_mpi()
+    from h5mdx.cli import main
+    from h5mdx.testing import adk_topology
+
+    out = tmp_path / "out"
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--topology", adk_topology(),
+                                "--select", SELECT, "--out", str(out), "--selected-only",
+                                "--quiet"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    dask_csv = tmp_path / "dask.csv"
+    assert main(["rmsd", layouts["chunk10"], "--topology", adk_topology(), "--select", SELECT,
+                 "--scheduler", "threads", "--workers", "1", "--out", str(dask_csv),
+                 "--no-progress"]) == 0
+    mpi = np.genfromtxt(out / "rmsd.csv", delimiter=",", names=True)
+    dask = np.genfromtxt(dask_csv, delimiter=",", names=True)
+    assert mpi.dtype.names == dask.dtype.names == ("frame", "time", "step", "rmsd")
+    for name in ("frame", "time", "step"):
+        np.testing.assert_allclose(mpi[name], dask[name], rtol=1e-9)
+    np.testing.assert_allclose(mpi["rmsd"], dask["rmsd"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.mpi
+def test_failing_rank_aborts_the_job(layouts, tmp_path):
+    require_mpi()
+    proc = mpirun(2, [sys.executable, str(SCRIPTS / "fail_rank.py"), layouts["chunk10"],
+                      str(tmp_path / "out")], timeout=90)
+    assert proc.returncode != 0
+    assert "rank 1 of 2 failed: RuntimeError: injected failure" in proc.stderr
+    assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+def test_killed_rank_ends_the_job(layouts, tmp_path):
+    """A rank killed by SIGKILL mid-run: mpirun exits non-zero within the bound, no hang."""
+    require_mpi()
+    t0 = time.monotonic()
+    proc = mpirun(2, [sys.executable, str(SCRIPTS / "fail_rank.py"), layouts["chunk10"],
+                      str(tmp_path / "out"), "kill"], timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 90
+    assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+def test_dask_mpi_cluster_starts_and_stops_cleanly():
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    proc = mpirun(4, [str(SCRIPTS / "dask_mpi_hello.py")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ranks [2, 3] sum 6" in proc.stdout
+    assert "CommClosedError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.mpi
+def test_dask_mpi_needs_three_ranks():
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    code = "from h5mdx.mpi.launch import dask_mpi_client\nwith dask_mpi_client(): pass"
+    proc = mpirun(2, ["-c", code], timeout=60)
+    assert proc.returncode != 0
+    assert "needs at least 3 MPI ranks" in proc.stderr
+
+
+@pytest.mark.mpi
+def test_dask_mpi_rmsd_matches_mdanalysis(layouts, mda_rmsd, tmp_path):
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    from h5mdx.testing import adk_topology
+
+    out = tmp_path / "out"
+    from h5mdx.mpi.commands import dask_mpi_command
+
+    cmd = dask_mpi_command(2, layouts["chunk10"], str(out), topology=adk_topology(),
+                           select=SELECT)
+    assert cmd[cmd.index("-n") + 1] == "4"  # scheduler + client + 2 workers
+    proc = mpirun(4, cmd[cmd.index(sys.executable):], timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "CommClosedError" not in proc.stderr and "Traceback" not in proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
+    from h5mdx.timing import records
+
+    frame, meta = records.load(out / "timing.csv")
+    assert meta["backend"] == "dask-mpi"
+    assert set(frame["backend"]) == {"dask-mpi"}
+    assert set(frame["rank"]) <= {2, 3}  # the workers are ranks 2 and 3
+    assert frame["t_io"].notna().all() and frame["t_compute"].notna().all()
+    assert frame["t_comm_gather"].isna().all()  # unknown for dask tasks, never 0
+    assert set(frame["n_workers"]) == {2}
+    assert int((frame["frame_stop"] - frame["frame_start"]).sum()) == 98

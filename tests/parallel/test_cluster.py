@@ -1,0 +1,416 @@
+"""Job-script and message tests of h5mdx.parallel.cluster and h5mdx.parallel.batch (no SLURM needed)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("dask_jobqueue")
+dask = pytest.importorskip("dask")
+
+from h5mdx.parallel import cluster  # noqa: E402
+from h5mdx.parallel.batch import mpi_rmsd_script, straggler_summary  # noqa: E402
+from h5mdx.parallel.cluster import (  # noqa: E402
+    HDF5_PROLOGUE,
+    WorkerTimeoutError,
+    job_script_preview,
+    job_states,
+    slurm_options,
+    wait_for_workers,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_sinfo(monkeypatch):
+    """The interface default must not depend on the machine's SLURM in these tests."""
+    monkeypatch.setattr(cluster, "_INTERFACE_CACHE", {"value": None})
+    monkeypatch.delenv(cluster.INTERFACE_ENV, raising=False)
+
+
+def _lines(script: str) -> list[str]:
+    return script.splitlines()
+
+
+def test_sbatch_lines_reach_the_job_script():
+    script = job_script_preview(cores=2, memory="3GiB", walltime="01:02:03", queue="short",
+                                account="proj1", interface="lo")
+    lines = _lines(script)
+    assert lines[0].startswith("#!")
+    for expected in ("#SBATCH -t 01:02:03", "#SBATCH -p short", "#SBATCH -A proj1",
+                     "#SBATCH --cpus-per-task=2", "#SBATCH --mem=3G", "#SBATCH -n 1"):
+        assert expected in lines, (expected, script)
+    assert HDF5_PROLOGUE in lines
+    worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
+    assert worker.startswith(sys.executable + " ")
+    # one single-threaded worker process per core, on the loopback interface
+    assert "--nworkers 2" in worker and "--nthreads 1" in worker
+    assert "--interface lo" in worker
+    # the prologue comes after the directives and before the worker
+    assert lines.index("#SBATCH -t 01:02:03") < lines.index(HDF5_PROLOGUE) < lines.index(worker)
+
+
+def test_defaults_one_core_two_gib_and_unique_job_name():
+    opts = slurm_options(interface=None)
+    assert opts["cores"] == 1 and opts["processes"] == 1 and opts["memory"] == "2GiB"
+    assert opts["python"] == sys.executable
+    assert opts["job_script_prologue"] == [HDF5_PROLOGUE]
+    assert opts["job_name"].startswith("h5mdx-dask-")
+    assert opts["job_name"] != slurm_options(interface=None)["job_name"]
+    assert opts["scheduler_options"] == {"dashboard_address": ":0"}
+    assert opts["walltime"] == dask.config.get("jobqueue.slurm.walltime")
+    script = job_script_preview(interface=None, job_name="h5mdx-dask-test")
+    assert "#SBATCH -J h5mdx-dask-test" in _lines(script)
+    assert "--interface" not in script
+
+
+def test_dask_config_is_used_and_arguments_override_it():
+    config = {
+        "jobqueue.slurm.walltime": "02:00:00",
+        "jobqueue.slurm.queue": "cfgq",
+        "jobqueue.slurm.account": "cfgacct",
+        "jobqueue.slurm.cores": 4,
+        "jobqueue.slurm.memory": "8GiB",
+        "jobqueue.slurm.job-script-prologue": ["module load hdf5"],
+        "jobqueue.slurm.job-extra-directives": ["--exclusive"],
+        "jobqueue.slurm.interface": "ib0",
+    }
+    with dask.config.set(config):
+        lines = _lines(job_script_preview())
+        assert "#SBATCH -t 02:00:00" in lines and "#SBATCH -p cfgq" in lines
+        assert "#SBATCH -A cfgacct" in lines and "#SBATCH --cpus-per-task=4" in lines
+        assert "#SBATCH --mem=8G" in lines and "#SBATCH --exclusive" in lines
+        # the config's prologue is kept and the HDF5 line added after it
+        assert lines.index("module load hdf5") < lines.index(HDF5_PROLOGUE)
+        assert any("--interface ib0" in line for line in lines)
+        opts = slurm_options()
+        assert opts["scheduler_options"]["interface"] == "ib0"
+
+        lines = _lines(job_script_preview(walltime="00:05:00", queue="debug", cores=1,
+                                          memory="1GiB", interface="lo",
+                                          job_script_prologue=["echo hi"]))
+        assert "#SBATCH -t 00:05:00" in lines and "#SBATCH -p debug" in lines
+        assert "#SBATCH -t 02:00:00" not in lines and "#SBATCH -p cfgq" not in lines
+        assert "module load hdf5" not in lines and lines.count(HDF5_PROLOGUE) == 1
+        assert "echo hi" in lines
+        assert any("--interface lo" in line for line in lines)
+
+
+def test_a_prologue_that_sets_locking_is_not_overridden():
+    lines = _lines(job_script_preview(
+        interface=None, job_script_prologue=["export HDF5_USE_FILE_LOCKING=TRUE"]))
+    assert "export HDF5_USE_FILE_LOCKING=TRUE" in lines and HDF5_PROLOGUE not in lines
+
+
+def test_interface_default_from_environment_and_single_node(monkeypatch):
+    assert slurm_options()["interface"] is None
+    monkeypatch.setattr(cluster, "_INTERFACE_CACHE", {"value": "lo"})
+    opts = slurm_options()
+    assert opts["interface"] == "lo" and opts["scheduler_options"]["interface"] == "lo"
+    monkeypatch.setenv(cluster.INTERFACE_ENV, "ib0")
+    assert slurm_options()["interface"] == "ib0"
+    # an explicit host for the scheduler is respected
+    opts = slurm_options(scheduler_options={"host": "10.0.0.1"})
+    assert "interface" not in opts["scheduler_options"]
+    assert opts["scheduler_options"]["host"] == "10.0.0.1"
+
+
+def test_single_node_interface_compares_sinfo_nodes_with_this_host(monkeypatch):
+    import socket
+
+    here = socket.gethostname()
+    monkeypatch.setattr(cluster, "_INTERFACE_CACHE", {})
+    monkeypatch.setattr(cluster.shutil, "which", lambda exe: "/usr/bin/" + exe)
+    answers = {"out": f"{here}\n"}
+    monkeypatch.setattr(cluster, "_run", lambda cmd, timeout=30.0, stdin=None:
+                        subprocess.CompletedProcess(cmd, 0, answers["out"], ""))
+    assert cluster.single_node_interface() == "lo"
+    monkeypatch.setattr(cluster, "_INTERFACE_CACHE", {})
+    answers["out"] = f"{here}\nnode002\n"
+    assert cluster.single_node_interface() is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"walltime": "1h"}, "not a SLURM time"),
+        ({"cores": 0}, "at least 1"),
+        ({"cores": 2, "processes": 3}, "between 1 and cores=2"),
+        ({"cores": "many"}, "whole number"),
+    ],
+)
+def test_bad_options_are_explained(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        slurm_options(interface=None, **kwargs)
+
+
+@pytest.mark.parametrize("walltime", ["30", "10:00", "00:30:00", "1-00", "1-12:00", "2-00:00:00"])
+def test_slurm_time_formats_are_accepted(walltime):
+    assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime
+
+
+def _fake_run(stdout, returncode=0, stderr=""):
+    def run(cmd, timeout=30.0, stdin=None):
+        return subprocess.CompletedProcess(cmd, returncode, stdout, stderr)
+
+    return run
+
+
+def test_job_states_parses_squeue(monkeypatch):
+    monkeypatch.setattr(cluster, "_run", _fake_run(
+        "12 PENDING Resources\n13 RUNNING None\n"))
+    assert job_states(["12", "13", "14"]) == {
+        "12": ("PENDING", "Resources"), "13": ("RUNNING", ""), "14": ("ENDED", "")}
+    monkeypatch.setattr(cluster, "_run", _fake_run(
+        "", 1, "slurm_load_jobs error: Invalid job id specified"))
+    assert job_states(["99"]) == {"99": ("ENDED", "")}
+    monkeypatch.setattr(cluster, "_run", _fake_run("", 1, "Unable to contact slurm controller"))
+    state, reason = job_states(["99"])["99"]
+    assert state == "UNKNOWN" and "Unable to contact" in reason
+    assert job_states([]) == {}
+
+
+class _Client:
+    def __init__(self, n):
+        self.n = n
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": {f"tcp://w{i}": {} for i in range(self.n)}}
+
+
+def _cluster(*ids, processes=1):
+    return SimpleNamespace(
+        workers={f"w{i}": SimpleNamespace(job_id=j) for i, j in enumerate(ids)},
+        worker_spec=dict.fromkeys(ids),
+        new_spec={"options": {"processes": processes}},
+    )
+
+
+def test_timeout_message_names_jobs_states_and_reasons(monkeypatch):
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {
+        "12": ("PENDING", "Resources"), "13": ("PENDING", "Resources")})
+    with pytest.raises(WorkerTimeoutError) as info:
+        wait_for_workers(_cluster("12", "13"), _Client(0), timeout=0.2, poll=0.05)
+    message = str(info.value)
+    assert message.startswith("0 of 2 workers after 0 s: jobs 12, 13 are PENDING (Resources)")
+    assert "fewer or smaller jobs" in message
+    assert info.value.wanted == 2 and info.value.n_workers == 0
+    assert info.value.states["12"] == ("PENDING", "Resources")
+    assert isinstance(info.value, TimeoutError) and isinstance(info.value, OSError)
+
+
+def test_timeout_message_mixed_states(monkeypatch):
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {
+        "14": ("RUNNING", ""), "15": ("PENDING", "Resources"), "16": ("PENDING", "Priority")})
+    with pytest.raises(WorkerTimeoutError) as info:
+        wait_for_workers(_cluster("14", "15", "16", processes=2), _Client(2), timeout=0.1,
+                         poll=0.05)
+    message = str(info.value)
+    assert message.startswith(
+        "2 of 6 workers after 0 s: job 14 is RUNNING; job 15 is PENDING (Resources); "
+        "job 16 is PENDING (Priority)")
+    # the running job's workers connected: no hint about the network interface
+    assert "interface" not in message
+
+
+def test_running_jobs_without_workers_hint_at_interface(monkeypatch):
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {"7": ("RUNNING", "")})
+    with pytest.raises(WorkerTimeoutError, match=r"0 of 1 workers .*job 7 is RUNNING.*interface"):
+        wait_for_workers(_cluster("7"), _Client(0), timeout=0.1, poll=0.05)
+
+
+def test_jobs_that_ended_fail_fast(monkeypatch):
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {"8": ("ENDED", "")})
+    with pytest.raises(WorkerTimeoutError, match="job 8 is no longer queued") as info:
+        wait_for_workers(_cluster("8"), _Client(0), timeout=30.0, poll=0.05)
+    assert "read its output" in str(info.value)
+
+
+def test_no_jobs_submitted_message():
+    with pytest.raises(WorkerTimeoutError, match="0 of 1 workers .*no job was submitted"):
+        wait_for_workers(_cluster(), _Client(0), n=1, timeout=0.1, poll=0.05)
+
+
+def test_enough_workers_returns_at_once():
+    assert wait_for_workers(_cluster("1", "2"), _Client(2), timeout=0.1) == 2
+
+
+def test_cli_options_and_job_count(monkeypatch):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=None)
+    cluster.add_cli_arguments(parser)
+    seen = {}
+
+    def fake_client(jobs=1, timeout=0.0, **kwargs):
+        seen.update(jobs=jobs, timeout=timeout, **kwargs)
+        return "client-context"
+
+    monkeypatch.setattr(cluster, "slurm_client", fake_client)
+    args = parser.parse_args(["--workers", "5", "--cores", "2", "--walltime", "00:09:00",
+                              "--queue", "q", "--slurm-timeout", "7"])
+    assert cluster.slurm_client_from_args(args) == "client-context"
+    assert seen["jobs"] == 3  # ceil(5 workers / 2 processes per job)
+    assert seen["timeout"] == 7.0 and seen["walltime"] == "00:09:00" and seen["queue"] == "q"
+    seen.clear()
+    args = parser.parse_args(["--jobs", "4"])
+    cluster.cli_client(args)
+    assert seen["jobs"] == 4 and seen["timeout"] == cluster.DEFAULT_TIMEOUT
+    # the options of another command's parser (helper: --wait-timeout) are understood too
+    seen.clear()
+    cluster.slurm_client_from_args(SimpleNamespace(wait_timeout=9.0, jobs=None), workers=2)
+    assert seen["jobs"] == 2 and seen["timeout"] == 9.0
+
+
+# ------------------------------------------------------------------------------ slurm-script
+
+
+def test_mpi_rmsd_script_text(tmp_path):
+    script = mpi_rmsd_script(
+        ["adk.h5md", "--topology", "adk.psf", "--select", "name CA"], ntasks=4,
+        time_limit="00:10:00", partition="p1", account="acc", mem_per_cpu="2G",
+        chdir=tmp_path, extra_directives=["--exclusive"], prologue=["module load openmpi"],
+        h5mdx=["/venv/bin/h5mdx"])
+    lines = _lines(script)
+    assert lines[0] == "#!/bin/bash"
+    for expected in ("#SBATCH --ntasks=4", "#SBATCH --time=00:10:00", "#SBATCH --partition=p1",
+                     "#SBATCH --account=acc", "#SBATCH --mem-per-cpu=2G",
+                     "#SBATCH --exclusive", f"#SBATCH --chdir={tmp_path}",
+                     "#SBATCH --output=h5mdx-mpi-rmsd-%j.out", "export HDF5_USE_FILE_LOCKING=FALSE",
+                     "module load openmpi"):
+        assert expected in lines, expected
+    command = lines[-1]
+    assert command == ("mpirun -n 4 /venv/bin/h5mdx mpi-rmsd adk.h5md --topology adk.psf "
+                       "--select 'name CA' --out \"h5mdx-mpi-rmsd-${SLURM_JOB_ID}\"")
+    # Open MPI's root variables only when the job runs as root
+    root = lines.index('if [ "$(id -u)" -eq 0 ]; then')
+    assert "OMPI_ALLOW_RUN_AS_ROOT=1" in lines[root + 2]
+    assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in lines[root + 2] and lines[root + 3] == "fi"
+    assert sum("OMPI_ALLOW_RUN_AS_ROOT" in line for line in lines) == 1
+    if shutil.which("bash"):
+        path = tmp_path / "job.sh"
+        path.write_text(script)
+        assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+
+
+def test_mpi_rmsd_script_keeps_given_out_and_uses_this_h5mdx():
+    script = mpi_rmsd_script(["t.h5md", "-o", "res"], ntasks=2)
+    command = _lines(script)[-1]
+    assert command.endswith("mpi-rmsd t.h5md -o res") and "SLURM_JOB_ID}\"" not in command
+    from pathlib import Path
+
+    exe = Path(command.split()[3])
+    assert exe.name == "h5mdx" or command.split()[3].endswith("python")
+    with pytest.raises(ValueError, match="at least 1"):
+        mpi_rmsd_script(["t.h5md"], ntasks=0)
+
+
+def test_cli_slurm_script_prints_script(capsys, tmp_path, monkeypatch):
+    from h5mdx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["slurm-script", "mpi-rmsd", "x.h5md", "-t", "top.psf", "--select", "name CA",
+               "--ntasks", "3", "--time", "00:04:00", "--partition", "debug",
+               "--sbatch=--exclusive", "--collective"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = _lines(out)
+    assert "#SBATCH --ntasks=3" in lines and "#SBATCH --time=00:04:00" in lines
+    assert "#SBATCH --partition=debug" in lines and "#SBATCH --exclusive" in lines
+    assert f"#SBATCH --chdir={tmp_path}" in lines
+    assert re.search(r"mpirun -n 3 \S+ mpi-rmsd x\.h5md -t top\.psf --select 'name CA' "
+                     r"--collective --out", lines[-1])
+    # slurm-script options before the program work as well
+    rc = main(["slurm-script", "--ntasks", "2", "mpi-rmsd", "x.h5md"])
+    assert rc == 0 and "#SBATCH --ntasks=2" in capsys.readouterr().out
+
+
+def test_cli_slurm_script_needs_ntasks(capsys):
+    from h5mdx.cli import main
+
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md"]) == 1
+    assert "--ntasks N is required" in capsys.readouterr().err
+
+
+def test_cli_slurm_script_checks_program_arguments(capsys):
+    from h5mdx.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--read", "sideways"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def _rank_records(io_times, compute=0.1):
+    from h5mdx.timing.records import to_frame
+
+    rows = []
+    t0 = 1000.0
+    for rank, io in enumerate(io_times):
+        wall = 0.05 + io + compute
+        rows.append({
+            "run_id": "r1", "backend": "mpi-io", "n_workers": len(io_times),
+            "worker": f"rank-{rank}", "host": "node1", "rank": rank, "slurm_job_id": "42",
+            "task_key": f"mpi-rmsd-rank-{rank}", "kind": "rmsd",
+            "frame_start": 10 * rank, "frame_stop": 10 * rank + 10,
+            "t_start": t0, "t_stop": t0 + wall, "t_init_top": 0.02, "t_init_traj": 0.03,
+            "t_io": io, "t_compute": compute, "t_wait": 0.0, "t_comm_gather": 0.001,
+        })
+    return to_frame(rows)
+
+
+def test_straggler_summary_flags_the_slow_rank():
+    text = straggler_summary(_rank_records([0.1, 0.1, 0.1, 2.0]), {"file": "adk.h5md"})
+    lines = text.splitlines()
+    assert "4 record(s), backend mpi-io, 4 worker(s)/rank(s)" in lines[0]
+    assert "adk.h5md" in lines[0]
+    rank3 = next(line for line in lines if line.lstrip().startswith("3 "))
+    assert rank3.endswith("STRAGGLER") and " 42" in rank3
+    assert "rank 3 (" in text and "slow in io" in text
+    assert "load imbalance" in text and any(line.startswith("advice:") for line in lines)
+
+
+def test_straggler_summary_clean_run():
+    text = straggler_summary(_rank_records([0.1, 0.11]))
+    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
+    assert f"stragglers ({rule}): none" in text
+    assert "STRAGGLER" not in text
+    assert straggler_summary(pd.DataFrame()) == "no timing records"
+    assert np.isfinite(float(re.search(r"R_comp/IO: (\S+)", text).group(1)))
+
+
+def test_ctrl_c_still_raises_keyboardinterrupt_after_import():
+    """dask_jobqueue's import turns SIGINT into sys.exit() (status 0); h5mdx undoes that."""
+    import signal
+
+    job_script_preview(interface=None)
+    handler = signal.getsignal(signal.SIGINT)
+    assert getattr(handler, "__module__", "") != "dask_jobqueue.runner"
+
+
+def test_signal_handlers_are_restored_when_the_last_cluster_is_released(monkeypatch):
+    import signal
+
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {})
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: None)
+    before = signal.getsignal(signal.SIGTERM)
+    class _Fake:  # weakly referenced, as live clusters are
+        workers: dict = {}
+
+        def close(self, timeout=None):
+            pass
+
+    fake = _Fake()
+    cluster._LIVE.add(fake)
+    try:
+        cluster._install_cleanup()
+        if before is signal.SIG_DFL:
+            assert signal.getsignal(signal.SIGTERM) is cluster._on_signal
+    finally:
+        cluster.release(fake)
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -1,0 +1,148 @@
+"""Live trajectories: a writer process appends frames in SWMR mode while we read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx.engine.live
+from h5mdx.analysis.rmsd import rmsd
+from h5mdx.errors import H5MDFormatError
+
+N_FRAMES = 40
+
+WRITER = """
+import sys, time
+import h5py, numpy as np
+from MDAnalysisTests.datafiles import PSF, DCD
+import MDAnalysis as mda
+import warnings; warnings.simplefilter("ignore")
+u = mda.Universe(PSF, DCD)
+n = u.atoms.n_atoms
+path, n_frames, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with h5py.File(path, "w", libver="latest") as f:
+    f.create_group("h5md").attrs["version"] = np.array([1, 1])
+    f["h5md"].create_group("author").attrs["name"] = "swmr test"
+    g = f.create_group("particles/trajectory")
+    box = g.create_group("box")
+    box.attrs["dimension"] = 3
+    box.attrs["boundary"] = np.array([b"periodic"] * 3)
+    v = g.create_dataset("position/value", shape=(0, n, 3), maxshape=(None, n, 3),
+                         chunks=(1, n, 3), dtype="f4")
+    v.attrs["unit"] = "Angstrom"
+    s = g.create_dataset("position/step", shape=(0,), maxshape=(None,), chunks=(64,), dtype="i8")
+    t = g.create_dataset("position/time", shape=(0,), maxshape=(None,), chunks=(64,), dtype="f8")
+    t.attrs["unit"] = "ps"
+    e = box.create_dataset("edges/value", shape=(0, 3), maxshape=(None, 3), chunks=(64, 3),
+                           dtype="f4")
+    box["edges/step"] = s  # shared sampling (hard links)
+    box["edges/time"] = t
+    f.swmr_mode = True
+    print("ready", flush=True)
+    for i, ts in enumerate(u.trajectory[:n_frames]):
+        for d, val in ((v, ts.positions), (e, np.full(3, 80.0 + i, dtype=np.float32))):
+            d.resize(i + 1, axis=0); d[i] = val; d.flush()
+        for d, val in ((s, i * 100), (t, i * 1.0)):
+            d.resize(i + 1, axis=0); d[i] = val; d.flush()
+        time.sleep(pause)
+print("done", flush=True)
+"""
+
+
+def _writer(path, n_frames, pause):
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WRITER), str(path), str(n_frames), str(pause)],
+        stdout=subprocess.PIPE, text=True,
+    )
+
+
+def _record(section, data):
+    out = os.environ.get("H5MDX_RELIABILITY_OUT")
+    if out:
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"section": section, **data}) + "\n")
+
+
+def test_swmr_reader_sees_growing_file(tmp_path, adk_positions):
+    path = tmp_path / "live.h5md"
+    proc = _writer(path, N_FRAMES, 0.05)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        seen = []
+        ds = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() in (None, 0), "the writer failed"
+            ds = (xr.open_dataset(path, engine="h5md", swmr=True) if ds is None
+                  else h5mdx.engine.live.refresh(ds))
+            n = h5mdx.engine.live.n_frames(ds)
+            seen.append(n)
+            # the frames shown so far are exactly the frames written
+            np.testing.assert_array_equal(ds.position.values, adk_positions[:n])
+            np.testing.assert_array_equal(ds.step.values, np.arange(n) * 100)
+            assert ds.box_edges.sizes["time"] == n
+            np.testing.assert_array_equal(ds.box_edges.values[:, 0], 80.0 + np.arange(n))
+            if n == N_FRAMES:
+                break
+            time.sleep(0.1)
+        ds.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    distinct = sorted(set(seen))
+    assert seen[-1] == N_FRAMES
+    assert len(distinct) >= 3, seen  # it really was read while growing
+    _record("swmr", {"frames_written": N_FRAMES, "refreshes": len(seen),
+                     "distinct_lengths_seen": len(distinct)})
+
+
+def test_live_rmsd_equals_finished_file(tmp_path):
+    path = tmp_path / "live_rmsd.h5md"
+    proc = _writer(path, N_FRAMES, 0.03)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        partial = None
+        for ds in h5mdx.engine.live.follow(path, interval=0.05, timeout=30, chunks={}):
+            if h5mdx.engine.live.n_frames(ds) >= 10:
+                partial = rmsd(ds.position, 0).compute()
+                break
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert partial is not None and partial.sizes["time"] >= 10
+    with xr.open_dataset(path, engine="h5md", chunks={}) as done:
+        full = rmsd(done.position, 0).compute()
+    n = partial.sizes["time"]
+    np.testing.assert_allclose(partial.values, full.values[:n], rtol=0, atol=1e-6)
+
+
+def test_follow_stops_after_timeout(tmp_path):
+    path = tmp_path / "never.h5md"
+    t0 = time.monotonic()
+    assert list(h5mdx.engine.live.follow(path, interval=0.05, timeout=0.3)) == []
+    assert time.monotonic() - t0 < 5
+
+
+def test_swmr_on_non_swmr_file_is_clear(tmp_path):
+    path = tmp_path / "old.h5md"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+    try:
+        xr.open_dataset(path, engine="h5md", swmr=True).close()
+    except H5MDFormatError as err:
+        assert "swmr" in str(err).lower()
+    else:
+        pytest.skip("this HDF5 opens pre-1.10 files with swmr=True")
