@@ -439,6 +439,21 @@ def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sa
     return max(groups, key=lambda sn: (sn[1], sn[0].step.size))[0]
 
 
+def _time_dims(b: _Builder, el: ElementInfo, name: str, main: Sampling | None,
+               coords: dict[str, xr.Variable]) -> tuple[str, ...]:
+    """The leading dimension of element ``name``: ``time`` where it follows the main
+    sampling, ``time_<name>`` (its coordinates added to ``coords``) where it has its own,
+    none where it is time-independent."""
+    if not el.time_dependent:
+        return ()
+    assert el.sampling is not None
+    if main is not None and el.sampling.same_as(main):
+        return (TIME_DIM,)
+    tdim = f"{TIME_DIM}_{name}"
+    coords.update(b.time_coords(el.sampling, tdim, el.path))
+    return (tdim,)
+
+
 def _tail_dims(el: ElementInfo, name: str, first: tuple[str, ...], *, particles: bool,
                dimension: int | None) -> tuple[str, ...]:
     shape = el.shape[len(first):]
@@ -459,14 +474,7 @@ def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[s
     attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
     if box.edges is not None and "box_edges" not in drop:
         el = box.edges
-        first: tuple[str, ...] = ()
-        if el.time_dependent:
-            assert el.sampling is not None
-            if main is not None and el.sampling.same_as(main):
-                first = (TIME_DIM,)
-            else:
-                first = (f"{TIME_DIM}_box_edges",)
-                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        first = _time_dims(b, el, "box_edges", main, coords)
         tail = el.shape[len(first):]
         box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
         edges_var = b.variable(el, first + box_dims, attrs)
@@ -499,15 +507,7 @@ def _particles_dataset(
     for name, el in pg.elements.items():
         if name in drop:
             continue
-        first: tuple[str, ...] = ()
-        if el.time_dependent:
-            assert el.sampling is not None
-            if main is not None and el.sampling.same_as(main):
-                first = (TIME_DIM,)
-            else:
-                tdim = f"{TIME_DIM}_{name}"
-                first = (tdim,)
-                coords.update(b.time_coords(el.sampling, tdim, el.path))
+        first = _time_dims(b, el, name, main, coords)
         dims = first + _tail_dims(el, name, first, particles=True, dimension=dimension)
         if ATOM_DIM in dims:
             size = el.shape[dims.index(ATOM_DIM)]
@@ -592,14 +592,7 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset
     for name, el in elements.items():
         if name in drop:
             continue
-        first: tuple[str, ...] = ()
-        if el.time_dependent:
-            assert el.sampling is not None
-            if main is not None and el.sampling.same_as(main):
-                first = (TIME_DIM,)
-            else:
-                first = (f"{TIME_DIM}_{name}",)
-                coords.update(b.time_coords(el.sampling, first[0], el.path))
+        first = _time_dims(b, el, name, main, coords)
         dims = first + _tail_dims(el, name, first, particles=False, dimension=None)
         var = b.variable(el, dims)
         if var is not None:
