@@ -39,15 +39,12 @@ import numpy as np
 from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
+from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
 
 __all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
 
 #: Value of the ``backend`` column of the timing records.
 BACKEND = "mpi-io"
-
-#: Phase columns of the timing records, in the order they happen.
-PHASES = ("t_init_top", "t_init_traj", "t_io", "t_compute", "t_wait", "t_comm_gather")
-
 
 @dataclass
 class MPIRMSDOptions:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from h5mdx.parallel.cluster import SlurmError
+from h5mdx.parallel.cluster import ENDED_STATES, SlurmError
 
 __all__ = [
     "ENDED_STATES",
@@ -41,11 +41,6 @@ __all__ = [
     "wait_for_job",
 ]
 
-#: ``JobState`` values after which a job will not run again.
-ENDED_STATES = frozenset({
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-    "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
-})
 
 #: Output directory of ``mpi-rmsd`` inside the job when the command line gives none.
 DEFAULT_OUT = "h5mdx-mpi-rmsd-${SLURM_JOB_ID}"

@@ -56,6 +56,7 @@ from typing import Any
 from h5mdx.errors import H5MDError
 
 __all__ = [
+    "ENDED_STATES",
     "HDF5_PROLOGUE",
     "SlurmError",
     "WorkerTimeoutError",
@@ -88,14 +89,14 @@ DEFAULT_MEMORY_PER_CORE_GIB = 2
 #: Default seconds that :func:`slurm_client` waits for its workers.
 DEFAULT_TIMEOUT = 120.0
 
-#: squeue states after which a job will never start a worker.
-_ENDED = frozenset({
+#: SLURM job states after which a job will never run again (nor start a worker).
+ENDED_STATES = frozenset({
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
     "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
 })
 
 #: States of jobs that are ended or being torn down (nothing left to cancel).
-_GONE = _ENDED | {"ENDED", "COMPLETING"}
+_GONE = ENDED_STATES | {"ENDED", "COMPLETING"}
 
 #: What to do about a pending job, by squeue reason.
 _REASON_HINTS = {
