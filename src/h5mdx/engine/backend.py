@@ -107,13 +107,7 @@ class H5MDArray(BackendArray):
         # graphs built after reopening a file tokenize equal (distributed otherwise warns of
         # a "different run_spec" for every block)
         filename = self._filename()
-        stamp = None
-        if filename is not None:
-            try:
-                st = os.stat(filename)
-                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-            except OSError:
-                pass
+        stamp = None if filename is None else _direct.file_stamp(filename)
         return ("h5mdx.H5MDArray", filename, stamp, self.path, self.shape, str(self.dtype),
                 self.scale, self.fillvalue, self.full_atom_chunks)
 
@@ -171,8 +165,10 @@ class H5MDArray(BackendArray):
 
     def _read_direct(self, key: tuple) -> np.ndarray | None:
         """Read without HDF5 (see :mod:`h5mdx.format.direct`); None where that path does not apply."""
+        if not _direct.enabled():
+            return None
         split = _direct.box_of(key, self.shape)
-        if split is None or not _direct.enabled():
+        if split is None:
             return None
         box, rest = split
         reader = self._direct_reader()

@@ -38,6 +38,7 @@ __all__ = [
     "box_of",
     "cached",
     "enabled",
+    "file_stamp",
     "locate_chunks",
     "plan_cached",
     "plan_direct",
@@ -229,8 +230,7 @@ class DirectReader:
         offset, size = self._index[coord]
         raw = bytearray(size)
         self._pread_into(memoryview(raw), offset)
-        chunk = self._decode(raw) if self.filters else np.frombuffer(
-            raw, dtype=self.dtype).reshape(self.chunks)
+        chunk = self._decode(raw)
         src, dst = [], []
         for c, s, n in zip(coord, box, self.chunks, strict=True):
             lo, hi = max(c, s.start), min(c + n, s.stop)
@@ -421,7 +421,11 @@ _CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], DirectReader | None]] 
 _CACHE_LOCK = threading.Lock()
 
 
-def _stamp(filename: str) -> tuple[int, int, int] | None:
+def file_stamp(filename: str) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime_ns)`` of ``filename``, or None if it cannot be stat'ed.
+
+    A file rewritten since has another stamp.
+    """
     try:
         st = os.stat(filename)
     except OSError:
@@ -433,14 +437,14 @@ def cached(filename: str, path: str) -> DirectReader | None:
     """This process's reader of ``path`` in ``filename``: a reader, None (read through
     h5py), or ``UNPLANNED`` (not planned yet, or the file changed since)."""
     entry = _CACHE.get((filename, path))
-    if entry is None or entry[0] != _stamp(filename):
+    if entry is None or entry[0] != file_stamp(filename):
         return UNPLANNED
     return entry[1]
 
 
 def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | None:
     """Plan the reader of ``dset`` once per process (the caller holds the HDF5 lock)."""
-    stamp = _stamp(filename)
+    stamp = file_stamp(filename)
     try:
         reader: DirectReader | None = plan_direct(dset)
     except Unsupported:
