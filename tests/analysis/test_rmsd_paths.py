@@ -29,7 +29,7 @@ def expected_ca(adk_universe):
 
 
 @pytest.fixture(params=["numpy-memory", "lazy-threads", "lazy-processes", "dask-threads",
-                        "dask-processes", "distributed"])
+                        "dask-processes", "dask-derived", "distributed"])
 def path(request):
     return request.param
 
@@ -40,6 +40,10 @@ def _open(adk_h5md_blocked, path):
                          chunk_mib=0.5)
     if path == "numpy-memory":
         ds = ds.load()
+    if path == "dask-derived":
+        # any dask operation on the positions: rmsd takes the dask blocks as they come
+        with xr.set_options(keep_attrs=True):
+            ds["position"] = ds.position + 0.0
     return ds
 
 
@@ -129,6 +133,24 @@ def test_split_atom_chunks_warn_and_still_agree(adk_h5md, adk_universe):
             lazy = ds.md.rmsd()
         assert_rmsd_close(lazy.compute(scheduler="threads"),
                           _mda_rmsd(adk_universe, select="all"))
+
+
+def test_open_chunks_read_through_the_backend_in_the_users_blocks(adk_h5md_blocked, expected_ca):
+    """``chunks={...}``: the tasks read the file lazily (no dask getter tasks), block for
+    block as the user chunked it, and give the same numbers."""
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
+                         chunks={"time": 40}) as ds:
+        lazy = h5mdx.rmsd(ds.position, select="name CA")
+        assert lazy.chunks == ((40, 40, 18),)
+        graph = dict(lazy.data.__dask_graph__())
+        assert len(graph) == 3
+        assert not any("open_dataset" in str(k) for k in graph)
+        got = lazy.compute(scheduler="threads")
+        assert_rmsd_close(got, expected_ca, atol=1e-4)
+        # after any dask operation the dask blocks are used as they are
+        derived = h5mdx.rmsd(ds.position * 1.0, select="name CA")
+        assert any("open_dataset" in str(k) for k in dict(derived.data.__dask_graph__()))
+        assert_rmsd_close(derived.compute(scheduler="threads"), expected_ca, atol=1e-4)
 
 
 def test_one_task_per_block_and_reference_read_once(adk_h5md_blocked):

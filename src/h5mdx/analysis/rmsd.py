@@ -20,6 +20,7 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
+from xarray.backends import BackendArray
 
 from h5mdx.analysis.qcp import center, normalize_weights, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
@@ -269,6 +270,45 @@ def _dask_plan(position: xr.DataArray, sub: xr.DataArray,
     return sub.data, None
 
 
+def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...] | None]:
+    """The lazily read positions behind ``open_dataset(..., chunks=...)``, and its time blocks.
+
+    ``xr.open_dataset(chunks=...)`` wraps the backend's lazily indexed array in
+    ``dask.array.from_array``: a graph of two layers, ``original-<name>`` holding the
+    array and ``<name>`` with one ``getter`` task per block. A getter reads its whole
+    block through the backend, which a task then computes on; reading the same frames
+    through the lazy path instead reads a few MiB at a time into a reused buffer,
+    with only the selected atoms, and no block travels between processes. Only that
+    exact graph qualifies (any operation on the dask array adds a layer), and only
+    when the block holds whole frames. Returns ``(position, None)`` otherwise.
+
+    The layer names and ``ImplicitToExplicitIndexingAdapter`` are dask's and xarray's
+    internals (no public API names the array a dask array was made from); any change
+    there leaves the dask path in use, never a wrong result.
+    """
+    if position.chunks is None:  # lazily indexed or in memory (``.data`` would read it all)
+        return position, None
+    data = position.data
+    graph = getattr(data, "dask", None)
+    layers = getattr(graph, "layers", None)
+    if layers is None or len(layers) != 2 or f"original-{data.name}" not in layers:
+        return position, None
+    held = list(layers[f"original-{data.name}"].values())
+    lazy = getattr(held[0], "array", None) if len(held) == 1 else None
+    if lazy is None or tuple(getattr(lazy, "shape", ())) != data.shape:
+        return position, None
+    inner = lazy
+    while not isinstance(inner, BackendArray) and hasattr(inner, "array"):
+        inner = inner.array
+    time_axis = position.dims.index(TIME_DIM)
+    whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
+    if not isinstance(inner, BackendArray) or not whole:
+        return position, None
+    variable = xr.Variable(position.dims, lazy, position.attrs, position.encoding)
+    opened = xr.DataArray(variable, coords=position.coords, name=position.name)
+    return opened, tuple(int(c) for c in data.chunks[time_axis])
+
+
 def _in_memory(position: xr.DataArray) -> bool:
     # xarray has no public test for "already loaded"; ``_in_memory`` is what its own
     # ``load``/``compute`` paths consult
@@ -330,7 +370,9 @@ def rmsd(
     ----------
     position : xarray.DataArray
         Positions on ``(time, atom, spatial)``: from the ``h5md`` engine (lazy or
-        dask-backed), Zarr or memory.
+        dask-backed), Zarr or memory. Positions opened with ``chunks=`` and not
+        changed since are read by the tasks themselves, in the same blocks (a few MiB
+        at a time, selected atoms only), not through dask's getter tasks.
     reference : int, array_like or xarray.DataArray, default 0
         A frame index of ``position``, an ``(atom, spatial)`` array (of the selected
         or of all atoms), or a one-frame DataArray of another Dataset.
@@ -366,6 +408,7 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     _check_dims(position)
+    position, dask_blocks = _opened_lazily(position)
     idx = select_atoms(position, select, topology)
     w = _weights(position, weights, idx, topology)
     sub = position if idx is None else position.isel({ATOM_DIM: idx})
@@ -407,14 +450,17 @@ def rmsd(
         result = da.Array(graph, name, chunks=(data.chunks[0],), dtype=np.float64,
                           meta=np.array((), dtype=np.float64))
     else:
-        fpb = _block_frames(sub, frames_per_block, chunk_mib)
+        if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
+            ends = np.cumsum(dask_blocks).tolist()
+        else:
+            fpb = _block_frames(sub, frames_per_block, chunk_mib)
+            ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
         source, atoms = _read_plan(position, idx)
         step = _read_step(source)
-        starts = list(range(0, n_frames, fpb)) or [0]
         dsk = {}
         sizes = []
-        for i, a in enumerate(starts):
-            b = min(a + fpb, n_frames)
+        for i, b in enumerate(ends):
+            a = ends[i - 1] if i else 0
             # a Variable on (time, atom, spatial): no coordinates travel with the task
             block = source.variable[a:b]
             dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, atoms,
