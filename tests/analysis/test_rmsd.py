@@ -99,6 +99,20 @@ def test_reads_only_selected_atoms_once_per_block(adk_h5md_blocked, ca, expected
         assert key[1] == slice(None) or (key[1].start, key[1].stop) == (0, 3341)
 
 
+def test_open_chunks_read_like_the_lazy_open(adk_h5md_blocked, expected_ca, read_log):
+    """``chunks={...}``: the rmsd tasks read whole frames, block for block, like a lazy open."""
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
+                         chunks={"time": 30}) as ds:
+        lazy = ds.md.rmsd(select="name CA")
+        read_log.clear()
+        got = lazy.compute(scheduler="sync")
+    assert_close(got, expected_ca)
+    assert sorted((k[0].start, k[0].stop) for k in read_log) == [(0, 30), (30, 60), (60, 90),
+                                                                 (90, 98)]
+    for key in read_log:
+        assert key[1] == slice(None) or (key[1].start, key[1].stop) == (0, 3341)
+
+
 def test_atom_split_chunks_read_only_selected_atoms(adk_pyh5md, ca, expected_ca, read_log):
     """pyh5md's (32, 128, 3) chunks: the selection goes to the backend as indices."""
     with xr.open_dataset(adk_pyh5md, engine="h5md", topology=PSF) as ds:

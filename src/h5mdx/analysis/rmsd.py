@@ -304,8 +304,9 @@ def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...
     whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
     if not isinstance(inner, BackendArray) or not whole:
         return position, None
-    variable = xr.Variable(position.dims, lazy, position.attrs, position.encoding)
-    opened = xr.DataArray(variable, coords=position.coords, name=position.name)
+    opened = xr.DataArray(xr.Variable(position.dims, lazy, position.attrs),
+                          coords=position.coords, name=position.name)
+    opened.encoding = dict(position.encoding)  # "source", "chunksizes": the read plan uses them
     return opened, tuple(int(c) for c in data.chunks[time_axis])
 
 
