@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import h5py
+import hdf5plugin
 import numpy as np
 import pytest
 import xarray as xr
@@ -26,6 +27,12 @@ LAYOUTS = {
     "gzip+shuffle": ({"chunks": (8, 16, 3), "compression": "gzip", "shuffle": True}, True),
     "shuffle": ({"chunks": (10, 41, 3), "shuffle": True}, True),
     "lzf": ({"chunks": (10, 41, 3), "compression": "lzf"}, False),
+    "blosc lz4+shuffle": ({"chunks": (10, 41, 3), **hdf5plugin.Blosc(
+        cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)}, True),
+    "blosc zstd+bitshuffle": ({"chunks": (8, 16, 3), **hdf5plugin.Blosc(
+        cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.BITSHUFFLE)}, True),
+    "zstd": ({"chunks": (10, 41, 3), **hdf5plugin.Zstd()}, True),
+    "lz4 (HDF5 framing)": ({"chunks": (10, 41, 3), **hdf5plugin.LZ4()}, False),
     "fletcher32": ({"chunks": (10, 41, 3), "fletcher32": True}, False),
     "scaleoffset": ({"chunks": (10, 41, 3), "scaleoffset": 3}, False),
 }
@@ -177,3 +184,21 @@ def test_rewritten_file_is_replanned(tmp_path):
                                            "step": np.arange(30)}}})
     with xr.open_dataset(path, engine="h5md") as ds:
         np.testing.assert_array_equal(ds.position.values, v2)
+
+
+def test_chunks_stored_without_an_optional_filter(tmp_path):
+    """HDF5 stores a chunk unfiltered (mask bit set) where an optional filter does not
+    make it smaller: random bytes through Blosc. The direct path skips that filter."""
+    path = str(tmp_path / "mask.h5")
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 2**63, size=(40, 41, 3), dtype=np.int64).view("<f8")
+    values[20:] = 1.5  # compressible: these chunks keep the filter
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values, chunks=(10, 41, 3),
+                         **hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.NOSHUFFLE))
+    with h5py.File(path, "r") as f:
+        masks = {f["x"].id.get_chunk_info_by_coord((c, 0, 0)).filter_mask for c in (0, 30)}
+    assert masks == {0, 1}
+    got, used = _read_direct(path, (slice(None),) * 3)
+    assert used
+    assert got.tobytes() == values.tobytes()

@@ -7,14 +7,17 @@ deflate/shuffle. For those, the bytes of a chunk lie at a known place in the fil
 and the HDF5 library is not needed to read them: :class:`DirectReader` asks
 HDF5 (once, under the caller's lock) where each chunk is, then reads the bytes
 with ``os.pread`` into the output array and decodes them with zlib and numpy,
-all of which release the GIL. Threads then read in parallel.
+all of which release the GIL. Threads then read in parallel. Where numcodecs is
+installed (it comes with zarr), chunks of the HDF5 Blosc (32001) and Zstandard
+(32015) plugin filters are decoded with it too (its codecs release the GIL).
 
 Anything unusual -- external or virtual storage, a userblock, a file driver
-other than the default, unallocated chunks, filters other than deflate and
-shuffle, a skipped filter, non-numeric types -- is not planned
-(:func:`plan_direct` gives the reason) and the caller reads through h5py.
+other than the default, unallocated chunks, other filters (LZF, LZ4, bitshuffle,
+scale-offset, Fletcher-32, ...), a skipped filter, non-numeric types -- is not
+planned (:func:`plan_direct` gives the reason) and the caller reads through h5py.
 
-This module knows h5py, numpy and the standard library only.
+This module knows h5py, numpy and the standard library only, and numcodecs where
+installed.
 """
 
 from __future__ import annotations
@@ -54,6 +57,24 @@ MAX_OVERREAD = 4
 
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
+#: Registered ids of the HDF5 plugin filters whose chunks are plain codec frames.
+_BLOSC = 32001
+_ZSTD = 32015
+
+
+def _decoders() -> dict[int, Any]:
+    """Filter id -> ``decode(bytes) -> bytes`` for the filters read directly."""
+    decoders: dict[int, Any] = {_DEFLATE: zlib.decompress}
+    try:
+        from numcodecs import Zstd, blosc
+    except ImportError:  # numcodecs is optional: those filters are read through h5py
+        return decoders
+    decoders[_BLOSC] = blosc.decompress
+    decoders[_ZSTD] = Zstd().decode
+    return decoders
+
+
+_DECODERS = _decoders()
 
 
 class Unsupported(Exception):  # noqa: N818 - a reason, not an error to report
@@ -81,7 +102,8 @@ class DirectReader:
     offset : int or None
         Byte offset of contiguous data.
     filters : tuple of int
-        The filter pipeline (deflate and/or shuffle), in the order applied on write.
+        The filter pipeline (deflate, shuffle, Blosc, Zstandard), in the order applied
+        on write.
     """
 
     filename: str
@@ -90,7 +112,9 @@ class DirectReader:
     chunks: tuple[int, ...] | None
     offset: int | None = None
     filters: tuple[int, ...] = ()
-    _index: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict, repr=False)
+    #: chunk coordinate -> (byte offset, size, filter mask: bit i set = filter i skipped)
+    _index: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict,
+                                                               repr=False)
     _fd: int | None = field(default=None, repr=False)
     _fd_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -136,8 +160,9 @@ class DirectReader:
             return []
         return [c for c in self._chunk_coords(box) if c not in self._index]
 
-    def add_locations(self, located: dict[tuple[int, ...], tuple[int, int] | None]) -> None:
-        """Record chunk addresses ``coord -> (byte offset, size)``.
+    def add_locations(self,
+                      located: dict[tuple[int, ...], tuple[int, int, int] | None]) -> None:
+        """Record chunk addresses ``coord -> (byte offset, size, filter mask)``.
 
         Raises
         ------
@@ -151,7 +176,8 @@ class DirectReader:
         for coord, where in located.items():
             if where is None:
                 raise Unsupported(f"chunk at {coord} is not allocated (fill value)")
-            if not self.filters and where[1] != nbytes:
+            unfiltered = where[2] == (1 << len(self.filters)) - 1  # also: no filters
+            if unfiltered and where[1] != nbytes:
                 raise Unsupported(f"chunk at {coord} holds {where[1]} bytes, not {nbytes}")
             self._index[coord] = where
 
@@ -212,11 +238,15 @@ class DirectReader:
         self._pread_into(flat[run_out:run_out + run_len], run_file)
         return rows
 
-    def _decode(self, raw: bytes | bytearray) -> np.ndarray:
+    def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:
+        """A chunk's values from its stored bytes; ``mask`` bit i: filter i was skipped."""
         data: Any = raw
-        for code in reversed(self.filters):
-            if code == _DEFLATE:
-                data = zlib.decompress(data)
+        for i in reversed(range(len(self.filters))):
+            code = self.filters[i]
+            if mask & (1 << i):
+                continue
+            if code in _DECODERS:
+                data = _DECODERS[code](data)
             elif code == _SHUFFLE:
                 size = self.dtype.itemsize
                 a = np.frombuffer(data, dtype=np.uint8)
@@ -227,10 +257,10 @@ class DirectReader:
     def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
                     out: np.ndarray) -> None:
         assert self.chunks is not None
-        offset, size = self._index[coord]
+        offset, size, mask = self._index[coord]
         raw = bytearray(size)
         self._pread_into(memoryview(raw), offset)
-        chunk = self._decode(raw)
+        chunk = self._decode(raw, mask)
         src, dst = [], []
         for c, s, n in zip(coord, box, self.chunks, strict=True):
             lo, hi = max(c, s.start), min(c + n, s.stop)
@@ -285,29 +315,25 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     if not hasattr(dset.id, "get_chunk_info_by_coord"):
         raise Unsupported("this HDF5 cannot report chunk addresses")
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
-    if any(code not in (_DEFLATE, _SHUFFLE) for code in filters):
+    if any(code not in _DECODERS and code != _SHUFFLE for code in filters):
         raise Unsupported(f"filters {filters}")
     return DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
 
 
-def locate_chunks(dset: h5py.Dataset,
-                  coords: list[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[int, int] | None]:
-    """Byte offset and size of the chunks at ``coords`` (None where not allocated).
+def locate_chunks(dset: h5py.Dataset, coords: list[tuple[int, ...]]
+                  ) -> dict[tuple[int, ...], tuple[int, int, int] | None]:
+    """Byte offset, size and filter mask of the chunks at ``coords`` (None: not allocated).
 
-    Raises
-    ------
-    Unsupported
-        If a chunk was stored with one of its filters skipped.
+    Bit ``i`` of the mask is set where HDF5 stored the chunk without filter ``i`` (an
+    optional filter, such as Blosc, that did not make the chunk smaller).
     """
-    located: dict[tuple[int, ...], tuple[int, int] | None] = {}
+    located: dict[tuple[int, ...], tuple[int, int, int] | None] = {}
     for coord in coords:
         info = dset.id.get_chunk_info_by_coord(coord)
         if info.byte_offset is None:
             located[coord] = None
             continue
-        if info.filter_mask:
-            raise Unsupported(f"chunk at {coord} skipped a filter (mask {info.filter_mask})")
-        located[coord] = (int(info.byte_offset), int(info.size))
+        located[coord] = (int(info.byte_offset), int(info.size), int(info.filter_mask))
     return located
 
 
