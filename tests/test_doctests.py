@@ -17,6 +17,7 @@ MODULES = [
     "h5mdx.layout._atomic",
     "h5mdx.mpi.decompose",
     "h5mdx.bench.grid",
+    "h5mdx.timing.report",
     "h5mdx.parallel.schedulers",
     "h5mdx.doctor",
 ]

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from h5mdx.timing.report import render_table
+
 __all__ = ["Check", "Report", "run_checks"]
 
 Status = Literal["ok", "missing", "info"]
@@ -115,15 +117,17 @@ class Report:
 
     def format(self) -> str:
         """A human-readable table with fixes under the missing items."""
-        width = max(len(c.name) for c in self.checks)
-        lines = [f"h5mdx doctor (python: {self.python})", ""]
+        rows = []
         for c in self.checks:
-            lines.append(f"  {c.name:<{width}}  {c.status:<7}  {c.detail}")
+            rows.append([c.name, c.status, c.detail])
             if c.status == "missing" and c.fix:
-                lines.append(f"  {'':<{width}}  {'':<7}  fix: {c.fix}")
-        lines.append("")
-        for name, usable in self.paths.items():
-            lines.append(f"  {name + ' path':<{width}}  {'usable' if usable else 'NOT usable'}")
+                rows.append(["", "", f"fix: {c.fix}"])
+        rows.append(["", "", ""])
+        rows += [[f"{name} path", "usable" if usable else "NOT usable", ""]
+                 for name, usable in self.paths.items()]
+        table = render_table(rows, align="<<<")
+        lines = [f"h5mdx doctor (python: {self.python})", ""]
+        lines += [f"  {line}" if line else "" for line in table.splitlines()]
         return "\n".join(lines)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from h5mdx._progress import progress_bar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
+from h5mdx.timing.report import render_table
 
 __all__ = [
     "MPI_BACKENDS",
@@ -484,15 +485,10 @@ def summary_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def render_report(result: BenchResult, images: Mapping[str, str] | None = None) -> str:
     """A short Markdown report of a grid: setup, summary table, advice, figures."""
     meta = result.metas[0] if result.metas else {}
+    header, rows = summary_rows(result)
     versions = meta.get("versions", {})
     machine = meta.get("machine", {})
     lines = [
@@ -508,7 +504,7 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
         "S(N) = t_1 / t_N and E(N) = S(N) / N use t_N, the median wall time of the repeats;",
         "M is the number of blocks per worker (frames per block = n_frames / (N M)).",
         "",
-        _markdown_table(*summary_rows(result)),
+        render_table(rows, header, fmt="markdown"),
         "",
         "## Advice",
         "",

@@ -40,6 +40,7 @@ from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
 from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
+from h5mdx.timing.report import task_table
 
 __all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
 
@@ -447,11 +448,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     print(f"RMSD of {n} frames on {len(recs)} rank(s) in {wall:.3f} s "
           f"({n / wall if wall > 0 else float('inf'):,.0f} frames/s); "
           f"mean {res.rmsd.mean():.4f}{unit}, max {res.rmsd.max():.4f}{unit}")
-    print("rank  frames        init_top init_traj     io    compute    wait  gather   total")
-    for r in recs:
-        print(f"{r['rank']:>4}  {r['frame_start']:>6}-{r['frame_stop']:<6} "
-              f"{r['t_init_top']:8.3f} {r['t_init_traj']:8.3f} {r['t_io']:8.3f} "
-              f"{r['t_compute']:8.3f} {r['t_wait']:7.3f} {r['t_comm_gather']:7.3f} "
-              f"{r['wall']:7.3f}")
+    print(task_table(recs, ("rank", "frames", "init_top", "init_traj", "io", "compute", "wait",
+                            "gather", "total")))
     for kind, path in res.files.items():
         print(f"wrote {kind}: {path}")

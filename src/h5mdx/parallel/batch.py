@@ -7,8 +7,9 @@ run-as-root variables only when the job runs as root, and the job's working
 directory set to where the script was written (so relative paths mean what they
 meant there). :func:`submit` hands a script to ``sbatch`` and :func:`wait_for_job`
 polls ``scontrol show job`` until it ends (no accounting database needed);
-:func:`straggler_summary` turns the per-rank timing records the job saved into
-a short report (per-rank phases, stragglers, imbalance, advice).
+:func:`straggler_summary` (from :mod:`h5mdx.timing.report`) turns the per-rank
+timing records the job saved into a short report (per-rank phases, stragglers,
+imbalance, advice).
 
 Only the standard library is imported at module level; pandas is imported by
 :func:`straggler_summary`.
@@ -25,9 +26,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from h5mdx.parallel.cluster import ENDED_STATES, SlurmError
+from h5mdx.timing.report import straggler_summary
 
 __all__ = [
     "ENDED_STATES",
@@ -356,80 +357,3 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
         if cancel_on_timeout:
             _scancel(job_id)
         raise
-
-
-def _fmt(x: Any, spec: str = "8.3f") -> str:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return f"{'-':>{spec.split('.')[0]}}"
-    if value != value:  # NaN: unknown
-        return f"{'-':>{spec.split('.')[0]}}"
-    return format(value, spec)
-
-
-def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> str:
-    """A plain-text report of timing records: per task/rank phases, stragglers, advice.
-
-    Parameters
-    ----------
-    records : pandas.DataFrame
-        Timing records (:mod:`h5mdx.timing.records` schema), e.g. the
-        ``timing.csv`` that ``h5mdx mpi-rmsd --out DIR`` writes.
-    meta : mapping, optional
-        The run's metadata (for the header line).
-
-    Returns
-    -------
-    str
-        Lines: a header, one line per rank or task, the stragglers by the default
-        rule (duration without warm-up > 1.5 x median and > 50 ms longer) with their
-        slow phase, load imbalance,
-        R_comp/IO and the advice of :func:`h5mdx.timing.stragglers.advice`.
-    """
-    from h5mdx.timing.stragglers import advice, flag_stragglers, load_imbalance, ratios
-
-    df = records
-    if df.empty:
-        return "no timing records"
-    flagged = flag_stragglers(df)
-    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
-    backend = ", ".join(sorted(set(map(str, df["backend"]))))
-    n = int(df["n_workers"].max())
-    wall = float(df["t_stop"].max() - df["t_start"].min())
-    lines = [f"timing: {len(df)} record(s), backend {backend}, {n} worker(s)/rank(s), "
-             f"{wall:.3f} s from first start to last stop"
-             + (f", file {meta['file']}" if meta and meta.get("file") else "")]
-    lines.append(f"{'rank':>4} {'host':<12} {'frames':<13} {'init_top':>8} {'init_trj':>8} "
-                 f"{'io':>8} {'compute':>8} {'wait':>8} {'gather':>8} {'total':>8}  job")
-    order = flagged.sort_values(["rank", "t_start"] if df["rank"].notna().all() else "t_start")
-    for _, r in order.iterrows():
-        who = str(r["rank"]) if r["rank"] is not None and str(r["rank"]) != "<NA>" \
-            else str(r["worker"])[-4:]
-        frames = "" if str(r["frame_start"]) == "<NA>" else f"{r['frame_start']}-{r['frame_stop']}"
-        mark = "  STRAGGLER" if r["is_straggler"] else ""
-        job = r.get("slurm_job_id")
-        lines.append(
-            f"{who:>4} {str(r['host'])[:12]:<12} {frames:<13} {_fmt(r['t_init_top'])} "
-            f"{_fmt(r['t_init_traj'])} {_fmt(r['t_io'])} {_fmt(r['t_compute'])} "
-            f"{_fmt(r['t_wait'])} {_fmt(r['t_comm_gather'])} {_fmt(r['wall'])}  "
-            f"{job if job is not None and str(job) not in ('nan', '<NA>') else '-'}{mark}"
-        )
-    slow = flagged[flagged["is_straggler"]]
-    if slow.empty:
-        lines.append(f"stragglers ({rule}): none")
-    else:
-        items = [
-            f"{'rank ' + str(r['rank']) if str(r['rank']) != '<NA>' else r['task_key']} "
-            f"({r['duration']:.3f} s > {r['threshold']:.3f} s, slow in {r['slow_phase']})"
-            for _, r in slow.iterrows()
-        ]
-        lines.append(f"stragglers ({rule}): " + "; ".join(items))
-    imb = load_imbalance(df)
-    rat = ratios(df)
-    r_io = rat["R_comp_io"].iloc[0] if len(rat) == 1 else float("nan")
-    lines.append(f"load imbalance (max/mean busy): {imb.max():.2f}; "
-                 f"R_comp/IO: {_fmt(r_io, '.3g').strip()}")
-    for sentence in advice(df):
-        lines.append(f"advice: {sentence}")
-    return "\n".join(lines)
