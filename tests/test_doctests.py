@@ -18,6 +18,7 @@ MODULES = [
     "h5mdx.mpi.decompose",
     "h5mdx.bench.grid",
     "h5mdx.timing.report",
+    "h5mdx._subprocess",
     "h5mdx.parallel.schedulers",
     "h5mdx.doctor",
 ]

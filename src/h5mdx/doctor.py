@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from h5mdx._subprocess import allow_run_as_root, run
 from h5mdx.timing.report import render_table
 
 __all__ = ["Check", "Report", "run_checks"]
@@ -134,28 +135,12 @@ class Report:
 # ----------------------------------------------------------------------------------- probes
 
 
-def _probe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        # Open MPI refuses to initialise as root otherwise (containers, CI)
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return env
-
-
 def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[
     int | None, str, str
 ]:
     """(returncode or None on timeout/OSError, stdout, stderr) of ``cmd``, bounded."""
     try:
-        proc = subprocess.run(
-            list(cmd),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=None if env is None else dict(env),
-        )
+        proc = run(cmd, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, "", f"no answer within {timeout:g} s"
     except OSError as err:
@@ -165,7 +150,7 @@ def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
 
 def _python_probe(python: str, code: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
     """Run ``code`` in a fresh interpreter; (parsed JSON of its last line, or None; error)."""
-    rc, out, err = _run([python, "-c", code], timeout, env=_probe_env())
+    rc, out, err = _run([python, "-c", code], timeout, env=allow_run_as_root())
     if rc == 0:
         try:
             return json.loads(out.strip().splitlines()[-1]), ""

@@ -397,9 +397,9 @@ def run_grid(
 def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
              env: Mapping[str, str] | None) -> tuple[Any, dict[str, Any]]:
     """Run the RMSD of ``workload`` with ``n`` MPI ranks (mpi-io) or workers (dask-mpi)."""
-    import subprocess
     import tempfile
 
+    from h5mdx._subprocess import run
     from h5mdx.mpi.commands import dask_mpi_command, mpi_env, mpi_io_command
     from h5mdx.timing.records import load
 
@@ -410,8 +410,7 @@ def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
     with tempfile.TemporaryDirectory(prefix="h5mdx-bench-") as tmp:
         cmd = make(n, spec["file"], tmp, topology=spec.get("topology"),
                    select=spec.get("selection"))
-        proc = subprocess.run(cmd, env=mpi_env({**os.environ, **dict(env or {})}),
-                              capture_output=True, text=True, timeout=1800, check=False)
+        proc = run(cmd, timeout=1800, env=mpi_env({**os.environ, **dict(env or {})}))
         if proc.returncode != 0:
             raise RuntimeError(f"{backend} with N={n} failed (exit {proc.returncode}): "
                                f"{proc.stderr.strip()[-1500:]}")

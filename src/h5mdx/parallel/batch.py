@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h5mdx._subprocess import RUN_AS_ROOT_ENV
+from h5mdx._subprocess import run as _run  # bounded; tests replace this name
 from h5mdx.parallel.cluster import ENDED_STATES, SlurmError
 from h5mdx.timing.report import straggler_summary
 
@@ -171,7 +173,7 @@ def mpi_rmsd_script(
         "export PYTHONUNBUFFERED=1",
         'if [ "$(id -u)" -eq 0 ]; then',
         "    # Open MPI refuses to start as root without these",
-        "    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+        "    export " + " ".join(f"{k}={v}" for k, v in RUN_AS_ROOT_ENV.items()),
         "fi",
         *prologue,
         'echo "h5mdx: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}, '
@@ -220,12 +222,6 @@ class JobResult:
     def ok(self) -> bool:
         """The job completed with exit code 0."""
         return self.state == "COMPLETED" and self.exit_code in (0, None)
-
-
-def _run(cmd: Sequence[str], timeout: float = 30.0, stdin: str | None = None,
-         cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, check=False)
 
 
 def job_info(job_id: str) -> dict[str, str] | None:
@@ -284,7 +280,7 @@ def submit(script: str, *, cwd: str | os.PathLike[str] | None = None,
         )
     try:
         proc = _run(["sbatch", "--parsable", *sbatch_args], timeout=120.0, stdin=script,
-                    cwd=None if cwd is None else os.fspath(cwd))
+                    cwd=cwd)
     except subprocess.TimeoutExpired as err:
         raise SlurmError("sbatch did not answer within 120 s: is slurmctld up? (sinfo)") from err
     if proc.returncode != 0:

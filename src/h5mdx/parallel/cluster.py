@@ -53,6 +53,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from h5mdx._subprocess import run as _run  # bounded; tests replace this name
 from h5mdx.errors import H5MDError
 
 __all__ = [
@@ -175,12 +176,6 @@ def _first(*values: Any) -> Any:
         if v is not None:
             return v
     return None
-
-
-def _run(cmd: Sequence[str], timeout: float = 30.0,
-         stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                          timeout=timeout, check=False)
 
 
 def _short(host: str) -> str:
