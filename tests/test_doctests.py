@@ -11,6 +11,8 @@ import pytest
 MODULES = [
     "h5mdx.format.units",
     "h5mdx.format.writer",
+    "h5mdx.format.compression",
+    "h5mdx.format.checksums",
     "h5mdx.format.direct",
     "h5mdx.engine.chunking",
     "h5mdx.analysis.qcp",

@@ -25,7 +25,8 @@ import numpy as np
 from h5mdx._optional import import_optional
 from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
-from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout, dataset_checksums
+from h5mdx.format.checksums import dataset_checksums
+from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
 from h5mdx.layout._atomic import atomic_output
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "progress_bar"]
