@@ -320,7 +320,6 @@ def run_grid(
     """
     import pandas as pd
 
-    from h5mdx.timing.capture import capture
     from h5mdx.timing.stragglers import advice, run_table, speedup
 
     schedulers = list(dict.fromkeys(schedulers))
@@ -337,50 +336,22 @@ def run_grid(
     metas: list[dict[str, Any]] = []
     bench_id = time.strftime("%Y%m%dT%H%M%S")
 
+    def collect(records: Any, meta: dict[str, Any]) -> None:
+        frames.append(records)
+        metas.append(meta)
+        if on_run is not None:
+            on_run(meta)
+
     try:
         with progress_bar(total, "runs", progress, unit=None, elapsed=True,
                           stderr=True) as bar:
             for scheduler in schedulers:
-                if scheduler in MPI_BACKENDS:
-                    # one block per rank (mpi-io) or the engine's blocks (dask-mpi): M does
-                    # not apply; each run is a fresh mpirun, timed end to end by its ranks
-                    for n in workers:
-                        for rep in range(repeats):
-                            run_id = f"{scheduler}-n{n}-r{rep}"
-                            bar.describe(f"{scheduler} N={n} repeat {rep + 1}")
-                            recs, meta = _run_mpi(scheduler, n, workload, run_id, env)
-                            meta.update(bench_id=bench_id, repeat=rep, blocks_per_worker=1)
-                            frames.append(recs)
-                            metas.append(meta)
-                            if on_run is not None:
-                                on_run(meta)
-                            bar.advance()
-                    continue
                 for n in workers:
-                    with _cluster(scheduler, n) as client:
-                        # untimed warm-up: imports, thread pools, page cache
-                        _compute(workload.build(frames_per_block(workload.n_frames, n, 1)),
-                                 scheduler, n, client)
-                        for m in blocks:
-                            fpb = frames_per_block(workload.n_frames, n, m)
-                            for rep in range(repeats):
-                                run_id = f"{scheduler}-n{n}-m{m}-r{rep}"
-                                bar.describe(f"{scheduler} N={n} M={m} repeat {rep + 1}")
-                                obj = workload.build(fpb)
-                                meta = {**workload.meta, "bench_id": bench_id,
-                                        "blocks_per_worker": m, "repeat": rep,
-                                        "frames_per_block": fpb, "n_frames": workload.n_frames}
-                                layout = dict(meta.get("layout") or {})
-                                layout["dask_time_chunk"] = fpb
-                                meta["layout"] = layout
-                                with capture(backend=scheduler, client=client, n_workers=n,
-                                             run_id=run_id, meta=meta, env=env) as run:
-                                    _compute(obj, scheduler, n, client)
-                                frames.append(run.records)
-                                metas.append(run.meta)
-                                if on_run is not None:
-                                    on_run(run.meta)
-                                bar.advance()
+                    if scheduler in MPI_BACKENDS:
+                        _mpi_runs(workload, scheduler, n, repeats, env, bench_id, bar, collect)
+                    else:
+                        _dask_runs(workload, scheduler, n, blocks, repeats, env, bench_id, bar,
+                                   collect)
     finally:
         if workload.close is not None:
             workload.close()
@@ -392,6 +363,50 @@ def run_grid(
     if out is not None:
         write_outputs(result, out)
     return result
+
+
+def _mpi_runs(workload: Workload, scheduler: str, n: int, repeats: int,
+              env: Mapping[str, str] | None, bench_id: str, bar: Any,
+              collect: Callable[[Any, dict[str, Any]], None]) -> None:
+    """The repeats of an MPI backend with ``n`` ranks or workers.
+
+    One block per rank (mpi-io) or the engine's blocks (dask-mpi): M does not apply;
+    each run is a fresh mpirun, timed end to end by its ranks.
+    """
+    for rep in range(repeats):
+        run_id = f"{scheduler}-n{n}-r{rep}"
+        bar.describe(f"{scheduler} N={n} repeat {rep + 1}")
+        recs, meta = _run_mpi(scheduler, n, workload, run_id, env)
+        meta.update(bench_id=bench_id, repeat=rep, blocks_per_worker=1)
+        collect(recs, meta)
+        bar.advance()
+
+
+def _dask_runs(workload: Workload, scheduler: str, n: int, blocks: list[int], repeats: int,
+               env: Mapping[str, str] | None, bench_id: str, bar: Any,
+               collect: Callable[[Any, dict[str, Any]], None]) -> None:
+    """Every M and repeat of a dask scheduler with ``n`` workers, after an untimed warm-up."""
+    from h5mdx.timing.capture import capture
+
+    with _cluster(scheduler, n) as client:
+        # untimed warm-up: imports, thread pools, page cache
+        _compute(workload.build(frames_per_block(workload.n_frames, n, 1)), scheduler, n, client)
+        for m in blocks:
+            fpb = frames_per_block(workload.n_frames, n, m)
+            for rep in range(repeats):
+                run_id = f"{scheduler}-n{n}-m{m}-r{rep}"
+                bar.describe(f"{scheduler} N={n} M={m} repeat {rep + 1}")
+                obj = workload.build(fpb)
+                meta = {**workload.meta, "bench_id": bench_id, "blocks_per_worker": m,
+                        "repeat": rep, "frames_per_block": fpb, "n_frames": workload.n_frames}
+                layout = dict(meta.get("layout") or {})
+                layout["dask_time_chunk"] = fpb
+                meta["layout"] = layout
+                with capture(backend=scheduler, client=client, n_workers=n, run_id=run_id,
+                             meta=meta, env=env) as run:
+                    _compute(obj, scheduler, n, client)
+                collect(run.records, run.meta)
+                bar.advance()
 
 
 def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,

@@ -397,34 +397,8 @@ def to_h5md(
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
-    specs: list[ElementSpec] = []
-    static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
-    boundary = None
-    timed: list[str] = []
-    for name, var in ds.data_vars.items():
-        name = str(name)
-        other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
-        if other:
-            raise ValueError(
-                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
-                f"separately or interpolate it onto 'time' first"
-            )
-        if TIME_DIM in var.dims:
-            if var.dims[0] != TIME_DIM:
-                var = var.transpose(TIME_DIM, ...)
-            attrs = {}
-            if name == "box_edges":
-                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
-            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                     var.attrs.get("units"), attrs))
-            timed.append(name)
-        else:
-            static[name] = (var.values, var.attrs.get("units"), {})
-    for coord, unit in (("mass", "u"), ("charge", "e")):
-        if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
-            static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
-    if not specs:
-        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
+    specs, static, boundary = _elements(ds)
+    timed = [spec.name for spec in specs]
     n_frames = ds.sizes[TIME_DIM]
     time = ds[TIME_DIM]
     time_unit = time.attrs.get("units")
@@ -443,6 +417,39 @@ def to_h5md(
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
     return os.fspath(path)
+
+
+def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
+                                        dict[str, tuple[Any, str | None, dict[str, Any]]],
+                                        list[str] | None]:
+    """The time-dependent elements, the time-independent ones and the box's boundary."""
+    specs: list[ElementSpec] = []
+    static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
+    boundary = None
+    for name, var in ds.data_vars.items():
+        name = str(name)
+        other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
+        if other:
+            raise ValueError(
+                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
+                f"separately or interpolate it onto 'time' first"
+            )
+        if TIME_DIM in var.dims:
+            if var.dims[0] != TIME_DIM:
+                var = var.transpose(TIME_DIM, ...)
+            attrs = {}
+            if name == "box_edges":
+                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
+            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
+                                     var.attrs.get("units"), attrs))
+        else:
+            static[name] = (var.values, var.attrs.get("units"), {})
+    for coord, unit in (("mass", "u"), ("charge", "e")):
+        if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
+            static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
+    if not specs:
+        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
+    return specs, static, boundary
 
 
 def _sources(ds: xr.Dataset) -> list[str]:

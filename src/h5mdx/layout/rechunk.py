@@ -242,15 +242,7 @@ def rechunk(
                 copier.walk(fin, fout)
         verified = False
         if verify:
-            written = copier.digests.hexdigests()
-            got = dataset_checksums(tmp, written)
-            bad = [p for p, h in written.items() if got[p] != h]
-            src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
-            out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
-            bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
-            if bad:
-                raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
-                                    "from the input")
+            _verify(copier, src, tmp, dst)
             verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
@@ -259,6 +251,20 @@ def rechunk(
                         layout=layout.describe() if compression is not None else
                         layout.describe().replace("compression none", "compression kept"),
                         verified=verified)
+
+
+def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
+    """Read the output back: the rechunked datasets against the digests taken while
+    writing, the datasets copied as they are against the input's."""
+    written = copier.digests.hexdigests()
+    got = dataset_checksums(tmp, written)
+    bad = [p for p, h in written.items() if got[p] != h]
+    src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
+    out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
+    bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
+    if bad:
+        raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
+                            "from the input")
 
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,

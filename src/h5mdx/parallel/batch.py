@@ -142,17 +142,9 @@ def mpi_rmsd_script(
     workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
     from h5mdx._version import __version__
 
-    directives = [f"--job-name={job_name}", f"--ntasks={ntasks}"]
-    if nodes is not None:
-        directives.append(f"--nodes={int(nodes)}")
-    if time_limit:
-        directives.append(f"--time={time_limit}")
-    if partition:
-        directives.append(f"--partition={partition}")
-    if account:
-        directives.append(f"--account={account}")
-    if mem_per_cpu:
-        directives.append(f"--mem-per-cpu={mem_per_cpu}")
+    directives = _directives(job_name=job_name, ntasks=ntasks, nodes=nodes,
+                             time_limit=time_limit, partition=partition, account=account,
+                             mem_per_cpu=mem_per_cpu)
     directives += [f"--output={log}", f"--chdir={workdir}", *extra_directives]
     command = [
         shlex.quote(mpirun), "-n", str(ntasks), *map(shlex.quote, mpirun_args),
@@ -182,6 +174,20 @@ def mpi_rmsd_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _directives(*, job_name: str, ntasks: int, nodes: int | None, time_limit: str | None,
+                partition: str | None, account: str | None, mem_per_cpu: str | None
+                ) -> list[str]:
+    """The ``#SBATCH`` options of the job's name and resources (without ``#SBATCH``)."""
+    directives = [f"--job-name={job_name}", f"--ntasks={ntasks}"]
+    if nodes is not None:
+        directives.append(f"--nodes={int(nodes)}")
+    for option, value in (("time", time_limit), ("partition", partition),
+                          ("account", account), ("mem-per-cpu", mem_per_cpu)):
+        if value:
+            directives.append(f"--{option}={value}")
+    return directives
 
 
 def default_out_dir(job_id: str, chdir: str | os.PathLike[str] | None = None) -> Path:
