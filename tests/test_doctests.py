@@ -11,12 +11,16 @@ import pytest
 MODULES = [
     "h5mdx.format.units",
     "h5mdx.format.writer",
+    "h5mdx.format.compression",
+    "h5mdx.format.checksums",
     "h5mdx.format.direct",
     "h5mdx.engine.chunking",
     "h5mdx.analysis.qcp",
     "h5mdx.layout._atomic",
     "h5mdx.mpi.decompose",
     "h5mdx.bench.grid",
+    "h5mdx.timing.report",
+    "h5mdx._subprocess",
     "h5mdx.parallel.schedulers",
     "h5mdx.doctor",
 ]

@@ -22,6 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from h5mdx._subprocess import allow_run_as_root, run
+from h5mdx.timing.report import render_table
+
 __all__ = ["Check", "Report", "run_checks"]
 
 Status = Literal["ok", "missing", "info"]
@@ -115,28 +118,21 @@ class Report:
 
     def format(self) -> str:
         """A human-readable table with fixes under the missing items."""
-        width = max(len(c.name) for c in self.checks)
-        lines = [f"h5mdx doctor (python: {self.python})", ""]
+        rows = []
         for c in self.checks:
-            lines.append(f"  {c.name:<{width}}  {c.status:<7}  {c.detail}")
+            rows.append([c.name, c.status, c.detail])
             if c.status == "missing" and c.fix:
-                lines.append(f"  {'':<{width}}  {'':<7}  fix: {c.fix}")
-        lines.append("")
-        for name, usable in self.paths.items():
-            lines.append(f"  {name + ' path':<{width}}  {'usable' if usable else 'NOT usable'}")
+                rows.append(["", "", f"fix: {c.fix}"])
+        rows.append(["", "", ""])
+        rows += [[f"{name} path", "usable" if usable else "NOT usable", ""]
+                 for name, usable in self.paths.items()]
+        table = render_table(rows, align="<<<")
+        lines = [f"h5mdx doctor (python: {self.python})", ""]
+        lines += [f"  {line}" if line else "" for line in table.splitlines()]
         return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------- probes
-
-
-def _probe_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        # Open MPI refuses to initialise as root otherwise (containers, CI)
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return env
 
 
 def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[
@@ -144,14 +140,7 @@ def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
 ]:
     """(returncode or None on timeout/OSError, stdout, stderr) of ``cmd``, bounded."""
     try:
-        proc = subprocess.run(
-            list(cmd),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=None if env is None else dict(env),
-        )
+        proc = run(cmd, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, "", f"no answer within {timeout:g} s"
     except OSError as err:
@@ -161,7 +150,7 @@ def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
 
 def _python_probe(python: str, code: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
     """Run ``code`` in a fresh interpreter; (parsed JSON of its last line, or None; error)."""
-    rc, out, err = _run([python, "-c", code], timeout, env=_probe_env())
+    rc, out, err = _run([python, "-c", code], timeout, env=allow_run_as_root())
     if rc == 0:
         try:
             return json.loads(out.strip().splitlines()[-1]), ""

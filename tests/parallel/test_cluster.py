@@ -60,14 +60,19 @@ def test_sbatch_lines_reach_the_job_script():
 def test_defaults_one_core_two_gib_and_unique_job_name():
     opts = slurm_options(interface=None)
     assert opts["cores"] == 1 and opts["processes"] == 1 and opts["memory"] == "2GiB"
-    assert opts["python"] == sys.executable
     assert opts["job_script_prologue"] == [HDF5_PROLOGUE]
     assert opts["job_name"].startswith("h5mdx-dask-")
     assert opts["job_name"] != slurm_options(interface=None)["job_name"]
     assert opts["scheduler_options"] == {"dashboard_address": ":0"}
-    assert opts["walltime"] == dask.config.get("jobqueue.slurm.walltime")
+    # no h5mdx default: left to dask-jobqueue, which reads its config itself
+    for key in ("walltime", "queue", "account", "python", "log_directory",
+                "job_extra_directives"):
+        assert key not in opts, key
     script = job_script_preview(interface=None, job_name="h5mdx-dask-test")
-    assert "#SBATCH -J h5mdx-dask-test" in _lines(script)
+    lines = _lines(script)
+    assert "#SBATCH -J h5mdx-dask-test" in lines
+    assert f"#SBATCH -t {dask.config.get('jobqueue.slurm.walltime')}" in lines
+    assert any(line.startswith(sys.executable + " ") for line in lines)
     assert "--interface" not in script
 
 
@@ -91,7 +96,11 @@ def test_dask_config_is_used_and_arguments_override_it():
         assert lines.index("module load hdf5") < lines.index(HDF5_PROLOGUE)
         assert any("--interface ib0" in line for line in lines)
         opts = slurm_options()
-        assert opts["scheduler_options"]["interface"] == "ib0"
+        assert opts["interface"] == "ib0"
+        # given scheduler options extend the config's
+        with dask.config.set({"jobqueue.slurm.scheduler-options": {"port": 8790}}):
+            sched = slurm_options(scheduler_options={"host": "10.0.0.1"})["scheduler_options"]
+        assert sched == {"port": 8790, "host": "10.0.0.1", "dashboard_address": ":0"}
 
         lines = _lines(job_script_preview(walltime="00:05:00", queue="debug", cores=1,
                                           memory="1GiB", interface="lo",
@@ -112,14 +121,16 @@ def test_a_prologue_that_sets_locking_is_not_overridden():
 def test_interface_default_from_environment_and_single_node(monkeypatch):
     assert slurm_options()["interface"] is None
     monkeypatch.setattr(cluster, "_INTERFACE_CACHE", {"value": "lo"})
-    opts = slurm_options()
-    assert opts["interface"] == "lo" and opts["scheduler_options"]["interface"] == "lo"
+    assert slurm_options()["interface"] == "lo"
     monkeypatch.setenv(cluster.INTERFACE_ENV, "ib0")
     assert slurm_options()["interface"] == "ib0"
-    # an explicit host for the scheduler is respected
+    # the config comes first
+    with dask.config.set({"jobqueue.slurm.interface": "eth1"}):
+        assert slurm_options()["interface"] == "eth1"
+    # dask-jobqueue, not h5mdx, gives the scheduler the workers' interface (unless
+    # scheduler_options names a host or an interface)
     opts = slurm_options(scheduler_options={"host": "10.0.0.1"})
-    assert "interface" not in opts["scheduler_options"]
-    assert opts["scheduler_options"]["host"] == "10.0.0.1"
+    assert opts["scheduler_options"] == {"host": "10.0.0.1", "dashboard_address": ":0"}
 
 
 def test_single_node_interface_compares_sinfo_nodes_with_this_host(monkeypatch):
@@ -414,3 +425,31 @@ def test_signal_handlers_are_restored_when_the_last_cluster_is_released(monkeypa
     finally:
         cluster.release(fake)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_release_cancels_by_name_only_the_clusters_slurm_made(monkeypatch):
+    """scancel --name is safe only for a name unique to the cluster (given by slurm())."""
+    calls = []
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {})
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(cluster, "_run", lambda cmd, timeout=30.0, stdin=None:
+                        calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+
+    class _Fake:
+        workers: dict = {}
+
+        def close(self, timeout=None):
+            pass
+
+    theirs, ours = _Fake(), _Fake()
+    cluster._JOB_NAMES[ours] = "h5mdx-dask-abcd1234"
+    assert cluster.release(theirs) == [] and calls == []
+    cluster.release(ours)
+    assert calls == [["scancel", "--name=h5mdx-dask-abcd1234",
+                      f"--user={cluster.getpass.getuser()}"]]
+
+
+def test_walltime_of_the_config_is_checked_too():
+    with dask.config.set({"jobqueue.slurm.walltime": "2 hours"}), \
+            pytest.raises(ValueError, match="not a SLURM time"):
+        slurm_options(interface=None)

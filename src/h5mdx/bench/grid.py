@@ -36,6 +36,7 @@ import numpy as np
 from h5mdx._progress import progress_bar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
+from h5mdx.timing.report import render_table
 
 __all__ = [
     "MPI_BACKENDS",
@@ -319,7 +320,6 @@ def run_grid(
     """
     import pandas as pd
 
-    from h5mdx.timing.capture import capture
     from h5mdx.timing.stragglers import advice, run_table, speedup
 
     schedulers = list(dict.fromkeys(schedulers))
@@ -336,50 +336,22 @@ def run_grid(
     metas: list[dict[str, Any]] = []
     bench_id = time.strftime("%Y%m%dT%H%M%S")
 
+    def collect(records: Any, meta: dict[str, Any]) -> None:
+        frames.append(records)
+        metas.append(meta)
+        if on_run is not None:
+            on_run(meta)
+
     try:
         with progress_bar(total, "runs", progress, unit=None, elapsed=True,
                           stderr=True) as bar:
             for scheduler in schedulers:
-                if scheduler in MPI_BACKENDS:
-                    # one block per rank (mpi-io) or the engine's blocks (dask-mpi): M does
-                    # not apply; each run is a fresh mpirun, timed end to end by its ranks
-                    for n in workers:
-                        for rep in range(repeats):
-                            run_id = f"{scheduler}-n{n}-r{rep}"
-                            bar.describe(f"{scheduler} N={n} repeat {rep + 1}")
-                            recs, meta = _run_mpi(scheduler, n, workload, run_id, env)
-                            meta.update(bench_id=bench_id, repeat=rep, blocks_per_worker=1)
-                            frames.append(recs)
-                            metas.append(meta)
-                            if on_run is not None:
-                                on_run(meta)
-                            bar.advance()
-                    continue
                 for n in workers:
-                    with _cluster(scheduler, n) as client:
-                        # untimed warm-up: imports, thread pools, page cache
-                        _compute(workload.build(frames_per_block(workload.n_frames, n, 1)),
-                                 scheduler, n, client)
-                        for m in blocks:
-                            fpb = frames_per_block(workload.n_frames, n, m)
-                            for rep in range(repeats):
-                                run_id = f"{scheduler}-n{n}-m{m}-r{rep}"
-                                bar.describe(f"{scheduler} N={n} M={m} repeat {rep + 1}")
-                                obj = workload.build(fpb)
-                                meta = {**workload.meta, "bench_id": bench_id,
-                                        "blocks_per_worker": m, "repeat": rep,
-                                        "frames_per_block": fpb, "n_frames": workload.n_frames}
-                                layout = dict(meta.get("layout") or {})
-                                layout["dask_time_chunk"] = fpb
-                                meta["layout"] = layout
-                                with capture(backend=scheduler, client=client, n_workers=n,
-                                             run_id=run_id, meta=meta, env=env) as run:
-                                    _compute(obj, scheduler, n, client)
-                                frames.append(run.records)
-                                metas.append(run.meta)
-                                if on_run is not None:
-                                    on_run(run.meta)
-                                bar.advance()
+                    if scheduler in MPI_BACKENDS:
+                        _mpi_runs(workload, scheduler, n, repeats, env, bench_id, bar, collect)
+                    else:
+                        _dask_runs(workload, scheduler, n, blocks, repeats, env, bench_id, bar,
+                                   collect)
     finally:
         if workload.close is not None:
             workload.close()
@@ -393,12 +365,56 @@ def run_grid(
     return result
 
 
+def _mpi_runs(workload: Workload, scheduler: str, n: int, repeats: int,
+              env: Mapping[str, str] | None, bench_id: str, bar: Any,
+              collect: Callable[[Any, dict[str, Any]], None]) -> None:
+    """The repeats of an MPI backend with ``n`` ranks or workers.
+
+    One block per rank (mpi-io) or the engine's blocks (dask-mpi): M does not apply;
+    each run is a fresh mpirun, timed end to end by its ranks.
+    """
+    for rep in range(repeats):
+        run_id = f"{scheduler}-n{n}-r{rep}"
+        bar.describe(f"{scheduler} N={n} repeat {rep + 1}")
+        recs, meta = _run_mpi(scheduler, n, workload, run_id, env)
+        meta.update(bench_id=bench_id, repeat=rep, blocks_per_worker=1)
+        collect(recs, meta)
+        bar.advance()
+
+
+def _dask_runs(workload: Workload, scheduler: str, n: int, blocks: list[int], repeats: int,
+               env: Mapping[str, str] | None, bench_id: str, bar: Any,
+               collect: Callable[[Any, dict[str, Any]], None]) -> None:
+    """Every M and repeat of a dask scheduler with ``n`` workers, after an untimed warm-up."""
+    from h5mdx.timing.capture import capture
+
+    with _cluster(scheduler, n) as client:
+        # untimed warm-up: imports, thread pools, page cache
+        _compute(workload.build(frames_per_block(workload.n_frames, n, 1)), scheduler, n, client)
+        for m in blocks:
+            fpb = frames_per_block(workload.n_frames, n, m)
+            for rep in range(repeats):
+                run_id = f"{scheduler}-n{n}-m{m}-r{rep}"
+                bar.describe(f"{scheduler} N={n} M={m} repeat {rep + 1}")
+                obj = workload.build(fpb)
+                meta = {**workload.meta, "bench_id": bench_id, "blocks_per_worker": m,
+                        "repeat": rep, "frames_per_block": fpb, "n_frames": workload.n_frames}
+                layout = dict(meta.get("layout") or {})
+                layout["dask_time_chunk"] = fpb
+                meta["layout"] = layout
+                with capture(backend=scheduler, client=client, n_workers=n, run_id=run_id,
+                             meta=meta, env=env) as run:
+                    _compute(obj, scheduler, n, client)
+                collect(run.records, run.meta)
+                bar.advance()
+
+
 def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
              env: Mapping[str, str] | None) -> tuple[Any, dict[str, Any]]:
     """Run the RMSD of ``workload`` with ``n`` MPI ranks (mpi-io) or workers (dask-mpi)."""
-    import subprocess
     import tempfile
 
+    from h5mdx._subprocess import run
     from h5mdx.mpi.commands import dask_mpi_command, mpi_env, mpi_io_command
     from h5mdx.timing.records import load
 
@@ -409,8 +425,7 @@ def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
     with tempfile.TemporaryDirectory(prefix="h5mdx-bench-") as tmp:
         cmd = make(n, spec["file"], tmp, topology=spec.get("topology"),
                    select=spec.get("selection"))
-        proc = subprocess.run(cmd, env=mpi_env({**os.environ, **dict(env or {})}),
-                              capture_output=True, text=True, timeout=1800, check=False)
+        proc = run(cmd, timeout=1800, env=mpi_env({**os.environ, **dict(env or {})}))
         if proc.returncode != 0:
             raise RuntimeError(f"{backend} with N={n} failed (exit {proc.returncode}): "
                                f"{proc.stderr.strip()[-1500:]}")
@@ -484,15 +499,10 @@ def summary_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def render_report(result: BenchResult, images: Mapping[str, str] | None = None) -> str:
     """A short Markdown report of a grid: setup, summary table, advice, figures."""
     meta = result.metas[0] if result.metas else {}
+    header, rows = summary_rows(result)
     versions = meta.get("versions", {})
     machine = meta.get("machine", {})
     lines = [
@@ -508,7 +518,7 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
         "S(N) = t_1 / t_N and E(N) = S(N) / N use t_N, the median wall time of the repeats;",
         "M is the number of blocks per worker (frames per block = n_frames / (N M)).",
         "",
-        _markdown_table(*summary_rows(result)),
+        render_table(rows, header, fmt="markdown"),
         "",
         "## Advice",
         "",

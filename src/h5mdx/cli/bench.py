@@ -12,6 +12,7 @@ M = 3 is the over-subscription experiment (three blocks per worker).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -90,20 +91,12 @@ def run(args: argparse.Namespace) -> int:
         env=env,
         progress=not args.no_progress,
     )
-    from rich.console import Console
-    from rich.table import Table
+    from h5mdx.timing.report import render_table
 
     header, rows = summary_rows(result)
-    table = Table(title=f"h5mdx bench: {args.analysis} on {args.trajectory}")
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0,
-                         min_width=11 if i == 0 else None)
-    for row in rows:
-        table.add_row(*row)
-    console = Console()
-    console.width = max(console.width, 100)
-    console.print(table)
+    print(render_table(rows, header, fmt="rich", title=f"h5mdx bench: {args.analysis} on "
+                       f"{args.trajectory}", color=sys.stdout.isatty()))
     for sentence in result.advice:
-        console.print(f"• {sentence}")
-    console.print(f"records, figures and report.md written to {args.out}/")
+        print(f"• {sentence}")
+    print(f"records, figures and report.md written to {args.out}/")
     return 0

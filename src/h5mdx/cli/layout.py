@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from h5mdx.format.compression import COMPRESSION_SYNTAX
+
 _LAYOUT_HELP = (
     "Layout: chunks of whole frames, --frames-per-chunk N or --chunk-mib M (default about "
     "4 MiB per chunk), or --contiguous; --compression none|gzip[:LEVEL]|lzf|blosc[:CODEC[:L]]|"
@@ -23,7 +25,7 @@ def _layout_options(p: argparse.ArgumentParser, compression_default: str | None)
                    help="target chunk size in MiB (whole frames)")
     m.add_argument("--contiguous", action="store_true", help="no chunks")
     g.add_argument("--compression", default=compression_default, metavar="SPEC",
-                   help="none, gzip[:LEVEL], lzf, blosc[:CODEC[:LEVEL]], zstd[:LEVEL] "
+                   help=f"{COMPRESSION_SYNTAX} "
                         f"(default: {compression_default or 'keep the input filters'})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--verify", action="store_true",

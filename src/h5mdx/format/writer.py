@@ -28,7 +28,6 @@ Layout of the file written::
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -38,7 +37,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5mdx.errors import MissingDependencyError
+from h5mdx.format.checksums import Digests, dataset_checksums
+from h5mdx.format.compression import compression_kwargs, parse_compression
 
 __all__ = [
     "DEFAULT_CHUNK_MIB",
@@ -76,66 +76,6 @@ def _version() -> str:
     return __version__
 
 
-def compression_kwargs(spec: str | None) -> dict[str, Any]:
-    """Keyword arguments of :meth:`h5py.Group.create_dataset` for a compression spec.
-
-    Parameters
-    ----------
-    spec : str or None
-        ``None``/``"none"``; ``"gzip"`` or ``"gzip:LEVEL"`` (0-9, default 4);
-        ``"lzf"``; ``"blosc"``/``"blosc:CODEC"``/``"blosc:CODEC:LEVEL"`` (codec
-        lz4, lz4hc, zstd, zlib, blosclz; default lz4 level 5, byte shuffle) and
-        ``"zstd"``/``"zstd:LEVEL"`` (default 3), the last two through :mod:`hdf5plugin`.
-
-    Returns
-    -------
-    dict
-        Possibly empty.
-
-    Raises
-    ------
-    ValueError
-        For an unknown filter or a bad level.
-    MissingDependencyError
-        For ``blosc``/``zstd`` without :mod:`hdf5plugin`.
-    """
-    if spec is None:
-        return {}
-    parts = str(spec).strip().lower().split(":")
-    name, args = parts[0], parts[1:]
-    if name in ("none", ""):
-        return {}
-    if name == "gzip":
-        level = int(args[0]) if args else 4
-        if not 0 <= level <= 9 or len(args) > 1:
-            raise ValueError(f"gzip level must be 0-9, as in 'gzip:1'; got {spec!r}")
-        return {"compression": "gzip", "compression_opts": level}
-    if name == "lzf":
-        if args:
-            raise ValueError(f"lzf takes no level; got {spec!r}")
-        return {"compression": "lzf"}
-    if name in ("blosc", "zstd"):
-        try:
-            import hdf5plugin
-        except ImportError as err:
-            raise MissingDependencyError(
-                f"compression {spec!r} needs the hdf5plugin package: pip install hdf5plugin "
-                "(or use gzip:1 / lzf, which h5py always has)"
-            ) from err
-        if name == "zstd":
-            level = int(args[0]) if args else 3
-            return dict(hdf5plugin.Zstd(clevel=level))
-        cname = args[0] if args else "lz4"
-        level = int(args[1]) if len(args) > 1 else 5
-        if cname not in ("lz4", "lz4hc", "zstd", "zlib", "blosclz"):
-            raise ValueError(f"unknown blosc codec {cname!r} in {spec!r}")
-        return dict(hdf5plugin.Blosc(cname=cname, clevel=level, shuffle=hdf5plugin.Blosc.SHUFFLE))
-    raise ValueError(
-        f"unknown compression {spec!r}; use none, gzip[:LEVEL], lzf, blosc[:CODEC[:LEVEL]] "
-        "or zstd[:LEVEL]"
-    )
-
-
 @dataclass(frozen=True)
 class Layout:
     """How the ``value`` datasets of time-dependent elements are stored.
@@ -152,7 +92,7 @@ class Layout:
     contiguous : bool, default False
         No chunks (needs the number of frames in advance; no compression).
     compression : str, optional
-        See :func:`compression_kwargs`. ``None`` means no compression for writers
+        A spec of :func:`~h5mdx.format.compression.parse_compression`. ``None`` means no compression for writers
         and "keep the source's" for :func:`h5mdx.layout.rechunk.rechunk`.
     """
 
@@ -176,12 +116,12 @@ class Layout:
             raise ValueError(f"frames_per_chunk must be >= 1, not {self.frames_per_chunk}")
         if self.chunk_mib is not None and not self.chunk_mib > 0:
             raise ValueError(f"chunk_mib must be > 0, not {self.chunk_mib}")
-        if self.contiguous and compression_kwargs(self.compression):
+        if self.contiguous and parse_compression(self.compression).enabled:
             raise ValueError(
                 f"compression {self.compression!r} needs chunked storage: drop --contiguous "
                 "or use --compression none"
             )
-        compression_kwargs(self.compression)  # validate early
+        compression_kwargs(self.compression)  # validate early (and find hdf5plugin)
 
     def frames(self, frame_bytes: int, n_frames: int | None, *, small: bool = False) -> int:
         """Frames per chunk (or per write buffer when contiguous) for a frame size.
@@ -313,8 +253,7 @@ class H5MDWriter:
         self.filename = self.file.filename
         self.group = group
         self.n_written = 0
-        self._checksum = checksum
-        self._hash: dict[str, Any] = {}
+        self._digests = Digests(enabled=checksum)
         try:
             self._create(boundary, static or {}, time_unit, author)
         except BaseException:
@@ -399,14 +338,9 @@ class H5MDWriter:
                 dset.attrs["unit"] = unit
             for k, v in (attrs or {}).items():
                 dset.attrs[k] = v
-            self._digest(dset.name, arr)
+            self._digests.update(dset.name, arr)
 
     # ------------------------------------------------------------------ writing
-    def _digest(self, path: str, arr: np.ndarray) -> None:
-        if self._checksum:
-            h = self._hash.setdefault(path, hashlib.blake2b(digest_size=16))
-            h.update(np.ascontiguousarray(arr).tobytes())
-
     def append(self, step: int, time: float, **frames: Any) -> None:
         """Add one frame: ``append(step, time, position=xyz, box_edges=m, ...)``.
 
@@ -461,13 +395,13 @@ class H5MDWriter:
             self._time.resize((b,))
         self._step[a:b] = self._buf_step[:n]
         self._time[a:b] = self._buf_time[:n]
-        self._digest(self._step.name, self._buf_step[:n])
-        self._digest(self._time.name, self._buf_time[:n])
+        self._digests.update(self._step.name, self._buf_step[:n])
+        self._digests.update(self._time.name, self._buf_time[:n])
         for name, dset in self._dsets.items():
             if not self.layout.contiguous:
                 dset.resize(b, axis=0)
             dset[a:b] = self._buf[name][:n]
-            self._digest(dset.name, self._buf[name][:n])
+            self._digests.update(dset.name, self._buf[name][:n])
         self.n_written = b
         self._fill = 0
 
@@ -491,7 +425,7 @@ class H5MDWriter:
     @property
     def checksums(self) -> dict[str, str]:
         """HDF5 path -> hex digest of everything written (``checksum=True`` only)."""
-        return {k: h.hexdigest() for k, h in self._hash.items()}
+        return self._digests.hexdigests()
 
     def __enter__(self) -> H5MDWriter:
         return self
@@ -501,52 +435,3 @@ class H5MDWriter:
             # do not write more after a failure; just release the file
             self._fill = 0
         self.close()
-
-
-def dataset_checksums(
-    source: str | os.PathLike[str] | h5py.File,
-    paths: Iterable[str],
-    *,
-    block_bytes: int = 64 * 2**20,
-    dtypes: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """BLAKE2 digest of the data of each dataset, read in blocks of frames.
-
-    The digest depends only on the values (C order) and the dtype, not on the
-    chunk layout or compression, so an input and its rechunked copy agree.
-
-    Parameters
-    ----------
-    source : str, path-like or h5py.File
-        The file.
-    paths : iterable of str
-        Dataset paths.
-    block_bytes : int, optional
-        Size of the blocks read at a time (bounds memory).
-    dtypes : mapping, optional
-        Path -> dtype to cast to before hashing.
-
-    Returns
-    -------
-    dict
-        Path -> hex digest.
-    """
-    if not isinstance(source, h5py.File):
-        with h5py.File(os.fspath(source), "r") as f:
-            return dataset_checksums(f, paths, block_bytes=block_bytes, dtypes=dtypes)
-    out = {}
-    for path in paths:
-        dset = source[path]
-        h = hashlib.blake2b(digest_size=16)
-        dtype = np.dtype((dtypes or {}).get(path, dset.dtype))
-        if dset.shape == ():
-            h.update(np.asarray(dset[()], dtype=dtype).tobytes())
-        elif dset.size:
-            row = max(1, int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize)
-            step = max(1, block_bytes // row)
-            if dset.chunks:
-                step = max(dset.chunks[0], (step // dset.chunks[0]) * dset.chunks[0])
-            for a in range(0, dset.shape[0], step):
-                h.update(np.ascontiguousarray(dset[a:a + step], dtype=dtype).tobytes())
-        out[path] = h.hexdigest()
-    return out

@@ -25,7 +25,8 @@ import numpy as np
 from h5mdx._optional import import_optional
 from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
-from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout, dataset_checksums
+from h5mdx.format.checksums import dataset_checksums
+from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
 from h5mdx.layout._atomic import atomic_output
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "progress_bar"]
@@ -164,6 +165,105 @@ class _Steps:
         return value
 
 
+def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
+    """The atoms to write, and their indices (None: all atoms, in order)."""
+    if select:
+        try:
+            atoms = u.select_atoms(select)
+        except Exception as err:  # MDAnalysis SelectionError and friends
+            raise TopologyError(f"cannot use the selection {select!r}: {err}") from err
+        if atoms.n_atoms == 0:
+            raise TopologyError(f"the selection {select!r} matches no atoms")
+    else:
+        atoms = u.atoms
+    indices = None if atoms.n_atoms == u.atoms.n_atoms and not select else atoms.indices
+    return atoms, indices
+
+
+def _frames(u: Any, start: int | None, stop: int | None, step: int | None
+            ) -> tuple[Any, Any]:
+    """The frames to write, and the first of them (the Timestep that decides the elements)."""
+    frames = u.trajectory[slice(start, stop, step)]
+    if len(frames) == 0:
+        raise ValueError(f"no frames to write (start={start}, stop={stop}, step={step})")
+    first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
+    return frames, u.trajectory[first]
+
+
+def _element_specs(ts0: Any, n: int, velocities: bool | None, forces: bool | None
+                   ) -> tuple[list[ElementSpec], dict[str, bool], bool]:
+    """The time-dependent elements to write, which of velocity/force, and whether a box."""
+    want = {}
+    for name, flag, has in (("velocity", velocities, ts0.has_velocities),
+                            ("force", forces, ts0.has_forces)):
+        if flag and not has:
+            option = {"velocity": "velocities", "force": "forces"}[name]
+            raise ValueError(
+                f"the trajectory has no {option} in its first frame; drop --{option} "
+                f"({option}=True)"
+            )
+        want[name] = bool(has) if flag is None else bool(flag)
+    specs = [ElementSpec("position", (n, 3), np.float32, ELEMENT_UNITS["position"])]
+    for name in ("velocity", "force"):
+        if want[name]:
+            specs.append(ElementSpec(name, (n, 3), np.float32, ELEMENT_UNITS[name]))
+    dims = ts0.dimensions
+    has_box = dims is not None and bool(np.all(np.asarray(dims[:3]) > 0))
+    if has_box:
+        specs.append(ElementSpec("box_edges", (3, 3), np.float32, ELEMENT_UNITS["box_edges"]))
+    return specs, want, has_box
+
+
+def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
+            layout: Layout, group: str, static: dict[str, Any], verify: bool) -> Any:
+    """An H5MD or a Zarr writer of the elements."""
+    if zarr_out:
+        from h5mdx.layout.export import ZarrWriter
+
+        return ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
+                          static=static, checksum=verify)
+    return H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
+                      static=static, checksum=verify)
+
+
+def _frame_arrays(ts: Any, indices: np.ndarray | None, want: dict[str, bool], has_box: bool,
+                  nan: np.ndarray, missing: dict[str, int]) -> dict[str, Any]:
+    """The arrays of one frame; a velocity, force or box the frame lacks counts in ``missing``."""
+    arrays: dict[str, Any] = {}
+    pos = ts.positions
+    arrays["position"] = pos if indices is None else pos[indices]
+    for name, attr in (("velocity", "velocities"), ("force", "forces")):
+        if want[name]:
+            if getattr(ts, f"has_{attr}"):
+                v = getattr(ts, attr)
+                arrays[name] = v if indices is None else v[indices]
+            else:
+                arrays[name] = nan
+                missing[name] += 1
+    if has_box:
+        d = ts.dimensions
+        if d is None or not np.all(np.asarray(d[:3]) > 0):
+            arrays["box_edges"] = np.zeros((3, 3), np.float32)
+            missing["box_edges"] += 1
+        else:
+            arrays["box_edges"] = ts.triclinic_dimensions
+    return arrays
+
+
+def _verify(expected: dict[str, str], tmp: str, out: str, zarr_out: bool) -> None:
+    """Read the output back and compare its checksums with the writer's."""
+    if zarr_out:
+        from h5mdx.layout.export import zarr_checksums
+
+        got = zarr_checksums(tmp, expected)
+    else:
+        got = dataset_checksums(tmp, expected)
+    bad = [p for p in expected if expected[p] != got[p]]
+    if bad:
+        raise H5MDReadError(out, bad[0], "verification failed: the data read back "
+                            "differs from the data written")
+
+
 def convert(
     topology: Any,
     trajectories: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
@@ -244,94 +344,29 @@ def convert(
 
     check_target(out, overwrite=overwrite, inputs=inputs)
     u = _universe(topology, list(trajectories))
-    if select:
-        try:
-            atoms = u.select_atoms(select)
-        except Exception as err:  # MDAnalysis SelectionError and friends
-            raise TopologyError(f"cannot use the selection {select!r}: {err}") from err
-        if atoms.n_atoms == 0:
-            raise TopologyError(f"the selection {select!r} matches no atoms")
-    else:
-        atoms = u.atoms
-    indices = None if atoms.n_atoms == u.atoms.n_atoms and not select else atoms.indices
-    frames = u.trajectory[slice(start, stop, step)]
+    atoms, indices = _atoms(u, select)
+    frames, ts0 = _frames(u, start, stop, step)
     n_frames = len(frames)
-    if n_frames == 0:
-        raise ValueError(f"no frames to write (start={start}, stop={stop}, step={step})")
-    first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
-    ts0 = u.trajectory[first]
-
-    want = {}
-    for name, flag, has in (("velocity", velocities, ts0.has_velocities),
-                            ("force", forces, ts0.has_forces)):
-        if flag and not has:
-            option = {"velocity": "velocities", "force": "forces"}[name]
-            raise ValueError(
-                f"the trajectory has no {option} in its first frame; drop --{option} "
-                f"({option}=True)"
-            )
-        want[name] = bool(has) if flag is None else bool(flag)
     n = atoms.n_atoms
-    specs = [ElementSpec("position", (n, 3), np.float32, ELEMENT_UNITS["position"])]
-    for name in ("velocity", "force"):
-        if want[name]:
-            specs.append(ElementSpec(name, (n, 3), np.float32, ELEMENT_UNITS[name]))
-    dims = ts0.dimensions
-    has_box = dims is not None and bool(np.all(np.asarray(dims[:3]) > 0))
-    if has_box:
-        specs.append(ElementSpec("box_edges", (3, 3), np.float32, ELEMENT_UNITS["box_edges"]))
+    specs, want, has_box = _element_specs(ts0, n, velocities, forces)
     static = _static(atoms)
     steps = _Steps()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out) as tmp:
-        if zarr_out:
-            from h5mdx.layout.export import ZarrWriter
-
-            writer: Any = ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
-                                     static=static, checksum=verify)
-        else:
-            writer = H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
-                                static=static, checksum=verify)
+        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
             # MDAnalysis warns per frame (e.g. "no dt information"); report them once
             warnings.simplefilter("always")
             for ts in frames:
-                arrays: dict[str, Any] = {}
-                pos = ts.positions
-                arrays["position"] = pos if indices is None else pos[indices]
-                for name, attr in (("velocity", "velocities"), ("force", "forces")):
-                    if want[name]:
-                        if getattr(ts, f"has_{attr}"):
-                            v = getattr(ts, attr)
-                            arrays[name] = v if indices is None else v[indices]
-                        else:
-                            arrays[name] = nan
-                            missing[name] += 1
-                if has_box:
-                    d = ts.dimensions
-                    if d is None or not np.all(np.asarray(d[:3]) > 0):
-                        arrays["box_edges"] = np.zeros((3, 3), np.float32)
-                        missing["box_edges"] += 1
-                    else:
-                        arrays["box_edges"] = ts.triclinic_dimensions
+                arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
                 writer.append(steps(ts), float(ts.time), **arrays)
                 advance(1)
         verified = False
         if verify:
-            expected = writer.checksums
-            if zarr_out:
-                from h5mdx.layout.export import zarr_checksums
-
-                got = zarr_checksums(tmp, expected)
-            else:
-                got = dataset_checksums(tmp, expected)
-            bad = [p for p in expected if expected[p] != got[p]]
-            if bad:
-                raise H5MDReadError(out, bad[0], "verification failed: the data read back "
-                                    "differs from the data written")
+            _verify(writer.checksums, tmp, out, zarr_out)
             verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)

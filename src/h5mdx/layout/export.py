@@ -12,7 +12,6 @@ engine="h5md")`` for the equivalent H5MD file.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import warnings
@@ -23,6 +22,8 @@ import numpy as np
 import xarray as xr
 
 from h5mdx._optional import import_optional
+from h5mdx.format.checksums import Digests, array_digest
+from h5mdx.format.compression import parse_compression
 from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
@@ -50,24 +51,21 @@ def _quiet_zarr() -> Iterator[None]:
 def zarr_compressors(spec: str | None) -> list[Any] | None:
     """Zarr (format 3) compressors for a compression spec of :class:`~h5mdx.format.writer.Layout`.
 
+    The spec is read by :func:`~h5mdx.format.compression.parse_compression`:
     ``none`` gives no compressor, ``gzip[:L]``, ``zstd[:L]`` and
     ``blosc[:CODEC[:L]]`` the Zarr codecs; ``lzf`` (HDF5 only) is refused.
     """
     codecs = import_optional("zarr.codecs", "writing Zarr stores")
-    if spec is None:
+    comp = parse_compression(spec)
+    if comp.codec == "none":
         return None
-    parts = str(spec).lower().split(":")
-    name, args = parts[0], parts[1:]
-    if name in ("none", ""):
-        return None
-    if name == "gzip":
-        return [codecs.GzipCodec(level=int(args[0]) if args else 4)]
-    if name == "zstd":
-        return [codecs.ZstdCodec(level=int(args[0]) if args else 3)]
-    if name == "blosc":
-        cname = args[0] if args else "lz4"
-        return [codecs.BloscCodec(cname=cname, clevel=int(args[1]) if len(args) > 1 else 5,
-                                  shuffle="shuffle")]
+    if comp.codec == "gzip":
+        return [codecs.GzipCodec(level=comp.level)]
+    if comp.codec == "zstd":
+        return [codecs.ZstdCodec(level=comp.level)]
+    if comp.codec == "blosc":
+        return [codecs.BloscCodec(cname=comp.blosc_codec, clevel=comp.level,
+                                  shuffle="shuffle" if comp.shuffle else "noshuffle")]
     raise ValueError(
         f"compression {spec!r} is not available for Zarr; use none, gzip[:L], zstd[:L] "
         "or blosc[:CODEC[:L]]"
@@ -165,18 +163,12 @@ class ZarrWriter:
         self._fill = 0
         self.n_written = 0
         self.closed = False
-        self._checksum = checksum
-        self._hash: dict[str, Any] = {}
+        self._digests = Digests(enabled=checksum)
 
     @property
     def checksums(self) -> dict[str, str]:
         """Array name -> hex digest of everything written (``checksum=True`` only)."""
-        return {k: h.hexdigest() for k, h in self._hash.items()}
-
-    def _digest(self, name: str, arr: np.ndarray) -> None:
-        if self._checksum:
-            h = self._hash.setdefault(name, hashlib.blake2b(digest_size=16))
-            h.update(np.ascontiguousarray(arr).tobytes())
+        return self._digests.hexdigests()
 
     def append(self, step: int, time: float, **frames: Any) -> None:
         """Add one frame (see :meth:`h5mdx.format.writer.H5MDWriter.append`)."""
@@ -248,12 +240,12 @@ class ZarrWriter:
             else:
                 ds.to_zarr(self.store, append_dim=TIME_DIM)
         for name in self.specs:
-            self._digest(name, self._buf[name][:n])
-        self._digest(STEP_COORD, self._step[:n])
-        self._digest(TIME_DIM, self._time[:n])
+            self._digests.update(name, self._buf[name][:n])
+        self._digests.update(STEP_COORD, self._step[:n])
+        self._digests.update(TIME_DIM, self._time[:n])
         if first:
             for name, (arr, _unit, _attrs) in self.static.items():
-                self._digest(name, np.asarray(arr))
+                self._digests.update(name, np.asarray(arr))
         self.n_written += n
         self._fill = 0
 
@@ -274,19 +266,14 @@ class ZarrWriter:
 
 def zarr_checksums(store: str | os.PathLike[str], names: Iterable[str],
                    block_bytes: int = 64 * 2**20) -> dict[str, str]:
-    """BLAKE2 digest of each array of a Zarr store, read in blocks along the first axis."""
+    """BLAKE2 digest of each array of a Zarr store, read in blocks along the first axis.
+
+    The digest of :func:`h5mdx.format.checksums.array_digest`, so it equals the
+    :func:`~h5mdx.format.checksums.dataset_checksums` of the same values in HDF5.
+    """
     zarr = import_optional("zarr", "reading Zarr stores")
     root = zarr.open_group(os.fspath(store), mode="r")
-    out = {}
-    for name in names:
-        arr = root[name]
-        h = hashlib.blake2b(digest_size=16)
-        row = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize)
-        step = max(int(arr.chunks[0]), block_bytes // row // arr.chunks[0] * arr.chunks[0])
-        for a in range(0, arr.shape[0], step):
-            h.update(np.ascontiguousarray(arr[a:a + step]).tobytes())
-        out[name] = h.hexdigest()
-    return out
+    return {name: array_digest(root[name], block_bytes=block_bytes) for name in names}
 
 
 def dataset_to_zarr(
@@ -410,34 +397,8 @@ def to_h5md(
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
-    specs: list[ElementSpec] = []
-    static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
-    boundary = None
-    timed: list[str] = []
-    for name, var in ds.data_vars.items():
-        name = str(name)
-        other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
-        if other:
-            raise ValueError(
-                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
-                f"separately or interpolate it onto 'time' first"
-            )
-        if TIME_DIM in var.dims:
-            if var.dims[0] != TIME_DIM:
-                var = var.transpose(TIME_DIM, ...)
-            attrs = {}
-            if name == "box_edges":
-                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
-            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                     var.attrs.get("units"), attrs))
-            timed.append(name)
-        else:
-            static[name] = (var.values, var.attrs.get("units"), {})
-    for coord, unit in (("mass", "u"), ("charge", "e")):
-        if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
-            static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
-    if not specs:
-        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
+    specs, static, boundary = _elements(ds)
+    timed = [spec.name for spec in specs]
     n_frames = ds.sizes[TIME_DIM]
     time = ds[TIME_DIM]
     time_unit = time.attrs.get("units")
@@ -456,6 +417,39 @@ def to_h5md(
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
     return os.fspath(path)
+
+
+def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
+                                        dict[str, tuple[Any, str | None, dict[str, Any]]],
+                                        list[str] | None]:
+    """The time-dependent elements, the time-independent ones and the box's boundary."""
+    specs: list[ElementSpec] = []
+    static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
+    boundary = None
+    for name, var in ds.data_vars.items():
+        name = str(name)
+        other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
+        if other:
+            raise ValueError(
+                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
+                f"separately or interpolate it onto 'time' first"
+            )
+        if TIME_DIM in var.dims:
+            if var.dims[0] != TIME_DIM:
+                var = var.transpose(TIME_DIM, ...)
+            attrs = {}
+            if name == "box_edges":
+                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
+            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
+                                     var.attrs.get("units"), attrs))
+        else:
+            static[name] = (var.values, var.attrs.get("units"), {})
+    for coord, unit in (("mass", "u"), ("charge", "e")):
+        if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
+            static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
+    if not specs:
+        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
+    return specs, static, boundary
 
 
 def _sources(ds: xr.Dataset) -> list[str]:

@@ -12,7 +12,6 @@ memory stays bounded whatever the file size.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import time as _time
@@ -23,8 +22,10 @@ import numpy as np
 
 from h5mdx._progress import progress_bar
 from h5mdx.errors import H5MDReadError
+from h5mdx.format.checksums import Digests, dataset_checksums
+from h5mdx.format.compression import compression_kwargs
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
-from h5mdx.format.writer import Layout, compression_kwargs, dataset_checksums
+from h5mdx.format.writer import Layout
 from h5mdx.layout._atomic import atomic_output
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
 
@@ -89,7 +90,7 @@ class _Copier:
         self.buffer_bytes = buffer_bytes
         self.advance = advance
         self.seen: dict[tuple[int, int], str] = {}
-        self.hashes: dict[str, str] = {}
+        self.digests = Digests()  # of the rechunked datasets, as written
         self.copied: list[tuple[str, str]] = []  # (source path, output path) copied as is
         self.elements: list[str] = []
 
@@ -150,8 +151,8 @@ class _Copier:
                 unit = lcm
         block = max(unit, (self.buffer_bytes // max(1, frame_bytes)) // unit * unit)
         block = min(block, max(n, 1))
-        h = hashlib.blake2b(digest_size=16)
         buf = np.empty((block, *src.shape[1:]), dtype=src.dtype)
+        self.digests.update(dst.name, buf[:0])  # an entry even for no frames
         report = el.name == "position" or (src.ndim > 2 and frame_bytes >= 4096)
         for a in range(0, n, block):
             b = min(n, a + block)
@@ -159,10 +160,9 @@ class _Copier:
             if b > a:
                 src.read_direct(view, np.s_[a:b], np.s_[0:b - a])
                 dst[a:b] = view
-                h.update(view.tobytes())
+                self.digests.update(dst.name, view)
             if report:
                 self.advance(b - a)
-        self.hashes[dst.name] = h.hexdigest()
         self.elements.append(el.path)
         return dst.name
 
@@ -242,14 +242,7 @@ def rechunk(
                 copier.walk(fin, fout)
         verified = False
         if verify:
-            got = dataset_checksums(tmp, copier.hashes)
-            bad = [p for p, h in copier.hashes.items() if got[p] != h]
-            src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
-            out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
-            bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
-            if bad:
-                raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
-                                    "from the input")
+            _verify(copier, src, tmp, dst)
             verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
@@ -258,6 +251,20 @@ def rechunk(
                         layout=layout.describe() if compression is not None else
                         layout.describe().replace("compression none", "compression kept"),
                         verified=verified)
+
+
+def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
+    """Read the output back: the rechunked datasets against the digests taken while
+    writing, the datasets copied as they are against the input's."""
+    written = copier.digests.hexdigests()
+    got = dataset_checksums(tmp, written)
+    bad = [p for p, h in written.items() if got[p] != h]
+    src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
+    out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
+    bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
+    if bad:
+        raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
+                            "from the input")
 
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,

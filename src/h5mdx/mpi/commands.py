@@ -12,6 +12,8 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 
+from h5mdx._subprocess import allow_run_as_root
+
 __all__ = ["dask_mpi_command", "mpi_env", "mpi_io_command", "mpirun_prefix"]
 
 
@@ -50,12 +52,7 @@ def mpirun_prefix(n: int, *, oversubscribe: bool = True, mpirun: str | None = No
 def mpi_env(base: Mapping[str, str] | None = None, *, as_root: bool | None = None) -> dict[str, str]:
     """An environment for ``mpirun``: allows root (in containers/CI) and oversubscription,
     and turns HDF5 file locking off unless the caller set it."""
-    env = dict(os.environ if base is None else base)
-    if as_root is None:
-        as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    if as_root:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env = allow_run_as_root(base, as_root=as_root)
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     env.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
     return env

@@ -40,6 +40,7 @@ from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
 from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
+from h5mdx.timing.report import task_table
 
 __all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
 
@@ -201,91 +202,139 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     require_parallel_h5py()
     if comm is None:
         comm = comm_world()
-    from mpi4py import MPI
-
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank = comm.Get_rank()
     run_id = comm.bcast(options.run_id or uuid.uuid4().hex[:12], root=0)
     timer = _Timer()
     comm.Barrier()
     t_start = time.time()
     p0 = time.perf_counter()
-
     # 1. topology and selection
     with timer.phase("init_top"):
-        if options.topology_on_root:
-            payload = None
-            if rank == 0:
-                payload = _select(options.topology, options.select, options.weights,
-                                  options.trajectory)
-            idx, masses, n_top = comm.bcast(payload, root=0)
-        else:
-            idx, masses, n_top = _select(options.topology, options.select, options.weights,
-                                         options.trajectory)
-
+        idx, masses, n_top = _selection(options, comm)
     # 2. trajectory
     with timer.phase("init_traj"):
-        f = open_parallel(options.trajectory, comm)
-        source = position_source(f, options.group)
-        if n_top is not None and n_top != source.n_atoms:
-            from h5mdx.errors import TopologyError
-
-            raise TopologyError(
-                f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
-                f"but the trajectory has {source.n_atoms}"
-            )
-        dset = f[source.element.value_path]
-        ref_index = options.reference
-        if not -source.n_frames <= ref_index < source.n_frames:
-            raise IndexError(
-                f"reference frame {ref_index} is out of range for {source.n_frames} frames"
-            )
-        ref_index %= source.n_frames
-        sel_reader = SlabReader(dset, idx)
-        reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
-        # warm the kernel up (numba compiles or loads its cache on the first call) so
-        # that t_compute measures computing only
-        _compute(reference, reference[None], masses, options.superposition)
-        blocks = rank_blocks(source, size)
-        block = blocks[rank]
-        reader = SlabReader(
-            dset, idx if options.selected_only else None, collective=options.collective
-        )
-        pick = idx if (idx is not None and not options.selected_only) else None
-
+        job = _open(options, comm, idx, masses, n_top)
     # 3 + 4. read and compute
-    pieces = _pieces(block, options.read)
-    n_loops = len(pieces)
-    if options.collective:  # every rank takes part in every collective read
-        n_loops = max(len(_pieces(b, options.read)) for b in blocks)
-    rmsd = np.empty(block.n_frames, dtype=np.float64)
-    for i in range(n_loops):
-        if i >= len(pieces):
-            with timer.phase("io"):
-                reader.read_none()
-            continue
-        a, b = pieces[i]
-        with timer.phase("io"):
-            frames = reader.read(a, b)
-            if pick is not None:
-                frames = frames[:, pick]
-        with timer.phase("compute"):
-            rmsd[a - block.start:b - block.start] = _compute(
-                reference, frames, masses, options.superposition
-            )
-    bytes_read = reader.bytes_read
-
+    rmsd = _read_and_compute(options, job, masses, timer)
     # 5. wait and gather
     with timer.phase("wait"):
         comm.Barrier()
     with timer.phase("comm_gather"):
-        counts = [b.n_frames for b in blocks]
-        displs = [b.start for b in blocks]
-        result = np.empty(source.n_frames, dtype=np.float64) if rank == 0 else None
-        comm.Gatherv(rmsd, [result, counts, displs, MPI.DOUBLE] if rank == 0 else None, root=0)
+        result = _gather(comm, rmsd, job.blocks, job.source.n_frames)
     wall = time.perf_counter() - p0
-    f.close()  # collective with MPI-IO; after the timed phases
+    job.file.close()  # collective with MPI-IO; after the timed phases
+    record = _record(run_id, comm, job.block, t_start, wall, timer.phases,
+                     job.reader.bytes_read)
+    records = comm.gather(record, root=0)
+    if rank != 0:
+        return None
+    res = _result(options, job.source, result, records)
+    if options.out:
+        res.files = write_outputs(res, options)
+    return res
 
-    record = {
+
+@dataclass
+class _Job:
+    """What a rank reads: the open file, its positions, the reference and its block."""
+
+    file: Any
+    source: Any
+    reference: np.ndarray
+    blocks: list[Block]
+    block: Block
+    reader: SlabReader
+    pick: np.ndarray | None
+
+
+def _selection(options: MPIRMSDOptions, comm: Any
+               ) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
+    """The selected atoms, their masses and the topology's atom count, on every rank."""
+    if not options.topology_on_root:
+        return _select(options.topology, options.select, options.weights, options.trajectory)
+    payload = None
+    if comm.Get_rank() == 0:
+        payload = _select(options.topology, options.select, options.weights,
+                          options.trajectory)
+    return comm.bcast(payload, root=0)
+
+
+def _open(options: MPIRMSDOptions, comm: Any, idx: np.ndarray | None,
+          masses: np.ndarray | None, n_top: int | None) -> _Job:
+    """Open the file with MPI-IO, read the reference frame and find this rank's block."""
+    f = open_parallel(options.trajectory, comm)
+    source = position_source(f, options.group)
+    if n_top is not None and n_top != source.n_atoms:
+        from h5mdx.errors import TopologyError
+
+        raise TopologyError(
+            f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
+            f"but the trajectory has {source.n_atoms}"
+        )
+    dset = f[source.element.value_path]
+    ref_index = options.reference
+    if not -source.n_frames <= ref_index < source.n_frames:
+        raise IndexError(
+            f"reference frame {ref_index} is out of range for {source.n_frames} frames"
+        )
+    ref_index %= source.n_frames
+    sel_reader = SlabReader(dset, idx)
+    reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
+    # warm the kernel up (numba compiles or loads its cache on the first call) so
+    # that t_compute measures computing only
+    _compute(reference, reference[None], masses, options.superposition)
+    blocks = rank_blocks(source, comm.Get_size())
+    reader = SlabReader(
+        dset, idx if options.selected_only else None, collective=options.collective
+    )
+    pick = idx if (idx is not None and not options.selected_only) else None
+    return _Job(f, source, reference, blocks, blocks[comm.Get_rank()], reader, pick)
+
+
+def _read_and_compute(options: MPIRMSDOptions, job: _Job, masses: np.ndarray | None,
+                      timer: _Timer) -> np.ndarray:
+    """The RMSD of this rank's frames, read piece by piece (phases ``io`` and ``compute``)."""
+    block = job.block
+    pieces = _pieces(block, options.read)
+    n_loops = len(pieces)
+    if options.collective:  # every rank takes part in every collective read
+        n_loops = max(len(_pieces(b, options.read)) for b in job.blocks)
+    rmsd = np.empty(block.n_frames, dtype=np.float64)
+    for i in range(n_loops):
+        if i >= len(pieces):
+            with timer.phase("io"):
+                job.reader.read_none()
+            continue
+        a, b = pieces[i]
+        with timer.phase("io"):
+            frames = job.reader.read(a, b)
+            if job.pick is not None:
+                frames = frames[:, job.pick]
+        with timer.phase("compute"):
+            rmsd[a - block.start:b - block.start] = _compute(
+                job.reference, frames, masses, options.superposition
+            )
+    return rmsd
+
+
+def _gather(comm: Any, rmsd: np.ndarray, blocks: list[Block], n_frames: int
+            ) -> np.ndarray | None:
+    """The whole series on rank 0 (None elsewhere)."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    counts = [b.n_frames for b in blocks]
+    displs = [b.start for b in blocks]
+    result = np.empty(n_frames, dtype=np.float64) if rank == 0 else None
+    comm.Gatherv(rmsd, [result, counts, displs, MPI.DOUBLE] if rank == 0 else None, root=0)
+    return result
+
+
+def _record(run_id: str, comm: Any, block: Block, t_start: float, wall: float,
+            phases: dict[str, float], bytes_read: int) -> dict[str, Any]:
+    """This rank's timing record (schema of :mod:`h5mdx.timing.records`)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    return {
         "run_id": run_id,
         "backend": BACKEND,
         "n_workers": size,
@@ -300,22 +349,24 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
         "t_start": t_start,
         "t_stop": t_start + wall,
         "wall": wall,
-        "t_init_top": timer.phases.get("init_top", 0.0),
-        "t_init_traj": timer.phases.get("init_traj", 0.0),
-        "t_io": timer.phases.get("io", 0.0),
-        "t_compute": timer.phases.get("compute", 0.0),
-        "t_wait": timer.phases.get("wait", 0.0),
-        "t_comm_gather": timer.phases.get("comm_gather", 0.0),
+        "t_init_top": phases.get("init_top", 0.0),
+        "t_init_traj": phases.get("init_traj", 0.0),
+        "t_io": phases.get("io", 0.0),
+        "t_compute": phases.get("compute", 0.0),
+        "t_wait": phases.get("wait", 0.0),
+        "t_comm_gather": phases.get("comm_gather", 0.0),
         "bytes_read": int(bytes_read),
     }
-    records = comm.gather(record, root=0)
-    if rank != 0:
-        return None
+
+
+def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
+            records: list[dict[str, Any]]) -> MPIRMSDResult:
+    """Rank 0's result: the series in h5mdx's units (if asked), its time and step."""
+    from h5mdx.format.units import conversion
+
     sampling = source.element.sampling
     unit = source.element.unit
     if options.convert_units and unit is not None:
-        from h5mdx.format.units import conversion
-
         conv = conversion(unit)
         if conv is not None:
             factor, unit = conv
@@ -323,13 +374,11 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
     time_unit = None if sampling is None else sampling.time_unit
     if options.convert_units and times is not None and time_unit:
-        from h5mdx.format.units import conversion
-
         conv = conversion(time_unit)
         if conv is not None:
             times = times * conv[0]
             time_unit = conv[1]
-    res = MPIRMSDResult(
+    return MPIRMSDResult(
         rmsd=result,
         frames=np.arange(source.n_frames),
         time=times,
@@ -340,9 +389,6 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
         files={},
         chunks=source.element.chunks,
     )
-    if options.out:
-        res.files = write_outputs(res, options)
-    return res
 
 
 def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
@@ -447,11 +493,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     print(f"RMSD of {n} frames on {len(recs)} rank(s) in {wall:.3f} s "
           f"({n / wall if wall > 0 else float('inf'):,.0f} frames/s); "
           f"mean {res.rmsd.mean():.4f}{unit}, max {res.rmsd.max():.4f}{unit}")
-    print("rank  frames        init_top init_traj     io    compute    wait  gather   total")
-    for r in recs:
-        print(f"{r['rank']:>4}  {r['frame_start']:>6}-{r['frame_stop']:<6} "
-              f"{r['t_init_top']:8.3f} {r['t_init_traj']:8.3f} {r['t_io']:8.3f} "
-              f"{r['t_compute']:8.3f} {r['t_wait']:7.3f} {r['t_comm_gather']:7.3f} "
-              f"{r['wall']:7.3f}")
+    print(task_table(recs, ("rank", "frames", "init_top", "init_traj", "io", "compute", "wait",
+                            "gather", "total")))
     for kind, path in res.files.items():
         print(f"wrote {kind}: {path}")

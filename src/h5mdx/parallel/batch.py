@@ -7,8 +7,9 @@ run-as-root variables only when the job runs as root, and the job's working
 directory set to where the script was written (so relative paths mean what they
 meant there). :func:`submit` hands a script to ``sbatch`` and :func:`wait_for_job`
 polls ``scontrol show job`` until it ends (no accounting database needed);
-:func:`straggler_summary` turns the per-rank timing records the job saved into
-a short report (per-rank phases, stragglers, imbalance, advice).
+:func:`straggler_summary` (from :mod:`h5mdx.timing.report`) turns the per-rank
+timing records the job saved into a short report (per-rank phases, stragglers,
+imbalance, advice).
 
 Only the standard library is imported at module level; pandas is imported by
 :func:`straggler_summary`.
@@ -25,9 +26,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from h5mdx._subprocess import RUN_AS_ROOT_ENV
+from h5mdx._subprocess import run as _run  # bounded; tests replace this name
 from h5mdx.parallel.cluster import ENDED_STATES, SlurmError
+from h5mdx.timing.report import straggler_summary
 
 __all__ = [
     "ENDED_STATES",
@@ -139,17 +142,9 @@ def mpi_rmsd_script(
     workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
     from h5mdx._version import __version__
 
-    directives = [f"--job-name={job_name}", f"--ntasks={ntasks}"]
-    if nodes is not None:
-        directives.append(f"--nodes={int(nodes)}")
-    if time_limit:
-        directives.append(f"--time={time_limit}")
-    if partition:
-        directives.append(f"--partition={partition}")
-    if account:
-        directives.append(f"--account={account}")
-    if mem_per_cpu:
-        directives.append(f"--mem-per-cpu={mem_per_cpu}")
+    directives = _directives(job_name=job_name, ntasks=ntasks, nodes=nodes,
+                             time_limit=time_limit, partition=partition, account=account,
+                             mem_per_cpu=mem_per_cpu)
     directives += [f"--output={log}", f"--chdir={workdir}", *extra_directives]
     command = [
         shlex.quote(mpirun), "-n", str(ntasks), *map(shlex.quote, mpirun_args),
@@ -170,7 +165,7 @@ def mpi_rmsd_script(
         "export PYTHONUNBUFFERED=1",
         'if [ "$(id -u)" -eq 0 ]; then',
         "    # Open MPI refuses to start as root without these",
-        "    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+        "    export " + " ".join(f"{k}={v}" for k, v in RUN_AS_ROOT_ENV.items()),
         "fi",
         *prologue,
         'echo "h5mdx: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}, '
@@ -179,6 +174,20 @@ def mpi_rmsd_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _directives(*, job_name: str, ntasks: int, nodes: int | None, time_limit: str | None,
+                partition: str | None, account: str | None, mem_per_cpu: str | None
+                ) -> list[str]:
+    """The ``#SBATCH`` options of the job's name and resources (without ``#SBATCH``)."""
+    directives = [f"--job-name={job_name}", f"--ntasks={ntasks}"]
+    if nodes is not None:
+        directives.append(f"--nodes={int(nodes)}")
+    for option, value in (("time", time_limit), ("partition", partition),
+                          ("account", account), ("mem-per-cpu", mem_per_cpu)):
+        if value:
+            directives.append(f"--{option}={value}")
+    return directives
 
 
 def default_out_dir(job_id: str, chdir: str | os.PathLike[str] | None = None) -> Path:
@@ -219,12 +228,6 @@ class JobResult:
     def ok(self) -> bool:
         """The job completed with exit code 0."""
         return self.state == "COMPLETED" and self.exit_code in (0, None)
-
-
-def _run(cmd: Sequence[str], timeout: float = 30.0, stdin: str | None = None,
-         cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, check=False)
 
 
 def job_info(job_id: str) -> dict[str, str] | None:
@@ -283,7 +286,7 @@ def submit(script: str, *, cwd: str | os.PathLike[str] | None = None,
         )
     try:
         proc = _run(["sbatch", "--parsable", *sbatch_args], timeout=120.0, stdin=script,
-                    cwd=None if cwd is None else os.fspath(cwd))
+                    cwd=cwd)
     except subprocess.TimeoutExpired as err:
         raise SlurmError("sbatch did not answer within 120 s: is slurmctld up? (sinfo)") from err
     if proc.returncode != 0:
@@ -356,80 +359,3 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
         if cancel_on_timeout:
             _scancel(job_id)
         raise
-
-
-def _fmt(x: Any, spec: str = "8.3f") -> str:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return f"{'-':>{spec.split('.')[0]}}"
-    if value != value:  # NaN: unknown
-        return f"{'-':>{spec.split('.')[0]}}"
-    return format(value, spec)
-
-
-def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> str:
-    """A plain-text report of timing records: per task/rank phases, stragglers, advice.
-
-    Parameters
-    ----------
-    records : pandas.DataFrame
-        Timing records (:mod:`h5mdx.timing.records` schema), e.g. the
-        ``timing.csv`` that ``h5mdx mpi-rmsd --out DIR`` writes.
-    meta : mapping, optional
-        The run's metadata (for the header line).
-
-    Returns
-    -------
-    str
-        Lines: a header, one line per rank or task, the stragglers by the default
-        rule (duration without warm-up > 1.5 x median and > 50 ms longer) with their
-        slow phase, load imbalance,
-        R_comp/IO and the advice of :func:`h5mdx.timing.stragglers.advice`.
-    """
-    from h5mdx.timing.stragglers import advice, flag_stragglers, load_imbalance, ratios
-
-    df = records
-    if df.empty:
-        return "no timing records"
-    flagged = flag_stragglers(df)
-    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
-    backend = ", ".join(sorted(set(map(str, df["backend"]))))
-    n = int(df["n_workers"].max())
-    wall = float(df["t_stop"].max() - df["t_start"].min())
-    lines = [f"timing: {len(df)} record(s), backend {backend}, {n} worker(s)/rank(s), "
-             f"{wall:.3f} s from first start to last stop"
-             + (f", file {meta['file']}" if meta and meta.get("file") else "")]
-    lines.append(f"{'rank':>4} {'host':<12} {'frames':<13} {'init_top':>8} {'init_trj':>8} "
-                 f"{'io':>8} {'compute':>8} {'wait':>8} {'gather':>8} {'total':>8}  job")
-    order = flagged.sort_values(["rank", "t_start"] if df["rank"].notna().all() else "t_start")
-    for _, r in order.iterrows():
-        who = str(r["rank"]) if r["rank"] is not None and str(r["rank"]) != "<NA>" \
-            else str(r["worker"])[-4:]
-        frames = "" if str(r["frame_start"]) == "<NA>" else f"{r['frame_start']}-{r['frame_stop']}"
-        mark = "  STRAGGLER" if r["is_straggler"] else ""
-        job = r.get("slurm_job_id")
-        lines.append(
-            f"{who:>4} {str(r['host'])[:12]:<12} {frames:<13} {_fmt(r['t_init_top'])} "
-            f"{_fmt(r['t_init_traj'])} {_fmt(r['t_io'])} {_fmt(r['t_compute'])} "
-            f"{_fmt(r['t_wait'])} {_fmt(r['t_comm_gather'])} {_fmt(r['wall'])}  "
-            f"{job if job is not None and str(job) not in ('nan', '<NA>') else '-'}{mark}"
-        )
-    slow = flagged[flagged["is_straggler"]]
-    if slow.empty:
-        lines.append(f"stragglers ({rule}): none")
-    else:
-        items = [
-            f"{'rank ' + str(r['rank']) if str(r['rank']) != '<NA>' else r['task_key']} "
-            f"({r['duration']:.3f} s > {r['threshold']:.3f} s, slow in {r['slow_phase']})"
-            for _, r in slow.iterrows()
-        ]
-        lines.append(f"stragglers ({rule}): " + "; ".join(items))
-    imb = load_imbalance(df)
-    rat = ratios(df)
-    r_io = rat["R_comp_io"].iloc[0] if len(rat) == 1 else float("nan")
-    lines.append(f"load imbalance (max/mean busy): {imb.max():.2f}; "
-                 f"R_comp/IO: {_fmt(r_io, '.3g').strip()}")
-    for sentence in advice(df):
-        lines.append(f"advice: {sentence}")
-    return "\n".join(lines)

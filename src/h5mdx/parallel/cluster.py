@@ -9,7 +9,8 @@ the defaults that H5MD analysis needs:
   fail or hang on many parallel file systems, Lustre and NFS among them);
 - one single-threaded worker process per core (HDF5 serialises the calls of one
   process, so processes, not threads, read in parallel);
-- the workers run the interpreter of the caller (``python=sys.executable``);
+- the workers run the interpreter of the caller (``sys.executable``, dask-jobqueue's
+  default unless the config names another);
 - the network interface ``"lo"`` for scheduler and workers when every node of
   the SLURM cluster is this machine (a single-node test cluster), the default
   interface otherwise;
@@ -38,6 +39,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import getpass
+import inspect
 import math
 import os
 import re
@@ -45,7 +47,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -53,6 +54,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from h5mdx._subprocess import run as _run  # bounded; tests replace this name
 from h5mdx.errors import H5MDError
 
 __all__ = [
@@ -126,14 +128,6 @@ _WALLTIME = re.compile(
     r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$"
 )
 
-#: Arguments of SLURMCluster that the job objects do not take (left out of previews).
-_CLUSTER_ONLY = frozenset({
-    "n_workers", "loop", "security", "shared_temp_directory", "silence_logs", "name",
-    "asynchronous", "dashboard_address", "host", "scheduler_options", "scheduler_cls",
-    "protocol",
-})
-
-
 class SlurmError(H5MDError, OSError):
     """A SLURM command failed or rejected a job (e.g. an invalid partition or account)."""
 
@@ -175,12 +169,6 @@ def _first(*values: Any) -> Any:
         if v is not None:
             return v
     return None
-
-
-def _run(cmd: Sequence[str], timeout: float = 30.0,
-         stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), input=stdin, capture_output=True, text=True,
-                          timeout=timeout, check=False)
 
 
 def _short(host: str) -> str:
@@ -260,43 +248,55 @@ def slurm_options(
 ) -> dict[str, Any]:
     """The keyword arguments :func:`slurm` gives to ``SLURMCluster``.
 
-    Each value comes from the argument if given, else from dask's config
+    Only what h5mdx decides is in the result: the arguments given, and h5mdx's
+    defaults where they differ from dask-jobqueue's. Everything else is left out,
+    and ``SLURMCluster`` reads it from dask's config itself
     (``jobqueue.<config_name>.<key>``, e.g. ``jobqueue.slurm.walltime`` in
-    ``~/.config/dask/jobqueue.yaml``), else from h5mdx's default.
+    ``~/.config/dask/jobqueue.yaml``). h5mdx reads the config only where its
+    default depends on it: cores, processes and memory (defaults for what the
+    config leaves unset), the network interface, the job name, and the prologue
+    and scheduler options (extended, not replaced).
 
     Parameters
     ----------
     cores : int, optional
-        Cores per job (default 1).
+        Cores per job (default: the config's, else 1).
     memory : str, optional
-        Memory per job, e.g. ``"4GiB"`` (default 2 GiB per core).
+        Memory per job, e.g. ``"4GiB"`` (default: the config's, else 2 GiB per core).
     processes : int, optional
-        Worker processes per job (default: one per core, each with one thread).
+        Worker processes per job (default: the config's, else one per core, each
+        with one thread).
     walltime : str, optional
         SLURM time limit per job, e.g. ``"00:30:00"`` (default: dask-jobqueue's
         config, 30 minutes). Workers die with their job: ask for the whole run.
     queue, account : str, optional
-        SLURM partition (``-p``) and account (``-A``).
+        SLURM partition (``-p``) and account (``-A``) (default: the config's).
     interface : str or None, optional
         Network interface of the scheduler and the workers (``"ib0"``, ``"lo"``).
-        Default: ``$H5MDX_SLURM_INTERFACE``, else ``"lo"`` on a single-node
-        cluster of this machine (:func:`single_node_interface`), else dask's
-        choice. None means dask's choice.
+        Default: the config's, else ``$H5MDX_SLURM_INTERFACE``, else ``"lo"`` on a
+        single-node cluster of this machine (:func:`single_node_interface`), else
+        dask's choice. None means dask's choice. dask-jobqueue gives the scheduler
+        the workers' interface unless ``scheduler_options`` names a ``host`` or an
+        ``interface``.
     python : str, optional
-        Interpreter of the workers (default: this one, ``sys.executable``).
+        Interpreter of the workers (default: the config's, else this one,
+        ``sys.executable``: dask-jobqueue's own default).
     job_script_prologue : sequence of str, optional
-        Shell lines before the worker starts (``module load ...``). The line
-        :data:`HDF5_PROLOGUE` is added unless a line sets ``HDF5_USE_FILE_LOCKING``.
+        Shell lines before the worker starts (``module load ...``; default: the
+        config's). The line :data:`HDF5_PROLOGUE` is added unless a line sets
+        ``HDF5_USE_FILE_LOCKING``.
     scheduler_options : mapping, optional
         Options of the dask scheduler (merged over the config's); its
-        ``interface`` defaults to ``interface`` and its ``dashboard_address`` to
-        ``":0"`` (a free port; see ``client.dashboard_link``).
+        ``dashboard_address`` defaults to ``":0"`` (a free port; see
+        ``client.dashboard_link``).
     log_directory : path-like, optional
-        Where SLURM writes the jobs' output (default: the submission directory).
+        Where SLURM writes the jobs' output (default: the config's, else the
+        submission directory).
     job_extra_directives : sequence of str, optional
-        More ``#SBATCH`` options, e.g. ``["--exclusive"]``.
+        More ``#SBATCH`` options, e.g. ``["--exclusive"]`` (default: the config's).
     job_name : str, optional
-        SLURM job name (default: ``h5mdx-dask-<random>``, unique to the cluster).
+        SLURM job name (default: the config's if it is not dask-jobqueue's
+        ``dask-worker``, else ``h5mdx-dask-<random>``, unique to the cluster).
     config_name : str, optional
         Section of ``jobqueue`` in dask's config (default ``"slurm"``).
     **overrides
@@ -306,69 +306,72 @@ def slurm_options(
     Returns
     -------
     dict
-        Keyword arguments for ``dask_jobqueue.SLURMCluster``.
+        Keyword arguments for ``dask_jobqueue.SLURMCluster``; always ``cores``,
+        ``processes``, ``memory``, ``interface``, ``job_script_prologue``,
+        ``scheduler_options``, ``job_name`` and ``config_name``.
 
     Raises
     ------
     ValueError
         For impossible values (no cores, more processes than cores, a malformed
-        walltime).
+        walltime, given or in the config).
     """
-    cfg = {k: _config(k, config_name) for k in (
-        "cores", "memory", "processes", "walltime", "queue", "account", "interface",
-        "python", "job-script-prologue", "scheduler-options", "log-directory",
-        "job-extra-directives", "name")}
-    cores = _first(cores, cfg["cores"], 1)
+    cores = _first(cores, _config("cores", config_name), 1)
     try:
         cores = int(cores)
     except (TypeError, ValueError):
         raise ValueError(f"cores must be a whole number, not {cores!r}") from None
     if cores < 1:
         raise ValueError(f"cores must be at least 1, not {cores}")
-    processes = int(_first(processes, cfg["processes"], cores))
+    # dask-jobqueue's own default would be about sqrt(cores) processes of several threads
+    processes = int(_first(processes, _config("processes", config_name), cores))
     if not 1 <= processes <= cores:
         raise ValueError(
             f"processes={processes} must be between 1 and cores={cores}: each worker process "
             "needs a core (e.g. cores=4, processes=4 for four single-threaded workers)"
         )
-    memory = _first(memory, cfg["memory"], f"{DEFAULT_MEMORY_PER_CORE_GIB * cores}GiB")
-    walltime = _check_walltime(_first(walltime, cfg["walltime"]))
+    memory = _first(memory, _config("memory", config_name),
+                    f"{DEFAULT_MEMORY_PER_CORE_GIB * cores}GiB")
+    # checked here (given or configured) so that a typo fails before any job is submitted
+    _check_walltime(_first(walltime, _config("walltime", config_name)))
     if interface is _AUTO:
-        interface = _first(cfg["interface"], os.environ.get(INTERFACE_ENV) or None)
+        interface = _first(_config("interface", config_name),
+                           os.environ.get(INTERFACE_ENV) or None)
         if interface is None:
             interface = single_node_interface()
-    prologue = list(cfg["job-script-prologue"] or []) if job_script_prologue is None \
-        else list(job_script_prologue)
+    prologue = list(_config("job-script-prologue", config_name) or []) \
+        if job_script_prologue is None else list(job_script_prologue)
     if not any("HDF5_USE_FILE_LOCKING" in line for line in prologue):
         prologue.append(HDF5_PROLOGUE)
-    sched = dict(cfg["scheduler-options"] or {})
+    # given options extend the config's (SLURMCluster would replace them)
+    sched = dict(_config("scheduler-options", config_name) or {})
     sched.update(scheduler_options or {})
-    if interface and "host" not in sched and "interface" not in sched:
-        sched["interface"] = interface
     # a free port rather than 8787, often taken on shared login nodes (client.dashboard_link)
     sched.setdefault("dashboard_address", ":0")
     if job_name is None:
-        name = cfg["name"]
+        name = _config("name", config_name)
         job_name = name if name not in (None, "dask-worker") else (
             f"h5mdx-dask-{uuid.uuid4().hex[:8]}")
     options: dict[str, Any] = {
         "cores": cores,
         "processes": processes,
         "memory": memory,
-        "walltime": walltime,
-        "queue": _first(queue, cfg["queue"]),
-        "account": _first(account, cfg["account"]),
         "interface": interface,
-        "python": _first(python, cfg["python"], sys.executable),
         "job_script_prologue": prologue,
         "scheduler_options": sched,
-        "log_directory": _first(
-            None if log_directory is None else os.fspath(log_directory), cfg["log-directory"]),
-        "job_extra_directives": list(
-            _first(job_extra_directives, cfg["job-extra-directives"], [])),
         "job_name": job_name,
         "config_name": config_name,
     }
+    given = {
+        "walltime": None if walltime is None else _check_walltime(walltime),
+        "queue": queue,
+        "account": account,
+        "python": python,
+        "log_directory": None if log_directory is None else os.fspath(log_directory),
+        "job_extra_directives": None if job_extra_directives is None
+        else list(job_extra_directives),
+    }
+    options.update({k: v for k, v in given.items() if v is not None})
     options.update(overrides)
     return options
 
@@ -390,6 +393,23 @@ def _import_jobqueue() -> Any:
     return jq
 
 
+def _job_script(jq: Any, options: Mapping[str, Any], scheduler: str, name: str) -> str:
+    """The job script of a ``SLURMCluster(**options)``, without starting a scheduler.
+
+    ``cluster.job_script()`` is the public way, but it needs a cluster, whose
+    constructor starts a scheduler. So the script comes from the cluster's job
+    class (``SLURMCluster.job_cls``, public; what ``cluster.job_script()`` uses
+    too), given the keywords the cluster passes on to its jobs: all but the
+    cluster's own parameters (read from its public signature), ``interface``,
+    ``protocol`` and ``config_name`` being passed to both.
+    """
+    params = inspect.signature(jq.JobQueueCluster.__init__).parameters
+    cluster_only = {n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD} - {
+        "self", "interface", "protocol", "config_name"}
+    job_kwargs = {k: v for k, v in options.items() if k not in cluster_only}
+    return jq.SLURMCluster.job_cls(scheduler=scheduler, name=name, **job_kwargs).job_script()
+
+
 def job_script_preview(**kwargs: Any) -> str:
     """The job script :func:`slurm` would submit, without SLURM or a scheduler.
 
@@ -405,16 +425,15 @@ def job_script_preview(**kwargs: Any) -> str:
         scheduler address is a placeholder.
     """
     jq = _import_jobqueue()
-    opts = slurm_options(**kwargs)
-    job_kwargs = {k: v for k, v in opts.items() if k not in _CLUSTER_ONLY}
-    job = jq.slurm.SLURMJob(scheduler="tcp://<scheduler-address>:8786", name="h5mdx-preview",
-                            **job_kwargs)
-    return job.job_script()
+    return _job_script(jq, slurm_options(**kwargs), "tcp://<scheduler-address>:8786",
+                       "h5mdx-preview")
 
 
 # ------------------------------------------------------------------------------ the cluster
 
 _LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The job name :func:`slurm` gave each of its clusters (scancel --name in :func:`release`).
+_JOB_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _install_lock = threading.Lock()
 _installed = False
 
@@ -471,9 +490,7 @@ def _preflight(options: Mapping[str, Any], jq: Any) -> None:
             "sbatch is not on PATH: run this on a SLURM login node, or install SLURM "
             "(Debian: apt-get install slurm-wlm munge; h5mdx: bash scripts/setup.sh --slurm)"
         )
-    job_kwargs = {k: v for k, v in options.items() if k not in _CLUSTER_ONLY}
-    script = jq.slurm.SLURMJob(scheduler="tcp://127.0.0.1:1", name="h5mdx-preflight",
-                               **job_kwargs).job_script()
+    script = _job_script(jq, options, "tcp://127.0.0.1:1", "h5mdx-preflight")
     try:
         proc = _run(["sbatch", "--test-only"], timeout=60.0, stdin=script)
     except subprocess.TimeoutExpired as err:
@@ -523,7 +540,7 @@ def slurm(jobs: int | None = None, *, check: bool = True, **kwargs: Any) -> Any:
     if check:
         _preflight(options, jq)
     cluster = jq.SLURMCluster(**options)
-    cluster._h5mdx_job_name = options["job_name"]
+    _JOB_NAMES[cluster] = options["job_name"]
     _LIVE.add(cluster)
     _install_cleanup()
     if jobs:
@@ -714,7 +731,7 @@ def release(cluster: Any, timeout: float = 20.0) -> list[str]:
     _LIVE.discard(cluster)
     _restore_signals()
     left = [i for i, (state, _) in job_states(ids).items() if state not in _GONE]
-    name = getattr(cluster, "_h5mdx_job_name", None)
+    name = _JOB_NAMES.get(cluster)  # only for clusters made by slurm(): a name of their own
     if shutil.which("scancel") is None:
         return left
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):

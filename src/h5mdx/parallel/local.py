@@ -22,7 +22,9 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     n_workers : int, optional
         Number of worker processes.
     dashboard : bool, optional
-        Serve the dashboard on a free port (``dashboard_address=":0"``); off by default.
+        Serve the dashboard; off by default. The scheduler's HTTP server (health and
+        metrics, and the dashboard when asked) listens on a free port in both cases,
+        never on dask's default 8787, which another cluster may hold.
     **kwargs
         More arguments of ``distributed.LocalCluster`` (they win over the defaults).
 
@@ -36,7 +38,9 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
         "n_workers": n_workers,
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": ":0" if dashboard else None,
+        "dashboard_address": ":0",
     }
+    if not dashboard:
+        options["scheduler_kwargs"] = {"dashboard": False}
     options.update(kwargs)
     return distributed.LocalCluster(**options)

@@ -2,9 +2,10 @@
 
 ``with h5mdx.timing.capture() as run: result.compute()`` gives ``run.records``,
 one row per task in the schema of :mod:`h5mdx.timing.records`; the functions of
-:mod:`h5mdx.timing.stragglers` analyse them and :mod:`h5mdx.timing.plots` draws
-them. Importing this package imports only the standard library: pandas,
-dask, distributed and matplotlib are imported when a function needs them.
+:mod:`h5mdx.timing.stragglers` analyse them, :mod:`h5mdx.timing.plots` draws
+them and :mod:`h5mdx.timing.report` writes them as tables (text, Markdown or
+rich). Importing this package imports only the standard library: pandas, dask,
+distributed, matplotlib and rich are imported when a function needs them.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ __all__ = [
     "plot_scaling",
     "ratios",
     "read_spool",
+    "render_table",
     "save",
     "speedup",
+    "straggler_summary",
+    "task_table",
     "to_frame",
     "validate",
 ]
@@ -53,6 +57,9 @@ _LAZY = {
     "plot_gantt": "h5mdx.timing.plots",
     "plot_per_worker": "h5mdx.timing.plots",
     "plot_scaling": "h5mdx.timing.plots",
+    "render_table": "h5mdx.timing.report",
+    "straggler_summary": "h5mdx.timing.report",
+    "task_table": "h5mdx.timing.report",
 }
 
 

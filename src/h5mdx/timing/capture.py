@@ -270,36 +270,12 @@ def capture(
     ...     result.compute(num_workers=2)
     >>> run.records[["worker", "t_io", "t_compute", "t_wait"]]  # doctest: +SKIP
     """
-    from h5mdx.timing.records import BACKENDS, run_metadata
+    from h5mdx.timing.records import run_metadata
 
-    if backend is None:
-        backend = _detect_backend(client)
-    if backend not in _TASK_BACKENDS:
-        raise ValueError(
-            f"capture() records dask tasks; backend {backend!r} is not one of "
-            f"{', '.join(_TASK_BACKENDS)} (MPI ranks write their own records)"
-        )
-    assert backend in BACKENDS
-    distributed_like = backend in ("distributed", "dask-mpi", "slurm")
-    if distributed_like and client is None:
-        from distributed import default_client
-
-        try:
-            client = default_client()
-        except ValueError as err:
-            raise ValueError(
-                f"capture(backend={backend!r}) needs a distributed client: pass "
-                "capture(backend=..., client=client)"
-            ) from err
+    backend, client = _backend_and_client(backend, client)
+    distributed_like = backend in _CLIENT_BACKENDS
     if n_workers is None:
-        if distributed_like:
-            n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        else:
-            import dask
-
-            n_workers = 1 if backend == "synchronous" else int(
-                dask.config.get("num_workers", None) or os.cpu_count() or 1
-            )
+        n_workers = _count_workers(backend, client)
     run_id = run_id or uuid.uuid4().hex[:12]
     run = TimingRun(
         run_id, backend, int(n_workers),
@@ -315,19 +291,7 @@ def capture(
         stack.callback(_set_env, old_local)
         recorder = None
         if distributed_like:
-            old_remote = client.run(_set_env, values)
-            stack.callback(_restore_remote, client, old_remote)
-            run.pid_to_worker = {int(pid): addr for addr, pid in client.run(_worker_pid).items()}
-            client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
-            stack.callback(_unregister, client, plugin_name)
-            if report is not None:
-                from distributed import performance_report
-
-                from h5mdx._optional import import_optional
-
-                import_optional("bokeh", "dask's performance_report HTML")
-
-                stack.enter_context(performance_report(filename=os.fspath(report)))
+            _start_distributed(stack, run, client, values, plugin_name, report)
         else:
             recorder = _local_recorder()
             recorder.register()
@@ -336,17 +300,83 @@ def capture(
         try:
             yield run
         finally:
-            run.t_run_stop = time.time()
-            run.meta["t_run_start"] = run.t_run_start
-            run.meta["t_run_stop"] = run.t_run_stop
-            run.meta["wall"] = run.wall
-            if distributed_like:
-                run.scheduler_records = _distributed_rows(
-                    client.run_on_scheduler(_collect_plugin, name=plugin_name)
-                )
-            elif recorder is not None:
-                run.scheduler_records = _local_rows(recorder.rows, backend)
-            run.spooled = read_spool(spool)
+            _finish(run, client if distributed_like else None, plugin_name, recorder, spool)
+
+
+#: Backends whose tasks run on a distributed client.
+_CLIENT_BACKENDS = ("distributed", "dask-mpi", "slurm")
+
+
+def _backend_and_client(backend: str | None, client: Any) -> tuple[str, Any]:
+    """The backend (given or detected) and, for the distributed ones, the client."""
+    from h5mdx.timing.records import BACKENDS
+
+    if backend is None:
+        backend = _detect_backend(client)
+    if backend not in _TASK_BACKENDS:
+        raise ValueError(
+            f"capture() records dask tasks; backend {backend!r} is not one of "
+            f"{', '.join(_TASK_BACKENDS)} (MPI ranks write their own records)"
+        )
+    assert backend in BACKENDS
+    if backend in _CLIENT_BACKENDS and client is None:
+        from distributed import default_client
+
+        try:
+            client = default_client()
+        except ValueError as err:
+            raise ValueError(
+                f"capture(backend={backend!r}) needs a distributed client: pass "
+                "capture(backend=..., client=client)"
+            ) from err
+    return backend, client
+
+
+def _count_workers(backend: str, client: Any) -> int:
+    """The client's workers, or dask's ``num_workers`` (else the CPUs) of a local scheduler."""
+    if backend in _CLIENT_BACKENDS:
+        return len(client.scheduler_info(n_workers=-1)["workers"])
+    import dask
+
+    return 1 if backend == "synchronous" else int(
+        dask.config.get("num_workers", None) or os.cpu_count() or 1
+    )
+
+
+def _start_distributed(stack: ExitStack, run: TimingRun, client: Any,
+                       values: Mapping[str, str | None], plugin_name: str,
+                       report: str | os.PathLike[str] | None) -> None:
+    """Set the spool variables on the workers and register the scheduler plugin (undone
+    by ``stack``); start dask's performance report if asked."""
+    old_remote = client.run(_set_env, values)
+    stack.callback(_restore_remote, client, old_remote)
+    run.pid_to_worker = {int(pid): addr for addr, pid in client.run(_worker_pid).items()}
+    client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
+    stack.callback(_unregister, client, plugin_name)
+    if report is not None:
+        from distributed import performance_report
+
+        from h5mdx._optional import import_optional
+
+        import_optional("bokeh", "dask's performance_report HTML")
+
+        stack.enter_context(performance_report(filename=os.fspath(report)))
+
+
+def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool: str) -> None:
+    """Close the run: its times, the scheduler's records (of ``client`` or ``recorder``)
+    and the in-task records of the spool."""
+    run.t_run_stop = time.time()
+    run.meta["t_run_start"] = run.t_run_start
+    run.meta["t_run_stop"] = run.t_run_stop
+    run.meta["wall"] = run.wall
+    if client is not None:
+        run.scheduler_records = _distributed_rows(
+            client.run_on_scheduler(_collect_plugin, name=plugin_name)
+        )
+    elif recorder is not None:
+        run.scheduler_records = _local_rows(recorder.rows, run.backend)
+    run.spooled = read_spool(spool)
 
 
 def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) -> None:
@@ -434,13 +464,67 @@ def _match(run: TimingRun) -> list[tuple[dict[str, Any], dict[str, Any] | None]]
     return pairs
 
 
+def _task_row(run: TimingRun, rec: Mapping[str, Any], s: Mapping[str, Any] | None,
+              slurm: str | None) -> dict[str, Any]:
+    """The row of an in-task record and its scheduler record (None if unmatched)."""
+    nan = float("nan")
+    worker = s["worker"] if s is not None else _spooled_worker(run, rec)
+    row = {
+        "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
+        "worker": str(worker), "host": rec.get("host", socket.gethostname()),
+        "rank": rec.get("rank"), "slurm_job_id": rec.get("slurm_job_id", slurm),
+        "task_key": s["key"] if s is not None else str(
+            rec.get("task_key")
+            or f"{rec.get('kind', 'task')}-{rec['frame_start']}-{rec['frame_stop']}"
+        ),
+        "kind": rec.get("kind", "task"),
+        "frame_start": rec.get("frame_start"), "frame_stop": rec.get("frame_stop"),
+        "t_start": float(rec["t_start"]), "t_stop": float(rec["t_stop"]),
+        "wall": float(rec["t_stop"]) - float(rec["t_start"]),
+        "bytes_read": rec.get("bytes_read"),
+        "sched_start": s["sched_start"] if s is not None else nan,
+        "sched_stop": s["sched_stop"] if s is not None else nan,
+    }
+    for phase in _KNOWN_PHASES:
+        row[f"t_{phase}"] = float(rec.get(f"t_{phase}", 0.0 if phase == "warmup" else nan))
+    if s is not None and "t_transfer" in s:
+        row["t_transfer"] = s["t_transfer"]
+    return row
+
+
+def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None) -> dict[str, Any]:
+    """The row of a task that spooled no in-task record (phases NaN, kind from its key)."""
+    nan = float("nan")
+    return {
+        "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
+        "worker": str(s["worker"]), "host": socket.gethostname(), "rank": None,
+        "slurm_job_id": slurm, "task_key": s["key"], "kind": _key_split(s["key"]),
+        "frame_start": None, "frame_stop": None,
+        "t_start": s["sched_start"], "t_stop": s["sched_stop"],
+        "wall": s["sched_stop"] - s["sched_start"], "bytes_read": None,
+        "sched_start": s["sched_start"], "sched_stop": s["sched_stop"],
+        **{f"t_{p}": nan for p in _KNOWN_PHASES},
+        **({"t_transfer": s["t_transfer"]} if "t_transfer" in s else {}),
+    }
+
+
+def _set_waits(rows: list[dict[str, Any]],
+               intervals: Mapping[str, list[tuple[float, float, int]]], t0: float) -> None:
+    """``t_wait`` of each row: the worker's idle time since its previous task (or ``t0``)."""
+    for ivs in intervals.values():
+        last = t0
+        for start, stop, idx in sorted(ivs):
+            if idx >= 0:
+                rows[idx]["t_wait"] = max(0.0, start - last)
+            last = max(last, stop)
+
+
 def _merge(run: TimingRun) -> Any:
     import numpy as np
     import pandas as pd
 
     from h5mdx.timing.records import to_frame
 
-    nan = float("nan")
     slurm = os.environ.get("SLURM_JOB_ID")
     pairs = _match(run)
     matched_ids = {id(s) for _, s in pairs if s is not None}
@@ -452,30 +536,7 @@ def _merge(run: TimingRun) -> Any:
             RuntimeWarning,
             stacklevel=3,
         )
-    rows: list[dict[str, Any]] = []
-    for rec, s in pairs:
-        worker = s["worker"] if s is not None else _spooled_worker(run, rec)
-        row = {
-            "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
-            "worker": str(worker), "host": rec.get("host", socket.gethostname()),
-            "rank": rec.get("rank"), "slurm_job_id": rec.get("slurm_job_id", slurm),
-            "task_key": s["key"] if s is not None else str(
-                rec.get("task_key")
-                or f"{rec.get('kind', 'task')}-{rec['frame_start']}-{rec['frame_stop']}"
-            ),
-            "kind": rec.get("kind", "task"),
-            "frame_start": rec.get("frame_start"), "frame_stop": rec.get("frame_stop"),
-            "t_start": float(rec["t_start"]), "t_stop": float(rec["t_stop"]),
-            "wall": float(rec["t_stop"]) - float(rec["t_start"]),
-            "bytes_read": rec.get("bytes_read"),
-            "sched_start": s["sched_start"] if s is not None else nan,
-            "sched_stop": s["sched_stop"] if s is not None else nan,
-        }
-        for phase in _KNOWN_PHASES:
-            row[f"t_{phase}"] = float(rec.get(f"t_{phase}", 0.0 if phase == "warmup" else nan))
-        if "t_transfer" in (s or {}):
-            row["t_transfer"] = s["t_transfer"]  # type: ignore[index]
-        rows.append(row)
+    rows = [_task_row(run, rec, s, slurm) for rec, s in pairs]
     # Untimed tasks: their intervals count for the workers' idle time, and rows if asked.
     others = [s for s in run.scheduler_records if id(s) not in matched_ids]
     intervals: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
@@ -487,24 +548,9 @@ def _merge(run: TimingRun) -> Any:
         idx = -1
         if run.all_tasks:
             idx = len(rows)
-            rows.append({
-                "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
-                "worker": str(s["worker"]), "host": socket.gethostname(), "rank": None,
-                "slurm_job_id": slurm, "task_key": s["key"], "kind": _key_split(s["key"]),
-                "frame_start": None, "frame_stop": None,
-                "t_start": s["sched_start"], "t_stop": s["sched_stop"],
-                "wall": s["sched_stop"] - s["sched_start"], "bytes_read": None,
-                "sched_start": s["sched_start"], "sched_stop": s["sched_stop"],
-                **{f"t_{p}": nan for p in _KNOWN_PHASES},
-                **({"t_transfer": s["t_transfer"]} if "t_transfer" in s else {}),
-            })
+            rows.append(_untimed_row(run, s, slurm))
         intervals[str(s["worker"])].append((s["sched_start"], s["sched_stop"], idx))
-    for ivs in intervals.values():
-        last = run.t_run_start
-        for start, stop, idx in sorted(ivs):
-            if idx >= 0:
-                rows[idx]["t_wait"] = max(0.0, start - last)
-            last = max(last, stop)
+    _set_waits(rows, intervals, run.t_run_start)
     if not rows:
         from h5mdx.timing.records import empty
 

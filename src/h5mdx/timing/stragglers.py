@@ -430,94 +430,140 @@ def advice(df: pd.DataFrame, speedup_table: pd.DataFrame | None = None) -> list[
     list of str
         Sentences, most important first; empty when nothing stands out.
     """
-    out: list[str] = []
     if df.empty:
         return ["No timing records: did the tasks use BlockTimer and was H5MDX_TIMING_SPOOL set?"]
+    rules = (_io_advice, _comm_advice, _straggler_advice, _warmup_advice, _imbalance_advice,
+             _idle_advice, _init_advice)
+    out = [sentence for rule in rules if (sentence := rule(df)) is not None]
+    scaling = _scaling_advice(speedup_table)
+    if scaling is not None:
+        out.append(scaling)
+    return out
+
+
+def _io_advice(df: pd.DataFrame) -> str | None:
+    """I/O bound, balanced or compute bound, by R_comp/IO."""
     t_comp = df["t_compute"].sum(min_count=1)
     t_io = df["t_io"].sum(min_count=1)
-    if pd.notna(t_comp) and pd.notna(t_io) and t_io > 0:
-        r = t_comp / t_io
-        if r < 1:
-            out.append(
-                f"I/O bound: R_comp/IO = {r:.2g}; reading takes longer than computing, so more "
-                "workers on the same file system help little. Use a chunk-aligned layout "
-                "(h5mdx rechunk: time-blocked chunks, no or fast compression) or parallel "
-                "HDF5 (h5mdx mpi-rmsd)."
-            )
-        elif r < 3:
-            out.append(
-                f"Balanced between I/O and compute: R_comp/IO = {r:.2g}; both the layout "
-                "(h5mdx rechunk) and the kernel matter."
-            )
-        else:
-            out.append(
-                f"Compute bound: R_comp/IO = {r:.2g}; the analysis should scale with workers "
-                "until the cores run out."
-            )
+    if not (pd.notna(t_comp) and pd.notna(t_io) and t_io > 0):
+        return None
+    r = t_comp / t_io
+    if r < 1:
+        return (
+            f"I/O bound: R_comp/IO = {r:.2g}; reading takes longer than computing, so more "
+            "workers on the same file system help little. Use a chunk-aligned layout "
+            "(h5mdx rechunk: time-blocked chunks, no or fast compression) or parallel "
+            "HDF5 (h5mdx mpi-rmsd)."
+        )
+    if r < 3:
+        return (
+            f"Balanced between I/O and compute: R_comp/IO = {r:.2g}; both the layout "
+            "(h5mdx rechunk) and the kernel matter."
+        )
+    return (
+        f"Compute bound: R_comp/IO = {r:.2g}; the analysis should scale with workers "
+        "until the cores run out."
+    )
+
+
+def _comm_advice(df: pd.DataFrame) -> str | None:
+    """Communication bound, by R_comp/comm."""
+    t_comp = df["t_compute"].sum(min_count=1)
     comm = df["t_comm_gather"]
     if "t_transfer" in df:
         comm = comm.fillna(df["t_transfer"])
     t_comm = comm.sum(min_count=1)
     if pd.notna(t_comp) and pd.notna(t_comm) and t_comm > 0 and t_comp / t_comm < 1:
-        out.append(
+        return (
             f"Communication bound: R_comp/comm = {t_comp / t_comm:.2g}; moving results costs "
             "more than computing them. Return less data per task or gather with MPI."
         )
+    return None
+
+
+def _straggler_advice(df: pd.DataFrame) -> str | None:
+    """How many stragglers, and what their slow phase points at."""
     flagged = flag_stragglers(df)
     n_slow = int(flagged["is_straggler"].sum())
-    if n_slow:
-        phases = flagged.loc[flagged["is_straggler"], "slow_phase"].value_counts()
-        main = str(phases.index[0])
-        why = {
-            "io": "the file system or the storage layout (contention, cold cache, chunks "
-                  "that do not match the blocks)",
-            "compute": "the CPU (other jobs or more workers than cores)",
-            "other": "time outside the measured phases (scheduler, serialisation, GC)",
-        }.get(main, f"the {main} phase")
-        out.append(
-            f"{n_slow} straggler task(s) of {len(flagged)} ({straggler_rule()}), "
-            f"mostly slow in {main}: look at {why}. More blocks per worker (e.g. 3) let "
-            "faster workers take over the work of slow ones."
-        )
+    if not n_slow:
+        return None
+    phases = flagged.loc[flagged["is_straggler"], "slow_phase"].value_counts()
+    main = str(phases.index[0])
+    why = {
+        "io": "the file system or the storage layout (contention, cold cache, chunks "
+              "that do not match the blocks)",
+        "compute": "the CPU (other jobs or more workers than cores)",
+        "other": "time outside the measured phases (scheduler, serialisation, GC)",
+    }.get(main, f"the {main} phase")
+    return (
+        f"{n_slow} straggler task(s) of {len(flagged)} ({straggler_rule()}), "
+        f"mostly slow in {main}: look at {why}. More blocks per worker (e.g. 3) let "
+        "faster workers take over the work of slow ones."
+    )
+
+
+def _warmup_advice(df: pd.DataFrame) -> str | None:
+    """A warm-up that takes more than a tenth of the work."""
     warm = warmup_summary(df)
     if warm["fraction"] > 0.1:
-        out.append(
+        return (
             f"Warm-up (loading the kernel) takes {_pct(warm['fraction'])} of the work "
             f"({warm['seconds']:.2f} s in {warm['n_tasks']:.0f} task(s)): a longer run "
             "amortises it; it is not counted as straggling."
         )
-    imb = load_imbalance(df)
-    worst = imb.max()
+    return None
+
+
+def _imbalance_advice(df: pd.DataFrame) -> str | None:
+    """The busiest worker above 1.25 x the mean."""
+    worst = load_imbalance(df).max()
     if pd.notna(worst) and worst > 1.25:
-        out.append(
+        return (
             f"Load imbalance: the busiest worker worked {worst:.2f} x the mean; use more, "
             "smaller blocks (--blocks-per-worker 3) or check for idle workers."
         )
+    return None
+
+
+def _idle_advice(df: pd.DataFrame) -> str | None:
+    """Task workers idle more than a fifth of their time (SPMD ranks do not count)."""
     task_backend = ~df["backend"].isin(SPMD_BACKENDS)
     wait = df.loc[task_backend, "t_wait"].sum(min_count=1)
     worked = busy(df[task_backend]).sum()
     if pd.notna(wait) and wait + worked > 0 and wait / (wait + worked) > 0.2:
-        out.append(
+        return (
             f"Workers were idle {_pct(wait / (wait + worked))} of their time before and "
             "between tasks: start-up (e.g. the processes scheduler's new pool), too few "
             "tasks for the workers, or scheduler overhead larger than the tasks; use "
             "larger blocks or fewer workers."
         )
+    return None
+
+
+def _init_advice(df: pd.DataFrame) -> str | None:
+    """Opening topology and trajectory above a tenth of the work."""
     init = df[["t_init_top", "t_init_traj"]].sum(axis=1, min_count=1).sum(min_count=1)
     total = busy(df).sum()
     if pd.notna(init) and total > 0 and init / total > 0.1:
-        out.append(
+        return (
             f"Opening the topology and trajectory takes {_pct(init / total)} of the work; "
             "open once per worker, not per task."
         )
-    if speedup_table is not None and not speedup_table.empty:
-        top = speedup_table.dropna(subset=["E"])
-        if not top.empty:
-            row = top.sort_values(["n_workers", "E"]).iloc[-1]
-            n = int(row["n_workers"])
-            if n > 1 and row["E"] < 0.5:
-                out.append(
-                    f"Poor scaling: E({n}) = {row['E']:.2f} (S = {row['S']:.2f}) with "
-                    f"{row.get('backend', '')}; see the I/O and straggler remarks."
-                )
-    return out
+    return None
+
+
+def _scaling_advice(speedup_table: pd.DataFrame | None) -> str | None:
+    """A parallel efficiency below 0.5 at the largest N."""
+    if speedup_table is None or speedup_table.empty:
+        return None
+    top = speedup_table.dropna(subset=["E"])
+    if top.empty:
+        return None
+    row = top.sort_values(["n_workers", "E"]).iloc[-1]
+    n = int(row["n_workers"])
+    if n > 1 and row["E"] < 0.5:
+        return (
+            f"Poor scaling: E({n}) = {row['E']:.2f} (S = {row['S']:.2f}) with "
+            f"{row.get('backend', '')}; see the I/O and straggler remarks."
+        )
+    return None

@@ -1,0 +1,65 @@
+"""The one compression-spec parser (h5mdx.format.compression) and its HDF5 filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from h5mdx.format.compression import (
+    BLOSC_CODECS,
+    Compression,
+    compression_kwargs,
+    parse_compression,
+)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    (None, Compression("none")),
+    ("none", Compression("none")),
+    ("", Compression("none")),
+    ("gzip", Compression("gzip", 4)),
+    (" GZIP:1 ", Compression("gzip", 1)),
+    ("lzf", Compression("lzf")),
+    ("zstd", Compression("zstd", 3)),
+    ("zstd:7", Compression("zstd", 7)),
+    ("blosc", Compression("blosc", 5, "lz4", shuffle=True)),
+    ("blosc:zstd", Compression("blosc", 5, "zstd", shuffle=True)),
+    ("blosc:lz4hc:9", Compression("blosc", 9, "lz4hc", shuffle=True)),
+])
+def test_parse(spec, expected):
+    assert parse_compression(spec) == expected
+    assert parse_compression(spec).enabled == (expected.codec != "none")
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    ("brotli", "unknown compression 'brotli'; use none, gzip"),
+    ("gzip:12", "gzip level must be 0-9"),
+    ("gzip:1:2", "gzip level must be 0-9"),
+    ("gzip:fast", "level must be an integer"),
+    ("lzf:3", "lzf takes no level"),
+    ("none:1", "none takes no level"),
+    ("zstd:1:2", "zstd takes one level"),
+    ("blosc:snappy", "unknown blosc codec 'snappy'"),
+    ("blosc:lz4:5:1", "blosc takes a codec and a level"),
+    ("blosc:lz4:x", "level must be an integer"),
+])
+def test_bad_specs(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_compression(spec)
+    with pytest.raises(ValueError, match=match):
+        compression_kwargs(spec)
+
+
+def test_hdf5_filters():
+    assert compression_kwargs(None) == {} == compression_kwargs("none")
+    assert compression_kwargs("gzip") == {"compression": "gzip", "compression_opts": 4}
+    assert compression_kwargs(Compression("gzip", 2)) == {"compression": "gzip",
+                                                          "compression_opts": 2}
+    assert compression_kwargs("lzf") == {"compression": "lzf"}
+
+
+@pytest.mark.parametrize("spec", ["zstd:5", *(f"blosc:{c}:3" for c in BLOSC_CODECS)])
+def test_plugin_filters(spec):
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    kwargs = compression_kwargs(spec)
+    wanted = hdf5plugin.Zstd.filter_id if spec.startswith("zstd") else hdf5plugin.BLOSC_ID
+    assert kwargs["compression"] == wanted

@@ -1,0 +1,112 @@
+"""The one table renderer: text, Markdown and rich tables; the per-task table of records."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import pytest
+
+from h5mdx.timing import records as rec
+from h5mdx.timing.report import render_table, task_table
+
+HEADER = ["scheduler", "N", "t (s)"]
+ROWS = [["threads", "1", "0.25"], ["distributed", "16", "1.5"]]
+
+
+def test_text_pads_columns_and_aligns_numbers_right():
+    lines = render_table(ROWS, HEADER).splitlines()
+    assert lines == ["scheduler     N  t (s)",
+                     "threads       1   0.25",
+                     "distributed  16    1.5"]
+
+
+def test_text_formats_floats_and_missing_values():
+    text = render_table([["a", 0.123456, None], ["b", float("nan"), pd.NA]], ["x", "y", "z"],
+                        floatfmt=".2f")
+    assert text.splitlines()[1:] == ["a  0.12  -", "b     -  -"]
+
+
+def test_text_align_title_and_no_header():
+    text = render_table([["1", "a"], ["22", "bb"]], align="><", title="T")
+    assert text.splitlines() == ["T", " 1  a", "22  bb"]
+    assert render_table([["a", "1"]], align=["left", "right"]) == "a  1"
+
+
+def test_markdown():
+    text = render_table(ROWS, HEADER, fmt="markdown")
+    assert text.splitlines() == ["| scheduler | N | t (s) |", "|:---|---:|---:|",
+                                 "| threads | 1 | 0.25 |", "| distributed | 16 | 1.5 |"]
+
+
+def test_dataframe_gives_its_columns():
+    df = pd.DataFrame({"backend": ["threads"], "S": [1.0]}, index=[7])
+    assert render_table(df, fmt="markdown").splitlines()[2] == "| threads | 1 |"
+    assert render_table(df).splitlines()[0] == "backend  S"
+
+
+def test_rich_table_has_title_columns_and_cells():
+    pytest.importorskip("rich")
+    text = render_table(ROWS, HEADER, fmt="rich", title="h5mdx bench: read", width=100)
+    assert "h5mdx bench: read" in text and "\x1b[" not in text  # no colour codes
+    assert "┃ scheduler" in text and "│ distributed │" in text and "1.5 │" in text
+    assert "\x1b[" in render_table(ROWS, HEADER, fmt="rich", title="T", color=True)
+
+
+def test_rich_missing_falls_back_to_text(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    monkeypatch.setitem(sys.modules, "rich.table", None)
+    assert render_table(ROWS, HEADER, fmt="rich", title="T") == "T\n" + render_table(ROWS, HEADER)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"fmt": "html"}, "valid options are: text, markdown, rich"),
+    ({"align": "<>"}, "one '<' or '>' per column"),
+    ({"align": "<>^"}, "one '<' or '>' per column"),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        render_table(ROWS, HEADER, **kwargs)
+
+
+def test_bad_rows_and_markdown_without_header():
+    with pytest.raises(ValueError, match="every row needs 3 cells"):
+        render_table([["a", "1"]], HEADER)
+    with pytest.raises(ValueError, match="needs a header"):
+        render_table(ROWS, fmt="markdown")
+
+
+def _dask_records():
+    rows = [{"run_id": "r", "backend": "threads", "n_workers": 2,
+             "worker": f"thread-{1000 + i}", "task_key": f"k{i}", "kind": "rmsd",
+             "frame_start": 10 * i, "frame_stop": 10 * i + 10, "t_start": 1.0 + i,
+             "t_stop": 1.5 + i, "t_io": 0.125, "t_compute": 0.25} for i in range(2)]
+    return rec.to_frame(rows)
+
+
+def test_task_table_of_dask_tasks():
+    lines = task_table(_dask_records()).splitlines()
+    assert lines[0].split() == ["rank", "host", "frames", "init_top", "init_traj", "io",
+                                "compute", "wait", "gather", "total", "job"]
+    first = lines[1].split()
+    # no rank: the end of the worker's name; unknown phases and job: "-"
+    assert first[0] == "1000" and first[2] == "0-10"
+    assert first[3:5] == ["-", "-"] and first[5:7] == ["0.125", "0.250"]
+    assert first[-2:] == ["0.500", "-"]
+
+
+def test_task_table_columns_and_flag():
+    df = _dask_records()
+    df["is_straggler"] = [False, True]
+    lines = task_table(df, ("frames", "io", "flag")).splitlines()
+    assert lines == ["frames     io", "0-10    0.125", "10-20   0.125  STRAGGLER"]
+    records = df.to_dict("records")
+    assert task_table(records, ("frames", "io")) == task_table(df, ("frames", "io"))
+    with pytest.raises(ValueError, match="unknown column"):
+        task_table(df, ("frames", "disk"))
+
+
+def test_task_table_markdown():
+    text = task_table(_dask_records(), ("frames", "total"), fmt="markdown")
+    assert text.splitlines()[1:] == ["|:---|---:|", "| 0-10 | 0.500 |", "| 10-20 | 0.500 |"]
