@@ -353,6 +353,51 @@ def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: fl
     )
 
 
+def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
+                kernel_args: tuple) -> da.Array:
+    """One task per dask block of ``plan``'s array, taking the block as it is read."""
+    data, atoms = plan
+    if len(data.chunks[1]) > 1 or len(data.chunks[2]) > 1:
+        warnings.warn(
+            "the positions are split into several dask chunks along atom/spatial; "
+            "rechunking once. Open the file with chunks={} (the h5md engine keeps "
+            "whole frames in a block) or chunks={'atom': -1, 'spatial': -1}.",
+            UserWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        data = data.rechunk({1: -1, 2: -1})
+    # one task per block, each taking its (time, atom, spatial) block as it is:
+    # map_blocks with drop_axis would pass every block through np.concatenate, a full
+    # copy of the positions read
+    bounds = np.cumsum((0, *data.chunks[0]))
+    dsk = {
+        (name, i): (_dask_block, (data.name, i, 0, 0), *kernel_args,
+                    int(bounds[i]), int(bounds[i + 1]), atoms)
+        for i in range(len(data.chunks[0]))
+    }
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[data])
+    return da.Array(graph, name, chunks=(data.chunks[0],), dtype=np.float64,
+                    meta=np.array((), dtype=np.float64))
+
+
+def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: list[int],
+                kernel_args: tuple) -> da.Array:
+    """One task per block of frames ending at ``ends``, each reading its frames itself."""
+    source, atoms = plan
+    step = _read_step(source)
+    dsk = {}
+    sizes = []
+    for i, b in enumerate(ends):
+        a = ends[i - 1] if i else 0
+        # a Variable on (time, atom, spatial): no coordinates travel with the task
+        block = source.variable[a:b]
+        dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step)
+        sizes.append(b - a)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
+    return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
+                    meta=np.array((), dtype=np.float64))
+
+
 def rmsd(
     position: xr.DataArray,
     reference: Any = 0,
@@ -427,49 +472,16 @@ def rmsd(
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block)
     name = f"rmsd-{token}"
 
+    kernel_args = (ref_c, w, superposition, kernel)
     if is_dask:
-        data, atoms = _dask_plan(position, sub, idx)
-        if len(data.chunks[1]) > 1 or len(data.chunks[2]) > 1:
-            warnings.warn(
-                "the positions are split into several dask chunks along atom/spatial; "
-                "rechunking once. Open the file with chunks={} (the h5md engine keeps "
-                "whole frames in a block) or chunks={'atom': -1, 'spatial': -1}.",
-                UserWarning,
-                stacklevel=_user_stacklevel(),
-            )
-            data = data.rechunk({1: -1, 2: -1})
-        # one task per block, each taking its (time, atom, spatial) block as it is:
-        # map_blocks with drop_axis would pass every block through np.concatenate, a full
-        # copy of the positions read
-        bounds = np.cumsum((0, *data.chunks[0]))
-        dsk = {
-            (name, i): (_dask_block, (data.name, i, 0, 0), ref_c, w, superposition, kernel,
-                        int(bounds[i]), int(bounds[i + 1]), atoms)
-            for i in range(len(data.chunks[0]))
-        }
-        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[data])
-        result = da.Array(graph, name, chunks=(data.chunks[0],), dtype=np.float64,
-                          meta=np.array((), dtype=np.float64))
+        result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args)
     else:
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
             ends = np.cumsum(dask_blocks).tolist()
         else:
             fpb = _block_frames(sub, frames_per_block, chunk_mib)
             ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
-        source, atoms = _read_plan(position, idx)
-        step = _read_step(source)
-        dsk = {}
-        sizes = []
-        for i, b in enumerate(ends):
-            a = ends[i - 1] if i else 0
-            # a Variable on (time, atom, spatial): no coordinates travel with the task
-            block = source.variable[a:b]
-            dsk[(name, i)] = (_lazy_block, block, ref_c, w, superposition, kernel, a, b, atoms,
-                              step)
-            sizes.append(b - a)
-        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
-        result = da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
-                          meta=np.array((), dtype=np.float64))
+        result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args)
 
     coords = {k: v for k, v in sub.coords.items() if v.dims == (TIME_DIM,)}
     attrs = {"long_name": "RMSD after optimal superposition" if superposition
