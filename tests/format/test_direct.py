@@ -202,3 +202,43 @@ def test_chunks_stored_without_an_optional_filter(tmp_path):
     got, used = _read_direct(path, (slice(None),) * 3)
     assert used
     assert got.tobytes() == values.tobytes()
+
+
+class _WithChunkIter:
+    """A dataset whose ``id`` offers ``chunk_iter`` (HDF5 >= 1.12.3) on any HDF5: built on
+    ``get_chunk_info`` here, to test what h5mdx does with it."""
+
+    def __init__(self, dset):
+        self._dset = dset
+        self.id = self
+
+    def __getattr__(self, name):
+        return getattr(self._dset.id if name.startswith("get_") else self._dset, name)
+
+    def chunk_iter(self, visit):
+        for i in range(self._dset.id.get_num_chunks()):
+            visit(self._dset.id.get_chunk_info(i))
+
+
+def test_many_chunks_without_chunk_iteration_fall_back(tmp_path):
+    """Looking 1,000 small chunks up one by one walks the index each time: h5py reads them,
+    unless HDF5 can iterate over the chunks in one pass."""
+    path = str(tmp_path / "many.h5")
+    values = _values("<f4")[:, :8]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("few", data=values, chunks=(1, 8, 3))  # 57 chunks
+        f.create_dataset("many", data=np.tile(values, (20, 1, 1)), chunks=(1, 8, 3))
+    with h5py.File(path, "r") as f:
+        assert isinstance(direct.plan_direct(f["few"]), direct.DirectReader)
+        if not hasattr(f["many"].id, "chunk_iter"):
+            with pytest.raises(direct.Unsupported, match="1140 chunks of 96 bytes"):
+                direct.plan_direct(f["many"])
+        reader = direct.plan_direct(_WithChunkIter(f["many"]))
+        # every chunk located when planned: nothing left to look up
+        assert len(reader._index) == 1140
+        box = (slice(0, 1140), slice(0, 8), slice(0, 3))
+        assert reader.missing(box) == []
+    try:
+        assert reader.read(box).tobytes() == np.tile(values, (20, 1, 1)).tobytes()
+    finally:
+        reader.close()
