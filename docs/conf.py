@@ -82,6 +82,9 @@ h5mdx_results = [
      "python benchmarks/bench_open.py"),
     ("rmsd.md", "RMSD: h5mdx against the I/O floor, MDAnalysis and mdtraj",
      "python benchmarks/bench_rmsd.py"),
+    ("scale-2core.md", "Scaling against the N-process read floor (2 cores)",
+     "python benchmarks/bench_scale.py --frames 30000 --workers 1,2 --repeats 5 "
+     "--tag=-2core"),
     ("layouts.md", "Layouts: chunks, compression and Zarr",
      "python benchmarks/bench_layouts.py"),
     ("mpi.md", "MPI-IO, dask-mpi and local dask processes",
