@@ -14,8 +14,8 @@ installed (it comes with zarr), chunks of the HDF5 Blosc (32001) and Zstandard
 Chunk addresses come from one pass over the chunk index (``chunk_iter``, HDF5
 1.12.3 and later) when the dataset is planned. Older HDF5 (Debian 12's parallel
 build is 1.10.8) can only look chunks up one by one, each look-up walking the
-index; datasets with too many small chunks for that (:data:`MANY_CHUNKS`,
-:data:`LOOKUP_BYTES_PER_CHUNK`: MDAnalysis' one-frame chunks of a long
+index; datasets with too many small chunks for that (``MANY_CHUNKS``,
+``LOOKUP_BYTES_PER_CHUNK``: MDAnalysis' one-frame chunks of a long
 trajectory) are then read through h5py.
 
 Anything unusual -- external or virtual storage, a userblock, a file driver
@@ -69,7 +69,7 @@ MAX_OVERREAD = 4
 #: for 30,000 chunks, HDF5 1.10.8; 635 µs for the last of 30,000 with HDF5 2.0). A
 #: dataset with at most this many chunks is always read directly.
 MANY_CHUNKS = 256
-#: Beyond :data:`MANY_CHUNKS`, bytes per chunk needed per chunk in the dataset for the
+#: Beyond ``MANY_CHUNKS``, bytes per chunk needed per chunk in the dataset for the
 #: look-ups to cost under ~10 % of reading the chunks from the page cache (~5 GB/s):
 #: 7.5 ns x n_chunks <= 0.1 x chunk_bytes / 5 GB/s. (100, 3341, 3) float32 chunks (4 MB)
 #: qualify up to ~10,000 chunks; (1, 3341, 3) chunks (40 kB) up to 256.
