@@ -189,13 +189,17 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
 
 
 # ------------------------------------------------------------------------------ RSS
+# VmHWM (this process's peak), not getrusage's ru_maxrss: Linux carries ru_maxrss over
+# fork and exec, so a child of this benchmark reported the benchmark's own peak (1.7 GB
+# after the grid) instead of its own (~0.3 GB)
 RSS_SCRIPT = r"""
-import resource, sys, dask, xarray as xr, h5mdx, numpy as np
+import sys, dask, xarray as xr, h5mdx, numpy as np
 sel = np.unique(np.linspace(1, 3339, 214).astype(np.int64))
 with dask.config.set(scheduler="synchronous"):
     with xr.open_dataset(sys.argv[1], engine="h5md") as ds:
         h5mdx.rmsd(ds.position, select=sel).values
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+with open("/proc/self/status") as fh:
+    print(next(line.split()[1] for line in fh if line.startswith("VmHWM:")))
 """
 
 
