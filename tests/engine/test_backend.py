@@ -523,3 +523,24 @@ def test_corrupt_chunk_error_at_compute(tmp_path):
     assert isinstance(err.value, OSError)
     assert path in str(err.value)
     ds.close()
+
+
+def test_h5py_reads_reuse_scratch_buffers(adk_h5md, adk_positions, monkeypatch):
+    """Through h5py too, reads inside direct.scratch_buffers land in this thread's reused
+    buffer (a fresh array per read costs an mmap and zeroed pages where dask's nanny sets
+    MALLOC_TRIM_THRESHOLD_); outside it every read gets its own array."""
+    from h5mdx.format.direct import scratch_buffers
+
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        var = ds.position.variable
+        pointers = []
+        for a in (0, 40):
+            with scratch_buffers():
+                block = np.asarray(var[a:a + 40].values)
+                np.testing.assert_array_equal(block, adk_positions[a:a + 40])
+                pointers.append(block.__array_interface__["data"][0])
+        assert pointers[0] == pointers[1]
+        first, second = np.asarray(var[0:40].values), np.asarray(var[40:80].values)
+        assert not np.shares_memory(first, second)
+        np.testing.assert_array_equal(first, adk_positions[:40])

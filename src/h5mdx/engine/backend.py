@@ -128,6 +128,15 @@ class H5MDArray(BackendArray):
             slab = dset[(key[0], slice(lo, hi), *key[2:])]
             axis = 0 if isinstance(key[0], (int, np.integer)) else 1  # an int drops time
             return np.take(slab, idx - lo, axis=axis)
+        if len(key) == len(self.shape) and all(isinstance(k, slice) for k in key):
+            # into a reused buffer inside direct.scratch_buffers (rmsd tasks), not a fresh
+            # array of every read (see direct.empty)
+            shape = tuple(len(range(*k.indices(n))) for k, n in zip(key, dset.shape,
+                                                                    strict=True))
+            out = _direct.empty(shape, dset.dtype)
+            if out.size:
+                dset.read_direct(out, source_sel=key)
+            return out
         return np.asarray(dset[key])
 
     def _getitem(self, key: tuple) -> np.ndarray:
