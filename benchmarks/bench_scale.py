@@ -188,35 +188,46 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
     return rows
 
 
-# ------------------------------------------------------------------------------ RSS
+# ------------------------------------------------------------------- one new process
+CHILD_SCRIPT = r"""
+import sys, time, dask, xarray as xr, h5mdx
+here, path, select, warm = sys.argv[1:5]
+sys.path.insert(0, here)
+from bench_scale import ca_indices
+from h5mdx.analysis.qcp import warm_up
+
+sel = ca_indices() if select == "ca" else None
+
+
+def rmsd(p):
+    with xr.open_dataset(p, engine="h5md") as ds:
+        h5mdx.rmsd(ds.position, select=sel).values
+
+
+with dask.config.set(scheduler="synchronous"):
+    if warm != "-":  # imports and the kernel, not this file
+        warm_up()
+        rmsd(warm)
+    t0 = time.perf_counter()
+    rmsd(path)
+    seconds = time.perf_counter() - t0
 # VmHWM (this process's peak), not getrusage's ru_maxrss: Linux carries ru_maxrss over
 # fork and exec, so a child of this benchmark reported the benchmark's own peak (1.7 GB
 # after the grid) instead of its own (~0.3 GB)
-RSS_SCRIPT = r"""
-import sys, dask, xarray as xr, h5mdx, numpy as np
-sel = np.unique(np.linspace(1, 3339, 214).astype(np.int64))
-with dask.config.set(scheduler="synchronous"):
-    with xr.open_dataset(sys.argv[1], engine="h5md") as ds:
-        h5mdx.rmsd(ds.position, select=sel).values
 with open("/proc/self/status") as fh:
-    print(next(line.split()[1] for line in fh if line.startswith("VmHWM:")))
+    print(seconds, next(line.split()[1] for line in fh if line.startswith("VmHWM:")))
 """
 
 
-FIRST_PASS_SCRIPT = r"""
-import sys, time, dask, xarray as xr, h5mdx, numpy as np
-from h5mdx.analysis.qcp import warm_up
-path, warm, select = sys.argv[1], sys.argv[2], sys.argv[3]
-sel = np.unique(np.linspace(1, 3339, 214).astype(np.int64)) if select == "ca" else None
-warm_up()
-with dask.config.set(scheduler="synchronous"):
-    with xr.open_dataset(warm, engine="h5md") as ds:  # imports and kernel, not this file
-        h5mdx.rmsd(ds.position, select=sel).values
-    t0 = time.perf_counter()
-    with xr.open_dataset(path, engine="h5md") as ds:
-        h5mdx.rmsd(ds.position, select=sel).values
-print(time.perf_counter() - t0)
-"""
+def _child(path: str, select: str, warm: str = "-") -> tuple[float, float]:
+    """One synchronous RMSD over ``path`` in a new process: its seconds and peak RSS (MiB).
+
+    ``warm``: a file to compute on first (imports and kernel loaded, untimed), or "-".
+    """
+    out = subprocess.run([sys.executable, "-c", CHILD_SCRIPT, HERE, path, select, warm],
+                         capture_output=True, text=True, check=True)
+    seconds, kib = out.stdout.split()[-2:]
+    return float(seconds), int(kib) / 1024
 
 
 def first_pass(path: str, warm: str, select: str, repeats: int) -> float:
@@ -225,18 +236,12 @@ def first_pass(path: str, warm: str, select: str, repeats: int) -> float:
     What a user's one-off analysis costs: the file's chunk index is not known yet in
     that process (the warm-up of :func:`median_time` hides that cost).
     """
-    times = []
-    for _ in range(max(1, repeats)):
-        out = subprocess.run([sys.executable, "-c", FIRST_PASS_SCRIPT, path, warm, select],
-                             capture_output=True, text=True, check=True)
-        times.append(float(out.stdout.split()[-1]))
-    return statistics.median(times)
+    return statistics.median(_child(path, select, warm)[0] for _ in range(max(1, repeats)))
 
 
 def peak_rss(path: str) -> float:
-    out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, path], capture_output=True,
-                         text=True, check=True)
-    return int(out.stdout.split()[-1]) / 1024  # KiB -> MiB
+    """Peak RSS (MiB) of one process computing the C-alpha RMSD of ``path``."""
+    return _child(path, "ca")[1]
 
 
 # --------------------------------------------------------------------------- report
