@@ -366,8 +366,7 @@ def index_all_chunks(dset: h5py.Dataset) -> dict[tuple[int, ...], tuple[int, int
     located: dict[tuple[int, ...], tuple[int, int, int]] = {}
 
     def visit(info: Any) -> None:
-        located[tuple(int(c) for c in info.chunk_offset)] = (
-            int(info.byte_offset), int(info.size), int(info.filter_mask))
+        located[tuple(int(c) for c in info.chunk_offset)] = _location(info)
 
     chunk_iter(visit)
     return located
@@ -383,11 +382,13 @@ def locate_chunks(dset: h5py.Dataset, coords: list[tuple[int, ...]]
     located: dict[tuple[int, ...], tuple[int, int, int] | None] = {}
     for coord in coords:
         info = dset.id.get_chunk_info_by_coord(coord)
-        if info.byte_offset is None:
-            located[coord] = None
-            continue
-        located[coord] = (int(info.byte_offset), int(info.size), int(info.filter_mask))
+        located[coord] = None if info.byte_offset is None else _location(info)
     return located
+
+
+def _location(info: Any) -> tuple[int, int, int]:
+    """``(byte offset, size, filter mask)`` of h5py's ``StoreInfo`` for one chunk."""
+    return int(info.byte_offset), int(info.size), int(info.filter_mask)
 
 
 def enabled() -> bool:
