@@ -37,8 +37,8 @@ psf = adk_topology()
 # ## Open the file
 #
 # `engine="h5md"` comes with h5mdx. `chunks={}` makes the variables dask arrays whose blocks are
-# whole HDF5 chunks (about 32 MiB each: here 800 frames, 8 chunks of 100). `topology=` adds
-# per-atom coordinates from any topology MDAnalysis reads.
+# whole HDF5 chunks (about 128 MiB each, dask's default block size: here 3,300 frames, 33 chunks
+# of 100). `topology=` adds per-atom coordinates from any topology MDAnalysis reads.
 
 # %%
 ds = xr.open_dataset(path, engine="h5md", topology=psf, chunks={})

@@ -437,7 +437,7 @@ def rmsd(
     frames_per_block : int, optional
         Frames per task where ``position`` is not dask-backed; default: the
         engine's preferred block (whole HDF5 chunks, ~``chunk_mib`` MiB).
-    chunk_mib : float, default 32
+    chunk_mib : float, default 128
         Target block size when there is no preferred block.
 
     Returns

@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "dask-mpi, formerly 'mpi', under mpirun)")
     p.add_argument("--chunk-mib", type=float, default=None, metavar="M",
                    help="target size of one task's block in MiB, in whole HDF5 chunks "
-                        "along time (default 32)")
+                        "along time (default 128)")
     p.add_argument("--frames-per-block", type=int, default=None,
                    help="frames per task (overrides --chunk-mib)")
     p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto")

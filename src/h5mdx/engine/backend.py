@@ -4,7 +4,7 @@
 group (or of ``/observables``) and returns variables backed by
 :class:`H5MDArray`, which reads from disk only when indexed. Each variable
 declares ``encoding["preferred_chunks"]``: whole HDF5 chunks along ``time``
-sized near a target (32 MiB by default) and every other axis whole, so
+sized near a target (128 MiB by default, dask's own) and every other axis whole, so
 ``chunks={}`` gives one dask task per few tens of MiB, never one per frame.
 Files are held by xarray's :class:`~xarray.backends.CachingFileManager` and
 read under the HDF5 lock, so datasets pickle to dask workers.
@@ -783,7 +783,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             MDAnalysis selection restricting the ``atom`` dimension (needs ``topology``).
         convert_units : bool, default False
             Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
-        chunk_mib : float, default 32
+        chunk_mib : float, default 128
             Target size of the preferred dask blocks along ``time``.
         swmr : bool, default False
             Open a file that is being written in SWMR mode: the Dataset shows the
