@@ -57,7 +57,6 @@ N_ATOMS = 3341
 N_TEMPLATES = 64
 DSET = "particles/trajectory/position/value"
 CHUNKS = {"c100": lambda n: (100, n, 3), "c1": lambda n: (1, n, 3), "contig": lambda n: None}
-BLOCK_MIB = 32.0
 
 
 # ------------------------------------------------------------------------------- data
@@ -106,11 +105,11 @@ def build(path: str, n_frames: int, layout: str) -> str:
 
 
 def block_frames(path: str) -> int:
-    from h5mdx.engine.chunking import time_block
+    from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
 
     with h5py.File(path, "r") as f:
         d = f[DSET]
-        return time_block(d.shape, d.dtype.itemsize, d.chunks, BLOCK_MIB)
+        return time_block(d.shape, d.dtype.itemsize, d.chunks, DEFAULT_TARGET_MIB)
 
 
 # ---------------------------------------------------------------------------- h5mdx

@@ -503,12 +503,26 @@ def test_bad_structures(tmp_path):
     _expect(path, "no group 'nope'.*'particles/g'", exc=ValueError, group="nope")
 
 
-def test_corrupt_chunk_error_at_compute(tmp_path):
-    value = np.random.default_rng(0).normal(size=(40, 50, 3))
+@pytest.mark.parametrize("filters", [
+    {"compression": "gzip"},
+    {"compression": "lzf"},
+    pytest.param("lz4", id="lz4"),
+    pytest.param("blosc", id="blosc"),
+    pytest.param("zstd", id="zstd"),
+])
+def test_corrupt_chunk_error_at_compute(tmp_path, filters):
+    """A damaged compressed chunk: H5MDReadError naming the file, element and frames,
+    on the direct path (each codec's own error) and through h5py alike."""
+    import hdf5plugin
+
+    if isinstance(filters, str):
+        filters = dict({"lz4": hdf5plugin.LZ4(), "blosc": hdf5plugin.Blosc(),
+                        "zstd": hdf5plugin.Zstd()}[filters])
+    value = np.random.default_rng(0).normal(size=(40, 50, 3)).round(1)  # compressible
     path = write_h5md(
         tmp_path / "corrupt.h5md",
         particles={"g": {"position": dict(value=value, step=np.arange(40), chunks=(10, 50, 3),
-                                          compression="gzip")}},
+                                          **filters)}},
     )
     with h5py.File(path, "r") as f:
         info = f["particles/g/position/value"].id.get_chunk_info(1)

@@ -26,13 +26,17 @@ LAYOUTS = {
     "gzip": ({"chunks": (10, 41, 3), "compression": "gzip"}, True),
     "gzip+shuffle": ({"chunks": (8, 16, 3), "compression": "gzip", "shuffle": True}, True),
     "shuffle": ({"chunks": (10, 41, 3), "shuffle": True}, True),
-    "lzf": ({"chunks": (10, 41, 3), "compression": "lzf"}, False),
+    "lzf": ({"chunks": (10, 41, 3), "compression": "lzf"}, True),
+    "lzf+shuffle": ({"chunks": (8, 16, 3), "compression": "lzf", "shuffle": True}, True),
     "blosc lz4+shuffle": ({"chunks": (10, 41, 3), **hdf5plugin.Blosc(
         cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)}, True),
     "blosc zstd+bitshuffle": ({"chunks": (8, 16, 3), **hdf5plugin.Blosc(
         cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.BITSHUFFLE)}, True),
     "zstd": ({"chunks": (10, 41, 3), **hdf5plugin.Zstd()}, True),
-    "lz4 (HDF5 framing)": ({"chunks": (10, 41, 3), **hdf5plugin.LZ4()}, False),
+    "lz4 (HDF5 framing)": ({"chunks": (10, 41, 3), **hdf5plugin.LZ4()}, True),
+    "lz4 (HDF5 framing, small blocks)": ({"chunks": (10, 41, 3),
+                                          **hdf5plugin.LZ4(nbytes=1000)}, True),
+    "bitshuffle+lz4": ({"chunks": (10, 41, 3), **hdf5plugin.Bitshuffle()}, False),
     "fletcher32": ({"chunks": (10, 41, 3), "fletcher32": True}, False),
     "scaleoffset": ({"chunks": (10, 41, 3), "scaleoffset": 3}, False),
 }

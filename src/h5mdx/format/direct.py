@@ -9,7 +9,9 @@ HDF5 (once, under the caller's lock) where each chunk is, then reads the bytes
 with ``os.pread`` into the output array and decodes them with zlib and numpy,
 all of which release the GIL. Threads then read in parallel. Where numcodecs is
 installed (it comes with zarr), chunks of the HDF5 Blosc (32001) and Zstandard
-(32015) plugin filters are decoded with it too (its codecs release the GIL).
+(32015) plugin filters are decoded with it too; where imagecodecs is installed
+(the ``compress`` extra), chunks of h5py's LZF (32000) and of the HDF5 LZ4 plugin
+(32004) are (the codecs of both release the GIL).
 
 Chunk addresses come from one pass over the chunk index (``chunk_iter``, HDF5
 1.12.3 and later) when the dataset is planned. Older HDF5 (Debian 12's parallel
@@ -19,12 +21,12 @@ index; datasets with too many small chunks for that (``MANY_CHUNKS``,
 trajectory) are then read through h5py.
 
 Anything unusual -- external or virtual storage, a userblock, a file driver
-other than the default, unallocated chunks, other filters (LZF, LZ4, bitshuffle,
-scale-offset, Fletcher-32, ...), a skipped filter, non-numeric types -- is not
+other than the default, unallocated chunks, other filters (bitshuffle, scale-offset,
+Fletcher-32, ...; LZF and LZ4 without imagecodecs), non-numeric types -- is not
 planned (:func:`plan_direct` gives the reason) and the caller reads through h5py.
 
-This module knows h5py, numpy and the standard library only, and numcodecs where
-installed.
+This module knows h5py, numpy and the standard library only, and numcodecs and
+imagecodecs where installed.
 """
 
 from __future__ import annotations
@@ -79,19 +81,38 @@ LOOKUP_BYTES_PER_CHUNK = 400
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
 #: Registered ids of the HDF5 plugin filters whose chunks are plain codec frames.
+_LZF = 32000
 _BLOSC = 32001
+_LZ4 = 32004
 _ZSTD = 32015
+#: Filters whose decoder must be told the decoded size (the chunk's bytes): they may
+#: only follow shuffle in the pipeline, which keeps the size.
+_SIZED = {_LZF}
 
 
 def _decoders() -> dict[int, Any]:
-    """Filter id -> ``decode(bytes) -> bytes`` for the filters read directly."""
-    decoders: dict[int, Any] = {_DEFLATE: zlib.decompress}
+    """Filter id -> ``decode(data, nbytes) -> bytes`` for the filters read directly.
+
+    ``nbytes`` is the chunk's size once decoded (used by LZF, whose frames do not
+    record it).
+    """
+    decoders: dict[int, Any] = {_DEFLATE: lambda data, nbytes: zlib.decompress(data)}
     try:
         from numcodecs import Zstd, blosc
-    except ImportError:  # numcodecs is optional: those filters are read through h5py
+    except ImportError:  # optional: those filters are then read through h5py
+        pass
+    else:
+        zstd = Zstd()
+        decoders[_BLOSC] = lambda data, nbytes: blosc.decompress(data)
+        decoders[_ZSTD] = lambda data, nbytes: zstd.decode(data)
+    try:
+        import imagecodecs
+    except ImportError:
         return decoders
-    decoders[_BLOSC] = blosc.decompress
-    decoders[_ZSTD] = Zstd().decode
+    # LZF: h5py's filter (lzf_filter.c) stores bare liblzf frames; LZ4: the HDF5 LZ4
+    # plugin's framing (sizes in big-endian headers), imagecodecs' "lz4h5"
+    decoders[_LZF] = lambda data, nbytes: imagecodecs.lzf_decode(data, out=nbytes)
+    decoders[_LZ4] = lambda data, nbytes: imagecodecs.lz4h5_decode(data)
     return decoders
 
 
@@ -123,7 +144,7 @@ class DirectReader:
     offset : int or None
         Byte offset of contiguous data.
     filters : tuple of int
-        The filter pipeline (deflate, shuffle, Blosc, Zstandard), in the order applied
+        The filter pipeline (deflate, shuffle, Blosc, Zstandard, LZF, LZ4), in the order applied
         on write.
     """
 
@@ -267,13 +288,17 @@ class DirectReader:
             if mask & (1 << i):
                 continue
             if code in _DECODERS:
-                data = _DECODERS[code](data)
+                data = _decode_one(code, data, self._chunk_bytes())
             elif code == _SHUFFLE:
                 size = self.dtype.itemsize
                 a = np.frombuffer(data, dtype=np.uint8)
                 data = a.reshape(size, -1).T.copy() if size > 1 else a
         assert self.chunks is not None
         return np.frombuffer(data, dtype=self.dtype).reshape(self.chunks)
+
+    def _chunk_bytes(self) -> int:
+        assert self.chunks is not None
+        return math.prod(self.chunks) * self.dtype.itemsize
 
     def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
                     out: np.ndarray) -> None:
@@ -288,6 +313,16 @@ class DirectReader:
             src.append(slice(lo - c, hi - c))
             dst.append(slice(lo - s.start, hi - s.start))
         out[tuple(dst)] = chunk[tuple(src)]
+
+
+def _decode_one(code: int, data: Any, nbytes: int) -> Any:
+    """One filter's decoding; a codec's own error becomes a ValueError (a corrupt chunk)."""
+    try:
+        return _DECODERS[code](data, nbytes)
+    except (ValueError, zlib.error):
+        raise
+    except Exception as err:  # numcodecs/imagecodecs raise RuntimeError or their own
+        raise ValueError(f"decoding filter {code} failed: {err}") from err
 
 
 def plan_direct(dset: h5py.Dataset) -> DirectReader:
@@ -338,6 +373,9 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
     if any(code not in _DECODERS and code != _SHUFFLE for code in filters):
         raise Unsupported(f"filters {filters}")
+    for i, code in enumerate(filters):
+        if code in _SIZED and any(c != _SHUFFLE for c in filters[:i]):
+            raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     located = index_all_chunks(dset)
     if located is not None:
