@@ -23,7 +23,9 @@ For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores)
    chunk index not yet known there), with imports and the kernel loaded first.
 
 Each h5mdx figure is the median of ``--repeats`` runs after one warm-up run (warm page
-cache; the numba kernel loaded on every worker before timing). Reported: frames/s,
+cache; the numba kernel loaded on every worker before timing); the runs of one scheduler
+and N are interleaved (a round runs every open mode and selection once), so that a slow
+spell of a shared machine falls on all of them alike. Reported: frames/s,
 the ratio to the floor at the same N, S(N) and E(N) against the floor at N=1 and
 against h5mdx at N=1; and the peak RSS of one worker on a trajectory and on one 4x
 longer (``--rss-frames``).
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -130,14 +133,19 @@ def h5mdx_run(path: str, mode: str, select: np.ndarray | None) -> Callable[[], A
     return run
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
-    fn()  # warm-up
-    times = []
+def interleaved(timers: dict[Any, Callable[[], float]], repeats: int) -> dict[Any, list[float]]:
+    """Seconds of each timer in each round: one warm-up each, then ``repeats`` rounds of all.
+
+    A round runs every timer once, so a slow spell of a shared machine falls on all of
+    them alike instead of on whichever ran then.
+    """
+    for timer in timers.values():
+        timer()  # warm-up
+    times: dict[Any, list[float]] = {key: [] for key in timers}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times
+        for key, timer in timers.items():
+            times[key].append(timer())
+    return times
 
 
 def _warm_kernel() -> None:
@@ -169,15 +177,17 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
             ctx = dask.config.set(scheduler="threads", num_workers=n)
         try:
             with ctx:
-                for mode in args.opens:
-                    for sel_name in args.selections:
-                        fn = h5mdx_run(path, mode, selections[sel_name])
-                        t, times = median_time(fn, args.repeats)
-                        rows.append({"scheduler": sched, "open": mode, "select": sel_name,
-                                     "n": n, "seconds": t, "times": times,
-                                     "frames_per_s": frames / t})
-                        print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
-                              f"{frames / t:12,.0f} frames/s", flush=True)
+                timers: dict[Any, Callable[[], float]] = {
+                    (mode, sel): functools.partial(_timed, h5mdx_run(path, mode,
+                                                                     selections[sel]))
+                    for mode in args.opens for sel in args.selections}
+                for (mode, sel_name), ts in interleaved(timers, args.repeats).items():
+                    t = statistics.median(ts)
+                    rows.append({"scheduler": sched, "open": mode, "select": sel_name,
+                                 "n": n, "seconds": t, "times": ts,
+                                 "frames_per_s": frames / t})
+                    print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
+                          f"{frames / t:12,.0f} frames/s", flush=True)
         finally:
             if sched == "distributed":
                 client.close()
@@ -233,7 +243,7 @@ def first_pass(path: str, warm: str, select: str, repeats: int) -> float:
     """Median seconds of the first RMSD over ``path`` in a new process (imports excluded).
 
     What a user's one-off analysis costs: the file's chunk index is not known yet in
-    that process (the warm-up of :func:`median_time` hides that cost).
+    that process (the warm-up of :func:`interleaved` hides that cost).
     """
     return statistics.median(_child(path, select, warm)[0] for _ in range(max(1, repeats)))
 
@@ -241,6 +251,69 @@ def first_pass(path: str, warm: str, select: str, repeats: int) -> float:
 def peak_rss(path: str) -> float:
     """Peak RSS (MiB) of one process computing the C-alpha RMSD of ``path``."""
     return _child(path, "ca")[1]
+
+
+# ----------------------------------------------------------- where one worker's time goes
+def _best_rate(fn: Callable[[], Any], frames: int, repeats: int) -> float:
+    fn()
+    best = min(_timed(fn) for _ in range(max(1, repeats)))
+    return frames / best
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def breakdown(path: str, repeats: int) -> dict[str, float]:
+    """One process, one core: the read and the kernel of an RMSD task, each alone (frames/s).
+
+    ``h5py reused buffer``: h5py reading a task's step (~4 MiB of whole chunks) at a time
+    into one buffer; ``h5mdx read``: the engine's read of the same steps as a task does it
+    (direct where it applies); ``kernel all``/``kernel ca``: the numba kernel on one step of
+    frames already in the CPU cache; ``bound all``/``bound ca``: what a task that reads,
+    then computes, can reach: ``1 / (1 / h5mdx read + 1 / kernel)``.
+    """
+    import xarray as xr
+
+    from h5mdx.analysis.qcp import rmsd_qcp, warm_up
+    from h5mdx.analysis.rmsd import READ_STEP_BYTES
+    from h5mdx.format.direct import scratch_buffers
+
+    warm_up()
+    with h5py.File(path, "r") as f:
+        d = f[DSET]
+        n, per = d.shape[0], (d.chunks or (1,))[0]
+        step = max(per, READ_STEP_BYTES // (N_ATOMS * 3 * 4) // per * per)
+        buf = np.empty((step, N_ATOMS, 3), dtype=d.dtype)
+
+        def h5py_reused() -> None:
+            for a in range(0, n, step):
+                b = min(n, a + step)
+                d.read_direct(buf, source_sel=np.s_[a:b], dest_sel=np.s_[0:b - a])
+
+        rates = {"h5py reused buffer": _best_rate(h5py_reused, n, repeats)}
+        frames = d[:step]
+    with xr.open_dataset(path, engine="h5md") as ds:
+        var = ds.position.variable
+
+        def h5mdx_read() -> None:
+            for a in range(0, n, step):
+                with scratch_buffers():
+                    np.asarray(var[a:a + step].values)
+
+        rates["h5mdx read"] = _best_rate(h5mdx_read, n, repeats)
+    ca = ca_indices()
+    for name, atoms in (("all", None), ("ca", ca)):
+        ref = (frames[0] if atoms is None else frames[0, atoms]).astype(np.float64)
+        ref -= ref.mean(axis=0)
+        rates[f"kernel {name}"] = _best_rate(
+            lambda r=ref, a=atoms: rmsd_qcp(r, frames, None, True, "numba",
+                                            reference_centered=True, atoms=a),
+            step, 5 * repeats)
+        rates[f"bound {name}"] = 1 / (1 / rates["h5mdx read"] + 1 / rates[f"kernel {name}"])
+    return rates
 
 
 # --------------------------------------------------------------------------- report
@@ -286,10 +359,13 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
         f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
-        f"warm page cache, h5mdx: medians of {results['repeats']} after a warm-up; floor: best of {results['repeats']}. "
+        f"warm page cache, h5mdx: medians of {results['repeats']} after a warm-up (rounds "
+        f"interleaving the open modes and selections); floor: best of {results['repeats']}. "
         f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.",
         "",
-        "vs floor: h5mdx frames/s over the N-process h5py read floor at the same N. "
+        "vs floor: h5mdx frames/s (median) over the N-process h5py read floor at the same N "
+        "(best of the repeats, read back to back, measured first: h5py's best case; the "
+        "floor varies most from run to run, as each of its reads fills a new array). "
         "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor at N=1. "
         "first pass (new process): one synchronous RMSD in a process that has not read "
         "the file before (imports and kernel loaded first), median of the repeats.",
@@ -309,6 +385,14 @@ def markdown(results: dict) -> str:
                 f"{r['frames_per_s']:,.0f} | {r['vs_floor']:.2f} | {r['speedup']:.2f} | "
                 f"{r['efficiency']:.2f} | {r['speedup_vs_floor1']:.2f} |")
         lines.append("")
+        if layout.get("breakdown"):
+            floor1 = layout["floor"][0]["frames_per_s"]
+            lines += ["One process, one core, each step alone (`breakdown` in bench_scale.py): frames/s "
+                      "and the ratio to the read floor at N=1.", "",
+                      "| step | frames/s | vs floor |", "|---|---|---|"]
+            lines += [f"| {what} | {rate:,.0f} | {rate / floor1:.2f} |"
+                      for what, rate in layout["breakdown"].items()]
+            lines.append("")
     if results.get("rss"):
         r = results["rss"]
         lines += ["## Peak RSS of one worker", "",
@@ -348,8 +432,40 @@ def plot(results: dict, path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-def main() -> int:
+def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
+    """Floor, breakdown, every scheduler x N and the first pass on one layout."""
     from h5mdx.examples import read_floor
+
+    path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
+    t0 = time.perf_counter()
+    build(path, args.frames, layout)
+    print(f"{layout}: {path} ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    block = block_frames(path)
+    entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
+                             "h5mdx": []}
+    for n in args.workers:
+        floor = read_floor(path, workers=n, repeats=args.repeats)
+        entry["floor"].append({"n": n, "seconds": floor["seconds"],
+                               "frames_per_s": floor["frames_per_s"]})
+        print(f"    read floor  N={n:2d} {floor['frames_per_s']:12,.0f} frames/s",
+              flush=True)
+    entry["breakdown"] = breakdown(path, args.repeats)
+    for what, rate in entry["breakdown"].items():
+        print(f"    {what:20s} {rate:12,.0f} frames/s", flush=True)
+    for n in args.workers:
+        entry["h5mdx"] += scheduler_runs(args, path, n, args.frames)
+    warm = build(os.path.join(args.data, f"scale-{layout}-200.h5md"), 200, layout)
+    for sel_name in args.selections:
+        t = first_pass(path, warm, sel_name, args.repeats)
+        entry["h5mdx"].append({"scheduler": "first pass (new process)", "open": "lazy",
+                               "select": sel_name, "n": 1, "seconds": t,
+                               "frames_per_s": args.frames / t})
+        print(f"    first pass  {sel_name:3s} N= 1 {args.frames / t:12,.0f} frames/s",
+              flush=True)
+    return entry
+
+
+def main() -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cores = os.cpu_count() or 1
@@ -366,7 +482,13 @@ def main() -> int:
     p.add_argument("--data", default=os.path.join(HERE, "data"))
     p.add_argument("--tag", default="", help="suffix of the result files")
     p.add_argument("--quick", action="store_true", help="small smoke run")
+    p.add_argument("--report", metavar="JSON",
+                   help="only write the .md and .png again from a results .json")
     args = p.parse_args()
+    if args.report:
+        with open(args.report) as fh:
+            write_report(json.load(fh), args.report.removesuffix(".json"), with_json=False)
+        return 0
     if args.quick:
         args.frames, args.repeats, args.rss_frames = 3000, 1, 1000
     args.layouts = args.layouts.split(",")
@@ -384,30 +506,7 @@ def main() -> int:
         "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"), "layouts": {},
     }
     for layout in args.layouts:
-        path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
-        t0 = time.perf_counter()
-        build(path, args.frames, layout)
-        print(f"{layout}: {path} ready in {time.perf_counter() - t0:.1f} s", flush=True)
-        block = block_frames(path)
-        entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
-                                 "h5mdx": []}
-        for n in args.workers:
-            floor = read_floor(path, workers=n, repeats=args.repeats)
-            entry["floor"].append({"n": n, "seconds": floor["seconds"],
-                                   "frames_per_s": floor["frames_per_s"]})
-            print(f"    read floor  N={n:2d} {floor['frames_per_s']:12,.0f} frames/s",
-                  flush=True)
-        for n in args.workers:
-            entry["h5mdx"] += scheduler_runs(args, path, n, args.frames)
-        warm = build(os.path.join(args.data, f"scale-{layout}-200.h5md"), 200, layout)
-        for sel_name in args.selections:
-            t = first_pass(path, warm, sel_name, args.repeats)
-            entry["h5mdx"].append({"scheduler": "first pass (new process)", "open": "lazy",
-                                   "select": sel_name, "n": 1, "seconds": t,
-                                   "frames_per_s": args.frames / t})
-            print(f"    first pass  {sel_name:3s} N= 1 {args.frames / t:12,.0f} frames/s",
-                  flush=True)
-        results["layouts"][layout] = entry
+        results["layouts"][layout] = layout_runs(args, layout)
     if args.rss_frames:
         small = build(os.path.join(args.data, f"scale-c100-{args.rss_frames}.h5md"),
                       args.rss_frames, "c100")
@@ -415,17 +514,22 @@ def main() -> int:
                     4 * args.rss_frames, "c100")
         results["rss"] = {"frames_1x": args.rss_frames, "mib_1x": peak_rss(small),
                           "frames_4x": 4 * args.rss_frames, "mib_4x": peak_rss(big)}
-    derive(results)
     os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"scale{args.tag}")
-    with open(stem + ".json", "w") as fh:
-        json.dump(results, fh, indent=1)
+    write_report(results, os.path.join(RESULTS, f"scale{args.tag}"))
+    return 0
+
+
+def write_report(results: dict, stem: str, with_json: bool = True) -> None:
+    """Derive the ratios and write ``stem.json`` (unless ``with_json=False``), ``.md``, ``.png``."""
+    derive(results)
+    if with_json:
+        with open(stem + ".json", "w") as fh:
+            json.dump(results, fh, indent=1)
     with open(stem + ".md", "w") as fh:
         fh.write(markdown(results))
     plot(results, stem + ".png")
     print(markdown(results))
-    print(f"wrote {stem}.json, .md, .png")
-    return 0
+    print(f"wrote {stem}: {'.json, ' if with_json else ''}.md, .png")
 
 
 if __name__ == "__main__":

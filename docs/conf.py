@@ -82,9 +82,16 @@ h5mdx_results = [
      "python benchmarks/bench_open.py"),
     ("rmsd.md", "RMSD: h5mdx against the I/O floor, MDAnalysis and mdtraj",
      "python benchmarks/bench_rmsd.py"),
-    ("scale-2core.md", "Scaling against the N-process read floor (2 cores)",
+    ("scale-2core.md", "Scaling against the N-process read floor (2 cores, h5py from PyPI)",
      "python benchmarks/bench_scale.py --frames 30000 --workers 1,2 --repeats 5 "
      "--tag=-2core"),
+    ("scale-2core-hdf5-1.10.md",
+     "Scaling against the N-process read floor (2 cores, h5py built on HDF5 1.10.8 by "
+     "setup.sh --mpi)",
+     "python benchmarks/bench_scale.py --frames 30000 --workers 1,2 --repeats 5 "
+     "--tag=-2core-hdf5-1.10"),
+    ("blocks.md", "RMSD against the dask block size (2 cores)",
+     "python benchmarks/bench_blocks.py --workers 1,2"),
     ("layouts.md", "Layouts: chunks, compression and Zarr",
      "python benchmarks/bench_layouts.py"),
     ("mpi.md", "MPI-IO, dask-mpi and local dask processes",

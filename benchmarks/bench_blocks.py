@@ -1,0 +1,162 @@
+"""RMSD throughput against the dask block size (``frames_per_block``), in one run.
+
+Every task costs the scheduler a roughly fixed time (pickling, queues, the worker's
+bookkeeping: 1-2 ms on a 2-core VM), while an RMSD task's memory does not grow with its
+block (it reads ~4 MiB at a time). This measures what that fixed cost takes from
+``h5mdx.rmsd`` for blocks of ``--mib`` MiB (default 32, 64, 128: 128 MiB is dask's
+``array.chunk-size`` and h5mdx's default) on the dask process pool, ``distributed`` and
+the threaded scheduler, with ``--workers`` workers, for the C-alpha and the all-atom RMSD.
+
+The trajectory is ``bench_scale``'s synthetic one (``--frames`` x 3341 atoms, chunks of
+100 frames). Every figure is the median of ``--repeats`` rounds; a round runs every block
+size once in turn (after one warm-up each), so that a slow spell of a shared machine
+falls on all of them alike. Results: ``benchmarks/results/blocks.{json,md}``.
+Run: ``.venv/bin/python benchmarks/bench_blocks.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import functools
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_scale import (  # noqa: E402 - the benchmark next to this one
+    N_ATOMS,
+    RESULTS,
+    _timed,
+    _warm_kernel,
+    build,
+    ca_indices,
+    interleaved,
+    versions,
+)
+
+
+def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndarray:
+    import xarray as xr
+
+    import h5mdx
+
+    with xr.open_dataset(path, engine="h5md") as ds:
+        return h5mdx.rmsd(ds.position, select=select,
+                          frames_per_block=frames_per_block).values
+
+
+def _scheduler(name: str, n: int) -> tuple[Any, Any]:
+    """``(dask config context, closer)`` for scheduler ``name`` with ``n`` workers."""
+    import dask
+    import distributed
+
+    from h5mdx.parallel import local_cluster
+
+    if name == "distributed":
+        cluster = local_cluster(n)
+        client = distributed.Client(cluster)
+        client.run(_warm_kernel)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return dask.config.set(scheduler=client), close
+    if name == "processes":
+        pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
+                                      initializer=_warm_kernel)
+        return (dask.config.set(scheduler="processes", pool=pool, chunksize=1),
+                pool.shutdown)
+    _warm_kernel()
+    return dask.config.set(scheduler="threads", num_workers=n), lambda: None
+
+
+def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
+    frame_mib = N_ATOMS * 3 * 4 / 2**20
+    blocks = {mib: max(100, int(mib / frame_mib) // 100 * 100) for mib in args.mib}
+    rows = []
+    for sched in args.schedulers:
+        for n in args.workers:
+            ctx, close = _scheduler(sched, n)
+            try:
+                with ctx:
+                    for sel_name, sel in (("ca", ca_indices()), ("all", None)):
+                        timers = {mib: functools.partial(_timed, functools.partial(
+                            _run, path, sel, fpb)) for mib, fpb in blocks.items()}
+                        for mib, ts in interleaved(timers, args.repeats).items():
+                            rate = args.frames / statistics.median(ts)
+                            rows.append({"scheduler": sched, "n": n, "select": sel_name,
+                                         "mib": mib, "frames_per_block": blocks[mib],
+                                         "tasks": -(-args.frames // blocks[mib]),
+                                         "times": ts, "frames_per_s": rate})
+                            print(f"{sched:11s} N={n} {sel_name:3s} {mib:5g} MiB "
+                                  f"({blocks[mib]} frames) {rate:12,.0f} frames/s",
+                                  flush=True)
+            finally:
+                close()
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    mibs = results["mib"]
+    lines = ["# RMSD against the dask block size", "",
+             f"{results['frames']:,} frames x {N_ATOMS} atoms, chunks of 100 frames, warm page "
+             f"cache; {results['cores']} cores; medians of {results['repeats']} interleaved "
+             f"rounds. Versions: "
+             f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
+             "frames/s; in brackets: over the smallest block size.", "",
+             "| scheduler | N | atoms | " + " | ".join(f"{m:g} MiB" for m in mibs) + " |",
+             "|---|---|---|" + "---|" * len(mibs)]
+    keyed = {(r["scheduler"], r["n"], r["select"], r["mib"]): r["frames_per_s"]
+             for r in results["rows"]}
+    for sched, n, sel in dict.fromkeys((r["scheduler"], r["n"], r["select"])
+                                       for r in results["rows"]):
+        base = keyed[(sched, n, sel, mibs[0])]
+        cells = [f"{keyed[(sched, n, sel, m)]:,.0f} ({keyed[(sched, n, sel, m)] / base:.2f})"
+                 for m in mibs]
+        lines.append(f"| {sched} | {n} | {sel} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cores = os.cpu_count() or 1
+    p.add_argument("--frames", type=int, default=30_000)
+    p.add_argument("--mib", default="32,64,128")
+    p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
+                                                 if n <= cores))
+    p.add_argument("--schedulers", default="processes,distributed,threads")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--data", default=os.path.join(HERE, "data"))
+    p.add_argument("--tag", default="", help="suffix of the result files")
+    args = p.parse_args()
+    args.mib = [float(m) for m in args.mib.split(",")]
+    args.workers = [int(n) for n in args.workers.split(",")]
+    args.schedulers = args.schedulers.split(",")
+    path = build(os.path.join(args.data, f"scale-c100-{args.frames}.h5md"), args.frames,
+                 "c100")
+    results = {"platform": platform.platform(), "cores": cores, "versions": versions(),
+               "frames": args.frames, "repeats": args.repeats, "mib": args.mib,
+               "rows": measure(args, path)}
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"blocks{args.tag}")
+    with open(stem + ".json", "w") as fh:
+        json.dump(results, fh, indent=1)
+    with open(stem + ".md", "w") as fh:
+        fh.write(markdown(results))
+    print(markdown(results))
+    print(f"wrote {stem}.json, .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
