@@ -17,10 +17,8 @@ Run: ``.venv/bin/python benchmarks/bench_blocks.py``.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import functools
 import json
-import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -36,10 +34,11 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     N_ATOMS,
     RESULTS,
     _timed,
-    _warm_kernel,
     build,
     ca_indices,
+    common_arguments,
     interleaved,
+    scheduler,
     versions,
 )
 
@@ -54,39 +53,13 @@ def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndar
                           frames_per_block=frames_per_block).values
 
 
-def _scheduler(name: str, n: int) -> tuple[Any, Any]:
-    """``(dask config context, closer)`` for scheduler ``name`` with ``n`` workers."""
-    import dask
-    import distributed
-
-    from h5mdx.parallel import local_cluster
-
-    if name == "distributed":
-        cluster = local_cluster(n)
-        client = distributed.Client(cluster)
-        client.run(_warm_kernel)
-
-        def close() -> None:
-            client.close()
-            cluster.close()
-
-        return dask.config.set(scheduler=client), close
-    if name == "processes":
-        pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
-                                      initializer=_warm_kernel)
-        return (dask.config.set(scheduler="processes", pool=pool, chunksize=1),
-                pool.shutdown)
-    _warm_kernel()
-    return dask.config.set(scheduler="threads", num_workers=n), lambda: None
-
-
 def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     frame_mib = N_ATOMS * 3 * 4 / 2**20
     blocks = {mib: max(100, int(mib / frame_mib) // 100 * 100) for mib in args.mib}
     rows = []
     for sched in args.schedulers:
         for n in args.workers:
-            ctx, close = _scheduler(sched, n)
+            ctx, close = scheduler(sched, n)
             try:
                 with ctx:
                     for sel_name, sel in (("ca", ca_indices()), ("all", None)):
@@ -129,22 +102,16 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    cores = os.cpu_count() or 1
-    p.add_argument("--frames", type=int, default=30_000)
+    common_arguments(p, frames=30_000, repeats=7, schedulers="processes,distributed,threads")
     p.add_argument("--mib", default="32,64,128")
-    p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
-                                                 if n <= cores))
-    p.add_argument("--schedulers", default="processes,distributed,threads")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--data", default=os.path.join(HERE, "data"))
-    p.add_argument("--tag", default="", help="suffix of the result files")
     args = p.parse_args()
     args.mib = [float(m) for m in args.mib.split(",")]
     args.workers = [int(n) for n in args.workers.split(",")]
     args.schedulers = args.schedulers.split(",")
     path = build(os.path.join(args.data, f"scale-c100-{args.frames}.h5md"), args.frames,
                  "c100")
-    results = {"platform": platform.platform(), "cores": cores, "versions": versions(),
+    results = {"platform": platform.platform(), "cores": os.cpu_count() or 1,
+               "versions": versions(),
                "frames": args.frames, "repeats": args.repeats, "mib": args.mib,
                "rows": measure(args, path)}
     os.makedirs(RESULTS, exist_ok=True)

@@ -154,27 +154,41 @@ def _warm_kernel() -> None:
     warm_up()
 
 
-def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> list[dict]:
+def scheduler(name: str, n: int) -> tuple[Any, Callable[[], None]]:
+    """``(dask config context, close)`` for ``name`` with ``n`` workers, the kernel loaded.
+
+    ``processes``: dask's process pool (spawned); ``threads``: dask's threaded scheduler;
+    ``distributed``: a LocalCluster of ``n`` single-threaded worker processes.
+    """
     import dask
     import distributed
 
     from h5mdx.parallel import local_cluster
 
+    if name == "distributed":
+        cluster = local_cluster(n)
+        client = distributed.Client(cluster)
+        client.run(_warm_kernel)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return dask.config.set(scheduler=client), close
+    if name == "processes":
+        pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
+                                      initializer=_warm_kernel)
+        return (dask.config.set(scheduler="processes", pool=pool, chunksize=1),
+                pool.shutdown)
+    _warm_kernel()
+    return dask.config.set(scheduler="threads", num_workers=n), lambda: None
+
+
+def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> list[dict]:
     selections = {"ca": ca_indices(), "all": None}
     rows = []
     for sched in args.schedulers:
-        if sched == "distributed":
-            cluster = local_cluster(n)
-            client = distributed.Client(cluster)
-            client.run(_warm_kernel)
-            ctx: Any = dask.config.set(scheduler=client)
-        elif sched == "processes":
-            pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
-                                          initializer=_warm_kernel)
-            ctx = dask.config.set(scheduler="processes", pool=pool, chunksize=1)
-        else:
-            _warm_kernel()
-            ctx = dask.config.set(scheduler="threads", num_workers=n)
+        ctx, close = scheduler(sched, n)
         try:
             with ctx:
                 timers: dict[Any, Callable[[], float]] = {
@@ -189,12 +203,21 @@ def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> 
                     print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
                           f"{frames / t:12,.0f} frames/s", flush=True)
         finally:
-            if sched == "distributed":
-                client.close()
-                cluster.close()
-            elif sched == "processes":
-                pool.shutdown()
+            close()
     return rows
+
+
+def common_arguments(p: argparse.ArgumentParser, frames: int, repeats: int,
+                     schedulers: str) -> None:
+    """The options ``bench_scale`` and ``bench_blocks`` share."""
+    cores = os.cpu_count() or 1
+    p.add_argument("--frames", type=int, default=frames)
+    p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
+                                                 if n <= cores))
+    p.add_argument("--schedulers", default=schedulers)
+    p.add_argument("--repeats", type=int, default=repeats)
+    p.add_argument("--data", default=os.path.join(HERE, "data"))
+    p.add_argument("--tag", default="", help="suffix of the result files")
 
 
 # ------------------------------------------------------------------- one new process
@@ -466,21 +489,14 @@ def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
 
 
 def main() -> int:
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cores = os.cpu_count() or 1
-    p.add_argument("--frames", type=int, default=100_000)
+    common_arguments(p, frames=100_000, repeats=3, schedulers="processes,threads,distributed")
     p.add_argument("--layouts", default="c100,c1,contig")
-    p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
-                                                 if n <= cores))
-    p.add_argument("--schedulers", default="processes,threads,distributed")
     p.add_argument("--opens", default="lazy,chunks")
     p.add_argument("--selections", default="ca,all")
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rss-frames", type=int, default=10_000,
                    help="frames of the 1x file for the peak-RSS check (0: skip)")
-    p.add_argument("--data", default=os.path.join(HERE, "data"))
-    p.add_argument("--tag", default="", help="suffix of the result files")
     p.add_argument("--quick", action="store_true", help="small smoke run")
     p.add_argument("--report", metavar="JSON",
                    help="only write the .md and .png again from a results .json")
