@@ -54,8 +54,10 @@ def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndar
 
 
 def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
-    frame_mib = N_ATOMS * 3 * 4 / 2**20
-    blocks = {mib: max(100, int(mib / frame_mib) // 100 * 100) for mib in args.mib}
+    from h5mdx.engine.chunking import time_block
+
+    shape = (args.frames, N_ATOMS, 3)
+    blocks = {mib: time_block(shape, 4, (100, N_ATOMS, 3), mib) for mib in args.mib}
     rows = []
     for sched in args.schedulers:
         for n in args.workers:

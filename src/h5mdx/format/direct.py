@@ -282,23 +282,20 @@ class DirectReader:
 
     def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:
         """A chunk's values from its stored bytes; ``mask`` bit i: filter i was skipped."""
+        assert self.chunks is not None
+        nbytes = math.prod(self.chunks) * self.dtype.itemsize
         data: Any = raw
         for i in reversed(range(len(self.filters))):
             code = self.filters[i]
             if mask & (1 << i):
                 continue
             if code in _DECODERS:
-                data = _decode_one(code, data, self._chunk_bytes())
+                data = _decode_one(code, data, nbytes)
             elif code == _SHUFFLE:
                 size = self.dtype.itemsize
                 a = np.frombuffer(data, dtype=np.uint8)
                 data = a.reshape(size, -1).T.copy() if size > 1 else a
-        assert self.chunks is not None
         return np.frombuffer(data, dtype=self.dtype).reshape(self.chunks)
-
-    def _chunk_bytes(self) -> int:
-        assert self.chunks is not None
-        return math.prod(self.chunks) * self.dtype.itemsize
 
     def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
                     out: np.ndarray) -> None:
