@@ -558,3 +558,35 @@ def test_h5py_reads_reuse_scratch_buffers(adk_h5md, adk_positions, monkeypatch):
         first, second = np.asarray(var[0:40].values), np.asarray(var[40:80].values)
         assert not np.shares_memory(first, second)
         np.testing.assert_array_equal(first, adk_positions[:40])
+
+
+def test_h5py_dataset_looked_up_once_per_open_file(adk_h5md, adk_positions, monkeypatch):
+    """Reads through h5py look the dataset up once per open file, not once per read (with
+    one-frame chunks on HDF5 1.10 that lookup cost ~20% of the read), and a file the
+    manager closed and reopened is looked up again; the held h5py objects never travel
+    in a pickle."""
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    lookups = []
+    getitem = h5py.Group.__getitem__
+
+    def counting(self, name):
+        if isinstance(name, str) and name.endswith("position/value"):
+            lookups.append(name)
+        return getitem(self, name)
+
+    monkeypatch.setattr(h5py.Group, "__getitem__", counting)
+    ds = xr.open_dataset(adk_h5md, engine="h5md")
+    var = ds.position.variable
+    opened = len(lookups)
+    for a in (0, 30, 60):
+        np.testing.assert_array_equal(var[a:a + 30].values, adk_positions[a:a + 30])
+    assert len(lookups) == opened + 1
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        back = pickle.loads(dumps(ds))
+        np.testing.assert_array_equal(back.position[5:7].values, adk_positions[5:7])
+    after_pickles = len(lookups)
+    ds.close()  # the manager closes the file; the next read reopens it
+    np.testing.assert_array_equal(var[90:95].values, adk_positions[90:95])
+    np.testing.assert_array_equal(var[95:98].values, adk_positions[95:98])
+    assert len(lookups) == after_pickles + 1
+    ds.close()

@@ -101,6 +101,14 @@ class H5MDArray(BackendArray):
         self.lock = lock
         self.full_atom_chunks = full_atom_chunks
         self.filename = filename
+        # (file, dataset) of the last h5py read: looking the dataset up again costs more than
+        # reading a few MiB of one-frame chunks (see _dataset); never pickled
+        self._open: tuple[h5py.File, h5py.Dataset] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_open"] = None  # h5py objects belong to this process
+        return state
 
     def __dask_tokenize__(self) -> tuple:
         # the same data whenever the same file (unchanged on disk) is read the same way, so
@@ -161,16 +169,30 @@ class H5MDArray(BackendArray):
         """Read through h5py, holding the HDF5 lock."""
         with self.lock:
             try:
-                f = self.manager.acquire(needs_lock=False)
-                dset = f[self.path]
-                if f.swmr_mode:
-                    dset.refresh()  # a live file: see the chunks written since open
+                dset = self._dataset()
                 return self._read(dset, key)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
                 raise H5MDReadError(
                     self._filename(), self.path,
                     f"reading {_describe_key(key, self.shape)} failed: {err}",
                 ) from err
+
+    def _dataset(self) -> h5py.Dataset:
+        """The h5py dataset, looked up once per open file (the caller holds the HDF5 lock).
+
+        The file manager hands out the same ``h5py.File`` until it closes or evicts it; a
+        new one is looked up again.
+        """
+        f = self.manager.acquire(needs_lock=False)
+        held = self._open
+        if held is not None and held[0] is f and f.id.valid:
+            dset = held[1]
+        else:
+            dset = f[self.path]
+            self._open = (f, dset)
+        if f.swmr_mode:
+            dset.refresh()  # a live file: see the chunks written since open
+        return dset
 
     def _read_direct(self, key: tuple) -> np.ndarray | None:
         """Read without HDF5 (see :mod:`h5mdx.format.direct`); None where that path does not apply."""
@@ -187,8 +209,7 @@ class H5MDArray(BackendArray):
             missing = reader.missing(box)
             if missing:
                 with self.lock:
-                    dset = self.manager.acquire(needs_lock=False)[self.path]
-                    located = _direct.locate_chunks(dset, missing)
+                    located = _direct.locate_chunks(self._dataset(), missing)
                 reader.add_locations(located)
             return reader.read(box)[rest]
         except _direct.Unsupported:
@@ -209,8 +230,7 @@ class H5MDArray(BackendArray):
             return reader
         with self.lock:
             try:
-                f = self.manager.acquire(needs_lock=False)
-                return _direct.plan_cached(f[self.path], filename, self.path)
+                return _direct.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
 
