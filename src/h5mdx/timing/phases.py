@@ -65,6 +65,8 @@ class BlockTimer:
         self.t_start = 0.0
         self.t_stop = 0.0
         self._p0 = 0.0
+        # the injected delay (``DELAY_ENV``), read once: a task times its phases per read
+        self._delay = _delay_for(self.frame_start)
 
     def __enter__(self) -> BlockTimer:
         self.t_start = time.time()
@@ -83,7 +85,8 @@ class BlockTimer:
         t0 = time.perf_counter()
         try:
             yield
-            _maybe_delay(self.frame_start, name)
+            if self._delay is not None and self._delay[0] == name:
+                time.sleep(self._delay[1])
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
@@ -153,14 +156,16 @@ def current_task_key() -> str | None:
     return None
 
 
-def _maybe_delay(frame_start: int, phase: str) -> None:
+def _delay_for(frame_start: int) -> tuple[str, float] | None:
+    """``(phase, seconds)`` that ``DELAY_ENV`` (``frame:seconds[:phase]``) injects into the
+    task starting at ``frame_start``, or None."""
     spec = os.environ.get(DELAY_ENV)
     if not spec:
-        return
+        return None
     parts = spec.split(":")
-    target_phase = parts[2] if len(parts) > 2 else "io"
-    if int(parts[0]) == frame_start and phase == target_phase:
-        time.sleep(float(parts[1]))
+    if int(parts[0]) != frame_start:
+        return None
+    return (parts[2] if len(parts) > 2 else "io", float(parts[1]))
 
 
 def read_spool(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
