@@ -95,7 +95,8 @@ if [ "$#" -eq 0 ]; then
     echo "==> pytest (H5MDX_DIRECT_READ=0: reads through h5py only) engine and rmsd tests"
     set +e
     H5MDX_DIRECT_READ=0 "$VENV/bin/python" -m pytest -q -m "slow or not slow" \
-        tests/engine/test_backend.py tests/analysis/test_rmsd.py tests/analysis/test_rmsd_paths.py
+        tests/engine/test_backend.py tests/engine/test_frames.py tests/analysis/test_rmsd.py \
+        tests/analysis/test_rmsd_paths.py
     rc=$?
     set -e
     if [ "$rc" -ne 0 ]; then

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from MDAnalysis.analysis import rms
 
 import h5mdx
-from h5mdx.analysis.qcp import center, has_numba, normalize_weights, rmsd_qcp
+from h5mdx.analysis.qcp import center, has_numba, normalize_weights, prepare, rmsd_qcp
 
 KERNELS = ["numpy"] + (["numba"] if has_numba() else [])
 needs_numba = pytest.mark.skipif(not has_numba(), reason="numba not installed")
@@ -228,6 +228,46 @@ def test_bad_arguments():
         rmsd_qcp(x, x[None], weights=[1.0, np.nan, 1.0, 1.0])
     with pytest.raises(ValueError, match="no atoms"):
         rmsd_qcp(np.zeros((0, 3)), np.zeros((1, 0, 3)))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("selected", [False, True])
+def test_prepared_equals_rmsd_qcp(adk_universe, adk_positions, adk_masses, kernel, selected):
+    """``prepare(...)`` checks everything but the frames once (an RMSD task calls it per
+    read); its numbers are rmsd_qcp's, bit for bit, with and without weights and atoms."""
+    ca = adk_universe.select_atoms("name CA").indices
+    atoms = ca if selected else None
+    n = ca.size if selected else adk_positions.shape[1]
+    ref = adk_positions[0, ca] if selected else adk_positions[0]
+    for w in (None, adk_masses[ca] if selected else adk_masses):
+        qcp = prepare(ref, w, True, kernel, atoms=atoms)
+        for a, b in ((0, 1), (3, 40), (40, 98)):
+            np.testing.assert_array_equal(
+                qcp(adk_positions[a:b]),
+                rmsd_qcp(ref, adk_positions[a:b], w, True, kernel, atoms=atoms))
+        assert qcp(adk_positions[:0]).shape == (0,)
+    centred = prepare(ref, None, False, kernel, atoms=atoms)
+    np.testing.assert_array_equal(
+        centred(adk_positions[5:9]),
+        rmsd_qcp(ref, adk_positions[5:9], None, False, kernel, atoms=atoms))
+    with pytest.raises(ValueError, match=f"frames must have shape \\(n_frames, {n}, 3\\)"):
+        qcp(adk_positions[0])
+    if selected:
+        with pytest.raises(IndexError, match="atoms out of range"):
+            qcp(adk_positions[:2, :10])
+    else:
+        with pytest.raises(ValueError, match="frames must have shape"):
+            qcp(adk_positions[:2, :10])
+
+
+def test_prepare_bad_arguments():
+    x = np.zeros((4, 3))
+    with pytest.raises(ValueError, match="kernel must be"):
+        prepare(x, kernel="fortran")
+    with pytest.raises(ValueError, match="atoms has 2 entries"):
+        prepare(x, atoms=[0, 1])
+    with pytest.raises(IndexError, match="out of range"):
+        prepare(x, atoms=[0, 1, 2, -1])
 
 
 # --- properties -----------------------------------------------------------------------

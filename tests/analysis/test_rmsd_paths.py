@@ -174,3 +174,20 @@ def test_errors(adk_h5md):
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         with pytest.raises(TopologyError, match="matches no atom"):
             ds.md.rmsd(select="name XX")
+
+
+def test_lazy_tasks_read_frames_past_xarray(adk_h5md_blocked, adk_pyh5md, expected_ca):
+    """Whole frames of a lazily opened file: each task reads through a FrameReader (no
+    xarray indexing per read); a selection that goes to the backend (atoms split across
+    chunks) keeps the lazily indexed Variable. Both give MDAnalysis' numbers."""
+    from h5mdx.engine.frames import FrameReader
+
+    for path, expected in ((adk_h5md_blocked, FrameReader), (adk_pyh5md, xr.Variable)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = xr.open_dataset(path, engine="h5md", topology=PSF)
+        with ds:
+            lazy = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=30)
+            tasks = dict(lazy.data.__dask_graph__()).values()
+            assert all(isinstance(task[1], expected) for task in tasks)
+            assert_rmsd_close(lazy.compute(scheduler="sync"), expected_ca, atol=1e-4)

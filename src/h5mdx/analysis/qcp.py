@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["center", "has_numba", "normalize_weights", "rmsd_qcp", "warm_up"]
+__all__ = ["PreparedQCP", "center", "has_numba", "normalize_weights", "prepare",
+           "rmsd_qcp", "warm_up"]
 
 _EVALPREC = 1e-11
 _MAX_NEWTON = 50
@@ -317,11 +318,96 @@ def rmsd_qcp(
     >>> float(rmsd_qcp(x, x + 5.0)[0]) < 1e-6
     True
     """
-    ref = np.asarray(reference)
     fr = np.asarray(frames)
     single = fr.ndim == 2
     if single:
         fr = fr[None]
+    out = prepare(reference, weights, superposition, kernel,
+                  reference_centered=reference_centered, atoms=atoms)(fr)
+    return out[0:1] if single else out
+
+
+class PreparedQCP:
+    """:func:`rmsd_qcp` with everything but the frames checked and converted once.
+
+    An RMSD task calls it on every few MiB it reads: the checks of the reference, the
+    weights and the atoms (and the choice of kernel) are made here once, not per call.
+    Make one with :func:`prepare`.
+    """
+
+    def __init__(self, ref_c: np.ndarray, w: np.ndarray | None, superposition: bool,
+                 use_numba: bool, atoms: np.ndarray | None) -> None:
+        self.ref_c = np.ascontiguousarray(ref_c, dtype=np.float64)
+        self.w = w
+        self.superposition = bool(superposition)
+        self.use_numba = use_numba
+        self.atoms = atoms
+        self._kernel = _numba_kernel() if use_numba else None
+        n = self.ref_c.shape[0]
+        self._cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
+        self._wk = w if w is not None else np.ones(1, dtype=np.float64)
+        # frames need at least this many atoms
+        self._min_atoms = n if atoms is None else (int(atoms.max()) + 1 if atoms.size else 0)
+
+    def __call__(self, frames: Any) -> np.ndarray:
+        """float64 RMSD of each frame of ``frames`` (shape ``(n_frames, n_atoms, 3)``)."""
+        fr = np.asarray(frames)
+        n = self.ref_c.shape[0]
+        if fr.ndim != 3 or fr.shape[2] != 3 or (
+                fr.shape[1] != n if self.atoms is None else fr.shape[1] < self._min_atoms):
+            if self.atoms is not None and fr.ndim == 3 and fr.shape[2:] == (3,):
+                raise IndexError(f"atoms out of range for frames of {fr.shape[1]} atoms")
+            raise ValueError(
+                f"frames must have shape (n_frames, {n}, 3), not {np.shape(frames)}"
+            )
+        if fr.shape[0] == 0:
+            return np.zeros(0, dtype=np.float64)
+        atoms, w = self.atoms, self.w
+        if not self.use_numba:
+            return _rmsd_numpy(self.ref_c, fr if atoms is None else fr[:, atoms], w,
+                               self.superposition)
+        out = np.empty(fr.shape[0], dtype=np.float64)
+        data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
+        self._kernel(self.ref_c, np.ascontiguousarray(data), self._cols, self._wk,
+                        w is not None, self.superposition, out)
+        suspect = out < 0.0  # the kernel flags (near-)double roots with -1
+        if suspect.any():
+            picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
+            out[suspect] = _rmsd_exact(self.ref_c, picked, w)
+        return out
+
+
+def prepare(
+    reference: Any,
+    weights: Any = None,
+    superposition: bool = True,
+    kernel: str = "auto",
+    *,
+    reference_centered: bool = False,
+    atoms: Any = None,
+) -> PreparedQCP:
+    """Check the arguments of :func:`rmsd_qcp` but the frames once; call the result on frames.
+
+    Parameters
+    ----------
+    reference, weights, superposition, kernel, reference_centered, atoms
+        As for :func:`rmsd_qcp`.
+
+    Returns
+    -------
+    PreparedQCP
+        ``prepared(frames)`` equals ``rmsd_qcp(reference, frames, ...)`` for frames of
+        shape ``(n_frames, n_atoms, 3)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(10, 3))
+    >>> rmsd = prepare(x)
+    >>> float(rmsd(np.stack([x + 1.0, x]))[0]) < 1e-6
+    True
+    """
+    ref = np.asarray(reference)
     if ref.ndim != 2 or ref.shape[-1] != 3:
         raise ValueError(f"reference must have shape (n_atoms, 3), not {ref.shape}")
     n = ref.shape[0]
@@ -329,33 +415,13 @@ def rmsd_qcp(
         atoms = np.asarray(atoms, dtype=np.intp).reshape(-1)
         if atoms.size != n:
             raise ValueError(f"atoms has {atoms.size} entries; the reference has {n} atoms")
-        if fr.ndim == 3 and atoms.size and (atoms.min() < 0 or atoms.max() >= fr.shape[1]):
-            raise IndexError(f"atoms out of range for frames of {fr.shape[1]} atoms")
-    if fr.ndim != 3 or fr.shape[2:] != (3,) or (atoms is None and fr.shape[1] != n):
-        raise ValueError(
-            f"frames must have shape (n_frames, {n}, 3), not {np.shape(frames)}"
-        )
+        if atoms.size and atoms.min() < 0:
+            raise IndexError("atoms out of range: negative index")
     if n == 0:
         raise ValueError("no atoms to compare")
     w = normalize_weights(weights, n)
     ref_c = np.asarray(ref, dtype=np.float64) if reference_centered else center(ref, w)
-    if fr.shape[0] == 0:
-        return np.zeros(0, dtype=np.float64)
     if kernel not in ("auto", "numpy", "numba"):
         raise ValueError(f"kernel must be 'auto', 'numpy' or 'numba', not {kernel!r}")
     use_numba = kernel == "numba" or (kernel == "auto" and has_numba())
-    if use_numba:
-        k = _numba_kernel()
-        out = np.empty(fr.shape[0], dtype=np.float64)
-        wk = w if w is not None else np.ones(1, dtype=np.float64)
-        data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
-        cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
-        k(np.ascontiguousarray(ref_c), np.ascontiguousarray(data), cols, wk, w is not None,
-          superposition, out)
-        suspect = out < 0.0  # the kernel flags (near-)double roots with -1
-        if suspect.any():
-            picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
-            out[suspect] = _rmsd_exact(ref_c, picked, w)
-    else:
-        out = _rmsd_numpy(ref_c, fr if atoms is None else fr[:, atoms], w, superposition)
-    return out[0:1] if single else out
+    return PreparedQCP(ref_c, w, superposition, use_numba, atoms)

@@ -22,9 +22,10 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 from xarray.backends import BackendArray
 
-from h5mdx.analysis.qcp import center, normalize_weights, rmsd_qcp, warm_up
+from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
+from h5mdx.engine.frames import FrameReader, frame_reader
 from h5mdx.errors import TopologyError
 from h5mdx.format.direct import scratch_buffers
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
@@ -192,31 +193,39 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     )
 
 
-def _lazy_block(block: xr.Variable, ref_c: np.ndarray, w: np.ndarray | None,
+def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarray | None,
                 superposition: bool, kernel: str, start: int, stop: int,
                 atoms: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
     """RMSD of one task's frames, read ``step`` frames at a time.
 
     Reading a few MiB at a time into the same buffer keeps the frames in the CPU cache
     between the read and the kernel; the task's block stays large for the scheduler.
+    ``block`` is the task's frames as a lazily indexed Variable, or, for the ``h5md``
+    engine's plain slices, a :class:`~h5mdx.engine.frames.FrameReader` of them that
+    spares each read xarray's indexing (~0.1 ms a read).
     """
     n = stop - start
     step = n if not step else step
     out = np.empty(n, dtype=np.float64)
+    if isinstance(block, FrameReader):
+        read = block
+    else:
+        def read(a: int, b: int) -> np.ndarray:
+            return np.asarray((block[a:b] if b - a < n else block).values)
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("warmup"):
             warm_up(kernel)
+        # ``atoms``: the selected atoms of whole frames, read in place
+        qcp = prepare(ref_c, w, superposition, kernel, reference_centered=True, atoms=atoms)
         for a in range(0, n, step):
             b = min(n, a + step)
             # the frames read are used only here: their buffer serves the next read
             with scratch_buffers():
                 with timer.phase("io"):
-                    data = np.asarray((block[a:b] if step < n else block).values)
+                    data = read(a, b)
                     timer.bytes_read += data.nbytes
                 with timer.phase("compute"):
-                    # ``atoms``: the selected atoms of whole frames, read in place
-                    out[a:b] = rmsd_qcp(ref_c, data, w, superposition, kernel,
-                                        reference_centered=True, atoms=atoms)
+                    out[a:b] = qcp(data)
     return out
 
 
@@ -391,6 +400,7 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
         a = ends[i - 1] if i else 0
         # a Variable on (time, atom, spatial): no coordinates travel with the task
         block = source.variable[a:b]
+        block = frame_reader(block) or block
         dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step)
         sizes.append(b - a)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])

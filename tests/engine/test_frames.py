@@ -1,0 +1,62 @@
+"""h5mdx.engine.frames: runs of frames read straight from the engine's array."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.engine.frames import FrameReader, frame_reader
+from h5mdx.testing import write_h5md
+
+
+def test_reads_what_xarray_reads(adk_h5md, adk_positions):
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        var = ds.position.variable
+        whole = frame_reader(var)
+        assert isinstance(whole, FrameReader)
+        np.testing.assert_array_equal(whole(0, 98), adk_positions)
+        block = var[30:70]
+        read = frame_reader(block)
+        assert read is not None
+        for a, b in ((0, 1), (0, 40), (13, 27), (39, 40), (5, 5)):
+            np.testing.assert_array_equal(read(a, b), adk_positions[30 + a:30 + b])
+            np.testing.assert_array_equal(read(a, b), block[a:b].values)
+        # a slice of a slice, and slices along the other axes
+        inner = frame_reader(block[10:20, 100:200, 1:3])
+        np.testing.assert_array_equal(inner(2, 5), adk_positions[42:45, 100:200, 1:3])
+        # it travels to worker processes
+        back = pickle.loads(pickle.dumps(read))
+        np.testing.assert_array_equal(back(3, 9), adk_positions[33:39])
+
+
+def test_unit_scale_and_fill_values_as_through_xarray(tmp_path):
+    value = np.arange(5 * 4 * 3, dtype=np.float32).reshape(5, 4, 3)
+    value[2, 1, 0] = -1.0
+    path = write_h5md(tmp_path / "nm.h5md", particles={"all": {"position": dict(
+        value=value, step=np.arange(5), unit="nm", fillvalue=-1.0)}})
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        var = ds.position.variable
+        read = frame_reader(var)
+        assert read is not None
+        got = read(1, 4)
+        np.testing.assert_array_equal(got, var[1:4].values)
+        assert np.isnan(got[1, 1, 0])
+        assert got[0, 0, 0] == pytest.approx(10 * value[1, 0, 0])
+
+
+def test_none_where_xarray_must_index(adk_h5md, tmp_path):
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        var = ds.position.variable
+        assert frame_reader(var[::2]) is None  # a stride along time
+        assert frame_reader(var[:, [1, 5, 9]]) is None  # a list of atoms
+        assert frame_reader(var[3]) is None  # an integer drops time
+        assert frame_reader(var.transpose("atom", "time", "spatial")) is None
+    with xr.open_dataset(adk_h5md, engine="h5md", chunks={}) as ds:
+        assert frame_reader(ds.position.variable) is None  # dask-backed
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        loaded = ds.position.load()
+        assert frame_reader(loaded.variable) is None  # in memory
+    assert frame_reader(xr.Variable(("time", "atom"), np.zeros((3, 2)))) is None
