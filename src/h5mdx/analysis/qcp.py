@@ -369,7 +369,7 @@ class PreparedQCP:
         out = np.empty(fr.shape[0], dtype=np.float64)
         data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
         self._kernel(self.ref_c, np.ascontiguousarray(data), self._cols, self._wk,
-                        w is not None, self.superposition, out)
+                     w is not None, self.superposition, out)
         suspect = out < 0.0  # the kernel flags (near-)double roots with -1
         if suspect.any():
             picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
