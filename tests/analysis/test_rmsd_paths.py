@@ -177,15 +177,17 @@ def test_errors(adk_h5md):
 
 
 def test_lazy_tasks_read_frames_past_xarray(adk_h5md_blocked, adk_pyh5md, expected_ca):
-    """Whole frames of a lazily opened file: each task reads through a FrameReader (no
-    xarray indexing per read); a selection that goes to the backend (atoms split across
+    """Whole frames of a lazily opened file (or opened with ``chunks=``): each task reads
+    through a FrameReader (no xarray indexing per read); a selection that goes to the backend (atoms split across
     chunks) keeps the lazily indexed Variable. Both give MDAnalysis' numbers."""
     from h5mdx.engine.frames import FrameReader
 
-    for path, expected in ((adk_h5md_blocked, FrameReader), (adk_pyh5md, xr.Variable)):
+    cases = ((adk_h5md_blocked, None, FrameReader), (adk_h5md_blocked, {"time": 40}, FrameReader),
+             (adk_pyh5md, None, xr.Variable))
+    for path, chunks, expected in cases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = xr.open_dataset(path, engine="h5md", topology=PSF)
+            ds = xr.open_dataset(path, engine="h5md", topology=PSF, chunks=chunks)
         with ds:
             lazy = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=30)
             tasks = dict(lazy.data.__dask_graph__()).values()

@@ -3,7 +3,7 @@
 An RMSD task reads its frames a few MiB at a time (see :mod:`h5mdx.analysis.rmsd`).
 Through ``variable[a:b].values`` each of those reads passes xarray's lazy-indexing
 machinery (key composition, indexer decomposition, wrapper arrays): ~100 µs of Python
-per read, a fifth of the task's time with 4 MiB reads. :func:`frame_reader` composes
+per read, a tenth of the task's time or more with 4 MiB reads. :func:`frame_reader` composes
 the variable's key once and then hands each run of frames straight to the
 :class:`~h5mdx.engine.backend.H5MDArray`, which reads it as before (direct or through
 h5py, with its unit scaling and fill values).
