@@ -92,6 +92,8 @@ h5mdx_results = [
      "--tag=-2core-hdf5-1.10"),
     ("blocks.md", "RMSD against the dask block size (2 cores)",
      "python benchmarks/bench_blocks.py --workers 1,2"),
+    ("steps.md", "One worker's RMSD against the size of each read (2 cores)",
+     "python benchmarks/bench_steps.py"),
     ("layouts.md", "Layouts: chunks, compression and Zarr",
      "python benchmarks/bench_layouts.py"),
     ("mpi.md", "MPI-IO, dask-mpi and local dask processes",
