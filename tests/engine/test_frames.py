@@ -60,3 +60,20 @@ def test_none_where_xarray_must_index(adk_h5md, tmp_path):
         loaded = ds.position.load()
         assert frame_reader(loaded.variable) is None  # in memory
     assert frame_reader(xr.Variable(("time", "atom"), np.zeros((3, 2)))) is None
+
+
+def test_without_xarrays_wrappers_rmsd_reads_through_xarray(adk_h5md, adk_positions,
+                                                           monkeypatch):
+    """Should a release of xarray drop or rename its lazy-indexing wrappers, the fast path
+    turns off (None) and RMSD tasks index through xarray, with the same numbers."""
+    import h5mdx
+    import h5mdx.engine.frames as frames
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        fast = h5mdx.rmsd(ds.position, frames_per_block=30).values
+        monkeypatch.setattr(frames, "_LAZY", None)
+        assert frame_reader(ds.position.variable) is None
+        slow = h5mdx.rmsd(ds.position, frames_per_block=30)
+        tasks = dict(slow.data.__dask_graph__()).values()
+        assert all(isinstance(task[1], xr.Variable) for task in tasks)
+        np.testing.assert_array_equal(slow.values, fast)

@@ -26,6 +26,14 @@ from h5mdx.engine.backend import H5MDArray
 
 __all__ = ["FrameReader", "frame_reader"]
 
+# xarray's internal wrappers, looked up once; a release without one of them turns the fast
+# path off (frame_reader gives None) instead of failing
+_WRAPPERS = tuple(c for c in (getattr(indexing, "MemoryCachedArray", None),
+                              getattr(indexing, "CopyOnWriteArray", None)) if c is not None)
+_LAZY = getattr(indexing, "LazilyIndexedArray", None)
+_KEYS = tuple(c for c in (getattr(indexing, "BasicIndexer", None),
+                          getattr(indexing, "OuterIndexer", None)) if c is not None)
+
 
 class FrameReader:
     """Frames ``[start, stop)`` of a variable, read straight from its :class:`H5MDArray`.
@@ -72,16 +80,15 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
     >>> read(0, 10).shape  # frames 100-109 of the file  # doctest: +SKIP
     (10, 3341, 3)
     """
-    data = variable._data  # xarray has no public way to the lazily indexed array
-    while isinstance(data, (indexing.MemoryCachedArray, indexing.CopyOnWriteArray)):
+    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
+    while _WRAPPERS and isinstance(data, _WRAPPERS):
         data = data.array
-    if type(data) is not indexing.LazilyIndexedArray:
+    if _LAZY is None or type(data) is not _LAZY:
         return None
-    array = data.array
-    if not isinstance(array, H5MDArray) or not isinstance(
-            data.key, (indexing.BasicIndexer, indexing.OuterIndexer)):
+    array = getattr(data, "array", None)
+    key = getattr(getattr(data, "key", None), "tuple", None)
+    if not isinstance(array, H5MDArray) or not isinstance(data.key, _KEYS) or key is None:
         return None
-    key = data.key.tuple
     if len(key) != len(array.shape) or len(key) != variable.ndim or not key:
         return None
     if not all(isinstance(k, slice) for k in key):
