@@ -470,7 +470,7 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
 
 
 def _times(x: float) -> str:
-    return f"{x:,.0f}x" if x >= 10 else f"{x:.2g}x"
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.2f}x"  # 0.94x, 1.04x (not "1x")
 
 
 def summary_lines(result: ExampleResult) -> list[str]:
