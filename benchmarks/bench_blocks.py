@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
-import platform
 import statistics
 import sys
 from typing import Any
@@ -32,14 +30,14 @@ sys.path.insert(0, HERE)
 
 from bench_scale import (  # noqa: E402 - the benchmark next to this one
     N_ATOMS,
-    RESULTS,
     _timed,
     build,
     ca_indices,
     common_arguments,
     interleaved,
+    machine,
+    save_results,
     scheduler,
-    versions,
 )
 
 
@@ -112,18 +110,10 @@ def main() -> int:
     args.schedulers = args.schedulers.split(",")
     path = build(os.path.join(args.data, f"scale-c100-{args.frames}.h5md"), args.frames,
                  "c100")
-    results = {"platform": platform.platform(), "cores": os.cpu_count() or 1,
-               "versions": versions(),
+    results = {**machine(),
                "frames": args.frames, "repeats": args.repeats, "mib": args.mib,
                "rows": measure(args, path)}
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"blocks{args.tag}")
-    with open(stem + ".json", "w") as fh:
-        json.dump(results, fh, indent=1)
-    with open(stem + ".md", "w") as fh:
-        fh.write(markdown(results))
-    print(markdown(results))
-    print(f"wrote {stem}.json, .md")
+    save_results("blocks", args.tag, results, markdown)
     return 0
 
 

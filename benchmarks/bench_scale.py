@@ -551,5 +551,26 @@ def write_report(results: dict, stem: str, with_json: bool = True) -> None:
     print(f"wrote {stem}: {'.json, ' if with_json else ''}.md, .png")
 
 
+def save_results(name: str, tag: str, results: dict[str, Any],
+                 render: Callable[[dict[str, Any]], str]) -> None:
+    """Write ``results/<name><tag>.json`` and the ``.md`` that ``render`` makes of it (the
+    smaller benchmarks next to this one)."""
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"{name}{tag}")
+    with open(stem + ".json", "w") as fh:
+        json.dump(results, fh, indent=1)
+    text = render(results)
+    with open(stem + ".md", "w") as fh:
+        fh.write(text)
+    print(text)
+    print(f"wrote {stem}.json, .md")
+
+
+def machine() -> dict[str, Any]:
+    """Platform, core count and versions, for a results file."""
+    return {"platform": platform.platform(), "cores": os.cpu_count() or 1,
+            "versions": versions()}
+
+
 if __name__ == "__main__":
     sys.exit(main())

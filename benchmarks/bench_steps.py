@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
-import platform
 import statistics
 import sys
 from collections.abc import Iterator
@@ -37,13 +35,13 @@ sys.path.insert(0, HERE)
 
 from bench_scale import (  # noqa: E402 - the benchmark next to this one
     N_ATOMS,
-    RESULTS,
     _timed,
     _warm_kernel,
     build,
     ca_indices,
     interleaved,
-    versions,
+    machine,
+    save_results,
 )
 
 
@@ -126,17 +124,9 @@ def main() -> int:
     args.kib = [int(k) for k in args.kib.split(",")]
     path = build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
                  args.frames, args.layout)
-    results = {"platform": platform.platform(), "cores": os.cpu_count() or 1,
-               "versions": versions(), "frames": args.frames, "layout": args.layout,
+    results = {**machine(), "frames": args.frames, "layout": args.layout,
                "repeats": args.repeats, "kib": args.kib, "rows": measure(args, path)}
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"steps{args.tag}")
-    with open(stem + ".json", "w") as fh:
-        json.dump(results, fh, indent=1)
-    with open(stem + ".md", "w") as fh:
-        fh.write(markdown(results))
-    print(markdown(results))
-    print(f"wrote {stem}.json, .md")
+    save_results("steps", args.tag, results, markdown)
     return 0
 
 
