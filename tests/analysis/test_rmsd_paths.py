@@ -193,3 +193,27 @@ def test_lazy_tasks_read_frames_past_xarray(adk_h5md_blocked, adk_pyh5md, expect
             tasks = dict(lazy.data.__dask_graph__()).values()
             assert all(isinstance(task[1], expected) for task in tasks)
             assert_rmsd_close(lazy.compute(scheduler="sync"), expected_ca, atol=1e-4)
+
+
+@pytest.mark.parametrize("config, tasks", [
+    ({"scheduler": "sync"}, (98,)),  # one worker: the engine's block, all 98 frames
+    ({"scheduler": "threads", "num_workers": 4}, (30, 30, 30, 8)),  # whole 10-frame chunks
+    ({"scheduler": "processes", "num_workers": 2}, (50, 48)),
+])
+def test_default_blocks_share_out_over_the_workers(adk_h5md_blocked, expected_ca, config,
+                                                   tasks):
+    """Without frames_per_block, the blocks shrink (in whole HDF5 chunks) until every
+    worker of the default scheduler gets as many as the others; the numbers stay."""
+    with dask.config.set(**config), \
+            xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        lazy = h5mdx.rmsd(ds.position, select="name CA")
+        assert lazy.chunks == (tasks,)
+        assert_rmsd_close(lazy.compute(), expected_ca, atol=1e-4)
+
+
+def test_default_blocks_follow_the_default_client(adk_h5md_blocked, expected_ca, local_client):
+    threads = sum(local_client.nthreads().values())
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        lazy = h5mdx.rmsd(ds.position, select="name CA")
+        assert len(lazy.chunks[0]) == threads == 2
+        assert_rmsd_close(local_client.compute(lazy).result(), expected_ca, atol=1e-4)

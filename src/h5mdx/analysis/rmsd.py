@@ -11,10 +11,12 @@ the I/O and compute split of every block.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
@@ -24,7 +26,7 @@ from xarray.backends import BackendArray
 
 from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
-from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
+from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, balanced_block, time_block
 from h5mdx.engine.frames import FrameReader, frame_reader
 from h5mdx.errors import TopologyError
 from h5mdx.format.direct import scratch_buffers
@@ -352,14 +354,57 @@ def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: fl
             raise ValueError("frames_per_block must be at least 1")
         return int(frames_per_block)
     pref = sub.encoding.get("preferred_chunks", {}).get(TIME_DIM)
+    chunks = sub.encoding.get("chunksizes")
     if isinstance(pref, (int, np.integer)) and pref > 0:
-        return int(pref)
-    return time_block(
-        (sub.sizes[TIME_DIM], sub.sizes[ATOM_DIM], sub.sizes[SPATIAL_DIM]),
-        sub.dtype.itemsize,
-        sub.encoding.get("chunksizes"),
-        chunk_mib,
-    )
+        block = int(pref)
+    else:
+        block = time_block(
+            (sub.sizes[TIME_DIM], sub.sizes[ATOM_DIM], sub.sizes[SPATIAL_DIM]),
+            sub.dtype.itemsize, chunks, chunk_mib,
+        )
+    workers = _worker_count()
+    if workers is None:
+        return block
+    chunk = int(chunks[sub.dims.index(TIME_DIM)]) if chunks else 1
+    return balanced_block(sub.sizes[TIME_DIM], block, chunk, workers)
+
+
+def _worker_count() -> int | None:
+    """Tasks the scheduler that computes by default runs at once, or None if unknown.
+
+    A ``distributed`` client that is the default (its threads; None while its cluster
+    has no worker yet), the synchronous scheduler (1), dask's threads and processes
+    (its ``num_workers`` setting, else the CPU count: their default).
+    """
+    scheduler = dask.config.get("scheduler", None)
+    if scheduler in ("sync", "synchronous", "single-threaded"):
+        return 1
+    client = _default_client(scheduler)
+    if client is not None:
+        try:
+            threads = sum(client.nthreads().values())
+        except (OSError, TimeoutError):
+            threads = 0
+        return int(threads) or None
+    if scheduler not in (None, "threads", "threading", "processes", "multiprocessing"):
+        return None
+    workers = dask.config.get("num_workers", None)
+    return int(workers) if workers else (os.cpu_count() or None)
+
+
+def _default_client(scheduler: Any) -> Any:
+    """The ``distributed`` client that computes by default, if any (only if imported)."""
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return None
+    if isinstance(scheduler, dist.Client):
+        return scheduler
+    if scheduler not in (None, "dask.distributed", "distributed"):
+        return None
+    try:
+        return dist.default_client()
+    except ValueError:  # no client
+        return None
 
 
 def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
@@ -446,7 +491,10 @@ def rmsd(
         The QCP implementation (see :func:`h5mdx.analysis.qcp.rmsd_qcp`).
     frames_per_block : int, optional
         Frames per task where ``position`` is not dask-backed; default: the
-        engine's preferred block (whole HDF5 chunks, ~``chunk_mib`` MiB).
+        engine's preferred block (whole HDF5 chunks, ~``chunk_mib`` MiB), made
+        smaller where that gives the default scheduler's workers (a default
+        ``distributed`` client's threads, dask's ``num_workers``, or the CPU count)
+        an equal number of tasks each (:func:`h5mdx.engine.chunking.balanced_block`).
     chunk_mib : float, default 128
         Target block size when there is no preferred block.
 

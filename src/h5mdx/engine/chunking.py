@@ -1,10 +1,10 @@
-"""Choose dask block sizes that line up with HDF5 chunks (numpy only)."""
+"""Choose dask block sizes that line up with HDF5 chunks and share out over workers."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["DEFAULT_TARGET_MIB", "time_block"]
+__all__ = ["DEFAULT_TARGET_MIB", "balanced_block", "time_block"]
 
 #: Default target size of one dask block along ``time``, in MiB: dask's own default
 #: (``array.chunk-size``, 128 MiB). A task that reads a block a few MiB at a time
@@ -57,3 +57,47 @@ def time_block(
     step = max(1, step)
     frames = max(step, (target_frames // step) * step)
     return min(frames, n_frames)
+
+
+def balanced_block(n_frames: int, block: int, chunk: int, workers: int) -> int:
+    """Frames per block, at most ``block``, for blocks that share out evenly over ``workers``.
+
+    ``block``-frame blocks rarely come out as a multiple of the worker count: 10 blocks on
+    16 workers leave 6 idle, 9 blocks on 2 workers make one of them wait for the other's
+    fifth. This shrinks the blocks, in whole HDF5 chunks, until their number fills the same
+    number of rounds of ``workers`` tasks (never more rounds, never larger blocks).
+
+    Parameters
+    ----------
+    n_frames : int
+        Frames to share out.
+    block : int
+        The largest block wanted (e.g. :func:`time_block`'s).
+    chunk : int
+        Frames per HDF5 chunk (1 for contiguous data): blocks stay whole chunks.
+    workers : int
+        Tasks that run at once.
+
+    Returns
+    -------
+    int
+        Frames per block, between ``chunk`` (or ``block``, if smaller) and ``block``.
+
+    Examples
+    --------
+    >>> balanced_block(30000, 3300, 100, 16)  # 10 blocks -> 16
+    1900
+    >>> balanced_block(30000, 3300, 100, 2)  # 10 blocks: already even
+    3000
+    """
+    block, chunk = max(1, int(block)), max(1, int(chunk))
+    if workers <= 1 or n_frames <= chunk:
+        return block
+    rounds = _ceil_div(_ceil_div(n_frames, block), workers)  # of ``block``-frame blocks
+    frames = _ceil_div(n_frames, rounds * workers)  # per block, for full rounds
+    frames = _ceil_div(frames, chunk) * chunk  # whole chunks (may give fewer blocks)
+    return max(min(chunk, block), min(block, frames))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

@@ -525,9 +525,11 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if pool is None or pool["depth"] == 0:
         return np.empty(shape, dtype=dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    for i, buf in enumerate(pool["free"]):
-        if buf.nbytes >= nbytes:
-            del pool["free"][i]
+    free = pool["free"]
+    # the buffer freed last first: it is the likeliest to be in the CPU cache still
+    for i in range(len(free) - 1, -1, -1):
+        if free[i].nbytes >= nbytes:
+            buf = free.pop(i)
             break
     else:
         buf = np.empty(nbytes, dtype=np.uint8)
