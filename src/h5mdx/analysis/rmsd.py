@@ -381,9 +381,11 @@ def _worker_count() -> int | None:
         return 1
     client = _default_client(scheduler)
     if client is not None:
+        if getattr(client, "status", None) != "running":
+            return None  # a closed (or closing) client: its workers are not known
         try:
             threads = sum(client.nthreads().values())
-        except (OSError, TimeoutError):
+        except Exception:  # noqa: BLE001 - any failure to ask: keep the engine's blocks
             threads = 0
         return int(threads) or None
     if scheduler not in (None, "threads", "threading", "processes", "multiprocessing"):
