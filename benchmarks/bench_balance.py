@@ -28,16 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_scale import (  # noqa: E402 - the benchmark next to this one
-    N_ATOMS,
-    _timed,
-    build,
-    ca_indices,
-    interleaved,
-    machine,
-    save_results,
-    scheduler,
-)
+import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 
 
 @contextlib.contextmanager
@@ -67,16 +58,16 @@ def _rmsd(path: str, select: np.ndarray | None, balanced: bool) -> Any:
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for frames in args.frames:
-        path = build(os.path.join(args.data, f"scale-c100-{frames}.h5md"), frames, "c100")
+        path = bs.build(os.path.join(args.data, f"scale-c100-{frames}.h5md"), frames, "c100")
         for sched in args.schedulers:
-            ctx, close = scheduler(sched, args.workers)
+            ctx, close = bs.scheduler(sched, args.workers)
             try:
                 with ctx:
-                    for sel_name, sel in (("ca", ca_indices()), ("all", None)):
+                    for sel_name, sel in (("ca", bs.ca_indices()), ("all", None)):
                         tasks = {b: _rmsd(path, sel, b)[0] for b in (True, False)}
-                        timers = {b: functools.partial(_timed, functools.partial(
+                        timers = {b: functools.partial(bs._timed, functools.partial(
                             _rmsd, path, sel, b)) for b in (True, False)}
-                        for balanced, ts in interleaved(timers, args.repeats).items():
+                        for balanced, ts in bs.interleaved(timers, args.repeats).items():
                             rate = frames / statistics.median(ts)
                             rows.append({"frames": frames, "scheduler": sched,
                                          "select": sel_name, "balanced": balanced,
@@ -93,7 +84,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# RMSD with blocks shared out evenly over the workers", "",
-             f"{N_ATOMS} atoms, chunks of 100 frames, warm page cache; {results['workers']} "
+             f"{bs.N_ATOMS} atoms, chunks of 100 frames, warm page cache; {results['workers']} "
              f"workers on {results['cores']} cores; medians of {results['repeats']} "
              f"interleaved rounds. Versions: "
              f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
@@ -122,9 +113,9 @@ def main() -> int:
     args = p.parse_args()
     args.frames = [int(n) for n in args.frames.split(",")]
     args.schedulers = args.schedulers.split(",")
-    results = {**machine(), "workers": args.workers, "repeats": args.repeats,
+    results = {**bs.machine(), "workers": args.workers, "repeats": args.repeats,
                "rows": measure(args)}
-    save_results("balance", args.tag, results, markdown)
+    bs.save_results("balance", args.tag, results, markdown)
     return 0
 
 

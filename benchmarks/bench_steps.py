@@ -33,16 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_scale import (  # noqa: E402 - the benchmark next to this one
-    N_ATOMS,
-    _timed,
-    _warm_kernel,
-    build,
-    ca_indices,
-    interleaved,
-    machine,
-    save_results,
-)
+import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 
 
 @contextlib.contextmanager
@@ -72,15 +63,15 @@ def _run(path: str, select: np.ndarray | None, kib: int, how: str) -> np.ndarray
 
 
 def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
-    _warm_kernel()
+    bs._warm_kernel()
     rows = []
-    for sel_name, sel in (("ca", ca_indices()), ("all", None)):
-        timers = {(kib, how): functools.partial(_timed, functools.partial(
+    for sel_name, sel in (("ca", bs.ca_indices()), ("all", None)):
+        timers = {(kib, how): functools.partial(bs._timed, functools.partial(
             _run, path, sel, kib, how)) for kib in args.kib for how in ("frames", "xarray")}
         expected = _run(path, sel, args.kib[-1], "frames")
         for kib, how in timers:  # the same numbers every way
             np.testing.assert_array_equal(_run(path, sel, kib, how), expected)
-        for (kib, how), ts in interleaved(timers, args.repeats).items():
+        for (kib, how), ts in bs.interleaved(timers, args.repeats).items():
             rate = args.frames / statistics.median(ts)
             rows.append({"select": sel_name, "kib": kib, "read": how, "times": ts,
                          "frames_per_s": rate})
@@ -91,7 +82,7 @@ def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
 def markdown(results: dict[str, Any]) -> str:
     kibs = results["kib"]
     lines = ["# One worker's RMSD against the size of each read", "",
-             f"{results['frames']:,} frames x {N_ATOMS} atoms, layout {results['layout']}, "
+             f"{results['frames']:,} frames x {bs.N_ATOMS} atoms, layout {results['layout']}, "
              f"warm page cache, dask's synchronous scheduler; {results['cores']} cores; "
              f"medians of {results['repeats']} interleaved rounds. Versions: "
              f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
@@ -122,11 +113,11 @@ def main() -> int:
     p.add_argument("--tag", default="", help="suffix of the result files")
     args = p.parse_args()
     args.kib = [int(k) for k in args.kib.split(",")]
-    path = build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
+    path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
                  args.frames, args.layout)
-    results = {**machine(), "frames": args.frames, "layout": args.layout,
+    results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
                "repeats": args.repeats, "kib": args.kib, "rows": measure(args, path)}
-    save_results("steps", args.tag, results, markdown)
+    bs.save_results("steps", args.tag, results, markdown)
     return 0
 
 
