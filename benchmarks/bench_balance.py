@@ -87,7 +87,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"{bs.N_ATOMS} atoms, chunks of 100 frames, warm page cache; {results['workers']} "
              f"workers on {results['cores']} cores; medians of {results['repeats']} "
              f"interleaved rounds. Versions: "
-             f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
+             f"{bs.versions_text(results)}.", "",
              "frames/s (tasks); `as before`: the engine's ~128 MiB block as it is.", "",
              "| frames | scheduler | atoms | balanced | as before | ratio |",
              "|---|---|---|---|---|---|"]

@@ -38,6 +38,7 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     machine,
     save_results,
     scheduler,
+    versions_text,
 )
 
 
@@ -85,7 +86,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['frames']:,} frames x {N_ATOMS} atoms, chunks of 100 frames, warm page "
              f"cache; {results['cores']} cores; medians of {results['repeats']} interleaved "
              f"rounds. Versions: "
-             f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
+             f"{versions_text(results)}.", "",
              "frames/s; in brackets: over the smallest block size.", "",
              "| scheduler | N | atoms | " + " | ".join(f"{m:g} MiB" for m in mibs) + " |",
              "|---|---|---|" + "---|" * len(mibs)]

@@ -566,6 +566,11 @@ def save_results(name: str, tag: str, results: dict[str, Any],
     print(f"wrote {stem}.json, .md")
 
 
+def versions_text(results: dict[str, Any]) -> str:
+    """``results["versions"]`` as one line: ``python 3.11.7, numpy 2.4.6, ...``."""
+    return ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+
+
 def machine() -> dict[str, Any]:
     """Platform, core count and versions, for a results file."""
     return {"platform": platform.platform(), "cores": os.cpu_count() or 1,

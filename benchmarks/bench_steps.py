@@ -85,7 +85,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['frames']:,} frames x {bs.N_ATOMS} atoms, layout {results['layout']}, "
              f"warm page cache, dask's synchronous scheduler; {results['cores']} cores; "
              f"medians of {results['repeats']} interleaved rounds. Versions: "
-             f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
+             f"{bs.versions_text(results)}.", "",
              "frames/s. `frames`: each read straight to the engine's array (what tasks do); "
              "`xarray`: each read through xarray's lazy indexing; in brackets: frames over "
              "xarray.", "",
