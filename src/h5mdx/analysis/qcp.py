@@ -242,8 +242,7 @@ def warm_up(kernel: str = "auto") -> float:
     float
         Seconds spent now (0.0 when the kernel was warm already, or is numpy).
     """
-    use_numba = kernel == "numba" or (kernel == "auto" and has_numba())
-    if not use_numba or "numba" in _WARM:
+    if not _uses_numba(kernel) or "numba" in _WARM:
         return 0.0
     import time
 
@@ -258,6 +257,10 @@ def warm_up(kernel: str = "auto") -> float:
         k(ref, ref[None].astype(dtype), atoms, w, False, True, out)
     _WARM.add("numba")
     return time.perf_counter() - t0
+
+
+def _uses_numba(kernel: str) -> bool:
+    return kernel == "numba" or (kernel == "auto" and has_numba())
 
 
 def _numba_kernel() -> Any:
@@ -340,9 +343,8 @@ class PreparedQCP:
         self.ref_c = np.ascontiguousarray(ref_c, dtype=np.float64)
         self.w = w
         self.superposition = bool(superposition)
-        self.use_numba = use_numba
         self.atoms = atoms
-        self._kernel = _numba_kernel() if use_numba else None
+        self._kernel = _numba_kernel() if use_numba else None  # None: the numpy kernel
         n = self.ref_c.shape[0]
         self._cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
         self._wk = w if w is not None else np.ones(1, dtype=np.float64)
@@ -363,7 +365,7 @@ class PreparedQCP:
         if fr.shape[0] == 0:
             return np.zeros(0, dtype=np.float64)
         atoms, w = self.atoms, self.w
-        if not self.use_numba:
+        if self._kernel is None:
             return _rmsd_numpy(self.ref_c, fr if atoms is None else fr[:, atoms], w,
                                self.superposition)
         out = np.empty(fr.shape[0], dtype=np.float64)
@@ -423,5 +425,4 @@ def prepare(
     ref_c = np.asarray(ref, dtype=np.float64) if reference_centered else center(ref, w)
     if kernel not in ("auto", "numpy", "numba"):
         raise ValueError(f"kernel must be 'auto', 'numpy' or 'numba', not {kernel!r}")
-    use_numba = kernel == "numba" or (kernel == "auto" and has_numba())
-    return PreparedQCP(ref_c, w, superposition, use_numba, atoms)
+    return PreparedQCP(ref_c, w, superposition, _uses_numba(kernel), atoms)
