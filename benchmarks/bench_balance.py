@@ -107,9 +107,7 @@ def main() -> int:
     p.add_argument("--frames", default="9900,30000")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--schedulers", default="distributed,processes")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--data", default=os.path.join(HERE, "data"))
-    p.add_argument("--tag", default="", help="suffix of the result files")
+    bs.run_arguments(p, repeats=7)
     args = p.parse_args()
     args.frames = [int(n) for n in args.frames.split(",")]
     args.schedulers = args.schedulers.split(",")

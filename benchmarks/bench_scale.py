@@ -215,6 +215,11 @@ def common_arguments(p: argparse.ArgumentParser, frames: int, repeats: int,
     p.add_argument("--workers", default=",".join(str(n) for n in (1, 2, 4, 8, 16)
                                                  if n <= cores))
     p.add_argument("--schedulers", default=schedulers)
+    run_arguments(p, repeats)
+
+
+def run_arguments(p: argparse.ArgumentParser, repeats: int) -> None:
+    """``--repeats``, ``--data`` and ``--tag``: the options every benchmark here has."""
     p.add_argument("--repeats", type=int, default=repeats)
     p.add_argument("--data", default=os.path.join(HERE, "data"))
     p.add_argument("--tag", default="", help="suffix of the result files")

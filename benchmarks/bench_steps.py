@@ -108,13 +108,11 @@ def main() -> int:
     p.add_argument("--frames", type=int, default=30_000)
     p.add_argument("--layout", default="contig", choices=("c100", "c1", "contig"))
     p.add_argument("--kib", default="256,1024,4096,8192")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--data", default=os.path.join(HERE, "data"))
-    p.add_argument("--tag", default="", help="suffix of the result files")
+    bs.run_arguments(p, repeats=5)
     args = p.parse_args()
     args.kib = [int(k) for k in args.kib.split(",")]
     path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
-                 args.frames, args.layout)
+                    args.frames, args.layout)
     results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
                "repeats": args.repeats, "kib": args.kib, "rows": measure(args, path)}
     bs.save_results("steps", args.tag, results, markdown)
