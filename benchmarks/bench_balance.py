@@ -60,25 +60,21 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for frames in args.frames:
         path = bs.build(os.path.join(args.data, f"scale-c100-{frames}.h5md"), frames, "c100")
         for sched in args.schedulers:
-            ctx, close = bs.scheduler(sched, args.workers)
-            try:
-                with ctx:
-                    for sel_name, sel in (("ca", bs.ca_indices()), ("all", None)):
-                        tasks = {b: _rmsd(path, sel, b)[0] for b in (True, False)}
-                        timers = {b: functools.partial(bs._timed, functools.partial(
-                            _rmsd, path, sel, b)) for b in (True, False)}
-                        for balanced, ts in bs.interleaved(timers, args.repeats).items():
-                            rate = frames / statistics.median(ts)
-                            rows.append({"frames": frames, "scheduler": sched,
-                                         "select": sel_name, "balanced": balanced,
-                                         "tasks": tasks[balanced], "times": ts,
-                                         "frames_per_s": rate})
-                            print(f"{frames:7d} {sched:11s} {sel_name:3s} "
-                                  f"{'balanced' if balanced else 'as before':9s} "
-                                  f"({tasks[balanced]:3d} tasks) {rate:12,.0f} frames/s",
-                                  flush=True)
-            finally:
-                close()
+            with bs.scheduler(sched, args.workers):
+                for sel_name, sel in (("ca", bs.ca_indices()), ("all", None)):
+                    tasks = {b: _rmsd(path, sel, b)[0] for b in (True, False)}
+                    timers = {b: functools.partial(bs._timed, functools.partial(
+                        _rmsd, path, sel, b)) for b in (True, False)}
+                    for balanced, ts in bs.interleaved(timers, args.repeats).items():
+                        rate = frames / statistics.median(ts)
+                        rows.append({"frames": frames, "scheduler": sched,
+                                     "select": sel_name, "balanced": balanced,
+                                     "tasks": tasks[balanced], "times": ts,
+                                     "frames_per_s": rate})
+                        print(f"{frames:7d} {sched:11s} {sel_name:3s} "
+                              f"{'balanced' if balanced else 'as before':9s} "
+                              f"({tasks[balanced]:3d} tasks) {rate:12,.0f} frames/s",
+                              flush=True)
     return rows
 
 

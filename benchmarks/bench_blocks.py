@@ -60,23 +60,19 @@ def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     rows = []
     for sched in args.schedulers:
         for n in args.workers:
-            ctx, close = scheduler(sched, n)
-            try:
-                with ctx:
-                    for sel_name, sel in (("ca", ca_indices()), ("all", None)):
-                        timers = {mib: functools.partial(_timed, functools.partial(
-                            _run, path, sel, fpb)) for mib, fpb in blocks.items()}
-                        for mib, ts in interleaved(timers, args.repeats).items():
-                            rate = args.frames / statistics.median(ts)
-                            rows.append({"scheduler": sched, "n": n, "select": sel_name,
-                                         "mib": mib, "frames_per_block": blocks[mib],
-                                         "tasks": -(-args.frames // blocks[mib]),
-                                         "times": ts, "frames_per_s": rate})
-                            print(f"{sched:11s} N={n} {sel_name:3s} {mib:5g} MiB "
-                                  f"({blocks[mib]} frames) {rate:12,.0f} frames/s",
-                                  flush=True)
-            finally:
-                close()
+            with scheduler(sched, n):
+                for sel_name, sel in (("ca", ca_indices()), ("all", None)):
+                    timers = {mib: functools.partial(_timed, functools.partial(
+                        _run, path, sel, fpb)) for mib, fpb in blocks.items()}
+                    for mib, ts in interleaved(timers, args.repeats).items():
+                        rate = args.frames / statistics.median(ts)
+                        rows.append({"scheduler": sched, "n": n, "select": sel_name,
+                                     "mib": mib, "frames_per_block": blocks[mib],
+                                     "tasks": -(-args.frames // blocks[mib]),
+                                     "times": ts, "frames_per_s": rate})
+                        print(f"{sched:11s} N={n} {sel_name:3s} {mib:5g} MiB "
+                              f"({blocks[mib]} frames) {rate:12,.0f} frames/s",
+                              flush=True)
     return rows
 
 

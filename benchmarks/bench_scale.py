@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import functools
 import json
 import multiprocessing as mp
@@ -48,7 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import h5py
@@ -154,8 +155,9 @@ def _warm_kernel() -> None:
     warm_up()
 
 
-def scheduler(name: str, n: int) -> tuple[Any, Callable[[], None]]:
-    """``(dask config context, close)`` for ``name`` with ``n`` workers, the kernel loaded.
+@contextlib.contextmanager
+def scheduler(name: str, n: int) -> Iterator[None]:
+    """Inside the block, dask computes on ``name`` with ``n`` workers, the kernel loaded.
 
     ``processes``: dask's process pool (spawned); ``threads``: dask's threaded scheduler;
     ``distributed``: a LocalCluster of ``n`` single-threaded worker processes.
@@ -166,44 +168,38 @@ def scheduler(name: str, n: int) -> tuple[Any, Callable[[], None]]:
     from h5mdx.parallel import local_cluster
 
     if name == "distributed":
-        cluster = local_cluster(n)
-        client = distributed.Client(cluster)
-        client.run(_warm_kernel)
-
-        def close() -> None:
-            client.close()
-            cluster.close()
-
-        return dask.config.set(scheduler=client), close
+        with local_cluster(n) as cluster, distributed.Client(cluster) as client:
+            client.run(_warm_kernel)
+            with dask.config.set(scheduler=client):
+                yield
+        return
     if name == "processes":
-        pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
-                                      initializer=_warm_kernel)
-        return (dask.config.set(scheduler="processes", pool=pool, chunksize=1),
-                pool.shutdown)
+        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
+                                    initializer=_warm_kernel) as pool, \
+                dask.config.set(scheduler="processes", pool=pool, chunksize=1):
+            yield
+        return
     _warm_kernel()
-    return dask.config.set(scheduler="threads", num_workers=n), lambda: None
+    with dask.config.set(scheduler="threads", num_workers=n):
+        yield
 
 
 def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> list[dict]:
     selections = {"ca": ca_indices(), "all": None}
     rows = []
     for sched in args.schedulers:
-        ctx, close = scheduler(sched, n)
-        try:
-            with ctx:
-                timers: dict[Any, Callable[[], float]] = {
-                    (mode, sel): functools.partial(_timed, h5mdx_run(path, mode,
-                                                                     selections[sel]))
-                    for mode in args.opens for sel in args.selections}
-                for (mode, sel_name), ts in interleaved(timers, args.repeats).items():
-                    t = statistics.median(ts)
-                    rows.append({"scheduler": sched, "open": mode, "select": sel_name,
-                                 "n": n, "seconds": t, "times": ts,
-                                 "frames_per_s": frames / t})
-                    print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
-                          f"{frames / t:12,.0f} frames/s", flush=True)
-        finally:
-            close()
+        with scheduler(sched, n):
+            timers: dict[Any, Callable[[], float]] = {
+                (mode, sel): functools.partial(_timed, h5mdx_run(path, mode,
+                                                                 selections[sel]))
+                for mode in args.opens for sel in args.selections}
+            for (mode, sel_name), ts in interleaved(timers, args.repeats).items():
+                t = statistics.median(ts)
+                rows.append({"scheduler": sched, "open": mode, "select": sel_name,
+                             "n": n, "seconds": t, "times": ts,
+                             "frames_per_s": frames / t})
+                print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
+                      f"{frames / t:12,.0f} frames/s", flush=True)
     return rows
 
 
