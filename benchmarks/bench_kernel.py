@@ -1,0 +1,179 @@
+"""The RMSD kernels alone, in memory, one core: h5mdx against MDTraj, MDAnalysis and a copy.
+
+What a task does after each read: the kernel (``h5mdx.analysis.qcp.prepare(...)``, once)
+on the 4 MiB of frames (``READ_STEP_BYTES``) that the read just left in the CPU cache.
+This times that on ``--frames`` in-memory float32 frames of ``bench_scale``'s synthetic
+structure (3341 atoms), 4 MiB at a time, for all atoms (one contiguous run, read in
+place) and for the 214 C-alpha-like indices (gathered per frame):
+
+- ``copy (the read's floor)``: each 4 MiB copied from the (uncached) frames into one
+  reused block, the least any read of them from the page cache costs;
+- each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
+  turn, as a task runs them): the serial bound of a task;
+
+- ``h5mdx numba, heap lanes``: the same compiled kernel with its accumulator lanes in
+  heap arrays (``np.zeros``), as it was before they moved to the stack
+  (``_qcp_numba._stack_zeros``), rebuilt here from the module's own source: the
+  before/after of that change in one run;
+- ``h5mdx numpy``: the kernel without numba;
+- ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
+  ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
+  frames: it is ~50x slower), where installed: each on an in-memory trajectory of just
+  the compared atoms, as their users would call them.
+
+Each figure is the median over ``--repeats`` interleaved rounds (every kernel once per
+round, after one warm-up). Results: ``benchmarks/results/kernel{--tag}.{json,md}``.
+Run: ``.venv/bin/python benchmarks/bench_kernel.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_scale as bs  # noqa: E402 - the benchmark next to this one
+
+STEP_BYTES = 4 << 20
+MDA_FRAMES = 2000
+
+
+def heap_lanes_kernel() -> Callable[..., None]:
+    """``_qcp_kernel`` compiled with its accumulator lanes on the heap (the old build)."""
+    from h5mdx.analysis import _qcp_numba
+
+    source = inspect.getsource(_qcp_numba)
+    old = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)").replace("cache=True, ", "")
+    if old.count("np.zeros(_LANES)") != 5:
+        raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
+    module = types.ModuleType("_qcp_numba_heap")
+    exec(compile(old, "<_qcp_numba, heap lanes>", "exec"), module.__dict__)
+    return module._qcp_kernel
+
+
+def kernels(frames: np.ndarray, atoms: np.ndarray | None) -> dict[str, Callable[[], Any]]:
+    """Each kernel as a callable that computes the RMSD of as many frames as ``frames`` has."""
+    from h5mdx.analysis.qcp import center, has_numba, prepare
+
+    n_all = frames.shape[1]
+    cols = np.arange(n_all) if atoms is None else atoms
+    ref = center(frames[0, cols])
+    step = max(1, STEP_BYTES // (n_all * 12))
+    starts = range(0, len(frames) - step + 1, step)
+    block = frames[:step].copy()  # what a task's read leaves in the CPU cache
+    out = np.empty(step)
+
+    def copy() -> None:
+        for i in starts:
+            np.copyto(block, frames[i:i + step])
+
+    def on_block(fn: Callable[[np.ndarray], Any], with_copy: bool) -> Callable[[], None]:
+        def run() -> None:
+            for i in starts:
+                if with_copy:
+                    np.copyto(block, frames[i:i + step])
+                fn(block)
+        return run
+
+    fns: dict[str, Callable[[np.ndarray], Any]] = {}
+    if has_numba():
+        fns["h5mdx numba"] = prepare(ref, None, True, "numba", reference_centered=True,
+                                     atoms=atoms)
+        heap = heap_lanes_kernel()
+        w = np.ones(1)
+        fns["h5mdx numba, heap lanes"] = lambda b: heap(ref, b, cols, w, False, True, out)
+    fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
+                                 atoms=atoms)
+    runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}
+    for name, fn in fns.items():
+        runs[name] = on_block(fn, False)
+        if name != "h5mdx numpy":
+            runs[f"copy + {name}"] = on_block(fn, True)
+    picked = frames if atoms is None else np.ascontiguousarray(frames[:, atoms])
+    try:
+        import mdtraj
+
+        traj = mdtraj.Trajectory(picked / 10.0, topology=None)
+        runs["mdtraj.rmsd (1 thread)"] = lambda: mdtraj.rmsd(traj, traj, 0, parallel=False)
+    except ImportError:
+        pass
+    try:
+        from MDAnalysis.analysis.rms import rmsd as mda_rmsd
+
+        few = picked[:MDA_FRAMES]
+        runs["MDAnalysis qcprot"] = lambda: [mda_rmsd(x, ref, center=True, superposition=True)
+                                             for x in few]
+    except ImportError:
+        pass
+    return runs
+
+
+def frames_of(name: str, n_frames: int) -> int:
+    """How many frames one call of ``name`` computes."""
+    if name == "MDAnalysis qcprot":
+        return min(n_frames, MDA_FRAMES)
+    if name == "mdtraj.rmsd (1 thread)":
+        return n_frames
+    step = max(1, STEP_BYTES // (bs.N_ATOMS * 12))
+    return n_frames // step * step
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--frames", type=int, default=5000, help="in-memory frames (default 5000)")
+    bs.run_arguments(p, repeats=9)
+    args = p.parse_args()
+    tpl = bs.templates()
+    frames = np.ascontiguousarray(np.resize(tpl, (args.frames,) + tpl.shape[1:]))
+    results: dict[str, Any] = {"frames": args.frames, "n_atoms": bs.N_ATOMS,
+                               "repeats": args.repeats, **bs.machine(), "fps": {}}
+    for label, atoms in (("all atoms", None), ("C-alpha", bs.ca_indices())):
+        runs = kernels(frames, atoms)
+
+        def timer(fn: Callable[[], Any]) -> Callable[[], float]:
+            def timed() -> float:
+                t = time.perf_counter()
+                fn()
+                return time.perf_counter() - t
+            return timed
+
+        times = bs.interleaved({k: timer(v) for k, v in runs.items()}, args.repeats)
+        results["fps"][label] = {k: frames_of(k, args.frames) / statistics.median(v)
+                                 for k, v in times.items()}
+        print(label, {k: f"{v:,.0f}" for k, v in results["fps"][label].items()})
+    bs.save_results("kernel", args.tag, results, markdown)
+    return 0
+
+
+def markdown(results: dict[str, Any]) -> str:
+    fps = results["fps"]
+    names = list(dict.fromkeys(k for case in fps.values() for k in case))
+    lines = [f"RMSD kernels alone: {results['frames']:,} in-memory float32 frames of "
+             f"{results['n_atoms']} atoms, 4 MiB at a time, one core; medians of "
+             f"{results['repeats']} interleaved rounds. {results['platform']}, "
+             f"{results['cores']} cores; {bs.versions_text(results)}.", "",
+             "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
+             + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
+             "|---" * (1 + 2 * len(fps)) + "|"]
+    for name in names:
+        rate = [fps[c].get(name) for c in fps]
+        ratio = [fps[c].get(name, 0) / fps[c]["h5mdx numba"] if "h5mdx numba" in fps[c]
+                 and name in fps[c] else None for c in fps]
+        lines.append(f"| {name} | " + " | ".join("" if r is None else f"{r:,.0f}" for r in rate)
+                     + " | " + " | ".join("" if r is None else f"{r:.2f}" for r in ratio) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
