@@ -11,10 +11,11 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
 - each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
   turn, as a task runs them): the serial bound of a task;
 
-- ``h5mdx numba, heap lanes``: the same compiled kernel with its accumulator lanes in
-  heap arrays (``np.zeros``), as it was before they moved to the stack
-  (``_qcp_numba._stack_zeros``), rebuilt here from the module's own source: the
-  before/after of that change in one run;
+- the numba kernel four ways, each rebuilt here from ``_qcp_numba``'s own source: with its
+  accumulator lanes on the stack (``_qcp_numba._stack_zeros``, as shipped) or on the heap
+  (``np.zeros``, the build before), and either loaded from numba's on-disk cache (how a
+  worker usually gets it; ``h5mdx numba``) or compiled in this process (a first run, or no
+  writable cache): the before/after of that change, in one run;
 - ``h5mdx numpy``: the kernel without numba;
 - ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
   ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
@@ -29,10 +30,14 @@ Run: ``.venv/bin/python benchmarks/bench_kernel.py``.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import inspect
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable
@@ -49,20 +54,42 @@ STEP_BYTES = 4 << 20
 MDA_FRAMES = 2000
 
 
-def heap_lanes_kernel() -> Callable[..., None]:
-    """``_qcp_kernel`` compiled with its accumulator lanes on the heap (the old build)."""
+def kernel_variant(lanes: str, cached: bool, workdir: str) -> Callable[..., None]:
+    """``_qcp_kernel`` with its accumulator lanes on the ``"stack"`` (as shipped) or the
+    ``"heap"`` (``np.zeros``, the build before ``_stack_zeros``), built from the module's own
+    source, and either compiled in this process or loaded from numba's on-disk cache
+    (written by a subprocess first), which is how worker processes usually get it."""
     from h5mdx.analysis import _qcp_numba
 
     source = inspect.getsource(_qcp_numba)
-    old = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)").replace("cache=True, ", "")
-    if old.count("np.zeros(_LANES)") != 5:
-        raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
-    module = types.ModuleType("_qcp_numba_heap")
-    exec(compile(old, "<_qcp_numba, heap lanes>", "exec"), module.__dict__)
-    return module._qcp_kernel
+    if lanes == "heap":
+        source = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)")
+        if source.count("np.zeros(_LANES)") != 5:
+            raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
+    name = f"_qcp_numba_{lanes}"
+    if not cached:
+        module = types.ModuleType(name)
+        source = source.replace("cache=True, ", "")
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+        return module._qcp_kernel
+    with open(os.path.join(workdir, name + ".py"), "w") as fh:
+        fh.write(source)
+    call = (f"import sys; sys.path.insert(0, {workdir!r}); import numpy as np; import {name} as m; "
+            "m._qcp_kernel(np.zeros((2, 3)), np.zeros((1, 2, 3), np.float32), np.arange(2), "
+            "np.ones(1), False, True, np.empty(1))")
+    subprocess.run([sys.executable, "-c", call], check=True)  # compiles, writes the cache
+    if workdir not in sys.path:
+        sys.path.insert(0, workdir)
+    return importlib.import_module(name)._qcp_kernel  # loads it from the cache
 
 
-def kernels(frames: np.ndarray, atoms: np.ndarray | None) -> dict[str, Callable[[], Any]]:
+def _call(kern: Callable[..., None], ref: np.ndarray, cols: np.ndarray, w: np.ndarray,
+          out: np.ndarray, block: np.ndarray) -> None:
+    kern(ref, block, cols, w, False, True, out)
+
+
+def kernels(frames: np.ndarray, atoms: np.ndarray | None,
+            workdir: str) -> dict[str, Callable[[], Any]]:
     """Each kernel as a callable that computes the RMSD of as many frames as ``frames`` has."""
     from h5mdx.analysis.qcp import center, has_numba, prepare
 
@@ -88,18 +115,22 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None) -> dict[str, Callable[
 
     fns: dict[str, Callable[[np.ndarray], Any]] = {}
     if has_numba():
-        fns["h5mdx numba"] = prepare(ref, None, True, "numba", reference_centered=True,
-                                     atoms=atoms)
-        heap = heap_lanes_kernel()
         w = np.ones(1)
-        fns["h5mdx numba, heap lanes"] = lambda b: heap(ref, b, cols, w, False, True, out)
+        for label, lanes, cached in (("h5mdx numba", "stack", True),
+                                     ("h5mdx numba, compiled in this process", "stack", False),
+                                     ("h5mdx numba, heap lanes, from the cache", "heap", True),
+                                     ("h5mdx numba, heap lanes, compiled in this process", "heap",
+                                      False)):
+            kern = kernel_variant(lanes, cached, workdir)
+            fns[label] = functools.partial(_call, kern, ref, cols, w, out)
     fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
                                  atoms=atoms)
     runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}
     for name, fn in fns.items():
         runs[name] = on_block(fn, False)
-        if name != "h5mdx numpy":
-            runs[f"copy + {name}"] = on_block(fn, True)
+    for name in ("h5mdx numba", "h5mdx numba, heap lanes, compiled in this process"):
+        if name in fns:
+            runs[f"copy + {name}"] = on_block(fns[name], True)
     picked = frames if atoms is None else np.ascontiguousarray(frames[:, atoms])
     try:
         import mdtraj
@@ -138,8 +169,9 @@ def main() -> int:
     frames = np.ascontiguousarray(np.resize(tpl, (args.frames,) + tpl.shape[1:]))
     results: dict[str, Any] = {"frames": args.frames, "n_atoms": bs.N_ATOMS,
                                "repeats": args.repeats, **bs.machine(), "fps": {}}
+    workdir = tempfile.mkdtemp(prefix="h5mdx-bench-kernel-")
     for label, atoms in (("all atoms", None), ("C-alpha", bs.ca_indices())):
-        runs = kernels(frames, atoms)
+        runs = kernels(frames, atoms, workdir)
 
         def timer(fn: Callable[[], Any]) -> Callable[[], float]:
             def timed() -> float:

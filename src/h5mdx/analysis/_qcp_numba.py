@@ -12,13 +12,16 @@ reordering any floating-point sum (no ``fastmath``): the result is the same on
 every CPU, and the pass runs 2x faster than one accumulator per sum (numba 0.68,
 AVX2, 3341 atoms; ``benchmarks/bench_scale.py``).
 
-The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap:
-LLVM cannot tell a heap array from numba's allocator apart from the frame and the
-reference, so it stored every accumulator back to memory after every addition (a
-store and a reload per lane and element); a stack array that never leaves the
-function is known to alias nothing, and its lanes stay in SIMD registers for the
-whole pass. Same sums in the same order, bit for bit; 1.9x the frames per second
-(3341 atoms, AVX-512; ``benchmarks/bench_kernel.py``).
+The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap.
+LLVM cannot tell heap arrays from numba's allocator apart from the frame and the
+reference, so where it compiled :func:`_frame_sums` on its own it stored every lane back
+to memory after every addition. Only the object code numba writes to its on-disk cache
+(optimised as one module, :func:`_frame_sums` inlined) had them in registers: the same
+kernel ran 133k-200k frames/s in a process that compiled it and 325k-332k in one that
+loaded it from the cache (3341 atoms, AVX-512). A stack array that never leaves the
+function aliases nothing, so its lanes stay in registers however the kernel was built:
+339k-347k either way, with the same sums in the same order, bit for bit
+(``benchmarks/bench_kernel.py``).
 """
 
 import numpy as np
