@@ -55,7 +55,7 @@ MDA_FRAMES = 2000
 
 
 def kernel_variant(lanes: str, cached: bool, workdir: str) -> Callable[..., None]:
-    """``_qcp_kernel`` with its accumulator lanes on the ``"stack"`` (as shipped) or the
+    """The kernel (``(ref, block, cols, w, out) -> None``) with its accumulator lanes on the ``"stack"`` (as shipped) or the
     ``"heap"`` (``np.zeros``, the build before ``_stack_zeros``), built from the module's own
     source, and either compiled in this process or loaded from numba's on-disk cache
     (written by a subprocess first), which is how worker processes usually get it."""
@@ -71,21 +71,39 @@ def kernel_variant(lanes: str, cached: bool, workdir: str) -> Callable[..., None
         module = types.ModuleType(name)
         source = source.replace("cache=True, ", "")
         exec(compile(source, f"<{name}>", "exec"), module.__dict__)
-        return module._qcp_kernel
+        return _as_tasks_call_it(module)
     with open(os.path.join(workdir, name + ".py"), "w") as fh:
         fh.write(source)
-    call = (f"import sys; sys.path.insert(0, {workdir!r}); import numpy as np; import {name} as m; "
-            "m._qcp_kernel(np.zeros((2, 3)), np.zeros((1, 2, 3), np.float32), np.arange(2), "
-            "np.ones(1), False, True, np.empty(1))")
+    call = (f"import sys; sys.path.insert(0, {workdir!r}); sys.path.insert(0, {HERE!r}); "
+            f"import numpy as np, bench_kernel; import {name} as m; "
+            "bench_kernel._as_tasks_call_it(m)(np.zeros((2, 3)), np.zeros((1, 2, 3), np.float32), "
+            "np.arange(2), np.ones(1), np.empty(1))")
     subprocess.run([sys.executable, "-c", call], check=True)  # compiles, writes the cache
     if workdir not in sys.path:
         sys.path.insert(0, workdir)
-    return importlib.import_module(name)._qcp_kernel  # loads it from the cache
+    return _as_tasks_call_it(importlib.import_module(name))  # loads it from the cache
+
+
+def _as_tasks_call_it(module: Any) -> Callable[..., None]:
+    """The kernel of ``module`` (a build of ``_qcp_numba``) as ``PreparedQCP`` calls it:
+    the reference laid out once, then each block into ``out``."""
+    layouts: dict[int, tuple] = {}
+
+    def kernel(ref: np.ndarray, block: np.ndarray, cols: np.ndarray, w: np.ndarray,
+               out: np.ndarray) -> None:
+        key = id(ref)
+        if key not in layouts:
+            layouts[key] = (ref, *module._reference_layout(ref, w, False),
+                            np.empty(3 * len(cols), dtype=block.dtype))
+        _, a, wf, sums, buf = layouts[key]
+        module._qcp_frames(ref, block, cols, w, False, True, a, wf, sums, buf,
+                           out[:len(block)])
+    return kernel
 
 
 def _call(kern: Callable[..., None], ref: np.ndarray, cols: np.ndarray, w: np.ndarray,
           out: np.ndarray, block: np.ndarray) -> None:
-    kern(ref, block, cols, w, False, True, out)
+    kern(ref, block, cols, w, out)
 
 
 def kernels(frames: np.ndarray, atoms: np.ndarray | None,

@@ -65,3 +65,30 @@ def test_frame_sums_equal_numpy(n_atoms, weighted):
         [(w * (y64 ** 2).sum(axis=1)).sum()],
     ])
     np.testing.assert_allclose(r, expected, rtol=1e-12, atol=1e-9)
+
+
+def test_prepared_kernel_lays_out_the_reference_once(monkeypatch):
+    """Per call, only the frames' work: the reference layout (~100 bytes per atom, which a
+    distributed worker would hand back to the OS and fault in again) is made once."""
+    from h5mdx.analysis import _qcp_numba
+    from h5mdx.analysis.qcp import prepare, rmsd_qcp
+
+    made = []
+    layout = _qcp_numba._reference_layout
+
+    def counting(*args):
+        made.append(args[0].shape)
+        return layout(*args)
+
+    monkeypatch.setattr(_qcp_numba, "_reference_layout", counting)
+    rng = np.random.default_rng(5)
+    frames = rng.normal(scale=10, size=(12, 40, 3)).astype(np.float32)
+    atoms = np.array([3, 1, 4, 15, 9, 26, 5, 35])
+    for sel in (None, atoms):
+        made.clear()
+        ref = frames[0] if sel is None else frames[0, sel]
+        prepared = prepare(ref, kernel="numba", atoms=sel)
+        got = np.concatenate([prepared(frames[i:i + 4]) for i in range(0, 12, 4)])
+        assert made == [ref.shape]
+        expected = rmsd_qcp(ref, frames if sel is None else frames[:, sel], kernel="numpy")
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)

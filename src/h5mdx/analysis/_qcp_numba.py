@@ -32,7 +32,7 @@ from numba.extending import intrinsic as _intrinsic
 from numba.np.arrayobj import make_array as _make_array
 from numba.np.arrayobj import populate_array as _populate_array
 
-__all__ = ["_qcp_kernel"]
+__all__ = ["_qcp_frames", "_reference_layout"]
 
 #: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of the
 #: SIMD width. 24 measured fastest of 6, 12, 24 and 48 (float32 frames, AVX2/AVX-512).
@@ -184,32 +184,49 @@ def _qcp_rmsd(r, g_a, rs, wsum, n):  # pragma: no cover - compiled
 
 
 @_njit(cache=True, nogil=True)
-def _qcp_kernel(ref_c, frames, atoms, w, use_w, superposition, out):  # pragma: no cover - compiled
+def _reference_layout(ref_c, w, use_w):  # pragma: no cover - compiled
+    """The centred reference laid out for :func:`_frame_sums`, made once per reference.
+
+    Returns ``a`` (3, 3 n) with ``a[k, 3 i + j] = w_i x_ik``, ``wf`` (3 n) with
+    ``wf[3 i + j] = w_i``, and ``sums`` = the reference's weighted sums (~0, kept so
+    frames need no centring pass), ``G_a = sum w |x|^2`` and ``W = sum w``.
+    """
+    n = ref_c.shape[0]
+    m = 3 * n
+    a = np.empty((3, m))
+    wf = np.empty(m)
+    sums = np.zeros(5)
+    for i in range(n):
+        wi = w[i] if use_w else 1.0
+        sums[4] += wi
+        for k in range(3):
+            x = ref_c[i, k]
+            sums[3] += wi * x * x
+            sums[k] += wi * x
+            wf[3 * i + k] = wi
+            for j in range(3):
+                a[k, 3 * i + j] = wi * x
+    return a, wf, sums
+
+
+@_njit(cache=True, nogil=True)
+def _qcp_frames(ref_c, frames, atoms, w, use_w, superposition, a, wf, sums, buf,
+                out):  # pragma: no cover - compiled
     """RMSD of every frame of ``frames[:, atoms]`` to the centred reference ``ref_c``.
 
     ``frames`` is C-contiguous (n_frames, n_all, 3); ``atoms`` picks the columns to
-    compare (one per row of ``ref_c``). A contiguous run of atoms is read in place;
-    any other selection is gathered into one frame-sized buffer first.
+    compare (one per row of ``ref_c``); ``a``, ``wf``, ``sums`` are the reference's
+    :func:`_reference_layout`. A contiguous run of atoms is read in place; any other
+    selection is gathered into ``buf`` (3 n elements of the frames' dtype) first.
+    Allocates nothing of the reference's size: a worker of ``distributed`` frees (and
+    the OS zeroes again) every allocation over 64 KiB (``MALLOC_TRIM_THRESHOLD_``).
     """
     n_frames, n_all = frames.shape[0], frames.shape[1]
     n = atoms.shape[0]
     m = 3 * n
-    # the reference as flat rows: a[k, 3 i + j] = w_i x_ik, wf[3 i + j] = w_i
-    a = np.empty((3, m))
-    wf = np.empty(m)
-    rs = np.zeros(3)  # sums of the (centred) reference, ~0: kept so frames need no centring pass
-    g_a = 0.0
-    wsum = 0.0
-    for i in range(n):
-        wi = w[i] if use_w else 1.0
-        wsum += wi
-        for k in range(3):
-            x = ref_c[i, k]
-            g_a += wi * x * x
-            rs[k] += wi * x
-            wf[3 * i + k] = wi
-            for j in range(3):
-                a[k, 3 * i + j] = wi * x
+    rs = sums[:3]
+    g_a = sums[3]
+    wsum = sums[4]
     start = atoms[0] if n else 0
     run = True
     for i in range(n):
@@ -217,7 +234,6 @@ def _qcp_kernel(ref_c, frames, atoms, w, use_w, superposition, out):  # pragma: 
             run = False
             break
     flat = frames.reshape(n_frames, n_all * 3)
-    buf = np.empty(m, dtype=frames.dtype)
     r = np.empty(13)
     for f in range(n_frames):
         if not superposition:

@@ -247,14 +247,11 @@ def warm_up(kernel: str = "auto") -> float:
     import time
 
     t0 = time.perf_counter()
-    k = _numba_kernel()
-    out = np.empty(1, dtype=np.float64)
     ref = np.zeros((3, 3), dtype=np.float64)
     ref[1, 0] = ref[2, 1] = 1.0
-    w = np.ones(1, dtype=np.float64)
-    atoms = np.arange(3, dtype=np.intp)
+    prepared = PreparedQCP(ref, None, True, True, None)
     for dtype in (np.float32, np.float64):
-        k(ref, ref[None].astype(dtype), atoms, w, False, True, out)
+        prepared(ref[None].astype(dtype))
     _WARM.add("numba")
     return time.perf_counter() - t0
 
@@ -265,12 +262,12 @@ def _uses_numba(kernel: str) -> bool:
 
 def _numba_kernel() -> Any:
     try:
-        from h5mdx.analysis._qcp_numba import _qcp_kernel
+        from h5mdx.analysis import _qcp_numba
     except ImportError as err:
         raise ImportError(
             "kernel='numba' needs numba: pip install numba (or 'h5mdx[fast]')"
         ) from err
-    return _qcp_kernel
+    return _qcp_numba
 
 
 def rmsd_qcp(
@@ -348,6 +345,11 @@ class PreparedQCP:
         n = self.ref_c.shape[0]
         self._cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
         self._wk = w if w is not None else np.ones(1, dtype=np.float64)
+        if self._kernel is not None:
+            # laid out once here, not per call: every call would otherwise allocate ~100 bytes
+            # per atom, which a distributed worker hands back to the OS after each call
+            self._layout = self._kernel._reference_layout(self.ref_c, self._wk, w is not None)
+            self._buffers: dict[np.dtype, np.ndarray] = {}
         # frames need at least this many atoms
         self._min_atoms = n if atoms is None else (int(atoms.max()) + 1 if atoms.size else 0)
 
@@ -370,8 +372,11 @@ class PreparedQCP:
                                self.superposition)
         out = np.empty(fr.shape[0], dtype=np.float64)
         data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
-        self._kernel(self.ref_c, np.ascontiguousarray(data), self._cols, self._wk,
-                     w is not None, self.superposition, out)
+        buf = self._buffers.get(data.dtype)
+        if buf is None:  # where the kernel gathers a selection, one frame's worth
+            buf = self._buffers[data.dtype] = np.empty(3 * n, dtype=data.dtype)
+        self._kernel._qcp_frames(self.ref_c, np.ascontiguousarray(data), self._cols, self._wk,
+                                 w is not None, self.superposition, *self._layout, buf, out)
         suspect = out < 0.0  # the kernel flags (near-)double roots with -1
         if suspect.any():
             picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
