@@ -47,6 +47,28 @@ def test_unit_scale_and_fill_values_as_through_xarray(tmp_path):
         assert got[0, 0, 0] == pytest.approx(10 * value[1, 0, 0])
 
 
+def test_unit_scale_in_place_reads_each_value_once(tmp_path):
+    """Scaled where they lie: reads into reused scratch buffers are scaled once each, the
+    file's bytes never change, and the values equal h5py's times the scale."""
+    from h5mdx.format import direct
+
+    value = np.random.default_rng(2).normal(size=(40, 6, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "nm.h5md", particles={"all": {"position": dict(
+        value=value, step=np.arange(40), unit="nm")}})
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        read = frame_reader(ds.position.variable)
+        assert read is not None
+        for _ in range(3):
+            with direct.scratch_buffers():
+                for lo in range(0, 40, 8):
+                    got = read(lo, lo + 8)
+                    assert got.dtype == np.float32
+                    np.testing.assert_array_equal(got, value[lo:lo + 8] * np.float32(10))
+        np.testing.assert_array_equal(ds.position.values, value * np.float32(10))
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, value)
+
+
 def test_none_where_xarray_must_index(adk_h5md, tmp_path):
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
         var = ds.position.variable
