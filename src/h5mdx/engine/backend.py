@@ -156,13 +156,17 @@ class H5MDArray(BackendArray):
         data = self._read_direct(key)
         if data is None:
             data = self._read_locked(key)
+        # every read above fills an array of its own (or a task's scratch buffer): change it
+        # where it lies, as a fresh 4 MiB array per read costs a distributed worker an mmap
+        # and its page faults each time (MALLOC_TRIM_THRESHOLD_)
         if self.fillvalue is not None and data.dtype.kind == "f":
-            data = np.where(data == self.fillvalue, np.nan, data).astype(data.dtype, copy=False)
+            if data.flags.writeable:
+                np.putmask(data, data == self.fillvalue, np.nan)
+            else:
+                data = np.where(data == self.fillvalue, np.nan, data).astype(data.dtype,
+                                                                             copy=False)
         if self.scale != 1.0:
             if data.dtype == self.dtype and data.flags.writeable:
-                # every read above fills an array of its own (or a task's scratch buffer):
-                # scale it where it lies, as a fresh 4 MiB array per read costs a distributed
-                # worker an mmap and its page faults each time (MALLOC_TRIM_THRESHOLD_)
                 np.multiply(data, self.scale, out=data)
             else:  # integers stored, floats served
                 data = (data * self.scale).astype(self.dtype, copy=False)
