@@ -92,3 +92,19 @@ def test_prepared_kernel_lays_out_the_reference_once(monkeypatch):
         assert made == [ref.shape]
         expected = rmsd_qcp(ref, frames if sel is None else frames[:, sel], kernel="numpy")
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
+def test_kernel_runs_as_plain_python_with_numba_disabled():
+    """NUMBA_DISABLE_JIT=1 (how one steps through the kernel in a debugger) still works."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from h5mdx.analysis.qcp import rmsd_qcp; "
+            "x = np.random.default_rng(0).normal(size=(3, 20, 3)); "
+            "a = rmsd_qcp(x[0], x, kernel='numba'); b = rmsd_qcp(x[0], x, kernel='numpy'); "
+            "assert np.allclose(a, b, atol=1e-6), (a, b); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "NUMBA_DISABLE_JIT": "1"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -25,6 +25,7 @@ function aliases nothing, so its lanes stay in registers however the kernel was 
 """
 
 import numpy as np
+from numba import config as _numba_config
 from numba import njit as _njit
 from numba import types as _types
 from numba.core import cgutils as _cgutils
@@ -62,6 +63,11 @@ def _stack_zeros(typingctx, size):  # pragma: no cover - compiled
         return ary._getvalue()
 
     return arrty(size), codegen
+
+
+if _numba_config.DISABLE_JIT:  # NUMBA_DISABLE_JIT=1 (debugging): plain Python, plain arrays
+    def _stack_zeros(size):  # type: ignore[no-redef]  # noqa: F811
+        return np.zeros(size)
 
 
 @_njit(cache=True, nogil=True)
