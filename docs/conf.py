@@ -96,6 +96,8 @@ h5mdx_results = [
      "python benchmarks/bench_steps.py"),
     ("kernel.md", "The RMSD kernels alone, in memory, one core: h5mdx, MDTraj, MDAnalysis",
      "python benchmarks/bench_kernel.py"),
+    ("tasks.md", "What one task costs each dask scheduler (2 cores)",
+     "python benchmarks/bench_tasks.py"),
     ("worker.md", "One worker's RMSD: the client's process against a distributed worker",
      "python benchmarks/bench_worker.py"),
     ("balance.md", "RMSD with blocks shared out evenly over the workers (2 cores)",
