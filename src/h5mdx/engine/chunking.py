@@ -9,10 +9,9 @@ __all__ = ["DEFAULT_TARGET_MIB", "balanced_block", "time_block"]
 #: Default target size of one dask block along ``time``, in MiB: dask's own default
 #: (``array.chunk-size``, 128 MiB). A task that reads a block a few MiB at a time
 #: (:func:`h5mdx.rmsd`) needs no more memory for a larger block, and each task costs
-#: the scheduler 1-10 ms (``benchmarks/bench_tasks.py``): 128 MiB blocks gave 1.14-1.27x the
-#: RMSD throughput of 32 MiB
-#: ones on dask's process pool and ``distributed`` (1 and 2 workers, 2-core AMD EPYC;
-#: ``benchmarks/bench_blocks.py``).
+#: the scheduler 1-10 ms (``benchmarks/bench_tasks.py``): 128 MiB blocks gave
+#: 1.14-1.27x the RMSD throughput of 32 MiB ones on dask's process pool and
+#: ``distributed`` (1 and 2 workers, 2-core AMD EPYC; ``benchmarks/bench_blocks.py``).
 DEFAULT_TARGET_MIB = 128.0
 
 
