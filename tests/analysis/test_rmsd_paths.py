@@ -217,3 +217,22 @@ def test_default_blocks_follow_the_default_client(adk_h5md_blocked, expected_ca,
         lazy = h5mdx.rmsd(ds.position, select="name CA")
         assert len(lazy.chunks[0]) == threads == 2
         assert_rmsd_close(local_client.compute(lazy).result(), expected_ca, atol=1e-4)
+
+
+def test_chunk_mib_sets_the_blocks_in_place_of_the_engines(adk_h5md_blocked, expected_ca):
+    """``chunk_mib=`` gives blocks of whole frames and HDF5 chunks near that size (40 kB a
+    frame, 10-frame chunks here); blocks that differ give tasks of other names, so the two
+    results never share keys with different tasks behind them."""
+    with dask.config.set(scheduler="sync"), \
+            xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
+        default = h5mdx.rmsd(ds.position, select="name CA")
+        small = h5mdx.rmsd(ds.position, select="name CA", chunk_mib=0.5)
+        assert default.chunks == ((98,),)
+        assert small.chunks == ((10,) * 9 + (8,),)
+        assert small.data.name != default.data.name
+        assert h5mdx.rmsd(ds.position, select="name CA", chunk_mib=0.5).data.name == \
+            small.data.name
+        assert_rmsd_close(small.compute(), expected_ca, atol=1e-4)
+        np.testing.assert_array_equal(small.values, default.values)
+        with pytest.raises(ValueError, match="chunk_mib must be positive"):
+            h5mdx.rmsd(ds.position, select="name CA", chunk_mib=0)

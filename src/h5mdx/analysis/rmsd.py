@@ -348,25 +348,29 @@ def _read_step(source: xr.DataArray) -> int | None:
     return n_chunks * per_chunk
 
 
-def _block_frames(sub: xr.DataArray, frames_per_block: int | None, chunk_mib: float) -> int:
+def _block_frames(position: xr.DataArray, frames_per_block: int | None,
+                  chunk_mib: float | None) -> int:
     if frames_per_block is not None:
         if frames_per_block < 1:
             raise ValueError("frames_per_block must be at least 1")
         return int(frames_per_block)
-    pref = sub.encoding.get("preferred_chunks", {}).get(TIME_DIM)
-    chunks = sub.encoding.get("chunksizes")
-    if isinstance(pref, (int, np.integer)) and pref > 0:
+    if chunk_mib is not None and not chunk_mib > 0:
+        raise ValueError(f"chunk_mib must be positive, not {chunk_mib!r}")
+    pref = position.encoding.get("preferred_chunks", {}).get(TIME_DIM)
+    chunks = position.encoding.get("chunksizes")
+    if chunk_mib is None and isinstance(pref, (int, np.integer)) and pref > 0:
         block = int(pref)
-    else:
+    else:  # blocks of whole frames, as the engine's preferred block is
         block = time_block(
-            (sub.sizes[TIME_DIM], sub.sizes[ATOM_DIM], sub.sizes[SPATIAL_DIM]),
-            sub.dtype.itemsize, chunks, chunk_mib,
+            (position.sizes[TIME_DIM], position.sizes[ATOM_DIM], position.sizes[SPATIAL_DIM]),
+            position.dtype.itemsize, chunks,
+            DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib,
         )
     workers = _worker_count()
     if workers is None:
         return block
-    chunk = int(chunks[sub.dims.index(TIME_DIM)]) if chunks else 1
-    return balanced_block(sub.sizes[TIME_DIM], block, chunk, workers)
+    chunk = int(chunks[position.dims.index(TIME_DIM)]) if chunks else 1
+    return balanced_block(position.sizes[TIME_DIM], block, chunk, workers)
 
 
 def _worker_count() -> int | None:
@@ -465,7 +469,7 @@ def rmsd(
     topology: Any = None,
     kernel: str = "auto",
     frames_per_block: int | None = None,
-    chunk_mib: float = DEFAULT_TARGET_MIB,
+    chunk_mib: float | None = None,
 ) -> xr.DataArray:
     """RMSD of every frame to a reference after optimal superposition (QCP), lazily.
 
@@ -497,8 +501,11 @@ def rmsd(
         smaller where that gives the default scheduler's workers (a default
         ``distributed`` client's threads, dask's ``num_workers``, or the CPU count)
         an equal number of tasks each (:func:`h5mdx.engine.chunking.balanced_block`).
-    chunk_mib : float, default 128
-        Target block size when there is no preferred block.
+    chunk_mib : float, optional
+        Target block size in MiB of whole frames (then shared out as above), in place of
+        the engine's preferred block (``open_dataset(..., chunk_mib=)``, 128 MiB by
+        default). Larger blocks mean fewer tasks, each costing the scheduler a few ms
+        (``benchmarks/bench_tasks.py``); smaller ones, finer load balance.
 
     Returns
     -------
@@ -529,18 +536,23 @@ def rmsd(
     # array (or the dask array) without loading it, and tokenizing it is what identifies
     # the file, element and selection.
     is_dask = sub.chunks is not None
-    token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block)
+    ends = None
+    if not is_dask:
+        if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
+            ends = np.cumsum(dask_blocks).tolist()
+        else:
+            fpb = _block_frames(position, frames_per_block, chunk_mib)
+            ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
+    # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
+    # worker count) must not reuse the keys of the first with other tasks behind them
+    token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block,
+                     ends)
     name = f"rmsd-{token}"
 
     kernel_args = (ref_c, w, superposition, kernel)
     if is_dask:
         result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args)
     else:
-        if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
-            ends = np.cumsum(dask_blocks).tolist()
-        else:
-            fpb = _block_frames(sub, frames_per_block, chunk_mib)
-            ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
         result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args)
 
     coords = {k: v for k, v in sub.coords.items() if v.dims == (TIME_DIM,)}
