@@ -30,7 +30,6 @@ Run: ``.venv/bin/python benchmarks/bench_kernel.py``.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import inspect
 import os
@@ -54,11 +53,12 @@ STEP_BYTES = 4 << 20
 MDA_FRAMES = 2000
 
 
-def kernel_variant(lanes: str, cached: bool, workdir: str) -> Callable[..., None]:
-    """The kernel (``(ref, block, cols, w, out) -> None``) with its accumulator lanes on the ``"stack"`` (as shipped) or the
-    ``"heap"`` (``np.zeros``, the build before ``_stack_zeros``), built from the module's own
-    source, and either compiled in this process or loaded from numba's on-disk cache
-    (written by a subprocess first), which is how worker processes usually get it."""
+def kernel_variant(lanes: str, cached: bool, workdir: str) -> types.ModuleType:
+    """A build of ``h5mdx.analysis._qcp_numba`` from its own source, with its accumulator
+    lanes on the ``"stack"`` (as shipped) or the ``"heap"`` (``np.zeros``, the build
+    before ``_stack_zeros``), either compiled in this process or loaded from numba's
+    on-disk cache (written by a subprocess first), which is how worker processes usually
+    get it. ``PreparedQCP`` runs any of them as tasks run the shipped one."""
     from h5mdx.analysis import _qcp_numba
 
     source = inspect.getsource(_qcp_numba)
@@ -71,45 +71,22 @@ def kernel_variant(lanes: str, cached: bool, workdir: str) -> Callable[..., None
         module = types.ModuleType(name)
         source = source.replace("cache=True, ", "")
         exec(compile(source, f"<{name}>", "exec"), module.__dict__)
-        return _as_tasks_call_it(module)
+        return module
     with open(os.path.join(workdir, name + ".py"), "w") as fh:
         fh.write(source)
-    call = (f"import sys; sys.path.insert(0, {workdir!r}); sys.path.insert(0, {HERE!r}); "
-            f"import numpy as np, bench_kernel; import {name} as m; "
-            "bench_kernel._as_tasks_call_it(m)(np.zeros((2, 3)), np.zeros((1, 2, 3), np.float32), "
-            "np.arange(2), np.ones(1), np.empty(1))")
+    call = (f"import sys; sys.path.insert(0, {workdir!r}); import numpy as np; "
+            f"from h5mdx.analysis.qcp import PreparedQCP; import {name} as m; "
+            "PreparedQCP(np.zeros((2, 3)), None, True, m, None)(np.zeros((1, 2, 3), np.float32))")
     subprocess.run([sys.executable, "-c", call], check=True)  # compiles, writes the cache
     if workdir not in sys.path:
         sys.path.insert(0, workdir)
-    return _as_tasks_call_it(importlib.import_module(name))  # loads it from the cache
-
-
-def _as_tasks_call_it(module: Any) -> Callable[..., None]:
-    """The kernel of ``module`` (a build of ``_qcp_numba``) as ``PreparedQCP`` calls it:
-    the reference laid out once, then each block into ``out``."""
-    layouts: dict[int, tuple] = {}
-
-    def kernel(ref: np.ndarray, block: np.ndarray, cols: np.ndarray, w: np.ndarray,
-               out: np.ndarray) -> None:
-        key = id(ref)
-        if key not in layouts:
-            layouts[key] = (ref, *module._reference_layout(ref, w, False),
-                            np.empty(3 * len(cols), dtype=block.dtype))
-        _, a, wf, sums, buf = layouts[key]
-        module._qcp_frames(ref, block, cols, w, False, True, a, wf, sums, buf,
-                           out[:len(block)])
-    return kernel
-
-
-def _call(kern: Callable[..., None], ref: np.ndarray, cols: np.ndarray, w: np.ndarray,
-          out: np.ndarray, block: np.ndarray) -> None:
-    kern(ref, block, cols, w, out)
+    return importlib.import_module(name)  # loads it from the cache
 
 
 def kernels(frames: np.ndarray, atoms: np.ndarray | None,
             workdir: str) -> dict[str, Callable[[], Any]]:
     """Each kernel as a callable that computes the RMSD of as many frames as ``frames`` has."""
-    from h5mdx.analysis.qcp import center, has_numba, prepare
+    from h5mdx.analysis.qcp import PreparedQCP, center, has_numba, prepare
 
     n_all = frames.shape[1]
     cols = np.arange(n_all) if atoms is None else atoms
@@ -117,7 +94,6 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
     step = max(1, STEP_BYTES // (n_all * 12))
     starts = range(0, len(frames) - step + 1, step)
     block = frames[:step].copy()  # what a task's read leaves in the CPU cache
-    out = np.empty(step)
 
     def copy() -> None:
         for i in starts:
@@ -133,14 +109,13 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
 
     fns: dict[str, Callable[[np.ndarray], Any]] = {}
     if has_numba():
-        w = np.ones(1)
         for label, lanes, cached in (("h5mdx numba", "stack", True),
                                      ("h5mdx numba, compiled in this process", "stack", False),
                                      ("h5mdx numba, heap lanes, from the cache", "heap", True),
                                      ("h5mdx numba, heap lanes, compiled in this process", "heap",
                                       False)):
-            kern = kernel_variant(lanes, cached, workdir)
-            fns[label] = functools.partial(_call, kern, ref, cols, w, out)
+            fns[label] = PreparedQCP(ref, None, True, kernel_variant(lanes, cached, workdir),
+                                     atoms)
     fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
                                  atoms=atoms)
     runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}

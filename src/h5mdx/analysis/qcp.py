@@ -249,7 +249,7 @@ def warm_up(kernel: str = "auto") -> float:
     t0 = time.perf_counter()
     ref = np.zeros((3, 3), dtype=np.float64)
     ref[1, 0] = ref[2, 1] = 1.0
-    prepared = PreparedQCP(ref, None, True, True, None)
+    prepared = PreparedQCP(ref, None, True, _numba_kernel(), None)
     for dtype in (np.float32, np.float64):
         prepared(ref[None].astype(dtype))
     _WARM.add("numba")
@@ -336,12 +336,13 @@ class PreparedQCP:
     """
 
     def __init__(self, ref_c: np.ndarray, w: np.ndarray | None, superposition: bool,
-                 use_numba: bool, atoms: np.ndarray | None) -> None:
+                 numba_kernel: Any, atoms: np.ndarray | None) -> None:
         self.ref_c = np.ascontiguousarray(ref_c, dtype=np.float64)
         self.w = w
         self.superposition = bool(superposition)
         self.atoms = atoms
-        self._kernel = _numba_kernel() if use_numba else None  # None: the numpy kernel
+        # the compiled kernel's module (h5mdx.analysis._qcp_numba), or None: the numpy kernel
+        self._kernel = numba_kernel
         n = self.ref_c.shape[0]
         self._cols = np.arange(n, dtype=np.intp) if atoms is None else atoms
         self._wk = w if w is not None else np.ones(1, dtype=np.float64)
@@ -430,4 +431,5 @@ def prepare(
     ref_c = np.asarray(ref, dtype=np.float64) if reference_centered else center(ref, w)
     if kernel not in ("auto", "numpy", "numba"):
         raise ValueError(f"kernel must be 'auto', 'numpy' or 'numba', not {kernel!r}")
-    return PreparedQCP(ref_c, w, superposition, _uses_numba(kernel), atoms)
+    return PreparedQCP(ref_c, w, superposition,
+                       _numba_kernel() if _uses_numba(kernel) else None, atoms)
