@@ -44,7 +44,7 @@ _H5PY_PROBE = """
 import json, h5py
 cfg = h5py.get_config()
 print(json.dumps({"version": h5py.__version__, "hdf5": h5py.version.hdf5_version,
-                  "mpi": bool(cfg.mpi)}))
+                  "mpi": bool(cfg.mpi), "chunk_iter": hasattr(h5py.h5d.DatasetID, "chunk_iter")}))
 """
 
 _MPI4PY_PROBE = """
@@ -241,6 +241,23 @@ def _slurm_checks(timeout: float) -> list[Check]:
     return [commands, Check("SLURM cluster", "ok", f"answers (partition avail nodes state: {states})")]
 
 
+def _chunk_index_check(probe: dict[str, Any] | None) -> Check:
+    """How lock-free reads find the chunks of a dataset (:mod:`h5mdx.format.chunk_index`)."""
+    name = "chunk index"
+    if probe is None:
+        return Check(name, "info", "unknown (h5py cannot be imported)")
+    if probe.get("chunk_iter"):
+        return Check(name, "ok", f"HDF5 {probe['hdf5']} lists a dataset's chunks in one pass")
+    pyfive = _dist_version("pyfive")
+    if pyfive is not None and importlib.util.find_spec("pyfive") is not None:
+        return Check(name, "ok", f"HDF5 {probe['hdf5']} has no chunk iteration; pyfive "
+                                 f"{pyfive} reads the chunk index")
+    return Check(name, "missing",
+                 f"HDF5 {probe['hdf5']} has no chunk iteration and pyfive is not installed: "
+                 "datasets of many small chunks are read through h5py, one thread at a time",
+                 "pip install pyfive  (or: pip install 'h5mdx[fast]')")
+
+
 def _file_locking_check() -> Check:
     value = os.environ.get("HDF5_USE_FILE_LOCKING")
     if value is None:
@@ -303,6 +320,7 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             *slurm_future.result(),
             _file_locking_check(),
             _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
+            _chunk_index_check(h5py_probe),
         ]
     ok = {c.name: c.ok for c in checks}
     paths = {

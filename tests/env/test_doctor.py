@@ -29,6 +29,7 @@ NAMES = [
     "SLURM cluster",
     "HDF5 file locking",
     "numba",
+    "chunk index",
 ]
 
 
@@ -169,3 +170,25 @@ def test_cli_text_and_strict(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun, no SLURM: --strict fails
     assert run(parser.parse_args(["doctor", "--strict"])) == 1
     assert run(parser.parse_args(["doctor"])) == 0
+
+
+def test_chunk_index_check_names_the_way_chunks_are_found(monkeypatch):
+    new = doctor._chunk_index_check({"hdf5": "1.14.6", "chunk_iter": True})
+    assert (new.status, new.detail) == ("ok", "HDF5 1.14.6 lists a dataset's chunks in one pass")
+    old = {"hdf5": "1.10.8", "chunk_iter": False}
+    if doctor._dist_version("pyfive") is not None:
+        check = doctor._chunk_index_check(old)
+        assert check.status == "ok" and "pyfive" in check.detail
+    monkeypatch.setattr(doctor, "_dist_version", lambda dist: None)
+    check = doctor._chunk_index_check(old)
+    assert check.status == "missing" and "read through h5py" in check.detail
+    assert "pyfive" in check.fix
+    assert doctor._chunk_index_check(None).status == "info"
+
+
+def test_chunk_index_check_matches_this_h5py(report):
+    import h5py
+    check = report["chunk index"]
+    assert check.status == "ok"  # CI installs pyfive with the fast extra
+    assert h5py.version.hdf5_version in check.detail
+    assert ("pyfive" in check.detail) != hasattr(h5py.h5d.DatasetID, "chunk_iter")

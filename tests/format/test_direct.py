@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import h5py
@@ -11,6 +12,7 @@ import pytest
 import xarray as xr
 
 from h5mdx.format import direct
+from h5mdx.format.chunk_index import locate_chunks
 from h5mdx.testing import write_h5md
 
 SHAPE = (57, 41, 3)
@@ -74,7 +76,7 @@ def _read_direct(path: str, key: tuple) -> tuple[np.ndarray | None, bool]:
         assert split is not None
         box, rest = split
         try:
-            reader.add_locations(direct.locate_chunks(dset, reader.missing(box)))
+            reader.add_locations(locate_chunks(dset, reader.missing(box)))
         except direct.Unsupported:
             return None, False
     try:
@@ -224,25 +226,50 @@ class _WithChunkIter:
             visit(self._dset.id.get_chunk_info(i))
 
 
-def test_many_chunks_without_chunk_iteration_fall_back(tmp_path):
-    """Looking 1,000 small chunks up one by one walks the index each time: h5py reads them,
-    unless HDF5 can iterate over the chunks in one pass."""
+class _WithoutChunkIter:
+    """A dataset whose ``id`` lacks ``chunk_iter``, as with HDF5 before 1.12.3."""
+
+    def __init__(self, dset):
+        self._dset = dset
+        self.id = _IdWithout(dset.id)
+
+    def __getattr__(self, name):
+        return getattr(self._dset, name)
+
+
+class _IdWithout:
+    def __init__(self, dsid):
+        self._dsid = dsid
+
+    def __getattr__(self, name):
+        if name == "chunk_iter":
+            raise AttributeError(name)
+        return getattr(self._dsid, name)
+
+
+def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
+    """Looking 1,000 small chunks up one by one walks the index each time. Without HDF5's
+    chunk iteration, pyfive lists them; without pyfive either, h5py reads them."""
     path = str(tmp_path / "many.h5")
     values = _values("<f4")[:, :8]
+    many = np.tile(values, (20, 1, 1))
     with h5py.File(path, "w") as f:
         f.create_dataset("few", data=values, chunks=(1, 8, 3))  # 57 chunks
-        f.create_dataset("many", data=np.tile(values, (20, 1, 1)), chunks=(1, 8, 3))
+        f.create_dataset("many", data=many, chunks=(1, 8, 3))
+    box = (slice(0, 1140), slice(0, 8), slice(0, 3))
     with h5py.File(path, "r") as f:
-        assert isinstance(direct.plan_direct(f["few"]), direct.DirectReader)
-        if not hasattr(f["many"].id, "chunk_iter"):
-            with pytest.raises(direct.Unsupported, match="1140 chunks of 96 bytes"):
-                direct.plan_direct(f["many"])
-        reader = direct.plan_direct(_WithChunkIter(f["many"]))
+        assert isinstance(direct.plan_direct(_WithoutChunkIter(f["few"])), direct.DirectReader)
+        readers = [direct.plan_direct(_WithChunkIter(f["many"]))]
+        pytest.importorskip("pyfive")
+        readers.append(direct.plan_direct(_WithoutChunkIter(f["many"])))
+        monkeypatch.setitem(sys.modules, "pyfive", None)  # not installed
+        with pytest.raises(direct.Unsupported, match="1140 chunks: .*pyfive"):
+            direct.plan_direct(_WithoutChunkIter(f["many"]))
+    for reader in readers:
         # every chunk located when planned: nothing left to look up
         assert len(reader._index) == 1140
-        box = (slice(0, 1140), slice(0, 8), slice(0, 3))
         assert reader.missing(box) == []
-    try:
-        assert reader.read(box).tobytes() == np.tile(values, (20, 1, 1)).tobytes()
-    finally:
-        reader.close()
+        try:
+            assert reader.read(box).tobytes() == many.tobytes()
+        finally:
+            reader.close()

@@ -29,6 +29,7 @@ from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
 from h5mdx.format import direct as _direct
 from h5mdx.format import units as _units
+from h5mdx.format.chunk_index import locate_chunks
 from h5mdx.format.h5md import (
     BoxInfo,
     ElementInfo,
@@ -219,7 +220,7 @@ class H5MDArray(BackendArray):
             missing = reader.missing(box)
             if missing:
                 with self.lock:
-                    located = _direct.locate_chunks(self._dataset(), missing)
+                    located = locate_chunks(self._dataset(), missing)
                 reader.add_locations(located)
             return reader.read(box)[rest]
         except _direct.Unsupported:

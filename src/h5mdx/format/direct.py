@@ -13,12 +13,12 @@ installed (it comes with zarr), chunks of the HDF5 Blosc (32001) and Zstandard
 (the ``compress`` extra), chunks of h5py's LZF (32000) and of the HDF5 LZ4 plugin
 (32004) are (the codecs of both release the GIL).
 
-Chunk addresses come from one pass over the chunk index (``chunk_iter``, HDF5
-1.12.3 and later) when the dataset is planned. Older HDF5 (Debian 12's parallel
-build is 1.10.8) can only look chunks up one by one, each look-up walking the
-index; datasets with too many small chunks for that (``MANY_CHUNKS``,
-``LOOKUP_BYTES_PER_CHUNK``: MDAnalysis' one-frame chunks of a long
-trajectory) are then read through h5py.
+Chunk addresses come from one pass over the chunk index when the dataset is planned
+(:mod:`h5mdx.format.chunk_index`: ``chunk_iter`` with HDF5 1.12.3 and later, pyfive's
+reading of the index with older HDF5 where pyfive is installed). Otherwise HDF5 can
+only look chunks up one by one, each look-up walking the index; datasets with too many
+small chunks for that (``MANY_CHUNKS``, ``LOOKUP_BYTES_PER_CHUNK``: MDAnalysis'
+one-frame chunks of a long trajectory) are then read through h5py.
 
 Anything unusual -- external or virtual storage, a userblock, a file driver
 other than the default, unallocated chunks, other filters (bitshuffle, scale-offset,
@@ -44,6 +44,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5mdx.format.chunk_index import index_all_chunks
+
 __all__ = [
     "DirectReader",
     "Unsupported",
@@ -52,8 +54,6 @@ __all__ = [
     "empty",
     "enabled",
     "file_stamp",
-    "index_all_chunks",
-    "locate_chunks",
     "plan_cached",
     "plan_direct",
     "scratch_buffers",
@@ -374,56 +374,26 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
         if code in _SIZED and any(c != _SHUFFLE for c in filters[:i]):
             raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
-    located = index_all_chunks(dset)
+    # few chunks are looked up one by one as reads need them where HDF5 cannot list them
+    few, n_chunks = _few_chunks(dset)
+    located = index_all_chunks(dset, use_pyfive=not few)
     if located is not None:
         reader.add_locations(located)
-        return reader
-    n_chunks = math.prod(-(-n // c) for n, c in zip(dset.shape, dset.chunks, strict=True))
-    chunk_bytes = math.prod(dset.chunks) * dtype.itemsize
-    if n_chunks > max(MANY_CHUNKS, chunk_bytes // LOOKUP_BYTES_PER_CHUNK):
+    elif not few:
         raise Unsupported(
-            f"{n_chunks} chunks of {chunk_bytes} bytes: HDF5 {h5py.version.hdf5_version} has "
-            "no chunk iteration (1.12.3 and later have), and finding a chunk's address one "
-            "by one takes time proportional to the number of chunks"
+            f"{n_chunks} chunks: HDF5 {h5py.version.hdf5_version} has no chunk iteration "
+            "(1.12.3 and later have), pyfive (the 'fast' extra) is not installed or cannot "
+            "read this chunk index, and finding a chunk's address one by one takes time "
+            "proportional to the number of chunks"
         )
     return reader
 
 
-def index_all_chunks(dset: h5py.Dataset) -> dict[tuple[int, ...], tuple[int, int, int]] | None:
-    """Byte offset, size and filter mask of every allocated chunk, in one pass.
-
-    Uses ``DatasetID.chunk_iter`` (HDF5 1.12.3 and later): ~2.4 µs per chunk (30,000
-    chunks in 72 ms, HDF5 2.0). None where this HDF5 cannot iterate over chunks.
-    """
-    chunk_iter = getattr(dset.id, "chunk_iter", None)
-    if chunk_iter is None:
-        return None
-    located: dict[tuple[int, ...], tuple[int, int, int]] = {}
-
-    def visit(info: Any) -> None:
-        located[tuple(int(c) for c in info.chunk_offset)] = _location(info)
-
-    chunk_iter(visit)
-    return located
-
-
-def locate_chunks(dset: h5py.Dataset, coords: list[tuple[int, ...]]
-                  ) -> dict[tuple[int, ...], tuple[int, int, int] | None]:
-    """Byte offset, size and filter mask of the chunks at ``coords`` (None: not allocated).
-
-    Bit ``i`` of the mask is set where HDF5 stored the chunk without filter ``i`` (an
-    optional filter, such as Blosc, that did not make the chunk smaller).
-    """
-    located: dict[tuple[int, ...], tuple[int, int, int] | None] = {}
-    for coord in coords:
-        info = dset.id.get_chunk_info_by_coord(coord)
-        located[coord] = None if info.byte_offset is None else _location(info)
-    return located
-
-
-def _location(info: Any) -> tuple[int, int, int]:
-    """``(byte offset, size, filter mask)`` of h5py's ``StoreInfo`` for one chunk."""
-    return int(info.byte_offset), int(info.size), int(info.filter_mask)
+def _few_chunks(dset: h5py.Dataset) -> tuple[bool, int]:
+    """Whether HDF5's one-by-one look-ups of the chunks of ``dset`` cost little; how many."""
+    n_chunks = math.prod(-(-n // c) for n, c in zip(dset.shape, dset.chunks, strict=True))
+    chunk_bytes = math.prod(dset.chunks) * dset.dtype.itemsize
+    return n_chunks <= max(MANY_CHUNKS, chunk_bytes // LOOKUP_BYTES_PER_CHUNK), n_chunks
 
 
 def enabled() -> bool:
