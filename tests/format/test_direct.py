@@ -273,3 +273,50 @@ def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
             assert reader.read(box).tobytes() == many.tobytes()
         finally:
             reader.close()
+
+
+def test_whole_row_chunks_read_by_runs_from_a_table(tmp_path):
+    """Chunks of whole frames, all located, are tabulated: a read finds its runs of
+    chunks adjacent on disk by binary search. Two datasets written in turns put their
+    chunks side by side, so runs break at every chunk; one written at once has long runs
+    (broken where HDF5 put B-tree nodes). Reads across run ends, a partial last chunk and
+    single frames equal h5py's."""
+    path = str(tmp_path / "runs.h5")
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(203, 7, 3)).astype(np.float32)
+    b = rng.normal(size=(203, 7, 3)).astype(np.float32)
+    with h5py.File(path, "w", rdcc_nbytes=0) as f:  # no chunk cache: written as written
+        da = f.create_dataset("a", shape=a.shape, dtype="f4", chunks=(4, 7, 3))
+        db = f.create_dataset("b", shape=b.shape, dtype="f4", chunks=(4, 7, 3))
+        for i in range(0, 203, 4):  # in turns: a's chunks are never adjacent
+            da[i:i + 4] = a[i:i + 4]
+            db[i:i + 4] = b[i:i + 4]
+        f.create_dataset("c", data=a, chunks=(1, 7, 3))  # at once: long runs
+        f.create_dataset("gz", data=a, chunks=(1, 7, 3), compression="gzip")
+    with h5py.File(path, "r") as f:
+        readers = {name: direct.plan_direct(f[name]) for name in ("a", "c", "gz")}
+        for reader in readers.values():  # few enough chunks to look up one by one
+            box = (slice(0, 203), slice(0, 7), slice(0, 3))
+            reader.add_locations(locate_chunks(f[reader_name(f, reader)], reader.missing(box)))
+    try:
+        assert readers["gz"]._table is None  # filtered chunks are read one by one
+        for name in ("a", "c"):
+            starts, ends = readers[name]._table
+            assert len(starts) == {"a": 51, "c": 203}[name]
+            if name == "a":
+                assert len(ends) == 50  # every chunk ends a run
+            for first, stop in [(0, 203), (3, 9), (5, 6), (199, 203), (0, 1), (60, 141)]:
+                box = (slice(first, stop), slice(0, 7), slice(0, 3))
+                assert readers[name].read(box).tobytes() == a[first:stop].tobytes()
+        assert readers["gz"].read((slice(3, 9), slice(0, 7), slice(0, 3))).tobytes() == \
+            a[3:9].tobytes()
+    finally:
+        for reader in readers.values():
+            reader.close()
+
+
+def reader_name(f, reader):
+    """The dataset name of a reader planned above (by its chunk shape and filters)."""
+    if reader.filters:
+        return "gz"
+    return "a" if reader.chunks[0] == 4 else "c"
