@@ -26,7 +26,8 @@ wheels)
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform any -d "$WHEELS" \
         dask distributed partd locket tblib zict tornado cloudpickle toolz fsspec \
-        sortedcontainers urllib3 packaging xarray
+        sortedcontainers urllib3 packaging xarray \
+        pyfive numcodecs typing_extensions  # pyfive: chunk index where HDF5 < 1.12.3
     # the project itself (build isolation: a recent setuptools reads the license field)
     "$PY" -m pip wheel -q --no-deps . -w "$WHEELS"
     du -sh "$WHEELS"
