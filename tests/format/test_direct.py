@@ -249,7 +249,8 @@ class _IdWithout:
 
 def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
     """Looking 1,000 small chunks up one by one walks the index each time. Without HDF5's
-    chunk iteration, pyfive lists them; without pyfive either, h5py reads them."""
+    chunk iteration, the chunk B-tree is read (pyfive finds it); without pyfive either,
+    h5py reads them."""
     path = str(tmp_path / "many.h5")
     values = _values("<f4")[:, :8]
     many = np.tile(values, (20, 1, 1))
@@ -265,10 +266,11 @@ def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
         monkeypatch.setitem(sys.modules, "pyfive", None)  # not installed
         with pytest.raises(direct.Unsupported, match="1140 chunks: .*pyfive"):
             direct.plan_direct(_WithoutChunkIter(f["many"]))
+    assert readers[0].locate is None and len(readers[0]._index) == 1140  # HDF5's pass
+    assert readers[1].locate is not None and not readers[1]._index  # as reads need them
     for reader in readers:
-        # every chunk located when planned: nothing left to look up
+        assert reader.missing(box) == []  # nothing left for HDF5 to look up
         assert len(reader._index) == 1140
-        assert reader.missing(box) == []
         try:
             assert reader.read(box).tobytes() == many.tobytes()
         finally:
@@ -276,8 +278,8 @@ def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
 
 
 def test_whole_row_chunks_read_by_runs_from_a_table(tmp_path):
-    """Chunks of whole frames, all located, are tabulated: a read finds its runs of
-    chunks adjacent on disk by binary search. Two datasets written in turns put their
+    """Chunks of whole frames are tabulated as they are located: a read finds its runs
+    of chunks adjacent on disk from the table. Two datasets written in turns put their
     chunks side by side, so runs break at every chunk; one written at once has long runs
     (broken where HDF5 put B-tree nodes). Reads across run ends, a partial last chunk and
     single frames equal h5py's."""
@@ -299,12 +301,12 @@ def test_whole_row_chunks_read_by_runs_from_a_table(tmp_path):
             box = (slice(0, 203), slice(0, 7), slice(0, 3))
             reader.add_locations(locate_chunks(f[reader_name(f, reader)], reader.missing(box)))
     try:
-        assert readers["gz"]._table is None  # filtered chunks are read one by one
+        assert readers["gz"]._starts is None  # filtered chunks are read one by one
         for name in ("a", "c"):
-            starts, ends = readers[name]._table
-            assert len(starts) == {"a": 51, "c": 203}[name]
-            if name == "a":
-                assert len(ends) == 50  # every chunk ends a run
+            starts = readers[name]._starts
+            assert len(starts) == {"a": 51, "c": 203}[name] and (starts >= 0).all()
+            if name == "a":  # every chunk ends a run
+                assert (np.diff(starts) != 4 * 7 * 3 * 4).all()
             for first, stop in [(0, 203), (3, 9), (5, 6), (199, 203), (0, 1), (60, 141)]:
                 box = (slice(first, stop), slice(0, 7), slice(0, 3))
                 assert readers[name].read(box).tobytes() == a[first:stop].tobytes()
@@ -320,3 +322,36 @@ def reader_name(f, reader):
     if reader.filters:
         return "gz"
     return "a" if reader.chunks[0] == 4 else "c"
+
+
+def test_a_chunk_tree_that_fails_mid_file_hands_over_to_h5py(tmp_path, monkeypatch):
+    """A tree node that cannot be read where a read needs it: that read, and the
+    dataset's later ones, go through h5py and give the same values."""
+    pytest.importorskip("pyfive")
+    from h5mdx.format import chunk_index
+
+    path = str(tmp_path / "t.h5md")
+    pos = _values("<f4")
+    write_h5md(path, {"all": {"position": {"value": pos, "chunks": (1, *pos.shape[1:]),
+                                           "step": np.arange(SHAPE[0])}}})
+    monkeypatch.setattr(direct, "TREE_CHUNKS", 0)  # read the tree for these 57 chunks
+    real = chunk_index.ChunkTree.rows
+    armed = []  # once planned (the plan checks the first and last chunk)
+
+    def rows(self, lo, hi):
+        if armed and lo >= 20:
+            raise ValueError(f"no chunk B-tree node at {lo}")
+        return real(self, lo, hi)
+
+    monkeypatch.setattr(chunk_index.ChunkTree, "rows", rows)
+    monkeypatch.setattr(direct, "LOCATE_ROWS_CHUNKS", 1)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        var = ds.position.variable
+        assert np.array_equal(var[:1].values, pos[:1])  # planned
+        armed.append(True)
+        assert np.array_equal(var[:5].values, pos[:5])
+        reader = direct.cached(path, "/particles/all/position/value")
+        assert isinstance(reader, direct.DirectReader) and reader.locate is not None
+        assert np.array_equal(var[20:30].values, pos[20:30])  # the tree fails here
+        assert direct.cached(path, "/particles/all/position/value") is None
+        assert np.array_equal(var.values, pos)

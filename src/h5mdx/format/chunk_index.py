@@ -1,24 +1,27 @@
 """Where each chunk of a chunked HDF5 dataset lies in its file.
 
-A direct read (:mod:`h5mdx.format.direct`) needs every chunk's byte offset, stored size
-and filter mask. HDF5 1.12.3 and later list them all in one pass over the chunk index
-(``H5Dchunk_iter``, h5py's ``DatasetID.chunk_iter``): 30,000 chunks in 72 ms (HDF5 2.0).
-Older libraries -- Debian 12's parallel HDF5 1.10.8, which ``setup.sh --mpi`` builds
-h5py against, and many HPC modules -- answer one chunk at a time, each answer walking
-the index: 1.6 ms per chunk of a 30,000-chunk dataset (HDF5 1.10.8), 48 s for the
-whole of MDAnalysis' one-frame chunks of a 30,000-frame trajectory.
+A direct read (:mod:`h5mdx.format.direct`) needs each chunk's byte offset, stored size
+and filter mask. There are three ways to learn them:
 
-For those, :func:`index_all_chunks` reads the index from the file itself where `pyfive
-<https://github.com/NCAS-CMS/pyfive>`_, a maintained pure-Python HDF5 reader, is
-installed (the ``fast`` extra). pyfive parses the dataset's object header and gives the
-root of the version-1 B-tree that indexes the chunks of every file written in HDF5's
-default (earliest) format; :func:`_walk` reads the tree's nodes, each in one ``pread``
-and one numpy view: 30,000 chunks in 23 ms (pyfive's own index, one Python object per
-chunk, took 0.1 s; importing pyfive takes 40-110 ms once). The list is used only where
-it agrees with HDF5 on the number of allocated chunks and on the first, middle and last
-chunk (each one HDF5 look-up); anything else -- pyfive missing, the newer chunk indexes
-of ``libver="latest"`` files, any error or disagreement -- gives None, and the caller
-looks chunks up through HDF5 (or reads through h5py) as before.
+- :class:`ChunkTree`: read the version-1 B-tree that indexes the chunks of every file
+  written in HDF5's default (earliest) format -- MDAnalysis', GROMACS', h5py's by
+  default -- from the file, for the frames a process reads and no others. `pyfive
+  <https://github.com/NCAS-CMS/pyfive>`_, a maintained pure-Python HDF5 reader (the
+  ``fast`` extra), parses the dataset's object header and gives the tree's root; each
+  node is then one ``pread`` and one numpy view. 30,000 one-frame chunks in 23 ms, and a
+  worker that reads a sixteenth of them locates only those. Importing pyfive costs
+  40-110 ms once per process.
+- :func:`index_all_chunks`: HDF5's own pass over the whole index (``H5Dchunk_iter``,
+  h5py's ``DatasetID.chunk_iter``, HDF5 1.12.3 and later): 30,000 chunks in 59-72 ms,
+  in every process, whatever part of the file it reads; any kind of chunk index.
+- :func:`locate_chunks`: HDF5's look-up of one chunk. Before 1.12.3 (Debian 12's
+  parallel HDF5 1.10.8, many HPC modules) each look-up walks the index: 1.6 ms per chunk
+  of a 30,000-chunk dataset, 48 s for all of MDAnalysis' one-frame chunks of a
+  30,000-frame trajectory.
+
+A tree is used only where what it gives for the dataset's first and last chunk equals
+HDF5's answer; any node that is not one, or an entry off the chunk grid, stops it
+(:class:`ValueError`) and the caller reads through h5py.
 
 This module knows h5py, numpy and the standard library only, and pyfive where installed.
 """
@@ -34,7 +37,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["index_all_chunks", "index_with_pyfive", "locate_chunks"]
+__all__ = ["ChunkTree", "chunk_tree", "index_all_chunks", "locate_chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -42,27 +45,183 @@ log = logging.getLogger(__name__)
 #: element along each axis.
 Locations = dict[tuple[int, ...], tuple[int, int, int]]
 
+#: An HDF5 address that points nowhere.
+_UNDEFINED = 0xFFFFFFFFFFFFFFFF
+#: A version-1 B-tree node's header: "TREE", node type, level, entries used, siblings.
+_NODE_HEADER = struct.Struct("<4sBBHQQ")
 
-def index_all_chunks(dset: h5py.Dataset, *, use_pyfive: bool = True) -> Locations | None:
-    """Byte offset, size and filter mask of every allocated chunk, in one pass.
+
+class ChunkTree:
+    """The version-1 B-tree of one dataset's chunks, read a range of rows at a time.
+
+    Build it with :func:`chunk_tree`. Nodes are re-read on each call (the few above the
+    leaves are in the page cache); call it for large ranges.
+
+    Parameters
+    ----------
+    filename : str
+        The file, opened per call.
+    root : int
+        Byte offset of the tree's root node.
+    shape, chunks : tuple of int
+        The dataset's shape and chunk shape.
+    """
+
+    def __init__(self, filename: str, root: int, shape: tuple[int, ...],
+                 chunks: tuple[int, ...]) -> None:
+        self.filename = filename
+        self.root = root
+        self.shape = tuple(shape)
+        self.chunks = tuple(chunks)
+        rank = len(self.shape)
+        # the HDF5 file format, III.A.1: a key is the chunk's stored size (u4), filter
+        # mask (u4) and first element along each axis plus one more (u8 each); each key
+        # but the last is followed by a child's address: a node, or in a leaf the chunk
+        self._entry = np.dtype([("size", "<u4"), ("mask", "<u4"),
+                                ("offset", "<u8", (rank + 1,)), ("address", "<u8")])
+        self._key = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (rank + 1,))])
+
+    def rows(self, lo: int, hi: int) -> Locations:
+        """Every allocated chunk whose first row (along axis 0) lies in ``[lo, hi)``.
+
+        Raises
+        ------
+        ValueError
+            Where the tree is not a chunk B-tree of this dataset.
+        OSError
+            Where the file cannot be read.
+        """
+        fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            return self._walk(fd, lo, hi)
+        finally:
+            os.close(fd)
+
+    def _walk(self, fd: int, lo: int, hi: int) -> Locations:
+        rank = len(self.shape)
+        located: Locations = {}
+        nodes, seen = [(self.root, None)], set()
+        while nodes:
+            at, level_above = nodes.pop()
+            if at in seen:
+                raise ValueError(f"the chunk B-tree visits node {at} twice")
+            seen.add(at)
+            level, entries, last = self._node(fd, at)
+            if level_above is not None and level != level_above - 1:
+                raise ValueError(f"chunk B-tree node {at} is at level {level}, not "
+                                 f"{level_above - 1}")
+            first_rows = entries["offset"][:, 0].astype(np.int64)
+            if level:
+                # child i holds chunks from key i up to key i + 1 (compared on all axes,
+                # axis 0 first): it may hold rows in [lo, hi) if it starts before hi and
+                # the next key is not before lo
+                upper = np.append(first_rows[1:], last)
+                keep = np.flatnonzero((first_rows < hi) & (upper >= lo))
+                nodes.extend((int(a), level) for a in entries["address"][keep[::-1]].tolist())
+                continue
+            sel = entries[(first_rows >= lo) & (first_rows < hi)]
+            coords = sel["offset"][:, :rank]
+            if ((coords % self.chunks) != 0).any() or (coords >= self.shape).any():
+                raise ValueError(f"chunk B-tree node {at} lists a chunk off the chunk grid")
+            located.update(zip(map(tuple, coords.tolist()),
+                               zip(sel["address"].tolist(), sel["size"].tolist(),
+                                   sel["mask"].tolist(), strict=True), strict=True))
+        return located
+
+    def _node(self, fd: int, at: int) -> tuple[int, np.ndarray, int]:
+        """A node's level, entries, and its last key's first row."""
+        head = os.pread(fd, _NODE_HEADER.size, at)
+        if len(head) < _NODE_HEADER.size:
+            raise ValueError(f"chunk B-tree node {at} lies past the end of the file")
+        sig, kind, level, used, _, _ = _NODE_HEADER.unpack(head)
+        if sig != b"TREE" or kind != 1:
+            raise ValueError(f"no chunk B-tree node at {at}")
+        nbytes = used * self._entry.itemsize + self._key.itemsize
+        raw = os.pread(fd, nbytes, at + _NODE_HEADER.size)
+        if len(raw) < nbytes:
+            raise ValueError(f"chunk B-tree node {at} lies past the end of the file")
+        entries = np.frombuffer(raw, dtype=self._entry, count=used)
+        last = np.frombuffer(raw, dtype=self._key, count=1, offset=used * self._entry.itemsize)
+        return level, entries, int(last["offset"][0, 0])
+
+
+def chunk_tree(dset: h5py.Dataset) -> ChunkTree | None:
+    """The :class:`ChunkTree` of ``dset``, or None.
 
     Parameters
     ----------
     dset : h5py.Dataset
         A chunked dataset of a file opened by name (the caller holds h5py's lock).
-    use_pyfive : bool, default True
-        Where HDF5 cannot iterate over chunks (before 1.12.3), read the index with
-        :func:`index_with_pyfive`.
+
+    Returns
+    -------
+    ChunkTree or None
+        None where pyfive is not installed or finds no version-1 chunk B-tree (files
+        written with ``libver="latest"`` index chunks otherwise), and where the tree's
+        first and last chunk differ from HDF5's.
+    """
+    try:
+        pyfive = importlib.import_module("pyfive")
+    except ImportError:
+        return None
+    filename, name = dset.file.filename, dset.name
+    if not name or not dset.chunks or 0 in dset.shape or not os.path.isfile(filename):
+        return None
+    try:
+        with pyfive.File(filename) as f:
+            root = _root(f, name, dset.ndim)
+        tree = ChunkTree(filename, root, dset.shape, dset.chunks)
+        _check(dset, tree)
+    except Exception as err:  # noqa: BLE001 - an optimisation: HDF5's index remains
+        log.debug("%s: %s: no chunk B-tree to read (%s: %s); HDF5 finds the chunks",
+                  filename, name, type(err).__name__, err)
+        return None
+    return tree
+
+
+def _root(f: Any, name: str, rank: int) -> int:
+    """The address of the chunk B-tree of dataset ``name`` in the open pyfive file ``f``."""
+    parent, _, leaf = name.rstrip("/").rpartition("/")
+    pid = (f[parent] if parent else f).get_lazy_view(leaf).id  # the tree is not read
+    params = getattr(pid, "_index_params", None)  # pyfive 1.x: (B-tree address, dims)
+    if params is None or getattr(params, "chunk_address", None) is None:
+        raise ValueError("pyfive gives no chunk B-tree address")
+    if params.chunk_dims != rank + 1:  # the chunk B-tree's keys carry one more axis
+        raise ValueError(f"chunk B-tree keys of {params.chunk_dims} axes for rank {rank}")
+    if params.chunk_address == _UNDEFINED:
+        raise ValueError("no chunk written yet")
+    return int(params.chunk_address)
+
+
+def _check(dset: h5py.Dataset, tree: ChunkTree) -> None:
+    """Raise ValueError unless HDF5 agrees on the first and the last chunk of the dataset."""
+    c0 = dset.chunks[0]
+    last_row = ((dset.shape[0] - 1) // c0) * c0
+    for row in dict.fromkeys((0, last_row)):
+        coord = (row,) + (0,) * (dset.ndim - 1)
+        ours = tree.rows(row, row + 1).get(coord)
+        theirs = locate_chunks(dset, [coord])[coord]
+        if ours != theirs:
+            raise ValueError(f"chunk at {coord}: {ours} (HDF5: {theirs})")
+
+
+def index_all_chunks(dset: h5py.Dataset) -> Locations | None:
+    """Byte offset, size and filter mask of every allocated chunk, from HDF5 in one pass.
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+        A chunked dataset (the caller holds h5py's lock).
 
     Returns
     -------
     dict or None
         ``coord -> (offset, size, filter_mask)`` of every allocated chunk; None where
-        neither HDF5 nor pyfive can list them in one pass.
+        this HDF5 cannot iterate over chunks (before 1.12.3).
     """
     chunk_iter = getattr(dset.id, "chunk_iter", None)
     if chunk_iter is None:
-        return index_with_pyfive(dset) if use_pyfive else None
+        return None
     located: Locations = {}
 
     def visit(info: Any) -> None:
@@ -70,116 +229,6 @@ def index_all_chunks(dset: h5py.Dataset, *, use_pyfive: bool = True) -> Location
 
     chunk_iter(visit)
     return located
-
-
-def index_with_pyfive(dset: h5py.Dataset) -> Locations | None:
-    """The chunk index of ``dset`` as read from the file with pyfive, checked against HDF5.
-
-    Parameters
-    ----------
-    dset : h5py.Dataset
-        A chunked dataset of a file opened by name.
-
-    Returns
-    -------
-    dict or None
-        As :func:`index_all_chunks`; None where pyfive is not installed, cannot read the
-        dataset's chunk index, or disagrees with HDF5 on any checked chunk.
-    """
-    try:
-        pyfive = importlib.import_module("pyfive")
-    except ImportError:
-        return None
-    filename, name = dset.file.filename, dset.name
-    if not name or not os.path.isfile(filename):
-        return None
-    try:
-        with pyfive.File(filename) as f:
-            located = _read_index(f, name, filename, dset.ndim)
-        _check(dset, located)
-    except Exception as err:  # noqa: BLE001 - an optimisation: HDF5's look-ups remain
-        log.debug("%s: %s: pyfive gave no chunk index (%s: %s); looking chunks up "
-                  "through HDF5", filename, name, type(err).__name__, err)
-        return None
-    return located
-
-
-def _read_index(f: Any, name: str, filename: str, rank: int) -> Locations:
-    """The chunks of dataset ``name`` of the open pyfive file ``f``.
-
-    pyfive parses the dataset's object header and finds the root of its chunk B-tree
-    without reading the tree (``get_lazy_view``). The tree's nodes are then read here, a
-    node per ``pread`` and its entries in one numpy view: ~0.3 µs per chunk, where
-    pyfive's own index (``DatasetID.index``, one Python object per chunk) takes ~3 µs.
-    Where this pyfive has no root to give, its own index is used.
-    """
-    parent, _, leaf = name.rstrip("/").rpartition("/")
-    pid = (f[parent] if parent else f).get_lazy_view(leaf).id  # lazy for the last step only
-    params = getattr(pid, "_index_params", None)  # pyfive 1.x: (B-tree address, dims)
-    if params is None or getattr(params, "chunk_address", None) is None:
-        return {coord: (info.byte_offset, info.size, info.filter_mask)
-                for coord, info in f[name].id.index.items()}
-    if params.chunk_dims != rank + 1:  # the chunk B-tree's keys carry one more axis
-        raise ValueError(f"chunk B-tree keys of {params.chunk_dims} axes for rank {rank}")
-    if params.chunk_address == _UNDEFINED:  # no chunk written yet
-        return {}
-    fd = os.open(filename, os.O_RDONLY)
-    try:
-        return _walk(fd, params.chunk_address, rank)
-    finally:
-        os.close(fd)
-
-
-#: An HDF5 address that points nowhere.
-_UNDEFINED = 0xFFFFFFFFFFFFFFFF
-#: A version-1 B-tree node's header: "TREE", node type, level, entries used, siblings.
-_NODE_HEADER = struct.Struct("<4sBBHQQ")
-
-
-def _walk(fd: int, root: int, rank: int) -> Locations:
-    """Every chunk listed under the version-1 B-tree node at ``root`` (HDF5 format spec,
-    III.A.1: entries of key ``(size u4, filter mask u4, offset u8 x (rank + 1))`` and
-    child address ``u8``; a leaf's children are the chunks)."""
-    entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (rank + 1,)),
-                      ("address", "<u8")])
-    located: Locations = {}
-    nodes, seen = [root], set()
-    while nodes:
-        at = nodes.pop()
-        if at in seen or len(seen) > 1 << 24:
-            raise ValueError(f"chunk B-tree revisits node {at}")
-        seen.add(at)
-        head = os.pread(fd, _NODE_HEADER.size, at)
-        if len(head) < _NODE_HEADER.size:
-            raise ValueError(f"chunk B-tree node {at} lies past the end of the file")
-        sig, kind, level, used, _, _ = _NODE_HEADER.unpack(head)
-        if sig != b"TREE" or kind != 1:
-            raise ValueError(f"no raw-data B-tree node at {at}")
-        raw = os.pread(fd, used * entry.itemsize, at + _NODE_HEADER.size)
-        if len(raw) < used * entry.itemsize:
-            raise ValueError(f"chunk B-tree node {at} lies past the end of the file")
-        entries = np.frombuffer(raw, dtype=entry, count=used)
-        if level:
-            nodes.extend(reversed(entries["address"].tolist()))
-            continue
-        located.update(zip(map(tuple, entries["offset"][:, :rank].tolist()),
-                           zip(entries["address"].tolist(), entries["size"].tolist(),
-                               entries["mask"].tolist(), strict=True), strict=True))
-    return located
-
-
-def _check(dset: h5py.Dataset, located: Locations) -> None:
-    """Raise ValueError unless HDF5 agrees on the number of chunks and on the first,
-    middle and last one (in HDF5's order: each look-up walks its index once)."""
-    n = len(located)
-    if n != dset.id.get_num_chunks():
-        raise ValueError(f"{n} chunks (HDF5: {dset.id.get_num_chunks()})")
-    for i in sorted({0, n // 2, n - 1}) if n else ():
-        info = dset.id.get_chunk_info(i)
-        coord = tuple(int(c) for c in info.chunk_offset)
-        if located.get(coord) != _location(info):
-            raise ValueError(f"chunk {i} at {coord}: {located.get(coord)} (HDF5: "
-                             f"{_location(info)})")
 
 
 def locate_chunks(dset: h5py.Dataset, coords: list[tuple[int, ...]]
@@ -197,5 +246,5 @@ def locate_chunks(dset: h5py.Dataset, coords: list[tuple[int, ...]]
 
 
 def _location(info: Any) -> tuple[int, int, int]:
-    """``(byte offset, size, filter mask)`` of a chunk's ``StoreInfo`` (h5py's or pyfive's)."""
+    """``(byte offset, size, filter mask)`` of h5py's ``StoreInfo`` for one chunk."""
     return int(info.byte_offset), int(info.size), int(info.filter_mask)

@@ -13,12 +13,13 @@ installed (it comes with zarr), chunks of the HDF5 Blosc (32001) and Zstandard
 (the ``compress`` extra), chunks of h5py's LZF (32000) and of the HDF5 LZ4 plugin
 (32004) are (the codecs of both release the GIL).
 
-Chunk addresses come from one pass over the chunk index when the dataset is planned
-(:mod:`h5mdx.format.chunk_index`: ``chunk_iter`` with HDF5 1.12.3 and later, pyfive's
-reading of the index with older HDF5 where pyfive is installed). Otherwise HDF5 can
-only look chunks up one by one, each look-up walking the index; datasets with too many
-small chunks for that (``MANY_CHUNKS``, ``LOOKUP_BYTES_PER_CHUNK``: MDAnalysis'
-one-frame chunks of a long trajectory) are then read through h5py.
+Chunk addresses come from :mod:`h5mdx.format.chunk_index`: for datasets of many chunks
+(or any, where HDF5 is older than 1.12.3) the chunk B-tree read from the file with
+pyfive's help, a range of rows at a time as reads need them; otherwise HDF5's one pass
+over the whole index (``chunk_iter``, 1.12.3 and later). Without either, HDF5 can only
+look chunks up one by one, each look-up walking the index; datasets with too many small
+chunks for that (``MANY_CHUNKS``, ``LOOKUP_BYTES_PER_CHUNK``: MDAnalysis' one-frame
+chunks of a long trajectory) are then read through h5py.
 
 Anything unusual -- external or virtual storage, a userblock, a file driver
 other than the default, unallocated chunks, other filters (bitshuffle, scale-offset,
@@ -37,14 +38,14 @@ import math
 import os
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
 import numpy as np
 
-from h5mdx.format.chunk_index import index_all_chunks
+from h5mdx.format.chunk_index import chunk_tree, index_all_chunks
 
 __all__ = [
     "DirectReader",
@@ -77,6 +78,14 @@ MANY_CHUNKS = 256
 #: 7.5 ns x n_chunks <= 0.1 x chunk_bytes / 5 GB/s. (100, 3341, 3) float32 chunks (4 MB)
 #: qualify up to ~10,000 chunks; (1, 3341, 3) chunks (40 kB) up to 256.
 LOOKUP_BYTES_PER_CHUNK = 400
+
+#: Chunks along axis 0 located at once from a chunk B-tree when a read finds some unknown
+#: (~2.5 ms of walking for 4,096 one-frame chunks): a process locates about what it reads.
+LOCATE_ROWS_CHUNKS = 4096
+#: Chunks beyond which a dataset's chunk B-tree is read (:func:`chunk_tree`) rather than
+#: HDF5's whole index (``chunk_iter``, ~2 µs per chunk in every process: 33 ms for
+#: 16,384 chunks, about what importing pyfive costs once).
+TREE_CHUNKS = 16384
 
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
@@ -159,11 +168,17 @@ class DirectReader:
                                                                repr=False)
     _fd: int | None = field(default=None, repr=False)
     _fd_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    #: Once every chunk is located (whole-row chunks without filters): the byte offset of
-    #: each chunk along axis 0, and the chunks after which the next one does not follow
-    #: on disk (see :meth:`_tabulate`)
-    _table: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
-    _complete: bool = field(default=False, repr=False)
+    #: Where a chunk B-tree can be read (:class:`~h5mdx.format.chunk_index.ChunkTree`):
+    #: ``locate(lo, hi)`` gives the chunks whose first row lies in ``[lo, hi)``
+    locate: Callable[[int, int], dict[tuple[int, ...], tuple[int, int, int]]] | None = field(
+        default=None, repr=False)
+    #: Chunks spanning whole rows, unfiltered: the byte offset of each chunk along axis 0
+    #: (-1: not located yet), from which a read finds its runs of adjacent chunks
+    _starts: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.chunks is not None and not self.filters and self._whole_row_chunks():
+            self._starts = np.full(-(-self.shape[0] // self.chunks[0]), -1, dtype=np.int64)
 
     # -- file descriptor ------------------------------------------------------------------
     def _descriptor(self) -> int:
@@ -202,9 +217,42 @@ class DirectReader:
 
     # -- chunk index ----------------------------------------------------------------------
     def missing(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
-        """Chunk coordinates (element offsets) in ``box`` whose address is not known yet."""
-        if self.chunks is None or self._complete:
+        """Chunk coordinates (element offsets) in ``box`` whose address is not known yet.
+
+        Where the chunk B-tree can be read (``locate``), the chunks of at least
+        ``LOCATE_ROWS_CHUNKS`` chunks along axis 0 from the first missing one are located
+        first; those the tree does not list are not allocated.
+
+        Raises
+        ------
+        Unsupported
+            If the tree cannot be read there (the caller reads through h5py).
+        """
+        if self.chunks is None:
             return []
+        coords = self._missing(box)
+        if coords and self.locate is not None:
+            c0 = self.chunks[0]
+            lo = min(c[0] for c in coords)
+            hi = max(max(c[0] for c in coords) + c0, lo + LOCATE_ROWS_CHUNKS * c0)
+            try:
+                located = self.locate(lo, min(hi, self.shape[0]))
+            except (OSError, ValueError) as err:  # HDF5 reads what the tree could not
+                raise Unsupported(f"chunk B-tree of rows {lo}-{hi}: {err}") from err
+            self.add_locations(located)
+            coords = self._missing(box)
+        return coords
+
+    def _missing(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
+        assert self.chunks is not None
+        if self._starts is not None:
+            c0, n = self.chunks[0], box[0].stop - box[0].start
+            if n <= 0:
+                return []
+            i0 = box[0].start // c0
+            unknown = np.flatnonzero(self._starts[i0:(box[0].stop - 1) // c0 + 1] < 0)
+            tail = (0,) * (len(self.shape) - 1)
+            return [((int(i) + i0) * c0, *tail) for i in unknown]
         return [c for c in self._chunk_coords(box) if c not in self._index]
 
     def add_locations(self,
@@ -220,6 +268,7 @@ class DirectReader:
             return
         assert self.chunks is not None
         nbytes = math.prod(self.chunks) * self.dtype.itemsize
+        starts, c0 = self._starts, self.chunks[0]
         for coord, where in located.items():
             if where is None:
                 raise Unsupported(f"chunk at {coord} is not allocated (fill value)")
@@ -227,30 +276,8 @@ class DirectReader:
             if unfiltered and where[1] != nbytes:
                 raise Unsupported(f"chunk at {coord} holds {where[1]} bytes, not {nbytes}")
             self._index[coord] = where
-        n_chunks = math.prod(-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True))
-        if len(self._index) == n_chunks:
-            self._tabulate()
-            self._complete = True
-
-    def _tabulate(self) -> None:
-        """Chunks spanning whole rows, unfiltered, all located: tabulate them for :meth:`_rows`.
-
-        With one-frame chunks a 4 MiB read spans ~100 chunks; finding them one by one in
-        the index cost ~110 µs of Python per read, holding the GIL (24 % of a read from the
-        page cache), which is what caps threads. From the table, a read finds its runs of
-        adjacent chunks with two binary searches.
-        """
-        assert self.chunks is not None
-        if self.filters or not self._whole_row_chunks():
-            return
-        c0, tail = self.chunks[0], (0,) * (len(self.shape) - 1)
-        located = [self._index.get((i, *tail)) for i in range(0, self.shape[0], c0)]
-        if any(where is None for where in located):  # not on the chunk grid: no table
-            return
-        starts = np.array([where[0] for where in located], dtype=np.int64)
-        step = c0 * math.prod(self.shape[1:]) * self.dtype.itemsize  # a whole chunk's bytes
-        # chunk i ends a run where chunk i + 1 does not start right after it
-        self._table = (starts, np.flatnonzero(np.diff(starts) != step))
+            if starts is not None:
+                starts[coord[0] // c0] = where[0]
 
     def _chunk_coords(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
         assert self.chunks is not None
@@ -293,8 +320,8 @@ class DirectReader:
             self._pread_into(flat, self.offset + first * row)
             return rows
         c0 = self.chunks[0]
-        if self._table is not None:
-            self._table_rows(flat, first, stop, row)
+        if self._starts is not None:
+            self._runs_into(flat, first, stop, row)
             return rows
         tail = (0,) * (len(self.shape) - 1)
         run_out = run_file = run_len = 0  # the current run: where in rows, in the file, bytes
@@ -312,19 +339,25 @@ class DirectReader:
         self._pread_into(flat[run_out:run_out + run_len], run_file)
         return rows
 
-    def _table_rows(self, flat: memoryview, first: int, stop: int, row: int) -> None:
-        """Rows ``first:stop`` into ``flat``, one ``pread`` per run of adjacent chunks."""
-        assert self._table is not None and self.chunks is not None
-        starts, ends = self._table
+    def _runs_into(self, flat: memoryview, first: int, stop: int, row: int) -> None:
+        """Rows ``first:stop`` into ``flat``, one ``pread`` per run of chunks adjacent on disk.
+
+        With one-frame chunks a 4 MiB read spans ~100 chunks: looked up one by one in
+        the index, they cost ~110 µs of Python per read, holding the GIL (24 % of a read
+        from the page cache, what caps threads); from ``_starts``, ~10 µs.
+        """
+        assert self._starts is not None and self.chunks is not None
         c0 = self.chunks[0]
         i0, i1 = first // c0, (stop - 1) // c0
-        lo_end, hi_end = np.searchsorted(ends, [i0, i1]).tolist()
-        a = i0
-        for b in [*ends[lo_end:hi_end].tolist(), i1]:  # chunks a..b lie end to end on disk
-            lo, hi = max(a * c0, first), min((b + 1) * c0, stop)
+        starts = self._starts[i0:i1 + 1]
+        # chunk i0 + k ends a run where the next one does not start right after it
+        ends = np.flatnonzero(np.diff(starts) != c0 * row).tolist()
+        a = 0
+        for b in [*ends, i1 - i0]:  # chunks i0 + a .. i0 + b lie end to end on disk
+            lo, hi = max((i0 + a) * c0, first), min((i0 + b + 1) * c0, stop)
             out_at = (lo - first) * row
             self._pread_into(flat[out_at:out_at + (hi - lo) * row],
-                             int(starts[a]) + (lo - a * c0) * row)
+                             int(starts[a]) + (lo - (i0 + a) * c0) * row)
             a = b + 1
 
     def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:
@@ -421,17 +454,21 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
         if code in _SIZED and any(c != _SHUFFLE for c in filters[:i]):
             raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
-    # few chunks are looked up one by one as reads need them where HDF5 cannot list them
     few, n_chunks = _few_chunks(dset)
-    located = index_all_chunks(dset, use_pyfive=not few)
+    if n_chunks > TREE_CHUNKS or not hasattr(dset.id, "chunk_iter"):
+        tree = chunk_tree(dset)
+        if tree is not None:  # the chunks of the rows read, located as reads need them
+            reader.locate = tree.rows
+            return reader
+    located = index_all_chunks(dset)
     if located is not None:
         reader.add_locations(located)
-    elif not few:
+    elif not few:  # few chunks are looked up one by one through HDF5 as reads need them
         raise Unsupported(
             f"{n_chunks} chunks: HDF5 {h5py.version.hdf5_version} has no chunk iteration "
-            "(1.12.3 and later have), pyfive (the 'fast' extra) is not installed or cannot "
-            "read this chunk index, and finding a chunk's address one by one takes time "
-            "proportional to the number of chunks"
+            "(1.12.3 and later have), pyfive (the 'fast' extra) is not installed or finds "
+            "no version-1 chunk B-tree, and finding a chunk's address one by one takes "
+            "time proportional to the number of chunks"
         )
     return reader
 
