@@ -246,12 +246,15 @@ def _chunk_index_check(probe: dict[str, Any] | None) -> Check:
     name = "chunk index"
     if probe is None:
         return Check(name, "info", "unknown (h5py cannot be imported)")
-    if probe.get("chunk_iter"):
-        return Check(name, "ok", f"HDF5 {probe['hdf5']} lists a dataset's chunks in one pass")
     pyfive = _dist_version("pyfive")
-    if pyfive is not None and importlib.util.find_spec("pyfive") is not None:
-        return Check(name, "ok", f"HDF5 {probe['hdf5']} has no chunk iteration; pyfive "
-                                 f"{pyfive} reads the chunk index")
+    if pyfive is not None and importlib.util.find_spec("pyfive") is None:
+        pyfive = None
+    tree = f"pyfive {pyfive} finds chunk B-trees (read as reads need them)"
+    if probe.get("chunk_iter"):
+        detail = f"HDF5 {probe['hdf5']} lists a dataset's chunks in one pass"
+        return Check(name, "ok", f"{detail}; {tree}" if pyfive else detail)
+    if pyfive is not None:
+        return Check(name, "ok", f"HDF5 {probe['hdf5']} has no chunk iteration; {tree}")
     return Check(name, "missing",
                  f"HDF5 {probe['hdf5']} has no chunk iteration and pyfive is not installed: "
                  "datasets of many small chunks are read through h5py, one thread at a time",

@@ -174,7 +174,8 @@ def test_cli_text_and_strict(capsys, monkeypatch, tmp_path):
 
 def test_chunk_index_check_names_the_way_chunks_are_found(monkeypatch):
     new = doctor._chunk_index_check({"hdf5": "1.14.6", "chunk_iter": True})
-    assert (new.status, new.detail) == ("ok", "HDF5 1.14.6 lists a dataset's chunks in one pass")
+    assert new.status == "ok"
+    assert new.detail.startswith("HDF5 1.14.6 lists a dataset's chunks in one pass")
     old = {"hdf5": "1.10.8", "chunk_iter": False}
     if doctor._dist_version("pyfive") is not None:
         check = doctor._chunk_index_check(old)
@@ -191,4 +192,5 @@ def test_chunk_index_check_matches_this_h5py(report):
     check = report["chunk index"]
     assert check.status == "ok"  # CI installs pyfive with the fast extra
     assert h5py.version.hdf5_version in check.detail
-    assert ("pyfive" in check.detail) != hasattr(h5py.h5d.DatasetID, "chunk_iter")
+    assert "pyfive" in check.detail  # CI installs it
+    assert ("no chunk iteration" in check.detail) != hasattr(h5py.h5d.DatasetID, "chunk_iter")

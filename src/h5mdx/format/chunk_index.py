@@ -10,7 +10,7 @@ and filter mask. There are three ways to learn them:
   ``fast`` extra), parses the dataset's object header and gives the tree's root; each
   node is then one ``pread`` and one numpy view. 30,000 one-frame chunks in 23 ms, and a
   worker that reads a sixteenth of them locates only those. Importing pyfive costs
-  40-110 ms once per process.
+  20-35 ms once per process.
 - :func:`index_all_chunks`: HDF5's own pass over the whole index (``H5Dchunk_iter``,
   h5py's ``DatasetID.chunk_iter``, HDF5 1.12.3 and later): 30,000 chunks in 59-72 ms,
   in every process, whatever part of the file it reads; any kind of chunk index.
