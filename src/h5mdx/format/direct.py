@@ -87,6 +87,9 @@ LOCATE_ROWS_CHUNKS = 4096
 #: 16,384 chunks, about what importing pyfive costs once).
 TREE_CHUNKS = 16384
 
+#: Chunks of a read up to which its runs are found in a Python loop rather than numpy
+_FEW = 16
+
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
 #: Registered ids of the HDF5 plugin filters whose chunks are plain codec frames.
@@ -250,9 +253,14 @@ class DirectReader:
             if n <= 0:
                 return []
             i0 = box[0].start // c0
-            unknown = np.flatnonzero(self._starts[i0:(box[0].stop - 1) // c0 + 1] < 0)
+            seg = self._starts[i0:(box[0].stop - 1) // c0 + 1]
+            if len(seg) <= _FEW:  # numpy's fixed cost is more than a few chunks' loop
+                if -1 not in seg.tolist():
+                    return []
+            elif seg.min() >= 0:
+                return []
             tail = (0,) * (len(self.shape) - 1)
-            return [((int(i) + i0) * c0, *tail) for i in unknown]
+            return [((int(i) + i0) * c0, *tail) for i in np.flatnonzero(seg < 0)]
         return [c for c in self._chunk_coords(box) if c not in self._index]
 
     def add_locations(self,
@@ -349,9 +357,14 @@ class DirectReader:
         assert self._starts is not None and self.chunks is not None
         c0 = self.chunks[0]
         i0, i1 = first // c0, (stop - 1) // c0
-        starts = self._starts[i0:i1 + 1]
+        seg, step = self._starts[i0:i1 + 1], c0 * row
         # chunk i0 + k ends a run where the next one does not start right after it
-        ends = np.flatnonzero(np.diff(starts) != c0 * row).tolist()
+        if len(seg) <= _FEW:  # numpy's fixed cost is more than a few chunks' loop
+            starts = seg.tolist()
+            ends = [k for k in range(len(starts) - 1) if starts[k + 1] != starts[k] + step]
+        else:
+            starts = seg
+            ends = np.flatnonzero(np.diff(seg) != step).tolist()
         a = 0
         for b in [*ends, i1 - i0]:  # chunks i0 + a .. i0 + b lie end to end on disk
             lo, hi = max((i0 + a) * c0, first), min((i0 + b + 1) * c0, stop)
