@@ -101,6 +101,8 @@ h5mdx_results = [
     ("index-hdf5-1.10.md",
      "What finding the chunks costs a process (h5py built on HDF5 1.10.8 by setup.sh --mpi)",
      "python benchmarks/bench_index.py --tag=-hdf5-1.10"),
+    ("runs.md", "Reads of whole frames: runs from the chunks' offset table, or chunk by chunk",
+     "python benchmarks/bench_runs.py"),
     ("tasks.md", "What one task costs each dask scheduler (2 cores)",
      "python benchmarks/bench_tasks.py"),
     ("worker.md", "One worker's RMSD: the client's process against a distributed worker",
