@@ -99,3 +99,44 @@ def test_without_xarrays_wrappers_rmsd_reads_through_xarray(adk_h5md, adk_positi
         tasks = dict(slow.data.__dask_graph__()).values()
         assert all(isinstance(task[1], xr.Variable) for task in tasks)
         np.testing.assert_array_equal(slow.values, fast)
+
+
+def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
+    """Planning (where the chunks lie) is a task's warm-up, not its first read; the RMSD
+    task records it in its ``warmup`` phase."""
+    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.format import direct
+
+    path = str(tmp_path / "w.h5md")
+    pos = np.random.default_rng(2).normal(size=(40, 30, 3)).astype(np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "chunks": (1, 30, 3),
+                                           "step": np.arange(40)}}})
+    name = "/particles/all/position/value"
+    with xr.open_dataset(path, engine="h5md") as ds:
+        read = frame_reader(ds.position.variable)
+        assert direct.cached(path, name) is direct.UNPLANNED
+        read.warm()
+        planned = direct.DirectReader if direct.enabled() else type(direct.UNPLANNED)
+        assert isinstance(direct.cached(path, name), planned)  # H5MDX_DIRECT_READ=0: none
+        direct._CACHE.clear()
+        phases = []
+        real = FrameReader.warm
+
+        def warm(self):
+            phases.append(sorted(timer_phases))
+            real(self)
+
+        timer_phases: set[str] = set()
+        real_phase = rmsd_module.BlockTimer.phase
+
+        def phase(self, name):
+            timer_phases.add(name)
+            return real_phase(self, name)
+
+        monkeypatch.setattr(FrameReader, "warm", warm)
+        monkeypatch.setattr(rmsd_module.BlockTimer, "phase", phase)
+        out = rmsd_module._lazy_block(read, pos[0].astype(np.float64) - pos[0].mean(0), None,
+                                      True, "numpy", 0, 40, step=10)
+        assert phases == [["warmup"]]  # inside the warm-up phase, before any read
+        assert out.shape == (40,) and out[0] < 1e-4
+        assert isinstance(direct.cached(path, name), planned)

@@ -215,8 +215,10 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         def read(a: int, b: int) -> np.ndarray:
             return np.asarray((block[a:b] if b - a < n else block).values)
     with BlockTimer(start, stop, kind="rmsd") as timer:
-        with timer.phase("warmup"):
+        with timer.phase("warmup"):  # once per process: the kernel, where the chunks lie
             warm_up(kernel)
+            if isinstance(block, FrameReader):
+                block.warm()
         # ``atoms``: the selected atoms of whole frames, read in place
         qcp = prepare(ref_c, w, superposition, kernel, reference_centered=True, atoms=atoms)
         for a in range(0, n, step):

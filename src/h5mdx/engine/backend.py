@@ -232,6 +232,16 @@ class H5MDArray(BackendArray):
                 f"reading {_describe_key(key, self.shape)} failed: {err}",
             ) from err
 
+    def warm(self) -> None:
+        """Plan this dataset's direct reads in this process now, not in the first read.
+
+        Planning finds where the chunks lie (:mod:`h5mdx.format.chunk_index`: importing
+        pyfive and finding the chunk B-tree, or HDF5's pass over the whole index): a
+        one-off cost per process, which an RMSD task records as warm-up, not I/O.
+        """
+        if _direct.enabled():
+            self._direct_reader()
+
     def _direct_reader(self) -> _direct.DirectReader | None:
         filename = self._filename()
         if filename is None:

@@ -53,6 +53,10 @@ class FrameReader:
         self.first = first
         self.rest = rest
 
+    def warm(self) -> None:
+        """Plan the direct reads of the dataset now (see :meth:`H5MDArray.warm`)."""
+        self.array.warm()
+
     def __call__(self, start: int, stop: int) -> np.ndarray:
         """The variable's frames ``start`` to ``stop`` (0 <= start <= stop <= its length)."""
         return self.array._getitem((slice(self.first + start, self.first + stop, 1),

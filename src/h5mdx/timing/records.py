@@ -22,8 +22,9 @@ column                    type                meaning
 ``wall``                  float               ``t_stop - t_start`` (s)
 ``t_init_top``            float               opening the topology (s)
 ``t_init_traj``           float               opening the trajectory (s)
-``t_warmup``              float               loading/compiling the kernel in this task (s; 0
-                                              where none was loaded, and in older records)
+``t_warmup``              float               loading/compiling the kernel, and planning the
+                                              file's direct reads, in this task (s; 0 where
+                                              neither was done, and in older records)
 ``t_io``                  float               reading (s)
 ``t_compute``             float               computing (s)
 ``t_wait``                float               waiting (s), see below
@@ -36,8 +37,9 @@ means "measured, and took no time"). The exception is ``t_warmup``: a task that
 loaded no kernel spent no time warming up, so a missing ``t_warmup`` (records
 written before the column existed) reads as 0.
 
-``t_warmup`` is one-off start-up cost (numba loading or compiling the QCP kernel
-in the first task a worker runs), *not* part of ``t_compute``. It lies inside
+``t_warmup`` is one-off start-up cost (numba loading or compiling the QCP kernel,
+and finding where the file's chunks lie, in the first task a worker runs on a file),
+*not* part of ``t_compute`` or ``t_io``. It lies inside
 ``wall``; the straggler analysis judges tasks on ``wall - t_warmup`` so that a
 worker's first task is not called a straggler for paying it.
 
