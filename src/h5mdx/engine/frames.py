@@ -54,7 +54,8 @@ class FrameReader:
         self.rest = rest
 
     def warm(self) -> None:
-        """Plan the direct reads of the dataset now (see :meth:`H5MDArray.warm`)."""
+        """Plan the direct reads of the dataset now (see
+        :meth:`h5mdx.engine.backend.H5MDArray.warm`)."""
         self.array.warm()
 
     def __call__(self, start: int, stop: int) -> np.ndarray:
