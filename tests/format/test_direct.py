@@ -355,3 +355,25 @@ def test_a_chunk_tree_that_fails_mid_file_hands_over_to_h5py(tmp_path, monkeypat
         assert np.array_equal(var[20:30].values, pos[20:30])  # the tree fails here
         assert direct.cached(path, "/particles/all/position/value") is None
         assert np.array_equal(var.values, pos)
+
+
+def test_chunks_the_tree_does_not_list_are_not_allocated(tmp_path):
+    """Rows whose chunks were never written: the tree lists none, so a read of them is
+    handed to h5py (fill values) without asking HDF5 for each chunk."""
+    pytest.importorskip("pyfive")
+    path = str(tmp_path / "partial.h5")
+    values = _values("<f4")[:, :8]
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=(1140, 8, 3), dtype="f4", chunks=(1, 8, 3))
+        d[:500] = np.tile(values, (9, 1, 1))[:500]
+    with h5py.File(path, "r") as f:
+        reader = direct.plan_direct(_WithoutChunkIter(f["x"]))
+    try:
+        assert reader.locate is not None
+        assert reader.missing((slice(0, 10), slice(0, 8), slice(0, 3))) == []
+        assert reader.read((slice(0, 10), slice(0, 8), slice(0, 3))).tobytes() == \
+            np.tile(values, (9, 1, 1))[:10].tobytes()
+        with pytest.raises(direct.Unsupported, match="not allocated"):
+            reader.missing((slice(495, 505), slice(0, 8), slice(0, 3)))
+    finally:
+        reader.close()

@@ -224,12 +224,13 @@ class DirectReader:
 
         Where the chunk B-tree can be read (``locate``), the chunks of at least
         ``LOCATE_ROWS_CHUNKS`` chunks along axis 0 from the first missing one are located
-        first; those the tree does not list are not allocated.
+        first, and nothing is left missing.
 
         Raises
         ------
         Unsupported
-            If the tree cannot be read there (the caller reads through h5py).
+            If the tree cannot be read there, or does not list a chunk in ``box`` (not
+            allocated: its values are the fill value): the caller reads through h5py.
         """
         if self.chunks is None:
             return []
@@ -244,6 +245,8 @@ class DirectReader:
                 raise Unsupported(f"chunk B-tree of rows {lo}-{hi}: {err}") from err
             self.add_locations(located)
             coords = self._missing(box)
+            if coords:  # the tree lists every allocated chunk of the rows it was asked for
+                raise Unsupported(f"chunk at {coords[0]} is not allocated (fill value)")
         return coords
 
     def _missing(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
@@ -351,8 +354,9 @@ class DirectReader:
         """Rows ``first:stop`` into ``flat``, one ``pread`` per run of chunks adjacent on disk.
 
         With one-frame chunks a 4 MiB read spans ~100 chunks: looked up one by one in
-        the index, they cost ~110 µs of Python per read, holding the GIL (24 % of a read
-        from the page cache, what caps threads); from ``_starts``, ~10 µs.
+        the index and merged in a loop, they kept a read holding the GIL for 118 µs (23 %
+        of a C-alpha task's time on one thread); from ``_starts``, 48 µs in all
+        (``benchmarks/bench_runs.py``).
         """
         assert self._starts is not None and self.chunks is not None
         c0 = self.chunks[0]
@@ -468,7 +472,7 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
             raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     few, n_chunks = _few_chunks(dset)
-    if n_chunks > TREE_CHUNKS or not hasattr(dset.id, "chunk_iter"):
+    if n_chunks > TREE_CHUNKS or not (few or hasattr(dset.id, "chunk_iter")):
         tree = chunk_tree(dset)
         if tree is not None:  # the chunks of the rows read, located as reads need them
             reader.locate = tree.rows
