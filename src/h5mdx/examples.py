@@ -463,9 +463,9 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
     if before:
         parts.append("one untimed pass first (workers open the file, page cache warm)")
     if warm["n_tasks"]:
-        parts.append(f"kernel load {warm['seconds']:.2f} s in {warm['n_tasks']:.0f} "
-                     f"task(s) ({100 * warm['fraction']:.0f}% of the work), kept apart from "
-                     "stragglers")
+        parts.append(f"kernel load and chunk lookup {warm['seconds']:.2f} s in "
+                     f"{warm['n_tasks']:.0f} task(s) ({100 * warm['fraction']:.0f}% of the "
+                     "work), kept apart from stragglers")
     return text, "warm-up: " + ("; ".join(parts) if parts else "none recorded")
 
 
