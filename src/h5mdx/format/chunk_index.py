@@ -84,6 +84,21 @@ class ChunkTree:
     def rows(self, lo: int, hi: int) -> Locations:
         """Every allocated chunk whose first row (along axis 0) lies in ``[lo, hi)``.
 
+        As :meth:`arrays`, as ``coord -> (byte offset, size, filter mask)``.
+        """
+        coords, where = self.arrays(lo, hi)
+        return dict(zip(map(tuple, coords.tolist()), map(tuple, where.tolist()), strict=True))
+
+    def arrays(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every allocated chunk whose first row (along axis 0) lies in ``[lo, hi)``.
+
+        Returns
+        -------
+        coords : numpy.ndarray
+            ``(k, rank)`` int64: each chunk's first element along each axis.
+        where : numpy.ndarray
+            ``(k, 3)`` int64: its byte offset, stored size and filter mask.
+
         Raises
         ------
         ValueError
@@ -93,13 +108,19 @@ class ChunkTree:
         """
         fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
-            return self._walk(fd, lo, hi)
+            leaves = self._walk(fd, lo, hi)
         finally:
             os.close(fd)
+        entries = np.concatenate(leaves) if leaves else np.empty(0, dtype=self._entry)
+        coords = entries["offset"][:, :len(self.shape)].astype(np.int64)
+        where = np.stack([entries["address"], entries["size"], entries["mask"]],
+                         axis=1).astype(np.int64)
+        return coords, where
 
-    def _walk(self, fd: int, lo: int, hi: int) -> Locations:
+    def _walk(self, fd: int, lo: int, hi: int) -> list[np.ndarray]:
+        """The entries of the leaves for rows ``[lo, hi)``, leaf by leaf."""
         rank = len(self.shape)
-        located: Locations = {}
+        leaves: list[np.ndarray] = []
         nodes, seen = [(self.root, None)], set()
         while nodes:
             at, level_above = nodes.pop()
@@ -123,10 +144,8 @@ class ChunkTree:
             coords = sel["offset"][:, :rank]
             if ((coords % self.chunks) != 0).any() or (coords >= self.shape).any():
                 raise ValueError(f"chunk B-tree node {at} lists a chunk off the chunk grid")
-            located.update(zip(map(tuple, coords.tolist()),
-                               zip(sel["address"].tolist(), sel["size"].tolist(),
-                                   sel["mask"].tolist(), strict=True), strict=True))
-        return located
+            leaves.append(sel)
+        return leaves
 
     def _node(self, fd: int, at: int) -> tuple[int, np.ndarray, int]:
         """A node's level, entries, and its last key's first row."""

@@ -172,8 +172,9 @@ class DirectReader:
     _fd: int | None = field(default=None, repr=False)
     _fd_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: Where a chunk B-tree can be read (:class:`~h5mdx.format.chunk_index.ChunkTree`):
-    #: ``locate(lo, hi)`` gives the chunks whose first row lies in ``[lo, hi)``
-    locate: Callable[[int, int], dict[tuple[int, ...], tuple[int, int, int]]] | None = field(
+    #: ``locate(lo, hi)`` gives the chunks whose first row lies in ``[lo, hi)`` as arrays
+    #: (coordinates; byte offset, size, filter mask), as ``ChunkTree.arrays``
+    locate: Callable[[int, int], tuple[np.ndarray, np.ndarray]] | None = field(
         default=None, repr=False)
     #: Chunks spanning whole rows, unfiltered: the byte offset of each chunk along axis 0
     #: (-1: not located yet), from which a read finds its runs of adjacent chunks
@@ -243,7 +244,7 @@ class DirectReader:
                 located = self.locate(lo, min(hi, self.shape[0]))
             except (OSError, ValueError) as err:  # HDF5 reads what the tree could not
                 raise Unsupported(f"chunk B-tree of rows {lo}-{hi}: {err}") from err
-            self.add_locations(located)
+            self._add_arrays(*located)
             coords = self._missing(box)
             if coords:  # the tree lists every allocated chunk of the rows it was asked for
                 raise Unsupported(f"chunk at {coords[0]} is not allocated (fill value)")
@@ -289,6 +290,22 @@ class DirectReader:
             self._index[coord] = where
             if starts is not None:
                 starts[coord[0] // c0] = where[0]
+
+    def _add_arrays(self, coords: np.ndarray, where: np.ndarray) -> None:
+        """:meth:`add_locations` of chunks given as arrays (``ChunkTree.arrays``)."""
+        if not len(coords):
+            return
+        assert self.chunks is not None
+        if self._starts is None:
+            self.add_locations(dict(zip(map(tuple, coords.tolist()),
+                                        map(tuple, where.tolist()), strict=True)))
+            return
+        nbytes = math.prod(self.chunks) * self.dtype.itemsize  # whole chunks, unfiltered
+        wrong = np.flatnonzero(where[:, 1] != nbytes)
+        if len(wrong):
+            raise Unsupported(f"chunk at {tuple(coords[wrong[0]].tolist())} holds "
+                              f"{where[wrong[0], 1]} bytes, not {nbytes}")
+        self._starts[coords[:, 0] // self.chunks[0]] = where[:, 0]  # no Python per chunk
 
     def _chunk_coords(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
         assert self.chunks is not None
@@ -475,7 +492,7 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     if n_chunks > TREE_CHUNKS or not (few or hasattr(dset.id, "chunk_iter")):
         tree = chunk_tree(dset)
         if tree is not None:  # the chunks of the rows read, located as reads need them
-            reader.locate = tree.rows
+            reader.locate = tree.arrays
             return reader
     located = index_all_chunks(dset)
     if located is not None:
