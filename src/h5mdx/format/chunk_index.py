@@ -4,20 +4,20 @@ A direct read (:mod:`h5mdx.format.direct`) needs each chunk's byte offset, store
 and filter mask. There are three ways to learn them:
 
 - :class:`ChunkTree`: read the version-1 B-tree that indexes the chunks of every file
-  written in HDF5's default (earliest) format -- MDAnalysis', GROMACS', h5py's by
-  default -- from the file, for the frames a process reads and no others. `pyfive
+  written in HDF5's default (earliest) format -- MDAnalysis', h5py's by default --
+  from the file, for the frames a process reads and no others. `pyfive
   <https://github.com/NCAS-CMS/pyfive>`_, a maintained pure-Python HDF5 reader (the
   ``fast`` extra), parses the dataset's object header and gives the tree's root; each
   node is then one ``pread`` and one numpy view. 30,000 one-frame chunks in 23 ms, and a
   worker that reads a sixteenth of them locates only those. Importing pyfive costs
   20-35 ms once per process.
 - :func:`index_all_chunks`: HDF5's own pass over the whole index (``H5Dchunk_iter``,
-  h5py's ``DatasetID.chunk_iter``, HDF5 1.12.3 and later): 30,000 chunks in 59-72 ms,
+  h5py's ``DatasetID.chunk_iter``, HDF5 1.12.3 and later): 30,000 chunks in 57-92 ms,
   in every process, whatever part of the file it reads; any kind of chunk index.
 - :func:`locate_chunks`: HDF5's look-up of one chunk. Before 1.12.3 (Debian 12's
-  parallel HDF5 1.10.8, many HPC modules) each look-up walks the index: 1.6 ms per chunk
-  of a 30,000-chunk dataset, 48 s for all of MDAnalysis' one-frame chunks of a
-  30,000-frame trajectory.
+  parallel HDF5 1.10.8, many HPC modules) each look-up walks the index: 0.2-1.6 ms per
+  chunk of a 30,000-chunk dataset (near the last look-up, or anywhere), 7-48 s for all
+  of MDAnalysis' one-frame chunks of a 30,000-frame trajectory.
 
 A tree is used only where what it gives for the dataset's first and last chunk equals
 HDF5's answer; any node that is not one, or an entry off the chunk grid, stops it
