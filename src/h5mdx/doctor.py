@@ -175,9 +175,17 @@ def _dist_version(dist: str) -> str | None:
         return None
 
 
-def _package_check(name: str, dist: str, module: str, fix: str) -> Check:
+def _installed(dist: str, module: str) -> str | None:
+    """The installed version of ``dist`` where ``module`` can be imported; else None."""
     version = _dist_version(dist)
     if version is None or importlib.util.find_spec(module) is None:
+        return None
+    return version
+
+
+def _package_check(name: str, dist: str, module: str, fix: str) -> Check:
+    version = _installed(dist, module)
+    if version is None:
         return Check(name, "missing", "not installed", fix)
     return Check(name, "ok", version)
 
@@ -246,9 +254,7 @@ def _chunk_index_check(probe: dict[str, Any] | None) -> Check:
     name = "chunk index"
     if probe is None:
         return Check(name, "info", "unknown (h5py cannot be imported)")
-    pyfive = _dist_version("pyfive")
-    if pyfive is not None and importlib.util.find_spec("pyfive") is None:
-        pyfive = None
+    pyfive = _installed("pyfive", "pyfive")
     tree = f"pyfive {pyfive} finds chunk B-trees (read as reads need them)"
     if probe.get("chunk_iter"):
         detail = f"HDF5 {probe['hdf5']} lists a dataset's chunks in one pass"
