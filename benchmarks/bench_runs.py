@@ -24,6 +24,7 @@ Run: ``.venv/bin/python benchmarks/bench_runs.py``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -68,6 +69,12 @@ def _loop(read: Any, n: int, qcp: Any = None) -> float:
     return time.perf_counter() - t0
 
 
+def _with_table(reader: Any, table: np.ndarray | None, read: Any, n: int, qcp: Any) -> float:
+    """:func:`_loop` with the reader's offset table set to ``table`` (None: chunk by chunk)."""
+    reader._starts = table
+    return _loop(read, n, qcp)
+
+
 def _gil_held(read: Any, n: int, repeats: int) -> dict[str, float]:
     """µs per read: in total, inside ``os.preadv``, and the rest (best of ``repeats``)."""
     real, inside = os.preadv, [0.0]
@@ -107,16 +114,14 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         ref = read(0, 1)[0].astype(np.float64)
         for sel_name, atoms in (("all", None), ("ca", bs.ca_indices())):
             qcp = prepare(ref if atoms is None else ref[atoms], atoms=atoms)
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for _ in range(args.repeats + 1):  # the first round warms up
-                for on in (True, False):
-                    reader._starts = table if on else None
-                    times[on].append(_loop(read, args.frames, qcp))
+            times = bs.interleaved({on: functools.partial(
+                _with_table, reader, table if on else None, read, args.frames, qcp)
+                for on in (True, False)}, args.repeats)
             reader._starts = table
             row = {"layout": layout, "select": sel_name}
             for on in (True, False):
                 row["table" if on else "chunk by chunk"] = args.frames / statistics.median(
-                    times[on][1:])
+                    times[on])
             rows.append(row)
             print(f"{layout:6s} {sel_name:3s} table {row['table']:10,.0f}  chunk by chunk "
                   f"{row['chunk by chunk']:10,.0f} frames/s", flush=True)
