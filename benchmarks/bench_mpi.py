@@ -3,7 +3,10 @@
 In one run, for N = 1, 2 and 4 workers (4 is oversubscribed on a 2-core machine
 and labelled so), median of ``--repeats`` runs after a warm-up:
 
-- ``mpi-io``: ``mpirun -n N h5mdx mpi-rmsd`` (parallel HDF5, one block per rank);
+- ``mpi-io``: ``mpirun -n N h5mdx mpi-rmsd`` (parallel HDF5, one block per rank, read
+  4 MiB of whole chunks at a time into one buffer: ``--read step``, the default);
+- ``mpi-io-block``: the same with ``--read block``, each rank's block read at once (the
+  studies' "load into memory", and h5mdx's default until ``--read step``);
 - ``dask-mpi``: ``mpirun -n N+2 ...`` with :func:`h5mdx.mpi.launch.rmsd_dask_mpi`
   (scheduler and client ranks on top of N single-threaded workers);
 - ``processes``: a ``distributed.LocalCluster`` of N single-threaded worker processes.
@@ -127,13 +130,16 @@ def child_processes(traj: str, top: str, n: int, out: str) -> None:
     from h5mdx.analysis.rmsd import rmsd
     from h5mdx.mpi.launch import write_series
     from h5mdx.parallel import local_cluster
+    from h5mdx.parallel.workers import warm_up_workers
     from h5mdx.timing import capture
 
     os.makedirs(out, exist_ok=True)
     with local_cluster(n) as cluster, Client(cluster) as client:
         client.wait_for_workers(n)
+        warm = warm_up_workers(client)  # as h5mdx rmsd --scheduler processes does
         with capture(backend="distributed", client=client, n_workers=n,
-                     meta={"file": traj, "selection": SELECT, "cluster": "LocalCluster"},
+                     meta={"file": traj, "selection": SELECT, "cluster": "LocalCluster",
+                           "warm_up_s": warm},
                      spool_dir=out) as run:
             with xr.open_dataset(traj, engine="h5md", topology=top,
                                  convert_units=True) as ds:
@@ -151,11 +157,26 @@ def load_run(out: Path) -> tuple[Any, dict[str, Any]]:
     return records.load(out / "timing.csv")
 
 
+def warm_up(frame: Any, meta: dict[str, Any]) -> float:
+    """Seconds of the longest kernel warm-up of a run's ranks or workers.
+
+    MPI-IO ranks load the kernel inside their run (``t_warmup``, all at the same point);
+    dask workers when the cluster starts (``warm_up_s`` in the run's metadata).
+    """
+    if frame["backend"].iloc[0] == "mpi-io":
+        return float(frame["t_warmup"].max())
+    return max((float(v) for v in meta.get("warm_up_s", {}).values()), default=0.0)
+
+
 def run_wall(frame: Any, meta: dict[str, Any]) -> float:
-    """Wall time of the analysis: span of the rank records, or the client's measured wall."""
+    """Wall time of the analysis without the kernel's warm-up.
+
+    The span of the rank records less their warm-up, or the client's measured wall (its
+    workers loaded the kernel before).
+    """
     if meta.get("wall") is not None and frame["backend"].iloc[0] != "mpi-io":
         return float(meta["wall"])
-    return float(frame["t_stop"].max() - frame["t_start"].min())
+    return float(frame["t_stop"].max() - frame["t_start"].min()) - warm_up(frame, meta)
 
 
 def stragglers(frame: Any) -> int:
@@ -181,6 +202,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "oversubscribed": n > (os.cpu_count() or 1),
             "wall_s": wall,
             "e2e_s": statistics.median(x["e2e"] for x in group),
+            "warm_up_s": statistics.median(x["warm_up"] for x in group),
             "frames_per_s": group[0]["n_frames"] / wall,
             "S": s,
             "E": s / n,
@@ -203,23 +225,28 @@ def markdown(rows: list[dict[str, Any]], context: dict[str, Any]) -> str:
         f"File: {context['file']} ({context['n_frames']} frames x {context['n_atoms']} atoms, "
         f"{context['size_gib']:.2f} GiB, chunks {context['chunks']}), warm page cache, "
         f"{context['cpus']} CPU cores, median of {context['repeats']} runs after a warm-up. "
-        f"MPI-IO options: `{' '.join(context['mpi_io_options']) or '(defaults)'}`. "
+        f"MPI-IO options: `{' '.join(context['mpi_io_options']) or '(defaults)'}` "
+        "(`mpi-io-block` adds `--read block`). "
         f"Load average (1 min) at start/end: {context['loadavg_start'][0]:.1f} / "
         f"{context['loadavg_end'][0]:.1f} (above the core count means other jobs shared "
         "the machine and the numbers are noisy).",
         "",
         "wall = analysis time (topology + open + read + compute + gather; for MPI-IO the span "
-        "of the rank records, for dask the client's compute call), without process start-up; "
+        "of the rank records, for dask the client's compute call), without process start-up "
+        "and without loading the QCP kernel (warm-up: the longest of the run's ranks or "
+        "workers; MPI-IO ranks load it inside the run, dask workers when the cluster "
+        "starts); "
         "e2e = the whole command including mpirun/cluster start-up. S(N) = wall(1)/wall(N), "
         "E(N) = S(N)/N. Stragglers: task or rank wall > 1.5 x the median of its run "
         "(mean per run, rule of h5mdx.timing.stragglers). t_wait: for MPI-IO the time a rank "
         "waited at the barrier; for dask the time a worker sat idle before a task. "
         "Imbalance: max worker busy time / mean (1 = perfect).",
         "",
-        "| backend | N | wall (s) | e2e (s) | frames/s | S(N) | E(N) | tasks | stragglers "
+        "| backend | N | wall (s) | warm-up (s) | e2e (s) | frames/s | S(N) | E(N) | tasks "
+        "| stragglers "
         "| imbalance | t_wait mean / max (s) | sum t_io (s) | sum t_compute (s) "
         "| max t_init_top (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         n = f"{r['n']} (oversubscribed)" if r["oversubscribed"] else str(r["n"])
@@ -227,7 +254,8 @@ def markdown(rows: list[dict[str, Any]], context: dict[str, Any]) -> str:
                 else f"{r['t_wait_mean']:.3f} / {r['t_wait_max']:.3f}")
         top = "-" if np.isnan(r["t_init_top_max"]) else f"{r['t_init_top_max']:.2f}"
         out.append(
-            f"| {r['backend']} | {n} | {r['wall_s']:.3f} | {r['e2e_s']:.2f} | "
+            f"| {r['backend']} | {n} | {r['wall_s']:.3f} | {r['warm_up_s']:.3f} | "
+            f"{r['e2e_s']:.2f} | "
             f"{r['frames_per_s']:,.0f} | {r['S']:.2f} | {r['E']:.2f} | {r['tasks']} | "
             f"{r['stragglers']:.1f} | {r['imbalance']:.2f} | {wait} | {r['t_io_sum']:.3f} | {r['t_compute_sum']:.3f} "
             f"| {top} |"
@@ -277,9 +305,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--backends", default="mpi-io,dask-mpi,processes")
-    ap.add_argument("--mpi-io-options", default="--read block",
-                    help="options passed to mpi-rmsd (default: %(default)s)")
+    ap.add_argument("--backends", default="mpi-io,mpi-io-block,dask-mpi,processes")
+    ap.add_argument("--mpi-io-options", default="",
+                    help="more options passed to mpi-rmsd (default: none)")
     ap.add_argument("--results", type=Path, default=None,
                     help="output directory (default: benchmarks/results)")
     ap.add_argument("--child-processes", nargs=4, help=argparse.SUPPRESS)
@@ -302,6 +330,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-mpi-"))
     runners = {
         "mpi-io": lambda n, out: run_mpi_io(traj, PSF, n, out, mpi_io_options),
+        "mpi-io-block": lambda n, out: run_mpi_io(traj, PSF, n, out,
+                                                  [*mpi_io_options, "--read", "block"]),
         "dask-mpi": lambda n, out: run_dask_mpi(traj, PSF, n, out),
         "processes": lambda n, out: run_processes(traj, PSF, n, out),
     }
@@ -320,7 +350,8 @@ def main() -> None:
                 frames.append(frame)
                 runs.append({
                     "backend": backend, "n": n, "rep": rep, "e2e": e2e,
-                    "wall": run_wall(frame, meta), "n_frames": shape[0], "tasks": len(frame),
+                    "wall": run_wall(frame, meta), "warm_up": warm_up(frame, meta),
+                    "n_frames": shape[0], "tasks": len(frame),
                     "stragglers": stragglers(frame),
                     "imbalance": float(load_imbalance(frame).iloc[0]),
                     "t_wait_mean": float(frame["t_wait"].mean()),

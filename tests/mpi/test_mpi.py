@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
+from h5mdx._optional import has_module
 from h5mdx.mpi.decompose import Block, atom_runs, chunk_aligned_blocks
 from h5mdx.mpi.io import SlabReader, position_source
 
@@ -205,6 +206,63 @@ def test_locking_failure_gives_advice(monkeypatch, tmp_path):
         mio.open_parallel(tmp_path / "x.h5md", comm=None)
 
 
+@pytest.mark.parametrize(("chunk", "n_atoms", "step"), [
+    (100, 3341, 100),  # one 4 MB chunk
+    (1, 3341, 104),  # 104 one-frame chunks: 4.2 MB
+    (10, 3341, 100),
+    (None, 214, 1633),  # contiguous, C-alpha only (--selected-only)
+    (400, 3341, 400),  # a chunk over 4 MiB: one chunk at a time
+])
+def test_read_pieces_are_whole_chunks_of_about_4_mib(chunk, n_atoms, step):
+    from h5mdx.mpi.rmsd import _pieces, _step_frames
+
+    element = type("E", (), {"shape": (5000, n_atoms, 3), "chunks": None})()
+    source = type("S", (), {"element": element, "chunk_frames": chunk})()
+    assert _step_frames(source, n_atoms, 4) == step
+    blocks = chunk_aligned_blocks(5000, 3, chunk)
+    for block in blocks:
+        pieces = _pieces(block, "step", step)
+        assert pieces[0][0] == block.start and pieces[-1][1] == block.stop
+        assert all(b == c for (_, b), (c, _) in zip(pieces, pieces[1:], strict=False))  # no gap
+        assert all(b - a == step for a, b in pieces[:-1])  # full pieces but the last
+        assert all(a % (chunk or 1) == 0 for a, _ in pieces)  # each starts a chunk
+        assert _pieces(block, "block", step) == [(block.start, block.stop)]
+        assert _pieces(block, "frame", step) == [(i, i + 1) for i in range(block.start, block.stop)]
+    assert _pieces(Block(0, 7, 7), "step", step) == []
+
+
+@pytest.mark.parametrize("read", ["step", "block", "frame"])
+def test_rank_reads_its_block_piece_by_piece(read, adk_h5md, adk_universe):
+    """A rank's RMSD, read in pieces of two chunks into one buffer, equals the kernel's on
+    the whole block (serial HDF5: SlabReader's independent reads need no MPI)."""
+    from h5mdx.analysis.qcp import prepare, rmsd_qcp
+    from h5mdx.mpi.rmsd import MPIRMSDOptions, _Job, _read_and_compute, _Timer
+
+    idx = adk_universe.select_atoms("name CA").indices
+    with h5py.File(adk_h5md, "r") as f:
+        dset = f["particles/trajectory/position/value"]
+        frames = dset[...]
+        reader = SlabReader(dset)
+        block = Block(0, 31, 97)
+        reads = []
+        read_frames = reader.read
+
+        def counted(a, b, out=None):
+            reads.append((a, b, out.ctypes.data))
+            return read_frames(a, b, out=out)
+
+        reader.read = counted
+        kernel = prepare(frames[3, idx].astype(np.float64), None, True, atoms=idx)
+        job = _Job(f, None, [block], block, reader, kernel, step=2)
+        got = _read_and_compute(MPIRMSDOptions(str(adk_h5md), read=read), job, _Timer())
+    want = rmsd_qcp(frames[3, idx], frames[31:97, idx])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    n_reads = {"step": 33, "block": 1, "frame": 66}[read]
+    assert len(reads) == n_reads
+    assert len({address for _, _, address in reads}) == 1  # one buffer for every piece
+    assert reader.bytes_read == 66 * 3341 * 3 * 4
+
+
 def test_options_are_checked():
     from h5mdx.mpi.rmsd import MPIRMSDOptions
 
@@ -212,6 +270,8 @@ def test_options_are_checked():
         MPIRMSDOptions("x.h5md", select="name CA").check()
     with pytest.raises(ValueError, match="read must be"):
         MPIRMSDOptions("x.h5md", read="chunk").check()
+    with pytest.raises(ValueError, match="read_mib must be positive"):
+        MPIRMSDOptions("x.h5md", read_mib=0).check()
 
 
 def test_commands_and_environment(monkeypatch):
@@ -256,12 +316,17 @@ def _check_records(out: Path, n_ranks: int, n_frames: int, backend: str = "mpi-i
         assert frame[phase].notna().all() and (frame[phase] >= 0).all()
     np.testing.assert_allclose(records.phase_sum(frame), frame["wall"], atol=0.05, rtol=0.05)
     assert (frame["bytes_read"] > 0).sum() >= 1
+    if backend == "mpi-io" and has_module("numba"):  # loading numba: its own phase
+        assert (frame["t_warmup"] > 0.01).all()
     return frame
 
 
 MPI_CASES = [
     # n ranks, layout, options, (reference, weights)
-    pytest.param(1, "chunk1", [], (0, None), id="n1-chunk1-block"),
+    pytest.param(1, "chunk1", ["--read", "block"], (0, None), id="n1-chunk1-block"),
+    pytest.param(2, "chunk10", ["--read-mib", "0.5"], (0, None), id="n2-chunk10-step"),
+    pytest.param(4, "chunk1", ["--read-mib", "0.2", "--collective", "--weights", "mass"],
+                 (0, "mass"), id="n4-chunk1-step-collective-mass"),
     pytest.param(2, "chunk10", ["--read", "frame", "--collective", "--selected-only"],
                  (0, None), id="n2-chunk10-frame-collective-selected"),
     pytest.param(2, "contiguous", ["--read", "frame", "--weights", "mass", "--reference", "5"],
@@ -401,6 +466,8 @@ def test_dask_mpi_rmsd_matches_mdanalysis(layouts, mda_rmsd, tmp_path):
 
     frame, meta = records.load(out / "timing.csv")
     assert meta["backend"] == "dask-mpi"
+    # each worker loaded the kernel before the first task (the seconds are in the metadata)
+    assert len(meta["warm_up_s"]) == 2 and all(v >= 0 for v in meta["warm_up_s"].values())
     assert set(frame["backend"]) == {"dask-mpi"}
     assert set(frame["rank"]) <= {2, 3}  # the workers are ranks 2 and 3
     assert frame["t_io"].notna().all() and frame["t_compute"].notna().all()

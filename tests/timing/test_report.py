@@ -87,12 +87,12 @@ def _dask_records():
 
 def test_task_table_of_dask_tasks():
     lines = task_table(_dask_records()).splitlines()
-    assert lines[0].split() == ["rank", "host", "frames", "init_top", "init_traj", "io",
-                                "compute", "wait", "gather", "total", "job"]
+    assert lines[0].split() == ["rank", "host", "frames", "init_top", "init_traj", "warmup",
+                                "io", "compute", "wait", "gather", "total", "job"]
     first = lines[1].split()
-    # no rank: the end of the worker's name; unknown phases and job: "-"
+    # no rank: the end of the worker's name; unknown phases and job: "-"; no warm-up: 0
     assert first[0] == "1000" and first[2] == "0-10"
-    assert first[3:5] == ["-", "-"] and first[5:7] == ["0.125", "0.250"]
+    assert first[3:6] == ["-", "-", "0.000"] and first[6:8] == ["0.125", "0.250"]
     assert first[-2:] == ["0.500", "-"]
 
 

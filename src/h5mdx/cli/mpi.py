@@ -30,8 +30,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="directory for rmsd.csv (or .nc) and timing records")
     p.add_argument("--format", dest="out_format", choices=("csv", "nc"), default="csv",
                    help="format of the RMSD file (default csv)")
-    p.add_argument("--read", choices=("block", "frame"), default="block",
-                   help="read each rank's block at once (default) or frame by frame")
+    p.add_argument("--read", choices=("step", "block", "frame"), default="step",
+                   help="step (default): whole chunks of about 4 MiB at a time into one "
+                        "reused buffer; block: each rank's block at once; frame: frame by "
+                        "frame (the last two are the studies' ways)")
+    p.add_argument("--read-mib", type=float, default=4.0, metavar="MIB",
+                   help="with --read step: MiB per read, in whole chunks (default 4)")
     p.add_argument("--selected-only", action="store_true",
                    help="read only the selected atoms from disk (hyperslab selection)")
     p.add_argument("--collective", action="store_true",
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         reference=args.reference,
         out=args.out,
         read=args.read,
+        read_mib=args.read_mib,
         selected_only=args.selected_only,
         collective=args.collective,
         topology_on_root=args.topology_on_root,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["DEFAULT_TARGET_MIB", "balanced_block", "time_block"]
+__all__ = ["DEFAULT_TARGET_MIB", "READ_STEP_BYTES", "balanced_block", "read_step",
+           "time_block"]
 
 #: Default target size of one dask block along ``time``, in MiB: dask's own default
 #: (``array.chunk-size``, 128 MiB). A task that reads a block a few MiB at a time
@@ -13,6 +14,11 @@ __all__ = ["DEFAULT_TARGET_MIB", "balanced_block", "time_block"]
 #: 1.14-1.27x the RMSD throughput of 32 MiB ones on dask's process pool and
 #: ``distributed`` (1 and 2 workers, 2-core AMD EPYC; ``benchmarks/bench_blocks.py``).
 DEFAULT_TARGET_MIB = 128.0
+
+#: Bytes a task (or an MPI rank) reads at a time: small enough to stay in the CPU cache
+#: (L3) for the kernel; 4 MiB measured best of 2, 4 and 8 MiB on the 2-core AMD EPYC
+#: (32 MiB L3; ``benchmarks/bench_steps.py``).
+READ_STEP_BYTES = 2**22
 
 
 def time_block(
@@ -57,6 +63,40 @@ def time_block(
     step = max(1, step)
     frames = max(step, (target_frames // step) * step)
     return min(frames, n_frames)
+
+
+def read_step(frame_bytes: int, chunk_frames: int | None,
+              target_bytes: int = READ_STEP_BYTES) -> int:
+    """Frames to read at a time: whole HDF5 chunks of about ``target_bytes``.
+
+    Reading a block piece by piece into one reused buffer keeps each piece in the CPU
+    cache between the read and the kernel, and allocates nothing per piece; a piece
+    of whole chunks never reads a chunk twice.
+
+    Parameters
+    ----------
+    frame_bytes : int
+        Bytes of one frame.
+    chunk_frames : int or None
+        Frames per HDF5 chunk along time (None or 1: contiguous or one-frame chunks).
+    target_bytes : int, optional
+        The piece size aimed at (default :data:`READ_STEP_BYTES`).
+
+    Returns
+    -------
+    int
+        Frames per piece: a positive multiple of ``chunk_frames``.
+
+    Examples
+    --------
+    >>> read_step(3341 * 3 * 4, 100)  # one 4 MB chunk
+    100
+    >>> read_step(3341 * 3 * 4, 1)
+    104
+    """
+    per_chunk = max(1, int(chunk_frames or 1))
+    n_chunks = max(1, int(target_bytes) // max(1, int(frame_bytes) * per_chunk))
+    return n_chunks * per_chunk
 
 
 def balanced_block(n_frames: int, block: int, chunk: int, workers: int) -> int:

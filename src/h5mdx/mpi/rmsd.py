@@ -6,12 +6,16 @@ tool: every rank
 1. opens the topology and resolves the selection (``t_init_top``); with
    ``topology_on_root`` only rank 0 does and broadcasts the selected indices and
    masses, the studies' proposed fix for the shared-topology opening cost;
-2. opens the shared H5MD file with ``driver="mpio"``, reads the reference frame
-   and warms the QCP kernel up (numba's compilation or cache load) (``t_init_traj``);
-3. reads its balanced, chunk-aligned block of frames frame by frame or at once
-   (``t_io``), optionally only the selected atoms and with collective MPI-IO;
+2. loads the QCP kernel (numba's cache, or its compilation: ``t_warmup``, one-off
+   start-up cost that the straggler analysis leaves out, as it does for dask tasks),
+   then opens the shared H5MD file with ``driver="mpio"`` and reads the reference
+   frame (``t_init_traj``);
+3. reads its balanced, chunk-aligned block of frames (``t_io``): by default a few
+   MiB of whole chunks at a time into one reused buffer (``read="step"``), or the
+   studies' ways, the whole block at once or frame by frame; optionally only the
+   selected atoms and with collective MPI-IO;
 4. computes the RMSD after optimal superposition with the batched QCP kernel
-   (``t_compute``);
+   (``t_compute``), which reads the selected atoms of whole frames in place;
 5. waits for the others at a barrier (``t_wait``) and sends its RMSD to rank 0
    with ``Gatherv`` (``t_comm_gather``).
 
@@ -36,16 +40,21 @@ from typing import Any
 
 import numpy as np
 
+from h5mdx.engine.chunking import READ_STEP_BYTES, read_step
 from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
-from h5mdx.mpi.io import SlabReader, open_parallel, position_source, rank_blocks
+from h5mdx.mpi.io import PositionSource, SlabReader, open_parallel, position_source, rank_blocks
 from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
 from h5mdx.timing.report import task_table
 
-__all__ = ["BACKEND", "PHASES", "MPIRMSDOptions", "MPIRMSDResult", "main", "run_rmsd"]
+__all__ = ["BACKEND", "PHASES", "READ_MODES", "MPIRMSDOptions", "MPIRMSDResult", "main",
+           "run_rmsd"]
 
 #: Value of the ``backend`` column of the timing records.
 BACKEND = "mpi-io"
+
+#: How a rank reads its block (``MPIRMSDOptions.read``); the first is the default.
+READ_MODES = ("step", "block", "frame")
 
 @dataclass
 class MPIRMSDOptions:
@@ -63,8 +72,14 @@ class MPIRMSDOptions:
         Frame index of the reference structure (negative counts from the end).
     out : str or None
         Output directory for ``rmsd.csv``/``rmsd.nc`` and the timing records.
-    read : {"block", "frame"}
-        Read the rank's whole block at once, or one frame at a time.
+    read : {"step", "block", "frame"}
+        ``step`` (default): whole HDF5 chunks of about 4 MiB at a time
+        (:func:`h5mdx.engine.chunking.read_step`) into one reused buffer, which the
+        kernel reads while it is still in the CPU cache; ``block``: the rank's whole
+        block at once (the studies' "load into memory"); ``frame``: one frame at a time.
+    read_mib : float
+        The size of a piece of ``read="step"``, in MiB (rounded to whole chunks, at
+        least one).
     selected_only : bool
         Read only the selected atoms (hyperslabs) instead of all atoms.
     collective : bool
@@ -91,7 +106,8 @@ class MPIRMSDOptions:
     select: str | None = None
     reference: int = 0
     out: str | None = None
-    read: str = "block"
+    read: str = "step"
+    read_mib: float = READ_STEP_BYTES / 2**20
     selected_only: bool = False
     collective: bool = False
     topology_on_root: bool = False
@@ -105,8 +121,10 @@ class MPIRMSDOptions:
 
     def check(self) -> None:
         """Raise ValueError on inconsistent options."""
-        if self.read not in ("block", "frame"):
-            raise ValueError(f"read must be 'block' or 'frame', got {self.read!r}")
+        if self.read not in READ_MODES:
+            raise ValueError(f"read must be one of {READ_MODES}, got {self.read!r}")
+        if not self.read_mib > 0:
+            raise ValueError(f"read_mib must be positive, got {self.read_mib!r}")
         if self.out_format not in ("csv", "nc"):
             raise ValueError(f"out_format must be 'csv' or 'nc', got {self.out_format!r}")
         if self.weights not in (None, "mass"):
@@ -165,22 +183,22 @@ def _select(topology: str | None, select: str | None, weights: str | None,
     return idx, masses, len(u.atoms)
 
 
-def _pieces(block: Block, read: str) -> list[tuple[int, int]]:
+def _pieces(block: Block, read: str, step: int) -> list[tuple[int, int]]:
+    """The frame ranges a rank reads one after the other (``step``: frames per piece)."""
     if block.n_frames == 0:
         return []
     if read == "frame":
-        return [(i, i + 1) for i in range(block.start, block.stop)]
-    return [(block.start, block.stop)]
+        step = 1
+    elif read == "block":
+        step = block.n_frames
+    return [(a, min(block.stop, a + step)) for a in range(block.start, block.stop, step)]
 
 
-def _compute(reference: np.ndarray, frames: np.ndarray, weights: np.ndarray | None,
-             superposition: bool) -> np.ndarray:
-    from h5mdx.analysis.qcp import rmsd_qcp
-
-    return np.asarray(
-        rmsd_qcp(reference, frames, weights=weights, superposition=superposition),
-        dtype=np.float64,
-    )
+def _step_frames(source: PositionSource, n_atoms_read: int, itemsize: int,
+                 mib: float = READ_STEP_BYTES / 2**20) -> int:
+    """Frames per piece of ``read="step"``: whole chunks of about ``mib`` MiB of what is read."""
+    return read_step(n_atoms_read * int(source.element.shape[2]) * itemsize,
+                     source.chunk_frames, int(mib * 2**20))
 
 
 def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
@@ -211,11 +229,15 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     # 1. topology and selection
     with timer.phase("init_top"):
         idx, masses, n_top = _selection(options, comm)
-    # 2. trajectory
+    # 2. the kernel, then the trajectory
+    with timer.phase("warmup"):
+        from h5mdx.analysis.qcp import warm_up
+
+        warm_up()
     with timer.phase("init_traj"):
         job = _open(options, comm, idx, masses, n_top)
     # 3 + 4. read and compute
-    rmsd = _read_and_compute(options, job, masses, timer)
+    rmsd = _read_and_compute(options, job, timer)
     # 5. wait and gather
     with timer.phase("wait"):
         comm.Barrier()
@@ -236,15 +258,15 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
 
 @dataclass
 class _Job:
-    """What a rank reads: the open file, its positions, the reference and its block."""
+    """What a rank reads and computes: the open file, its positions, its block, the kernel."""
 
     file: Any
     source: Any
-    reference: np.ndarray
     blocks: list[Block]
     block: Block
     reader: SlabReader
-    pick: np.ndarray | None
+    kernel: Any  # h5mdx.analysis.qcp.PreparedQCP, the selected atoms picked in place
+    step: int  # frames per piece of read="step"
 
 
 def _selection(options: MPIRMSDOptions, comm: Any
@@ -278,28 +300,31 @@ def _open(options: MPIRMSDOptions, comm: Any, idx: np.ndarray | None,
             f"reference frame {ref_index} is out of range for {source.n_frames} frames"
         )
     ref_index %= source.n_frames
+    from h5mdx.analysis.qcp import prepare
+
     sel_reader = SlabReader(dset, idx)
     reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
-    # warm the kernel up (numba compiles or loads its cache on the first call) so
-    # that t_compute measures computing only
-    _compute(reference, reference[None], masses, options.superposition)
     blocks = rank_blocks(source, comm.Get_size())
     reader = SlabReader(
         dset, idx if options.selected_only else None, collective=options.collective
     )
+    # whole frames are read: the kernel takes the selected atoms of them in place
     pick = idx if (idx is not None and not options.selected_only) else None
-    return _Job(f, source, reference, blocks, blocks[comm.Get_rank()], reader, pick)
+    kernel = prepare(reference, masses, options.superposition, atoms=pick)
+    step = _step_frames(source, reader.n_sel, reader.dtype.itemsize, options.read_mib)
+    return _Job(f, source, blocks, blocks[comm.Get_rank()], reader, kernel, step)
 
 
-def _read_and_compute(options: MPIRMSDOptions, job: _Job, masses: np.ndarray | None,
-                      timer: _Timer) -> np.ndarray:
+def _read_and_compute(options: MPIRMSDOptions, job: _Job, timer: _Timer) -> np.ndarray:
     """The RMSD of this rank's frames, read piece by piece (phases ``io`` and ``compute``)."""
     block = job.block
-    pieces = _pieces(block, options.read)
+    pieces = _pieces(block, options.read, job.step)
     n_loops = len(pieces)
     if options.collective:  # every rank takes part in every collective read
-        n_loops = max(len(_pieces(b, options.read)) for b in job.blocks)
+        n_loops = max(len(_pieces(b, options.read, job.step)) for b in job.blocks)
     rmsd = np.empty(block.n_frames, dtype=np.float64)
+    # one buffer for every piece (all but "block" read the same size again and again)
+    buffer = job.reader.buffer(max((b - a for a, b in pieces), default=0))
     for i in range(n_loops):
         if i >= len(pieces):
             with timer.phase("io"):
@@ -307,13 +332,9 @@ def _read_and_compute(options: MPIRMSDOptions, job: _Job, masses: np.ndarray | N
             continue
         a, b = pieces[i]
         with timer.phase("io"):
-            frames = job.reader.read(a, b)
-            if job.pick is not None:
-                frames = frames[:, job.pick]
+            frames = job.reader.read(a, b, out=buffer[:b - a])
         with timer.phase("compute"):
-            rmsd[a - block.start:b - block.start] = _compute(
-                job.reference, frames, masses, options.superposition
-            )
+            rmsd[a - block.start:b - block.start] = job.kernel(frames)
     return rmsd
 
 
@@ -351,6 +372,7 @@ def _record(run_id: str, comm: Any, block: Block, t_start: float, wall: float,
         "wall": wall,
         "t_init_top": phases.get("init_top", 0.0),
         "t_init_traj": phases.get("init_traj", 0.0),
+        "t_warmup": phases.get("warmup", 0.0),
         "t_io": phases.get("io", 0.0),
         "t_compute": phases.get("compute", 0.0),
         "t_wait": phases.get("wait", 0.0),
@@ -493,7 +515,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     print(f"RMSD of {n} frames on {len(recs)} rank(s) in {wall:.3f} s "
           f"({n / wall if wall > 0 else float('inf'):,.0f} frames/s); "
           f"mean {res.rmsd.mean():.4f}{unit}, max {res.rmsd.max():.4f}{unit}")
-    print(task_table(recs, ("rank", "frames", "init_top", "init_traj", "io", "compute", "wait",
-                            "gather", "total")))
+    print(task_table(recs, ("rank", "frames", "init_top", "warmup", "init_traj", "io",
+                            "compute", "wait", "gather", "total")))
     for kind, path in res.files.items():
         print(f"wrote {kind}: {path}")

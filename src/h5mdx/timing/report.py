@@ -230,6 +230,7 @@ TASK_COLUMNS: dict[str, tuple[str, Any]] = {
     "frames": ("<", _frames),
     "init_top": (">", _seconds("t_init_top")),
     "init_traj": (">", _seconds("t_init_traj")),
+    "warmup": (">", _seconds("t_warmup")),
     "io": (">", _seconds("t_io")),
     "compute": (">", _seconds("t_compute")),
     "wait": (">", _seconds("t_wait")),

@@ -14,21 +14,26 @@ import h5mdx.mpi.rmsd as mpi_rmsd
 from h5mdx.cli import main
 from h5mdx.mpi import comm_world
 
-_real_compute = mpi_rmsd._compute
+_real_open = mpi_rmsd._open
 
 
 MODE = sys.argv[3] if len(sys.argv) > 3 else "raise"
 
 
-def _failing_compute(*args, **kwargs):
+def _failing_kernel(frames):
+    if MODE == "kill":  # the rank dies without a word (OOM killer, node failure)
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError("injected failure for the test")
+
+
+def _open_failing_on_rank_1(*args, **kwargs):
+    job = _real_open(*args, **kwargs)
     if comm_world().Get_rank() == 1:
-        if MODE == "kill":  # the rank dies without a word (OOM killer, node failure)
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError("injected failure for the test")
-    return _real_compute(*args, **kwargs)
+        job.kernel = _failing_kernel
+    return job
 
 
 if __name__ == "__main__":
-    mpi_rmsd._compute = _failing_compute
+    mpi_rmsd._open = _open_failing_on_rank_1
     traj, out = sys.argv[1], sys.argv[2]
     sys.exit(main(["mpi-rmsd", traj, "--out", out, "--quiet"]))
