@@ -11,11 +11,13 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
 - each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
   turn, as a task runs them): the serial bound of a task;
 
-- the numba kernel four ways, each rebuilt here from ``_qcp_numba``'s own source: with its
+- the numba kernel five ways, each rebuilt here from ``_qcp_numba``'s own source: with its
   accumulator lanes on the stack (``_qcp_numba._stack_zeros``, as shipped) or on the heap
   (``np.zeros``, the build before), and either loaded from numba's on-disk cache (how a
   worker usually gets it; ``h5mdx numba``) or compiled in this process (a first run, or no
-  writable cache): the before/after of that change, in one run;
+  writable cache); and with 24 lanes of separate multiplies and adds (``24 lanes,
+  unfused``, the build before 12 fused lanes): the before/after of those changes, in one
+  run;
 - ``h5mdx numpy``: the kernel without numba;
 - ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
   ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
@@ -53,12 +55,15 @@ STEP_BYTES = 4 << 20
 MDA_FRAMES = 2000
 
 
-def kernel_variant(lanes: str, cached: bool, workdir: str) -> types.ModuleType:
+def kernel_variant(lanes: str, cached: bool, workdir: str,
+                   fused: bool = True) -> types.ModuleType:
     """A build of ``h5mdx.analysis._qcp_numba`` from its own source, with its accumulator
     lanes on the ``"stack"`` (as shipped) or the ``"heap"`` (``np.zeros``, the build
     before ``_stack_zeros``), either compiled in this process or loaded from numba's
     on-disk cache (written by a subprocess first), which is how worker processes usually
-    get it. ``PreparedQCP`` runs any of them as tasks run the shipped one."""
+    get it; ``fused=False``: 24 lanes without fused multiply-adds (the build before
+    ``fastmath={"contract"}``). ``PreparedQCP`` runs any of them as tasks run the
+    shipped one."""
     from h5mdx.analysis import _qcp_numba
 
     source = inspect.getsource(_qcp_numba)
@@ -66,7 +71,13 @@ def kernel_variant(lanes: str, cached: bool, workdir: str) -> types.ModuleType:
         source = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)")
         if source.count("np.zeros(_LANES)") != 5:
             raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
-    name = f"_qcp_numba_{lanes}"
+    if not fused:
+        unfused = source.replace(', fastmath={"contract"})', ")").replace(
+            "_LANES = 12\n", "_LANES = 24\n")
+        if unfused.count("_LANES = 24\n") != 1 or "contract" in unfused.split('"""', 2)[2]:
+            raise RuntimeError("_qcp_numba no longer has 12 fused lanes")
+        source = unfused
+    name = f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
     if not cached:
         module = types.ModuleType(name)
         source = source.replace("cache=True, ", "")
@@ -109,19 +120,21 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
 
     fns: dict[str, Callable[[np.ndarray], Any]] = {}
     if has_numba():
-        for label, lanes, cached in (("h5mdx numba", "stack", True),
-                                     ("h5mdx numba, compiled in this process", "stack", False),
-                                     ("h5mdx numba, heap lanes, from the cache", "heap", True),
-                                     ("h5mdx numba, heap lanes, compiled in this process", "heap",
-                                      False)):
-            fns[label] = PreparedQCP(ref, None, True, kernel_variant(lanes, cached, workdir),
-                                     atoms)
+        for label, lanes, cached, fused in (
+                ("h5mdx numba", "stack", True, True),
+                ("h5mdx numba, compiled in this process", "stack", False, True),
+                ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False),
+                ("h5mdx numba, heap lanes, from the cache", "heap", True, True),
+                ("h5mdx numba, heap lanes, compiled in this process", "heap", False, True)):
+            fns[label] = PreparedQCP(ref, None, True,
+                                     kernel_variant(lanes, cached, workdir, fused), atoms)
     fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
                                  atoms=atoms)
     runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}
     for name, fn in fns.items():
         runs[name] = on_block(fn, False)
-    for name in ("h5mdx numba", "h5mdx numba, heap lanes, compiled in this process"):
+    for name in ("h5mdx numba", "h5mdx numba, 24 lanes, unfused, from the cache",
+                 "h5mdx numba, heap lanes, compiled in this process"):
         if name in fns:
             runs[f"copy + {name}"] = on_block(fns[name], True)
     picked = frames if atoms is None else np.ascontiguousarray(frames[:, atoms])

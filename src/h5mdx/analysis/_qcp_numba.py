@@ -8,9 +8,17 @@ frame's coordinates as a flat run of ``3 n`` numbers (``x0 y0 z0 x1 ...``), summ
 into ``_LANES`` independent accumulators per quantity: lane ``k`` adds the
 elements ``k, k + _LANES, k + 2 _LANES, ...``, so lane ``k`` only ever sees the
 axis ``k % 3``. Independent lanes let LLVM keep them in SIMD registers without
-reordering any floating-point sum (no ``fastmath``): the result is the same on
-every CPU, and the pass runs 2x faster than one accumulator per sum (numba 0.68,
-AVX2, 3341 atoms; ``benchmarks/bench_scale.py``).
+reordering any floating-point sum: the pass runs 2x faster than one accumulator per
+sum (numba 0.68, AVX2, 3341 atoms; ``benchmarks/bench_scale.py``).
+
+The one liberty :func:`_frame_sums` takes is contraction (``fastmath={"contract"}``,
+nothing else of fastmath): each ``lane += a * y`` is one fused multiply-add where the
+CPU has FMA, rounded once instead of twice, so the sums differ from unfused ones by
+~1e-14 relative (the frames are float32: 6e-8). It also needs no register for the
+product. Twelve lanes of five sums then fill 15 of AVX2's 16 registers; 24 lanes
+(30 registers) spilled to the stack on every addition. On the 2-core AMD EPYC (Zen 3,
+AVX2) 12 fused lanes ran all-atom frames 1.6-1.8x faster than 24 unfused ones
+(``benchmarks/bench_kernel.py``: "24 lanes, unfused").
 
 The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap.
 LLVM cannot tell heap arrays from numba's allocator apart from the frame and the
@@ -35,9 +43,10 @@ from numba.np.arrayobj import populate_array as _populate_array
 
 __all__ = ["_qcp_frames", "_reference_layout"]
 
-#: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of the
-#: SIMD width. 24 measured fastest of 6, 12, 24 and 48 (float32 frames, AVX2/AVX-512).
-_LANES = 24
+#: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of AVX2's
+#: 4 doubles; 5 sums x 12 lanes fit AVX2's 16 registers (module docstring). Unfused, 24
+#: measured fastest of 6, 12, 24 and 48; fused, 12 is 1.6-1.8x faster than 24 (Zen 3).
+_LANES = 12
 
 
 @_intrinsic
@@ -70,7 +79,7 @@ if _numba_config.DISABLE_JIT:  # NUMBA_DISABLE_JIT=1 (debugging): plain Python, 
         return np.zeros(size)
 
 
-@_njit(cache=True, nogil=True)
+@_njit(cache=True, nogil=True, fastmath={"contract"})  # fused multiply-adds only
 def _frame_sums(a, wf, y, use_w, r):  # pragma: no cover - compiled
     """``r[3 k + j] = sum_i a[k, 3 i + j] y[3 i + j]``, ``r[9 + j] = sum_i w_i y_ij``, ``r[12] = sum w |y|^2``."""
     m = y.shape[0]
