@@ -90,6 +90,11 @@ h5mdx_results = [
      "setup.sh --mpi)",
      "python benchmarks/bench_scale.py --frames 30000 --workers 1,2 --repeats 5 "
      "--tag=-2core-hdf5-1.10"),
+    ("scale-2core-100k.md",
+     "Scaling against the N-process read floor at the issue's size: 100,000 frames, 4 GB "
+     "per layout (2 cores, h5py built on HDF5 1.10.8 by setup.sh --mpi)",
+     "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
+     "--rss-frames 0 --tag=-2core-100k"),
     ("blocks.md", "RMSD against the dask block size (2 cores)",
      "python benchmarks/bench_blocks.py --workers 1,2"),
     ("steps.md", "One worker's RMSD against the size of each read (2 cores)",
@@ -111,7 +116,8 @@ h5mdx_results = [
      "python benchmarks/bench_balance.py --frames 3300,9900,30000 --repeats 15"),
     ("layouts.md", "Layouts: chunks, compression and Zarr",
      "python benchmarks/bench_layouts.py"),
-    ("mpi.md", "MPI-IO, dask-mpi and local dask processes",
+    ("mpi.md", "MPI-IO (a few MiB at a time, or each rank's block at once), dask-mpi and "
+     "local dask processes",
      "python benchmarks/bench_mpi.py"),
 ]
 
