@@ -3,7 +3,8 @@
 #
 #   bash scripts/setup.sh [--mpi] [--slurm] [--force]
 #
-#   (no flag)  create .venv if absent and install the project: pip install -e ".[all,test]"
+#   (no flag)  create .venv if absent and install the project: pip install -e ".[all,test,bench]"
+#              (bench: MDTraj, which the benchmarks compare against)
 #   --mpi      also install Open MPI and parallel HDF5 (Debian packages), build h5py against
 #              them once (the wheel is cached outside the venv, in $H5MDX_CACHE/wheels) and
 #              install it with mpi4py and dask-mpi (the "mpi" extra)
@@ -150,9 +151,9 @@ if [ ! -x "$VPY" ]; then
     note "venv created in $(elapsed "$t")"
 fi
 
-extras="all,test"
+extras="all,test,bench"
 if [ "$have_mpi" -eq 1 ]; then
-    extras="all,test,mpi"
+    extras="all,test,bench,mpi"
 fi
 pyversion="$("$VPY" -c 'import sys; print(sys.version)')"
 stamp_value="$(
