@@ -17,8 +17,8 @@ CPU has FMA, rounded once instead of twice, so the sums differ from unfused ones
 ~1e-14 relative (the frames are float32: 6e-8). It also needs no register for the
 product. Twelve lanes of five sums then fill 15 of AVX2's 16 registers; 24 lanes
 (30 registers) spilled to the stack on every addition. On the 2-core AMD EPYC (Zen 3,
-AVX2) 12 fused lanes ran all-atom frames 1.6-1.8x faster than 24 unfused ones
-(``benchmarks/bench_kernel.py``: "24 lanes, unfused").
+AVX2) 12 fused lanes ran all-atom frames 1.4-1.7x faster than 24 unfused ones, and
+C-alpha frames 1.03-1.18x (``benchmarks/bench_kernel.py``: "24 lanes, unfused", same runs).
 
 The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap.
 LLVM cannot tell heap arrays from numba's allocator apart from the frame and the
@@ -45,7 +45,7 @@ __all__ = ["_qcp_frames", "_reference_layout"]
 
 #: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of AVX2's
 #: 4 doubles; 5 sums x 12 lanes fit AVX2's 16 registers (module docstring). Unfused, 24
-#: measured fastest of 6, 12, 24 and 48; fused, 12 is 1.6-1.8x faster than 24 (Zen 3).
+#: measured fastest of 6, 12, 24 and 48; fused, 12 is 1.4-1.7x faster than 24 (Zen 3).
 _LANES = 12
 
 
