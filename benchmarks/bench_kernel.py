@@ -72,11 +72,10 @@ def kernel_variant(lanes: str, cached: bool, workdir: str,
         if source.count("np.zeros(_LANES)") != 5:
             raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
     if not fused:
-        unfused = source.replace(', fastmath={"contract"})', ")").replace(
-            "_LANES = 12\n", "_LANES = 24\n")
-        if unfused.count("_LANES = 24\n") != 1 or "contract" in unfused.split('"""', 2)[2]:
+        fma, lanes12 = ', fastmath={"contract"})', "_LANES = 12\n"
+        if source.count(fma) != 1 or source.count(lanes12) != 1:
             raise RuntimeError("_qcp_numba no longer has 12 fused lanes")
-        source = unfused
+        source = source.replace(fma, ")").replace(lanes12, "_LANES = 24\n")
     name = f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
     if not cached:
         module = types.ModuleType(name)
