@@ -11,8 +11,8 @@ atoms are selected by indices (214 "C-alpha" atoms, every ~16th atom).
 For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores):
 
 1. the read floor: N processes each read 1/N of the frames (a slab of whole chunks) with
-   one plain h5py call, best of ``--repeats`` after a warm read
-   (:func:`h5mdx.examples.read_floor`, the floor ``h5mdx example`` reports);
+   one plain h5py call into a new array (:func:`h5mdx.examples.floor_reader`, the floor
+   ``h5mdx example`` reports);
 2. h5mdx: ``h5mdx.rmsd(ds.position, select=indices)`` computed on each
    scheduler of ``--schedulers`` (``processes``: dask's process pool,
    ``threads``: dask's threaded scheduler, ``distributed``: a LocalCluster of N
@@ -22,13 +22,16 @@ For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores)
 3. the first pass: one RMSD in a new process that has not read the file before (the
    chunk index not yet known there), with imports and the kernel loaded first.
 
-Each h5mdx figure is the median of ``--repeats`` runs after one warm-up run (warm page
-cache; the numba kernel loaded on every worker before timing); the runs of one scheduler
-and N are interleaved (a round runs every open mode and selection once), so that a slow
-spell of a shared machine falls on all of them alike. Reported: frames/s,
-the ratio to the floor at the same N, S(N) and E(N) against the floor at N=1 and
-against h5mdx at N=1; and the peak RSS of one worker on a trajectory and on one 4x
-longer (``--rss-frames``).
+Floor and h5mdx are measured in the same rounds (paired): at each N the floor's reader
+processes and every scheduler are started together, and after one warm-up run of each,
+every round times the floor once and every scheduler x open mode x selection once, the
+order rotating from round to round. A shared machine's speed moves by 2x within an hour,
+so a ratio between figures taken minutes apart says more of the machine than of h5mdx;
+each h5mdx run is instead divided by the floor read of its own round, and ``vs floor`` is
+the median of those ratios (the first pass likewise, each run after a floor read).
+Reported: frames/s (medians of ``--repeats`` rounds; the floor's best too), the ratio to the
+floor at the same N, S(N) and E(N) against the floor at N=1 and against h5mdx at N=1; and
+the peak RSS of one worker on a trajectory and on one 4x longer (``--rss-frames``).
 
 Results: ``benchmarks/results/scale.json``, ``scale.md`` and ``scale.png``
 (``--tag`` appends a suffix, e.g. the machine). Run:
@@ -40,7 +43,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
-import functools
 import json
 import multiprocessing as mp
 import os
@@ -134,18 +136,22 @@ def h5mdx_run(path: str, mode: str, select: np.ndarray | None) -> Callable[[], A
     return run
 
 
-def interleaved(timers: dict[Any, Callable[[], float]], repeats: int) -> dict[Any, list[float]]:
+def interleaved(timers: dict[Any, Callable[[], float]], repeats: int,
+                rotate: bool = False) -> dict[Any, list[float]]:
     """Seconds of each timer in each round: one warm-up each, then ``repeats`` rounds of all.
 
     A round runs every timer once, so a slow spell of a shared machine falls on all of
-    them alike instead of on whichever ran then.
+    them alike instead of on whichever ran then. ``rotate``: round ``r`` starts at the
+    ``r``-th timer, so that no timer always runs right after the same other one.
     """
     for timer in timers.values():
         timer()  # warm-up
-    times: dict[Any, list[float]] = {key: [] for key in timers}
-    for _ in range(repeats):
-        for key, timer in timers.items():
-            times[key].append(timer())
+    keys = list(timers)
+    times: dict[Any, list[float]] = {key: [] for key in keys}
+    for r in range(repeats):
+        shift = r % len(keys) if rotate and keys else 0
+        for key in keys[shift:] + keys[:shift]:
+            times[key].append(timers[key]())
     return times
 
 
@@ -156,51 +162,97 @@ def _warm_kernel() -> None:
 
 
 @contextlib.contextmanager
-def scheduler(name: str, n: int) -> Iterator[None]:
-    """Inside the block, dask computes on ``name`` with ``n`` workers, the kernel loaded.
+def schedulers(names: list[str], n: int) -> Iterator[dict[str, dict[str, Any]]]:
+    """Every scheduler of ``names`` with ``n`` workers, started at once, the kernel loaded.
 
-    ``processes``: dask's process pool (spawned); ``threads``: dask's threaded scheduler;
-    ``distributed``: a LocalCluster of ``n`` single-threaded worker processes.
+    Yields the ``dask.config.set`` arguments that select each one, so that runs on
+    different schedulers can alternate. ``processes``: dask's process pool (spawned);
+    ``threads``: dask's threaded scheduler; ``distributed``: a LocalCluster of ``n``
+    single-threaded worker processes (its client not the default one).
     """
+    configs: dict[str, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            if name == "distributed":
+                import distributed
+
+                from h5mdx.parallel import local_cluster
+
+                cluster = stack.enter_context(local_cluster(n))
+                client = stack.enter_context(distributed.Client(cluster,
+                                                                set_as_default=False))
+                client.run(_warm_kernel)
+                configs[name] = {"scheduler": client}
+            elif name == "processes":
+                pool = stack.enter_context(cf.ProcessPoolExecutor(
+                    n, mp_context=mp.get_context("spawn"), initializer=_warm_kernel))
+                configs[name] = {"scheduler": "processes", "pool": pool, "chunksize": 1}
+            elif name == "threads":
+                _warm_kernel()
+                configs[name] = {"scheduler": "threads", "num_workers": n}
+            else:
+                raise ValueError(f"unknown scheduler {name!r}")
+        yield configs
+
+
+@contextlib.contextmanager
+def scheduler(name: str, n: int) -> Iterator[None]:
+    """Inside the block, dask computes on ``name`` with ``n`` workers (see :func:`schedulers`)."""
     import dask
-    import distributed
 
-    from h5mdx.parallel import local_cluster
-
-    if name == "distributed":
-        with local_cluster(n) as cluster, distributed.Client(cluster) as client:
-            client.run(_warm_kernel)
-            with dask.config.set(scheduler=client):
-                yield
-        return
-    if name == "processes":
-        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"),
-                                    initializer=_warm_kernel) as pool, \
-                dask.config.set(scheduler="processes", pool=pool, chunksize=1):
-            yield
-        return
-    _warm_kernel()
-    with dask.config.set(scheduler="threads", num_workers=n):
+    with schedulers([name], n) as configs, dask.config.set(**configs[name]):
         yield
 
 
-def scheduler_runs(args: argparse.Namespace, path: str, n: int, frames: int) -> list[dict]:
+def _on(config: dict[str, Any], fn: Callable[[], Any]) -> Callable[[], float]:
+    """A timer of ``fn`` computing on the scheduler that ``config`` selects."""
+    import dask
+
+    def timer() -> float:
+        with dask.config.set(**config):
+            return _timed(fn)
+
+    return timer
+
+
+def paired_runs(args: argparse.Namespace, path: str, n: int,
+                frames: int) -> tuple[dict, list[dict]]:
+    """The N-process read floor and every scheduler x open mode x selection, in the same rounds.
+
+    All of them are timed once per round (the order rotating from round to round), so
+    that each h5mdx run has a floor read of its own spell of the machine: a row's
+    ``ratios`` are its round-by-round ratios to the floor, and ``vs floor`` is their
+    median. Returns the floor's row and the h5mdx rows.
+    """
+    from h5mdx.examples import floor_reader
+
     selections = {"ca": ca_indices(), "all": None}
+    with floor_reader(path, n) as read, schedulers(args.schedulers, n) as configs:
+        timers: dict[Any, Callable[[], float]] = {"floor": lambda: read()[0]}
+        for sched, config in configs.items():
+            for mode in args.opens:
+                for sel in args.selections:
+                    timers[(sched, mode, sel)] = _on(
+                        config, h5mdx_run(path, mode, selections[sel]))
+        times = interleaved(timers, args.repeats, rotate=True)
+    floor_t = times.pop("floor")
+    floor = {"n": n, "seconds": statistics.median(floor_t), "times": floor_t,
+             "best_seconds": min(floor_t)}
+    floor["frames_per_s"] = frames / floor["seconds"]
+    floor["best_frames_per_s"] = frames / floor["best_seconds"]
+    print(f"    read floor  N={n:2d} {floor['frames_per_s']:12,.0f} frames/s (median; best "
+          f"{floor['best_frames_per_s']:,.0f})", flush=True)
     rows = []
-    for sched in args.schedulers:
-        with scheduler(sched, n):
-            timers: dict[Any, Callable[[], float]] = {
-                (mode, sel): functools.partial(_timed, h5mdx_run(path, mode,
-                                                                 selections[sel]))
-                for mode in args.opens for sel in args.selections}
-            for (mode, sel_name), ts in interleaved(timers, args.repeats).items():
-                t = statistics.median(ts)
-                rows.append({"scheduler": sched, "open": mode, "select": sel_name,
-                             "n": n, "seconds": t, "times": ts,
-                             "frames_per_s": frames / t})
-                print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
-                      f"{frames / t:12,.0f} frames/s", flush=True)
-    return rows
+    for (sched, mode, sel_name), ts in times.items():
+        t = statistics.median(ts)
+        ratios = [f / x for f, x in zip(floor_t, ts, strict=True)]
+        rows.append({"scheduler": sched, "open": mode, "select": sel_name, "n": n,
+                     "seconds": t, "times": ts, "frames_per_s": frames / t,
+                     "ratios": ratios})
+        print(f"    {sched:11s} {mode:6s} {sel_name:3s} N={n:2d} "
+              f"{frames / t:12,.0f} frames/s  {statistics.median(ratios):.2f}x the floor",
+              flush=True)
+    return floor, rows
 
 
 def common_arguments(p: argparse.ArgumentParser, frames: int, repeats: int,
@@ -263,13 +315,21 @@ def _child(path: str, select: str, warm: str = "-") -> tuple[float, float]:
     return float(seconds), int(kib) / 1024
 
 
-def first_pass(path: str, warm: str, select: str, repeats: int) -> float:
-    """Median seconds of the first RMSD over ``path`` in a new process (imports excluded).
+def first_pass(path: str, warm: str, select: str, repeats: int,
+               floor: Callable[[], float] | None = None) -> tuple[list[float], list[float]]:
+    """Seconds of the first RMSD over ``path`` in a new process (imports excluded), repeated.
 
     What a user's one-off analysis costs: the file's chunk index is not known yet in
-    that process (the warm-up of :func:`interleaved` hides that cost).
+    that process (the warm-up of :func:`interleaved` hides that cost). ``floor``, where
+    given, is timed before each of them (the pairs of :func:`paired_runs`). Returns the
+    seconds of the runs and of the floor reads (empty without ``floor``).
     """
-    return statistics.median(_child(path, select, warm)[0] for _ in range(max(1, repeats)))
+    times, floors = [], []
+    for _ in range(max(1, repeats)):
+        if floor is not None:
+            floors.append(floor())
+        times.append(_child(path, select, warm)[0])
+    return times, floors
 
 
 def peak_rss(path: str) -> float:
@@ -370,7 +430,10 @@ def derive(results: dict) -> None:
         for r in layout["h5mdx"]:
             f = floor.get(r["n"])
             b = base.get((r["scheduler"], r["open"], r["select"]))
-            r["vs_floor"] = r["frames_per_s"] / f if f else None
+            # paired: the median of the round-by-round ratios (results before them: the
+            # ratio of the median to the floor)
+            r["vs_floor"] = (statistics.median(r["ratios"]) if r.get("ratios")
+                             else r["frames_per_s"] / f if f else None)
             r["speedup"] = r["frames_per_s"] / b if b else None
             r["efficiency"] = r["speedup"] / r["n"] if b else None
             r["speedup_vs_floor1"] = r["frames_per_s"] / floor[min(floor)]
@@ -381,29 +444,44 @@ def derive(results: dict) -> None:
 
 def markdown(results: dict) -> str:
     m = results["machine"]
+    paired = any("times" in r for layout in results["layouts"].values()
+                 for r in layout["floor"])
     lines = [
         "# RMSD scaling against the read floor",
         "",
         f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
         f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
-        f"warm page cache, h5mdx: medians of {results['repeats']} after a warm-up (rounds "
-        f"interleaving the open modes and selections); floor: best of {results['repeats']}. "
+        f"warm page cache, medians of {results['repeats']} rounds after a warm-up. "
         f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.",
         "",
-        "vs floor: h5mdx frames/s (median) over the N-process h5py read floor at the same N "
-        "(best of the repeats, read back to back, measured first: h5py's best case; the "
-        "floor varies most from run to run, as each of its reads fills a new array). "
-        "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor at N=1. "
-        "first pass (new process): one synchronous RMSD in a process that has not read "
-        "the file before (imports and kernel loaded first), median of the repeats.",
-        "",
     ]
+    if paired:
+        lines += [
+            "Paired: at each N, every round times the N-process h5py read floor once and "
+            "every h5mdx run once (order rotating), so each run has a floor read of its own "
+            "spell of the machine. vs floor: the median of the round-by-round ratios of h5mdx "
+            "to the floor at the same N (the floor's reads fill a new array each, as a plain "
+            "`dataset[a:b]` does). floor row: median frames/s (best in brackets). "
+            "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor's median at "
+            "N=1. first pass (new process): one synchronous RMSD in a process that has not "
+            "read the file before (imports and kernel loaded first), each after a floor read.",
+            "",
+        ]
+    else:
+        lines += [
+            "vs floor: h5mdx frames/s (median) over the N-process h5py read floor at the "
+            "same N (best of the repeats, read back to back, measured first). "
+            "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor at N=1.",
+            "",
+        ]
     for name, layout in results["layouts"].items():
         lines += [f"## {name}", "", "| what | N | frames/s | vs floor | S(N) | E(N) | "
                   "S_floor(N) |", "|---|---|---|---|---|---|---|"]
         for r in layout["floor"]:
+            best = (f" ({r['best_frames_per_s']:,.0f})" if "best_frames_per_s" in r
+                    else "")
             lines.append(f"| read floor (N h5py processes) | {r['n']} | "
-                         f"{r['frames_per_s']:,.0f} | 1.00 | {r['speedup']:.2f} | "
+                         f"{r['frames_per_s']:,.0f}{best} | 1.00 | {r['speedup']:.2f} | "
                          f"{r['efficiency']:.2f} | {r['speedup']:.2f} |")
         for r in sorted(layout["h5mdx"], key=lambda r: (r["scheduler"], r["open"],
                                                          r["select"], r["n"])):
@@ -460,8 +538,8 @@ def plot(results: dict, path: str) -> None:
 
 # ----------------------------------------------------------------------------- main
 def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
-    """Floor, breakdown, every scheduler x N and the first pass on one layout."""
-    from h5mdx.examples import read_floor
+    """Breakdown, floor and every scheduler at each N, and the first pass on one layout."""
+    from h5mdx.examples import floor_reader
 
     path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
     t0 = time.perf_counter()
@@ -470,25 +548,26 @@ def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
     block = block_frames(path)
     entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
                              "h5mdx": []}
-    for n in args.workers:
-        floor = read_floor(path, workers=n, repeats=args.repeats)
-        entry["floor"].append({"n": n, "seconds": floor["seconds"],
-                               "frames_per_s": floor["frames_per_s"]})
-        print(f"    read floor  N={n:2d} {floor['frames_per_s']:12,.0f} frames/s",
-              flush=True)
     entry["breakdown"] = breakdown(path, args.repeats)
     for what, rate in entry["breakdown"].items():
         print(f"    {what:20s} {rate:12,.0f} frames/s", flush=True)
     for n in args.workers:
-        entry["h5mdx"] += scheduler_runs(args, path, n, args.frames)
+        floor, rows = paired_runs(args, path, n, args.frames)
+        entry["floor"].append(floor)
+        entry["h5mdx"] += rows
     warm = build(os.path.join(args.data, f"scale-{layout}-200.h5md"), 200, layout)
-    for sel_name in args.selections:
-        t = first_pass(path, warm, sel_name, args.repeats)
-        entry["h5mdx"].append({"scheduler": "first pass (new process)", "open": "lazy",
-                               "select": sel_name, "n": 1, "seconds": t,
-                               "frames_per_s": args.frames / t})
-        print(f"    first pass  {sel_name:3s} N= 1 {args.frames / t:12,.0f} frames/s",
-              flush=True)
+    with floor_reader(path, 1) as read:
+        read()  # warm, as in the rounds
+        for sel_name in args.selections:
+            ts, floor_t = first_pass(path, warm, sel_name, args.repeats,
+                                     floor=lambda: read()[0])
+            t = statistics.median(ts)
+            ratios = [f / x for f, x in zip(floor_t, ts, strict=True)]
+            entry["h5mdx"].append({"scheduler": "first pass (new process)", "open": "lazy",
+                                   "select": sel_name, "n": 1, "seconds": t, "times": ts,
+                                   "frames_per_s": args.frames / t, "ratios": ratios})
+            print(f"    first pass  {sel_name:3s} N= 1 {args.frames / t:12,.0f} frames/s  "
+                  f"{statistics.median(ratios):.2f}x the floor", flush=True)
     return entry
 
 

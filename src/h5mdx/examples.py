@@ -23,6 +23,7 @@ What ``h5mdx example`` does, as library calls:
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
@@ -30,7 +31,7 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_FRAMES",
     "ExampleResult",
     "build_adk_trajectory",
+    "floor_reader",
     "machine_description",
     "mdanalysis_sample_rate",
     "plot_rmsd",
@@ -235,27 +237,31 @@ def _slabs(n_frames: int, chunk: int, workers: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
-def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
-               ) -> dict[str, float]:
-    """How fast this machine reads the positions of ``path`` with plain h5py.
+@contextlib.contextmanager
+def floor_reader(path: str | os.PathLike[str], workers: int = 1
+                 ) -> Iterator[Callable[[], tuple[float, int]]]:
+    """Inside the block, a function that reads the positions of ``path`` once with plain h5py.
 
-    One untimed read warms the page cache; then the best of ``repeats`` reads. With
-    ``workers > 1`` each of ``workers`` processes (started beforehand, not timed)
-    reads one contiguous slab of whole chunks, as the RMSD's workers do.
+    The function returns the seconds the read took and the bytes read. Each of
+    ``workers`` processes (started on entry, not timed) reads one contiguous slab of
+    whole chunks, as the RMSD's workers do; one process reads them all where
+    ``workers`` is 1, not this one, whose memory and threads are those of whatever else
+    it runs. Each read fills a new array, as a plain ``dataset[a:b]`` does. Kept
+    open, the same readers can be timed between other runs, so that the floor and what
+    is compared with it see the same spell of a shared machine
+    (``benchmarks/bench_scale.py``).
 
     Parameters
     ----------
     path : path-like
         An H5MD file with ``particles/trajectory/position``.
     workers : int, default 1
-        Reading processes (1: this process).
-    repeats : int, default 2
-        Timed reads.
+        Reading processes.
 
-    Returns
-    -------
-    dict
-        ``workers, frames, bytes, seconds, frames_per_s, gb_per_s`` (GB = 1e9 bytes).
+    Yields
+    ------
+    callable
+        ``read() -> (seconds, bytes)``.
     """
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -265,23 +271,46 @@ def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
         d = f[_POSITION]
         n_frames, chunk = d.shape[0], (d.chunks or d.shape)[0]
     slabs = _slabs(n_frames, chunk, max(1, workers))
+    workers = max(1, workers)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        list(pool.map(_ping, range(workers)))
 
-    def once(pool: Any) -> tuple[float, int]:
-        t0 = time.perf_counter()
-        if pool is None:
-            nbytes = _read_slab(path, 0, n_frames)
-        else:
+        def read() -> tuple[float, int]:
+            t0 = time.perf_counter()
             nbytes = sum(pool.map(_read_slab, *zip(*((path, a, b) for a, b in slabs),
                                                    strict=True)))
-        return time.perf_counter() - t0, nbytes
+            return time.perf_counter() - t0, nbytes
 
-    if workers <= 1:
-        times = [once(None) for _ in range(repeats + 1)][1:]
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            list(pool.map(_ping, range(workers)))
-            times = [once(pool) for _ in range(repeats + 1)][1:]
+        yield read
+
+
+def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
+               ) -> dict[str, float]:
+    """How fast this machine reads the positions of ``path`` with plain h5py.
+
+    One untimed read warms the page cache; then the best of ``repeats`` reads
+    (:func:`floor_reader`: each of ``workers`` processes, started beforehand and not
+    timed, reads one contiguous slab of whole chunks, as the RMSD's workers do).
+
+    Parameters
+    ----------
+    path : path-like
+        An H5MD file with ``particles/trajectory/position``.
+    workers : int, default 1
+        Reading processes.
+    repeats : int, default 2
+        Timed reads.
+
+    Returns
+    -------
+    dict
+        ``workers, frames, bytes, seconds, frames_per_s, gb_per_s`` (GB = 1e9 bytes).
+    """
+    with floor_reader(path, workers) as read:
+        times = [read() for _ in range(repeats + 1)][1:]
     seconds, nbytes = min(times)
+    with h5py.File(os.fspath(path), "r") as f:
+        n_frames = f[_POSITION].shape[0]
     return {"workers": float(max(1, workers)), "frames": float(n_frames),
             "bytes": float(nbytes), "seconds": seconds,
             "frames_per_s": n_frames / seconds, "gb_per_s": nbytes / seconds / 1e9}

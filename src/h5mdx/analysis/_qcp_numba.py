@@ -26,7 +26,7 @@ reference, so where it compiled :func:`_frame_sums` on its own it stored every l
 to memory after every addition. Only the object code numba writes to its on-disk cache
 (optimised as one module, :func:`_frame_sums` inlined) had them in registers: the same
 kernel ran 133k-200k frames/s in a process that compiled it and 325k-332k in one that
-loaded it from the cache (3341 atoms, AVX-512). A stack array that never leaves the
+loaded it from the cache (3341 atoms, an AMD EPYC with AVX2, no AVX-512). A stack array that never leaves the
 function aliases nothing, so its lanes stay in registers however the kernel was built:
 339k-347k either way, with the same sums in the same order, bit for bit
 (``benchmarks/bench_kernel.py``).
