@@ -11,8 +11,10 @@ atoms are selected by indices (214 "C-alpha" atoms, every ~16th atom).
 For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores):
 
 1. the read floor: N processes each read 1/N of the frames (a slab of whole chunks) with
-   one plain h5py call into a new array (:func:`h5mdx.examples.floor_reader`, the floor
-   ``h5mdx example`` reports);
+   plain h5py, ~4 MiB of whole chunks at a time into one buffer each keeps
+   (:func:`h5mdx.examples.floor_reader`, the floor ``h5mdx example`` reports; one call
+   into a new array would time the kernel's page faults too: the breakdown's
+   ``h5py one call, new array``);
 2. h5mdx: ``h5mdx.rmsd(ds.position, select=indices)`` computed on each
    scheduler of ``--schedulers`` (``processes``: dask's process pool,
    ``threads``: dask's threaded scheduler, ``distributed``: a LocalCluster of N
@@ -354,7 +356,9 @@ def breakdown(path: str, repeats: int) -> dict[str, float]:
     """One process, one core: the read and the kernel of an RMSD task, each alone (frames/s).
 
     ``h5py reused buffer``: h5py reading a task's step (~4 MiB of whole chunks) at a time
-    into one buffer; ``h5mdx read``: the engine's read of the same steps as a task does it
+    into one buffer (what the floor's processes do); ``h5py one call, new array``: the
+    whole dataset in one call into a new array (``dataset[:]``; the page faults of a
+    fresh array of that size included); ``h5mdx read``: the engine's read of the same steps as a task does it
     (direct where it applies); ``kernel all``/``kernel ca``: the numba kernel on one step of
     frames already in the CPU cache; ``bound all``/``bound ca``: what a task that reads,
     then computes, can reach: ``1 / (1 / h5mdx read + 1 / kernel)``.
@@ -378,7 +382,11 @@ def breakdown(path: str, repeats: int) -> dict[str, float]:
                 b = min(n, a + step)
                 d.read_direct(buf, source_sel=np.s_[a:b], dest_sel=np.s_[0:b - a])
 
-        rates = {"h5py reused buffer": _best_rate(h5py_reused, n, repeats)}
+        def h5py_new_array() -> None:
+            d.read_direct(np.empty(d.shape, dtype=d.dtype))
+
+        rates = {"h5py reused buffer": _best_rate(h5py_reused, n, repeats),
+                 "h5py one call, new array": _best_rate(h5py_new_array, n, repeats)}
         frames = d[:step]
     with xr.open_dataset(path, engine="h5md") as ds:
         var = ds.position.variable
@@ -460,8 +468,9 @@ def markdown(results: dict) -> str:
             "Paired: at each N, every round times the N-process h5py read floor once and "
             "every h5mdx run once (order rotating), so each run has a floor read of its own "
             "spell of the machine. vs floor: the median of the round-by-round ratios of h5mdx "
-            "to the floor at the same N (the floor's reads fill a new array each, as a plain "
-            "`dataset[a:b]` does). floor row: median frames/s (best in brackets). "
+            "to the floor at the same N (each floor process reads its slab with h5py, "
+            "~4 MiB of whole chunks at a time into one buffer it keeps). floor row: median "
+            "frames/s (best in brackets). "
             "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor's median at "
             "N=1. first pass (new process): one synchronous RMSD in a process that has not "
             "read the file before (imports and kernel loaded first), each after a floor read.",

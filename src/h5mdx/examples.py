@@ -220,14 +220,36 @@ def _ping(_: int) -> int:
     return os.getpid()
 
 
+#: The read floor's buffer in a reader process, kept between its reads (see _read_slab).
+_SLAB: dict[str, np.ndarray] = {}
+
+
 def _read_slab(path: str, start: int, stop: int) -> int:
-    """Read frames ``[start, stop)`` of the positions with plain h5py; bytes read."""
+    """Read frames ``[start, stop)`` of the positions with plain h5py; bytes read.
+
+    The fastest way plain h5py streams a dataset: whole chunks of about 4 MiB at a time
+    (:func:`h5mdx.engine.chunking.read_step`, the pieces RMSD tasks read) into one buffer
+    this process keeps. Each read lands in memory that is mapped and in the CPU cache,
+    so what is timed is h5py reading the file. One call into a new array would time the
+    kernel handing over a fresh page every 4 KiB as well; on the 2-core VM that made the
+    floor anything from 11,000 to 121,000 frames/s for the same file, depending on what
+    the machine had done before. One call into a large buffer kept between reads ran
+    42,000-187,000 frames/s (``benchmarks/bench_scale.py``; docs: RMSD guide, "Where
+    the time goes").
+    """
+    from h5mdx.engine.chunking import read_step
+
     with h5py.File(path, "r") as f:
         d = f[_POSITION]
-        out = np.empty((stop - start, *d.shape[1:]), dtype=d.dtype)
-        if stop > start:
-            d.read_direct(out, np.s_[start:stop])
-    return int(out.nbytes)
+        frame_bytes = d.dtype.itemsize * math.prod(d.shape[1:])
+        step = read_step(frame_bytes, d.chunks[0] if d.chunks else 1)
+        buf = _SLAB.get("buffer")
+        if buf is None or buf.shape != (step, *d.shape[1:]) or buf.dtype != d.dtype:
+            buf = _SLAB["buffer"] = np.empty((step, *d.shape[1:]), dtype=d.dtype)
+        for a in range(start, stop, step):
+            b = min(stop, a + step)
+            d.read_direct(buf, np.s_[a:b], np.s_[0:b - a])
+    return (stop - start) * frame_bytes
 
 
 def _slabs(n_frames: int, chunk: int, workers: int) -> list[tuple[int, int]]:
@@ -246,7 +268,8 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     ``workers`` processes (started on entry, not timed) reads one contiguous slab of
     whole chunks, as the RMSD's workers do; one process reads them all where
     ``workers`` is 1, not this one, whose memory and threads are those of whatever else
-    it runs. Each read fills a new array, as a plain ``dataset[a:b]`` does. Kept
+    it runs. Each process reads its slab a few MiB of whole chunks at a time into one
+    buffer of its own (:func:`_read_slab`): h5py's best way to stream a file. Kept
     open, the same readers can be timed between other runs, so that the floor and what
     is compared with it see the same spell of a shared machine
     (``benchmarks/bench_scale.py``).
@@ -425,7 +448,8 @@ class ExampleResult:
     rmsd : xarray.DataArray
         The RMSD series.
     floor : dict
-        :func:`read_floor`.
+        The read floor (:func:`read_floor`'s keys): in :func:`run_example`, the median of
+        the paired rounds' floor reads.
     mda : dict or None
         :func:`mdanalysis_sample_rate` (None when skipped).
     records : pandas.DataFrame
@@ -434,6 +458,8 @@ class ExampleResult:
         Worker -> seconds its kernel load took before the timed run.
     files : dict
         Name -> path of every output.
+    ratios : list of float
+        Each paired round's RMSD speed over its floor read (empty: not paired).
     """
 
     out: str
@@ -453,6 +479,14 @@ class ExampleResult:
     records: Any
     warmup: dict[str, float] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    ratios: list[float] = field(default_factory=list)
+
+    @property
+    def vs_floor(self) -> float:
+        """RMSD speed over the read floor: the median of the rounds' ratios where paired."""
+        if self.ratios:
+            return float(np.median(self.ratios))
+        return self.floor["seconds"] / self.seconds
 
     @property
     def frames_per_s(self) -> float:
@@ -502,6 +536,15 @@ def _times(x: float) -> str:
     return f"{x:,.0f}x" if x >= 10 else f"{x:.2f}x"  # 0.94x, 1.04x (not "1x")
 
 
+def _rounds_text(result: ExampleResult) -> str:
+    """How the floor ratio was measured, for the summary and the report."""
+    r = result.ratios
+    if not r:
+        return "measured now"
+    return (f"medians of {len(r)} rounds timing both back to back; by round "
+            f"{_times(min(r))}-{_times(max(r))}")
+
+
 def summary_lines(result: ExampleResult) -> list[str]:
     """The example's summary: speed, read floor, MDAnalysis, I/O split, stragglers, outputs.
 
@@ -519,9 +562,9 @@ def summary_lines(result: ExampleResult) -> list[str]:
     lines = [
         f"rmsd  {result.n_frames:,} frames  in {result.seconds:.2f} s  "
         f"{result.frames_per_s:,.0f} frames/s  {result.gb_per_s:.2f} GB/s  "
-        f"= {_times(fl['seconds'] / result.seconds)} the read floor of this machine "
+        f"= {_times(result.vs_floor)} the read floor of this machine "
         f"({fl['frames_per_s']:,.0f} frames/s, {fl['gb_per_s']:.2f} GB/s with "
-        f"{fl['workers']:.0f} h5py reader(s), measured now)",
+        f"{fl['workers']:.0f} h5py reader(s), {_rounds_text(result)})",
     ]
     if result.mda is not None:
         m = result.mda
@@ -557,7 +600,7 @@ def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
                  f"{result.gb_per_s:.2f} GB/s on {result.workers} worker processes"),
         ("read floor (h5py)", f"{fl['seconds']:.2f} s, {fl['frames_per_s']:,.0f} frames/s, "
                               f"{fl['gb_per_s']:.2f} GB/s with {fl['workers']:.0f} reader(s)"),
-        ("RMSD / read floor", f"{fl['seconds'] / result.seconds:.2f}x"),
+        ("RMSD / read floor", f"{result.vs_floor:.2f}x ({_rounds_text(result)})"),
     ]
     if result.mda is not None:
         m = result.mda
@@ -666,12 +709,25 @@ def _describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
         return d.shape[0], d.shape[1], int(d.size * d.dtype.itemsize), tuple(d.chunks or ())
 
 
-def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
-              ) -> tuple[Any, float, int, dict[str, float]]:
-    """The RMSD on a local cluster, kernel warmed up first, timing in ``out/timing.csv``.
+#: Rounds of the example's timed comparison: each times the read floor and the RMSD once.
+ROUNDS = 5
 
-    Returns the result, the seconds of the timed compute (cluster start and
-    warm-up excluded), the number of selected atoms and the warm-up per worker.
+
+def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
+              rounds: int = ROUNDS) -> tuple[Any, dict[str, Any], int, dict[str, float]]:
+    """The RMSD and the read floor in paired rounds, then one run with per-task timing.
+
+    The cluster (kernel loaded on each worker) and the floor's reader processes start
+    first; one untimed pass of each opens the file everywhere and warms the page cache.
+    Then each of ``rounds`` rounds times one plain-h5py read of the positions
+    (:func:`floor_reader`) and one RMSD on the cluster, back to back (their order
+    alternating), so that both see the same spell of a shared machine; a last RMSD
+    runs under :func:`h5mdx.timing.capture` (with the progress bar) for
+    ``out/timing.csv``.
+
+    Returns the result, the paired timings (``floor``: :func:`read_floor`'s dict from the
+    median floor read; ``rmsd_seconds``, ``floor_seconds``: each round's), the number of
+    selected atoms and the warm-up per worker.
     """
     import MDAnalysis as mda
     import xarray as xr
@@ -687,19 +743,43 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool
         warnings.simplefilter("ignore")
         n_selected = int(mda.Universe(adk_topology()).select_atoms(select).n_atoms)
     with xr.open_dataset(path, engine="h5md", topology=adk_topology()) as ds, \
-            scheduler_context("distributed", workers) as client:
+            scheduler_context("distributed", workers) as client, \
+            floor_reader(path, workers) as read:
         warm = warm_up_seconds(client)  # scheduler_context loaded the kernel on each worker
         lazy = ds.md.rmsd(0, select=select)
-        # one untimed pass: each worker opens the file and locates its chunks, as the read
-        # floor's readers warm the page cache first; the timed pass measures the steady state
-        client.compute(lazy).result()
+
+        def rmsd_once() -> float:
+            t0 = time.perf_counter()
+            future = client.compute(lazy)
+            future.result()
+            seconds = time.perf_counter() - t0
+            future.release()  # forgotten before the next round asks for the same keys
+            return seconds
+
+        # one untimed pass each: every worker opens the file and locates its chunks, the
+        # readers open it too, the page cache is warm; the rounds measure the steady state
+        _, nbytes = read()
+        rmsd_once()
+        floor_t: list[float] = []
+        rmsd_t: list[float] = []
+        for r in range(max(1, rounds)):
+            if r % 2:
+                rmsd_t.append(rmsd_once())
+                floor_t.append(read()[0])
+            else:
+                floor_t.append(read()[0])
+                rmsd_t.append(rmsd_once())
         with capture(backend="distributed", client=client, n_workers=workers,
                      meta={"file": path, "selection": select, "warmup": warm}) as run:
-            t0 = time.perf_counter()
             result = _progress(client, lazy, progress)
-            seconds = time.perf_counter() - t0
         run.save(os.path.join(out, "timing.csv"))
-    return result, seconds, n_selected, warm
+    n_frames = int(result.sizes["time"])
+    seconds = float(np.median(floor_t))
+    floor = {"workers": float(max(1, workers)), "frames": float(n_frames),
+             "bytes": float(nbytes), "seconds": seconds, "frames_per_s": n_frames / seconds,
+             "gb_per_s": nbytes / seconds / 1e9}
+    return result, {"floor": floor, "floor_seconds": floor_t, "rmsd_seconds": rmsd_t}, \
+        n_selected, warm
 
 
 def run_example(
@@ -752,10 +832,10 @@ def run_example(
          f"chunks {chunks}, uncompressed "
          + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
     echo(f"machine: {machine_description()}")
-    echo(f"measuring the read floor: plain h5py, {workers} reader process(es) ...")
-    floor = read_floor(path, workers)
-    echo(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes ...")
-    result, seconds, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
+    echo(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes "
+         f"against the read floor (plain h5py, {workers} reader process(es)): {ROUNDS} "
+         "rounds timing both, then one run with per-task timing ...")
+    result, paired, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
     files = {"rmsd_plot": os.path.join(out, "rmsd.png"), "rmsd": os.path.join(out, "rmsd.csv"),
              "timing": os.path.join(out, "timing.csv")}
     write_series(files["rmsd"], result)
@@ -767,8 +847,11 @@ def run_example(
         mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
     res = ExampleResult(out=out, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
                         n_selected=n_selected, nbytes=nbytes, chunks=chunks, built_seconds=built,
-                        workers=workers, select=select, seconds=seconds, rmsd=result,
-                        floor=floor, mda=mda, records=records, warmup=warm, files=files)
+                        workers=workers, select=select,
+                        seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
+                        floor=paired["floor"], mda=mda, records=records, warmup=warm,
+                        files=files, ratios=[f / t for f, t in zip(
+                            paired["floor_seconds"], paired["rmsd_seconds"], strict=True)])
     res.files.update(write_report(res))
     return res
 

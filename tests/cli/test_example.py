@@ -18,9 +18,12 @@ pytest.importorskip("matplotlib")
 
 from h5mdx.cli import main  # noqa: E402
 from h5mdx.examples import (  # noqa: E402
+    _SLAB,
     _adk_source,
+    _read_slab,
     _slabs,
     build_adk_trajectory,
+    floor_reader,
     perturbed_frames,
     read_floor,
     source_index,
@@ -86,6 +89,9 @@ def test_summary_lines(example_run, capsys):
     assert "(cached)" in text
     assert re.search(rf"^rmsd  {FRAMES} frames  in [\d.]+ s  [\d,]+ frames/s  [\d.]+ GB/s  = "
                      r"[\d.]+x the read floor of this machine \([\d,]+ frames/s", text, re.M)
+    # the floor and the RMSD timed in the same rounds: the ratio is the median of theirs
+    assert re.search(r"2 h5py reader\(s\), medians of 5 rounds timing both back to back; "
+                     r"by round [\d.]+x-[\d.]+x\)$", text, re.M)
     assert re.search(r"^MDAnalysis \S+: 50 frames in [\d.]+ s -> [\d,]+ frames/s \(sampled, "
                      r"extrapolated: .* -> h5mdx is [\d.,]+x faster", text, re.M)
     assert re.search(r"^I/O \d+%  compute \d+%", text, re.M)
@@ -135,6 +141,24 @@ def test_read_floor_and_slabs(tmp_path):
         floor = read_floor(path, workers=workers, repeats=1)
         assert floor["bytes"] == nbytes and floor["frames"] == 200
         assert floor["gb_per_s"] == pytest.approx(nbytes / floor["seconds"] / 1e9)
+
+
+def test_floor_reads_the_file_in_whole_chunks_into_one_buffer(tmp_path):
+    path = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False)
+    with h5py.File(path, "r") as f:
+        frames = f[POSITION][:]
+    _SLAB.clear()
+    assert _read_slab(str(path), 0, 250) == frames.nbytes
+    buf = _SLAB["buffer"]
+    assert buf.shape == (100, 3341, 3)  # one chunk of 100 frames (~4 MiB) at a time
+    np.testing.assert_array_equal(buf[:50], frames[200:250])  # the last piece it read
+    assert _read_slab(str(path), 40, 140) == 100 * 3341 * 3 * 4
+    assert _SLAB["buffer"] is buf  # the same buffer, not a new array per read
+    np.testing.assert_array_equal(buf, frames[40:140])
+    # kept open, the readers time one read per call, the same bytes every time
+    with floor_reader(path, workers=2) as read:
+        timings = [read() for _ in range(3)]
+    assert all(sec > 0 and nbytes == frames.nbytes for sec, nbytes in timings)
 
 
 def test_cli_rejects_too_few_frames(tmp_path, capsys):

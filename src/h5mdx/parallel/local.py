@@ -3,15 +3,54 @@
 HDF5 serialises the calls of one process, so processes, not threads, read in parallel;
 every local cluster h5mdx starts (``h5mdx rmsd``, ``h5mdx bench``, the example, the
 benchmarks and the tests) comes from :func:`local_cluster`.
+
+distributed's nanny sets the variables of ``distributed.nanny.pre-spawn-environ``
+(``MALLOC_TRIM_THRESHOLD_=65536``, the BLAS thread counts) and ``PYTHONHASHSEED`` in the
+environment of its own process before it starts a worker, so that the worker starts with
+them (dask/distributed#6749), and leaves them there. The nannies of a ``LocalCluster`` run
+in the process that made it, so every process started from it afterwards used to inherit
+them. ``MALLOC_TRIM_THRESHOLD_`` also fixes glibc's threshold for ``mmap`` at 128 KiB: in
+such a process every larger ``malloc`` is a fresh mapping, its pages faulted in, zeroed,
+on first touch. HDF5 allocates one for each chunk it reads, so h5py read chunks of 100
+frames (~4 MiB) 3x slower in a process started after a cluster than in one started before
+(~58,000 against ~170,000 frames/s with two processes on the 2-core VM; the read floor of
+``benchmarks/bench_scale.py`` and ``h5mdx example``). :func:`local_cluster` gives the
+process its environment back once the workers have started.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from h5mdx._optional import import_optional
 
 __all__ = ["local_cluster"]
+
+
+def _nanny_environ_names() -> list[str]:
+    """The variables a nanny sets in its own process before it starts a worker."""
+    import dask
+
+    names = set(dask.config.get("distributed.nanny.pre-spawn-environ", None) or {})
+    names.add("PYTHONHASHSEED")  # the nanny sets it too, so that workers hash alike
+    return sorted(names)
+
+
+@contextlib.contextmanager
+def _environ_restored(names: list[str]) -> Iterator[None]:
+    """Inside the block the variables ``names`` may change; after it they are as before."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any) -> Any:
@@ -31,7 +70,9 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     Returns
     -------
     distributed.LocalCluster
-        Use it as a context manager, or close it.
+        Use it as a context manager, or close it. The workers start with distributed's
+        ``pre-spawn-environ`` variables; this process keeps its own environment (see the
+        module's docstring), except while a nanny restarts a worker later.
     """
     distributed = import_optional("distributed", "a local cluster of worker processes")
     options: dict[str, Any] = {
@@ -43,4 +84,5 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     if not dashboard:
         options["scheduler_kwargs"] = {"dashboard": False}
     options.update(kwargs)
-    return distributed.LocalCluster(**options)
+    with _environ_restored(_nanny_environ_names()):
+        return distributed.LocalCluster(**options)
