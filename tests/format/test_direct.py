@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -177,6 +178,64 @@ def test_engine_both_paths_and_threads(tmp_path, monkeypatch):
     with xr.open_dataset(path, engine="h5md") as ds:
         b = ds.position[5:50, ::3].values
     assert a.tobytes() == b.tobytes() == values[5:50, ::3].tobytes()
+
+
+def test_a_reader_in_use_is_never_closed_under_its_readers(tmp_path):
+    """Tasks of one dataset start at once, all find it unplanned, and all plan it.
+
+    The second plan used to replace the first reader in the cache and close its file
+    descriptor while the first task was reading through it: ``[Errno 9] Bad file
+    descriptor`` (seen under load in CI), or, had another file been opened in between
+    and been given the same descriptor number, that file's bytes read as this one's.
+    """
+    values = _values("<f4")
+    path = str(tmp_path / "t.h5md")
+    write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                           "step": np.arange(SHAPE[0])}}})
+    key = "/particles/all/position/value"
+    with h5py.File(path, "r") as f:
+        first = direct.plan_cached(f[key], path, key)
+        fd = first._descriptor()  # a task of the first plan, mid-read
+        second = direct.plan_cached(f[key], path, key)  # another task's plan, just after
+    assert second is first and direct.cached(path, key) is first
+    os.fstat(fd)  # still open
+    direct.forget(first)  # another task met something unusual: h5py from now on
+    assert direct.cached(path, key) is None
+    os.fstat(fd)  # the task reading through it still can
+    box = (slice(0, 8), slice(0, 41), slice(0, 3))
+    with h5py.File(path, "r") as f:
+        first.add_locations(locate_chunks(f[key], first.missing(box)))
+    assert first.read(box).tobytes() == values[:8].tobytes()
+
+
+def test_first_reads_from_many_threads_at_once(tmp_path):
+    """Many threads read a file none of them has planned, at the same moment."""
+    values = _values("<f8")
+    for i in range(8):
+        path = str(tmp_path / f"t{i}.h5md")
+        write_h5md(path, {"all": {"position": {"value": values, "chunks": (1, 41, 3),
+                                               "compression": "gzip",
+                                               "step": np.arange(SHAPE[0])}}})
+        start = threading.Barrier(6)
+        out: dict[int, np.ndarray] = {}
+        errors: list[BaseException] = []
+        with xr.open_dataset(path, engine="h5md") as ds:
+            def read(k: int, ds: xr.Dataset = ds, start: threading.Barrier = start,
+                     out: dict = out, errors: list = errors) -> None:
+                start.wait()
+                try:
+                    out[k] = ds.position[k * 9:(k + 1) * 9].values
+                except BaseException as err:  # noqa: BLE001 - reported by the test
+                    errors.append(err)
+
+            threads = [threading.Thread(target=read, args=(k,)) for k in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert not errors, errors
+        for k in range(6):
+            assert out[k].tobytes() == values[k * 9:(k + 1) * 9].tobytes()
 
 
 def test_rewritten_file_is_replanned(tmp_path):

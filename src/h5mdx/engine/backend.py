@@ -250,6 +250,9 @@ class H5MDArray(BackendArray):
         if reader is not _direct.UNPLANNED:
             return reader
         with self.lock:
+            reader = _direct.cached(filename, self.path)  # planned while this thread waited
+            if reader is not _direct.UNPLANNED:
+                return reader
             try:
                 return _direct.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):

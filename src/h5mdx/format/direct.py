@@ -195,7 +195,11 @@ class DirectReader:
         return fd
 
     def close(self) -> None:
-        """Close the file descriptor (reopened on the next read)."""
+        """Close the file descriptor (reopened on the next read).
+
+        Only where no other thread reads through this reader: h5mdx itself never calls it
+        on a reader others may hold (they close with the reader, when no one holds it).
+        """
         with self._fd_lock:
             if self._fd is not None:
                 os.close(self._fd)
@@ -655,7 +659,15 @@ def cached(filename: str, path: str) -> DirectReader | None:
 
 
 def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | None:
-    """Plan the reader of ``dset`` once per process (the caller holds the HDF5 lock)."""
+    """Plan the reader of ``dset`` once per process (the caller holds the HDF5 lock).
+
+    Where another thread planned the same file (unchanged) in the meantime, its reader is
+    the one kept and returned: the tasks of one dataset, started at once, all find it
+    unplanned, and each must end up reading through the same reader.
+
+    A reader this replaces (the file changed on disk) is not closed here: a thread may be
+    reading through it still. Its descriptor closes with it, once no one holds it.
+    """
     stamp = file_stamp(filename)
     try:
         reader: DirectReader | None = plan_direct(dset)
@@ -664,16 +676,20 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
     if stamp is not None:
         with _CACHE_LOCK:
             old = _CACHE.get((filename, path))
+            if old is not None and old[0] == stamp:
+                return old[1]  # planned by another thread first
             _CACHE[(filename, path)] = (stamp, reader)
-        if old is not None and old[1] is not None and old[1] is not reader:
-            old[1].close()
     return reader
 
 
 def forget(reader: DirectReader) -> None:
-    """Read this dataset through h5py from now on (something unusual was found)."""
+    """Read this dataset through h5py from now on (something unusual was found).
+
+    The reader is not closed: other threads may be reading through it (a descriptor
+    closed under them would fail their reads, or, reused by the next file opened, read
+    another file's bytes). It closes once the last of them lets go of it.
+    """
     with _CACHE_LOCK:
         for key, (stamp, r) in list(_CACHE.items()):
             if r is reader:
                 _CACHE[key] = (stamp, None)
-    reader.close()
