@@ -238,6 +238,36 @@ def test_first_reads_from_many_threads_at_once(tmp_path):
             assert out[k].tobytes() == values[k * 9:(k + 1) * 9].tobytes()
 
 
+def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
+    """A session reading many files keeps the descriptors of the last MAX_READERS only."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(direct, "MAX_READERS", 2)
+    values = _values("<f4")
+    key = "/particles/all/position/value"
+    paths, readers = [], []
+    for i in range(3):
+        paths.append(str(tmp_path / f"t{i}.h5md"))
+        write_h5md(paths[-1], {"all": {"position": {"value": values + i,
+                                                    "step": np.arange(SHAPE[0])}}})
+        with xr.open_dataset(paths[-1], engine="h5md") as ds:
+            np.testing.assert_array_equal(ds.position.values, values + i)
+        reader = direct.cached(paths[-1], key)
+        assert isinstance(reader, direct.DirectReader) and reader._fd is not None
+        readers.append(weakref.ref(reader))
+        del reader
+        if i == 1:  # the first file read again: the least recently used is the second
+            assert direct.cached(paths[0], key) is readers[0]()
+    assert direct.cached(paths[1], key) is direct.UNPLANNED  # dropped
+    assert direct.cached(paths[0], key) is readers[0]()
+    assert direct.cached(paths[2], key) is readers[2]()
+    gc.collect()
+    assert readers[1]() is None  # freed, its descriptor closed with it (__del__)
+    with xr.open_dataset(paths[1], engine="h5md") as ds:  # planned again
+        np.testing.assert_array_equal(ds.position.values, values + 1)
+
+
 def test_rewritten_file_is_replanned(tmp_path):
     path = str(tmp_path / "r.h5md")
     v1 = _values("<f4")

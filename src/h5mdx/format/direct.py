@@ -38,6 +38,7 @@ import math
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -633,7 +634,14 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 #: Marks a dataset not planned yet in this process.
 UNPLANNED: Any = object()
 
-_CACHE: dict[tuple[str, str], tuple[tuple[int, int, int], DirectReader | None]] = {}
+#: Readers kept per process, the least recently used dropped first. Each holds the file
+#: open (one descriptor per dataset read directly); a session that reads thousands of files
+#: would otherwise run out of descriptors (``ulimit -n`` is often 1024) and keep deleted
+#: files on disk. A dropped reader closes once no read holds it; the next read plans again.
+MAX_READERS = 256
+
+_CACHE: OrderedDict[tuple[str, str], tuple[tuple[int, int, int], DirectReader | None]] = (
+    OrderedDict())
 _CACHE_LOCK = threading.Lock()
 
 
@@ -652,7 +660,10 @@ def file_stamp(filename: str) -> tuple[int, int, int] | None:
 def cached(filename: str, path: str) -> DirectReader | None:
     """This process's reader of ``path`` in ``filename``: a reader, None (read through
     h5py), or ``UNPLANNED`` (not planned yet, or the file changed since)."""
-    entry = _CACHE.get((filename, path))
+    with _CACHE_LOCK:
+        entry = _CACHE.get((filename, path))
+        if entry is not None:
+            _CACHE.move_to_end((filename, path))
     if entry is None or entry[0] != file_stamp(filename):
         return UNPLANNED
     return entry[1]
@@ -679,6 +690,9 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
             if old is not None and old[0] == stamp:
                 return old[1]  # planned by another thread first
             _CACHE[(filename, path)] = (stamp, reader)
+            _CACHE.move_to_end((filename, path))
+            while len(_CACHE) > MAX_READERS:
+                _CACHE.popitem(last=False)
     return reader
 
 
