@@ -11,10 +11,10 @@ What ``h5mdx example`` does, as library calls:
    generator seeded by the frame number, so the file is the same on every
    machine and the RMSD stays meaningful. Layout: chunks of 100 whole frames
    (~3.8 MiB), uncompressed -- the layout that reads fastest in blocks.
-2. :func:`read_floor` measures how fast this machine reads that file with
-   plain h5py (one slab per worker process, page cache warm).
-3. The RMSD runs on a local cluster with per-task timing
-   (:func:`h5mdx.parallel.schedulers.compute_rmsd`).
+2. The RMSD on a local cluster and the read floor (:func:`floor_reader`: plain h5py,
+   one slab per worker process, page cache warm) are timed in paired rounds, each
+   timing both back to back, so that both see the same spell of a shared machine;
+   a last RMSD runs with per-task timing (:func:`h5mdx.timing.capture`).
 4. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
    frames of the same file, to extrapolate to all frames.
 5. :func:`summary_lines` and :func:`write_report` turn the figures into a few
