@@ -318,18 +318,17 @@ def _child(path: str, select: str, warm: str = "-") -> tuple[float, float]:
 
 
 def first_pass(path: str, warm: str, select: str, repeats: int,
-               floor: Callable[[], float] | None = None) -> tuple[list[float], list[float]]:
+               floor: Callable[[], float]) -> tuple[list[float], list[float]]:
     """Seconds of the first RMSD over ``path`` in a new process (imports excluded), repeated.
 
     What a user's one-off analysis costs: the file's chunk index is not known yet in
-    that process (the warm-up of :func:`interleaved` hides that cost). ``floor``, where
-    given, is timed before each of them (the pairs of :func:`paired_runs`). Returns the
-    seconds of the runs and of the floor reads (empty without ``floor``).
+    that process (the warm-up of :func:`interleaved` hides that cost). ``floor`` is timed
+    before each of them (the pairs of :func:`paired_runs`). Returns the seconds of the
+    runs and of the floor reads.
     """
     times, floors = [], []
     for _ in range(max(1, repeats)):
-        if floor is not None:
-            floors.append(floor())
+        floors.append(floor())
         times.append(_child(path, select, warm)[0])
     return times, floors
 

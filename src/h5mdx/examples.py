@@ -293,8 +293,8 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     with h5py.File(path, "r") as f:
         d = f[_POSITION]
         n_frames, chunk = d.shape[0], (d.chunks or d.shape)[0]
-    slabs = _slabs(n_frames, chunk, max(1, workers))
     workers = max(1, workers)
+    slabs = _slabs(n_frames, chunk, workers)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         list(pool.map(_ping, range(workers)))
 
@@ -334,6 +334,12 @@ def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
     seconds, nbytes = min(times)
     with h5py.File(os.fspath(path), "r") as f:
         n_frames = f[_POSITION].shape[0]
+    return _floor_figures(workers, n_frames, nbytes, seconds)
+
+
+def _floor_figures(workers: int, n_frames: int, nbytes: int, seconds: float
+                   ) -> dict[str, float]:
+    """:func:`read_floor`'s dict for a read of ``n_frames`` frames (``nbytes``) in ``seconds``."""
     return {"workers": float(max(1, workers)), "frames": float(n_frames),
             "bytes": float(nbytes), "seconds": seconds,
             "frames_per_s": n_frames / seconds, "gb_per_s": nbytes / seconds / 1e9}
@@ -773,11 +779,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
                      meta={"file": path, "selection": select, "warmup": warm}) as run:
             result = _progress(client, lazy, progress)
         run.save(os.path.join(out, "timing.csv"))
-    n_frames = int(result.sizes["time"])
-    seconds = float(np.median(floor_t))
-    floor = {"workers": float(max(1, workers)), "frames": float(n_frames),
-             "bytes": float(nbytes), "seconds": seconds, "frames_per_s": n_frames / seconds,
-             "gb_per_s": nbytes / seconds / 1e9}
+    floor = _floor_figures(workers, int(result.sizes["time"]), nbytes,
+                           float(np.median(floor_t)))
     return result, {"floor": floor, "floor_seconds": floor_t, "rmsd_seconds": rmsd_t}, \
         n_selected, warm
 
