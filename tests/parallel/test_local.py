@@ -59,3 +59,71 @@ def test_this_process_keeps_its_environment_and_the_workers_get_the_nannys(monke
     trim = str(dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"])
     assert remote["MALLOC_TRIM_THRESHOLD_"] == trim  # the workers still start with it
     assert remote["OMP_NUM_THREADS"] == "3" and remote["PYTHONHASHSEED"]
+
+
+def _wait_until_restored(names, timeout=60.0):
+    """While a nanny starts a worker this process has its variables: wait for the end.
+
+    ``Client.restart`` can return with a nanny still starting a worker: distributed's exit
+    callback of the old process may start one more after the restart's own.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _environ(names) != dict.fromkeys(names):
+        assert time.monotonic() < deadline, f"still set after {timeout} s: {_environ(names)}"
+        time.sleep(0.05)
+
+
+async def _die() -> None:
+    import os
+
+    os._exit(1)
+
+
+def test_a_restarted_worker_leaves_this_process_its_environment_too(monkeypatch):
+    import time
+
+    import distributed
+
+    from h5mdx.parallel.local import _nanny_environ_names
+
+    names = _nanny_environ_names()
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        first = set(client.run(_environ, names))
+        client.restart()  # every nanny starts a new worker process
+        client.wait_for_workers(2)
+        _wait_until_restored(names)
+        remote = list(client.run(_environ, names).values())
+        assert not first & set(client.run(_environ, names))  # new workers, new addresses
+        assert all(env["MALLOC_TRIM_THRESHOLD_"] and env["PYTHONHASHSEED"] for env in remote)
+        # a worker that dies is started again by its nanny: the same, without a restart
+        victim = next(iter(client.scheduler_info()["workers"]))
+        client.run(_die, workers=[victim], wait=False)
+        deadline = time.monotonic() + 60
+        while victim in client.scheduler_info()["workers"] or len(
+            client.scheduler_info()["workers"]
+        ) < 2:
+            assert time.monotonic() < deadline, "the nanny did not start a new worker"
+            time.sleep(0.1)
+        _wait_until_restored(names)
+    assert _environ(names) == dict.fromkeys(names)
+
+
+def test_overlapping_starts_restore_what_was_there_before_the_first(monkeypatch):
+    import os
+
+    from h5mdx.parallel.local import _environ_restored
+
+    monkeypatch.setenv("H5MDX_TEST_VAR", "user")
+    outer = _environ_restored(["H5MDX_TEST_VAR"])
+    inner = _environ_restored(["H5MDX_TEST_VAR"])
+    outer.__enter__()
+    os.environ["H5MDX_TEST_VAR"] = "nanny"
+    inner.__enter__()  # a second start saves nothing: the first one's copy stands
+    outer.__exit__(None, None, None)
+    assert os.environ["H5MDX_TEST_VAR"] == "nanny"  # one start is still under way
+    inner.__exit__(None, None, None)
+    assert os.environ["H5MDX_TEST_VAR"] == "user"

@@ -14,14 +14,18 @@ such a process every larger ``malloc`` is a fresh mapping, its pages faulted in,
 on first touch. HDF5 allocates one for each chunk it reads, so h5py read chunks of 100
 frames (~4 MiB) 3x slower in a process started after a cluster than in one started before
 (~58,000 against ~170,000 frames/s with two processes on the 2-core VM; the read floor of
-``benchmarks/bench_scale.py`` and ``h5mdx example``). :func:`local_cluster` gives the
-process its environment back once the workers have started.
+``benchmarks/bench_scale.py`` and ``h5mdx example``). The nannies of :func:`local_cluster`
+give the process its environment back each time they have started a worker: at the start,
+and when a worker is restarted (``Client.restart``, a worker that died or ran out of
+memory).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,18 +43,51 @@ def _nanny_environ_names() -> list[str]:
     return sorted(names)
 
 
+_kept = threading.Lock()
+_starts = 0  # worker starts under way in this process, of any cluster
+_before: dict[str, str | None] = {}
+
+
 @contextlib.contextmanager
 def _environ_restored(names: list[str]) -> Iterator[None]:
-    """Inside the block the variables ``names`` may change; after it they are as before."""
-    before = {name: os.environ.get(name) for name in names}
+    """Inside the block the variables ``names`` may change; after it they are as before.
+
+    Blocks may overlap (the nannies of a cluster start their workers concurrently on one
+    event loop, several clusters on several): the first to enter saves the variables, the
+    last to leave restores them, so that no block saves another's changes as the original.
+    """
+    global _starts, _before
+    with _kept:
+        if _starts == 0:
+            _before = {name: os.environ.get(name) for name in names}
+        _starts += 1
     try:
         yield
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        with _kept:
+            _starts -= 1
+            if _starts == 0:
+                for name, value in _before.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+
+
+@functools.cache
+def _nanny_class() -> type:
+    """``distributed.Nanny`` whose every worker start leaves this process's environment."""
+    from distributed import Nanny
+
+    class EnvironKeepingNanny(Nanny):
+        async def instantiate(self) -> Any:  # the start, restarts and respawns
+            names = sorted(set(_nanny_environ_names()) | set(self.pre_spawn_env))
+            with _environ_restored(names):
+                return await super().instantiate()
+
+    EnvironKeepingNanny.__module__ = __name__
+    EnvironKeepingNanny.__qualname__ = "EnvironKeepingNanny"
+    return EnvironKeepingNanny
 
 
 def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any) -> Any:
@@ -72,7 +109,7 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     distributed.LocalCluster
         Use it as a context manager, or close it. The workers start with distributed's
         ``pre-spawn-environ`` variables; this process keeps its own environment (see the
-        module's docstring), except while a nanny restarts a worker later.
+        module's docstring), also when a worker is restarted later.
     """
     distributed = import_optional("distributed", "a local cluster of worker processes")
     options: dict[str, Any] = {
@@ -84,5 +121,7 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     if not dashboard:
         options["scheduler_kwargs"] = {"dashboard": False}
     options.update(kwargs)
+    if options["processes"]:
+        options.setdefault("worker_class", _nanny_class())
     with _environ_restored(_nanny_environ_names()):
         return distributed.LocalCluster(**options)
