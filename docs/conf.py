@@ -114,6 +114,10 @@ h5mdx_results = [
      "--rss-frames 0 --tag=-2core-100k"),
     ("blocks.md", "RMSD against the dask block size (2 cores)",
      "python benchmarks/bench_blocks.py --workers 1,2"),
+    ("blocks-large.md", "RMSD against the dask block size, 128 MiB to 1 GiB (2 cores, "
+     "100,000 frames): why streamed blocks go up to 512 MiB",
+     "python benchmarks/bench_blocks.py --frames 100000 --workers 1,2 --repeats 5 "
+     "--mib 128,256,512,1024 --tag=-large"),
     ("steps.md", "One worker's RMSD against the size of each read (2 cores)",
      "python benchmarks/bench_steps.py"),
     ("kernel.md", "The RMSD kernels alone, in memory, one core: h5mdx, MDTraj, MDAnalysis",

@@ -236,3 +236,47 @@ def test_chunk_mib_sets_the_blocks_in_place_of_the_engines(adk_h5md_blocked, exp
         np.testing.assert_array_equal(small.values, default.values)
         with pytest.raises(ValueError, match="chunk_mib must be positive"):
             h5mdx.rmsd(ds.position, select="name CA", chunk_mib=0)
+
+
+def _sparse_trajectory(path, n_frames, n_atoms, **kwargs):
+    """An H5MD file of ``n_frames`` frames whose chunks are never written (all zero): its
+    size on disk is that of its metadata, whatever its length."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f["h5md"].create_group("author").attrs["name"] = "test"
+        f["h5md"].create_group("creator").attrs["name"] = "test"
+        g = f.create_group("particles/trajectory/position")
+        g.create_dataset("value", shape=(n_frames, n_atoms, 3), dtype=np.float32,
+                         chunks=(100, n_atoms, 3), **kwargs)
+        g.create_dataset("step", data=np.arange(n_frames))
+        g.create_dataset("time", data=np.arange(n_frames, dtype=np.float64))
+    return str(path)
+
+
+@pytest.mark.parametrize("workers, blocks, mib", [
+    (2, 8, (448, 512)),  # 3,823 MiB: 4 rounds of 2 tasks, the largest blocks
+    (16, 32, (112, 128)),  # 4 rounds would be 60 MiB: 128 MiB, shared out as 2 rounds
+    (1, 8, (448, 512)),
+])
+def test_streamed_blocks_are_large_but_leave_rounds_per_worker(tmp_path, monkeypatch, workers,
+                                                               blocks, mib):
+    """Tasks that stream an uncompressed file 4 MiB at a time get blocks of up to 512 MiB
+    (fewer tasks, less scheduler time), no larger than leaves each worker 4 rounds, never
+    below 128 MiB; compressed chunks keep the engine's 128 MiB blocks."""
+    from h5mdx.format import h5md
+
+    monkeypatch.setattr(h5md, "MAX_ABSENT_ELEMENTS", 2**40)  # a 4 GB file never written
+    frame_mib = 3341 * 3 * 4 / 2**20
+    plain = _sparse_trajectory(tmp_path / "plain.h5md", 100_000, 3341)
+    packed = _sparse_trajectory(tmp_path / "gzip.h5md", 100_000, 3341, compression="gzip")
+    with dask.config.set(scheduler="threads", num_workers=workers):
+        with xr.open_dataset(plain, engine="h5md") as ds:
+            chunks = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0]
+        assert len(chunks) == blocks
+        assert all(c % 100 == 0 for c in chunks[:-1])  # whole HDF5 chunks
+        assert mib[0] <= max(chunks) * frame_mib <= mib[1]
+        with xr.open_dataset(packed, engine="h5md") as ds:
+            chunks = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0]
+        assert max(chunks) * frame_mib <= 128

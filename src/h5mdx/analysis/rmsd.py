@@ -31,6 +31,7 @@ from h5mdx.engine.chunking import (
     READ_STEP_BYTES,
     balanced_block,
     read_step,
+    stream_target_mib,
     time_block,
 )
 from h5mdx.engine.frames import FrameReader, frame_reader
@@ -360,6 +361,11 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
         raise ValueError(f"chunk_mib must be positive, not {chunk_mib!r}")
     pref = position.encoding.get("preferred_chunks", {}).get(TIME_DIM)
     chunks = position.encoding.get("chunksizes")
+    # a task that streams its block from the file holds one read at a time: a large block
+    # costs no memory, and fewer tasks cost the scheduler less (STREAM_TARGET_MIB)
+    workers = _worker_count()
+    if chunk_mib is None and _read_step(position) is not None:
+        chunk_mib = stream_target_mib(position.size * position.dtype.itemsize, workers)
     if chunk_mib is None and isinstance(pref, (int, np.integer)) and pref > 0:
         block = int(pref)
     else:  # blocks of whole frames, as the engine's preferred block is
@@ -368,7 +374,6 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
             position.dtype.itemsize, chunks,
             DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib,
         )
-    workers = _worker_count()
     if workers is None:
         return block
     chunk = int(chunks[position.dims.index(TIME_DIM)]) if chunks else 1
@@ -498,16 +503,19 @@ def rmsd(
     kernel : {"auto", "numpy", "numba"}
         The QCP implementation (see :func:`h5mdx.analysis.qcp.rmsd_qcp`).
     frames_per_block : int, optional
-        Frames per task where ``position`` is not dask-backed; default: the
-        engine's preferred block (whole HDF5 chunks, ~``chunk_mib`` MiB), made
-        smaller where that gives the default scheduler's workers (a default
-        ``distributed`` client's threads, dask's ``num_workers``, or the CPU count)
-        an equal number of tasks each (:func:`h5mdx.engine.chunking.balanced_block`).
+        Frames per task where ``position`` is not dask-backed; default: where the tasks
+        stream their frames from the file a few MiB at a time (positions stored
+        uncompressed), whole HDF5 chunks of 128-512 MiB, the largest that gives each
+        worker 4 rounds of tasks (:func:`h5mdx.engine.chunking.stream_target_mib`); else
+        the engine's preferred block (~``chunk_mib`` MiB of ``open_dataset``); made
+        smaller where that gives the
+        default scheduler's workers (a default ``distributed`` client's threads, dask's
+        ``num_workers``, or the CPU count) an equal number of tasks each
+        (:func:`h5mdx.engine.chunking.balanced_block`).
     chunk_mib : float, optional
         Target block size in MiB of whole frames (then shared out as above), in place of
-        the engine's preferred block (``open_dataset(..., chunk_mib=)``, 128 MiB by
-        default). Larger blocks mean fewer tasks, each costing the scheduler a few ms
-        (``benchmarks/bench_tasks.py``); smaller ones, finer load balance.
+        the default above. Larger blocks mean fewer tasks, each costing the scheduler a
+        few ms (``benchmarks/bench_tasks.py``); smaller ones, finer load balance.
 
     Returns
     -------

@@ -40,7 +40,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "dask-mpi, formerly 'mpi', under mpirun)")
     p.add_argument("--chunk-mib", type=float, default=None, metavar="M",
                    help="target size of one task's block in MiB, in whole HDF5 chunks "
-                        "along time (default 128)")
+                        "along time (default: 128-512, the largest that leaves each worker "
+                        "4 rounds of tasks, where tasks stream an uncompressed file; "
+                        "else 128)")
     p.add_argument("--frames-per-block", type=int, default=None,
                    help="frames per task (overrides --chunk-mib)")
     p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto")
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             ds, select=args.select, reference=args.reference, weights=args.weights,
             superposition=not args.no_superposition, scheduler=args.scheduler,
             workers=args.workers, frames_per_block=args.frames_per_block,
-            kernel=args.kernel, progress=not args.no_progress, timing=args.timing,
+            chunk_mib=getattr(args, "chunk_mib", None), kernel=args.kernel, progress=not args.no_progress, timing=args.timing,
             args=args,
         )
     write_outputs(result, args.out, args.plot)

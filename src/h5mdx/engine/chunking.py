@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["DEFAULT_TARGET_MIB", "READ_STEP_BYTES", "balanced_block", "read_step",
-           "time_block"]
+__all__ = ["DEFAULT_TARGET_MIB", "READ_STEP_BYTES", "STREAM_ROUNDS", "STREAM_TARGET_MIB",
+           "balanced_block", "read_step", "stream_target_mib", "time_block"]
 
 #: Default target size of one dask block along ``time``, in MiB: dask's own default
 #: (``array.chunk-size``, 128 MiB). A task that reads a block a few MiB at a time
@@ -14,6 +14,21 @@ __all__ = ["DEFAULT_TARGET_MIB", "READ_STEP_BYTES", "balanced_block", "read_step
 #: 1.14-1.27x the RMSD throughput of 32 MiB ones on dask's process pool and
 #: ``distributed`` (1 and 2 workers, 2-core AMD EPYC; ``benchmarks/bench_blocks.py``).
 DEFAULT_TARGET_MIB = 128.0
+
+#: Largest target size of one task's block where the task streams it from the file a few
+#: MiB at a time (:func:`h5mdx.rmsd` of positions opened without ``chunks=``, stored
+#: uncompressed): its memory is that of one read however large the block, so only the
+#: scheduler's cost per task and the load balance are left to weigh
+#: (:func:`stream_target_mib`). 512 MiB blocks gave 1.05-1.14x the RMSD throughput of
+#: 128 MiB ones on dask's process pool and ``distributed`` (1 and 2 workers, 100,000
+#: frames, 2-core AMD EPYC), the threaded scheduler 0.95-1.03x
+#: (``benchmarks/bench_blocks.py --mib 128,256,512,1024``: results/blocks-large.md).
+STREAM_TARGET_MIB = 512.0
+
+#: Rounds of tasks per worker that streamed blocks keep at least, down to
+#: ``DEFAULT_TARGET_MIB``: a slow task (a straggler) then holds up a quarter of its
+#: worker's share, and ``distributed`` has tasks left to move to idle workers.
+STREAM_ROUNDS = 4
 
 #: Bytes a task (or an MPI rank) reads at a time: small enough to stay in the CPU cache
 #: (L3) for the kernel; 4 MiB measured best of 2, 4 and 8 MiB on the 2-core AMD EPYC
@@ -63,6 +78,40 @@ def time_block(
     step = max(1, step)
     frames = max(step, (target_frames // step) * step)
     return min(frames, n_frames)
+
+
+def stream_target_mib(total_bytes: int, workers: int | None) -> float:
+    """Target block size (MiB) for tasks that stream their blocks from the file.
+
+    As large as :data:`STREAM_TARGET_MIB`, for fewer tasks, but no larger than gives each
+    of ``workers`` :data:`STREAM_ROUNDS` rounds of tasks, and never below
+    :data:`DEFAULT_TARGET_MIB`.
+
+    Parameters
+    ----------
+    total_bytes : int
+        Bytes the tasks read in all.
+    workers : int or None
+        Tasks the scheduler runs at once; None (unknown): :data:`DEFAULT_TARGET_MIB`.
+
+    Returns
+    -------
+    float
+        MiB.
+
+    Examples
+    --------
+    >>> stream_target_mib(4 * 2**30, 2)  # 4 GiB on 2 workers: 4 rounds of 512 MiB
+    512.0
+    >>> stream_target_mib(4 * 2**30, 16)  # on 16: 128 MiB, 2 rounds
+    128.0
+    >>> stream_target_mib(2**40, 16)  # 1 TiB
+    512.0
+    """
+    if workers is None or workers < 1:
+        return DEFAULT_TARGET_MIB
+    per_round = total_bytes / 2**20 / (workers * STREAM_ROUNDS)
+    return float(min(STREAM_TARGET_MIB, max(DEFAULT_TARGET_MIB, per_round)))
 
 
 def read_step(frame_bytes: int, chunk_frames: int | None,

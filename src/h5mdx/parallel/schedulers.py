@@ -119,16 +119,17 @@ def compute(client: Any, result: Any, enabled: bool) -> Any:
 def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
                  superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
                  frames_per_block: int | None = None, kernel: str = "auto",
-                 progress: bool = True, timing: str | None = None, args: Any = None
-                 ) -> tuple[Any, float]:
+                 progress: bool = True, timing: str | None = None, args: Any = None,
+                 chunk_mib: float | None = None) -> tuple[Any, float]:
     """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds).
 
     With ``timing`` (a directory), per-task timing records go to ``timing/timing.csv``.
+    ``frames_per_block`` and ``chunk_mib`` as for :func:`h5mdx.rmsd` (None: its defaults).
     """
     with scheduler_context(scheduler, workers, args) as client:
         lazy = ds.md.rmsd(reference, select=select, weights=weights,
                           superposition=superposition, frames_per_block=frames_per_block,
-                          kernel=kernel)
+                          chunk_mib=chunk_mib, kernel=kernel)
         t0 = time.perf_counter()
         if timing:
             from h5mdx.timing import capture
