@@ -95,7 +95,7 @@ h5mdx_results = [
     ("scale-2core-paired-hdf5-1.10.md",
      "Scaling against the N-process read floor, paired, with h5py built on HDF5 1.10.8 by "
      "setup.sh --mpi (it reads whole 4 MiB chunks at memory speed: the c100 floor is "
-     "1.8-2.7x HDF5 2.0's)",
+     "1.5-2.1x HDF5 2.0's)",
      "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
      "--rss-frames 0 --tag=-2core-paired-hdf5-1.10"),
     ("scale-2core.md", "Scaling against the N-process read floor, not paired: the floor's "
