@@ -231,7 +231,7 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     import distributed
     import xarray as xr
-    from bench_scale import interleaved
+    from bench_scale import _timed, interleaved
 
     import h5mdx
     from h5mdx.examples import floor_reader
@@ -247,22 +247,14 @@ def main() -> None:
             path = build(os.path.join(DATA, f"adk-{n}-{layout}.h5md"), frames, n, layout)
             gb = os.path.getsize(path) / 1e9
             ref = h5mdx_rmsd(path, topology, client)
-
-            def run_h5mdx(p: str = path) -> float:
-                t0 = time.perf_counter()
-                h5mdx_rmsd(p, topology, client)
-                return time.perf_counter() - t0
-
             with floor_reader(path, workers=2) as read, \
                     xr.open_dataset(path, engine="h5md", topology=topology) as ds:
-
-                def run_opened(ds: xr.Dataset = ds) -> float:
-                    t0 = time.perf_counter()
-                    client.compute(h5mdx.rmsd(ds.position, select="name CA")).result()
-                    return time.perf_counter() - t0
-
-                rounds = interleaved({"floor": lambda: read()[0], "h5mdx": run_h5mdx,
-                                      "opened": run_opened}, args.repeats, rotate=True)
+                rounds = interleaved({
+                    "floor": lambda: read()[0],
+                    "h5mdx": lambda p=path: _timed(lambda: h5mdx_rmsd(p, topology, client)),
+                    "opened": lambda ds=ds: _timed(lambda: client.compute(
+                        h5mdx.rmsd(ds.position, select="name CA")).result()),
+                }, args.repeats, rotate=True)
             t_floor = statistics.median(rounds["floor"])
             t_h5mdx = statistics.median(rounds["h5mdx"])
             vs_floor = [f / h for f, h in zip(rounds["floor"], rounds["h5mdx"], strict=True)]

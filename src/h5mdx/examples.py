@@ -317,10 +317,8 @@ def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
 
     Parameters
     ----------
-    path : path-like
-        An H5MD file with ``particles/trajectory/position``.
-    workers : int, default 1
-        Reading processes.
+    path, workers
+        As for :func:`floor_reader`.
     repeats : int, default 2
         Timed reads.
 

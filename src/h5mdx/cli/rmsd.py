@@ -92,23 +92,22 @@ def run(args: argparse.Namespace) -> int:
 
     from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 
-    chunk_mib = getattr(args, "chunk_mib", None)
-    if chunk_mib is None:
-        chunk_mib = DEFAULT_TARGET_MIB
-    elif chunk_mib <= 0:
+    chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
+    if chunk_mib is not None and chunk_mib <= 0:
         print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     with xr.open_dataset(args.trajectory, engine="h5md", group=args.group,
                          topology=args.topology, convert_units=True,
-                         chunk_mib=chunk_mib) as ds:
+                         chunk_mib=DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib
+                         ) as ds:
         t_open = time.perf_counter() - t0
         result, seconds = compute_rmsd(
             ds, select=args.select, reference=args.reference, weights=args.weights,
             superposition=not args.no_superposition, scheduler=args.scheduler,
             workers=args.workers, frames_per_block=args.frames_per_block,
-            chunk_mib=getattr(args, "chunk_mib", None), kernel=args.kernel, progress=not args.no_progress, timing=args.timing,
-            args=args,
+            chunk_mib=chunk_mib, kernel=args.kernel, progress=not args.no_progress,
+            timing=args.timing, args=args,
         )
     write_outputs(result, args.out, args.plot)
     n = result.sizes["time"]
