@@ -98,6 +98,17 @@ h5mdx_results = [
      "1.5-2.1x HDF5 2.0's)",
      "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
      "--rss-frames 0 --tag=-2core-paired-hdf5-1.10"),
+    ("scale-bind-before.md",
+     "A/B, before: RMSD tasks whose every 4 MiB read checks the file on disk and looks "
+     "up its direct reader (lazy open, distributed and threads, 2 cores, h5py from PyPI)",
+     "PYTHONPATH=<checkout of 00dce9e>/src python benchmarks/bench_scale.py --frames 100000 "
+     "--workers 1,2 --repeats 5 --opens lazy --schedulers distributed,threads "
+     "--rss-frames 0 --tag=-bind-before"),
+    ("scale-bind-after.md",
+     "A/B, after: each task binds its reader once (FrameReader.bind), run right after "
+     "the one before",
+     "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
+     "--opens lazy --schedulers distributed,threads --rss-frames 0 --tag=-bind-after"),
     ("scale-2core.md", "Scaling against the N-process read floor, not paired: the floor's "
      "best of 5 (one call into a new array) measured first (2 cores, h5py from PyPI)",
      "python benchmarks/bench_scale.py --frames 30000 --workers 1,2 --repeats 5 "

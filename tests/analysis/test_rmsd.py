@@ -76,6 +76,17 @@ def read_log(monkeypatch):
         return original(self, key)
 
     monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "_getitem", logged)
+    rows_reader = h5mdx.engine.backend.H5MDArray.rows_reader
+
+    def logged_rows(self, first, rest):  # a task's reads (engine.frames.FrameReader.bind)
+        read = rows_reader(self, first, rest)
+
+        def logged_read(a, b):
+            keys.append((slice(first + a, first + b, 1), *rest))
+            return read(a, b)
+        return logged_read
+
+    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "rows_reader", logged_rows)
     return keys
 
 

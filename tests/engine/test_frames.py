@@ -140,3 +140,76 @@ def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
         assert phases == [["warmup"]]  # inside the warm-up phase, before any read
         assert out.shape == (40,) and out[0] < 1e-4
         assert isinstance(direct.cached(path, name), planned)
+
+
+def test_bound_reads_equal_calls(adk_h5md, adk_positions, tmp_path):
+    """A task's bound reader (the direct reader found once) reads what each call reads,
+    along every axis, with unit scaling and fill values."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        block = ds.position.variable[30:70]
+        for var, want in ((block, adk_positions[30:70]),
+                          (block[10:20, 100:200, 1:3], adk_positions[40:50, 100:200, 1:3])):
+            read = frame_reader(var)
+            bound = read.bind()
+            for a, b in ((0, 1), (0, 10), (3, 7), (9, 10), (5, 5)):
+                np.testing.assert_array_equal(bound(a, b), want[a:b])
+                np.testing.assert_array_equal(bound(a, b), read(a, b))
+    value = np.arange(5 * 4 * 3, dtype=np.float32).reshape(5, 4, 3)
+    value[2, 1, 0] = -1.0
+    path = write_h5md(tmp_path / "nm.h5md", particles={"all": {"position": dict(
+        value=value, step=np.arange(5), unit="nm", fillvalue=-1.0)}})
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        got = frame_reader(ds.position.variable).bind()(1, 4)
+        np.testing.assert_array_equal(got, ds.position.variable[1:4].values)
+        assert np.isnan(got[1, 1, 0]) and got[0, 0, 0] == pytest.approx(10 * value[1, 0, 0])
+
+
+def test_bound_reader_turns_to_h5py_at_an_unallocated_chunk(tmp_path):
+    """A chunk never written (its values are the fill value) is found in the middle of a
+    task: that read and the task's next ones go through h5py, with the same values."""
+    import h5py
+
+    from h5mdx.format import direct
+
+    pos = np.random.default_rng(5).normal(size=(40, 6, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "holes.h5md", particles={"all": {"position": dict(
+        value=pos, step=np.arange(40))}})
+    name = "/particles/all/position/value"
+    with h5py.File(path, "r+") as f:
+        del f[name]
+        d = f.create_dataset(name, shape=pos.shape, dtype="f4", chunks=(10, 6, 3),
+                             fillvalue=0.0)
+        d[:20] = pos[:20]  # the chunks of frames 20-39 stay unallocated
+    with xr.open_dataset(path, engine="h5md") as ds:
+        var = ds.position.variable
+        read = frame_reader(var)
+        read.warm()
+        bound = read.bind()
+        np.testing.assert_array_equal(bound(0, 20), pos[:20])
+        if direct.enabled():
+            assert isinstance(direct.cached(path, name), direct.DirectReader)
+        np.testing.assert_array_equal(bound(15, 30), var[15:30].values)
+        np.testing.assert_array_equal(bound(15, 30)[:5], pos[15:20])
+        assert np.isnan(bound(30, 40)).all()  # the fill value, as NaN
+        if direct.enabled():
+            assert direct.cached(path, name) is None  # h5py reads this dataset from now on
+        np.testing.assert_array_equal(bound(0, 10), pos[:10])
+
+
+def test_each_bind_sees_a_file_rewritten_on_disk(tmp_path):
+    """The check that the file is unchanged moves from each read to each bind (each task):
+    the next task reads the new file."""
+    import os
+
+    first = np.zeros((20, 5, 3), dtype=np.float32)
+    path = write_h5md(tmp_path / "re.h5md", particles={"all": {"position": dict(
+        value=first, step=np.arange(20), chunks=(5, 5, 3))}})
+    with xr.open_dataset(path, engine="h5md", cache=False) as ds:
+        read = frame_reader(ds.position.variable)
+        np.testing.assert_array_equal(read.bind()(0, 20), first)
+        ds.close()
+        second = np.ones((20, 5, 3), dtype=np.float32)
+        os.unlink(path)  # a new inode, as a writer that replaces the file atomically leaves
+        write_h5md(path, particles={"all": {"position": dict(
+            value=second, step=np.arange(20), chunks=(5, 5, 3))}})
+        np.testing.assert_array_equal(read.bind()(0, 20), second)

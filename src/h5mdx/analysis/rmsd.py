@@ -216,16 +216,15 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     n = stop - start
     step = n if not step else step
     out = np.empty(n, dtype=np.float64)
-    if isinstance(block, FrameReader):
-        read = block
-    else:
-        def read(a: int, b: int) -> np.ndarray:
-            return np.asarray((block[a:b] if b - a < n else block).values)
+    def read(a: int, b: int) -> np.ndarray:
+        return np.asarray((block[a:b] if b - a < n else block).values)
+
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("warmup"):  # once per process: the kernel, where the chunks lie
             warm_up(kernel)
             if isinstance(block, FrameReader):
                 block.warm()
+                read = block.bind()  # the direct reader found once per task
         # ``atoms``: the selected atoms of whole frames, read in place
         qcp = prepare(ref_c, w, superposition, kernel, reference_centered=True, atoms=atoms)
         for a in range(0, n, step):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import h5py
@@ -157,7 +157,11 @@ class H5MDArray(BackendArray):
         data = self._read_direct(key)
         if data is None:
             data = self._read_locked(key)
-        # every read above fills an array of its own (or a task's scratch buffer): change it
+        return self._finish(data)
+
+    def _finish(self, data: np.ndarray) -> np.ndarray:
+        """The values read, with fill values as NaN and the unit scaling applied."""
+        # every read fills an array of its own (or a task's scratch buffer): change it
         # where it lies, as a fresh 4 MiB array per read costs a distributed worker an mmap
         # and its page faults each time (MALLOC_TRIM_THRESHOLD_)
         if self.fillvalue is not None and data.dtype.kind == "f":
@@ -172,6 +176,41 @@ class H5MDArray(BackendArray):
             else:  # integers stored, floats served
                 data = (data * self.scale).astype(self.dtype, copy=False)
         return data
+
+    def rows_reader(self, first: int,
+                    rest: tuple[slice, ...]) -> Callable[[int, int], np.ndarray]:
+        """A reader of rows ``first + a`` to ``first + b`` (``rest`` on the other axes).
+
+        For one task's run of reads (:class:`~h5mdx.engine.frames.FrameReader`): the
+        dataset's direct reader is looked up once here, with the check that the file is
+        unchanged on disk, instead of at every read; so is whether direct reads are on.
+        Each read is then what ``_getitem`` of the same slices gives.
+
+        Parameters
+        ----------
+        first : int
+            The dataset's row that is the reader's row 0.
+        rest : tuple of slice
+            ``slice(start, stop, 1)`` within the shape, one per other axis.
+
+        Returns
+        -------
+        callable
+            ``read(a, b)``, ``0 <= a <= b``, ``first + b`` at most the number of rows.
+        """
+        reader = self._direct_reader() if _direct.enabled() else None
+
+        def read(a: int, b: int) -> np.ndarray:
+            nonlocal reader
+            box = (slice(first + a, first + b, 1), *rest)
+            if reader is not None:
+                data = self._read_box(reader, box, box)
+                if data is not None:
+                    return self._finish(data)
+                reader = None  # something unusual: h5py reads the rest
+            return self._finish(self._read_locked(box))
+
+        return read
 
     def _filename(self) -> str | None:
         return self.filename
@@ -216,13 +255,20 @@ class H5MDArray(BackendArray):
         reader = self._direct_reader()
         if reader is None:
             return None
+        data = self._read_box(reader, box, key)
+        return None if data is None else data[rest]
+
+    def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
+                  key: tuple) -> np.ndarray | None:
+        """``box`` read by ``reader`` (for ``key``, named in errors); None where the
+        dataset turns out to need h5py."""
         try:
             missing = reader.missing(box)
             if missing:
                 with self.lock:
                     located = locate_chunks(self._dataset(), missing)
                 reader.add_locations(located)
-            return reader.read(box)[rest]
+            return reader.read(box)
         except _direct.Unsupported:
             _direct.forget(reader)
             return None
