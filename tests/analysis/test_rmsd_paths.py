@@ -280,3 +280,8 @@ def test_streamed_blocks_are_large_but_leave_rounds_per_worker(tmp_path, monkeyp
         with xr.open_dataset(packed, engine="h5md") as ds:
             chunks = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0]
         assert max(chunks) * frame_mib <= 128
+    # a scheduler whose workers are unknown (a plain function): the open's chunk_mib stands
+    with dask.config.set(scheduler=dask.get):
+        with xr.open_dataset(plain, engine="h5md", chunk_mib=300) as ds:
+            chunks = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0]
+        assert 250 <= max(chunks) * frame_mib <= 300

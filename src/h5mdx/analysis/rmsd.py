@@ -363,7 +363,8 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     # a task that streams its block from the file holds one read at a time: a large block
     # costs no memory, and fewer tasks cost the scheduler less (STREAM_TARGET_MIB)
     workers = _worker_count()
-    if chunk_mib is None and _read_step(position) is not None:
+    # where the workers are unknown, the open's preferred block (its ``chunk_mib``) stands
+    if chunk_mib is None and workers is not None and _read_step(position) is not None:
         chunk_mib = stream_target_mib(position.size * position.dtype.itemsize, workers)
     if chunk_mib is None and isinstance(pref, (int, np.integer)) and pref > 0:
         block = int(pref)
@@ -505,9 +506,9 @@ def rmsd(
         Frames per task where ``position`` is not dask-backed; default: where the tasks
         stream their frames from the file a few MiB at a time (positions stored
         uncompressed), whole HDF5 chunks of 128-512 MiB, the largest that gives each
-        worker 4 rounds of tasks (:func:`h5mdx.engine.chunking.stream_target_mib`); else
-        the engine's preferred block (~``chunk_mib`` MiB of ``open_dataset``); made
-        smaller where that gives the
+        worker 4 rounds of tasks (:func:`h5mdx.engine.chunking.stream_target_mib`); else,
+        or where the scheduler's workers are unknown, the engine's preferred block
+        (~``chunk_mib`` MiB of ``open_dataset``); made smaller where that gives the
         default scheduler's workers (a default ``distributed`` client's threads, dask's
         ``num_workers``, or the CPU count) an equal number of tasks each
         (:func:`h5mdx.engine.chunking.balanced_block`).
