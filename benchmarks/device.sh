@@ -12,6 +12,12 @@
 # E.g., each call under the tool's 10 minutes:
 #   run(command="bash benchmarks/device.sh run bench_scale --layouts c100 --tag=-16core-c100",
 #       carry=[".whl"])
+# Where a session has 15 minutes of device time in all (starting the machine included),
+# one call covers items 2-3 of issue 14 on all three layouts (3 x 4 GB written in ~75 s;
+# the grid on 2 cores takes ~1/3 of the full one's 8.5 min at N=1,2):
+#   run(command="bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16
+#       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0
+#       --tag=-16core", carry=[".whl"], timeout_s=560)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
