@@ -42,15 +42,16 @@ STEP = (4 << 20) // (bs.N_ATOMS * 12)  # whole frames in a task's 4 MiB read
 
 
 def _reader(path: str) -> tuple[Any, Any]:
-    """The frame reader of the positions, and their DirectReader with every chunk located."""
+    """A task's bound reader of the positions, and their DirectReader, every chunk located."""
     import xarray as xr
 
     from h5mdx.engine.frames import frame_reader
     from h5mdx.format import direct
 
     ds = xr.open_dataset(path, engine="h5md")
-    read = frame_reader(ds.position.variable)
-    read(0, 1)  # planned
+    frames = frame_reader(ds.position.variable)
+    frames.warm()  # planned
+    read = frames.bind()  # as a task reads: the reader found once
     reader = direct.cached(path, ds.position.encoding["h5md_path"] + "/value")
     assert isinstance(reader, direct.DirectReader) and reader._starts is not None
     reader.missing(tuple(slice(0, n) for n in reader.shape))  # every chunk located

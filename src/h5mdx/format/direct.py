@@ -90,6 +90,9 @@ TREE_CHUNKS = 16384
 
 #: Chunks of a read up to which its runs are found in a Python loop rather than numpy
 _FEW = 16
+#: Entries of a chunk offset table per window whose runs and unlocated chunks are listed
+#: at once (``DirectReader._window``): ~10 µs to list, a few reads' worth of chunks
+_WINDOW = 4096
 
 _DEFLATE = h5py.h5z.FILTER_DEFLATE
 _SHUFFLE = h5py.h5z.FILTER_SHUFFLE
@@ -180,10 +183,19 @@ class DirectReader:
     #: Chunks spanning whole rows, unfiltered: the byte offset of each chunk along axis 0
     #: (-1: not located yet), from which a read finds its runs of adjacent chunks
     _starts: np.ndarray | None = field(default=None, repr=False)
+    #: Counts the changes of ``_starts``: with its identity, the key of ``_runs``
+    _version: int = field(default=0, repr=False)
+    #: window -> ``(key, ends, holes)`` derived from ``_starts`` (see :meth:`_window`)
+    _runs: dict[int, tuple[Any, np.ndarray, np.ndarray]] = field(default_factory=dict,
+                                                                repr=False)
+    #: Whether the storage holds whole rows of axis 0: contiguous, or unfiltered chunks
+    #: spanning every other axis (read by runs of rows)
+    _by_rows: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.chunks is not None and not self.filters and self._whole_row_chunks():
             self._starts = np.full(-(-self.shape[0] // self.chunks[0]), -1, dtype=np.int64)
+        self._by_rows = self.chunks is None or self._starts is not None
 
     # -- file descriptor ------------------------------------------------------------------
     def _descriptor(self) -> int:
@@ -261,16 +273,53 @@ class DirectReader:
             c0, n = self.chunks[0], box[0].stop - box[0].start
             if n <= 0:
                 return []
-            i0 = box[0].start // c0
-            seg = self._starts[i0:(box[0].stop - 1) // c0 + 1]
-            if len(seg) <= _FEW:  # numpy's fixed cost is more than a few chunks' loop
-                if -1 not in seg.tolist():
-                    return []
-            elif seg.min() >= 0:
-                return []
+            i0, i1 = box[0].start // c0, (box[0].stop - 1) // c0
             tail = (0,) * (len(self.shape) - 1)
-            return [((int(i) + i0) * c0, *tail) for i in np.flatnonzero(seg < 0)]
+            if i1 - i0 < _FEW:  # numpy's fixed cost is more than a few chunks' loop
+                seg = self._starts[i0:i1 + 1].tolist()
+                if -1 not in seg:
+                    return []
+                return [((i + i0) * c0, *tail) for i, at in enumerate(seg) if at < 0]
+            return [(i * c0, *tail) for i in self._among(1, i0, i1 + 1)]
         return [c for c in self._chunk_coords(box) if c not in self._index]
+
+    def _window(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ends, holes)`` among the chunks ``w * _WINDOW`` to ``(w + 1) * _WINDOW - 1``.
+
+        Sorted chunk indices. ``ends``: chunks that end a run of chunks lying end to end on
+        disk (the next one does not start where it ends, or either is not located yet);
+        ``holes``: chunks not located yet. A read then finds its runs and its missing
+        chunks by binary searches, not by a pass over its chunks (~100 for a 4 MiB read of
+        one-frame chunks). Derived from ``_starts`` once per window, and again where the
+        table changed since (once per batch of chunks located), at ~10 µs a window however
+        long the table. A thread that derives them while another adds chunks keeps ends
+        and holes that are too many, never too few (new offsets count from the next
+        version on), so its reads stay correct.
+        """
+        starts = self._starts
+        assert starts is not None and self.chunks is not None
+        key = (id(starts), self._version)
+        hit = self._runs.get(w)
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+        lo = w * _WINDOW
+        hi = min(lo + _WINDOW, len(starts))
+        seg = starts[lo:hi + 1]  # and the next window's first: does the last chunk end a run?
+        step = self.chunks[0] * math.prod(self.shape[1:]) * self.dtype.itemsize
+        unlocated = seg < 0
+        ends = np.flatnonzero((np.diff(seg) != step) | unlocated[:-1] | unlocated[1:]) + lo
+        holes = np.flatnonzero(unlocated[:hi - lo]) + lo
+        self._runs[w] = (key, ends, holes)
+        return ends, holes
+
+    def _among(self, which: int, i0: int, i1: int) -> list[int]:
+        """Chunks ``i0 <= k < i1`` of the windows' ``ends`` (0) or ``holes`` (1)."""
+        found: list[int] = []
+        for w in range(i0 // _WINDOW, (i1 - 1) // _WINDOW + 1):
+            listed = self._window(w)[which]
+            a, b = listed.searchsorted((i0, i1)).tolist()
+            found += listed[a:b].tolist()
+        return found
 
     def add_locations(self,
                       located: dict[tuple[int, ...], tuple[int, int, int] | None]) -> None:
@@ -295,6 +344,7 @@ class DirectReader:
             self._index[coord] = where
             if starts is not None:
                 starts[coord[0] // c0] = where[0]
+        self._version += 1  # after the table's new entries (see _window)
 
     def _add_arrays(self, coords: np.ndarray, where: np.ndarray) -> None:
         """:meth:`add_locations` of chunks given as arrays (``ChunkTree.arrays``)."""
@@ -311,6 +361,7 @@ class DirectReader:
             raise Unsupported(f"chunk at {tuple(coords[wrong[0]].tolist())} holds "
                               f"{where[wrong[0], 1]} bytes, not {nbytes}")
         self._starts[coords[:, 0] // self.chunks[0]] = where[:, 0]  # no Python per chunk
+        self._version += 1  # after the table's new entries (see _window)
 
     def _chunk_coords(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
         assert self.chunks is not None
@@ -331,7 +382,7 @@ class DirectReader:
         """
         if any(s.stop <= s.start for s in box):
             return np.empty(tuple(max(0, s.stop - s.start) for s in box), dtype=self.dtype)
-        if self.chunks is None or (not self.filters and self._whole_row_chunks()):
+        if self._by_rows:
             rows = self._rows(box[0].start, box[0].stop)
             return rows[(slice(None), *box[1:])]
         out = np.empty(tuple(s.stop - s.start for s in box), dtype=self.dtype)
@@ -377,26 +428,27 @@ class DirectReader:
 
         With one-frame chunks a 4 MiB read spans ~100 chunks: looked up one by one in
         the index and merged in a loop, they kept a read holding the GIL for 118 µs (23 %
-        of a C-alpha task's time on one thread); from ``_starts``, 48 µs in all
+        of a C-alpha task's time on one thread); from ``_starts`` with numpy over the
+        read's chunks, 48 µs; from the runs listed per window of the table
+        (:meth:`_window`), 32 µs in all, with the task's per-read work
         (``benchmarks/bench_runs.py``).
         """
         assert self._starts is not None and self.chunks is not None
         c0 = self.chunks[0]
         i0, i1 = first // c0, (stop - 1) // c0
-        seg, step = self._starts[i0:i1 + 1], c0 * row
-        # chunk i0 + k ends a run where the next one does not start right after it
-        if len(seg) <= _FEW:  # numpy's fixed cost is more than a few chunks' loop
-            starts = seg.tolist()
-            ends = [k for k in range(len(starts) - 1) if starts[k + 1] != starts[k] + step]
-        else:
-            starts = seg
-            ends = np.flatnonzero(np.diff(seg) != step).tolist()
-        a = 0
-        for b in [*ends, i1 - i0]:  # chunks i0 + a .. i0 + b lie end to end on disk
-            lo, hi = max((i0 + a) * c0, first), min((i0 + b + 1) * c0, stop)
+        step, table = c0 * row, self._starts
+        # chunk k ends a run where chunk k + 1 does not start right after it
+        if i1 - i0 < _FEW:  # numpy's fixed cost is more than a few chunks' loop
+            seg = table[i0:i1 + 1].tolist()
+            ends = [i0 + k for k in range(len(seg) - 1) if seg[k + 1] != seg[k] + step]
+        else:  # from the runs of the table's windows (_window): binary searches
+            ends = self._among(0, i0, i1)
+        a = i0
+        for b in [*ends, i1]:  # chunks a .. b lie end to end on disk
+            lo, hi = max(a * c0, first), min((b + 1) * c0, stop)
             out_at = (lo - first) * row
             self._pread_into(flat[out_at:out_at + (hi - lo) * row],
-                             int(starts[a]) + (lo - (i0 + a) * c0) * row)
+                             table.item(a) + (lo - a * c0) * row)
             a = b + 1
 
     def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:
