@@ -232,7 +232,7 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     import distributed
     import xarray as xr
-    from bench_scale import _timed, interleaved
+    from bench_scale import _timed, interleaved, round_ratios
 
     import h5mdx
     from h5mdx.examples import floor_reader
@@ -266,13 +266,11 @@ def main() -> None:
             t_h5mdx = statistics.median(rounds["h5mdx"])
             t_mda = statistics.median(rounds["mda"])
             t_mda2 = statistics.median(rounds["mda2"])
-            vs_floor = [f / h for f, h in zip(rounds["floor"], rounds["h5mdx"], strict=True)]
-            vs_opened = [f / h for f, h in zip(rounds["floor"], rounds["opened"], strict=True)]
+            vs_floor = round_ratios(rounds["floor"], rounds["h5mdx"])
+            vs_opened = round_ratios(rounds["floor"], rounds["opened"])
             # frames/s of h5mdx over MDAnalysis' in the same round (MDAnalysis reads m frames)
-            x_mda = [(n / h) / (m / a) for h, a in zip(rounds["h5mdx"], rounds["mda"],
-                                                       strict=True)]
-            x_mda2 = [(n / h) / (m / a) for h, a in zip(rounds["h5mdx"], rounds["mda2"],
-                                                        strict=True)]
+            x_mda = [n / m * r for r in round_ratios(rounds["mda"], rounds["h5mdx"])]
+            x_mda2 = [n / m * r for r in round_ratios(rounds["mda2"], rounds["h5mdx"])]
             row = {
                 "layout": label, "file_gb": gb, "frames": n,
                 "io_floor_fps": n / t_floor, "h5mdx_fps": n / t_h5mdx,

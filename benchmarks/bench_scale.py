@@ -157,6 +157,15 @@ def interleaved(timers: dict[Any, Callable[[], float]], repeats: int,
     return times
 
 
+def round_ratios(reference: list[float], run: list[float]) -> list[float]:
+    """Each round's speed of ``run`` relative to ``reference``: their seconds' ratios.
+
+    Both lists come from the same rounds (:func:`interleaved`, :func:`paired_runs`), so
+    each ratio compares two timings of one spell of the machine.
+    """
+    return [r / x for r, x in zip(reference, run, strict=True)]
+
+
 def _warm_kernel() -> None:
     from h5mdx.analysis.qcp import warm_up
 
@@ -247,7 +256,7 @@ def paired_runs(args: argparse.Namespace, path: str, n: int,
     rows = []
     for (sched, mode, sel_name), ts in times.items():
         t = statistics.median(ts)
-        ratios = [f / x for f, x in zip(floor_t, ts, strict=True)]
+        ratios = round_ratios(floor_t, ts)
         rows.append({"scheduler": sched, "open": mode, "select": sel_name, "n": n,
                      "seconds": t, "times": ts, "frames_per_s": frames / t,
                      "ratios": ratios})
@@ -570,7 +579,7 @@ def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
             ts, floor_t = first_pass(path, warm, sel_name, args.repeats,
                                      floor=lambda: read()[0])
             t = statistics.median(ts)
-            ratios = [f / x for f, x in zip(floor_t, ts, strict=True)]
+            ratios = round_ratios(floor_t, ts)
             entry["h5mdx"].append({"scheduler": "first pass (new process)", "open": "lazy",
                                    "select": sel_name, "n": 1, "seconds": t, "times": ts,
                                    "frames_per_s": args.frames / t, "ratios": ratios})
