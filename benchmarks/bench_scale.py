@@ -33,7 +33,10 @@ each h5mdx run is instead divided by the floor read of its own round, and ``vs f
 the median of those ratios (the first pass likewise, each run after a floor read).
 Reported: frames/s (medians of ``--repeats`` rounds; the floor's best too), the ratio to the
 floor at the same N, S(N) and E(N) against the floor at N=1 and against h5mdx at N=1; and
-the peak RSS of one worker on a trajectory and on one 4x longer (``--rss-frames``).
+the peak RSS of one worker on a trajectory and on one 4x longer (``--rss-frames``);
+and, at the end, the runs judged against issue 14's targets (``TARGET``, 0.8x the floor at
+the same N): one worker on every scheduler, ``distributed`` at every N, ``threads`` at the
+largest N, with the runs below the bar listed lowest first.
 
 Results: ``benchmarks/results/scale.json``, ``scale.md`` and ``scale.png``
 (``--tag`` appends a suffix, e.g. the machine). Run:
@@ -62,6 +65,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 N_ATOMS = 3341
+#: Issue 14's bar: h5mdx at >= this fraction of the read floor at the same N.
+TARGET = 0.8
 N_TEMPLATES = 64
 DSET = "particles/trajectory/position/value"
 CHUNKS = {"c100": lambda n: (100, n, 3), "c1": lambda n: (1, n, 3), "contig": lambda n: None}
@@ -458,6 +463,62 @@ def derive(results: dict) -> None:
             r["efficiency"] = r["speedup"] / r["n"]
 
 
+def _num(x: float | None) -> str:
+    """A ratio of the report; ``-`` where it has no base (no run at N=1, no floor)."""
+    return "-" if x is None else f"{x:.2f}"
+
+
+def targets(results: dict) -> list[dict[str, Any]]:
+    """Issue 14's speed targets, judged on a run's rows (after :func:`derive`).
+
+    1. one worker (N=1), on every scheduler and open mode, both selections;
+    2. ``distributed`` at every N;
+    3. ``threads`` at the largest N run (the issue asks for 16 threads).
+
+    Each target: ``what``, the ``runs`` it covers (layout, row), how many ``meet`` it
+    (``vs_floor >= TARGET``), and the ``below`` ones, lowest first.
+    """
+    rows = [(name, r) for name, layout in results["layouts"].items()
+            for r in layout["h5mdx"] if r.get("vs_floor") is not None
+            and not r["scheduler"].startswith("first pass")]
+    threads = [r["n"] for _, r in rows if r["scheduler"] == "threads"]
+    most = max(threads, default=0)
+    picks = [
+        ("1. one worker (N=1), every scheduler", lambda r: r["n"] == 1),
+        ("2. distributed, every N", lambda r: r["scheduler"] == "distributed"),
+        (f"3. threads at N={most}, the most run (the issue: 16)",
+         lambda r: r["scheduler"] == "threads" and r["n"] == most),
+    ]
+    out = []
+    for what, pick in picks:
+        runs = [(name, r) for name, r in rows if pick(r)]
+        if not runs:
+            continue
+        below = sorted((x for x in runs if x[1]["vs_floor"] < TARGET),
+                       key=lambda x: x[1]["vs_floor"])
+        out.append({"what": what, "runs": runs, "meet": len(runs) - len(below),
+                    "below": below})
+    return out
+
+
+def _run_name(layout: str, r: dict[str, Any]) -> str:
+    return f"{layout} {r['scheduler']} {r['open']} {r['select']} N={r['n']}"
+
+
+def targets_markdown(results: dict) -> list[str]:
+    """The section of the report that judges :func:`targets`."""
+    judged = targets(results)
+    if not judged:
+        return []
+    lines = [f"## Against issue 14's targets (>= {TARGET}x the read floor at the same N)", "",
+             "| target | runs | meet it | below it, lowest first |", "|---|---|---|---|"]
+    for t in judged:
+        below = "; ".join(f"{_run_name(layout, r)}: {r['vs_floor']:.2f}"
+                          for layout, r in t["below"]) or "none"
+        lines.append(f"| {t['what']} | {len(t['runs'])} | {t['meet']} | {below} |")
+    return [*lines, ""]
+
+
 def markdown(results: dict) -> str:
     m = results["machine"]
     paired = any("times" in r for layout in results["layouts"].values()
@@ -504,8 +565,8 @@ def markdown(results: dict) -> str:
                                                          r["select"], r["n"])):
             lines.append(
                 f"| h5mdx {r['scheduler']}, {r['open']}, {r['select']} | {r['n']} | "
-                f"{r['frames_per_s']:,.0f} | {r['vs_floor']:.2f} | {r['speedup']:.2f} | "
-                f"{r['efficiency']:.2f} | {r['speedup_vs_floor1']:.2f} |")
+                f"{r['frames_per_s']:,.0f} | {_num(r['vs_floor'])} | {_num(r['speedup'])} | "
+                f"{_num(r['efficiency'])} | {_num(r['speedup_vs_floor1'])} |")
         lines.append("")
         if layout.get("breakdown"):
             floor1 = layout["floor"][0]["frames_per_s"]
@@ -515,6 +576,7 @@ def markdown(results: dict) -> str:
             lines += [f"| {what} | {rate:,.0f} | {rate / floor1:.2f} |"
                       for what, rate in layout["breakdown"].items()]
             lines.append("")
+    lines += targets_markdown(results)
     if results.get("rss"):
         r = results["rss"]
         lines += ["## Peak RSS of one worker", "",
