@@ -25,15 +25,17 @@ WHEELS=.whl
 
 case "${1:-}" in
 wheels)
-    # the device's Python (3.12 in 2026-11) decides the wheels' tags
+    # the device's Python (3.12 in 2026-11) decides the wheels' tags. With their
+    # dependencies, resolved by pip (~35 MB with numpy and pandas, which `run` skips where
+    # the device has them): dask imports yaml, psutil, msgpack and more that a list by hand
+    # missed (a bare-venv run of `run` found them one at a time)
     pyver=${DEVICE_PYTHON_VERSION:-3.12}
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" \
+    "$PY" -m pip download -q --only-binary=:all: --python-version "$pyver" \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform any -d "$WHEELS" \
-        dask distributed partd locket tblib zict tornado cloudpickle toolz fsspec \
-        sortedcontainers urllib3 packaging xarray \
-        pyfive numcodecs typing_extensions  # pyfive: chunk index where HDF5 < 1.12.3
+        dask distributed xarray \
+        pyfive numcodecs  # pyfive: chunk index where HDF5 < 1.12.3
     # the project itself (build isolation: a recent setuptools reads the license field)
     "$PY" -m pip wheel -q --no-deps . -w "$WHEELS"
     du -sh "$WHEELS"
@@ -45,7 +47,26 @@ run)
     shift
     if ! "$PY" -c "import dask, distributed, h5mdx" 2>/dev/null; then
         [ -d "$WHEELS" ] || { echo "device.sh: no $WHEELS/ (bash benchmarks/device.sh wheels)" >&2; exit 2; }
-        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.site" "$WHEELS"/*.whl
+        # every wheel but the compiled stack the machine brings (numpy, pandas, h5py, numba...:
+        # never a second numpy over the one its numba was built with) and what it already
+        # has at the same version
+        mapfile -t pick < <("$PY" - "$WHEELS" <<'PICK'
+import importlib.metadata as md, os, re, sys
+keep = {"numpy", "scipy", "pandas", "h5py", "numba", "llvmlite", "matplotlib"}
+for f in sorted(os.listdir(sys.argv[1])):
+    if not f.endswith(".whl"):
+        continue
+    name, version = f.split("-")[:2]
+    name = re.sub(r"[-_.]+", "-", name).lower()
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        have = None
+    if have is None or (have != version and name not in keep):
+        print(os.path.join(sys.argv[1], f))
+PICK
+)
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.site" "${pick[@]}"
         export PYTHONPATH="$PWD/.site${PYTHONPATH:+:$PYTHONPATH}"
     fi
     data=${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}
