@@ -26,8 +26,8 @@ WHEELS=.whl
 case "${1:-}" in
 wheels)
     # the device's Python (3.12 in 2026-11) decides the wheels' tags. With their
-    # dependencies, resolved by pip (~35 MB with numpy and pandas, which `run` skips where
-    # the device has them): dask imports yaml, psutil, msgpack and more that a list by hand
+    # dependencies, resolved by pip (~8 MB without numpy and pandas, which the device
+    # has): dask imports yaml, psutil, msgpack and more that a list by hand
     # missed (a bare-venv run of `run` found them one at a time)
     pyver=${DEVICE_PYTHON_VERSION:-3.12}
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
@@ -36,6 +36,8 @@ wheels)
         --platform manylinux2014_x86_64 --platform any -d "$WHEELS" \
         dask distributed xarray \
         pyfive numcodecs  # pyfive: chunk index where HDF5 < 1.12.3
+    # numpy and pandas (27 MB) come with the machine, and `run` never installs over them
+    rm -f "$WHEELS"/numpy-*.whl "$WHEELS"/pandas-*.whl
     # the project itself (build isolation: a recent setuptools reads the license field)
     "$PY" -m pip wheel -q --no-deps . -w "$WHEELS"
     du -sh "$WHEELS"

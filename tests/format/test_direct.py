@@ -453,6 +453,69 @@ def test_runs_and_missing_chunks_follow_the_table_as_chunks_are_located(tmp_path
         reader.close()
 
 
+@pytest.mark.parametrize("locate_rows", [3, 4096])
+def test_threads_reading_while_chunks_are_located_get_exact_bytes(tmp_path, monkeypatch,
+                                                                  locate_rows):
+    """Many threads read overlapping runs of one-frame chunks through their tasks' bound
+    readers while the chunks are being located, a few at a time (``locate_rows``) or all
+    at the first read: the per-window lists of runs and holes are derived and relisted
+    under them (windows of 7 table entries, so every read spans many), and every read
+    gives the file's bytes."""
+    pytest.importorskip("pyfive")
+    from h5mdx.engine.frames import frame_reader
+
+    monkeypatch.setattr(direct, "TREE_CHUNKS", 0)  # chunks located from the tree as read
+    monkeypatch.setattr(direct, "_WINDOW", 7)
+    monkeypatch.setattr(direct, "LOCATE_ROWS_CHUNKS", locate_rows)
+    path = str(tmp_path / "t.h5md")
+    rng = np.random.default_rng(11)
+    n = 400
+    pos = rng.normal(scale=30.0, size=(n, 41, 3)).astype(np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "chunks": (1, 41, 3),
+                                           "step": np.arange(n)}}})
+    with h5py.File(path, "r+") as f:  # other datasets' chunks among the position's
+        d = f["particles/all/position/value"]
+        for i in range(0, n, 37):
+            d[i] = pos[i]  # rewritten in place: same bytes, same address
+            f.create_dataset(f"gap{i}", data=np.zeros((3, 41, 3), "f4"), chunks=(1, 41, 3))
+    spans = [(int(a), int(a + b)) for a, b in zip(rng.integers(0, n - 60, 96),
+                                                   rng.integers(direct._FEW + 1, 60, 96),
+                                                   strict=True)]
+    handed_over: list[direct.DirectReader] = []  # to h5py: a read the lists got wrong
+    forget = direct.forget
+    monkeypatch.setattr(direct, "forget", lambda r: (handed_over.append(r), forget(r)))
+    with xr.open_dataset(path, engine="h5md") as ds:
+        read = frame_reader(ds.position.variable)
+        assert read is not None
+        read.warm()  # planned: nothing located yet
+        planned = direct.cached(path, "/particles/all/position/value")
+        assert isinstance(planned, direct.DirectReader) and planned.locate is not None
+        assert planned._starts is not None and (planned._starts < 0).all()
+        start = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def task(k: int) -> None:
+            start.wait()
+            try:
+                bound = read.bind()
+                for a, b in spans[k::8]:
+                    got = bound(a, b)
+                    if got.tobytes() != pos[a:b].tobytes():
+                        errors.append(AssertionError(f"thread {k}: frames {a}-{b} differ"))
+            except BaseException as err:  # noqa: BLE001 - reported by the test
+                errors.append(err)
+
+        threads = [threading.Thread(target=task, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert not handed_over  # every read was direct
+        reader = direct.cached(path, "/particles/all/position/value")
+        assert reader is planned and reader._by_rows  # by runs from the table throughout
+
+
 def reader_name(f, reader):
     """The dataset name of a reader planned above (by its chunk shape and filters)."""
     if reader.filters:
