@@ -66,6 +66,26 @@ def _values(dtype: str) -> np.ndarray:
     return v.astype(dtype)
 
 
+def _at_once(task, n: int) -> list[BaseException]:
+    """Run ``task(k)`` for k < n in n threads released together; the errors they raised."""
+    start = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        start.wait()
+        try:
+            task(k)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def _read_direct(path: str, key: tuple) -> tuple[np.ndarray | None, bool]:
     with h5py.File(path, "r") as f:
         dset = f["x"]
@@ -216,23 +236,12 @@ def test_first_reads_from_many_threads_at_once(tmp_path):
         write_h5md(path, {"all": {"position": {"value": values, "chunks": (1, 41, 3),
                                                "compression": "gzip",
                                                "step": np.arange(SHAPE[0])}}})
-        start = threading.Barrier(6)
         out: dict[int, np.ndarray] = {}
-        errors: list[BaseException] = []
         with xr.open_dataset(path, engine="h5md") as ds:
-            def read(k: int, ds: xr.Dataset = ds, start: threading.Barrier = start,
-                     out: dict = out, errors: list = errors) -> None:
-                start.wait()
-                try:
-                    out[k] = ds.position[k * 9:(k + 1) * 9].values
-                except BaseException as err:  # noqa: BLE001 - reported by the test
-                    errors.append(err)
+            def read(k: int, ds: xr.Dataset = ds, out: dict = out) -> None:
+                out[k] = ds.position[k * 9:(k + 1) * 9].values
 
-            threads = [threading.Thread(target=read, args=(k,)) for k in range(6)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            errors = _at_once(read, 6)
         assert not errors, errors
         for k in range(6):
             assert out[k].tobytes() == values[k * 9:(k + 1) * 9].tobytes()
@@ -491,25 +500,13 @@ def test_threads_reading_while_chunks_are_located_get_exact_bytes(tmp_path, monk
         planned = direct.cached(path, "/particles/all/position/value")
         assert isinstance(planned, direct.DirectReader) and planned.locate is not None
         assert planned._starts is not None and (planned._starts < 0).all()
-        start = threading.Barrier(8)
-        errors: list[BaseException] = []
 
         def task(k: int) -> None:
-            start.wait()
-            try:
-                bound = read.bind()
-                for a, b in spans[k::8]:
-                    got = bound(a, b)
-                    if got.tobytes() != pos[a:b].tobytes():
-                        errors.append(AssertionError(f"thread {k}: frames {a}-{b} differ"))
-            except BaseException as err:  # noqa: BLE001 - reported by the test
-                errors.append(err)
+            bound = read.bind()
+            for a, b in spans[k::8]:
+                assert bound(a, b).tobytes() == pos[a:b].tobytes(), (k, a, b)
 
-        threads = [threading.Thread(target=task, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = _at_once(task, 8)
         assert not errors, errors
         assert not handed_over  # every read was direct
         reader = direct.cached(path, "/particles/all/position/value")
