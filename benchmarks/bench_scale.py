@@ -63,7 +63,9 @@ import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
+#: Where results go: ``H5MDX_BENCH_RESULTS`` where set (``device.sh`` sets it to the device
+#: tool's ``$OUT``, so that what a run wrote comes back even when its time runs out).
+RESULTS = os.environ.get("H5MDX_BENCH_RESULTS") or os.path.join(HERE, "results")
 N_ATOMS = 3341
 #: Issue 14's bar: h5mdx at >= this fraction of the read floor at the same N.
 TARGET = 0.8
@@ -526,6 +528,9 @@ def markdown(results: dict) -> str:
     lines = [
         "# RMSD scaling against the read floor",
         "",
+        *([] if results.get("complete", True) else [
+            "**Partial**: the run had not finished when this was written (it is written "
+            "after every N); what follows is what it had measured.", ""]),
         f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
         f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
         f"warm page cache, medians of {results['repeats']} rounds after a warm-up. "
@@ -616,8 +621,12 @@ def plot(results: dict, path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
-    """Breakdown, floor and every scheduler at each N, and the first pass on one layout."""
+def layout_runs(args: argparse.Namespace, layout: str,
+                saved: Callable[[dict[str, Any]], None] = lambda entry: None) -> dict[str, Any]:
+    """Breakdown, floor and every scheduler at each N, and the first pass on one layout.
+
+    ``saved(entry)`` is called with what is measured so far after each N.
+    """
     from h5mdx.examples import floor_reader
 
     path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
@@ -634,6 +643,7 @@ def layout_runs(args: argparse.Namespace, layout: str) -> dict[str, Any]:
         floor, rows = paired_runs(args, path, n, args.frames)
         entry["floor"].append(floor)
         entry["h5mdx"] += rows
+        saved(entry)
     warm = build(os.path.join(args.data, f"scale-{layout}-200.h5md"), 200, layout)
     with floor_reader(path, 1) as read:
         read()  # warm, as in the rounds
@@ -682,9 +692,19 @@ def main() -> int:
                     / 2**30, "processor": platform.processor()},
         "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
         "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"), "layouts": {},
+        "complete": False,
     }
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"scale{args.tag}")
+
+    def saved(layout: str, entry: dict[str, Any]) -> None:
+        # written after every N: a run stopped by a time limit keeps what it measured
+        results["layouts"][layout] = entry
+        write_report(results, stem, quiet=True)
+
     for layout in args.layouts:
-        results["layouts"][layout] = layout_runs(args, layout)
+        results["layouts"][layout] = layout_runs(
+            args, layout, lambda entry, layout=layout: saved(layout, entry))
     if args.rss_frames:
         small = build(os.path.join(args.data, f"scale-c100-{args.rss_frames}.h5md"),
                       args.rss_frames, "c100")
@@ -692,22 +712,37 @@ def main() -> int:
                     4 * args.rss_frames, "c100")
         results["rss"] = {"frames_1x": args.rss_frames, "mib_1x": peak_rss(small),
                           "frames_4x": 4 * args.rss_frames, "mib_4x": peak_rss(big)}
-    os.makedirs(RESULTS, exist_ok=True)
-    write_report(results, os.path.join(RESULTS, f"scale{args.tag}"))
+    results["complete"] = True
+    write_report(results, stem)
     return 0
 
 
-def write_report(results: dict, stem: str, with_json: bool = True) -> None:
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _replace(path: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` a file beside ``path``, then put it in place: a run killed mid-write
+    (a time limit) leaves the last whole report, never a cut one."""
+    root, ext = os.path.splitext(path)
+    tmp = f"{root}.partial{ext}"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_report(results: dict, stem: str, with_json: bool = True,
+                 quiet: bool = False) -> None:
     """Derive the ratios and write ``stem.json`` (unless ``with_json=False``), ``.md``, ``.png``."""
     derive(results)
     if with_json:
-        with open(stem + ".json", "w") as fh:
-            json.dump(results, fh, indent=1)
-    with open(stem + ".md", "w") as fh:
-        fh.write(markdown(results))
-    plot(results, stem + ".png")
-    print(markdown(results))
-    print(f"wrote {stem}: {'.json, ' if with_json else ''}.md, .png")
+        _replace(stem + ".json", lambda tmp: _write_text(tmp, json.dumps(results, indent=1)))
+    text = markdown(results)
+    _replace(stem + ".md", lambda tmp: _write_text(tmp, text))
+    _replace(stem + ".png", lambda tmp: plot(results, tmp))
+    if not quiet:
+        print(text)
+    print(f"wrote {stem}: {'.json, ' if with_json else ''}.md, .png", flush=True)
 
 
 def save_results(name: str, tag: str, results: dict[str, Any],

@@ -9,6 +9,8 @@
 # `run` installs .whl/*.whl into .site (no index, no dependencies) where dask is missing,
 # runs benchmarks/SCRIPT.py with its data under ${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}, and
 # copies the result files it wrote to $OUT (what the device tool brings back) when set.
+# bench_scale writes its report into $OUT/results itself, again after every N: a call that
+# runs out of time still brings back the layouts and N it finished (marked "Partial").
 # E.g., each call under the tool's 10 minutes:
 #   run(command="bash benchmarks/device.sh run bench_scale --layouts c100 --tag=-16core-c100",
 #       carry=[".whl"])
@@ -73,9 +75,12 @@ PICK
     fi
     data=${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}
     stamp=$(mktemp)
+    # bench_scale (and the benchmarks that save through it) write straight into $OUT, as
+    # they go: what a run stopped by the tool's time limit wrote still comes back
+    if [ -n "${OUT:-}" ]; then export H5MDX_BENCH_RESULTS="$OUT/results"; fi
     "$PY" "benchmarks/$script.py" --data "$data" "$@"
     if [ -n "${OUT:-}" ]; then
-        mkdir -p "$OUT/results"
+        mkdir -p "$OUT/results"  # and what the other benchmarks wrote in the tree
         find benchmarks/results -type f -newer "$stamp" -exec cp {} "$OUT/results/" \;
         ls "$OUT/results"
     fi

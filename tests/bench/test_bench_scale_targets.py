@@ -67,6 +67,19 @@ def test_targets_count_the_runs_each_covers_and_list_the_ones_below(bench_scale)
                                  "versions": {}}).count("Against issue 14") == 1
 
 
+def test_a_report_written_before_the_run_ends_says_so(bench_scale, tmp_path):
+    results = _results({"c100": [_row("threads", 1, 0.9)]})
+    base = {"machine": {"platform": "p", "cores": 2, "memory_gib": 8}, "frames": 1000,
+            "gb": 0.04, "repeats": 1, "versions": {}}
+    stem = str(tmp_path / "scale-t")
+    bench_scale.write_report({**base, **results, "complete": False}, stem, quiet=True)
+    assert "**Partial**" in (tmp_path / "scale-t.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-t.json", "scale-t.md",
+                                                          "scale-t.png"]
+    bench_scale.write_report({**base, **results, "complete": True}, stem, quiet=True)
+    assert "Partial" not in (tmp_path / "scale-t.md").read_text()
+
+
 def test_no_targets_without_rows(bench_scale):
     results = _results({"c100": []})
     bench_scale.derive(results)
