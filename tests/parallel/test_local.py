@@ -127,3 +127,27 @@ def test_overlapping_starts_restore_what_was_there_before_the_first(monkeypatch)
     assert os.environ["H5MDX_TEST_VAR"] == "nanny"  # one start is still under way
     inner.__exit__(None, None, None)
     assert os.environ["H5MDX_TEST_VAR"] == "user"
+
+
+def _profiling(dask_worker) -> tuple[bool, bool]:
+    import dask
+
+    return ("profile" in dask_worker.periodic_callbacks,
+            bool(dask.config.get("distributed.worker.profile.enabled")))
+
+
+@pytest.mark.parametrize("dashboard", [False, True])
+def test_workers_sample_their_stacks_only_for_a_dashboard(dashboard):
+    """The statistical profiler (every 10 ms) runs only where the dashboard can show it;
+    a restarted worker gets the same config, and this process's config is untouched."""
+    import dask
+    import distributed
+
+    if dashboard:
+        pytest.importorskip("bokeh")
+    with local_cluster(1, dashboard=dashboard) as cluster, \
+            distributed.Client(cluster) as client:
+        assert set(client.run(_profiling).values()) == {(dashboard, dashboard)}
+        client.restart()
+        assert set(client.run(_profiling).values()) == {(dashboard, dashboard)}
+    assert dask.config.get("distributed.worker.profile.enabled") is True
