@@ -699,8 +699,9 @@ def main() -> int:
 
     def saved(layout: str, entry: dict[str, Any]) -> None:
         # written after every N: a run stopped by a time limit keeps what it measured
+        # (no figure: ~1 s each; ``--report`` draws it from the .json)
         results["layouts"][layout] = entry
-        write_report(results, stem, quiet=True)
+        write_report(results, stem, quiet=True, figure=False)
 
     for layout in args.layouts:
         results["layouts"][layout] = layout_runs(
@@ -732,17 +733,23 @@ def _replace(path: str, write: Callable[[str], None]) -> None:
 
 
 def write_report(results: dict, stem: str, with_json: bool = True,
-                 quiet: bool = False) -> None:
-    """Derive the ratios and write ``stem.json`` (unless ``with_json=False``), ``.md``, ``.png``."""
+                 quiet: bool = False, figure: bool = True) -> None:
+    """Derive the ratios and write ``stem.json`` (unless ``with_json=False``), ``.md`` and
+    ``.png`` (unless ``figure=False``); ``quiet``: print the file names, not the report."""
     derive(results)
+    written = []
     if with_json:
         _replace(stem + ".json", lambda tmp: _write_text(tmp, json.dumps(results, indent=1)))
+        written.append(".json")
     text = markdown(results)
     _replace(stem + ".md", lambda tmp: _write_text(tmp, text))
-    _replace(stem + ".png", lambda tmp: plot(results, tmp))
+    written.append(".md")
+    if figure:
+        _replace(stem + ".png", lambda tmp: plot(results, tmp))
+        written.append(".png")
     if not quiet:
         print(text)
-    print(f"wrote {stem}: {'.json, ' if with_json else ''}.md, .png", flush=True)
+    print(f"wrote {stem}: {', '.join(written)}", flush=True)
 
 
 def save_results(name: str, tag: str, results: dict[str, Any],

@@ -72,12 +72,14 @@ def test_a_report_written_before_the_run_ends_says_so(bench_scale, tmp_path):
     base = {"machine": {"platform": "p", "cores": 2, "memory_gib": 8}, "frames": 1000,
             "gb": 0.04, "repeats": 1, "versions": {}}
     stem = str(tmp_path / "scale-t")
-    bench_scale.write_report({**base, **results, "complete": False}, stem, quiet=True)
+    bench_scale.write_report({**base, **results, "complete": False}, stem, quiet=True,
+                             figure=False)
     assert "**Partial**" in (tmp_path / "scale-t.md").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-t.json", "scale-t.md",
-                                                          "scale-t.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-t.json", "scale-t.md"]
     bench_scale.write_report({**base, **results, "complete": True}, stem, quiet=True)
     assert "Partial" not in (tmp_path / "scale-t.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-t.json", "scale-t.md",
+                                                          "scale-t.png"]  # no .partial left
 
 
 def test_no_targets_without_rows(bench_scale):

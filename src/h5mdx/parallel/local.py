@@ -128,6 +128,8 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     profile = {} if dashboard else {"distributed.worker.profile.enabled": False}
     if options["processes"]:
         options.setdefault("worker_class", _nanny_class())
+    if isinstance(options.get("worker_class"), type) \
+            and issubclass(options["worker_class"], distributed.Nanny):
         # a nanny's own config for its worker, kept for every restart (a dask.config.set
         # around the start would be undone in the config the nanny keeps, by reference)
         options["config"] = {**profile, **(options.get("config") or {})}
