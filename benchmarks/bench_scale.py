@@ -758,11 +758,9 @@ def save_results(name: str, tag: str, results: dict[str, Any],
     smaller benchmarks next to this one)."""
     os.makedirs(RESULTS, exist_ok=True)
     stem = os.path.join(RESULTS, f"{name}{tag}")
-    with open(stem + ".json", "w") as fh:
-        json.dump(results, fh, indent=1)
+    _replace(stem + ".json", lambda tmp: _write_text(tmp, json.dumps(results, indent=1)))
     text = render(results)
-    with open(stem + ".md", "w") as fh:
-        fh.write(text)
+    _replace(stem + ".md", lambda tmp: _write_text(tmp, text))
     print(text)
     print(f"wrote {stem}.json, .md")
 

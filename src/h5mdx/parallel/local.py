@@ -133,7 +133,9 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
         # a nanny's own config for its worker, kept for every restart (a dask.config.set
         # around the start would be undone in the config the nanny keeps, by reference)
         options["config"] = {**profile, **(options.get("config") or {})}
+        profile = {}
     import dask
 
+    # in-process workers read the config as they start
     with _environ_restored(_nanny_environ_names()), dask.config.set(profile):
         return distributed.LocalCluster(**options)
