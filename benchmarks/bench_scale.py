@@ -557,6 +557,7 @@ def markdown(results: dict) -> str:
             "S(N), E(N): against h5mdx at N=1; S_floor(N): against the floor at N=1.",
             "",
         ]
+    lines += read_ahead_lines(results)
     for name, layout in results["layouts"].items():
         lines += [f"## {name}", "", "| what | N | frames/s | vs floor | S(N) | E(N) | "
                   "S_floor(N) |", "|---|---|---|---|---|---|---|"]
@@ -589,6 +590,24 @@ def markdown(results: dict) -> str:
                   f"{r['frames_4x']:,} frames: {r['mib_4x']:.0f} MiB "
                   f"(ratio {r['mib_4x'] / r['mib_1x']:.2f}).", ""]
     return "\n".join(lines)
+
+
+def read_ahead_lines(results: dict) -> list[str]:
+    """What the report says of the read-ahead (nothing for results from before it)."""
+    ahead = results.get("read_ahead")
+    if ahead is None:
+        return []
+    cores = results["machine"]["cores"]
+    if ahead == "auto":
+        how = (f"on where the machine has a spare core for every task (2 N <= {cores} "
+               f"cores: N <= {cores // 2} here), off above")
+    elif ahead == "0":
+        how = "off (H5MDX_READ_AHEAD=0)"
+    else:
+        how = f"{ahead} reads ahead at every N (H5MDX_READ_AHEAD={ahead})"
+    return [f"Read-ahead: {how}. A task that reads ahead reads its next ~4 MiB in a "
+            "reader thread while the kernel runs on the last, so a worker then uses up to "
+            "two cores, against one per floor process.", ""]
 
 
 def plot(results: dict, path: str) -> None:
@@ -691,7 +710,9 @@ def main() -> int:
                     "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                     / 2**30, "processor": platform.processor()},
         "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
-        "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"), "layouts": {},
+        "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"),
+        "read_ahead": os.environ.get("H5MDX_READ_AHEAD", "").strip() or "auto",
+        "layouts": {},
         "complete": False,
     }
     os.makedirs(RESULTS, exist_ok=True)

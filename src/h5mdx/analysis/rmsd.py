@@ -11,6 +11,7 @@ the I/O and compute split of every block.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -34,9 +35,8 @@ from h5mdx.engine.chunking import (
     stream_target_mib,
     time_block,
 )
-from h5mdx.engine.frames import FrameReader, frame_reader
+from h5mdx.engine.frames import FrameReader, frame_reader, read_ahead, read_ahead_depth
 from h5mdx.errors import TopologyError
-from h5mdx.format.direct import scratch_buffers
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
@@ -204,14 +204,17 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
 
 def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarray | None,
                 superposition: bool, kernel: str, start: int, stop: int,
-                atoms: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
+                atoms: np.ndarray | None = None, step: int | None = None,
+                host_threads: int | None = None) -> np.ndarray:
     """RMSD of one task's frames, read ``step`` frames at a time.
 
     Reading a few MiB at a time into the same buffer keeps the frames in the CPU cache
     between the read and the kernel; the task's block stays large for the scheduler.
     ``block`` is the task's frames as a lazily indexed Variable, or, for the ``h5md``
     engine's plain slices, a :class:`~h5mdx.engine.frames.FrameReader` of them that
-    spares each read xarray's indexing (~0.1 ms a read).
+    spares each read xarray's indexing (~0.1 ms a read). ``host_threads``: tasks the
+    scheduler runs at once on this machine; with a spare core for each, the reads run
+    ahead of the kernel in a reader thread (:func:`~h5mdx.engine.frames.read_ahead`).
     """
     n = stop - start
     step = n if not step else step
@@ -227,12 +230,14 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                 read = block.bind()  # the direct reader found once per task
         # ``atoms``: the selected atoms of whole frames, read in place
         qcp = prepare(ref_c, w, superposition, kernel, reference_centered=True, atoms=atoms)
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            # the frames read are used only here: their buffer serves the next read
-            with scratch_buffers():
-                with timer.phase("io"):
-                    data = read(a, b)
+        spans = [(a, min(n, a + step)) for a in range(0, n, step)]
+        # the next reads run in a reader thread while the kernel runs on these frames;
+        # each buffer is read into again only after its frames are done with
+        depth = read_ahead_depth(host_threads)
+        with contextlib.closing(read_ahead(read, spans, depth)) as frames:
+            for a, b in spans:
+                with timer.phase("io"):  # the wait for the frames
+                    data = next(frames)
                     timer.bytes_read += data.nbytes
                 with timer.phase("compute"):
                     out[a:b] = qcp(data)
@@ -405,6 +410,28 @@ def _worker_count() -> int | None:
     return int(workers) if workers else (os.cpu_count() or None)
 
 
+def _threads_per_host() -> int | None:
+    """Tasks the default scheduler runs at once on its busiest machine, or None if unknown.
+
+    What a task needs to know to read ahead (:func:`~h5mdx.engine.frames.read_ahead_depth`):
+    only where its machine has a spare core for every task running on it.
+    """
+    scheduler = dask.config.get("scheduler", None)
+    client = _default_client(scheduler)
+    if client is None or getattr(client, "status", None) != "running":
+        return _worker_count()
+    try:
+        from distributed.comm import get_address_host
+
+        per_host: dict[str, int] = {}
+        for address, n in client.nthreads().items():
+            host = get_address_host(address)
+            per_host[host] = per_host.get(host, 0) + int(n)
+    except Exception:  # noqa: BLE001 - any failure to ask: no read-ahead
+        return None
+    return max(per_host.values(), default=0) or None
+
+
 def _default_client(scheduler: Any) -> Any:
     """The ``distributed`` client that computes by default, if any (only if imported)."""
     dist = sys.modules.get("distributed")
@@ -448,7 +475,7 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
 
 
 def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: list[int],
-                kernel_args: tuple) -> da.Array:
+                kernel_args: tuple, host_threads: int | None = None) -> da.Array:
     """One task per block of frames ending at ``ends``, each reading its frames itself."""
     source, atoms = plan
     step = _read_step(source)
@@ -459,7 +486,7 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
         # a Variable on (time, atom, spatial): no coordinates travel with the task
         block = source.variable[a:b]
         block = frame_reader(block) or block
-        dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step)
+        dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads)
         sizes.append(b - a)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
     return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
@@ -546,8 +573,9 @@ def rmsd(
     # array (or the dask array) without loading it, and tokenizing it is what identifies
     # the file, element and selection.
     is_dask = sub.chunks is not None
-    ends = None
+    ends = host_threads = None
     if not is_dask:
+        host_threads = _threads_per_host()
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
             ends = np.cumsum(dask_blocks).tolist()
         else:
@@ -556,14 +584,14 @@ def rmsd(
     # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
     # worker count) must not reuse the keys of the first with other tasks behind them
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block,
-                     ends)
+                     ends, host_threads)
     name = f"rmsd-{token}"
 
     kernel_args = (ref_c, w, superposition, kernel)
     if is_dask:
         result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args)
     else:
-        result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args)
+        result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads)
 
     coords = {k: v for k, v in sub.coords.items() if v.dims == (TIME_DIM,)}
     attrs = {"long_name": "RMSD after optimal superposition" if superposition

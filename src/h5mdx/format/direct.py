@@ -59,6 +59,7 @@ __all__ = [
     "plan_cached",
     "plan_direct",
     "scratch_buffers",
+    "scratch_pool",
 ]
 
 #: Environment variable that turns direct reads off (``0``): every read goes through h5py.
@@ -634,8 +635,13 @@ def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple
 _SCRATCH = threading.local()
 
 
+def scratch_pool() -> dict[str, Any]:
+    """A pool of scratch buffers of its own, for :func:`scratch_buffers` ``(pool)``."""
+    return {"free": [], "used": [], "depth": 0}
+
+
 @contextlib.contextmanager
-def scratch_buffers() -> Iterator[None]:
+def scratch_buffers(pool: dict[str, Any] | None = None) -> Iterator[None]:
     """Inside this block, reads of this thread reuse buffers of earlier blocks.
 
     A fresh array costs the kernel zeroing its pages before the read fills them,
@@ -643,10 +649,22 @@ def scratch_buffers() -> Iterator[None]:
     what it reads only inside the block (an RMSD task reduces its frames to one
     number each) can hand its buffers back: arrays read inside must not be used
     after it. Each thread keeps the buffers of its largest block.
+
+    Parameters
+    ----------
+    pool : dict, optional
+        A pool from :func:`scratch_pool` to take the buffers from and hand them back
+        to, instead of this thread's: a reader thread that reads ahead of the thread
+        using the frames keeps one pool per read in flight (see
+        :func:`h5mdx.engine.frames.read_ahead`), so that a buffer is read into again
+        only once its user is done with it.
     """
-    pool = getattr(_SCRATCH, "pool", None)
+    held = getattr(_SCRATCH, "pool", None)
     if pool is None:
-        pool = _SCRATCH.pool = {"free": [], "used": [], "depth": 0}
+        if held is None:
+            held = scratch_pool()
+        pool = held
+    _SCRATCH.pool = pool
     pool["depth"] += 1
     try:
         yield
@@ -656,6 +674,7 @@ def scratch_buffers() -> Iterator[None]:
             pool["free"].extend(pool["used"])
             pool["used"].clear()
             del pool["free"][:-2]  # keep at most two per thread
+        _SCRATCH.pool = held
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

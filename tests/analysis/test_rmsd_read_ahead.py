@@ -1,0 +1,83 @@
+"""RMSD tasks that read ahead of the kernel give the same numbers, and do it only with
+a spare core for each task."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysis.analysis import rms
+from MDAnalysisTests.datafiles import PSF
+
+import h5mdx
+from h5mdx.analysis import rmsd as rmsd_mod
+from h5mdx.engine import frames
+from h5mdx.testing import assert_rmsd_close
+
+
+@pytest.fixture(scope="module")
+def expected_ca(adk_universe):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rms.RMSD(adk_universe, select="name CA").run().results.rmsd[:, 2]
+
+
+@pytest.fixture
+def depths(monkeypatch):
+    """The read-ahead depth of each task, and reads of 2 chunks (20 frames) at a time."""
+    seen: list[int] = []
+    real = rmsd_mod.read_ahead
+
+    def recording(read, spans, depth=frames.READ_AHEAD):
+        seen.append(depth)
+        return real(read, spans, depth)
+
+    monkeypatch.setattr(rmsd_mod, "read_ahead", recording)
+    monkeypatch.setattr(rmsd_mod, "READ_STEP_BYTES", 20 * 3341 * 12)
+    return seen
+
+
+def _rmsd(path, scheduler, **config):
+    # the scheduler as the graph is built: that is where rmsd counts the tasks at once
+    with xr.open_dataset(path, engine="h5md", topology=PSF) as ds, \
+            dask.config.set(scheduler=scheduler, **config):
+        return h5mdx.rmsd(ds.position, select="name CA", frames_per_block=50).values
+
+
+@pytest.mark.parametrize("env", ["0", "1", "2", "3"])
+def test_every_depth_gives_the_same_bytes_as_mdanalysis(adk_h5md_blocked, expected_ca, depths,
+                                                       monkeypatch, env):
+    monkeypatch.setenv(frames.READ_AHEAD_ENV, "0")
+    one_by_one = _rmsd(adk_h5md_blocked, "sync")
+    monkeypatch.setenv(frames.READ_AHEAD_ENV, env)
+    for scheduler in ("sync", "threads"):
+        got = _rmsd(adk_h5md_blocked, scheduler, num_workers=2)
+        np.testing.assert_array_equal(got, one_by_one)
+        assert_rmsd_close(got, expected_ca, atol=1e-4)
+    assert depths[-4:] == [int(env)] * 4  # 2 tasks of 50 frames, 3 reads each, twice
+
+
+def test_a_task_reads_ahead_only_with_a_spare_core_for_each_task(adk_h5md_blocked,
+                                                                 expected_ca, depths,
+                                                                 monkeypatch):
+    monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
+    for cpus, scheduler, workers, depth in ((2, "sync", None, 2), (1, "sync", None, 0),
+                                            (4, "threads", 2, 2), (2, "threads", 2, 0),
+                                            (8, "threads", 5, 0)):
+        monkeypatch.setattr(frames, "_cpus", lambda cpus=cpus: cpus)
+        depths.clear()
+        config = {"num_workers": workers} if workers else {}
+        assert_rmsd_close(_rmsd(adk_h5md_blocked, scheduler, **config), expected_ca,
+                          atol=1e-4)
+        assert depths == [depth, depth], (cpus, scheduler, workers)
+
+
+def test_the_tasks_of_a_client_count_per_machine(local_client):
+    """Both workers of the 2-process cluster run on this machine: 2 tasks at once."""
+    with dask.config.set(scheduler=local_client):
+        assert rmsd_mod._threads_per_host() == sum(local_client.nthreads().values()) == 2
+    with dask.config.set(scheduler="sync"):
+        assert rmsd_mod._threads_per_host() == 1
