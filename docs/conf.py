@@ -98,6 +98,44 @@ h5mdx_results = [
      "1.5-2.1x HDF5 2.0's)",
      "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
      "--rss-frames 0 --tag=-2core-paired-hdf5-1.10"),
+    ("scale-read-ahead-auto-hdf5-1.10-pair2.md",
+     "Read-ahead A/B, pair 2 (the same grid run back to back, auto first), auto: "
+     "each task reads ahead where the machine has a spare core for every task, here "
+     "at N=1 (2 cores, h5py built on HDF5 1.10.8)",
+     "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--schedulers distributed,threads --repeats 3 --rss-frames 0 "
+     "--tag=-read-ahead-auto-hdf5-1.10-pair2  # in a .venv of setup.sh --mpi"),
+    ("scale-read-ahead-off-hdf5-1.10-pair2.md",
+     "Read-ahead A/B, pair 2, off: every task reads, then computes "
+     "(H5MDX_READ_AHEAD=0)",
+     "H5MDX_READ_AHEAD=0 python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--schedulers distributed,threads --repeats 3 --rss-frames 0 "
+     "--tag=-read-ahead-off-hdf5-1.10-pair2  # in a .venv of setup.sh --mpi"),
+    ("scale-read-ahead-auto-hdf5-1.10-pair1.md",
+     "Read-ahead A/B, pair 1 (an earlier pair, auto first), auto: each task reads ahead where "
+     "the machine has a spare core for every task, here at N=1 (2 cores, h5py built "
+     "on HDF5 1.10.8)",
+     "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--schedulers distributed,threads --repeats 3 --rss-frames 0 "
+     "--tag=-read-ahead-auto-hdf5-1.10-pair1  # in a .venv of setup.sh --mpi"),
+    ("scale-read-ahead-off-hdf5-1.10-pair1.md",
+     "Read-ahead A/B, pair 1, off: every task reads, then computes "
+     "(H5MDX_READ_AHEAD=0)",
+     "H5MDX_READ_AHEAD=0 python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--schedulers distributed,threads --repeats 3 --rss-frames 0 "
+     "--tag=-read-ahead-off-hdf5-1.10-pair1  # in a .venv of setup.sh --mpi"),
+    ("scale-read-ahead-forced-on-hdf5-1.10.md",
+     "Read-ahead forced at every N (H5MDX_READ_AHEAD=2): at N=2 on 2 cores the reader "
+     "threads take turns with the workers (100-frame chunks, lazy open, h5py built on "
+     "HDF5 1.10.8)",
+     "H5MDX_READ_AHEAD=2 python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--layouts c100 --opens lazy --schedulers distributed,threads --repeats 3 "
+     "--rss-frames 0 --tag=-read-ahead-forced-on-hdf5-1.10"),
+    ("scale-read-ahead-forced-off-hdf5-1.10.md",
+     "Read-ahead forced off (H5MDX_READ_AHEAD=0), run right before the forced-on one",
+     "H5MDX_READ_AHEAD=0 python benchmarks/bench_scale.py --frames 100000 --workers 1,2 "
+     "--layouts c100 --opens lazy --schedulers distributed,threads --repeats 3 "
+     "--rss-frames 0 --tag=-read-ahead-forced-off-hdf5-1.10"),
     ("scale-bind-before.md",
      "A/B, before: RMSD tasks whose every 4 MiB read checks the file on disk and looks "
      "up its direct reader (lazy open, distributed and threads, 2 cores, h5py from PyPI)",

@@ -30,7 +30,8 @@ from xarray.core import indexing
 from h5mdx.engine.backend import H5MDArray
 from h5mdx.format.direct import scratch_buffers, scratch_pool
 
-__all__ = ["READ_AHEAD_ENV", "FrameReader", "frame_reader", "read_ahead", "read_ahead_depth"]
+__all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "FrameReader", "frame_reader", "read_ahead",
+           "read_ahead_depth"]
 
 #: Environment variable: how many reads :func:`read_ahead` keeps in flight (``0``: none,
 #: every read in the caller's thread, one after the other).
@@ -152,7 +153,7 @@ def read_ahead_depth(host_threads: int | None = None) -> int:
     CPUs hold a spare core for each of the ``host_threads`` tasks running at once on the
     machine: a reader thread is a second busy thread per task, and where every core
     already runs a task it only takes turns with them (measured on 2 cores with 2
-    workers: 0.64-0.77x the read floor fell to 0.49-0.64x).
+    workers: 0.55-0.77x the read floor fell to 0.49-0.64x).
 
     Parameters
     ----------
