@@ -64,9 +64,11 @@ def test_a_task_reads_ahead_only_with_a_spare_core_for_each_task(adk_h5md_blocke
                                                                  expected_ca, depths,
                                                                  monkeypatch):
     monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
+    # frames_per_block=50: 2 tasks, so at most 2 at once whatever the threads
     for cpus, scheduler, workers, depth in ((2, "sync", None, 2), (1, "sync", None, 0),
                                             (4, "threads", 2, 2), (2, "threads", 2, 0),
-                                            (8, "threads", 5, 0)):
+                                            (3, "threads", 2, 0), (4, "threads", 8, 2),
+                                            (3, "threads", 8, 0)):
         monkeypatch.setattr(frames, "_cpus", lambda cpus=cpus: cpus)
         depths.clear()
         config = {"num_workers": workers} if workers else {}

@@ -575,12 +575,14 @@ def rmsd(
     is_dask = sub.chunks is not None
     ends = host_threads = None
     if not is_dask:
-        host_threads = _threads_per_host()
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
             ends = np.cumsum(dask_blocks).tolist()
         else:
             fpb = _block_frames(position, frames_per_block, chunk_mib)
             ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
+        # tasks at once on a machine: no more than there are tasks
+        host_threads = _threads_per_host()
+        host_threads = host_threads and min(host_threads, len(ends))
     # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
     # worker count) must not reuse the keys of the first with other tasks behind them
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block,
