@@ -80,6 +80,8 @@ def test_a_task_reads_ahead_only_with_a_spare_core_for_each_task(adk_h5md_blocke
 def test_the_tasks_of_a_client_count_per_machine(local_client):
     """Both workers of the 2-process cluster run on this machine: 2 tasks at once."""
     with dask.config.set(scheduler=local_client):
-        assert rmsd_mod._threads_per_host() == sum(local_client.nthreads().values()) == 2
+        by_host = rmsd_mod._threads_by_host()
+        assert rmsd_mod._threads_per_host(by_host) == sum(local_client.nthreads().values()) \
+            == 2
     with dask.config.set(scheduler="sync"):
-        assert rmsd_mod._threads_per_host() == 1
+        assert rmsd_mod._threads_per_host(rmsd_mod._threads_by_host()) == 1

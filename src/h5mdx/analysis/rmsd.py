@@ -356,7 +356,7 @@ def _read_step(source: xr.DataArray) -> int | None:
 
 
 def _block_frames(position: xr.DataArray, frames_per_block: int | None,
-                  chunk_mib: float | None) -> int:
+                  chunk_mib: float | None, workers: int | None) -> int:
     if frames_per_block is not None:
         if frames_per_block < 1:
             raise ValueError("frames_per_block must be at least 1")
@@ -367,7 +367,6 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     chunks = position.encoding.get("chunksizes")
     # a task that streams its block from the file holds one read at a time: a large block
     # costs no memory, and fewer tasks cost the scheduler less (STREAM_TARGET_MIB)
-    workers = _worker_count()
     # where the workers are unknown, the open's preferred block (its ``chunk_mib``) stands
     if chunk_mib is None and workers is not None and _read_step(position) is not None:
         chunk_mib = stream_target_mib(position.size * position.dtype.itemsize, workers)
@@ -385,51 +384,51 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     return balanced_block(position.sizes[TIME_DIM], block, chunk, workers)
 
 
-def _worker_count() -> int | None:
-    """Tasks the scheduler that computes by default runs at once, or None if unknown.
+def _threads_by_host() -> dict[str, int] | None:
+    """Tasks the default scheduler runs at once, per machine, or None if unknown.
 
-    A ``distributed`` client that is the default (its threads; None while its cluster
-    has no worker yet), the synchronous scheduler (1), dask's threads and processes
-    (its ``num_workers`` setting, else the CPU count: their default).
+    A ``distributed`` client that is the default: its workers' threads, by host (None
+    while its cluster has no worker yet); the synchronous scheduler: 1; dask's threads
+    and processes: its ``num_workers`` setting, else the CPU count (their default), on
+    this machine (``""``). Asked once per graph: a client answers over the network.
     """
     scheduler = dask.config.get("scheduler", None)
     if scheduler in ("sync", "synchronous", "single-threaded"):
-        return 1
+        return {"": 1}
     client = _default_client(scheduler)
     if client is not None:
         if getattr(client, "status", None) != "running":
             return None  # a closed (or closing) client: its workers are not known
         try:
-            threads = sum(client.nthreads().values())
-        except Exception:  # noqa: BLE001 - any failure to ask: keep the engine's blocks
-            threads = 0
-        return int(threads) or None
+            from distributed.comm import get_address_host
+
+            per_host: dict[str, int] = {}
+            for address, n in client.nthreads().items():
+                host = get_address_host(address)
+                per_host[host] = per_host.get(host, 0) + int(n)
+        except Exception:  # noqa: BLE001 - any failure to ask: workers unknown
+            return None
+        return {h: n for h, n in per_host.items() if n} or None
     if scheduler not in (None, "threads", "threading", "processes", "multiprocessing"):
         return None
     workers = dask.config.get("num_workers", None)
-    return int(workers) if workers else (os.cpu_count() or None)
+    n = int(workers) if workers else (os.cpu_count() or 0)
+    return {"": n} if n else None
 
 
-def _threads_per_host() -> int | None:
+def _worker_count(by_host: dict[str, int] | None) -> int | None:
+    """Tasks the default scheduler runs at once in all (``by_host``: see
+    :func:`_threads_by_host`), or None if unknown."""
+    return sum(by_host.values()) if by_host else None
+
+
+def _threads_per_host(by_host: dict[str, int] | None) -> int | None:
     """Tasks the default scheduler runs at once on its busiest machine, or None if unknown.
 
     What a task needs to know to read ahead (:func:`~h5mdx.engine.frames.read_ahead_depth`):
     only where its machine has a spare core for every task running on it.
     """
-    scheduler = dask.config.get("scheduler", None)
-    client = _default_client(scheduler)
-    if client is None or getattr(client, "status", None) != "running":
-        return _worker_count()
-    try:
-        from distributed.comm import get_address_host
-
-        per_host: dict[str, int] = {}
-        for address, n in client.nthreads().items():
-            host = get_address_host(address)
-            per_host[host] = per_host.get(host, 0) + int(n)
-    except Exception:  # noqa: BLE001 - any failure to ask: no read-ahead
-        return None
-    return max(per_host.values(), default=0) or None
+    return max(by_host.values()) if by_host else None
 
 
 def _default_client(scheduler: Any) -> Any:
@@ -575,13 +574,15 @@ def rmsd(
     is_dask = sub.chunks is not None
     ends = host_threads = None
     if not is_dask:
+        by_host = _threads_by_host()  # one question to the scheduler, for both uses
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
             ends = np.cumsum(dask_blocks).tolist()
         else:
-            fpb = _block_frames(position, frames_per_block, chunk_mib)
+            fpb = _block_frames(position, frames_per_block, chunk_mib,
+                                _worker_count(by_host))
             ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
         # tasks at once on a machine: no more than there are tasks
-        host_threads = _threads_per_host()
+        host_threads = _threads_per_host(by_host)
         host_threads = host_threads and min(host_threads, len(ends))
     # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
     # worker count) must not reuse the keys of the first with other tasks behind them
