@@ -636,7 +636,7 @@ def plot(results: dict, path: str) -> None:
         ax.set_title(name)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format="png")  # written to a temporary name first
 
 
 # ----------------------------------------------------------------------------- main
@@ -745,12 +745,13 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _replace(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` a file beside ``path``, then put it in place: a run killed mid-write
-    (a time limit) leaves the last whole report, never a cut one."""
-    root, ext = os.path.splitext(path)
-    tmp = f"{root}.partial{ext}"
-    write(tmp)
-    os.replace(tmp, path)
+    """``write(tmp)`` a file beside ``path``, then put it in place (the writers'
+    ``atomic_output``): a run killed mid-write (a time limit) leaves the last whole
+    report, never a cut one."""
+    from h5mdx.layout._atomic import atomic_output
+
+    with atomic_output(path, overwrite=True) as tmp:
+        write(tmp)
 
 
 def write_report(results: dict, stem: str, with_json: bool = True,
