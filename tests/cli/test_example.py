@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import warnings
@@ -20,6 +21,7 @@ from h5mdx.cli import main  # noqa: E402
 from h5mdx.examples import (  # noqa: E402
     _SLAB,
     _adk_source,
+    _floor_slabs,
     _read_slab,
     _slabs,
     build_adk_trajectory,
@@ -141,6 +143,22 @@ def test_read_floor_and_slabs(tmp_path):
         floor = read_floor(path, workers=workers, repeats=1)
         assert floor["bytes"] == nbytes and floor["frames"] == 200
         assert floor["gb_per_s"] == pytest.approx(nbytes / floor["seconds"] / 1e9)
+
+
+@pytest.mark.parametrize("chunks", [(100, 3341, 3), None], ids=["c100", "contig"])
+def test_floor_gives_every_process_a_slab_of_its_own(tmp_path, chunks):
+    """Every layout splits among the floor's processes (a contiguous one did not)."""
+    src = build_adk_trajectory(tmp_path / "adk.h5md", 1000, progress=False)
+    path = tmp_path / "copy.h5md"
+    with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
+        g.create_dataset(POSITION, data=f[POSITION][:], chunks=chunks)
+    for workers in (1, 2, 4):
+        slabs = _floor_slabs(str(path), workers)
+        assert len(slabs) == workers
+        assert slabs[0][0] == 0 and slabs[-1][1] == 1000
+        assert all(b == c for (_, b), (c, _) in itertools.pairwise(slabs))
+        if chunks:
+            assert all(a % 100 == 0 for a, _ in slabs)
 
 
 def test_floor_reads_the_file_in_whole_chunks_into_one_buffer(tmp_path):
