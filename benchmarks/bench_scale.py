@@ -598,9 +598,13 @@ def read_ahead_lines(results: dict) -> list[str]:
     if ahead is None:
         return []
     cores = results["machine"]["cores"]
+    shared = results.get("read_ahead_max_process_threads")
     if ahead == "auto":
         how = (f"on where the machine has a spare core for every task (2 N <= {cores} "
                f"cores: N <= {cores // 2} here), off above")
+        if shared is not None:
+            how += (f"; on threads, also off past {shared} threads (one process, one GIL), "
+                    f"where each read grows instead")
     elif ahead == "0":
         how = "off (H5MDX_READ_AHEAD=0)"
     else:
@@ -655,14 +659,17 @@ def layout_runs(args: argparse.Namespace, layout: str,
     block = block_frames(path)
     entry: dict[str, Any] = {"path": path, "block_frames": block, "floor": [],
                              "h5mdx": []}
-    entry["breakdown"] = breakdown(path, args.repeats)
-    for what, rate in entry["breakdown"].items():
-        print(f"    {what:20s} {rate:12,.0f} frames/s", flush=True)
+    if not args.grid_only:
+        entry["breakdown"] = breakdown(path, args.repeats)
+        for what, rate in entry["breakdown"].items():
+            print(f"    {what:20s} {rate:12,.0f} frames/s", flush=True)
     for n in args.workers:
         floor, rows = paired_runs(args, path, n, args.frames)
         entry["floor"].append(floor)
         entry["h5mdx"] += rows
         saved(entry)
+    if args.grid_only:
+        return entry
     warm = build(os.path.join(args.data, f"scale-{layout}-200.h5md"), 200, layout)
     with floor_reader(path, 1) as read:
         read()  # warm, as in the rounds
@@ -686,6 +693,8 @@ def main() -> int:
     p.add_argument("--layouts", default="c100,c1,contig")
     p.add_argument("--opens", default="lazy,chunks")
     p.add_argument("--selections", default="ca,all")
+    p.add_argument("--grid-only", action="store_true",
+                   help="only the floor and h5mdx at each N (no breakdown, no first pass)")
     p.add_argument("--rss-frames", type=int, default=10_000,
                    help="frames of the 1x file for the peak-RSS check (0: skip)")
     p.add_argument("--quick", action="store_true", help="small smoke run")
@@ -704,6 +713,8 @@ def main() -> int:
     args.opens = args.opens.split(",")
     args.selections = args.selections.split(",")
 
+    from h5mdx.engine import frames
+
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
     results: dict[str, Any] = {
         "machine": {"platform": platform.platform(), "cores": cores,
@@ -712,6 +723,8 @@ def main() -> int:
         "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
         "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"),
         "read_ahead": os.environ.get("H5MDX_READ_AHEAD", "").strip() or "auto",
+        # the rule's bound on the tasks sharing one process (absent in earlier results)
+        "read_ahead_max_process_threads": frames.READ_AHEAD_MAX_PROCESS_THREADS,
         "layouts": {},
         "complete": False,
     }

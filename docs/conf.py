@@ -98,6 +98,29 @@ h5mdx_results = [
      "1.5-2.1x HDF5 2.0's)",
      "python benchmarks/bench_scale.py --frames 100000 --workers 1,2 --repeats 5 "
      "--rss-frames 0 --tag=-2core-paired-hdf5-1.10"),
+    ("scale-16core.md",
+     "Scaling on a lent 16-core machine, N=1-16, lazy open, distributed and threads "
+     "(h5py 3.16 on HDF5 2.0). Its contiguous rows are against a floor read by one process "
+     "at every N (fixed since: see scale-16core-after.md)",
+     "bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16 "
+     "--schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 "
+     "--tag=-16core"),
+    ("threads-16core.md",
+     "One process, T threads, on the 16-core machine: plain os.preadv scales like processes; "
+     "h5mdx's threads queue for the GIL (4 MiB reads, read-ahead) until reads grow",
+     "bash benchmarks/device.sh run bench_threads --frames 100000 --threads 1,2,4,8,16 "
+     "--repeats 3 --tag=-16core"),
+    ("scale-16core-after.md",
+     "The 16-core machine at N=8 and 16 after the reads grow with the threads of a process "
+     "and read-ahead stops past 4 of them; the contiguous floor split among N processes",
+     "bash benchmarks/device.sh run bench_scale --layouts contig,c100,c1 --workers 8,16 "
+     "--schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only "
+     "--tag=-16core-after"),
+    ("scale-2core-contig-fixed-floor.md",
+     "Contiguous positions on 2 cores against a floor read by N processes (the earlier "
+     "2-core files' contiguous N=2 floors were read by one)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig --workers 1,2 "
+     "--repeats 3 --rss-frames 0 --grid-only --tag=-2core-contig-fixed-floor"),
     ("scale-read-ahead-auto-hdf5-1.10-pair2.md",
      "Read-ahead A/B, pair 2 (the same grid run back to back, auto first), auto: "
      "each task reads ahead where the machine has a spare core for every task, here "

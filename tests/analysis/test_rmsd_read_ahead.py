@@ -78,10 +78,53 @@ def test_a_task_reads_ahead_only_with_a_spare_core_for_each_task(adk_h5md_blocke
 
 
 def test_the_tasks_of_a_client_count_per_machine(local_client):
-    """Both workers of the 2-process cluster run on this machine: 2 tasks at once."""
+    """Both workers of the 2-process cluster run on this machine: 2 tasks at once, one in
+    each process."""
     with dask.config.set(scheduler=local_client):
         by_host = rmsd_mod._threads_by_host()
+        assert list(by_host.values()) == [[1, 1]]
         assert rmsd_mod._threads_per_host(by_host) == sum(local_client.nthreads().values()) \
-            == 2
+            == rmsd_mod._worker_count(by_host) == 2
+        assert rmsd_mod._threads_per_process(by_host) == 1
     with dask.config.set(scheduler="sync"):
         assert rmsd_mod._threads_per_host(rmsd_mod._threads_by_host()) == 1
+
+
+def test_threads_share_one_process_and_processes_do_not():
+    for scheduler, by_host, per_process in (("threads", {"": [8]}, 8),
+                                            ("processes", {"": [1] * 8}, 1)):
+        with dask.config.set(scheduler=scheduler, num_workers=8):
+            assert rmsd_mod._threads_by_host() == by_host
+            assert rmsd_mod._threads_per_host(by_host) == rmsd_mod._worker_count(by_host) == 8
+            assert rmsd_mod._threads_per_process(by_host) == per_process
+
+
+def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
+        adk_h5md_blocked, expected_ca, monkeypatch):
+    """Past 4 tasks in one process (one GIL), reads grow and none runs ahead."""
+    monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
+    monkeypatch.setattr(frames, "_cpus", lambda: 64)  # a spare core for every task
+    monkeypatch.setattr(rmsd_mod, "READ_STEP_BYTES", 10 * 3341 * 12)  # one 10-frame chunk
+    seen: list[int] = []
+    real = rmsd_mod.read_ahead
+
+    def ahead(read, spans, depth=frames.READ_AHEAD):
+        seen.append(depth)
+        return real(read, spans, depth)
+
+    monkeypatch.setattr(rmsd_mod, "read_ahead", ahead)
+    # 98 frames: tasks of 25 frames are 4 at once, whatever the threads (a chunk at a time,
+    # read ahead); 10 tasks of 10 frames on 8 or 16 threads: 8 or 10 at once in one process
+    # (2 chunks at a time, none ahead); 20 tasks of 5 frames on 16 threads: 4 chunks
+    for workers, fpb, depth, step in ((4, 25, 2, 10), (16, 25, 2, 10), (8, 10, 0, 20),
+                                      (16, 10, 0, 20), (16, 5, 0, 40)):
+        seen.clear()
+        with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds, \
+                dask.config.set(scheduler="threads", num_workers=workers):
+            got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=fpb)
+            graph = dict(got.data.__dask_graph__())
+            steps = {task[-3] for task in graph.values()
+                     if isinstance(task, tuple) and task and task[0] is rmsd_mod._lazy_block}
+            assert_rmsd_close(got.values, expected_ca, atol=1e-4)
+        assert set(seen) == {depth}, (workers, fpb)
+        assert steps == {step}, (workers, fpb)

@@ -105,8 +105,11 @@ def test_a_caller_that_stops_early_waits_for_the_reads_in_flight():
 def test_the_depth_a_task_reads_ahead(monkeypatch):
     monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
     monkeypatch.setattr(frames, "_cpus", lambda: 16)
-    assert read_ahead_depth(1) == read_ahead_depth(8) == frames.READ_AHEAD == 2
-    assert read_ahead_depth(9) == read_ahead_depth(16) == 0  # no spare core for each
+    assert read_ahead_depth(1) == read_ahead_depth(4) == frames.READ_AHEAD == 2
+    assert read_ahead_depth(8, 1) == read_ahead_depth(8, 4) == 2  # 8 processes of 1-4 tasks
+    assert read_ahead_depth(9, 1) == read_ahead_depth(16, 1) == 0  # no spare core for each
+    # more than 4 tasks share a GIL: a reader thread each would double the queue for it
+    assert read_ahead_depth(5, 5) == read_ahead_depth(8, 8) == read_ahead_depth(8) == 0
     assert read_ahead_depth(None) == read_ahead_depth(0) == 0  # unknown: none
     monkeypatch.setattr(frames, "_cpus", lambda: 1)
     assert read_ahead_depth(1) == 0

@@ -205,7 +205,8 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
 def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarray | None,
                 superposition: bool, kernel: str, start: int, stop: int,
                 atoms: np.ndarray | None = None, step: int | None = None,
-                host_threads: int | None = None) -> np.ndarray:
+                host_threads: int | None = None,
+                process_threads: int | None = None) -> np.ndarray:
     """RMSD of one task's frames, read ``step`` frames at a time.
 
     Reading a few MiB at a time into the same buffer keeps the frames in the CPU cache
@@ -213,8 +214,9 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     ``block`` is the task's frames as a lazily indexed Variable, or, for the ``h5md``
     engine's plain slices, a :class:`~h5mdx.engine.frames.FrameReader` of them that
     spares each read xarray's indexing (~0.1 ms a read). ``host_threads``: tasks the
-    scheduler runs at once on this machine; with a spare core for each, the reads run
-    ahead of the kernel in a reader thread (:func:`~h5mdx.engine.frames.read_ahead`).
+    scheduler runs at once on this machine, ``process_threads`` in this process; with a
+    spare core for each and few sharing the GIL, the reads run ahead of the kernel in a
+    reader thread (:func:`~h5mdx.engine.frames.read_ahead`).
     """
     n = stop - start
     step = n if not step else step
@@ -233,7 +235,7 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         spans = [(a, min(n, a + step)) for a in range(0, n, step)]
         # the next reads run in a reader thread while the kernel runs on these frames;
         # each buffer is read into again only after its frames are done with
-        depth = read_ahead_depth(host_threads)
+        depth = read_ahead_depth(host_threads, process_threads)
         with contextlib.closing(read_ahead(read, spans, depth)) as frames:
             for a, b in spans:
                 with timer.phase("io"):  # the wait for the frames
@@ -340,8 +342,19 @@ def _in_memory(position: xr.DataArray) -> bool:
     return bool(position.variable._in_memory)
 
 
-def _read_step(source: xr.DataArray) -> int | None:
-    """Frames a task reads at a time: whole HDF5 chunks of about :data:`READ_STEP_BYTES`.
+#: Threads of one process (one GIL) up to which a task reads :data:`READ_STEP_BYTES` at a
+#: time. Each read and kernel call costs a task ~50 µs of Python under the GIL; with more
+#: threads, they queue for it, and the reads grow in proportion (up to 4x) so that the
+#: GIL's share per frame stays that of 4 threads. Measured on 16 cores (threaded
+#: scheduler, (100, n, 3), C-alpha; benchmarks/results/threads-16core.md): 16 threads ran
+#: 420,000 frames/s (0.66x the 16-process read floor) with 4 MiB reads, 709,000 (1.13x)
+#: with 16 MiB; at 1-4 threads 16 MiB was 4-13 % slower than 4 MiB.
+GIL_THREADS = 4
+
+
+def _read_step(source: xr.DataArray, process_threads: int | None = None) -> int | None:
+    """Frames a task reads at a time: whole HDF5 chunks of about :data:`READ_STEP_BYTES`,
+    times ``process_threads / GIL_THREADS`` (1 to 4) where that many tasks share a process.
 
     None (the whole block at once) where the data are not read straight from an
     uncompressed file (compressed chunks are best decoded once each).
@@ -351,8 +364,9 @@ def _read_step(source: xr.DataArray) -> int | None:
         return None
     frame_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:]))
     chunks = enc.get("chunksizes")
+    scale = min(4, max(1, (process_threads or 1) // GIL_THREADS))
     # the module's name, read now: benchmarks/bench_steps.py sets it to try other sizes
-    return read_step(frame_bytes, int(chunks[0]) if chunks else 1, READ_STEP_BYTES)
+    return read_step(frame_bytes, int(chunks[0]) if chunks else 1, READ_STEP_BYTES * scale)
 
 
 def _block_frames(position: xr.DataArray, frames_per_block: int | None,
@@ -384,17 +398,19 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     return balanced_block(position.sizes[TIME_DIM], block, chunk, workers)
 
 
-def _threads_by_host() -> dict[str, int] | None:
-    """Tasks the default scheduler runs at once, per machine, or None if unknown.
+def _threads_by_host() -> dict[str, list[int]] | None:
+    """Tasks the default scheduler runs at once: per machine, the threads of each of its
+    worker processes; None if unknown.
 
-    A ``distributed`` client that is the default: its workers' threads, by host (None
-    while its cluster has no worker yet); the synchronous scheduler: 1; dask's threads
-    and processes: its ``num_workers`` setting, else the CPU count (their default), on
-    this machine (``""``). Asked once per graph: a client answers over the network.
+    A ``distributed`` client that is the default: each worker's threads, by host (None
+    while its cluster has no worker yet); the synchronous scheduler: one thread; dask's
+    threads: its ``num_workers`` setting (else the CPU count, its default) in this one
+    process; dask's processes: as many processes of one thread each; all on this machine
+    (``""``). Asked once per graph: a client answers over the network.
     """
     scheduler = dask.config.get("scheduler", None)
     if scheduler in ("sync", "synchronous", "single-threaded"):
-        return {"": 1}
+        return {"": [1]}
     client = _default_client(scheduler)
     if client is not None:
         if getattr(client, "status", None) != "running":
@@ -402,33 +418,45 @@ def _threads_by_host() -> dict[str, int] | None:
         try:
             from distributed.comm import get_address_host
 
-            per_host: dict[str, int] = {}
+            per_host: dict[str, list[int]] = {}
             for address, n in client.nthreads().items():
-                host = get_address_host(address)
-                per_host[host] = per_host.get(host, 0) + int(n)
+                if int(n) > 0:
+                    per_host.setdefault(get_address_host(address), []).append(int(n))
         except Exception:  # noqa: BLE001 - any failure to ask: workers unknown
             return None
-        return {h: n for h, n in per_host.items() if n} or None
+        return per_host or None
     if scheduler not in (None, "threads", "threading", "processes", "multiprocessing"):
         return None
     workers = dask.config.get("num_workers", None)
     n = int(workers) if workers else (os.cpu_count() or 0)
-    return {"": n} if n else None
+    if not n:
+        return None
+    return {"": [1] * n if scheduler in ("processes", "multiprocessing") else [n]}
 
 
-def _worker_count(by_host: dict[str, int] | None) -> int | None:
+def _worker_count(by_host: dict[str, list[int]] | None) -> int | None:
     """Tasks the default scheduler runs at once in all (``by_host``: see
     :func:`_threads_by_host`), or None if unknown."""
-    return sum(by_host.values()) if by_host else None
+    return sum(sum(p) for p in by_host.values()) if by_host else None
 
 
-def _threads_per_host(by_host: dict[str, int] | None) -> int | None:
+def _threads_per_host(by_host: dict[str, list[int]] | None) -> int | None:
     """Tasks the default scheduler runs at once on its busiest machine, or None if unknown.
 
     What a task needs to know to read ahead (:func:`~h5mdx.engine.frames.read_ahead_depth`):
     only where its machine has a spare core for every task running on it.
     """
-    return max(by_host.values()) if by_host else None
+    return max(sum(p) for p in by_host.values()) if by_host else None
+
+
+def _threads_per_process(by_host: dict[str, list[int]] | None) -> int | None:
+    """Tasks the default scheduler runs at once in its busiest process (one GIL), or None.
+
+    Each read and kernel call of a task costs it some Python under its process's GIL
+    (~50 µs); where many of its threads read at once they queue for it (see
+    :data:`GIL_THREADS`).
+    """
+    return max(max(p) for p in by_host.values()) if by_host else None
 
 
 def _default_client(scheduler: Any) -> Any:
@@ -474,10 +502,11 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
 
 
 def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: list[int],
-                kernel_args: tuple, host_threads: int | None = None) -> da.Array:
+                kernel_args: tuple, host_threads: int | None = None,
+                process_threads: int | None = None) -> da.Array:
     """One task per block of frames ending at ``ends``, each reading its frames itself."""
     source, atoms = plan
-    step = _read_step(source)
+    step = _read_step(source, process_threads)
     dsk = {}
     sizes = []
     for i, b in enumerate(ends):
@@ -485,7 +514,8 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
         # a Variable on (time, atom, spatial): no coordinates travel with the task
         block = source.variable[a:b]
         block = frame_reader(block) or block
-        dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads)
+        dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads,
+                          process_threads)
         sizes.append(b - a)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
     return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
@@ -572,7 +602,7 @@ def rmsd(
     # array (or the dask array) without loading it, and tokenizing it is what identifies
     # the file, element and selection.
     is_dask = sub.chunks is not None
-    ends = host_threads = None
+    ends = host_threads = process_threads = None
     if not is_dask:
         by_host = _threads_by_host()  # one question to the scheduler, for both uses
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
@@ -584,17 +614,20 @@ def rmsd(
         # tasks at once on a machine: no more than there are tasks
         host_threads = _threads_per_host(by_host)
         host_threads = host_threads and min(host_threads, len(ends))
+        process_threads = _threads_per_process(by_host)
+        process_threads = process_threads and min(process_threads, len(ends))
     # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
     # worker count) must not reuse the keys of the first with other tasks behind them
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block,
-                     ends, host_threads)
+                     ends, host_threads, process_threads)
     name = f"rmsd-{token}"
 
     kernel_args = (ref_c, w, superposition, kernel)
     if is_dask:
         result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args)
     else:
-        result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads)
+        result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads,
+                             process_threads)
 
     coords = {k: v for k, v in sub.coords.items() if v.dims == (TIME_DIM,)}
     attrs = {"long_name": "RMSD after optimal superposition" if superposition

@@ -30,7 +30,7 @@ from xarray.core import indexing
 from h5mdx.engine.backend import H5MDArray
 from h5mdx.format.direct import scratch_buffers, scratch_pool
 
-__all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "FrameReader", "frame_reader", "read_ahead",
+__all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader", "frame_reader", "read_ahead",
            "read_ahead_depth"]
 
 #: Environment variable: how many reads :func:`read_ahead` keeps in flight (``0``: none,
@@ -40,6 +40,11 @@ READ_AHEAD_ENV = "H5MDX_READ_AHEAD"
 #: thread and its frames back costs ~80 µs of futex wake-ups each way, which the reader
 #: spends idle unless the next read is already queued.
 READ_AHEAD = 2
+#: Tasks sharing one process (one GIL) above which none reads ahead: a reader thread per
+#: task doubles the threads that queue for the GIL. On 16 cores, 8 threads of dask's
+#: threaded scheduler ran 341,000 frames/s reading ahead and 587,000 without; 1-4
+#: threads gained 16-24 % (benchmarks/results/threads-16core.md).
+READ_AHEAD_MAX_PROCESS_THREADS = 4
 
 # xarray's internal wrappers, looked up once; a release without one of them turns the fast
 # path off (frame_reader gives None) instead of failing
@@ -146,19 +151,23 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def read_ahead_depth(host_threads: int | None = None) -> int:
+def read_ahead_depth(host_threads: int | None = None,
+                     process_threads: int | None = None) -> int:
     """Reads :func:`read_ahead` keeps in flight for a task: 0 (none) or ``READ_AHEAD``.
 
     ``$H5MDX_READ_AHEAD`` where set. Otherwise read ahead only where this process's
     CPUs hold a spare core for each of the ``host_threads`` tasks running at once on the
     machine: a reader thread is a second busy thread per task, and where every core
     already runs a task it only takes turns with them (measured on 2 cores with 2
-    workers: 0.55-0.77x the read floor fell to 0.49-0.64x).
+    workers: 0.55-0.77x the read floor fell to 0.49-0.64x). And only where at most
+    :data:`READ_AHEAD_MAX_PROCESS_THREADS` of them share this process's GIL.
 
     Parameters
     ----------
     host_threads : int, optional
         Tasks the scheduler runs at once on this machine; None (unknown): no read-ahead.
+    process_threads : int, optional
+        Tasks it runs at once in this process (None: as ``host_threads``).
     """
     value = os.environ.get(READ_AHEAD_ENV, "").strip()
     if value:
@@ -168,6 +177,9 @@ def read_ahead_depth(host_threads: int | None = None) -> int:
             raise ValueError(f"{READ_AHEAD_ENV} must be a whole number of reads (0 for "
                              f"none), not {value!r}") from None
     if host_threads is None or host_threads < 1:
+        return 0
+    shared = host_threads if process_threads is None else process_threads
+    if shared > READ_AHEAD_MAX_PROCESS_THREADS:
         return 0
     return READ_AHEAD if 2 * host_threads <= _cpus() else 0
 
