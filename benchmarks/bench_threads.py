@@ -2,32 +2,35 @@
 
 ``bench_scale`` on the 16-core machine found dask's threaded scheduler (one process, T
 threads) stopping at ~340,000 frames/s from T=4 on, where T single-threaded worker
-processes reached 590,000-720,000. This benchmark takes the threaded read apart on
-the (100, n, 3) layout, in paired rounds (every variant once per round, the order
-rotating), each against the T-process h5py read floor of its own round:
+processes reached 590,000-720,000. This benchmark takes the read apart, per layout
+(``--layouts``: c100, c1, contig), in paired rounds (every variant once per round, the
+order rotating), each against the T-process h5py read floor of its own round:
 
 ``floor``
-    T processes read their slab of whole chunks with h5py (:func:`h5mdx.examples.floor_reader`).
-``pread, processes``
-    T processes read their chunks' bytes with ``os.preadv`` (one call per 4 MB chunk,
-    from the chunk index), each into one buffer it keeps: the operating system's floor.
-``pread, threads, one fd`` / ``fd per thread``
-    The same reads from T threads of this process, sharing one file descriptor (what
-    h5mdx's direct reader does) or each with its own.
-``pread+qcp, threads, ...``
-    As above, and the QCP kernel (C-alpha) on each chunk as it arrives: the least Python
-    per chunk a threaded RMSD can have (two calls that release the GIL).
+    T processes read their slab with h5py (:func:`h5mdx.examples.floor_reader`).
+``pread, processes`` / ``pread+qcp, processes``
+    T processes read their spans' bytes with ``os.preadv`` (100 frames a read, runs of
+    adjacent chunks located from the chunk index), each into one buffer it keeps: the
+    operating system's floor; then with the QCP kernel (C-alpha) on each span as it
+    arrives: what a worker process does with the least Python around it.
+``mmap+qcp, processes (mapped per pass)``
+    The kernel on the spans in place, from a mapping of the file each process makes per
+    pass (no copy; the pages fault in as the kernel first touches them).
+``pread, threads, one fd`` / ``fd per thread`` / ``pread+qcp, threads, one fd``
+    The plain reads from T threads of this process, sharing one file descriptor (what
+    h5mdx's direct reader does) or each with its own; then with the kernel.
 ``h5mdx, threads``
-    ``h5mdx.rmsd`` (C-alpha, lazy open) on dask's threaded scheduler with T threads; then the
-    same with each thread reading through a file descriptor of its own, with 16 MiB
-    reads instead of 4 MiB (a quarter of the Python per frame), and with read-ahead off.
+    ``h5mdx.rmsd`` (C-alpha, lazy open) on dask's threaded scheduler with T threads, as it
+    is (reads grow past 4 threads, no read-ahead there); then with 4 MiB reads whatever T,
+    16 MiB reads whatever T, read-ahead forced on, and read-ahead off.
 
 Run::
 
     python benchmarks/bench_threads.py [--frames 50000] [--threads 1,2,4,8,16]
+                                       [--layouts c100,c1,contig]
 
-Writes ``benchmarks/results/threads<tag>.{json,md}``. Needs numpy, h5py, numba, dask,
-xarray and h5mdx; no MDAnalysis.
+Writes ``benchmarks/results/threads<tag>.{json,md}`` after every T. Needs numpy, h5py,
+numba, dask, xarray and h5mdx; no MDAnalysis.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
+import mmap
 import multiprocessing as mp
 import os
 import statistics
@@ -63,18 +67,43 @@ from bench_scale import (  # noqa: E402
 
 # ------------------------------------------------------------------- plain reads
 _LOCAL = threading.local()
+#: Frames per plain read: one 100-frame chunk, or as many frames of the other layouts
+SPAN_FRAMES = 100
 
 
-def chunk_table(path: str) -> np.ndarray:
-    """``(offset, bytes)`` of every chunk of the positions, in frame order: the bytes of
-    its frames inside the dataset (an edge chunk is stored whole, past the last frame)."""
+def span_table(path: str, frames: int = SPAN_FRAMES) -> np.ndarray:
+    """``(offset, bytes, frames)`` of each read of the positions, in frame order.
+
+    Contiguous: runs of ``frames`` frames. Chunked (whole frames per chunk): each chunk's
+    frames inside the dataset (an edge chunk is stored whole, past the last frame), and
+    chunks adjacent in the file merged up to ``frames`` frames a read (one-frame chunks:
+    one read of 100 frames where the file holds them in order).
+    """
     with h5py.File(path, "r") as f:
         d = f[DSET]
-        n_frames, frame = d.shape[0], d.dtype.itemsize * int(np.prod(d.shape[1:]))
-        info = [d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())]
-    info.sort(key=lambda c: c.chunk_offset[0])
-    return np.array([(c.byte_offset, min(c.size, (n_frames - c.chunk_offset[0]) * frame))
-                     for c in info], dtype=np.int64)
+        n, frame = d.shape[0], d.dtype.itemsize * int(np.prod(d.shape[1:]))
+        if d.chunks is None:
+            offset = d.id.get_offset()
+            return np.array([(offset + a * frame, (min(n, a + frames) - a) * frame,
+                              min(n, a + frames) - a) for a in range(0, n, frames)],
+                            dtype=np.int64)
+        info: list[Any] = []
+        try:  # one pass over the chunk index (HDF5 >= 1.12.3)
+            d.id.chunk_iter(info.append)
+        except (AttributeError, RuntimeError, NotImplementedError):
+            # by index: each call walks the index again, fine for the tests' small files
+            info = [d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())]
+        info.sort(key=lambda c: c.chunk_offset[0])
+    rows: list[list[int]] = []
+    for c in info:
+        m = min(d.chunks[0], n - c.chunk_offset[0])
+        last = rows[-1] if rows else None
+        if last and last[0] + last[1] == c.byte_offset and last[2] + m <= frames:
+            last[1] += m * frame
+            last[2] += m
+        else:
+            rows.append([c.byte_offset, m * frame, m])
+    return np.array(rows, dtype=np.int64)
 
 
 def _slices(n: int, parts: int) -> list[tuple[int, int]]:
@@ -89,25 +118,36 @@ def _buffer(nbytes: int) -> np.ndarray:
     return buf
 
 
-def read_chunks(path: str, table: np.ndarray, fd: int | None = None,
-                kernel: Any = None) -> int:
-    """Read the chunks of ``table`` with ``os.preadv`` into one buffer of this thread;
-    with ``kernel``, run it on each chunk's frames. ``fd``: shared; else one of this thread."""
-    own = fd is None
-    if own:
+def read_spans(path: str, table: np.ndarray, fd: int | None = None,
+               kernel: Any = None) -> int:
+    """Read the spans of ``table`` with ``os.preadv`` into one buffer of this thread;
+    with ``kernel``, run it on each span's frames. ``fd``: shared; else one of this thread."""
+    if fd is None:
         fd = getattr(_LOCAL, "fd", None)
         if fd is None or getattr(_LOCAL, "path", None) != path:
             fd = _LOCAL.fd = os.open(path, os.O_RDONLY)
             _LOCAL.path = path
     buf = _buffer(int(table[:, 1].max()))
-    frame = N_ATOMS * 3 * 4
-    for off, size in table:
+    for off, size, m in table:
         view = memoryview(buf)[:size]
         done = 0
         while done < size:
             done += os.preadv(fd, [view[done:]], int(off) + done)
         if kernel is not None:
-            kernel(buf[:size].view(np.float32).reshape(size // frame, N_ATOMS, 3))
+            kernel(buf[:size].view(np.float32).reshape(int(m), N_ATOMS, 3))
+    return int(table[:, 1].sum())
+
+
+def map_spans(path: str, table: np.ndarray, kernel: Any) -> int:
+    """The kernel on each span's frames read in place from a mapping of the file (made for
+    this call: its pages fault in as the kernel first touches them), no copy."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        data = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            for off, size, m in table:
+                kernel(data[off:off + size].view(np.float32).reshape(int(m), N_ATOMS, 3))
+        finally:
+            del data  # the mapping closes only once no array views it
     return int(table[:, 1].sum())
 
 
@@ -117,89 +157,81 @@ def _qcp_kernel(path: str) -> Callable[[np.ndarray], np.ndarray]:
     ca = ca_indices()
     with h5py.File(path, "r") as f:
         ref = np.asarray(f[DSET][0], dtype=np.float64)[ca]
-    return prepare(ref - ref.mean(axis=0), atoms=ca, reference_centered=True,
-                   kernel="numba")
+    kernel = prepare(ref - ref.mean(axis=0), atoms=ca, reference_centered=True,
+                     kernel="numba")
+    kernel(np.zeros((1, N_ATOMS, 3), dtype=np.float32))  # compiled before timing
+    return kernel
 
 
 _TABLES: dict[str, np.ndarray] = {}
+_KERNELS: dict[str, Any] = {}
 
 
-def _process_read(path: str, lo: int, hi: int) -> int:
+def _process_read(path: str, lo: int, hi: int, how: str = "pread") -> int:
+    """One process's part of a plain-read variant (``pread``, ``pread+qcp``, ``mmap+qcp``)."""
     table = _TABLES.get(path)
     if table is None:  # once per process, outside the timed reads after the first
-        table = _TABLES[path] = chunk_table(path)
-    return read_chunks(path, table[lo:hi])
+        table = _TABLES[path] = span_table(path)
+    kernel = None
+    if how != "pread":
+        kernel = _KERNELS.get(path)
+        if kernel is None:
+            kernel = _KERNELS[path] = _qcp_kernel(path)
+    if how == "mmap+qcp":
+        return map_spans(path, table[lo:hi], kernel)
+    return read_spans(path, table[lo:hi], None, kernel)
 
 
 @contextlib.contextmanager
 def pread_timers(path: str, n: int) -> Iterator[dict[str, Callable[[], float]]]:
     """Timers of the plain-read variants with ``n`` threads or processes."""
-    table = chunk_table(path)
+    table = span_table(path)
     parts = _slices(len(table), n)
     kernel = _qcp_kernel(path)
-    kernel(np.zeros((1, N_ATOMS, 3), dtype=np.float32))  # compiled before timing
     shared = os.open(path, os.O_RDONLY)
     with cf.ThreadPoolExecutor(n) as threads, cf.ProcessPoolExecutor(
             n, mp_context=mp.get_context("spawn")) as procs:
-        list(procs.map(_process_read, [path] * n, [0] * n, [1] * n))  # started, warm
+        for how in ("pread", "pread+qcp"):  # started, the table read, the kernel compiled
+            list(procs.map(_process_read, [path] * n, [0] * n, [1] * n, [how] * n))
 
         def on_threads(fd: int | None, k: Any) -> Callable[[], float]:
             def timer() -> float:
                 t0 = time.perf_counter()
-                futures = [threads.submit(read_chunks, path, table[a:b], fd, k)
+                futures = [threads.submit(read_spans, path, table[a:b], fd, k)
                            for a, b in parts]
                 for fut in futures:
                     fut.result()
                 return time.perf_counter() - t0
             return timer
 
-        def on_processes() -> float:
-            t0 = time.perf_counter()
-            list(procs.map(_process_read, [path] * len(parts), *zip(*parts, strict=True)))
-            return time.perf_counter() - t0
+        def on_processes(how: str) -> Callable[[], float]:
+            def timer() -> float:
+                t0 = time.perf_counter()
+                list(procs.map(_process_read, [path] * len(parts), *zip(*parts, strict=True),
+                               [how] * len(parts)))
+                return time.perf_counter() - t0
+            return timer
 
         try:
-            yield {"pread, processes": on_processes,
+            yield {"pread, processes": on_processes("pread"),
+                   "pread+qcp, processes": on_processes("pread+qcp"),
+                   "mmap+qcp, processes (mapped per pass)": on_processes("mmap+qcp"),
                    "pread, threads, one fd": on_threads(shared, None),
                    "pread, threads, fd per thread": on_threads(None, None),
-                   "pread+qcp, threads, one fd": on_threads(shared, kernel),
-                   "pread+qcp, threads, fd per thread": on_threads(None, kernel)}
+                   "pread+qcp, threads, one fd": on_threads(shared, kernel)}
         finally:
             os.close(shared)
 
 
 # ------------------------------------------------------------------------- h5mdx
 @contextlib.contextmanager
-def _fd_per_thread() -> Iterator[None]:
-    """The direct reader opens the file once per thread instead of once per process."""
-    from h5mdx.format.direct import DirectReader
-
-    original = DirectReader._descriptor
-
-    def descriptor(self: Any) -> int:
-        fds = _LOCAL.__dict__.setdefault("fds", {})
-        fd = fds.get(self.filename)
-        if fd is None:
-            fd = fds[self.filename] = os.open(self.filename, os.O_RDONLY)
-        return fd
-
-    DirectReader._descriptor = descriptor
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(module, name)
+    setattr(module, name, value)
     try:
         yield
     finally:
-        DirectReader._descriptor = original
-
-
-@contextlib.contextmanager
-def _read_step(nbytes: int) -> Iterator[None]:
-    import h5mdx.analysis.rmsd as rmsd
-
-    original = rmsd.READ_STEP_BYTES
-    rmsd.READ_STEP_BYTES = nbytes
-    try:
-        yield
-    finally:
-        rmsd.READ_STEP_BYTES = original
+        setattr(module, name, original)
 
 
 @contextlib.contextmanager
@@ -219,6 +251,8 @@ def h5mdx_timers(path: str, n: int) -> dict[str, Callable[[], float]]:
     """Timers of ``h5mdx.rmsd`` on the threaded scheduler, as it is and patched."""
     import dask
 
+    import h5mdx.analysis.rmsd as rmsd
+
     run = h5mdx_run(path, "lazy", ca_indices())
 
     def timed(patch: Callable[[], Any] = contextlib.nullcontext) -> Callable[[], float]:
@@ -230,8 +264,12 @@ def h5mdx_timers(path: str, n: int) -> dict[str, Callable[[], float]]:
         return timer
 
     return {"h5mdx, threads": timed(),
-            "h5mdx, threads, fd per thread": timed(_fd_per_thread),
-            "h5mdx, threads, 16 MiB reads": timed(lambda: _read_step(16 * 2**20)),
+            # the reads of 1-4 threads whatever the threads (as before they grew with them)
+            "h5mdx, threads, 4 MiB reads": timed(lambda: _patched(rmsd, "GIL_THREADS", 10**6)),
+            "h5mdx, threads, 16 MiB reads": timed(
+                lambda: _patched(rmsd, "READ_STEP_BYTES", 16 * 2**20 // max(
+                    1, min(4, n // rmsd.GIL_THREADS)))),
+            "h5mdx, threads, read-ahead": timed(lambda: _env("H5MDX_READ_AHEAD", "2")),
             "h5mdx, threads, no read-ahead": timed(lambda: _env("H5MDX_READ_AHEAD", "0"))}
 
 
@@ -249,52 +287,71 @@ def run_n(path: str, n: int, repeats: int, frames: int) -> dict[str, Any]:
         ratios = round_ratios(times["floor"], ts)
         rows[name] = {"times": ts, "frames_per_s": frames / statistics.median(ts),
                       "vs_floor": statistics.median(ratios)}
-        print(f"  T={n:2d} {name:36s} {rows[name]['frames_per_s']:12,.0f} frames/s "
+        print(f"  T={n:2d} {name:40s} {rows[name]['frames_per_s']:12,.0f} frames/s "
               f"{rows[name]['vs_floor']:5.2f}x the floor", flush=True)
     return rows
 
 
+_LAYOUT_NAMES = {"c100": "(100, n, 3) chunks", "c1": "(1, n, 3) chunks",
+                 "contig": "contiguous"}
+
+
 def render(results: dict[str, Any]) -> str:
-    ns = sorted(int(n) for n in results["runs"])
-    names = list(results["runs"][str(ns[0])])
+    # results of before the layouts (threads-16core.json): one c100 grid at the top
+    layouts = results.get("layouts") or {"c100": {"runs": results["runs"]}}
     out = ["# One process, T threads: where the threaded RMSD's time goes", "",
            f"Machine: {results['platform']}, {results['cores']} cores; "
-           f"{results['frames']:,} frames x {N_ATOMS} atoms, (100, n, 3) chunks, warm page "
+           f"{results['frames']:,} frames x {N_ATOMS} atoms, warm page "
            f"cache; C-alpha (214 atoms); medians of {results['repeats']} paired rounds. "
            f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
-           "frames/s (ratio to the T-process h5py read floor of the same rounds).", "",
-           "| variant | " + " | ".join(f"T={n}" for n in ns) + " |",
-           "|---|" + "---|" * len(ns)]
-    for name in names:
-        cells = []
-        for n in ns:
-            r = results["runs"][str(n)].get(name)
-            cells.append("" if r is None else
-                         f"{r['frames_per_s']:,.0f} ({r['vs_floor']:.2f})")
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
+           "frames/s (ratio to the T-process h5py read floor of the same rounds).", ""]
+    for layout, entry in layouts.items():
+        runs = entry["runs"]
+        if not runs:
+            continue
+        ns = sorted(int(n) for n in runs)
+        names = list(runs[str(ns[0])])
+        out += [f"## {layout}: {_LAYOUT_NAMES.get(layout, layout)}", "",
+                "| variant | " + " | ".join(f"T={n}" for n in ns) + " |",
+                "|---|" + "---|" * len(ns)]
+        for name in names:
+            cells = []
+            for n in ns:
+                r = runs[str(n)].get(name)
+                cells.append("" if r is None else
+                             f"{r['frames_per_s']:,.0f} ({r['vs_floor']:.2f})")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
     if results.get("partial"):
-        out += ["", "Partial: the run stopped before every T was measured."]
-    return "\n".join(out) + "\n"
+        out += ["Partial: the run stopped before every layout and T was measured.", ""]
+    return "\n".join(out)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=50_000)
     p.add_argument("--threads", default="1,2,4,8,16")
+    p.add_argument("--layouts", default="c100", help="c100, c1, contig (comma-separated)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--data", default=os.path.join(HERE, "data"))
     p.add_argument("--tag", default="")
     args = p.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ns = [n for n in (int(x) for x in args.threads.split(",")) if n <= (cores or 1)]
-    path = build(os.path.join(args.data, f"scale-c100-{args.frames}.h5md"), args.frames, "c100")
+    layouts = args.layouts.split(",")
     results: dict[str, Any] = {**machine(), "frames": args.frames, "repeats": args.repeats,
-                               "switch_interval": sys.getswitchinterval(), "runs": {},
+                               "switch_interval": sys.getswitchinterval(),
+                               "layouts": {name: {"runs": {}} for name in layouts},
                                "partial": True}
-    for n in ns:
-        results["runs"][str(n)] = run_n(path, n, args.repeats, args.frames)
-        results["partial"] = n != ns[-1]
-        save_results("threads", args.tag, results, render)
+    for layout in layouts:
+        path = build(os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md"),
+                     args.frames, layout)
+        print(f"{layout}: {path}", flush=True)
+        for n in ns:
+            results["layouts"][layout]["runs"][str(n)] = run_n(path, n, args.repeats,
+                                                               args.frames)
+            results["partial"] = (layout, n) != (layouts[-1], ns[-1])
+            save_results("threads", args.tag, results, render)
     return 0
 
 

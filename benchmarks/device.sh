@@ -20,6 +20,12 @@
 #   run(command="bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16
 #       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0
 #       --tag=-16core", carry=[".whl"], timeout_s=560)
+# (434 s on 2026-11-26, the three 4 GB files written in ~75 s.) What is still open on 16
+# cores, contiguous and one-frame chunks at N=16 (0.44-0.80x the floor), is taken apart by
+# bench_threads in processes too (pread alone, pread + kernel, a mapping per pass; 82 s
+# for one layout at T=1..16 on 2026-11-26):
+#   run(command="bash benchmarks/device.sh run bench_threads --frames 100000 --threads 8,16
+#       --layouts contig,c1 --tag=-16core-layouts", carry=[".whl"], timeout_s=300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -110,6 +110,12 @@ h5mdx_results = [
      "h5mdx's threads queue for the GIL (4 MiB reads, read-ahead) until reads grow",
      "bash benchmarks/device.sh run bench_threads --frames 100000 --threads 1,2,4,8,16 "
      "--repeats 3 --tag=-16core"),
+    ("threads-2core.md",
+     "One process of T threads against T processes on 2 cores, every layout: a lean "
+     "os.preadv + kernel process reaches 0.97-0.98x the contiguous floor, 1.4-2.2x the "
+     "chunked ones",
+     "python benchmarks/bench_threads.py --frames 100000 --threads 1,2 "
+     "--layouts c100,c1,contig --tag=-2core"),
     ("scale-16core-after.md",
      "The 16-core machine at N=8 and 16 after the reads grow with the threads of a process "
      "and read-ahead stops past 4 of them; the contiguous floor split among N processes",
