@@ -100,25 +100,17 @@ def test_threads_share_one_process_and_processes_do_not():
 
 
 def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
-        adk_h5md_blocked, expected_ca, monkeypatch):
+        adk_h5md_blocked, expected_ca, depths, monkeypatch):
     """Past 4 tasks in one process (one GIL), reads grow and none runs ahead."""
     monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
     monkeypatch.setattr(frames, "_cpus", lambda: 64)  # a spare core for every task
     monkeypatch.setattr(rmsd_mod, "READ_STEP_BYTES", 10 * 3341 * 12)  # one 10-frame chunk
-    seen: list[int] = []
-    real = rmsd_mod.read_ahead
-
-    def ahead(read, spans, depth=frames.READ_AHEAD):
-        seen.append(depth)
-        return real(read, spans, depth)
-
-    monkeypatch.setattr(rmsd_mod, "read_ahead", ahead)
     # 98 frames: tasks of 25 frames are 4 at once, whatever the threads (a chunk at a time,
     # read ahead); 10 tasks of 10 frames on 8 or 16 threads: 8 or 10 at once in one process
     # (2 chunks at a time, none ahead); 20 tasks of 5 frames on 16 threads: 4 chunks
     for workers, fpb, depth, step in ((4, 25, 2, 10), (16, 25, 2, 10), (8, 10, 0, 20),
                                       (16, 10, 0, 20), (16, 5, 0, 40)):
-        seen.clear()
+        depths.clear()
         with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds, \
                 dask.config.set(scheduler="threads", num_workers=workers):
             got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=fpb)
@@ -126,5 +118,5 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
             steps = {task[-3] for task in graph.values()
                      if isinstance(task, tuple) and task and task[0] is rmsd_mod._lazy_block}
             assert_rmsd_close(got.values, expected_ca, atol=1e-4)
-        assert set(seen) == {depth}, (workers, fpb)
+        assert set(depths) == {depth}, (workers, fpb)
         assert steps == {step}, (workers, fpb)

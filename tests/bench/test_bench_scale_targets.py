@@ -2,23 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
-import pytest
-
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-
-
-@pytest.fixture(scope="module")
-def bench_scale():
-    sys.path.insert(0, BENCHMARKS)
-    try:
-        yield importlib.import_module("bench_scale")
-    finally:
-        sys.path.remove(BENCHMARKS)
-
 
 def _row(scheduler, n, vs_floor, select="ca", open_="lazy"):
     fps = 100_000.0 * vs_floor * n

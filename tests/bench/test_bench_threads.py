@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 
 import h5py
 import numpy as np
 import pytest
-
-pytest.importorskip("numba")
-
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-
-
-@pytest.fixture(scope="module")
-def bench_threads():
-    sys.path.insert(0, BENCHMARKS)
-    try:
-        yield importlib.import_module("bench_threads")
-    finally:
-        sys.path.remove(BENCHMARKS)
 
 
 @pytest.fixture(scope="module", params=["c100", "c1", "contig"])
