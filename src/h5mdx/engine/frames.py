@@ -30,8 +30,8 @@ from xarray.core import indexing
 from h5mdx.engine.backend import H5MDArray
 from h5mdx.format.direct import scratch_buffers, scratch_pool
 
-__all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader", "frame_reader", "read_ahead",
-           "read_ahead_depth"]
+__all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader",
+           "frame_reader", "read_ahead", "read_ahead_depth"]
 
 #: Environment variable: how many reads :func:`read_ahead` keeps in flight (``0``: none,
 #: every read in the caller's thread, one after the other).
