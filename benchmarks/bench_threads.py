@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import h5py
 import numpy as np
@@ -64,6 +65,9 @@ from bench_scale import (  # noqa: E402
     round_ratios,
     save_results,
 )
+
+from h5mdx.engine.frames import READ_AHEAD_ENV  # noqa: E402
+from h5mdx.examples import _slabs  # noqa: E402
 
 # ------------------------------------------------------------------- plain reads
 _LOCAL = threading.local()
@@ -104,11 +108,6 @@ def span_table(path: str, frames: int = SPAN_FRAMES) -> np.ndarray:
         else:
             rows.append([c.byte_offset, m * frame, m])
     return np.array(rows, dtype=np.int64)
-
-
-def _slices(n: int, parts: int) -> list[tuple[int, int]]:
-    edges = [round(k * n / parts) for k in range(parts + 1)]
-    return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
 def _buffer(nbytes: int) -> np.ndarray:
@@ -186,7 +185,7 @@ def _process_read(path: str, lo: int, hi: int, how: str = "pread") -> int:
 def pread_timers(path: str, n: int) -> Iterator[dict[str, Callable[[], float]]]:
     """Timers of the plain-read variants with ``n`` threads or processes."""
     table = span_table(path)
-    parts = _slices(len(table), n)
+    parts = _slabs(len(table), 1, n)  # the floor's split, in spans instead of frames
     kernel = _qcp_kernel(path)
     shared = os.open(path, os.O_RDONLY)
     with cf.ThreadPoolExecutor(n) as threads, cf.ProcessPoolExecutor(
@@ -224,29 +223,6 @@ def pread_timers(path: str, n: int) -> Iterator[dict[str, Callable[[], float]]]:
 
 
 # ------------------------------------------------------------------------- h5mdx
-@contextlib.contextmanager
-def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def h5mdx_timers(path: str, n: int) -> dict[str, Callable[[], float]]:
     """Timers of ``h5mdx.rmsd`` on the threaded scheduler, as it is and patched."""
     import dask
@@ -263,14 +239,18 @@ def h5mdx_timers(path: str, n: int) -> dict[str, Callable[[], float]]:
                 return time.perf_counter() - t0
         return timer
 
+    def ahead(depth: str) -> Any:
+        return mock.patch.dict(os.environ, {READ_AHEAD_ENV: depth})
+
+    # GIL_THREADS out of reach: the reads of 1-4 threads whatever the threads
     return {"h5mdx, threads": timed(),
-            # the reads of 1-4 threads whatever the threads (as before they grew with them)
-            "h5mdx, threads, 4 MiB reads": timed(lambda: _patched(rmsd, "GIL_THREADS", 10**6)),
+            "h5mdx, threads, 4 MiB reads": timed(
+                lambda: mock.patch.object(rmsd, "GIL_THREADS", 10**6)),
             "h5mdx, threads, 16 MiB reads": timed(
-                lambda: _patched(rmsd, "READ_STEP_BYTES", 16 * 2**20 // max(
-                    1, min(4, n // rmsd.GIL_THREADS)))),
-            "h5mdx, threads, read-ahead": timed(lambda: _env("H5MDX_READ_AHEAD", "2")),
-            "h5mdx, threads, no read-ahead": timed(lambda: _env("H5MDX_READ_AHEAD", "0"))}
+                lambda: mock.patch.multiple(rmsd, GIL_THREADS=10**6,
+                                            READ_STEP_BYTES=16 * 2**20)),
+            "h5mdx, threads, read-ahead": timed(lambda: ahead("2")),
+            "h5mdx, threads, no read-ahead": timed(lambda: ahead("0"))}
 
 
 # ------------------------------------------------------------------------ the run
