@@ -204,6 +204,17 @@ def test_near_double_root_uses_the_eigensolver(kernel):
         kabsch_rmsd(body, image), abs=1e-9)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_frame_with_nan_gives_nan_and_leaves_the_others(adk_positions, kernel):
+    """A fill value read as NaN spoils its frame only: no LinAlgError for the whole call."""
+    frames = adk_positions[:6].astype(np.float64)
+    frames[2, 7, 1] = np.nan
+    got = rmsd_qcp(adk_positions[0], frames, kernel=kernel)
+    assert np.isnan(got[2])
+    clean = rmsd_qcp(adk_positions[0], np.delete(frames, 2, axis=0), kernel=kernel)
+    np.testing.assert_array_equal(np.delete(got, 2), clean)
+
+
 @needs_numba
 def test_both_kernels_flag_the_same_frames():
     rng = np.random.default_rng(9)

@@ -87,6 +87,19 @@ def read_log(monkeypatch):
         return logged_read
 
     monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "rows_reader", logged_rows)
+    rows_runs = h5mdx.engine.backend.H5MDArray.rows_runs
+
+    def logged_runs(self, first, rest):  # a task's fused read (rmsd._fused_block)
+        runs = rows_runs(self, first, rest)
+        if runs is None:
+            return None
+
+        def logged_run(a, b):
+            keys.append((slice(first + a, first + b, 1), *rest))
+            return runs(a, b)
+        return logged_run
+
+    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "rows_runs", logged_runs)
     return keys
 
 

@@ -31,6 +31,8 @@ References:
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -186,7 +188,13 @@ def _key_max_eigenvalue(s: np.ndarray) -> np.ndarray:
     k[:, 1, 2] = k[:, 2, 1] = sxy + syx
     k[:, 1, 3] = k[:, 3, 1] = szx + sxz
     k[:, 2, 3] = k[:, 3, 2] = syz + szy
-    return np.linalg.eigvalsh(k)[:, -1]
+    # a frame with a NaN (a fill value read as NaN) has no eigenvalues: its RMSD is NaN,
+    # not an error for the whole call (LAPACK does not converge on it)
+    finite = np.isfinite(k).all(axis=(1, 2))
+    lam = np.full(len(k), np.nan)
+    if finite.any():
+        lam[finite] = np.linalg.eigvalsh(k[finite])[:, -1]
+    return lam
 
 
 def _rmsd_exact(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None) -> np.ndarray:
@@ -222,6 +230,8 @@ def has_numba() -> bool:
 
 
 _WARM: set[str] = set()
+#: Whether the compiled kernel can read files itself (:meth:`PreparedQCP.from_file`)
+_PREAD = hasattr(os, "pread") and hasattr(time, "CLOCK_MONOTONIC")
 
 
 def warm_up(kernel: str = "auto") -> float:
@@ -244,14 +254,16 @@ def warm_up(kernel: str = "auto") -> float:
     """
     if not _uses_numba(kernel) or "numba" in _WARM:
         return 0.0
-    import time
-
     t0 = time.perf_counter()
     ref = np.zeros((3, 3), dtype=np.float64)
     ref[1, 0] = ref[2, 1] = 1.0
     prepared = PreparedQCP(ref, None, True, _numba_kernel(), None)
+    none = np.zeros(0, dtype=np.int64)
     for dtype in (np.float32, np.float64):
         prepared(ref[None].astype(dtype))
+        if prepared.reads_files:  # the fused read-and-compute kernel too; no runs: no read
+            prepared.from_file(-1, none, none, np.empty((1, 3, 3), dtype=dtype),
+                               np.empty(0, dtype=np.float64))
     _WARM.add("numba")
     return time.perf_counter() - t0
 
@@ -383,6 +395,54 @@ class PreparedQCP:
             picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
             out[suspect] = _rmsd_exact(self.ref_c, picked, w)
         return out
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether :meth:`from_file` can run: the numba kernel, on a system with ``pread``."""
+        return self._kernel is not None and _PREAD
+
+    def from_file(self, fd: int, offsets: np.ndarray, nbytes: np.ndarray, frames: np.ndarray,
+                  out: np.ndarray) -> tuple[int, float, float]:
+        """RMSD of frames read from a file descriptor, read and computed in compiled code.
+
+        The numba kernel reads the runs ``offsets``, ``nbytes`` (whole frames as stored,
+        in order) with ``pread``, ``len(frames)`` frames at a time into ``frames``, and
+        runs on each read while it is in the CPU cache; the GIL is released throughout.
+        Frames whose RMSD the fast kernel cannot trust come back negative: compute them
+        again with a call on the frames (which takes the exact path for them).
+
+        Parameters
+        ----------
+        fd : int
+            An open file descriptor.
+        offsets, nbytes : numpy.ndarray of int64
+            Byte offset and length of each run of frames.
+        frames : numpy.ndarray
+            C-contiguous ``(k, n_atoms, 3)`` buffer of the stored dtype (float32 or
+            float64, native byte order), ``n_atoms`` the frames' atoms.
+        out : numpy.ndarray
+            float64, one entry per frame of the runs.
+
+        Returns
+        -------
+        tuple
+            ``(frames done, seconds reading, seconds computing)``; fewer frames than the
+            runs hold where a read failed or met the end of the file.
+        """
+        if not self.reads_files:
+            raise RuntimeError("from_file needs the numba kernel and pread (POSIX)")
+        if frames.ndim != 3 or frames.shape[1] < self._min_atoms or frames.shape[2] != 3:
+            raise ValueError(f"frames buffer of shape {frames.shape} for "
+                             f"{self._min_atoms} atoms")
+        n = self.ref_c.shape[0]
+        buf = self._buffers.get(frames.dtype)
+        if buf is None:
+            buf = self._buffers[frames.dtype] = np.empty(3 * n, dtype=frames.dtype)
+        spent = np.zeros(4, dtype=np.int64)
+        done = self._kernel._qcp_pread(
+            fd, offsets, nbytes, frames, self.ref_c, self._cols, self._wk, self.w is not None,
+            self.superposition, *self._layout, buf, out, time.CLOCK_MONOTONIC, spent)
+        return int(done), spent[2] * 1e-9, spent[3] * 1e-9
 
 
 def prepare(

@@ -40,7 +40,8 @@ from h5mdx.errors import TopologyError
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
-__all__ = ["rmsd", "select_atoms", "write_series"]
+__all__ = ["FUSED_READ_BYTES", "FUSED_READ_ENV", "fused_read", "rmsd", "select_atoms",
+           "write_series"]
 
 
 def _user_stacklevel() -> int:
@@ -216,7 +217,9 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     spares each read xarray's indexing (~0.1 ms a read). ``host_threads``: tasks the
     scheduler runs at once on this machine, ``process_threads`` in this process; with a
     spare core for each and few sharing the GIL, the reads run ahead of the kernel in a
-    reader thread (:func:`~h5mdx.engine.frames.read_ahead`).
+    reader thread (:func:`~h5mdx.engine.frames.read_ahead`). Without (every core busy,
+    or many threads to a process), a task whose frames are stored as served reads and
+    computes them in one compiled call without the GIL (:func:`_fused_block`).
     """
     n = stop - start
     step = n if not step else step
@@ -232,10 +235,13 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                 read = block.bind()  # the direct reader found once per task
         # ``atoms``: the selected atoms of whole frames, read in place
         qcp = prepare(ref_c, w, superposition, kernel, reference_centered=True, atoms=atoms)
-        spans = [(a, min(n, a + step)) for a in range(0, n, step)]
         # the next reads run in a reader thread while the kernel runs on these frames;
         # each buffer is read into again only after its frames are done with
         depth = read_ahead_depth(host_threads, process_threads)
+        done = 0
+        if fused_read(depth) and qcp.reads_files and isinstance(block, FrameReader):
+            done = _fused_block(block, qcp, out, timer)
+        spans = [(a, min(n, a + step)) for a in range(done, n, step)]
         with contextlib.closing(read_ahead(read, spans, depth)) as frames:
             for a, b in spans:
                 with timer.phase("io"):  # the wait for the frames
@@ -243,7 +249,63 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                     timer.bytes_read += data.nbytes
                 with timer.phase("compute"):
                     out[a:b] = qcp(data)
+        if done:  # the frames the fused kernel could not trust, again by the exact path
+            for f in np.flatnonzero(out[:done] < 0.0).tolist():
+                out[f] = qcp(read(f, f + 1))[0]
     return out
+
+
+#: Environment variable: ``0`` never reads with the fused kernel, ``1`` always (where
+#: it can), unset: where no reads run ahead (:func:`fused_read`).
+FUSED_READ_ENV = "H5MDX_FUSED_READ"
+#: Bytes of whole frames the fused kernel reads at a time (at least one frame): a few
+#: hundred KiB, so that the kernel finds the frames still in the core's cache (L2: 512
+#: KiB-2 MiB a core on current x86 servers) instead of memory, which 16 cores copying
+#: from the page cache keep busy. On 2 cores, 256 KiB to 4 MiB ran within 10 % of each
+#: other (benchmarks/bench_fused.py).
+FUSED_READ_BYTES = 1 << 20
+
+
+def fused_read(depth: int) -> bool:
+    """Whether a task reads and computes in one compiled call (``_fused_block``).
+
+    ``$H5MDX_FUSED_READ`` where set; otherwise where reads do not run ahead
+    (``depth`` 0: no spare core per task, or too many tasks sharing a process), since a
+    reader thread with a spare core overlaps the reads with the kernel, which one
+    compiled loop cannot.
+    """
+    value = os.environ.get(FUSED_READ_ENV, "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    if value:
+        raise ValueError(f"{FUSED_READ_ENV} must be 0 or 1, not {value!r}")
+    return depth == 0
+
+
+def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTimer) -> int:
+    """RMSD of the task's frames read by the compiled kernel itself; the frames done.
+
+    One call, without the GIL: ``pread`` of :data:`FUSED_READ_BYTES` at a time into one
+    buffer, then the kernel on it (:meth:`h5mdx.analysis.qcp.PreparedQCP.from_file`).
+    Per read, no Python runs: with 16 threads of one process, each 4 MiB read cost
+    ~50 µs of Python under the GIL, which they queued for. 0 where the frames are not
+    stored as served (:meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); fewer than all
+    where a read failed: the caller reads the rest by the ordinary path, which says why.
+    """
+    runs = block.bind_runs()
+    located = runs(0, len(out)) if runs is not None else None
+    if located is None:
+        return 0
+    fd, offsets, nbytes = located
+    shape = block.array.shape[1:]
+    frame_bytes = block.array.dtype.itemsize * int(np.prod(shape))
+    frames = np.empty((max(1, FUSED_READ_BYTES // max(1, frame_bytes)), *shape),
+                      dtype=block.array.dtype)
+    done, t_io, t_compute = qcp.from_file(fd, offsets, nbytes, frames, out)
+    timer.add("io", t_io)
+    timer.add("compute", t_compute)
+    timer.bytes_read += done * frame_bytes
+    return done
 
 
 def _dask_block(data: np.ndarray, ref_c: np.ndarray, w: np.ndarray | None,

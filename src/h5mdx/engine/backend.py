@@ -212,6 +212,61 @@ class H5MDArray(BackendArray):
 
         return read
 
+    def rows_runs(self, first: int, rest: tuple[slice, ...]
+                  ) -> Callable[[int, int], tuple[int, np.ndarray, np.ndarray] | None] | None:
+        """Where rows ``first + a`` to ``first + b`` lie in the file, for a reader of bytes.
+
+        For a task that reads and computes in compiled code (the fused RMSD kernel of
+        :mod:`h5mdx.analysis.rmsd`): the rows are the stored bytes as they are, in the
+        served dtype, with nothing for ``_finish`` to do. So only where direct reads
+        are on and read whole rows, ``rest`` spans every other axis, and the values are
+        served as stored: native floating point, no unit scaling, no fill value.
+
+        Parameters
+        ----------
+        first : int
+            The dataset's row that is row 0.
+        rest : tuple of slice
+            ``slice(start, stop, 1)`` within the shape, one per other axis.
+
+        Returns
+        -------
+        callable or None
+            ``runs(a, b) -> (fd, offsets, nbytes)``: the file descriptor and the runs of
+            :meth:`h5mdx.format.direct.DirectReader.row_runs`, the chunks located first
+            (under the HDF5 lock); None from it where the dataset turns out to need h5py
+            after all. None where the values need more than their bytes.
+        """
+        if self.scale != 1.0 or self.fillvalue is not None or not _direct.enabled():
+            return None
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            return None
+        if any((s.start, s.stop) != (0, n) for s, n in zip(rest, self.shape[1:], strict=True)):
+            return None
+        reader = self._direct_reader()
+        if reader is None or not reader.by_rows or reader.dtype != self.dtype:
+            return None
+
+        def runs(a: int, b: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+            box = (slice(first + a, first + b, 1), *rest)
+            try:
+                missing = reader.missing(box)
+                if missing:
+                    with self.lock:
+                        located = locate_chunks(self._dataset(), missing)
+                    reader.add_locations(located)
+                return (reader.fileno(), *reader.row_runs(first + a, first + b))
+            except _direct.Unsupported:
+                _direct.forget(reader)
+                return None
+            except (OSError, ValueError) as err:
+                raise H5MDReadError(
+                    self._filename(), self.path,
+                    f"locating {_describe_key(box, self.shape)} failed: {err}",
+                ) from err
+
+        return runs
+
     def _filename(self) -> str | None:
         return self.filename
 

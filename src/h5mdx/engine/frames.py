@@ -94,6 +94,18 @@ class FrameReader:
         """
         return self.array.rows_reader(self.first, self.rest)
 
+    def bind_runs(self) -> Callable[[int, int], tuple[int, np.ndarray, np.ndarray] | None] | None:
+        """Where the variable's frames lie in the file, for a task that reads the bytes itself.
+
+        Returns
+        -------
+        callable or None
+            ``runs(start, stop) -> (fd, offsets, nbytes)`` (see
+            :meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); None where the frames are
+            not whole stored rows served as stored.
+        """
+        return self.array.rows_runs(self.first, self.rest)
+
     def __call__(self, start: int, stop: int) -> np.ndarray:
         """The variable's frames ``start`` to ``stop`` (0 <= start <= stop <= its length)."""
         return self.array._getitem((slice(self.first + start, self.first + stop, 1),

@@ -399,33 +399,55 @@ class DirectReader:
         """Rows ``first:stop`` of axis 0, every other axis whole."""
         rows = empty((stop - first, *self.shape[1:]), self.dtype)
         flat = memoryview(rows).cast("B")
-        row = math.prod(self.shape[1:]) * self.dtype.itemsize
-        if self.chunks is None:
-            assert self.offset is not None
-            self._pread_into(flat, self.offset + first * row)
-            return rows
-        c0 = self.chunks[0]
-        if self._starts is not None:
-            self._runs_into(flat, first, stop, row)
-            return rows
-        tail = (0,) * (len(self.shape) - 1)
-        run_out = run_file = run_len = 0  # the current run: where in rows, in the file, bytes
-        for start in range((first // c0) * c0, stop, c0):
-            offset = self._index[(start, *tail)][0]
-            lo, hi = max(start, first), min(start + c0, stop)
-            file_at = offset + (lo - start) * row
-            out_at = (lo - first) * row
-            if run_len and file_at == run_file + run_len and out_at == run_out + run_len:
-                run_len += (hi - lo) * row
-                continue
-            if run_len:
-                self._pread_into(flat[run_out:run_out + run_len], run_file)
-            run_out, run_file, run_len = out_at, file_at, (hi - lo) * row
-        self._pread_into(flat[run_out:run_out + run_len], run_file)
+        at = 0
+        for file_at, nbytes in self._spans(first, stop):
+            self._pread_into(flat[at:at + nbytes], file_at)
+            at += nbytes
         return rows
 
-    def _runs_into(self, flat: memoryview, first: int, stop: int, row: int) -> None:
-        """Rows ``first:stop`` into ``flat``, one ``pread`` per run of chunks adjacent on disk.
+    def row_runs(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where rows ``first:stop`` of axis 0 lie in the file, as runs of whole rows.
+
+        For a reader that reads the bytes itself (the fused read-and-compute kernel of
+        :mod:`h5mdx.analysis.rmsd`): the rows, every other axis whole, are the bytes of
+        the runs one after the other, in order. Call :meth:`missing` and
+        :meth:`add_locations` first for a chunked dataset.
+
+        Parameters
+        ----------
+        first, stop : int
+            ``0 <= first <= stop <=`` the number of rows.
+
+        Returns
+        -------
+        offsets, nbytes : numpy.ndarray of int64
+            Byte offset in the file and length of each run, as few runs as lie apart on disk.
+
+        Raises
+        ------
+        Unsupported
+            If the storage does not hold whole rows (filtered chunks, chunks that split a
+            row).
+        """
+        if not self._by_rows:
+            raise Unsupported("the chunks are filtered or do not hold whole rows")
+        runs = list(self._spans(first, stop)) if stop > first else []
+        table = np.array(runs, dtype=np.int64).reshape(-1, 2)
+        return table[:, 0].copy(), table[:, 1].copy()
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether the storage holds whole rows of axis 0 (contiguous, or unfiltered chunks
+        spanning every other axis): what :meth:`row_runs` needs."""
+        return self._by_rows
+
+    def fileno(self) -> int:
+        """The file descriptor this reader reads with (opened on first use, per process)."""
+        return self._descriptor()
+
+    def _spans(self, first: int, stop: int) -> Iterator[tuple[int, int]]:
+        """``(byte offset, bytes)`` of rows ``first:stop`` (``first < stop``), one per run
+        of chunks adjacent on disk.
 
         With one-frame chunks a 4 MiB read spans ~100 chunks: looked up one by one in
         the index and merged in a loop, they kept a read holding the GIL for 118 µs (23 %
@@ -434,7 +456,12 @@ class DirectReader:
         (:meth:`_window`), 32 µs in all, with the task's per-read work
         (``benchmarks/bench_runs.py``).
         """
-        assert self._starts is not None and self.chunks is not None
+        row = math.prod(self.shape[1:]) * self.dtype.itemsize
+        if self.chunks is None:
+            assert self.offset is not None
+            yield self.offset + first * row, (stop - first) * row
+            return
+        assert self._starts is not None
         c0 = self.chunks[0]
         i0, i1 = first // c0, (stop - 1) // c0
         step, table = c0 * row, self._starts
@@ -447,9 +474,7 @@ class DirectReader:
         a = i0
         for b in [*ends, i1]:  # chunks a .. b lie end to end on disk
             lo, hi = max(a * c0, first), min((b + 1) * c0, stop)
-            out_at = (lo - first) * row
-            self._pread_into(flat[out_at:out_at + (hi - lo) * row],
-                             table.item(a) + (lo - a * c0) * row)
+            yield table.item(a) + (lo - a * c0) * row, (hi - lo) * row
             a = b + 1
 
     def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:

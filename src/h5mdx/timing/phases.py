@@ -90,6 +90,14 @@ class BlockTimer:
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` timed elsewhere to phase ``name`` (e.g. by compiled code that
+        reads and computes in one call); an injected delay of that phase is slept here."""
+        if self._delay is not None and self._delay[0] == name:
+            time.sleep(self._delay[1])
+            seconds += self._delay[1]
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
     def record(self, wall: float | None = None) -> dict[str, Any]:
         """The record of this task as a plain dict."""
         rec: dict[str, Any] = {
