@@ -609,9 +609,20 @@ def read_ahead_lines(results: dict) -> list[str]:
         how = "off (H5MDX_READ_AHEAD=0)"
     else:
         how = f"{ahead} reads ahead at every N (H5MDX_READ_AHEAD={ahead})"
-    return [f"Read-ahead: {how}. A task that reads ahead reads its next ~4 MiB in a "
-            "reader thread while the kernel runs on the last, so a worker then uses up to "
-            "two cores, against one per floor process.", ""]
+    lines = [f"Read-ahead: {how}. A task that reads ahead reads its next ~4 MiB in a "
+             "reader thread while the kernel runs on the last, so a worker then uses up to "
+             "two cores, against one per floor process.", ""]
+    fused = results.get("fused_read")
+    if fused is not None:
+        size = f"{results.get('fused_read_bytes', 0) / 2**20:g} MiB"
+        what = (f"reads its frames {size} at a time and runs the kernel on each in one "
+                "compiled call, without the GIL (positions stored uncompressed, as served)")
+        text = {"auto": f"where a task does not read ahead, it {what}.",
+                "0": "off (H5MDX_FUSED_READ=0): every task reads from Python, then runs "
+                     "the kernel.",
+                "1": f"every task that can (H5MDX_FUSED_READ=1) {what}."}.get(fused, fused)
+        lines += [f"Fused read: {text}", ""]
+    return lines
 
 
 def plot(results: dict, path: str) -> None:
@@ -713,6 +724,7 @@ def main() -> int:
     args.opens = args.opens.split(",")
     args.selections = args.selections.split(",")
 
+    from h5mdx.analysis import rmsd
     from h5mdx.engine import frames
 
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
@@ -725,6 +737,10 @@ def main() -> int:
         "read_ahead": os.environ.get("H5MDX_READ_AHEAD", "").strip() or "auto",
         # the rule's bound on the tasks sharing one process (absent in earlier results)
         "read_ahead_max_process_threads": frames.READ_AHEAD_MAX_PROCESS_THREADS,
+        # where no read runs ahead, one compiled read-and-compute call per task (absent
+        # in results from before it)
+        "fused_read": os.environ.get(rmsd.FUSED_READ_ENV, "").strip() or "auto",
+        "fused_read_bytes": rmsd.FUSED_READ_BYTES,
         "layouts": {},
         "complete": False,
     }

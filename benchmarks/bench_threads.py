@@ -21,7 +21,10 @@ order rotating), each against the T-process h5py read floor of its own round:
     h5mdx's direct reader does) or each with its own; then with the kernel.
 ``h5mdx, threads``
     ``h5mdx.rmsd`` (C-alpha, lazy open) on dask's threaded scheduler with T threads, as it
-    is (reads grow past 4 threads, no read-ahead there); then with 4 MiB reads whatever T,
+    is: each task reads and computes in one compiled call (``fused``) where it does not
+    read ahead. Then fused whatever T, reading 256 KiB, 1 MiB (the default) or 4 MiB at
+    a time; and ``not fused`` (reads from Python, as before the fused kernel): as it was
+    (reads grow past 4 threads, no read-ahead there), with 4 MiB reads whatever T,
     16 MiB reads whatever T, read-ahead forced on, and read-ahead off.
 
 Run::
@@ -66,6 +69,7 @@ from bench_scale import (  # noqa: E402
     save_results,
 )
 
+from h5mdx.analysis.rmsd import FUSED_READ_ENV  # noqa: E402
 from h5mdx.engine.frames import READ_AHEAD_ENV  # noqa: E402
 from h5mdx.examples import _slabs  # noqa: E402
 
@@ -239,18 +243,43 @@ def h5mdx_timers(path: str, n: int) -> dict[str, Callable[[], float]]:
                 return time.perf_counter() - t0
         return timer
 
-    def ahead(depth: str) -> Any:
-        return mock.patch.dict(os.environ, {READ_AHEAD_ENV: depth})
+    def env(**values: str) -> Any:
+        return mock.patch.dict(os.environ, values)
+
+    def unfused(**values: str) -> Any:  # the reads in Python, as before the fused kernel
+        return env(**{FUSED_READ_ENV: "0"}, **values)
+
+    def fused(nbytes: int) -> Any:
+        @contextlib.contextmanager
+        def patch() -> Iterator[None]:
+            with env(**{FUSED_READ_ENV: "1"}), mock.patch.object(rmsd, "FUSED_READ_BYTES",
+                                                                  nbytes):
+                yield
+        return patch
 
     # GIL_THREADS out of reach: the reads of 1-4 threads whatever the threads
     return {"h5mdx, threads": timed(),
-            "h5mdx, threads, 4 MiB reads": timed(
-                lambda: mock.patch.object(rmsd, "GIL_THREADS", 10**6)),
-            "h5mdx, threads, 16 MiB reads": timed(
-                lambda: mock.patch.multiple(rmsd, GIL_THREADS=10**6,
-                                            READ_STEP_BYTES=16 * 2**20)),
-            "h5mdx, threads, read-ahead": timed(lambda: ahead("2")),
-            "h5mdx, threads, no read-ahead": timed(lambda: ahead("0"))}
+            "h5mdx, threads, fused, 256 KiB": timed(fused(2**18)),
+            "h5mdx, threads, fused, 1 MiB": timed(fused(2**20)),
+            "h5mdx, threads, fused, 4 MiB": timed(fused(2**22)),
+            "h5mdx, threads, not fused": timed(unfused),
+            "h5mdx, threads, not fused, 4 MiB reads": timed(
+                lambda: _stack(unfused(), mock.patch.object(rmsd, "GIL_THREADS", 10**6))),
+            "h5mdx, threads, not fused, 16 MiB reads": timed(
+                lambda: _stack(unfused(), mock.patch.multiple(
+                    rmsd, GIL_THREADS=10**6, READ_STEP_BYTES=16 * 2**20))),
+            "h5mdx, threads, not fused, read-ahead": timed(
+                lambda: unfused(**{READ_AHEAD_ENV: "2"})),
+            "h5mdx, threads, not fused, no read-ahead": timed(
+                lambda: unfused(**{READ_AHEAD_ENV: "0"}))}
+
+
+@contextlib.contextmanager
+def _stack(*patches: Any) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield
 
 
 # ------------------------------------------------------------------------ the run

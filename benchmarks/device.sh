@@ -21,11 +21,17 @@
 #       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0
 #       --tag=-16core", carry=[".whl"], timeout_s=560)
 # (434 s on 2026-11-26, the three 4 GB files written in ~75 s.) What is still open on 16
-# cores, contiguous and one-frame chunks at N=16 (0.44-0.80x the floor), is taken apart by
-# bench_threads in processes too (pread alone, pread + kernel, a mapping per pass; 82 s
-# for one layout at T=1..16 on 2026-11-26):
-#   run(command="bash benchmarks/device.sh run bench_threads --frames 100000 --threads 8,16
-#       --layouts contig,c1 --tag=-16core-layouts", carry=[".whl"], timeout_s=300)
+# cores, contiguous and one-frame chunks at N=16 (0.44-0.80x the floor), is what the fused
+# read (one compiled pread-and-kernel call per task, no GIL; rmsd.FUSED_READ_BYTES) is for,
+# and it has not run there yet. bench_threads has it at 256 KiB, 1 MiB and 4 MiB a read
+# against the reads from Python, beside the plain preads (~2-3 min for two layouts):
+#   run(command="set -o pipefail; export PYTHONUNBUFFERED=1; bash benchmarks/device.sh run
+#       bench_threads --frames 100000 --threads 8,16 --layouts contig,c1
+#       --tag=-16core-fused 2>&1 | tail -c 20000", carry=[".whl"], timeout_s=300)
+# then the grid at N=8, 16 as it now runs (72 s on 2026-11-26):
+#   run(command="bash benchmarks/device.sh run bench_scale --layouts contig,c100,c1
+#       --workers 8,16 --schedulers distributed,threads --opens lazy --repeats 3
+#       --rss-frames 0 --grid-only --tag=-16core-fused", carry=[".whl"], timeout_s=300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

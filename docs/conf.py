@@ -127,6 +127,23 @@ h5mdx_results = [
      "2-core files' contiguous N=2 floors were read by one)",
      "python benchmarks/bench_scale.py --frames 100000 --layouts contig --workers 1,2 "
      "--repeats 3 --rss-frames 0 --grid-only --tag=-2core-contig-fixed-floor"),
+    ("scale-2core-not-fused.md",
+     "Fused read A/B on 2 cores, off: every task reads from Python, then runs the kernel "
+     "(H5MDX_FUSED_READ=0; run right after the next one)",
+     "H5MDX_FUSED_READ=0 python benchmarks/bench_scale.py --frames 100000 --layouts "
+     "contig,c1,c100 --workers 1,2 --schedulers distributed,threads,processes --opens lazy "
+     "--repeats 3 --rss-frames 0 --tag=-2core-not-fused"),
+    ("scale-2core-fused.md",
+     "Fused read A/B on 2 cores, auto: where no task reads ahead (N=2 here), each reads and "
+     "computes in one compiled call without the GIL",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1,c100 "
+     "--workers 1,2 --schedulers distributed,threads,processes --opens lazy --repeats 3 "
+     "--rss-frames 0 --tag=-2core-fused"),
+    ("threads-2core-fused.md",
+     "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
+     "1 MiB and 4 MiB a read against the reads from Python",
+     "python benchmarks/bench_threads.py --frames 30000 --threads 1,2 "
+     "--layouts contig,c1,c100 --tag=-2core-fused"),
     ("scale-read-ahead-auto-hdf5-1.10-pair2.md",
      "Read-ahead A/B, pair 2 (the same grid run back to back, auto first), auto: "
      "each task reads ahead where the machine has a spare core for every task, here "

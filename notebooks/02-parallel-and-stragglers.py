@@ -41,8 +41,10 @@ print(n_frames, "frames")
 # contiguous data without it, so threads read in parallel too, but they share one GIL (on
 # 16 cores, 16 threads of dask's threaded scheduler reached 0.94-1.05x the 16-process read
 # floor on 100-frame chunks and 0.68 on one-frame chunks; see the RMSD guide, "On 16
-# cores"). h5mdx recommends processes with one thread each, which also gives the dashboard
-# and the task stream below. The dataset pickles to the workers (each reopens the file by
+# cores"). Where every core runs a task, an RMSD task on uncompressed positions now reads
+# and computes in one compiled call that releases the GIL for the whole task ("Reading and
+# computing in one compiled call"). h5mdx recommends processes with one thread each, which
+# also gives the dashboard and the task stream below. The dataset pickles to the workers (each reopens the file by
 # name).
 
 # %%
