@@ -261,8 +261,9 @@ FUSED_READ_ENV = "H5MDX_FUSED_READ"
 #: Bytes of whole frames the fused kernel reads at a time (at least one frame): a few
 #: hundred KiB, so that the kernel finds the frames still in the core's cache (L2: 512
 #: KiB-2 MiB a core on current x86 servers) instead of memory, which 16 cores copying
-#: from the page cache keep busy. On 2 cores, 256 KiB to 4 MiB ran within 10 % of each
-#: other (benchmarks/bench_fused.py).
+#: from the page cache keep busy. On 2 cores, 256 KiB, 1 MiB and 4 MiB differed by no
+#: more than the VM's spread between runs (benchmarks/bench_threads.py,
+#: results/threads-2core-fused.md); 16 cores have not measured them yet.
 FUSED_READ_BYTES = 1 << 20
 
 
