@@ -249,21 +249,8 @@ class H5MDArray(BackendArray):
 
         def runs(a: int, b: int) -> tuple[int, np.ndarray, np.ndarray] | None:
             box = (slice(first + a, first + b, 1), *rest)
-            try:
-                missing = reader.missing(box)
-                if missing:
-                    with self.lock:
-                        located = locate_chunks(self._dataset(), missing)
-                    reader.add_locations(located)
-                return (reader.fileno(), *reader.row_runs(first + a, first + b))
-            except _direct.Unsupported:
-                _direct.forget(reader)
-                return None
-            except (OSError, ValueError) as err:
-                raise H5MDReadError(
-                    self._filename(), self.path,
-                    f"locating {_describe_key(box, self.shape)} failed: {err}",
-                ) from err
+            return self._located(reader, box, box, lambda r: (
+                r.fileno(), *r.row_runs(first + a, first + b)))
 
         return runs
 
@@ -317,13 +304,20 @@ class H5MDArray(BackendArray):
                   key: tuple) -> np.ndarray | None:
         """``box`` read by ``reader`` (for ``key``, named in errors); None where the
         dataset turns out to need h5py."""
+        return self._located(reader, box, key, lambda r: r.read(box))
+
+    def _located(self, reader: _direct.DirectReader, box: tuple[slice, ...], key: tuple,
+                 then: Callable[[_direct.DirectReader], Any]) -> Any:
+        """``then(reader)`` once the chunks of ``box`` are located (under the HDF5 lock
+        where some are not yet); None where the dataset turns out to need h5py (and reads
+        through it from now on). Errors name the file, the element and ``key``."""
         try:
             missing = reader.missing(box)
             if missing:
                 with self.lock:
                     located = locate_chunks(self._dataset(), missing)
                 reader.add_locations(located)
-            return reader.read(box)
+            return then(reader)
         except _direct.Unsupported:
             _direct.forget(reader)
             return None
