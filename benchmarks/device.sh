@@ -32,6 +32,12 @@
 #   run(command="bash benchmarks/device.sh run bench_scale --layouts contig,c100,c1
 #       --workers 8,16 --schedulers distributed,threads --opens lazy --repeats 3
 #       --rss-frames 0 --grid-only --tag=-16core-fused", carry=[".whl"], timeout_s=300)
+# At N=8 the rule still reads ahead (a spare core per task), not fused; whether fusing wins
+# there too is the same grid with the fused read forced:
+#   run(command="H5MDX_FUSED_READ=1 bash benchmarks/device.sh run bench_scale --layouts
+#       contig,c1 --workers 8 --schedulers distributed --opens lazy --repeats 3
+#       --rss-frames 0 --grid-only --tag=-16core-fused-forced", carry=[".whl"],
+#       timeout_s=200)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
