@@ -139,6 +139,10 @@ h5mdx_results = [
      "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1,c100 "
      "--workers 1,2 --schedulers distributed,threads,processes --opens lazy --repeats 3 "
      "--rss-frames 0 --tag=-2core-fused"),
+    ("fused-2core.md",
+     "The fused read on and off in the same rounds (N=2, distributed and threads, every "
+     "layout, C-alpha and all atoms): 1.04-1.34x faster on, in all twelve",
+     "python benchmarks/bench_fused.py --frames 100000 --workers 2 --tag=-2core"),
     ("threads-2core-fused.md",
      "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
      "1 MiB and 4 MiB a read against the reads from Python",

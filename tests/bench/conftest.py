@@ -28,3 +28,9 @@ def bench_scale():
 def bench_threads():
     pytest.importorskip("numba")
     yield from _benchmark("bench_threads")
+
+
+@pytest.fixture(scope="module")
+def bench_fused():
+    pytest.importorskip("numba")
+    yield from _benchmark("bench_fused")
