@@ -32,6 +32,10 @@
 #   run(command="bash benchmarks/device.sh run bench_scale --layouts contig,c100,c1
 #       --workers 8,16 --schedulers distributed,threads --opens lazy --repeats 3
 #       --rss-frames 0 --grid-only --tag=-16core-fused", carry=[".whl"], timeout_s=300)
+# The fused read on and off in the same rounds at N=16 (bench_fused; ~1 min a layout):
+#   run(command="bash benchmarks/device.sh run bench_fused --frames 100000 --workers 16
+#       --layouts contig,c1,c100 --selections ca --tag=-16core", carry=[".whl"],
+#       timeout_s=300)
 # At N=8 the rule still reads ahead (a spare core per task), not fused; whether fusing wins
 # there too is the same grid with the fused read forced:
 #   run(command="H5MDX_FUSED_READ=1 bash benchmarks/device.sh run bench_scale --layouts
