@@ -28,11 +28,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_scale import HERE, N_ATOMS, build, ca_indices, machine, save_results  # noqa: E402
+from bench_scale import (  # noqa: E402
+    HERE,
+    N_ATOMS,
+    build,
+    ca_indices,
+    machine,
+    round_ratios,
+    save_results,
+)
 
 from h5mdx.analysis.rmsd import FUSED_READ_ENV  # noqa: E402
 
@@ -54,7 +63,7 @@ def runners(path: str, workers: int, select: np.ndarray | None
 
     import h5mdx
 
-    def compute(fused: str, scheduler: Any = None) -> float:
+    def compute(scheduler: Any = None) -> float:
         with xr.open_dataset(path, engine="h5md") as ds:
             t0 = time.perf_counter()
             h5mdx.rmsd(ds.position, select=select).compute(scheduler=scheduler)
@@ -64,19 +73,12 @@ def runners(path: str, workers: int, select: np.ndarray | None
                       dashboard_address=None) as cluster, Client(cluster) as client:
         def on_cluster(fused: str) -> float:
             client.run(_set_fused, fused)
-            return compute(fused, client)
+            return compute(client)
 
         def on_threads(fused: str) -> float:
-            saved = os.environ.get(FUSED_READ_ENV)
-            _set_fused(fused)
-            try:
-                with dask.config.set(scheduler="threads", num_workers=workers):
-                    return compute(fused)
-            finally:
-                if saved is None:
-                    os.environ.pop(FUSED_READ_ENV, None)
-                else:
-                    os.environ[FUSED_READ_ENV] = saved
+            with mock.patch.dict(os.environ, {FUSED_READ_ENV: fused}), \
+                    dask.config.set(scheduler="threads", num_workers=workers):
+                return compute()
 
         yield {"distributed": on_cluster, "threads": on_threads}
 
@@ -97,14 +99,14 @@ def paired(floor: Callable[[], float], run: Callable[[str], float], repeats: int
 
 def summary(times: dict[str, list[float]], frames: int) -> dict[str, Any]:
     """Frames/s and the medians of the round-by-round ratios."""
-    fl, on, off = (np.asarray(times[k]) for k in ("floor", "on", "off"))
+    fl, on, off = (times[k] for k in ("floor", "on", "off"))
     return {"times": times,
             "floor_fps": frames / statistics.median(fl),
             "on_fps": frames / statistics.median(on),
             "off_fps": frames / statistics.median(off),
-            "on_vs_floor": float(np.median(fl / on)),
-            "off_vs_floor": float(np.median(fl / off)),
-            "on_vs_off": float(np.median(off / on))}
+            "on_vs_floor": statistics.median(round_ratios(fl, on)),
+            "off_vs_floor": statistics.median(round_ratios(fl, off)),
+            "on_vs_off": statistics.median(round_ratios(off, on))}
 
 
 def render(results: dict[str, Any]) -> str:

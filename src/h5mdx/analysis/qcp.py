@@ -385,16 +385,21 @@ class PreparedQCP:
                                self.superposition)
         out = np.empty(fr.shape[0], dtype=np.float64)
         data = fr if fr.dtype in (np.float32, np.float64) else fr.astype(np.float64)
-        buf = self._buffers.get(data.dtype)
-        if buf is None:  # where the kernel gathers a selection, one frame's worth
-            buf = self._buffers[data.dtype] = np.empty(3 * n, dtype=data.dtype)
         self._kernel._qcp_frames(self.ref_c, np.ascontiguousarray(data), self._cols, self._wk,
-                                 w is not None, self.superposition, *self._layout, buf, out)
+                                 w is not None, self.superposition, *self._layout,
+                                 self._gather_buffer(data.dtype), out)
         suspect = out < 0.0  # the kernel flags (near-)double roots with -1
         if suspect.any():
             picked = fr[suspect] if atoms is None else fr[suspect][:, atoms]
             out[suspect] = _rmsd_exact(self.ref_c, picked, w)
         return out
+
+    def _gather_buffer(self, dtype: np.dtype) -> np.ndarray:
+        """Where the kernel gathers a selection: one frame's worth of ``dtype``, kept."""
+        buf = self._buffers.get(dtype)
+        if buf is None:
+            buf = self._buffers[dtype] = np.empty(3 * self.ref_c.shape[0], dtype=dtype)
+        return buf
 
     @property
     def reads_files(self) -> bool:
@@ -434,14 +439,11 @@ class PreparedQCP:
         if frames.ndim != 3 or frames.shape[1] < self._min_atoms or frames.shape[2] != 3:
             raise ValueError(f"frames buffer of shape {frames.shape} for "
                              f"{self._min_atoms} atoms")
-        n = self.ref_c.shape[0]
-        buf = self._buffers.get(frames.dtype)
-        if buf is None:
-            buf = self._buffers[frames.dtype] = np.empty(3 * n, dtype=frames.dtype)
         spent = np.zeros(4, dtype=np.int64)
         done = self._kernel._qcp_pread(
             fd, offsets, nbytes, frames, self.ref_c, self._cols, self._wk, self.w is not None,
-            self.superposition, *self._layout, buf, out, time.CLOCK_MONOTONIC, spent)
+            self.superposition, *self._layout, self._gather_buffer(frames.dtype), out,
+            time.CLOCK_MONOTONIC, spent)
         return int(done), spent[2] * 1e-9, spent[3] * 1e-9
 
 

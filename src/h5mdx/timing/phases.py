@@ -85,18 +85,22 @@ class BlockTimer:
         t0 = time.perf_counter()
         try:
             yield
-            if self._delay is not None and self._delay[0] == name:
-                time.sleep(self._delay[1])
+            self._inject(name)
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
     def add(self, name: str, seconds: float) -> None:
         """Add ``seconds`` timed elsewhere to phase ``name`` (e.g. by compiled code that
         reads and computes in one call); an injected delay of that phase is slept here."""
-        if self._delay is not None and self._delay[0] == name:
-            time.sleep(self._delay[1])
-            seconds += self._delay[1]
-        self.phases[name] = self.phases.get(name, 0.0) + seconds
+        self.phases[name] = self.phases.get(name, 0.0) + seconds + self._inject(name)
+
+    def _inject(self, name: str) -> float:
+        """Sleep the delay ``DELAY_ENV`` injects into phase ``name`` of this task, if any;
+        the seconds slept."""
+        if self._delay is None or self._delay[0] != name:
+            return 0.0
+        time.sleep(self._delay[1])
+        return self._delay[1]
 
     def record(self, wall: float | None = None) -> dict[str, Any]:
         """The record of this task as a plain dict."""
