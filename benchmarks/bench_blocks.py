@@ -7,10 +7,12 @@ does not grow with its block (it reads ~4 MiB at a time). This measures what tha
 ``array.chunk-size`` and h5mdx's default) on the dask process pool, ``distributed`` and
 the threaded scheduler, with ``--workers`` workers, for the C-alpha and the all-atom RMSD.
 
-The trajectory is ``bench_scale``'s synthetic one (``--frames`` x 3341 atoms, chunks of
-100 frames). Every figure is the median of ``--repeats`` rounds; a round runs every block
-size once in turn (after one warm-up each), so that a slow spell of a shared machine
-falls on all of them alike. Results: ``benchmarks/results/blocks.{json,md}``.
+The trajectory is ``bench_scale``'s synthetic one (``--frames`` x 3341 atoms, ``--layout``:
+chunks of 100 frames by default, of one frame, or contiguous). Every figure is the median
+of ``--repeats`` rounds; a round runs every block size and the N-process h5py read floor
+once in turn (after one warm-up each; the order rotates), so that a slow spell of a
+shared machine falls on all of them alike, and each block size is also given against
+that floor. Results: ``benchmarks/results/blocks.{json,md}``.
 Run: ``.venv/bin/python benchmarks/bench_blocks.py``.
 """
 
@@ -36,10 +38,17 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     common_arguments,
     interleaved,
     machine,
+    round_ratios,
     save_results,
     scheduler,
     versions_text,
 )
+
+#: HDF5 chunks of each of ``bench_scale``'s layouts (None: contiguous).
+CHUNKS: dict[str, tuple[int, int, int] | None] = {
+    "c100": (100, N_ATOMS, 3), "c1": (1, N_ATOMS, 3), "contig": None}
+LAYOUT_TEXT = {"c100": "chunks of 100 frames", "c1": "chunks of one frame",
+               "contig": "contiguous"}
 
 
 def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndarray:
@@ -54,44 +63,58 @@ def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndar
 
 def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     from h5mdx.engine.chunking import time_block
+    from h5mdx.examples import floor_reader
 
     shape = (args.frames, N_ATOMS, 3)
-    blocks = {mib: time_block(shape, 4, (100, N_ATOMS, 3), mib) for mib in args.mib}
+    blocks = {mib: time_block(shape, 4, CHUNKS[args.layout], mib) for mib in args.mib}
     rows = []
     for sched in args.schedulers:
         for n in args.workers:
-            with scheduler(sched, n):
+            with scheduler(sched, n), floor_reader(path, n) as floor:
                 for sel_name, sel in (("ca", ca_indices()), ("all", None)):
-                    timers = {mib: functools.partial(_timed, functools.partial(
+                    timers: dict[Any, Any] = {mib: functools.partial(_timed, functools.partial(
                         _run, path, sel, fpb)) for mib, fpb in blocks.items()}
-                    for mib, ts in interleaved(timers, args.repeats).items():
+                    # the N-process read floor in the same rounds (it returns its seconds)
+                    timers["floor"] = lambda: floor()[0]
+                    times = interleaved(timers, args.repeats, rotate=True)
+                    fl = times.pop("floor")
+                    for mib, ts in times.items():
                         rate = args.frames / statistics.median(ts)
+                        vs = statistics.median(round_ratios(fl, ts))
                         rows.append({"scheduler": sched, "n": n, "select": sel_name,
                                      "mib": mib, "frames_per_block": blocks[mib],
                                      "tasks": -(-args.frames // blocks[mib]),
-                                     "times": ts, "frames_per_s": rate})
+                                     "times": ts, "frames_per_s": rate,
+                                     "floor_times": fl, "vs_floor": vs})
                         print(f"{sched:11s} N={n} {sel_name:3s} {mib:5g} MiB "
-                              f"({blocks[mib]} frames) {rate:12,.0f} frames/s",
-                              flush=True)
+                              f"({blocks[mib]} frames) {rate:12,.0f} frames/s, "
+                              f"{vs:.2f}x the floor", flush=True)
     return rows
 
 
 def markdown(results: dict[str, Any]) -> str:
     mibs = results["mib"]
     lines = ["# RMSD against the dask block size", "",
-             f"{results['frames']:,} frames x {N_ATOMS} atoms, chunks of 100 frames, warm page "
+             f"{results['frames']:,} frames x {N_ATOMS} atoms, "
+             f"{LAYOUT_TEXT[results.get('layout', 'c100')]}, warm page "
              f"cache; {results['cores']} cores; medians of {results['repeats']} interleaved "
              f"rounds. Versions: "
              f"{versions_text(results)}.", "",
-             "frames/s; in brackets: over the smallest block size.", "",
+             "frames/s; in brackets: over the smallest block size, then (where measured) "
+             "against the N-process h5py read floor timed in the same rounds (median of "
+             "the rounds' ratios).", "",
              "| scheduler | N | atoms | " + " | ".join(f"{m:g} MiB" for m in mibs) + " |",
              "|---|---|---|" + "---|" * len(mibs)]
     keyed = {(r["scheduler"], r["n"], r["select"], r["mib"]): r["frames_per_s"]
              for r in results["rows"]}
+    floor = {(r["scheduler"], r["n"], r["select"], r["mib"]): r["vs_floor"]
+             for r in results["rows"] if "vs_floor" in r}
     for sched, n, sel in dict.fromkeys((r["scheduler"], r["n"], r["select"])
                                        for r in results["rows"]):
         base = keyed[(sched, n, sel, mibs[0])]
         cells = [f"{keyed[(sched, n, sel, m)]:,.0f} ({keyed[(sched, n, sel, m)] / base:.2f})"
+                 + (f", {floor[(sched, n, sel, m)]:.2f}x floor"
+                    if (sched, n, sel, m) in floor else "")
                  for m in mibs]
         lines.append(f"| {sched} | {n} | {sel} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -101,13 +124,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(p, frames=30_000, repeats=7, schedulers="processes,distributed,threads")
     p.add_argument("--mib", default="32,64,128")
+    p.add_argument("--layout", default="c100", choices=sorted(CHUNKS))
     args = p.parse_args()
     args.mib = [float(m) for m in args.mib.split(",")]
     args.workers = [int(n) for n in args.workers.split(",")]
     args.schedulers = args.schedulers.split(",")
-    path = build(os.path.join(args.data, f"scale-c100-{args.frames}.h5md"), args.frames,
-                 "c100")
-    results = {**machine(),
+    path = build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
+                 args.frames, args.layout)
+    results = {**machine(), "layout": args.layout,
                "frames": args.frames, "repeats": args.repeats, "mib": args.mib,
                "rows": measure(args, path)}
     save_results("blocks", args.tag, results, markdown)

@@ -20,28 +20,18 @@
 #   run(command="bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16
 #       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0
 #       --tag=-16core", carry=[".whl"], timeout_s=560)
-# (434 s on 2026-11-26, the three 4 GB files written in ~75 s.) What is still open on 16
-# cores, contiguous and one-frame chunks at N=16 (0.44-0.80x the floor), is what the fused
-# read (one compiled pread-and-kernel call per task, no GIL; rmsd.FUSED_READ_BYTES) is for,
-# and it has not run there yet. bench_threads has it at 256 KiB, 1 MiB and 4 MiB a read
-# against the reads from Python, beside the plain preads (~2-3 min for two layouts):
+# (434 s on 2026-11-26, the three 4 GB files written in ~75 s.)
+#
+# Run on 2026-11-26 with the fused read (docs: RMSD guide, "On 16 cores, with the fused
+# read"; commands in docs/conf.py): the grid at N=8, 16 on 100,000 and 400,000 frames,
+# fused forced at N=8, bench_fused at N=16, bench_tasks and bench_blocks (--layout) at
+# N=16. One call ran the first three in 132 s, one the next three in 250 s (16 GB files
+# written in ~10 s each). The tool brings back at most 8 files a call: tar $OUT/results.
+# Not run there yet: bench_threads with the fused variants (~2-3 min):
 #   run(command="set -o pipefail; export PYTHONUNBUFFERED=1; bash benchmarks/device.sh run
 #       bench_threads --frames 100000 --threads 8,16 --layouts contig,c1
-#       --tag=-16core-fused 2>&1 | tail -c 20000", carry=[".whl"], timeout_s=300)
-# then the grid at N=8, 16 as it now runs (72 s on 2026-11-26):
-#   run(command="bash benchmarks/device.sh run bench_scale --layouts contig,c100,c1
-#       --workers 8,16 --schedulers distributed,threads --opens lazy --repeats 3
-#       --rss-frames 0 --grid-only --tag=-16core-fused", carry=[".whl"], timeout_s=300)
-# The fused read on and off in the same rounds at N=16 (bench_fused; ~1 min a layout):
-#   run(command="bash benchmarks/device.sh run bench_fused --frames 100000 --workers 16
-#       --layouts contig,c1,c100 --selections ca --tag=-16core", carry=[".whl"],
-#       timeout_s=300)
-# At N=8 the rule still reads ahead (a spare core per task), not fused; whether fusing wins
-# there too is the same grid with the fused read forced:
-#   run(command="H5MDX_FUSED_READ=1 bash benchmarks/device.sh run bench_scale --layouts
-#       contig,c1 --workers 8 --schedulers distributed --opens lazy --repeats 3
-#       --rss-frames 0 --grid-only --tag=-16core-fused-forced", carry=[".whl"],
-#       timeout_s=200)
+#       --tag=-16core-fused 2>&1 | tail -c 20000; cd $OUT && tar czf r.tgz results
+#       && rm -r results", carry=[".whl"], timeout_s=300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -143,6 +143,53 @@ h5mdx_results = [
      "The fused read on and off in the same rounds (N=2, distributed and threads, every "
      "layout, C-alpha and all atoms): 1.04-1.34x faster on, in all twelve",
      "python benchmarks/bench_fused.py --frames 100000 --workers 2 --tag=-2core"),
+    ("scale-16core-fused.md",
+     "The 16-core machine at N=8 and 16 with the fused read (every task at N=16): one- and "
+     "100-frame chunks 0.98-1.88x the floor at N=16; contiguous runs last 70 ms",
+     "bash benchmarks/device.sh run bench_scale --frames 100000 --layouts contig,c1,c100 "
+     "--workers 8,16 --schedulers distributed,threads --opens lazy --repeats 3 "
+     "--rss-frames 0 --grid-only --tag=-16core-fused"),
+    ("scale-16core-fused-forced.md",
+     "The 16-core machine at N=8 with the fused read forced (H5MDX_FUSED_READ=1) instead of "
+     "read-ahead: no better, so the rule stays",
+     "H5MDX_FUSED_READ=1 bash benchmarks/device.sh run bench_scale --frames 100000 "
+     "--layouts contig,c1 --workers 8 --schedulers distributed,threads --opens lazy "
+     "--repeats 3 --rss-frames 0 --grid-only --tag=-16core-fused-forced"),
+    ("scale-16core-fused-400k.md",
+     "The 16-core machine at N=8 and 16 on 400,000 frames (16 GB per layout), contiguous "
+     "and one-frame chunks",
+     "bash benchmarks/device.sh run bench_scale --frames 400000 --layouts contig,c1 "
+     "--workers 8,16 --schedulers distributed,threads --opens lazy --repeats 5 "
+     "--rss-frames 0 --grid-only --tag=-16core-fused-400k"),
+    ("fused-16core.md",
+     "The fused read on and off in the same rounds at N=16 (100,000 frames, C-alpha)",
+     "bash benchmarks/device.sh run bench_fused --frames 100000 --workers 16 "
+     "--layouts c1,contig,c100 --selections ca --repeats 3 --tag=-16core"),
+    ("fused-16core-400k.md",
+     "The fused read on and off in the same rounds at N=16 on 400,000 frames: 1.01-2.61x "
+     "faster on",
+     "bash benchmarks/device.sh run bench_fused --frames 400000 --workers 16 "
+     "--layouts contig,c1 --selections ca,all --repeats 5 --tag=-16core-400k"),
+    ("tasks-16core.md",
+     "What one task costs dask's threads and distributed on 16 cores, N=8 and 16",
+     "bash benchmarks/device.sh run bench_tasks --workers 8,16 --tasks 32 --ms 20 "
+     "--schedulers distributed,threads --repeats 5 --tag=-16core"),
+    ("blocks-16core-contig-100k.md",
+     "Block size against the floor on 16 cores, 100,000 contiguous frames, distributed: "
+     "fewer rounds, less of distributed's own cost",
+     "bash benchmarks/device.sh run bench_blocks --layout contig --frames 100000 "
+     "--workers 16 --schedulers distributed --mib 64,128,256 --repeats 7 "
+     "--tag=-16core-contig-100k"),
+    ("blocks-16core-contig-400k.md",
+     "Block size against the floor on 16 cores, 400,000 contiguous frames, distributed "
+     "and threads",
+     "bash benchmarks/device.sh run bench_blocks --layout contig --frames 400000 "
+     "--workers 16 --schedulers distributed,threads --mib 128,256,512,1024 --repeats 5 "
+     "--tag=-16core-contig-400k"),
+    ("blocks-16core-c1-400k.md",
+     "Block size against the floor on 16 cores, 400,000 frames in one-frame chunks",
+     "bash benchmarks/device.sh run bench_blocks --layout c1 --frames 400000 --workers 16 "
+     "--schedulers distributed --mib 128,256,512,1024 --repeats 5 --tag=-16core-c1-400k"),
     ("threads-2core-fused.md",
      "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
      "1 MiB and 4 MiB a read against the reads from Python",

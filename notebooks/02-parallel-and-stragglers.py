@@ -38,14 +38,14 @@ print(n_frames, "frames")
 # ## A local cluster
 #
 # h5py serialises its calls within one process. h5mdx reads plain and deflate chunks and
-# contiguous data without it, so threads read in parallel too, but they share one GIL (on
-# 16 cores, 16 threads of dask's threaded scheduler reached 0.94-1.05x the 16-process read
-# floor on 100-frame chunks and 0.68 on one-frame chunks; see the RMSD guide, "On 16
-# cores"). Where every core runs a task, an RMSD task on uncompressed positions now reads
-# and computes in one compiled call that releases the GIL for the whole task ("Reading and
-# computing in one compiled call"). h5mdx recommends processes with one thread each, which
-# also gives the dashboard and the task stream below. The dataset pickles to the workers (each reopens the file by
-# name).
+# contiguous data without it, so threads read in parallel too, but they share one GIL.
+# Where every core runs a task, an RMSD task on uncompressed positions reads and computes in
+# one compiled call that releases the GIL for the whole task: on 16 cores, 16 threads of
+# dask's threaded scheduler then reached 1.14-1.88x the 16-process read floor on one- and
+# 100-frame chunks, more than 16 single-threaded workers (see the RMSD guide, "On 16 cores,
+# with the fused read"). This notebook runs processes with one thread each, for the
+# dashboard and the task stream below. The dataset pickles to the workers (each reopens
+# the file by name).
 
 # %%
 cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

@@ -34,3 +34,8 @@ def bench_threads():
 def bench_fused():
     pytest.importorskip("numba")
     yield from _benchmark("bench_fused")
+
+
+@pytest.fixture(scope="module")
+def bench_blocks():
+    yield from _benchmark("bench_blocks")
