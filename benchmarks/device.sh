@@ -26,12 +26,17 @@
 # read"; commands in docs/conf.py): the grid at N=8, 16 on 100,000 and 400,000 frames,
 # fused forced at N=8, bench_fused at N=16, bench_tasks and bench_blocks (--layout) at
 # N=16. One call ran the first three in 132 s, one the next three in 250 s (16 GB files
-# written in ~10 s each). The tool brings back at most 8 files a call: tar $OUT/results.
-# Not run there yet: bench_threads with the fused variants (~2-3 min):
-#   run(command="set -o pipefail; export PYTHONUNBUFFERED=1; bash benchmarks/device.sh run
-#       bench_threads --frames 100000 --threads 8,16 --layouts contig,c1
-#       --tag=-16core-fused 2>&1 | tail -c 20000; cd $OUT && tar czf r.tgz results
-#       && rm -r results", carry=[".whl"], timeout_s=300)
+# written in ~10 s each). The tool brings back at most 8 files a call, so `run` packs each
+# finished benchmark's files into $OUT/results-SCRIPT-K.tgz (here: tar xzf it).
+# Not run there yet, ~4 min in all: contiguous positions at N=1, 2, 4 against the floor
+# split among N processes (the runs of 2026-11-25 read that floor with one process), and
+# bench_threads with the fused variants:
+#   run(command="set -o pipefail; export PYTHONUNBUFFERED=1; D='bash benchmarks/device.sh
+#       run'; $D bench_scale --layouts contig --workers 1,2,4 --schedulers
+#       distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only
+#       --tag=-16core-contig-low 2>&1 | tail -c 4000; $D bench_threads --frames 100000
+#       --threads 8,16 --layouts contig,c1 --tag=-16core-fused 2>&1 | tail -c 6000",
+#       carry=[".whl"], timeout_s=420)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -95,6 +100,12 @@ PICK
         mkdir -p "$OUT/results"  # and what the other benchmarks wrote in the tree
         find benchmarks/results -type f -newer "$stamp" -exec cp {} "$OUT/results/" \;
         ls "$OUT/results"
+        # the tool brings back at most 8 files a call: one archive per finished benchmark
+        # (a run stopped by the time limit leaves its files as they are)
+        n=$(find "$OUT" -maxdepth 1 -name 'results-*.tgz' | wc -l)
+        tar czf "$OUT/results-$script-$n.tgz" -C "$OUT" results
+        rm -rf "$OUT/results"
+        echo "device.sh: results in \$OUT/results-$script-$n.tgz"
     fi
     rm -f "$stamp"
     ;;

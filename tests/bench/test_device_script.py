@@ -1,0 +1,43 @@
+"""``benchmarks/device.sh run`` leaves each finished benchmark's results in one archive under
+``$OUT`` (the lent machine's tool brings back at most 8 files a call)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_each_benchmark_run_packs_its_results_into_one_archive(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out),
+           "H5MDX_BENCH_DATA": str(tmp_path / "data")}
+    for tag in ("-a", "-b"):
+        subprocess.run(
+            ["bash", "benchmarks/device.sh", "run", "bench_tasks", "--workers", "1",
+             "--tasks", "2", "--ms", "1", "--schedulers", "threads", "--repeats", "1",
+             f"--tag={tag}"],
+            cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "results-bench_tasks-0.tgz", "results-bench_tasks-1.tgz"]
+    for k, tag in enumerate(("-a", "-b")):
+        with tarfile.open(out / f"results-bench_tasks-{k}.tgz") as tar:
+            names = sorted(tar.getnames())
+            assert names == ["results", f"results/tasks{tag}.json", f"results/tasks{tag}.md"]
+            data = json.load(tar.extractfile(f"results/tasks{tag}.json"))
+        assert data["tasks"] == 2
+        [row] = data["rows"]
+        assert (row["scheduler"], row["workers"]) == ("threads", 1)
+        assert row["many_tasks_s"] > 0 and row["one_task_s"] > 0
+    # nothing written into the checkout's own results
+    assert not list((ROOT / "benchmarks" / "results").glob("tasks-[ab].*"))
