@@ -609,7 +609,8 @@ def read_ahead_lines(results: dict) -> list[str]:
         how = "off (H5MDX_READ_AHEAD=0)"
     else:
         how = f"{ahead} reads ahead at every N (H5MDX_READ_AHEAD={ahead})"
-    lines = [f"Read-ahead: {how}. A task that reads ahead reads its next ~4 MiB in a "
+    step = f"{results.get('read_step_bytes', 2**22) / 2**20:g} MiB"
+    lines = [f"Read-ahead: {how}. A task that reads ahead reads its next ~{step} in a "
              "reader thread while the kernel runs on the last, so a worker then uses up to "
              "two cores, against one per floor process.", ""]
     fused = results.get("fused_read")
@@ -708,6 +709,10 @@ def main() -> int:
                    help="only the floor and h5mdx at each N (no breakdown, no first pass)")
     p.add_argument("--rss-frames", type=int, default=10_000,
                    help="frames of the 1x file for the peak-RSS check (0: skip)")
+    p.add_argument("--read-step-kib", type=int, default=None,
+                   help="KiB a task reads at a time where it reads from Python (read-ahead "
+                        "included; h5mdx's READ_STEP_BYTES: 4096); the graph carries it "
+                        "to every scheduler's workers")
     p.add_argument("--quick", action="store_true", help="small smoke run")
     p.add_argument("--report", metavar="JSON",
                    help="only write the .md and .png again from a results .json")
@@ -727,6 +732,11 @@ def main() -> int:
     from h5mdx.analysis import rmsd
     from h5mdx.engine import frames
 
+    if args.read_step_kib is not None:
+        if args.read_step_kib < 1:
+            p.error("--read-step-kib must be at least 1")
+        # read where each graph is built (here), so every scheduler's tasks get it
+        rmsd.READ_STEP_BYTES = args.read_step_kib * 1024
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
     results: dict[str, Any] = {
         "machine": {"platform": platform.platform(), "cores": cores,
@@ -741,6 +751,8 @@ def main() -> int:
         # in results from before it)
         "fused_read": os.environ.get(rmsd.FUSED_READ_ENV, "").strip() or "auto",
         "fused_read_bytes": rmsd.FUSED_READ_BYTES,
+        # the bytes of each read from Python (absent in results from before the option)
+        "read_step_bytes": rmsd.READ_STEP_BYTES,
         "layouts": {},
         "complete": False,
     }

@@ -37,6 +37,13 @@
 #       --tag=-16core-contig-low 2>&1 | tail -c 4000; $D bench_threads --frames 100000
 #       --threads 8,16 --layouts contig,c1 --tag=-16core-fused 2>&1 | tail -c 6000",
 #       carry=[".whl"], timeout_s=420)
+# Also not run there: at N=8 (read-ahead) all atoms on contiguous positions reach only
+# 0.61-0.74x; 8 workers x 2 buffers of 4 MiB may not stay in the shared L3 that 1 MiB
+# reads would (~1 min):
+#   run(command="D='bash benchmarks/device.sh run'; for k in 1024 4096; do $D bench_scale
+#       --layouts contig --workers 8 --schedulers distributed,threads --opens lazy
+#       --repeats 5 --rss-frames 0 --grid-only --read-step-kib $k --tag=-16core-step$k
+#       2>&1 | tail -c 2500; done", carry=[".whl"], timeout_s=300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
