@@ -44,6 +44,11 @@
 #       --layouts contig --workers 8 --schedulers distributed,threads --opens lazy
 #       --repeats 5 --rss-frames 0 --grid-only --read-step-kib $k --tag=-16core-step$k
 #       2>&1 | tail -c 2500; done", carry=[".whl"], timeout_s=300)
+# And whether computing on a mapping of the file (64 MiB windows) beats the fused read's
+# pread on 16 cores as it does on 2 (1.06-1.32x; benchmarks/bench_mapped.py; ~2 min):
+#   run(command="bash benchmarks/device.sh run bench_mapped --frames 100000 --workers
+#       8,16 --repeats 5 --tag=-16core 2>&1 | tail -c 4000", carry=[".whl"],
+#       timeout_s=300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

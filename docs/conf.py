@@ -190,6 +190,11 @@ h5mdx_results = [
      "Block size against the floor on 16 cores, 400,000 frames in one-frame chunks",
      "bash benchmarks/device.sh run bench_blocks --layout c1 --frames 400000 --workers 16 "
      "--schedulers distributed --mib 128,256,512,1024 --repeats 5 --tag=-16core-c1-400k"),
+    ("mapped-2core.md",
+     "Contiguous positions on 2 cores: the fused read against the kernel on a mapping of the "
+     "file (64 MiB windows: 1.06-1.32x; one mapping kept per worker: 1.49-1.76x)",
+     "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 --repeats 5 "
+     "--tag=-2core"),
     ("threads-2core-fused.md",
      "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
      "1 MiB and 4 MiB a read against the reads from Python",

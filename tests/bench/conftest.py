@@ -39,3 +39,9 @@ def bench_fused():
 @pytest.fixture(scope="module")
 def bench_blocks():
     yield from _benchmark("bench_blocks")
+
+
+@pytest.fixture(scope="module")
+def bench_mapped():
+    pytest.importorskip("numba")
+    yield from _benchmark("bench_mapped")
