@@ -19,29 +19,20 @@ def _benchmark(name: str):
         sys.path.remove(BENCHMARKS)
 
 
-@pytest.fixture(scope="module")
-def bench_scale():
-    yield from _benchmark("bench_scale")
+def _fixture(name: str, needs_numba: bool = False):
+    """A module-scoped fixture named ``name``: that benchmark script, imported."""
+
+    @pytest.fixture(scope="module", name=name)
+    def benchmark():
+        if needs_numba:
+            pytest.importorskip("numba")
+        yield from _benchmark(name)
+
+    return benchmark
 
 
-@pytest.fixture(scope="module")
-def bench_threads():
-    pytest.importorskip("numba")
-    yield from _benchmark("bench_threads")
-
-
-@pytest.fixture(scope="module")
-def bench_fused():
-    pytest.importorskip("numba")
-    yield from _benchmark("bench_fused")
-
-
-@pytest.fixture(scope="module")
-def bench_blocks():
-    yield from _benchmark("bench_blocks")
-
-
-@pytest.fixture(scope="module")
-def bench_mapped():
-    pytest.importorskip("numba")
-    yield from _benchmark("bench_mapped")
+bench_scale = _fixture("bench_scale")
+bench_blocks = _fixture("bench_blocks")
+bench_threads = _fixture("bench_threads", needs_numba=True)
+bench_fused = _fixture("bench_fused", needs_numba=True)
+bench_mapped = _fixture("bench_mapped", needs_numba=True)
