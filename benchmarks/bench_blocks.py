@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bench_scale import (  # noqa: E402 - the benchmark next to this one
+    CHUNKS,
     N_ATOMS,
     _timed,
     build,
@@ -44,9 +45,6 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     versions_text,
 )
 
-#: HDF5 chunks of each of ``bench_scale``'s layouts (None: contiguous).
-CHUNKS: dict[str, tuple[int, int, int] | None] = {
-    "c100": (100, N_ATOMS, 3), "c1": (1, N_ATOMS, 3), "contig": None}
 LAYOUT_TEXT = {"c100": "chunks of 100 frames", "c1": "chunks of one frame",
                "contig": "contiguous"}
 
@@ -66,7 +64,8 @@ def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     from h5mdx.examples import floor_reader
 
     shape = (args.frames, N_ATOMS, 3)
-    blocks = {mib: time_block(shape, 4, CHUNKS[args.layout], mib) for mib in args.mib}
+    blocks = {mib: time_block(shape, 4, CHUNKS[args.layout](N_ATOMS), mib)
+              for mib in args.mib}
     rows = []
     for sched in args.schedulers:
         for n in args.workers:

@@ -41,6 +41,7 @@ from bench_scale import (  # noqa: E402
     machine,
     round_ratios,
     save_results,
+    versions_text,
 )
 
 from h5mdx.analysis.rmsd import FUSED_READ_ENV  # noqa: E402
@@ -117,7 +118,7 @@ def render(results: dict[str, Any]) -> str:
            f"threads: N threads of one process); medians of {results['repeats']} rounds, "
            "each timing the N-process h5py read floor, fused on and fused off (the order of "
            "on and off alternating). Versions: "
-           f"{', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",
+           f"{versions_text(results)}.", "",
            "on / off: `H5MDX_FUSED_READ=1` / `0` (every task reads and computes in one "
            "compiled call, or reads from Python and then runs the kernel). Ratios are medians "
            "of the rounds' ratios.", "",

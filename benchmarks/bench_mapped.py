@@ -31,11 +31,11 @@ benchmarks/bench_mapped.py``.
 from __future__ import annotations
 
 import argparse
+import functools
 import mmap
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -51,6 +51,7 @@ sys.path.insert(0, HERE)
 from bench_scale import (  # noqa: E402 - the benchmark next to this one
     DSET,
     N_ATOMS,
+    _timed,
     build,
     ca_indices,
     interleaved,
@@ -60,6 +61,8 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     save_results,
     versions_text,
 )
+
+from h5mdx.examples import _ping, _slabs, floor_reader  # noqa: E402
 
 #: Linux fills the page tables of a mapping as it is made (no fault per page); 0 elsewhere.
 MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -139,10 +142,6 @@ def _steps(qcp: Any, frames: np.ndarray, out: np.ndarray, step: int) -> None:
         out[c:c + step] = qcp(frames[c:c + step])
 
 
-def _ping(_: int) -> int:
-    return os.getpid()
-
-
 @contextmanager
 def workers(mode: str, n: int, path: str, select: np.ndarray | None,
             step_mib: float, window_mib: float = 64.0) -> Iterator[Executor]:
@@ -156,41 +155,28 @@ def workers(mode: str, n: int, path: str, select: np.ndarray | None,
     else:
         with ProcessPoolExecutor(n, mp_context=get_context("spawn"), initializer=_setup,
                                  initargs=(path, select, step_mib, window_mib)) as pool:
-            # every process started and set up before anything is timed
-            while len(set(pool.map(_ping, range(4 * n)))) < n:
-                pass
+            list(pool.map(_ping, range(n)))  # every process started and set up, untimed
             yield pool
 
 
-def slabs(frames: int, n: int) -> list[tuple[int, int]]:
-    """``n`` slabs of about equal frames."""
-    ends = np.linspace(0, frames, n + 1).astype(int)
-    return [(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True) if b > a]
-
-
-def timer(pool: Executor, way: str, parts: list[tuple[int, int]]) -> Callable[[], float]:
-    """Seconds for the workers to do every slab one ``way``."""
-    def run() -> float:
-        t0 = time.perf_counter()
-        list(pool.map(_slab, [way] * len(parts), *zip(*parts, strict=True)))
-        return time.perf_counter() - t0
-    return run
+def every_slab(pool: Executor, way: str, parts: list[tuple[int, int]],
+               keep: bool = False) -> list[np.ndarray | None]:
+    """Every slab done one ``way`` by the workers; the RMSD of each where ``keep``."""
+    return list(pool.map(_slab, [way] * len(parts), *zip(*parts, strict=True),
+                         [keep] * len(parts)))
 
 
 def measure(path: str, frames: int, mode: str, n: int, select: np.ndarray | None,
             step_mib: float, repeats: int, window_mib: float = 64.0) -> dict[str, Any]:
     """The floor and every way in the same rounds; then the ways' RMSD compared."""
-    from h5mdx.examples import floor_reader
-
-    parts = slabs(frames, n)
+    parts = _slabs(frames, 1, n)  # the floor's split of a contiguous dataset
     with floor_reader(path, n) as floor, workers(mode, n, path, select, step_mib,
                                                   window_mib) as pool:
         timers: dict[str, Callable[[], float]] = {"floor": lambda: floor()[0]}
-        timers.update({way: timer(pool, way, parts) for way in WAYS})
+        timers.update({way: functools.partial(_timed, functools.partial(
+            every_slab, pool, way, parts)) for way in WAYS})
         times = interleaved(timers, repeats, rotate=True)
-        got = {way: np.concatenate(list(pool.map(
-            _slab, [way] * len(parts), *zip(*parts, strict=True), [True] * len(parts))))
-            for way in WAYS}
+        got = {way: np.concatenate(every_slab(pool, way, parts, keep=True)) for way in WAYS}
     fl = times["floor"]
     row: dict[str, Any] = {"times": times, "floor_fps": frames / statistics.median(fl)}
     for way in WAYS:

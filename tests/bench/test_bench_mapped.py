@@ -7,14 +7,6 @@ import numpy as np
 import pytest
 
 
-def test_slabs_cover_every_frame_once(bench_mapped):
-    for frames, n in ((10, 3), (7, 7), (5, 8), (100_000, 16)):
-        parts = bench_mapped.slabs(frames, n)
-        assert parts[0][0] == 0 and parts[-1][1] == frames
-        assert all(b0 == a1 for (_, b0), (a1, _) in zip(parts, parts[1:], strict=False))
-        assert len(parts) == min(frames, n)
-
-
 @pytest.mark.parametrize("mode", ["threads", "processes"])
 def test_every_way_gives_the_rmsd_of_h5mdx(bench_mapped, tmp_path, mode):
     import xarray as xr
@@ -26,7 +18,7 @@ def test_every_way_gives_the_rmsd_of_h5mdx(bench_mapped, tmp_path, mode):
     with xr.open_dataset(path, engine="h5md") as ds:
         expected = h5mdx.rmsd(ds.position, select=select).values
     with bench_mapped.workers(mode, 2, path, select, 0.25, 0.5) as pool:
-        parts = bench_mapped.slabs(90, 2)
+        parts = bench_mapped._slabs(90, 1, 2)
         for way in bench_mapped.WAYS:
             got = np.concatenate(list(pool.map(
                 bench_mapped._slab, [way] * 2, *zip(*parts, strict=True), [True] * 2)))
