@@ -45,7 +45,9 @@
 #       --repeats 5 --rss-frames 0 --grid-only --read-step-kib $k --tag=-16core-step$k
 #       2>&1 | tail -c 2500; done", carry=[".whl"], timeout_s=300)
 # And whether computing on a mapping of the file (64 MiB windows) beats the fused read's
-# pread on 16 cores as it does on 2 (1.06-1.32x; benchmarks/bench_mapped.py; ~2 min):
+# pread on 16 cores, where 2 cores gave 1.06-1.32x one day and 0.68-1.06x the next
+# (benchmarks/bench_mapped.py; ~2 min; if it pays, the RMSD tasks' mapped path is on
+# branch mapped-read: `bench_fused --switch mapped` measures it against the default):
 #   run(command="bash benchmarks/device.sh run bench_mapped --frames 100000 --workers
 #       8,16 --repeats 5 --tag=-16core 2>&1 | tail -c 4000", carry=[".whl"],
 #       timeout_s=300)

@@ -195,6 +195,11 @@ h5mdx_results = [
      "file (64 MiB windows: 1.06-1.32x; one mapping kept per worker: 1.49-1.76x)",
      "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 --repeats 5 "
      "--tag=-2core"),
+    ("mapped-2core-recheck.md",
+     "The same, a day later on the same kind of VM: 64 MiB windows 0.68-1.06x the fused read, "
+     "one mapping kept per worker 1.42-1.83x",
+     "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 "
+     "--modes threads,processes --repeats 5 --tag=-2core-recheck"),
     ("threads-2core-fused.md",
      "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
      "1 MiB and 4 MiB a read against the reads from Python",
