@@ -18,11 +18,11 @@
 # docs build uses 2,000 frames).
 
 # %%
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
-
-import os
 
 import h5mdx
 from h5mdx.examples import build_adk_trajectory

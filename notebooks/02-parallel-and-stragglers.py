@@ -69,7 +69,7 @@ stream["start"] = stream.startstops.map(lambda s: min(x["start"] for x in s))
 stream["stop"] = stream.startstops.map(lambda s: max(x["stop"] for x in s))
 t0 = stream.start.min()
 fig, ax = plt.subplots(figsize=(9, 2.5))
-for i, (worker, rows) in enumerate(stream.groupby("worker")):
+for i, (_worker, rows) in enumerate(stream.groupby("worker")):
     ax.barh([i] * len(rows), rows.stop - rows.start, left=rows.start - t0, height=0.6)
 ax.set_yticks(range(stream.worker.nunique()), sorted(stream.worker.unique()))
 ax.set_xlabel("time since first task (s)")
@@ -135,8 +135,8 @@ client.close()
 cluster.close()
 ds.close()
 
-from h5mdx.timing import plot_scaling, run_grid
 from h5mdx.bench.grid import rmsd_workload
+from h5mdx.timing import plot_scaling, run_grid
 
 grid = run_grid(rmsd_workload(path, psf, "name CA"), schedulers=["distributed"],
                 workers=[1, 2], blocks_per_worker=[1, 3], repeats=1, progress=False)

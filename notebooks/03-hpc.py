@@ -22,10 +22,9 @@
 
 # %%
 import os
-import shutil
 import shlex
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -35,7 +34,7 @@ from IPython.display import display
 
 from h5mdx._optional import has_module
 from h5mdx.testing import adk_example, adk_topology
-from h5mdx.timing import load, per_worker, plot_per_worker
+from h5mdx.timing import load, plot_per_worker
 
 path, psf = adk_example("adk.h5md"), adk_topology()
 have_mpi = bool(shutil.which("mpirun")) and has_module("mpi4py") and h5py.get_config().mpi
@@ -132,8 +131,8 @@ if submit and have_slurm and have_mpi:
         subprocess.run(["scancel", job_id])
         print(f"job {job_id} still queued after 90 s: cancelled")
 else:
-    print("not submitted (SLURM available: %s): the script above is what you would submit"
-          % have_slurm)
+    print(f"not submitted (SLURM available: {have_slurm}): the script above is what you "
+          "would submit")
 
 # %% [markdown]
 # ## Comparing backends

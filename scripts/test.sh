@@ -64,7 +64,7 @@ fi
 status=0
 
 lint_paths=()
-for d in src tests benchmarks; do
+for d in src tests benchmarks notebooks; do
     [ -d "$d" ] && lint_paths+=("$d")
 done
 echo "==> ruff check ${lint_paths[*]}"
