@@ -81,7 +81,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# RMSD with blocks shared out evenly over the workers", "",
              f"{bs.N_ATOMS} atoms, chunks of 100 frames, warm page cache; {results['workers']} "
-             f"workers on {results['cores']} cores; medians of {results['repeats']} "
+             f"workers on {bs.cores_text(results)}; medians of {results['repeats']} "
              f"interleaved rounds. Versions: "
              f"{bs.versions_text(results)}.", "",
              "frames/s (tasks); `as before`: the engine's ~128 MiB block as it is.", "",

@@ -37,6 +37,7 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     build,
     ca_indices,
     common_arguments,
+    cores_text,
     interleaved,
     machine,
     round_ratios,
@@ -96,7 +97,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = ["# RMSD against the dask block size", "",
              f"{results['frames']:,} frames x {N_ATOMS} atoms, "
              f"{LAYOUT_TEXT[results.get('layout', 'c100')]}, warm page "
-             f"cache; {results['cores']} cores; medians of {results['repeats']} interleaved "
+             f"cache; {cores_text(results)}; medians of {results['repeats']} interleaved "
              f"rounds. Versions: "
              f"{versions_text(results)}.", "",
              "frames/s; in brackets: over the smallest block size, then (where measured) "

@@ -38,6 +38,7 @@ from bench_scale import (  # noqa: E402
     N_ATOMS,
     build,
     ca_indices,
+    cores_text,
     machine,
     round_ratios,
     save_results,
@@ -112,7 +113,7 @@ def summary(times: dict[str, list[float]], frames: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any]) -> str:
     out = ["# The fused read on and off, paired", "",
-           f"Machine: {results['platform']}, {results['cores']} cores; "
+           f"Machine: {results['platform']}, {cores_text(results)}; "
            f"{results['frames']:,} frames x {N_ATOMS} atoms, warm page cache; lazy open; "
            f"N={results['workers']} (`distributed`: N single-threaded worker processes; "
            f"threads: N threads of one process); medians of {results['repeats']} rounds, "

@@ -121,7 +121,7 @@ def markdown(results: dict[str, Any]) -> str:
     n, parts = results["frames"], results["parts"]
     lines = ["# What finding the chunks costs a process", "",
              f"{n:,} frames x {bs.N_ATOMS} atoms in one-frame chunks ({n:,} chunks), warm page "
-             f"cache, {results['cores']} cores; medians of {results['repeats']} new processes. "
+             f"cache, {bs.cores_text(results)}; medians of {results['repeats']} new processes. "
              f"Versions: {bs.versions_text(results)}.", "",
              f"## Locating the chunks (all {n:,}, or a part: 1/{parts})", "",
              "| what | ms |", "|---|---|"]

@@ -199,7 +199,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"RMSD kernels alone: {results['frames']:,} in-memory float32 frames of "
              f"{results['n_atoms']} atoms, 4 MiB at a time, one core; medians of "
              f"{results['repeats']} interleaved rounds. {results['platform']}, "
-             f"{results['cores']} cores; {bs.versions_text(results)}.", "",
+             f"{bs.cores_text(results)}; {bs.versions_text(results)}.", "",
              "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
              + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
              "|---" * (1 + 2 * len(fps)) + "|"]

@@ -54,6 +54,7 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     _timed,
     build,
     ca_indices,
+    cores_text,
     interleaved,
     machine,
     round_ratios,
@@ -193,7 +194,7 @@ def measure(path: str, frames: int, mode: str, n: int, select: np.ndarray | None
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# Contiguous positions: pread into a buffer against a mapping of the file", "",
              f"{results['frames']:,} frames x {N_ATOMS} atoms, contiguous, warm page cache; "
-             f"{results['cores']} cores; medians of {results['repeats']} rounds (the floor "
+             f"{cores_text(results)}; medians of {results['repeats']} rounds (the floor "
              f"and each way; the order rotating), after one untimed round. The mapped ways "
              f"run the kernel on {results['step_mib']:g} MiB of the mapping at a time. "
              f"Versions: {versions_text(results)}.", "",

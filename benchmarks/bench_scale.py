@@ -62,6 +62,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5mdx._machine import cpu_description, cpu_facts
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where results go: ``H5MDX_BENCH_RESULTS`` where set (``device.sh`` sets it to the device
 #: tool's ``$OUT``, so that what a run wrote comes back even when its time runs out).
@@ -531,7 +533,7 @@ def markdown(results: dict) -> str:
         *([] if results.get("complete", True) else [
             "**Partial**: the run had not finished when this was written (it is written "
             "after every N); what follows is what it had measured.", ""]),
-        f"Machine: {m['platform']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB; "
+        f"Machine: {m['platform']}, {cores_text(m)}, {m['memory_gib']:.0f} GiB; "
         f"{results['frames']:,} frames x {N_ATOMS} atoms ({results['gb']:.2f} GB per layout), "
         f"warm page cache, medians of {results['repeats']} rounds after a warm-up. "
         f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.",
@@ -741,7 +743,7 @@ def main() -> int:
     results: dict[str, Any] = {
         "machine": {"platform": platform.platform(), "cores": cores,
                     "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                    / 2**30, "processor": platform.processor()},
+                    / 2**30, "processor": platform.processor(), "cpu": cpu_facts()},
         "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
         "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"),
         "read_ahead": os.environ.get("H5MDX_READ_AHEAD", "").strip() or "auto",
@@ -834,9 +836,17 @@ def versions_text(results: dict[str, Any]) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """Platform, core count and versions, for a results file."""
+    """Platform, core count, the CPU (:func:`h5mdx._machine.cpu_facts`) and versions, for a
+    results file."""
     return {"platform": platform.platform(), "cores": os.cpu_count() or 1,
-            "versions": versions()}
+            "cpu": cpu_facts(), "versions": versions()}
+
+
+def cores_text(m: dict[str, Any]) -> str:
+    """``"16 cores"``, and what they are where recorded (results from before lack it):
+    ``"16 cores (AMD EPYC, 16 CPUs = 8 cores x 2 threads, AVX2, FMA, ...)"``."""
+    text = f"{m['cores']} cores"
+    return f"{text} ({cpu_description(m['cpu'])})" if m.get("cpu") else text
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def markdown(results: dict[str, Any]) -> str:
     kibs = results["kib"]
     lines = ["# One worker's RMSD against the size of each read", "",
              f"{results['frames']:,} frames x {bs.N_ATOMS} atoms, layout {results['layout']}, "
-             f"warm page cache, dask's synchronous scheduler; {results['cores']} cores; "
+             f"warm page cache, dask's synchronous scheduler; {bs.cores_text(results)}; "
              f"medians of {results['repeats']} interleaved rounds. Versions: "
              f"{bs.versions_text(results)}.", "",
              "frames/s. `frames`: each read straight to the engine's array (what tasks do); "

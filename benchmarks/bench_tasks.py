@@ -101,7 +101,7 @@ def main() -> int:
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# What one task costs each dask scheduler", "",
              f"Graphs of 1 and of {results['tasks']} tasks that each hold a core for "
-             f"{results['ms']:g} ms; {results['cores']} cores; medians of "
+             f"{results['ms']:g} ms; {bs.cores_text(results)}; medians of "
              f"{results['repeats']} interleaved rounds. Versions: {bs.versions_text(results)}.",
              "", "Per task: the time each task beyond the first adds, less its own work, "
              "times the workers (the cost a worker pays per task).", "",

@@ -62,6 +62,7 @@ from bench_scale import (  # noqa: E402
     N_ATOMS,
     build,
     ca_indices,
+    cores_text,
     h5mdx_run,
     interleaved,
     machine,
@@ -309,7 +310,7 @@ def render(results: dict[str, Any]) -> str:
     # results of before the layouts (threads-16core.json): one c100 grid at the top
     layouts = results.get("layouts") or {"c100": {"runs": results["runs"]}}
     out = ["# One process, T threads: where the threaded RMSD's time goes", "",
-           f"Machine: {results['platform']}, {results['cores']} cores; "
+           f"Machine: {results['platform']}, {cores_text(results)}; "
            f"{results['frames']:,} frames x {N_ATOMS} atoms, warm page "
            f"cache; C-alpha (214 atoms); medians of {results['repeats']} paired rounds. "
            f"Versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items())}.", "",

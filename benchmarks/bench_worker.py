@@ -99,7 +99,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = ["# One worker's RMSD: the client's process against a distributed worker", "",
              f"{results['frames']:,} frames x {bs.N_ATOMS} atoms, layout {results['layout']}, "
              "all atoms, warm page cache, the tasks one after another (dask's synchronous "
-             f"scheduler) where they run; {results['cores']} cores; medians of "
+             f"scheduler) where they run; {bs.cores_text(results)}; medians of "
              f"{results['repeats']} interleaved rounds. Versions: {bs.versions_text(results)}.",
              "", "| positions | client process (frames/s) | distributed worker (frames/s) | "
              "worker / client |", "|---|---|---|---|"]

@@ -109,6 +109,8 @@ PICK
     # bench_scale (and the benchmarks that save through it) write straight into $OUT, as
     # they go: what a run stopped by the tool's time limit wrote still comes back
     if [ -n "${OUT:-}" ]; then export H5MDX_BENCH_RESULTS="$OUT/results"; fi
+    # what the cores are, in the log too (the results record it; a lost file would not)
+    "$PY" -c "from h5mdx._machine import cpu_description; print('cpu:', cpu_description())"
     "$PY" "benchmarks/$script.py" --data "$data" "$@"
     if [ -n "${OUT:-}" ]; then
         mkdir -p "$OUT/results"  # and what the other benchmarks wrote in the tree

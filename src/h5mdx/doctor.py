@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from h5mdx._machine import cpu_description
 from h5mdx._subprocess import allow_run_as_root, run
 from h5mdx.timing.report import render_table
 
@@ -328,6 +329,8 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             ),
             *slurm_future.result(),
             _file_locking_check(),
+            # what the benchmarks' figures depend on (cores x threads, vector unit, caches)
+            Check("CPU", "info", cpu_description()),
             _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
             _chunk_index_check(h5py_probe),
         ]

@@ -38,6 +38,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5mdx._machine import cpu_description
+
 __all__ = [
     "DEFAULT_FRAMES",
     "ExampleResult",
@@ -421,11 +423,12 @@ def timing_split(records: Any) -> dict[str, float]:
 
 
 def machine_description() -> str:
-    """The machine in a few words: cores, operating system, kernel.
+    """The machine in a few words: cores and what they are, operating system, kernel.
 
-    E.g. ``"2 cores, Debian GNU/Linux 12 (bookworm), Linux 6.1 x86_64"``.
+    E.g. ``"2 cores (AMD EPYC, 2 CPUs = 2 cores x 1 thread, AVX2, FMA, L2 512 KiB a core,
+    L3 32 MiB per 2 CPUs), Debian GNU/Linux 12 (bookworm), Linux 6.1 x86_64"``.
     """
-    parts = [f"{os.cpu_count()} cores"]
+    parts = [f"{os.cpu_count()} cores ({cpu_description()})"]
     try:
         info = platform.freedesktop_os_release()
         parts.append(info.get("PRETTY_NAME", info.get("NAME", "")))

@@ -28,6 +28,7 @@ NAMES = [
     "SLURM commands",
     "SLURM cluster",
     "HDF5 file locking",
+    "CPU",
     "numba",
     "chunk index",
 ]
@@ -137,6 +138,14 @@ def test_file_locking_setting_is_shown(monkeypatch):
     assert (check.status, check.detail) == ("info", "HDF5_USE_FILE_LOCKING=FALSE")
     monkeypatch.delenv("HDF5_USE_FILE_LOCKING")
     assert "unset" in doctor._file_locking_check().detail
+
+
+def test_the_cpu_is_shown(monkeypatch):
+    """The CPU the benchmarks' figures depend on: cores x threads, vector unit, caches."""
+    monkeypatch.setattr(doctor, "cpu_description", lambda: "Xeon, 8 CPUs = 4 cores x 2 threads")
+    report = doctor.run_checks(timeout=20)
+    assert (report["CPU"].status, report["CPU"].detail) == (
+        "info", "Xeon, 8 CPUs = 4 cores x 2 threads")
 
 
 def test_doctor_does_not_load_mpi_in_caller():
