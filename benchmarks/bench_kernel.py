@@ -11,13 +11,14 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
 - each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
   turn, as a task runs them): the serial bound of a task;
 
-- the numba kernel five ways, each rebuilt here from ``_qcp_numba``'s own source: with its
+- the numba kernel six ways, each rebuilt here from ``_qcp_numba``'s own source: with its
   accumulator lanes on the stack (``_qcp_numba._stack_zeros``, as shipped) or on the heap
   (``np.zeros``, the build before), and either loaded from numba's on-disk cache (how a
   worker usually gets it; ``h5mdx numba``) or compiled in this process (a first run, or no
-  writable cache); and with 24 lanes of separate multiplies and adds (``24 lanes,
+  writable cache); with 24 lanes of separate multiplies and adds (``24 lanes,
   unfused``, the build before 12 fused lanes): the before/after of those changes, in one
-  run;
+  run; and with 24 fused lanes (``24 fused lanes``: what a CPU with AVX-512's 32 vector
+  registers might run faster than 12; on AVX2's 16 they spill);
 - ``h5mdx numpy``: the kernel without numba;
 - ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
   ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
@@ -56,14 +57,15 @@ MDA_FRAMES = 2000
 
 
 def kernel_variant(lanes: str, cached: bool, workdir: str,
-                   fused: bool = True) -> types.ModuleType:
+                   fused: bool = True, n_lanes: int | None = None) -> types.ModuleType:
     """A build of ``h5mdx.analysis._qcp_numba`` from its own source, with its accumulator
     lanes on the ``"stack"`` (as shipped) or the ``"heap"`` (``np.zeros``, the build
     before ``_stack_zeros``), either compiled in this process or loaded from numba's
     on-disk cache (written by a subprocess first), which is how worker processes usually
     get it; ``fused=False``: 24 lanes without fused multiply-adds (the build before
-    ``fastmath={"contract"}``). ``PreparedQCP`` runs any of them as tasks run the
-    shipped one."""
+    ``fastmath={"contract"}``); ``n_lanes``: that many accumulator lanes (a multiple of 3;
+    24 fills AVX-512's 32 registers as 12 fills AVX2's 16). ``PreparedQCP`` runs any of them
+    as tasks run the shipped one."""
     from h5mdx.analysis import _qcp_numba
 
     source = inspect.getsource(_qcp_numba)
@@ -76,7 +78,12 @@ def kernel_variant(lanes: str, cached: bool, workdir: str,
         if source.count(fma) != 1 or source.count(lanes12) != 1:
             raise RuntimeError("_qcp_numba no longer has 12 fused lanes")
         source = source.replace(fma, ")").replace(lanes12, "_LANES = 24\n")
-    name = f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
+    if n_lanes is not None:
+        if n_lanes % 3 or source.count("_LANES = 12\n") != 1:
+            raise RuntimeError("lanes must be a multiple of 3, and _qcp_numba have 12")
+        source = source.replace("_LANES = 12\n", f"_LANES = {n_lanes}\n")
+    name = (f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
+            f"{'' if n_lanes is None else f'_{n_lanes}'}")
     if not cached:
         module = types.ModuleType(name)
         source = source.replace("cache=True, ", "")
@@ -119,14 +126,16 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
 
     fns: dict[str, Callable[[np.ndarray], Any]] = {}
     if has_numba():
-        for label, lanes, cached, fused in (
-                ("h5mdx numba", "stack", True, True),
-                ("h5mdx numba, compiled in this process", "stack", False, True),
-                ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False),
-                ("h5mdx numba, heap lanes, from the cache", "heap", True, True),
-                ("h5mdx numba, heap lanes, compiled in this process", "heap", False, True)):
-            fns[label] = PreparedQCP(ref, None, True,
-                                     kernel_variant(lanes, cached, workdir, fused), atoms)
+        for label, lanes, cached, fused, n_lanes in (
+                ("h5mdx numba", "stack", True, True, None),
+                ("h5mdx numba, 24 fused lanes, from the cache", "stack", True, True, 24),
+                ("h5mdx numba, compiled in this process", "stack", False, True, None),
+                ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False, None),
+                ("h5mdx numba, heap lanes, from the cache", "heap", True, True, None),
+                ("h5mdx numba, heap lanes, compiled in this process", "heap", False, True,
+                 None)):
+            fns[label] = PreparedQCP(
+                ref, None, True, kernel_variant(lanes, cached, workdir, fused, n_lanes), atoms)
     fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
                                  atoms=atoms)
     runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}

@@ -51,6 +51,11 @@
 #   run(command="bash benchmarks/device.sh run bench_mapped --frames 100000 --workers
 #       8,16 --repeats 5 --tag=-16core 2>&1 | tail -c 4000", carry=[".whl"],
 #       timeout_s=300)
+# And the kernel alone on that CPU (~1 min), with 24 fused lanes beside the shipped 12: if
+# the CPU has AVX-512 (the log's "cpu:" line says), 24 may run the all-atom kernel faster,
+# which is the all-atom limit on contiguous positions where every core runs a task:
+#   run(command="bash benchmarks/device.sh run bench_kernel --tag=-16core 2>&1 |
+#       tail -c 3000", carry=[".whl"], timeout_s=240)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
