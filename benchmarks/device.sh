@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/device.sh wheels             # here: the wheels it lacks, into .whl/
 #   bash benchmarks/device.sh run SCRIPT [ARGS]  # there: install them, run one benchmark
+#   bash benchmarks/device.sh next               # there: the runs still to do (below)
 #
 # `run` installs .whl/*.whl into .site (no index, no dependencies) where dask is missing,
 # runs benchmarks/SCRIPT.py with its data under ${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}, and
@@ -28,40 +29,57 @@
 # N=16. One call ran the first three in 132 s, one the next three in 250 s (16 GB files
 # written in ~10 s each). The tool brings back at most 8 files a call, so `run` packs each
 # finished benchmark's files into $OUT/results-SCRIPT-K.tgz (here: tar xzf it).
-# Not run there yet, ~4 min in all: contiguous positions at N=1, 2, 4 against the floor
-# split among N processes (the runs of 2026-11-25 read that floor with one process), and
-# bench_threads with the fused variants:
-#   run(command="set -o pipefail; export PYTHONUNBUFFERED=1; D='bash benchmarks/device.sh
-#       run'; $D bench_scale --layouts contig --workers 1,2,4 --schedulers
-#       distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only
-#       --tag=-16core-contig-low 2>&1 | tail -c 4000; $D bench_threads --frames 100000
-#       --threads 8,16 --layouts contig,c1 --tag=-16core-fused 2>&1 | tail -c 6000",
-#       carry=[".whl"], timeout_s=420)
-# Also not run there: at N=8 (read-ahead) all atoms on contiguous positions reach only
-# 0.61-0.74x; 8 workers x 2 buffers of 4 MiB may not stay in the shared L3 that 1 MiB
-# reads would (~1 min):
-#   run(command="D='bash benchmarks/device.sh run'; for k in 1024 4096; do $D bench_scale
-#       --layouts contig --workers 8 --schedulers distributed,threads --opens lazy
-#       --repeats 5 --rss-frames 0 --grid-only --read-step-kib $k --tag=-16core-step$k
-#       2>&1 | tail -c 2500; done", carry=[".whl"], timeout_s=300)
-# And whether computing on a mapping of the file (64 MiB windows) beats the fused read's
-# pread on 16 cores, where 2 cores gave 1.06-1.32x one day and 0.68-1.06x the next
-# (benchmarks/bench_mapped.py; ~2 min; if it pays, the RMSD tasks' mapped path is on
-# branch mapped-read: `bench_fused --switch mapped` measures it against the default):
-#   run(command="bash benchmarks/device.sh run bench_mapped --frames 100000 --workers
-#       8,16 --repeats 5 --tag=-16core 2>&1 | tail -c 4000", carry=[".whl"],
-#       timeout_s=300)
-# And the kernel alone on that CPU (~1 min), with 24 fused lanes beside the shipped 12: if
-# the CPU has AVX-512 (the log's "cpu:" line says), 24 may run the all-atom kernel faster,
-# which is the all-atom limit on contiguous positions where every core runs a task:
-#   run(command="bash benchmarks/device.sh run bench_kernel --tag=-16core 2>&1 |
-#       tail -c 3000", carry=[".whl"], timeout_s=240)
+# Not run there yet (the steps of `next`, below):
+# - contig-low: contiguous positions at N=1, 2, 4 against the floor split among N processes
+#   (the runs of 2026-11-25 read that floor with one process), ~1 min;
+# - threads: bench_threads with the fused variants, ~2-3 min;
+# - step1024, step4096: at N=8 (read-ahead) all atoms on contiguous positions reach only
+#   0.61-0.74x; 8 workers x 2 buffers of 4 MiB may not stay in the shared L3 that 1 MiB
+#   reads would, ~1 min;
+# - mapped: whether computing on a mapping of the file (64 MiB windows) beats the fused
+#   read's pread on 16 cores, where 2 cores gave 1.06-1.32x one day and 0.68-1.06x the next
+#   (bench_mapped.py), ~2 min; if it pays, the RMSD tasks' mapped path is on branch
+#   mapped-read, where `bench_fused --switch mapped` measures it against the default;
+# - kernel: the kernel alone on that CPU, with 24 fused lanes beside the shipped 12: if the
+#   CPU has AVX-512 (the log's "cpu:" line says), 24 may run the all-atom kernel faster,
+#   which is the all-atom limit on contiguous positions where every core runs a task, ~1 min.
 set -euo pipefail
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=.whl
 
+# The steps above, in order of what they tell per
+# minute, as one command (each step packed into its own archive as it finishes; a failed
+# step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
+# Two calls of under 10 minutes each cover them all:
+#   run(command="NEXT_ONLY=kernel,contig-low,mapped bash benchmarks/device.sh next 2>&1 |
+#       tail -c 9000", carry=[".whl"], timeout_s=480)
+#   run(command="NEXT_ONLY=step1024,step4096,threads bash benchmarks/device.sh next 2>&1 |
+#       tail -c 9000", carry=[".whl"], timeout_s=480)
+NEXT_STEPS=(
+    "kernel|bench_kernel --tag=-16core"
+    "contig-low|bench_scale --layouts contig --workers 1,2,4 --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only --tag=-16core-contig-low"
+    "mapped|bench_mapped --frames 100000 --workers 8,16 --repeats 5 --tag=-16core"
+    "step1024|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 1024 --tag=-16core-step1024"
+    "step4096|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 4096 --tag=-16core-step4096"
+    "threads|bench_threads --frames 100000 --threads 8,16 --layouts contig,c1 --tag=-16core-fused"
+)
+
 case "${1:-}" in
+next)
+    for step in "${NEXT_STEPS[@]}"; do
+        name=${step%%|*}
+        args=${step#*|}
+        if [ -n "${NEXT_ONLY:-}" ] && [[ ",$NEXT_ONLY," != *",$name,"* ]]; then
+            continue
+        fi
+        echo "==> device.sh next: $name: $args"
+        [ -n "${NEXT_DRY:-}" ] && continue
+        # shellcheck disable=SC2086  # the step's words are its arguments
+        bash "$SELF" run $args || echo "device.sh next: $name failed (rc $?)" >&2
+    done
+    ;;
 wheels)
     # the device's Python (3.12 in 2026-11) decides the wheels' tags. With their
     # dependencies, resolved by pip (~8 MB without numpy and pandas, which the device
@@ -131,7 +149,7 @@ PICK
     rm -f "$stamp"
     ;;
 *)
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,15p' "$SELF" >&2
     exit 2
     ;;
 esac

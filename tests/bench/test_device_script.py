@@ -41,3 +41,27 @@ def test_each_benchmark_run_packs_its_results_into_one_archive(tmp_path):
         assert row["many_tasks_s"] > 0 and row["one_task_s"] > 0
     # nothing written into the checkout's own results
     assert not list((ROOT / "benchmarks" / "results").glob("tasks-[ab].*"))
+
+
+def _next(env_extra):
+    env = {**os.environ, "NEXT_DRY": "1", **env_extra}
+    out = subprocess.run(["bash", "benchmarks/device.sh", "next"], cwd=ROOT, env=env,
+                         check=True, capture_output=True, text=True, timeout=60).stdout
+    return [line.split(": ", 2)[1:] for line in out.splitlines()
+            if line.startswith("==> device.sh next: ")]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
+    """``device.sh next`` runs every step in order (``NEXT_ONLY`` picks some); each step's
+    benchmark exists and has every option the step gives it."""
+    steps = _next({})
+    assert [name for name, _ in steps] == ["kernel", "contig-low", "mapped", "step1024",
+                                           "step4096", "threads"]
+    shared = (ROOT / "benchmarks" / "bench_scale.py").read_text()
+    for _name, args in steps:
+        script, *options = args.split()
+        source = (ROOT / "benchmarks" / f"{script}.py").read_text()
+        for opt in (o.split("=")[0] for o in options if o.startswith("--")):
+            assert f'"{opt}"' in source or f'"{opt}"' in shared, (script, opt)
+    assert [name for name, _ in _next({"NEXT_ONLY": "mapped,kernel"})] == ["kernel", "mapped"]
