@@ -66,6 +66,11 @@ def test_only_the_cpus_this_process_may_use_count(tmp_path, monkeypatch):
     monkeypatch.setattr(_machine, "_usable_cpus", lambda: {0, 1})
     facts = _machine.cpu_facts(proc, sysfs)
     assert (facts["cpus"], facts["cores"], facts["threads_per_core"]) == (2, 2, 1)
+    # both threads of core 0 and one of core 1: no one count of threads per core
+    monkeypatch.setattr(_machine, "_usable_cpus", lambda: {0, 1, 4})
+    facts = _machine.cpu_facts(proc, sysfs)
+    assert (facts["cpus"], facts["cores"], facts["threads_per_core"]) == (3, 2, None)
+    assert ", 3 CPUs on 2 cores," in _machine.cpu_description(facts)
 
 
 def test_arm_features_and_missing_files(tmp_path, monkeypatch):
@@ -97,5 +102,6 @@ def test_this_machine():
     facts = _machine.cpu_facts()
     assert facts["cpus"] == len(os.sched_getaffinity(0))
     assert facts["cores"] is not None and 1 <= facts["cores"] <= facts["cpus"]
-    assert facts["cores"] * facts["threads_per_core"] == facts["cpus"]
+    if facts["threads_per_core"] is not None:  # None: a cpuset takes some cores' threads
+        assert facts["cores"] * facts["threads_per_core"] == facts["cpus"]
     assert facts["model"] and facts["model"] in _machine.cpu_description()

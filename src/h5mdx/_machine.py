@@ -38,7 +38,7 @@ def cpu_facts(proc: str | os.PathLike = "/proc/cpuinfo",
     -------
     dict
         ``model`` (str), ``cpus`` (CPUs this process may run on), ``cores`` (physical cores
-        among them) and ``threads_per_core``, ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool),
+        among them) and ``threads_per_core`` (None where not the same for every core), ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool),
         ``l2_kib`` (per core) and ``l3_mib`` (per cache, shared by ``l3_cpus`` CPUs). Any
         that cannot be found are None.
     """
@@ -57,7 +57,9 @@ def cpu_facts(proc: str | os.PathLike = "/proc/cpuinfo",
     cores = _physical_cores(Path(sysfs), usable)
     if cores and facts["cpus"]:
         facts["cores"] = cores
-        facts["threads_per_core"] = max(1, round(facts["cpus"] / cores))
+        # None where the usable CPUs take some cores' threads and not others' (a cpuset)
+        if facts["cpus"] % cores == 0:
+            facts["threads_per_core"] = facts["cpus"] // cores
     facts.update(_caches(Path(sysfs)))
     return facts
 
@@ -76,6 +78,8 @@ def cpu_description(facts: dict[str, Any] | None = None) -> str:
     cpus, cores, tpc = f.get("cpus"), f.get("cores"), f.get("threads_per_core")
     if cpus and cores and tpc:
         parts.append(f"{cpus} CPUs = {cores} cores x {tpc} thread{'s' if tpc > 1 else ''}")
+    elif cpus and cores:
+        parts.append(f"{cpus} CPUs on {cores} cores")
     elif cpus:
         parts.append(f"{cpus} CPUs")
     if f.get("simd"):
