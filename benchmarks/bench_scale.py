@@ -702,7 +702,6 @@ def layout_runs(args: argparse.Namespace, layout: str,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    cores = os.cpu_count() or 1
     common_arguments(p, frames=100_000, repeats=3, schedulers="processes,threads,distributed")
     p.add_argument("--layouts", default="c100,c1,contig")
     p.add_argument("--opens", default="lazy,chunks")
@@ -740,11 +739,12 @@ def main() -> int:
         # read where each graph is built (here), so every scheduler's tasks get it
         rmsd.READ_STEP_BYTES = args.read_step_kib * 1024
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
+    host = machine()  # platform, cores, cpu; the versions go beside it
     results: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "cores": cores,
+        "machine": {**{k: v for k, v in host.items() if k != "versions"},
                     "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                    / 2**30, "processor": platform.processor(), "cpu": cpu_facts()},
-        "versions": versions(), "frames": args.frames, "gb": gb, "repeats": args.repeats,
+                    / 2**30, "processor": platform.processor()},
+        "versions": host["versions"], "frames": args.frames, "gb": gb, "repeats": args.repeats,
         "direct_read": os.environ.get("H5MDX_DIRECT_READ", "1"),
         "read_ahead": os.environ.get("H5MDX_READ_AHEAD", "").strip() or "auto",
         # the rule's bound on the tasks sharing one process (absent in earlier results)

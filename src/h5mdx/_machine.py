@@ -38,9 +38,9 @@ def cpu_facts(proc: str | os.PathLike = "/proc/cpuinfo",
     -------
     dict
         ``model`` (str), ``cpus`` (CPUs this process may run on), ``cores`` (physical cores
-        among them) and ``threads_per_core`` (None where not the same for every core), ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool),
-        ``l2_kib`` (per core) and ``l3_mib`` (per cache, shared by ``l3_cpus`` CPUs). Any
-        that cannot be found are None.
+        among them) and ``threads_per_core`` (None where not the same for every core),
+        ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool), ``l2_kib`` (per core) and ``l3_mib``
+        (per cache, shared by ``l3_cpus`` CPUs). Any that cannot be found are None.
     """
     usable = _usable_cpus()
     facts: dict[str, Any] = {"model": platform.processor() or platform.machine() or None,
