@@ -1,7 +1,7 @@
 """RMSD throughput against the dask block size (``frames_per_block``), in one run.
 
 Every task costs the scheduler a roughly fixed time (pickling, queues, the worker's
-bookkeeping: 1-10 ms on a 2-core VM, ``bench_tasks.py``), while an RMSD task's memory
+bookkeeping: 0-5 ms on a 2-core VM, ``bench_tasks.py``), while an RMSD task's memory
 does not grow with its block (it reads ~4 MiB at a time). This measures what that fixed cost takes from
 ``h5mdx.rmsd`` for blocks of ``--mib`` MiB (default 32, 64, 128: 128 MiB is dask's
 ``array.chunk-size`` and h5mdx's default) on the dask process pool, ``distributed`` and

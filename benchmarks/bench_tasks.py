@@ -6,9 +6,15 @@ bookkeeping) on top of its read and compute; with blocks of ~128 MiB a task last
 This times graphs of ``--tasks`` and of 1 task that each spin for ``--ms`` ms (a task
 that holds its worker's core without the GIL, as an RMSD task does, and returns one float64 per frame
 of a 3,000-frame block) on ``bench_scale``'s schedulers (dask's process pool, its threads,
-``distributed``) with ``--workers`` workers, and reports the cost of each task beyond the
-first: ``(T(tasks) - T(1)) / (tasks - 1) - ms * rounds``, which takes out what every
-compute pays once (graph, submission, the result).
+``distributed``) with ``--workers`` workers. The graph is built as :func:`h5mdx.rmsd` builds
+its own: one task per block, none depending on another, its output's ``meta`` given (so dask
+neither calls the function to infer it nor fuses the tasks behind aliases). It reports what a
+compute pays once (graph, submission, the result): ``T(1) - ms``; and the cost of each task
+beyond the first: ``(T(tasks) - T(1)) / (tasks - 1) - ms * rounds``.
+
+``--saturation`` sets ``distributed.scheduler.worker-saturation`` for the cluster (dask's
+default 1.1 sends each single-threaded worker 2 tasks, then 2 more as those finish: a round
+trip to the scheduler every 2 tasks; ``inf`` sends all tasks at once).
 
 Every figure is the median of ``--repeats`` interleaved rounds. Results:
 ``benchmarks/results/tasks{--tag}.{json,md}``. Run: ``.venv/bin/python benchmarks/bench_tasks.py``.
@@ -43,13 +49,6 @@ def _chain(n: int) -> float:  # pragma: no cover - compiled
     return x
 
 
-def spin(block: np.ndarray, steps: int) -> np.ndarray:
-    """Hold the core for ``steps`` of a dependent chain without the GIL (as an RMSD task's
-    read and kernel do), then return one float64 per frame of ``block``."""
-    _chain(steps)
-    return np.zeros(block.shape[0])
-
-
 def steps_for(seconds: float) -> int:
     """Chain steps that take ``seconds`` on this core."""
     _chain(10)
@@ -59,12 +58,28 @@ def steps_for(seconds: float) -> int:
     return int(n * seconds / (time.perf_counter() - t))
 
 
-def compute(n_tasks: int, steps: int) -> float:
-    import dask.array as da
+def spin_frames(frames: int, steps: int) -> np.ndarray:
+    """Hold the core for ``steps`` (see :func:`spin`), then return one float64 per frame."""
+    _chain(steps)
+    return np.zeros(frames)
 
-    blocks = da.zeros((n_tasks * BLOCK, 3), chunks=(BLOCK, 3))
+
+def graph(n_tasks: int, steps: int) -> Any:
+    """``n_tasks`` independent tasks as one dask array, built as :func:`h5mdx.rmsd` builds its."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"spin-{tokenize(n_tasks, steps, time.perf_counter_ns())}"
+    dsk = {(name, i): (spin_frames, BLOCK, steps) for i in range(n_tasks)}
+    return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=[]), name,
+                    chunks=((BLOCK,) * n_tasks,), dtype=np.float64,
+                    meta=np.array((), dtype=np.float64))
+
+
+def compute(n_tasks: int, steps: int) -> float:
     t = time.perf_counter()
-    blocks.map_blocks(spin, steps, drop_axis=1, dtype=np.float64).compute()
+    graph(n_tasks, steps).compute()
     return time.perf_counter() - t
 
 
@@ -74,26 +89,38 @@ def main() -> int:
     p.add_argument("--ms", type=float, default=20.0)
     p.add_argument("--workers", default="1,2")
     p.add_argument("--schedulers", default="processes,threads,distributed")
+    p.add_argument("--saturation", default=None,
+                   help="distributed.scheduler.worker-saturation (default: dask's)")
     bs.run_arguments(p, repeats=7)
     args = p.parse_args()
     steps = steps_for(args.ms / 1e3)
     rows = []
+    import dask
+
+    if "distributed" in args.schedulers:
+        # distributed's defaults join dask's config on import: setting one of its keys before
+        # would drop the whole section when the setting's context ends
+        import distributed  # noqa: F401
+    saturation = {} if args.saturation is None else {
+        "distributed.scheduler.worker-saturation": float(args.saturation)}
     for n in (int(w) for w in args.workers.split(",")):
         for sched in args.schedulers.split(","):
-            with bs.scheduler(sched, n):
+            with dask.config.set(saturation), bs.scheduler(sched, n):
                 timers = {k: functools.partial(compute, k, steps)
                           for k in (1, args.tasks)}
                 times = bs.interleaved(timers, args.repeats)
             one, many = (statistics.median(times[k]) for k in (1, args.tasks))
             rounds = -(-args.tasks // n)
             per_task = (many - one - (rounds - 1) * args.ms / 1e3) * n / (args.tasks - 1)
+            per_compute = one - args.ms / 1e3
             rows.append({"scheduler": sched, "workers": n, "one_task_s": one,
                          "many_tasks_s": many, "times": {str(k): v for k, v in times.items()},
-                         "per_task_ms": per_task * 1e3})
+                         "per_compute_ms": per_compute * 1e3, "per_task_ms": per_task * 1e3})
             print(f"{sched:11s} N={n} one task {one * 1e3:7.1f} ms, {args.tasks} tasks "
-                  f"{many * 1e3:7.1f} ms: {per_task * 1e3:5.1f} ms per task", flush=True)
+                  f"{many * 1e3:7.1f} ms: {per_compute * 1e3:5.1f} ms per compute, "
+                  f"{per_task * 1e3:5.1f} ms per task", flush=True)
     results = {**bs.machine(), "tasks": args.tasks, "ms": args.ms, "repeats": args.repeats,
-               "rows": rows}
+               "saturation": args.saturation, "rows": rows}
     bs.save_results("tasks", args.tag, results, markdown)
     return 0
 
@@ -103,13 +130,21 @@ def markdown(results: dict[str, Any]) -> str:
              f"Graphs of 1 and of {results['tasks']} tasks that each hold a core for "
              f"{results['ms']:g} ms; {bs.cores_text(results)}; medians of "
              f"{results['repeats']} interleaved rounds. Versions: {bs.versions_text(results)}.",
-             "", "Per task: the time each task beyond the first adds, less its own work, "
-             "times the workers (the cost a worker pays per task).", "",
-             "| scheduler | workers | 1 task (ms) | "
-             f"{results['tasks']} tasks (ms) | per task (ms) |", "|---|---|---|---|---|"]
+             "", "Per compute: the graph of 1 task less its work (what every compute pays "
+             "once). Per task: the time each task beyond the first adds, less its own work, "
+             "times the workers (the cost a worker pays per task). Graphs as `h5mdx.rmsd` "
+             "builds them (independent tasks, `meta` given)."]
+    if results.get("saturation") is not None:
+        lines += ["", f"`distributed.scheduler.worker-saturation`: {results['saturation']}."]
+    lines += ["", "| scheduler | workers | 1 task (ms) | "
+              f"{results['tasks']} tasks (ms) | per compute (ms) | per task (ms) |",
+              "|---|---|---|---|---|---|"]
     for r in results["rows"]:
+        per_compute = r.get("per_compute_ms")
         lines.append(f"| {r['scheduler']} | {r['workers']} | {r['one_task_s'] * 1e3:.1f} | "
-                     f"{r['many_tasks_s'] * 1e3:.1f} | {r['per_task_ms']:.1f} |")
+                     f"{r['many_tasks_s'] * 1e3:.1f} | "
+                     f"{'' if per_compute is None else f'{per_compute:.1f}'} | "
+                     f"{r['per_task_ms']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

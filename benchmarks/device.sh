@@ -42,7 +42,10 @@
 #   mapped-read, where `bench_fused --switch mapped` measures it against the default;
 # - kernel: the kernel alone on that CPU, with 24 fused lanes beside the shipped 12: if the
 #   CPU has AVX-512 (the log's "cpu:" line says), 24 may run the all-atom kernel faster,
-#   which is the all-atom limit on contiguous positions where every core runs a task, ~1 min.
+#   which is the all-atom limit on contiguous positions where every core runs a task, ~1 min;
+# - tasks: bench_tasks again, its graphs now built as h5mdx.rmsd builds its own (the run of
+#   2026-11-26 timed one extra task's work in every compute, dask inferring the output's
+#   meta by calling the function, and fused each task behind an alias task), ~30 s.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -53,12 +56,13 @@ WHEELS=.whl
 # minute, as one command (each step packed into its own archive as it finishes; a failed
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
 # Two calls of under 10 minutes each cover them all:
-#   run(command="NEXT_ONLY=kernel,contig-low,mapped bash benchmarks/device.sh next 2>&1 |
+#   run(command="NEXT_ONLY=kernel,tasks,contig-low,mapped bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
 #   run(command="NEXT_ONLY=step1024,step4096,threads bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
 NEXT_STEPS=(
     "kernel|bench_kernel --tag=-16core"
+    "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-meta"
     "contig-low|bench_scale --layouts contig --workers 1,2,4 --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only --tag=-16core-contig-low"
     "mapped|bench_mapped --frames 100000 --workers 8,16 --repeats 5 --tag=-16core"
     "step1024|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 1024 --tag=-16core-step1024"

@@ -171,7 +171,9 @@ h5mdx_results = [
      "bash benchmarks/device.sh run bench_fused --frames 400000 --workers 16 "
      "--layouts contig,c1 --selections ca,all --repeats 5 --tag=-16core-400k"),
     ("tasks-16core.md",
-     "What one task costs dask's threads and distributed on 16 cores, N=8 and 16",
+     "What one task costs dask's threads and distributed on 16 cores, N=8 and 16 (before "
+     "2026-11-26's fix: its \"1 task\" column holds two tasks' work, and each task ran "
+     "beside an alias task)",
      "bash benchmarks/device.sh run bench_tasks --workers 8,16 --tasks 32 --ms 20 "
      "--schedulers distributed,threads --repeats 5 --tag=-16core"),
     ("blocks-16core-contig-100k.md",
@@ -289,8 +291,16 @@ h5mdx_results = [
      "python benchmarks/bench_index.py --tag=-hdf5-1.10"),
     ("runs.md", "Reads of whole frames: runs from the chunks' offset table, or chunk by chunk",
      "python benchmarks/bench_runs.py"),
-    ("tasks.md", "What one task costs each dask scheduler (2 cores)",
+    ("tasks.md", "What one task costs each dask scheduler (2 cores; before 2026-11-26's fix: "
+     "its \"1 task\" column holds two tasks' work, and each task ran beside an alias task)",
      "python benchmarks/bench_tasks.py"),
+    ("tasks-2core.md", "What a compute and a task cost each dask scheduler, graphs built as "
+     "h5mdx.rmsd builds its own (2 cores)",
+     "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --repeats 7 --tag=-2core"),
+    ("tasks-2core-saturation-inf.md", "The same on distributed with worker-saturation inf "
+     "(every task sent to its worker at once): no faster (2 cores)",
+     "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --schedulers distributed "
+     "--saturation inf --repeats 7 --tag=-2core-saturation-inf"),
     ("worker.md", "One worker's RMSD: the client's process against a distributed worker",
      "python benchmarks/bench_worker.py"),
     ("balance.md", "RMSD with blocks shared out evenly over the workers (2 cores)",

@@ -1,0 +1,39 @@
+"""``benchmarks/bench_tasks.py`` times graphs built as ``h5mdx.rmsd`` builds its own: the
+timed compute runs each task once, and building the graph runs none."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+
+def test_the_graph_runs_each_task_once_and_building_it_none(bench_tasks, monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(bench_tasks, "_chain", lambda steps: calls.append(steps))
+    array = bench_tasks.graph(5, 7)
+    # dask's map_blocks without meta= calls the function once to infer it: a task's work
+    # timed in every compute (this benchmark did, until 2026-11-26)
+    assert calls == []
+    assert array.chunks == ((bench_tasks.BLOCK,) * 5,)
+    assert len(dict(array.__dask_graph__())) == 5
+    with dask.config.set(scheduler="sync"):
+        out = array.compute()
+    assert calls == [7] * 5
+    np.testing.assert_array_equal(out, np.zeros(5 * bench_tasks.BLOCK))
+
+
+def test_each_graph_has_keys_of_its_own(bench_tasks):
+    # the same graph computed twice must run twice, not find its result in a cache
+    assert bench_tasks.graph(2, 3).name != bench_tasks.graph(2, 3).name
+
+
+@pytest.mark.parametrize("saturation", [None, "inf"])
+def test_the_report_says_what_a_compute_and_a_task_cost(bench_tasks, saturation):
+    row = {"scheduler": "distributed", "workers": 2, "one_task_s": 0.0213,
+           "many_tasks_s": 0.3, "per_compute_ms": 1.3, "per_task_ms": 4.25}
+    results = {"tasks": 20, "ms": 20.0, "repeats": 3, "saturation": saturation,
+               "rows": [row], "cores": 2, "versions": {}}
+    text = bench_tasks.markdown(results)
+    assert "| distributed | 2 | 21.3 | 300.0 | 1.3 | 4.2 |" in text
+    assert ("worker-saturation`: inf" in text) == (saturation == "inf")
