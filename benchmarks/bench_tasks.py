@@ -10,7 +10,8 @@ of a 3,000-frame block) on ``bench_scale``'s schedulers (dask's process pool, it
 its own: one task per block, none depending on another, its output's ``meta`` given (so dask
 neither calls the function to infer it nor fuses the tasks behind aliases). It reports what a
 compute pays once (graph, submission, the result): ``T(1) - ms``; and the cost of each task
-beyond the first: ``(T(tasks) - T(1)) / (tasks - 1) - ms * rounds``.
+beyond the first: ``(T(tasks) - T(1)) / (tasks - 1) - ms * rounds``. On ``distributed`` it
+also splits a compute of one empty task into its parts (:func:`compute_phases`).
 
 ``--saturation`` sets ``distributed.scheduler.worker-saturation`` for the cluster (dask's
 default 1.1 sends each single-threaded worker 2 tasks, then 2 more as those finish: a round
@@ -77,6 +78,43 @@ def graph(n_tasks: int, steps: int) -> Any:
                     meta=np.array((), dtype=np.float64))
 
 
+#: The parts of one compute on ``distributed`` (:func:`compute_phases`), in order.
+PHASES = ("client", "task", "finalize", "result")
+
+
+def compute_phases(client: Any, repeats: int, pause: float = 0.1) -> dict[str, float]:
+    """Where a compute of one empty task spends its time on a ``LocalCluster`` (ms, medians).
+
+    From the scheduler's transition log (the scheduler runs in this process):
+    ``client``, from the call until the scheduler has the graph (dask's optimisation,
+    packing, the message); ``task``, until the task's result is in a worker's memory (to
+    the worker, run, reported); ``finalize``, until dask's finalize task, which collects
+    the blocks into one array on a worker, has run there; ``result``, until the call
+    returns (the result fetched from that worker). Each compute starts ``pause`` s after
+    the last, as a user's does, so that no message waits on distributed's batched streams
+    for an earlier one.
+    """
+    scheduler = client.cluster.scheduler
+    parts: dict[str, list[float]] = {name: [] for name in PHASES}
+    for _ in range(repeats):
+        array = graph(1, 0)
+        time.sleep(pause)
+        t0 = time.time()
+        array.compute(scheduler=client)
+        t1 = time.time()
+        events = [(ts, str(key), finish) for key, _, finish, *_, ts in scheduler.transition_log
+                  if ts >= t0]
+        final = [e for e in events if e[1].startswith("finalize")]
+        task = [e for e in events if not e[1].startswith("finalize")]
+        got = next(ts for ts, _, finish in task if finish == "waiting")
+        done = next(ts for ts, _, finish in task if finish == "memory")
+        final_done = next(ts for ts, _, finish in final if finish == "memory")
+        for name, (a, b) in zip(PHASES, ((t0, got), (got, done), (done, final_done),
+                                         (final_done, t1)), strict=True):
+            parts[name].append((b - a) * 1e3)
+    return {name: statistics.median(v) for name, v in parts.items()}
+
+
 def compute(n_tasks: int, steps: int) -> float:
     t = time.perf_counter()
     graph(n_tasks, steps).compute()
@@ -109,13 +147,17 @@ def main() -> int:
                 timers = {k: functools.partial(compute, k, steps)
                           for k in (1, args.tasks)}
                 times = bs.interleaved(timers, args.repeats)
+                phases = None
+                if sched == "distributed":
+                    phases = compute_phases(dask.config.get("scheduler"), args.repeats)
             one, many = (statistics.median(times[k]) for k in (1, args.tasks))
             rounds = -(-args.tasks // n)
             per_task = (many - one - (rounds - 1) * args.ms / 1e3) * n / (args.tasks - 1)
             per_compute = one - args.ms / 1e3
             rows.append({"scheduler": sched, "workers": n, "one_task_s": one,
                          "many_tasks_s": many, "times": {str(k): v for k, v in times.items()},
-                         "per_compute_ms": per_compute * 1e3, "per_task_ms": per_task * 1e3})
+                         "per_compute_ms": per_compute * 1e3, "per_task_ms": per_task * 1e3,
+                         "phases_ms": phases})
             print(f"{sched:11s} N={n} one task {one * 1e3:7.1f} ms, {args.tasks} tasks "
                   f"{many * 1e3:7.1f} ms: {per_compute * 1e3:5.1f} ms per compute, "
                   f"{per_task * 1e3:5.1f} ms per task", flush=True)
@@ -145,6 +187,19 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{r['many_tasks_s'] * 1e3:.1f} | "
                      f"{'' if per_compute is None else f'{per_compute:.1f}'} | "
                      f"{r['per_task_ms']:.1f} |")
+    phased = [r for r in results["rows"] if r.get("phases_ms")]
+    if phased:
+        lines += ["", "Where a `distributed` compute of one empty task goes (ms, medians; "
+                  "each compute 0.1 s after the last): `client`, until the scheduler has the "
+                  "graph; `task`, to the worker, run and reported; `finalize`, dask's "
+                  "finalize task (the blocks into one array, on a worker); `result`, back to "
+                  "the caller.", "",
+                  "| workers | " + " | ".join(PHASES) + " | total |",
+                  "|---|" + "---|" * (len(PHASES) + 1)]
+        for r in phased:
+            ph = r["phases_ms"]
+            lines.append(f"| {r['workers']} | " + " | ".join(f"{ph[k]:.1f}" for k in PHASES)
+                         + f" | {sum(ph.values()):.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -295,7 +295,7 @@ h5mdx_results = [
      "its \"1 task\" column holds two tasks' work, and each task ran beside an alias task)",
      "python benchmarks/bench_tasks.py"),
     ("tasks-2core.md", "What a compute and a task cost each dask scheduler, graphs built as "
-     "h5mdx.rmsd builds its own (2 cores)",
+     "h5mdx.rmsd builds its own, and the parts of a distributed compute (2 cores)",
      "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --repeats 7 --tag=-2core"),
     ("tasks-2core-saturation-inf.md", "The same on distributed with worker-saturation inf "
      "(every task sent to its worker at once): no faster (2 cores)",

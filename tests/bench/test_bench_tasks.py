@@ -37,3 +37,25 @@ def test_the_report_says_what_a_compute_and_a_task_cost(bench_tasks, saturation)
     text = bench_tasks.markdown(results)
     assert "| distributed | 2 | 21.3 | 300.0 | 1.3 | 4.2 |" in text
     assert ("worker-saturation`: inf" in text) == (saturation == "inf")
+
+
+def test_a_distributed_compute_splits_into_its_parts(bench_tasks):
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    with local_cluster(1) as cluster, distributed.Client(cluster,
+                                                         set_as_default=False) as client:
+        phases = bench_tasks.compute_phases(client, repeats=3, pause=0.01)
+    assert list(phases) == list(bench_tasks.PHASES)
+    # each part is a span between two events of one compute, in order
+    assert all(0 < ms < 5_000 for ms in phases.values()), phases
+
+
+def test_the_report_shows_the_parts_of_a_distributed_compute(bench_tasks):
+    phases = dict(zip(bench_tasks.PHASES, (3.0, 1.5, 4.0, 2.5), strict=True))
+    row = {"scheduler": "distributed", "workers": 2, "one_task_s": 0.0213,
+           "many_tasks_s": 0.3, "per_compute_ms": 1.3, "per_task_ms": 4.25,
+           "phases_ms": phases}
+    results = {"tasks": 20, "ms": 20.0, "repeats": 3, "rows": [row], "cores": 2,
+               "versions": {}}
+    assert "| 2 | 3.0 | 1.5 | 4.0 | 2.5 | 11.0 |" in bench_tasks.markdown(results)
