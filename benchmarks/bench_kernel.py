@@ -25,6 +25,12 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
   frames: it is ~50x slower), where installed: each on an in-memory trajectory of just
   the compared atoms, as their users would call them.
 
+``--sizes`` adds a table of the shipped numba kernel on the first N atoms of each frame
+(a contiguous run, read in place) for each N: atoms per second, beside the size of the
+reference as the kernel lays it out (3 x 3N float64, streamed once per frame). Where the
+atoms per second stay the same from a layout that fits the core's L1 cache to one that
+does not, the kernel is bound by its arithmetic, not by reading the reference.
+
 Each figure is the median over ``--repeats`` interleaved rounds (every kernel once per
 round, after one warm-up). Results: ``benchmarks/results/kernel{--tag}.{json,md}``.
 Run: ``.venv/bin/python benchmarks/bench_kernel.py``.
@@ -164,6 +170,35 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
     return runs
 
 
+def size_scan(frames: np.ndarray, sizes: list[int],
+              repeats: int) -> dict[int, dict[str, float]]:
+    """The shipped kernel on the first ``n`` atoms of each frame, for each ``n`` of ``sizes``.
+
+    Returns, per ``n``: ``atoms_per_s`` (median over ``repeats`` interleaved rounds, on the
+    4 MiB block a read leaves in the cache) and ``layout_kib``, the reference as the
+    kernel streams it (``_qcp_numba._reference_layout``: 3 x 3n float64).
+    """
+    from h5mdx.analysis.qcp import center, prepare
+
+    step = max(1, STEP_BYTES // (frames.shape[1] * 12))
+    block = frames[:step].copy()
+    timers = {}
+    for n in sizes:
+        kernel = prepare(center(frames[0, :n]), None, True, "numba", reference_centered=True,
+                         atoms=np.arange(n))
+
+        def timed(kernel: Callable[[np.ndarray], Any] = kernel) -> float:
+            t = time.perf_counter()
+            for _ in range(8):
+                kernel(block)
+            return time.perf_counter() - t
+
+        timers[n] = timed
+    times = bs.interleaved(timers, repeats)
+    return {n: {"atoms_per_s": 8 * step * n / statistics.median(times[n]),
+                "layout_kib": 9 * n * 8 / 1024} for n in sizes}
+
+
 def frames_of(name: str, n_frames: int) -> int:
     """How many frames one call of ``name`` computes."""
     if name == "MDAnalysis qcprot":
@@ -177,6 +212,9 @@ def frames_of(name: str, n_frames: int) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=5000, help="in-memory frames (default 5000)")
+    p.add_argument("--sizes", default="",
+                   help="comma-separated atom counts: the shipped kernel against the "
+                        "selection's size (e.g. 100,400,1600,3341)")
     bs.run_arguments(p, repeats=9)
     args = p.parse_args()
     tpl = bs.templates()
@@ -198,6 +236,12 @@ def main() -> int:
         results["fps"][label] = {k: frames_of(k, args.frames) / statistics.median(v)
                                  for k, v in times.items()}
         print(label, {k: f"{v:,.0f}" for k, v in results["fps"][label].items()})
+    if args.sizes:
+        sizes = [min(int(n), frames.shape[1]) for n in args.sizes.split(",")]
+        results["sizes"] = {str(n): v for n, v in
+                            size_scan(frames, sizes, args.repeats).items()}
+        print("sizes", {n: f"{v['atoms_per_s'] / 1e6:,.0f} M atoms/s"
+                        for n, v in results["sizes"].items()})
     bs.save_results("kernel", args.tag, results, markdown)
     return 0
 
@@ -218,6 +262,17 @@ def markdown(results: dict[str, Any]) -> str:
                  and name in fps[c] else None for c in fps]
         lines.append(f"| {name} | " + " | ".join("" if r is None else f"{r:,.0f}" for r in rate)
                      + " | " + " | ".join("" if r is None else f"{r:.2f}" for r in ratio) + " |")
+    if results.get("sizes"):
+        cpu = results.get("cpu") or {}
+        caches = ", ".join(f"{name} {cpu[key]} KiB" for name, key in
+                           (("L1d", "l1d_kib"), ("L2", "l2_kib")) if cpu.get(key))
+        lines += ["", "The shipped numba kernel on the first N atoms of each frame (one "
+                  "contiguous run), against the reference as the kernel streams it (3 x 3N "
+                  f"float64){f'; this CPU: {caches} a core' if caches else ''}:", "",
+                  "| atoms | reference layout (KiB) | atoms/s (millions) |", "|---|---|---|"]
+        for n, v in results["sizes"].items():
+            lines.append(f"| {int(n):,} | {v['layout_kib']:,.0f} | "
+                         f"{v['atoms_per_s'] / 1e6:,.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -61,7 +61,7 @@ WHEELS=.whl
 #   run(command="NEXT_ONLY=step1024,step4096,threads bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
 NEXT_STEPS=(
-    "kernel|bench_kernel --tag=-16core"
+    "kernel|bench_kernel --sizes 107,214,428,856,1712,3341 --tag=-16core"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-meta"
     "contig-low|bench_scale --layouts contig --workers 1,2,4 --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only --tag=-16core-contig-low"
     "mapped|bench_mapped --frames 100000 --workers 8,16 --repeats 5 --tag=-16core"

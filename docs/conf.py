@@ -284,6 +284,11 @@ h5mdx_results = [
      "The kernels again, with 24 fused accumulator lanes beside the shipped 12 (AVX2: 0.75x "
      "all atoms, 0.87x C-alpha)",
      "python benchmarks/bench_kernel.py --tag=-2core-lanes"),
+    ("kernel-2core-sizes.md",
+     "The kernel against the selection's size: ~1 billion atoms/s a core whether the "
+     "reference it streams fits the L1 cache or not (2 cores)",
+     "python benchmarks/bench_kernel.py --frames 3000 --repeats 5 "
+     "--sizes 107,214,428,856,1712,3341 --tag=-2core-sizes"),
     ("index.md", "What finding the chunks costs a process (h5py from PyPI, HDF5 2.0)",
      "python benchmarks/bench_index.py"),
     ("index-hdf5-1.10.md",

@@ -51,8 +51,8 @@ def test_hardware_threads_are_told_apart_from_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(_machine, "_usable_cpus", lambda: set(range(8)))
     facts = _machine.cpu_facts(proc, sysfs)
     assert facts == {"model": "Intel(R) Xeon(R) Platinum 8480+", "cpus": 8, "cores": 4,
-                     "threads_per_core": 2, "simd": "AVX-512", "fma": True, "l2_kib": 2048,
-                     "l3_mib": 105.0, "l3_cpus": 8}
+                     "threads_per_core": 2, "simd": "AVX-512", "fma": True, "l1d_kib": 48,
+                     "l2_kib": 2048, "l3_mib": 105.0, "l3_cpus": 8}
     assert _machine.cpu_description(facts) == (
         "Intel(R) Xeon(R) Platinum 8480+, 8 CPUs = 4 cores x 2 threads, AVX-512, FMA, "
         "L2 2048 KiB a core, L3 105 MiB per 8 CPUs")

@@ -39,14 +39,16 @@ def cpu_facts(proc: str | os.PathLike = "/proc/cpuinfo",
     dict
         ``model`` (str), ``cpus`` (CPUs this process may run on), ``cores`` (physical cores
         among them) and ``threads_per_core`` (None where not the same for every core),
-        ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool), ``l2_kib`` (per core) and ``l3_mib``
-        (per cache, shared by ``l3_cpus`` CPUs). Any that cannot be found are None.
+        ``simd`` (e.g. ``"AVX2"``), ``fma`` (bool), ``l1d_kib`` and ``l2_kib`` (per core)
+        and ``l3_mib`` (per cache, shared by ``l3_cpus`` CPUs). Any that cannot be found
+        are None.
     """
     usable = _usable_cpus()
     facts: dict[str, Any] = {"model": platform.processor() or platform.machine() or None,
                              "cpus": len(usable) if usable else (os.cpu_count() or None),
                              "cores": None, "threads_per_core": None, "simd": None,
-                             "fma": None, "l2_kib": None, "l3_mib": None, "l3_cpus": None}
+                             "fma": None, "l1d_kib": None, "l2_kib": None, "l3_mib": None,
+                             "l3_cpus": None}
     info = _read(Path(proc))
     if info:
         model = _field(info, ("model name", "Model", "cpu model", "Processor"))
@@ -130,7 +132,7 @@ def _physical_cores(sysfs: Path, usable: set[int] | None) -> int | None:
 
 
 def _caches(sysfs: Path) -> dict[str, Any]:
-    """cpu0's L2 (KiB) and L3 (MiB) sizes and how many CPUs share its L3."""
+    """cpu0's L1 data and L2 (KiB) and L3 (MiB) sizes and how many CPUs share its L3."""
     out: dict[str, Any] = {}
     for index in sorted((sysfs / "cpu0" / "cache").glob("index[0-9]*")):
         level = _read(index / "level").strip()
@@ -138,7 +140,9 @@ def _caches(sysfs: Path) -> dict[str, Any]:
         size = _size_kib(_read(index / "size").strip())
         if size is None or kind not in ("Unified", "Data"):
             continue
-        if level == "2":
+        if level == "1" and kind == "Data":
+            out["l1d_kib"] = size
+        elif level == "2":
             out["l2_kib"] = size
         elif level == "3":
             out["l3_mib"] = size / 1024

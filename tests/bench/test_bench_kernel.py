@@ -25,3 +25,22 @@ def test_other_lane_counts_give_the_shipped_kernels_rmsd(bench_kernel, tmp_path,
 def test_lane_counts_keep_an_axis_per_lane(bench_kernel, tmp_path):
     with pytest.raises(RuntimeError, match="multiple of 3"):
         bench_kernel.kernel_variant("stack", False, str(tmp_path), n_lanes=8)
+
+
+def test_the_size_scan_times_the_shipped_kernel_on_each_size(bench_kernel):
+    rng = np.random.default_rng(5)
+    frames = (rng.normal(size=(30, 400, 3)) * 10).astype(np.float32)
+    scan = bench_kernel.size_scan(frames, [50, 400], repeats=1)
+    assert list(scan) == [50, 400]
+    assert scan[400]["layout_kib"] == 9 * 400 * 8 / 1024
+    assert all(v["atoms_per_s"] > 0 for v in scan.values())
+
+
+def test_the_report_shows_the_size_scan(bench_kernel):
+    results = {"frames": 10, "n_atoms": 3341, "repeats": 1, "platform": "Linux", "cores": 2,
+               "versions": {}, "cpu": {"l1d_kib": 32, "l2_kib": 512},
+               "fps": {"all atoms": {"h5mdx numba": 1.0}},
+               "sizes": {"428": {"atoms_per_s": 8.29e8, "layout_kib": 30.1}}}
+    text = bench_kernel.markdown(results)
+    assert "| 428 | 30 | 829 |" in text
+    assert "L1d 32 KiB, L2 512 KiB a core" in text
