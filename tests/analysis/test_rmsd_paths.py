@@ -127,8 +127,11 @@ def test_kernels_give_the_same_numbers(adk_h5md):
 
 
 def test_split_atom_chunks_warn_and_still_agree(adk_h5md, adk_universe):
-    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF,
-                         chunks={"time": 49, "atom": 1000}) as ds:
+    with pytest.warns(UserWarning, match="separate the stored chunks") as told:
+        ds = xr.open_dataset(adk_h5md, engine="h5md", topology=PSF,
+                             chunks={"time": 49, "atom": 1000})
+    assert any('dimension "atom"' in str(w.message) for w in told)
+    with ds:
         with pytest.warns(UserWarning, match="rechunking once"):
             lazy = ds.md.rmsd()
         assert_rmsd_close(lazy.compute(scheduler="threads"),
@@ -138,8 +141,10 @@ def test_split_atom_chunks_warn_and_still_agree(adk_h5md, adk_universe):
 def test_open_chunks_read_through_the_backend_in_the_users_blocks(adk_h5md_blocked, expected_ca):
     """``chunks={...}``: the tasks read the file lazily (no dask getter tasks), block for
     block as the user chunked it, and give the same numbers."""
-    with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
-                         chunks={"time": 40}) as ds:
+    with pytest.warns(UserWarning, match="separate the stored chunks"):
+        ds = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
+                             chunks={"time": 40})
+    with ds:
         lazy = h5mdx.rmsd(ds.position, select="name CA")
         assert lazy.chunks == ((40, 40, 18),)
         graph = dict(lazy.data.__dask_graph__())
