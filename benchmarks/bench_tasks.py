@@ -60,13 +60,14 @@ def steps_for(seconds: float) -> int:
 
 
 def spin_frames(frames: int, steps: int) -> np.ndarray:
-    """Hold the core for ``steps`` (see :func:`spin`), then return one float64 per frame."""
+    """Hold the core for ``steps`` of a dependent chain without the GIL (as an RMSD task's
+    read and kernel do), then return one float64 per frame."""
     _chain(steps)
     return np.zeros(frames)
 
 
 def graph(n_tasks: int, steps: int) -> Any:
-    """``n_tasks`` independent tasks as one dask array, built as :func:`h5mdx.rmsd` builds its."""
+    """``n_tasks`` independent tasks as one dask array, built as :func:`h5mdx.rmsd` builds its own."""
     import dask.array as da
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
