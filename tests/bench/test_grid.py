@@ -42,6 +42,16 @@ def test_read_workload_finds_h5md_positions(h5md_file):
                                np.sqrt((x * x).sum(axis=1)))
 
 
+def test_building_the_read_workload_reads_nothing(h5md_file, monkeypatch):
+    # without meta=, dask's map_blocks calls the function once at build time to infer it
+    from h5mdx.bench import grid
+
+    calls = []
+    monkeypatch.setattr(grid, "_read_block", lambda frames, **kw: calls.append(len(frames)))
+    read_workload(h5md_file).build(10)
+    assert calls == []
+
+
 def test_run_grid(h5md_file, tmp_path):
     out = tmp_path / "bench"
     res = run_grid(read_workload(h5md_file, repeat=5), schedulers=["threads"], workers=[1, 2],

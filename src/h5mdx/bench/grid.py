@@ -178,7 +178,7 @@ def read_workload(
     def build(fpb: int) -> Any:
         return da.arange(n_frames, chunks=fpb).map_blocks(
             _read_block, path=path, dataset=dataset, repeat=repeat, kind="read",
-            dtype=np.float64,
+            dtype=np.float64, meta=np.array((), dtype=np.float64),  # dask need not call it
         )
 
     meta = {"analysis": "read", "file": path, "dataset": dataset,
