@@ -45,7 +45,10 @@
 #   which is the all-atom limit on contiguous positions where every core runs a task, ~1 min;
 # - tasks: bench_tasks again, its graphs now built as h5mdx.rmsd builds its own (the run of
 #   2026-11-26 timed one extra task's work in every compute, dask inferring the output's
-#   meta by calling the function, and fused each task behind an alias task), ~30 s.
+#   meta by calling the function, and fused each task behind an alias task), ~30 s;
+# - compute: bench_compute, where the time of an RMSD compute on 8 and 16 distributed
+#   workers goes on the 4 GB contiguous file (open, client, tasks, finalize, result, the
+#   workers' idle share), beside the floor: the cell furthest below 0.8 (0.47x), ~30 s.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -56,7 +59,7 @@ WHEELS=.whl
 # minute, as one command (each step packed into its own archive as it finishes; a failed
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
 # Two calls of under 10 minutes each cover them all:
-#   run(command="NEXT_ONLY=kernel,tasks,contig-low,mapped bash benchmarks/device.sh next 2>&1 |
+#   run(command="NEXT_ONLY=kernel,tasks,contig-low,compute,mapped bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
 #   run(command="NEXT_ONLY=step1024,step4096,threads bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
@@ -64,6 +67,7 @@ NEXT_STEPS=(
     "kernel|bench_kernel --sizes 107,214,428,856,1712,3341 --tag=-16core"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-meta"
     "contig-low|bench_scale --layouts contig --workers 1,2,4 --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only --tag=-16core-contig-low"
+    "compute|bench_compute --frames 100000 --layout contig --workers 8,16 --repeats 5 --tag=-16core"
     "mapped|bench_mapped --frames 100000 --workers 8,16 --repeats 5 --tag=-16core"
     "step1024|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 1024 --tag=-16core-step1024"
     "step4096|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 4096 --tag=-16core-step4096"

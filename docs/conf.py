@@ -302,6 +302,10 @@ h5mdx_results = [
     ("tasks-2core.md", "What a compute and a task cost each dask scheduler, graphs built as "
      "h5mdx.rmsd builds its own, and the parts of a distributed compute (2 cores)",
      "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --repeats 7 --tag=-2core"),
+    ("compute-2core.md", "Where an RMSD compute's time goes on distributed: the parts "
+     "outside the tasks, beside the floor (2 cores, 100,000 contiguous frames)",
+     "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --repeats 5 "
+     "--tag=-2core"),
     ("tasks-2core-saturation-inf.md", "The same on distributed with worker-saturation inf "
      "(every task sent to its worker at once): no faster (2 cores)",
      "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --schedulers distributed "
