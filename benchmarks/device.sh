@@ -7,7 +7,8 @@
 #   bash benchmarks/device.sh run SCRIPT [ARGS]  # there: install them, run one benchmark
 #   bash benchmarks/device.sh next               # there: the runs still to do (below)
 #
-# `run` installs .whl/*.whl into .site (no index, no dependencies) where dask is missing,
+# `run` installs .whl/*.whl into .site (no index, no dependencies) where dask is missing
+# (once for the same wheels: later runs reuse it),
 # runs benchmarks/SCRIPT.py with its data under ${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}, and
 # copies the result files it wrote to $OUT (what the device tool brings back) when set.
 # bench_scale writes its report into $OUT/results itself, again after every N: a call that
@@ -111,6 +112,12 @@ run)
     shift
     script=${1:?which benchmark: bench_scale or bench_blocks}
     shift
+    # what an earlier run installed from the same wheels (the steps of `next` each run here
+    # in turn: ~5 s a step saved); other wheels (h5mdx rebuilt from another branch) install anew
+    sums=$( (cat "$WHEELS"/*.whl 2>/dev/null || true) | md5sum | cut -d' ' -f1)
+    if [ -d "$PWD/.site" ] && [ "$(cat "$PWD/.site/.wheels" 2>/dev/null)" = "$sums" ]; then
+        export PYTHONPATH="$PWD/.site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
     if ! "$PY" -c "import dask, distributed, h5mdx" 2>/dev/null; then
         [ -d "$WHEELS" ] || { echo "device.sh: no $WHEELS/ (bash benchmarks/device.sh wheels)" >&2; exit 2; }
         # every wheel but the compiled stack the machine brings (numpy, pandas, h5py, numba...:
@@ -132,7 +139,9 @@ for f in sorted(os.listdir(sys.argv[1])):
         print(os.path.join(sys.argv[1], f))
 PICK
 )
+        rm -rf "$PWD/.site"
         "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PWD/.site" "${pick[@]}"
+        echo "$sums" > "$PWD/.site/.wheels"
         export PYTHONPATH="$PWD/.site${PYTHONPATH:+:$PYTHONPATH}"
     fi
     data=${H5MDX_BENCH_DATA:-/tmp/h5mdx-bench}

@@ -65,3 +65,42 @@ def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
         for opt in (o.split("=")[0] for o in options if o.startswith("--")):
             assert f'"{opt}"' in source or f'"{opt}"' in shared, (script, opt)
     assert [name for name, _ in _next({"NEXT_ONLY": "mapped,kernel"})] == ["kernel", "mapped"]
+
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# a Python without dask: "import dask" works only with the installed .site on PYTHONPATH
+echo "$*" >> "$CALLS"
+case "$1 $2" in
+"-c import dask, distributed, h5mdx") [[ ":${PYTHONPATH:-}:" == *"/.site:"* ]] ;;
+"-m pip") mkdir -p "${@: -2:1}" ;;  # pip install ... --target DIR WHEEL: DIR made
+"- .whl") ls .whl/*.whl ;;  # the wheels to install: all of them
+*) exit 0 ;;  # the cpu line, the benchmark
+esac
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_runs_install_the_wheels_once_and_again_when_they_change(tmp_path):
+    """Each step of ``device.sh next`` is a ``run`` of its own: the wheels go into ``.site``
+    once, later runs reuse it, and other wheels (h5mdx rebuilt) are installed anew."""
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "device.sh", tmp_path / "benchmarks")
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / "h5mdx-0.1.0-py3-none-any.whl").write_bytes(b"one")
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "PYTHON": str(fake), "CALLS": str(calls)}
+    env.pop("PYTHONPATH", None)
+
+    def installs() -> int:
+        subprocess.run(["bash", "benchmarks/device.sh", "run", "bench_x"], cwd=tmp_path,
+                       env=env, check=True, capture_output=True, timeout=60)
+        return sum(line.startswith("-m pip install") for line in calls.read_text().splitlines())
+
+    assert installs() == 1
+    assert installs() == 1  # reused
+    (tmp_path / ".whl" / "h5mdx-0.1.0-py3-none-any.whl").write_bytes(b"two")
+    assert installs() == 2  # other wheels: installed anew
+    assert installs() == 2
