@@ -64,13 +64,8 @@ def compute_parts(client: Any, path: str, select: np.ndarray | None) -> dict[str
             with distributed.get_task_stream(client) as stream:
                 lazy.compute()
             t1 = time.time()
-    events = [(ts, str(key), finish) for key, _, finish, *_, ts in scheduler.transition_log
-              if ts >= built]
-    tasks = [e for e in events if not e[1].startswith("finalize")]
-    final = [e for e in events if e[1].startswith("finalize")]
-    got = min(ts for ts, _, finish in tasks if finish == "waiting")
-    done = max(ts for ts, _, finish in tasks if finish == "memory")
-    final_done = max(ts for ts, _, finish in final if finish == "memory")
+    mark = bs.compute_marks(scheduler, built)
+    got, done, final_done = mark["received"], mark["tasks_done"], mark["finalized"]
     busy = sum(s["stop"] - s["start"] for r in stream.data
                if not str(r["key"]).startswith("finalize")
                for s in r["startstops"] if s["action"] == "compute")
@@ -80,7 +75,7 @@ def compute_parts(client: Any, path: str, select: np.ndarray | None) -> dict[str
         strict=True)}
     span = workers * (done - got)
     return {**ms, "total": (t1 - t0) * 1e3, "idle": max(0.0, 1 - busy / span) if span else 0.0,
-            "n_tasks": len({k for _, k, finish in tasks if finish == "processing"})}
+            "n_tasks": mark["n_tasks"]}
 
 
 def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str, Any]]:

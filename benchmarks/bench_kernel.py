@@ -62,6 +62,11 @@ STEP_BYTES = 4 << 20
 MDA_FRAMES = 2000
 
 
+def step_frames(n_atoms: int) -> int:
+    """Frames of ``n_atoms`` float32 atoms in one ``STEP_BYTES`` read (at least one)."""
+    return max(1, STEP_BYTES // (n_atoms * 12))
+
+
 def kernel_variant(lanes: str, cached: bool, workdir: str,
                    fused: bool = True, n_lanes: int | None = None) -> types.ModuleType:
     """A build of ``h5mdx.analysis._qcp_numba`` from its own source, with its accumulator
@@ -114,7 +119,7 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
     n_all = frames.shape[1]
     cols = np.arange(n_all) if atoms is None else atoms
     ref = center(frames[0, cols])
-    step = max(1, STEP_BYTES // (n_all * 12))
+    step = step_frames(n_all)
     starts = range(0, len(frames) - step + 1, step)
     block = frames[:step].copy()  # what a task's read leaves in the CPU cache
 
@@ -180,7 +185,7 @@ def size_scan(frames: np.ndarray, sizes: list[int],
     """
     from h5mdx.analysis.qcp import center, prepare
 
-    step = max(1, STEP_BYTES // (frames.shape[1] * 12))
+    step = step_frames(frames.shape[1])
     block = frames[:step].copy()
     timers = {}
     for n in sizes:
@@ -205,7 +210,7 @@ def frames_of(name: str, n_frames: int) -> int:
         return min(n_frames, MDA_FRAMES)
     if name == "mdtraj.rmsd (1 thread)":
         return n_frames
-    step = max(1, STEP_BYTES // (bs.N_ATOMS * 12))
+    step = step_frames(bs.N_ATOMS)
     return n_frames // step * step
 
 

@@ -842,6 +842,25 @@ def machine() -> dict[str, Any]:
             "cpu": cpu_facts(), "versions": versions()}
 
 
+def compute_marks(scheduler: Any, since: float) -> dict[str, Any]:
+    """When one compute's graph reached ``scheduler`` and its tasks finished.
+
+    From the transition log of a ``LocalCluster``'s scheduler (it runs in this process),
+    the events at or after ``since`` (``time.time()``): ``received``, the first task
+    waiting (the scheduler has the graph); ``tasks_done``, the last task other than dask's
+    finalize in memory; ``finalized``, the finalize task in memory (the blocks collected
+    into one array on a worker); and ``n_tasks``, the tasks other than the finalize that ran.
+    """
+    events = [(ts, str(key), finish) for key, _, finish, *_, ts in scheduler.transition_log
+              if ts >= since]
+    tasks = [e for e in events if not e[1].startswith("finalize")]
+    return {"received": min(ts for ts, _, finish in tasks if finish == "waiting"),
+            "tasks_done": max(ts for ts, _, finish in tasks if finish == "memory"),
+            "finalized": max(ts for ts, key, finish in events
+                             if key.startswith("finalize") and finish == "memory"),
+            "n_tasks": len({key for _, key, finish in tasks if finish == "processing"})}
+
+
 def cores_text(m: dict[str, Any]) -> str:
     """``"16 cores"``, and what they are where recorded (results from before lack it):
     ``"16 cores (AMD EPYC, 16 CPUs = 8 cores x 2 threads, AVX2, FMA, ...)"``."""

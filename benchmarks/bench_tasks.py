@@ -103,15 +103,11 @@ def compute_phases(client: Any, repeats: int, pause: float = 0.1) -> dict[str, f
         t0 = time.time()
         array.compute(scheduler=client)
         t1 = time.time()
-        events = [(ts, str(key), finish) for key, _, finish, *_, ts in scheduler.transition_log
-                  if ts >= t0]
-        final = [e for e in events if e[1].startswith("finalize")]
-        task = [e for e in events if not e[1].startswith("finalize")]
-        got = next(ts for ts, _, finish in task if finish == "waiting")
-        done = next(ts for ts, _, finish in task if finish == "memory")
-        final_done = next(ts for ts, _, finish in final if finish == "memory")
-        for name, (a, b) in zip(PHASES, ((t0, got), (got, done), (done, final_done),
-                                         (final_done, t1)), strict=True):
+        mark = bs.compute_marks(scheduler, t0)
+        for name, (a, b) in zip(PHASES, ((t0, mark["received"]),
+                                         (mark["received"], mark["tasks_done"]),
+                                         (mark["tasks_done"], mark["finalized"]),
+                                         (mark["finalized"], t1)), strict=True):
             parts[name].append((b - a) * 1e3)
     return {name: statistics.median(v) for name, v in parts.items()}
 
