@@ -53,6 +53,25 @@ def adk_h5md_blocked(tmp_path_factory, adk_universe):
 
 
 @pytest.fixture(scope="session")
+def adk_h5md_fletcher(tmp_path_factory, adk_h5md_blocked):
+    """adk_h5md_blocked with its positions stored with the Fletcher-32 checksum filter:
+    a filter only HDF5 reads (no direct reads, so threads of one process take turns)."""
+    import shutil
+
+    import h5py
+
+    path = tmp_path_factory.mktemp("adk") / "adk_fletcher.h5md"
+    shutil.copy(adk_h5md_blocked, path)
+    with h5py.File(path, "r+") as f:
+        element = f["particles/trajectory/position"]
+        values = element["value"][()]
+        del element["value"]
+        element.create_dataset("value", data=values, chunks=(10, *values.shape[1:]),
+                               fletcher32=True)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def adk_positions(adk_universe):
     """All adk positions in memory, float32 (n_frames, n_atoms, 3)."""
     return np.stack([ts.positions.copy() for ts in adk_universe.trajectory])

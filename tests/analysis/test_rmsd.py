@@ -23,6 +23,7 @@ import h5mdx
 import h5mdx.engine.backend
 from h5mdx.cli import main as cli_main
 from h5mdx.errors import TopologyError
+from h5mdx.parallel.schedulers import local_cores
 from h5mdx.timing.phases import SPOOL_ENV, read_spool
 
 ATOL = 1e-4  # Angstrom; float32 positions
@@ -338,16 +339,40 @@ def test_cli_processes_netcdf(adk_h5md, adk_universe, tmp_path):
         assert_close(got, _mda_rmsd(adk_universe, select="backbone", ref_frame=20))
 
 
-def test_cli_default_distributed(adk_h5md_blocked, expected_ca, tmp_path, capsys):
+def test_cli_default_auto_threads(adk_h5md_blocked, expected_ca, tmp_path, capsys):
     out = tmp_path / "rmsd.csv"
     rc = cli_main(["rmsd", adk_h5md_blocked, "--topology", PSF, "--select", "name CA",
+                   "--out", str(out)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "scheduler threads (threads of one process read position in parallel)" in captured.err
+    assert f"on threads with {local_cores()} workers" in captured.out
+    with open(out, newline="") as fh:
+        values = np.array([float(r["rmsd"]) for r in csv.DictReader(fh)])
+    assert_close(values, expected_ca)
+
+
+def test_cli_auto_distributed_where_hdf5_reads(adk_h5md_fletcher, expected_ca, tmp_path,
+                                               capsys):
+    out = tmp_path / "rmsd.csv"
+    rc = cli_main(["rmsd", adk_h5md_fletcher, "--topology", PSF, "--select", "name CA",
                    "--workers", "2", "--out", str(out)])
     assert rc == 0
     captured = capsys.readouterr()
+    assert "scheduler distributed (position is read through HDF5" in captured.err
+    assert "filters (3,)" in captured.err
     assert "on distributed with 2 workers" in captured.out
     with open(out, newline="") as fh:
         values = np.array([float(r["rmsd"]) for r in csv.DictReader(fh)])
     assert_close(values, expected_ca)
+
+
+def test_cli_select_needs_topology(adk_h5md, capsys):
+    assert cli_main(["rmsd", adk_h5md, "--select", "name CA"]) == 2
+    err = capsys.readouterr().err
+    assert "--select 'name CA' needs --topology" in err
+    assert cli_main(["rmsd", adk_h5md, "--workers", "0"]) == 2
+    assert "--workers must be at least 1, not 0" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_chunk_size(adk_h5md, capsys):

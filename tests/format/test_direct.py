@@ -596,3 +596,34 @@ def test_tree_located_tiles_and_a_wrong_size(tmp_path):
     coords = np.array([[0, 0], [1, 0]])
     with pytest.raises(direct.Unsupported, match="holds 12 bytes, not 16"):
         whole._add_arrays(coords, np.array([[100, 16, 0], [116, 12, 0]]))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_why_not_direct_names_what_only_hdf5_reads(tmp_path, layout):
+    kwargs, takes = LAYOUTS[layout]
+    name = str(tmp_path / "t.h5")
+    with h5py.File(name, "w") as f:
+        f.create_dataset("x", data=np.arange(np.prod(SHAPE), dtype="<f4").reshape(SHAPE),
+                         **kwargs)
+    why = direct.why_not_direct(name, "x")
+    if takes:
+        assert why is None
+        # planned for this process's reads: the engine's reads find the same reader
+        reader = direct.cached(os.path.abspath(name), "x")
+        assert isinstance(reader, direct.DirectReader)
+        assert reader.shape == SHAPE
+    else:
+        assert why is not None and why.startswith("filters (")
+        assert direct.cached(os.path.abspath(name), "x") is None  # read through h5py
+
+
+def test_why_not_direct_off_missing_and_groups(tmp_path, monkeypatch):
+    name = str(tmp_path / "t.h5")
+    with h5py.File(name, "w") as f:
+        f.create_dataset("g/x", data=np.zeros((4, 3)))
+    assert direct.why_not_direct(name, "g/x") is None
+    assert direct.why_not_direct(name, "g") == "g is not a dataset"
+    assert direct.why_not_direct(name, "nope").startswith("KeyError")
+    assert direct.why_not_direct(str(tmp_path / "absent.h5"), "x").startswith("FileNotFoundError")
+    monkeypatch.setenv(direct.ENV_VAR, "0")
+    assert direct.why_not_direct(name, "g/x") == f"{direct.ENV_VAR}=0"

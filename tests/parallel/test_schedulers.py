@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import xarray as xr
+
 from h5mdx.bench.grid import SCHEDULERS as BENCH
 from h5mdx.cli import build_parser
+from h5mdx.cli.rmsd import AUTO
 from h5mdx.cli.rmsd import SCHEDULERS as RMSD
-from h5mdx.parallel.schedulers import ALIASES, SCHEDULERS, canonical
+from h5mdx.format import direct
+from h5mdx.parallel.schedulers import ALIASES, SCHEDULERS, canonical, local_scheduler
 from h5mdx.timing.records import BACKENDS
 
 
 def test_every_command_draws_from_one_vocabulary():
     assert set(SCHEDULERS) <= set(BACKENDS)
-    assert set(RMSD) <= set(SCHEDULERS)
+    assert set(RMSD) - {AUTO} <= set(SCHEDULERS)  # auto: one of them, chosen per file
     assert set(BENCH) <= set(SCHEDULERS)
     assert set(ALIASES.values()) <= set(SCHEDULERS)
 
@@ -22,4 +26,24 @@ def test_old_name_mpi_is_dask_mpi(capsys):
     args = build_parser().parse_args(["rmsd", "x.h5md", "--scheduler", "mpi"])
     assert args.scheduler == "dask-mpi"
     args = build_parser().parse_args(["rmsd", "x.h5md"])
-    assert args.scheduler == "distributed"
+    assert args.scheduler == AUTO and args.workers is None
+
+
+def test_local_scheduler_threads_where_reads_are_direct(adk_h5md, adk_h5md_blocked,
+                                                         adk_h5md_fletcher, monkeypatch):
+    for path in (adk_h5md, adk_h5md_blocked):
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert local_scheduler(ds) == (
+                "threads", "threads of one process read position in parallel")
+    with xr.open_dataset(adk_h5md_fletcher, engine="h5md") as ds:
+        name, why = local_scheduler(ds)
+        assert name == "distributed"
+        assert "position is read through HDF5" in why and "filters (3,)" in why
+        ds["position"] = ds.position.load()  # in memory: nothing read through HDF5
+        assert local_scheduler(ds)[0] == "threads"
+    monkeypatch.setenv(direct.ENV_VAR, "0")
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds:
+        assert local_scheduler(ds) == (
+            "distributed", "position is read through HDF5, one call at a time per process "
+            "(H5MDX_DIRECT_READ=0)")
+

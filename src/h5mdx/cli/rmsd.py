@@ -10,10 +10,14 @@ from typing import Any
 
 from h5mdx.analysis.series import write_outputs
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL
-from h5mdx.parallel.schedulers import canonical, compute_rmsd
+from h5mdx.parallel.schedulers import canonical, compute_rmsd, local_cores, local_scheduler
 
+#: The scheduler chosen for the file at hand (:func:`h5mdx.parallel.schedulers.local_scheduler`).
+AUTO = "auto"
 #: The schedulers of ``h5mdx rmsd`` (the MPI-IO path is ``h5mdx mpi-rmsd``).
-SCHEDULERS = tuple(s for s in _ALL if s != "mpi-io")
+SCHEDULERS = (AUTO, *(s for s in _ALL if s != "mpi-io"))
+#: Workers of ``--scheduler slurm`` without ``--workers`` (one per SLURM job, ``--jobs``).
+SLURM_WORKERS = 2
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -22,8 +26,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="RMSD after optimal superposition (QCP) of a trajectory, in parallel",
         description=(
             "Compute the RMSD of every frame to a reference after optimal superposition. "
-            "The default runs a local cluster of worker processes (HDF5 serialises the "
-            "calls of one process, so processes, not threads, read in parallel)."
+            "The default scheduler (auto) runs threads where h5mdx reads the file's "
+            "positions without HDF5 (uncompressed, or deflate, LZF, Blosc, LZ4, Zstandard: "
+            "threads then read in parallel), else a local cluster of worker processes "
+            "(HDF5 runs one call at a time in a process)."
         ),
     )
     p.add_argument("trajectory", help="an H5MD file")
@@ -34,9 +40,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-superposition", action="store_true",
                    help="RMSD after centring only")
     p.add_argument("--group", default=None, help="particles group (default: the only one)")
-    p.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="distributed", type=canonical,
-                   help="dask scheduler (default distributed: local worker processes; "
+    p.add_argument("--workers", type=int, default=None,
+                   help="number of workers (default: the cores this process may use; "
+                        f"{SLURM_WORKERS} with --scheduler slurm)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default=AUTO, type=canonical,
+                   help="dask scheduler (default auto: threads where the positions are read "
+                        "in parallel, else distributed, a local cluster of worker processes; "
                         "dask-mpi, formerly 'mpi', under mpirun)")
     p.add_argument("--chunk-mib", type=float, default=None, metavar="M",
                    help="target size of one task's block in MiB, in whole HDF5 chunks "
@@ -79,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
 
     import h5mdx  # noqa: F401 - registers the ds.md accessor
 
+    if isinstance(args.select, str) and args.topology is None:
+        print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
+              "TPR, ... of the same atoms): H5MD files store no atom names", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
     if args.scheduler == "dask-mpi":
         from h5mdx.mpi.launch import rmsd_dask_mpi
 
@@ -102,17 +118,24 @@ def run(args: argparse.Namespace) -> int:
                          chunk_mib=DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib
                          ) as ds:
         t_open = time.perf_counter() - t0
+        scheduler = args.scheduler
+        if scheduler == AUTO:
+            scheduler, why = local_scheduler(ds)
+            print(f"h5mdx rmsd: scheduler {scheduler} ({why})", file=sys.stderr)
+        workers = args.workers
+        if workers is None:
+            workers = SLURM_WORKERS if scheduler == "slurm" else local_cores()
         result, seconds = compute_rmsd(
             ds, select=args.select, reference=args.reference, weights=args.weights,
-            superposition=not args.no_superposition, scheduler=args.scheduler,
-            workers=args.workers, frames_per_block=args.frames_per_block,
+            superposition=not args.no_superposition, scheduler=scheduler,
+            workers=workers, frames_per_block=args.frames_per_block,
             chunk_mib=chunk_mib, kernel=args.kernel, progress=not args.no_progress,
             timing=args.timing, args=args,
         )
     write_outputs(result, args.out, args.plot)
     n = result.sizes["time"]
-    print(f"rmsd: {n} frames in {seconds:.2f} s ({n / max(seconds, 1e-9):,.0f} frames/s) on "
-          f"{args.scheduler} with {args.workers} workers (open {t_open * 1e3:.0f} ms)")
+    print(f"rmsd: {n} frames in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} frames/s) on "
+          f"{scheduler} with {workers} workers (open {t_open * 1e3:.0f} ms)")
     if args.out:
         print(f"wrote {args.out}")
     return 0

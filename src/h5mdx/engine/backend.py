@@ -50,7 +50,7 @@ from h5mdx.format.schema import (
     TIME_DIM,
 )
 
-__all__ = ["H5MDArray", "H5MDBackendEntrypoint", "open_groups"]
+__all__ = ["H5MDArray", "H5MDBackendEntrypoint", "open_groups", "why_reads_take_turns"]
 
 
 def _opener(filename: str, mode: str = "r", swmr: bool = False) -> h5py.File:
@@ -337,6 +337,16 @@ class H5MDArray(BackendArray):
         if _direct.enabled():
             self._direct_reader()
 
+    def why_not_direct(self) -> str | None:
+        """Why this dataset is read through h5py (a thread at a time); None where directly.
+
+        Plans the direct reads of this process, as :meth:`warm` does.
+        """
+        filename = self._filename()
+        if filename is None:
+            return "the file has no name on disk"
+        return _direct.why_not_direct(filename, self.path)
+
     def _direct_reader(self) -> _direct.DirectReader | None:
         filename = self._filename()
         if filename is None:
@@ -352,6 +362,33 @@ class H5MDArray(BackendArray):
                 return _direct.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
+
+
+def why_reads_take_turns(variable: xr.DataArray | xr.Variable) -> str | None:
+    """Why threads of one process would take turns reading ``variable``; None where they
+    read it in parallel.
+
+    HDF5 runs one call at a time in a process, so threads share its reads through h5py;
+    direct reads (:mod:`h5mdx.format.direct`) run in parallel. A variable in memory, or
+    not read from an H5MD file by this engine, is not read through h5py here (None).
+
+    Parameters
+    ----------
+    variable : xarray.DataArray or xarray.Variable
+        A variable of ``xr.open_dataset(..., engine="h5md")`` opened without ``chunks``.
+
+    Returns
+    -------
+    str or None
+        The reason (the layout or filter that only HDF5 reads, or ``H5MDX_DIRECT_READ=0``).
+    """
+    var = getattr(variable, "variable", variable)
+    data = var._data
+    while not isinstance(data, H5MDArray) and hasattr(data, "array"):
+        data = data.array  # xarray's lazy-indexing and caching wrappers
+    if not isinstance(data, H5MDArray) or var._in_memory:
+        return None
+    return data.why_not_direct()
 
 
 def _describe_key(key: tuple, shape: tuple[int, ...]) -> str:

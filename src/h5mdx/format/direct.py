@@ -60,6 +60,7 @@ __all__ = [
     "plan_direct",
     "scratch_buffers",
     "scratch_pool",
+    "why_not_direct",
 ]
 
 #: Environment variable that turns direct reads off (``0``): every read goes through h5py.
@@ -790,6 +791,57 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
             while len(_CACHE) > MAX_READERS:
                 _CACHE.popitem(last=False)
     return reader
+
+
+def why_not_direct(filename: str, path: str) -> str | None:
+    """Why reads of ``path`` in ``filename`` would go through h5py; None where they are direct.
+
+    Reads through h5py take turns in a process (one HDF5 call at a time), so threads
+    of one process read in parallel only where the reads are direct. Where they are,
+    the reader is planned (:func:`plan_cached`) for this process's reads to use.
+
+    Parameters
+    ----------
+    filename : str
+        The HDF5 file.
+    path : str
+        The dataset's path in the file.
+
+    Returns
+    -------
+    str or None
+        The reason, e.g. ``"filters (2,)"`` or ``"H5MDX_DIRECT_READ=0"``; None where the
+        dataset is read directly.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> name = os.path.join(tempfile.mkdtemp(), "t.h5")
+    >>> with h5py.File(name, "w") as f:
+    ...     _ = f.create_dataset("plain", data=np.zeros((4, 3)))
+    ...     _ = f.create_dataset("sums", data=np.zeros((4, 3)), chunks=(2, 3), fletcher32=True)
+    >>> why_not_direct(name, "plain") is None
+    True
+    >>> why_not_direct(name, "sums")
+    'filters (3,)'
+    """
+    if not enabled():
+        return f"{ENV_VAR}=0"
+    filename = os.path.abspath(filename)
+    try:
+        with h5py.File(filename, "r") as f:
+            dset = f[path]
+            if not isinstance(dset, h5py.Dataset):
+                return f"{path} is not a dataset"
+            if plan_cached(dset, filename, path) is not None:
+                return None
+            try:
+                plan_direct(dset).close()
+            except Unsupported as err:
+                return str(err)
+            return "the reader could not be planned"  # pragma: no cover - a race
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as err:
+        return f"{type(err).__name__}: {err}"
 
 
 def forget(reader: DirectReader) -> None:

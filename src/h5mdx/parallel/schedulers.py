@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "quiet_logging",
-           "scheduler_context"]
+__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_cores",
+           "local_scheduler", "quiet_logging", "scheduler_context"]
 
 #: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
 #: processes, SLURM workers (dask-jobqueue), a dask cluster inside an MPI job (dask-mpi)
@@ -45,6 +45,50 @@ def canonical(name: str) -> str:
         print(f"h5mdx: note: scheduler {name!r} is now called {new!r}", file=sys.stderr)
         return new
     return name
+
+
+def local_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the CPU count).
+
+    Examples
+    --------
+    >>> local_cores() >= 1
+    True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_scheduler(ds: Any, name: str = "position") -> tuple[str, str]:
+    """The faster scheduler on this machine for an analysis of ``ds[name]``, and why.
+
+    ``"threads"`` where threads of one process read the variable in parallel (h5mdx's
+    direct reads, :mod:`h5mdx.format.direct`): no worker processes to start, nothing to
+    send between them, and every task sees the kernel loaded once. Else
+    ``"distributed"``: HDF5 runs one call at a time in a process, so only processes read
+    in parallel. On 2 and 16 cores the threaded scheduler ran the RMSD faster than a
+    local cluster of as many processes (``benchmarks/bench_cli.py``, ``bench_scale.py``).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Opened with ``engine="h5md"`` (without ``chunks``).
+    name : str
+        The variable the analysis reads.
+
+    Returns
+    -------
+    (str, str)
+        The scheduler and the reason, for the user.
+    """
+    from h5mdx.engine.backend import why_reads_take_turns
+
+    why = why_reads_take_turns(ds[name])
+    if why is None:
+        return "threads", f"threads of one process read {name} in parallel"
+    return "distributed", f"{name} is read through HDF5, one call at a time per process ({why})"
 
 
 @contextlib.contextmanager
