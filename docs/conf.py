@@ -310,6 +310,13 @@ h5mdx_results = [
      "(every task sent to its worker at once): no faster (2 cores)",
      "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --schedulers distributed "
      "--saturation inf --repeats 7 --tag=-2core-saturation-inf"),
+    ("cli-2core.md", "h5mdx rmsd as a user runs it (a fresh process per run), per "
+     "scheduler and with the default auto, against the read floor (2 cores, 30,000 frames)",
+     "python benchmarks/bench_cli.py --frames 30000 --repeats 5 --tag=-2core"),
+    ("cli-2core-before.md", "The same before local threads computed without importing "
+     "distributed (dask's 0.3 s at the first compute of a process)",
+     "git checkout 00e598c && python benchmarks/bench_cli.py --frames 30000 --repeats 5 "
+     "--tag=-2core-before"),
     ("worker.md", "One worker's RMSD: the client's process against a distributed worker",
      "python benchmarks/bench_worker.py"),
     ("balance.md", "RMSD with blocks shared out evenly over the workers (2 cores)",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import xarray as xr
 
 from h5mdx.bench.grid import SCHEDULERS as BENCH
@@ -47,3 +50,18 @@ def test_local_scheduler_threads_where_reads_are_direct(adk_h5md, adk_h5md_block
             "distributed", "position is read through HDF5, one call at a time per process "
             "(H5MDX_DIRECT_READ=0)")
 
+
+def test_local_compute_does_not_import_distributed(adk_h5md_blocked):
+    """dask imports distributed (0.3-0.4 s) at a compute given a scheduler's name; the
+    threads of h5mdx rmsd compute without it."""
+    script = (
+        "import sys, numpy as np, xarray as xr\n"
+        "from h5mdx.parallel.schedulers import compute, scheduler_context\n"
+        f"ds = xr.open_dataset({adk_h5md_blocked!r}, engine='h5md')\n"
+        "with scheduler_context('threads', 2):\n"
+        "    got = compute(None, ds.md.rmsd(0, select=np.arange(0, 3341, 7)), False)\n"
+        "print(got.shape, 'distributed' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["(98,)", "False"]

@@ -152,12 +152,34 @@ def compute(client: Any, result: Any, enabled: bool) -> Any:
         progress(persisted, notebook=False)
         print(file=sys.stderr)
         return persisted.compute()
+    kwargs = _local_get()
     if enabled:
         from dask.diagnostics import ProgressBar
 
         with ProgressBar(out=sys.stderr):
-            return result.compute()
-    return result.compute()
+            return result.compute(**kwargs)
+    return result.compute(**kwargs)
+
+
+def _local_get() -> dict[str, Any]:
+    """``scheduler=`` the function of the local scheduler configured by name, if any.
+
+    Given a scheduler's name, dask imports ``distributed`` (where installed) to look for
+    a client: 0.3-0.4 s at the first compute of a process, more than the RMSD of a
+    gigabyte takes (``benchmarks/results/cli-2core.md``). Given the function, it does not.
+    """
+    import dask
+
+    name = dask.config.get("scheduler", None)
+    if name in ("threads", "threading"):
+        import dask.threaded
+
+        return {"scheduler": dask.threaded.get}
+    if name in ("processes", "multiprocessing"):
+        import dask.multiprocessing
+
+        return {"scheduler": dask.multiprocessing.get}
+    return {}
 
 
 def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
