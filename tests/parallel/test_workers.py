@@ -42,6 +42,25 @@ def test_cluster_workers_load_the_kernel_before_any_task(local_client):
     assert warm_up_seconds(local_client) == again
 
 
+def test_a_fresh_worker_imports_what_an_rmsd_task_needs_in_its_warm_up():
+    """Unpickling the first RMSD task imports dask.array and the engine (~0.4 s on the
+    2-core VM): part of the warm-up, not of the first task."""
+    import sys
+
+    from h5mdx.parallel import local_cluster
+    from h5mdx.parallel.workers import TASK_MODULES, warm_up_workers
+
+    def loaded() -> list[bool]:
+        return [name in sys.modules for name in (*TASK_MODULES, "dask.array")]
+
+    with local_cluster(1) as cluster, distributed.Client(cluster,
+                                                         set_as_default=False) as client:
+        assert list(client.run(loaded).values()) == [[False, False]]  # a fresh worker
+        seconds = warm_up_workers(client)
+        assert list(client.run(loaded).values()) == [[True, True]]
+    assert all(s > 0 for s in seconds.values())
+
+
 def test_no_run_spec_noise_when_recomputing_or_reopening(traj, local_client, caplog):
     """Twice the same result, and again after reopening the file: no scheduler warnings."""
     path, value = traj
