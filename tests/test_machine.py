@@ -105,3 +105,11 @@ def test_this_machine():
     if facts["threads_per_core"] is not None:  # None: a cpuset takes some cores' threads
         assert facts["cores"] * facts["threads_per_core"] == facts["cpus"]
     assert facts["model"] and facts["model"] in _machine.cpu_description()
+
+
+def test_usable_cpus_are_the_affinity_else_the_cpu_count(monkeypatch):
+    monkeypatch.setattr(_machine, "_usable_cpus", lambda: {0, 1, 4})
+    assert _machine.usable_cpus() == 3
+    monkeypatch.setattr(_machine, "_usable_cpus", lambda: None)  # not Linux
+    monkeypatch.setattr(_machine.os, "cpu_count", lambda: None)
+    assert _machine.usable_cpus() == 1

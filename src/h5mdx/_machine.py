@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_description", "cpu_facts"]
+__all__ = ["cpu_description", "cpu_facts", "usable_cpus"]
 
 #: Widest vector instruction sets first: the first a CPU has is reported
 _SIMD = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"),
@@ -92,6 +92,18 @@ def cpu_description(facts: dict[str, Any] | None = None) -> str:
         shared = f" per {f['l3_cpus']} CPUs" if f.get("l3_cpus") else ""
         parts.append(f"L3 {f['l3_mib']:g} MiB{shared}")
     return ", ".join(parts)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its CPU affinity, else the CPU count), at least 1.
+
+    Examples
+    --------
+    >>> usable_cpus() >= 1
+    True
+    """
+    usable = _usable_cpus()
+    return len(usable) if usable else (os.cpu_count() or 1)
 
 
 def _usable_cpus() -> set[int] | None:

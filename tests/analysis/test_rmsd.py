@@ -21,9 +21,9 @@ from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
 import h5mdx.engine.backend
+from h5mdx._machine import usable_cpus
 from h5mdx.cli import main as cli_main
 from h5mdx.errors import TopologyError
-from h5mdx.parallel.schedulers import local_cores
 from h5mdx.timing.phases import SPOOL_ENV, read_spool
 
 ATOL = 1e-4  # Angstrom; float32 positions
@@ -346,7 +346,7 @@ def test_cli_default_auto_threads(adk_h5md_blocked, expected_ca, tmp_path, capsy
     assert rc == 0
     captured = capsys.readouterr()
     assert "scheduler threads (threads of one process read position in parallel)" in captured.err
-    assert f"on threads with {local_cores()} workers" in captured.out
+    assert f"on threads with {usable_cpus()} workers" in captured.out
     with open(out, newline="") as fh:
         values = np.array([float(r["rmsd"]) for r in csv.DictReader(fh)])
     assert_close(values, expected_ca)

@@ -44,6 +44,7 @@ def test_local_scheduler_threads_where_reads_are_direct(adk_h5md, adk_h5md_block
         assert "position is read through HDF5" in why and "filters (3,)" in why
         ds["position"] = ds.position.load()  # in memory: nothing read through HDF5
         assert local_scheduler(ds)[0] == "threads"
+        assert local_scheduler(ds.drop_vars("position")) == ("threads", "no position to read")
     monkeypatch.setenv(direct.ENV_VAR, "0")
     with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds:
         assert local_scheduler(ds) == (

@@ -8,9 +8,10 @@ import sys
 import time
 from typing import Any
 
+from h5mdx._machine import usable_cpus
 from h5mdx.analysis.series import write_outputs
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL
-from h5mdx.parallel.schedulers import canonical, compute_rmsd, local_cores, local_scheduler
+from h5mdx.parallel.schedulers import canonical, compute_rmsd, local_scheduler
 
 #: The scheduler chosen for the file at hand (:func:`h5mdx.parallel.schedulers.local_scheduler`).
 AUTO = "auto"
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"h5mdx rmsd: scheduler {scheduler} ({why})", file=sys.stderr)
         workers = args.workers
         if workers is None:
-            workers = SLURM_WORKERS if scheduler == "slurm" else local_cores()
+            workers = SLURM_WORKERS if scheduler == "slurm" else usable_cpus()
         result, seconds = compute_rmsd(
             ds, select=args.select, reference=args.reference, weights=args.weights,
             superposition=not args.no_superposition, scheduler=scheduler,

@@ -27,6 +27,7 @@ import numpy as np
 import xarray as xr
 from xarray.core import indexing
 
+from h5mdx._machine import usable_cpus
 from h5mdx.engine.backend import H5MDArray
 from h5mdx.format.direct import scratch_buffers, scratch_pool
 
@@ -157,10 +158,7 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
 
 
 def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # a worker bound to cores sees only those
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return usable_cpus()  # a worker bound to cores sees only those
 
 
 def read_ahead_depth(host_threads: int | None = None,

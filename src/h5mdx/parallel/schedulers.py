@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_cores",
-           "local_scheduler", "quiet_logging", "scheduler_context"]
+__all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_scheduler",
+           "quiet_logging", "scheduler_context"]
 
 #: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
 #: processes, SLURM workers (dask-jobqueue), a dask cluster inside an MPI job (dask-mpi)
@@ -45,20 +45,6 @@ def canonical(name: str) -> str:
         print(f"h5mdx: note: scheduler {name!r} is now called {new!r}", file=sys.stderr)
         return new
     return name
-
-
-def local_cores() -> int:
-    """The cores this process may run on (its CPU affinity, else the CPU count).
-
-    Examples
-    --------
-    >>> local_cores() >= 1
-    True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def local_scheduler(ds: Any, name: str = "position") -> tuple[str, str]:
@@ -85,6 +71,8 @@ def local_scheduler(ds: Any, name: str = "position") -> tuple[str, str]:
     """
     from h5mdx.engine.backend import why_reads_take_turns
 
+    if name not in ds.variables:  # nothing to read: the analysis says what is missing
+        return "threads", f"no {name} to read"
     why = why_reads_take_turns(ds[name])
     if why is None:
         return "threads", f"threads of one process read {name} in parallel"
