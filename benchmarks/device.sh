@@ -49,7 +49,10 @@
 #   meta by calling the function, and fused each task behind an alias task), ~30 s;
 # - compute: bench_compute, where the time of an RMSD compute on 8 and 16 distributed
 #   workers goes on the 4 GB contiguous file (open, client, tasks, finalize, result, the
-#   workers' idle share), beside the floor: the cell furthest below 0.8 (0.47x), ~30 s.
+#   workers' idle share), beside the floor: the cell furthest below 0.8 (0.47x), ~30 s;
+# - cli: bench_cli, `h5mdx rmsd` as a user runs it with 16 threads, 16 distributed workers
+#   and the default (auto), all atoms on the 4 GB contiguous and (100, n, 3) files: whether
+#   auto's threads stay the faster choice on 16 cores, ~3 min.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -62,7 +65,7 @@ WHEELS=.whl
 # Two calls of under 10 minutes each cover them all:
 #   run(command="NEXT_ONLY=kernel,tasks,contig-low,compute,mapped bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
-#   run(command="NEXT_ONLY=step1024,step4096,threads bash benchmarks/device.sh next 2>&1 |
+#   run(command="NEXT_ONLY=step1024,step4096,threads,cli bash benchmarks/device.sh next 2>&1 |
 #       tail -c 9000", carry=[".whl"], timeout_s=480)
 NEXT_STEPS=(
     "kernel|bench_kernel --sizes 107,214,428,856,1712,3341 --tag=-16core"
@@ -73,6 +76,7 @@ NEXT_STEPS=(
     "step1024|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 1024 --tag=-16core-step1024"
     "step4096|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 4096 --tag=-16core-step4096"
     "threads|bench_threads --frames 100000 --threads 8,16 --layouts contig,c1 --tag=-16core-fused"
+    "cli|bench_cli --frames 100000 --layouts contig,c100 --selections all --repeats 3 --tag=-16core"
 )
 
 case "${1:-}" in

@@ -57,7 +57,8 @@ def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
     benchmark exists and has every option the step gives it."""
     steps = _next({})
     assert [name for name, _ in steps] == ["kernel", "tasks", "contig-low", "compute",
-                                           "mapped", "step1024", "step4096", "threads"]
+                                           "mapped", "step1024", "step4096", "threads",
+                                           "cli"]
     shared = (ROOT / "benchmarks" / "bench_scale.py").read_text()
     for _name, args in steps:
         script, *options = args.split()
