@@ -339,7 +339,9 @@ def test_cli_processes_netcdf(adk_h5md, adk_universe, tmp_path):
         assert_close(got, _mda_rmsd(adk_universe, select="backbone", ref_frame=20))
 
 
-def test_cli_default_auto_threads(adk_h5md_blocked, expected_ca, tmp_path, capsys):
+def test_cli_default_auto_threads(adk_h5md_blocked, expected_ca, tmp_path, capsys,
+                                  monkeypatch):
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "1")  # the suite's second run turns them off
     out = tmp_path / "rmsd.csv"
     rc = cli_main(["rmsd", adk_h5md_blocked, "--topology", PSF, "--select", "name CA",
                    "--out", str(out)])
@@ -353,7 +355,8 @@ def test_cli_default_auto_threads(adk_h5md_blocked, expected_ca, tmp_path, capsy
 
 
 def test_cli_auto_distributed_where_hdf5_reads(adk_h5md_fletcher, expected_ca, tmp_path,
-                                               capsys):
+                                               capsys, monkeypatch):
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "1")
     out = tmp_path / "rmsd.csv"
     rc = cli_main(["rmsd", adk_h5md_fletcher, "--topology", PSF, "--select", "name CA",
                    "--workers", "2", "--out", str(out)])

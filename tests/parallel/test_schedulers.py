@@ -34,6 +34,7 @@ def test_old_name_mpi_is_dask_mpi(capsys):
 
 def test_local_scheduler_threads_where_reads_are_direct(adk_h5md, adk_h5md_blocked,
                                                          adk_h5md_fletcher, monkeypatch):
+    monkeypatch.setenv(direct.ENV_VAR, "1")
     for path in (adk_h5md, adk_h5md_blocked):
         with xr.open_dataset(path, engine="h5md") as ds:
             assert local_scheduler(ds) == (

@@ -44,7 +44,7 @@ class KernelWarmUp(WorkerPlugin):
         self.kernel = kernel
 
     def setup(self, worker: Any) -> None:
-        """Import :data:`TASK_MODULES`, load the kernel; add the seconds spent to the
+        """Import ``TASK_MODULES``, load the kernel; add the seconds spent to the
         worker's ``h5mdx_warm_up_s``."""
         t0 = time.perf_counter()
         for name in TASK_MODULES:
