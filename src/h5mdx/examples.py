@@ -539,8 +539,8 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
     warm = warmup_summary(records)
     parts = []
     if before:
-        parts.append(f"kernel loaded on {len(before)} worker(s) before the timed run in "
-                     f"{max(before.values()):.2f} s (not timed)")
+        parts.append(f"modules imported and kernel loaded on {len(before)} worker(s) before "
+                     f"the timed run in {max(before.values()):.2f} s (not timed)")
     if before:
         parts.append("one untimed pass first (workers open the file, page cache warm)")
     if warm["n_tasks"]:
@@ -735,8 +735,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
               rounds: int = ROUNDS) -> tuple[Any, dict[str, Any], int, dict[str, float]]:
     """The RMSD and the read floor in paired rounds, then one run with per-task timing.
 
-    The cluster (kernel loaded on each worker) and the floor's reader processes start
-    first; one untimed pass of each opens the file everywhere and warms the page cache.
+    The cluster (modules imported and kernel loaded on each worker) and the floor's reader
+    processes start first; one untimed pass of each opens the file everywhere and warms the page cache.
     Then each of ``rounds`` rounds times one plain-h5py read of the positions
     (:func:`floor_reader`) and one RMSD on the cluster, back to back (their order
     alternating), so that both see the same spell of a shared machine; a last RMSD
