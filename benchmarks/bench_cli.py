@@ -130,12 +130,13 @@ def main() -> int:
     psf = adk_psf()
     selections = {s: psf if s == "ca" else None for s in args.selections.split(",")
                   if s != "ca" or psf}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from h5mdx._machine import usable_cpus
+
     rows = []
     for layout in args.layouts.split(","):
         path = bs.build(os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md"),
                         args.frames, layout)
-        rows += layout_rows(path, layout, int(cores or 1), selections, args.repeats)
+        rows += layout_rows(path, layout, usable_cpus(), selections, args.repeats)
     results = {**bs.machine(), "frames": args.frames, "repeats": args.repeats, "rows": rows}
     bs.save_results("cli", args.tag, results, markdown)
     return 0

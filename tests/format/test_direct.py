@@ -219,8 +219,10 @@ def test_a_reader_in_use_is_never_closed_under_its_readers(tmp_path):
         second = direct.plan_cached(f[key], path, key)  # another task's plan, just after
     assert second is first and direct.cached(path, key) is first
     os.fstat(fd)  # still open
+    assert direct.why_not_direct(path, key) is None
     direct.forget(first)  # another task met something unusual: h5py from now on
     assert direct.cached(path, key) is None
+    assert direct.why_not_direct(path, key) == "a read found storage that only HDF5 reads"
     os.fstat(fd)  # the task reading through it still can
     box = (slice(0, 8), slice(0, 41), slice(0, 3))
     with h5py.File(path, "r") as f:

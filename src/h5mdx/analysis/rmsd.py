@@ -23,10 +23,10 @@ import numpy as np
 import xarray as xr
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
-from xarray.backends import BackendArray
 
 from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
+from h5mdx.engine.backend import backend_array
 from h5mdx.engine.chunking import (
     DEFAULT_TARGET_MIB,
     READ_STEP_BYTES,
@@ -386,12 +386,9 @@ def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...
     lazy = getattr(held[0], "array", None) if len(held) == 1 else None
     if lazy is None or tuple(getattr(lazy, "shape", ())) != data.shape:
         return position, None
-    inner = lazy
-    while not isinstance(inner, BackendArray) and hasattr(inner, "array"):
-        inner = inner.array
     time_axis = position.dims.index(TIME_DIM)
     whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
-    if not isinstance(inner, BackendArray) or not whole:
+    if backend_array(lazy) is None or not whole:
         return position, None
     opened = xr.DataArray(xr.Variable(position.dims, lazy, position.attrs),
                           coords=position.coords, name=position.name)

@@ -50,7 +50,8 @@ from h5mdx.format.schema import (
     TIME_DIM,
 )
 
-__all__ = ["H5MDArray", "H5MDBackendEntrypoint", "open_groups", "why_reads_take_turns"]
+__all__ = ["H5MDArray", "H5MDBackendEntrypoint", "backend_array", "open_groups",
+           "why_reads_take_turns"]
 
 
 def _opener(filename: str, mode: str = "r", swmr: bool = False) -> h5py.File:
@@ -340,11 +341,13 @@ class H5MDArray(BackendArray):
     def why_not_direct(self) -> str | None:
         """Why this dataset is read through h5py (a thread at a time); None where directly.
 
-        Plans the direct reads of this process, as :meth:`warm` does.
+        Plans the direct reads of this process, as :meth:`warm` does, and answers from
+        that plan.
         """
         filename = self._filename()
         if filename is None:
             return "the file has no name on disk"
+        self.warm()
         return _direct.why_not_direct(filename, self.path)
 
     def _direct_reader(self) -> _direct.DirectReader | None:
@@ -383,12 +386,18 @@ def why_reads_take_turns(variable: xr.DataArray | xr.Variable) -> str | None:
         The reason (the layout or filter that only HDF5 reads, or ``H5MDX_DIRECT_READ=0``).
     """
     var = getattr(variable, "variable", variable)
-    data = var._data
-    while not isinstance(data, H5MDArray) and hasattr(data, "array"):
-        data = data.array  # xarray's lazy-indexing and caching wrappers
+    data = backend_array(var._data)
     if not isinstance(data, H5MDArray) or var._in_memory:
         return None
     return data.why_not_direct()
+
+
+def backend_array(data: Any) -> BackendArray | None:
+    """The backend's array inside xarray's lazy-indexing and caching wrappers of ``data``
+    (``._data`` of a lazily opened variable), or None where there is none."""
+    while not isinstance(data, BackendArray) and hasattr(data, "array"):
+        data = data.array
+    return data if isinstance(data, BackendArray) else None
 
 
 def _describe_key(key: tuple, shape: tuple[int, ...]) -> str:

@@ -737,8 +737,11 @@ UNPLANNED: Any = object()
 #: files on disk. A dropped reader closes once no read holds it; the next read plans again.
 MAX_READERS = 256
 
-_CACHE: OrderedDict[tuple[str, str], tuple[tuple[int, int, int], DirectReader | None]] = (
-    OrderedDict())
+#: (file, dataset) -> (the file's stamp, its reader or None, why None: what only HDF5 reads)
+_CACHE: OrderedDict[tuple[str, str],
+                    tuple[tuple[int, int, int], DirectReader | None, str | None]] = OrderedDict()
+#: Why a dataset that a read found unusual (:func:`forget`) is read through h5py.
+_FORGOTTEN = "a read found storage that only HDF5 reads"
 _CACHE_LOCK = threading.Lock()
 
 
@@ -757,13 +760,20 @@ def file_stamp(filename: str) -> tuple[int, int, int] | None:
 def cached(filename: str, path: str) -> DirectReader | None:
     """This process's reader of ``path`` in ``filename``: a reader, None (read through
     h5py), or ``UNPLANNED`` (not planned yet, or the file changed since)."""
+    entry = _entry(filename, path)
+    return UNPLANNED if entry is None else entry[1]
+
+
+def _entry(filename: str, path: str) -> tuple | None:
+    """The cache's entry of ``path`` in ``filename``; None where not planned for the file
+    as it is on disk now."""
     with _CACHE_LOCK:
         entry = _CACHE.get((filename, path))
         if entry is not None:
             _CACHE.move_to_end((filename, path))
     if entry is None or entry[0] != file_stamp(filename):
-        return UNPLANNED
-    return entry[1]
+        return None
+    return entry
 
 
 def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | None:
@@ -777,16 +787,17 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
     reading through it still. Its descriptor closes with it, once no one holds it.
     """
     stamp = file_stamp(filename)
+    why = None
     try:
         reader: DirectReader | None = plan_direct(dset)
-    except Unsupported:
-        reader = None
+    except Unsupported as err:
+        reader, why = None, str(err)
     if stamp is not None:
         with _CACHE_LOCK:
             old = _CACHE.get((filename, path))
             if old is not None and old[0] == stamp:
                 return old[1]  # planned by another thread first
-            _CACHE[(filename, path)] = (stamp, reader)
+            _CACHE[(filename, path)] = (stamp, reader, why)
             _CACHE.move_to_end((filename, path))
             while len(_CACHE) > MAX_READERS:
                 _CACHE.popitem(last=False)
@@ -797,8 +808,9 @@ def why_not_direct(filename: str, path: str) -> str | None:
     """Why reads of ``path`` in ``filename`` would go through h5py; None where they are direct.
 
     Reads through h5py take turns in a process (one HDF5 call at a time), so threads
-    of one process read in parallel only where the reads are direct. Where they are,
-    the reader is planned (:func:`plan_cached`) for this process's reads to use.
+    of one process read in parallel only where the reads are direct. The answer is this
+    process's plan (:func:`plan_cached`): the file is opened to plan it only where it is
+    not planned yet, and the reads that follow use that plan.
 
     Parameters
     ----------
@@ -828,20 +840,20 @@ def why_not_direct(filename: str, path: str) -> str | None:
     if not enabled():
         return f"{ENV_VAR}=0"
     filename = os.path.abspath(filename)
-    try:
-        with h5py.File(filename, "r") as f:
-            dset = f[path]
-            if not isinstance(dset, h5py.Dataset):
-                return f"{path} is not a dataset"
-            if plan_cached(dset, filename, path) is not None:
-                return None
-            try:
-                plan_direct(dset).close()
-            except Unsupported as err:
-                return str(err)
-            return "the reader could not be planned"  # pragma: no cover - a race
-    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as err:
-        return f"{type(err).__name__}: {err}"
+    entry = _entry(filename, path)
+    if entry is None:  # not planned in this process yet
+        try:
+            with h5py.File(filename, "r") as f:
+                dset = f[path]
+                if not isinstance(dset, h5py.Dataset):
+                    return f"{path} is not a dataset"
+                reader = plan_cached(dset, filename, path)
+        except (OSError, KeyError, TypeError, ValueError, RuntimeError) as err:
+            return f"{type(err).__name__}: {err}"
+        entry = _entry(filename, path)
+        if entry is None:  # pragma: no cover - the file cannot be stat'ed, or changed
+            return None if reader is not None else "the file changed while it was planned"
+    return None if entry[1] is not None else (entry[2] or _FORGOTTEN)
 
 
 def forget(reader: DirectReader) -> None:
@@ -852,6 +864,6 @@ def forget(reader: DirectReader) -> None:
     another file's bytes). It closes once the last of them lets go of it.
     """
     with _CACHE_LOCK:
-        for key, (stamp, r) in list(_CACHE.items()):
+        for key, (stamp, r, _) in list(_CACHE.items()):
             if r is reader:
-                _CACHE[key] = (stamp, None)
+                _CACHE[key] = (stamp, None, _FORGOTTEN)
