@@ -182,11 +182,14 @@ def _warm_kernel() -> None:
 
 
 @contextlib.contextmanager
-def schedulers(names: list[str], n: int) -> Iterator[dict[str, dict[str, Any]]]:
+def schedulers(names: list[str], n: int, warm: Callable[[], Any] = _warm_kernel,
+               ) -> Iterator[dict[str, dict[str, Any]]]:
     """Every scheduler of ``names`` with ``n`` workers, started at once, the kernel loaded.
 
     Yields the ``dask.config.set`` arguments that select each one, so that runs on
-    different schedulers can alternate. ``processes``: dask's process pool (spawned);
+    different schedulers can alternate. ``warm`` runs once in every worker before any
+    timing (default: load h5mdx's kernel); a benchmark that times compiled functions of
+    its own loads them there too, or each worker's first task carries their load. ``processes``: dask's process pool (spawned);
     ``threads``: dask's threaded scheduler; ``distributed``: a LocalCluster of ``n``
     single-threaded worker processes (its client not the default one).
     """
@@ -201,14 +204,14 @@ def schedulers(names: list[str], n: int) -> Iterator[dict[str, dict[str, Any]]]:
                 cluster = stack.enter_context(local_cluster(n))
                 client = stack.enter_context(distributed.Client(cluster,
                                                                 set_as_default=False))
-                client.run(_warm_kernel)
+                client.run(warm)
                 configs[name] = {"scheduler": client}
             elif name == "processes":
                 pool = stack.enter_context(cf.ProcessPoolExecutor(
-                    n, mp_context=mp.get_context("spawn"), initializer=_warm_kernel))
+                    n, mp_context=mp.get_context("spawn"), initializer=warm))
                 configs[name] = {"scheduler": "processes", "pool": pool, "chunksize": 1}
             elif name == "threads":
-                _warm_kernel()
+                warm()
                 configs[name] = {"scheduler": "threads", "num_workers": n}
             else:
                 raise ValueError(f"unknown scheduler {name!r}")
@@ -216,11 +219,11 @@ def schedulers(names: list[str], n: int) -> Iterator[dict[str, dict[str, Any]]]:
 
 
 @contextlib.contextmanager
-def scheduler(name: str, n: int) -> Iterator[None]:
+def scheduler(name: str, n: int, warm: Callable[[], Any] = _warm_kernel) -> Iterator[None]:
     """Inside the block, dask computes on ``name`` with ``n`` workers (see :func:`schedulers`)."""
     import dask
 
-    with schedulers([name], n) as configs, dask.config.set(**configs[name]):
+    with schedulers([name], n, warm) as configs, dask.config.set(**configs[name]):
         yield
 
 

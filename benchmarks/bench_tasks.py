@@ -50,6 +50,17 @@ def _chain(n: int) -> float:  # pragma: no cover - compiled
     return x
 
 
+def warm_worker() -> None:
+    """Load h5mdx's kernel and this benchmark's own compiled chain in a worker.
+
+    Without the chain loaded ahead, each worker's first task loaded it from numba's cache
+    (0.3-1 s): on 8 or 16 workers, most graphs of one task ran on a worker that had not
+    run one yet, and the 16-core run of 2026-11-26 timed 650-750 ms a compute there.
+    """
+    bs._warm_kernel()
+    _chain(10)
+
+
 def steps_for(seconds: float) -> int:
     """Chain steps that take ``seconds`` on this core."""
     _chain(10)
@@ -140,7 +151,7 @@ def main() -> int:
         "distributed.scheduler.worker-saturation": float(args.saturation)}
     for n in (int(w) for w in args.workers.split(",")):
         for sched in args.schedulers.split(","):
-            with dask.config.set(saturation), bs.scheduler(sched, n):
+            with dask.config.set(saturation), bs.scheduler(sched, n, warm_worker):
                 timers = {k: functools.partial(compute, k, steps)
                           for k in (1, args.tasks)}
                 times = bs.interleaved(timers, args.repeats)

@@ -176,6 +176,53 @@ h5mdx_results = [
      "beside an alias task)",
      "bash benchmarks/device.sh run bench_tasks --workers 8,16 --tasks 32 --ms 20 "
      "--schedulers distributed,threads --repeats 5 --tag=-16core"),
+    ("scale-16core-contig-low.md",
+     "The second 16-core lease (2026-11-26): contiguous positions at N=1, 2 and 4 against "
+     "the floor split among N processes, distributed and threads",
+     "bash benchmarks/device.sh run bench_scale --layouts contig --workers 1,2,4 "
+     "--schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only "
+     "--tag=-16core-contig-low"),
+    ("scale-16core-step1024.md",
+     "Contiguous positions at N=8 on 16 cores with 1 MiB read-ahead steps",
+     "bash benchmarks/device.sh run bench_scale --layouts contig --workers 8 "
+     "--schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--read-step-kib 1024 --tag=-16core-step1024"),
+    ("scale-16core-step4096.md",
+     "The same with 4 MiB read-ahead steps (the default), in the same lease",
+     "bash benchmarks/device.sh run bench_scale --layouts contig --workers 8 "
+     "--schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--read-step-kib 4096 --tag=-16core-step4096"),
+    ("compute-16core.md",
+     "Where an RMSD compute's time goes on 8 and 16 distributed workers, 4 GB contiguous "
+     "file: the parts outside the tasks, beside the floor",
+     "bash benchmarks/device.sh run bench_compute --frames 100000 --layout contig "
+     "--workers 8,16 --repeats 5 --tag=-16core"),
+    ("kernel-16core.md",
+     "The RMSD kernel alone on the 16-core machine's AVX-512 core: 24 fused lanes 1.06x the "
+     "shipped 12 on all atoms, 0.96x on C-alpha",
+     "bash benchmarks/device.sh run bench_kernel --sizes 107,214,428,856,1712,3341 "
+     "--tag=-16core"),
+    ("mapped-16core.md",
+     "Contiguous positions on 16 cores: the kernel on 64 MiB windows of a mapping of the "
+     "file against the fused read's pread, 1.08-1.89x (2 cores: no gain)",
+     "bash benchmarks/device.sh run bench_mapped --frames 100000 --workers 8,16 "
+     "--repeats 5 --tag=-16core"),
+    ("threads-16core-fused.md",
+     "One process, T threads, on 16 cores with the fused read's variants: 256 KiB steps "
+     "1.08-1.19x the floor on contiguous positions, 1.43-1.51x on one-frame chunks",
+     "bash benchmarks/device.sh run bench_threads --frames 100000 --threads 8,16 "
+     "--layouts contig,c1 --tag=-16core-fused"),
+    ("tasks-16core-meta.md",
+     "What a task costs each scheduler on 16 cores, graphs as h5mdx.rmsd builds them (its "
+     "distributed rows: back-to-back computes, see the RMSD guide; bench_tasks warms every "
+     "worker since)",
+     "bash benchmarks/device.sh run bench_tasks --workers 8,16 --tasks 32 --ms 20 "
+     "--repeats 5 --tag=-16core-meta"),
+    ("cli-16core.md",
+     "h5mdx rmsd as a user runs it on 16 cores, per scheduler and auto, 100,000 frames, "
+     "all atoms: threads 0.31-0.35x distributed's wall time",
+     "bash benchmarks/device.sh run bench_cli --frames 100000 --layouts contig,c100 "
+     "--selections all --repeats 3 --tag=-16core"),
     ("blocks-16core-contig-100k.md",
      "Block size against the floor on 16 cores, 100,000 contiguous frames, distributed: "
      "fewer rounds, less of distributed's own cost",

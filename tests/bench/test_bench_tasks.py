@@ -59,3 +59,20 @@ def test_the_report_shows_the_parts_of_a_distributed_compute(bench_tasks):
     results = {"tasks": 20, "ms": 20.0, "repeats": 3, "rows": [row], "cores": 2,
                "versions": {}}
     assert "| 2 | 3.0 | 1.5 | 4.0 | 2.5 | 11.0 |" in bench_tasks.markdown(results)
+
+
+def _chain_loaded() -> bool:
+    import sys
+
+    return bool(sys.modules["bench_tasks"]._chain.signatures)
+
+
+def test_every_worker_has_the_benchmarks_function_loaded_before_timing(bench_tasks):
+    # else each worker's first task loads it from numba's cache (0.3-1 s): on 16 workers
+    # most one-task graphs of the 16-core run of 2026-11-26 ran on such a worker
+    pytest.importorskip("distributed")
+    bench_scale = __import__("bench_scale")
+    with bench_scale.scheduler("distributed", 2, bench_tasks.warm_worker):
+        client = dask.config.get("scheduler")
+        loaded = client.run(_chain_loaded)
+    assert list(loaded.values()) == [True, True]
