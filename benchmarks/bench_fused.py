@@ -1,5 +1,5 @@
-"""The fused read on and off, in the same rounds: what one compiled read-and-compute call
-per task is worth.
+"""The fused read (or the mapped read) on and off, in the same rounds: what one compiled
+read-and-compute call per task is worth, or the kernel run on a mapping of the file.
 
 ``bench_scale`` run twice (with and without ``H5MDX_FUSED_READ=0``) compares two spells of a
 shared machine; this benchmark compares within one. A ``distributed`` LocalCluster of N
@@ -9,13 +9,19 @@ alternately, each round also timing the N-process h5py read floor
 (:func:`h5mdx.examples.floor_reader`). A round runs floor, on, off (or floor, off, on: the
 order alternates), so each ratio compares timings of the same spell.
 
+``--switch mapped`` turns ``H5MDX_MAPPED_READ`` on and off instead: on, every task runs the
+kernel on a mapping of the file (:mod:`h5mdx.format.mapped`); off, h5mdx's default (read
+ahead where a core is spare, the fused read where none is).
+
 Run::
 
-    python benchmarks/bench_fused.py [--frames 100000] [--workers 2]
-        [--layouts c100,c1,contig] [--selections ca,all] [--repeats 5] [--tag=-2core]
+    python benchmarks/bench_fused.py [--switch fused|mapped] [--frames 100000]
+        [--workers 2] [--layouts c100,c1,contig] [--selections ca,all] [--repeats 5]
+        [--tag=-2core]
 
-Writes ``benchmarks/results/fused<tag>.{json,md}`` after every layout. Needs numpy, h5py,
-numba, dask, distributed, xarray and h5mdx; no MDAnalysis.
+Writes ``benchmarks/results/fused<tag>.{json,md}`` (``mapped-read<tag>`` with ``--switch
+mapped``) after every layout. Needs numpy, h5py, numba, dask, distributed, xarray and h5mdx;
+no MDAnalysis.
 """
 
 from __future__ import annotations
@@ -45,20 +51,32 @@ from bench_scale import (  # noqa: E402
     versions_text,
 )
 
-from h5mdx.analysis.rmsd import FUSED_READ_ENV  # noqa: E402
+from h5mdx.analysis.rmsd import FUSED_READ_ENV, MAPPED_READ_ENV  # noqa: E402
 
 SCHEDULERS = ("distributed", "threads")
+#: ``--switch``: the environment variable turned on (1) and off (0), the results' name,
+#: and what on and off mean, for the report
+SWITCHES = {
+    "fused": (FUSED_READ_ENV, "fused",
+              "every task reads and computes in one compiled call, or reads from Python and "
+              "then runs the kernel"),
+    "mapped": (MAPPED_READ_ENV, "mapped-read",
+               "every task runs the kernel on a mapping of the file, 64 MiB at a time, or "
+               "h5mdx's default: read ahead where a core is spare, the fused read where none "
+               "is"),
+}
 
 
-def _set_fused(value: str) -> None:
-    """On a worker (``Client.run``) or here: the fused read forced on (1) or off (0)."""
-    os.environ[FUSED_READ_ENV] = value
+def _set_switch(variable: str, value: str) -> None:
+    """On a worker (``Client.run``) or here: ``variable`` (the switch) set to 1 or 0."""
+    os.environ[variable] = value
 
 
 @contextlib.contextmanager
-def runners(path: str, workers: int, select: np.ndarray | None
-            ) -> Iterator[dict[str, Callable[[str], float]]]:
-    """``{scheduler: run(fused) -> seconds}``, the cluster started (not timed)."""
+def runners(path: str, workers: int, select: np.ndarray | None,
+            variable: str = FUSED_READ_ENV) -> Iterator[dict[str, Callable[[str], float]]]:
+    """``{scheduler: run(value) -> seconds}`` with ``variable`` set to ``value`` for the run,
+    the cluster started (not timed)."""
     import dask
     import xarray as xr
     from distributed import Client, LocalCluster
@@ -73,12 +91,12 @@ def runners(path: str, workers: int, select: np.ndarray | None
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        def on_cluster(fused: str) -> float:
-            client.run(_set_fused, fused)
+        def on_cluster(value: str) -> float:
+            client.run(_set_switch, variable, value)
             return compute(client)
 
-        def on_threads(fused: str) -> float:
-            with mock.patch.dict(os.environ, {FUSED_READ_ENV: fused}), \
+        def on_threads(value: str) -> float:
+            with mock.patch.dict(os.environ, {variable: value}), \
                     dask.config.set(scheduler="threads", num_workers=workers):
                 return compute()
 
@@ -112,16 +130,16 @@ def summary(times: dict[str, list[float]], frames: int) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    out = ["# The fused read on and off, paired", "",
+    variable, _name, meaning = SWITCHES[results.get("switch", "fused")]
+    out = [f"# `{variable}` on and off, paired", "",
            f"Machine: {results['platform']}, {cores_text(results)}; "
            f"{results['frames']:,} frames x {N_ATOMS} atoms, warm page cache; lazy open; "
            f"N={results['workers']} (`distributed`: N single-threaded worker processes; "
            f"threads: N threads of one process); medians of {results['repeats']} rounds, "
-           "each timing the N-process h5py read floor, fused on and fused off (the order of "
+           "each timing the N-process h5py read floor, on and off (the order of "
            "on and off alternating). Versions: "
            f"{versions_text(results)}.", "",
-           "on / off: `H5MDX_FUSED_READ=1` / `0` (every task reads and computes in one "
-           "compiled call, or reads from Python and then runs the kernel). Ratios are medians "
+           f"on / off: `{variable}=1` / `0` ({meaning}). Ratios are medians "
            "of the rounds' ratios.", "",
            "| layout | atoms | scheduler | floor frames/s | on frames/s | off frames/s "
            "| on / floor | off / floor | on / off |",
@@ -142,6 +160,7 @@ def main() -> int:
     from h5mdx.examples import floor_reader
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--switch", choices=sorted(SWITCHES), default="fused")
     p.add_argument("--frames", type=int, default=100_000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--layouts", default="c100,c1,contig")
@@ -153,7 +172,9 @@ def main() -> int:
     args = p.parse_args()
     layouts = args.layouts.split(",")
     results: dict[str, Any] = {**machine(), "frames": args.frames, "workers": args.workers,
-                               "repeats": args.repeats, "layouts": {}, "partial": True}
+                               "repeats": args.repeats, "switch": args.switch, "layouts": {},
+                               "partial": True}
+    variable, name, _meaning = SWITCHES[args.switch]
     for layout in layouts:
         path = build(os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md"),
                      args.frames, layout)
@@ -162,7 +183,7 @@ def main() -> int:
             select = ca_indices() if sel == "ca" else None
             entry = results["layouts"][layout][sel] = {}
             with floor_reader(path, args.workers) as floor, \
-                    runners(path, args.workers, select) as runs:
+                    runners(path, args.workers, select, variable) as runs:
                 for sched in args.schedulers.split(","):
                     entry[sched] = summary(paired(lambda: floor()[0], runs[sched],
                                                   args.repeats), args.frames)
@@ -171,7 +192,7 @@ def main() -> int:
                           f"off {r['off_fps']:10,.0f} frames/s; on/off {r['on_vs_off']:.2f}, "
                           f"on/floor {r['on_vs_floor']:.2f}", flush=True)
         results["partial"] = layout != layouts[-1]
-        save_results("fused", args.tag, results, render)
+        save_results(name, args.tag, results, render)
     return 0
 
 

@@ -717,6 +717,10 @@ def main() -> int:
                    help="KiB a task reads at a time where it reads from Python (read-ahead "
                         "included; h5mdx's READ_STEP_BYTES: 4096); the graph carries it "
                         "to every scheduler's workers")
+    p.add_argument("--fused-kib", type=int, default=None,
+                   help="KiB a fused task reads before each compiled kernel call (h5mdx's "
+                        "FUSED_READ_BYTES: 1024); threads only: the value is read in the "
+                        "process that runs the task")
     p.add_argument("--quick", action="store_true", help="small smoke run")
     p.add_argument("--report", metavar="JSON",
                    help="only write the .md and .png again from a results .json")
@@ -741,6 +745,13 @@ def main() -> int:
             p.error("--read-step-kib must be at least 1")
         # read where each graph is built (here), so every scheduler's tasks get it
         rmsd.READ_STEP_BYTES = args.read_step_kib * 1024
+    if args.fused_kib is not None:
+        if args.fused_kib < 1:
+            p.error("--fused-kib must be at least 1")
+        if set(args.schedulers) != {"threads"}:
+            # a worker process reads h5mdx's own value, not this one's
+            p.error("--fused-kib needs --schedulers threads")
+        rmsd.FUSED_READ_BYTES = args.fused_kib * 1024
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
     host = machine()  # platform, cores, cpu; the versions go beside it
     results: dict[str, Any] = {

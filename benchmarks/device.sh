@@ -30,29 +30,24 @@
 # N=16. One call ran the first three in 132 s, one the next three in 250 s (16 GB files
 # written in ~10 s each). The tool brings back at most 8 files a call, so `run` packs each
 # finished benchmark's files into $OUT/results-SCRIPT-K.tgz (here: tar xzf it).
+# Run on 2026-11-26 in a second lease: every step `next` then had (kernel, tasks,
+# contig-low, compute, mapped, step1024, step4096, threads, cli; two calls, 5.5 and 4.5
+# minutes; results *-16core*.md of that day, the RMSD guide's "The second 16-core lease").
 # Not run there yet (the steps of `next`, below):
-# - contig-low: contiguous positions at N=1, 2, 4 against the floor split among N processes
-#   (the runs of 2026-11-25 read that floor with one process), ~1 min;
-# - threads: bench_threads with the fused variants, ~2-3 min;
-# - step1024, step4096: at N=8 (read-ahead) all atoms on contiguous positions reach only
-#   0.61-0.74x; 8 workers x 2 buffers of 4 MiB may not stay in the shared L3 that 1 MiB
-#   reads would, ~1 min;
-# - mapped: whether computing on a mapping of the file (64 MiB windows) beats the fused
-#   read's pread on 16 cores, where 2 cores gave 1.06-1.32x one day and 0.68-1.06x the next
-#   (bench_mapped.py), ~2 min; if it pays, the RMSD tasks' mapped path is on branch
-#   mapped-read, where `bench_fused --switch mapped` measures it against the default;
-# - kernel: the kernel alone on that CPU, with 24 fused lanes beside the shipped 12: if the
-#   CPU has AVX-512 (the log's "cpu:" line says), 24 may run the all-atom kernel faster,
-#   which is the all-atom limit on contiguous positions where every core runs a task, ~1 min;
-# - tasks: bench_tasks again, its graphs now built as h5mdx.rmsd builds its own (the run of
-#   2026-11-26 timed one extra task's work in every compute, dask inferring the output's
-#   meta by calling the function, and fused each task behind an alias task), ~30 s;
-# - compute: bench_compute, where the time of an RMSD compute on 8 and 16 distributed
-#   workers goes on the 4 GB contiguous file (open, client, tasks, finalize, result, the
-#   workers' idle share), beside the floor: the cell furthest below 0.8 (0.47x), ~30 s;
-# - cli: bench_cli, `h5mdx rmsd` as a user runs it with 16 threads, 16 distributed workers
-#   and the default (auto), all atoms on the 4 GB contiguous and (100, n, 3) files: whether
-#   auto's threads stay the faster choice on 16 cores, ~3 min.
+# - mapped-real, mapped-real8: the RMSD tasks on a mapping of the file
+#   (H5MDX_MAPPED_READ=1, off by default) against the default, paired: the kernel alone on
+#   a mapping ran 1.08-1.89x the fused read's pread there (all atoms, contiguous, 16
+#   threads: 0.69 -> 0.90x the floor), and all atoms on contiguous positions are the cell
+#   still below 0.8x; if the tasks gain as much, the mapping could be the default where
+#   every core runs a task, ~2 min;
+# - fused256, fused1024: 16 threads with the fused read's step at 256 KiB and at 1 MiB (the
+#   default), all atoms too: with C-alpha 256 KiB ran 1.19x / 1.51x the floor against
+#   0.99x / 1.38x (contiguous / one-frame chunks), ~2 min;
+# - tasks: bench_tasks with its own function loaded on every worker first (the run of the
+#   second lease timed its load in the one-task graphs on distributed and processes), ~30 s;
+# - compute400k: where a distributed compute's time goes on 16 workers with a 16 GB
+#   contiguous file: whether the ~45 ms a compute costs outside its tasks is all that keeps
+#   C-alpha below 0.8x at 4 GB, ~1 min.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -62,21 +57,16 @@ WHEELS=.whl
 # The steps above, in order of what they tell per
 # minute, as one command (each step packed into its own archive as it finishes; a failed
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
-# Two calls of under 10 minutes each cover them all:
-#   run(command="NEXT_ONLY=kernel,tasks,contig-low,compute,mapped bash benchmarks/device.sh next 2>&1 |
-#       tail -c 9000", carry=[".whl"], timeout_s=480)
-#   run(command="NEXT_ONLY=step1024,step4096,threads,cli bash benchmarks/device.sh next 2>&1 |
-#       tail -c 9000", carry=[".whl"], timeout_s=480)
+# One call of under 10 minutes covers them all (~7 min; the machine's start ~35 s):
+#   run(command="PYTHONUNBUFFERED=1 bash benchmarks/device.sh next 2>&1 | tail -c 11000",
+#       carry=[".whl"], timeout_s=540)
 NEXT_STEPS=(
-    "kernel|bench_kernel --sizes 107,214,428,856,1712,3341 --tag=-16core"
-    "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-meta"
-    "contig-low|bench_scale --layouts contig --workers 1,2,4 --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only --tag=-16core-contig-low"
-    "compute|bench_compute --frames 100000 --layout contig --workers 8,16 --repeats 5 --tag=-16core"
-    "mapped|bench_mapped --frames 100000 --workers 8,16 --repeats 5 --tag=-16core"
-    "step1024|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 1024 --tag=-16core-step1024"
-    "step4096|bench_scale --layouts contig --workers 8 --schedulers distributed,threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --read-step-kib 4096 --tag=-16core-step4096"
-    "threads|bench_threads --frames 100000 --threads 8,16 --layouts contig,c1 --tag=-16core-fused"
-    "cli|bench_cli --frames 100000 --layouts contig,c100 --selections all --repeats 3 --tag=-16core"
+    "mapped-real|bench_fused --switch mapped --frames 100000 --workers 16 --layouts contig,c1 --selections ca,all --repeats 5 --tag=-16core"
+    "mapped-real8|bench_fused --switch mapped --frames 100000 --workers 8 --layouts contig --selections ca,all --repeats 5 --tag=-16core-n8"
+    "fused256|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 256 --tag=-16core-fused256"
+    "fused1024|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 1024 --tag=-16core-fused1024"
+    "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-warm"
+    "compute400k|bench_compute --frames 400000 --layout contig --workers 16 --repeats 5 --tag=-16core-400k"
 )
 
 case "${1:-}" in

@@ -244,6 +244,15 @@ h5mdx_results = [
      "file (64 MiB windows: 1.06-1.32x; one mapping kept per worker: 1.49-1.76x)",
      "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 --repeats 5 "
      "--tag=-2core"),
+    ("mapped-read-2core.md",
+     "The RMSD tasks with H5MDX_MAPPED_READ=1 (the kernel on 64 MiB windows of a mapping) "
+     "against h5mdx's default, paired, N=2 (2 cores): slower, most on one-frame chunks",
+     "python benchmarks/bench_fused.py --switch mapped --frames 100000 --workers 2 "
+     "--layouts contig,c1,c100 --repeats 5 --tag=-2core"),
+    ("mapped-read-2core-n1.md",
+     "The same with one worker (2 cores)",
+     "python benchmarks/bench_fused.py --switch mapped --frames 100000 --workers 1 "
+     "--layouts contig,c1,c100 --repeats 5 --tag=-2core-n1"),
     ("mapped-2core-recheck.md",
      "The same, a day later on the same kind of VM: 64 MiB windows 0.68-1.06x the fused read, "
      "one mapping kept per worker 1.42-1.83x",

@@ -21,45 +21,13 @@ from h5mdx.analysis import rmsd as rmsd_mod
 from h5mdx.format import direct
 from h5mdx.testing import assert_rmsd_close, write_h5md
 from h5mdx.timing import phases
+from rmsd_layouts import WHOLE_FRAMES, write_positions
 
 pytestmark = pytest.mark.skipif(not qcp_mod.has_numba() or not qcp_mod._PREAD,
                                 reason="the fused kernel needs numba and pread")
 
 
-@pytest.fixture(scope="module")
-def expected(adk_universe):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {sel: rms.RMSD(adk_universe, select=sel).run().results.rmsd[:, 2]
-                for sel in ("name CA", "all")}
-
-
-def _write(path, positions, **element):
-    write_h5md(path, {"all": {"position": dict(value=positions, step=1, time=1.0,
-                                               unit="Angstrom", **element)}})
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def layouts(tmp_path_factory, adk_h5md, adk_h5md_blocked, adk_positions):
-    """Every stored layout the fused kernel reads, and some it must leave to the others."""
-    d = tmp_path_factory.mktemp("fused")
-    return {
-        "one-frame chunks (MDAnalysis)": adk_h5md,
-        "10-frame chunks": adk_h5md_blocked,
-        "contiguous": _write(d / "contig.h5md", adk_positions),
-        "contiguous float64": _write(d / "contig64.h5md", adk_positions.astype(np.float64)),
-
-        # 7 frames a chunk: the last chunk (98 = 14 x 7) and reads end mid-chunk
-        "7-frame chunks": _write(d / "c7.h5md", adk_positions, chunks=(7, 3341, 3)),
-        "gzip": _write(d / "gzip.h5md", adk_positions, chunks=(10, 3341, 3),
-                       compression="gzip"),
-        "atoms split": _write(d / "split.h5md", adk_positions, chunks=(10, 1000, 3)),
-    }
-
-
-FUSED = ("one-frame chunks (MDAnalysis)", "10-frame chunks", "contiguous",
-         "contiguous float64", "7-frame chunks")
+FUSED = WHOLE_FRAMES
 
 
 @pytest.fixture
@@ -131,7 +99,7 @@ def test_values_that_need_more_than_their_bytes_are_not_fused(tmp_path, adk_posi
     # a fill value becomes NaN; a unit converted scales every value: neither is in the bytes
     filled = adk_positions.copy()
     filled[5, 0] = -999.0
-    path = _write(tmp_path / "fill.h5md", filled, fillvalue=-999.0)
+    path = write_positions(tmp_path / "fill.h5md", filled, fillvalue=-999.0)
     got = _rmsd(path, "all", "1", monkeypatch)
     assert calls == [] and np.isnan(got[5]) and np.isfinite(np.delete(got, 5)).all()
     nm = tmp_path / "nm.h5md"
@@ -218,7 +186,7 @@ def test_rods_the_fast_kernel_flags_are_exact_through_the_fused_path(tmp_path, m
                         [2*(b*d - a*c), 2*(c*d + a*b), a*a - b*b - c*c + d*d]])
         moved.append(rod @ rot.T + rng.normal(size=3) * 5)
     positions = np.stack(moved)
-    path = _write(tmp_path / "rods.h5md", positions)
+    path = write_positions(tmp_path / "rods.h5md", positions)
     monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "1")
     with xr.open_dataset(path, engine="h5md") as ds, dask.config.set(scheduler="threads"):
         got = h5mdx.rmsd(ds.position, frames_per_block=20).values

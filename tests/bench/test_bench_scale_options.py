@@ -1,5 +1,5 @@
 """``benchmarks/bench_scale.py --read-step-kib`` sets the size of each read from Python for
-the whole run and records it with the results."""
+the whole run and records it with the results; ``--fused-kib`` the fused read's, on threads."""
 
 from __future__ import annotations
 
@@ -44,3 +44,19 @@ def test_a_read_step_below_one_kib_is_refused(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--read-step-kib must be at least 1" in proc.stderr
+
+
+def test_the_fused_step_is_set_for_a_threads_run_and_recorded(tmp_path):
+    results = _run(tmp_path, "--fused-kib", "256")
+    assert results["fused_read_bytes"] == 256 * 1024
+    text = (tmp_path / "results" / "scale-t.md").read_text()
+    assert "reads its frames 0.25 MiB at a time" in text
+
+
+def test_a_fused_step_is_refused_where_worker_processes_would_not_see_it(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/bench_scale.py", "--fused-kib", "256",
+         "--schedulers", "threads,distributed", "--data", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--fused-kib needs --schedulers threads" in proc.stderr

@@ -56,16 +56,16 @@ def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
     """``device.sh next`` runs every step in order (``NEXT_ONLY`` picks some); each step's
     benchmark exists and has every option the step gives it."""
     steps = _next({})
-    assert [name for name, _ in steps] == ["kernel", "tasks", "contig-low", "compute",
-                                           "mapped", "step1024", "step4096", "threads",
-                                           "cli"]
+    assert [name for name, _ in steps] == ["mapped-real", "mapped-real8", "fused256",
+                                           "fused1024", "tasks", "compute400k"]
     shared = (ROOT / "benchmarks" / "bench_scale.py").read_text()
     for _name, args in steps:
         script, *options = args.split()
         source = (ROOT / "benchmarks" / f"{script}.py").read_text()
         for opt in (o.split("=")[0] for o in options if o.startswith("--")):
             assert f'"{opt}"' in source or f'"{opt}"' in shared, (script, opt)
-    assert [name for name, _ in _next({"NEXT_ONLY": "mapped,kernel"})] == ["kernel", "mapped"]
+    assert [name for name, _ in _next({"NEXT_ONLY": "tasks,mapped-real"})] == ["mapped-real",
+                                                                              "tasks"]
 
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash

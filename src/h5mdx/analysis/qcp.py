@@ -238,7 +238,8 @@ def warm_up(kernel: str = "auto") -> float:
     """Load (or compile) the QCP kernel in this process, once; returns the seconds spent.
 
     The numba kernel is loaded from numba's on-disk cache (compiled on first use
-    anywhere) for float32 and float64 frames. Call it when a worker starts (h5mdx's
+    anywhere) for float32 and float64 frames, writable or read-only (a mapping of the
+    file, :mod:`h5mdx.format.mapped`). Call it when a worker starts (h5mdx's
     clusters do) so that the first task does not pay for it; :func:`h5mdx.rmsd`
     tasks call it too and record the time as their ``warmup`` phase, apart from
     ``compute``.
@@ -260,7 +261,10 @@ def warm_up(kernel: str = "auto") -> float:
     prepared = PreparedQCP(ref, None, True, _numba_kernel(), None)
     none = np.zeros(0, dtype=np.int64)
     for dtype in (np.float32, np.float64):
-        prepared(ref[None].astype(dtype))
+        frames = ref[None].astype(dtype)
+        prepared(frames)
+        frames.flags.writeable = False  # numba compiles read-only arrays (mappings) apart
+        prepared(frames)
         if prepared.reads_files:  # the fused read-and-compute kernel too; no runs: no read
             prepared.from_file(-1, none, none, np.empty((1, 3, 3), dtype=dtype),
                                np.empty(0, dtype=np.float64))

@@ -37,11 +37,12 @@ from h5mdx.engine.chunking import (
 )
 from h5mdx.engine.frames import FrameReader, frame_reader, read_ahead, read_ahead_depth
 from h5mdx.errors import TopologyError
+from h5mdx.format import mapped as _mapped
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
-__all__ = ["FUSED_READ_BYTES", "FUSED_READ_ENV", "fused_read", "rmsd", "select_atoms",
-           "write_series"]
+__all__ = ["FUSED_READ_BYTES", "FUSED_READ_ENV", "MAPPED_READ_ENV", "fused_read",
+           "mapped_read", "rmsd", "select_atoms", "write_series"]
 
 
 def _user_stacklevel() -> int:
@@ -219,7 +220,9 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     spare core for each and few sharing the GIL, the reads run ahead of the kernel in a
     reader thread (:func:`~h5mdx.engine.frames.read_ahead`). Without (every core busy,
     or many threads to a process), a task whose frames are stored as served reads and
-    computes them in one compiled call without the GIL (:func:`_fused_block`).
+    computes them in one compiled call without the GIL (:func:`_fused_block`). Where
+    mapped reads are chosen (:func:`mapped_read`), such a task runs the kernel on a
+    mapping of the file instead (:func:`_mapped_block`), whatever the cores.
     """
     n = stop - start
     step = n if not step else step
@@ -239,8 +242,11 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         # each buffer is read into again only after its frames are done with
         depth = read_ahead_depth(host_threads, process_threads)
         done = 0
-        if fused_read(depth) and qcp.reads_files and isinstance(block, FrameReader):
-            done = _fused_block(block, qcp, out, timer)
+        if qcp.reads_files and isinstance(block, FrameReader):
+            if mapped_read():
+                done = _mapped_block(block, qcp, out, timer)
+            elif fused_read(depth):
+                done = _fused_block(block, qcp, out, timer)
         spans = [(a, min(n, a + step)) for a in range(done, n, step)]
         with contextlib.closing(read_ahead(read, spans, depth)) as frames:
             for a, b in spans:
@@ -306,6 +312,59 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
     timer.add("io", t_io)
     timer.add("compute", t_compute)
     timer.bytes_read += done * frame_bytes
+    return done
+
+
+#: Environment variable: ``1`` runs the kernel on a mapping of the file where the frames
+#: are stored as served (:func:`_mapped_block`); ``0`` or unset, never.
+MAPPED_READ_ENV = "H5MDX_MAPPED_READ"
+
+
+def mapped_read() -> bool:
+    """Whether a task runs the kernel on a mapping of the file (:func:`_mapped_block`).
+
+    ``$H5MDX_MAPPED_READ`` set to ``1``, on a system that can map files. Off by default:
+    a file truncated by another program while it is mapped kills the process
+    (:mod:`h5mdx.format.mapped`); on 2 cores the RMSD tasks ran slower with it
+    (``benchmarks/results/mapped-read-2core.md``), and on 16 cores only the kernel on
+    the mapping alone is measured (1.08-1.89x the fused read's ``pread``,
+    ``benchmarks/results/mapped-16core.md``), not the tasks.
+    """
+    value = os.environ.get(MAPPED_READ_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{MAPPED_READ_ENV} must be 0 or 1, not {value!r}")
+    return value == "1" and _mapped.available()
+
+
+def _mapped_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTimer) -> int:
+    """RMSD of the task's frames computed on a mapping of the file; the frames done.
+
+    No copy: the kernel runs on the page cache's own pages, a window of
+    :data:`h5mdx.format.mapped.WINDOW_BYTES` at a time, one call per window (the GIL
+    released in the kernel). Timed as ``io`` (making each mapping, which fills its page
+    tables and reads from disk what the page cache lacks) and ``compute``. 0 where the
+    frames are not stored as served; fewer than all where a mapping failed (the file
+    shorter than when it was opened): the caller reads the rest by the ordinary path,
+    which says why.
+    """
+    runs = block.bind_runs()
+    located = runs(0, len(out)) if runs is not None else None
+    if located is None:
+        return 0
+    fd, offsets, nbytes = located
+    shape = block.array.shape[1:]
+    done = 0
+
+    def each(frames: np.ndarray) -> None:
+        nonlocal done
+        with timer.phase("compute"):
+            out[done:done + len(frames)] = qcp(frames)
+        done += len(frames)
+
+    with contextlib.suppress(OSError):
+        timer.add("io", _mapped.map_rows(fd, offsets, nbytes, shape, block.array.dtype, each,
+                                         filename=block.array.filename))
+    timer.bytes_read += done * block.array.dtype.itemsize * int(np.prod(shape))
     return done
 
 
