@@ -239,7 +239,7 @@ def warm_up(kernel: str = "auto") -> float:
 
     The numba kernel is loaded from numba's on-disk cache (compiled on first use
     anywhere) for float32 and float64 frames, writable or read-only (a mapping of the
-    file, :mod:`h5mdx.format.mapped`). Call it when a worker starts (h5mdx's
+    file, ``h5mdx.format.mapped``). Call it when a worker starts (h5mdx's
     clusters do) so that the first task does not pay for it; :func:`h5mdx.rmsd`
     tasks call it too and record the time as their ``warmup`` phase, apart from
     ``compute``.

@@ -316,16 +316,16 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
 
 
 #: Environment variable: ``1`` runs the kernel on a mapping of the file where the frames
-#: are stored as served (:func:`_mapped_block`); ``0`` or unset, never.
+#: are stored as served (``_mapped_block``); ``0`` or unset, never.
 MAPPED_READ_ENV = "H5MDX_MAPPED_READ"
 
 
 def mapped_read() -> bool:
-    """Whether a task runs the kernel on a mapping of the file (:func:`_mapped_block`).
+    """Whether a task runs the kernel on a mapping of the file (``_mapped_block``).
 
     ``$H5MDX_MAPPED_READ`` set to ``1``, on a system that can map files. Off by default:
     a file truncated by another program while it is mapped kills the process
-    (:mod:`h5mdx.format.mapped`); on 2 cores the RMSD tasks ran slower with it
+    (``h5mdx.format.mapped``); on 2 cores the RMSD tasks ran slower with it
     (``benchmarks/results/mapped-read-2core.md``), and on 16 cores only the kernel on
     the mapping alone is measured (1.08-1.89x the fused read's ``pread``,
     ``benchmarks/results/mapped-16core.md``), not the tasks.
