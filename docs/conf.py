@@ -366,6 +366,30 @@ h5mdx_results = [
      "(every task sent to its worker at once): no faster (2 cores)",
      "python benchmarks/bench_tasks.py --tasks 32 --workers 1,2 --schedulers distributed "
      "--saturation inf --repeats 7 --tag=-2core-saturation-inf"),
+    ("scale-2core-fused256.md",
+     "2 threads, the fused read's step at 256 KiB, contiguous and one-frame chunks "
+     "(2 cores; runs of 256 and 1024 KiB one after the other, first)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 256 --tag=-2core-fused256"),
+    ("scale-2core-fused1024.md",
+     "2 threads, the fused read's step at 1024 KiB, contiguous and one-frame chunks "
+     "(2 cores; runs of 256 and 1024 KiB one after the other, first)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 1024 --tag=-2core-fused1024"),
+    ("scale-2core-fused256-b.md",
+     "2 threads, the fused read's step at 256 KiB, contiguous and one-frame chunks "
+     "(2 cores; runs of 256 and 1024 KiB one after the other, again, 1 MiB first)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 256 --tag=-2core-fused256-b"),
+    ("scale-2core-fused1024-b.md",
+     "2 threads, the fused read's step at 1024 KiB, contiguous and one-frame chunks "
+     "(2 cores; runs of 256 and 1024 KiB one after the other, again, 1 MiB first)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 1024 --tag=-2core-fused1024-b"),
     ("cli-2core.md", "h5mdx rmsd as a user runs it (a fresh process per run), per "
      "scheduler and with the default auto, against the read floor (2 cores, 30,000 frames)",
      "python benchmarks/bench_cli.py --frames 30000 --repeats 5 --tag=-2core"),
