@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import xarray as xr
 from MDAnalysis.analysis import rms
-from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
 from h5mdx.analysis import qcp as qcp_mod
@@ -21,7 +20,7 @@ from h5mdx.analysis import rmsd as rmsd_mod
 from h5mdx.format import direct
 from h5mdx.testing import assert_rmsd_close, write_h5md
 from h5mdx.timing import phases
-from rmsd_layouts import WHOLE_FRAMES, write_positions
+from rmsd_layouts import WHOLE_FRAMES, cut_the_second_task_short, rmsd_of, write_positions
 
 pytestmark = pytest.mark.skipif(not qcp_mod.has_numba() or not qcp_mod._PREAD,
                                 reason="the fused kernel needs numba and pread")
@@ -47,13 +46,7 @@ def calls(monkeypatch):
 
 
 def _rmsd(path, select, env, monkeypatch, scheduler="threads", **kw):
-    if env is None:
-        monkeypatch.delenv(rmsd_mod.FUSED_READ_ENV, raising=False)
-    else:
-        monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, env)
-    with xr.open_dataset(path, engine="h5md", topology=PSF) as ds, \
-            dask.config.set(scheduler=scheduler, num_workers=2):
-        return h5mdx.rmsd(ds.position, select=select, frames_per_block=40, **kw).values
+    return rmsd_of(path, select, rmsd_mod.FUSED_READ_ENV, env, monkeypatch, scheduler, **kw)
 
 
 @pytest.mark.parametrize("layout", FUSED)
@@ -143,17 +136,7 @@ def test_a_read_that_fails_midway_leaves_the_rest_to_the_ordinary_path(layouts, 
     the remaining frames gives the right values (and would name the file if it failed)."""
     path = layouts["contiguous"]
     ordinary = _rmsd(path, "name CA", "0", monkeypatch)
-    real = direct.DirectReader.row_runs
-
-    def broken(self, first, stop):
-        offsets, nbytes = real(self, first, stop)
-        if first == 40:  # the second task: its last 10 frames lie "past the end"
-            keep = nbytes[-1] - 10 * 3341 * 12
-            offsets = np.append(offsets, os.path.getsize(path) + 1)
-            nbytes = np.append(nbytes[:-1], [keep, 10 * 3341 * 12])
-        return offsets, nbytes
-
-    monkeypatch.setattr(direct.DirectReader, "row_runs", broken)
+    cut_the_second_task_short(path, monkeypatch)
     got = _rmsd(path, "name CA", "1", monkeypatch)
     assert sorted(calls) == [18, 30, 40]
     np.testing.assert_array_equal(got, ordinary)

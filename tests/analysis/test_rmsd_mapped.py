@@ -16,10 +16,10 @@ from MDAnalysisTests.datafiles import PSF
 import h5mdx
 from h5mdx.analysis import qcp as qcp_mod
 from h5mdx.analysis import rmsd as rmsd_mod
-from h5mdx.format import direct, mapped
+from h5mdx.format import mapped
 from h5mdx.testing import assert_rmsd_close
 from h5mdx.timing import phases
-from rmsd_layouts import WHOLE_FRAMES
+from rmsd_layouts import WHOLE_FRAMES, cut_the_second_task_short, rmsd_of
 
 pytestmark = pytest.mark.skipif(
     not qcp_mod.has_numba() or not qcp_mod._PREAD or not mapped.available(),
@@ -44,10 +44,7 @@ def windows(monkeypatch):
 
 
 def _rmsd(path, select, mapped_env, monkeypatch, scheduler="threads", **kw):
-    monkeypatch.setenv(rmsd_mod.MAPPED_READ_ENV, mapped_env)
-    with xr.open_dataset(path, engine="h5md", topology=PSF) as ds, \
-            dask.config.set(scheduler=scheduler, num_workers=2):
-        return h5mdx.rmsd(ds.position, select=select, frames_per_block=40, **kw).values
+    return rmsd_of(path, select, rmsd_mod.MAPPED_READ_ENV, mapped_env, monkeypatch, scheduler, **kw)
 
 
 @pytest.mark.parametrize("layout", WHOLE_FRAMES)
@@ -119,17 +116,7 @@ def test_runs_past_the_end_of_the_file_leave_the_rest_to_the_ordinary_path(
     ordinary read of the remaining frames gives the right values."""
     path = layouts["contiguous"]
     ordinary = _rmsd(path, "name CA", "0", monkeypatch)
-    real = direct.DirectReader.row_runs
-
-    def broken(self, first, stop):
-        offsets, nbytes = real(self, first, stop)
-        if first == 40:  # the second task: its last 10 frames lie "past the end"
-            keep = nbytes[-1] - 10 * 3341 * 12
-            offsets = np.append(offsets, os.path.getsize(path) + 1)
-            nbytes = np.append(nbytes[:-1], [keep, 10 * 3341 * 12])
-        return offsets, nbytes
-
-    monkeypatch.setattr(direct.DirectReader, "row_runs", broken)
+    cut_the_second_task_short(path, monkeypatch)
     got = _rmsd(path, "name CA", "1", monkeypatch)
     assert sorted(windows) == [18, 30, 40]
     np.testing.assert_array_equal(got, ordinary)

@@ -289,6 +289,13 @@ def fused_read(depth: int) -> bool:
     return depth == 0
 
 
+def _stored_runs(block: FrameReader, n: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """Where the task's ``n`` frames lie in the file, as runs of whole frames stored as
+    served (file descriptor, offsets, byte counts); None where they are not so stored."""
+    runs = block.bind_runs()
+    return runs(0, n) if runs is not None else None
+
+
 def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTimer) -> int:
     """RMSD of the task's frames read by the compiled kernel itself; the frames done.
 
@@ -299,8 +306,7 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
     stored as served (:meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); fewer than all
     where a read failed: the caller reads the rest by the ordinary path, which says why.
     """
-    runs = block.bind_runs()
-    located = runs(0, len(out)) if runs is not None else None
+    located = _stored_runs(block, len(out))
     if located is None:
         return 0
     fd, offsets, nbytes = located
@@ -347,8 +353,7 @@ def _mapped_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTim
     shorter than when it was opened): the caller reads the rest by the ordinary path,
     which says why.
     """
-    runs = block.bind_runs()
-    located = runs(0, len(out)) if runs is not None else None
+    located = _stored_runs(block, len(out))
     if located is None:
         return 0
     fd, offsets, nbytes = located
