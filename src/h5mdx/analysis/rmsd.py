@@ -281,12 +281,17 @@ def fused_read(depth: int) -> bool:
     reader thread with a spare core overlaps the reads with the kernel, which one
     compiled loop cannot.
     """
-    value = os.environ.get(FUSED_READ_ENV, "").strip()
-    if value in ("0", "1"):
-        return value == "1"
-    if value:
-        raise ValueError(f"{FUSED_READ_ENV} must be 0 or 1, not {value!r}")
-    return depth == 0
+    on = _switch(FUSED_READ_ENV)
+    return depth == 0 if on is None else on
+
+
+def _switch(variable: str) -> bool | None:
+    """An on/off environment variable: True for ``1``, False for ``0``, None where unset
+    or empty; anything else is refused."""
+    value = os.environ.get(variable, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{variable} must be 0 or 1, not {value!r}")
+    return None if not value else value == "1"
 
 
 def _stored_runs(block: FrameReader, n: int) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -336,10 +341,7 @@ def mapped_read() -> bool:
     the mapping alone is measured (1.08-1.89x the fused read's ``pread``,
     ``benchmarks/results/mapped-16core.md``), not the tasks.
     """
-    value = os.environ.get(MAPPED_READ_ENV, "").strip()
-    if value not in ("", "0", "1"):
-        raise ValueError(f"{MAPPED_READ_ENV} must be 0 or 1, not {value!r}")
-    return value == "1" and _mapped.available()
+    return bool(_switch(MAPPED_READ_ENV)) and _mapped.available()
 
 
 def _mapped_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTimer) -> int:
