@@ -187,11 +187,12 @@ def schedulers(names: list[str], n: int, warm: Callable[[], Any] = _warm_kernel,
     """Every scheduler of ``names`` with ``n`` workers, started at once, the kernel loaded.
 
     Yields the ``dask.config.set`` arguments that select each one, so that runs on
-    different schedulers can alternate. ``warm`` runs once in every worker before any
-    timing (default: load h5mdx's kernel); a benchmark that times compiled functions of
-    its own loads them there too, or each worker's first task carries their load. ``processes``: dask's process pool (spawned);
+    different schedulers can alternate. ``processes``: dask's process pool (spawned);
     ``threads``: dask's threaded scheduler; ``distributed``: a LocalCluster of ``n``
-    single-threaded worker processes (its client not the default one).
+    single-threaded worker processes (its client not the default one). ``warm`` runs
+    once in every worker before any timing (default: load h5mdx's kernel); a benchmark
+    that times compiled functions of its own loads them there too, or each worker's
+    first task carries their load.
     """
     configs: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:

@@ -55,7 +55,10 @@ def warm_worker() -> None:
 
     Without the chain loaded ahead, each worker's first task loaded it from numba's cache
     (0.3-1 s): on 8 or 16 workers, most graphs of one task ran on a worker that had not
-    run one yet, and the 16-core run of 2026-11-26 timed 650-750 ms a compute there.
+    run one yet. That is part of the 650-750 ms a one-task compute took in the 16-core
+    run of 2026-11-26; computes started back to back, which this benchmark's rounds
+    are, still wait ~300 ms in some rounds on 8 workers (the RMSD guide, "What a task
+    costs").
     """
     bs._warm_kernel()
     _chain(10)
