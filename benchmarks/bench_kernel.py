@@ -11,14 +11,16 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
 - each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
   turn, as a task runs them): the serial bound of a task;
 
-- the numba kernel six ways, each rebuilt here from ``_qcp_numba``'s own source: with its
+- the numba kernel seven ways, each rebuilt here from ``_qcp_numba``'s own source: with its
   accumulator lanes on the stack (``_qcp_numba._stack_zeros``, as shipped) or on the heap
   (``np.zeros``, the build before), and either loaded from numba's on-disk cache (how a
   worker usually gets it; ``h5mdx numba``) or compiled in this process (a first run, or no
   writable cache); with 24 lanes of separate multiplies and adds (``24 lanes,
   unfused``, the build before 12 fused lanes): the before/after of those changes, in one
-  run; and with 24 fused lanes (``24 fused lanes``: what a CPU with AVX-512's 32 vector
-  registers might run faster than 12; on AVX2's 16 they spill);
+  run; and with 12 and with 24 fused lanes (``12 fused lanes``, ``24 fused lanes``):
+  the shipped kernel takes 12 on AVX2 and 24 with AVX-512 (``_qcp_numba._host_lanes``;
+  24 spill AVX2's 16 registers, 12 are one and a half of AVX-512's 8 doubles), so one
+  of them is the shipped build and the other what the other kind of CPU runs;
 - ``h5mdx numpy``: the kernel without numba;
 - ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
   ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
@@ -59,6 +61,8 @@ sys.path.insert(0, HERE)
 import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 
 STEP_BYTES = 4 << 20
+#: The line of ``_qcp_numba`` that sets its lane count, which the variants replace.
+SHIPPED_LANES = "_LANES = _host_lanes()\n"
 MDA_FRAMES = 2000
 
 
@@ -85,14 +89,15 @@ def kernel_variant(lanes: str, cached: bool, workdir: str,
         if source.count("np.zeros(_LANES)") != 5:
             raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
     if not fused:
-        fma, lanes12 = ', fastmath={"contract"})', "_LANES = 12\n"
-        if source.count(fma) != 1 or source.count(lanes12) != 1:
-            raise RuntimeError("_qcp_numba no longer has 12 fused lanes")
-        source = source.replace(fma, ")").replace(lanes12, "_LANES = 24\n")
+        fma = ', fastmath={"contract"})'
+        if source.count(fma) != 1 or source.count(SHIPPED_LANES) != 1:
+            raise RuntimeError("_qcp_numba no longer has fused lanes, set by _host_lanes")
+        source = source.replace(fma, ")").replace(SHIPPED_LANES, "_LANES = 24\n")
     if n_lanes is not None:
-        if n_lanes % 3 or source.count("_LANES = 12\n") != 1:
-            raise RuntimeError("lanes must be a multiple of 3, and _qcp_numba have 12")
-        source = source.replace("_LANES = 12\n", f"_LANES = {n_lanes}\n")
+        if n_lanes % 3 or source.count(SHIPPED_LANES) != 1:
+            raise RuntimeError("lanes must be a multiple of 3, and _qcp_numba set them with "
+                               "_host_lanes")
+        source = source.replace(SHIPPED_LANES, f"_LANES = {n_lanes}\n")
     name = (f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
             f"{'' if n_lanes is None else f'_{n_lanes}'}")
     if not cached:
@@ -139,6 +144,7 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
     if has_numba():
         for label, lanes, cached, fused, n_lanes in (
                 ("h5mdx numba", "stack", True, True, None),
+                ("h5mdx numba, 12 fused lanes, from the cache", "stack", True, True, 12),
                 ("h5mdx numba, 24 fused lanes, from the cache", "stack", True, True, 24),
                 ("h5mdx numba, compiled in this process", "stack", False, True, None),
                 ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False, None),
@@ -224,8 +230,11 @@ def main() -> int:
     args = p.parse_args()
     tpl = bs.templates()
     frames = np.ascontiguousarray(np.resize(tpl, (args.frames,) + tpl.shape[1:]))
+    from h5mdx.analysis import _qcp_numba
+
     results: dict[str, Any] = {"frames": args.frames, "n_atoms": bs.N_ATOMS,
-                               "repeats": args.repeats, **bs.machine(), "fps": {}}
+                               "repeats": args.repeats, **bs.machine(),
+                               "shipped_lanes": _qcp_numba._LANES, "fps": {}}
     workdir = tempfile.mkdtemp(prefix="h5mdx-bench-kernel-")
     for label, atoms in (("all atoms", None), ("C-alpha", bs.ca_indices())):
         runs = kernels(frames, atoms, workdir)
@@ -257,7 +266,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"RMSD kernels alone: {results['frames']:,} in-memory float32 frames of "
              f"{results['n_atoms']} atoms, 4 MiB at a time, one core; medians of "
              f"{results['repeats']} interleaved rounds. {results['platform']}, "
-             f"{bs.cores_text(results)}; {bs.versions_text(results)}.", "",
+             f"{bs.cores_text(results)}; {bs.versions_text(results)}."
+             + (f" The shipped kernel (`h5mdx numba`) has {results['shipped_lanes']} "
+                "accumulator lanes on this CPU." if "shipped_lanes" in results else ""), "",
              "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
              + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
              "|---" * (1 + 2 * len(fps)) + "|"]

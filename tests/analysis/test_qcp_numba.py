@@ -108,3 +108,31 @@ def test_kernel_runs_as_plain_python_with_numba_disabled():
                          env={**os.environ, "NUMBA_DISABLE_JIT": "1"}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(("features", "lanes"), [
+    ("+64bit,+avx,+avx2,+fma,-avx512f", 12),   # AVX2 (Zen 3, Haswell...)
+    ("+64bit,+avx2,+avx512f,+avx512bw", 24),   # AVX-512 (Zen 4, Xeon)
+    ("+neon", 12),                             # AArch64
+    ("", 12),                                  # LLVM could not tell
+])
+def test_lanes_follow_the_vector_width(features, lanes):
+    from h5mdx.analysis._qcp_numba import _host_lanes
+
+    assert _host_lanes(features) == lanes
+
+
+def test_lanes_follow_the_features_numba_compiles_for():
+    """``NUMBA_CPU_FEATURES`` (which is in the key of numba's cache) sets the lanes too."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from h5mdx.analysis import _qcp_numba as q; print(q._LANES)"
+    got = {}
+    for features in ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "NUMBA_CPU_FEATURES": features}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        got[features] = int(out.stdout)
+    assert list(got.values()) == [12, 24]

@@ -19,6 +19,9 @@ product. Twelve lanes of five sums then fill 15 of AVX2's 16 registers; 24 lanes
 (30 registers) spilled to the stack on every addition. On the 2-core AMD EPYC (Zen 3,
 AVX2) 12 fused lanes ran all-atom frames 1.4-1.7x faster than 24 unfused ones, and
 C-alpha frames 1.03-1.18x (``benchmarks/bench_kernel.py``: "24 lanes, unfused", same runs).
+With AVX-512 (32 registers of 8 doubles) the kernel takes 24 lanes (:func:`_host_lanes`):
+12 there ran 3.4x slower on Zen 4. The lane count sets the order of the sums, so the
+RMSD on an AVX-512 machine differs from an AVX2 machine's by ~1e-12 Å.
 
 The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap.
 LLVM cannot tell heap arrays from numba's allocator apart from the frame and the
@@ -61,10 +64,32 @@ _clock_gettime = _types.ExternalFunction(
 
 __all__ = ["_qcp_frames", "_qcp_pread", "_reference_layout"]
 
-#: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of AVX2's
-#: 4 doubles; 5 sums x 12 lanes fit AVX2's 16 registers (module docstring). Unfused, 24
-#: measured fastest of 6, 12, 24 and 48; fused, 12 is 1.4-1.7x faster than 24 (Zen 3).
-_LANES = 12
+def _host_lanes(features: str | None = None) -> int:
+    """Accumulator lanes per sum for the CPU numba compiles for: 24 with AVX-512, else 12.
+
+    A multiple of 3 (so a lane keeps one axis) and of the vector's doubles. 5 sums x 12
+    lanes fit AVX2's 16 registers; with fused multiply-adds 12 lanes ran 1.4-1.7x faster
+    than 24 on Zen 3 (AVX2). Where LLVM vectorises 512 bits wide, 12 lanes are one and a
+    half registers: on Zen 4 (``znver4``, AVX-512) 12 lanes ran all-atom frames at 104k
+    frames/s and 24 at 352k, 3.4x (C-alpha 1.3x); on an Intel Xeon with AVX-512 (where
+    LLVM prefers 256-bit vectors) 24 ran 1.06x all-atom and 0.96x C-alpha
+    (``benchmarks/bench_kernel.py``, ``kernel-2core-zen4.md``, ``kernel-16core.md``).
+
+    ``features``: LLVM's feature string (``+avx2,+avx512f,...``); default, the one numba
+    compiles for (``NUMBA_CPU_FEATURES``, else the host's), which is also in the key of
+    numba's on-disk cache, so a cached build always has this module's lane count.
+    """
+    if features is None:
+        from numba.core import config
+        from numba.core.codegen import get_host_cpu_features
+
+        features = config.CPU_FEATURES if config.CPU_FEATURES is not None \
+            else get_host_cpu_features()
+    return 24 if "+avx512f" in features.split(",") else 12
+
+
+#: Accumulator lanes per sum (:func:`_host_lanes`); a compile-time constant of the kernel.
+_LANES = _host_lanes()
 
 
 @_intrinsic
