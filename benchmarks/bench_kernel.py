@@ -11,16 +11,17 @@ place) and for the 214 C-alpha-like indices (gathered per frame):
 - each h5mdx kernel on that block as the copy leaves it, and ``copy + kernel`` (both in
   turn, as a task runs them): the serial bound of a task;
 
-- the numba kernel seven ways, each rebuilt here from ``_qcp_numba``'s own source: with its
+- the numba kernel eight ways, each rebuilt here from ``_qcp_numba``'s own source: with its
   accumulator lanes on the stack (``_qcp_numba._stack_zeros``, as shipped) or on the heap
   (``np.zeros``, the build before), and either loaded from numba's on-disk cache (how a
   worker usually gets it; ``h5mdx numba``) or compiled in this process (a first run, or no
   writable cache); with 24 lanes of separate multiplies and adds (``24 lanes,
   unfused``, the build before 12 fused lanes): the before/after of those changes, in one
-  run; and with 12 and with 24 fused lanes (``12 fused lanes``, ``24 fused lanes``):
-  the shipped kernel takes 12 on AVX2 and 24 with AVX-512 (``_qcp_numba._host_lanes``;
-  24 spill AVX2's 16 registers, 12 are one and a half of AVX-512's 8 doubles), so one
-  of them is the shipped build and the other what the other kind of CPU runs;
+  run; and with 12 and 24 fused lanes, one frame a pass over the reference, and 24 two
+  frames a pass: the shipped kernel takes 12 lanes and one frame where LLVM vectorises
+  256 bits wide (AVX2, Intel's AVX-512) and 24 lanes and two frames where it vectorises
+  512 bits wide (AMD Zen 4 and later; ``_qcp_numba._wide_vectors``), so one of these is
+  the shipped build and the others what the other kind of CPU runs, or spills;
 - ``h5mdx numpy``: the kernel without numba;
 - ``mdtraj.rmsd`` (one thread, its own float32 SSE code), where installed, and
   ``MDAnalysis qcprot`` (``MDAnalysis.analysis.rms.rmsd`` per frame, on at most 2,000
@@ -62,7 +63,9 @@ import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 
 STEP_BYTES = 4 << 20
 #: The line of ``_qcp_numba`` that sets its lane count, which the variants replace.
-SHIPPED_LANES = "_LANES = _host_lanes()\n"
+SHIPPED_LANES = "_LANES = 24 if _WIDE else 12\n"
+#: The line that sets whether it takes two frames a pass over the reference.
+SHIPPED_PAIRS = "_PAIRS = _WIDE\n"
 MDA_FRAMES = 2000
 
 
@@ -71,35 +74,42 @@ def step_frames(n_atoms: int) -> int:
     return max(1, STEP_BYTES // (n_atoms * 12))
 
 
-def kernel_variant(lanes: str, cached: bool, workdir: str,
-                   fused: bool = True, n_lanes: int | None = None) -> types.ModuleType:
+def kernel_variant(lanes: str, cached: bool, workdir: str, fused: bool = True,
+                   n_lanes: int | None = None, pairs: bool | None = None) -> types.ModuleType:
     """A build of ``h5mdx.analysis._qcp_numba`` from its own source, with its accumulator
     lanes on the ``"stack"`` (as shipped) or the ``"heap"`` (``np.zeros``, the build
     before ``_stack_zeros``), either compiled in this process or loaded from numba's
     on-disk cache (written by a subprocess first), which is how worker processes usually
     get it; ``fused=False``: 24 lanes without fused multiply-adds (the build before
     ``fastmath={"contract"}``); ``n_lanes``: that many accumulator lanes (a multiple of 3;
-    24 fills AVX-512's 32 registers as 12 fills AVX2's 16). ``PreparedQCP`` runs any of them
-    as tasks run the shipped one."""
+    24 fills AVX-512's 32 registers as 12 fills AVX2's 16); ``pairs``: two frames a pass
+    over the reference or one (default: as shipped, two where LLVM vectorises 512 bits
+    wide). ``PreparedQCP`` runs any of them as tasks run the shipped one."""
     from h5mdx.analysis import _qcp_numba
 
     source = inspect.getsource(_qcp_numba)
     if lanes == "heap":
-        source = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)")
-        if source.count("np.zeros(_LANES)") != 5:
+        if "_stack_zeros(_LANES)" not in source:
             raise RuntimeError("_qcp_numba no longer builds its lanes with _stack_zeros(_LANES)")
+        source = source.replace("_stack_zeros(_LANES)", "np.zeros(_LANES)")
     if not fused:
         fma = ', fastmath={"contract"})'
-        if source.count(fma) != 1 or source.count(SHIPPED_LANES) != 1:
-            raise RuntimeError("_qcp_numba no longer has fused lanes, set by _host_lanes")
+        if source.count(fma) != 2 or source.count(SHIPPED_LANES) != 1:
+            raise RuntimeError("_qcp_numba no longer has two kernels of fused lanes, whose "
+                               "count it sets in one line")
         source = source.replace(fma, ")").replace(SHIPPED_LANES, "_LANES = 24\n")
     if n_lanes is not None:
         if n_lanes % 3 or source.count(SHIPPED_LANES) != 1:
-            raise RuntimeError("lanes must be a multiple of 3, and _qcp_numba set them with "
-                               "_host_lanes")
+            raise RuntimeError("lanes must be a multiple of 3, and _qcp_numba set them in "
+                               "one line")
         source = source.replace(SHIPPED_LANES, f"_LANES = {n_lanes}\n")
+    if pairs is not None:
+        if source.count(SHIPPED_PAIRS) != 1:
+            raise RuntimeError("_qcp_numba no longer sets _PAIRS in one line")
+        source = source.replace(SHIPPED_PAIRS, f"_PAIRS = {pairs}\n")
     name = (f"_qcp_numba_{lanes}{'' if fused else '_unfused'}"
-            f"{'' if n_lanes is None else f'_{n_lanes}'}")
+            f"{'' if n_lanes is None else f'_{n_lanes}'}"
+            f"{'' if pairs is None else ('_pairs' if pairs else '_single')}")
     if not cached:
         module = types.ModuleType(name)
         source = source.replace("cache=True, ", "")
@@ -142,17 +152,19 @@ def kernels(frames: np.ndarray, atoms: np.ndarray | None,
 
     fns: dict[str, Callable[[np.ndarray], Any]] = {}
     if has_numba():
-        for label, lanes, cached, fused, n_lanes in (
-                ("h5mdx numba", "stack", True, True, None),
-                ("h5mdx numba, 12 fused lanes, from the cache", "stack", True, True, 12),
-                ("h5mdx numba, 24 fused lanes, from the cache", "stack", True, True, 24),
-                ("h5mdx numba, compiled in this process", "stack", False, True, None),
-                ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False, None),
-                ("h5mdx numba, heap lanes, from the cache", "heap", True, True, None),
+        for label, lanes, cached, fused, n_lanes, pairs in (
+                ("h5mdx numba", "stack", True, True, None, None),
+                ("h5mdx numba, 12 fused lanes, one frame a pass", "stack", True, True, 12, False),
+                ("h5mdx numba, 24 fused lanes, one frame a pass", "stack", True, True, 24, False),
+                ("h5mdx numba, 24 fused lanes, two frames a pass", "stack", True, True, 24, True),
+                ("h5mdx numba, compiled in this process", "stack", False, True, None, None),
+                ("h5mdx numba, 24 lanes, unfused, from the cache", "stack", True, False, None,
+                 False),
+                ("h5mdx numba, heap lanes, from the cache", "heap", True, True, None, None),
                 ("h5mdx numba, heap lanes, compiled in this process", "heap", False, True,
-                 None)):
-            fns[label] = PreparedQCP(
-                ref, None, True, kernel_variant(lanes, cached, workdir, fused, n_lanes), atoms)
+                 None, None)):
+            fns[label] = PreparedQCP(ref, None, True, kernel_variant(
+                lanes, cached, workdir, fused, n_lanes, pairs), atoms)
     fns["h5mdx numpy"] = prepare(ref, None, True, "numpy", reference_centered=True,
                                  atoms=atoms)
     runs: dict[str, Callable[[], Any]] = {"copy (the read's floor)": copy}
@@ -234,7 +246,8 @@ def main() -> int:
 
     results: dict[str, Any] = {"frames": args.frames, "n_atoms": bs.N_ATOMS,
                                "repeats": args.repeats, **bs.machine(),
-                               "shipped_lanes": _qcp_numba._LANES, "fps": {}}
+                               "shipped_lanes": _qcp_numba._LANES,
+                               "shipped_pairs": _qcp_numba._PAIRS, "fps": {}}
     workdir = tempfile.mkdtemp(prefix="h5mdx-bench-kernel-")
     for label, atoms in (("all atoms", None), ("C-alpha", bs.ca_indices())):
         runs = kernels(frames, atoms, workdir)
@@ -268,7 +281,9 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['repeats']} interleaved rounds. {results['platform']}, "
              f"{bs.cores_text(results)}; {bs.versions_text(results)}."
              + (f" The shipped kernel (`h5mdx numba`) has {results['shipped_lanes']} "
-                "accumulator lanes on this CPU." if "shipped_lanes" in results else ""), "",
+                "accumulator lanes on this CPU"
+                + (", and takes two frames a pass" if results.get("shipped_pairs") else "")
+                + "." if "shipped_lanes" in results else ""), "",
              "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
              + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
              "|---" * (1 + 2 * len(fps)) + "|"]

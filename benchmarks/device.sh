@@ -47,7 +47,10 @@
 #   second lease timed its load in the one-task graphs on distributed and processes), ~30 s;
 # - compute400k: where a distributed compute's time goes on 16 workers with a 16 GB
 #   contiguous file: whether the ~45 ms a compute costs outside its tasks is all that keeps
-#   C-alpha below 0.8x at 4 GB, ~1 min.
+#   C-alpha below 0.8x at 4 GB, ~1 min;
+# - kernel: the kernel alone, now with 24 accumulator lanes on AVX-512 (12 on AVX2: the
+#   shipped 12 ran 2.9x slower than 24 on a Zen 4 VM, 1.06x / 0.96x on this Xeon in the
+#   second lease), 12 and 24 side by side, ~1 min.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -57,7 +60,7 @@ WHEELS=.whl
 # The steps above, in order of what they tell per
 # minute, as one command (each step packed into its own archive as it finishes; a failed
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
-# One call of under 10 minutes covers them all (~7 min; the machine's start ~35 s):
+# One call of under 10 minutes covers them all (~8 min; the machine's start ~35 s):
 #   run(command="PYTHONUNBUFFERED=1 bash benchmarks/device.sh next 2>&1 | tail -c 11000",
 #       carry=[".whl"], timeout_s=540)
 NEXT_STEPS=(
@@ -67,6 +70,7 @@ NEXT_STEPS=(
     "fused1024|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 1024 --tag=-16core-fused1024"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-warm"
     "compute400k|bench_compute --frames 400000 --layout contig --workers 16 --repeats 5 --tag=-16core-400k"
+    "kernel|bench_kernel --tag=-16core-lanes"
 )
 
 case "${1:-}" in

@@ -110,29 +110,52 @@ def test_kernel_runs_as_plain_python_with_numba_disabled():
     assert out.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize(("features", "lanes"), [
-    ("+64bit,+avx,+avx2,+fma,-avx512f", 12),   # AVX2 (Zen 3, Haswell...)
-    ("+64bit,+avx2,+avx512f,+avx512bw", 24),   # AVX-512 (Zen 4, Xeon)
-    ("+neon", 12),                             # AArch64
-    ("", 12),                                  # LLVM could not tell
+@pytest.mark.parametrize(("features", "cpu", "wide"), [
+    ("+64bit,+avx,+avx2,+fma,-avx512f", "znver3", False),   # AVX2
+    ("+64bit,+avx2,+avx512f,+avx512bw", "znver4", True),    # AVX-512, 512-bit vectors
+    ("+64bit,+avx2,+avx512f,+avx512bw", "sapphirerapids", False),  # tuned to 256 bits
+    ("+64bit,+avx2,+avx512f", "generic", False),
+    ("+neon", "neoverse-v2", False),                          # AArch64
+    ("", "znver4", False),                                    # LLVM could not tell
 ])
-def test_lanes_follow_the_vector_width(features, lanes):
-    from h5mdx.analysis._qcp_numba import _host_lanes
+def test_wide_vectors_only_where_llvm_vectorises_512_bits(features, cpu, wide):
+    from h5mdx.analysis._qcp_numba import _wide_vectors
 
-    assert _host_lanes(features) == lanes
+    assert _wide_vectors(features, cpu) is wide
 
 
-def test_lanes_follow_the_features_numba_compiles_for():
-    """``NUMBA_CPU_FEATURES`` (which is in the key of numba's cache) sets the lanes too."""
+def test_the_layout_follows_the_cpu_numba_compiles_for():
+    """``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES`` (in the key of numba's cache) set the
+    lanes and the frames a pass, and every layout gives the same RMSD to 1e-10 Å."""
     import os
     import subprocess
     import sys
 
-    code = "from h5mdx.analysis import _qcp_numba as q; print(q._LANES)"
+    from numba.core.codegen import get_host_cpu_features
+
+    host = get_host_cpu_features().split(",")
+    no512 = ",".join("-" + f[1:] if f[1:].startswith("avx512") else f for f in host)
+    with512 = ",".join(f for f in host if not f[1:].startswith("avx512")) + ",+avx512f"
+    code = ("import numpy as np; from h5mdx.analysis import _qcp_numba as q; "
+            "from h5mdx.analysis.qcp import rmsd_qcp; "
+            "x = np.random.default_rng(0).normal(size=(7, 3341, 3)).astype(np.float32); "
+            "r = rmsd_qcp(x[0], x, kernel='numba'); "
+            "a = np.arange(0, 3341, 7); s = rmsd_qcp(x[0, a], x, kernel='numba', atoms=a); "
+            "print(q._LANES, q._PAIRS, *r.tolist(), *s.tolist())")
     got = {}
-    for features in ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f"):
+    for cpu, features in (("znver3", no512), ("sapphirerapids", with512),
+                          ("znver4", with512)):
+        if "+avx512f" in features and "+avx512f" not in host:
+            continue  # this CPU cannot run AVX-512 code
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "NUMBA_CPU_FEATURES": features}, timeout=120)
+                             env={**os.environ, "NUMBA_CPU_NAME": cpu,
+                                  "NUMBA_CPU_FEATURES": features}, timeout=300)
         assert out.returncode == 0, out.stderr
-        got[features] = int(out.stdout)
-    assert list(got.values()) == [12, 24]
+        lanes, pairs, *values = out.stdout.split()
+        got[cpu] = (int(lanes), pairs == "True", np.array(values, dtype=float))
+    assert got["znver3"][:2] == (12, False)
+    if "sapphirerapids" in got:
+        assert got["sapphirerapids"][:2] == (12, False)
+        assert got["znver4"][:2] == (24, True)
+    for _lanes, _pairs, values in got.values():
+        np.testing.assert_allclose(values, got["znver3"][2], rtol=0, atol=1e-10)

@@ -22,6 +22,24 @@ def test_other_lane_counts_give_the_shipped_kernels_rmsd(bench_kernel, tmp_path,
     np.testing.assert_allclose(got, shipped, rtol=1e-12, atol=1e-9)
 
 
+@pytest.mark.parametrize("atoms", [None, np.arange(0, 300, 4)])
+def test_two_frames_a_pass_give_the_same_bits_as_one(bench_kernel, tmp_path, atoms):
+    """``_pair_sums`` adds each frame's products in the order ``_frame_sums`` does, odd
+    frame counts and gathered selections included (weighted too)."""
+    rng = np.random.default_rng(4)
+    frames = (rng.normal(size=(9, 300, 3)) * 10).astype(np.float32)
+    cols = np.arange(300) if atoms is None else atoms
+    ref = center(frames[0, cols].astype(np.float64))
+    weights = rng.uniform(1, 16, size=len(cols))
+    one = bench_kernel.kernel_variant("stack", False, str(tmp_path), n_lanes=24, pairs=False)
+    two = bench_kernel.kernel_variant("stack", False, str(tmp_path), n_lanes=24, pairs=True)
+    assert (one._PAIRS, two._PAIRS) == (False, True)
+    for w in (None, weights):
+        got = [PreparedQCP(ref, w, True, k, atoms)(frames) for k in (one, two)]
+        assert np.array_equal(got[0], got[1])
+        assert got[0].shape == (9,) and np.all(got[0][1:] > 0)
+
+
 def test_lane_counts_keep_an_axis_per_lane(bench_kernel, tmp_path):
     with pytest.raises(RuntimeError, match="multiple of 3"):
         bench_kernel.kernel_variant("stack", False, str(tmp_path), n_lanes=8)

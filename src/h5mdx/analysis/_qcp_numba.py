@@ -19,9 +19,11 @@ product. Twelve lanes of five sums then fill 15 of AVX2's 16 registers; 24 lanes
 (30 registers) spilled to the stack on every addition. On the 2-core AMD EPYC (Zen 3,
 AVX2) 12 fused lanes ran all-atom frames 1.4-1.7x faster than 24 unfused ones, and
 C-alpha frames 1.03-1.18x (``benchmarks/bench_kernel.py``: "24 lanes, unfused", same runs).
-With AVX-512 (32 registers of 8 doubles) the kernel takes 24 lanes (:func:`_host_lanes`):
-12 there ran 3.4x slower on Zen 4. The lane count sets the order of the sums, so the
-RMSD on an AVX-512 machine differs from an AVX2 machine's by ~1e-12 Å.
+Where LLVM vectorises 512 bits wide (AVX-512 on AMD Zen 4 and later:
+:func:`_wide_vectors`) the kernel takes 24 lanes (12 there ran 2.9x slower) and two
+frames a pass over the reference (:func:`_pair_sums`, 1.2-1.6x). The lane count sets
+the order of the sums, so the RMSD there differs from other machines' by ~1e-12 Å; two
+frames a pass change no bit.
 
 The accumulators are arrays on the stack (:func:`_stack_zeros`), not on the heap.
 LLVM cannot tell heap arrays from numba's allocator apart from the frame and the
@@ -64,32 +66,51 @@ _clock_gettime = _types.ExternalFunction(
 
 __all__ = ["_qcp_frames", "_qcp_pread", "_reference_layout"]
 
-def _host_lanes(features: str | None = None) -> int:
-    """Accumulator lanes per sum for the CPU numba compiles for: 24 with AVX-512, else 12.
+def _wide_vectors(features: str | None = None, cpu: str | None = None) -> bool:
+    """Whether LLVM vectorises 512 bits wide for the CPU numba compiles for.
 
-    A multiple of 3 (so a lane keeps one axis) and of the vector's doubles. 5 sums x 12
-    lanes fit AVX2's 16 registers; with fused multiply-adds 12 lanes ran 1.4-1.7x faster
-    than 24 on Zen 3 (AVX2). Where LLVM vectorises 512 bits wide, 12 lanes are one and a
-    half registers: on Zen 4 (``znver4``, AVX-512) 12 lanes ran all-atom frames at 104k
-    frames/s and 24 at 352k, 3.4x (C-alpha 1.3x); on an Intel Xeon with AVX-512 (where
-    LLVM prefers 256-bit vectors) 24 ran 1.06x all-atom and 0.96x C-alpha
-    (``benchmarks/bench_kernel.py``, ``kernel-2core-zen4.md``, ``kernel-16core.md``).
-
-    ``features``: LLVM's feature string (``+avx2,+avx512f,...``); default, the one numba
-    compiles for (``NUMBA_CPU_FEATURES``, else the host's), which is also in the key of
-    numba's on-disk cache, so a cached build always has this module's lane count.
+    That is AVX-512 on AMD's Zen 4 and later (``znver4``, ``znver5``). LLVM tunes Intel's
+    AVX-512 CPUs (``skylake-avx512`` to ``sapphirerapids``) to 256-bit vectors, as it does
+    AVX2 ones. ``features`` and ``cpu``: LLVM's feature string (``+avx2,+avx512f,...``) and
+    CPU name; by default the ones numba compiles for (``NUMBA_CPU_FEATURES`` and
+    ``NUMBA_CPU_NAME``, else the host's). Both are in the key of numba's on-disk cache, so
+    a cached build always has the layout this gives.
     """
+    from numba.core import config
+
     if features is None:
-        from numba.core import config
         from numba.core.codegen import get_host_cpu_features
 
         features = config.CPU_FEATURES if config.CPU_FEATURES is not None \
             else get_host_cpu_features()
-    return 24 if "+avx512f" in features.split(",") else 12
+    if cpu is None:
+        cpu = config.CPU_NAME
+    if cpu is None or cpu == "host":
+        import llvmlite.binding as ll
+
+        cpu = ll.get_host_cpu_name()
+    return "+avx512f" in features.split(",") and cpu.startswith("znver")
 
 
-#: Accumulator lanes per sum (:func:`_host_lanes`); a compile-time constant of the kernel.
-_LANES = _host_lanes()
+#: 512-bit vectors (:func:`_wide_vectors`): a compile-time constant of the kernel, which
+#: sets the two below.
+_WIDE = _wide_vectors()
+
+#: Accumulator lanes per sum: a multiple of 3 (so a lane keeps one axis) and of the
+#: vector's doubles. 5 sums x 12 lanes fit AVX2's 16 registers of 4 doubles; with fused
+#: multiply-adds 12 lanes ran 1.4-1.7x faster than 24 on Zen 3 (AVX2). Where LLVM
+#: vectorises 512 bits wide, 12 lanes are one and a half registers: on Zen 4 12 lanes ran
+#: all-atom frames at 121k frames/s and 24 at 352k, 2.9x (C-alpha 1.2x). With Intel's
+#: tuning 12 and 24 ran alike (``benchmarks/bench_kernel.py``, ``kernel-2core-zen4.md``,
+#: ``kernel-16core.md``).
+_LANES = 24 if _WIDE else 12
+
+#: Two frames a pass over the reference (:func:`_pair_sums`) where 512-bit vectors give
+#: the 2 x 5 sums x 24 lanes their 30 registers: the reference's layout (9 doubles an
+#: atom, 235 KiB for 3341 atoms) is then read once for two frames. On Zen 4 the kernel ran
+#: 1.2-1.6x as fast; with 256-bit vectors the 60 registers it would need spill, and it
+#: ran 0.3-0.7x. The sums are the same, bit for bit, as one frame at a time.
+_PAIRS = _WIDE
 
 
 @_intrinsic
@@ -164,6 +185,84 @@ def _frame_sums(a, wf, y, use_w, r):  # pragma: no cover - compiled
         r[6 + j] += l2[k]
         r[9 + j] += ls[k]
         r[12] += lg[k]
+
+
+@_njit(cache=True, nogil=True, fastmath={"contract"})  # fused multiply-adds only
+def _pair_sums(a, wf, y, z, use_w, r, q):  # pragma: no cover - compiled
+    """:func:`_frame_sums` of two frames ``y``, ``z`` into ``r``, ``q``, in one pass over ``a``.
+
+    Each frame's lanes add the same products in the same order as :func:`_frame_sums`:
+    the sums are the same, bit for bit.
+    """
+    m = y.shape[0]
+    nb = m // _LANES
+    l0 = _stack_zeros(_LANES)
+    l1 = _stack_zeros(_LANES)
+    l2 = _stack_zeros(_LANES)
+    ls = _stack_zeros(_LANES)
+    lg = _stack_zeros(_LANES)
+    k0 = _stack_zeros(_LANES)
+    k1 = _stack_zeros(_LANES)
+    k2 = _stack_zeros(_LANES)
+    ks = _stack_zeros(_LANES)
+    kg = _stack_zeros(_LANES)
+    for blk in range(nb):
+        base = blk * _LANES
+        for k in range(_LANES):
+            a0 = a[0, base + k]
+            a1 = a[1, base + k]
+            a2 = a[2, base + k]
+            v = np.float64(y[base + k])
+            u = np.float64(z[base + k])
+            l0[k] += a0 * v
+            l1[k] += a1 * v
+            l2[k] += a2 * v
+            k0[k] += a0 * u
+            k1[k] += a1 * u
+            k2[k] += a2 * u
+            if use_w:
+                wv = wf[base + k] * v
+                wu = wf[base + k] * u
+                ls[k] += wv
+                lg[k] += wv * v
+                ks[k] += wu
+                kg[k] += wu * u
+            else:
+                ls[k] += v
+                lg[k] += v * v
+                ks[k] += u
+                kg[k] += u * u
+    base = nb * _LANES
+    for j in range(base, m):
+        k = j - base
+        v = np.float64(y[j])
+        u = np.float64(z[j])
+        l0[k] += a[0, j] * v
+        l1[k] += a[1, j] * v
+        l2[k] += a[2, j] * v
+        k0[k] += a[0, j] * u
+        k1[k] += a[1, j] * u
+        k2[k] += a[2, j] * u
+        wv = wf[j] * v if use_w else v
+        wu = wf[j] * u if use_w else u
+        ls[k] += wv
+        lg[k] += wv * v
+        ks[k] += wu
+        kg[k] += wu * u
+    r[:] = 0.0
+    q[:] = 0.0
+    for k in range(_LANES):
+        j = k % 3
+        r[j] += l0[k]
+        r[3 + j] += l1[k]
+        r[6 + j] += l2[k]
+        r[9 + j] += ls[k]
+        r[12] += lg[k]
+        q[j] += k0[k]
+        q[3 + j] += k1[k]
+        q[6 + j] += k2[k]
+        q[9 + j] += ks[k]
+        q[12] += kg[k]
 
 
 @_njit(cache=True, nogil=True)
@@ -275,7 +374,8 @@ def _qcp_frames(ref_c, frames, atoms, w, use_w, superposition, a, wf, sums, buf,
     ``frames`` is C-contiguous (n_frames, n_all, 3); ``atoms`` picks the columns to
     compare (one per row of ``ref_c``); ``a``, ``wf``, ``sums`` are the reference's
     :func:`_reference_layout`. A contiguous run of atoms is read in place; any other
-    selection is gathered into ``buf`` (3 n elements of the frames' dtype) first.
+    selection is gathered into ``buf`` ((2, 3 n) of the frames' dtype: two frames, where
+    :data:`_PAIRS` has the kernel take them two at a time) first.
     Allocates nothing of the reference's size: a worker of ``distributed`` frees (and
     the OS zeroes again) every allocation over 64 KiB (``MALLOC_TRIM_THRESHOLD_``).
     """
@@ -293,20 +393,41 @@ def _qcp_frames(ref_c, frames, atoms, w, use_w, superposition, a, wf, sums, buf,
             break
     flat = frames.reshape(n_frames, n_all * 3)
     r = np.empty(13)
-    for f in range(n_frames):
-        if not superposition:
-            _centred_rmsd(ref_c, frames, atoms, f, w, use_w, wsum, out)
-            continue
+    q = np.empty(13)
+    if not superposition:
+        for c in range(n_frames):
+            _centred_rmsd(ref_c, frames, atoms, c, w, use_w, wsum, out)
+        return
+    f = 0
+    if _PAIRS:  # two frames a pass over the reference (_PAIRS)
+        while f + 1 < n_frames:
+            if run:
+                _pair_sums(a, wf, flat[f, 3 * start:3 * start + m],
+                           flat[f + 1, 3 * start:3 * start + m], use_w, r, q)
+            else:
+                _gather(frames, atoms, f, buf[0])
+                _gather(frames, atoms, f + 1, buf[1])
+                _pair_sums(a, wf, buf[0], buf[1], use_w, r, q)
+            out[f] = _qcp_rmsd(r, g_a, rs, wsum, n)
+            out[f + 1] = _qcp_rmsd(q, g_a, rs, wsum, n)
+            f += 2
+    for g in range(f, n_frames):  # all frames, or the last of an odd number
         if run:
-            _frame_sums(a, wf, flat[f, 3 * start:3 * start + m], use_w, r)
+            _frame_sums(a, wf, flat[g, 3 * start:3 * start + m], use_w, r)
         else:
-            for i in range(n):
-                src = atoms[i]
-                buf[3 * i] = frames[f, src, 0]
-                buf[3 * i + 1] = frames[f, src, 1]
-                buf[3 * i + 2] = frames[f, src, 2]
-            _frame_sums(a, wf, buf, use_w, r)
-        out[f] = _qcp_rmsd(r, g_a, rs, wsum, n)
+            _gather(frames, atoms, g, buf[0])
+            _frame_sums(a, wf, buf[0], use_w, r)
+        out[g] = _qcp_rmsd(r, g_a, rs, wsum, n)
+
+
+@_njit(cache=True, nogil=True)
+def _gather(frames, atoms, f, into):  # pragma: no cover - compiled
+    """Frame ``f``'s ``atoms`` into ``into`` (3 n elements): ``x0 y0 z0 x1 ...``."""
+    for i in range(atoms.shape[0]):
+        src = atoms[i]
+        into[3 * i] = frames[f, src, 0]
+        into[3 * i + 1] = frames[f, src, 1]
+        into[3 * i + 2] = frames[f, src, 2]
 
 
 @_njit(cache=True, nogil=True)

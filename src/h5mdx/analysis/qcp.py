@@ -399,10 +399,10 @@ class PreparedQCP:
         return out
 
     def _gather_buffer(self, dtype: np.dtype) -> np.ndarray:
-        """Where the kernel gathers a selection: one frame's worth of ``dtype``, kept."""
+        """Where the kernel gathers a selection: two frames' worth of ``dtype``, kept."""
         buf = self._buffers.get(dtype)
         if buf is None:
-            buf = self._buffers[dtype] = np.empty(3 * self.ref_c.shape[0], dtype=dtype)
+            buf = self._buffers[dtype] = np.empty((2, 3 * self.ref_c.shape[0]), dtype=dtype)
         return buf
 
     @property
