@@ -48,9 +48,10 @@
 # - compute400k: where a distributed compute's time goes on 16 workers with a 16 GB
 #   contiguous file: whether the ~45 ms a compute costs outside its tasks is all that keeps
 #   C-alpha below 0.8x at 4 GB, ~1 min;
-# - kernel: the kernel alone, now with 24 accumulator lanes on AVX-512 (12 on AVX2: the
-#   shipped 12 ran 2.9x slower than 24 on a Zen 4 VM, 1.06x / 0.96x on this Xeon in the
-#   second lease), 12 and 24 side by side, ~1 min.
+# - kernel: the kernel alone with its layouts side by side: 12 lanes (shipped on this
+#   Xeon, whose AVX-512 LLVM tunes to 256-bit vectors), 24, and 24 two frames a pass
+#   (shipped on AMD Zen 4: 4.0x the 12 lanes there; built for sapphirerapids on that VM
+#   they spilled, 0.3x): whether the Xeon agrees, ~1 min.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."

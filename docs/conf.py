@@ -390,6 +390,40 @@ h5mdx_results = [
      "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
      "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
      "--fused-kib 1024 --tag=-2core-fused1024-b"),
+    ("kernel-2core-zen4.md", "The RMSD kernel on a Zen 4 (AVX-512) core: 24 lanes and two "
+     "frames a pass (shipped there) against 12 lanes, the build before, 4.0x with all atoms",
+     "python benchmarks/bench_kernel.py --tag=-2core-zen4"),
+    ("scale-2core-zen4.md", "The grid on the 2-core Zen 4 VM with the kernel's 512-bit "
+     "layout (100,000 frames, N=1,2)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1,c100 "
+     "--workers 1,2 --schedulers distributed,threads --opens lazy --repeats 3 "
+     "--rss-frames 0 --grid-only --tag=-2core-zen4"),
+    ("scale-2core-zen4-before.md", "The same grid with the build before (12 lanes, one frame "
+     "a pass), on the same VM",
+     "git worktree add ../before 08de508 && cd ../before && PYTHONPATH=src python "
+     "benchmarks/bench_scale.py --frames 100000 --layouts contig,c1,c100 --workers 1,2 "
+     "--schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --grid-only "
+     "--tag=-2core-zen4-before"),
+    ("compute-2core-zen4.md", "Where a distributed compute's time goes, 2-core Zen 4 VM, "
+     "after the kernel's 512-bit layout",
+     "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-zen4"),
+    ("compute-2core-zen4-before.md", "The same at N=2 with the build before (12 lanes): all "
+     "atoms 0.31x the floor",
+     "git checkout 08de508 && python benchmarks/bench_compute.py --frames 100000 "
+     "--workers 2 --tag=-2core-zen4-before"),
+    ("mapped-read-2core-zen4.md", "H5MDX_MAPPED_READ on and off on the 2-core Zen 4 VM, "
+     "with the faster kernel: the mapping still 0.79-0.88x the default",
+     "python benchmarks/bench_fused.py --switch mapped --frames 100000 --workers 2 "
+     "--layouts contig --selections ca,all --repeats 5 --tag=-2core-zen4"),
+    ("scale-2core-zen4-fused256.md", "2 threads, the fused step at 256 KiB, Zen 4 VM (24 "
+     "lanes, one frame a pass): worse than 1 MiB again",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 256 --tag=-2core-zen4-fused256"),
+    ("scale-2core-zen4-fused1024.md", "The same at 1 MiB (the default), run right after",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1 --workers 2 "
+     "--schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only "
+     "--fused-kib 1024 --tag=-2core-zen4-fused1024"),
     ("cli-2core.md", "h5mdx rmsd as a user runs it (a fresh process per run), per "
      "scheduler and with the default auto, against the read floor (2 cores, 30,000 frames)",
      "python benchmarks/bench_cli.py --frames 30000 --repeats 5 --tag=-2core"),
