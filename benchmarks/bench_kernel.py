@@ -232,14 +232,33 @@ def frames_of(name: str, n_frames: int) -> int:
     return n_frames // step * step
 
 
+def prefer_512_features() -> str:
+    """The host's LLVM features with ``-prefer-256-bit``: LLVM then vectorises 512 bits
+    wide on any AVX-512 CPU, as it does by default only on AMD's Zen 4 and later."""
+    from numba.core.codegen import get_host_cpu_features
+
+    flags = [f for f in get_host_cpu_features().split(",")
+             if f and f[1:] != "prefer-256-bit"]
+    return ",".join([*flags, "-prefer-256-bit"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=5000, help="in-memory frames (default 5000)")
     p.add_argument("--sizes", default="",
                    help="comma-separated atom counts: the shipped kernel against the "
                         "selection's size (e.g. 100,400,1600,3341)")
+    p.add_argument("--prefer-512", action="store_true",
+                   help="run with LLVM told to use 512-bit vectors on an AVX-512 CPU "
+                        "(NUMBA_CPU_FEATURES: the host's and -prefer-256-bit), which Intel's "
+                        "tuning does not by default")
     bs.run_arguments(p, repeats=9)
     args = p.parse_args()
+    if args.prefer_512 and "NUMBA_CPU_FEATURES" not in os.environ:
+        # numba reads it once, when imported, and it keys numba's cache: the whole run
+        # (and the subprocesses that write the variants' caches) must have it
+        os.environ["NUMBA_CPU_FEATURES"] = prefer_512_features()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     tpl = bs.templates()
     frames = np.ascontiguousarray(np.resize(tpl, (args.frames,) + tpl.shape[1:]))
     from h5mdx.analysis import _qcp_numba
@@ -247,7 +266,9 @@ def main() -> int:
     results: dict[str, Any] = {"frames": args.frames, "n_atoms": bs.N_ATOMS,
                                "repeats": args.repeats, **bs.machine(),
                                "shipped_lanes": _qcp_numba._LANES,
-                               "shipped_pairs": _qcp_numba._PAIRS, "fps": {}}
+                               "shipped_pairs": _qcp_numba._PAIRS,
+                               "numba_cpu_features": os.environ.get("NUMBA_CPU_FEATURES"),
+                               "fps": {}}
     workdir = tempfile.mkdtemp(prefix="h5mdx-bench-kernel-")
     for label, atoms in (("all atoms", None), ("C-alpha", bs.ca_indices())):
         runs = kernels(frames, atoms, workdir)
@@ -283,7 +304,11 @@ def markdown(results: dict[str, Any]) -> str:
              + (f" The shipped kernel (`h5mdx numba`) has {results['shipped_lanes']} "
                 "accumulator lanes on this CPU"
                 + (", and takes two frames a pass" if results.get("shipped_pairs") else "")
-                + "." if "shipped_lanes" in results else ""), "",
+                + "." if "shipped_lanes" in results else "")
+             + (" Built with LLVM told to use 512-bit vectors (`--prefer-512`: "
+                "`NUMBA_CPU_FEATURES` ending in `-prefer-256-bit`)."
+                if (results.get("numba_cpu_features") or "").endswith("-prefer-256-bit")
+                else ""), "",
              "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
              + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
              "|---" * (1 + 2 * len(fps)) + "|"]

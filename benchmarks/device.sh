@@ -34,6 +34,14 @@
 # contig-low, compute, mapped, step1024, step4096, threads, cli; two calls, 5.5 and 4.5
 # minutes; results *-16core*.md of that day, the RMSD guide's "The second 16-core lease").
 # Not run there yet (the steps of `next`, below):
+# - kernel: the kernel alone with its layouts side by side: 12 lanes (shipped on this
+#   Xeon, whose AVX-512 LLVM tunes to 256-bit vectors), 24, and 24 two frames a pass
+#   (shipped on AMD Zen 4: 4.0x the 12 lanes there; built for sapphirerapids on that VM
+#   they spilled, 0.3x): whether the Xeon agrees, ~1 min;
+# - kernel512: the same with LLVM told to use 512-bit vectors (bench_kernel --prefer-512:
+#   NUMBA_CPU_FEATURES with -prefer-256-bit). Built so on the Zen 4 VM, Intel's tuning
+#   ran 24 lanes two frames a pass at 458,000 all-atom frames/s against 294,000 for its
+#   own 12 lanes: if the Xeon gains as much, its all-atom tasks could pass 0.8x, ~1 min;
 # - mapped-real, mapped-real8: the RMSD tasks on a mapping of the file
 #   (H5MDX_MAPPED_READ=1, off by default) against the default, paired: the kernel alone on
 #   a mapping ran 1.08-1.89x the fused read's pread there (all atoms, contiguous, 16
@@ -47,11 +55,7 @@
 #   second lease timed its load in the one-task graphs on distributed and processes), ~30 s;
 # - compute400k: where a distributed compute's time goes on 16 workers with a 16 GB
 #   contiguous file: whether the ~45 ms a compute costs outside its tasks is all that keeps
-#   C-alpha below 0.8x at 4 GB, ~1 min;
-# - kernel: the kernel alone with its layouts side by side: 12 lanes (shipped on this
-#   Xeon, whose AVX-512 LLVM tunes to 256-bit vectors), 24, and 24 two frames a pass
-#   (shipped on AMD Zen 4: 4.0x the 12 lanes there; built for sapphirerapids on that VM
-#   they spilled, 0.3x): whether the Xeon agrees, ~1 min.
+#   C-alpha below 0.8x at 4 GB, ~1 min.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -61,17 +65,19 @@ WHEELS=.whl
 # The steps above, in order of what they tell per
 # minute, as one command (each step packed into its own archive as it finishes; a failed
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
-# One call of under 10 minutes covers them all (~8 min; the machine's start ~35 s):
+# One call of under 10 minutes covers them all (~9 min; the machine's start ~35 s;
+# each step is packed as it finishes, so a call cut short keeps the steps before):
 #   run(command="PYTHONUNBUFFERED=1 bash benchmarks/device.sh next 2>&1 | tail -c 11000",
 #       carry=[".whl"], timeout_s=540)
 NEXT_STEPS=(
+    "kernel|bench_kernel --tag=-16core-lanes"
+    "kernel512|bench_kernel --prefer-512 --tag=-16core-512"
     "mapped-real|bench_fused --switch mapped --frames 100000 --workers 16 --layouts contig,c1 --selections ca,all --repeats 5 --tag=-16core"
     "mapped-real8|bench_fused --switch mapped --frames 100000 --workers 8 --layouts contig --selections ca,all --repeats 5 --tag=-16core-n8"
     "fused256|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 256 --tag=-16core-fused256"
     "fused1024|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 1024 --tag=-16core-fused1024"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-warm"
     "compute400k|bench_compute --frames 400000 --layout contig --workers 16 --repeats 5 --tag=-16core-400k"
-    "kernel|bench_kernel --tag=-16core-lanes"
 )
 
 case "${1:-}" in

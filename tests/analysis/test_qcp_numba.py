@@ -115,6 +115,9 @@ def test_kernel_runs_as_plain_python_with_numba_disabled():
     ("+64bit,+avx2,+avx512f,+avx512bw", "znver4", True),    # AVX-512, 512-bit vectors
     ("+64bit,+avx2,+avx512f,+avx512bw", "sapphirerapids", False),  # tuned to 256 bits
     ("+64bit,+avx2,+avx512f", "generic", False),
+    ("+64bit,+avx2,+avx512f,-prefer-256-bit", "sapphirerapids", True),  # asked for 512
+    ("+64bit,+avx2,+avx512f,+prefer-256-bit", "znver4", False),         # asked for 256
+    ("+64bit,+avx2,-avx512f,-prefer-256-bit", "znver3", False),         # no AVX-512
     ("+neon", "neoverse-v2", False),                          # AArch64
     ("", "znver4", False),                                    # LLVM could not tell
 ])

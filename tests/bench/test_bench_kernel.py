@@ -62,3 +62,17 @@ def test_the_report_shows_the_size_scan(bench_kernel):
     text = bench_kernel.markdown(results)
     assert "| 428 | 30 | 829 |" in text
     assert "L1d 32 KiB, L2 512 KiB a core" in text
+
+
+def test_prefer_512_asks_llvm_for_512_bit_vectors(bench_kernel):
+    """``--prefer-512``'s features are the host's with ``-prefer-256-bit`` last, which
+    ``_wide_vectors`` reads as 512-bit vectors wherever the CPU has AVX-512."""
+    from numba.core.codegen import get_host_cpu_features
+
+    from h5mdx.analysis._qcp_numba import _wide_vectors
+
+    features = bench_kernel.prefer_512_features()
+    assert features.endswith(",-prefer-256-bit")
+    assert features.count("prefer-256-bit") == 1
+    host = get_host_cpu_features()
+    assert _wide_vectors(features, "sapphirerapids") is ("+avx512f" in host.split(","))

@@ -71,10 +71,11 @@ def _wide_vectors(features: str | None = None, cpu: str | None = None) -> bool:
 
     That is AVX-512 on AMD's Zen 4 and later (``znver4``, ``znver5``). LLVM tunes Intel's
     AVX-512 CPUs (``skylake-avx512`` to ``sapphirerapids``) to 256-bit vectors, as it does
-    AVX2 ones. ``features`` and ``cpu``: LLVM's feature string (``+avx2,+avx512f,...``) and
-    CPU name; by default the ones numba compiles for (``NUMBA_CPU_FEATURES`` and
-    ``NUMBA_CPU_NAME``, else the host's). Both are in the key of numba's on-disk cache, so
-    a cached build always has the layout this gives.
+    AVX2 ones, unless the features say otherwise: ``-prefer-256-bit`` (512-bit vectors on
+    any AVX-512 CPU) or ``+prefer-256-bit`` (256-bit on Zen 4). ``features`` and ``cpu``:
+    LLVM's feature string (``+avx2,+avx512f,...``) and CPU name; by default the ones numba
+    compiles for (``NUMBA_CPU_FEATURES`` and ``NUMBA_CPU_NAME``, else the host's). Both are
+    in the key of numba's on-disk cache, so a cached build always has the layout this gives.
     """
     from numba.core import config
 
@@ -89,7 +90,12 @@ def _wide_vectors(features: str | None = None, cpu: str | None = None) -> bool:
         import llvmlite.binding as ll
 
         cpu = ll.get_host_cpu_name()
-    return "+avx512f" in features.split(",") and cpu.startswith("znver")
+    flags = features.split(",")
+    if "+avx512f" not in flags:
+        return False
+    if "-prefer-256-bit" in flags or "+prefer-256-bit" in flags:
+        return "-prefer-256-bit" in flags
+    return cpu.startswith("znver")
 
 
 #: 512-bit vectors (:func:`_wide_vectors`): a compile-time constant of the kernel, which
