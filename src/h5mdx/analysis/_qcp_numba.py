@@ -198,7 +198,9 @@ def _pair_sums(a, wf, y, z, use_w, r, q):  # pragma: no cover - compiled
     """:func:`_frame_sums` of two frames ``y``, ``z`` into ``r``, ``q``, in one pass over ``a``.
 
     Each frame's lanes add the same products in the same order as :func:`_frame_sums`:
-    the sums are the same, bit for bit.
+    the sums are the same, bit for bit. The lanes are folded into ``r``, ``q`` here as
+    there, written out: a helper taking the lanes would take their addresses, and where
+    LLVM did not inline it they could no longer live in registers (module docstring).
     """
     m = y.shape[0]
     nb = m // _LANES
