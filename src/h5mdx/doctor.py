@@ -184,6 +184,15 @@ def _installed(dist: str, module: str) -> str | None:
     return version
 
 
+def _kernel_layout() -> str:
+    from h5mdx.analysis.qcp import kernel_layout
+
+    try:
+        return kernel_layout()
+    except Exception as exc:  # noqa: BLE001 - a broken numba must not stop the report
+        return f"unknown ({type(exc).__name__}: {exc})"
+
+
 def _package_check(name: str, dist: str, module: str, fix: str) -> Check:
     version = _installed(dist, module)
     if version is None:
@@ -332,6 +341,8 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             # what the benchmarks' figures depend on (cores x threads, vector unit, caches)
             Check("CPU", "info", cpu_description()),
             _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
+            # the kernel's layout follows the vectors LLVM uses on this CPU (RMSD guide)
+            Check("RMSD kernel", "info", _kernel_layout()),
             _chunk_index_check(h5py_probe),
         ]
     ok = {c.name: c.ok for c in checks}

@@ -30,6 +30,7 @@ NAMES = [
     "HDF5 file locking",
     "CPU",
     "numba",
+    "RMSD kernel",
     "chunk index",
 ]
 
@@ -146,6 +147,22 @@ def test_the_cpu_is_shown(monkeypatch):
     report = doctor.run_checks(timeout=20)
     assert (report["CPU"].status, report["CPU"].detail) == (
         "info", "Xeon, 8 CPUs = 4 cores x 2 threads")
+
+
+def test_the_kernels_layout_is_shown(report):
+    """The lanes and frames a pass the numba kernel takes on this CPU (or the numpy one)."""
+    from h5mdx.analysis.qcp import has_numba
+
+    check = report["RMSD kernel"]
+    assert check.status == "info"
+    if not has_numba():
+        assert "numpy kernel" in check.detail
+        return
+    from h5mdx.analysis import _qcp_numba
+
+    assert check.detail.startswith(f"{_qcp_numba._LANES} lanes a sum, ")
+    assert ("two frames" in check.detail) is _qcp_numba._PAIRS
+    assert ("512-bit" in check.detail) is _qcp_numba._WIDE
 
 
 def test_doctor_does_not_load_mpi_in_caller():

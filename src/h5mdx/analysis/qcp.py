@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PreparedQCP", "center", "has_numba", "normalize_weights", "prepare",
-           "rmsd_qcp", "warm_up"]
+__all__ = ["PreparedQCP", "center", "has_numba", "kernel_layout", "normalize_weights",
+           "prepare", "rmsd_qcp", "warm_up"]
 
 _EVALPREC = 1e-11
 _MAX_NEWTON = 50
@@ -227,6 +227,29 @@ def has_numba() -> bool:
     except ImportError:
         return False
     return True
+
+
+def kernel_layout() -> str:
+    """How the compiled kernel is laid out for the CPU numba compiles for, in words.
+
+    24 accumulator lanes a sum and two frames a pass over the reference where LLVM
+    vectorises 512 bits wide (AVX-512 on AMD Zen 4 and later, or where numba's CPU
+    features end in ``-prefer-256-bit``), else 12 lanes and one frame. Loads numba but
+    compiles nothing.
+
+    Returns
+    -------
+    str
+        E.g. ``"24 lanes a sum, two frames a pass (512-bit vectors)"``; without numba,
+        that the numpy kernel runs.
+    """
+    if not has_numba():
+        return "the numpy kernel (numba not installed: pip install 'h5mdx[fast]')"
+    from h5mdx.analysis import _qcp_numba as k
+
+    frames = "two frames" if k._PAIRS else "one frame"
+    width = "512-bit vectors" if k._WIDE else "256-bit vectors or narrower"
+    return f"{k._LANES} lanes a sum, {frames} a pass ({width})"
 
 
 _WARM: set[str] = set()
