@@ -20,7 +20,7 @@ product. Twelve lanes of five sums then fill 15 of AVX2's 16 registers; 24 lanes
 AVX2) 12 fused lanes ran all-atom frames 1.4-1.7x faster than 24 unfused ones, and
 C-alpha frames 1.03-1.18x (``benchmarks/bench_kernel.py``: "24 lanes, unfused", same runs).
 Where LLVM vectorises 512 bits wide (AVX-512 on AMD Zen 4 and later:
-:func:`_wide_vectors`) the kernel takes 24 lanes (12 there ran 2.9x slower) and two
+:func:`_wide_vectors`) the kernel takes 24 lanes (12 there ran 2.8x slower) and two
 frames a pass over the reference (:func:`_pair_sums`, 1.2-1.6x). The lane count sets
 the order of the sums, so the RMSD there differs from other machines' by ~1e-12 Å; two
 frames a pass change no bit.
@@ -106,7 +106,7 @@ _WIDE = _wide_vectors()
 #: vector's doubles. 5 sums x 12 lanes fit AVX2's 16 registers of 4 doubles; with fused
 #: multiply-adds 12 lanes ran 1.4-1.7x faster than 24 on Zen 3 (AVX2). Where LLVM
 #: vectorises 512 bits wide, 12 lanes are one and a half registers: on Zen 4 12 lanes ran
-#: all-atom frames at 121k frames/s and 24 at 352k, 2.9x (C-alpha 1.2x). With Intel's
+#: all-atom frames at 125k frames/s and 24 at 356k, 2.8x (C-alpha 1.2x). With Intel's
 #: tuning 12 and 24 ran alike (``benchmarks/bench_kernel.py``, ``kernel-2core-zen4.md``,
 #: ``kernel-16core.md``).
 _LANES = 24 if _WIDE else 12
@@ -115,7 +115,7 @@ _LANES = 24 if _WIDE else 12
 #: the 2 x 5 sums x 24 lanes their 30 registers: the reference's layout (9 doubles an
 #: atom, 235 KiB for 3341 atoms) is then read once for two frames. On Zen 4 the kernel ran
 #: 1.2-1.6x as fast; with 256-bit vectors the 60 registers it would need spill, and it
-#: ran 0.3-0.7x. The sums are the same, bit for bit, as one frame at a time.
+#: ran 0.3-0.6x. The sums are the same, bit for bit, as one frame at a time.
 _PAIRS = _WIDE
 
 
