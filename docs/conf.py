@@ -258,6 +258,11 @@ h5mdx_results = [
      "one mapping kept per worker 1.42-1.83x",
      "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 "
      "--modes threads,processes --repeats 5 --tag=-2core-recheck"),
+    ("mapped-2core-zen4.md",
+     "The kernel on a mapping of the file, 2-core Zen 4 VM with the 512-bit kernel: 64 MiB "
+     "windows 0.76-1.02x the fused read (all atoms 0.76-0.93x)",
+     "python benchmarks/bench_mapped.py --frames 100000 --workers 1,2 "
+     "--modes threads,processes --repeats 5 --tag=-2core-zen4"),
     ("threads-2core-fused.md",
      "One process of T threads on 2 cores, every layout, with the fused read at 256 KiB, "
      "1 MiB and 4 MiB a read against the reads from Python",
