@@ -294,6 +294,20 @@ def main() -> int:
     return 0
 
 
+def shipped_text(results: dict[str, Any]) -> str:
+    """The shipped kernel's layout on the CPU of ``results`` (empty for results from before
+    it was recorded), and whether LLVM was told to use 512-bit vectors."""
+    text = ""
+    if "shipped_lanes" in results:
+        pairs = ", and takes two frames a pass" if results.get("shipped_pairs") else ""
+        text += (f" The shipped kernel (`h5mdx numba`) has {results['shipped_lanes']} "
+                 f"accumulator lanes on this CPU{pairs}.")
+    if (results.get("numba_cpu_features") or "").endswith("-prefer-256-bit"):
+        text += (" Built with LLVM told to use 512-bit vectors (`--prefer-512`: "
+                 "`NUMBA_CPU_FEATURES` ending in `-prefer-256-bit`).")
+    return text
+
+
 def markdown(results: dict[str, Any]) -> str:
     fps = results["fps"]
     names = list(dict.fromkeys(k for case in fps.values() for k in case))
@@ -301,14 +315,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['n_atoms']} atoms, 4 MiB at a time, one core; medians of "
              f"{results['repeats']} interleaved rounds. {results['platform']}, "
              f"{bs.cores_text(results)}; {bs.versions_text(results)}."
-             + (f" The shipped kernel (`h5mdx numba`) has {results['shipped_lanes']} "
-                "accumulator lanes on this CPU"
-                + (", and takes two frames a pass" if results.get("shipped_pairs") else "")
-                + "." if "shipped_lanes" in results else "")
-             + (" Built with LLVM told to use 512-bit vectors (`--prefer-512`: "
-                "`NUMBA_CPU_FEATURES` ending in `-prefer-256-bit`)."
-                if (results.get("numba_cpu_features") or "").endswith("-prefer-256-bit")
-                else ""), "",
+             + shipped_text(results), "",
              "| kernel | " + " | ".join(f"{c} (frames/s)" for c in fps)
              + " | " + " | ".join(f"{c}: x h5mdx numba" for c in fps) + " |",
              "|---" * (1 + 2 * len(fps)) + "|"]

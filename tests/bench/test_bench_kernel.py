@@ -76,3 +76,16 @@ def test_prefer_512_asks_llvm_for_512_bit_vectors(bench_kernel):
     assert features.count("prefer-256-bit") == 1
     host = get_host_cpu_features()
     assert _wide_vectors(features, "sapphirerapids") is ("+avx512f" in host.split(","))
+
+
+def test_the_report_says_which_layout_it_timed(bench_kernel):
+    assert bench_kernel.shipped_text({}) == ""
+    text = bench_kernel.shipped_text({"shipped_lanes": 24, "shipped_pairs": True,
+                                      "numba_cpu_features": "+avx512f,-prefer-256-bit"})
+    assert text == (" The shipped kernel (`h5mdx numba`) has 24 accumulator lanes on this "
+                    "CPU, and takes two frames a pass. Built with LLVM told to use 512-bit "
+                    "vectors (`--prefer-512`: `NUMBA_CPU_FEATURES` ending in "
+                    "`-prefer-256-bit`).")
+    assert bench_kernel.shipped_text({"shipped_lanes": 12, "shipped_pairs": False,
+                                      "numba_cpu_features": None}) == (
+        " The shipped kernel (`h5mdx numba`) has 12 accumulator lanes on this CPU.")
