@@ -11,7 +11,16 @@ log and the workers' task stream:
 - ``finalize``: dask's finalize task, which collects the blocks into one array on a worker;
 - ``result``: until the array is back in the caller;
 - ``idle``: the share of the workers' time within ``tasks`` that no task ran on them
-  (waiting for a task, for the scheduler, or for the other workers to finish).
+  (waiting for a task, for the scheduler, or for the other workers to finish);
+- ``empty``: right after, on the same cluster, a graph of as many tasks as the RMSD's,
+  each returning its block's float64 zeros without reading anything
+  (:func:`empty_compute`): what ``distributed`` costs a compute of that shape (sending
+  the graph, running and finalizing its tasks, the result back), though in the RMSD's
+  compute part of it overlaps with the tasks' work; ``empty1``: the same with one task
+  for all frames, the least any compute of this result costs on ``distributed``.
+  ``bound``, the floor's time over the floor's plus ``empty1``, is the most of the floor
+  that any tool reaching it through ``distributed`` could give, even one whose tasks
+  read at the floor.
 
 Each round times the floor (``h5mdx.examples.floor_reader``: N processes, each reading
 one slab with h5py) and then the compute, 0.2 s apart, for each selection
@@ -75,7 +84,28 @@ def compute_parts(client: Any, path: str, select: np.ndarray | None) -> dict[str
         strict=True)}
     span = workers * (done - got)
     return {**ms, "total": (t1 - t0) * 1e3, "idle": max(0.0, 1 - busy / span) if span else 0.0,
-            "n_tasks": mark["n_tasks"]}
+            "n_tasks": mark["n_tasks"], "empty": empty_compute(client, lazy.data.chunks[0]),
+            "empty1": empty_compute(client, (lazy.size,))}
+
+
+def empty_compute(client: Any, blocks: tuple[int, ...]) -> float:
+    """Milliseconds of one compute on ``client`` of a graph shaped as an RMSD's: a task per
+    length in ``blocks``, each returning that many float64 zeros (no read, no work).
+
+    A new name each call, so that nothing is reused from a compute before.
+    """
+    import uuid
+
+    import dask
+    import dask.array as da
+
+    name = f"empty-{uuid.uuid4().hex}"
+    dsk = {(name, i): (np.zeros, int(b)) for i, b in enumerate(blocks)}
+    empty = da.Array(dsk, name, chunks=(tuple(int(b) for b in blocks),), dtype=np.float64)
+    with dask.config.set(scheduler=client):
+        t0 = time.perf_counter()
+        empty.compute()
+        return (time.perf_counter() - t0) * 1e3
 
 
 def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str, Any]]:
@@ -98,12 +128,16 @@ def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str
             row = {"workers": n, "selection": sel, "floor_ms": statistics.median(floors),
                    "vs_floor": statistics.median(f / p["total"]
                                                  for f, p in zip(floors, parts, strict=True)),
+                   "bound": statistics.median(f / (f + p["empty1"])
+                                              for f, p in zip(floors, parts, strict=True)),
                    **med, "rounds": parts, "floors": floors}
             rows.append(row)
             print(f"N={n} {sel:3s} floor {row['floor_ms']:7.1f} ms, compute "
                   f"{row['total']:7.1f} ms (x{row['vs_floor']:.2f}): "
                   + ", ".join(f"{k} {row[k]:.1f}" for k in PARTS)
-                  + f"; idle {row['idle']:.0%}, {row['n_tasks']:.0f} tasks", flush=True)
+                  + f"; idle {row['idle']:.0%}, {row['n_tasks']:.0f} tasks; empty graphs "
+                  f"{row['empty']:.1f} ms, one task {row['empty1']:.1f} ms "
+                  f"(bound x{row['bound']:.2f})", flush=True)
     return rows
 
 
@@ -138,14 +172,23 @@ def markdown(results: dict[str, Any]) -> str:
              "memory; `finalize`, dask's finalize task (the blocks into one array, on a "
              "worker); `result`, back to the caller. `idle`: the workers' time within "
              "`tasks` that no task ran. `x floor`: the floor's time over the compute's.", "",
+             "`empty` (ms): right after, a graph of as many tasks, each returning its block's "
+             "zeros, computed on the same cluster: what `distributed` costs a compute of "
+             "that shape (in the RMSD's compute part of it overlaps with the tasks' work). "
+             "`empty1`: the same with one task, the least any compute of this result costs "
+             "on `distributed`. `bound`: the floor's time over the floor's plus `empty1`, "
+             "the most of the floor a tool could give through `distributed`, even with "
+             "tasks that read at the floor.", "",
              "| N | atoms | floor (ms) | compute (ms) | x floor | "
-             + " | ".join(PARTS) + " | idle | n tasks |",
-             "|---" * (7 + len(PARTS)) + "|"]
+             + " | ".join(PARTS) + " | idle | n tasks | empty | empty1 | bound |",
+             "|---" * (10 + len(PARTS)) + "|"]
     for r in results["rows"]:
         lines.append(f"| {r['workers']} | {r['selection']} | {r['floor_ms']:.1f} | "
                      f"{r['total']:.1f} | {r['vs_floor']:.2f} | "
                      + " | ".join(f"{r[k]:.1f}" for k in PARTS)
-                     + f" | {r['idle']:.0%} | {r['n_tasks']:.0f} |")
+                     + f" | {r['idle']:.0%} | {r['n_tasks']:.0f} | "
+                     + (f"{r['empty']:.1f} | {r['empty1']:.1f} | {r['bound']:.2f} |"
+                        if "empty1" in r else "- | - | - |"))
     return "\n".join(lines) + "\n"
 
 

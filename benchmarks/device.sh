@@ -53,9 +53,12 @@
 #   0.99x / 1.38x (contiguous / one-frame chunks), ~2 min;
 # - tasks: bench_tasks with its own function loaded on every worker first (the run of the
 #   second lease timed its load in the one-task graphs on distributed and processes), ~30 s;
-# - compute400k: where a distributed compute's time goes on 16 workers with a 16 GB
-#   contiguous file: whether the ~45 ms a compute costs outside its tasks is all that keeps
-#   C-alpha below 0.8x at 4 GB, ~1 min.
+# - compute100k: where a distributed compute's time goes on 8 and 16 workers (4 GB
+#   contiguous), now with distributed's own cost beside it (bench_compute's empty graphs
+#   and the bound they set: floor / (floor + one empty task)): whether the 4 GB floor of
+#   ~70 ms is too short for any tool through distributed (the first lease's one-task
+#   graph cost ~27 ms beyond its work there: a bound near 0.72), ~1 min. It replaces a
+#   16 GB compute400k, which asked the same less directly.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -72,12 +75,12 @@ WHEELS=.whl
 NEXT_STEPS=(
     "kernel|bench_kernel --tag=-16core-lanes"
     "kernel512|bench_kernel --prefer-512 --tag=-16core-512"
+    "compute100k|bench_compute --frames 100000 --layout contig --workers 8,16 --repeats 5 --tag=-16core-bound"
     "mapped-real|bench_fused --switch mapped --frames 100000 --workers 16 --layouts contig,c1 --selections ca,all --repeats 5 --tag=-16core"
     "mapped-real8|bench_fused --switch mapped --frames 100000 --workers 8 --layouts contig --selections ca,all --repeats 5 --tag=-16core-n8"
     "fused256|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 256 --tag=-16core-fused256"
     "fused1024|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 1024 --tag=-16core-fused1024"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-warm"
-    "compute400k|bench_compute --frames 400000 --layout contig --workers 16 --repeats 5 --tag=-16core-400k"
 )
 
 case "${1:-}" in

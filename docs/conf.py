@@ -412,6 +412,9 @@ h5mdx_results = [
     ("compute-2core-zen4.md", "Where a distributed compute's time goes, 2-core Zen 4 VM, "
      "after the kernel's 512-bit layout",
      "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-zen4"),
+    ("compute-2core-bound.md", "The same with distributed's own cost beside it: a graph of "
+     "empty tasks (15-18 ms for one task, 37-45 ms for 8) and the bound it sets",
+     "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-bound"),
     ("compute-2core-zen4-before.md", "The same at N=2 with the build before (12 lanes): all "
      "atoms 0.31x the floor",
      "git checkout 08de508 && python benchmarks/bench_compute.py --frames 100000 "

@@ -56,9 +56,9 @@ def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
     """``device.sh next`` runs every step in order (``NEXT_ONLY`` picks some); each step's
     benchmark exists and has every option the step gives it."""
     steps = _next({})
-    assert [name for name, _ in steps] == ["kernel", "kernel512", "mapped-real",
-                                           "mapped-real8", "fused256", "fused1024", "tasks",
-                                           "compute400k"]
+    assert [name for name, _ in steps] == ["kernel", "kernel512", "compute100k",
+                                           "mapped-real", "mapped-real8", "fused256",
+                                           "fused1024", "tasks"]
     shared = (ROOT / "benchmarks" / "bench_scale.py").read_text()
     for _name, args in steps:
         script, *options = args.split()
