@@ -56,8 +56,8 @@
 # - compute100k: where a distributed compute's time goes on 8 and 16 workers (4 GB
 #   contiguous), now with distributed's own cost beside it (bench_compute's empty graphs
 #   and the bound they set: floor / (floor + one empty task)): whether the 4 GB floor of
-#   ~70 ms is too short for any tool through distributed (the first lease's one-task
-#   graph cost ~27 ms beyond its work there: a bound near 0.72), ~1 min. It replaces a
+#   ~70 ms is too short for any tool through distributed (one-task graphs cost 17-27 ms
+#   beyond their work in the leases before: a bound of 0.72-0.80), ~1 min. It replaces a
 #   16 GB compute400k, which asked the same less directly.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
