@@ -56,9 +56,10 @@
 # - compute100k: where a distributed compute's time goes on 8 and 16 workers (4 GB
 #   contiguous), now with distributed's own cost beside it (bench_compute's empty graphs
 #   and the bound they set: floor / (floor + one empty task)): whether the 4 GB floor of
-#   ~70 ms is too short for any tool through distributed (one-task graphs cost 17-27 ms
-#   beyond their work in the leases before: a bound of 0.72-0.80), ~1 min. It replaces a
-#   16 GB compute400k, which asked the same less directly.
+#   ~70 ms is too short for any tool through distributed (an empty one-task compute cost
+#   17 ms on 8 workers in a lease before, a bound of 0.80; the RMSD computes spent 27-34
+#   ms outside their tasks, finalize collecting 32 blocks 13-17 ms of it), ~1 min. It
+#   replaces a 16 GB compute400k, which asked the same less directly.
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
