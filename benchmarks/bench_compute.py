@@ -17,7 +17,10 @@ log and the workers' task stream:
   (:func:`empty_compute`): what ``distributed`` costs a compute of that shape (sending
   the graph, running and finalizing its tasks, the result back), though in the RMSD's
   compute part of it overlaps with the tasks' work; ``empty1``: the same with one task
-  for all frames, the least any compute of this result costs on ``distributed``.
+  for all frames, the least any compute of this result costs on ``distributed``;
+  ``gathered``: the ``empty`` graph with its blocks gathered by the client
+  (``Client.get``) instead of by dask's finalize task on a worker, what a compute could
+  save by collecting the blocks itself.
   ``bound``, the floor's time over the floor's plus ``empty1``, is the most of the floor
   that any tool reaching it through ``distributed`` could give, even one whose tasks
   read at the floor.
@@ -85,14 +88,18 @@ def compute_parts(client: Any, path: str, select: np.ndarray | None) -> dict[str
     span = workers * (done - got)
     return {**ms, "total": (t1 - t0) * 1e3, "idle": max(0.0, 1 - busy / span) if span else 0.0,
             "n_tasks": mark["n_tasks"], "empty": empty_compute(client, lazy.data.chunks[0]),
-            "empty1": empty_compute(client, (lazy.size,))}
+            "empty1": empty_compute(client, (lazy.size,)),
+            "gathered": empty_compute(client, lazy.data.chunks[0], gather=True)}
 
 
-def empty_compute(client: Any, blocks: tuple[int, ...]) -> float:
+def empty_compute(client: Any, blocks: tuple[int, ...], gather: bool = False) -> float:
     """Milliseconds of one compute on ``client`` of a graph shaped as an RMSD's: a task per
     length in ``blocks``, each returning that many float64 zeros (no read, no work).
 
-    A new name each call, so that nothing is reused from a compute before.
+    ``gather``: the blocks are gathered by the client itself (``Client.get`` of the
+    blocks' keys, then ``numpy.concatenate`` here) instead of by dask's finalize task on a
+    worker, as ``compute()`` does. A new name each call, so that nothing is reused from a
+    compute before.
     """
     import uuid
 
@@ -104,8 +111,14 @@ def empty_compute(client: Any, blocks: tuple[int, ...]) -> float:
     empty = da.Array(dsk, name, chunks=(tuple(int(b) for b in blocks),), dtype=np.float64)
     with dask.config.set(scheduler=client):
         t0 = time.perf_counter()
-        empty.compute()
-        return (time.perf_counter() - t0) * 1e3
+        if gather:
+            got = np.concatenate(client.get(dsk, list(dsk)))
+        else:
+            got = empty.compute()
+        ms = (time.perf_counter() - t0) * 1e3
+    if got.shape != (sum(blocks),):
+        raise AssertionError(f"an empty compute gave {got.shape}, not ({sum(blocks)},)")
+    return ms
 
 
 def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str, Any]]:
@@ -136,7 +149,8 @@ def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str
                   f"{row['total']:7.1f} ms (x{row['vs_floor']:.2f}): "
                   + ", ".join(f"{k} {row[k]:.1f}" for k in PARTS)
                   + f"; idle {row['idle']:.0%}, {row['n_tasks']:.0f} tasks; empty graphs "
-                  f"{row['empty']:.1f} ms, one task {row['empty1']:.1f} ms "
+                  f"{row['empty']:.1f} ms, one task {row['empty1']:.1f} ms, gathered by the "
+                  f"client {row['gathered']:.1f} ms "
                   f"(bound x{row['bound']:.2f})", flush=True)
     return rows
 
@@ -176,19 +190,22 @@ def markdown(results: dict[str, Any]) -> str:
              "zeros, computed on the same cluster: what `distributed` costs a compute of "
              "that shape (in the RMSD's compute part of it overlaps with the tasks' work). "
              "`empty1`: the same with one task, the least any compute of this result costs "
-             "on `distributed`. `bound`: the floor's time over the floor's plus `empty1`, "
+             "on `distributed`. `gathered`: the `empty` graph with its blocks gathered by "
+             "the client (`Client.get`) instead of dask's finalize task on a worker. "
+             "`bound`: the floor's time over the floor's plus `empty1`, "
              "the most of the floor a tool could give through `distributed`, even with "
              "tasks that read at the floor.", "",
              "| N | atoms | floor (ms) | compute (ms) | x floor | "
-             + " | ".join(PARTS) + " | idle | n tasks | empty | empty1 | bound |",
-             "|---" * (10 + len(PARTS)) + "|"]
+             + " | ".join(PARTS) + " | idle | n tasks | empty | empty1 | gathered | bound |",
+             "|---" * (11 + len(PARTS)) + "|"]
     for r in results["rows"]:
         lines.append(f"| {r['workers']} | {r['selection']} | {r['floor_ms']:.1f} | "
                      f"{r['total']:.1f} | {r['vs_floor']:.2f} | "
                      + " | ".join(f"{r[k]:.1f}" for k in PARTS)
                      + f" | {r['idle']:.0%} | {r['n_tasks']:.0f} | "
-                     + (f"{r['empty']:.1f} | {r['empty1']:.1f} | {r['bound']:.2f} |"
-                        if "empty1" in r else "- | - | - |"))
+                     + " | ".join(f"{r[k]:.1f}" if k in r else "-"
+                                for k in ("empty", "empty1", "gathered"))
+                     + (f" | {r['bound']:.2f} |" if "bound" in r else " | - |"))
     return "\n".join(lines) + "\n"
 
 

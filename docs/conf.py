@@ -412,8 +412,9 @@ h5mdx_results = [
     ("compute-2core-zen4.md", "Where a distributed compute's time goes, 2-core Zen 4 VM, "
      "after the kernel's 512-bit layout",
      "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-zen4"),
-    ("compute-2core-bound.md", "The same with distributed's own cost beside it: a graph of "
-     "empty tasks (15-18 ms for one task, 37-45 ms for 8) and the bound it sets",
+    ("compute-2core-bound.md", "The same with distributed's own cost beside it: graphs of "
+     "empty tasks (13-17 ms for one, 36-40 ms for 8, 22-33 ms gathered by the client "
+     "instead of dask's finalize task) and the bound they set",
      "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-bound"),
     ("compute-2core-zen4-before.md", "The same at N=2 with the build before (12 lanes): all "
      "atoms 0.31x the floor",
