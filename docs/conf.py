@@ -412,6 +412,24 @@ h5mdx_results = [
     ("compute-2core-zen4.md", "Where a distributed compute's time goes, 2-core Zen 4 VM, "
      "after the kernel's 512-bit layout",
      "python benchmarks/bench_compute.py --frames 100000 --workers 1,2 --tag=-2core-zen4"),
+    ("open-chunks-2core.md", "RMSD on positions opened with chunks= (100-frame blocks, the "
+     "engine's blocks, lazy): the open's blocks run together into 8-10 tasks, 1.45-1.63x "
+     "the floor",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --tag=-2core"),
+    ("open-chunks-2core-before.md", "The same before: one task per block of the open, 1000 "
+     "tasks for 100-frame blocks, 0.13-0.16x the floor",
+     "git checkout b979080 && python benchmarks/bench_open_chunks.py --frames 100000 "
+     "--workers 1,2 --tag=-2core-before"),
+    ("scale-2core-zen4-opens.md", "The scale grid with chunks={} beside the lazy open, one "
+     "task per block of the open (30 tasks)",
+     "git checkout b979080 && python benchmarks/bench_scale.py --frames 100000 --layouts "
+     "contig,c100 --workers 1,2 --schedulers distributed,threads --opens chunks,lazy "
+     "--repeats 3 --rss-frames 0 --grid-only --tag=-2core-zen4-opens"),
+    ("scale-2core-zen4-opens-after.md", "The same after: the open's blocks run together (8-10 "
+     "tasks); chunks={} over lazy 0.89 -> 0.96 (geometric mean of the cells)",
+     "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c100 --workers 1,2 "
+     "--schedulers distributed,threads --opens chunks,lazy --repeats 3 --rss-frames 0 "
+     "--grid-only --tag=-2core-zen4-opens-after"),
     ("compute-2core-bound.md", "The same with distributed's own cost beside it: graphs of "
      "empty tasks (13-17 ms for one, 36-40 ms for 8, 22-33 ms gathered by the client "
      "instead of dask's finalize task) and the bound they set",

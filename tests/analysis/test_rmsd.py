@@ -129,13 +129,15 @@ def _assert_whole_frames_per_block(read_log):
 
 
 def test_open_chunks_read_like_the_lazy_open(adk_h5md_blocked, expected_ca, read_log):
-    """``chunks={...}``: the rmsd tasks read whole frames, block for block, like a lazy open."""
+    """``chunks={...}``: the rmsd tasks read whole frames, block for block, like a lazy open
+    (planned for 4 workers, whose tasks a lazy open makes 30 frames each: as the blocks)."""
     # the backend tells xarray the stored chunks, so xarray warns of blocks that split them
     with pytest.warns(UserWarning, match="separate the stored chunks"):
         ds = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
                              chunks={"time": 30})
     with ds:
-        lazy = ds.md.rmsd(select="name CA")
+        with dask.config.set(scheduler="processes", num_workers=4):
+            lazy = ds.md.rmsd(select="name CA")
         read_log.clear()
         got = lazy.compute(scheduler="sync")
     assert_close(got, expected_ca)

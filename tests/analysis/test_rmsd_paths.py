@@ -158,6 +158,43 @@ def test_open_chunks_read_through_the_backend_in_the_users_blocks(adk_h5md_block
         assert_rmsd_close(derived.compute(scheduler="threads"), expected_ca, atol=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore:The specified chunks separate:UserWarning")
+@pytest.mark.parametrize("config, tasks", [
+    ({"scheduler": "processes", "num_workers": 2}, (50, 48)),  # as a lazy open's (50, 48)
+    ({"scheduler": "threads", "num_workers": 4}, (30, 30, 30, 8)),
+])
+def test_open_blocks_run_together_into_tasks_as_large_as_a_lazy_opens(
+        adk_h5md_blocked, expected_ca, config, tasks):
+    """``chunks={"time": 10}``: 10 blocks of the open; each task takes a run of whole
+    blocks, as many frames as a lazily opened file's task for these workers (each task
+    costs the scheduler a few ms), reading them lazily; the numbers stay."""
+    with dask.config.set(**config), \
+            xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF,
+                            chunks={"time": 10}) as ds:
+        assert len(ds.position.chunks[0]) == 10
+        lazy = h5mdx.rmsd(ds.position, select="name CA")
+        assert lazy.chunks == (tasks,)
+        assert not any("open_dataset" in str(k) for k in dict(lazy.data.__dask_graph__()))
+        assert_rmsd_close(lazy.compute(), expected_ca, atol=1e-4)
+        # frames_per_block sizes the runs too; a block is never split
+        assert h5mdx.rmsd(ds.position, select="name CA", frames_per_block=25).chunks == \
+            ((20, 20, 20, 20, 18),)
+        assert h5mdx.rmsd(ds.position, select="name CA", frames_per_block=5).chunks == \
+            ((10,) * 9 + (8,),)
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate:UserWarning")
+def test_open_blocks_of_compressed_positions_stay_one_task_each(layouts, adk_universe,
+                                                                expected_ca):
+    """Compressed chunks are decoded whole, a task's block at once: larger tasks would
+    hold more memory, so each block of the open stays a task."""
+    with dask.config.set(scheduler="processes", num_workers=2), \
+            xr.open_dataset(layouts["gzip"], engine="h5md", chunks={"time": 10}) as ds:
+        lazy = h5mdx.rmsd(ds.position, select=adk_universe.select_atoms("name CA").indices)
+        assert lazy.chunks == ((10,) * 9 + (8,),)
+        assert_rmsd_close(lazy.compute(scheduler="sync"), expected_ca, atol=1e-4)
+
+
 def test_one_task_per_block_and_reference_read_once(adk_h5md_blocked):
     with xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF) as ds:
         lazy = ds.md.rmsd(select="name CA", frames_per_block=10)

@@ -524,6 +524,35 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     return balanced_block(position.sizes[TIME_DIM], block, chunk, workers)
 
 
+def _open_block_ends(position: xr.DataArray, blocks: tuple[int, ...],
+                     frames_per_block: int | None, chunk_mib: float | None,
+                     workers: int | None) -> list[int]:
+    """Where the tasks end on positions opened with ``chunks=`` (``blocks``: the open's
+    blocks along time): runs of whole blocks, each up to the frames a lazily opened file
+    would give a task (:func:`_block_frames`; a larger block stays alone, none is split).
+
+    Only where the tasks stream their frames from the file a few MiB at a time (stored
+    uncompressed: a task then holds one read, whatever its size) and the tasks are sized
+    for known workers or by ``frames_per_block``/``chunk_mib``; elsewhere one task per
+    block, as opened. Each task costs the scheduler a few ms: the engine's 128 MiB blocks
+    made 30 tasks of a 4 GB file for 2 workers, 0.61x the read floor against 0.73x for
+    the same frames opened lazily (8 tasks; ``results/scale-2core-zen4-opens.md``).
+    """
+    ends = np.cumsum(blocks).tolist() or [0]
+    sized = workers is not None or frames_per_block is not None or chunk_mib is not None
+    if not sized or _read_step(position) is None:
+        return ends
+    frames = _block_frames(position, frames_per_block, chunk_mib, workers)
+    merged: list[int] = []
+    start = 0
+    for a, b in zip([0, *ends[:-1]], ends, strict=True):
+        if b - start > frames and a > start:  # the run so far is full: it ends here
+            merged.append(a)
+            start = a
+    merged.append(ends[-1])
+    return merged
+
+
 def _threads_by_host() -> dict[str, list[int]] | None:
     """Tasks the default scheduler runs at once: per machine, the threads of each of its
     worker processes; None if unknown.
@@ -667,8 +696,11 @@ def rmsd(
     position : xarray.DataArray
         Positions on ``(time, atom, spatial)``: from the ``h5md`` engine (lazy or
         dask-backed), Zarr or memory. Positions opened with ``chunks=`` and not
-        changed since are read by the tasks themselves, in the same blocks (a few MiB
-        at a time, selected atoms only), not through dask's getter tasks.
+        changed since are read by the tasks themselves (a few MiB at a time, selected
+        atoms only), not through dask's getter tasks: one task per run of whole
+        blocks of the open, as large as a lazily opened file's tasks would be where
+        the frames are stored uncompressed (each task costs the scheduler a few ms),
+        else one task per block.
     reference : int, array_like or xarray.DataArray, default 0
         A frame index of ``position``, an ``(atom, spatial)`` array (of the selected
         or of all atoms), or a one-frame DataArray of another Dataset.
@@ -732,7 +764,8 @@ def rmsd(
     if not is_dask:
         by_host = _threads_by_host()  # one question to the scheduler, for both uses
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
-            ends = np.cumsum(dask_blocks).tolist()
+            ends = _open_block_ends(position, dask_blocks, frames_per_block, chunk_mib,
+                                    _worker_count(by_host))
         else:
             fpb = _block_frames(position, frames_per_block, chunk_mib,
                                 _worker_count(by_host))

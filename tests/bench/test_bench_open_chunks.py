@@ -1,0 +1,25 @@
+"""``benchmarks/bench_open_chunks.py`` times RMSD on positions opened with ``chunks=``
+against the read floor, a row per open."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_a_round_gives_a_row_per_open(bench_open_chunks, tmp_path):
+    pytest.importorskip("distributed")
+    bs = bench_open_chunks.bs
+    path = bs.build(str(tmp_path / "scale-c100-300.h5md"), 300, "c100")
+    rows = bench_open_chunks.run(path, 1, repeats=1)
+    assert [r["open"] for r in rows] == list(bench_open_chunks.OPENS)
+    # 300 frames, one worker: every open gives one task (the 3 blocks of 100 run together)
+    assert [r["tasks"] for r in rows] == [1, 1, 1]
+    assert all(r["vs_floor"] > 0 and len(r["rounds"]) == 1 for r in rows)
+
+
+def test_the_report_has_a_row_per_open(bench_open_chunks):
+    results = {"frames": 100000, "layout": "c100", "repeats": 3, "cores": 2, "versions": {},
+               "rows": [{"workers": 2, "open": "chunks={'time': 100}", "tasks": 8,
+                         "vs_floor": 1.62, "rounds": [1.5, 1.62, 1.7]}]}
+    text = bench_open_chunks.markdown(results)
+    assert "| 2 | `chunks={'time': 100}` | 8 | 1.62 | 1.50, 1.62, 1.70 |" in text
