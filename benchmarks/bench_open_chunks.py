@@ -10,7 +10,12 @@ task costs ``distributed`` a few ms. Each round times the N-process h5py read fl
 atoms computed on a ``LocalCluster`` of ``--workers`` single-threaded processes, the
 default client); ratios are the floor's time over the run's, medians over ``--repeats``
 rounds after one warm-up. The file is ``bench_scale``'s synthetic trajectory (``--frames``
-x 3341 atoms, ``--layout``: c100 by default). Results:
+x 3341 atoms, ``--layout``: c100 by default). ``--zarr`` adds the same frames converted to
+Zarr by ``h5mdx.layout.export.dataset_to_zarr`` (chunks of whole frames of ~4 MiB, as
+``h5mdx convert OUT.zarr`` writes them), opened with ``xr.open_zarr`` (dask blocks, one per
+Zarr chunk) and lazily, against the HDF5 file's floor and against a Zarr floor of their own
+(:func:`zarr_floor`: N processes, each reading its slab with zarr one chunk at a time).
+Results:
 ``benchmarks/results/open-chunks{--tag}.{json,md}``. Run:
 ``.venv/bin/python benchmarks/bench_open_chunks.py --workers 2``.
 """
@@ -18,10 +23,14 @@ x 3341 atoms, ``--layout``: c100 by default). Results:
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,10 +40,57 @@ import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 
 #: The opens compared: a name and ``open_dataset``'s ``chunks=`` (None: the lazy open).
 OPENS = {"chunks={'time': 100}": {"time": 100}, "chunks={}": {}, "lazy": None}
+#: With ``--zarr``: the same frames in Zarr, opened as ``xr.open_zarr`` does (dask blocks
+#: of the Zarr chunks) and lazily.
+ZARR_OPENS = {"zarr, chunks={} (as open_zarr)": {}, "zarr, lazy": None}
 
 
-def run(path: str, n: int, repeats: int) -> list[dict[str, Any]]:
-    """A row per open in :data:`OPENS`: tasks, and the median of the floor over the run."""
+def zarr_copy(path: str) -> str:
+    """``path``'s frames as a Zarr store beside it (``dataset_to_zarr``), written once."""
+    import xarray as xr
+
+    from h5mdx.layout.export import dataset_to_zarr
+
+    store = os.path.splitext(path)[0] + ".zarr"
+    if not os.path.exists(os.path.join(store, "zarr.json")):
+        with xr.open_dataset(path, engine="h5md", chunks={}) as ds:
+            dataset_to_zarr(ds[["position"]], store, mode="w")
+    return store
+
+
+def _zarr_slab(store: str, start: int, stop: int) -> float:
+    """Seconds to read frames ``start:stop`` of ``store``'s positions with zarr, one chunk
+    at a time (the fastest step: larger reads ran 2.6x slower with zarr 3.1)."""
+    import zarr
+
+    array = zarr.open_array(os.path.join(store, "position"), mode="r")
+    step = int(array.chunks[0])
+    t0 = time.perf_counter()
+    for a in range(start, stop, step):
+        array[a:min(stop, a + step)]
+    return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def zarr_floor(store: str, n: int) -> Iterator[Callable[[], float]]:
+    """A function timing ``n`` processes that each read 1/n of ``store``'s frames with zarr
+    (seconds, the slowest process's), like ``floor_reader`` does with h5py."""
+    import zarr
+
+    frames = int(zarr.open_array(os.path.join(store, "position"), mode="r").shape[0])
+    bounds = [frames * i // n for i in range(n + 1)]
+    ctx = multiprocessing.get_context("spawn")  # the caller runs threads: no fork
+    with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
+        def read() -> float:
+            return max(pool.map(_zarr_slab, [store] * n, bounds[:-1], bounds[1:]))
+
+        read()  # the processes start and import zarr
+        yield read
+
+
+def run(path: str, n: int, repeats: int, zarr: str | None = None) -> list[dict[str, Any]]:
+    """A row per open in :data:`OPENS` (and :data:`ZARR_OPENS` of the store ``zarr``):
+    tasks, and the median of the floor over the run."""
     import dask
     import distributed
     import xarray as xr
@@ -43,25 +99,37 @@ def run(path: str, n: int, repeats: int) -> list[dict[str, Any]]:
     from h5mdx.examples import floor_reader
     from h5mdx.parallel import local_cluster
 
-    ratios: dict[str, list[float]] = {name: [] for name in OPENS}
+    opens = {name: (path, "h5md", chunks) for name, chunks in OPENS.items()}
+    if zarr:
+        opens |= {name: (zarr, "zarr", chunks) for name, chunks in ZARR_OPENS.items()}
+    ratios: dict[str, list[float]] = {name: [] for name in opens}
+    to_zarr: dict[str, list[float]] = {name: [] for name in opens}
     tasks: dict[str, int] = {}
     with floor_reader(path, n) as floor, local_cluster(n) as cluster, \
-            distributed.Client(cluster) as client, dask.config.set(scheduler=client):
+            distributed.Client(cluster) as client, dask.config.set(scheduler=client), \
+            (zarr_floor(zarr, n) if zarr else contextlib.nullcontext()) as zfloor:
         for r in range(repeats + 1):  # round 0 warms up
-            for name, chunks in OPENS.items():
+            for name, (source, engine, chunks) in opens.items():
                 seconds = floor()[0]
+                zarr_seconds = zfloor() if engine == "zarr" else None
                 t0 = time.perf_counter()
-                with xr.open_dataset(path, engine="h5md", chunks=chunks) as ds:
+                with xr.open_dataset(source, engine=engine, chunks=chunks) as ds:
                     lazy = h5mdx.rmsd(ds.position)
                     tasks[name] = int(lazy.data.npartitions)
                     lazy.values  # noqa: B018 - the compute timed
+                took = time.perf_counter() - t0
                 if r:
-                    ratios[name].append(seconds / (time.perf_counter() - t0))
+                    ratios[name].append(seconds / took)
+                    if zarr_seconds is not None:
+                        to_zarr[name].append(zarr_seconds / took)
     rows = []
-    for name in OPENS:
+    for name in opens:
         row = {"workers": n, "open": name, "tasks": tasks[name],
                "vs_floor": statistics.median(ratios[name]), "rounds": ratios[name]}
-        print(f"N={n} {name:22s} {row['tasks']:5d} tasks  x{row['vs_floor']:.2f} the floor",
+        if to_zarr[name]:
+            row["vs_zarr_floor"] = statistics.median(to_zarr[name])
+        print(f"N={n} {name:22s} {row['tasks']:5d} tasks  x{row['vs_floor']:.2f} the floor"
+              + (f", x{row['vs_zarr_floor']:.2f} the zarr floor" if to_zarr[name] else ""),
               flush=True)
         rows.append(row)
     return rows
@@ -76,11 +144,15 @@ def markdown(results: dict[str, Any]) -> str:
              f"{bs.versions_text(results)}.", "",
              "`tasks`: the RMSD's tasks (runs of whole blocks of the open, as large as a "
              "lazy open's tasks). `x floor`: the floor's time over the run's (open, RMSD, "
-             "result).", "",
-             "| N | open | tasks | x floor | by round |", "|---|---|---|---|---|"]
+             "result); for the Zarr rows, the floor of the HDF5 file with the same frames. "
+             "`x zarr floor`: the Zarr rows against N processes reading the store with zarr, "
+             "one chunk at a time.", "",
+             "| N | open | tasks | x floor | by round | x zarr floor |",
+             "|---|---|---|---|---|---|"]
     for r in results["rows"]:
         lines.append(f"| {r['workers']} | `{r['open']}` | {r['tasks']} | {r['vs_floor']:.2f} | "
-                     + ", ".join(f"{x:.2f}" for x in r["rounds"]) + " |")
+                     + ", ".join(f"{x:.2f}" for x in r["rounds"]) + " | "
+                     + (f"{r['vs_zarr_floor']:.2f}" if "vs_zarr_floor" in r else "-") + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -89,13 +161,15 @@ def main() -> int:
     p.add_argument("--frames", type=int, default=100_000)
     p.add_argument("--layout", default="c100", choices=sorted(bs.CHUNKS))
     p.add_argument("--workers", default="2")
+    p.add_argument("--zarr", action="store_true", help="the same frames in Zarr too")
     bs.run_arguments(p, repeats=3)
     args = p.parse_args()
     path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
                     args.frames, args.layout)
+    store = zarr_copy(path) if args.zarr else None
     rows = []
     for n in (int(w) for w in args.workers.split(",")):
-        rows += run(path, n, args.repeats)
+        rows += run(path, n, args.repeats, store)
     results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
                "repeats": args.repeats, "rows": rows}
     bs.save_results("open-chunks", args.tag, results, markdown)

@@ -420,6 +420,15 @@ h5mdx_results = [
      "tasks for 100-frame blocks, 0.13-0.16x the floor",
      "git checkout b979080 && python benchmarks/bench_open_chunks.py --frames 100000 "
      "--workers 1,2 --tag=-2core-before"),
+    ("open-chunks-2core-zarr.md", "The same with the frames in Zarr (4 MiB chunks of whole "
+     "frames): 8-10 tasks; 0.08-0.14x the HDF5 floor, 0.13-0.42x a floor of zarr's own "
+     "reads",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
+     "--tag=-2core-zarr"),
+    ("open-chunks-2core-zarr-before.md", "The same before: a task per Zarr chunk (962), "
+     "0.07-0.09x the HDF5 floor",
+     "git checkout f1c33df && python benchmarks/bench_open_chunks.py --frames 100000 "
+     "--workers 1,2 --zarr --tag=-2core-zarr-before"),
     ("scale-2core-zen4-opens.md", "The scale grid with chunks={} beside the lazy open, one "
      "task per block of the open (30 tasks)",
      "git checkout b979080 && python benchmarks/bench_scale.py --frames 100000 --layouts "

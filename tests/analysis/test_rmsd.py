@@ -213,11 +213,29 @@ def test_zarr_store(memory_position, tmp_path, expected_ca):
     position = memory_position.drop_vars("spatial").chunk({"time": 33})
     xr.Dataset({"position": position}, attrs={"topology": PSF}).to_zarr(store,
                                                                          consolidated=False)
-    with xr.open_zarr(store, consolidated=False) as ds:
+    with xr.open_zarr(store, consolidated=False) as ds, \
+            dask.config.set(scheduler="threads", num_workers=2):
         assert ds.position.chunks is not None
         lazy = ds.md.rmsd(select="name CA")
-        assert lazy.data.numblocks == (3,)
+        # whole 33-frame chunks, one run for each of the 2 threads
+        assert lazy.chunks == ((66, 32),)
         assert_close(lazy.compute(scheduler="threads"), expected_ca)
+
+
+@pytest.mark.parametrize("chunks", [{}, None])
+def test_zarr_chunks_run_together_into_tasks(memory_position, tmp_path, expected_ca, chunks):
+    """Zarr chunks of whole frames (10 frames here): the tasks read runs of whole chunks,
+    as large as an HDF5 file's tasks for the same workers (2 processes: 50 and 48 frames),
+    not a task per chunk; opened with dask blocks or lazily, the numbers stay."""
+    store = tmp_path / "adk.zarr"
+    position = memory_position.drop_vars("spatial").chunk({"time": 10})
+    xr.Dataset({"position": position}, attrs={"topology": PSF}).to_zarr(store,
+                                                                         consolidated=False)
+    with dask.config.set(scheduler="processes", num_workers=2), \
+            xr.open_dataset(store, engine="zarr", consolidated=False, chunks=chunks) as ds:
+        lazy = ds.md.rmsd(select="name CA")
+        assert lazy.chunks == ((50, 48),)
+        assert_close(lazy.compute(), expected_ca)
 
 
 def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):

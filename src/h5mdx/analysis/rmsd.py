@@ -478,18 +478,40 @@ def _in_memory(position: xr.DataArray) -> bool:
 GIL_THREADS = 4
 
 
+def _stored_chunks(source: xr.DataArray) -> tuple[int, ...] | None:
+    """The chunk shape ``source`` is stored in: HDF5's ``chunksizes`` (``h5md`` engine,
+    None where contiguous) or Zarr's ``chunks``."""
+    chunks = source.encoding.get("chunksizes") or source.encoding.get("chunks")
+    return tuple(int(c) for c in chunks) if chunks else None
+
+
+def _zarr_frames(source: xr.DataArray) -> bool:
+    """Whether ``source`` is a Zarr array (opened by xarray's ``zarr`` engine) stored in
+    chunks of whole frames: any run of whole chunks is then read and decoded once."""
+    enc = source.encoding
+    chunks = _stored_chunks(source)
+    if "source" in enc or "preferred_chunks" not in enc or chunks is None \
+            or len(chunks) != source.ndim:
+        return False
+    return all(c >= n for d, c, n in zip(source.dims, chunks, source.shape, strict=True)
+               if d != TIME_DIM)
+
+
 def _read_step(source: xr.DataArray, process_threads: int | None = None) -> int | None:
-    """Frames a task reads at a time: whole HDF5 chunks of about :data:`READ_STEP_BYTES`,
+    """Frames a task reads at a time: whole stored chunks of about :data:`READ_STEP_BYTES`,
     times ``process_threads / GIL_THREADS`` (1 to 4) where that many tasks share a process.
 
     None (the whole block at once) where the data are not read straight from an
-    uncompressed file (compressed chunks are best decoded once each).
+    uncompressed HDF5 file (compressed chunks are best decoded once each) or from Zarr
+    chunks of whole frames (decoded whole, each read a run of them).
     """
     enc = source.encoding
-    if "source" not in enc or enc.get("compression") or _in_memory(source):
+    if _in_memory(source):
+        return None
+    if ("source" not in enc or enc.get("compression")) and not _zarr_frames(source):
         return None
     frame_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:]))
-    chunks = enc.get("chunksizes")
+    chunks = _stored_chunks(source)
     scale = min(4, max(1, (process_threads or 1) // GIL_THREADS))
     # the module's name, read now: benchmarks/bench_steps.py sets it to try other sizes
     return read_step(frame_bytes, int(chunks[0]) if chunks else 1, READ_STEP_BYTES * scale)
@@ -504,7 +526,7 @@ def _block_frames(position: xr.DataArray, frames_per_block: int | None,
     if chunk_mib is not None and not chunk_mib > 0:
         raise ValueError(f"chunk_mib must be positive, not {chunk_mib!r}")
     pref = position.encoding.get("preferred_chunks", {}).get(TIME_DIM)
-    chunks = position.encoding.get("chunksizes")
+    chunks = _stored_chunks(position)
     # a task that streams its block from the file holds one read at a time: a large block
     # costs no memory, and fewer tasks cost the scheduler less (STREAM_TARGET_MIB)
     # where the workers are unknown, the open's preferred block (its ``chunk_mib``) stands
@@ -531,8 +553,9 @@ def _open_block_ends(position: xr.DataArray, blocks: tuple[int, ...],
     blocks along time): runs of whole blocks, each up to the frames a lazily opened file
     would give a task (:func:`_block_frames`; a larger block stays alone, none is split).
 
-    Only where the tasks stream their frames from the file a few MiB at a time (stored
-    uncompressed: a task then holds one read, whatever its size) and the tasks are sized
+    Only where the tasks stream their frames a few MiB at a time (an HDF5 file stored
+    uncompressed, or Zarr chunks of whole frames: a task then holds one read, whatever its
+    size; :func:`_read_step`) and the tasks are sized
     for known workers or by ``frames_per_block``/``chunk_mib``; elsewhere one task per
     block, as opened. Each task costs the scheduler a few ms: the engine's 128 MiB blocks
     made 30 tasks of a 4 GB file for 2 workers, 0.61x the read floor against 0.73x for
@@ -699,8 +722,8 @@ def rmsd(
         changed since are read by the tasks themselves (a few MiB at a time, selected
         atoms only), not through dask's getter tasks: one task per run of whole
         blocks of the open, as large as a lazily opened file's tasks would be where
-        the frames are stored uncompressed (each task costs the scheduler a few ms),
-        else one task per block.
+        the frames are stored uncompressed or in Zarr chunks of whole frames (each task
+        costs the scheduler a few ms), else one task per block.
     reference : int, array_like or xarray.DataArray, default 0
         A frame index of ``position``, an ``(atom, spatial)`` array (of the selected
         or of all atoms), or a one-frame DataArray of another Dataset.
