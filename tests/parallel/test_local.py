@@ -56,9 +56,26 @@ def test_this_process_keeps_its_environment_and_the_workers_get_the_nannys(monke
         remote = next(iter(client.run(_environ, names).values()))
     assert _environ(names)["MALLOC_TRIM_THRESHOLD_"] is None
     assert os.environ["OMP_NUM_THREADS"] == "3"
-    trim = str(dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"])
-    assert remote["MALLOC_TRIM_THRESHOLD_"] == trim  # the workers still start with it
+    assert remote["MALLOC_TRIM_THRESHOLD_"] is None  # h5mdx's workers start without it
     assert remote["OMP_NUM_THREADS"] == "3" and remote["PYTHONHASHSEED"]
+    # asked for, the workers get distributed's value; this process still keeps its own
+    trim = str(dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"])
+    with local_cluster(1, trim_memory=True) as cluster, \
+            distributed.Client(cluster) as client:
+        remote = next(iter(client.run(_environ, names).values()))
+    assert remote["MALLOC_TRIM_THRESHOLD_"] == trim
+    assert _environ(names)["MALLOC_TRIM_THRESHOLD_"] is None
+
+
+def test_a_users_own_malloc_trim_reaches_the_workers(monkeypatch):
+    """Set in this process's environment (the user's shell), the variable is the user's
+    choice: the workers start with it."""
+    import distributed
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        remote = next(iter(client.run(_environ, ["MALLOC_TRIM_THRESHOLD_"]).values()))
+    assert remote == {"MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 def _wait_until_restored(names, timeout=60.0):
@@ -98,7 +115,8 @@ def test_a_restarted_worker_leaves_this_process_its_environment_too(monkeypatch)
         _wait_until_restored(names)
         remote = list(client.run(_environ, names).values())
         assert not first & set(client.run(_environ, names))  # new workers, new addresses
-        assert all(env["MALLOC_TRIM_THRESHOLD_"] and env["PYTHONHASHSEED"] for env in remote)
+        assert all(env["PYTHONHASHSEED"] and env["MALLOC_TRIM_THRESHOLD_"] is None
+                   for env in remote)  # restarted workers start as the first ones did
         # a worker that dies is started again by its nanny: the same, without a restart
         victim = next(iter(client.scheduler_info()["workers"]))
         client.run(_die, workers=[victim], wait=False)

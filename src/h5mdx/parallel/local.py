@@ -18,6 +18,16 @@ frames (~4 MiB) 3x slower in a process started after a cluster than in one start
 give the process its environment back each time they have started a worker: at the start,
 and when a worker is restarted (``Client.restart``, a worker that died or ran out of
 memory).
+
+The workers themselves start without ``MALLOC_TRIM_THRESHOLD_`` (unless this process's
+own environment sets it, or ``local_cluster(trim_memory=True)``): glibc then sizes its
+thresholds as it goes, and a buffer of a few MiB freed and asked for again comes back
+from the heap instead of as new pages. h5mdx's own HDF5 reads reuse their buffers, but
+reads through h5py (compressed chunks) and Zarr allocate one per chunk: the RMSD of
+31,200 frames of a Zarr store (4 MiB chunks) on one worker took 1.5-1.6 s without the
+variable and 3.0 s with it (``benchmarks/results/open-chunks-2core-zarr.md``). The cost:
+memory a task freed stays with its worker for reuse rather than going back to the
+system at once.
 """
 
 from __future__ import annotations
@@ -74,23 +84,38 @@ def _environ_restored(names: list[str]) -> Iterator[None]:
                         os.environ[name] = value
 
 
+#: glibc's variable that distributed's nanny sets for its workers (65536): see the module.
+MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+
+
 @functools.cache
-def _nanny_class() -> type:
-    """``distributed.Nanny`` whose every worker start leaves this process's environment."""
+def _nanny_class(trim_memory: bool = False) -> type:
+    """``distributed.Nanny`` whose every worker start leaves this process's environment;
+    its workers start without :data:`MALLOC_TRIM` unless ``trim_memory`` or this
+    process's environment sets it."""
     from distributed import Nanny
 
     class EnvironKeepingNanny(Nanny):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if not trim_memory and MALLOC_TRIM not in os.environ:
+                # the nanny applies both, before the worker starts and in it
+                self.pre_spawn_env.pop(MALLOC_TRIM, None)
+                self.env.pop(MALLOC_TRIM, None)
+
         async def instantiate(self) -> Any:  # the start, restarts and respawns
             names = sorted(set(_nanny_environ_names()) | set(self.pre_spawn_env))
             with _environ_restored(names):
                 return await super().instantiate()
 
+    name = "EnvironKeepingNanny" if trim_memory else "EnvironKeepingUntrimmedNanny"
     EnvironKeepingNanny.__module__ = __name__
-    EnvironKeepingNanny.__qualname__ = "EnvironKeepingNanny"
+    EnvironKeepingNanny.__name__ = EnvironKeepingNanny.__qualname__ = name
     return EnvironKeepingNanny
 
 
-def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any) -> Any:
+def local_cluster(n_workers: int = 2, *, dashboard: bool = False, trim_memory: bool = False,
+                  **kwargs: Any) -> Any:
     """A ``distributed.LocalCluster`` of ``n_workers`` single-threaded worker processes.
 
     Parameters
@@ -105,6 +130,12 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
         which only the dashboard's Profile page and ``Client.profile`` show) is off as
         well: it cost the RMSD 0.5-7 % (median 2.8 %, 5 pairs of runs on the 2-core VM;
         h5mdx's own per-task timing, :mod:`h5mdx.timing`, stays on).
+    trim_memory : bool, optional
+        Start the workers with distributed's ``MALLOC_TRIM_THRESHOLD_=65536``, which hands
+        freed memory back to the system at once; off by default, since it makes every
+        allocation above 128 KiB map new pages: reads through h5py and Zarr ran up to 2x
+        slower with it (see the module's docstring). This process's own setting of the
+        variable, where it has one, is kept either way.
     **kwargs
         More arguments of ``distributed.LocalCluster`` (they win over the defaults).
 
@@ -127,7 +158,7 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, **kwargs: Any)
     options.update(kwargs)
     profile = {} if dashboard else {"distributed.worker.profile.enabled": False}
     if options["processes"]:
-        options.setdefault("worker_class", _nanny_class())
+        options.setdefault("worker_class", _nanny_class(trim_memory))
     if isinstance(options.get("worker_class"), type) \
             and issubclass(options["worker_class"], distributed.Nanny):
         # a nanny's own config for its worker, kept for every restart (a dask.config.set
