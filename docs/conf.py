@@ -421,10 +421,14 @@ h5mdx_results = [
      "git checkout b979080 && python benchmarks/bench_open_chunks.py --frames 100000 "
      "--workers 1,2 --tag=-2core-before"),
     ("open-chunks-2core-zarr.md", "The same with the frames in Zarr (4 MiB chunks of whole "
-     "frames), workers without MALLOC_TRIM_THRESHOLD_: 0.20-0.26x the HDF5 floor, "
-     "0.42-0.99x a floor of zarr's own reads",
+     "frames), workers without MALLOC_TRIM_THRESHOLD_ and Zarr tasks without a reader "
+     "thread: 0.22-0.30x the HDF5 floor, 0.52-1.04x a floor of zarr's own reads",
      "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
      "--tag=-2core-zarr"),
+    ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
+     "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
+     "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "
+     "--workers 1,2 --zarr --tag=-2core-zarr-read-ahead"),
     ("open-chunks-2core-zarr-trim.md", "The same with distributed's MALLOC_TRIM_THRESHOLD_"
      "=65536 in the workers (every allocation above 128 KiB new pages): 0.08-0.14x the "
      "HDF5 floor, 0.13-0.42x the Zarr floor",

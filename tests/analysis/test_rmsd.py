@@ -238,6 +238,36 @@ def test_zarr_chunks_run_together_into_tasks(memory_position, tmp_path, expected
         assert_close(lazy.compute(), expected_ca)
 
 
+def test_zarr_tasks_read_nothing_ahead(memory_position, adk_h5md_blocked, tmp_path, ca,
+                                       expected_ca, monkeypatch):
+    """zarr reads with I/O threads of its own: its tasks get no reader thread beside them
+    (unknown threads, read-ahead depth 0), where an HDF5 file's tasks on the same
+    scheduler (one thread, a spare core) do."""
+    from h5mdx.analysis import rmsd as rmsd_module
+
+    store = tmp_path / "adk.zarr"
+    position = memory_position.drop_vars("spatial").chunk({"time": 10})
+    xr.Dataset({"position": position}).to_zarr(store, consolidated=False)
+    asked = []
+    real = rmsd_module.read_ahead_depth
+
+    def depth(host_threads=None, process_threads=None):
+        asked.append(host_threads)
+        return real(host_threads, process_threads)
+
+    monkeypatch.setattr(rmsd_module, "read_ahead_depth", depth)
+    monkeypatch.delenv("H5MDX_READ_AHEAD", raising=False)
+    with dask.config.set(scheduler="threads", num_workers=1), \
+            xr.open_dataset(store, engine="zarr", consolidated=False, chunks=None) as zs, \
+            xr.open_dataset(adk_h5md_blocked, engine="h5md") as hs:
+        assert_close(h5mdx.rmsd(zs.position, select=ca).compute(scheduler="sync"),
+                     expected_ca)
+        assert set(asked) == {None}
+        asked.clear()
+        h5mdx.rmsd(hs.position, select=ca).compute(scheduler="sync")
+        assert set(asked) == {1}
+
+
 def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
     import MDAnalysis as mda
 
