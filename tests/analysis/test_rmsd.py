@@ -208,11 +208,17 @@ def test_dask_array_built_by_hand(memory_position, adk_positions, ca):
     np.testing.assert_array_equal(got.time.values, sub.time.values)
 
 
-def test_zarr_store(memory_position, tmp_path, expected_ca):
+def _zarr_store(memory_position, tmp_path, frames_per_chunk):
+    """adk's positions written to a Zarr store in chunks of ``frames_per_chunk`` frames."""
     store = tmp_path / "adk.zarr"
-    position = memory_position.drop_vars("spatial").chunk({"time": 33})
+    position = memory_position.drop_vars("spatial").chunk({"time": frames_per_chunk})
     xr.Dataset({"position": position}, attrs={"topology": PSF}).to_zarr(store,
                                                                          consolidated=False)
+    return store
+
+
+def test_zarr_store(memory_position, tmp_path, expected_ca):
+    store = _zarr_store(memory_position, tmp_path, 33)
     with xr.open_zarr(store, consolidated=False) as ds, \
             dask.config.set(scheduler="threads", num_workers=2):
         assert ds.position.chunks is not None
@@ -227,10 +233,7 @@ def test_zarr_chunks_run_together_into_tasks(memory_position, tmp_path, expected
     """Zarr chunks of whole frames (10 frames here): the tasks read runs of whole chunks,
     as large as an HDF5 file's tasks for the same workers (2 processes: 50 and 48 frames),
     not a task per chunk; opened with dask blocks or lazily, the numbers stay."""
-    store = tmp_path / "adk.zarr"
-    position = memory_position.drop_vars("spatial").chunk({"time": 10})
-    xr.Dataset({"position": position}, attrs={"topology": PSF}).to_zarr(store,
-                                                                         consolidated=False)
+    store = _zarr_store(memory_position, tmp_path, 10)
     with dask.config.set(scheduler="processes", num_workers=2), \
             xr.open_dataset(store, engine="zarr", consolidated=False, chunks=chunks) as ds:
         lazy = ds.md.rmsd(select="name CA")
@@ -245,9 +248,7 @@ def test_zarr_tasks_read_nothing_ahead(memory_position, adk_h5md_blocked, tmp_pa
     scheduler (one thread, a spare core) do."""
     from h5mdx.analysis import rmsd as rmsd_module
 
-    store = tmp_path / "adk.zarr"
-    position = memory_position.drop_vars("spatial").chunk({"time": 10})
-    xr.Dataset({"position": position}).to_zarr(store, consolidated=False)
+    store = _zarr_store(memory_position, tmp_path, 10)
     asked = []
     real = rmsd_module.read_ahead_depth
 
