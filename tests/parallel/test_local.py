@@ -169,3 +169,22 @@ def test_workers_sample_their_stacks_only_for_a_dashboard(dashboard):
         client.restart()
         assert set(client.run(_profiling).values()) == {(dashboard, dashboard)}
     assert dask.config.get("distributed.worker.profile.enabled") is True
+
+
+def test_own_environ_is_the_value_from_before_a_start_under_way(monkeypatch):
+    """While a nanny starts a worker it may have set the variable in this process; a
+    nanny made then asks for this process's own value, not that one."""
+    import os
+
+    from h5mdx.parallel.local import MALLOC_TRIM, _environ_restored, _own_environ
+
+    monkeypatch.delenv(MALLOC_TRIM, raising=False)
+    with _environ_restored([MALLOC_TRIM]):
+        os.environ[MALLOC_TRIM] = "65536"  # what a starting nanny sets
+        assert _own_environ(MALLOC_TRIM) is None
+    assert _own_environ(MALLOC_TRIM) is None
+    monkeypatch.setenv(MALLOC_TRIM, "131072")  # the user's own
+    with _environ_restored([MALLOC_TRIM]):
+        os.environ[MALLOC_TRIM] = "65536"
+        assert _own_environ(MALLOC_TRIM) == "131072"
+    assert _own_environ(MALLOC_TRIM) == "131072"

@@ -88,6 +88,15 @@ def _environ_restored(names: list[str]) -> Iterator[None]:
 MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
 
 
+def _own_environ(name: str) -> str | None:
+    """This process's own value of ``name``: while a nanny is starting a worker (and may
+    have set it), the value saved before the first such start, else the current one."""
+    with _kept:
+        if _starts and name in _before:
+            return _before[name]
+        return os.environ.get(name)
+
+
 @functools.cache
 def _nanny_class(trim_memory: bool = False) -> type:
     """``distributed.Nanny`` whose every worker start leaves this process's environment;
@@ -98,7 +107,7 @@ def _nanny_class(trim_memory: bool = False) -> type:
     class EnvironKeepingNanny(Nanny):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            if not trim_memory and MALLOC_TRIM not in os.environ:
+            if not trim_memory and _own_environ(MALLOC_TRIM) is None:
                 # the nanny applies both, before the worker starts and in it
                 self.pre_spawn_env.pop(MALLOC_TRIM, None)
                 self.env.pop(MALLOC_TRIM, None)
