@@ -142,7 +142,8 @@ def h5mdx_run(path: str, mode: str, select: np.ndarray | None) -> Callable[[], A
 
     def run() -> np.ndarray:
         with _open(path, mode) as ds:
-            return h5mdx.rmsd(ds.position, select=select).values
+            # .compute(), as a user would: the RMSD and its coordinates
+            return h5mdx.rmsd(ds.position, select=select).compute().values
 
     return run
 

@@ -425,6 +425,17 @@ h5mdx_results = [
      "thread: 0.22-0.30x the HDF5 floor, 0.52-1.04x a floor of zarr's own reads",
      "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
      "--tag=-2core-zarr"),
+    ("open-chunks-2core-zarr-coords.md", "The same, timing .compute() (the RMSD and its "
+     "coordinates): step read where the result is computed, Zarr's time and step in "
+     "65,536-frame chunks; chunks={'time': 100} 1.34-1.45x the floor, Zarr 0.66-1.67x "
+     "the Zarr floor",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
+     "--tag=-2core-zarr-coords"),
+    ("open-chunks-2core-zarr-coords-before.md", "The same before (this benchmark, the code "
+     "and the Zarr store of a7aab8c): step's getter tasks, time and step in 962 chunks "
+     "each; chunks={'time': 100} 0.15-0.21x the floor, Zarr 0.21-0.81x the Zarr floor",
+     "git checkout a7aab8c -- src && python benchmarks/bench_open_chunks.py --frames "
+     "100000 --workers 1,2 --zarr --tag=-2core-zarr-coords-before"),
     ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
      "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
      "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "

@@ -35,3 +35,53 @@ def test_zarr_and_hdf5_checksums_agree(tmp_path):
     root.create_array("x", shape=x.shape, chunks=(6, 5, 3), dtype=x.dtype)[:] = x
     assert zarr_checksums(tmp_path / "a.zarr", ["x"], block_bytes=100) == \
         dataset_checksums(tmp_path / "a.h5", ["x"])
+
+
+def test_zarr_writer_keeps_time_variables_in_few_chunks(tmp_path, monkeypatch):
+    """``time`` and ``step`` are 8 bytes a frame: their chunks hold TIME_CHUNK_ENTRIES
+    frames, not the positions' 10 (a file a chunk, each read at every open); appends
+    across those chunks keep every value, with the frame count unknown or known."""
+    import xarray as xr
+
+    from h5mdx.format.writer import ElementSpec, Layout
+    from h5mdx.layout import export
+
+    monkeypatch.setattr(export, "TIME_CHUNK_ENTRIES", 16)
+    x = np.random.default_rng(2).random((95, 7, 3)).astype(np.float32)
+    for n_frames, chunk in ((None, 16), (95, 16), (12, 12)):
+        store = tmp_path / f"w{n_frames}.zarr"
+        frames = x[:n_frames or 95]
+        with export.ZarrWriter(store, [ElementSpec("position", (7, 3), np.float32, "nm")],
+                               n_frames=n_frames, layout=Layout(frames_per_chunk=10)) as w:
+            for i, frame in enumerate(frames):
+                w.append(i * 10, i * 0.5, position=frame)
+        root = zarr.open_group(str(store), mode="r")
+        assert root["position"].chunks == (10, 7, 3)
+        assert root["step"].chunks == root["time"].chunks == (chunk,)
+        with xr.open_zarr(store) as ds:
+            np.testing.assert_array_equal(ds.position.values, frames)
+            np.testing.assert_array_equal(ds.step.values, np.arange(len(frames)) * 10)
+            np.testing.assert_array_equal(ds.time.values, np.arange(len(frames)) * 0.5)
+
+
+def test_dataset_to_zarr_writes_time_variables_from_memory(tmp_path, monkeypatch):
+    """1-D variables on ``time`` (coordinates and one-value observables) get chunks of
+    their own, written from memory, whatever the positions' dask blocks."""
+    import xarray as xr
+
+    from h5mdx.format.writer import Layout
+    from h5mdx.layout import export
+
+    monkeypatch.setattr(export, "TIME_CHUNK_ENTRIES", 16)
+    rng = np.random.default_rng(3)
+    ds = xr.Dataset(
+        {"position": (("time", "atom", "spatial"), rng.random((45, 4, 3)).astype(np.float32)),
+         "energy": (("time",), rng.random(45))},
+        coords={"time": np.arange(45) * 0.5, "step": ("time", np.arange(45) * 10)},
+    ).chunk({"time": 10})
+    export.dataset_to_zarr(ds, tmp_path / "d.zarr", layout=Layout(frames_per_chunk=5))
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="r")
+    assert root["position"].chunks == (5, 4, 3)
+    assert root["step"].chunks == root["time"].chunks == root["energy"].chunks == (16,)
+    with xr.open_zarr(tmp_path / "d.zarr") as back:
+        xr.testing.assert_identical(back.load(), ds.load())

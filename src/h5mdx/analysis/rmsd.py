@@ -444,13 +444,8 @@ def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...
     if position.chunks is None:  # lazily indexed or in memory (``.data`` would read it all)
         return position, None
     data = position.data
-    graph = getattr(data, "dask", None)
-    layers = getattr(graph, "layers", None)
-    if layers is None or len(layers) != 2 or f"original-{data.name}" not in layers:
-        return position, None
-    held = list(layers[f"original-{data.name}"].values())
-    lazy = getattr(held[0], "array", None) if len(held) == 1 else None
-    if lazy is None or tuple(getattr(lazy, "shape", ())) != data.shape:
+    lazy = _held_array(data)
+    if lazy is None:
         return position, None
     time_axis = position.dims.index(TIME_DIM)
     whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
@@ -460,6 +455,39 @@ def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...
                           coords=position.coords, name=position.name)
     opened.encoding = dict(position.encoding)  # "source", "chunksizes": the read plan uses them
     return opened, tuple(int(c) for c in data.chunks[time_axis])
+
+
+def _held_array(data: Any) -> Any:
+    """The lazily indexed array that the dask array ``data`` of ``open_dataset(chunks=...)``
+    was made from (see :func:`_opened_lazily`), or None for any other dask array."""
+    layers = getattr(getattr(data, "dask", None), "layers", None)
+    if layers is None or len(layers) != 2 or f"original-{data.name}" not in layers:
+        return None
+    held = list(layers[f"original-{data.name}"].values())
+    lazy = getattr(held[0], "array", None) if len(held) == 1 else None
+    if lazy is None or tuple(getattr(lazy, "shape", ())) != data.shape:
+        return None
+    return lazy
+
+
+def _time_coords(sub: xr.DataArray) -> dict[str, xr.Variable]:
+    """The result's coordinates: ``sub``'s on ``time`` alone, each read where it is computed.
+
+    A coordinate opened with ``chunks=`` is a dask array of getter tasks: computing the
+    result would run them on the workers and ship the values back (one task per stored
+    chunk of ``step`` in a Zarr store: 962 for one written in 104-frame chunks). Such a
+    coordinate goes back to the lazily indexed array it was made from, which the
+    result's ``compute`` reads in the calling process; any other stays as it is.
+    """
+    coords = {}
+    for name, coord in sub.coords.items():
+        if coord.dims != (TIME_DIM,):
+            continue
+        var = coord.variable
+        lazy = _held_array(var.data) if var.chunks is not None else None
+        coords[str(name)] = var if lazy is None else xr.Variable(
+            var.dims, lazy, var.attrs, encoding=var.encoding)
+    return coords
 
 
 def _in_memory(position: xr.DataArray) -> bool:
@@ -816,7 +844,7 @@ def rmsd(
         result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads,
                              process_threads)
 
-    coords = {k: v for k, v in sub.coords.items() if v.dims == (TIME_DIM,)}
+    coords = _time_coords(sub)
     attrs = {"long_name": "RMSD after optimal superposition" if superposition
              else "RMSD after centring"}
     if "units" in position.attrs:
