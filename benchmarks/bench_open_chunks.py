@@ -15,6 +15,8 @@ Zarr by ``h5mdx.layout.export.dataset_to_zarr`` (chunks of whole frames of ~4 Mi
 ``h5mdx convert OUT.zarr`` writes them), opened with ``xr.open_zarr`` (dask blocks, one per
 Zarr chunk) and lazily, against the HDF5 file's floor and against a Zarr floor of their own
 (:func:`zarr_floor`: N processes, each reading its slab with zarr one chunk at a time).
+``--skip K`` computes the RMSD of ``position.isel(time=slice(K, None))`` instead (a user
+leaving out the equilibration), against the floor scaled to the frames read.
 Results:
 ``benchmarks/results/open-chunks{--tag}.{json,md}``. Run:
 ``.venv/bin/python benchmarks/bench_open_chunks.py --workers 2``.
@@ -89,9 +91,11 @@ def zarr_floor(store: str, n: int) -> Iterator[Callable[[], float]]:
         yield read
 
 
-def run(path: str, n: int, repeats: int, zarr: str | None = None) -> list[dict[str, Any]]:
+def run(path: str, n: int, repeats: int, zarr: str | None = None,
+        skip: int = 0) -> list[dict[str, Any]]:
     """A row per open in :data:`OPENS` (and :data:`ZARR_OPENS` of the store ``zarr``):
-    tasks, and the median of the floor over the run."""
+    tasks, and the median of the floor over the run (the floor's time scaled to the
+    frames after the first ``skip``, which the RMSD leaves out)."""
     import dask
     import distributed
     import xarray as xr
@@ -113,6 +117,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None) -> list[dict[s
             for name, (source, engine, chunks) in opens.items():
                 seconds = floor()[0]
                 zarr_seconds = zfloor() if engine == "zarr" else None
+                share = 1.0  # of the frames the floor reads, those the RMSD reads
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     # 100-frame blocks on 100-frame chunks split no stored chunk, but they
@@ -121,14 +126,16 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None) -> list[dict[s
                                             UserWarning)
                     ds = xr.open_dataset(source, engine=engine, chunks=chunks)
                 with ds:
-                    lazy = h5mdx.rmsd(ds.position)
+                    position = ds.position.isel(time=slice(skip, None))
+                    share = position.sizes["time"] / ds.sizes["time"]
+                    lazy = h5mdx.rmsd(position)
                     tasks[name] = int(lazy.data.npartitions)
                     lazy.compute()  # as a user would: the RMSD and its coordinates
                 took = time.perf_counter() - t0
                 if r:
-                    ratios[name].append(seconds / took)
+                    ratios[name].append(seconds * share / took)
                     if zarr_seconds is not None:
-                        to_zarr[name].append(zarr_seconds / took)
+                        to_zarr[name].append(zarr_seconds * share / took)
     rows = []
     for name in opens:
         row = {"workers": n, "open": name, "tasks": tasks[name],
@@ -145,7 +152,9 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None) -> list[dict[s
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# RMSD on positions opened with `chunks=`, against the read floor", "",
              f"{results['frames']:,} frames x 3341 atoms, layout {results['layout']}, all "
-             f"atoms, warm page cache; N single-threaded `distributed` workers; "
+             f"atoms" + (f", the RMSD of `position.isel(time=slice({results['skip']}, None))` "
+                         "against the floor's time scaled to the frames it reads"
+                         if results.get("skip") else "") + ", warm page cache; N single-threaded `distributed` workers; "
              f"{bs.cores_text(results)}; medians of {results['repeats']} rounds, each timing "
              f"the N-process h5py read floor and then each open. Versions: "
              f"{bs.versions_text(results)}.", "",
@@ -169,6 +178,8 @@ def main() -> int:
     p.add_argument("--layout", default="c100", choices=sorted(bs.CHUNKS))
     p.add_argument("--workers", default="2")
     p.add_argument("--zarr", action="store_true", help="the same frames in Zarr too")
+    p.add_argument("--skip", type=int, default=0,
+                   help="the RMSD of the frames after the first SKIP (isel(time=slice))")
     bs.run_arguments(p, repeats=3)
     args = p.parse_args()
     path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
@@ -176,9 +187,9 @@ def main() -> int:
     store = zarr_copy(path) if args.zarr else None
     rows = []
     for n in (int(w) for w in args.workers.split(",")):
-        rows += run(path, n, args.repeats, store)
+        rows += run(path, n, args.repeats, store, args.skip)
     results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
-               "repeats": args.repeats, "rows": rows}
+               "repeats": args.repeats, "skip": args.skip, "rows": rows}
     bs.save_results("open-chunks", args.tag, results, markdown)
     return 0
 

@@ -436,6 +436,16 @@ h5mdx_results = [
      "each; chunks={'time': 100} 0.15-0.21x the floor, Zarr 0.21-0.81x the Zarr floor",
      "git checkout a7aab8c -- src && python benchmarks/bench_open_chunks.py --frames "
      "100000 --workers 1,2 --zarr --tag=-2core-zarr-coords-before"),
+    ("open-chunks-2core-skip.md", "The same on position.isel(time=slice(10000, None)), "
+     "opened with chunks=: the sliced open still read by the tasks themselves; HDF5 "
+     "1.15-1.53x the floor of the frames read",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
+     "--skip 10000 --tag=-2core-skip"),
+    ("open-chunks-2core-skip-before.md", "The same before (the code of bd7a72a): a slice "
+     "after the open kept dask's getter tasks, 900 tasks for 100-frame blocks, "
+     "0.04-0.42x the floor",
+     "git checkout bd7a72a -- src && python benchmarks/bench_open_chunks.py --frames "
+     "100000 --workers 1,2 --zarr --skip 10000 --tag=-2core-skip-before"),
     ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
      "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
      "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "

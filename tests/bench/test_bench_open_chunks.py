@@ -31,3 +31,17 @@ def test_the_report_has_a_row_per_open(bench_open_chunks):
     results["rows"][0].update(open="zarr, lazy", vs_zarr_floor=0.91)
     assert "| 2 | `zarr, lazy` | 8 | 1.62 | 1.50, 1.62, 1.70 | 0.91 |" in \
         bench_open_chunks.markdown(results)
+
+
+def test_skip_times_the_rmsd_of_the_frames_after_it(bench_open_chunks, tmp_path):
+    """``--skip``: the RMSD of the frames after the first ``skip`` (positions sliced after
+    the open, still one task for one worker), said in the report."""
+    pytest.importorskip("distributed")
+    bs = bench_open_chunks.bs
+    path = bs.build(str(tmp_path / "scale-c100-300.h5md"), 300, "c100")
+    rows = bench_open_chunks.run(path, 1, repeats=1, skip=120)
+    assert [r["tasks"] for r in rows] == [1, 1, 1]
+    assert all(r["vs_floor"] > 0 for r in rows)
+    results = {"frames": 300, "layout": "c100", "repeats": 1, "cores": 2, "versions": {},
+               "skip": 120, "rows": rows}
+    assert "`position.isel(time=slice(120, None))`" in bench_open_chunks.markdown(results)

@@ -24,6 +24,7 @@ import xarray as xr
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from h5mdx.analysis._dask_source import dask_source
 from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
 from h5mdx.engine.backend import backend_array
@@ -428,46 +429,31 @@ def _dask_plan(position: xr.DataArray, sub: xr.DataArray,
 def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...] | None]:
     """The lazily read positions behind ``open_dataset(..., chunks=...)``, and its time blocks.
 
-    ``xr.open_dataset(chunks=...)`` wraps the backend's lazily indexed array in
-    ``dask.array.from_array``: a graph of two layers, ``original-<name>`` holding the
-    array and ``<name>`` with one ``getter`` task per block. A getter reads its whole
-    block through the backend, which a task then computes on; reading the same frames
-    through the lazy path instead reads a few MiB at a time into a reused buffer,
-    with only the selected atoms, and no block travels between processes. Only that
-    exact graph qualifies (any operation on the dask array adds a layer), and only
-    when the block holds whole frames. Returns ``(position, None)`` otherwise.
-
-    The layer names and ``ImplicitToExplicitIndexingAdapter`` are dask's and xarray's
-    internals (no public API names the array a dask array was made from); any change
-    there leaves the dask path in use, never a wrong result.
+    A getter task of the dask array reads its whole block through the backend, which a
+    task then computes on; reading the same frames through the lazy path instead reads a
+    few MiB at a time into a reused buffer, with only the selected atoms, and no block
+    travels between processes. Positions as opened or sliced since
+    (:func:`~h5mdx.analysis._dask_source.dask_source`: ``isel``/``sel`` with slices)
+    qualify, where each block holds whole frames. Returns ``(position, None)``
+    otherwise: any other dask operation keeps the dask path, never a wrong result.
     """
     if position.chunks is None:  # lazily indexed or in memory (``.data`` would read it all)
         return position, None
     data = position.data
-    lazy = _held_array(data)
-    if lazy is None:
+    source = dask_source(data)
+    if source is None:
         return position, None
+    lazy, key = source
     time_axis = position.dims.index(TIME_DIM)
     whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
     if backend_array(lazy) is None or not whole:
         return position, None
-    opened = xr.DataArray(xr.Variable(position.dims, lazy, position.attrs),
-                          coords=position.coords, name=position.name)
+    variable = xr.Variable(position.dims, lazy, position.attrs)
+    if any(k != slice(None) for k in key):
+        variable = variable[key]
+    opened = xr.DataArray(variable, coords=position.coords, name=position.name)
     opened.encoding = dict(position.encoding)  # "source", "chunksizes": the read plan uses them
     return opened, tuple(int(c) for c in data.chunks[time_axis])
-
-
-def _held_array(data: Any) -> Any:
-    """The lazily indexed array that the dask array ``data`` of ``open_dataset(chunks=...)``
-    was made from (see :func:`_opened_lazily`), or None for any other dask array."""
-    layers = getattr(getattr(data, "dask", None), "layers", None)
-    if layers is None or len(layers) != 2 or f"original-{data.name}" not in layers:
-        return None
-    held = list(layers[f"original-{data.name}"].values())
-    lazy = getattr(held[0], "array", None) if len(held) == 1 else None
-    if lazy is None or tuple(getattr(lazy, "shape", ())) != data.shape:
-        return None
-    return lazy
 
 
 def _time_coords(sub: xr.DataArray) -> dict[str, xr.Variable]:
@@ -476,17 +462,19 @@ def _time_coords(sub: xr.DataArray) -> dict[str, xr.Variable]:
     A coordinate opened with ``chunks=`` is a dask array of getter tasks: computing the
     result would run them on the workers and ship the values back (one task per stored
     chunk of ``step`` in a Zarr store: 962 for one written in 104-frame chunks). Such a
-    coordinate goes back to the lazily indexed array it was made from, which the
-    result's ``compute`` reads in the calling process; any other stays as it is.
+    coordinate, as opened or sliced since, goes back to the lazily indexed array it was
+    made from, which the result's ``compute`` reads in the calling process; any other
+    stays as it is.
     """
     coords = {}
     for name, coord in sub.coords.items():
         if coord.dims != (TIME_DIM,):
             continue
         var = coord.variable
-        lazy = _held_array(var.data) if var.chunks is not None else None
-        coords[str(name)] = var if lazy is None else xr.Variable(
-            var.dims, lazy, var.attrs, encoding=var.encoding)
+        source = dask_source(var.data) if var.chunks is not None else None
+        if source is not None:
+            var = xr.Variable(var.dims, source[0], var.attrs, encoding=var.encoding)[source[1]]
+        coords[str(name)] = var
     return coords
 
 
