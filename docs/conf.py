@@ -446,6 +446,16 @@ h5mdx_results = [
      "0.04-0.42x the floor",
      "git checkout bd7a72a -- src && python benchmarks/bench_open_chunks.py --frames "
      "100000 --workers 1,2 --zarr --skip 10000 --tag=-2core-skip-before"),
+    ("open-chunks-2core-skip-aligned.md", "The same with tasks and reads aligned to the "
+     "stored chunks (frame 10,000 starts inside a 104-frame Zarr chunk): Zarr lazy "
+     "0.62-1.30x the Zarr floor",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --zarr "
+     "--skip 10000 --tag=-2core-skip-aligned"),
+    ("open-chunks-2core-skip-unaligned.md", "The same before (the code of 068d787): reads "
+     "counted from the slice's first frame, each across two Zarr chunks; Zarr lazy "
+     "0.40-0.54x the Zarr floor",
+     "git checkout 068d787 -- src && python benchmarks/bench_open_chunks.py --frames "
+     "100000 --workers 1,2 --zarr --skip 10000 --tag=-2core-skip-unaligned"),
     ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
      "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
      "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "

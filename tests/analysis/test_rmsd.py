@@ -275,6 +275,42 @@ def test_zarr_tasks_read_nothing_ahead(memory_position, adk_h5md_blocked, tmp_pa
         assert set(asked) == {1}
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lazy_reads_keep_to_the_stored_chunks(memory_position, adk_universe, tmp_path,
+                                              monkeypatch, workers):
+    """Frames 13 on of a store in 10-frame chunks: the tasks end on chunk boundaries (the
+    first takes frames 13-19 too), and each reads frames up to the first boundary, then
+    whole chunks (a read across a boundary decodes two chunks); the numbers stay."""
+    from h5mdx.analysis import rmsd as rmsd_module
+
+    store = _zarr_store(memory_position, tmp_path, 10)
+    monkeypatch.setattr(rmsd_module, "READ_STEP_BYTES", 20 * 3341 * 3 * 4)  # 2 chunks a read
+    spans = []
+    real = rmsd_module.read_ahead
+
+    def recording(read, task_spans, depth=0):
+        spans.append(list(task_spans))
+        return real(read, task_spans, depth)
+
+    monkeypatch.setattr(rmsd_module, "read_ahead", recording)
+    expected = _mda_rmsd(adk_universe, select="all", ref_frame=13)[13:]
+    with dask.config.set(scheduler="threads", num_workers=workers), \
+            xr.open_dataset(store, engine="zarr", consolidated=False, chunks=None) as ds:
+        lazy = h5mdx.rmsd(ds.position.isel(time=slice(13, None)))  # whole frames a read
+        ends = np.cumsum(lazy.chunks[0])
+        assert all((13 + e) % 10 == 0 for e in ends[:-1]) and ends[-1] == 85
+        assert len(lazy.chunks[0]) >= workers
+        assert_close(lazy.compute(scheduler="sync"), expected)
+    # the tasks run in dask's order: each is known by its size (57 and 28 frames for 2)
+    first_frame = dict(zip(lazy.chunks[0], np.concatenate([[0], ends[:-1]]), strict=True))
+    assert len(spans) == len(first_frame) == len(lazy.chunks[0])
+    for task in spans:
+        first = first_frame[task[-1][1]]
+        assert all((13 + first + a) % 10 == 0 for a, _b in task[1:]), (first, task)
+        assert all(b - a <= 20 for a, b in task), task
+    assert (0, 7) in [task[0] for task in spans]  # frames 13-19: up to the first boundary
+
+
 def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
     import MDAnalysis as mda
 

@@ -36,7 +36,13 @@ from h5mdx.engine.chunking import (
     stream_target_mib,
     time_block,
 )
-from h5mdx.engine.frames import FrameReader, frame_reader, read_ahead, read_ahead_depth
+from h5mdx.engine.frames import (
+    FrameReader,
+    frame_reader,
+    read_ahead,
+    read_ahead_depth,
+    stored_start,
+)
 from h5mdx.errors import TopologyError
 from h5mdx.format import mapped as _mapped
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
@@ -209,8 +215,10 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                 superposition: bool, kernel: str, start: int, stop: int,
                 atoms: np.ndarray | None = None, step: int | None = None,
                 host_threads: int | None = None,
-                process_threads: int | None = None) -> np.ndarray:
-    """RMSD of one task's frames, read ``step`` frames at a time.
+                process_threads: int | None = None, lead: int = 0) -> np.ndarray:
+    """RMSD of one task's frames, read ``step`` frames at a time (the first read ``lead``
+    frames, up to the first stored chunk boundary, where the task's frames start inside
+    a chunk: every other read then holds whole chunks).
 
     Reading a few MiB at a time into the same buffer keeps the frames in the CPU cache
     between the read and the kernel; the task's block stays large for the scheduler.
@@ -248,7 +256,9 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                 done = _mapped_block(block, qcp, out, timer)
             elif fused_read(depth):
                 done = _fused_block(block, qcp, out, timer)
-        spans = [(a, min(n, a + step)) for a in range(done, n, step)]
+        first = min(n, lead) if lead and not done else done
+        spans = [(done, first)] if first > done else []
+        spans += [(a, min(n, a + step)) for a in range(first, n, step)]
         with contextlib.closing(read_ahead(read, spans, depth)) as frames:
             for a, b in spans:
                 with timer.phase("io"):  # the wait for the frames
@@ -695,21 +705,36 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
                     meta=np.array((), dtype=np.float64))
 
 
+def _chunk_lead(source: xr.DataArray) -> tuple[int, int] | None:
+    """``(stored frame of source's frame 0, frames per stored chunk)`` where ``source``
+    is read a chunk-multiple at a time (:func:`_read_step`) from chunks of several frames
+    and starts at a known frame; None elsewhere (reads need no aligning)."""
+    chunks = _stored_chunks(source)
+    if not chunks or int(chunks[0]) <= 1:
+        return None
+    start = stored_start(source.variable)
+    return None if start is None else (start, int(chunks[0]))
+
+
 def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: list[int],
                 kernel_args: tuple, host_threads: int | None = None,
                 process_threads: int | None = None) -> da.Array:
-    """One task per block of frames ending at ``ends``, each reading its frames itself."""
+    """One task per block of frames ending at ``ends``, each reading its frames itself,
+    whole stored chunks at a read where it can (a task starting inside a chunk first
+    reads up to the chunk's end: a read straddling two Zarr chunks decodes both)."""
     source, atoms = plan
     step = _read_step(source, process_threads)
+    aligned = _chunk_lead(source) if step is not None else None
     dsk = {}
     sizes = []
     for i, b in enumerate(ends):
         a = ends[i - 1] if i else 0
+        lead = (-(aligned[0] + a)) % aligned[1] if aligned else 0
         # a Variable on (time, atom, spatial): no coordinates travel with the task
         block = source.variable[a:b]
         block = frame_reader(block) or block
         dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads,
-                          process_threads)
+                          process_threads, lead)
         sizes.append(b - a)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
     return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
@@ -735,7 +760,8 @@ def rmsd(
     position : xarray.DataArray
         Positions on ``(time, atom, spatial)``: from the ``h5md`` engine (lazy or
         dask-backed), Zarr or memory. Positions opened with ``chunks=`` and not
-        changed since are read by the tasks themselves (a few MiB at a time, selected
+        changed since, or only sliced (``isel``/``sel`` with slices), are read by the
+        tasks themselves (a few MiB at a time, whole stored chunks at a read, selected
         atoms only), not through dask's getter tasks: one task per run of whole
         blocks of the open, as large as a lazily opened file's tasks would be where
         the frames are stored uncompressed or in Zarr chunks of whole frames (each task
@@ -808,7 +834,11 @@ def rmsd(
         else:
             fpb = _block_frames(position, frames_per_block, chunk_mib,
                                 _worker_count(by_host))
-            ends = [min(a + fpb, n_frames) for a in range(0, n_frames, fpb)] or [0]
+            # tasks end on stored chunk boundaries (the first takes the frames before
+            # the first one too): a task never reads part of a chunk another reads
+            aligned = _chunk_lead(position) if frames_per_block is None else None
+            lead = (-aligned[0]) % aligned[1] if aligned and fpb % aligned[1] == 0 else 0
+            ends = [*range(lead + fpb, n_frames, fpb), n_frames] if n_frames else [0]
         # tasks at once on a machine: no more than there are tasks
         host_threads = _threads_per_host(by_host)
         host_threads = host_threads and min(host_threads, len(ends))

@@ -32,7 +32,7 @@ from h5mdx.engine.backend import H5MDArray
 from h5mdx.format.direct import scratch_buffers, scratch_pool
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader",
-           "frame_reader", "read_ahead", "read_ahead_depth"]
+           "frame_reader", "read_ahead", "read_ahead_depth", "stored_start"]
 
 #: Environment variable: how many reads :func:`read_ahead` keeps in flight (``0``: none,
 #: every read in the caller's thread, one after the other).
@@ -155,6 +155,34 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
     if shape != tuple(variable.shape):
         return None
     return FrameReader(array, start, rest)
+
+
+def stored_start(variable: xr.Variable) -> int | None:
+    """The stored frame that is ``variable``'s frame 0, for any backend.
+
+    Parameters
+    ----------
+    variable : xarray.Variable
+        A lazily indexed variable (``h5md``, ``zarr`` or another engine, opened without
+        ``chunks=``), time first, sliced (or not) with a unit step along time.
+
+    Returns
+    -------
+    int or None
+        The index along the stored array's first axis; None where ``variable`` is not
+        such a slice (in memory, dask, a strided or vectorised index, a transpose).
+    """
+    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
+    while _WRAPPERS and isinstance(data, _WRAPPERS):
+        data = data.array
+    if _LAZY is None or type(data) is not _LAZY:
+        return None
+    key = getattr(getattr(data, "key", None), "tuple", None)
+    shape = getattr(getattr(data, "array", None), "shape", None)
+    if not key or not shape or len(key) != variable.ndim or not isinstance(key[0], slice):
+        return None
+    start, _stop, step = key[0].indices(int(shape[0]))
+    return start if step == 1 else None
 
 
 def _cpus() -> int:
