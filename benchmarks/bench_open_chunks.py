@@ -16,7 +16,8 @@ Zarr by ``h5mdx.layout.export.dataset_to_zarr`` (chunks of whole frames of ~4 Mi
 Zarr chunk) and lazily, against the HDF5 file's floor and against a Zarr floor of their own
 (:func:`zarr_floor`: N processes, each reading its slab with zarr one chunk at a time).
 ``--skip K`` computes the RMSD of ``position.isel(time=slice(K, None))`` instead (a user
-leaving out the equilibration), against the floor scaled to the frames read.
+leaving out the equilibration), ``--stride S`` of every S-th frame, against the floor
+scaled to the frames read.
 Results:
 ``benchmarks/results/open-chunks{--tag}.{json,md}``. Run:
 ``.venv/bin/python benchmarks/bench_open_chunks.py --workers 2``.
@@ -92,10 +93,10 @@ def zarr_floor(store: str, n: int) -> Iterator[Callable[[], float]]:
 
 
 def run(path: str, n: int, repeats: int, zarr: str | None = None,
-        skip: int = 0) -> list[dict[str, Any]]:
+        skip: int = 0, stride: int = 1) -> list[dict[str, Any]]:
     """A row per open in :data:`OPENS` (and :data:`ZARR_OPENS` of the store ``zarr``):
     tasks, and the median of the floor over the run (the floor's time scaled to the
-    frames after the first ``skip``, which the RMSD leaves out)."""
+    frames after the first ``skip``, every ``stride``-th, which the RMSD reads)."""
     import dask
     import distributed
     import xarray as xr
@@ -126,7 +127,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
                                             UserWarning)
                     ds = xr.open_dataset(source, engine=engine, chunks=chunks)
                 with ds:
-                    position = ds.position.isel(time=slice(skip, None))
+                    position = ds.position.isel(time=slice(skip, None, stride))
                     share = position.sizes["time"] / ds.sizes["time"]
                     lazy = h5mdx.rmsd(position)
                     tasks[name] = int(lazy.data.npartitions)
@@ -149,12 +150,18 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
     return rows
 
 
+def _stride(results: dict[str, Any]) -> str:
+    stride = results.get("stride", 1)
+    return f", {stride}" if stride != 1 else ""
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# RMSD on positions opened with `chunks=`, against the read floor", "",
              f"{results['frames']:,} frames x 3341 atoms, layout {results['layout']}, all "
-             f"atoms" + (f", the RMSD of `position.isel(time=slice({results['skip']}, None))` "
-                         "against the floor's time scaled to the frames it reads"
-                         if results.get("skip") else "") + ", warm page cache; N single-threaded `distributed` workers; "
+             f"atoms" + (f", the RMSD of `position.isel(time=slice({results.get('skip', 0)}, "
+                         f"None{_stride(results)}))` against the floor's time scaled to the "
+                         "frames it reads" if results.get("skip") or _stride(results) else "")
+             + ", warm page cache; N single-threaded `distributed` workers; "
              f"{bs.cores_text(results)}; medians of {results['repeats']} rounds, each timing "
              f"the N-process h5py read floor and then each open. Versions: "
              f"{bs.versions_text(results)}.", "",
@@ -180,6 +187,7 @@ def main() -> int:
     p.add_argument("--zarr", action="store_true", help="the same frames in Zarr too")
     p.add_argument("--skip", type=int, default=0,
                    help="the RMSD of the frames after the first SKIP (isel(time=slice))")
+    p.add_argument("--stride", type=int, default=1, help="the RMSD of every STRIDE-th frame")
     bs.run_arguments(p, repeats=3)
     args = p.parse_args()
     path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
@@ -187,9 +195,9 @@ def main() -> int:
     store = zarr_copy(path) if args.zarr else None
     rows = []
     for n in (int(w) for w in args.workers.split(",")):
-        rows += run(path, n, args.repeats, store, args.skip)
+        rows += run(path, n, args.repeats, store, args.skip, args.stride)
     results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
-               "repeats": args.repeats, "skip": args.skip, "rows": rows}
+               "repeats": args.repeats, "skip": args.skip, "stride": args.stride, "rows": rows}
     bs.save_results("open-chunks", args.tag, results, markdown)
     return 0
 

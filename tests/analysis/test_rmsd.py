@@ -311,6 +311,37 @@ def test_lazy_reads_keep_to_the_stored_chunks(memory_position, adk_universe, tmp
     assert (0, 7) in [task[0] for task in spans]  # frames 13-19: up to the first boundary
 
 
+@pytest.mark.parametrize("chunks", [None, {"time": 10}])
+@pytest.mark.parametrize("key", [slice(None, None, 2), slice(3, 90, 7)])
+def test_strided_frames_read_by_the_compiled_reader(adk_h5md_blocked, adk_universe, ca,
+                                                    monkeypatch, chunks, key):
+    """``isel(time=slice(a, b, k))``, opened lazily or with ``chunks=``: each task reads
+    its frames in one compiled call (a run of bytes a frame), not a strided box through
+    h5py a read; the numbers equal MDAnalysis' over the same frames."""
+    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.analysis.qcp import has_numba
+
+    done = []
+    real = rmsd_module._fused_block
+
+    def spy(*args):
+        done.append(real(*args))
+        return done[-1]
+
+    monkeypatch.setattr(rmsd_module, "_fused_block", spy)
+    monkeypatch.delenv(rmsd_module.FUSED_READ_ENV, raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = rms.RMSD(adk_universe, select="name CA", ref_frame=key.start or 0).run(
+            start=key.start, stop=key.stop, step=key.step).results.rmsd[:, 2]
+        ds = xr.open_dataset(adk_h5md_blocked, engine="h5md", chunks=chunks)
+    with ds, dask.config.set(scheduler="threads", num_workers=1):  # a spare core: read-ahead
+        got = h5mdx.rmsd(ds.position.isel(time=key), select=ca).compute(scheduler="sync")
+    assert_close(got, expected)
+    if has_numba():  # the compiled reader is numba's
+        assert sum(done) == len(expected)
+
+
 def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
     import MDAnalysis as mda
 

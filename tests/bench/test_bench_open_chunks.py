@@ -45,3 +45,5 @@ def test_skip_times_the_rmsd_of_the_frames_after_it(bench_open_chunks, tmp_path)
     results = {"frames": 300, "layout": "c100", "repeats": 1, "cores": 2, "versions": {},
                "skip": 120, "rows": rows}
     assert "`position.isel(time=slice(120, None))`" in bench_open_chunks.markdown(results)
+    results.update(skip=0, stride=4)
+    assert "`position.isel(time=slice(0, None, 4))`" in bench_open_chunks.markdown(results)

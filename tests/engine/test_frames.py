@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -72,7 +73,8 @@ def test_unit_scale_in_place_reads_each_value_once(tmp_path):
 def test_none_where_xarray_must_index(adk_h5md, tmp_path):
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
         var = ds.position.variable
-        assert frame_reader(var[::2]) is None  # a stride along time
+        assert frame_reader(var[::-1]) is None  # a reversed time
+        assert frame_reader(var[:, ::2]) is None  # a stride along atoms
         assert frame_reader(var[:, [1, 5, 9]]) is None  # a list of atoms
         assert frame_reader(var[3]) is None  # an integer drops time
         assert frame_reader(var.transpose("atom", "time", "spatial")) is None
@@ -213,3 +215,28 @@ def test_each_bind_sees_a_file_rewritten_on_disk(tmp_path):
         write_h5md(path, particles={"all": {"position": dict(
             value=second, step=np.arange(20), chunks=(5, 5, 3))}})
         np.testing.assert_array_equal(read.bind()(0, 20), second)
+
+
+@pytest.mark.parametrize("fixture", ["adk_h5md", "adk_h5md_blocked"])
+def test_strided_frames(fixture, adk_positions, request):
+    """A stride along time (``isel(time=slice(a, b, k))``): every read, the bound reader,
+    and the runs of bytes a compiled reader reads (one a frame) give xarray's frames."""
+    path = request.getfixturevalue(fixture)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        for key in (slice(None, None, 2), slice(3, 90, 7), slice(5, 97, 3)):
+            var = ds.position.variable[key]
+            want = adk_positions[key]
+            read = frame_reader(var)
+            assert read is not None and read.step == key.step
+            bound = read.bind()
+            for a, b in ((0, 1), (0, len(want)), (2, 9), (4, 4)):
+                np.testing.assert_array_equal(read(a, b), want[a:b])
+                np.testing.assert_array_equal(bound(a, b), want[a:b])
+            runs = read.bind_runs()
+            assert runs is not None  # float32, unscaled, whole frames
+            fd, offsets, nbytes = runs(2, 9)
+            assert len(offsets) == 7 and set(nbytes.tolist()) == {3341 * 3 * 4}
+            got = np.stack([np.frombuffer(os.pread(fd, int(n), int(o)), dtype=np.float32)
+                            for o, n in zip(offsets, nbytes, strict=True)])
+            np.testing.assert_array_equal(got.reshape(7, 3341, 3), want[2:9])
+            assert len(runs(4, 4)[1]) == 0

@@ -254,7 +254,9 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         if qcp.reads_files and isinstance(block, FrameReader):
             if mapped_read():
                 done = _mapped_block(block, qcp, out, timer)
-            elif fused_read(depth):
+            elif fused_read(depth) or (block.step != 1 and _switch(FUSED_READ_ENV) is not False):
+                # strided frames: one compiled call reads each (a run each), where each
+                # read through h5py or the backend takes a strided box
                 done = _fused_block(block, qcp, out, timer)
         first = min(n, lead) if lead and not done else done
         spans = [(done, first)] if first > done else []

@@ -9,7 +9,7 @@ the variable's key once and then hands each run of frames straight to the
 h5py, with its unit scaling and fill values).
 
 Only the plain case qualifies: a variable of the ``h5md`` engine, opened lazily, sliced
-(or not) with unit steps along time and slices elsewhere. ``MemoryCachedArray``,
+(or not) with a positive step along time and unit-step slices elsewhere. ``MemoryCachedArray``,
 ``CopyOnWriteArray`` and ``LazilyIndexedArray`` are xarray's internal wrappers (no public
 API exposes the backend array of a lazily indexed variable); anything else -- another
 backend, data in memory, a transpose, a vectorised or integer index, or a future change
@@ -67,12 +67,17 @@ class FrameReader:
         The dataset's frame that is the variable's frame 0.
     rest : tuple of slice
         The variable's slices along the other axes, in the dataset's coordinates.
+    step : int, default 1
+        Stored frames from one of the variable's frames to the next
+        (``isel(time=slice(None, None, step))``).
     """
 
-    def __init__(self, array: H5MDArray, first: int, rest: tuple[slice, ...]) -> None:
+    def __init__(self, array: H5MDArray, first: int, rest: tuple[slice, ...],
+                 step: int = 1) -> None:
         self.array = array
         self.first = first
         self.rest = rest
+        self.step = step
 
     def warm(self) -> None:
         """Plan the direct reads of the dataset now (see
@@ -93,6 +98,8 @@ class FrameReader:
         callable
             ``read(start, stop)``, as calling the FrameReader.
         """
+        if self.step != 1:  # strided rows: the backend's own read of the strided box
+            return self
         return self.array.rows_reader(self.first, self.rest)
 
     def bind_runs(self) -> Callable[[int, int], tuple[int, np.ndarray, np.ndarray] | None] | None:
@@ -103,14 +110,36 @@ class FrameReader:
         callable or None
             ``runs(start, stop) -> (fd, offsets, nbytes)`` (see
             :meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); None where the frames are
-            not whole stored rows served as stored.
+            not whole stored rows served as stored. Strided frames come as a run each.
         """
-        return self.array.rows_runs(self.first, self.rest)
+        runs = self.array.rows_runs(self.first, self.rest)
+        if runs is None or self.step == 1:
+            return runs
+        step = self.step
+        frame_bytes = self.array.dtype.itemsize * int(np.prod(self.array.shape[1:]))
+
+        def strided(start: int, stop: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+            if stop <= start:
+                return runs(0, 0)
+            located = runs(start * step, (stop - 1) * step + 1)
+            if located is None:
+                return None
+            fd, offsets, nbytes = located
+            # every stored frame's offset, run by run, then every step-th of them
+            counts = np.asarray(nbytes, dtype=np.int64) // frame_bytes
+            within = np.arange(int(counts.sum()), dtype=np.int64) \
+                - np.repeat(np.cumsum(counts) - counts, counts)
+            each = np.repeat(np.asarray(offsets, dtype=np.int64), counts) + within * frame_bytes
+            each = each[::step]
+            return fd, each, np.full(each.size, frame_bytes, dtype=np.int64)
+
+        return strided
 
     def __call__(self, start: int, stop: int) -> np.ndarray:
         """The variable's frames ``start`` to ``stop`` (0 <= start <= stop <= its length)."""
-        return self.array._getitem((slice(self.first + start, self.first + stop, 1),
-                                    *self.rest))
+        a = self.first + start * self.step
+        b = self.first + (stop - 1) * self.step + 1 if stop > start else a
+        return self.array._getitem((slice(a, b, self.step), *self.rest))
 
 
 def frame_reader(variable: xr.Variable) -> FrameReader | None:
@@ -125,7 +154,8 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
     Returns
     -------
     FrameReader or None
-        None for anything but unit-step slices of an :class:`H5MDArray`.
+        None for anything but slices of an :class:`H5MDArray` (positive steps along
+        time, unit steps elsewhere).
 
     Examples
     --------
@@ -148,13 +178,13 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
     if not all(isinstance(k, slice) for k in key):
         return None
     bounds = [k.indices(n) for k, n in zip(key, array.shape, strict=True)]
-    if any(step != 1 for _, _, step in bounds):
+    if bounds[0][2] < 1 or any(step != 1 for _, _, step in bounds[1:]):
         return None
     start, rest = bounds[0][0], tuple(slice(a, b, 1) for a, b, _ in bounds[1:])
-    shape = tuple(max(0, b - a) for a, b, _ in bounds)
+    shape = tuple(len(range(*b)) for b in bounds)
     if shape != tuple(variable.shape):
         return None
-    return FrameReader(array, start, rest)
+    return FrameReader(array, start, rest, bounds[0][2])
 
 
 def stored_start(variable: xr.Variable) -> int | None:

@@ -301,7 +301,7 @@ def dataset_to_zarr(
     """Write a Dataset of the h5mdx data model to Zarr with whole-frame chunks.
 
     1-D variables on ``time`` (``time``, ``step``, one-value observables) are written
-    from memory in chunks of :data:`TIME_CHUNK_ENTRIES` frames, not the positions'.
+    from memory in chunks of ``TIME_CHUNK_ENTRIES`` frames (65,536), not the positions'.
 
     Parameters
     ----------
