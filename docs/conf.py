@@ -456,6 +456,15 @@ h5mdx_results = [
      "0.40-0.54x the Zarr floor",
      "git checkout 068d787 -- src && python benchmarks/bench_open_chunks.py --frames "
      "100000 --workers 1,2 --zarr --skip 10000 --tag=-2core-skip-unaligned"),
+    ("open-chunks-2core-stride2.md", "Every other frame of the contiguous file "
+     "(isel(time=slice(0, None, 2))), read in one compiled call a task: 0.33-0.37x the "
+     "floor scaled to the frames read",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --layout contig "
+     "--stride 2 --tag=-2core-stride2"),
+    ("open-chunks-2core-stride2-before.md", "The same before (the code of 6eb9b35~1): a "
+     "strided h5py box a read, 0.18-0.29x",
+     "git checkout 6eb9b35~1 -- src && python benchmarks/bench_open_chunks.py --frames "
+     "100000 --workers 1,2 --layout contig --stride 2 --tag=-2core-stride2-before"),
     ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
      "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
      "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "
