@@ -221,6 +221,8 @@ def test_each_bind_sees_a_file_rewritten_on_disk(tmp_path):
 def test_strided_frames(fixture, adk_positions, request):
     """A stride along time (``isel(time=slice(a, b, k))``): every read, the bound reader,
     and the runs of bytes a compiled reader reads (one a frame) give xarray's frames."""
+    from h5mdx.format import direct
+
     path = request.getfixturevalue(fixture)
     with xr.open_dataset(path, engine="h5md") as ds:
         for key in (slice(None, None, 2), slice(3, 90, 7), slice(5, 97, 3)):
@@ -233,6 +235,9 @@ def test_strided_frames(fixture, adk_positions, request):
                 np.testing.assert_array_equal(read(a, b), want[a:b])
                 np.testing.assert_array_equal(bound(a, b), want[a:b])
             runs = read.bind_runs()
+            if not direct.enabled():  # the suite's second run: h5py reads everything
+                assert runs is None
+                continue
             assert runs is not None  # float32, unscaled, whole frames
             fd, offsets, nbytes = runs(2, 9)
             assert len(offsets) == 7 and set(nbytes.tolist()) == {3341 * 3 * 4}
