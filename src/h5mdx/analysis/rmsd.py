@@ -252,7 +252,7 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         depth = read_ahead_depth(host_threads, process_threads)
         done = 0
         if qcp.reads_files and isinstance(block, FrameReader):
-            if mapped_read():
+            if mapped_read() and block.step == 1:  # strided: a mapping a frame, 3.6x slower
                 done = _mapped_block(block, qcp, out, timer)
             elif fused_read(depth) or (block.step != 1 and _switch(FUSED_READ_ENV) is not False):
                 # strided frames: one compiled call reads each (a run each), where each
