@@ -118,7 +118,6 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
             for name, (source, engine, chunks) in opens.items():
                 seconds = floor()[0]
                 zarr_seconds = zfloor() if engine == "zarr" else None
-                share = 1.0  # of the frames the floor reads, those the RMSD reads
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     # 100-frame blocks on 100-frame chunks split no stored chunk, but they
@@ -128,6 +127,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
                     ds = xr.open_dataset(source, engine=engine, chunks=chunks)
                 with ds:
                     position = ds.position.isel(time=slice(skip, None, stride))
+                    # of the frames the floor reads, those the RMSD reads
                     share = position.sizes["time"] / ds.sizes["time"]
                     lazy = h5mdx.rmsd(position)
                     tasks[name] = int(lazy.data.npartitions)

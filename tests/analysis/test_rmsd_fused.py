@@ -121,10 +121,11 @@ def test_by_default_only_tasks_that_do_not_read_ahead_fuse(layouts, calls, monke
 def test_fused_read_setting(monkeypatch):
     monkeypatch.delenv(rmsd_mod.FUSED_READ_ENV, raising=False)
     assert rmsd_mod.fused_read(0) and not rmsd_mod.fused_read(2)
+    assert rmsd_mod.fused_read(2, strided=True)  # strided frames: read by the kernel
     monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "1")
     assert rmsd_mod.fused_read(2)
     monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "0")
-    assert not rmsd_mod.fused_read(0)
+    assert not rmsd_mod.fused_read(0) and not rmsd_mod.fused_read(0, strided=True)
     monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "yes")
     with pytest.raises(ValueError, match="H5MDX_FUSED_READ must be 0 or 1"):
         rmsd_mod.fused_read(0)

@@ -254,9 +254,7 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         if qcp.reads_files and isinstance(block, FrameReader):
             if mapped_read() and block.step == 1:  # strided: a mapping a frame, 3.6x slower
                 done = _mapped_block(block, qcp, out, timer)
-            elif fused_read(depth) or (block.step != 1 and _switch(FUSED_READ_ENV) is not False):
-                # strided frames: one compiled call reads each (a run each), where each
-                # read through h5py or the backend takes a strided box
+            elif fused_read(depth, strided=block.step != 1):
                 done = _fused_block(block, qcp, out, timer)
         first = min(n, lead) if lead and not done else done
         spans = [(done, first)] if first > done else []
@@ -286,16 +284,17 @@ FUSED_READ_ENV = "H5MDX_FUSED_READ"
 FUSED_READ_BYTES = 1 << 20
 
 
-def fused_read(depth: int) -> bool:
+def fused_read(depth: int, strided: bool = False) -> bool:
     """Whether a task reads and computes in one compiled call (``_fused_block``).
 
     ``$H5MDX_FUSED_READ`` where set; otherwise where reads do not run ahead
     (``depth`` 0: no spare core per task, or too many tasks sharing a process), since a
     reader thread with a spare core overlaps the reads with the kernel, which one
-    compiled loop cannot.
+    compiled loop cannot; and always for ``strided`` frames, which each other read
+    would take as a strided box through h5py or the backend.
     """
     on = _switch(FUSED_READ_ENV)
-    return depth == 0 if on is None else on
+    return (depth == 0 or strided) if on is None else on
 
 
 def _switch(variable: str) -> bool | None:
@@ -455,15 +454,12 @@ def _opened_lazily(position: xr.DataArray) -> tuple[xr.DataArray, tuple[int, ...
     source = dask_source(data)
     if source is None:
         return position, None
-    lazy, key = source
     time_axis = position.dims.index(TIME_DIM)
     whole = all(len(c) == 1 for i, c in enumerate(data.chunks) if i != time_axis)
-    if backend_array(lazy) is None or not whole:
+    if backend_array(source[0]) is None or not whole:
         return position, None
-    variable = xr.Variable(position.dims, lazy, position.attrs)
-    if any(k != slice(None) for k in key):
-        variable = variable[key]
-    opened = xr.DataArray(variable, coords=position.coords, name=position.name)
+    opened = xr.DataArray(_source_variable(position.variable, source),
+                          coords=position.coords, name=position.name)
     opened.encoding = dict(position.encoding)  # "source", "chunksizes": the read plan uses them
     return opened, tuple(int(c) for c in data.chunks[time_axis])
 
@@ -484,10 +480,16 @@ def _time_coords(sub: xr.DataArray) -> dict[str, xr.Variable]:
             continue
         var = coord.variable
         source = dask_source(var.data) if var.chunks is not None else None
-        if source is not None:
-            var = xr.Variable(var.dims, source[0], var.attrs, encoding=var.encoding)[source[1]]
-        coords[str(name)] = var
+        coords[str(name)] = var if source is None else _source_variable(var, source)
     return coords
+
+
+def _source_variable(var: xr.Variable, source: tuple[Any, tuple[slice, ...]]) -> xr.Variable:
+    """``var`` (dask-backed) as the lazily indexed array and slices it was made from
+    (:func:`~h5mdx.analysis._dask_source.dask_source`'s ``source``)."""
+    lazy, key = source
+    lazily = xr.Variable(var.dims, lazy, var.attrs, encoding=var.encoding)
+    return lazily[key] if any(k != slice(None) for k in key) else lazily
 
 
 def _in_memory(position: xr.DataArray) -> bool:
@@ -707,15 +709,21 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
                     meta=np.array((), dtype=np.float64))
 
 
-def _chunk_lead(source: xr.DataArray) -> tuple[int, int] | None:
+def _chunk_grid(source: xr.DataArray) -> tuple[int, int] | None:
     """``(stored frame of source's frame 0, frames per stored chunk)`` where ``source``
-    is read a chunk-multiple at a time (:func:`_read_step`) from chunks of several frames
-    and starts at a known frame; None elsewhere (reads need no aligning)."""
+    is stored in chunks of several frames and starts at a known frame; None elsewhere
+    (reads need no aligning)."""
     chunks = _stored_chunks(source)
     if not chunks or int(chunks[0]) <= 1:
         return None
     start = stored_start(source.variable)
     return None if start is None else (start, int(chunks[0]))
+
+
+def _lead(grid: tuple[int, int] | None, frame: int) -> int:
+    """Frames from ``source``'s ``frame`` to the next stored chunk boundary (``grid``:
+    :func:`_chunk_grid`; 0 where unknown or on a boundary)."""
+    return (-(grid[0] + frame)) % grid[1] if grid else 0
 
 
 def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: list[int],
@@ -726,12 +734,12 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
     reads up to the chunk's end: a read straddling two Zarr chunks decodes both)."""
     source, atoms = plan
     step = _read_step(source, process_threads)
-    aligned = _chunk_lead(source) if step is not None else None
+    grid = _chunk_grid(source) if step is not None else None
     dsk = {}
     sizes = []
     for i, b in enumerate(ends):
         a = ends[i - 1] if i else 0
-        lead = (-(aligned[0] + a)) % aligned[1] if aligned else 0
+        lead = _lead(grid, a)
         # a Variable on (time, atom, spatial): no coordinates travel with the task
         block = source.variable[a:b]
         block = frame_reader(block) or block
@@ -838,8 +846,8 @@ def rmsd(
                                 _worker_count(by_host))
             # tasks end on stored chunk boundaries (the first takes the frames before
             # the first one too): a task never reads part of a chunk another reads
-            aligned = _chunk_lead(position) if frames_per_block is None else None
-            lead = (-aligned[0]) % aligned[1] if aligned and fpb % aligned[1] == 0 else 0
+            grid = _chunk_grid(position) if frames_per_block is None else None
+            lead = _lead(grid, 0) if grid and fpb % grid[1] == 0 else 0
             ends = [*range(lead + fpb, n_frames, fpb), n_frames] if n_frames else [0]
         # tasks at once on a machine: no more than there are tasks
         host_threads = _threads_per_host(by_host)

@@ -142,6 +142,21 @@ class FrameReader:
         return self.array._getitem((slice(a, b, self.step), *self.rest))
 
 
+def _lazy_key(variable: xr.Variable) -> tuple[object, tuple] | None:
+    """``(backend array, key)`` of a lazily indexed variable, one key entry per axis of
+    ``variable``; None for anything else (in memory, dask, a vectorised index, or
+    xarray's wrappers changed)."""
+    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
+    while _WRAPPERS and isinstance(data, _WRAPPERS):
+        data = data.array
+    if _LAZY is None or type(data) is not _LAZY or not isinstance(data.key, _KEYS):
+        return None
+    key = getattr(data.key, "tuple", None)
+    if not key or len(key) != variable.ndim:
+        return None
+    return getattr(data, "array", None), key
+
+
 def frame_reader(variable: xr.Variable) -> FrameReader | None:
     """A :class:`FrameReader` of ``variable``, or None where it is not a plain lazy slice.
 
@@ -164,16 +179,11 @@ def frame_reader(variable: xr.Variable) -> FrameReader | None:
     >>> read(0, 10).shape  # frames 100-109 of the file  # doctest: +SKIP
     (10, 3341, 3)
     """
-    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
-    while _WRAPPERS and isinstance(data, _WRAPPERS):
-        data = data.array
-    if _LAZY is None or type(data) is not _LAZY:
+    lazy = _lazy_key(variable)
+    if lazy is None:
         return None
-    array = getattr(data, "array", None)
-    key = getattr(getattr(data, "key", None), "tuple", None)
-    if not isinstance(array, H5MDArray) or not isinstance(data.key, _KEYS) or key is None:
-        return None
-    if len(key) != len(array.shape) or len(key) != variable.ndim or not key:
+    array, key = lazy
+    if not isinstance(array, H5MDArray) or len(key) != len(array.shape):
         return None
     if not all(isinstance(k, slice) for k in key):
         return None
@@ -202,16 +212,11 @@ def stored_start(variable: xr.Variable) -> int | None:
         The index along the stored array's first axis; None where ``variable`` is not
         such a slice (in memory, dask, a strided or vectorised index, a transpose).
     """
-    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
-    while _WRAPPERS and isinstance(data, _WRAPPERS):
-        data = data.array
-    if _LAZY is None or type(data) is not _LAZY:
+    lazy = _lazy_key(variable)
+    shape = getattr(lazy[0], "shape", None) if lazy is not None else None
+    if not shape or not isinstance(lazy[1][0], slice):
         return None
-    key = getattr(getattr(data, "key", None), "tuple", None)
-    shape = getattr(getattr(data, "array", None), "shape", None)
-    if not key or not shape or len(key) != variable.ndim or not isinstance(key[0], slice):
-        return None
-    start, _stop, step = key[0].indices(int(shape[0]))
+    start, _stop, step = lazy[1][0].indices(int(shape[0]))
     return start if step == 1 else None
 
 
