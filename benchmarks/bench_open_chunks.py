@@ -17,7 +17,9 @@ Zarr chunk) and lazily, against the HDF5 file's floor and against a Zarr floor o
 (:func:`zarr_floor`: N processes, each reading its slab with zarr one chunk at a time).
 ``--skip K`` computes the RMSD of ``position.isel(time=slice(K, None))`` instead (a user
 leaving out the equilibration), ``--stride S`` of every S-th frame, against the floor
-scaled to the frames read.
+scaled to the frames read. ``--nm`` adds each open of a copy of the file whose positions
+say they are in nm, opened with ``convert_units=True`` (served in Angstrom, every value
+times 10: a GROMACS-style file read as MDAnalysis users expect), against the same floor.
 Results:
 ``benchmarks/results/open-chunks{--tag}.{json,md}``. Run:
 ``.venv/bin/python benchmarks/bench_open_chunks.py --workers 2``.
@@ -62,6 +64,22 @@ def zarr_copy(path: str) -> str:
     return store
 
 
+def nm_copy(path: str) -> str:
+    """A copy of ``path`` beside it whose positions say they are in nm, made once."""
+    import shutil
+
+    import h5py
+
+    out = os.path.splitext(path)[0] + "-nm.h5md"
+    if not os.path.exists(out):
+        part = out + ".part"
+        shutil.copyfile(path, part)
+        with h5py.File(part, "r+") as f:
+            f["particles/trajectory/position/value"].attrs["unit"] = "nm"
+        os.replace(part, out)
+    return out
+
+
 def _zarr_slab(store: str, start: int, stop: int) -> float:
     """Seconds to read frames ``start:stop`` of ``store``'s positions with zarr, one chunk
     at a time (the fastest step: larger reads ran 2.6x slower with zarr 3.1)."""
@@ -93,10 +111,11 @@ def zarr_floor(store: str, n: int) -> Iterator[Callable[[], float]]:
 
 
 def run(path: str, n: int, repeats: int, zarr: str | None = None,
-        skip: int = 0, stride: int = 1) -> list[dict[str, Any]]:
-    """A row per open in :data:`OPENS` (and :data:`ZARR_OPENS` of the store ``zarr``):
-    tasks, and the median of the floor over the run (the floor's time scaled to the
-    frames after the first ``skip``, every ``stride``-th, which the RMSD reads)."""
+        skip: int = 0, stride: int = 1, nm: str | None = None) -> list[dict[str, Any]]:
+    """A row per open in :data:`OPENS` (and :data:`ZARR_OPENS` of the store ``zarr``, and
+    each of :data:`OPENS` of the nm copy ``nm`` with its units converted): tasks, and the
+    median of the floor over the run (the floor's time scaled to the frames after the
+    first ``skip``, every ``stride``-th, which the RMSD reads)."""
     import dask
     import distributed
     import xarray as xr
@@ -105,9 +124,12 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
     from h5mdx.examples import floor_reader
     from h5mdx.parallel import local_cluster
 
-    opens = {name: (path, "h5md", chunks) for name, chunks in OPENS.items()}
+    opens = {name: (path, "h5md", chunks, {}) for name, chunks in OPENS.items()}
+    if nm:
+        opens |= {f"{name}, nm -> Angstrom": (nm, "h5md", chunks, {"convert_units": True})
+                  for name, chunks in OPENS.items()}
     if zarr:
-        opens |= {name: (zarr, "zarr", chunks) for name, chunks in ZARR_OPENS.items()}
+        opens |= {name: (zarr, "zarr", chunks, {}) for name, chunks in ZARR_OPENS.items()}
     ratios: dict[str, list[float]] = {name: [] for name in opens}
     to_zarr: dict[str, list[float]] = {name: [] for name in opens}
     tasks: dict[str, int] = {}
@@ -115,7 +137,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
             distributed.Client(cluster) as client, dask.config.set(scheduler=client), \
             (zarr_floor(zarr, n) if zarr else contextlib.nullcontext()) as zfloor:
         for r in range(repeats + 1):  # round 0 warms up
-            for name, (source, engine, chunks) in opens.items():
+            for name, (source, engine, chunks, keywords) in opens.items():
                 seconds = floor()[0]
                 zarr_seconds = zfloor() if engine == "zarr" else None
                 t0 = time.perf_counter()
@@ -124,7 +146,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
                     # split the engine's preferred ~128 MiB blocks, and xarray says so
                     warnings.filterwarnings("ignore", "The specified chunks separate",
                                             UserWarning)
-                    ds = xr.open_dataset(source, engine=engine, chunks=chunks)
+                    ds = xr.open_dataset(source, engine=engine, chunks=chunks, **keywords)
                 with ds:
                     position = ds.position.isel(time=slice(skip, None, stride))
                     # of the frames the floor reads, those the RMSD reads
@@ -141,10 +163,15 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
     for name in opens:
         row = {"workers": n, "open": name, "tasks": tasks[name],
                "vs_floor": statistics.median(ratios[name]), "rounds": ratios[name]}
+        stored = name.removesuffix(", nm -> Angstrom")
+        if stored != name:  # converted against as stored, round by round
+            row["vs_stored"] = statistics.median(
+                a / b for a, b in zip(ratios[name], ratios[stored], strict=True))
         if to_zarr[name]:
             row["vs_zarr_floor"] = statistics.median(to_zarr[name])
         print(f"N={n} {name:22s} {row['tasks']:5d} tasks  x{row['vs_floor']:.2f} the floor"
-              + (f", x{row['vs_zarr_floor']:.2f} the zarr floor" if to_zarr[name] else ""),
+              + (f", x{row['vs_zarr_floor']:.2f} the zarr floor" if to_zarr[name] else "")
+              + (f", x{row['vs_stored']:.2f} as stored" if "vs_stored" in row else ""),
               flush=True)
         rows.append(row)
     return rows
@@ -167,15 +194,21 @@ def markdown(results: dict[str, Any]) -> str:
              f"{bs.versions_text(results)}.", "",
              "`tasks`: the RMSD's tasks (runs of whole blocks of the open, as large as a "
              "lazy open's tasks). `x floor`: the floor's time over the run's (open, RMSD, "
-             "result); for the Zarr rows, the floor of the HDF5 file with the same frames. "
+             "result); for the Zarr rows, the floor of the HDF5 file with the same frames"
+             + ("; `nm -> Angstrom`: a copy of the file whose positions say nm, opened with "
+                "`convert_units=True` (every value times 10); `x as stored`: the median of its "
+                "round-by-round ratio to the same open of the file as stored" if results.get("nm")
+                else "")
+             + ". "
              "`x zarr floor`: the Zarr rows against N processes reading the store with zarr, "
              "one chunk at a time.", "",
-             "| N | open | tasks | x floor | by round | x zarr floor |",
-             "|---|---|---|---|---|---|"]
+             "| N | open | tasks | x floor | by round | x zarr floor | x as stored |",
+             "|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         lines.append(f"| {r['workers']} | `{r['open']}` | {r['tasks']} | {r['vs_floor']:.2f} | "
                      + ", ".join(f"{x:.2f}" for x in r["rounds"]) + " | "
-                     + (f"{r['vs_zarr_floor']:.2f}" if "vs_zarr_floor" in r else "-") + " |")
+                     + (f"{r['vs_zarr_floor']:.2f}" if "vs_zarr_floor" in r else "-") + " | "
+                     + (f"{r['vs_stored']:.2f}" if "vs_stored" in r else "-") + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -188,16 +221,20 @@ def main() -> int:
     p.add_argument("--skip", type=int, default=0,
                    help="the RMSD of the frames after the first SKIP (isel(time=slice))")
     p.add_argument("--stride", type=int, default=1, help="the RMSD of every STRIDE-th frame")
+    p.add_argument("--nm", action="store_true",
+                   help="each open of a copy in nm too, its units converted to Angstrom")
     bs.run_arguments(p, repeats=3)
     args = p.parse_args()
     path = bs.build(os.path.join(args.data, f"scale-{args.layout}-{args.frames}.h5md"),
                     args.frames, args.layout)
     store = zarr_copy(path) if args.zarr else None
+    nm = nm_copy(path) if args.nm else None
     rows = []
     for n in (int(w) for w in args.workers.split(",")):
-        rows += run(path, n, args.repeats, store, args.skip, args.stride)
+        rows += run(path, n, args.repeats, store, args.skip, args.stride, nm)
     results = {**bs.machine(), "frames": args.frames, "layout": args.layout,
-               "repeats": args.repeats, "skip": args.skip, "stride": args.stride, "rows": rows}
+               "repeats": args.repeats, "skip": args.skip, "stride": args.stride,
+               "nm": bool(nm), "rows": rows}
     bs.save_results("open-chunks", args.tag, results, markdown)
     return 0
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from MDAnalysis.analysis import rms
+from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
 from h5mdx.analysis import qcp as qcp_mod
@@ -35,8 +36,8 @@ def calls(monkeypatch):
     seen: list[int] = []
     real = qcp_mod.PreparedQCP.from_file
 
-    def recording(self, fd, offsets, nbytes, frames, out):
-        got = real(self, fd, offsets, nbytes, frames, out)
+    def recording(self, fd, offsets, nbytes, frames, out, **kw):
+        got = real(self, fd, offsets, nbytes, frames, out, **kw)
         if len(out):
             seen.append(got[0])
         return got
@@ -87,27 +88,46 @@ def test_layouts_the_kernel_cannot_read_go_the_ordinary_way(layouts, layout, exp
     assert_rmsd_close(got, expected["name CA"], atol=1e-4)
 
 
-def test_values_that_need_more_than_their_bytes_are_not_fused(tmp_path, adk_positions, calls,
-                                                              monkeypatch):
-    # a fill value becomes NaN; a unit converted scales every value: neither is in the bytes
+def test_fill_values_are_not_fused(tmp_path, adk_positions, calls, monkeypatch):
+    # a fill value becomes NaN: that is not in the bytes
     filled = adk_positions.copy()
     filled[5, 0] = -999.0
     path = write_positions(tmp_path / "fill.h5md", filled, fillvalue=-999.0)
     got = _rmsd(path, "all", "1", monkeypatch)
     assert calls == [] and np.isnan(got[5]) and np.isfinite(np.delete(got, 5)).all()
+
+
+@pytest.mark.parametrize("select", [None, "name CA", "twice"])
+def test_converted_units_are_fused_bit_for_bit(tmp_path, adk_positions, expected, calls,
+                                              monkeypatch, select):
+    """nm converted to Angstrom: the kernel scales each read as the backend does (float32
+    times 10 in float32), so the fused RMSD equals the ordinary path's bit for bit; an
+    atom selected twice is scaled once."""
     nm = tmp_path / "nm.h5md"
     write_h5md(nm, {"all": {"position": dict(value=adk_positions / 10, step=1, time=1.0,
                                              unit="nm")}})
-    monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "1")
-    with xr.open_dataset(nm, engine="h5md", convert_units=True) as ds:
-        assert ds.position.attrs["units"] in ("Angstrom", "Å", "angstrom")
-        scaled = h5mdx.rmsd(ds.position, frames_per_block=40).compute(scheduler="sync").values
-    assert calls == []
-    monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "0")
-    with xr.open_dataset(nm, engine="h5md", convert_units=True) as ds:
-        np.testing.assert_array_equal(
-            h5mdx.rmsd(ds.position, frames_per_block=40).compute(scheduler="sync").values,
-            scaled)
+    kw = {"topology": PSF} if select == "name CA" else {}
+    twice = np.array([7, 7, 300, 2, 2000, 3000, 3000])
+    if select == "twice":
+        select = twice
+    got = {}
+    for env in ("1", "0"):
+        monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, env)
+        calls.clear()
+        with xr.open_dataset(nm, engine="h5md", convert_units=True, **kw) as ds:
+            assert ds.position.attrs["units"] in ("Angstrom", "Å", "angstrom")
+            got[env] = h5mdx.rmsd(ds.position, select=select, frames_per_block=40).compute(
+                scheduler="sync").values
+            in_memory = h5mdx.rmsd(ds.position.load(), select=select).values
+        assert sorted(calls) == ([18, 40, 40] if env == "1" else [])
+    np.testing.assert_array_equal(got["1"], got["0"])
+    np.testing.assert_array_equal(got["1"], in_memory)
+    if isinstance(select, str) or select is None:
+        assert_rmsd_close(got["1"], expected["all" if select is None else select], atol=1e-4)
+    else:  # the RMSD of those atoms (7, 2 and 3000 counted twice) from the file's numbers
+        ref = adk_positions[0, select].astype(np.float64)
+        want = h5mdx.analysis.qcp.rmsd_qcp(ref, (adk_positions[:, select] / 10 * 10))
+        np.testing.assert_allclose(got["1"], want, atol=1e-4)
 
 
 def test_by_default_only_tasks_that_do_not_read_ahead_fuse(layouts, calls, monkeypatch):

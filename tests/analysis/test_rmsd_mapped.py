@@ -17,7 +17,7 @@ import h5mdx
 from h5mdx.analysis import qcp as qcp_mod
 from h5mdx.analysis import rmsd as rmsd_mod
 from h5mdx.format import mapped
-from h5mdx.testing import assert_rmsd_close
+from h5mdx.testing import assert_rmsd_close, write_h5md
 from h5mdx.timing import phases
 from rmsd_layouts import WHOLE_FRAMES, cut_the_second_task_short, rmsd_of
 
@@ -80,6 +80,22 @@ def test_layouts_that_cannot_be_mapped_go_the_ordinary_way(layouts, layout, expe
     got = _rmsd(layouts[layout], "name CA", "1", monkeypatch)
     assert windows == []
     assert_rmsd_close(got, expected["name CA"], atol=1e-4)
+
+
+def test_converted_units_are_not_mapped(tmp_path, adk_positions, windows, monkeypatch):
+    """nm served as Angstrom: the values are not the mapping's bytes, so the task does not
+    run on the mapping (the fused read, which scales each read, takes it)."""
+    nm = tmp_path / "nm.h5md"
+    write_h5md(nm, {"all": {"position": dict(value=adk_positions / 10, step=1, time=1.0,
+                                             unit="nm")}})
+    got = {}
+    for env in ("1", "0"):
+        monkeypatch.setenv(rmsd_mod.MAPPED_READ_ENV, env)
+        with xr.open_dataset(nm, engine="h5md", convert_units=True) as ds:
+            got[env] = h5mdx.rmsd(ds.position, frames_per_block=40).compute(
+                scheduler="sync").values
+    assert windows == []
+    np.testing.assert_array_equal(got["1"], got["0"])
 
 
 def test_distributed_workers_map_their_frames(layouts, expected, monkeypatch):

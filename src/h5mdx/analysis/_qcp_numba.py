@@ -468,8 +468,15 @@ def _now_ns(clock, ts):  # pragma: no cover - compiled
 
 
 @_njit(cache=True, nogil=True)
-def _qcp_pread(fd, offsets, nbytes, frames, ref_c, atoms, w, use_w, superposition, a, wf,
-               sums, buf, out, clock, spent):  # pragma: no cover - compiled
+def _scale_span(x, factor):  # pragma: no cover - compiled
+    """``x *= factor`` in ``x``'s dtype (a contiguous 1-D view)."""
+    for i in range(x.shape[0]):
+        x[i] = x[i] * factor
+
+
+@_njit(cache=True, nogil=True)
+def _qcp_pread(fd, offsets, nbytes, frames, scale, ref_c, atoms, w, use_w, superposition, a,
+               wf, sums, buf, out, clock, spent):  # pragma: no cover - compiled
     """Read frames from the file into ``frames`` and run :func:`_qcp_frames` on them, in turn.
 
     The runs ``offsets[r]``, ``nbytes[r]`` (bytes of whole frames, one after the other
@@ -477,6 +484,12 @@ def _qcp_pread(fd, offsets, nbytes, frames, ref_c, atoms, w, use_w, superpositio
     a time, into the same buffer ``frames`` (a few hundred KiB: the frames are still in
     the CPU's cache when the kernel reads them); ``out`` gets the RMSD of every frame.
     The whole loop runs without the GIL and without a Python call.
+
+    ``scale`` (one value of the frames' dtype): where it is not 1, every value of the
+    ``atoms`` read (of whole frames where an atom comes twice) is multiplied by it in
+    that dtype before the kernel runs, as numpy's
+    ``np.multiply(frames, scale, out=frames)`` does (a unit conversion of the backend:
+    the same values, bit for bit); the multiplication counts as reading.
 
     ``clock`` is ``time.CLOCK_MONOTONIC``; ``spent`` (int64, 4) gets the nanoseconds spent
     reading and computing in ``spent[2]``, ``spent[3]`` (``spent[:2]`` is scratch for
@@ -489,6 +502,19 @@ def _qcp_pread(fd, offsets, nbytes, frames, ref_c, atoms, w, use_w, superpositio
     frame_bytes = frames.shape[1] * frames.shape[2] * frames.itemsize
     per = frames.shape[0]
     at_buf = frames.ctypes.data
+    factor = scale[0]
+    scaled = factor != 1
+    increasing = True
+    for i in range(1, atoms.shape[0]):
+        if atoms[i] <= atoms[i - 1]:
+            increasing = False
+            break
+    run = atoms.shape[0] > 0 and atoms[atoms.shape[0] - 1] - atoms[0] == atoms.shape[0] - 1 \
+        and increasing
+    first = 3 * atoms[0] if atoms.shape[0] else 0
+    span = 3 * atoms.shape[0]
+    per_frame = frames.shape[1] * frames.shape[2]
+    flat = frames.reshape(frames.size)
     done = 0
     t_io = 0
     t_compute = 0
@@ -506,8 +532,22 @@ def _qcp_pread(fd, offsets, nbytes, frames, ref_c, atoms, w, use_w, superpositio
                     spent[3] = t_compute
                     return done
                 got += k
-            t1 = _now_ns(clock, spent)
             nf = size // frame_bytes
+            if scaled and run:  # a run of atoms (all of them): one flat span a frame
+                for f in range(nf):
+                    _scale_span(flat[f * per_frame + first:f * per_frame + first + span], factor)
+            elif scaled and increasing:  # the atoms the kernel reads, each once
+                for f in range(nf):
+                    for i in range(atoms.shape[0]):
+                        row = atoms[i]
+                        for c in range(frames.shape[2]):
+                            frames[f, row, c] = frames[f, row, c] * factor
+            elif scaled:  # an atom twice in the selection: scale whole frames
+                for f in range(nf):
+                    for row in range(frames.shape[1]):
+                        for c in range(frames.shape[2]):
+                            frames[f, row, c] = frames[f, row, c] * factor
+            t1 = _now_ns(clock, spent)
             _qcp_frames(ref_c, frames[:nf], atoms, w, use_w, superposition, a, wf, sums, buf,
                         out[done:done + nf])
             t_io += t1 - t0

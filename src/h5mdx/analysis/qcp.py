@@ -434,7 +434,7 @@ class PreparedQCP:
         return self._kernel is not None and _PREAD
 
     def from_file(self, fd: int, offsets: np.ndarray, nbytes: np.ndarray, frames: np.ndarray,
-                  out: np.ndarray) -> tuple[int, float, float]:
+                  out: np.ndarray, scale: float = 1.0) -> tuple[int, float, float]:
         """RMSD of frames read from a file descriptor, read and computed in compiled code.
 
         The numba kernel reads the runs ``offsets``, ``nbytes`` (whole frames as stored,
@@ -454,6 +454,10 @@ class PreparedQCP:
             float64, native byte order), ``n_atoms`` the frames' atoms.
         out : numpy.ndarray
             float64, one entry per frame of the runs.
+        scale : float, optional
+            Factor every value read is multiplied by in the frames' dtype before the
+            kernel sees it (the backend's unit conversion, ``np.multiply(frames, scale,
+            out=frames)``: the same values bit for bit); 1 reads the values as stored.
 
         Returns
         -------
@@ -467,8 +471,9 @@ class PreparedQCP:
             raise ValueError(f"frames buffer of shape {frames.shape} for "
                              f"{self._min_atoms} atoms")
         spent = np.zeros(4, dtype=np.int64)
+        factor = np.array([scale], dtype=frames.dtype)  # rounded as numpy rounds it
         done = self._kernel._qcp_pread(
-            fd, offsets, nbytes, frames, self.ref_c, self._cols, self._wk, self.w is not None,
+            fd, offsets, nbytes, frames, factor, self.ref_c, self._cols, self._wk, self.w is not None,
             self.superposition, *self._layout, self._gather_buffer(frames.dtype), out,
             time.CLOCK_MONOTONIC, spent)
         return int(done), spent[2] * 1e-9, spent[3] * 1e-9

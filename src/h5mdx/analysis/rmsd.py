@@ -319,9 +319,11 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
     One call, without the GIL: ``pread`` of :data:`FUSED_READ_BYTES` at a time into one
     buffer, then the kernel on it (:meth:`h5mdx.analysis.qcp.PreparedQCP.from_file`).
     Per read, no Python runs: with 16 threads of one process, each 4 MiB read cost
-    ~50 µs of Python under the GIL, which they queued for. 0 where the frames are not
-    stored as served (:meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); fewer than all
-    where a read failed: the caller reads the rest by the ordinary path, which says why.
+    ~50 µs of Python under the GIL, which they queued for. The kernel applies a unit
+    conversion of the backend to each read as the backend would (``scale``). 0 where the
+    frames are not stored as bytes of the served values
+    (:meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); fewer than all where a read
+    failed: the caller reads the rest by the ordinary path, which says why.
     """
     located = _stored_runs(block, len(out))
     if located is None:
@@ -331,7 +333,8 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
     frame_bytes = block.array.dtype.itemsize * int(np.prod(shape))
     frames = np.empty((max(1, FUSED_READ_BYTES // max(1, frame_bytes)), *shape),
                       dtype=block.array.dtype)
-    done, t_io, t_compute = qcp.from_file(fd, offsets, nbytes, frames, out)
+    done, t_io, t_compute = qcp.from_file(fd, offsets, nbytes, frames, out,
+                                          scale=block.array.scale)
     timer.add("io", t_io)
     timer.add("compute", t_compute)
     timer.bytes_read += done * frame_bytes
@@ -363,10 +366,12 @@ def _mapped_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTim
     :data:`h5mdx.format.mapped.WINDOW_BYTES` at a time, one call per window (the GIL
     released in the kernel). Timed as ``io`` (making each mapping, which fills its page
     tables and reads from disk what the page cache lacks) and ``compute``. 0 where the
-    frames are not stored as served; fewer than all where a mapping failed (the file
-    shorter than when it was opened): the caller reads the rest by the ordinary path,
-    which says why.
+    frames are not stored as served (a unit conversion would have to write to the
+    mapping); fewer than all where a mapping failed (the file shorter than when it was
+    opened): the caller reads the rest by the ordinary path, which says why.
     """
+    if block.array.scale != 1.0:
+        return 0
     located = _stored_runs(block, len(out))
     if located is None:
         return 0

@@ -218,10 +218,12 @@ class H5MDArray(BackendArray):
         """Where rows ``first + a`` to ``first + b`` lie in the file, for a reader of bytes.
 
         For a task that reads and computes in compiled code (the fused RMSD kernel of
-        :mod:`h5mdx.analysis.rmsd`): the rows are the stored bytes as they are, in the
-        served dtype, with nothing for ``_finish`` to do. So only where direct reads
-        are on and read whole rows, ``rest`` spans every other axis, and the values are
-        served as stored: native floating point, no unit scaling, no fill value.
+        :mod:`h5mdx.analysis.rmsd`): the rows are the stored bytes, in the served dtype,
+        and all ``_finish`` does to them is the unit conversion, ``np.multiply(rows,
+        scale, out=rows)`` (``self.scale``; 1 where the values are served as stored), which
+        the reader of the bytes does itself. So only where direct reads are on and read
+        whole rows, ``rest`` spans every other axis, and the values are native floating
+        point without a fill value.
 
         Parameters
         ----------
@@ -238,7 +240,7 @@ class H5MDArray(BackendArray):
             (under the HDF5 lock); None from it where the dataset turns out to need h5py
             after all. None where the values need more than their bytes.
         """
-        if self.scale != 1.0 or self.fillvalue is not None or not _direct.enabled():
+        if self.fillvalue is not None or not _direct.enabled():
             return None
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             return None
