@@ -57,7 +57,7 @@ def warm_worker() -> None:
     (0.3-1 s): on 8 or 16 workers, most graphs of one task ran on a worker that had not
     run one yet. That is part of the 650-750 ms a one-task compute took in the 16-core
     run of 2026-11-26; computes started back to back, which this benchmark's rounds
-    are, still wait ~300 ms in some rounds on 8 workers (the RMSD guide, "What a task
+    are, still wait ~300 ms in some rounds on 8 workers (docs/performance.md, "What a task
     costs").
     """
     bs._warm_kernel()

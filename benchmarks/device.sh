@@ -24,7 +24,7 @@
 #       --tag=-16core", carry=[".whl"], timeout_s=560)
 # (434 s on 2026-11-26, the three 4 GB files written in ~75 s.)
 #
-# Run on 2026-11-26 with the fused read (docs: RMSD guide, "On 16 cores, with the fused
+# Run on 2026-11-26 with the fused read (docs/performance.md, "On 16 cores, with the fused
 # read"; commands in docs/conf.py): the grid at N=8, 16 on 100,000 and 400,000 frames,
 # fused forced at N=8, bench_fused at N=16, bench_tasks and bench_blocks (--layout) at
 # N=16. One call ran the first three in 132 s, one the next three in 250 s (16 GB files
@@ -32,7 +32,7 @@
 # finished benchmark's files into $OUT/results-SCRIPT-K.tgz (here: tar xzf it).
 # Run on 2026-11-26 in a second lease: every step `next` then had (kernel, tasks,
 # contig-low, compute, mapped, step1024, step4096, threads, cli; two calls, 5.5 and 4.5
-# minutes; results *-16core*.md of that day, the RMSD guide's "The second 16-core lease").
+# minutes; results *-16core*.md of that day, docs/performance.md's "The second 16-core lease").
 # Not run there yet (the steps of `next`, below):
 # - kernel: the kernel alone with its layouts side by side: 12 lanes (shipped on this
 #   Xeon, whose AVX-512 LLVM tunes to 256-bit vectors), 24, and 24 two frames a pass

@@ -214,7 +214,7 @@ h5mdx_results = [
      "--layouts contig,c1 --tag=-16core-fused"),
     ("tasks-16core-meta.md",
      "What a task costs each scheduler on 16 cores, graphs as h5mdx.rmsd builds them (its "
-     "distributed rows: back-to-back computes, see the RMSD guide; bench_tasks warms every "
+     "distributed rows: back-to-back computes, see the performance notes; bench_tasks warms every "
      "worker since)",
      "bash benchmarks/device.sh run bench_tasks --workers 8,16 --tasks 32 --ms 20 "
      "--repeats 5 --tag=-16core-meta"),
@@ -465,6 +465,15 @@ h5mdx_results = [
      "strided h5py box a read, 0.18-0.29x",
      "git checkout 6eb9b35~1 -- src && python benchmarks/bench_open_chunks.py --frames "
      "100000 --workers 1,2 --layout contig --stride 2 --tag=-2core-stride2-before"),
+    ("open-chunks-2core-nm.md", "Positions that say nm, opened with convert_units=True "
+     "(served in Angstrom): at N=2 the fused read scales each read in the kernel, 0.91-1.02x "
+     "the same open of the file as stored (N=1 reads ahead and scales in numpy: 0.67-0.82x)",
+     "python benchmarks/bench_open_chunks.py --frames 100000 --workers 1,2 --layout contig "
+     "--nm --repeats 5 --tag=-2core-nm"),
+    ("open-chunks-2core-nm-before.md", "The same before (the code of 9607419~1): every "
+     "converted read scaled by numpy, no fused read: 0.63-0.84x as stored at N=2",
+     "git checkout 9607419~1 -- src && python benchmarks/bench_open_chunks.py --frames "
+     "100000 --workers 1,2 --layout contig --nm --repeats 5 --tag=-2core-nm-before"),
     ("open-chunks-2core-zarr-read-ahead.md", "The same with a reader thread in the Zarr "
      "tasks at N=1 (as before): 0.42-0.48x the Zarr floor there",
      "git checkout 62fba20 && python benchmarks/bench_open_chunks.py --frames 100000 "

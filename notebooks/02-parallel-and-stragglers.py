@@ -42,7 +42,7 @@ print(n_frames, "frames")
 # Where every core runs a task, an RMSD task on uncompressed positions reads and computes in
 # one compiled call that releases the GIL for the whole task: on 16 cores, 16 threads of
 # dask's threaded scheduler then reached 1.14-1.88x the 16-process read floor on one- and
-# 100-frame chunks, more than 16 single-threaded workers (see the RMSD guide, "On 16 cores,
+# 100-frame chunks, more than 16 single-threaded workers (see docs/performance.md, "On 16 cores,
 # with the fused read"). This notebook runs processes with one thread each, for the
 # dashboard and the task stream below. The dataset pickles to the workers (each reopens
 # the file by name).

@@ -341,7 +341,7 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             # what the benchmarks' figures depend on (cores x threads, vector unit, caches)
             Check("CPU", "info", cpu_description()),
             _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
-            # the kernel's layout follows the vectors LLVM uses on this CPU (RMSD guide)
+            # the kernel's layout follows the vectors LLVM uses on this CPU (docs/performance.md)
             Check("RMSD kernel", "info", _kernel_layout()),
             _chunk_index_check(h5py_probe),
         ]

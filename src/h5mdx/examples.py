@@ -236,7 +236,7 @@ def _read_slab(path: str, start: int, stop: int) -> int:
     kernel handing over a fresh page every 4 KiB as well; on the 2-core VM that made the
     floor anything from 11,000 to 121,000 frames/s for the same file, depending on what
     the machine had done before. One call into a large buffer kept between reads ran
-    42,000-187,000 frames/s (``benchmarks/bench_scale.py``; docs: RMSD guide, "Where
+    42,000-187,000 frames/s (``benchmarks/bench_scale.py``; docs/performance.md, "Where
     the time goes").
     """
     from h5mdx.engine.chunking import read_step

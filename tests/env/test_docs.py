@@ -51,7 +51,8 @@ def html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_docs_build_without_warnings(html: Path) -> None:
     assert (html / "index.html").is_file()
-    for page in ("installation", "notebooks", "cli", "benchmarks", "guide/data-model",
+    for page in ("installation", "notebooks", "cli", "benchmarks", "performance",
+                 "guide/data-model",
                  "guide/rmsd", "guide/layouts", "guide/parallel", "guide/timing",
                  "guide/mpi", "guide/slurm", "api/engine", "api/timing"):
         assert (html / f"{page}.html").is_file(), page
