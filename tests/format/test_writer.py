@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import weakref
 
 import h5py
 import numpy as np
@@ -153,6 +156,40 @@ def test_atomic_output_refuses_and_cleans(tmp_path):
     with pytest.raises(ValueError, match="also an input"):
         with atomic_output(target, overwrite=True, inputs=[target]):
             pass
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_python_drops_still_stops_the_write(tmp_path, monkeypatch, sig):
+    """Ctrl-C or SIGTERM that lands in a callback Python calls for itself (a weakref's)
+    is dropped there ("Exception ignored in ..."): the write must still not complete."""
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+
+    class Held:
+        pass
+
+    def callback(_ref):
+        os.kill(os.getpid(), sig)  # the handler raises inside this callback
+        for _ in range(1000):  # give the interpreter its check for pending signals
+            pass
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    target = tmp_path / "out.bin"
+    expected = KeyboardInterrupt if sig == signal.SIGINT else SystemExit
+    with pytest.raises(expected):
+        with atomic_output(target) as tmp:
+            with open(tmp, "w") as fh:
+                fh.write("all of it")
+            held = Held()
+            ref = weakref.ref(held, callback)
+            del held  # the callback runs here, and its exception goes nowhere
+            assert ref() is None
+    assert dropped == [expected]
+    assert not target.exists() and partial_files(target) == []
+    assert {s: signal.getsignal(s) for s in before} == before
+    with atomic_output(target) as tmp:  # the next write is not taken as interrupted
+        open(tmp, "w").close()
+    assert target.exists()
 
 
 def test_stale_partials_of_dead_processes_are_removed(tmp_path):

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_output", "check_target", "partial_files"]
+__all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
 
 _SUFFIX = ".h5mdx-partial"
 
@@ -122,25 +122,56 @@ def _fsync(path: Path) -> None:
             os.close(fd)
 
 
+#: Signals received while an output was being written (in this process).
+_RECEIVED: list[int] = []
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+def raise_if_interrupted() -> None:
+    """Raise for a Ctrl-C or SIGTERM received while writing, if one was.
+
+    The signal handler raises at once, but Python drops an exception raised inside a
+    callback it calls for itself (a weakref's, a finaliser: "Exception ignored in ...").
+    Writers call this between chunks, and :func:`atomic_output` before it renames the
+    output into place, so that an interrupted write never completes.
+    """
+    if _RECEIVED:
+        _raise_for(_RECEIVED[0])
+
+
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit while writing, so the cleanup runs."""
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGINT into KeyboardInterrupt and SIGTERM into SystemExit while writing, and
+    remember them (:func:`raise_if_interrupted`), so that the cleanup runs."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        _RECEIVED.append(signum)
+        _raise_for(signum)
 
+    old = {}
     try:
-        old = signal.signal(signal.SIGTERM, handler)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                old[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main interpreter
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+        _RECEIVED.clear()
 
 
 @contextlib.contextmanager
@@ -188,8 +219,9 @@ def atomic_output(
     _clean_stale(t)
     tmp = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
     try:
-        with _sigterm_raises():
+        with _signals_raise():
             yield str(tmp)
+            raise_if_interrupted()
             if not tmp.exists():
                 raise FileNotFoundError(f"the writer produced no output at {tmp}")
             if not directory:

@@ -27,7 +27,7 @@ from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-expor
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.checksums import dataset_checksums
 from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
-from h5mdx.layout._atomic import atomic_output
+from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "progress_bar"]
 
@@ -361,6 +361,7 @@ def convert(
             # MDAnalysis warns per frame (e.g. "no dt information"); report them once
             warnings.simplefilter("always")
             for ts in frames:
+                raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
                 arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
                 writer.append(steps(ts), float(ts.time), **arrays)
                 advance(1)

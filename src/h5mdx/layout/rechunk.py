@@ -26,7 +26,7 @@ from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
 from h5mdx.format.writer import Layout
-from h5mdx.layout._atomic import atomic_output
+from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
 
 __all__ = ["rechunk", "time_dependent_elements"]
@@ -155,6 +155,7 @@ class _Copier:
         self.digests.update(dst.name, buf[:0])  # an entry even for no frames
         report = el.name == "position" or (src.ndim > 2 and frame_bytes >= 4096)
         for a in range(0, n, block):
+            raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
             b = min(n, a + block)
             view = buf[: b - a]
             if b > a:
