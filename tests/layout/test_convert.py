@@ -45,8 +45,9 @@ def universe(top, trajs):
 
 
 def compare_with_mda(ref, out, top, *, indices=None, frames=None, velocities=False,
-                     forces=False):
-    """Every frame of ``out`` (read by MDAnalysis' H5MDReader) equals ``ref``."""
+                     forces=False, time_offsets=None):
+    """Every frame of ``out`` (read by MDAnalysis' H5MDReader) equals ``ref``; its times
+    are ``ref``'s plus ``time_offsets`` (per frame; concatenated runs continue)."""
     back = universe(top, [str(out)]) if indices is None else None
     with h5py.File(out) as f:
         grp = f["particles/trajectory"]
@@ -57,7 +58,8 @@ def compare_with_mda(ref, out, top, *, indices=None, frames=None, velocities=Fal
             ts = ref.trajectory[fr]
             want = ts.positions if indices is None else ts.positions[indices]
             np.testing.assert_allclose(pos[i], want, atol=1e-5)
-            assert grp["position/time"][i] == pytest.approx(ts.time, abs=1e-4)
+            shift = 0.0 if time_offsets is None else time_offsets[i]
+            assert grp["position/time"][i] == pytest.approx(ts.time + shift, abs=1e-4)
             if ts.dimensions is not None and np.all(ts.dimensions[:3] > 0):
                 np.testing.assert_allclose(grp["box/edges/value"][i], ts.triclinic_dimensions,
                                            atol=1e-4)
@@ -70,7 +72,7 @@ def compare_with_mda(ref, out, top, *, indices=None, frames=None, velocities=Fal
                 np.testing.assert_allclose(bts.positions, want, atol=1e-5)
                 if ts.dimensions is not None and np.all(ts.dimensions[:3] > 0):
                     np.testing.assert_allclose(bts.dimensions, ts.dimensions, atol=1e-3)
-                assert bts.time == pytest.approx(ts.time, abs=1e-4)
+                assert bts.time == pytest.approx(ts.time + shift, abs=1e-4)
         steps = grp["position/step"][()]
         assert np.all(np.diff(steps) > 0)
 
@@ -129,10 +131,18 @@ def test_trr_without_velocities_and_concatenation(tmp_path):
     stats = convert(d.GRO, [d.XTC, d.XTC], out2, progress=False)
     assert stats.n_frames == 20 and stats.steps_renumbered
     ref = universe(d.GRO, [d.XTC, d.XTC])
-    compare_with_mda(ref, out2, d.GRO)
+    # the second run's times continue the first's by its time step, as its steps do
+    times = np.array([ts.time for ts in ref.trajectory])
+    dt = times[1] - times[0]
+    shift = np.r_[np.zeros(10), np.full(10, times[9] + dt - times[10])]
+    compare_with_mda(ref, out2, d.GRO, time_offsets=shift)
     with h5py.File(out2) as f:
         steps = f["particles/trajectory/position/step"][()]
+        t = f["particles/trajectory/position/time"][()]
     np.testing.assert_array_equal(steps, np.arange(20) * 50000)
+    np.testing.assert_allclose(t, times[0] + np.arange(20) * dt, rtol=1e-6)
+    with xr.open_dataset(out2, engine="h5md") as ds:  # time is a usable index
+        assert ds.sel(time=slice(t[5], t[15])).sizes["time"] == 11
 
 
 def test_zarr_matches_engine(tmp_path):

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(stats.summary())
         if stats.steps_renumbered:
             print("note: the input steps were not increasing (e.g. concatenated runs that "
-                  "restart at 0); later steps continue from the previous ones")
+                  "restart at 0); later steps and times continue from the previous ones")
         for note in getattr(stats, "notes", []):
             print(f"note: {note}")
         for name, count in stats.missing.items():

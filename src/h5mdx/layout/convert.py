@@ -138,31 +138,44 @@ def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
 
 
 class _Steps:
-    """Integer steps from ``ts.data['step']``, kept strictly increasing.
+    """Integer steps from ``ts.data['step']`` and times from ``ts.time``, kept strictly
+    increasing.
 
-    Concatenated files that restart at 0 (or files without steps) continue
-    from the last step by the last observed increment.
+    Concatenated files that restart at 0 (or files without steps) continue from the
+    last step by the last observed increment; their times continue the same way, by the
+    last time increment, so that ``time`` stays an increasing index (``ds.sel(time=...)``).
     """
 
     def __init__(self) -> None:
         self.prev: int | None = None
         self.delta = 1
         self.offset = 0
+        self.prev_time: float | None = None
+        self.dt = 0.0
+        self.time_offset = 0.0
         self.renumbered = False
 
-    def __call__(self, ts: Any) -> int:
+    def __call__(self, ts: Any) -> tuple[int, float]:
         raw = ts.data.get("step")
         value = int(raw) if raw is not None else int(ts.frame)
         value += self.offset
+        time = float(ts.time) + self.time_offset
         if self.prev is not None:
             if value <= self.prev:
                 self.offset += self.prev + self.delta - value
                 value = self.prev + self.delta
                 self.renumbered = True
+                if self.prev_time is not None and time <= self.prev_time:
+                    later = self.prev_time + self.dt
+                    self.time_offset += later - time
+                    time = later
             else:
                 self.delta = value - self.prev
+                if self.prev_time is not None:
+                    self.dt = time - self.prev_time
         self.prev = value
-        return value
+        self.prev_time = time
+        return value, time
 
 
 def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
@@ -363,7 +376,7 @@ def convert(
             for ts in frames:
                 raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
                 arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
-                writer.append(steps(ts), float(ts.time), **arrays)
+                writer.append(*steps(ts), **arrays)
                 advance(1)
         verified = False
         if verify:
