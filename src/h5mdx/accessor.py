@@ -45,7 +45,8 @@ class MDAccessor:
         select : None, str, array of int or array of bool
             Atoms to compare (selection strings use the attached topology).
         weights : None, "mass" or array_like
-            Per-atom weights.
+            Per-atom weights. ``"mass"`` takes the masses of the topology where there is
+            one, else the file's own ``mass`` element (which ``h5mdx convert`` writes).
         superposition : bool, default True
             False gives the RMSD after centring only.
         **kwargs
@@ -61,8 +62,26 @@ class MDAccessor:
         if "position" not in self._ds:
             raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)")
         kwargs.setdefault("topology", self.topology)
-        return rmsd(self._ds["position"], reference, select=select, weights=weights,
+        position = self._ds["position"]
+        if isinstance(weights, str) and weights == "mass":
+            weights = self._masses(position, kwargs["topology"])
+        return rmsd(position, reference, select=select, weights=weights,
                     superposition=superposition, **kwargs)
+
+    def _masses(self, position: xr.DataArray, topology: Any) -> Any:
+        """``"mass"`` where the positions or a topology give masses, else the Dataset's
+        own ``mass`` on ``atom`` (the file's element), else ``"mass"`` (which then fails
+        with the reason)."""
+        atom = position.coords.get("atom")
+        has_topology = (topology is not None or position.attrs.get("topology") is not None
+                        or (atom is not None and "topology" in atom.attrs))
+        if "mass" in position.coords or has_topology:
+            return "mass"
+        mass = self._ds.get("mass")
+        if mass is not None and mass.dims == ("atom",) and "atom" in position.dims \
+                and mass.sizes["atom"] == position.sizes["atom"]:
+            return mass.values
+        return "mass"
 
     def to_h5md(self, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         """Write the Dataset as an H5MD file; see :func:`h5mdx.layout.export.to_h5md`."""

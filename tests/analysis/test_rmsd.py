@@ -413,6 +413,35 @@ def test_argument_errors(memory_position):
         xr.Dataset({"velocity": memory_position}).md.rmsd()
 
 
+def test_mass_weights_from_the_files_own_masses(tmp_path, adk_universe, capsys):
+    """A file that stores its masses (``h5mdx convert`` writes them) needs no topology for
+    ``weights="mass"``: the accessor and the command line take the file's ``mass``."""
+    from MDAnalysisTests.datafiles import DCD
+
+    from h5mdx.cli import main
+    from h5mdx.layout.convert import convert
+
+    path = tmp_path / "adk.h5md"
+    convert(PSF, [DCD], path, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(adk_universe, select="all", weights="mass").run().results.rmsd[:, 2]
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert "mass" in ds and ds.attrs.get("topology") is None
+        got = ds.md.rmsd(weights="mass").compute(scheduler="sync")
+        with pytest.raises(TopologyError, match="weights=ds.mass"):
+            h5mdx.rmsd(ds.position, weights="mass")  # the positions alone carry no masses
+        np.testing.assert_array_equal(
+            h5mdx.rmsd(ds.position, weights=ds.mass).compute(scheduler="sync").values,
+            got.values)
+    assert_close(got, want)
+    out = tmp_path / "r.csv"
+    assert main(["rmsd", str(path), "--weights", "mass", "--scheduler", "threads",
+                 "--no-progress", "--out", str(out)]) == 0
+    written = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+    np.testing.assert_allclose(written, want, atol=1e-4)
+
+
 # --- one harder variant on every execution path ----------------------------------------
 
 

@@ -159,7 +159,8 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
         topology = _topology(position, topology)
         if topology is None:
             raise TopologyError(
-                "weights='mass' needs masses: open the file with topology=... or pass an array"
+                "weights='mass' needs masses: open the file with topology=..., pass an array, "
+                "or use the file's own masses (ds.md.rmsd(weights='mass') or weights=ds.mass)"
             )
         from h5mdx.engine.topology import load_universe
 
