@@ -53,3 +53,33 @@ def test_info_observables_and_fixed(tmp_path, capsys):
     assert main(["info", path]) == 0
     out = capsys.readouterr().out
     assert "(fixed)" in out and "energy" in out and "steps 0..8" in out
+
+
+def test_output_into_a_closed_pipe_ends_quietly(adk_h5md, tmp_path, monkeypatch, capsys):
+    """``h5mdx info F | head -1``: the reader goes away; no error line, SIGPIPE's status."""
+    sink = open(tmp_path / "stdout", "w")  # a real descriptor for the command to drop
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return sink.fileno()
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    try:
+        assert main(["info", str(adk_h5md)]) == 141
+    finally:
+        sink.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_reference_frame_out_of_range_is_one_clear_line(adk_h5md, capsys):
+    assert main(["rmsd", str(adk_h5md), "--reference", "200", "--scheduler", "threads",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "h5mdx rmsd: error: reference frame 200 out of range for 98 frames" in err
+    assert "Traceback" not in err

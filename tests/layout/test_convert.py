@@ -18,6 +18,7 @@ import pytest
 import xarray as xr
 
 from h5mdx.cli import layout as _cli_layout
+from h5mdx.cli import main
 from h5mdx.format.writer import H5MDWriter
 from h5mdx.layout._atomic import partial_files
 from h5mdx.layout.convert import convert
@@ -306,3 +307,16 @@ def test_cli_convert(tmp_path, capsys):
     assert _cli(["convert", d.PSF, d.DCD, str(out), "--overwrite", "--contiguous",
                  "--json"]) == 0
     assert '"n_frames": 98' in capsys.readouterr().out
+
+
+def test_an_h5md_inputs_observables_are_reported_left_behind(tmp_path, capsys):
+    out = tmp_path / "cobro.h5md"
+    stats = convert(d.TPR_xvf, [d.H5MD_xvf], out, progress=False)
+    assert any("/observables not copied" in n and "h5mdx rechunk" in n for n in stats.notes)
+    with h5py.File(out) as f:
+        assert "observables" not in f
+    assert main(["convert", d.TPR_xvf, d.H5MD_xvf, str(tmp_path / "c2.h5md"),
+                 "--no-progress"]) == 0
+    assert "/observables not copied" in capsys.readouterr().out
+    stats = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
+    assert not any("not copied" in n for n in stats.notes)

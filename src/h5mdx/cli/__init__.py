@@ -9,6 +9,8 @@ clear line and a hint; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,7 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("h5mdx: interrupted", file=sys.stderr)
         return 130
-    except (H5MDError, OSError, ValueError, ImportError) as err:
+    except BrokenPipeError:
+        # the reader of our output stopped (``h5mdx info F | head``): end quietly, as a
+        # process killed by SIGPIPE would, and keep Python from flushing into the pipe
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
+    except (H5MDError, OSError, ValueError, IndexError, ImportError) as err:
         if args.debug:
             raise
         print(f"h5mdx {args.command}: error: {err}", file=sys.stderr)

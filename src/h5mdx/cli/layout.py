@@ -39,13 +39,14 @@ def add_parser(subparsers: Any) -> None:
     """Register ``convert`` and ``rechunk``."""
     c = subparsers.add_parser(
         "convert",
+        usage="%(prog)s [-h] [options] topology [TRAJ ...] OUT",
         help="convert any trajectory MDAnalysis reads to H5MD (or Zarr: OUT.zarr)",
         description="Convert a trajectory (DCD, XTC, TRR, NetCDF, H5MD, multi-frame PDB/GRO, "
                     "...) to H5MD 1.1, or to Zarr when OUT ends in .zarr. Several trajectory "
                     "files are concatenated in order. " + _LAYOUT_HELP,
     )
     c.add_argument("topology", help="topology file (PSF, PDB, GRO, TPR, PRMTOP, ...)")
-    c.add_argument("paths", nargs="+", metavar="TRAJ... OUT",
+    c.add_argument("paths", nargs="+", metavar="[TRAJ ...] OUT",
                    help="trajectory file(s), then the output (.h5md or .zarr); with only OUT "
                         "the topology's own frames are converted")
     c.add_argument("--select", help="MDAnalysis selection of the atoms to write")

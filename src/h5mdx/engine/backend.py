@@ -809,7 +809,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
                 return "observables", ""
             raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
         raise ValueError(
-            f"{info.filename} has several particles groups; choose one with group=...: "
+            f"{info.filename} has several particles groups; choose one with group=... "
+            f"(--group on the command line): "
             f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
         )
     g = group.strip("/")

@@ -388,5 +388,29 @@ def convert(
         output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs],
         seconds=seconds, bytes_written=size, layout=layout.describe(), verified=verified,
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
-        notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught)),
+        notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
+        + _left_behind(trajectories),
     )
+
+
+def _left_behind(trajectories: Sequence[Any]) -> list[str]:
+    """A note for each H5MD input whose observables or parameters the copy leaves out:
+    convert writes what MDAnalysis reads (particles); ``h5mdx rechunk`` copies a file whole."""
+    import h5py
+
+    notes = []
+    for t in trajectories:
+        if not isinstance(t, (str, os.PathLike)):
+            continue
+        try:
+            if not h5py.is_hdf5(t):
+                continue
+            with h5py.File(t, "r") as f:
+                left = [g for g in ("observables", "parameters") if len(f.get(g, ()))]
+        except OSError:
+            continue
+        if left:
+            notes.append(f"{os.fspath(t)}: /{' and /'.join(left)} not copied (convert writes "
+                         "the particles MDAnalysis reads; h5mdx rechunk copies an H5MD file "
+                         "whole)")
+    return notes
