@@ -62,6 +62,9 @@ def test_zarr_writer_keeps_time_variables_in_few_chunks(tmp_path, monkeypatch):
             np.testing.assert_array_equal(ds.position.values, frames)
             np.testing.assert_array_equal(ds.step.values, np.arange(len(frames)) * 10)
             np.testing.assert_array_equal(ds.time.values, np.arange(len(frames)) * 0.5)
+            # the appends keep the store's attributes (xarray replaces them at each write)
+            assert ds.attrs["creator_name"] == "h5mdx"
+            assert ds.attrs["h5md_group"] == "/particles/trajectory"
 
 
 def test_dataset_to_zarr_writes_time_variables_from_memory(tmp_path, monkeypatch):

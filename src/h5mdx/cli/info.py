@@ -1,9 +1,11 @@
-"""``h5mdx info FILE``: what is in an H5MD file, and whether its layout is slow."""
+"""``h5mdx info FILE``: what is in an H5MD file (or a Zarr store), and whether its layout
+is slow."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from h5mdx.format.h5md import ElementInfo, FileInfo, scan
@@ -17,7 +19,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Show the contents and storage layout of an H5MD file, and where it "
         "departs from H5MD (what h5mdx assumes to read it, or leaves out).",
     )
-    p.add_argument("file", help="an H5MD file")
+    p.add_argument("file", help="an H5MD file, or a Zarr store (a directory) written by h5mdx")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
@@ -154,7 +156,65 @@ def render(info: FileInfo) -> str:
     return "\n".join(out)
 
 
+def zarr_dict(path: str) -> dict[str, Any]:
+    """A JSON-able description of a Zarr store: its variables, chunks, codecs and units."""
+    import xarray as xr
+
+    from h5mdx.errors import H5MDFormatError
+
+    try:
+        ds = xr.open_dataset(path, engine="zarr", chunks=None)
+    except (OSError, ValueError, KeyError) as err:
+        raise H5MDFormatError(path, None, f"cannot open it as a Zarr store: {err}") from err
+    with ds:
+        size = sum(os.path.getsize(os.path.join(d, f))
+                   for d, _, files in os.walk(path) for f in files)
+        variables = {}
+        for name, var in ds.variables.items():
+            enc = var.encoding
+            codecs = [type(c).__name__ for c in (*(enc.get("filters") or ()),
+                                                  *(enc.get("compressors") or ()))]
+            variables[str(name)] = {
+                "dims": list(var.dims), "shape": list(var.shape), "dtype": str(var.dtype),
+                "chunks": list(enc["chunks"]) if enc.get("chunks") else None,
+                "codecs": codecs, "unit": var.attrs.get("units"),
+            }
+        time = ds.get("time")
+        out: dict[str, Any] = {"store": path, "store_size": size, "attrs": dict(ds.attrs),
+                               "n_frames": int(ds.sizes.get("time", 0)),
+                               "variables": variables}
+        if time is not None and time.size:
+            out["time_first"] = float(time[0])
+            out["time_last"] = float(time[-1])
+            out["time_unit"] = time.attrs.get("units")
+    return out
+
+
+def render_zarr(d: dict[str, Any]) -> str:
+    """The human-readable report of ``h5mdx info STORE.zarr``."""
+    creator = d["attrs"].get("creator_name")
+    out = [f"{d['store']}  ({_human(d['store_size'])}, Zarr store"
+           + (f", creator {creator} {d['attrs'].get('creator_version', '')}".rstrip()
+              if creator else "") + ")"]
+    for name, v in d["variables"].items():
+        shape = "×".join(map(str, v["shape"])) or "scalar"
+        chunks = "×".join(map(str, v["chunks"])) if v["chunks"] else "-"
+        codecs = ",".join(v["codecs"]) or "-"
+        out.append(f"  {name:<12} {shape:<16} {v['dtype']:<8} chunks {chunks:<14} "
+                   f"{codecs:<12} {v['unit'] or '-'}")
+    if "time_first" in d:
+        out.append(f"frames: {d['n_frames']}, t {d['time_first']:g}..{d['time_last']:g} "
+                   f"{d.get('time_unit') or ''}".rstrip())
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
+    from h5mdx.layout.convert import is_zarr_path
+
+    if os.path.isdir(args.file) and is_zarr_path(args.file):
+        d = zarr_dict(args.file)
+        print(json.dumps(d, indent=2, default=str) if args.json else render_zarr(d))
+        return 0
     info = scan(args.file)
     if args.json:
         print(json.dumps(info_dict(info), indent=2, default=str))

@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "(HDF5 runs one call at a time in a process)."
         ),
     )
-    p.add_argument("trajectory", help="an H5MD file")
+    p.add_argument("trajectory", help="an H5MD file, or a Zarr store written by h5mdx")
     p.add_argument("--topology", help="topology file (PSF, PDB, GRO, TPR, ...)")
     p.add_argument("--select", default=None, help='MDAnalysis selection, e.g. "name CA"')
     p.add_argument("--reference", type=int, default=0, help="reference frame (default 0)")
@@ -84,6 +84,38 @@ def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:
     return 0
 
 
+def _is_zarr(path: str) -> bool:
+    from h5mdx.layout.convert import is_zarr_path
+
+    return os.path.isdir(path) and is_zarr_path(path)
+
+
+def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
+    """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, with the
+    topology attached for selections and masses."""
+    import xarray as xr
+
+    from h5mdx.errors import H5MDFormatError, TopologyError
+
+    if group is not None:
+        raise ValueError("--group chooses a particles group of an H5MD file; a Zarr store "
+                         "written by h5mdx holds one")
+    try:
+        ds = xr.open_dataset(path, engine="zarr", chunks=None)
+    except (OSError, ValueError, KeyError) as err:
+        raise H5MDFormatError(path, None, f"cannot open it as a Zarr store: {err}") from err
+    if topology is not None:
+        from h5mdx.engine.topology import load_universe
+
+        n = load_universe(topology).atoms.n_atoms
+        if n != ds.sizes.get("atom"):
+            ds.close()
+            raise TopologyError(f"the topology {topology} has {n} atoms; the store {path} "
+                                f"has {ds.sizes.get('atom')}")
+        ds.attrs["topology"] = topology
+    return ds
+
+
 def run(args: argparse.Namespace) -> int:
     import xarray as xr
 
@@ -114,10 +146,14 @@ def run(args: argparse.Namespace) -> int:
         print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    with xr.open_dataset(args.trajectory, engine="h5md", group=args.group,
-                         topology=args.topology, convert_units=True,
-                         chunk_mib=DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib
-                         ) as ds:
+    if _is_zarr(args.trajectory):
+        opened = _open_zarr(args.trajectory, args.topology, args.group)
+    else:
+        opened = xr.open_dataset(args.trajectory, engine="h5md", group=args.group,
+                                 topology=args.topology, convert_units=True,
+                                 chunk_mib=DEFAULT_TARGET_MIB if chunk_mib is None
+                                 else chunk_mib)
+    with opened as ds:
         t_open = time.perf_counter() - t0
         scheduler = args.scheduler
         if scheduler == AUTO:

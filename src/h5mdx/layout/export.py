@@ -233,7 +233,8 @@ class ZarrWriter:
             if "box_edges" in self.specs and len(self.specs["box_edges"].frame_shape) == 2:
                 coords[BOX_VECTOR_DIM] = xr.Variable((BOX_VECTOR_DIM,),
                                                      np.array(BOX_VECTOR_LABELS))
-        return xr.Dataset(data, coords, self.attrs if first else {})
+        # every write: xarray replaces the store's attributes with the appended Dataset's
+        return xr.Dataset(data, coords, self.attrs)
 
     def _flush(self) -> None:
         n = self._fill

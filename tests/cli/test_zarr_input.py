@@ -1,0 +1,58 @@
+"""``h5mdx info`` and ``h5mdx rmsd`` on a Zarr store written by ``h5mdx convert``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from h5mdx.cli import main
+
+mda = pytest.importorskip("MDAnalysis")
+pytest.importorskip("zarr")
+d = pytest.importorskip("MDAnalysisTests.datafiles")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("zarr") / "adk.zarr"
+    assert main(["convert", d.PSF, d.DCD, str(path), "--no-progress"]) == 0
+    return path
+
+
+def test_info_describes_the_store(store, capsys):
+    assert main(["info", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "Zarr store, creator h5mdx" in text
+    assert "position     98×3341×3" in text and "Angstrom" in text
+    assert main(["info", str(store), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["n_frames"] == 98 and got["variables"]["position"]["shape"] == [98, 3341, 3]
+    assert got["variables"]["position"]["chunks"][1:] == [3341, 3]
+
+
+def test_rmsd_of_the_store_equals_mdanalysis(store, tmp_path, capsys):
+    from MDAnalysis.analysis import rms
+
+    u = mda.Universe(d.PSF, d.DCD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = {w: rms.RMSD(u, select="name CA", weights=w).run().results.rmsd[:, 2]
+                for w in (None, "mass")}
+    for weights in (None, "mass"):
+        out = tmp_path / f"r-{weights}.csv"
+        argv = ["rmsd", str(store), "--topology", d.PSF, "--select", "name CA",
+                "--no-progress", "--out", str(out)]
+        assert main(argv + (["--weights", "mass"] if weights else [])) == 0
+        got = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+        np.testing.assert_allclose(got, want[weights], atol=1e-4)
+
+
+def test_a_topology_of_other_atoms_is_one_clear_line(store, capsys):
+    assert main(["rmsd", str(store), "--topology", d.GRO, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "has 3341" in err and "Traceback" not in err
+    assert main(["rmsd", str(store), "--group", "x", "--no-progress"]) == 1
+    assert "--group" in capsys.readouterr().err
