@@ -89,12 +89,17 @@ def test_converted_units_are_not_mapped(tmp_path, adk_positions, windows, monkey
     write_h5md(nm, {"all": {"position": dict(value=adk_positions / 10, step=1, time=1.0,
                                              unit="nm")}})
     got = {}
+    fused = []
+    real = rmsd_mod._fused_block
+    monkeypatch.setattr(rmsd_mod, "_fused_block",
+                        lambda *a: fused.append(1) or real(*a))
+    monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "1")
     for env in ("1", "0"):
         monkeypatch.setenv(rmsd_mod.MAPPED_READ_ENV, env)
         with xr.open_dataset(nm, engine="h5md", convert_units=True) as ds:
             got[env] = h5mdx.rmsd(ds.position, frames_per_block=40).compute(
                 scheduler="sync").values
-    assert windows == []
+    assert windows == [] and len(fused) == 6  # 3 tasks a run, each read by the fused kernel
     np.testing.assert_array_equal(got["1"], got["0"])
 
 

@@ -473,8 +473,8 @@ class PreparedQCP:
         spent = np.zeros(4, dtype=np.int64)
         factor = np.array([scale], dtype=frames.dtype)  # rounded as numpy rounds it
         done = self._kernel._qcp_pread(
-            fd, offsets, nbytes, frames, factor, self.ref_c, self._cols, self._wk, self.w is not None,
-            self.superposition, *self._layout, self._gather_buffer(frames.dtype), out,
+            fd, offsets, nbytes, frames, factor, self.ref_c, self._cols, self._wk,
+            self.w is not None, self.superposition, *self._layout, self._gather_buffer(frames.dtype), out,
             time.CLOCK_MONOTONIC, spent)
         return int(done), spent[2] * 1e-9, spent[3] * 1e-9
 

@@ -255,7 +255,7 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
         if qcp.reads_files and isinstance(block, FrameReader):
             if mapped_read() and block.step == 1:  # strided: a mapping a frame, 3.6x slower
                 done = _mapped_block(block, qcp, out, timer)
-            elif fused_read(depth, strided=block.step != 1):
+            if not done and fused_read(depth, strided=block.step != 1):  # or not mappable
                 done = _fused_block(block, qcp, out, timer)
         first = min(n, lead) if lead and not done else done
         spans = [(done, first)] if first > done else []
