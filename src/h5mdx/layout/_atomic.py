@@ -14,10 +14,12 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
 
@@ -156,6 +158,14 @@ def _signals_raise() -> Iterator[None]:
         _RECEIVED.append(signum)
         _raise_for(signum)
 
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        # the interrupt Python drops in a callback is remembered and raised again later:
+        # no "Exception ignored in ..." block for it
+        if not (_RECEIVED and unraisable.exc_type in (KeyboardInterrupt, SystemExit)):
+            hook(unraisable)
+
     old = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -166,9 +176,11 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, previous)
         yield
         return
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for sig, previous in old.items():
             signal.signal(sig, previous)
         _RECEIVED.clear()
