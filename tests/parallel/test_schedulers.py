@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import xarray as xr
 
 from h5mdx.bench.grid import SCHEDULERS as BENCH
@@ -67,3 +68,22 @@ def test_local_compute_does_not_import_distributed(adk_h5md_blocked):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["(98,)", "False"]
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only(adk_h5md_blocked, monkeypatch):
+    """A log file (a SLURM job's stderr) would keep every redraw of the bar."""
+    import io
+
+    from h5mdx.parallel.schedulers import compute, scheduler_context
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, drawn in ((io.StringIO(), False), (Terminal(), True)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds, \
+                scheduler_context("threads", 2):
+            got = compute(None, ds.md.rmsd(0, select=np.arange(0, 3341, 7)), True)
+        assert got.shape == (98,)
+        assert ("100% Completed" in stream.getvalue()) is drawn

@@ -127,8 +127,18 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
         raise ValueError(f"unknown scheduler {scheduler!r}")
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
+
+
 def compute(client: Any, result: Any, enabled: bool) -> Any:
-    """Compute ``result`` (on ``client``, or the active local scheduler) with a progress bar on stderr."""
+    """Compute ``result`` (on ``client``, or the active local scheduler) with a progress bar on
+    stderr where stderr is a terminal (a log file, e.g. a SLURM job's, would keep every
+    redraw of the bar)."""
+    enabled = enabled and _is_terminal(sys.stderr)
     if client is not None:
         if not enabled:
             return client.compute(result).result()
