@@ -259,3 +259,22 @@ def test_real_run_warmup_and_delay(tmp_path, monkeypatch):
     assert len(flagged) == 40
     assert (flagged["warmup"] > 0.25).sum() == 2  # one kernel load per thread
     assert flagged.loc[flagged["is_straggler"], "frame_start"].tolist() == [170]
+
+
+def test_records_of_several_runs_joined_as_they_come():
+    """``pd.concat`` of two runs' records repeats their index labels (0..n-1 each): the
+    flags, the run table and the speed-up are those of each run alone."""
+    one = _run("a", n_workers=1)
+    two = _run("b", n_workers=2, slow={5: ("io", 1.0)})
+    joined = pd.concat([one, two])
+    assert joined.index.has_duplicates
+    flags = flag_stragglers(joined)
+    assert flags.index.equals(joined.index)
+    assert flags["is_straggler"].tolist() == [False] * 8 + [i == 5 for i in range(8)]
+    assert flags.loc[flags["is_straggler"], "slow_phase"].tolist() == ["io"]
+    alone = pd.concat([flag_stragglers(one), flag_stragglers(two)])
+    pd.testing.assert_frame_equal(flags, alone)
+    pd.testing.assert_frame_equal(run_table(joined), run_table(pd.concat([one, two],
+                                                                          ignore_index=True)))
+    s = speedup(joined)
+    assert s["n_workers"].tolist() == [1, 2] and s["S"].iloc[0] == 1.0

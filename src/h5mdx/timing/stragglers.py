@@ -209,6 +209,8 @@ def flag_stragglers(
         raise ValueError(f"the straggler factor must be positive, not {factor}")
     if min_excess < 0:
         raise ValueError(f"min_excess must be >= 0 seconds, not {min_excess}")
+    index = df.index  # records of several runs joined repeat their labels: work by position
+    df = df.reset_index(drop=True)
     out = df.copy()
     ph = _phase_table(df)
     out["duration"] = ph["duration"]
@@ -217,6 +219,7 @@ def flag_stragglers(
     out["is_straggler"] = False
     out["slow_phase"] = ""
     if df.empty:
+        out.index = index
         return out
     for idx in df.groupby(list(by), sort=False).groups.values():
         d = ph.loc[idx, "duration"]
@@ -238,6 +241,7 @@ def flag_stragglers(
             for _, row in excess.iterrows()
         ]
     out["is_straggler"] = out["is_straggler"].astype(bool)
+    out.index = index
     return out
 
 
