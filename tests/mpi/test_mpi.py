@@ -263,6 +263,27 @@ def test_rank_reads_its_block_piece_by_piece(read, adk_h5md, adk_universe):
     assert reader.bytes_read == 66 * 3341 * 3 * 4
 
 
+def test_a_rank_sleeps_the_injected_delay_in_its_phase(adk_h5md, monkeypatch):
+    from h5mdx.analysis.qcp import prepare
+    from h5mdx.mpi.rmsd import MPIRMSDOptions, _Job, _read_and_compute, _Timer
+    from h5mdx.timing.phases import DELAY_ENV
+
+    with h5py.File(adk_h5md, "r") as f:
+        dset = f["particles/trajectory/position/value"]
+        kernel = prepare(dset[0].astype(np.float64), None, True)
+        for spec, slept in (("31:0.3", ("io", 0.3)), ("32:0.3", None), ("31:0.2:compute",
+                                                                       ("compute", 0.2))):
+            monkeypatch.setenv(DELAY_ENV, spec)
+            block = Block(0, 31, 97)
+            job = _Job(f, None, [block], block, SlabReader(dset), kernel, step=66)
+            timer = _Timer()
+            _read_and_compute(MPIRMSDOptions(str(adk_h5md)), job, timer)
+            if slept is None:
+                assert max(timer.phases.values()) < 0.2
+            else:
+                assert timer.phases[slept[0]] >= slept[1]
+
+
 def test_options_are_checked():
     from h5mdx.mpi.rmsd import MPIRMSDOptions
 
@@ -360,6 +381,24 @@ def test_mpi_rmsd_matches_mdanalysis(n, layout, options, expect, layouts, mda_rm
     if layout == "chunk64":  # two chunks, four ranks: two idle ranks took part in the read
         assert sorted((frame["frame_stop"] - frame["frame_start"]).tolist()) == [0, 0, 34, 64]
     assert f"on {n} rank(s)" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_a_delay_makes_the_rank_that_starts_at_its_frame_a_straggler(layouts, tmp_path):
+    """``H5MDX_TIMING_DELAY`` (``h5mdx bench --delay``) slows the rank whose frames start
+    at its frame, in its phase, as it slows a dask task (the MPI path ignored it)."""
+    require_mpi()
+    from h5mdx.testing import adk_topology
+
+    out = tmp_path / "out"
+    proc = run_mpi(2, h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--topology", adk_topology(),
+                                 "--select", SELECT, "--out", str(out)),
+                   timeout=120, env={**os.environ, "HDF5_USE_FILE_LOCKING": "FALSE",
+                                     "H5MDX_TIMING_DELAY": "0:0.6:compute"})
+    assert proc.returncode == 0, proc.stderr
+    frame = _check_records(out, 2, 98).set_index("frame_start")
+    assert frame.loc[0, "t_compute"] >= 0.6
+    assert frame.drop(index=0)["t_compute"].max() < 0.6
 
 
 @pytest.mark.mpi

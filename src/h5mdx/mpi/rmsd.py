@@ -44,6 +44,7 @@ from h5mdx.engine.chunking import READ_STEP_BYTES, read_step
 from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import PositionSource, SlabReader, open_parallel, position_source, rank_blocks
+from h5mdx.timing.phases import injected_delay
 from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
 from h5mdx.timing.report import task_table
 
@@ -335,6 +336,10 @@ def _read_and_compute(options: MPIRMSDOptions, job: _Job, timer: _Timer) -> np.n
             frames = job.reader.read(a, b, out=buffer[:b - a])
         with timer.phase("compute"):
             rmsd[a - block.start:b - block.start] = job.kernel(frames)
+    delay = injected_delay(block.start)  # a straggler on purpose (H5MDX_TIMING_DELAY)
+    if delay is not None:
+        with timer.phase(delay[0]):
+            time.sleep(delay[1])
     return rmsd
 
 

@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DELAY_ENV", "SPOOL_ENV", "BlockTimer", "current_task_key", "read_spool"]
+__all__ = ["DELAY_ENV", "SPOOL_ENV", "BlockTimer", "current_task_key", "injected_delay",
+           "read_spool"]
 
 #: Environment variable naming the spool directory.
 SPOOL_ENV = "H5MDX_TIMING_SPOOL"
@@ -66,7 +67,7 @@ class BlockTimer:
         self.t_stop = 0.0
         self._p0 = 0.0
         # the injected delay (``DELAY_ENV``), read once: a task times its phases per read
-        self._delay = _delay_for(self.frame_start)
+        self._delay = injected_delay(self.frame_start)
 
     def __enter__(self) -> BlockTimer:
         self.t_start = time.time()
@@ -168,9 +169,20 @@ def current_task_key() -> str | None:
     return None
 
 
-def _delay_for(frame_start: int) -> tuple[str, float] | None:
-    """``(phase, seconds)`` that ``DELAY_ENV`` (``frame:seconds[:phase]``) injects into the
-    task starting at ``frame_start``, or None."""
+def injected_delay(frame_start: int) -> tuple[str, float] | None:
+    """The delay ``DELAY_ENV`` (``frame:seconds[:phase]``) injects into the task (or MPI
+    rank) whose frames start at ``frame_start``.
+
+    Parameters
+    ----------
+    frame_start : int
+        The first frame of the task.
+
+    Returns
+    -------
+    tuple or None
+        ``(phase, seconds)``, or None where the variable is unset or names another frame.
+    """
     spec = os.environ.get(DELAY_ENV)
     if not spec:
         return None
