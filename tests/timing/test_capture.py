@@ -185,3 +185,29 @@ def test_capture_rejects_mpi_backend():
     with pytest.raises(ValueError, match="MPI ranks write their own records"):
         with capture(backend="mpi-io"):
             pass
+
+
+def test_a_capture_of_another_scheduler_says_so(frames_file, client):
+    """The records of a block are those of the scheduler captured: a compute that went
+    elsewhere (the default client, or threads under capture('processes')) warns."""
+    import warnings
+
+    path, data = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with pytest.warns(UserWarning, match="recorded no task"):
+        with capture(backend="threads", n_workers=2) as run:
+            client.compute(arr, sync=True)  # on the cluster, not on threads
+    assert len(run.records) == 0
+    with pytest.warns(UserWarning, match="tasks ran in this process, not on the processes"):
+        with capture(backend="processes", n_workers=2) as run:
+            dask.compute(arr, scheduler="threads", num_workers=2)
+    with pytest.warns(UserWarning, match="tasks ran in this process, not on the distributed"):
+        with capture(client=client) as run:
+            dask.compute(arr, scheduler="threads", num_workers=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scheduler captured: nothing to say
+        with capture(backend="threads", n_workers=2) as run:
+            dask.compute(arr, scheduler="threads", num_workers=2)
+        with capture(client=client) as run:
+            client.compute(arr, sync=True)
+    assert len(run.records) == N_FRAMES // FPB

@@ -377,6 +377,33 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     elif recorder is not None:
         run.scheduler_records = _local_rows(recorder.rows, run.backend)
     run.spooled = read_spool(spool)
+    _check_where_it_ran(run)
+
+
+def _check_where_it_ran(run: TimingRun) -> None:
+    """Warn where the block's computations did not run on the scheduler ``run`` records
+    (its records would be empty, or labelled with the wrong scheduler)."""
+    backend = run.backend
+    if not run.scheduler_records and not run.spooled:
+        warnings.warn(
+            f"capture({backend!r}) recorded no task: nothing was computed in the block, or "
+            "it ran on another scheduler than the one captured (a distributed Client that "
+            "is the default takes a plain .compute(); pass its client and backend="
+            "'distributed', or compute with scheduler=...)", UserWarning, stacklevel=5)
+        return
+    pids = {int(r["pid"]) for r in run.spooled if r.get("pid") is not None}
+    here = os.getpid()
+    if backend in _CLIENT_BACKENDS or backend == "processes":
+        wrong = here in pids
+    else:  # threads, synchronous: this process
+        wrong = bool(pids) and pids != {here}
+    if wrong:
+        where = "this process" if here in pids else "other processes"
+        warnings.warn(
+            f"capture({backend!r}): tasks ran in {where}, not on the {backend} scheduler "
+            "captured, so their records carry the wrong scheduler (compute with the "
+            "scheduler you capture: .compute(scheduler=...), or pass capture(backend=...) "
+            "the one that runs it)", UserWarning, stacklevel=5)
 
 
 def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) -> None:
