@@ -135,8 +135,9 @@ client.close()
 cluster.close()
 ds.close()
 
+from h5mdx.bench import run_grid
 from h5mdx.bench.grid import rmsd_workload
-from h5mdx.timing import plot_scaling, run_grid
+from h5mdx.timing import plot_scaling
 
 grid = run_grid(rmsd_workload(path, psf, "name CA"), schedulers=["distributed"],
                 workers=[1, 2], blocks_per_worker=[1, 3], repeats=1, progress=False)

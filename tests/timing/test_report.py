@@ -87,11 +87,11 @@ def _dask_records():
 
 def test_task_table_of_dask_tasks():
     lines = task_table(_dask_records()).splitlines()
-    assert lines[0].split() == ["rank", "host", "frames", "init_top", "init_traj", "warmup",
+    assert lines[0].split() == ["worker", "host", "frames", "init_top", "init_traj", "warmup",
                                 "io", "compute", "wait", "gather", "total", "job"]
     first = lines[1].split()
-    # no rank: the end of the worker's name; unknown phases and job: "-"; no warm-up: 0
-    assert first[0] == "1000" and first[2] == "0-10"
+    # no rank: the worker's name; unknown phases and job: "-"; no warm-up: 0
+    assert first[0] == "thread-1000" and first[2] == "0-10"
     assert first[3:6] == ["-", "-", "0.000"] and first[6:8] == ["0.125", "0.250"]
     assert first[-2:] == ["0.500", "-"]
 
@@ -110,3 +110,15 @@ def test_task_table_columns_and_flag():
 def test_task_table_markdown():
     text = task_table(_dask_records(), ("frames", "total"), fmt="markdown")
     assert text.splitlines()[1:] == ["|:---|---:|", "| 0-10 | 0.500 |", "| 10-20 | 0.500 |"]
+
+
+def test_task_table_names_distributed_workers_whole():
+    """Workers without a rank are named in full (an address's last four digits are not a
+    rank, and two workers can share them)."""
+    df = _dask_records()
+    df["worker"] = ["tcp://127.0.0.1:40247", "tcp://127.0.0.1:50247"]
+    lines = task_table(df).splitlines()
+    assert lines[0].split()[0] == "worker"
+    assert [line.split()[0] for line in lines[1:]] == ["127.0.0.1:40247", "127.0.0.1:50247"]
+    df["rank"] = [0, 1]
+    assert task_table(df).splitlines()[0].split()[0] == "rank"

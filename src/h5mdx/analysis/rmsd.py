@@ -817,8 +817,10 @@ def rmsd(
     xarray.DataArray
         Lazy float64 ``rmsd`` on ``time`` with the ``time``/``step`` coordinates of
         ``position`` and its length ``units``. Compute it with ``.compute()`` on any
-        dask scheduler; h5mdx recommends processes (HDF5 serialises the calls of one
-        process): ``distributed.LocalCluster(processes=True, threads_per_worker=1)``.
+        dask scheduler: on one machine dask's threads are the fastest where h5mdx reads
+        the positions itself (uncompressed, or deflate, LZF, Blosc, LZ4, Zstandard), and
+        worker processes where HDF5 must (other filters: it runs one call at a time in a
+        process); :func:`h5mdx.parallel.schedulers.local_scheduler` says which.
 
     Examples
     --------

@@ -119,6 +119,10 @@ def plot_per_worker(
     return _finish(fig, path)
 
 
+#: The order of the phases within a task's bar: an MPI rank's (h5mdx.mpi.rmsd).
+_GANTT_ORDER = ("init_top", "warmup", *(p for p in SLOW_PHASES if p != "init_top"))
+
+
 def plot_gantt(
     df: pd.DataFrame,
     run_id: str | None = None,
@@ -131,9 +135,10 @@ def plot_gantt(
 ) -> Any:
     """Task Gantt chart of one run: a row per worker, each task split into its phases.
 
-    Within a task the phases are drawn in the order init, warm-up, io, compute,
-    gather, other, with their measured lengths (their true interleaving is not
-    recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`,
+    Within a task the phases are drawn in the order an MPI rank runs them: opening
+    the topology, warm-up (loading the kernel), opening the trajectory, io, compute,
+    gather, other (a dask task has only warm-up, io and compute), with their measured
+    lengths (their true interleaving is not recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`,
     which does not count warm-up) get a red outline and their slow phase written
     next to them.
 
@@ -167,7 +172,7 @@ def plot_gantt(
     for i in sel.index:
         y = row_of[sel.at[i, "worker"]]
         start = float(sel.at[i, "t_start"]) - t0
-        for phase in ("warmup", *SLOW_PHASES):
+        for phase in _GANTT_ORDER:
             length = ph.at[i, phase]
             if pd.isna(length) or length <= 0:
                 continue

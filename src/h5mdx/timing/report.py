@@ -201,6 +201,11 @@ def _who(r: Mapping[str, Any]) -> str:
     return str(rank) if not _is_missing(rank) else str(r.get("worker"))[-4:]
 
 
+def _worker(r: Mapping[str, Any]) -> str:
+    worker = r.get("worker")
+    return MISSING if _is_missing(worker) else str(worker).removeprefix("tcp://")
+
+
 def _number(value: Any, spec: str = ".3f") -> str:
     try:
         value = float(value)
@@ -226,6 +231,7 @@ def _job(r: Mapping[str, Any]) -> str:
 #: The columns :func:`task_table` knows: name -> (alignment, cell of a record).
 TASK_COLUMNS: dict[str, tuple[str, Any]] = {
     "rank": (">", _who),  # the MPI rank, else the end of the worker's name
+    "worker": ("<", _worker),  # the worker's name (a distributed worker's address)
     "host": ("<", _host),
     "frames": ("<", _frames),
     "init_top": (">", _seconds("t_init_top")),
@@ -241,7 +247,7 @@ TASK_COLUMNS: dict[str, tuple[str, Any]] = {
 }
 
 
-def task_table(records: Any, columns: Sequence[str] = tuple(TASK_COLUMNS), *,
+def task_table(records: Any, columns: Sequence[str] | None = None, *,
                fmt: str = "text") -> str:
     """One line per task or MPI rank: its frames and the seconds of each phase.
 
@@ -252,11 +258,13 @@ def task_table(records: Any, columns: Sequence[str] = tuple(TASK_COLUMNS), *,
         show; ``is_straggler`` (:func:`~h5mdx.timing.stragglers.flag_stragglers`)
         fills the ``flag`` column.
     columns : sequence of str, optional
-        Among :data:`TASK_COLUMNS` (default: all): ``rank`` (the rank, else the
-        end of the worker's name), ``host``, ``frames``, the phases ``init_top``,
-        ``init_traj``, ``io``, ``compute``, ``wait``, ``gather`` and ``total``
-        (``wall``) in seconds, ``job`` (the SLURM job id) and ``flag``
-        (``STRAGGLER``).
+        Among :data:`TASK_COLUMNS`: ``rank`` (the MPI rank, else the end of the
+        worker's name), ``worker`` (the worker's name, a distributed worker's address
+        without ``tcp://``), ``host``, ``frames``, the phases ``init_top``,
+        ``init_traj``, ``warmup``, ``io``, ``compute``, ``wait``, ``gather`` and
+        ``total`` (``wall``) in seconds, ``job`` (the SLURM job id) and ``flag``
+        (``STRAGGLER``). Default: all, with ``rank`` where every record has one (MPI
+        ranks) and ``worker`` where not.
     fmt : str, optional
         As for :func:`render_table`.
 
@@ -264,12 +272,16 @@ def task_table(records: Any, columns: Sequence[str] = tuple(TASK_COLUMNS), *,
     -------
     str
     """
-    unknown = [c for c in columns if c not in TASK_COLUMNS]
+    unknown = [c for c in columns or () if c not in TASK_COLUMNS]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}; valid options are: "
                          f"{', '.join(TASK_COLUMNS)}")
     if hasattr(records, "to_dict"):
         records = records.to_dict("records")
+    records = list(records)
+    if columns is None:
+        ranks = bool(records) and all(not _is_missing(r.get("rank")) for r in records)
+        columns = [c for c in TASK_COLUMNS if c != ("worker" if ranks else "rank")]
     rows = [[TASK_COLUMNS[c][1](r) for c in columns] for r in records]
     header = ["" if c == "flag" else c for c in columns]
     return render_table(rows, header, fmt=fmt, align=[TASK_COLUMNS[c][0] for c in columns])
