@@ -126,6 +126,29 @@ def test_advice_sentences():
     assert any(a.startswith("Load imbalance") for a in io_bound)
     assert advice(_run(io=0.01, compute=1.0))[0].startswith("Compute bound")
     assert "No timing records" in advice(rec.empty())[0]
+    assert "mpi-rmsd" in io_bound[0]  # dask tasks: parallel HDF5 is the other way
+
+
+def test_advice_to_mpi_ranks_fits_them():
+    """MPI ranks are told what their command can do: not to use mpi-rmsd (they do), and
+    --topology-on-root, not 'once per worker', where opening the topology costs."""
+    ranks = _run(n_workers=2, n_tasks=2, io=1.0, compute=0.3, backend="mpi-io")
+    ranks["rank"] = [0, 1]
+    ranks["t_init_top"] = 0.5
+    said = advice(ranks)
+    assert said[0].startswith("I/O bound") and "mpi-rmsd" not in said[0]
+    assert any("--topology-on-root" in a for a in said)
+    assert not any("once per worker" in a for a in said)
+
+
+def test_scaling_advice_refers_to_remarks_only_where_there_are_some():
+    table = pd.DataFrame({"backend": ["threads"] * 2, "n_workers": [1, 2], "S": [1.0, 0.3],
+                          "E": [1.0, 0.15]})
+    said = advice(_run(io=0.01, compute=1.0, n_tasks=2), table)
+    assert said[-1].startswith("Poor scaling: E(2) = 0.15") and "remarks above" in said[-1]
+    from h5mdx.timing.stragglers import _scaling_advice
+
+    assert "tenths of a second" in _scaling_advice(table, remarks=False)
 
 
 # --- warm-up and the minimum absolute excess (issue #15, item 6) -----------------------------

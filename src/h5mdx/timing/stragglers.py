@@ -245,6 +245,12 @@ def flag_stragglers(
     return out
 
 
+#: A task counts as paying the warm-up (:func:`warmup_summary`'s ``n_tasks``) where its
+#: warm-up is above this share of the longest one: the first task of a worker loads the
+#: kernel (~0.5 s); the others only find it loaded (microseconds).
+_WARMUP_TASK = 0.1
+
+
 def warmup_summary(df: pd.DataFrame) -> dict[str, float]:
     """Total warm-up of the records, and how many tasks paid it.
 
@@ -256,16 +262,17 @@ def warmup_summary(df: pd.DataFrame) -> dict[str, float]:
     Returns
     -------
     dict
-        ``seconds`` (sum of ``t_warmup``), ``n_tasks`` (tasks with a warm-up > 0),
-        ``max`` (the longest one) and ``fraction`` (of the total busy time; 0 for
-        no records).
+        ``seconds`` (sum of ``t_warmup``), ``n_tasks`` (tasks with a warm-up above a
+        tenth of the longest), ``max`` (the longest one) and ``fraction`` (of the total
+        busy time; 0 for no records).
     """
     w = _warmup(df)
     total_busy = float(busy(df).sum()) if len(df) else 0.0
     seconds = float(w.sum())
     return {
         "seconds": seconds,
-        "n_tasks": float((w > 0).sum()),
+        "n_tasks": float((w > _WARMUP_TASK * max(float(w.max()), 0.0)).sum()) if len(w)
+        else 0.0,
         "max": float(w.max()) if len(w) else 0.0,
         "fraction": seconds / total_busy if total_busy > 0 else 0.0,
     }
@@ -439,10 +446,15 @@ def advice(df: pd.DataFrame, speedup_table: pd.DataFrame | None = None) -> list[
     rules = (_io_advice, _comm_advice, _straggler_advice, _warmup_advice, _imbalance_advice,
              _idle_advice, _init_advice)
     out = [sentence for rule in rules if (sentence := rule(df)) is not None]
-    scaling = _scaling_advice(speedup_table)
+    scaling = _scaling_advice(speedup_table, remarks=bool(out))
     if scaling is not None:
         out.append(scaling)
     return out
+
+
+def _mpi_io(df: pd.DataFrame) -> bool:
+    """Whether every record is an MPI rank (the SPMD path on parallel HDF5)."""
+    return bool(len(df)) and bool(df["backend"].isin(SPMD_BACKENDS).all())
 
 
 def _io_advice(df: pd.DataFrame) -> str | None:
@@ -455,9 +467,10 @@ def _io_advice(df: pd.DataFrame) -> str | None:
     if r < 1:
         return (
             f"I/O bound: R_comp/IO = {r:.2g}; reading takes longer than computing, so more "
-            "workers on the same file system help little. Use a chunk-aligned layout "
-            "(h5mdx rechunk: time-blocked chunks, no or fast compression) or parallel "
-            "HDF5 (h5mdx mpi-rmsd)."
+            "workers on the same file system help little. Where h5mdx info FILE flags the "
+            "layout, h5mdx rechunk fixes it (time-blocked chunks, no or fast compression)"
+            + ("." if _mpi_io(df) else "; on a parallel file system, parallel HDF5 "
+               "(h5mdx mpi-rmsd) spreads the reads.")
         )
     if r < 3:
         return (
@@ -512,8 +525,8 @@ def _warmup_advice(df: pd.DataFrame) -> str | None:
     if warm["fraction"] > 0.1:
         return (
             f"Warm-up (loading the kernel) takes {_pct(warm['fraction'])} of the work "
-            f"({warm['seconds']:.2f} s in {warm['n_tasks']:.0f} task(s)): a longer run "
-            "amortises it; it is not counted as straggling."
+            f"({warm['seconds']:.2f} s, mostly in {warm['n_tasks']:.0f} task(s)): a longer "
+            "run amortises it; it is not counted as straggling."
         )
     return None
 
@@ -551,13 +564,16 @@ def _init_advice(df: pd.DataFrame) -> str | None:
     if pd.notna(init) and total > 0 and init / total > 0.1:
         return (
             f"Opening the topology and trajectory takes {_pct(init / total)} of the work; "
-            "open once per worker, not per task."
+            + ("let rank 0 read the topology and broadcast the selection "
+               "(h5mdx mpi-rmsd --topology-on-root)." if _mpi_io(df)
+               else "open once per worker, not per task.")
         )
     return None
 
 
-def _scaling_advice(speedup_table: pd.DataFrame | None) -> str | None:
-    """A parallel efficiency below 0.5 at the largest N."""
+def _scaling_advice(speedup_table: pd.DataFrame | None, remarks: bool = False) -> str | None:
+    """A parallel efficiency below 0.5 at the largest N (``remarks``: other advice was
+    given, which it refers to)."""
     if speedup_table is None or speedup_table.empty:
         return None
     top = speedup_table.dropna(subset=["E"])
@@ -568,6 +584,8 @@ def _scaling_advice(speedup_table: pd.DataFrame | None) -> str | None:
     if n > 1 and row["E"] < 0.5:
         return (
             f"Poor scaling: E({n}) = {row['E']:.2f} (S = {row['S']:.2f}) with "
-            f"{row.get('backend', '')}; see the I/O and straggler remarks."
+            f"{row.get('backend', '')}; "
+            + ("see the remarks above." if remarks else
+               "a run of a few tenths of a second, or the workers' start, weighs on it.")
         )
     return None
