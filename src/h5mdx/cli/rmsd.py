@@ -171,8 +171,11 @@ def run(args: argparse.Namespace) -> int:
         )
     write_outputs(result, args.out, args.plot)
     n = result.sizes["time"]
-    print(f"rmsd: {n} frames in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} frames/s) on "
-          f"{scheduler} with {workers} workers (open {t_open * 1e3:.0f} ms)")
-    if args.out:
-        print(f"wrote {args.out}")
+    print(f"rmsd: {n} frame{'s' if n != 1 else ''} in {seconds:.3f} s "
+          f"({n / max(seconds, 1e-9):,.0f} frames/s) on {scheduler} with {workers} "
+          f"worker{'s' if workers != 1 else ''} (open {t_open * 1e3:.0f} ms)")
+    for written in (args.out, args.plot,
+                    os.path.join(args.timing, "timing.csv") if args.timing else None):
+        if written:
+            print(f"wrote {written}")
     return 0
