@@ -301,3 +301,18 @@ def test_records_of_several_runs_joined_as_they_come():
                                                                           ignore_index=True)))
     s = speedup(joined)
     assert s["n_workers"].tolist() == [1, 2] and s["S"].iloc[0] == 1.0
+
+
+def test_speedup_leaves_warm_up_out_and_reports_it_beside():
+    """A 1-worker run that loads the kernel (0.5 s in its first task) is not 0.5 s slower
+    for S(N): loading is not work (issue 14, item 7); the table shows it apart."""
+    one = _run("a", n_workers=1, n_tasks=4)  # 4 x 0.401 s end to end
+    one.loc[0, "t_warmup"] = 0.5
+    one.loc[:, ["t_start", "t_stop"]] += np.array([[0.0, 0.5]] + [[0.5, 0.5]] * 3)
+    two = _run("b", n_workers=2, n_tasks=4)  # 2 x 0.401 s on each worker
+    runs = run_table(pd.concat([one, two]))
+    assert runs.loc["a", "warmup"] == pytest.approx(0.5) and runs.loc["b", "warmup"] == 0.0
+    s = speedup(runs).set_index("n_workers")
+    assert s.loc[1, "t_N"] == pytest.approx(4 * 0.401)
+    assert s.loc[1, "warmup"] == pytest.approx(0.5)
+    assert s.loc[2, "S"] == pytest.approx(2.0) and s.loc[2, "E"] == pytest.approx(1.0)

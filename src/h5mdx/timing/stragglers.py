@@ -346,16 +346,21 @@ def run_table(df: pd.DataFrame, metas: Sequence[dict[str, Any]] | None = None) -
     -------
     pandas.DataFrame
         Indexed by ``run_id`` with ``backend, n_workers, blocks_per_worker, repeat,
-        n_tasks, wall, busy, load_imbalance, n_stragglers, R_comp_io, R_comp_comm``.
+        n_tasks, wall, warmup, busy, load_imbalance, n_stragglers, R_comp_io,
+        R_comp_comm``. ``warmup``: the most warm-up one worker paid in the run (workers
+        warm up side by side, so the run's wall time holds at most that much of it).
     """
     g = df.groupby("run_id", sort=False)
+    worker_warmup = _warmup(df).groupby([df["run_id"], df["worker"]], sort=False).sum()
     out = pd.DataFrame({
         "backend": g["backend"].first(),
         "n_workers": g["n_workers"].first(),
         "n_tasks": g.size(),
         "wall": g["t_stop"].max() - g["t_start"].min(),
+        "warmup": worker_warmup.groupby(level=0, sort=False).max(),
         "busy": busy(df).groupby(df["run_id"]).sum(),
     })
+    out["warmup"] = out["warmup"].fillna(0.0)
     out["blocks_per_worker"] = np.nan
     out["repeat"] = np.nan
     for meta in metas or ():
@@ -390,11 +395,17 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame
     Returns
     -------
     pandas.DataFrame
-        Columns ``*by, n_workers, n_runs, t_N`` (median wall, s), ``t_N_min``,
-        ``t_N_max``, ``S`` and ``E``. Series without a 1-worker run get NaN S and E.
+        Columns ``*by, n_workers, n_runs, t_N`` (median wall time less warm-up, s),
+        ``t_N_min``, ``t_N_max``, ``warmup`` (median, s, reported beside: loading the
+        kernel is not work, and a run that pays it would scale better or worse for it),
+        ``S`` and ``E``. Series without a 1-worker run get NaN S and E.
     """
     if "task_key" in runs.columns:
         runs = run_table(runs)
+    runs = runs.copy()
+    warm = runs["warmup"].fillna(0.0) if "warmup" in runs else pd.Series(0.0, runs.index)
+    runs["wall"] = (runs["wall"] - warm).clip(lower=0.0)
+    runs["warmup"] = warm
     if by is None:
         by = ["backend"]
         if "blocks_per_worker" in runs and runs["blocks_per_worker"].notna().any():
@@ -404,6 +415,7 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame
     g = runs.groupby(keys, dropna=False, sort=True)["wall"]
     table = pd.DataFrame({
         "n_runs": g.size(), "t_N": g.median(), "t_N_min": g.min(), "t_N_max": g.max(),
+        "warmup": runs.groupby(keys, dropna=False, sort=True)["warmup"].median(),
     }).reset_index()
     s = []
     for _, row in table.iterrows():
