@@ -102,7 +102,8 @@ def test_converted_units_are_fused_bit_for_bit(tmp_path, adk_positions, expected
                                               monkeypatch, select):
     """nm converted to Angstrom: the kernel scales each read as the backend does (float32
     times 10 in float32), so the fused RMSD equals the ordinary path's bit for bit; an
-    atom selected twice is scaled once."""
+    atom selected twice is scaled once. The ordinary path, reading ahead or not, gives
+    the same numbers again."""
     nm = tmp_path / "nm.h5md"
     write_h5md(nm, {"all": {"position": dict(value=adk_positions / 10, step=1, time=1.0,
                                              unit="nm")}})
@@ -111,16 +112,21 @@ def test_converted_units_are_fused_bit_for_bit(tmp_path, adk_positions, expected
     if select == "twice":
         select = twice
     got = {}
-    for env in ("1", "0"):
+    from h5mdx.engine.frames import READ_AHEAD_ENV
+
+    for env, ahead in (("1", "0"), ("0", "0"), ("0", "2")):
         monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, env)
+        monkeypatch.setenv(READ_AHEAD_ENV, ahead)
         calls.clear()
         with xr.open_dataset(nm, engine="h5md", convert_units=True, **kw) as ds:
             assert ds.position.attrs["units"] in ("Angstrom", "Å", "angstrom")
-            got[env] = h5mdx.rmsd(ds.position, select=select, frames_per_block=40).compute(
-                scheduler="sync").values
+            got[env + ahead] = h5mdx.rmsd(ds.position, select=select,
+                                          frames_per_block=40).compute(scheduler="sync").values
             in_memory = h5mdx.rmsd(ds.position.load(), select=select).values
         assert sorted(calls) == ([18, 40, 40] if env == "1" else [])
-    np.testing.assert_array_equal(got["1"], got["0"])
+    got["1"] = got["10"]
+    np.testing.assert_array_equal(got["1"], got["00"])
+    np.testing.assert_array_equal(got["1"], got["02"])
     np.testing.assert_array_equal(got["1"], in_memory)
     if isinstance(select, str) or select is None:
         assert_rmsd_close(got["1"], expected["all" if select is None else select], atol=1e-4)
