@@ -230,3 +230,30 @@ def test_to_h5md_round_trip(tmp_path, adk_h5md):
     with pytest.raises(ValueError, match="also an input"):
         to_h5md(ds, adk_h5md, overwrite=True)
     ds.close()
+
+
+def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
+    """A box without ``time`` is written as H5MD's fixed ``box/edges`` with its boundary
+    (it became a per-particle dataset, and the box non-periodic), and the author stays."""
+    pos = RNG.normal(size=(4, 2, 3)).astype(np.float32)
+    ds = xr.Dataset(
+        {"position": (("time", "atom", "spatial"), pos, {"units": "nm"}),
+         "box_edges": (("spatial",), np.array([2.0, 3.0, 4.0]),
+                       {"units": "nm", "boundary": ["periodic", "periodic", "none"],
+                        "dimension": 3})},
+        coords={"time": ("time", np.arange(4.0), {"units": "ps"}),
+                "step": ("time", np.arange(4) * 10)},
+        attrs={"author_name": "Ada"})
+    out = tmp_path / "fixed.h5md"
+    to_h5md(ds, out)
+    with h5py.File(out) as f:
+        part = f["particles/trajectory"]
+        assert sorted(part) == ["box", "position"]
+        np.testing.assert_array_equal(part["box/edges"][()], [2.0, 3.0, 4.0])
+        assert list(part["box"].attrs["boundary"]) == ["periodic", "periodic", "none"]
+        assert f["h5md/author"].attrs["name"] == "Ada"
+    with xr.open_dataset(out, engine="h5md") as back:
+        np.testing.assert_array_equal(back.box_edges.values, [2.0, 3.0, 4.0])
+        assert list(back.box_edges.attrs["boundary"]) == ["periodic", "periodic", "none"]
+        np.testing.assert_array_equal(back.position.values, pos)
+        assert back.attrs["author_name"] == "Ada"

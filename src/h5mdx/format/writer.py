@@ -276,7 +276,7 @@ class H5MDWriter:
         self.particles = part
         box = part.require_group("box")
         box.attrs["dimension"] = np.int32(3)
-        has_box = "box_edges" in self.specs
+        has_box = "box_edges" in self.specs or "box_edges" in static
         if boundary is None:
             boundary = ["periodic" if has_box else "none"] * 3
         box.attrs["boundary"] = [str(b) for b in boundary]
@@ -333,7 +333,9 @@ class H5MDWriter:
         self._fill = 0
         for name, (data, unit, attrs) in static.items():
             arr = np.asarray(data)
-            dset = part.create_dataset(name, data=arr)
+            # a fixed box: box/edges, a dataset of the box group (H5MD 1.1)
+            where, key = (box, "edges") if name == "box_edges" else (part, name)
+            dset = where.create_dataset(key, data=arr)
             if unit is not None:
                 dset.attrs["unit"] = unit
             for k, v in (attrs or {}).items():

@@ -403,7 +403,8 @@ def to_h5md(
     overwrite : bool, default False
         Replace an existing file.
     author : str, optional
-        ``/h5md/author`` name.
+        ``/h5md/author`` name (default: the Dataset's ``author_name``, as the ``h5md``
+        engine opens it, else the user's name).
 
     Returns
     -------
@@ -417,6 +418,8 @@ def to_h5md(
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    if author is None and ds.attrs.get("author_name") not in (None, "unknown"):
+        author = str(ds.attrs["author_name"])  # the file's author, as opened
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
@@ -466,6 +469,8 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
             specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
                                      var.attrs.get("units"), attrs))
         else:
+            if name == "box_edges":  # a fixed box
+                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
             static[name] = (var.values, var.attrs.get("units"), {})
     for coord, unit in (("mass", "u"), ("charge", "e")):
         if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
