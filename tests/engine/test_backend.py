@@ -247,6 +247,23 @@ def test_datatree(mixed_file):
     tree.close()
 
 
+def test_datatree_of_one_group_and_keywords_it_does_not_take(mixed_file):
+    """``open_datatree(group=...)`` gives that group's subtree (it gave the whole file);
+    a keyword the engine does not take is an error, as for ``open_dataset``."""
+    path, data = mixed_file
+    with xr.open_datatree(path, engine="h5md", group="particles") as tree:
+        assert set(tree.children) == {"trajectory", "solvent"}
+        np.testing.assert_array_equal(tree["trajectory"].position.values, data["pos"])
+    with xr.open_datatree(path, engine="h5md", group="/observables/thermo") as tree:
+        assert not tree.children and tree.sizes["time"] == 4
+    with pytest.raises(ValueError, match="has no group 'nope'; its groups: /particles"):
+        xr.open_datatree(path, engine="h5md", group="nope")
+    with pytest.raises(TypeError, match="unexpected keyword.*decode_times"):
+        xr.open_datatree(path, engine="h5md", decode_times=False)
+    with pytest.raises(TypeError, match="decode_times"):
+        xr.open_dataset(path, engine="h5md", group="trajectory", decode_times=False)
+
+
 def test_fill_value_becomes_nan(tmp_path):
     value = np.arange(24, dtype=np.float64).reshape(2, 4, 3)
     value[1, 3] = -1.0

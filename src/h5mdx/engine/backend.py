@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import h5py
@@ -1019,6 +1019,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`)."""
+        _no_other_keywords("open_groups", kwargs)
         return open_groups(
             _normalize_path(filename_or_obj),
             drop_variables=drop_variables,
@@ -1043,7 +1044,10 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         strict: bool = False,
         **kwargs: Any,
     ) -> xr.DataTree:
-        """The whole file as a DataTree mirroring its groups."""
+        """The whole file as a DataTree mirroring its groups (``group=``: the subtree of
+        that group, e.g. ``"particles"`` or ``"observables"``)."""
+        group = kwargs.pop("group", None)
+        _no_other_keywords("open_datatree", kwargs)
         groups = self.open_groups_as_dict(
             filename_or_obj,
             drop_variables=drop_variables,
@@ -1054,7 +1058,24 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             allow_external=allow_external,
             strict=strict,
         )
+        if group is not None and group.strip("/"):
+            root = "/" + group.strip("/")
+            sub = {path[len(root):] or "/": ds for path, ds in groups.items()
+                   if path == root or path.startswith(root + "/")}
+            if not sub:
+                raise ValueError(
+                    f"{_normalize_path(filename_or_obj)} has no group {group!r}; its groups: "
+                    f"{', '.join(p for p in groups if p != '/')}")
+            groups = sub
         return xr.DataTree.from_dict(groups)
+
+
+def _no_other_keywords(what: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse keywords the engine does not take (xarray's CF decoders among them), as
+    ``open_dataset`` does, instead of ignoring them."""
+    if kwargs:
+        raise TypeError(f"the h5md engine's {what} got unexpected keyword(s) "
+                        f"{', '.join(sorted(kwargs))} (CF decoding does not apply to H5MD)")
 
 
 def open_groups(
