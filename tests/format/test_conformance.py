@@ -249,6 +249,15 @@ def _check_unconverted(ds):
     np.testing.assert_allclose(ds.box_edges, EDGES * 10)  # nm -> Angstrom still converted
 
 
+def _steps_back(f):
+    f[f"{G}/position/step"][...] = [10, 10, 5]  # shared with the box and the observable
+
+
+def _check_steps_as_stored(ds):
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.step, [10, 10, 5])
+
+
 def _unit_not_string(f):
     f[f"{G}/position/value"].attrs["unit"] = 3
 
@@ -331,6 +340,8 @@ TROUBLES = {
                             _check_unconverted, {"convert_units": True}),
     "unit not a string": Trouble(_unit_not_string, f"{G}/position/value", "unit ignored",
                                  _check_particles_fine),
+    "steps that do not increase": Trouble(_steps_back, f"{G}", "kept in the order stored",
+                                          _check_steps_as_stored),
     "references": Trouble(_references, f"{G}/ref", "left out", _check_no_ref),
     "particle count mismatch": Trouble(_atom_mismatch, f"{G}/mass", "left out", _check_no_mass),
     "dangling link": Trouble(_dangling, f"{G}", "left out", _check_no_velocity),

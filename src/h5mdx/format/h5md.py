@@ -680,6 +680,12 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
         kind, step = "implicit", np.arange(n, dtype=np.int64)
     else:
         kind = "fixed" if step_ds is not None and step_ds.shape == () else "explicit"
+        back = np.flatnonzero(np.diff(step) <= 0)
+        if back.size:  # H5MD: the steps of successive frames increase
+            i = int(back[0]) + 1
+            c.note(f"{where}/step", f"'step' does not increase: frame {i} has step "
+                   f"{int(step[i])} after {int(step[i - 1])} ({back.size} such frame(s))",
+                   "frames kept in the order stored")
     return Sampling(kind, step, time, time_unit if time is not None else None, key)
 
 
