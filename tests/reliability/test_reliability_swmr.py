@@ -16,7 +16,7 @@ import xarray as xr
 
 import h5mdx.engine.live
 from h5mdx.analysis.rmsd import rmsd
-from h5mdx.errors import H5MDFormatError
+from h5mdx.errors import H5MDFormatError, H5MDReadError
 
 N_FRAMES = 40
 
@@ -146,3 +146,21 @@ def test_swmr_on_non_swmr_file_is_clear(tmp_path):
         assert "swmr" in str(err).lower()
     else:
         pytest.skip("this HDF5 opens pre-1.10 files with swmr=True")
+
+
+def test_a_file_being_written_opened_without_swmr_says_so(tmp_path):
+    """A writer holds the file: the error says to open it with swmr=True (it said the
+    file was truncated or corrupt)."""
+    path = tmp_path / "live.h5md"
+    proc = _writer(path, N_FRAMES, 0.05)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises((H5MDFormatError, H5MDReadError)) as err:
+            xr.open_dataset(path, engine="h5md")
+        text = str(err.value)
+        assert "swmr=True" in text and "truncated or corrupt" not in text
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

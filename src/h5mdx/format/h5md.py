@@ -252,6 +252,9 @@ def open_h5md(
                 "file written with libver='latest' (HDF5 >= 1.10 format): open it without "
                 "swmr=True, or it is truncated or corrupt"
             )
+        elif "already open for write" in text.lower():  # a writer holds it (SWMR)
+            problem = (f"HDF5 cannot open the file ({text}): a writer has it open; for a "
+                       "file being written in SWMR mode open it with swmr=True")
         else:
             problem = f"HDF5 cannot open the file; it is truncated or corrupt ({text})"
         raise H5MDFormatError(path, None, problem) from None
