@@ -975,7 +975,9 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             Target size of the preferred dask blocks along ``time``.
         swmr : bool, default False
             Open a file that is being written in SWMR mode: the Dataset shows the
-            frames written so far; reopen (or ``h5mdx.engine.live.refresh(ds)``) to see more.
+            frames written so far; ``h5mdx.engine.live.refresh(ds)`` (or closing it and
+            opening again: two open Datasets of one live file break each other's reads in
+            HDF5) shows more.
         allow_external : bool, default False
             Follow external links and read datasets whose data live in other files
             (external raw storage, virtual datasets mapping other files). Refused by
