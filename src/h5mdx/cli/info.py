@@ -158,15 +158,9 @@ def render(info: FileInfo) -> str:
 
 def zarr_dict(path: str) -> dict[str, Any]:
     """A JSON-able description of a Zarr store: its variables, chunks, codecs and units."""
-    import xarray as xr
+    from h5mdx.layout.export import open_zarr_store
 
-    from h5mdx.errors import H5MDFormatError
-
-    try:
-        ds = xr.open_dataset(path, engine="zarr", chunks=None)
-    except (OSError, ValueError, KeyError) as err:
-        raise H5MDFormatError(path, None, f"cannot open it as a Zarr store: {err}") from err
-    with ds:
+    with open_zarr_store(path) as ds:
         size = sum(os.path.getsize(os.path.join(d, f))
                    for d, _, files in os.walk(path) for f in files)
         variables = {}
@@ -209,9 +203,9 @@ def render_zarr(d: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from h5mdx.layout.convert import is_zarr_path
+    from h5mdx.layout.convert import is_zarr_store
 
-    if os.path.isdir(args.file) and is_zarr_path(args.file):
+    if is_zarr_store(args.file):
         d = zarr_dict(args.file)
         print(json.dumps(d, indent=2, default=str) if args.json else render_zarr(d))
         return 0

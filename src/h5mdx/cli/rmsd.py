@@ -84,26 +84,16 @@ def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:
     return 0
 
 
-def _is_zarr(path: str) -> bool:
-    from h5mdx.layout.convert import is_zarr_path
-
-    return os.path.isdir(path) and is_zarr_path(path)
-
-
 def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, with the
     topology attached for selections and masses."""
-    import xarray as xr
-
-    from h5mdx.errors import H5MDFormatError, TopologyError
+    from h5mdx.errors import TopologyError
+    from h5mdx.layout.export import open_zarr_store
 
     if group is not None:
         raise ValueError("--group chooses a particles group of an H5MD file; a Zarr store "
                          "written by h5mdx holds one")
-    try:
-        ds = xr.open_dataset(path, engine="zarr", chunks=None)
-    except (OSError, ValueError, KeyError) as err:
-        raise H5MDFormatError(path, None, f"cannot open it as a Zarr store: {err}") from err
+    ds = open_zarr_store(path)
     if topology is not None:
         from h5mdx.engine.topology import load_universe
 
@@ -146,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
         print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    if _is_zarr(args.trajectory):
+    from h5mdx.layout.convert import is_zarr_store
+
+    if is_zarr_store(args.trajectory):
         opened = _open_zarr(args.trajectory, args.topology, args.group)
     else:
         opened = xr.open_dataset(args.trajectory, engine="h5md", group=args.group,

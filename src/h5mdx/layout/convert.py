@@ -29,7 +29,7 @@ from h5mdx.format.checksums import dataset_checksums
 from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
-__all__ = ["ConvertStats", "convert", "is_zarr_path", "progress_bar"]
+__all__ = ["ConvertStats", "convert", "is_zarr_path", "is_zarr_store", "progress_bar"]
 
 
 @dataclass
@@ -78,6 +78,12 @@ def is_zarr_path(path: str | os.PathLike[str]) -> bool:
     return os.path.isdir(p) and any(
         os.path.exists(os.path.join(p, m)) for m in ("zarr.json", ".zgroup", ".zattrs")
     )
+
+
+def is_zarr_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an existing Zarr store to read (a directory; :func:`is_zarr_path`
+    also takes the name of one to write)."""
+    return os.path.isdir(path) and is_zarr_path(path)
 
 
 def _size(path: str) -> int:

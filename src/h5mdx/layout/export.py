@@ -36,7 +36,8 @@ from h5mdx.format.schema import (
 from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout
 from h5mdx.layout._atomic import atomic_output
 
-__all__ = ["ZarrWriter", "dataset_to_zarr", "to_h5md", "zarr_checksums", "zarr_compressors"]
+__all__ = ["ZarrWriter", "dataset_to_zarr", "open_zarr_store", "to_h5md", "zarr_checksums",
+           "zarr_compressors"]
 
 
 @contextlib.contextmanager
@@ -86,6 +87,24 @@ def _time_chunk(n_frames: int | None) -> tuple[int]:
     """The chunk of a 1-D ``time`` variable of ``n_frames`` frames (None: unknown)."""
     return (max(1, min(int(n_frames), TIME_CHUNK_ENTRIES)) if n_frames
             else TIME_CHUNK_ENTRIES,)
+
+
+def open_zarr_store(path: str | os.PathLike[str]) -> xr.Dataset:
+    """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, without dask,
+    as ``xr.open_dataset(path, engine="zarr")`` opens it.
+
+    Raises
+    ------
+    h5mdx.errors.H5MDFormatError
+        Naming the store, where it cannot be opened as one.
+    """
+    from h5mdx.errors import H5MDFormatError
+
+    try:
+        return xr.open_dataset(path, engine="zarr", chunks=None)
+    except (OSError, ValueError, KeyError) as err:
+        raise H5MDFormatError(os.fspath(path), None,
+                              f"cannot open it as a Zarr store: {err}") from err
 
 
 def _dims(spec: ElementSpec) -> tuple[str, ...]:
