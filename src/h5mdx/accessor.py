@@ -72,10 +72,9 @@ class MDAccessor:
         """``"mass"`` where the positions or a topology give masses, else the Dataset's
         own ``mass`` on ``atom`` (the file's element), else ``"mass"`` (which then fails
         with the reason)."""
-        atom = position.coords.get("atom")
-        has_topology = (topology is not None or position.attrs.get("topology") is not None
-                        or (atom is not None and "topology" in atom.attrs))
-        if "mass" in position.coords or has_topology:
+        from h5mdx.analysis.rmsd import _topology  # where rmsd looks for a topology
+
+        if "mass" in position.coords or _topology(position, topology) is not None:
             return "mass"
         mass = self._ds.get("mass")
         if mass is not None and mass.dims == ("atom",) and "atom" in position.dims \

@@ -138,9 +138,9 @@ def plot_gantt(
     Within a task the phases are drawn in the order an MPI rank runs them: opening
     the topology, warm-up (loading the kernel), opening the trajectory, io, compute,
     gather, other (a dask task has only warm-up, io and compute), with their measured
-    lengths (their true interleaving is not recorded). Stragglers (see :func:`~h5mdx.timing.stragglers.flag_stragglers`,
-    which does not count warm-up) get a red outline and their slow phase written
-    next to them.
+    lengths (their true interleaving is not recorded). Stragglers (see
+    :func:`~h5mdx.timing.stragglers.flag_stragglers`, which does not count warm-up) get
+    a red outline and their slow phase written next to them.
 
     Parameters
     ----------
