@@ -77,6 +77,8 @@ def build_file(n_frames: int, chunk: int) -> Path:
         c = h.create_group("creator")
         c.attrs["name"] = "bench_mpi"
         c.attrs["version"] = "0"
+        f.create_group("particles/trajectory/box").attrs.update(
+            {"dimension": 3, "boundary": ["none"] * 3})
         el = f.create_group("particles/trajectory/position")
         v = el.create_dataset("value", shape=(n_frames, n_atoms, 3), dtype=np.float32,
                               chunks=(chunk, n_atoms, 3))

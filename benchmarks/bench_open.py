@@ -47,8 +47,10 @@ def write(path: str, frames: np.ndarray, n_frames: int) -> None:
     with h5py.File(tmp, "w") as f:
         h = f.create_group("h5md")
         h.attrs["version"] = np.array([1, 1])
-        h.create_group("creator").attrs["name"] = "bench_open"
+        h.create_group("author").attrs["name"] = "bench_open"
+        h.create_group("creator").attrs.update({"name": "bench_open", "version": "1"})
         g = f.create_group("particles/trajectory")
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
         el = write_element(g, "position", np.zeros((0, n_atoms, 3), np.float32),
                            step=np.zeros(0), time=np.zeros(0), unit="Angstrom")
         del el["value"], el["step"], el["time"]

@@ -95,8 +95,14 @@ def build(path: str, n_frames: int, layout: str) -> str:
     """Write (once) an H5MD file of ``n_frames`` frames in ``layout``; atomic rename."""
     if os.path.exists(path):
         with h5py.File(path, "r") as f:
-            if f[DSET].shape[0] == n_frames:
-                return path
+            complete = f[DSET].shape[0] == n_frames
+            has_box = "particles/trajectory/box" in f
+        if complete and not has_box:  # a file of an older build: give it the box H5MD asks
+            with h5py.File(path, "r+") as f:
+                f.create_group("particles/trajectory/box").attrs.update(
+                    {"dimension": 3, "boundary": ["none"] * 3})
+        if complete:
+            return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
     frames = templates()
     tmp = path + ".part"
@@ -104,7 +110,9 @@ def build(path: str, n_frames: int, layout: str) -> str:
         h = f.create_group("h5md")
         h.attrs["version"] = np.array([1, 1])
         h.create_group("author").attrs["name"] = "bench_scale"
-        h.create_group("creator").attrs["name"] = "bench_scale"
+        h.create_group("creator").attrs.update({"name": "bench_scale", "version": "1"})
+        f.create_group("particles/trajectory/box").attrs.update(
+            {"dimension": 3, "boundary": ["none"] * 3})
         g = f.create_group("particles/trajectory/position")
         v = g.create_dataset("value", shape=(n_frames, N_ATOMS, 3), dtype=np.float32,
                              chunks=CHUNKS[layout](N_ATOMS))

@@ -108,7 +108,9 @@ def write_h5md(
     particles : mapping
         ``{group: {element: kwargs of write_element (with "value")}}``.
     box : mapping, optional
-        ``{group: {"dimension": 3, "boundary": [...], "edges": kwargs or None}}``.
+        ``{group: {"dimension": 3, "boundary": [...], "edges": kwargs or None}}``. A
+        group not named gets the box H5MD requires without edges: boundary ``none``, the
+        dimension of its ``position`` (3 without one); a group mapped to None gets none.
     observables : mapping, optional
         ``{"name" or "sub/name": kwargs of write_element}``.
     parameters : mapping, optional
@@ -131,20 +133,24 @@ def write_h5md(
                 write_element(
                     g, ename, link_sampling_from=g[link] if link else None, **kw
                 )
+            if box and gname in box and box[gname] is None:
+                continue
             if box and gname in box:
                 spec = dict(box[gname])
-                b = g.create_group("box")
                 dim = int(spec.get("dimension", 3))
-                b.attrs["dimension"] = np.int32(dim)
                 boundary = spec.get("boundary", ["periodic"] * dim)
-                b.attrs["boundary"] = np.array([x.encode() for x in boundary], dtype="S8")
-                edges = spec.get("edges")
-                if edges is not None:
-                    edges = dict(edges)
-                    link = edges.pop("link_sampling_from", None)
-                    write_element(
-                        b, "edges", link_sampling_from=g[link] if link else None, **edges
-                    )
+            else:
+                spec = {}
+                dim = _dimension(elements.get("position"))
+                boundary = ["none"] * dim
+            b = g.create_group("box")
+            b.attrs["dimension"] = np.int32(dim)
+            b.attrs["boundary"] = np.array([x.encode() for x in boundary], dtype="S8")
+            edges = spec.get("edges")
+            if edges is not None:
+                edges = dict(edges)
+                link = edges.pop("link_sampling_from", None)
+                write_element(b, "edges", link_sampling_from=g[link] if link else None, **edges)
         if observables:
             ogrp = f.create_group("observables")
             for oname, kw in observables.items():
@@ -158,6 +164,16 @@ def write_h5md(
             for name, value in parameters.items():
                 par.create_dataset(name, data=value)
     return path
+
+
+def _dimension(position: Mapping[str, Any] | None) -> int:
+    """The number of spatial components of a ``position`` element's kwargs (3 without)."""
+    if position is None:
+        return 3
+    value = np.asarray(position["value"])
+    time_dependent = position.get("step") is not None or position.get("link_sampling_from")
+    tail = value.shape[1:] if time_dependent else value.shape
+    return int(tail[-1]) if len(tail) == 2 and 1 <= tail[-1] <= 3 else 3
 
 
 def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk: int = 10) -> str:

@@ -295,7 +295,9 @@ def _sparse_trajectory(path, n_frames, n_atoms, **kwargs):
     with h5py.File(path, "w") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])
         f["h5md"].create_group("author").attrs["name"] = "test"
-        f["h5md"].create_group("creator").attrs["name"] = "test"
+        f["h5md"].create_group("creator").attrs.update({"name": "test", "version": "1"})
+        f.create_group("particles/trajectory/box").attrs.update(
+            {"dimension": 3, "boundary": ["none"] * 3})
         g = f.create_group("particles/trajectory/position")
         g.create_dataset("value", shape=(n_frames, n_atoms, 3), dtype=np.float32,
                          chunks=(100, n_atoms, 3), **kwargs)

@@ -297,6 +297,64 @@ def _empty_huge(f):
     el["step"] = np.arange(0)
 
 
+def _no_box(f):
+    del f[f"{G}/box"]
+
+
+def _check_no_box(ds):
+    assert "box_edges" not in ds
+    np.testing.assert_array_equal(ds.position, POS)
+    assert ds.position.dims == ("time", "atom", "spatial")
+
+
+def _box_dimension_unlike_positions(f):
+    f[f"{G}/box"].attrs["dimension"] = np.int32(2)
+
+
+def _check_box_and_positions(ds):
+    _check_box(ds)
+    assert ds.position.dims == ("time", "atom", "spatial")
+    assert list(ds.spatial.values) == ["x", "y", "z"]
+
+
+def _box_other_steps(f):
+    edges = f[f"{G}/box/edges"]
+    del edges["step"], edges["time"]
+    edges["step"] = np.array([0, 5, 10])
+
+
+def _check_box_own_axis(ds):
+    assert ds.box_edges.dims == ("time_box_edges", "spatial")
+    np.testing.assert_array_equal(ds.box_edges, EDGES)
+    np.testing.assert_array_equal(ds.step_box_edges, [0, 5, 10])
+    np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def _image_other_steps(f):
+    image = f.create_group(f"{G}/image")
+    image.create_dataset("value", data=np.zeros((N_FRAMES, N_ATOMS, 3), dtype=np.int32))
+    image["step"] = STEPS + 1
+    image["time"] = f[f"{G}/position/time"]
+
+
+def _check_image_own_axis(ds):
+    assert ds.image.dims == ("time_image", "atom", "spatial")
+    np.testing.assert_array_equal(ds.step_image, STEPS + 1)
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _element_named_time(f):
+    el = f.create_group(f"{G}/time")
+    el.create_dataset("value", data=TIMES * 2)
+    el["step"] = f[f"{G}/position/step"]
+
+
+def _check_time_element(ds):
+    np.testing.assert_array_equal(ds.time_element, TIMES * 2)
+    np.testing.assert_array_equal(ds.time, TIMES)
+    np.testing.assert_array_equal(ds.position, POS)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
@@ -325,6 +383,19 @@ TROUBLES = {
                                       _check_box),
     "misspelled dimensions": Trouble(_dimensions_misspelled, f"{G}/box",
                                      "read from 'dimensions'", _check_box),
+    "no box group": Trouble(_no_box, f"{G}/box", "no box: positions read without periodic",
+                            _check_no_box),
+    "box dimension unlike the positions": Trouble(
+        _box_dimension_unlike_positions, f"{G}/box", "dimension 3 taken from the positions",
+        _check_box_and_positions),
+    "box edges sampled at other steps": Trouble(_box_other_steps, f"{G}/box/edges",
+                                                "kept on its own time axis 'time_box_edges'",
+                                                _check_box_own_axis),
+    "image sampled at other steps": Trouble(_image_other_steps, f"{G}/image",
+                                            "kept on its own time axis 'time_image'",
+                                            _check_image_own_axis),
+    "an element named time": Trouble(_element_named_time, f"{G}/time",
+                                     "served as 'time_element'", _check_time_element),
     "edges as an attribute": Trouble(_edges_attribute, f"{G}/box/edges",
                                      "read as fixed", _check_edges_attr),
     "edges of the wrong shape": Trouble(_edges_bad_shape, f"{G}/box/edges", "left out",
@@ -394,7 +465,7 @@ def test_strict(tmp_path, kind):
 
 
 #: troubles that only matter for some keywords of the open (found by the backend)
-_OPEN_TIME = {"unknown unit"}
+_OPEN_TIME = {"unknown unit", "an element named time"}
 
 
 @pytest.mark.parametrize("kind", [k for k in TROUBLES if k not in _OPEN_TIME])
@@ -609,7 +680,7 @@ def test_info_lists_conformance_problems(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["problems"] == [{
         "path": f"{G}/box", "problem": "box has no 'dimension' attribute",
-        "assumed": "no box dimension: taken from edges shape (3)",
+        "assumed": "no box dimension: taken from edges shape (3)", "minor": False,
     }]
 
 
@@ -618,3 +689,48 @@ def test_info_of_a_conformant_file_lists_none(tmp_path, capsys):
 
     assert main(["info", "--json", _base(str(tmp_path / "ok.h5md"))]) == 0
     assert json.loads(capsys.readouterr().out)["problems"] == []
+
+
+# ----------------------------------------------------------------------------- author, creator
+
+
+def _no_author(f):
+    del f["h5md/author"]
+
+
+def _author_without_name(f):
+    del f["h5md/author"].attrs["name"]
+
+
+def _creator_without_version(f):
+    del f["h5md/creator"].attrs["version"]
+
+
+def _no_creator(f):
+    del f["h5md/creator"]
+
+
+@pytest.mark.parametrize("mutate, hpath, message", [
+    (_no_author, "/h5md/author", "the /h5md group has no 'author' group"),
+    (_author_without_name, "/h5md/author", "/h5md/author has no 'name' attribute"),
+    (_creator_without_version, "/h5md/creator", "/h5md/creator has no 'version' attribute"),
+    (_no_creator, "/h5md/creator", "the /h5md group has no 'creator' group"),
+])
+def test_missing_author_or_creator_is_minor(tmp_path, capsys, mutate, hpath, message):
+    """H5MD requires /h5md/author (name) and /h5md/creator (name, version). Their lack
+    costs no data: the file opens without a warning, strict=True refuses it, and
+    ``h5mdx info`` lists it."""
+    from h5mdx.cli import main
+
+    path = _base(str(tmp_path / "meta.h5md"))
+    with h5py.File(path, "r+") as f:
+        mutate(f)
+    with _no_warning_open(path) as ds:
+        np.testing.assert_array_equal(ds.position, POS)
+    with pytest.raises(H5MDFormatError, match=re.escape(message)) as err:
+        xr.open_dataset(path, engine="h5md", strict=True)
+    assert err.value.h5path == hpath and path in str(err.value)
+    [problem] = scan(path).problems
+    assert problem.minor and problem.path == hpath
+    assert main(["info", path]) == 0
+    assert "(minor: not warned)" in capsys.readouterr().out

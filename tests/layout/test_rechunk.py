@@ -75,6 +75,7 @@ def rich_file(tmp_path):
         write_element(box, "edges", np.full((40, 3), 5.0), link_sampling_from=pos, unit="nm")
         write_element(g, "species", np.arange(30) % 4)
         g2 = f.create_group("particles/other")
+        g2.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
         write_element(g2, "position", np.ones((10, 4, 3)), step=1, time=0.5, unit="nm")
         obs = f.create_group("observables")
         write_element(obs, "energy", rng.normal(size=40), step=np.arange(40) * 5,

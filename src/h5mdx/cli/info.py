@@ -98,7 +98,8 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
                        for k, v in info.parameters.items()},
         "findings": _findings(info),
         "problems": [
-            {"path": p.path, "problem": p.message, "assumed": p.assumed} for p in info.problems
+            {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor}
+            for p in info.problems
         ],
     }
 
@@ -145,7 +146,7 @@ def render(info: FileInfo) -> str:
         out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
         for p in info.problems:
             out.append(f"  {p.path}: {p.message}")
-            out.append(f"      assumed: {p.assumed}")
+            out.append(f"      assumed: {p.assumed}" + ("  (minor: not warned)" if p.minor else ""))
     findings = _findings(info)
     if findings:
         out.append("layout:")

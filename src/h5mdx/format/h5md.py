@@ -69,11 +69,15 @@ class Problem:
         What is wrong (the error a strict reader raises).
     assumed : str
         What h5mdx did instead (``frames numbered 0..n-1``, ``left out``).
+    minor : bool
+        Missing metadata that costs no data (an author without a name): listed by
+        ``h5mdx info`` and an error with ``strict=True``, but not warned about.
     """
 
     path: str
     message: str
     assumed: str
+    minor: bool = False
 
     def __str__(self) -> str:
         return f"[{self.path}] {self.message}; {self.assumed}"
@@ -290,9 +294,9 @@ class _Ctx:
     def filename(self) -> str:
         return self.f.filename
 
-    def note(self, path: str, message: str, assumed: str) -> None:
+    def note(self, path: str, message: str, assumed: str, *, minor: bool = False) -> None:
         """Record a departure from H5MD (once per path and message)."""
-        problem = Problem(path, message, assumed)
+        problem = Problem(path, message, assumed, minor)
         if problem not in self.problems:
             self.problems.append(problem)
 
@@ -922,9 +926,15 @@ def _box_boundary(c: _Ctx, grp: h5py.Group, path: str, dimension: int,
     return (guess,) * dimension
 
 
-def _box(c: _Ctx, grp: h5py.Group, path: str) -> BoxInfo:
+def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> BoxInfo:
+    """The box at ``path``; ``components``: the number of spatial components of the
+    group's positions, which the box ``dimension`` must equal."""
     edges = _box_edges(c, grp, path)
     dimension = _box_dimension(c, grp, path, edges)
+    if components is not None and components != dimension:
+        c.note(path, f"box 'dimension' is {dimension} but the positions have {components} "
+               "components per particle", f"dimension {components} taken from the positions")
+        dimension = components
     boundary = _box_boundary(c, grp, path, dimension, edges)
     if edges is not None:
         tail = edges.shape[1:] if edges.time_dependent else edges.shape
@@ -958,16 +968,25 @@ def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> Non
             del elements[key]
 
 
+def _components(el: ElementInfo | None) -> int | None:
+    """The number of spatial components of a per-particle vector element (1-3)."""
+    if el is None:
+        return None
+    tail = el.shape[1:] if el.time_dependent else el.shape
+    return int(tail[1]) if len(tail) == 2 and 1 <= tail[1] <= 3 else None
+
+
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     path = grp.name or f"/particles/{name}"
     elements: dict[str, ElementInfo] = {}
     box = None
+    box_grp: h5py.Group | None = None
     for child in grp:
         try:
             obj = _get(c, grp, child, path)
             if child == "box":
                 if isinstance(obj, h5py.Group):
-                    box = _box(c, obj, f"{path}/box")
+                    box_grp = obj
                 else:
                     c.note(f"{path}/box", "the box must be a group", "left out")
                 continue
@@ -975,6 +994,14 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         except H5MDFormatError as err:
             c.left_out(err, f"{path}/{child}")
     _same_particles(c, elements, path)
+    if box_grp is not None:
+        try:
+            box = _box(c, box_grp, f"{path}/box", _components(elements.get("position")))
+        except H5MDFormatError as err:
+            c.left_out(err, f"{path}/box")
+    elif not _has(grp, "box"):
+        c.note(f"{path}/box", "a particles group must contain a 'box' group",
+               "no box: positions read without periodic boundaries")
     if c.live:
         every = list(elements.values())
         if box is not None and box.edges is not None:
@@ -983,7 +1010,27 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         elements = {k: trimmed[el.path] for k, el in elements.items()}
         if box is not None and box.edges is not None:
             box = replace(box, edges=trimmed[box.edges.path])
+    _check_position_sampling(c, elements, box)
     return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box)
+
+
+def _check_position_sampling(c: _Ctx, elements: dict[str, ElementInfo],
+                             box: BoxInfo | None) -> None:
+    """H5MD requires ``image`` and time-dependent box ``edges`` to share the steps and
+    times of ``position`` (by hard links): note those sampled otherwise."""
+    position = elements.get("position")
+    if position is None or position.sampling is None:
+        return
+    others = [("image", elements.get("image"))]
+    if box is not None:
+        others.append(("box_edges", box.edges))
+    for name, el in others:
+        if (el is None or el.sampling is None or el.sampling.kind == "implicit"
+                or el.sampling.same_as(position.sampling)):
+            continue  # implicit: its missing step is the problem already noted
+        c.note(el.path, f"sampled at other steps or times than {position.path} (H5MD "
+               "requires the same 'step' and 'time', hard-linked)",
+               f"kept on its own time axis 'time_{name}'")
 
 
 def _observables(
@@ -1156,21 +1203,38 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
     """``/h5md/author`` or ``/h5md/creator``; pre-1.0 files keep them as attributes."""
     if h5md is None:
         return {}
+    where = f"/h5md/{name}"
     if _has(h5md, name):
         try:
             grp = _get(c, h5md, name, "/h5md")
-        except H5MDFormatError:
-            return {}  # author/creator are informative only
-        if isinstance(grp, h5py.Group):
-            return {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
-        return {}
+        except H5MDFormatError as err:
+            if _refused(err):
+                raise
+            c.note(err.h5path or where, err.problem, "left out", minor=True)
+            return {}
+        if not isinstance(grp, h5py.Group):
+            c.note(where, f"{where} must be a group", "left out", minor=True)
+            return {}
+        found = {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
+        missing = [k for k in _REQUIRED_META[name] if k not in found]
+        if missing:
+            c.note(where, f"{where} has no {' or '.join(repr(k) for k in missing)} "
+                   "attribute (H5MD requires it)", "not recorded", minor=True)
+        return found
     # pre-1.0 pyh5md: attributes "author", "author_email", "creator", "creator_version"
     found = {k: _attr(h5md, name if k == "name" else f"{name}_{k}") for k in keys}
     found = {k: str(v) for k, v in found.items() if v is not None}
     if found:
-        c.note(f"/h5md/{name}", f"{name} stored as attributes of /h5md (pre-1.0 layout), "
-               f"not as a /h5md/{name} group", "read from the attributes")
+        c.note(where, f"{name} stored as attributes of /h5md (pre-1.0 layout), "
+               f"not as a {where} group", "read from the attributes")
+    else:
+        c.note(where, f"the /h5md group has no '{name}' group (H5MD requires one)",
+               "not recorded", minor=True)
     return found
+
+
+#: The attributes H5MD requires of ``/h5md/author`` and ``/h5md/creator``.
+_REQUIRED_META = {"author": ("name",), "creator": ("name", "version")}
 
 
 def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
