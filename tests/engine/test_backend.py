@@ -22,7 +22,7 @@ from MDAnalysisTests.datafiles import (
 
 import h5mdx.engine.backend
 from h5mdx.engine.backend import H5MDArray
-from h5mdx.errors import H5MDFormatError, H5MDReadError, TopologyError
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
 from h5mdx.testing import write_h5md
 
 mda = pytest.importorskip("MDAnalysis")
@@ -247,6 +247,89 @@ def test_datatree(mixed_file):
     tree.close()
 
 
+def _nested_parameters(path):
+    write_h5md(path, {"g": {"position": dict(value=np.zeros((2, 3, 3)), step=np.arange(2))}},
+               parameters={"temperature": 300.0, "ensemble": b"NVT", "x": np.arange(3)})
+    with h5py.File(path, "r+") as f:
+        par = f["parameters"]
+        par.attrs["program"] = "md"
+        par["temperature"].attrs["unit"] = "K"
+        par["cutoff"] = np.float32(1.2)
+        par["cutoff"].attrs["unit"] = "nm"
+        par["thermostat/tau"] = 0.5
+        par["thermostat/tau"].attrs["unit"] = "ps"
+        par["thermostat"].attrs["kind"] = "nose-hoover"
+        par["thermostat/x"] = np.arange(4)  # a name the parent has, of another size
+        par["thermostat/coupling/strength"] = 2.0
+        par["thermostat/coupling/strength"].attrs["unit"] = "bogons"
+        par["names"] = np.array([b"a", b"b"])
+    return path
+
+
+def test_parameters_keep_their_groups_and_units(tmp_path):
+    """Nested /parameters groups are DataTree nodes (and group= targets); ``unit`` is
+    served as ``units`` and converted with convert_units; one unknown unit is one warning."""
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with pytest.warns(H5MDConformanceWarning,
+                      match=r"\[/parameters/thermostat/coupling/strength\].*left unconverted"):
+        tree = xr.open_datatree(path, engine="h5md", convert_units=True)
+    with tree:
+        par = tree["parameters"]
+        assert set(par.children) == {"thermostat"}
+        assert set(par["thermostat"].children) == {"coupling"}
+        assert par.attrs == {"program": "md", "ensemble": "NVT"}
+        assert float(par.temperature) == 300.0 and par.temperature.attrs == {"units": "K"}
+        assert par.cutoff.dtype == np.float32 and par.cutoff.attrs == {"units": "Angstrom"}
+        np.testing.assert_allclose(float(par.cutoff), 12.0, rtol=1e-6)
+        assert par.names.values.tolist() == ["a", "b"]
+        thermo = par["thermostat"]
+        assert thermo.attrs == {"kind": "nose-hoover"}
+        assert float(thermo.tau) == 0.5 and thermo.tau.attrs["units"] == "ps"
+        np.testing.assert_array_equal(thermo.x, np.arange(4))
+        np.testing.assert_array_equal(par.x, np.arange(3))
+        strength = par["thermostat/coupling"].strength
+        assert float(strength) == 2.0 and strength.attrs["units"] == "bogons"
+    with xr.open_dataset(path, engine="h5md", group="parameters/thermostat") as ds:
+        assert set(ds.data_vars) == {"tau", "x"} and ds.attrs["kind"] == "nose-hoover"
+    with xr.open_dataset(path, engine="h5md", group="/parameters") as ds:
+        assert float(ds.cutoff) == pytest.approx(1.2) and ds.cutoff.attrs["units"] == "nm"
+    with pytest.raises(ValueError, match="no group 'parameters/nope'.*'parameters/thermostat'"):
+        xr.open_dataset(path, engine="h5md", group="parameters/nope")
+
+
+def test_a_bad_parameter_leaves_the_rest(tmp_path):
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["parameters"].create_dataset("script", data=["x" * 10] * 200_000,
+                                       dtype=h5py.string_dtype())
+        par = f["parameters/thermostat"]
+        par.create_dataset("null", data=h5py.Empty("f8"))
+        par.create_dataset("ref", (1,), dtype=h5py.ref_dtype)[0] = f["particles"].ref
+        par.create_dataset("vlen", (2,), dtype=h5py.vlen_dtype(np.int32))[0] = [1, 2]
+        par["soft"] = h5py.SoftLink("/particles/g/position/value")
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    found = sorted(str(w.message).split(" [", 1)[1] for w in record)
+    assert len(found) == 5, found
+    for got, (where, why) in zip(found, [
+        ("/parameters/script", "too large to read"),
+        ("/parameters/thermostat/null", "null dataspace"),
+        ("/parameters/thermostat/ref", "object references"),
+        ("/parameters/thermostat/soft", "a soft link to /particles/g/position/value"),
+        ("/parameters/thermostat/vlen", "variable-length data"),
+    ], strict=True):
+        assert got.startswith(where + "]") and why in got and got.endswith("left out"), got
+    with tree:
+        assert "script" not in tree["parameters"]
+        assert float(tree["parameters"].temperature) == 300.0
+        assert set(tree["parameters/thermostat"].data_vars) == {"tau", "x"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        xr.open_dataset(path, engine="h5md").close()  # the particles group: no warning
+    with pytest.raises(H5MDFormatError, match=r"\[/parameters/"):
+        xr.open_datatree(path, engine="h5md", strict=True)
+
+
 def test_datatree_of_one_group_and_keywords_it_does_not_take(mixed_file):
     """``open_datatree(group=...)`` gives that group's subtree (it gave the whole file);
     a keyword the engine does not take is an error, as for ``open_dataset``."""
@@ -275,6 +358,26 @@ def test_fill_value_becomes_nan(tmp_path):
         assert np.isnan(ds.position.values[1, 3]).all()
         assert not np.isnan(ds.position.values[0]).any()
         assert ds.position.encoding["_FillValue"] == -1.0
+
+
+def test_integer_fill_value_becomes_nan_when_units_make_floats(tmp_path):
+    """Integers in pm with fill -9999, served in Å as floats: the padding is NaN, not
+    -99.99 Å (found by an audit). Served as stored, integers keep their fill value."""
+    value = np.arange(24, dtype=np.int32).reshape(2, 4, 3) * 100
+    value[1, 3] = -9999
+    path = write_h5md(
+        tmp_path / "ifill.h5md",
+        particles={"g": {"position": dict(value=value, step=np.arange(2), fillvalue=-9999,
+                                          unit="pm")}},
+    )
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        got = ds.position.values
+        assert got.dtype == np.float64 and ds.position.attrs["units"] == "Angstrom"
+        assert np.isnan(got[1, 3]).all()
+        np.testing.assert_allclose(got[0], value[0] / 100.0)
+        np.testing.assert_allclose(ds.position.isel(atom=[3, 0]).values[1, 1], value[1, 0] / 100)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert (ds.position.values[1, 3] == -9999).all()
 
 
 # ----------------------------------------------------------------------------- laziness, chunks

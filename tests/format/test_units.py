@@ -35,6 +35,14 @@ from h5mdx.testing import write_h5md
         ("K", 1.0, "K"),
         ("kelvin", 1.0, "K"),
         ("bar nm3", 1e5 * 1e-27 * 6.02214076e23 / 1e3, "kJ mol-1"),
+        # pint's way of writing powers (found by an audit: once read as factors)
+        ("nanometer ** 2", 100.0, "Angstrom2"),
+        ("nm**-1", 0.1, "Angstrom-1"),
+        ("nm ^ 3", 1000.0, "Angstrom3"),
+        ("nanometer / picosecond", 10.0, "Angstrom ps-1"),
+        ("kilojoule / mole / nanometer", 0.1, "kJ mol-1 Angstrom-1"),
+        ("nm * ps ** -1", 10.0, "Angstrom ps-1"),
+        ("10 nm", 100.0, "Angstrom"),
     ],
 )
 def test_conversion(unit, factor, base):
@@ -46,6 +54,13 @@ def test_conversion(unit, factor, base):
 
 def test_no_base_unit_for_odd_dimensions():
     assert conversion("eV/fs") is None  # energy per time: left as it is
+
+
+@pytest.mark.parametrize("unit", ["nm 2", "nm*2", "nm * -1", "ps-1 10"])
+def test_a_number_after_a_unit_is_refused(unit):
+    """A power written apart from its unit is not a factor: refused, not misread."""
+    with pytest.raises(H5MDUnitError, match="a number .* after a unit"):
+        parse_unit(unit)
 
 
 def test_unknown_unit():
@@ -68,8 +83,9 @@ def test_symbols_outside_the_table_come_from_pint():
     factor, base = conversion("coulomb")  # charge: pint's current x time
     assert base == "e"
     assert factor == pytest.approx(1 / 1.602176634e-19)
-    with pytest.raises(H5MDUnitError, match="degC"):
-        parse_unit("degC")  # an offset unit is never a factor
+    for offset in ("degC", "°C", "degF K-1"):  # an offset unit is never a factor
+        with pytest.raises(H5MDUnitError, match="temperature scale with an offset"):
+            parse_unit(offset)
 
 
 def _temperature_file(tmp_path, unit):

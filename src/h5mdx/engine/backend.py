@@ -72,7 +72,8 @@ class H5MDArray(BackendArray):
     scale : float, optional
         Factor applied after reading (unit conversion).
     fillvalue : scalar, optional
-        Stored fill value that becomes NaN (floating-point data only).
+        Stored fill value that becomes NaN where the values served are floating point
+        (stored so, or integers scaled by a unit conversion).
     lock : lock, optional
         Lock held while h5py is called.
     full_atom_chunks : bool, optional
@@ -174,8 +175,12 @@ class H5MDArray(BackendArray):
         if self.scale != 1.0:
             if data.dtype == self.dtype and data.flags.writeable:
                 np.multiply(data, self.scale, out=data)
-            else:  # integers stored, floats served
+            else:  # integers stored, floats served: the fill values become NaN too
+                filled = (data == self.fillvalue if self.fillvalue is not None
+                          and data.dtype.kind in "iub" else None)
                 data = (data * self.scale).astype(self.dtype, copy=False)
+                if filled is not None and data.dtype.kind == "f":
+                    np.putmask(data, filled, np.nan)
         return data
 
     def rows_reader(self, first: int,
@@ -445,8 +450,11 @@ class _Report:
                 self.add(problem)
 
     def emit(self) -> None:
-        """Warn once per problem, naming the file, the path and what was assumed."""
+        """Warn once per problem, naming the file, the path and what was assumed (minor
+        problems, missing metadata, only with ``strict``)."""
         for p in self.problems:
+            if p.minor:
+                continue
             warnings.warn(
                 H5MDConformanceWarning(
                     f"{self.filename} [{p.path}]: {p.message}; {p.assumed}"
@@ -457,7 +465,7 @@ class _Report:
 
 def _concerns(path: str, group_path: str) -> bool:
     """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file)."""
-    if not path.startswith(("/particles/", "/observables")):
+    if not path.startswith(("/particles/", "/observables", "/parameters")):
         return True
     return path == group_path or path.startswith(group_path.rstrip("/") + "/")
 
@@ -725,7 +733,7 @@ def _particles_dataset(
     if n_atoms is not None:
         coords[ATOM_DIM] = xr.Variable((ATOM_DIM,), np.arange(n_atoms, dtype=np.int64),
                                        {"long_name": "0-based atom index"})
-    ds = _dataset(variables, coords, attrs, info, pg.path)
+    ds = _dataset(variables, coords, attrs, info, pg.path, b.report)
 
     if topology is not None:
         from h5mdx.engine.topology import load_universe, topology_coords
@@ -791,7 +799,7 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset
             variables[name] = var
     attrs = _file_attrs(info)
     attrs["h5md_group"] = f"/observables/{prefix}".rstrip("/")
-    return _dataset(variables, coords, attrs, info, attrs["h5md_group"])
+    return _dataset(variables, coords, attrs, info, attrs["h5md_group"], b.report)
 
 
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
@@ -800,6 +808,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if info.observables:
         available.append("observables")
         available.extend(f"observables/{g}" for g in info.observable_groups)
+    subs = sorted({name.rpartition("/")[0] for name in info.parameters})
+    available.extend("parameters" + (f"/{sub}" if sub else "") for sub in subs)
     listing = ", ".join(repr(a) for a in available) or "none"
     if group is None:
         if len(info.particles) == 1:
@@ -822,6 +832,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         return "observables", ""
     if g.startswith("observables/") and g[len("observables/"):] in info.observable_groups:
         return "observables", g[len("observables/"):]
+    if g == "parameters" or g.startswith("parameters/"):
+        return "parameters", g[len("parameters/"):]
     raise ValueError(f"{info.filename} has no group {group!r}; available: {listing}")
 
 
@@ -835,8 +847,18 @@ def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool) -> 
 
 
 def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
-             attrs: dict[str, Any], info: FileInfo, where: str) -> xr.Dataset:
-    """``xr.Dataset`` that reports elements with clashing dimension sizes as a format error."""
+             attrs: dict[str, Any], info: FileInfo, where: str, report: _Report) -> xr.Dataset:
+    """``xr.Dataset`` that reports elements with clashing dimension sizes as a format error.
+
+    An element named as a coordinate or dimension (``time``, ``step``, ``atom``) is
+    served as ``<name>_element`` (noted)."""
+    taken = set(coords) | {d for v in (*variables.values(), *coords.values()) for d in v.dims}
+    for name in [n for n in variables if n in taken]:
+        new = f"{name}_element"
+        report.note(variables[name].encoding.get("h5md_path", f"{where}/{name}"),
+                    f"an element named {name!r} clashes with the coordinate or dimension of "
+                    "that name", f"served as {new!r}")
+        variables[new] = variables.pop(name)
     try:
         return xr.Dataset(variables, coords, attrs)
     except ValueError as err:
@@ -879,8 +901,7 @@ def _open_one(
     try:
         info = _scan_with(manager, lock, allow_external)
         kind, name = _resolve_group(info, group)
-        report.scanned(info, f"/particles/{name}" if kind == "particles"
-                       else f"/observables/{name}".rstrip("/"))
+        report.scanned(info, f"/{kind}/{name}".rstrip("/"))
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report)
         if kind == "particles":
@@ -890,7 +911,10 @@ def _open_one(
         else:
             if select is not None or topology is not None:
                 raise ValueError("topology= and select= apply to particles groups only")
-            ds = _observables_dataset(b, name, drop)
+            if kind == "observables":
+                ds = _observables_dataset(b, name, drop)
+            else:
+                ds = _parameters_group(b, name, group, drop)
     except _STRUCTURE_ERRORS as err:
         manager.close()
         raise H5MDFormatError(
@@ -1134,9 +1158,8 @@ def open_groups(
             out["/observables"] = _observables_dataset(b, "", drop)
             for sub in info.observable_groups:
                 out[f"/observables/{sub}"] = _observables_dataset(b, sub, drop)
-        params = _parameters_dataset(b)
-        if params is not None:
-            out["/parameters"] = params
+        for sub, params in _parameters_datasets(b).items():
+            out["/parameters" + (f"/{sub}" if sub else "")] = params
     except _STRUCTURE_ERRORS as err:
         manager.close()
         raise H5MDFormatError(
@@ -1160,48 +1183,119 @@ def open_groups(
 _PARAMETER_READ_BYTES = 2**20
 
 
-def _parameters_dataset(b: _Builder) -> xr.Dataset | None:
+def _parameters_datasets(b: _Builder) -> dict[str, xr.Dataset]:
+    """``/parameters`` and each group under it as a Dataset, by path relative to
+    ``/parameters`` (``""`` for the group itself): its datasets as variables (string
+    scalars as attributes), its attributes as the Dataset's. A ``unit`` attribute is
+    served as ``units``, converted with ``convert_units`` as elements' are."""
     params = b.info.parameters
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
         grp = f.get("parameters")
         if not isinstance(grp, h5py.Group):
-            return None
-        attrs = {k: _plain(v) for k, v in grp.attrs.items()}
-        variables = {}
+            return {}
+        groups: dict[str, h5py.Group] = {"": grp}
+
+        def visit(name: str, obj: h5py.HLObject) -> None:
+            if isinstance(obj, h5py.Group):
+                groups[name] = obj
+
+        # visititems (H5Ovisit) visits every object once, without following soft links
+        grp.visititems(visit)
+        out = {sub: xr.Dataset(attrs={k: _plain(v) for k, v in g.attrs.items()})
+               for sub, g in groups.items()}
+        for g in groups.values():
+            _note_parameter_links(b, g)
         for name, meta in params.items():
-            dset = grp[name]
-            key = name.replace("/", "_")
-            if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
-                if dset.dtype.kind not in "biufc":
-                    raise H5MDFormatError(
-                        b.info.filename, meta["path"],
-                        f"a {dset.dtype} parameter of shape {dset.shape} is too large to read",
-                    )
-                dims = tuple(f"{key}_dim_{i}" for i in range(dset.ndim))
-                lazy = H5MDArray(b.manager, meta["path"], tuple(dset.shape), dset.dtype,
-                                 lock=b.lock, filename=b.info.filename)
-                variables[key] = xr.Variable(dims, indexing.LazilyIndexedArray(lazy),
-                                             encoding={"h5md_path": meta["path"]})
-                continue
+            sub, _, leaf = name.rpartition("/")
+            if sub not in out:
+                continue  # reached only through a link the walk does not follow
             try:
-                value = dset[()]
-            except (OSError, RuntimeError, ValueError, TypeError) as err:
-                raise H5MDFormatError(
-                    b.info.filename, meta["path"], f"cannot read the parameter: {err}"
-                ) from None
-            if isinstance(value, bytes):
-                attrs[name.replace("/", "_")] = value.decode("utf-8", "replace")
+                value = _parameter(b, grp[name], leaf, meta["path"])
+            except H5MDFormatError as err:
+                b.report.note(meta["path"], err.problem, "left out")
                 continue
-            arr = np.asarray(value)
-            dims = tuple(f"{name.replace('/', '_')}_dim_{i}" for i in range(arr.ndim))
-            if arr.dtype.kind in "SO":
-                arr = arr.astype(str)
-            variables[name.replace("/", "_")] = xr.Variable(
-                dims, arr, {k: _plain(v) for k, v in dset.attrs.items()},
-                {"h5md_path": meta["path"]},
+            if isinstance(value, str):
+                out[sub].attrs[leaf] = value
+            else:
+                out[sub][leaf] = value
+    return out
+
+
+def _parameters_group(b: _Builder, sub: str, group: str | None,
+                      drop: set[str]) -> xr.Dataset:
+    """The Dataset of ``/parameters/<sub>`` (``group=`` as given, for the error)."""
+    found = _parameters_datasets(b)
+    if sub not in found:
+        listing = ", ".join(repr("parameters" + (f"/{k}" if k else "")) for k in found)
+        raise ValueError(f"{b.info.filename} has no group {group!r}; its parameter groups: "
+                         f"{listing or 'none'}")
+    return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+
+
+def _note_parameter_links(b: _Builder, grp: h5py.Group) -> None:
+    """Note the soft and external links of a parameters group: they are not followed."""
+    for name in grp:
+        link = grp.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            what = f"a soft link to {link.path}"
+        elif isinstance(link, h5py.ExternalLink):
+            what = f"an external link to {link.filename}:{link.path}"
+        else:
+            continue
+        b.report.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in "
+                      "/parameters", "left out")
+
+
+def _parameter_problem(dset: h5py.Dataset) -> str | None:
+    """Why a parameter dataset cannot be served, or None."""
+    dtype = dset.dtype
+    if dset.shape is None:
+        return "an empty dataset (null dataspace) holds no value"
+    if h5py.check_ref_dtype(dtype) is not None:
+        return "object references, which h5mdx does not follow"
+    if h5py.check_vlen_dtype(dtype) is not None and h5py.check_string_dtype(dtype) is None:
+        return f"variable-length data ({h5py.check_vlen_dtype(dtype)} sequences)"
+    return None
+
+
+def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
+    """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
+    problem = _parameter_problem(dset)
+    if problem is not None:
+        raise H5MDFormatError(b.info.filename, path, problem)
+    attrs = {k: _plain(v) for k, v in dset.attrs.items()}
+    unit = attrs.pop("unit", None)
+    unit = unit if isinstance(unit, str) else None
+    scale, unit = b._unit(unit, path) if dset.dtype.kind in "iuf" else (1.0, unit)
+    if unit is not None:
+        attrs["units"] = unit
+    dims = tuple(f"{leaf}_dim_{i}" for i in range(dset.ndim))
+    encoding = {"source": b.info.filename, "h5md_path": path}
+    if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
+        if dset.dtype.kind not in "biufc":
+            raise H5MDFormatError(
+                b.info.filename, path,
+                f"a {dset.dtype} parameter of shape {dset.shape} is too large to read",
             )
-    return xr.Dataset(variables, attrs=attrs)
+        dtype = np.dtype(np.float64) if scale != 1.0 and dset.dtype.kind in "iub" else dset.dtype
+        lazy = H5MDArray(b.manager, path, tuple(dset.shape), dtype, scale=scale, lock=b.lock,
+                         filename=b.info.filename)
+        return xr.Variable(dims, indexing.LazilyIndexedArray(lazy), attrs, encoding)
+    try:
+        value = dset[()]
+    except (OSError, RuntimeError, ValueError, TypeError) as err:
+        raise H5MDFormatError(
+            b.info.filename, path, f"cannot read the parameter: {err}"
+        ) from None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    arr = np.asarray(value)
+    if arr.dtype.kind in "SO":
+        arr = arr.astype(str)
+    elif scale != 1.0:
+        arr = arr * scale
+    return xr.Variable(dims, arr, attrs, encoding)
 
 
 def _plain(value: Any) -> Any:

@@ -159,8 +159,16 @@ def _pint_symbol(symbol: str) -> tuple[float, Dims] | None:
     return factor, (dims[0], dims[1], dims[2], dims[3], dims[4])
 
 
+#: temperature scales with an offset: not a factor, so never converted
+_OFFSET_UNITS = frozenset({"degC", "°C", "celsius", "degree_Celsius", "degF", "°F",
+                           "fahrenheit", "degree_Fahrenheit"})
+
+
 def _symbol(symbol: str) -> tuple[float, Dims]:
     known = _SYMBOLS.get(symbol) or _pint_symbol(symbol)
+    if known is None and symbol in _OFFSET_UNITS:
+        raise H5MDUnitError(f"{symbol!r} is a temperature scale with an offset, not a "
+                            "multiple of a unit, and is not converted")
     if known is None:
         raise H5MDUnitError(f"unknown unit {symbol!r}")
     return known
@@ -169,13 +177,20 @@ def _symbol(symbol: str) -> tuple[float, Dims]:
 def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
     factor = 1.0
     dims = [0, 0, 0, 0, 0]
+    seen_unit = False
     for token in re.split(r"[\s*·]+", text.strip()):
-        if not token or token == "1":
+        if not token or (token == "1" and not seen_unit):
             continue
         if _NUMBER.match(token):
+            if seen_unit:  # "nm 2", "nm*2": a power written apart, or a misplaced factor
+                raise H5MDUnitError(f"a number ({token}) after a unit: write a power as "
+                                    "nm2, nm^2 or nm**2, a factor before the units")
             factor *= float(token) ** sign
             continue
+        seen_unit = True
         match = _TOKEN.match(token)
+        if match is None and token in _OFFSET_UNITS:
+            _symbol(token)  # raises: an offset unit
         if match is None:
             raise H5MDUnitError(f"unknown unit {token!r}")
         scale, dim = _symbol(match.group(1))
@@ -208,6 +223,8 @@ def parse_unit(unit: str) -> tuple[float, Dims]:
         If a factor of the string is not a known unit.
     """
     text = unit.strip().replace("(", " ").replace(")", " ")
+    # a power written apart from its unit (pint's "nanometer ** 2", "nm ^ -1") joins it
+    text = re.sub(r"\s*(\*\*|\^)\s*", "^", text)
     if not text:
         return 1.0, _ONE
     numerator, *denominators = text.split("/")
