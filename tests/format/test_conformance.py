@@ -98,9 +98,22 @@ def _box_no_step(f):
     del f[f"{G}/box/edges/step"], f[f"{G}/box/edges/time"]
 
 
-def _check_box_numbered(ds):
+def _check_box_follows_position(ds):
+    """As many frames as position: position's steps and times (GROMACS writes so)."""
+    assert ds.box_edges.dims == ("time", "spatial")
     np.testing.assert_array_equal(ds.box_edges, EDGES)
-    np.testing.assert_array_equal(ds.step_box_edges, [0, 1, 2])
+    np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def _box_no_step_other_length(f):
+    edges = f[f"{G}/box/edges"]
+    del edges["step"], edges["time"], edges["value"]
+    edges["value"] = EDGES[:2]
+
+
+def _check_box_numbered(ds):
+    np.testing.assert_array_equal(ds.box_edges, EDGES[:2])
+    np.testing.assert_array_equal(ds.step_box_edges, [0, 1])
     np.testing.assert_array_equal(ds.step, STEPS)
 
 
@@ -118,7 +131,7 @@ def _species_no_step(f):
 
 
 def _check_species(ds):
-    assert ds.species.dims == ("time_species", "atom")
+    assert ds.species.dims == ("time", "atom")
     np.testing.assert_array_equal(ds.species, 1)
     np.testing.assert_array_equal(ds.position, POS)
 
@@ -355,18 +368,32 @@ def _check_time_element(ds):
     np.testing.assert_array_equal(ds.position, POS)
 
 
+def _unit_on_group(f):
+    del f[f"{G}/position/value"].attrs["unit"]
+    f[f"{G}/position"].attrs["unit"] = "nm"
+
+
+def _check_unit_from_group(ds):
+    assert ds.position.attrs["units"] == "Angstrom"
+    np.testing.assert_allclose(ds.position, POS * 10)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
     "step shorter than value": Trouble(_short_step, f"{G}/position/step",
                                        "frames numbered 0..n-1"),
-    "box edges without step": Trouble(_box_no_step, f"{G}/box/edges", "no step: frames numbered",
-                                      _check_box_numbered),
+    "box edges without step": Trouble(_box_no_step, f"{G}/box/edges",
+                                      f"no step: sampled as {G}/position",
+                                      _check_box_follows_position),
+    "box edges without step, fewer frames": Trouble(
+        _box_no_step_other_length, f"{G}/box/edges", "no step: frames numbered",
+        _check_box_numbered),
     "observable without step": Trouble(_observable_no_step, "/observables/energy",
                                        "no step: frames numbered", _check_energy_numbered,
                                        {"group": "observables"}),
-    "species without step": Trouble(_species_no_step, f"{G}/species", "no step: frames numbered",
-                                    _check_species),
+    "species without step": Trouble(_species_no_step, f"{G}/species",
+                                    f"no step: sampled as {G}/position", _check_species),
     "id with a step of length 1": Trouble(_id_short_step, f"{G}/id/step",
                                           "frames numbered 0..n-1", _check_id),
     "malformed observable": Trouble(_malformed_observable, "/observables/energy", "left out",
@@ -405,10 +432,16 @@ TROUBLES = {
                                                 _check_plain_series),
     "time of another length": Trouble(_time_wrong_length, f"{G}/position/time",
                                       "'time' ignored", _check_time_ignored),
+    "NaN in time": Trouble(lambda f: _replace(f[f"{G}/position"], "time",
+                                              np.array([0.0, np.nan, 1.0])),
+                           f"{G}/position/time", "'time' ignored", _check_time_ignored),
     "float step": Trouble(_float_step, f"{G}/position/step", "converted to integers",
                           _check_float_step),
     "unknown unit": Trouble(_unknown_unit, f"{G}/position/value", "left unconverted",
                             _check_unconverted, {"convert_units": True}),
+    "unit on the element group": Trouble(_unit_on_group, f"{G}/position",
+                                         "unit 'nm' read from the group", _check_unit_from_group,
+                                         {"convert_units": True}),
     "unit not a string": Trouble(_unit_not_string, f"{G}/position/value", "unit ignored",
                                  _check_particles_fine),
     "steps that do not increase": Trouble(_steps_back, f"{G}", "kept in the order stored",
@@ -734,3 +767,17 @@ def test_missing_author_or_creator_is_minor(tmp_path, capsys, mutate, hpath, mes
     assert problem.minor and problem.path == hpath
     assert main(["info", path]) == 0
     assert "(minor: not warned)" in capsys.readouterr().out
+
+
+def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
+    """The group's ``time`` comes from an element whose file gives its sampling, not from
+    one numbered 0..n-1 because it has no ``step`` (found by an audit)."""
+    path = _base(str(tmp_path / "obs.h5md"))
+    with h5py.File(path, "r+") as f:
+        f.create_dataset("observables/density/value", data=ENERGY * 2)  # sorts first
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/observables/density\]"):
+        ds = xr.open_dataset(path, engine="h5md", group="observables")
+    with ds:
+        assert ds.energy.dims == ("time",) and ds.density.dims == ("time_density",)
+        np.testing.assert_array_equal(ds.time, TIMES)
+        np.testing.assert_array_equal(ds.step, STEPS)

@@ -635,8 +635,9 @@ def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sa
                 break
         else:
             groups.append((e.sampling, 1))
-    # ties go to the sampling with the most frames
-    return max(groups, key=lambda sn: (sn[1], sn[0].step.size))[0]
+    # a sampling the file gives beats frames numbered for want of one (another element's
+    # problem); then the most elements; ties go to the sampling with the most frames
+    return max(groups, key=lambda sn: (sn[0].kind != "implicit", sn[1], sn[0].step.size))[0]
 
 
 def _time_dims(b: _Builder, el: ElementInfo, name: str, main: Sampling | None,

@@ -623,8 +623,9 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
     if time_ds.shape == ():
         t_raw = _read_small(c, time_ds, path)
         t_off = _attr(time_ds, "offset", 0.0) or 0.0
-        if not isinstance(t_off, (int, float)):
-            c.note(path, "'time' and its 'offset' must be numbers", "'time' ignored")
+        if not isinstance(t_off, (int, float)) or not math.isfinite(float(t_raw)) \
+                or not math.isfinite(t_off):
+            c.note(path, "'time' and its 'offset' must be finite numbers", "'time' ignored")
             return None
         return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
     if time_ds.ndim != 1:
@@ -639,7 +640,17 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
             return None
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                f"the first {n} times used")
-    return _read_small(c, time_ds, path, min(m, n)).astype(np.float64, copy=False)
+    time = _read_small(c, time_ds, path, min(m, n)).astype(np.float64, copy=False)
+    bad = np.flatnonzero(~np.isfinite(time))
+    if bad.size:
+        c.note(path, f"'time' holds {time[bad[0]]} at frame {int(bad[0])} ({bad.size} "
+               "such frame(s))", "'time' ignored")
+        return None
+    return time
+
+
+_NO_STEP = ("time-dependent element has a 'value' but no 'step' (H5MD requires 'step' "
+            "next to 'value')")
 
 
 def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
@@ -671,8 +682,7 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
     if step_ds is None:
         if not _has(grp, "step"):
-            c.note(where, "time-dependent element has a 'value' but no 'step' "
-                   "(H5MD requires 'step' next to 'value')", f"no step: {_NUMBERED}")
+            c.note(where, _NO_STEP, f"no step: {_NUMBERED}")
         step = None
     elif step_ds.shape == ():
         step = _fixed_steps(c, step_ds, n_frames, where)
@@ -793,6 +803,11 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
     _check_declared(c, value, f"{path}/value")
     sampling = _sampling(c, obj, int(value.shape[0]), path)
     unit = _unit_attr(c, value, f"{path}/value")
+    if unit is None and "unit" in obj.attrs:
+        unit = _unit_attr(c, obj, path)
+        if unit is not None:
+            c.note(path, "the 'unit' attribute is on the element group, not on its 'value'",
+                   f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
                          link_path=f"{path}/value")
 
@@ -1010,8 +1025,35 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         elements = {k: trimmed[el.path] for k, el in elements.items()}
         if box is not None and box.edges is not None:
             box = replace(box, edges=trimmed[box.edges.path])
+    else:
+        elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
     return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box)
+
+
+def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
+                     box: BoxInfo | None) -> tuple[dict[str, ElementInfo], BoxInfo | None]:
+    """Elements of a particles group with no ``step`` but as many frames as ``position``
+    (GROMACS writes box edges so) take the steps and times of ``position``."""
+    position = elements.get("position")
+    if position is None or position.sampling is None or position.sampling.kind == "implicit":
+        return elements, box
+    n = int(position.sampling.step.shape[0])
+
+    def follow(el: ElementInfo) -> ElementInfo:
+        if el.sampling is None or el.sampling.kind != "implicit" or el.shape[0] != n:
+            return el
+        for i, p in enumerate(c.problems):
+            if p.path == el.path and p.message == _NO_STEP:
+                c.problems[i] = replace(p, assumed=f"no step: sampled as {position.path} "
+                                        f"(as many frames, {n})")
+                return replace(el, sampling=position.sampling)
+        return el
+
+    elements = {k: follow(el) if k != "position" else el for k, el in elements.items()}
+    if box is not None and box.edges is not None:
+        box = replace(box, edges=follow(box.edges))
+    return elements, box
 
 
 def _check_position_sampling(c: _Ctx, elements: dict[str, ElementInfo],
