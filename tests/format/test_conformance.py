@@ -378,6 +378,16 @@ def _check_unit_from_group(ds):
     np.testing.assert_allclose(ds.position, POS * 10)
 
 
+def _box_offset(f):
+    f[f"{G}/box/offset"] = np.array([-1.0, -2.0, -3.0])
+
+
+def _check_box_offset(ds):
+    assert ds.box_offset.dims == ("spatial",)
+    np.testing.assert_array_equal(ds.box_offset, [-1.0, -2.0, -3.0])
+    _check_box(ds)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
@@ -421,6 +431,9 @@ TROUBLES = {
     "image sampled at other steps": Trouble(_image_other_steps, f"{G}/image",
                                             "kept on its own time axis 'time_image'",
                                             _check_image_own_axis),
+    "a box member H5MD does not define": Trouble(
+        lambda f: f.create_dataset(f"{G}/box/origin", data=np.zeros(3)), f"{G}/box/origin",
+        "left out", _check_box),
     "an element named time": Trouble(_element_named_time, f"{G}/time",
                                      "served as 'time_element'", _check_time_element),
     "edges as an attribute": Trouble(_edges_attribute, f"{G}/box/edges",
@@ -781,3 +794,17 @@ def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
         assert ds.energy.dims == ("time",) and ds.density.dims == ("time_density",)
         np.testing.assert_array_equal(ds.time, TIMES)
         np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def test_box_offset_is_read_as_a_minor_departure(tmp_path):
+    """HALMD writes the box's lower corner as ``box/offset``, which H5MD 1.1 lacks: it is
+    served as ``box_offset`` without a warning (listed by scan, refused by strict)."""
+    path = _base(str(tmp_path / "offset.h5md"))
+    with h5py.File(path, "r+") as f:
+        _box_offset(f)
+    with _no_warning_open(path) as ds:
+        _check_box_offset(ds)
+    [problem] = scan(path).problems
+    assert problem.minor and problem.path == f"{G}/box/offset"
+    with pytest.raises(H5MDFormatError, match="offset"):
+        xr.open_dataset(path, engine="h5md", strict=True)

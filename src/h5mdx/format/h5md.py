@@ -161,6 +161,8 @@ class BoxInfo:
     dimension: int
     boundary: tuple[str, ...]
     edges: ElementInfo | None
+    #: the lower corner of the box (``box/offset``, written by HALMD; not in H5MD 1.1)
+    offset: ElementInfo | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -958,7 +960,36 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
                    f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
                    f"{dimension}-dimensional box", "left out")
             edges = None
-    return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges)
+    return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
+                   offset=_box_extras(c, grp, path, dimension))
+
+
+def _box_extras(c: _Ctx, grp: h5py.Group, path: str, dimension: int) -> ElementInfo | None:
+    """The box's ``offset`` (its lower corner, as HALMD writes it), or None; other members
+    H5MD does not define are noted and left out."""
+    offset = None
+    for child in grp:
+        where = f"{path}/{child}"
+        if child in ("edges", "dimension", "dimensions", "boundary"):
+            continue  # read (a ZnH5MD box keeps its attributes as small datasets)
+        if child != "offset":
+            c.note(where, "the box holds a member H5MD does not define (only 'edges')",
+                   "left out")
+            continue
+        try:
+            el = _element(c, "box_offset", _get(c, grp, child, path), where)
+        except H5MDFormatError as err:
+            c.left_out(err, where)
+            continue
+        tail = el.shape[1:] if el.time_dependent else el.shape
+        if tail != (dimension,):
+            c.note(where, f"box offset has shape {el.shape}; expected (…, {dimension})",
+                   "left out")
+            continue
+        c.note(where, "the box has an 'offset' (its lower corner), which H5MD 1.1 does not "
+               "define", "read as box_offset", minor=True)
+        offset = el
+    return offset
 
 
 def _n_particles(el: ElementInfo) -> int | None:
