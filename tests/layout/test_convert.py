@@ -320,3 +320,76 @@ def test_an_h5md_inputs_observables_are_reported_left_behind(tmp_path, capsys):
     assert "/observables not copied" in capsys.readouterr().out
     stats = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
     assert not any("not copied" in n for n in stats.notes)
+
+
+# ----------------------------------------------------------------------------- found by audits
+
+
+def test_a_truncated_trajectory_fails_instead_of_writing_fewer_frames(tmp_path):
+    """MDAnalysis ends a trajectory at a read error: convert refuses to write the short copy."""
+    from h5mdx.errors import H5MDReadError
+
+    data = open(d.XTC, "rb").read()
+    short = tmp_path / "short.xtc"
+    short.write_bytes(data[: len(data) * 6 // 10])
+    out = tmp_path / "out.h5md"
+    n = len(mda.Universe(d.GRO, str(short)).trajectory)
+    with pytest.raises(H5MDReadError, match=rf"short.xtc: MDAnalysis read \d+ of the {n} frames"):
+        convert(d.GRO, [short], out, progress=False)
+    assert not out.exists() and not partial_files(out)
+
+
+def test_times_restarting_after_one_frame_continue_by_the_readers_dt(tmp_path):
+    one = tmp_path / "one.h5md"
+    convert(d.GRO, [d.TRR], one, stop=1, progress=False)
+    cat = tmp_path / "cat.h5md"
+    convert(d.GRO, [one, d.TRR], cat, progress=False)
+    dt = mda.Universe(d.GRO, d.TRR).trajectory.dt
+    with xr.open_dataset(cat, engine="h5md") as ds:
+        time = ds.time.values
+        assert (np.diff(time) > 0).all() and (np.diff(ds.step.values) > 0).all()
+        np.testing.assert_allclose(time[1] - time[0], dt, rtol=1e-6)
+
+
+def test_a_negative_step_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="positive number of frames, not -1"):
+        convert(d.PSF, [d.DCD], tmp_path / "rev.h5md", step=-1, progress=False)
+
+
+def test_overwrite_replaces_only_a_file_or_a_zarr_store(tmp_path):
+    precious = tmp_path / "notzarr.zarr"
+    precious.mkdir()
+    (precious / "precious").write_text("keep")
+    with pytest.raises(ValueError, match="not a Zarr store"):
+        convert(d.PSF, [d.DCD], precious, overwrite=True, progress=False)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="is a directory; h5mdx replaces a file"):
+        convert(d.PSF, [d.DCD], folder, overwrite=True, progress=False)
+    assert (precious / "precious").read_text() == "keep" and folder.is_dir()
+    store = tmp_path / "real.zarr"
+    convert(d.PSF, [d.DCD], store, stop=2, progress=False)
+    convert(d.PSF, [d.DCD], store, stop=3, overwrite=True, progress=False)
+    with xr.open_zarr(store) as ds:
+        assert ds.sizes["time"] == 3
+
+
+def test_a_topology_without_coordinates_is_a_clear_error(tmp_path, capsys):
+    from h5mdx.errors import TopologyError
+
+    with pytest.raises(TopologyError, match="holds no coordinates MDAnalysis reads"):
+        convert(d.PSF, [], tmp_path / "x.h5md", progress=False)
+    assert main(["convert", d.PSF, str(tmp_path / "x.h5md")]) != 0
+    assert "holds no coordinates" in capsys.readouterr().err
+
+
+def test_errors_name_the_output_not_the_hidden_temporary_file(tmp_path, monkeypatch):
+    def fail(self, path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(H5MDWriter, "__init__", fail)
+    out = tmp_path / "out.h5md"
+    with pytest.raises(PermissionError) as err:
+        convert(d.PSF, [d.DCD], out, progress=False)
+    assert f"cannot write {str(out)!r}" in str(err.value) and "partial" not in str(err.value)
+    assert not partial_files(out)

@@ -65,11 +65,21 @@ def _clean_stale(target: Path) -> None:
             _remove(p)
 
 
+def _zarr_or_empty(path: Path) -> bool:
+    """Whether the directory ``path`` is a Zarr store (or empty): one h5mdx may replace."""
+    markers = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
+    if any((path / m).exists() for m in markers):
+        return True
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
+
+
 def check_target(
     target: str | os.PathLike[str],
     *,
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike[str]] = (),
+    directory: bool = False,
 ) -> Path:
     """Refuse to write ``target`` over an existing file or over one of the inputs.
 
@@ -81,6 +91,8 @@ def check_target(
         Allow replacing an existing target.
     inputs : iterable of path-like
         Files read by the operation; the target may never be one of them.
+    directory : bool, default False
+        The output is a directory (a Zarr store).
 
     Returns
     -------
@@ -92,7 +104,9 @@ def check_target(
     FileExistsError
         If the target exists and ``overwrite`` is False.
     ValueError
-        If the target is one of the inputs, or its directory does not exist.
+        If the target is one of the inputs, its directory does not exist, or it is a
+        directory that ``overwrite`` may not replace: any directory for a file output,
+        one that is not a Zarr store (nor empty) for a store.
     """
     t = Path(os.path.abspath(os.fspath(target)))
     for i in inputs:
@@ -112,6 +126,13 @@ def check_target(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
             "command line) to replace it"
         )
+    if t.is_dir() and not t.is_symlink():
+        if not directory:
+            raise ValueError(f"{os.fspath(target)!r} is a directory; h5mdx replaces a file "
+                             "there, never a directory: choose another output name")
+        if not _zarr_or_empty(t):
+            raise ValueError(f"{os.fspath(target)!r} is a directory but not a Zarr store; "
+                             "h5mdx replaces only a Zarr store: choose another output name")
     return t
 
 
@@ -227,7 +248,7 @@ def atomic_output(
     >>> os.listdir(d)
     ['out.txt']
     """
-    t = check_target(target, overwrite=overwrite, inputs=inputs)
+    t = check_target(target, overwrite=overwrite, inputs=inputs, directory=directory)
     _clean_stale(t)
     tmp = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
     try:
@@ -253,6 +274,14 @@ def atomic_output(
                     t.unlink()
                 os.replace(tmp, t)
             _fsync(t.parent)
+    except OSError as err:
+        _remove(tmp)
+        if str(tmp) not in str(err) and tmp.name not in str(err):
+            raise
+        # name the output asked for, not the hidden temporary file next to it
+        text = err.strerror or str(err).replace(str(tmp), os.fspath(target))
+        message = f"cannot write {os.fspath(target)!r}: {text}"
+        raise (OSError(err.errno, message) if err.errno else OSError(message)) from None
     except BaseException:
         _remove(tmp)
         raise

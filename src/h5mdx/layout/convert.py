@@ -107,12 +107,18 @@ def _universe(topology: Any, trajectories: Sequence[Any]) -> Any:
         warnings.simplefilter("ignore")
         try:
             if not trajs:
-                return mda.Universe(os.fspath(topology))
-            return mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0])
+                u = mda.Universe(os.fspath(topology))
+            else:
+                u = mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0])
         except Exception as err:  # MDAnalysis raises many kinds of errors
+            what = f" with {', '.join(repr(t) for t in trajs)}" if trajs else ""
             raise TopologyError(
-                f"MDAnalysis cannot read {os.fspath(topology)!r} with {trajs}: {err}"
+                f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}"
             ) from err
+    if not hasattr(u, "trajectory"):
+        raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
+                            "give a trajectory file after it")
+    return u
 
 
 def _species(atoms: Any) -> tuple[np.ndarray, list[str]] | None:
@@ -172,7 +178,9 @@ class _Steps:
                 value = self.prev + self.delta
                 self.renumbered = True
                 if self.prev_time is not None and time <= self.prev_time:
-                    later = self.prev_time + self.dt
+                    # no increment seen yet (one frame before the restart): the reader's
+                    dt = self.dt if self.dt > 0 else _reader_dt(ts)
+                    later = self.prev_time + dt
                     self.time_offset += later - time
                     time = later
             else:
@@ -182,6 +190,17 @@ class _Steps:
         self.prev = value
         self.prev_time = time
         return value, time
+
+
+def _reader_dt(ts: Any) -> float:
+    """The time between frames the trajectory reader gives (1 where it gives none)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Reader has no dt information, set to 1.0 ps"
+        try:
+            dt = float(ts.dt)
+        except (AttributeError, TypeError, ValueError):
+            return 1.0
+    return dt if np.isfinite(dt) and dt > 0 else 1.0
 
 
 def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
@@ -202,6 +221,9 @@ def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
 def _frames(u: Any, start: int | None, stop: int | None, step: int | None
             ) -> tuple[Any, Any]:
     """The frames to write, and the first of them (the Timestep that decides the elements)."""
+    if step is not None and step < 1:
+        raise ValueError(f"step must be a positive number of frames, not {step}: H5MD stores "
+                         "frames in the order of their steps")
     frames = u.trajectory[slice(start, stop, step)]
     if len(frames) == 0:
         raise ValueError(f"no frames to write (start={start}, stop={stop}, step={step})")
@@ -361,7 +383,7 @@ def convert(
     # refuse early, before MDAnalysis spends time on the input
     from h5mdx.layout._atomic import check_target
 
-    check_target(out, overwrite=overwrite, inputs=inputs)
+    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out)
     u = _universe(topology, list(trajectories))
     atoms, indices = _atoms(u, select)
     frames, ts0 = _frames(u, start, stop, step)
@@ -379,11 +401,22 @@ def convert(
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
             # MDAnalysis warns per frame (e.g. "no dt information"); report them once
             warnings.simplefilter("always")
+            written = 0
             for ts in frames:
                 raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
                 arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
                 writer.append(*steps(ts), **arrays)
+                written += 1
                 advance(1)
+            if written != n_frames:
+                # MDAnalysis ends a trajectory at a read error instead of raising it
+                source = (", ".join(os.fspath(t) for t in trajectories)
+                          or str(getattr(u.trajectory, "filename", None) or topology))
+                raise H5MDReadError(
+                    source, None,
+                    f"MDAnalysis read {written} of the {n_frames} frames it announced: the "
+                    f"trajectory is truncated or damaged after frame {written}; nothing "
+                    f"written to {out}")
         verified = False
         if verify:
             _verify(writer.checksums, tmp, out, zarr_out)
