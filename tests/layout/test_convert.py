@@ -393,3 +393,11 @@ def test_errors_name_the_output_not_the_hidden_temporary_file(tmp_path, monkeypa
         convert(d.PSF, [d.DCD], out, progress=False)
     assert f"cannot write {str(out)!r}" in str(err.value) and "partial" not in str(err.value)
     assert not partial_files(out)
+
+
+@pytest.mark.parametrize("group", ["a/b", "/", "", ".."])
+def test_a_group_that_is_not_one_name_is_refused(tmp_path, group):
+    out = tmp_path / "g.h5md"
+    with pytest.raises(ValueError, match="one non-empty name without '/'"):
+        convert(d.PSF, [d.DCD], out, group=group, progress=False)
+    assert not out.exists()

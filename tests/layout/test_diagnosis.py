@@ -88,3 +88,22 @@ def test_compression(tmp_path):
     comp = next(f for f in zeros if f.code == "compression")
     assert "saves 100%" in comp.message or "saves 99%" in comp.message
     assert "lzf" in comp.message
+
+
+def test_large_chunks_warn_only_where_filters_make_a_frame_decode_the_chunk(tmp_path):
+    """HDF5 reads the frames asked for from an uncompressed chunk the cache cannot hold,
+    so large uncompressed chunks are only worth a note; compressed ones decode whole."""
+    def big_chunks(name, **kwargs):
+        path = tmp_path / name
+        with h5py.File(path, "w") as f:
+            g = f.create_group("particles/trajectory")
+            write_element(g, "position", np.zeros((40, 80_000, 3), np.float32),
+                          step=np.arange(40), chunks=(40, 80_000, 3), **kwargs)
+        return diagnose(scan(path), min_bytes=0)
+
+    big = next(f for f in big_chunks("plain.h5md") if f.code == "large-chunks")
+    assert big.severity == "info" and "frame-by-frame reading is not slowed" in big.message
+    big = next(f for f in big_chunks("gz.h5md", compression="gzip", compression_opts=1)
+               if f.code == "large-chunks")
+    assert big.severity == "warning" and "decode a chunk per frame" in big.message
+    assert "deflate" in big.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import h5py
 import numpy as np
@@ -126,12 +127,29 @@ def test_rechunk_mdanalysis_file_and_engine(tmp_path, adk_h5md, adk_positions):
 
 
 def test_rechunk_to_zarr(tmp_path, rich_file):
+    """Every group reaches the store: particles, observables and their subgroups, the
+    groups of /parameters (a soft link there is left out with a warning); byte strings
+    verify against the strings the store holds."""
+    from h5mdx.errors import H5MDConformanceWarning
+
+    with h5py.File(rich_file, "r+") as f:
+        f["particles/all/name"] = np.array([b"CA", b"N"] * 15)
+        f["parameters/thermostat_group/tau"] = 0.5
     store = tmp_path / "rich.zarr"
-    stats = rechunk(rich_file, store, frames_per_chunk=8, verify=True)
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/parameters/alias\].*soft link"):
+        stats = rechunk(rich_file, store, frames_per_chunk=8, verify=True)
     assert stats.verified
+    assert stats.elements == ["particles/all", "particles/other", "observables",
+                              "observables/atoms", "parameters",
+                              "parameters/thermostat_group"]
     for group, zgroup in (("particles/all", None), ("particles/other", "particles/other"),
-                          ("observables", "observables")):
-        a = xr.open_dataset(rich_file, engine="h5md", group=group)
+                          ("observables", "observables"),
+                          ("observables/atoms", "observables/atoms"),
+                          ("parameters", "parameters"),
+                          ("parameters/thermostat_group", "parameters/thermostat_group")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", H5MDConformanceWarning)
+            a = xr.open_dataset(rich_file, engine="h5md", group=group)
         b = xr.open_zarr(store, group=zgroup)
         assert set(a.variables) == set(b.variables)
         for name in a.variables:
@@ -155,3 +173,23 @@ def test_cli_rechunk(tmp_path, adk_h5md, capsys):
     with h5py.File(out) as f:
         v = f["particles/trajectory/position/value"]
         assert v.chunks == (49, 3341, 3) and v.compression_opts == 1
+
+
+def test_a_damaged_chunk_names_the_file_the_element_and_the_frames(tmp_path):
+    from h5mdx.errors import H5MDReadError
+    from h5mdx.layout._atomic import partial_files
+    from h5mdx.testing import write_h5md
+
+    value = np.random.default_rng(0).normal(size=(40, 50, 3)).round(1)
+    path = write_h5md(tmp_path / "damaged.h5md", particles={"g": {"position": dict(
+        value=value, step=np.arange(40), chunks=(10, 50, 3), compression="gzip")}})
+    with h5py.File(path, "r") as f:
+        info = f["particles/g/position/value"].id.get_chunk_info(1)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset)
+        fh.write(b"\xff" * min(info.size, 64))
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"damaged.h5md \[/particles/g/position/value\]: "
+                       r"cannot read frames \d+-\d+"):
+        rechunk(path, out, frames_per_chunk=10, buffer_mib=0.01)
+    assert not out.exists() and not partial_files(out)

@@ -63,12 +63,19 @@ def element_dict(el: ElementInfo) -> dict[str, Any]:
     return d
 
 
-def _findings(info: FileInfo) -> list[dict[str, Any]]:
+def _diagnosis(info: FileInfo) -> list[Any]:
+    """The layout findings of ``info`` (none where the layout tools cannot be imported)."""
     try:
-        from h5mdx.layout import diagnose, finding_dict
+        from h5mdx.layout import diagnose
     except ImportError:
         return []
-    return [finding_dict(f) for f in diagnose(info)]
+    return diagnose(info)
+
+
+def _findings(info: FileInfo) -> list[dict[str, Any]]:
+    from h5mdx.layout import finding_dict
+
+    return [finding_dict(f) for f in _diagnosis(info)]
 
 
 def info_dict(info: FileInfo) -> dict[str, Any]:
@@ -147,13 +154,12 @@ def render(info: FileInfo) -> str:
         for p in info.problems:
             out.append(f"  {p.path}: {p.message}")
             out.append(f"      assumed: {p.assumed}" + ("  (minor: not warned)" if p.minor else ""))
-    findings = _findings(info)
+    findings = _diagnosis(info)
     if findings:
+        from h5mdx.layout import render_findings
+
         out.append("layout:")
-        for f in findings:
-            out.append(f"  [{f.get('severity', 'info')}] {f.get('message', '')}")
-            if f.get("fix"):
-                out.append(f"      fix: {f['fix']}")
+        out.extend(f"  {line}" for line in render_findings(findings))
     return "\n".join(out)
 
 

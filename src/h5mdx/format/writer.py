@@ -46,6 +46,7 @@ __all__ = [
     "ElementSpec",
     "H5MDWriter",
     "Layout",
+    "check_group_name",
     "compression_kwargs",
     "dataset_checksums",
 ]
@@ -187,6 +188,21 @@ class ElementSpec:
         return int(np.prod(self.frame_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
+def check_group_name(group: str) -> str:
+    """``group`` if it can name a particles group (``/particles/<group>``), else raise.
+
+    Raises
+    ------
+    ValueError
+        If ``group`` is empty, contains ``/``, or is ``.`` or ``..``.
+    """
+    if not isinstance(group, str) or not group.strip() or "/" in group \
+            or group in (".", ".."):
+        raise ValueError(f"the particles group is named by one non-empty name without '/' "
+                         f"(it becomes /particles/<name>), not {group!r}")
+    return group
+
+
 class H5MDWriter:
     """Stream frames into a new H5MD 1.1 file.
 
@@ -240,6 +256,7 @@ class H5MDWriter:
     ) -> None:
         self.layout = layout or Layout()
         self.n_frames = None if n_frames is None else int(n_frames)
+        check_group_name(group)
         if self.layout.contiguous and self.n_frames is None:
             raise ValueError(
                 "contiguous storage needs the number of frames in advance; use chunks "

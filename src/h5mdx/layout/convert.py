@@ -26,7 +26,13 @@ from h5mdx._optional import import_optional
 from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.checksums import dataset_checksums
-from h5mdx.format.writer import ELEMENT_UNITS, ElementSpec, H5MDWriter, Layout
+from h5mdx.format.writer import (
+    ELEMENT_UNITS,
+    ElementSpec,
+    H5MDWriter,
+    Layout,
+    check_group_name,
+)
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "is_zarr_store", "progress_bar"]
@@ -376,6 +382,7 @@ def convert(
         raise ValueError("give the output path (out=...)")
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    check_group_name(group)
     zarr_out = is_zarr_path(out)
     inputs = [os.fspath(t) for t in trajectories]
     if isinstance(topology, (str, os.PathLike)):

@@ -178,12 +178,22 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
             f"{'frame' if el.chunks[0] == 1 else f'{el.chunks[0]} frames'}; h5mdx's engine "
             f"groups them into blocks; about {cost:.1f}x the read time of {rec}-frame chunks",
             cost=cost, fix=fix))
-    if chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1:
+    if chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1 and el.filters:
         out.append(Finding(
             "warning", "large-chunks", where,
-            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames): reading one frame reads "
-            f"{el.chunks[0]} frames of data, and frame-by-frame readers re-read a chunk per "
-            "frame when it is larger than the HDF5 chunk cache (1 MiB by default)",
+            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames) passed through filters "
+            f"({', '.join(el.filters)}): reading one frame decodes {el.chunks[0]} frames of "
+            "data, and frame-by-frame readers decode a chunk per frame when it is larger "
+            "than the HDF5 chunk cache (1 MiB by default)",
+            cost=cost, fix=fix))
+    elif chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1:
+        # uncompressed: HDF5 reads the frames asked for from a chunk the cache cannot hold
+        out.append(Finding(
+            "info", "large-chunks", where,
+            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames): uncompressed, so HDF5 "
+            "reads only the frames asked for and frame-by-frame reading is not slowed; but "
+            "readers that make one task per chunk (xarray chunks={} with other engines) "
+            f"make tasks of {_human(chunk_bytes)}",
             cost=cost, fix=fix))
     if codec is not None:
         level = f" level {el.compression_opts}" if codec == "gzip" and el.compression_opts else ""

@@ -33,7 +33,7 @@ from h5mdx.format.schema import (
     STEP_COORD,
     TIME_DIM,
 )
-from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout
+from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name
 from h5mdx.layout._atomic import atomic_output
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "open_zarr_store", "to_h5md", "zarr_checksums",
@@ -168,6 +168,7 @@ class ZarrWriter:
 
         self.store = os.fspath(store)
         self.layout = layout or Layout()
+        check_group_name(group)
         self.specs = {e.name: e for e in elements}
         self.n_frames = n_frames
         big = max(self.specs.values(), key=lambda e: e.frame_bytes)

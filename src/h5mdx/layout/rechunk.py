@@ -116,7 +116,11 @@ class _Copier:
             elif isinstance(obj, h5py.Dataset) and key in self.targets:
                 self.seen[key] = self._rechunk(obj, gdst, name, self.targets[key])
             else:  # datasets and named datatypes copied as they are
-                self.fin.copy(obj, gdst, name=name)
+                try:
+                    self.fin.copy(obj, gdst, name=name)
+                except OSError as err:
+                    raise H5MDReadError(self.fin.filename, obj.name,
+                                        f"cannot copy it: {err}") from None
                 self.seen[key] = gdst[name].name
                 if isinstance(obj, h5py.Dataset):
                     self.copied.append((obj.name, gdst[name].name))
@@ -159,7 +163,11 @@ class _Copier:
             b = min(n, a + block)
             view = buf[: b - a]
             if b > a:
-                src.read_direct(view, np.s_[a:b], np.s_[0:b - a])
+                try:
+                    src.read_direct(view, np.s_[a:b], np.s_[0:b - a])
+                except OSError as err:  # a damaged chunk: name the file and the frames
+                    raise H5MDReadError(self.fin.filename, src.name,
+                                        f"cannot read frames {a}-{b - 1}: {err}") from None
                 dst[a:b] = view
                 self.digests.update(dst.name, view)
             if report:
@@ -268,38 +276,73 @@ def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
                             "from the input")
 
 
-def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
-                  verify: bool, n_frames: int, n_atoms: int) -> ConvertStats:
-    import xarray as xr
-
-    from h5mdx.layout.export import dataset_to_zarr, zarr_checksums
-
-    t0 = _time.perf_counter()
+def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, ElementInfo]]]:
+    """(H5MD group, Zarr group, elements to verify by digest) of every group copied: the
+    particles groups (the first at the root), the observables and their subgroups, and the
+    groups of ``/parameters``."""
     groups: list[tuple[str, str | None, dict[str, ElementInfo]]] = []
     for i, (name, pg) in enumerate(info.particles.items()):
         els = {n: e for n, e in pg.elements.items()}
         if pg.box is not None and pg.box.edges is not None:
             els["box_edges"] = pg.box.edges
         groups.append((f"particles/{name}", None if i == 0 else f"particles/{name}", els))
-    if info.observables:
-        direct = {k: e for k, e in info.observables.items() if "/" not in k}
+    for sub in ("", *info.observable_groups):
+        pre = f"{sub}/" if sub else ""
+        direct = {k[len(pre):]: e for k, e in info.observables.items()
+                  if k.startswith(pre) and "/" not in k[len(pre):]}
         if direct:
-            groups.append(("observables", "observables", direct))
+            path = f"observables/{sub}".rstrip("/")
+            groups.append((path, path, direct))
+    for sub in sorted({name.rpartition("/")[0] for name in info.parameters}):
+        path = f"parameters/{sub}".rstrip("/")
+        groups.append((path, path, {}))
+    return groups
+
+
+def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, ElementInfo]) -> None:
+    """The Zarr copy of ``ds`` against the input: numeric elements by digest (read in
+    blocks), the other variables (strings, parameters) by value."""
+    import zarr
+
+    from h5mdx.layout.export import zarr_checksums
+
+    numeric = {n: e for n, e in els.items() if e.dtype.kind in "biufc" and n in ds}
+    want = dataset_checksums(src, [e.value_path for e in numeric.values()])
+    got = zarr_checksums(store, list(numeric))
+    bad = [n for n, e in numeric.items() if want[e.value_path] != got[n]]
+    root = zarr.open_group(store, mode="r")
+    for n in ds.data_vars:
+        if n in numeric:
+            continue
+        mine = np.asarray(ds[n].values)
+        theirs = np.asarray(root[str(n)][...])
+        if mine.dtype.kind in "SUO" or theirs.dtype.kind in "SUO":
+            mine, theirs = mine.astype(str), theirs.astype(str)
+        if mine.shape != theirs.shape or not np.array_equal(
+                mine, theirs, equal_nan=mine.dtype.kind in "fc"):
+            bad.append(str(n))
+    if bad:
+        raise H5MDReadError(dst, bad[0], "verification failed: the Zarr copy differs "
+                            "from the input")
+
+
+def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
+                  verify: bool, n_frames: int, n_atoms: int) -> ConvertStats:
+    import xarray as xr
+
+    from h5mdx.layout.export import dataset_to_zarr
+
+    t0 = _time.perf_counter()
     names: list[str] = []
     with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:
-        for h5group, zgroup, els in groups:
+        for h5group, zgroup, els in _zarr_groups(info):
             with xr.open_dataset(src, engine="h5md", group=h5group, chunks={}) as ds:
                 dataset_to_zarr(ds, tmp, layout=layout, group=zgroup,
                                 mode="w-" if zgroup is None and not names else "a")
-            names.append(h5group)
-            if verify:
-                store = tmp if zgroup is None else os.path.join(tmp, zgroup)
-                want = dataset_checksums(src, [e.value_path for e in els.values()])
-                got = zarr_checksums(store, list(els))
-                bad = [n for n, e in els.items() if want[e.value_path] != got[n]]
-                if bad:
-                    raise H5MDReadError(dst, bad[0], "verification failed: the Zarr copy "
-                                        "differs from the input")
+                names.append(h5group)
+                if verify:
+                    store = tmp if zgroup is None else os.path.join(tmp, zgroup)
+                    _verify_zarr(ds, src, store, dst, els)
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
