@@ -401,3 +401,34 @@ def test_a_group_that_is_not_one_name_is_refused(tmp_path, group):
     with pytest.raises(ValueError, match="one non-empty name without '/'"):
         convert(d.PSF, [d.DCD], out, group=group, progress=False)
     assert not out.exists()
+
+
+def test_format_given_where_the_file_name_does_not_tell_it(tmp_path, capsys):
+    """A LAMMPS dump named .lammpstrj: MDAnalysis needs format="LAMMPSDUMP"."""
+    out = tmp_path / "lmp.h5md"
+    assert main(["convert", d.LAMMPS_image_vf, d.LAMMPSDUMP_image_vf, str(out)]) != 0
+    assert "--format" in capsys.readouterr().err
+    assert main(["convert", "--format", "LAMMPSDUMP", d.LAMMPS_image_vf,
+                 d.LAMMPSDUMP_image_vf, str(out)]) == 0
+    u = mda.Universe(d.LAMMPS_image_vf, d.LAMMPSDUMP_image_vf, format="LAMMPSDUMP")
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert ds.sizes["time"] == len(u.trajectory)
+        for i, ts in enumerate(u.trajectory):
+            np.testing.assert_allclose(ds.position[i].values, ts.positions, rtol=1e-6)
+
+
+def test_bad_numbers_and_a_file_given_to_doctor_are_clear(tmp_path, capsys):
+    from h5mdx.format.writer import Layout
+    from h5mdx.layout.rechunk import rechunk
+
+    for mib in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match="chunk_mib must be a finite number > 0"):
+            Layout(chunk_mib=mib)
+    src = tmp_path / "a.h5md"
+    convert(d.PSF, [d.DCD], src, stop=2, progress=False)
+    with pytest.raises(ValueError, match="buffer_mib must be a finite number > 0"):
+        rechunk(src, tmp_path / "b.h5md", buffer_mib=0)
+    stats = rechunk(src, tmp_path / "c.h5md", contiguous=True)
+    assert "compression kept" not in stats.summary()
+    assert main(["doctor", str(src)]) == 2
+    assert f"h5mdx info {src}" in capsys.readouterr().err

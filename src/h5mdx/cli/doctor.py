@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from h5mdx.doctor import run_checks
@@ -29,12 +30,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=30.0, help="seconds allowed per probe (default 30)"
     )
+    p.add_argument("file", nargs="?", help=argparse.SUPPRESS)  # for the hint below
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the checks and print them; the exit status is 1 only with ``--strict``."""
+    if getattr(args, "file", None):
+        print(f"h5mdx doctor: error: doctor checks the parallel stack and takes no file; the "
+              f"layout doctor of a file is part of h5mdx info: h5mdx info {args.file}",
+              file=sys.stderr)
+        return 2
     report = run_checks(timeout=args.timeout)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))

@@ -54,6 +54,12 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--stop", type=int)
     c.add_argument("--step", type=int)
     c.add_argument("--group", default="trajectory", help="particles group name")
+    c.add_argument("--format", dest="fmt", metavar="FMT",
+                   help="trajectory format where MDAnalysis cannot tell it from the file name "
+                        "(e.g. LAMMPSDUMP for a .lammpstrj, HISTORY, XYZ)")
+    c.add_argument("--topology-format", metavar="FMT",
+                   help="topology format where MDAnalysis cannot tell it from the file name "
+                        "(e.g. DATA, PDB, CONFIG)")
     for name in ("velocities", "forces"):
         v = c.add_mutually_exclusive_group()
         v.add_argument(f"--{name}", dest=name, action="store_true", default=None,
@@ -94,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         *trajs, out = args.paths
         stats = convert(args.topology, trajs, out, select=args.select, start=args.start,
                         stop=args.stop, step=args.step, velocities=args.velocities,
-                        forces=args.forces, group=args.group, progress=progress, **layout)
+                        forces=args.forces, group=args.group, progress=progress,
+                        format=args.fmt, topology_format=args.topology_format, **layout)
     else:
         from h5mdx.layout.rechunk import rechunk
 

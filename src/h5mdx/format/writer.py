@@ -115,8 +115,8 @@ class Layout:
             )
         if self.frames_per_chunk is not None and self.frames_per_chunk < 1:
             raise ValueError(f"frames_per_chunk must be >= 1, not {self.frames_per_chunk}")
-        if self.chunk_mib is not None and not self.chunk_mib > 0:
-            raise ValueError(f"chunk_mib must be > 0, not {self.chunk_mib}")
+        if self.chunk_mib is not None and not 0 < self.chunk_mib < math.inf:
+            raise ValueError(f"chunk_mib must be a finite number > 0, not {self.chunk_mib}")
         if self.contiguous and parse_compression(self.compression).enabled:
             raise ValueError(
                 f"compression {self.compression!r} needs chunked storage: drop --contiguous "

@@ -99,12 +99,16 @@ def _size(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
-def _universe(topology: Any, trajectories: Sequence[Any]) -> Any:
+def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None = None,
+              topology_format: str | None = None) -> Any:
     mda = import_optional("MDAnalysis", "reading trajectories to convert")
     if hasattr(topology, "trajectory") and hasattr(topology, "atoms"):
         if trajectories:
             raise ValueError("pass trajectories either in the Universe or as files, not both")
+        if format or topology_format:
+            raise ValueError("format= and topology_format= apply to files, not a Universe")
         return topology
+    kwargs = {k: v for k, v in (("format", format), ("topology_format", topology_format)) if v}
     trajs = [os.fspath(t) for t in trajectories]
     for t in [topology, *trajs]:
         if isinstance(t, (str, os.PathLike)) and not os.path.exists(t):
@@ -113,13 +117,16 @@ def _universe(topology: Any, trajectories: Sequence[Any]) -> Any:
         warnings.simplefilter("ignore")
         try:
             if not trajs:
-                u = mda.Universe(os.fspath(topology))
+                u = mda.Universe(os.fspath(topology), **kwargs)
             else:
-                u = mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0])
+                u = mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0],
+                                 **kwargs)
         except Exception as err:  # MDAnalysis raises many kinds of errors
             what = f" with {', '.join(repr(t) for t in trajs)}" if trajs else ""
+            hint = ("" if kwargs else "; where MDAnalysis cannot tell a format from the file "
+                    "name, give it (format=, topology_format=; --format, --topology-format)")
             raise TopologyError(
-                f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}"
+                f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}{hint}"
             ) from err
     if not hasattr(u, "trajectory"):
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
@@ -330,6 +337,8 @@ def convert(
     progress: bool = True,
     overwrite: bool = False,
     verify: bool = False,
+    format: str | None = None,
+    topology_format: str | None = None,
 ) -> ConvertStats:
     """Convert a trajectory MDAnalysis reads into an H5MD 1.1 file or a Zarr store.
 
@@ -361,6 +370,9 @@ def convert(
         Replace an existing output.
     verify : bool, default False
         Re-read the output and compare per-element checksums with what was written.
+    format, topology_format : str, optional
+        MDAnalysis' ``format`` and ``topology_format`` of :class:`MDAnalysis.core.universe.Universe`,
+        where it cannot tell them from the file names (``"LAMMPSDUMP"``, ``"DATA"``).
 
     Returns
     -------
@@ -391,7 +403,7 @@ def convert(
     from h5mdx.layout._atomic import check_target
 
     check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out)
-    u = _universe(topology, list(trajectories))
+    u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     atoms, indices = _atoms(u, select)
     frames, ts0 = _frames(u, start, stop, step)
     n_frames = len(frames)

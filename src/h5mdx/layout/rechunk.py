@@ -227,6 +227,8 @@ def rechunk(
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    if not 0 < buffer_mib < math.inf:
+        raise ValueError(f"buffer_mib must be a finite number > 0, not {buffer_mib}")
     src = os.fspath(src)
     dst = os.fspath(dst)
     info = scan(src)
@@ -257,7 +259,7 @@ def rechunk(
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
                         elements=copier.elements, seconds=seconds, bytes_written=size,
-                        layout=layout.describe() if compression is not None else
+                        layout=layout.describe() if compression is not None or contiguous else
                         layout.describe().replace("compression none", "compression kept"),
                         verified=verified)
 
