@@ -710,3 +710,14 @@ def test_h5py_dataset_looked_up_once_per_open_file(adk_h5md, adk_positions, monk
     np.testing.assert_array_equal(var[95:98].values, adk_positions[95:98])
     assert len(lookups) == after_pickles + 1
     ds.close()
+
+
+def test_observables_only_in_subgroups_name_them(tmp_path):
+    path = write_h5md(tmp_path / "sub.h5md",
+                      {"g": {"position": dict(value=np.zeros((2, 3, 3)), step=np.arange(2))}},
+                      observables={"thermo/energy": dict(value=np.arange(2.0), step=np.arange(2))})
+    with pytest.raises(ValueError, match=r"no observables directly under /observables; open "
+                       r"one of its groups: 'observables/thermo'"):
+        xr.open_dataset(path, engine="h5md", group="observables")
+    with xr.open_dataset(path, engine="h5md", group="observables/thermo") as ds:
+        np.testing.assert_array_equal(ds.energy, [0.0, 1.0])

@@ -432,3 +432,25 @@ def test_bad_numbers_and_a_file_given_to_doctor_are_clear(tmp_path, capsys):
     assert "compression kept" not in stats.summary()
     assert main(["doctor", str(src)]) == 2
     assert f"h5mdx info {src}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".h5md", ".zarr"])
+def test_a_selection_keeps_which_atoms_it_holds_as_h5md_id(tmp_path, suffix):
+    import h5mdx
+    from h5mdx.testing import adk_example
+
+    out = tmp_path / f"ca{suffix}"
+    convert(d.PSF, [d.DCD], out, select="name CA", stop=3, progress=False)
+    ca = mda.Universe(d.PSF, d.DCD).select_atoms("name CA").indices
+    opened = (xr.open_zarr(out) if suffix == ".zarr" else xr.open_dataset(out, engine="h5md"))
+    with opened as ds:
+        np.testing.assert_array_equal(ds["id"].values, ca)
+        if suffix == ".h5md":
+            h5mdx.to_h5md(ds.isel(atom=[3, 1]), tmp_path / "two.h5md")
+            with xr.open_dataset(tmp_path / "two.h5md", engine="h5md") as two:
+                np.testing.assert_array_equal(two["id"].values, ca[[3, 1]])
+    # a Dataset without id: to_h5md writes the atom coordinate of a selection as id
+    with xr.open_dataset(adk_example(tmp_path / "adk.h5md"), engine="h5md") as ds:
+        h5mdx.to_h5md(ds.isel(atom=[7, 2], time=slice(0, 2)), tmp_path / f"sel{suffix}.h5md")
+    with xr.open_dataset(tmp_path / f"sel{suffix}.h5md", engine="h5md") as sel:
+        np.testing.assert_array_equal(sel["id"].values, [7, 2])

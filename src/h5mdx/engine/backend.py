@@ -835,6 +835,10 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if g.startswith("particles/") and g[len("particles/"):] in info.particles:
         return "particles", g[len("particles/"):]
     if g == "observables" and info.observables:
+        if all("/" in key for key in info.observables):
+            subs = ", ".join(repr(f"observables/{s}") for s in info.observable_groups)
+            raise ValueError(f"{info.filename} has no observables directly under "
+                             f"/observables; open one of its groups: {subs}")
         return "observables", ""
     if g.startswith("observables/") and g[len("observables/"):] in info.observable_groups:
         return "observables", g[len("observables/"):]

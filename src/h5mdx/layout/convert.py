@@ -410,6 +410,9 @@ def convert(
     n = atoms.n_atoms
     specs, want, has_box = _element_specs(ts0, n, velocities, forces)
     static = _static(atoms)
+    if indices is not None:  # H5MD's id: which atoms of the input these are
+        static["id"] = (np.asarray(indices, dtype=np.int64), None,
+                        {"long_name": "0-based index of the atom in the input"})
     steps = _Steps()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     t0 = _time.perf_counter()

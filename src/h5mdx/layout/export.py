@@ -495,6 +495,12 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
     for coord, unit in (("mass", "u"), ("charge", "e")):
         if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
             static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
+    if ATOM_DIM in ds.coords and "id" not in ds.variables:
+        atoms = np.asarray(ds[ATOM_DIM].values)
+        if atoms.dtype.kind in "iu" and not np.array_equal(atoms, np.arange(atoms.size)):
+            # a selection of atoms (isel(atom=[...])): H5MD's id keeps which ones
+            static["id"] = (atoms.astype(np.int64), None,
+                            {"long_name": "0-based index of the atom in the input"})
     if not specs:
         raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
     return specs, static, boundary
