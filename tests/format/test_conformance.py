@@ -808,3 +808,24 @@ def test_box_offset_is_read_as_a_minor_departure(tmp_path):
     assert problem.minor and problem.path == f"{G}/box/offset"
     with pytest.raises(H5MDFormatError, match="offset"):
         xr.open_dataset(path, engine="h5md", strict=True)
+
+
+def test_a_filter_this_hdf5_cannot_load_is_named_at_open(tmp_path):
+    """An element compressed with a filter HDF5 lacks opens with a warning naming the
+    filter and how to get it; the rest of the group reads."""
+    from h5mdx.errors import H5MDReadError
+
+    path = _base(str(tmp_path / "filter.h5md"))
+    with h5py.File(path, "r+") as f:
+        el = f.create_group(f"{G}/velocity")
+        dset = el.create_dataset("value", shape=POS.shape, dtype="f8", chunks=POS.shape,
+                                 compression=32999, allow_unknown_filter=True)
+        dset.id.write_direct_chunk((0, 0, 0), POS.tobytes())
+        el["step"] = f[f"{G}/position/step"]
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/particles/g/velocity/value\]: "
+                      r"compressed with HDF5 filter 32999 .*pip install hdf5plugin"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.position, POS)
+        with pytest.raises(H5MDReadError, match="velocity"):
+            ds.velocity.values  # noqa: B018

@@ -454,3 +454,20 @@ def test_a_selection_keeps_which_atoms_it_holds_as_h5md_id(tmp_path, suffix):
         h5mdx.to_h5md(ds.isel(atom=[7, 2], time=slice(0, 2)), tmp_path / f"sel{suffix}.h5md")
     with xr.open_dataset(tmp_path / f"sel{suffix}.h5md", engine="h5md") as sel:
         np.testing.assert_array_equal(sel["id"].values, [7, 2])
+
+
+def test_a_zstd_file_reads_through_h5py_in_a_fresh_process(tmp_path):
+    """h5py decodes hdf5plugin's filters only once hdf5plugin is imported: the engine
+    imports it where a file needs it (found by an audit: the h5py path failed)."""
+    pytest.importorskip("hdf5plugin")
+    out = tmp_path / "z.h5md"
+    convert(d.PSF, [d.DCD], out, stop=3, compression="zstd", progress=False)
+    code = ("import sys, xarray as xr; assert 'hdf5plugin' not in sys.modules; "
+            f"ds = xr.open_dataset({str(out)!r}, engine='h5md'); "
+            "print(repr(float(ds.position[2].astype('f8').sum())))")
+    env = {**os.environ, "H5MDX_DIRECT_READ": "0"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    want = mda.Universe(d.PSF, d.DCD).trajectory[2].positions.astype("f8").sum()
+    assert float(got.stdout) == pytest.approx(want, rel=1e-6)

@@ -14,6 +14,7 @@ The backend turns problems into warnings, or into errors with ``strict=True``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -390,6 +391,35 @@ def _filters(dset: h5py.Dataset) -> tuple[str, ...]:
     return tuple(names)
 
 
+@functools.lru_cache(maxsize=1)
+def _load_filter_plugins() -> bool:
+    """Register the HDF5 filters of :mod:`hdf5plugin` (blosc, zstd, lz4, bitshuffle...) with
+    HDF5, where it is installed: h5py decodes them only once it is imported."""
+    try:
+        import hdf5plugin  # noqa: F401 - registers the filters as it is imported
+    except ImportError:
+        return False
+    return True
+
+
+def _check_filters(c: _Ctx, dset: h5py.Dataset, path: str) -> None:
+    """Note the filters of ``dset`` this HDF5 cannot apply (loading hdf5plugin first)."""
+    try:
+        plist = dset.id.get_create_plist()
+        found = [plist.get_filter(i) for i in range(plist.get_nfilters())]
+    except (OSError, ValueError, RuntimeError):
+        return
+    missing = [(code, name) for code, _flags, _vals, name in found
+               if not h5py.h5z.filter_avail(code)]
+    if missing and _load_filter_plugins():
+        missing = [(code, name) for code, name in missing if not h5py.h5z.filter_avail(code)]
+    for code, name in missing:
+        label = name.decode("ascii", "replace") if name else "unnamed"
+        c.note(path, f"compressed with HDF5 filter {code} ({label}), which this HDF5 cannot "
+               "load", "kept, but reading it fails until the filter is installed (pip install "
+               "hdf5plugin has the common ones)")
+
+
 def _link_type(group: h5py.Group, name: str) -> int | None:
     """The HDF5 link type of ``group/name`` without following the link (None: no link)."""
     key = name.encode("utf-8")
@@ -749,6 +779,7 @@ def _dataset_info(
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
         raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
     _check_dtype(c, dtype, link_path or path)
+    _check_filters(c, dset, link_path or path)
     if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
         shape = (int(sampling.step.shape[0]), *shape[1:])  # live file: frames written so far
     try:
