@@ -617,7 +617,7 @@ def test_bad_structures(tmp_path):
     path = write_h5md(tmp_path / "external.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:
         f["particles/g/velocity"] = h5py.ExternalLink("/etc/other.h5", "/x")
-    _expect(path, "external link")
+    _expect(path, "external link", strict=True)
 
     path = write_h5md(tmp_path / "groups.h5md", particles={"g": {"position": base}})
     _expect(path, "no group 'nope'.*'particles/g'", exc=ValueError, group="nope")

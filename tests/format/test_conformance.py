@@ -626,12 +626,19 @@ def test_unsupported_major_version_is_still_an_error(tmp_path):
         xr.open_dataset(path, engine="h5md")
 
 
-def test_external_link_is_refused_not_left_out(tmp_path):
+def test_external_link_is_left_out_never_followed(tmp_path):
+    """A part reaching into another file is not read without allow_external: it is left
+    out with a warning (the rest of the file opens), and strict=True refuses the file."""
     path = _base(str(tmp_path / "ext.h5md"))
     with h5py.File(path, "r+") as f:
         f[f"{G}/velocity"] = h5py.ExternalLink("other.h5", "/v")
+    with pytest.warns(H5MDConformanceWarning, match=r"external link.*allow_external.*left out"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert "velocity" not in ds
+        np.testing.assert_array_equal(ds.position, POS)
     with pytest.raises(H5MDFormatError, match="allow_external"):
-        xr.open_dataset(path, engine="h5md")
+        xr.open_dataset(path, engine="h5md", strict=True)
 
 
 # ----------------------------------------------------------------------------- MDAnalysis

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5mdx.errors import H5MDFormatError
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
 from h5mdx.testing import write_h5md
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "h5mdx"
@@ -32,11 +32,20 @@ def _other(tmp_path):
     return other
 
 
-def _refused(path, what):
+def _refused(path, what, part):
+    """Without allow_external the part reaching into another file is left out, with one
+    warning naming the file and allow_external; the rest opens; strict=True refuses."""
+    with pytest.warns(H5MDConformanceWarning, match=what) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    [message] = [str(w.message) for w in record if what in str(w.message)]
+    assert "allow_external=True" in message and str(path) in message
+    assert "left out" in message
+    with ds:
+        assert part not in ds.variables
+        np.testing.assert_array_equal(ds.position.values, np.arange(24.0).reshape(4, 2, 3))
     with pytest.raises(H5MDFormatError, match=what) as err:
-        xr.open_dataset(path, engine="h5md")
+        xr.open_dataset(path, engine="h5md", strict=True)
     assert "allow_external=True" in str(err.value)
-    assert str(path) in str(err.value)
 
 
 def test_external_link_needs_opt_in(tmp_path):
@@ -46,14 +55,14 @@ def test_external_link_needs_opt_in(tmp_path):
         g = f.create_group("particles/g/velocity")
         g["value"] = h5py.ExternalLink(str(other), "/v")
         g["step"] = h5py.ExternalLink(str(other), "/step")
-    _refused(path, "external link")
+    _refused(path, "external link", "velocity")
     with xr.open_dataset(path, engine="h5md", allow_external=True) as ds:
         np.testing.assert_array_equal(ds.velocity.values, np.full((4, 2, 3), 7.0))
     tree = xr.open_datatree(path, engine="h5md", allow_external=True)
     assert "velocity" in tree["particles/g"]
     tree.close()
     with pytest.raises(H5MDFormatError, match="allow_external"):
-        xr.open_datatree(path, engine="h5md")
+        xr.open_datatree(path, engine="h5md", strict=True)
 
 
 def test_soft_link_through_external_link(tmp_path):
@@ -62,7 +71,7 @@ def test_soft_link_through_external_link(tmp_path):
     with h5py.File(path, "a") as f:
         f["hidden"] = h5py.ExternalLink(str(other), "/")
         f["particles/g/mass"] = h5py.SoftLink("/hidden/mass")
-    _refused(path, "another file")
+    _refused(path, "another file", "mass")
     with xr.open_dataset(path, engine="h5md", allow_external=True) as ds:
         np.testing.assert_array_equal(ds.mass.values, [12.0, 16.0])
 
@@ -75,7 +84,7 @@ def test_external_raw_data_needs_opt_in(tmp_path):
     with h5py.File(path, "a") as f:
         f["particles/g"].create_dataset("charge", shape=(2,), dtype="<f8",
                                         external=[(str(raw), 0, 16)])
-    _refused(path, "external files")
+    _refused(path, "external files", "charge")
     with xr.open_dataset(path, engine="h5md", allow_external=True) as ds:
         np.testing.assert_array_equal(ds.charge.values, data[:2])
 
@@ -89,7 +98,7 @@ def test_virtual_dataset_from_other_file_needs_opt_in(tmp_path):
         g = f.create_group("particles/g/force")
         g.create_virtual_dataset("value", layout)
         g["step"] = f["particles/g/position/step"]
-    _refused(path, "virtual dataset")
+    _refused(path, "virtual dataset", "force")
     with xr.open_dataset(path, engine="h5md", allow_external=True) as ds:
         np.testing.assert_array_equal(ds.force.values, np.full((4, 2, 3), 7.0))
 

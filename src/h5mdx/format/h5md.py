@@ -7,8 +7,9 @@ layouts, units and the small ``step``/``time`` arrays -- and never the
 H5MD but still carries usable data, :func:`scan` records a :class:`Problem` (the
 H5MD path, what is wrong and what was assumed) on ``FileInfo.problems`` and
 goes on; an element that cannot be read at all is left out with a problem saying
-so. Only a file that is not H5MD (or HDF5) at all, or that reaches into other
-files without ``allow_external``, raises :class:`~h5mdx.errors.H5MDFormatError`.
+so, as is a part that reaches into other files without ``allow_external`` (never
+followed). Only a file that is not H5MD (or HDF5) at all raises
+:class:`~h5mdx.errors.H5MDFormatError`.
 The backend turns problems into warnings, or into errors with ``strict=True``.
 """
 
@@ -305,20 +306,7 @@ class _Ctx:
 
     def left_out(self, err: H5MDFormatError, path: str) -> None:
         """Record that the part at ``path`` was left out because of ``err``."""
-        if _refused(err):
-            raise err
         self.note(err.h5path or path, err.problem, "left out")
-
-
-def _refusal(filename: str, where: str, problem: str) -> H5MDFormatError:
-    """An error that tolerance must not turn into a warning (reaching into other files)."""
-    err = H5MDFormatError(filename, where, problem)
-    err.refused = True  # type: ignore[attr-defined]
-    return err
-
-
-def _refused(err: BaseException) -> bool:
-    return bool(getattr(err, "refused", False))
 
 
 _EXTERNAL_HINT = (
@@ -452,7 +440,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError, AttributeError):
             target = "another file"
         if not c.allow_external:
-            raise _refusal(
+            raise H5MDFormatError(
                 c.filename, where, f"{name!r} is an external link to {target}; {_EXTERNAL_HINT}"
             )
     elif kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
@@ -472,7 +460,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
         except (KeyError, OSError, RuntimeError, ValueError):
             same = True
         if not same:
-            raise _refusal(
+            raise H5MDFormatError(
                 c.filename, where, f"{name!r} leads into another file; {_EXTERNAL_HINT}"
             )
     return obj
@@ -494,7 +482,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
             ) from None
         others = [name for name in files if name != "."]
         if others:
-            raise _refusal(
+            raise H5MDFormatError(
                 c.filename,
                 where,
                 f"a virtual dataset mapping data from other files ({', '.join(others)}); "
@@ -506,7 +494,7 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         external = None
     if external:
         names = ", ".join(sorted({str(e[0]) for e in external}))
-        raise _refusal(
+        raise H5MDFormatError(
             c.filename,
             where,
             f"the dataset stores its raw data in external files ({names}); " + _EXTERNAL_HINT,
@@ -596,8 +584,6 @@ def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.D
     try:
         obj = _get(c, grp, name, where)
     except H5MDFormatError as err:
-        if _refused(err):
-            raise
         c.note(f"{where}/{name}", err.problem, f"{name!r} ignored")
         return None
     if not isinstance(obj, h5py.Dataset):
@@ -1209,7 +1195,8 @@ def scan(
         treated as live: elements are cut to the frames written so far.
     allow_external : bool, default False
         Follow external links and accept datasets whose data live in other files
-        (external raw storage, virtual datasets). Refused by default.
+        (external raw storage, virtual datasets). By default such parts are never
+        followed: they are left out, each with a problem naming ``allow_external``.
 
     Returns
     -------
@@ -1221,8 +1208,7 @@ def scan(
     ------
     H5MDFormatError
         If the file is not H5MD at all (no ``/h5md``, ``/particles`` or
-        ``/observables``), is of an unsupported major version, or refers to other
-        files and ``allow_external`` is False.
+        ``/observables``) or is of an unsupported major version.
     """
     if isinstance(source, h5py.File):
         return _scan_safely(source, allow_external)
@@ -1259,8 +1245,7 @@ def _h5md_group(c: _Ctx) -> h5py.Group | None:
         try:
             h5md = _get(c, c.f, "h5md", "/")
         except H5MDFormatError as err:
-            if _refused(err):
-                raise
+            c.left_out(err, "/h5md")
             h5md = None
     if isinstance(h5md, h5py.Group):
         return h5md
@@ -1312,8 +1297,6 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
         try:
             grp = _get(c, h5md, name, "/h5md")
         except H5MDFormatError as err:
-            if _refused(err):
-                raise
             c.note(err.h5path or where, err.problem, "left out", minor=True)
             return {}
         if not isinstance(grp, h5py.Group):
