@@ -721,3 +721,34 @@ def test_observables_only_in_subgroups_name_them(tmp_path):
         xr.open_dataset(path, engine="h5md", group="observables")
     with xr.open_dataset(path, engine="h5md", group="observables/thermo") as ds:
         np.testing.assert_array_equal(ds.energy, [0.0, 1.0])
+
+
+def test_connectivity_groups_are_served(tmp_path):
+    """/connectivity (H5MD 1.1): time-independent and time-dependent tuples of particles,
+    directly or in a group per particles group, as DataTree nodes and group= targets."""
+    from h5mdx.cli import main
+    from h5mdx.layout.rechunk import rechunk
+
+    bonds = np.array([[0, 1], [1, 2]], dtype=np.int32)
+    path = write_h5md(tmp_path / "conn.h5md",
+                      {"g": {"position": dict(value=np.zeros((3, 3, 3)), step=np.arange(3))}})
+    with h5py.File(path, "r+") as f:
+        f["connectivity/bonds"] = bonds
+        el = f.create_group("connectivity/g/contacts")
+        el["value"] = np.stack([bonds, bonds[::-1], bonds])
+        el["step"] = f["particles/g/position/step"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        np.testing.assert_array_equal(tree["connectivity"].bonds, bonds)
+        contacts = tree["connectivity/g"].contacts
+        assert contacts.dims[0] == "time" and contacts.shape == (3, 2, 2)
+        np.testing.assert_array_equal(contacts[1], bonds[::-1])
+    with xr.open_dataset(path, engine="h5md", group="connectivity/g") as ds:
+        np.testing.assert_array_equal(ds.step, [0, 1, 2])
+    assert main(["info", path]) == 0
+    store = tmp_path / "conn.zarr"
+    rechunk(path, store, verify=True)
+    with xr.open_zarr(store, group="connectivity/g") as z:
+        np.testing.assert_array_equal(z.contacts, np.stack([bonds, bonds[::-1], bonds]))

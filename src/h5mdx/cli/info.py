@@ -101,6 +101,7 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
             for name, pg in info.particles.items()
         },
         "observables": {k: element_dict(e) for k, e in info.observables.items()},
+        "connectivity": {k: element_dict(e) for k, e in info.connectivity.items()},
         "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                        for k, v in info.parameters.items()},
         "findings": _findings(info),
@@ -143,10 +144,12 @@ def render(info: FileInfo) -> str:
             out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
             if pg.box.edges is not None:
                 out.append(_line(pg.box.edges, "    "))
-    if info.observables:
-        out.append("observables")
-        for key, el in info.observables.items():
-            out.append(_line(el, "  ").replace(f"  {el.name}", f"  {key}", 1))
+    for title, elements in (("observables", info.observables),
+                            ("connectivity", info.connectivity)):
+        if elements:
+            out.append(title)
+            for key, el in elements.items():
+                out.append(_line(el, "  ").replace(f"  {el.name}", f"  {key}", 1))
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
     if info.problems:

@@ -465,7 +465,7 @@ class _Report:
 
 def _concerns(path: str, group_path: str) -> bool:
     """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file)."""
-    if not path.startswith(("/particles/", "/observables", "/parameters")):
+    if not path.startswith(("/particles/", "/observables", "/parameters", "/connectivity")):
         return True
     return path == group_path or path.startswith(group_path.rstrip("/") + "/")
 
@@ -781,20 +781,26 @@ def _file_attrs(info: FileInfo) -> dict[str, Any]:
     return attrs
 
 
-def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset:
-    """Observables directly under ``/observables/<prefix>``."""
-    info = b.info
+def _observables_dataset(b: _Builder, prefix: str, drop: set[str],
+                         root: str = "observables") -> xr.Dataset:
+    """The elements directly under ``/<root>/<prefix>`` (``root``: ``observables`` or
+    ``connectivity``)."""
     pre = f"{prefix}/" if prefix else ""
-    elements = {
-        key[len(pre):]: el
-        for key, el in info.observables.items()
-        if key.startswith(pre) and "/" not in key[len(pre):]
-    }
+    found = b.info.observables if root == "observables" else b.info.connectivity
+    elements = {key[len(pre):]: el for key, el in found.items()
+                if key.startswith(pre) and "/" not in key[len(pre):]}
+    return _elements_dataset(b, elements, f"/{root}/{prefix}".rstrip("/"), drop)
+
+
+def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,
+                      drop: set[str]) -> xr.Dataset:
+    """The Dataset of elements that are not per particle (observables, connectivity)."""
+    info = b.info
     main = _main_sampling(elements.values(), None)
     variables: dict[str, xr.Variable] = {}
     coords: dict[str, xr.Variable] = {}
     if main is not None:
-        coords.update(b.time_coords(main, TIME_DIM, f"/observables/{prefix}"))
+        coords.update(b.time_coords(main, TIME_DIM, where))
     for name, el in elements.items():
         if name in drop:
             continue
@@ -804,16 +810,20 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str]) -> xr.Dataset
         if var is not None:
             variables[name] = var
     attrs = _file_attrs(info)
-    attrs["h5md_group"] = f"/observables/{prefix}".rstrip("/")
-    return _dataset(variables, coords, attrs, info, attrs["h5md_group"], b.report)
+    attrs["h5md_group"] = where
+    return _dataset(variables, coords, attrs, info, where, b.report)
 
 
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
-    """Return ("particles", name) or ("observables", prefix)."""
+    """Return (kind, name): ("particles", group), ("observables", prefix),
+    ("connectivity", "") or ("parameters", subgroup)."""
     available = [f"particles/{g}" for g in info.particles]
     if info.observables:
         available.append("observables")
         available.extend(f"observables/{g}" for g in info.observable_groups)
+    if info.connectivity:
+        available.append("connectivity")
+        available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
     subs = sorted({name.rpartition("/")[0] for name in info.parameters})
     available.extend("parameters" + (f"/{sub}" if sub else "") for sub in subs)
     listing = ", ".join(repr(a) for a in available) or "none"
@@ -842,6 +852,10 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         return "observables", ""
     if g.startswith("observables/") and g[len("observables/"):] in info.observable_groups:
         return "observables", g[len("observables/"):]
+    if g == "connectivity" and info.connectivity:
+        return "connectivity", ""
+    if g.startswith("connectivity/") and g[len("connectivity/"):] in info.connectivity_groups:
+        return "connectivity", g[len("connectivity/"):]
     if g == "parameters" or g.startswith("parameters/"):
         return "parameters", g[len("parameters/"):]
     raise ValueError(f"{info.filename} has no group {group!r}; available: {listing}")
@@ -923,6 +937,8 @@ def _open_one(
                 raise ValueError("topology= and select= apply to particles groups only")
             if kind == "observables":
                 ds = _observables_dataset(b, name, drop)
+            elif kind == "connectivity":
+                ds = _observables_dataset(b, name, drop, "connectivity")
             else:
                 ds = _parameters_group(b, name, group, drop)
     except _STRUCTURE_ERRORS as err:
@@ -1168,6 +1184,10 @@ def open_groups(
             out["/observables"] = _observables_dataset(b, "", drop)
             for sub in info.observable_groups:
                 out[f"/observables/{sub}"] = _observables_dataset(b, sub, drop)
+        if info.connectivity:
+            out["/connectivity"] = _observables_dataset(b, "", drop, "connectivity")
+            for sub in info.connectivity_groups:
+                out[f"/connectivity/{sub}"] = _observables_dataset(b, sub, drop, "connectivity")
         for sub, params in _parameters_datasets(b).items():
             out["/parameters" + (f"/{sub}" if sub else "")] = params
     except _STRUCTURE_ERRORS as err:

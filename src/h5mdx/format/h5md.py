@@ -191,6 +191,10 @@ class FileInfo:
     parameters: dict[str, Any] = field(default_factory=dict)
     file_size: int = 0
     problems: tuple[Problem, ...] = ()
+    #: the tuples of particles under ``/connectivity`` (bonds, angles, ...), by their path
+    #: below it (``"bonds"``, ``"trajectory/bonds"``), and the groups that hold them
+    connectivity: dict[str, ElementInfo] = field(default_factory=dict)
+    connectivity_groups: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- opening
@@ -1130,11 +1134,14 @@ def _observables(
     out: dict[str, ElementInfo],
     groups: list[str],
     seen: set[int],
+    root: str = "/observables",
 ) -> None:
+    """The elements under ``root`` (``/observables`` or ``/connectivity``) by their path
+    below it, and the groups that hold them."""
     seen.add(_addr(grp))
     for child in grp:
         key = f"{prefix}{child}"
-        path = f"/observables/{key}"
+        path = f"{root}/{key}"
         try:
             obj = _get(c, grp, child, grp.name)
             if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
@@ -1149,7 +1156,7 @@ def _observables(
                         c.filename, path, "links back to a group that contains it (a cycle)"
                     )
                 groups.append(key)
-                _observables(c, obj, f"{key}/", out, groups, seen)
+                _observables(c, obj, f"{key}/", out, groups, seen, root)
             else:
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
@@ -1370,6 +1377,17 @@ def _scan(c: _Ctx) -> FileInfo:
     except OSError:
         size = 0
     parameters = _parameters(c)
+    connectivity: dict[str, ElementInfo] = {}
+    connectivity_groups: list[str] = []
+    if _has(c.f, "connectivity"):
+        try:
+            cgrp = _get(c, c.f, "connectivity", "/")
+        except H5MDFormatError as err:
+            c.left_out(err, "/connectivity")
+            cgrp = None
+        if isinstance(cgrp, h5py.Group):
+            _observables(c, cgrp, "", connectivity, connectivity_groups, set(),
+                         "/connectivity")
     return FileInfo(
         filename=c.filename,
         version=version,
@@ -1381,4 +1399,6 @@ def _scan(c: _Ctx) -> FileInfo:
         parameters=parameters,
         file_size=size,
         problems=tuple(c.problems),
+        connectivity=connectivity,
+        connectivity_groups=tuple(connectivity_groups),
     )

@@ -35,13 +35,15 @@ _DEFLATE, _SHUFFLE, _FLETCHER32, _SZIP, _NBIT, _SCALEOFFSET, _LZF = 1, 2, 3, 4, 
 
 
 def time_dependent_elements(info: FileInfo) -> list[ElementInfo]:
-    """Every time-dependent element of a file (particles, box edges, observables)."""
+    """Every time-dependent element of a file (particles, box edges, observables,
+    connectivity)."""
     out: list[ElementInfo] = []
     for pg in info.particles.values():
         out.extend(e for e in pg.elements.values() if e.time_dependent)
         if pg.box is not None and pg.box.edges is not None and pg.box.edges.time_dependent:
             out.append(pg.box.edges)
     out.extend(e for e in info.observables.values() if e.time_dependent)
+    out.extend(e for e in info.connectivity.values() if e.time_dependent)
     return out
 
 
@@ -288,13 +290,15 @@ def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, Elemen
         if pg.box is not None and pg.box.edges is not None:
             els["box_edges"] = pg.box.edges
         groups.append((f"particles/{name}", None if i == 0 else f"particles/{name}", els))
-    for sub in ("", *info.observable_groups):
-        pre = f"{sub}/" if sub else ""
-        direct = {k[len(pre):]: e for k, e in info.observables.items()
-                  if k.startswith(pre) and "/" not in k[len(pre):]}
-        if direct:
-            path = f"observables/{sub}".rstrip("/")
-            groups.append((path, path, direct))
+    for root, found, subs in (("observables", info.observables, info.observable_groups),
+                              ("connectivity", info.connectivity, info.connectivity_groups)):
+        for sub in ("", *subs):
+            pre = f"{sub}/" if sub else ""
+            direct = {k[len(pre):]: e for k, e in found.items()
+                      if k.startswith(pre) and "/" not in k[len(pre):]}
+            if direct:
+                path = f"{root}/{sub}".rstrip("/")
+                groups.append((path, path, direct))
     for sub in sorted({name.rpartition("/")[0] for name in info.parameters}):
         path = f"parameters/{sub}".rstrip("/")
         groups.append((path, path, {}))
