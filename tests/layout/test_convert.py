@@ -471,3 +471,14 @@ def test_a_zstd_file_reads_through_h5py_in_a_fresh_process(tmp_path):
     assert got.returncode == 0, got.stderr
     want = mda.Universe(d.PSF, d.DCD).trajectory[2].positions.astype("f8").sum()
     assert float(got.stdout) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_contiguous_zarr_store_too_large_to_hold_is_refused(tmp_path, monkeypatch):
+    from h5mdx.layout import export
+
+    monkeypatch.setattr(export, "MAX_ONE_CHUNK_BYTES", 2**20)  # the adk DCD: 3.9 MB
+    out = tmp_path / "c.zarr"
+    with pytest.raises(ValueError, match="contiguous makes one Zarr chunk of .* GiB"):
+        convert(d.PSF, [d.DCD], out, contiguous=True, progress=False)
+    assert not out.exists()
+    convert(d.PSF, [d.DCD], out, contiguous=True, stop=5, progress=False)  # 0.2 MB: fine

@@ -107,6 +107,19 @@ def open_zarr_store(path: str | os.PathLike[str]) -> xr.Dataset:
                               f"cannot open it as a Zarr store: {err}") from err
 
 
+#: Largest single chunk (bytes) ``contiguous`` may make of a Zarr array: Zarr writes a
+#: chunk whole, so the chunk of the whole trajectory is held in memory.
+MAX_ONE_CHUNK_BYTES = 2**30
+
+
+def _check_one_chunk(nbytes: int, store: str) -> None:
+    if nbytes > MAX_ONE_CHUNK_BYTES:
+        raise ValueError(
+            f"{store}: contiguous makes one Zarr chunk of {nbytes / 2**30:.1f} GiB, which Zarr "
+            "writes whole from memory; a store this large needs chunks (--chunk-mib, "
+            "--frames-per-chunk)")
+
+
 def _dims(spec: ElementSpec) -> tuple[str, ...]:
     if spec.name == "box_edges":
         return (TIME_DIM, BOX_VECTOR_DIM, SPATIAL_DIM)[-(1 + len(spec.frame_shape)):]
@@ -174,6 +187,7 @@ class ZarrWriter:
         big = max(self.specs.values(), key=lambda e: e.frame_bytes)
         if self.layout.contiguous:
             self.block = max(1, int(n_frames or self.layout.frames(big.frame_bytes, None)))
+            _check_one_chunk(self.block * big.frame_bytes, self.store)
         else:
             self.block = self.layout.frames(big.frame_bytes, n_frames)
         self.compressors = zarr_compressors(self.layout.compression)
@@ -348,6 +362,8 @@ def dataset_to_zarr(
             fb = int(np.prod(var.shape[1:], dtype=np.int64)) * var.dtype.itemsize
             if fb >= base.get(str(var.dims[0]), (0, 0))[1]:
                 frames = var.shape[0] if layout.contiguous else layout.frames(fb, var.shape[0])
+                if layout.contiguous:
+                    _check_one_chunk(frames * fb, os.fspath(store))
                 base[str(var.dims[0])] = (max(1, frames), fb)
     block = {d: f for d, (f, _fb) in base.items()}
     for name, var in ds.variables.items():
