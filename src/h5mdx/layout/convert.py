@@ -430,15 +430,7 @@ def convert(
                 writer.append(*steps(ts), **arrays)
                 written += 1
                 advance(1)
-            if written != n_frames:
-                # MDAnalysis ends a trajectory at a read error instead of raising it
-                source = (", ".join(os.fspath(t) for t in trajectories)
-                          or str(getattr(u.trajectory, "filename", None) or topology))
-                raise H5MDReadError(
-                    source, None,
-                    f"MDAnalysis read {written} of the {n_frames} frames it announced: the "
-                    f"trajectory is truncated or damaged after frame {written}; nothing "
-                    f"written to {out}")
+            _check_all_read(written, n_frames, trajectories, u, topology, out)
         verified = False
         if verify:
             _verify(writer.checksums, tmp, out, zarr_out)
@@ -452,6 +444,20 @@ def convert(
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
         + _left_behind(trajectories),
     )
+
+
+def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u: Any,
+                    topology: Any, out: str) -> None:
+    """Raise where MDAnalysis gave fewer frames than it announced: it ends a trajectory
+    at a read error (a truncated or damaged file) instead of raising it."""
+    if written == n_frames:
+        return
+    source = (", ".join(os.fspath(t) for t in trajectories)
+              or str(getattr(u.trajectory, "filename", None) or topology))
+    raise H5MDReadError(
+        source, None,
+        f"MDAnalysis read {written} of the {n_frames} frames it announced: the trajectory "
+        f"is truncated or damaged after frame {written}; nothing written to {out}")
 
 
 def _left_behind(trajectories: Sequence[Any]) -> list[str]:

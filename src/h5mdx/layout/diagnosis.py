@@ -134,6 +134,27 @@ def _fix(info: FileInfo, frames: int, compression: str | None) -> str:
     return cmd
 
 
+def _large_chunks(el: ElementInfo, chunk_bytes: int, cost: float, fix: str | None) -> Finding:
+    """Chunks of many frames: a warning where filters make each frame decode the chunk,
+    a note where uncompressed (HDF5 reads only the frames asked for)."""
+    assert el.chunks is not None
+    if el.filters:
+        return Finding(
+            "warning", "large-chunks", el.path,
+            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames) passed through filters "
+            f"({', '.join(el.filters)}): reading one frame decodes {el.chunks[0]} frames of "
+            "data, and frame-by-frame readers decode a chunk per frame when it is larger "
+            "than the HDF5 chunk cache (1 MiB by default)",
+            cost=cost, fix=fix)
+    return Finding(
+        "info", "large-chunks", el.path,
+        f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames): uncompressed, so HDF5 "
+        "reads only the frames asked for and frame-by-frame reading is not slowed; but "
+        "readers that make one task per chunk (xarray chunks={} with other engines) "
+        f"make tasks of {_human(chunk_bytes)}",
+        cost=cost, fix=fix)
+
+
 def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
     n = el.shape[0]
     fb = _frame_bytes(el)
@@ -178,23 +199,8 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
             f"{'frame' if el.chunks[0] == 1 else f'{el.chunks[0]} frames'}; h5mdx's engine "
             f"groups them into blocks; about {cost:.1f}x the read time of {rec}-frame chunks",
             cost=cost, fix=fix))
-    if chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1 and el.filters:
-        out.append(Finding(
-            "warning", "large-chunks", where,
-            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames) passed through filters "
-            f"({', '.join(el.filters)}): reading one frame decodes {el.chunks[0]} frames of "
-            "data, and frame-by-frame readers decode a chunk per frame when it is larger "
-            "than the HDF5 chunk cache (1 MiB by default)",
-            cost=cost, fix=fix))
-    elif chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1:
-        # uncompressed: HDF5 reads the frames asked for from a chunk the cache cannot hold
-        out.append(Finding(
-            "info", "large-chunks", where,
-            f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames): uncompressed, so HDF5 "
-            "reads only the frames asked for and frame-by-frame reading is not slowed; but "
-            "readers that make one task per chunk (xarray chunks={} with other engines) "
-            f"make tasks of {_human(chunk_bytes)}",
-            cost=cost, fix=fix))
+    if chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1:
+        out.append(_large_chunks(el, chunk_bytes, cost, fix))
     if codec is not None:
         level = f" level {el.compression_opts}" if codec == "gzip" and el.compression_opts else ""
         dec = fb / _DECOMPRESS_BW.get(codec, 1e9)
