@@ -257,3 +257,39 @@ def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
         assert list(back.box_edges.attrs["boundary"]) == ["periodic", "periodic", "none"]
         np.testing.assert_array_equal(back.position.values, pos)
         assert back.attrs["author_name"] == "Ada"
+
+
+def test_to_h5md_writes_elements_sampled_on_their_own_time_axis(tmp_path):
+    """Elements the engine opens on ``time_<name>`` (box edges at other steps, a charge
+    sampled every third frame) are written back with their own step and time."""
+    from h5mdx.errors import H5MDConformanceWarning
+    from h5mdx.testing import write_h5md
+
+    pos = np.random.default_rng(0).normal(size=(6, 4, 3))
+    path = write_h5md(
+        tmp_path / "own.h5md",
+        {"g": {"position": dict(value=pos, step=np.arange(6) * 10, time=np.arange(6) * 0.5,
+                                unit="nm"),
+               "charge": dict(value=np.arange(8.0).reshape(2, 4), step=np.array([0, 30]),
+                              time=np.array([0.0, 1.5]))}},
+        box={"g": {"edges": dict(value=np.array([[5.0] * 3, [6.0] * 3]), step=np.array([0, 50]),
+                                 time=np.array([0.0, 2.5]), unit="nm")}},
+    )
+    with pytest.warns(H5MDConformanceWarning, match="box/edges"):
+        ds = xr.open_dataset(path, engine="h5md")
+    out = tmp_path / "back.h5md"
+    with ds:
+        assert ds.box_edges.dims == ("time_box_edges", "spatial")
+        to_h5md(ds, out, frames_per_chunk=2)
+    with pytest.warns(H5MDConformanceWarning, match="box/edges"):
+        back = xr.open_dataset(out, engine="h5md")
+        ds = xr.open_dataset(path, engine="h5md")
+    with back, ds:
+        for name in ("position", "charge", "box_edges"):
+            assert back[name].dims == ds[name].dims
+            np.testing.assert_array_equal(back[name].values, ds[name].values)
+        np.testing.assert_array_equal(back.step_box_edges, [0, 50])
+        np.testing.assert_array_equal(back.time_charge, [0.0, 1.5])
+        assert back.time_box_edges.attrs["units"] == "ps"
+        assert back.box_edges.attrs["units"] == "nm"
+        assert back.box_edges.attrs["boundary"] == ["periodic"] * 3

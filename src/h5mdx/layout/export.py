@@ -23,7 +23,7 @@ import xarray as xr
 
 from h5mdx._optional import import_optional
 from h5mdx.format.checksums import Digests, array_digest
-from h5mdx.format.compression import parse_compression
+from h5mdx.format.compression import compression_kwargs, parse_compression
 from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
@@ -34,7 +34,7 @@ from h5mdx.format.schema import (
     TIME_DIM,
 )
 from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name
-from h5mdx.layout._atomic import atomic_output
+from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "open_zarr_store", "to_h5md", "zarr_checksums",
            "zarr_compressors"]
@@ -419,7 +419,9 @@ def to_h5md(
     """Write a Dataset of the h5mdx data model to an H5MD 1.1 file.
 
     Variables whose first dimension is ``time`` become time-dependent elements
-    (``box_edges`` becomes ``box/edges`` with its ``boundary``), the others
+    (``box_edges`` becomes ``box/edges`` with its ``boundary``), those on a time axis of
+    their own (``time_<name>``, as the engine opens them) elements with their own
+    ``step`` and ``time``, the others
     time-independent datasets; ``time`` and ``step`` coordinates give the
     sampling; ``units`` attributes become H5MD ``unit`` attributes. ``mass``
     and ``charge`` topology coordinates are written as elements when the
@@ -450,7 +452,9 @@ def to_h5md(
     Raises
     ------
     ValueError
-        If a variable depends on a time dimension other than ``time``.
+        If the Dataset has no variable on ``time``, or a variable has a time axis other
+        than ``time`` that is not its first (one on ``time_<name>`` first is written as an
+        element with its own ``step`` and ``time``).
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
@@ -459,7 +463,7 @@ def to_h5md(
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
-    specs, static, boundary = _elements(ds)
+    specs, static, boundary, own = _elements(ds)
     timed = [spec.name for spec in specs]
     n_frames = ds.sizes[TIME_DIM]
     time = ds[TIME_DIM]
@@ -478,24 +482,69 @@ def to_h5md(
                 sub = sub.compute()
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
+        if own:
+            _write_own_sampling(tmp, group, ds, own, layout)
     return os.fspath(path)
+
+
+def _write_own_sampling(path: str, group: str, ds: xr.Dataset, own: list[str],
+                        layout: Layout) -> None:
+    """Write the variables on a time axis of their own (``time_<name>``) as elements with
+    their own ``step`` and ``time``, in blocks of whole chunks."""
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        part = f[f"particles/{group}"]
+        for name in own:
+            var = ds[name]
+            tdim = str(var.dims[0])
+            suffix = tdim[len(TIME_DIM):]
+            el = part["box"].create_group("edges") if name == "box_edges" \
+                else part.create_group(name)
+            frame_bytes = int(np.prod(var.shape[1:], dtype=np.int64)) * var.dtype.itemsize
+            n = var.shape[0]
+            chunk = layout.frames(frame_bytes, n, small=True)
+            kwargs: dict[str, Any] = {} if layout.contiguous else {
+                "chunks": (chunk, *var.shape[1:]), "maxshape": (None, *var.shape[1:]),
+                **compression_kwargs(layout.compression)}
+            value = el.create_dataset("value", shape=var.shape, dtype=var.dtype, **kwargs)
+            if var.attrs.get("units"):
+                value.attrs["unit"] = str(var.attrs["units"])
+            for a in range(0, n, chunk * 16):
+                raise_if_interrupted()
+                value[a:a + chunk * 16] = np.asarray(var[a:a + chunk * 16].values)
+            step_name = f"{STEP_COORD}{suffix}"
+            steps = (ds[step_name].values if step_name in ds.coords
+                     else np.arange(n, dtype=np.int64))
+            el.create_dataset("step", data=np.asarray(steps, dtype=np.int64))
+            times = ds[tdim]
+            if times.attrs.get("units") != "step":
+                t = el.create_dataset("time", data=np.asarray(times.values, dtype=np.float64))
+                if times.attrs.get("units"):
+                    t.attrs["unit"] = str(times.attrs["units"])
 
 
 def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
                                         dict[str, tuple[Any, str | None, dict[str, Any]]],
-                                        list[str] | None]:
-    """The time-dependent elements, the time-independent ones and the box's boundary."""
+                                        list[str] | None, list[str]]:
+    """The time-dependent elements, the time-independent ones, the box's boundary and the
+    variables sampled on a time axis of their own (``time_<name>``)."""
     specs: list[ElementSpec] = []
     static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
     boundary = None
+    own: list[str] = []
     for name, var in ds.data_vars.items():
         name = str(name)
         other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
         if other:
-            raise ValueError(
-                f"variable {name!r} is sampled on {other[0]!r}, not on 'time'; write it "
-                f"separately or interpolate it onto 'time' first"
-            )
+            if var.dims[0] != other[0] or TIME_DIM in var.dims or len(other) > 1:
+                raise ValueError(
+                    f"variable {name!r} has the dimensions {var.dims}; an element sampled on "
+                    "its own time axis must have it first, and no other")
+            if name == "box_edges":
+                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
+            own.append(name)
+            continue
         if TIME_DIM in var.dims:
             if var.dims[0] != TIME_DIM:
                 var = var.transpose(TIME_DIM, ...)
@@ -519,7 +568,7 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
                             {"long_name": "0-based index of the atom in the input"})
     if not specs:
         raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
-    return specs, static, boundary
+    return specs, static, boundary, own
 
 
 def _sources(ds: xr.Dataset) -> list[str]:
