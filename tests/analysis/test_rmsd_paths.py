@@ -306,6 +306,7 @@ def _sparse_trajectory(path, n_frames, n_atoms, **kwargs):
     return str(path)
 
 
+@pytest.mark.filterwarnings("ignore:.*were never written")  # sparse on purpose
 @pytest.mark.parametrize("workers, blocks, mib", [
     (2, 8, (448, 512)),  # 3,823 MiB: 4 rounds of 2 tasks, the largest blocks
     (16, 32, (112, 128)),  # 4 rounds would be 60 MiB: 128 MiB, shared out as 2 rounds

@@ -388,6 +388,19 @@ def _check_box_offset(ds):
     _check_box(ds)
 
 
+def _unwritten_frames(f):
+    el = f.create_group(f"{G}/velocity")
+    dset = el.create_dataset("value", shape=(N_FRAMES, N_ATOMS, 3), dtype="f8",
+                             chunks=(1, N_ATOMS, 3))
+    dset[:2] = POS[:2]  # the writer stopped before the last frame
+    el["step"] = f[f"{G}/position/step"]
+
+
+def _check_unwritten(ds):
+    np.testing.assert_array_equal(ds.velocity[:2], POS[:2])
+    np.testing.assert_array_equal(ds.velocity[2], 0.0)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
@@ -434,6 +447,8 @@ TROUBLES = {
     "a box member H5MD does not define": Trouble(
         lambda f: f.create_dataset(f"{G}/box/origin", data=np.zeros(3)), f"{G}/box/origin",
         "left out", _check_box),
+    "frames never written": Trouble(_unwritten_frames, f"{G}/velocity/value",
+                                    "read as HDF5's default fill value", _check_unwritten),
     "an element named time": Trouble(_element_named_time, f"{G}/time",
                                      "served as 'time_element'", _check_time_element),
     "edges as an attribute": Trouble(_edges_attribute, f"{G}/box/edges",

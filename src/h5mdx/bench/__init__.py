@@ -1,4 +1,4 @@
-"""Layer 6, the ``h5mdx bench`` application: a grid of timed runs over schedulers,
+"""Layer 7, the ``h5mdx bench`` application: a grid of timed runs over schedulers,
 worker counts and chunk sizes (:mod:`~h5mdx.bench.grid`), recorded with
 :mod:`h5mdx.timing`.
 """

@@ -554,6 +554,27 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         )
 
 
+def _check_written(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
+    """Note a chunked ``value`` whose chunks are not all stored (a writer that stopped
+    after growing it): without a fill value of its own, those frames read as zeros."""
+    if not dset.chunks or not dset.shape or _fill_value(dset) is not None:
+        return
+    expected = math.prod(math.ceil(int(s) / int(ch)) for s, ch in zip(dset.shape, dset.chunks,
+                                                                     strict=True))
+    if expected == 0:
+        return
+    try:
+        if not _filters(dset) and dset.id.get_storage_size() >= dset.nbytes:
+            return  # every chunk of uncompressed data is there
+        stored = int(dset.id.get_num_chunks())
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return
+    if stored < expected:
+        c.note(where, f"stores {stored} of its {expected} chunks: the others were never "
+               "written (a writer that stopped early, or space allocated ahead)",
+               f"their values read as HDF5's default fill value ({dset.fillvalue})")
+
+
 def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
     if c.live:
         try:
@@ -824,6 +845,8 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
             "'value' of a time-dependent element must have a time axis, but it is a scalar",
         )
     _check_declared(c, value, f"{path}/value")
+    if not c.live:
+        _check_written(c, value, f"{path}/value")
     sampling = _sampling(c, obj, int(value.shape[0]), path)
     unit = _unit_attr(c, value, f"{path}/value")
     if unit is None and "unit" in obj.attrs:
