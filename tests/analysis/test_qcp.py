@@ -346,3 +346,22 @@ def test_matches_mdanalysis_on_random_structures(data):
         expected = exact
     for kernel in KERNELS:
         assert rmsd_qcp(x, y[None], kernel=kernel)[0] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("shift", [0.0, 500.0, 2000.0])
+def test_atoms_far_from_the_origin_keep_small_rmsds_exact(adk_positions, adk_masses, kernel,
+                                                         shift):
+    """The one-pass sum of |y|^2 cancels away a small RMSD where atoms lie far from the
+    origin (3.5e-4 Å for the reference frame at +2000 Å, found by an audit): both kernels
+    give the exact Kabsch RMSD to 1e-6 Å, frames near the reference included, with and
+    without weights that are zero for some atoms (virtual sites)."""
+    frames = adk_positions[:6].astype(np.float64) + shift
+    near = frames[0] + np.random.default_rng(1).normal(scale=1e-4, size=frames[0].shape)
+    frames = np.concatenate([frames, near[None]])
+    w = adk_masses.copy()
+    w[::70] = 0.0
+    for weights in (None, w):
+        got = rmsd_qcp(frames[0], frames, weights=weights, kernel=kernel)
+        want = [kabsch_rmsd(frames[0], y, weights) for y in frames]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

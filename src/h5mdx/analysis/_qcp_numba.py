@@ -110,6 +110,9 @@ _WIDE = _wide_vectors()
 #: tuning 12 and 24 ran alike (``benchmarks/bench_kernel.py``, ``kernel-2core-zen4.md``,
 #: ``kernel-16core.md``).
 _LANES = 24 if _WIDE else 12
+#: A square RMSD below ``_CANCEL * sum w |y|^2 / n`` may be round-off of the one-pass
+#: G_b (:func:`_qcp_rmsd`): such frames are summed again, centred first (:func:`_centred_sums`).
+_CANCEL = 4096 * 2.220446049250313e-16
 
 #: Two frames a pass over the reference (:func:`_pair_sums`) where 512-bit vectors give
 #: the 2 x 5 sums x 24 lanes their 30 registers: the reference's layout (9 doubles an
@@ -274,8 +277,10 @@ def _pair_sums(a, wf, y, z, use_w, r, q):  # pragma: no cover - compiled
 
 
 @_njit(cache=True, nogil=True)
-def _qcp_rmsd(r, g_a, rs, wsum, n):  # pragma: no cover - compiled
-    """RMSD from one frame's sums (:func:`_frame_sums`); -1 where Newton's method is unsafe."""
+def _qcp_rmsd(r, g_a, rs, wsum, n, check):  # pragma: no cover - compiled
+    """RMSD from one frame's sums (:func:`_frame_sums`); -1 where Newton's method is unsafe,
+    and (``check``) -2 where the RMSD is too small for the one-pass sums to resolve (the
+    frame's sums are then made again centred, :func:`_centred_sums`)."""
     cx = r[9] / wsum
     cy = r[10] / wsum
     cz = r[11] / wsum
@@ -345,6 +350,11 @@ def _qcp_rmsd(r, g_a, rs, wsum, n):  # pragma: no cover - compiled
     if not converged or abs(dp) <= 1e-2 * abs(lam) ** 3:
         return -1.0
     v = 2.0 * (e0 - lam) / n
+    # G_b's one-pass form (sum w |y|^2 - W |c|^2) cancels away ~1e-16 of sum w |y|^2: a
+    # square RMSD within a few thousand times that (a frame near the reference, atoms far
+    # from the origin) is not to be trusted
+    if check and v < _CANCEL * r[12] / n:
+        return -2.0
     return np.sqrt(v) if v > 0.0 else 0.0
 
 
@@ -416,8 +426,8 @@ def _qcp_frames(ref_c, frames, atoms, w, use_w, superposition, a, wf, sums, buf,
                 _gather(frames, atoms, f, buf[0])
                 _gather(frames, atoms, f + 1, buf[1])
                 _pair_sums(a, wf, buf[0], buf[1], use_w, r, q)
-            out[f] = _qcp_rmsd(r, g_a, rs, wsum, n)
-            out[f + 1] = _qcp_rmsd(q, g_a, rs, wsum, n)
+            out[f] = _qcp_rmsd(r, g_a, rs, wsum, n, True)
+            out[f + 1] = _qcp_rmsd(q, g_a, rs, wsum, n, True)
             f += 2
     for g in range(f, n_frames):  # all frames, or the last of an odd number
         if run:
@@ -425,7 +435,40 @@ def _qcp_frames(ref_c, frames, atoms, w, use_w, superposition, a, wf, sums, buf,
         else:
             _gather(frames, atoms, g, buf[0])
             _frame_sums(a, wf, buf[0], use_w, r)
-        out[g] = _qcp_rmsd(r, g_a, rs, wsum, n)
+        out[g] = _qcp_rmsd(r, g_a, rs, wsum, n, True)
+    for g in range(n_frames):
+        if out[g] == -2.0:  # a small RMSD: the frame's sums again, centred first
+            _centred_sums(ref_c, frames, atoms, g, w, use_w, wsum, r)
+            out[g] = _qcp_rmsd(r, g_a, rs, wsum, n, False)
+
+
+@_njit(cache=True, nogil=True)
+def _centred_sums(ref_c, frames, atoms, f, w, use_w, wsum, r):  # pragma: no cover - compiled
+    """:func:`_frame_sums` of frame ``f`` centred first (two passes, float64): no
+    cancellation, at twice the work; for the few frames :func:`_qcp_rmsd` cannot resolve.
+    ``r[9:12]`` (the frame's weighted sums) are then 0."""
+    n = atoms.shape[0]
+    cx = cy = cz = 0.0
+    for i in range(n):
+        wi = w[i] if use_w else 1.0
+        cx += wi * np.float64(frames[f, atoms[i], 0])
+        cy += wi * np.float64(frames[f, atoms[i], 1])
+        cz += wi * np.float64(frames[f, atoms[i], 2])
+    cx /= wsum
+    cy /= wsum
+    cz /= wsum
+    r[:] = 0.0
+    for i in range(n):
+        wi = w[i] if use_w else 1.0
+        y0 = np.float64(frames[f, atoms[i], 0]) - cx
+        y1 = np.float64(frames[f, atoms[i], 1]) - cy
+        y2 = np.float64(frames[f, atoms[i], 2]) - cz
+        for k in range(3):
+            wx = wi * ref_c[i, k]
+            r[3 * k] += wx * y0
+            r[3 * k + 1] += wx * y1
+            r[3 * k + 2] += wx * y2
+        r[12] += wi * (y0 * y0 + y1 * y1 + y2 * y2)
 
 
 @_njit(cache=True, nogil=True)

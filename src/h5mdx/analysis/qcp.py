@@ -143,27 +143,24 @@ def _inner_products(ref_c: np.ndarray, frames: np.ndarray,
                     w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """``E0 = (G_a + G_b) / 2`` and ``S[f, i, j] = sum_n w_n x_ni y_fnj`` (x reference).
 
-    The frames are not centred in a copy: with ``c`` the (weighted) centre of a frame,
-    ``sum w x (y - c)^T = sum w x y^T - (sum w x) c^T`` and
-    ``G_b = sum w |y - c|^2 = sum w |y|^2 - W |c|^2`` (float64 throughout): 2x faster
-    than centring a copy first (3341 atoms). ``einsum``, not a BLAS product (2x faster
-    again): BLAS results changed in the last digits between a dask worker process and
+    The frames are centred (float64) before ``G_b = sum w |y - c|^2`` is summed: the
+    one-pass form ``sum w |y|^2 - W |c|^2`` loses the digits of a small RMSD to
+    cancellation where the atoms lie far from the origin (3.5e-4 Å for a frame against
+    itself at 2000 Å; the compiled kernel hands such frames here). ``einsum``, not a BLAS
+    product: BLAS results changed in the last digits between a dask worker process and
     the client, and the same task must give the same numbers wherever it runs.
     """
-    y = np.asarray(frames, dtype=np.float64)
+    y = np.array(frames, dtype=np.float64)  # a copy, centred in place
     wref = ref_c if w is None else ref_c * w[:, None]
     g_a = float(np.einsum("ij,ij->", wref, ref_c))
     if w is None:
-        wsum = float(y.shape[1])
-        c = y.sum(axis=1) / wsum
-        sq = np.einsum("fni,fni->f", y, y)
+        c = y.sum(axis=1) / float(y.shape[1])
     else:
-        wsum = float(w.sum())
-        c = np.einsum("n,fni->fi", w, y) / wsum
-        sq = np.einsum("n,fni,fni->f", w, y, y)
-    g_b = sq - wsum * np.einsum("fi,fi->f", c, c)
-    a = np.einsum("nj,fni->fji", wref, y)  # sum_n w_n x_n y_n^T per frame
-    a -= wref.sum(axis=0)[None, :, None] * c[:, None, :]
+        c = np.einsum("n,fni->fi", w, y) / float(w.sum())
+    y -= c[:, None, :]
+    g_b = (np.einsum("fni,fni->f", y, y) if w is None
+           else np.einsum("n,fni,fni->f", w, y, y))
+    a = np.einsum("nj,fni->fji", wref, y)  # sum_n w_n x_n (y_n - c)^T per frame
     return 0.5 * (g_a + g_b), a
 
 
@@ -198,10 +195,16 @@ def _key_max_eigenvalue(s: np.ndarray) -> np.ndarray:
 
 
 def _rmsd_exact(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-    """RMSD after superposition from the key matrix's eigenvalues (degenerate frames)."""
-    e0, s = _inner_products(ref_c, frames, w)
-    lam = _key_max_eigenvalue(s)
-    return np.sqrt(np.maximum(2.0 * (e0 - lam) / ref_c.shape[0], 0.0))
+    """RMSD after superposition from the key matrix's eigenvalues (degenerate frames, and
+    frames the compiled kernel could not resolve), one frame at a time: a frame's value
+    then does not depend on the frames computed with it (``einsum`` sums a batch in
+    another order), which near zero shows in the leading digits."""
+    out = np.empty(len(frames), dtype=np.float64)
+    for f in range(len(frames)):
+        e0, s = _inner_products(ref_c, frames[f:f + 1], w)
+        lam = _key_max_eigenvalue(s)
+        out[f] = np.sqrt(max(2.0 * float(e0[0] - lam[0]) / ref_c.shape[0], 0.0))
+    return out
 
 
 def _rmsd_numpy(ref_c: np.ndarray, frames: np.ndarray, w: np.ndarray | None,
