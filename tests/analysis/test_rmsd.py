@@ -539,3 +539,60 @@ def test_cli_select_needs_topology(adk_h5md, capsys):
 def test_cli_rejects_bad_chunk_size(adk_h5md, capsys):
     assert cli_main(["rmsd", adk_h5md, "--chunk-mib", "-1", "--scheduler", "threads"]) == 2
     assert "--chunk-mib must be positive" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- found by an audit
+
+
+def test_a_topology_of_another_system_is_refused(adk_h5md):
+    """rmsd(topology=...) checks the topology against the positions' file, as the engine
+    does at open: a wrong one picked atoms of another system by index before."""
+    from MDAnalysisTests.datafiles import GRO, PSF_TRICLINIC
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        for top in (GRO, PSF_TRICLINIC):  # 47681 and 375 atoms; adk has 3341
+            for kw in ({"select": "name CA"}, {"weights": "mass"}):
+                with pytest.raises(TopologyError, match="has .* atoms but the positions come "
+                                   "from a trajectory of 3341"):
+                    h5mdx.rmsd(ds.position, topology=top, **kw)
+
+
+def test_references_are_matched_by_atom(adk_h5md, adk_universe, ca):
+    """A DataArray reference (or weights) is taken by its atom coordinate, whatever the
+    order of the selection; an MDAnalysis Universe or AtomGroup is a reference; a plain
+    array that could hold either all atoms or the selected ones is refused."""
+    perm = np.random.default_rng(1).permutation(ca)
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        want = _mda_rmsd(adk_universe, ref_frame=7)
+        ref = ds.position.isel(time=7, atom=ca)
+        np.testing.assert_allclose(ds.md.rmsd(ref, select=perm).values, want, atol=ATOL)
+        np.testing.assert_allclose(ds.md.rmsd(ref, select=ca).values, want, atol=ATOL)
+        adk_universe.trajectory[7]
+        for given in (adk_universe, adk_universe.select_atoms("name CA")):
+            got = ds.md.rmsd(given, select="name CA").values
+            np.testing.assert_allclose(got, want, atol=ATOL)
+        adk_universe.trajectory[0]
+        masses = ds.mass if "mass" in ds else xr.DataArray(adk_universe.atoms.masses,
+                                                            dims="atom",
+                                                            coords={"atom": ds.atom.values})
+        heavy = ds.md.rmsd(7, select=perm, weights=masses).values
+        np.testing.assert_allclose(
+            heavy, _mda_rmsd(adk_universe, ref_frame=7, weights="mass"), atol=ATOL)
+        rev = np.arange(ds.sizes["atom"])[::-1]
+        full = ds.position.isel(time=7).values
+        with pytest.raises(ValueError, match="cannot tell which it holds"):
+            ds.md.rmsd(full, select=rev)
+        with pytest.raises(ValueError, match="cannot tell which it holds"):
+            ds.md.rmsd(7, select=rev, weights=np.ones(ds.sizes["atom"]))
+
+
+def test_unusable_arguments_are_one_clear_error(adk_h5md):
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        with pytest.raises(TypeError, match="not True"):
+            ds.md.rmsd(True)
+        with pytest.raises(TypeError, match="not 2.0"):
+            ds.md.rmsd(2.0)
+        with pytest.raises(TopologyError, match="the selection is empty"):
+            ds.md.rmsd(select=[])
+        with pytest.raises(ValueError, match="hold no frames"):
+            ds.isel(time=slice(5, 5)).md.rmsd()

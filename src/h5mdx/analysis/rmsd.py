@@ -83,6 +83,36 @@ def _topology(position: xr.DataArray, topology: Any) -> Any:
     return position.attrs.get("topology")
 
 
+def _atom_ids(position: xr.DataArray) -> np.ndarray:
+    """The 0-based topology index of each atom of ``position`` (its ``atom`` coordinate)."""
+    n = position.sizes[ATOM_DIM]
+    return (np.asarray(position[ATOM_DIM].values) if ATOM_DIM in position.coords
+            else np.arange(n))
+
+
+def _universe_of(position: xr.DataArray, topology: Any) -> Any:
+    """The Universe of ``topology``, checked against the positions: as many atoms as the
+    file they come from (or, where that is unknown, enough for their atom indices)."""
+    from h5mdx.engine.topology import load_universe
+
+    universe = load_universe(topology)
+    n_top = len(universe.atoms)
+    ids = _atom_ids(position)
+    shape = position.encoding.get("original_shape") or position.variable.encoding.get(
+        "original_shape")
+    n_file = int(shape[1]) if shape is not None and len(shape) >= 2 else None
+    if n_file is None and np.array_equal(ids, np.arange(ids.size)):
+        n_file = int(ids.size)  # no sign of a selection: all the file's atoms
+    name = getattr(universe, "filename", None) or topology
+    if n_file is not None and n_top != n_file:
+        raise TopologyError(f"the topology {name} has {n_top} atoms but the positions come "
+                            f"from a trajectory of {n_file}; they must describe the same system")
+    if ids.size and int(ids.max()) >= n_top:
+        raise TopologyError(f"the topology {name} has {n_top} atoms, fewer than the atom "
+                            f"indices of the positions (up to {int(ids.max())})")
+    return universe
+
+
 def select_atoms(
     position: xr.DataArray, select: Any, topology: Any = None
 ) -> np.ndarray | None:
@@ -107,7 +137,7 @@ def select_atoms(
         return None
     n = position.sizes[ATOM_DIM]
     if isinstance(select, str):
-        from h5mdx.engine.topology import load_universe, select_indices
+        from h5mdx.engine.topology import select_indices
 
         topology = _topology(position, topology)
         if topology is None:
@@ -116,19 +146,16 @@ def select_atoms(
                 "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
                 "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
             )
-        wanted = select_indices(load_universe(topology), select)
-        atom_ids = (
-            np.asarray(position[ATOM_DIM].values)
-            if ATOM_DIM in position.coords
-            else np.arange(n)
-        )
-        where = np.flatnonzero(np.isin(atom_ids, wanted))
+        wanted = select_indices(_universe_of(position, topology), select)
+        where = np.flatnonzero(np.isin(_atom_ids(position), wanted))
         if where.size == 0:
             raise TopologyError(
                 f"the selection {select!r} matches no atom of these positions"
             )
         return where
     sel = np.asarray(select)
+    if sel.size == 0:
+        raise TopologyError("the selection is empty: no atom to compare")
     if sel.dtype == bool:
         if sel.shape != (n,):
             raise ValueError(f"a boolean mask must have {n} entries, not {sel.shape}")
@@ -162,14 +189,19 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
                 "weights='mass' needs masses: open the file with topology=..., pass an array, "
                 "or use the file's own masses (ds.md.rmsd(weights='mass') or weights=ds.mass)"
             )
-        from h5mdx.engine.topology import load_universe
-
-        masses = np.asarray(load_universe(topology).atoms.masses, dtype=np.float64)
-        atom_ids = (np.asarray(position[ATOM_DIM].values) if ATOM_DIM in position.coords
-                    else np.arange(position.sizes[ATOM_DIM]))
-        m = masses[atom_ids]
+        masses = np.asarray(_universe_of(position, topology).atoms.masses, dtype=np.float64)
+        m = masses[_atom_ids(position)]
         return m if idx is None else m[idx]
+    if isinstance(weights, xr.DataArray) and weights.dims == (ATOM_DIM,) \
+            and ATOM_DIM in weights.coords and ATOM_DIM in position.coords:
+        chosen = position if idx is None else position.isel({ATOM_DIM: idx})
+        return np.asarray(_by_atom(weights, chosen, "weights").values, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.size == n_sel and _ambiguous(position.sizes[ATOM_DIM], idx):
+        raise ValueError(
+            f"weights has {w.size} entries, as many as the positions and as the selection, "
+            "which orders them otherwise: h5mdx cannot tell which it holds; pass them as a "
+            "DataArray on atom (e.g. ds.mass), matched by atom")
     if w.size == n_sel:
         return w
     if idx is not None and w.size == position.sizes[ATOM_DIM]:
@@ -177,11 +209,57 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
     raise ValueError(f"weights has {w.size} entries; expected {n_sel}")
 
 
+def _by_atom(values: xr.DataArray, sub: xr.DataArray, what: str) -> xr.DataArray:
+    """``values`` (on ``atom``) for the atoms of ``sub``, matched by the ``atom``
+    coordinate where ``values`` holds them all; else as given, in order (a frame of
+    another file), where it has as many atoms."""
+    if ATOM_DIM not in values.coords or ATOM_DIM not in sub.coords:
+        return values
+    want = np.asarray(sub[ATOM_DIM].values)
+    have = np.asarray(values[ATOM_DIM].values)
+    if np.unique(have).size == have.size and np.isin(want, have).all():
+        return values.sel({ATOM_DIM: want})
+    if values.sizes[ATOM_DIM] == want.size:
+        return values
+    raise ValueError(f"the {what} holds {values.sizes[ATOM_DIM]} atoms, not all of the "
+                     f"{want.size} atoms compared (matched by the atom coordinate)")
+
+
+def _from_universe(reference: Any, position: xr.DataArray) -> xr.DataArray:
+    """The current frame of an MDAnalysis Universe or AtomGroup as a reference DataArray
+    on ``atom`` (the atoms' indices), in the positions' length unit."""
+    atoms = reference.atoms
+    values = np.asarray(atoms.positions, dtype=np.float64)  # MDAnalysis: Å
+    unit = position.attrs.get("units")
+    if unit not in (None, "Angstrom", "Å", "A", "angstrom"):
+        from h5mdx.format.units import conversion
+
+        conv = conversion(str(unit))
+        if conv is None or conv[1] != "Angstrom":
+            raise ValueError(f"an MDAnalysis reference is in Å; the positions are in {unit!r}")
+        values = values / conv[0]
+    return xr.DataArray(values, dims=(ATOM_DIM, SPATIAL_DIM),
+                        coords={ATOM_DIM: np.asarray(atoms.indices)})
+
+
+def _ambiguous(n: int, idx: np.ndarray | None) -> bool:
+    """Whether an array of ``n`` entries could be either all atoms or the selected ones,
+    in another order: a selection of as many atoms as there are, not in order."""
+    return idx is not None and idx.size == n and not np.array_equal(idx, np.arange(n))
+
+
 def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                idx: np.ndarray | None) -> np.ndarray:
     n_sel = sub.sizes[ATOM_DIM]
+    if isinstance(reference, (bool, np.bool_)):
+        raise TypeError(f"reference must be a frame index, a frame of positions or an "
+                        f"MDAnalysis Universe/AtomGroup, not {reference!r}")
+    if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
+        reference = _from_universe(reference, position)
     if isinstance(reference, (int, np.integer)):
         n_frames = sub.sizes[TIME_DIM]
+        if n_frames == 0:
+            raise ValueError("the positions hold no frames (an empty time slice?)")
         if not -n_frames <= int(reference) < n_frames:
             raise IndexError(f"reference frame {reference} out of range for {n_frames} frames")
         ref = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
@@ -194,15 +272,23 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
             if ref_da.sizes[TIME_DIM] != 1:
                 raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
             ref_da = ref_da.isel({TIME_DIM: 0})
-        ref_da = ref_da.transpose(ATOM_DIM, SPATIAL_DIM)
-        if ref_da.sizes[ATOM_DIM] != n_sel and ATOM_DIM in ref_da.coords \
-                and ATOM_DIM in sub.coords:
-            ref_da = ref_da.sel({ATOM_DIM: sub[ATOM_DIM].values})
+        ref_da = _by_atom(ref_da.transpose(ATOM_DIM, SPATIAL_DIM), sub, "reference")
         ref = np.asarray(ref_da.values, dtype=np.float64)
+        if ref.shape[0] == n_sel:
+            return ref
     else:
+        if np.ndim(reference) == 0:
+            raise TypeError(f"reference must be a frame index (int), a frame of positions "
+                            f"(n_atoms, 3) or an MDAnalysis Universe/AtomGroup, not "
+                            f"{reference!r}")
         ref = np.asarray(reference, dtype=np.float64)
     if ref.ndim != 2 or ref.shape[1] != 3:
         raise ValueError(f"the reference must have shape (n_atoms, 3), not {ref.shape}")
+    if ref.shape[0] == n_sel and _ambiguous(position.sizes[ATOM_DIM], idx):
+        raise ValueError(
+            f"the reference has {ref.shape[0]} atoms, as many as the positions and as the "
+            "selection, which orders them otherwise: h5mdx cannot tell which it holds; "
+            "pass it as a DataArray with its atom coordinate (matched by atom)")
     if ref.shape[0] == n_sel:
         return ref
     if idx is not None and ref.shape[0] == position.sizes[ATOM_DIM]:
@@ -782,9 +868,11 @@ def rmsd(
         blocks of the open, as large as a lazily opened file's tasks would be where
         the frames are stored uncompressed or in Zarr chunks of whole frames (each task
         costs the scheduler a few ms), else one task per block.
-    reference : int, array_like or xarray.DataArray, default 0
-        A frame index of ``position``, an ``(atom, spatial)`` array (of the selected
-        or of all atoms), or a one-frame DataArray of another Dataset.
+    reference : int, array_like, xarray.DataArray or MDAnalysis Universe/AtomGroup, default 0
+        A frame index of ``position`` (counted from its first frame), an ``(atom,
+        spatial)`` array (of the selected or of all atoms), a one-frame DataArray of
+        another Dataset, or the current frame of a Universe or AtomGroup. DataArrays and
+        MDAnalysis objects are matched to the compared atoms by atom index.
     select : None, str, array of int or array of bool
         Atoms to compare: an MDAnalysis selection string (needs a topology),
         positions along ``atom`` or a boolean mask. Only these atoms are read.
