@@ -752,3 +752,26 @@ def test_connectivity_groups_are_served(tmp_path):
     rechunk(path, store, verify=True)
     with xr.open_zarr(store, group="connectivity/g") as z:
         np.testing.assert_array_equal(z.contacts, np.stack([bonds, bonds[::-1], bonds]))
+
+
+def test_a_process_that_unpickles_the_data_loads_the_filters_it_needs(tmp_path):
+    """A dask worker unpickles the lazy array without scanning the file: reading a
+    bitshuffle chunk (an hdf5plugin filter h5mdx does not decode itself) through h5py
+    there loads hdf5plugin first (found by an audit: every task failed on workers)."""
+    import subprocess
+    import sys
+
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    value = np.random.default_rng(0).normal(size=(6, 5, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "bitshuffle.h5md", {"g": {"position": dict(
+        value=value, step=np.arange(6), chunks=(2, 5, 3), **hdf5plugin.Bitshuffle())}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        blob = tmp_path / "ds.pickle"
+        blob.write_bytes(pickle.dumps(ds))
+    code = ("import pickle, sys; ds = pickle.loads(open(sys.argv[1], 'rb').read()); "
+            "assert 'hdf5plugin' not in sys.modules; "
+            "print(repr(float(ds.position.values.astype('f8').sum())))")
+    got = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert float(got.stdout) == pytest.approx(float(value.astype("f8").sum()), rel=1e-12)

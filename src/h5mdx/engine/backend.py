@@ -37,6 +37,7 @@ from h5mdx.format.h5md import (
     ParticlesGroupInfo,
     Problem,
     Sampling,
+    ensure_filters,
     is_h5md,
     scan,
 )
@@ -289,6 +290,7 @@ class H5MDArray(BackendArray):
             dset = held[1]
         else:
             dset = f[self.path]
+            ensure_filters(dset)  # this process may not have loaded hdf5plugin (a worker)
             self._open = (f, dset)
         if f.swmr_mode:
             dset.refresh()  # a live file: see the chunks written since open

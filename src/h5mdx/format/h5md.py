@@ -39,6 +39,7 @@ __all__ = [
     "ParticlesGroupInfo",
     "Problem",
     "Sampling",
+    "ensure_filters",
     "is_h5md",
     "open_h5md",
     "scan",
@@ -394,18 +395,26 @@ def _load_filter_plugins() -> bool:
     return True
 
 
-def _check_filters(c: _Ctx, dset: h5py.Dataset, path: str) -> None:
-    """Note the filters of ``dset`` this HDF5 cannot apply (loading hdf5plugin first)."""
+def ensure_filters(dset: h5py.Dataset) -> list[tuple[int, bytes]]:
+    """Make HDF5 able to apply the filters of ``dset`` where it can (loading hdf5plugin,
+    which registers its filters as it is imported); return the ``(id, name)`` of those it
+    still cannot. Every process that reads the dataset through h5py needs this once (a
+    dask worker unpickles an array without opening the file the way :func:`scan` does)."""
     try:
         plist = dset.id.get_create_plist()
         found = [plist.get_filter(i) for i in range(plist.get_nfilters())]
     except (OSError, ValueError, RuntimeError):
-        return
+        return []
     missing = [(code, name) for code, _flags, _vals, name in found
                if not h5py.h5z.filter_avail(code)]
     if missing and _load_filter_plugins():
         missing = [(code, name) for code, name in missing if not h5py.h5z.filter_avail(code)]
-    for code, name in missing:
+    return missing
+
+
+def _check_filters(c: _Ctx, dset: h5py.Dataset, path: str) -> None:
+    """Note the filters of ``dset`` this HDF5 cannot apply (loading hdf5plugin first)."""
+    for code, name in ensure_filters(dset):
         label = name.decode("ascii", "replace") if name else "unnamed"
         c.note(path, f"compressed with HDF5 filter {code} ({label}), which this HDF5 cannot "
                "load", "kept, but reading it fails until the filter is installed (pip install "
