@@ -596,3 +596,18 @@ def test_unusable_arguments_are_one_clear_error(adk_h5md):
             ds.md.rmsd(select=[])
         with pytest.raises(ValueError, match="hold no frames"):
             ds.isel(time=slice(5, 5)).md.rmsd()
+
+
+def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5md, tmp_path):
+    from h5mdx.analysis.series import write_series
+
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        r = ds.md.rmsd(-1, select="name CA", weights="mass").compute()
+    assert r.attrs["reference_frame"] == -1 and r.attrs["weights"] == "mass"
+    assert r.attrs["superposition"] == 1 and r.attrs["n_atoms"] == 214
+    assert r.attrs["selection"] == "name CA" and r.attrs["units"] == "Angstrom"
+    with pytest.raises(ValueError, match=r"as .csv \(or .txt\) or .nc"):
+        write_series(tmp_path / "r.parquet", r)
+    back = xr.open_dataarray(write_series(tmp_path / "r.nc", r))
+    assert back.attrs["superposition"] == 1
+    back.close()

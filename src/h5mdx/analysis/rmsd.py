@@ -975,4 +975,10 @@ def rmsd(
         attrs["units"] = position.attrs["units"]
     if isinstance(select, str):
         attrs["selection"] = select
+    attrs["n_atoms"] = int(sub.sizes[ATOM_DIM])
+    attrs["superposition"] = int(bool(superposition))  # netCDF attributes hold no bools
+    attrs["weights"] = weights if isinstance(weights, str) else (
+        "none" if weights is None else "given")
+    if isinstance(reference, (int, np.integer)):
+        attrs["reference_frame"] = int(reference)
     return xr.DataArray(result, dims=(TIME_DIM,), coords=coords, name="rmsd", attrs=attrs)

@@ -20,7 +20,7 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     Parameters
     ----------
     path : path-like
-        Output file; a ``.nc`` suffix writes netCDF, anything else CSV.
+        Output file: ``.nc`` writes netCDF, ``.csv`` or ``.txt`` (or no suffix) CSV.
     result : xarray.DataArray
         The computed series (e.g. from :func:`h5mdx.rmsd`).
 
@@ -30,6 +30,9 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
         The file written.
     """
     path = Path(path)
+    if path.suffix.lower() not in ("", ".nc", ".csv", ".txt", ".dat"):
+        raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc (netCDF), "
+                         f"not {path.suffix}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".nc":
         result.to_netcdf(path)
@@ -82,7 +85,7 @@ def plot_series(result: Any, plot: str) -> None:
     fig = Figure(figsize=(7, 3.5), dpi=100)
     ax = fig.add_subplot()
     x = result["time"].values if "time" in result.coords else np.arange(result.size)
-    ax.plot(x, result.values, lw=1)
+    ax.plot(x, result.values, lw=1, marker="o" if result.size < 2 else None)
     ax.set_xlabel(f"time ({result['time'].attrs.get('units', '')})"
                   if "time" in result.coords else "frame")
     ax.set_ylabel(f"RMSD ({result.attrs.get('units', '')})")
