@@ -530,7 +530,7 @@ h5mdx_results = [
     ("balance.md", "RMSD with blocks shared out evenly over the workers (2 cores)",
      "python benchmarks/bench_balance.py --frames 3300,9900,30000 --repeats 15"),
     ("layouts.md", "Layouts: chunks, compression and Zarr",
-     "python benchmarks/bench_layouts.py"),
+     "python benchmarks/bench_layouts.py --cold"),
     ("mpi.md", "MPI-IO (a few MiB at a time, or each rank's block at once), dask-mpi and "
      "local dask processes",
      "python benchmarks/bench_mpi.py"),
