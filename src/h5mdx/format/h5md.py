@@ -1388,38 +1388,36 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
     return particles
 
 
+def _element_tree(c: _Ctx, root: str) -> tuple[dict[str, ElementInfo], list[str]]:
+    """The elements under ``/<root>`` (``observables``, ``connectivity``) by their path
+    below it, and the groups that hold them."""
+    elements: dict[str, ElementInfo] = {}
+    groups: list[str] = []
+    if not _has(c.f, root):
+        return elements, groups
+    try:
+        grp = _get(c, c.f, root, "/")
+    except H5MDFormatError as err:
+        c.left_out(err, f"/{root}")
+        return elements, groups
+    if isinstance(grp, h5py.Group):
+        _observables(c, grp, "", elements, groups, set(), f"/{root}")
+    return elements, groups
+
+
 def _scan(c: _Ctx) -> FileInfo:
     h5md = _h5md_group(c)
     version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
     creator = _meta(c, h5md, "creator", ("name", "version"))
     particles = _particles(c)
-    observables: dict[str, ElementInfo] = {}
-    obs_groups: list[str] = []
-    if _has(c.f, "observables"):
-        try:
-            ogrp = _get(c, c.f, "observables", "/")
-        except H5MDFormatError as err:
-            c.left_out(err, "/observables")
-            ogrp = None
-        if isinstance(ogrp, h5py.Group):
-            _observables(c, ogrp, "", observables, obs_groups, set())
+    observables, obs_groups = _element_tree(c, "observables")
     try:
         size = os.path.getsize(c.filename)
     except OSError:
         size = 0
     parameters = _parameters(c)
-    connectivity: dict[str, ElementInfo] = {}
-    connectivity_groups: list[str] = []
-    if _has(c.f, "connectivity"):
-        try:
-            cgrp = _get(c, c.f, "connectivity", "/")
-        except H5MDFormatError as err:
-            c.left_out(err, "/connectivity")
-            cgrp = None
-        if isinstance(cgrp, h5py.Group):
-            _observables(c, cgrp, "", connectivity, connectivity_groups, set(),
-                         "/connectivity")
+    connectivity, connectivity_groups = _element_tree(c, "connectivity")
     return FileInfo(
         filename=c.filename,
         version=version,
