@@ -482,3 +482,12 @@ def test_a_contiguous_zarr_store_too_large_to_hold_is_refused(tmp_path, monkeypa
         convert(d.PSF, [d.DCD], out, contiguous=True, progress=False)
     assert not out.exists()
     convert(d.PSF, [d.DCD], out, contiguous=True, stop=5, progress=False)  # 0.2 MB: fine
+
+
+def test_the_summary_gives_the_chunks_written(tmp_path):
+    """Chunks never exceed the frames written: a 3-frame copy says chunks of 3 frames."""
+    stats = convert(d.PSF, [d.DCD], tmp_path / "three.h5md", stop=3,
+                    frames_per_chunk=1_000_000, progress=False)
+    assert "chunks of 3 frames" in stats.summary()
+    with h5py.File(tmp_path / "three.h5md") as f:
+        assert f["particles/trajectory/position/value"].chunks[0] == 3

@@ -150,12 +150,16 @@ class Layout:
             frames = min(frames, int(n_frames))
         return max(1, frames)
 
-    def describe(self) -> str:
-        """A short text such as ``"chunks of 100 frames, gzip:1"``."""
+    def describe(self, n_frames: int | None = None) -> str:
+        """A short text such as ``"chunks of 100 frames, gzip:1"`` (``n_frames``: the
+        frames written, which chunks never exceed)."""
         if self.contiguous:
             what = "contiguous"
         elif self.frames_per_chunk is not None:
-            what = f"chunks of {self.frames_per_chunk} frames"
+            frames = self.frames_per_chunk
+            if n_frames is not None and 0 < n_frames < frames:
+                frames = n_frames
+            what = f"chunks of {frames} frame{'s' if frames != 1 else ''}"
         else:
             what = f"chunks of about {self.chunk_mib or DEFAULT_CHUNK_MIB:g} MiB of whole frames"
         return f"{what}, compression {self.compression or 'none'}"

@@ -439,7 +439,7 @@ def convert(
         size = _size(tmp)
     return ConvertStats(
         output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs],
-        seconds=seconds, bytes_written=size, layout=layout.describe(), verified=verified,
+        seconds=seconds, bytes_written=size, layout=layout.describe(n_frames), verified=verified,
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
         + _left_behind(trajectories),

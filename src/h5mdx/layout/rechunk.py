@@ -261,8 +261,9 @@ def rechunk(
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
                         elements=copier.elements, seconds=seconds, bytes_written=size,
-                        layout=layout.describe() if compression is not None or contiguous else
-                        layout.describe().replace("compression none", "compression kept"),
+                        layout=layout.describe(n_frames) if compression is not None or contiguous
+                        else layout.describe(n_frames).replace("compression none",
+                                                               "compression kept"),
                         verified=verified)
 
 
@@ -352,5 +353,5 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
-                        seconds=seconds, bytes_written=size, layout=layout.describe(),
+                        seconds=seconds, bytes_written=size, layout=layout.describe(n_frames),
                         verified=verify)
