@@ -491,3 +491,15 @@ def test_the_summary_gives_the_chunks_written(tmp_path):
     assert "chunks of 3 frames" in stats.summary()
     with h5py.File(tmp_path / "three.h5md") as f:
         assert f["particles/trajectory/position/value"].chunks[0] == 3
+
+
+def test_an_option_between_the_trajectories_and_the_output(tmp_path, capsys):
+    """`h5mdx convert TOP TRAJ --contiguous OUT` (argparse ends the file list at the
+    option; found by an audit); other unknown arguments stay an error."""
+    out = tmp_path / "c.h5md"
+    assert main(["convert", d.PSF, d.DCD, "--contiguous", str(out)]) == 0
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks is None
+    with pytest.raises(SystemExit):
+        main(["convert", d.PSF, d.DCD, "--contiguous", str(tmp_path / "d.h5md"), "--bogus"])
+    assert "unrecognized arguments" in capsys.readouterr().err

@@ -43,7 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "command", None) == "convert" and not any(
+            e.startswith("-") for e in extra):
+        # `convert TOP TRAJ --contiguous OUT`: argparse stops the file list at the option
+        args.paths = [*args.paths, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
