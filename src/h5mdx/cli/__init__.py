@@ -44,10 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and getattr(args, "command", None) == "convert" and not any(
-            e.startswith("-") for e in extra):
-        # `convert TOP TRAJ --contiguous OUT`: argparse stops the file list at the option
-        args.paths = [*args.paths, *extra]
+    dest = getattr(args, "trailing_positionals", None)
+    if extra and dest and not any(e.startswith("-") for e in extra):
+        # `convert TOP TRAJ --contiguous OUT`: argparse ends a list of positionals at an
+        # option; a subcommand whose last positionals form one list names it
+        setattr(args, dest, [*getattr(args, dest), *extra])
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):

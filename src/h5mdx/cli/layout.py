@@ -67,7 +67,8 @@ def add_parser(subparsers: Any) -> None:
         v.add_argument(f"--no-{name}", dest=name, action="store_false",
                        help=f"do not write {name}")
     _layout_options(c, "none")
-    c.set_defaults(func=run)
+    # positionals after an option belong to `paths` (h5mdx.cli.main)
+    c.set_defaults(func=run, trailing_positionals="paths")
 
     r = subparsers.add_parser(
         "rechunk",

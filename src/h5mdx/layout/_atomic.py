@@ -65,10 +65,14 @@ def _clean_stale(target: Path) -> None:
             _remove(p)
 
 
+#: Files at the top of a Zarr group (v3; v2's group and attributes).
+ZARR_MARKERS = ("zarr.json", ".zgroup", ".zattrs")
+
+
 def _zarr_or_empty(path: Path) -> bool:
-    """Whether the directory ``path`` is a Zarr store (or empty): one h5mdx may replace."""
-    markers = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
-    if any((path / m).exists() for m in markers):
+    """Whether the directory ``path`` is a Zarr store or array (or empty): one h5mdx may
+    replace."""
+    if any((path / m).exists() for m in (*ZARR_MARKERS, ".zarray")):
         return True
     with os.scandir(path) as entries:
         return next(entries, None) is None

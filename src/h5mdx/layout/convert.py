@@ -33,7 +33,12 @@ from h5mdx.format.writer import (
     Layout,
     check_group_name,
 )
-from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
+from h5mdx.layout._atomic import (
+    ZARR_MARKERS,
+    atomic_output,
+    check_target,
+    raise_if_interrupted,
+)
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "is_zarr_store", "progress_bar"]
 
@@ -81,9 +86,7 @@ def is_zarr_path(path: str | os.PathLike[str]) -> bool:
     p = os.fspath(path).rstrip("/")
     if p.endswith(".zarr"):
         return True
-    return os.path.isdir(p) and any(
-        os.path.exists(os.path.join(p, m)) for m in ("zarr.json", ".zgroup", ".zattrs")
-    )
+    return os.path.isdir(p) and any(os.path.exists(os.path.join(p, m)) for m in ZARR_MARKERS)
 
 
 def is_zarr_store(path: str | os.PathLike[str]) -> bool:
@@ -400,8 +403,6 @@ def convert(
     if isinstance(topology, (str, os.PathLike)):
         inputs.append(os.fspath(topology))
     # refuse early, before MDAnalysis spends time on the input
-    from h5mdx.layout._atomic import check_target
-
     check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out)
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     atoms, indices = _atoms(u, select)

@@ -535,27 +535,21 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
     own: list[str] = []
     for name, var in ds.data_vars.items():
         name = str(name)
+        if name == "box_edges":  # on time, on its own time axis, or fixed
+            boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
         other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
         if other:
             if var.dims[0] != other[0] or TIME_DIM in var.dims or len(other) > 1:
                 raise ValueError(
                     f"variable {name!r} has the dimensions {var.dims}; an element sampled on "
                     "its own time axis must have it first, and no other")
-            if name == "box_edges":
-                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
             own.append(name)
-            continue
-        if TIME_DIM in var.dims:
+        elif TIME_DIM in var.dims:
             if var.dims[0] != TIME_DIM:
                 var = var.transpose(TIME_DIM, ...)
-            attrs = {}
-            if name == "box_edges":
-                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
             specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                     var.attrs.get("units"), attrs))
+                                     var.attrs.get("units"), {}))
         else:
-            if name == "box_edges":  # a fixed box
-                boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
             static[name] = (var.values, var.attrs.get("units"), {})
     for coord, unit in (("mass", "u"), ("charge", "e")):
         if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
