@@ -787,11 +787,8 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str],
                          root: str = "observables") -> xr.Dataset:
     """The elements directly under ``/<root>/<prefix>`` (``root``: ``observables`` or
     ``connectivity``)."""
-    pre = f"{prefix}/" if prefix else ""
-    found = b.info.observables if root == "observables" else b.info.connectivity
-    elements = {key[len(pre):]: el for key, el in found.items()
-                if key.startswith(pre) and "/" not in key[len(pre):]}
-    return _elements_dataset(b, elements, f"/{root}/{prefix}".rstrip("/"), drop)
+    return _elements_dataset(b, b.info.elements_under(root, prefix),
+                             f"/{root}/{prefix}".rstrip("/"), drop)
 
 
 def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,
@@ -826,8 +823,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if info.connectivity:
         available.append("connectivity")
         available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
-    subs = sorted({name.rpartition("/")[0] for name in info.parameters})
-    available.extend("parameters" + (f"/{sub}" if sub else "") for sub in subs)
+    available.extend("parameters" + (f"/{sub}" if sub else "") for sub in info.parameter_groups)
     listing = ", ".join(repr(a) for a in available) or "none"
     if group is None:
         if len(info.particles) == 1:
@@ -847,7 +843,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if g.startswith("particles/") and g[len("particles/"):] in info.particles:
         return "particles", g[len("particles/"):]
     if g == "observables" and info.observables:
-        if all("/" in key for key in info.observables):
+        if not info.elements_under("observables"):
             subs = ", ".join(repr(f"observables/{s}") for s in info.observable_groups)
             raise ValueError(f"{info.filename} has no observables directly under "
                              f"/observables; open one of its groups: {subs}")

@@ -197,6 +197,19 @@ class FileInfo:
     connectivity: dict[str, ElementInfo] = field(default_factory=dict)
     connectivity_groups: tuple[str, ...] = ()
 
+    def elements_under(self, root: str, sub: str = "") -> dict[str, ElementInfo]:
+        """The elements directly under ``/<root>/<sub>`` (``root``: ``observables`` or
+        ``connectivity``), by name."""
+        found = self.observables if root == "observables" else self.connectivity
+        pre = f"{sub}/" if sub else ""
+        return {key[len(pre):]: el for key, el in found.items()
+                if key.startswith(pre) and "/" not in key[len(pre):]}
+
+    @property
+    def parameter_groups(self) -> list[str]:
+        """The groups of ``/parameters`` that hold datasets, below it (``""``: itself)."""
+        return sorted({name.rpartition("/")[0] for name in self.parameters})
+
 
 # ----------------------------------------------------------------------------- opening
 

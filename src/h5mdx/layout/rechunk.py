@@ -283,24 +283,22 @@ def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
 
 def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, ElementInfo]]]:
     """(H5MD group, Zarr group, elements to verify by digest) of every group copied: the
-    particles groups (the first at the root), the observables and their subgroups, and the
-    groups of ``/parameters``."""
+    particles groups (the first at the root), the observables and the connectivity with
+    their subgroups, and the groups of ``/parameters``."""
     groups: list[tuple[str, str | None, dict[str, ElementInfo]]] = []
     for i, (name, pg) in enumerate(info.particles.items()):
         els = {n: e for n, e in pg.elements.items()}
         if pg.box is not None and pg.box.edges is not None:
             els["box_edges"] = pg.box.edges
         groups.append((f"particles/{name}", None if i == 0 else f"particles/{name}", els))
-    for root, found, subs in (("observables", info.observables, info.observable_groups),
-                              ("connectivity", info.connectivity, info.connectivity_groups)):
+    for root, subs in (("observables", info.observable_groups),
+                       ("connectivity", info.connectivity_groups)):
         for sub in ("", *subs):
-            pre = f"{sub}/" if sub else ""
-            direct = {k[len(pre):]: e for k, e in found.items()
-                      if k.startswith(pre) and "/" not in k[len(pre):]}
+            direct = info.elements_under(root, sub)
             if direct:
                 path = f"{root}/{sub}".rstrip("/")
                 groups.append((path, path, direct))
-    for sub in sorted({name.rpartition("/")[0] for name in info.parameters}):
+    for sub in info.parameter_groups:
         path = f"parameters/{sub}".rstrip("/")
         groups.append((path, path, {}))
     return groups
