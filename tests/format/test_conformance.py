@@ -851,3 +851,32 @@ def test_a_filter_this_hdf5_cannot_load_is_named_at_open(tmp_path):
         np.testing.assert_array_equal(ds.position, POS)
         with pytest.raises(H5MDReadError, match="velocity"):
             ds.velocity.values  # noqa: B018
+
+
+def test_stored_chunks_are_counted_once_per_dataset(tmp_path, monkeypatch):
+    """HDF5 walks a dataset's whole chunk index to count its stored chunks; the size
+    check and the unwritten-frames check of a compressed, partly written ``value``
+    share one count (the scan remembers it), and both still judge by it."""
+    from h5mdx.format import h5md
+
+    monkeypatch.setattr(h5md, "MAX_ABSENT_ELEMENTS", 1)  # let the size check ask too
+    calls: list[tuple[str, bool]] = []
+    count = h5md._stored_chunks
+
+    def counting(c, dset):
+        calls.append((dset.name, h5md._addr(dset) in c.stored_chunks))
+        return count(c, dset)
+
+    monkeypatch.setattr(h5md, "_stored_chunks", counting)
+    path = _base(str(tmp_path / "gz.h5md"))
+    with h5py.File(path, "r+") as f:
+        el = f.create_group(f"{G}/velocity")
+        dset = el.create_dataset("value", shape=POS.shape, dtype="f8",
+                                 chunks=(1, N_ATOMS, 3), compression="gzip")
+        dset[:2] = POS[:2]  # the writer stopped before the last frame
+        el["step"] = f[f"{G}/position/step"]
+    [problem] = scan(path).problems
+    assert problem.path == f"{G}/velocity/value"
+    assert "stores 2 of its 3 chunks" in problem.message
+    # asked by both checks, counted by HDF5 the first time only
+    assert calls == [(f"{G}/velocity/value", False), (f"{G}/velocity/value", True)]

@@ -311,6 +311,9 @@ class _Ctx:
     #: samplings already read, by (step address, time address, frames): a step/time
     #: shared by hard links is read, and its problems noted, once
     samplings: dict[tuple, Sampling] = field(default_factory=dict)
+    #: stored-chunk counts by dataset address: HDF5 walks the whole chunk index to
+    #: count them, and two checks ask for the same dataset's count
+    stored_chunks: dict[int, int | None] = field(default_factory=dict)
 
     @property
     def filename(self) -> str:
@@ -527,7 +530,19 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         )
 
 
-def _capacity(dset: h5py.Dataset) -> int:
+def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
+    """The number of chunks of ``dset`` that HDF5 has stored (None if it cannot tell),
+    counted once per scan."""
+    key = _addr(dset)
+    if key not in c.stored_chunks:
+        try:
+            c.stored_chunks[key] = int(dset.id.get_num_chunks())
+        except (OSError, ValueError, RuntimeError, AttributeError):
+            c.stored_chunks[key] = None
+    return c.stored_chunks[key]
+
+
+def _capacity(c: _Ctx, dset: h5py.Dataset) -> int:
     """Upper bound on the number of elements of ``dset`` that have stored data."""
     size = int(dset.size or 0)
     itemsize = max(1, int(dset.dtype.itemsize))
@@ -540,9 +555,8 @@ def _capacity(dset: h5py.Dataset) -> int:
     chunks = dset.chunks
     if not chunks:
         return storage // itemsize
-    try:
-        n_chunks = int(dset.id.get_num_chunks())
-    except (OSError, ValueError, RuntimeError, AttributeError):
+    n_chunks = _stored_chunks(c, dset)
+    if n_chunks is None:
         return size
     return min(size, n_chunks * math.prod(int(x) for x in chunks))
 
@@ -564,7 +578,7 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
     allowed = max(MAX_ABSENT_ELEMENTS, chunk)
     if size <= allowed:
         return
-    absent = size - _capacity(dset)
+    absent = size - _capacity(c, dset)
     if absent > allowed:
         raise H5MDFormatError(
             c.filename,
@@ -588,10 +602,10 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
     try:
         if not _filters(dset) and dset.id.get_storage_size() >= dset.nbytes:
             return  # every chunk of uncompressed data is there
-        stored = int(dset.id.get_num_chunks())
     except (OSError, ValueError, RuntimeError, AttributeError):
         return
-    if stored < expected:
+    stored = _stored_chunks(c, dset)
+    if stored is not None and stored < expected:
         c.note(where, f"stores {stored} of its {expected} chunks: the others were never "
                "written (a writer that stopped early, or space allocated ahead)",
                f"their values read as HDF5's default fill value ({dset.fillvalue})")
