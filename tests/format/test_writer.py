@@ -293,3 +293,44 @@ def test_to_h5md_writes_elements_sampled_on_their_own_time_axis(tmp_path):
         assert back.time_box_edges.attrs["units"] == "ps"
         assert back.box_edges.attrs["units"] == "nm"
         assert back.box_edges.attrs["boundary"] == ["periodic"] * 3
+
+
+def test_writer_adds_an_element_on_its_own_sampling(tmp_path):
+    """``add_element`` writes an element with its own step and time beside the shared
+    ones, in the writer's layout, checksummed like the rest; bad input is refused."""
+    pos, box = _frames(n=6)
+    path = tmp_path / "own.h5md"
+    specs = [ElementSpec("position", pos.shape[1:], np.float32, "Angstrom")]
+    charge = np.arange(3 * 11, dtype=np.float32).reshape(3, 11)
+    with H5MDWriter(path, specs, layout=Layout(frames_per_chunk=2, compression="gzip:1"),
+                    checksum=True) as w:
+        w.extend(np.arange(6) * 10, np.arange(6) * 0.5, position=pos)
+        w.add_element(ElementSpec("charge", (11,), np.float32, "e"), charge, [0, 20, 40],
+                      [0.0, 1.0, 2.0], time_unit="ps")
+        w.add_element(ElementSpec("box_edges", (3, 3), np.float32, "Angstrom"), box[:2],
+                      [0, 50])
+        with pytest.raises(ValueError, match="already written"):
+            w.add_element(ElementSpec("charge", (11,)), charge, [0, 1, 2])
+        with pytest.raises(ValueError, match="already written"):
+            w.add_element(ElementSpec("position", pos.shape[1:]), pos, np.arange(6))
+        with pytest.raises(ValueError, match=r"frames of shape \(11,\), not \(4,\)"):
+            w.add_element(ElementSpec("mass", (4,)), charge, [0, 1, 2])
+        with pytest.raises(ValueError, match="3 frames but 2 steps"):
+            w.add_element(ElementSpec("mass", (11,)), charge, [0, 1])
+    with h5py.File(path, "r") as f:
+        value = f["particles/trajectory/charge/value"]
+        assert value.chunks == (3, 11) and value.compression == "gzip"  # small: >= 64 KiB
+        assert value.attrs["unit"] == "e"
+        assert f["particles/trajectory/charge/time"].attrs["unit"] == "ps"
+        assert "time" not in f["particles/trajectory/box/edges"]
+    assert w.checksums == dataset_checksums(path, w.checksums)
+    assert "/particles/trajectory/charge/value" in w.checksums
+    from h5mdx.errors import H5MDConformanceWarning
+
+    with pytest.warns(H5MDConformanceWarning, match="box/edges.*kept on its own time axis"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.charge, charge)
+        np.testing.assert_array_equal(ds.step_charge, [0, 20, 40])
+        np.testing.assert_array_equal(ds.box_edges, box[:2])
+        np.testing.assert_array_equal(ds.step_box_edges, [0, 50])

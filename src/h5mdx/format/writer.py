@@ -400,6 +400,64 @@ class H5MDWriter:
             if self._fill == self.block:
                 self._flush()
 
+    def add_element(self, spec: ElementSpec, value: Any, step: Any, time: Any = None, *,
+                    time_unit: str | None = None) -> None:
+        """Write a whole element sampled on a time axis of its own, with its own ``step``
+        (and ``time``), beside the elements that share the writer's sampling.
+
+        Parameters
+        ----------
+        spec : ElementSpec
+            The element (``"box_edges"`` writes ``box/edges``); not one of the writer's
+            shared-sampling elements.
+        value : array-like
+            All its frames, leading axis = frames; anything sliced by frames into numpy
+            (an xarray or dask array is read a block of whole chunks at a time).
+        step : array-like of int
+            One step per frame.
+        time : array-like of float, optional
+            One time per frame; none is written without it.
+        time_unit : str, optional
+            Unit of ``time``.
+        """
+        if self.file is None:
+            raise ValueError(f"{self.filename}: the writer is closed")
+        n = int(np.shape(value)[0])
+        if tuple(np.shape(value)[1:]) != tuple(spec.frame_shape):
+            raise ValueError(f"{spec.name}: frames of shape {tuple(np.shape(value)[1:])}, "
+                             f"not {tuple(spec.frame_shape)}")
+        steps = np.asarray(step, dtype=np.int64).reshape(-1)
+        times = None if time is None else np.asarray(time, dtype=np.float64).reshape(-1)
+        if steps.size != n or (times is not None and times.size != n):
+            raise ValueError(f"{spec.name}: {n} frames but {steps.size} steps"
+                             + ("" if times is None else f" and {times.size} times"))
+        part = self.particles
+        where, key = (part["box"], "edges") if spec.name == "box_edges" \
+            else (part, spec.name)
+        if spec.name in self.specs or key in where:
+            raise ValueError(f"{self.filename}: element {spec.name!r} is already written")
+        chunk = self.layout.frames(spec.frame_bytes, n, small=True)
+        kwargs: dict[str, Any] = {} if self.layout.contiguous else {
+            "chunks": (chunk, *spec.frame_shape), "maxshape": (None, *spec.frame_shape),
+            **compression_kwargs(self.layout.compression)}
+        grp = where.create_group(key)
+        dset = grp.create_dataset("value", shape=(n, *spec.frame_shape),
+                                  dtype=np.dtype(spec.dtype), **kwargs)
+        if spec.unit is not None:
+            dset.attrs["unit"] = spec.unit
+        for k, v in spec.attrs.items():
+            dset.attrs[k] = v
+        for a in range(0, n, chunk * 16):
+            block = np.asarray(value[a:a + chunk * 16], dtype=np.dtype(spec.dtype))
+            dset[a:a + block.shape[0]] = block
+            self._digests.update(dset.name, block)
+        for name, data in (("step", steps), ("time", times)):
+            if data is not None:
+                written = grp.create_dataset(name, data=data)
+                self._digests.update(written.name, data)
+        if times is not None and time_unit is not None:
+            grp["time"].attrs["unit"] = time_unit
+
     def _check_names(self, given: Mapping[str, Any]) -> None:
         if set(given) != set(self.specs):
             missing = sorted(set(self.specs) - set(given))

@@ -23,7 +23,7 @@ import xarray as xr
 
 from h5mdx._optional import import_optional
 from h5mdx.format.checksums import Digests, array_digest
-from h5mdx.format.compression import compression_kwargs, parse_compression
+from h5mdx.format.compression import parse_compression
 from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
@@ -478,50 +478,30 @@ def to_h5md(
                         author=author) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
+                raise_if_interrupted()
                 sub = ds[timed].isel({TIME_DIM: slice(a, a + block)}).transpose(TIME_DIM, ...)
                 sub = sub.compute()
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
-        if own:
-            _write_own_sampling(tmp, group, ds, own, layout)
+            _write_own_sampling(w, ds, own)
     return os.fspath(path)
 
 
-def _write_own_sampling(path: str, group: str, ds: xr.Dataset, own: list[str],
-                        layout: Layout) -> None:
+def _write_own_sampling(w: H5MDWriter, ds: xr.Dataset, own: list[str]) -> None:
     """Write the variables on a time axis of their own (``time_<name>``) as elements with
-    their own ``step`` and ``time``, in blocks of whole chunks."""
-    import h5py
-
-    with h5py.File(path, "r+") as f:
-        part = f[f"particles/{group}"]
-        for name in own:
-            var = ds[name]
-            tdim = str(var.dims[0])
-            suffix = tdim[len(TIME_DIM):]
-            el = part["box"].create_group("edges") if name == "box_edges" \
-                else part.create_group(name)
-            frame_bytes = int(np.prod(var.shape[1:], dtype=np.int64)) * var.dtype.itemsize
-            n = var.shape[0]
-            chunk = layout.frames(frame_bytes, n, small=True)
-            kwargs: dict[str, Any] = {} if layout.contiguous else {
-                "chunks": (chunk, *var.shape[1:]), "maxshape": (None, *var.shape[1:]),
-                **compression_kwargs(layout.compression)}
-            value = el.create_dataset("value", shape=var.shape, dtype=var.dtype, **kwargs)
-            if var.attrs.get("units"):
-                value.attrs["unit"] = str(var.attrs["units"])
-            for a in range(0, n, chunk * 16):
-                raise_if_interrupted()
-                value[a:a + chunk * 16] = np.asarray(var[a:a + chunk * 16].values)
-            step_name = f"{STEP_COORD}{suffix}"
-            steps = (ds[step_name].values if step_name in ds.coords
-                     else np.arange(n, dtype=np.int64))
-            el.create_dataset("step", data=np.asarray(steps, dtype=np.int64))
-            times = ds[tdim]
-            if times.attrs.get("units") != "step":
-                t = el.create_dataset("time", data=np.asarray(times.values, dtype=np.float64))
-                if times.attrs.get("units"):
-                    t.attrs["unit"] = str(times.attrs["units"])
+    their own ``step`` and ``time``."""
+    for name in own:
+        var = ds[name]
+        tdim = str(var.dims[0])
+        step_name = f"{STEP_COORD}{tdim[len(TIME_DIM):]}"
+        steps = (ds[step_name].values if step_name in ds.coords
+                 else np.arange(var.shape[0], dtype=np.int64))
+        times = ds[tdim]
+        timed = times.attrs.get("units") != "step"
+        w.add_element(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
+                                  var.attrs.get("units") or None),
+                      var.variable, steps, times.values if timed else None,
+                      time_unit=times.attrs.get("units") if timed else None)
 
 
 def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
