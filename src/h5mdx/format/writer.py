@@ -207,6 +207,13 @@ def check_group_name(group: str) -> str:
     return group
 
 
+def id_element(indices: Any) -> tuple[np.ndarray, None, dict[str, str]]:
+    """The time-independent H5MD ``id`` element of a selection of atoms (which atoms of
+    the input these are), as :class:`H5MDWriter`'s ``static`` takes it."""
+    return (np.asarray(indices, dtype=np.int64), None,
+            {"long_name": "0-based index of the atom in the input"})
+
+
 class H5MDWriter:
     """Stream frames into a new H5MD 1.1 file.
 

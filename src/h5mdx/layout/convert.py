@@ -32,6 +32,7 @@ from h5mdx.format.writer import (
     H5MDWriter,
     Layout,
     check_group_name,
+    id_element,
 )
 from h5mdx.layout._atomic import (
     ZARR_MARKERS,
@@ -412,8 +413,7 @@ def convert(
     specs, want, has_box = _element_specs(ts0, n, velocities, forces)
     static = _static(atoms)
     if indices is not None:  # H5MD's id: which atoms of the input these are
-        static["id"] = (np.asarray(indices, dtype=np.int64), None,
-                        {"long_name": "0-based index of the atom in the input"})
+        static["id"] = id_element(indices)
     steps = _Steps()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     t0 = _time.perf_counter()

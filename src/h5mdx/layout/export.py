@@ -33,7 +33,7 @@ from h5mdx.format.schema import (
     STEP_COORD,
     TIME_DIM,
 )
-from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name
+from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name, id_element
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "open_zarr_store", "to_h5md", "zarr_checksums",
@@ -538,8 +538,7 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
         atoms = np.asarray(ds[ATOM_DIM].values)
         if atoms.dtype.kind in "iu" and not np.array_equal(atoms, np.arange(atoms.size)):
             # a selection of atoms (isel(atom=[...])): H5MD's id keeps which ones
-            static["id"] = (atoms.astype(np.int64), None,
-                            {"long_name": "0-based index of the atom in the input"})
+            static["id"] = id_element(atoms)
     if not specs:
         raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
     return specs, static, boundary, own
