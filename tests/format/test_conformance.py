@@ -880,3 +880,25 @@ def test_stored_chunks_are_counted_once_per_dataset(tmp_path, monkeypatch):
     assert "stores 2 of its 3 chunks" in problem.message
     # asked by both checks, counted by HDF5 the first time only
     assert calls == [(f"{G}/velocity/value", False), (f"{G}/velocity/value", True)]
+
+
+def test_a_problem_of_a_shared_step_reaches_every_group_that_uses_it(tmp_path):
+    """A float ``step`` hard-linked into an observable is noted once, under the first
+    link's path; an open of the observables alone still warns of it (it converted their
+    steps too), and the whole tree warns once."""
+    path = _base(str(tmp_path / "shared.h5md"))
+    with h5py.File(path, "r+") as f:
+        _replace(f[f"{G}/position"], "step", STEPS.astype(np.float64))
+        for other in (f"{G}/box/edges", "observables/energy"):  # hard links again
+            _replace(f[other], "step", f[f"{G}/position/step"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with xr.open_dataset(path, engine="h5md", group="observables") as ds:
+            np.testing.assert_array_equal(ds.step, STEPS)
+    assert [str(w.message) for w in caught] == [
+        f"{path} [{G}/position/step]: 'step' must be integer, not float64; converted to "
+        "integers"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        xr.open_datatree(path, engine="h5md").close()
+    assert len(caught) == 1

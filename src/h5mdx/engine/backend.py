@@ -448,7 +448,8 @@ class _Report:
     def scanned(self, info: FileInfo, under: str | None = None) -> None:
         """Take the problems of the scan: all, or those of ``under`` and the whole file."""
         for problem in info.problems:
-            if self.strict or under is None or _concerns(problem.path, under):
+            if self.strict or under is None or any(
+                    _concerns(path, under) for path in (problem.path, *problem.shared_by)):
                 self.add(problem)
 
     def emit(self) -> None:

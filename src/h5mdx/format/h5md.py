@@ -75,12 +75,16 @@ class Problem:
     minor : bool
         Missing metadata that costs no data (an author without a name): listed by
         ``h5mdx info`` and an error with ``strict=True``, but not warned about.
+    shared_by : tuple of str
+        Other elements that use the part at ``path`` (a ``step`` or ``time`` hard-linked
+        into them), so that an open of their group hears of it too.
     """
 
     path: str
     message: str
     assumed: str
     minor: bool = False
+    shared_by: tuple[str, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return f"[{self.path}] {self.message}; {self.assumed}"
@@ -311,6 +315,8 @@ class _Ctx:
     #: samplings already read, by (step address, time address, frames): a step/time
     #: shared by hard links is read, and its problems noted, once
     samplings: dict[tuple, Sampling] = field(default_factory=dict)
+    #: the problems noted while reading each of those samplings (indices in problems)
+    sampling_problems: dict[tuple, range] = field(default_factory=dict)
     #: stored-chunk counts by dataset address: HDF5 walks the whole chunk index to
     #: count them, and two checks ask for the same dataset's count
     stored_chunks: dict[int, int | None] = field(default_factory=dict)
@@ -748,10 +754,15 @@ def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
     key = (_addr(step_ds) if step_ds is not None else ("implicit", where),
            _addr(time_ds) if time_ds is not None else None)
     if (*key, n_frames) in c.samplings:
+        for i in c.sampling_problems[(*key, n_frames)]:  # they concern this element too
+            p = c.problems[i]
+            c.problems[i] = replace(p, shared_by=(*p.shared_by, where))
         return c.samplings[(*key, n_frames)]
+    first = len(c.problems)
     c.samplings[(*key, n_frames)] = sampling = _read_sampling(
         c, grp, step_ds, time_ds, n_frames, where, key
     )
+    c.sampling_problems[(*key, n_frames)] = range(first, len(c.problems))
     return sampling
 
 
