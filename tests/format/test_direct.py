@@ -55,7 +55,23 @@ KEYS = [
     (slice(10, 20), np.array([3, 1, 19, 1, 10]), slice(None)),
     (np.array([0, 2, 5, 4]), slice(2, 9), slice(None)),
     (slice(5, 5), slice(None), slice(None)),
+    # an integer beside an array: outer indexing keeps the axes apart (numpy would not)
+    (7, slice(None), np.array([2, 0])),
+    (7, np.array([3, 1, 5]), 2),
+    (slice(10, 20), 4, np.array([1])),
+    (np.array([0, 2, 5]), 3, slice(None)),
 ]
+
+
+def _outer(values: np.ndarray, key: tuple) -> np.ndarray:
+    """``values[key]`` with xarray's outer indexing: every axis indexed on its own."""
+    out = values[tuple(slice(k % n, k % n + 1) if isinstance(k, int) else
+                       k if isinstance(k, slice) else slice(None)
+                       for k, n in zip(key, values.shape, strict=True))]
+    for axis, k in enumerate(key):
+        if isinstance(k, np.ndarray):
+            out = np.take(out, k, axis=axis)
+    return out[tuple(0 if isinstance(k, int) else slice(None) for k in key)]
 
 
 def _values(dtype: str) -> np.ndarray:
@@ -101,7 +117,7 @@ def _read_direct(path: str, key: tuple) -> tuple[np.ndarray | None, bool]:
         except direct.Unsupported:
             return None, False
     try:
-        return np.array(reader.read(box)[rest]), True
+        return np.array(direct.within(reader.read(box), rest)), True
     finally:
         reader.close()
 
@@ -121,7 +137,7 @@ def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
         assert used == supported, layout
         if not used:
             continue
-        want = values[key]  # the full array as h5py wrote it (h5py wants sorted lists)
+        want = _outer(values, key)  # the array h5py wrote (h5py wants sorted lists)
         with h5py.File(path, "r") as f:
             assert f["x"][()].tobytes() == values.tobytes()
         assert got.dtype == want.dtype
@@ -277,6 +293,33 @@ def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
     assert readers[1]() is None  # freed, its descriptor closed with it (__del__)
     with xr.open_dataset(paths[1], engine="h5md") as ds:  # planned again
         np.testing.assert_array_equal(ds.position.values, values + 1)
+
+
+@pytest.mark.parametrize("chunks", [None, (4, 41, 3), (5, 7, 2)])
+def test_engine_outer_indexing_on_both_paths(tmp_path, monkeypatch, chunks):
+    """Lazy indexing without dask (``isel``/``sel`` with integers, slices and lists in
+    any mix) gives numpy's outer-indexed values on both read paths."""
+    values = _values("<f4")
+    path = str(tmp_path / "o.h5md")
+    element = {"value": values, "step": np.arange(SHAPE[0])}
+    if chunks is not None:
+        element["chunks"] = chunks
+    write_h5md(path, {"all": {"position": element}})
+    keys = [dict(time=2, atom=slice(None), spatial=[2, 0]), dict(time=2, atom=[3], spatial=[2, 0]),
+            dict(time=[0, 5, 9], atom=4, spatial=1), dict(time=slice(3, 9), atom=7, spatial=[1]),
+            dict(time=-1, atom=[40, 0], spatial=slice(None))]
+    for on in ("1", "0"):
+        monkeypatch.setenv(direct.ENV_VAR, on)
+        with xr.open_dataset(path, engine="h5md") as ds:
+            for key in keys:
+                want = _outer(values, tuple(
+                    np.array(key[d]) if isinstance(key[d], list) else key[d]
+                    for d in ("time", "atom", "spatial")))
+                got = ds.position.isel(key)
+                assert got.shape == want.shape, (on, key)
+                assert got.values.tobytes() == want.tobytes(), (on, key)
+            both = ds.position.isel(time=0).sel(spatial=["x", "y"])  # an integer, then a list
+            np.testing.assert_array_equal(both.values, values[0][:, [0, 1]])
 
 
 def test_rewritten_file_is_replanned(tmp_path):

@@ -308,7 +308,7 @@ class H5MDArray(BackendArray):
         if reader is None:
             return None
         data = self._read_box(reader, box, key)
-        return None if data is None else data[rest]
+        return None if data is None else _direct.within(data, rest)
 
     def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
                   key: tuple) -> np.ndarray | None:

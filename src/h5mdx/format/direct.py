@@ -61,6 +61,7 @@ __all__ = [
     "scratch_buffers",
     "scratch_pool",
     "why_not_direct",
+    "within",
 ]
 
 #: Environment variable that turns direct reads off (``0``): every read goes through h5py.
@@ -616,8 +617,8 @@ def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple
     Returns
     -------
     (box, rest) or None
-        ``box`` has one ``slice(start, stop)`` per axis; ``data[box][rest]`` equals
-        ``data[key]``. None where the box would read more than ``MAX_OVERREAD``
+        ``box`` has one ``slice(start, stop)`` per axis; ``within(data[box], rest)``
+        equals ``data[key]``. None where the box would read more than ``MAX_OVERREAD``
         times what the key asks for, or the key is of another kind.
 
     Examples
@@ -655,6 +656,27 @@ def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple
         else:
             return None
     return tuple(box), tuple(rest)
+
+
+def within(block: np.ndarray, rest: tuple) -> np.ndarray:
+    """``block`` (a box of :func:`box_of`) indexed by its ``rest``, axis by axis.
+
+    numpy would take an integer and the array together as one advanced index (an
+    integer on ``time`` and a list on ``spatial`` would broadcast against each other and
+    move to the front); outer indexing keeps every axis apart, so the integers (0 in
+    their one-long box axis) are applied after the rest.
+
+    Examples
+    --------
+    >>> block = np.arange(12).reshape(1, 4, 3)
+    >>> within(block, (0, slice(None), np.array([2, 0]))).shape
+    (4, 2)
+    """
+    ints = [isinstance(r, (int, np.integer)) for r in rest]
+    if not any(ints):
+        return block[rest]
+    kept = block[tuple(slice(None) if i else r for i, r in zip(ints, rest, strict=True))]
+    return kept[tuple(int(r) if i else slice(None) for i, r in zip(ints, rest, strict=True))]
 
 
 # -- scratch buffers ---------------------------------------------------------------------
