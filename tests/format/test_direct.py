@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -266,20 +267,20 @@ def test_first_reads_from_many_threads_at_once(tmp_path):
 
 
 def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
-    """A session reading many files keeps the descriptors of the last MAX_READERS only."""
-    import gc
+    """A session reading many files (open at once) keeps the descriptors of the last
+    MAX_READERS only."""
     import weakref
 
     monkeypatch.setattr(direct, "MAX_READERS", 2)
     values = _values("<f4")
     key = "/particles/all/position/value"
-    paths, readers = [], []
+    paths, readers, opened = [], [], []
     for i in range(3):
         paths.append(str(tmp_path / f"t{i}.h5md"))
         write_h5md(paths[-1], {"all": {"position": {"value": values + i,
                                                     "step": np.arange(SHAPE[0])}}})
-        with xr.open_dataset(paths[-1], engine="h5md") as ds:
-            np.testing.assert_array_equal(ds.position.values, values + i)
+        opened.append(xr.open_dataset(paths[-1], engine="h5md", cache=False))
+        np.testing.assert_array_equal(opened[-1].position.values, values + i)
         reader = direct.cached(paths[-1], key)
         assert isinstance(reader, direct.DirectReader) and reader._fd is not None
         readers.append(weakref.ref(reader))
@@ -291,8 +292,10 @@ def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
     assert direct.cached(paths[2], key) is readers[2]()
     gc.collect()
     assert readers[1]() is None  # freed, its descriptor closed with it (__del__)
-    with xr.open_dataset(paths[1], engine="h5md") as ds:  # planned again
-        np.testing.assert_array_equal(ds.position.values, values + 1)
+    np.testing.assert_array_equal(opened[1].position.values, values + 1)  # planned again
+    assert isinstance(direct.cached(paths[1], key), direct.DirectReader)
+    for ds in opened:
+        ds.close()
 
 
 @pytest.mark.parametrize("chunks", [None, (4, 41, 3), (5, 7, 2)])
@@ -672,3 +675,64 @@ def test_why_not_direct_off_missing_and_groups(tmp_path, monkeypatch):
     assert direct.why_not_direct(str(tmp_path / "absent.h5"), "x").startswith("FileNotFoundError")
     monkeypatch.setenv(direct.ENV_VAR, "0")
     assert direct.why_not_direct(name, "g/x") == f"{direct.ENV_VAR}=0"
+
+
+def _descriptors_of(path: str) -> int:
+    """How many of this process's descriptors are open on ``path`` (deleted or not)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(path)
+        except OSError:
+            continue
+    return n
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_closing_a_dataset_closes_its_descriptors(tmp_path):
+    """A closed Dataset (or tree) keeps no descriptor of its file: the direct readers of
+    the last open of a file leave with it; another open of the file keeps its own."""
+    values = _values("<f4")
+    path = str(tmp_path / "fd.h5md")
+    write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                           "step": np.arange(SHAPE[0])}}})
+    with xr.open_dataset(path, engine="h5md") as a:
+        b = xr.open_datatree(path, engine="h5md")
+        a.position.load()
+        b["particles/all"].position.load()
+        assert _descriptors_of(path) >= 1
+    # b still holds the file: its reads stay direct
+    assert isinstance(direct.cached(path, "/particles/all/position/value"), direct.DirectReader)
+    np.testing.assert_array_equal(b["particles/all"].position.values, values)
+    b.close()
+    gc.collect()
+    assert _descriptors_of(path) == 0
+    assert direct.cached(path, "/particles/all/position/value") is direct.UNPLANNED
+
+
+@pytest.mark.parametrize("how", ["replaced", "deleted"])
+@pytest.mark.parametrize("first_read", [True, False])
+def test_a_file_replaced_or_deleted_after_opening_reads_as_opened(tmp_path, how, first_read):
+    """HDF5 holds the file it opened; direct reads, which open it by name, never read
+    another file at the offsets of the first (a run writing a new file over the old one
+    by renaming): they read what HDF5 holds, as h5netcdf does."""
+    values = _values("<f4")
+    path = str(tmp_path / "r.h5md")
+    write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                           "step": np.arange(SHAPE[0])}}})
+    with xr.open_dataset(path, engine="h5md", cache=False) as ds:
+        if first_read:
+            np.testing.assert_array_equal(ds.position.values, values)
+        if how == "replaced":
+            other = str(tmp_path / "new.h5md")
+            write_h5md(other, {"pad": {"position": {"value": values[:5] - 1}},  # offsets move
+                               "all": {"position": {"value": values + 1000,
+                                                    "step": np.arange(SHAPE[0])}}})
+            os.replace(other, path)
+        else:
+            os.remove(path)
+        np.testing.assert_array_equal(ds.position.values, values)
+        np.testing.assert_array_equal(ds.position[3:9, 2:5].values, values[3:9, 2:5])
+    if how == "replaced":
+        with xr.open_dataset(path, engine="h5md", group="all") as ds:  # the new file
+            np.testing.assert_array_equal(ds.position.values, values + 1000)

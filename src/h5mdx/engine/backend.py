@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 import xarray as xr
 from xarray.backends import BackendArray, BackendEntrypoint, CachingFileManager
+from xarray.backends.common import datatree_from_dict_with_io_cleanup
 from xarray.backends.locks import HDF5_LOCK
 from xarray.core import indexing
 
@@ -864,6 +865,26 @@ def _manager(filename: str, swmr: bool) -> CachingFileManager:
     return CachingFileManager(_opener, filename, mode="r", kwargs={"swmr": swmr})
 
 
+class _Closer:
+    """What closing the Dataset (or each node of a tree) does: close the h5py file and
+    release the direct readers of this open (:func:`h5mdx.format.direct.hold`).
+
+    A pickled copy (a Dataset sent to another process) closes its file there and holds
+    nothing."""
+
+    def __init__(self, manager: CachingFileManager, filename: str) -> None:
+        self.manager = manager
+        self._release: Callable[[], None] | None = _direct.hold(filename)
+
+    def __call__(self) -> None:
+        self.manager.close()
+        if self._release is not None:
+            self._release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"manager": self.manager, "_release": None}
+
+
 def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool) -> FileInfo:
     with lock:
         return scan(manager.acquire(needs_lock=False), allow_external=allow_external)
@@ -949,7 +970,7 @@ def _open_one(
         manager.close()
         raise
     report.emit()
-    ds.set_close(manager.close)
+    ds.set_close(_Closer(manager, filename))
     return ds
 
 
@@ -1118,7 +1139,9 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
                     f"{_normalize_path(filename_or_obj)} has no group {group!r}; its groups: "
                     f"{', '.join(p for p in groups if p != '/')}")
             groups = sub
-        return xr.DataTree.from_dict(groups)
+        # each node closes the file (one close, however many nodes): tree.close() and
+        # `with xr.open_datatree(...)` release it, as xarray's own engines do
+        return datatree_from_dict_with_io_cleanup(groups)
 
 
 def _no_other_keywords(what: str, kwargs: Mapping[str, Any]) -> None:
@@ -1203,8 +1226,9 @@ def open_groups(
     for path, ds in out.items():
         if path != "/":
             ds.attrs = {k: v for k, v in ds.attrs.items() if k not in file_attrs}
+    close = _Closer(manager, filename)
     for ds in out.values():
-        ds.set_close(manager.close)
+        ds.set_close(close)
     return out
 
 

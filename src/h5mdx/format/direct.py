@@ -38,7 +38,7 @@ import math
 import os
 import threading
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +56,7 @@ __all__ = [
     "empty",
     "enabled",
     "file_stamp",
+    "hold",
     "plan_cached",
     "plan_direct",
     "scratch_buffers",
@@ -177,6 +178,9 @@ class DirectReader:
     _index: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict,
                                                                repr=False)
     _fd: int | None = field(default=None, repr=False)
+    #: ``(device, inode)`` of the file planned from; a descriptor opened by name on
+    #: another file (replaced since) is refused
+    file_id: tuple[int, int] | None = field(default=None, repr=False)
     _fd_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: Where a chunk B-tree can be read (:class:`~h5mdx.format.chunk_index.ChunkTree`):
     #: ``locate(lo, hi)`` gives the chunks whose first row lies in ``[lo, hi)`` as arrays
@@ -206,8 +210,20 @@ class DirectReader:
         if fd is None:
             with self._fd_lock:
                 if self._fd is None:
-                    self._fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                    self._fd = self._open()
                 fd = self._fd
+        return fd
+
+    def _open(self) -> int:
+        try:
+            fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError as err:
+            raise Unsupported(f"{self.filename} is no longer on disk") from err
+        if self.file_id is not None:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.file_id:
+                os.close(fd)
+                raise Unsupported(f"{self.filename} was replaced on disk since it was planned")
         return fd
 
     def close(self) -> None:
@@ -761,14 +777,46 @@ MAX_READERS = 256
 
 #: (file, dataset) -> (the file's stamp, its reader or None, why None: what only HDF5 reads)
 _CACHE: OrderedDict[tuple[str, str],
-                    tuple[tuple[int, int, int], DirectReader | None, str | None]] = OrderedDict()
+                    tuple[tuple[int, ...], DirectReader | None, str | None]] = OrderedDict()
 #: Why a dataset that a read found unusual (:func:`forget`) is read through h5py.
 _FORGOTTEN = "a read found storage that only HDF5 reads"
 _CACHE_LOCK = threading.Lock()
 
 
-def file_stamp(filename: str) -> tuple[int, int, int] | None:
-    """``(inode, size, mtime_ns)`` of ``filename``, or None if it cannot be stat'ed.
+#: Files held open through the engine in this process, with the number of opens of each.
+_HELD: Counter[str] = Counter()
+
+
+def hold(filename: str) -> Callable[[], None]:
+    """Note that an open holds ``filename``; returns its release, for when it closes.
+
+    When the last open of a file in this process releases it, the file's readers leave
+    the cache: their descriptors close once no read holds them, so that a closed Dataset
+    keeps no file open (nor a deleted file's space in use). Readers that no open holds
+    (a dask worker's) stay, up to :data:`MAX_READERS`. The release may be called more
+    than once; it counts once.
+    """
+    with _CACHE_LOCK:
+        _HELD[filename] += 1
+    released = threading.Event()
+
+    def release() -> None:
+        with _CACHE_LOCK:
+            if released.is_set():
+                return
+            released.set()
+            _HELD[filename] -= 1
+            if _HELD[filename] > 0:
+                return
+            del _HELD[filename]
+            for key in [k for k in _CACHE if k[0] == filename]:
+                del _CACHE[key]
+
+    return release
+
+
+def file_stamp(filename: str) -> tuple[int, int, int, int] | None:
+    """``(device, inode, size, mtime_ns)`` of ``filename``, or None if it cannot be stat'ed.
 
     A file rewritten since has another stamp.
     """
@@ -776,7 +824,20 @@ def file_stamp(filename: str) -> tuple[int, int, int] | None:
         st = os.stat(filename)
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _held_file(dset: h5py.Dataset) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file HDF5 has open for ``dset``; None where it cannot
+    tell (a driver without a POSIX descriptor)."""
+    f = dset.file
+    if f.driver != "sec2":
+        return None
+    try:
+        st = os.fstat(int(f.id.get_vfd_handle()))
+    except (OSError, ValueError, TypeError, RuntimeError):
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def cached(filename: str, path: str) -> DirectReader | None:
@@ -809,11 +870,18 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
     reading through it still. Its descriptor closes with it, once no one holds it.
     """
     stamp = file_stamp(filename)
+    held = _held_file(dset)
+    if held is not None and (stamp is None or stamp[:2] != held):
+        # replaced or deleted since HDF5 opened it: its offsets are not those of the
+        # file by that name now; HDF5 reads what it holds open (nothing is cached)
+        return None
     why = None
     try:
         reader: DirectReader | None = plan_direct(dset)
     except Unsupported as err:
         reader, why = None, str(err)
+    if reader is not None:
+        reader.file_id = held
     if stamp is not None:
         with _CACHE_LOCK:
             old = _CACHE.get((filename, path))
