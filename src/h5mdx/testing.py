@@ -41,6 +41,7 @@ def write_element(
     chunks: tuple[int, ...] | bool | None = None,
     compression: str | None = None,
     compression_opts: Any = None,
+    shuffle: bool = False,
     fillvalue: Any = None,
     link_sampling_from: h5py.Group | None = None,
 ) -> h5py.Group | h5py.Dataset:
@@ -58,6 +59,8 @@ def write_element(
         kwargs["compression"] = compression
         if compression_opts is not None:
             kwargs["compression_opts"] = compression_opts
+    if shuffle:
+        kwargs["shuffle"] = True
     if fillvalue is not None:
         kwargs["fillvalue"] = fillvalue
     if step is None and link_sampling_from is None:

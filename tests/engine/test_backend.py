@@ -380,6 +380,30 @@ def test_integer_fill_value_becomes_nan_when_units_make_floats(tmp_path):
         assert (ds.position.values[1, 3] == -9999).all()
 
 
+@pytest.mark.filterwarnings("ignore:The data type")  # zarr 3 on the spatial labels
+@pytest.mark.filterwarnings("ignore:Consolidated metadata")
+def test_netcdf_and_zarr_writers_keep_served_values_and_filters(tmp_path):
+    """``encoding`` tells xarray's writers the dtype served (integers in pm served as
+    float Å, not written back as integer zeros) and the filters (shuffle kept), as
+    h5netcdf's engine does (found by an audit)."""
+    value = np.arange(24, dtype=np.int32).reshape(2, 4, 3) + 5
+    path = write_h5md(tmp_path / "int.h5md", particles={"g": {
+        "position": dict(value=value, step=np.arange(2), unit="pm"),
+        "velocity": dict(value=value.astype(np.float32), step=np.arange(2), chunks=(1, 4, 3),
+                         compression="gzip", shuffle=True)}})
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        enc = ds.position.encoding
+        assert enc["dtype"] == np.float64 and enc["original_dtype"] == np.int32
+        assert ds.velocity.encoding["shuffle"] and not ds.position.encoding["shuffle"]
+        ds.to_netcdf(tmp_path / "out.nc", engine="h5netcdf")
+        ds.to_zarr(tmp_path / "out.zarr")
+    for engine, out in (("h5netcdf", "out.nc"), ("zarr", "out.zarr")):
+        with xr.open_dataset(tmp_path / out, engine=engine) as back:
+            np.testing.assert_allclose(back.position.values, value / 100.0)
+    with h5py.File(tmp_path / "out.nc", "r") as f:
+        assert f["velocity"].shuffle and f["velocity"].chunks == (1, 4, 3)
+
+
 # ----------------------------------------------------------------------------- laziness, chunks
 
 

@@ -579,11 +579,17 @@ class _Builder:
         encoding: dict[str, Any] = {
             "source": self.info.filename,
             "h5md_path": el.path,
-            "dtype": el.dtype,
+            # the dtype served (a unit conversion makes integers floats): what a netCDF
+            # or Zarr writer stores; the file's own is original_dtype
+            "dtype": dtype,
+            "original_dtype": el.dtype,
             "chunksizes": el.chunks,
             "contiguous": el.chunks is None,
             "compression": el.compression,
             "compression_opts": el.compression_opts,
+            # HDF5's own names, or the filter ids of a writer that left them out
+            "shuffle": bool({"shuffle", "2"} & set(el.filters)),
+            "fletcher32": bool({"fletcher32", "3"} & set(el.filters)),
             "original_shape": el.shape,
         }
         if el.fillvalue is not None:
