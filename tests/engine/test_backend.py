@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import warnings
 
@@ -341,10 +342,36 @@ def test_datatree_of_one_group_and_keywords_it_does_not_take(mixed_file):
         assert not tree.children and tree.sizes["time"] == 4
     with pytest.raises(ValueError, match="has no group 'nope'; its groups: /particles"):
         xr.open_datatree(path, engine="h5md", group="nope")
-    with pytest.raises(TypeError, match="unexpected keyword.*decode_times"):
+    with pytest.raises(TypeError, match=r"unexpected keyword.*decode_times \(CF decoding"):
         xr.open_datatree(path, engine="h5md", decode_times=False)
+    with pytest.raises(TypeError, match=r"unexpected keyword\(s\) selct$"):
+        xr.open_datatree(path, engine="h5md", selct="name CA")
+    # open_groups takes group= too (it refused it as CF decoding), paths relative to it
+    groups = xr.open_groups(path, engine="h5md", group="particles")
+    assert set(groups) == {"/", "/trajectory", "/solvent"}
+    np.testing.assert_array_equal(groups["/trajectory"].position.values, data["pos"])
+    for ds in groups.values():
+        ds.close()
     with pytest.raises(TypeError, match="decode_times"):
         xr.open_dataset(path, engine="h5md", group="trajectory", decode_times=False)
+
+
+def test_drop_variables_drops_coordinates_and_paths_expand_the_home(tmp_path, monkeypatch,
+                                                                     mixed_file):
+    """``drop_variables`` drops coordinates (``step``, ``time``) as xarray's engines do;
+    ``~`` in a path is the user's home (found by an audit)."""
+    path, data = mixed_file
+    with xr.open_dataset(path, engine="h5md", group="trajectory",
+                         drop_variables=["step", "time"]) as ds:
+        assert "step" not in ds.variables and "time" not in ds.coords
+        np.testing.assert_array_equal(ds.position.values, data["pos"])
+    with xr.open_datatree(path, engine="h5md", drop_variables="step") as tree:
+        assert all("step" not in node.variables for node in tree.subtree)
+    monkeypatch.setenv("HOME", os.path.dirname(path))
+    home = "~/" + os.path.basename(path)
+    assert xr.backends.list_engines()["h5md"].guess_can_open(home)
+    with xr.open_dataset(home, engine="h5md", group="trajectory") as ds:
+        assert ds.encoding["source"] == path
 
 
 def test_fill_value_becomes_nan(tmp_path):

@@ -924,7 +924,7 @@ _STRUCTURE_ERRORS = (KeyError, RuntimeError, TypeError, AttributeError, IndexErr
 
 def _normalize_path(filename_or_obj: Any) -> str:
     if isinstance(filename_or_obj, (str, os.PathLike)):
-        return os.path.abspath(os.fspath(filename_or_obj))
+        return os.path.abspath(os.path.expanduser(os.fspath(filename_or_obj)))
     raise TypeError(
         "the h5md engine opens files by path (str or os.PathLike), not "
         f"{type(filename_or_obj).__name__}"
@@ -976,8 +976,17 @@ def _open_one(
         manager.close()
         raise
     report.emit()
+    ds = _drop_coordinates(ds, drop)
     ds.set_close(_Closer(manager, filename))
     return ds
+
+
+def _drop_coordinates(ds: xr.Dataset, drop: set[str]) -> xr.Dataset:
+    """``ds`` without the coordinates named in ``drop_variables`` (``step``, ``time``,
+    ``species``...): built with the elements they index, dropped once built, as xarray's
+    own engines drop any variable named."""
+    names = [name for name in drop if name in ds.coords]
+    return ds.drop_vars(names) if names else ds
 
 
 class H5MDBackendEntrypoint(BackendEntrypoint):
@@ -1011,7 +1020,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         """Claim only HDF5 files that have an ``/h5md`` group."""
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
-        path = os.fspath(filename_or_obj)
+        path = os.path.expanduser(os.fspath(filename_or_obj))
         return os.path.isfile(path) and is_h5md(path)
 
     def open_dataset(  # type: ignore[override]
@@ -1096,10 +1105,13 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         strict: bool = False,
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
-        """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`)."""
+        """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`);
+        ``group=``: those of that group's subtree, with paths relative to it."""
+        group = kwargs.pop("group", None)
         _no_other_keywords("open_groups", kwargs)
-        return open_groups(
-            _normalize_path(filename_or_obj),
+        filename = _normalize_path(filename_or_obj)
+        groups = open_groups(
+            filename,
             drop_variables=drop_variables,
             topology=topology,
             convert_units=convert_units,
@@ -1108,6 +1120,16 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             allow_external=allow_external,
             strict=strict,
         )
+        if group is None or not group.strip("/"):
+            return groups
+        root = "/" + group.strip("/")
+        sub = {path[len(root):] or "/": ds for path, ds in groups.items()
+               if path == root or path.startswith(root + "/")}
+        if not sub:
+            groups["/"].close()  # one file behind every group
+            raise ValueError(f"{filename} has no group {group!r}; its groups: "
+                             f"{', '.join(p for p in groups if p != '/')}")
+        return sub
 
     def open_datatree(  # type: ignore[override]
         self,
@@ -1135,16 +1157,8 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             swmr=swmr,
             allow_external=allow_external,
             strict=strict,
+            group=group,
         )
-        if group is not None and group.strip("/"):
-            root = "/" + group.strip("/")
-            sub = {path[len(root):] or "/": ds for path, ds in groups.items()
-                   if path == root or path.startswith(root + "/")}
-            if not sub:
-                raise ValueError(
-                    f"{_normalize_path(filename_or_obj)} has no group {group!r}; its groups: "
-                    f"{', '.join(p for p in groups if p != '/')}")
-            groups = sub
         # each node closes the file (one close, however many nodes): tree.close() and
         # `with xr.open_datatree(...)` release it, as xarray's own engines do
         return datatree_from_dict_with_io_cleanup(groups)
@@ -1153,9 +1167,17 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
 def _no_other_keywords(what: str, kwargs: Mapping[str, Any]) -> None:
     """Refuse keywords the engine does not take (xarray's CF decoders among them), as
     ``open_dataset`` does, instead of ignoring them."""
-    if kwargs:
-        raise TypeError(f"the h5md engine's {what} got unexpected keyword(s) "
-                        f"{', '.join(sorted(kwargs))} (CF decoding does not apply to H5MD)")
+    if not kwargs:
+        return
+    cf = sorted(set(kwargs) & _CF_KEYWORDS)
+    why = " (CF decoding does not apply to H5MD)" if cf else ""
+    raise TypeError(f"the h5md engine's {what} got unexpected keyword(s) "
+                    f"{', '.join(sorted(kwargs))}{why}")
+
+
+#: xarray's CF-decoding keywords, which H5MD files do not need.
+_CF_KEYWORDS = frozenset({"mask_and_scale", "decode_times", "decode_timedelta", "use_cftime",
+                          "concat_characters", "decode_coords"})
 
 
 def open_groups(
@@ -1227,6 +1249,7 @@ def open_groups(
         manager.close()
         raise
     report.emit()
+    out = {path: _drop_coordinates(ds, drop) for path, ds in out.items()}
     _dealign(out)
     file_attrs = set(out["/"].attrs)
     for path, ds in out.items():
