@@ -139,6 +139,23 @@ def test_distributed(frames_file, client):
     assert all(v is None for v in client.run(os.environ.get, SPOOL_ENV).values())
 
 
+def test_distributed_workers_need_no_shared_spool_directory(frames_file, client, tmp_path):
+    """Workers on other nodes may not see the client's directories: their records come
+    back through the client, and a spool directory they cannot reach costs nothing (a
+    worker that wrote there failed the analysis itself; found by an audit)."""
+    import shutil
+
+    path, data = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with capture(client=client, spool_dir=tmp_path) as run:
+        for spool in tmp_path.iterdir():  # as unreachable as on another node
+            shutil.rmtree(spool)
+        values = client.compute(arr, sync=True)
+    np.testing.assert_allclose(values, _expected(data), rtol=1e-10)
+    df = _check_records(run, 2, "distributed")
+    assert sorted(df["frame_start"]) == list(range(0, N_FRAMES, FPB))
+
+
 def test_distributed_task_stream_not_truncated(frames_file, client):
     """More tasks than dask's task-stream buffer would keep: all of them are recorded."""
     path, _ = frames_file

@@ -50,7 +50,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from h5mdx.timing.phases import SPOOL_ENV, read_spool
+from h5mdx.timing.phases import MEMORY_SPOOL, SPOOL_ENV, read_spool, take_records
 
 __all__ = ["TimingRun", "capture"]
 
@@ -256,8 +256,9 @@ def capture(
         Also give rows to tasks that spooled no in-task record (their phases are
         NaN and their kind is the key's prefix). Default: only timed tasks.
     spool_dir : path-like, optional
-        Parent directory of the spool directory; with workers on other hosts it
-        must be on a file system they all see. Default: the system temp dir.
+        Parent directory of the spool directory of the local schedulers (default:
+        the system temp dir). Distributed workers keep their records in memory
+        until the block ends, so workers on other nodes need no shared directory.
 
     Yields
     ------
@@ -283,7 +284,10 @@ def capture(
     )
     run.all_tasks = all_tasks
     spool = tempfile.mkdtemp(prefix="h5mdx-spool-", dir=spool_dir)
-    values: dict[str, str | None] = {SPOOL_ENV: spool, **dict(env or {})}
+    # distributed workers keep their records in memory (the client takes them at the
+    # end): a worker on another node may not see this process's temp dir
+    where = f"{MEMORY_SPOOL}{os.path.basename(spool)}" if distributed_like else spool
+    values: dict[str, str | None] = {SPOOL_ENV: where, **dict(env or {})}
     plugin_name = f"h5mdx-timing-{run_id}"
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, spool, True)
@@ -376,7 +380,11 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
         )
     elif recorder is not None:
         run.scheduler_records = _local_rows(recorder.rows, run.backend)
-    run.spooled = read_spool(spool)
+    name = os.path.basename(spool)  # a memory spool's name (distributed)
+    run.spooled = read_spool(spool) + take_records(name)
+    if client is not None:
+        for records in client.run(take_records, name).values():
+            run.spooled.extend(records)
     _check_where_it_ran(run)
 
 

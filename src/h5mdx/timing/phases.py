@@ -4,9 +4,12 @@ A task wraps its work in :class:`BlockTimer` and its phases in
 ``timer.phase("io")`` / ``timer.phase("compute")``. When the environment
 variable ``H5MDX_TIMING_SPOOL`` names a directory, the timer appends one JSON
 line per task to a file of its own process in that directory; otherwise it
-costs two ``perf_counter`` calls per phase and writes nothing. Using a spool
-directory rather than in-memory state makes the records reach the parent from
-threads, process pools, distributed workers, SLURM jobs and MPI ranks alike.
+costs two ``perf_counter`` calls per phase and writes nothing. A spool directory
+makes the records reach the parent from threads and process pools, which share
+its file system. On distributed workers (local, dask-mpi or SLURM jobs on other
+nodes, which may not see the client's temp dir) the variable is
+``memory:<name>``: records stay in the worker process until the client takes
+them (:func:`take_records`, through ``client.run``).
 
 Only the standard library is used here: tasks import this module on workers.
 """
@@ -24,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DELAY_ENV", "SPOOL_ENV", "BlockTimer", "current_task_key", "injected_delay",
-           "read_spool"]
+__all__ = ["DELAY_ENV", "MEMORY_SPOOL", "SPOOL_ENV", "BlockTimer", "current_task_key",
+           "injected_delay", "read_spool", "take_records"]
 
 #: Environment variable naming the spool directory.
 SPOOL_ENV = "H5MDX_TIMING_SPOOL"
@@ -34,7 +37,12 @@ SPOOL_ENV = "H5MDX_TIMING_SPOOL"
 #: given phase (default ``io``) of the block starting at that frame (straggler injection).
 DELAY_ENV = "H5MDX_TIMING_DELAY"
 
+#: Prefix of a spool kept in the process's memory (``memory:<name>``).
+MEMORY_SPOOL = "memory:"
+
 _lock = threading.Lock()
+#: Records of memory spools, by name, until taken.
+_MEMORY: dict[str, list[dict[str, Any]]] = {}
 
 
 class BlockTimer:
@@ -132,6 +140,10 @@ class BlockTimer:
         spool = os.environ.get(SPOOL_ENV)
         if not spool:
             return
+        if spool.startswith(MEMORY_SPOOL):
+            with _lock:
+                _MEMORY.setdefault(spool[len(MEMORY_SPOOL):], []).append(self.record(wall))
+            return
         line = json.dumps(self.record(wall)) + "\n"
         path = Path(spool) / f"{socket.gethostname()}-{os.getpid()}.jsonl"
         with _lock, open(path, "a", encoding="utf-8") as fh:
@@ -190,6 +202,23 @@ def injected_delay(frame_start: int) -> tuple[str, float] | None:
     if int(parts[0]) != frame_start:
         return None
     return (parts[2] if len(parts) > 2 else "io", float(parts[1]))
+
+
+def take_records(name: str) -> list[dict[str, Any]]:
+    """The records this process kept for the memory spool ``name``, forgotten here.
+
+    Parameters
+    ----------
+    name : str
+        The name after ``memory:`` in ``H5MDX_TIMING_SPOOL``.
+
+    Returns
+    -------
+    list of dict
+        One dict per task run in this process since the last take.
+    """
+    with _lock:
+        return _MEMORY.pop(name, [])
 
 
 def read_spool(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
