@@ -513,3 +513,39 @@ def test_dask_mpi_rmsd_matches_mdanalysis(layouts, mda_rmsd, tmp_path):
     assert frame["t_comm_gather"].isna().all()  # unknown for dask tasks, never 0
     assert set(frame["n_workers"]) == {2}
     assert int((frame["frame_stop"] - frame["frame_start"]).sum()) == 98
+
+
+@pytest.mark.mpi
+def test_dask_mpi_command_line_takes_every_option(layouts, mda_rmsd, tmp_path):
+    """``h5mdx rmsd --scheduler dask-mpi`` under mpirun honours the options of the other
+    schedulers (it dropped --no-superposition, --timing, --plot, --group, --kernel and
+    --frames-per-block, and gave the superposed RMSD; found by an audit); --workers
+    other than the job's is an error."""
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    import xarray as xr
+
+    import h5mdx
+    from h5mdx.testing import adk_topology
+
+    path = layouts["chunk10"]
+    with xr.open_dataset(path, engine="h5md", topology=adk_topology()) as ds:
+        want = h5mdx.rmsd(ds.position, select=SELECT, superposition=False).values
+    assert np.abs(want - mda_rmsd(0, None)).max() > 0.02  # not the superposed one
+    out, timing = tmp_path / "r.csv", tmp_path / "timing"
+    argv = h5mdx_argv("rmsd", path, "--topology", adk_topology(), "--select", SELECT,
+                      "--scheduler", "dask-mpi", "--no-superposition", "--group", "trajectory",
+                      "--frames-per-block", "20", "--kernel", "numpy", "--out", str(out),
+                      "--plot", str(tmp_path / "r.png"), "--timing", str(timing))
+    proc = mpirun(4, argv, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    data = np.genfromtxt(out, delimiter=",", names=True)
+    np.testing.assert_allclose(data["rmsd"], want, rtol=0, atol=1e-4)
+    assert (tmp_path / "r.png").stat().st_size > 0
+    from h5mdx.timing import records
+
+    frame, meta = records.load(timing / "timing.csv")
+    assert meta["backend"] == "dask-mpi" and len(frame) == 5  # 98 frames in blocks of 20
+    assert not (tmp_path / "timing.csv").exists()
+    proc = mpirun(3, [*argv[:-2], "--workers", "2"], timeout=120)
+    assert proc.returncode != 0 and "3 ranks give 1 workers, not 2" in proc.stderr

@@ -121,12 +121,22 @@ def run(args: argparse.Namespace) -> int:
     if args.scheduler == "dask-mpi":
         from h5mdx.mpi.launch import rmsd_dask_mpi
 
-        out_dir = os.path.dirname(os.path.abspath(args.out)) if args.out else None
-        values = rmsd_dask_mpi(args.trajectory, topology=args.topology, select=args.select,
-                               reference=args.reference, weights=args.weights, out=out_dir,
-                               rmsd_file=args.out)
+        if getattr(args, "chunk_mib", None) is not None and args.chunk_mib <= 0:
+            print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
+            return 2
+        values = rmsd_dask_mpi(
+            args.trajectory, topology=args.topology, select=args.select,
+            reference=args.reference, weights=args.weights,
+            superposition=not args.no_superposition, group=args.group,
+            frames_per_block=args.frames_per_block, chunk_mib=args.chunk_mib,
+            kernel=args.kernel, workers=args.workers, rmsd_file=args.out, plot=args.plot,
+            timing=args.timing)
         if values is not None:
             print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
+            for written in (args.out, args.plot, os.path.join(args.timing, "timing.csv")
+                            if args.timing else None):
+                if written:
+                    print(f"wrote {written}")
         return 0
 
     from h5mdx.engine.chunking import DEFAULT_TARGET_MIB

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
-from h5mdx.analysis.series import write_series
+from h5mdx.analysis.series import write_outputs
 from h5mdx.mpi import comm_world
 
 __all__ = [
@@ -185,8 +185,16 @@ def rmsd_dask_mpi(
     select: str | None = None,
     reference: int = 0,
     weights: str | None = None,
+    superposition: bool = True,
+    group: str | None = None,
+    frames_per_block: int | None = None,
+    chunk_mib: float | None = None,
+    kernel: str = "auto",
+    workers: int | None = None,
     out: str | None = None,
     rmsd_file: str | None = None,
+    plot: str | None = None,
+    timing: str | None = None,
     convert_units: bool = True,
     run_id: str | None = None,
     interface: str | None = "lo",
@@ -195,22 +203,31 @@ def rmsd_dask_mpi(
     """RMSD with :func:`h5mdx.rmsd` on a dask-mpi cluster; every rank must call it.
 
     The client rank (1) opens the file lazily with the ``h5md`` engine (tasks of
-    whole HDF5 chunks that read their own frames), computes the RMSD on the cluster under :func:`h5mdx.timing.capture`
-    (one record per task, backend ``"dask-mpi"``, with the worker's MPI rank)
-    and, with ``out``, writes ``rmsd.csv`` and ``timing.csv`` (+ ``timing.meta.json``)
-    there. The run's wall time covers opening the topology and the file too, like
-    the MPI-IO path's.
+    whole HDF5 chunks that read their own frames), computes the RMSD on the cluster under
+    :func:`h5mdx.timing.capture` (one record per task, backend ``"dask-mpi"``, with the
+    worker's MPI rank) and, with ``out``, writes ``rmsd.csv`` and ``timing.csv``
+    (+ ``timing.meta.json``) there. The run's wall time covers opening the topology and
+    the file too, like the MPI-IO path's.
 
     Parameters
     ----------
     trajectory : str
         The H5MD file.
-    topology, select, reference, weights
+    topology, select, reference, weights, superposition, frames_per_block, chunk_mib, kernel
         As for :func:`h5mdx.rmsd`.
+    group : str, optional
+        The particles group (default: the only one).
+    workers : int, optional
+        The number of workers expected: the job's ranks less two (scheduler and client);
+        another number is an error on every rank.
     out : str, optional
         Output directory for ``timing.csv`` (and ``rmsd.csv`` unless ``rmsd_file``).
     rmsd_file : str, optional
         Where to write the series instead (``.csv`` or ``.nc``).
+    plot : str, optional
+        A PNG plot of the series.
+    timing : str, optional
+        Directory for ``timing.csv`` instead of ``out`` (as ``h5mdx rmsd --timing``).
     convert_units : bool, optional
         Positions (and so the RMSD) in Angstrom, as ``h5mdx rmsd`` does.
     run_id : str, optional
@@ -224,9 +241,21 @@ def rmsd_dask_mpi(
     -------
     numpy.ndarray or None
         The RMSD series on the client rank; None on the scheduler and worker ranks.
+
+    Raises
+    ------
+    ValueError
+        If ``workers`` is not the job's ranks less two.
     """
     if comm is None:
         comm = comm_world()
+    n_workers = comm.Get_size() - 2
+    if workers is not None and workers != n_workers:
+        raise ValueError(
+            f"--scheduler dask-mpi runs one worker on each rank but the scheduler's and the "
+            f"client's: {comm.Get_size()} ranks give {n_workers} workers, not {workers} "
+            f"(run mpirun -n {workers + 2}, or leave --workers out)")
+    timing = timing or out
     with dask_mpi_client(interface=interface, comm=comm) as client:
         if client is None:
             return None
@@ -236,32 +265,32 @@ def rmsd_dask_mpi(
         from h5mdx.analysis.rmsd import rmsd
         from h5mdx.timing import capture
 
-        n_workers = comm.Get_size() - 2
         # every worker loads the kernel now, as h5mdx's other clusters do when they
         # start: a first task that did would look like a straggler (seconds in ``meta``)
         warm = {str(k): float(v) for k, v in client.run(warm_up).items()}
         meta = {"file": trajectory, "selection": select, "topology": topology,
                 "reference": reference, "weights": weights, "n_ranks": comm.Get_size(),
                 "interface": interface, "warm_up_s": warm}
-        if out:
-            os.makedirs(out, exist_ok=True)
+        if timing:
+            os.makedirs(timing, exist_ok=True)
         with capture(backend="dask-mpi", client=client, n_workers=n_workers, run_id=run_id,
-                     meta=meta, spool_dir=out) as run:
+                     meta=meta) as run:
             # lazily indexed (no dask chunks): each task reads its own block of the
             # selected atoms, timed as t_io inside the task (h5mdx.rmsd's preferred path)
-            with xr.open_dataset(trajectory, engine="h5md", topology=topology,
+            with xr.open_dataset(trajectory, engine="h5md", topology=topology, group=group,
                                  convert_units=convert_units) as ds:
                 result = rmsd(ds["position"], reference=reference, select=select,
-                              weights=weights).compute()
+                              weights=weights, superposition=superposition,
+                              frames_per_block=frames_per_block, chunk_mib=chunk_mib,
+                              kernel=kernel).compute()
         ranks = worker_ranks(client)
     frame = run.records.copy()
     frame["rank"] = frame["worker"].map(ranks).astype("Int64")
-    if rmsd_file:
-        write_series(rmsd_file, result)
-    if out:
-        if not rmsd_file:
-            write_series(Path(out) / "rmsd.csv", result)
+    if out and not rmsd_file:
+        rmsd_file = str(Path(out) / "rmsd.csv")
+    write_outputs(result, rmsd_file, plot)
+    if timing:
         from h5mdx.timing.records import save
 
-        save(frame, Path(out) / "timing.csv", run.meta)
+        save(frame, Path(timing) / "timing.csv", run.meta)
     return np.asarray(result.values, dtype=np.float64)
