@@ -109,7 +109,8 @@ plot_gantt(records)
 #
 # `H5MDX_TIMING_DELAY="<frame_start>:<seconds>[:<phase>]"` makes one block sleep in one phase;
 # `capture(env=...)` sets it on every worker for this run only. The default rule flags tasks
-# longer than 1.5x the median of their run and names the phase that made them slow.
+# longer than 1.5x the median of the other tasks of their run and names the phase that made
+# them slow.
 
 # %%
 slow_block = 350

@@ -62,6 +62,16 @@ def test_scaling_plot(saved, tmp_path):
     fig = plot_scaling(table, tmp_path / "s.png", figsize=(8, 3), dpi=100)
     _check_png(tmp_path / "s.png", 800, 300)
     assert fig.axes[0].lines[0].get_ydata()[0] == 1.0  # S(1) = 1
+    # one line per series, however many columns the table has (warm-up beside S and E)
+    runs = pd.DataFrame({"backend": ["threads"] * 3, "n_workers": [1, 2, 4],
+                         "wall": [4.0, 2.2, 1.3], "warmup": [0.10, 0.12, 0.15]})
+    for table in (speedup(runs), speedup(runs).copy(deep=True).assign(extra=1)):
+        if "extra" in table:
+            table.attrs = {}  # read back from speedup.csv: no attrs
+            table = table.drop(columns="extra")
+        fig = plot_scaling(table)
+        lines = {line.get_label(): len(line.get_xdata()) for line in fig.axes[0].lines}
+        assert lines == {"threads": 3, "ideal": 3}
 
 
 def test_plot_errors(saved):

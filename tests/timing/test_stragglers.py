@@ -118,6 +118,37 @@ def test_run_table_uses_meta_wall():
     assert "blocks_per_worker" in sp
 
 
+def test_a_straggler_of_two_tasks_is_found():
+    """Two workers, one twice as slow: the median of the *other* task (a median holding
+    the task itself flagged one only beyond 3x the other; found by an audit)."""
+    df = flag_stragglers(_run(n_tasks=2, slow={1: ("io", 0.5)}))  # 0.901 s against 0.401 s
+    assert df["is_straggler"].tolist() == [False, True]
+    assert df.loc[1, "slow_phase"] == "io"
+    np.testing.assert_allclose(df["threshold"], [1.5 * 0.901, 1.5 * 0.401])
+    assert not flag_stragglers(_run(n_tasks=2, slow={1: ("io", 0.15)}))["is_straggler"].any()
+    assert not flag_stragglers(_run(n_tasks=1))["is_straggler"].any()  # a lone task
+
+
+def test_speedup_of_saved_records_takes_their_metadata(tmp_path):
+    """Records alone give each run's task span as its time; with the metadata saved
+    beside them, speedup() gives what bench reported (found by an audit)."""
+    df = pd.concat([_run("a", n_workers=1), _run("b", n_workers=2)], ignore_index=True)
+    metas = {"runs": [{"run_id": "a", "wall": 4.0, "blocks_per_worker": 1},
+                      {"run_id": "b", "wall": 2.5, "blocks_per_worker": 1}]}
+    path = tmp_path / "records.parquet"
+    rec.save(df, path, metas)
+    loaded, meta = rec.load(path)
+    table = speedup(loaded, metas=meta)
+    np.testing.assert_allclose(table["t_N"], [4.0, 2.5])
+    np.testing.assert_allclose(table["S"], [1.0, 1.6])
+    assert table.attrs["by"] == ["backend", "blocks_per_worker"]
+    with pytest.warns(UserWarning, match="without their runs' metadata"):
+        spans = speedup(loaded)
+    assert not np.allclose(spans["t_N"], [4.0, 2.5])
+    one = speedup(_run("a", n_workers=1), metas={"run_id": "a", "wall": 3.0})  # one run's
+    assert one["t_N"].tolist() == [3.0]
+
+
 def test_advice_sentences():
     io_bound = advice(_run(io=1.0, compute=0.3, slow={3: ("io", 5.0)}))
     assert io_bound[0].startswith("I/O bound: R_comp/IO = 0.18")  # 8 x 0.3 / (8 x 1 + 5)
@@ -240,8 +271,8 @@ def test_warmup_is_reported_apart():
     assert w["n_tasks"] == 2 and w["seconds"] == pytest.approx(0.6)
     assert w["fraction"] == pytest.approx(0.6 / df["wall"].sum())
     assert any(a.startswith("Warm-up (loading the kernel)") for a in advice(df))
-    assert straggler_rule() == ("a task is a straggler when > 1.5x the median and > 50 ms "
-                                "longer than the median, warm-up excluded")
+    assert straggler_rule() == ("a task is a straggler when > 1.5x the median of the other "
+                                "tasks and > 50 ms longer, warm-up excluded")
     assert "> 2x the fastest" in straggler_rule("fastest-group", min_excess=0.1)
     # per-worker busy time still contains the warm-up
     pw = per_worker(df).loc["r"]
@@ -299,7 +330,7 @@ def test_records_of_several_runs_joined_as_they_come():
     pd.testing.assert_frame_equal(flags, alone)
     pd.testing.assert_frame_equal(run_table(joined), run_table(pd.concat([one, two],
                                                                           ignore_index=True)))
-    s = speedup(joined)
+    s = speedup(run_table(joined))
     assert s["n_workers"].tolist() == [1, 2] and s["S"].iloc[0] == 1.0
 
 

@@ -225,8 +225,8 @@ def plot_scaling(
         raise ValueError("no runs to plot: the speed-up table is empty")
     fig = _figure(figsize, dpi)
     ax_s, ax_e = fig.subplots(1, 2)
-    by = [c for c in table.columns if c not in (
-        "n_workers", "n_runs", "t_N", "t_N_min", "t_N_max", "S", "E")]
+    by = list(table.attrs.get("by") or [c for c in table.columns if c not in (
+        "n_workers", "n_runs", "t_N", "t_N_min", "t_N_max", "warmup", "S", "E")])
     groups = table.groupby(by, dropna=False, sort=True) if by else [((), table)]
     for key, grp in groups:
         key = key if isinstance(key, tuple) else (key,)

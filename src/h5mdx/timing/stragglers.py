@@ -13,9 +13,11 @@ duration
     worker's first task pays once; see :func:`warmup_summary`).
 straggler
     ``rule="median"`` (default): a task whose duration exceeds ``factor`` (1.5)
-    times the median duration of the tasks of the same run and kind, *and*
+    times the median duration of the *other* tasks of the same run and kind, *and*
     exceeds that median by at least ``min_excess`` (default 0.05 s), so that the
-    scheduling jitter of millisecond tasks is not reported.
+    scheduling jitter of millisecond tasks is not reported. Leaving the task out of
+    its own median changes nothing for many tasks; of two, a median that held the
+    task itself would flag it only beyond 3x the other.
     ``rule="fastest-group"``: a task whose duration exceeds ``factor`` (2.0) times
     the mean duration of the *fastest group*, the tasks at or below the 25th
     percentile of duration (Khoshlessan et al. 2020 called a rank a straggler
@@ -38,7 +40,8 @@ S(N), E(N)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,17 +84,20 @@ def straggler_rule(rule: str = "median", factor: float | None = None,
     Returns
     -------
     str
-        E.g. ``"a task is a straggler when > 1.5x the median and > 50 ms longer,
-        warm-up excluded"``.
+        E.g. ``"a task is a straggler when > 1.5x the median of the other tasks and
+        > 50 ms longer, warm-up excluded"``.
     """
     if rule not in _DEFAULT_FACTOR:
         raise ValueError(
             f"unknown straggler rule {rule!r}; valid options are: {', '.join(_DEFAULT_FACTOR)}"
         )
     f = _DEFAULT_FACTOR[rule] if factor is None else float(factor)
-    peers = "the median" if rule == "median" else "the fastest quarter's mean"
-    return (f"a task is a straggler when > {f:g}x {peers} and > {min_excess * 1e3:.0f} ms "
-            "longer than the median, warm-up excluded")
+    excess = f"{min_excess * 1e3:.0f} ms"
+    if rule == "median":
+        return (f"a task is a straggler when > {f:g}x the median of the other tasks and > "
+                f"{excess} longer, warm-up excluded")
+    return (f"a task is a straggler when > {f:g}x the fastest quarter's mean and > {excess} "
+            "longer than the median of the other tasks, warm-up excluded")
 
 
 def _warmup(df: pd.DataFrame) -> pd.Series:
@@ -223,12 +229,13 @@ def flag_stragglers(
         return out
     for idx in df.groupby(list(by), sort=False).groups.values():
         d = ph.loc[idx, "duration"]
+        others = _others_median(d.to_numpy(dtype=float))
         if rule == "median":
-            threshold = factor * float(d.median())
+            threshold = factor * others
         else:
             q = float(d.quantile(0.25))
-            threshold = factor * float(d[d <= q].mean())
-        threshold = max(threshold, float(d.median()) + min_excess)
+            threshold = np.full(len(d), factor * float(d[d <= q].mean()))
+        threshold = pd.Series(np.fmax(threshold, others + min_excess), index=d.index)
         out.loc[idx, "threshold"] = threshold
         slow = d > threshold
         out.loc[idx, "is_straggler"] = slow.to_numpy()
@@ -242,6 +249,31 @@ def flag_stragglers(
         ]
     out["is_straggler"] = out["is_straggler"].astype(bool)
     out.index = index
+    return out
+
+
+def _others_median(d: np.ndarray) -> np.ndarray:
+    """For each entry of ``d``, the median of the others (NaN for a lone one).
+
+    Examples
+    --------
+    >>> _others_median(np.array([1.0, 2.0, 10.0]))
+    array([6. , 5.5, 1.5])
+    """
+    n = d.size
+    if n < 2:
+        return np.full(n, np.nan)
+    order = np.argsort(d, kind="stable")
+    ranked = d[order]
+    m = n - 1  # the others, in order: ranked without the entry's own rank r
+
+    def kth(k: int, r: np.ndarray) -> np.ndarray:
+        return ranked[np.where(k < r, k, k + 1)]
+
+    r = np.arange(n)
+    med = (kth((m - 1) // 2, r) + kth(m // 2, r)) / 2.0
+    out = np.empty(n)
+    out[order] = med
     return out
 
 
@@ -330,15 +362,29 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def run_table(df: pd.DataFrame, metas: Sequence[dict[str, Any]] | None = None) -> pd.DataFrame:
+def _run_metas(metas: Sequence[dict[str, Any]] | Mapping[str, Any] | None
+               ) -> list[dict[str, Any]]:
+    """The runs' metadata: a list of them, or what :func:`h5mdx.timing.load` gives (a
+    bench's ``{"runs": [...]}``, or one run's own)."""
+    if metas is None:
+        return []
+    if isinstance(metas, Mapping):
+        return list(metas.get("runs") or ([dict(metas)] if "run_id" in metas else []))
+    return list(metas)
+
+
+def run_table(df: pd.DataFrame,
+              metas: Sequence[dict[str, Any]] | Mapping[str, Any] | None = None
+              ) -> pd.DataFrame:
     """One row per run: backend, workers, wall time and the per-run summaries.
 
     Parameters
     ----------
     df : pandas.DataFrame
         Records of one or more runs.
-    metas : sequence of dict, optional
-        The runs' metadata; their ``wall`` (the measured run time) and
+    metas : sequence of dict or mapping, optional
+        The runs' metadata (a list, or the metadata :func:`h5mdx.timing.load` returns
+        with the records); their ``wall`` (the measured run time) and
         ``blocks_per_worker``/``repeat`` are used when present. Otherwise the
         wall time is the span from the first task start to the last task stop.
 
@@ -363,7 +409,7 @@ def run_table(df: pd.DataFrame, metas: Sequence[dict[str, Any]] | None = None) -
     out["warmup"] = out["warmup"].fillna(0.0)
     out["blocks_per_worker"] = np.nan
     out["repeat"] = np.nan
-    for meta in metas or ():
+    for meta in _run_metas(metas):
         rid = meta.get("run_id")
         if rid not in out.index:
             continue
@@ -380,17 +426,23 @@ def run_table(df: pd.DataFrame, metas: Sequence[dict[str, Any]] | None = None) -
     return out
 
 
-def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
+def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
+            metas: Sequence[dict[str, Any]] | Mapping[str, Any] | None = None) -> pd.DataFrame:
     """S(N) = t_1 / t_N and E(N) = S(N) / N over runs at several worker counts.
 
     Parameters
     ----------
     runs : pandas.DataFrame
         One row per run with ``n_workers`` and ``wall`` (see :func:`run_table`),
-        or records (then :func:`run_table` is applied first).
+        or records (then :func:`run_table` is applied first, with ``metas``).
     by : sequence of str, optional
         Columns that define one scaling series (default: ``backend`` and, if
         present, ``blocks_per_worker``).
+    metas : sequence of dict or mapping, optional
+        With records: the runs' metadata, as :func:`h5mdx.timing.load` returns it with
+        them (``df, meta = load("bench/records.parquet"); speedup(df, metas=meta)``).
+        Without it, each run's time is the span of its tasks and its blocks per worker
+        are unknown (a warning says so): not the figures ``h5mdx bench`` reports.
 
     Returns
     -------
@@ -401,7 +453,13 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame
         ``S`` and ``E``. Series without a 1-worker run get NaN S and E.
     """
     if "task_key" in runs.columns:
-        runs = run_table(runs)
+        if not _run_metas(metas):
+            warnings.warn(
+                "speedup() of records without their runs' metadata: each run's time is the "
+                "span of its tasks and its blocks per worker are unknown; pass the metadata "
+                "saved with them (df, meta = h5mdx.timing.load(path); speedup(df, "
+                "metas=meta))", UserWarning, stacklevel=2)
+        runs = run_table(runs, metas)
     runs = runs.copy()
     warm = runs["warmup"].fillna(0.0) if "warmup" in runs else pd.Series(0.0, runs.index)
     runs["wall"] = (runs["wall"] - warm).clip(lower=0.0)
@@ -426,6 +484,7 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame
         s.append(float(t1.iloc[0]) / row["t_N"] if len(t1) else np.nan)
     table["S"] = s
     table["E"] = table["S"] / table["n_workers"]
+    table.attrs["by"] = by  # what makes one series (plot_scaling draws one line each)
     return table
 
 
