@@ -549,3 +549,48 @@ def test_dask_mpi_command_line_takes_every_option(layouts, mda_rmsd, tmp_path):
     assert not (tmp_path / "timing.csv").exists()
     proc = mpirun(3, [*argv[:-2], "--workers", "2"], timeout=120)
     assert proc.returncode != 0 and "3 ranks give 1 workers, not 2" in proc.stderr
+
+
+_SLOW_RANK0 = """
+import sys, time
+from h5mdx.mpi import rmsd as m
+from h5mdx.mpi import comm_world
+
+select = m._select
+
+def slow(*args):
+    if comm_world().Get_rank() == 0:
+        time.sleep(3.0)  # a rank held up before the collective open
+    return select(*args)
+
+m._select = slow
+res = m.run_rmsd(m.MPIRMSDOptions(sys.argv[1], topology=sys.argv[2], select="name CA",
+                                  topology_on_root=sys.argv[3] == "1"))
+if res is not None:
+    for r in sorted(res.records, key=lambda r: r["rank"]):
+        print("RANK", r["rank"], r["t_init_top"], r["t_init_traj"], r["t_wait"])
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("on_root", [False, True])
+def test_mpi_io_waiting_for_a_slow_rank_is_wait(layouts, tmp_path, on_root):
+    """Rank 0 held up 3 s before the collective open: rank 1 waits, and its record says
+    so (t_wait), not t_init_traj (it was flagged the straggler for it) nor t_init_top
+    (--topology-on-root); found by an audit."""
+    require_mpi()
+    from h5mdx.testing import adk_topology
+
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW_RANK0)
+    proc = mpirun(2, [sys.executable, str(script), layouts["chunk10"], adk_topology(),
+                      "1" if on_root else "0"], timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = {int(r): [float(x) for x in rest] for r, *rest in
+            (line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("RANK"))}
+    (top0, _, wait0), (top1, traj1, wait1) = rows[0], rows[1]
+    assert top0 >= 3.0, rows
+    assert wait1 >= 3.0 - top1 - 0.2 and traj1 < 1.5, rows  # its own topology, then waits
+    assert wait0 < 1.0, rows
+    if on_root:
+        assert top1 < 0.5, rows  # rank 1 reads no topology: waiting for rank 0's

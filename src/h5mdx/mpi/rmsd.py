@@ -5,19 +5,21 @@ tool: every rank
 
 1. opens the topology and resolves the selection (``t_init_top``); with
    ``topology_on_root`` only rank 0 does and broadcasts the selected indices and
-   masses, the studies' proposed fix for the shared-topology opening cost;
+   masses, the studies' proposed fix for the shared-topology opening cost (the
+   others' time until it arrives is ``t_wait``);
 2. loads the QCP kernel (numba's cache, or its compilation: ``t_warmup``, one-off
    start-up cost that the straggler analysis leaves out, as it does for dask tasks),
-   then opens the shared H5MD file with ``driver="mpio"`` and reads the reference
-   frame (``t_init_traj``);
+   waits for the others at a barrier (``t_wait``: opening with MPI-IO is collective,
+   so a rank there first would wait inside the open), then opens the shared H5MD
+   file with ``driver="mpio"`` and reads the reference frame (``t_init_traj``);
 3. reads its balanced, chunk-aligned block of frames (``t_io``): by default a few
    MiB of whole chunks at a time into one reused buffer (``read="step"``), or the
    studies' ways, the whole block at once or frame by frame; optionally only the
    selected atoms and with collective MPI-IO;
 4. computes the RMSD after optimal superposition with the batched QCP kernel
    (``t_compute``), which reads the selected atoms of whole frames in place;
-5. waits for the others at a barrier (``t_wait``) and sends its RMSD to rank 0
-   with ``Gatherv`` (``t_comm_gather``).
+5. waits for the others at a barrier (``t_wait``, added to the waits before) and
+   sends its RMSD to rank 0 with ``Gatherv`` (``t_comm_gather``).
 
 Rank 0 writes the time series and one timing record per rank (the common
 schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A rank that fails
@@ -228,13 +230,16 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     t_start = time.time()
     p0 = time.perf_counter()
     # 1. topology and selection
-    with timer.phase("init_top"):
-        idx, masses, n_top = _selection(options, comm)
+    idx, masses, n_top = _selection(options, comm, timer)
     # 2. the kernel, then the trajectory
     with timer.phase("warmup"):
         from h5mdx.analysis.qcp import warm_up
 
         warm_up()
+    # opening with MPI-IO is collective: a rank there first waits for the others, which
+    # is waiting, not opening (the fast rank would be the one to blame)
+    with timer.phase("wait"):
+        comm.Barrier()
     with timer.phase("init_traj"):
         job = _open(options, comm, idx, masses, n_top)
     # 3 + 4. read and compute
@@ -270,16 +275,22 @@ class _Job:
     step: int  # frames per piece of read="step"
 
 
-def _selection(options: MPIRMSDOptions, comm: Any
+def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
                ) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
-    """The selected atoms, their masses and the topology's atom count, on every rank."""
+    """The selected atoms, their masses and the topology's atom count, on every rank
+    (timed as ``init_top``; with ``topology_on_root`` the other ranks' time until rank 0
+    sends it is ``wait``)."""
     if not options.topology_on_root:
-        return _select(options.topology, options.select, options.weights, options.trajectory)
+        with timer.phase("init_top"):
+            return _select(options.topology, options.select, options.weights,
+                           options.trajectory)
     payload = None
     if comm.Get_rank() == 0:
-        payload = _select(options.topology, options.select, options.weights,
-                          options.trajectory)
-    return comm.bcast(payload, root=0)
+        with timer.phase("init_top"):
+            payload = _select(options.topology, options.select, options.weights,
+                              options.trajectory)
+    with timer.phase("wait"):
+        return comm.bcast(payload, root=0)
 
 
 def _open(options: MPIRMSDOptions, comm: Any, idx: np.ndarray | None,

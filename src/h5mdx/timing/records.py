@@ -45,7 +45,8 @@ worker's first task is not called a straggler for paying it.
 
 ``t_wait`` has one meaning with two placements. For SPMD backends
 (:data:`SPMD_BACKENDS`: an MPI rank runs from start to finish) it is the time
-the rank waited at the barrier before the gather and lies *inside* ``wall``.
+the rank waited for the others (at the barriers before the collective open and
+the gather, and for rank 0's topology) and lies *inside* ``wall``.
 For task backends (dask) it is the time the worker sat idle before the task
 started -- since the end of its previous task, or since the start of the run
 for its first task -- and lies *before* ``t_start``. :func:`busy` and
