@@ -224,3 +224,23 @@ def test_sbatch_mpi_rmsd_job(adk_h5md_blocked, local_rmsd, tmp_path, submitted):
     np.testing.assert_allclose(series["rmsd"], local_rmsd, rtol=0, atol=1e-6)
     log = (tmp_path / f"h5mdx-mpi-rmsd-{job_id}.out").read_text()
     assert "2 rank(s)" in log
+
+
+def test_command_line_counts_the_workers_that_ran(adk_h5md_blocked, local_rmsd, tmp_path):
+    """``h5mdx rmsd --scheduler slurm --jobs 1`` reports and records the one worker that
+    ran (it said 2, the default of --workers, and the records' imbalance read 2.0; found
+    by an audit)."""
+    from h5mdx.timing import records
+
+    proc = run_bounded(
+        [sys.executable, "-m", "h5mdx", "rmsd", str(adk_h5md_blocked), "--topology", PSF,
+         "--select", "name CA", "--scheduler", "slurm", "--jobs", "1", "--cores", "1",
+         "--memory", "1GiB", "--walltime", "00:07:00", "--no-progress",
+         "--timing", str(tmp_path / "timing"), "--out", str(tmp_path / "r.csv")],
+        timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "on slurm with 1 worker " in proc.stdout, proc.stdout
+    frame, _ = records.load(tmp_path / "timing" / "timing.csv")
+    assert set(frame["n_workers"]) == {1}
+    got = np.genfromtxt(tmp_path / "r.csv", delimiter=",", names=True)["rmsd"]
+    np.testing.assert_allclose(got, local_rmsd, rtol=0, atol=1e-4)

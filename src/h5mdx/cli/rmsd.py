@@ -72,7 +72,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:
     """The example's RMSD job: C-alpha RMSD on a local cluster, CSV + plot."""
     print(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes")
-    result, seconds = compute_rmsd(ds, select=select, scheduler="distributed", workers=workers)
+    result, seconds, workers = compute_rmsd(ds, select=select, scheduler="distributed",
+                                            workers=workers)
     csv = os.path.join(out_dir, "rmsd.csv")
     png = os.path.join(out_dir, "rmsd.png")
     write_outputs(result, csv, png)
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         workers = args.workers
         if workers is None:
             workers = SLURM_WORKERS if scheduler == "slurm" else usable_cpus()
-        result, seconds = compute_rmsd(
+        result, seconds, workers = compute_rmsd(
             ds, select=args.select, reference=args.reference, weights=args.weights,
             superposition=not args.no_superposition, scheduler=scheduler,
             workers=workers, frames_per_block=args.frames_per_block,

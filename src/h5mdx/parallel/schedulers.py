@@ -184,13 +184,17 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
                  superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
                  frames_per_block: int | None = None, kernel: str = "auto",
                  progress: bool = True, timing: str | None = None, args: Any = None,
-                 chunk_mib: float | None = None) -> tuple[Any, float]:
-    """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds).
+                 chunk_mib: float | None = None) -> tuple[Any, float, int]:
+    """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds,
+    workers): the workers that ran it (a cluster's, once joined: SLURM jobs of several
+    processes, or ``--jobs`` fewer than ``workers`` asked).
 
     With ``timing`` (a directory), per-task timing records go to ``timing/timing.csv``.
     ``frames_per_block`` and ``chunk_mib`` as for :func:`h5mdx.rmsd` (None: its defaults).
     """
     with scheduler_context(scheduler, workers, args) as client:
+        if client is not None:
+            workers = len(client.scheduler_info(n_workers=-1)["workers"]) or workers
         lazy = ds.md.rmsd(reference, select=select, weights=weights,
                           superposition=superposition, frames_per_block=frames_per_block,
                           chunk_mib=chunk_mib, kernel=kernel)
@@ -206,4 +210,4 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
         else:
             result = compute(client, lazy, progress)
         seconds = time.perf_counter() - t0
-    return result, seconds
+    return result, seconds, workers
