@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import weakref
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -210,6 +211,112 @@ def test_stale_partials_of_dead_processes_are_removed(tmp_path):
     with atomic_output(target) as tmp:
         open(tmp, "w").close()
     assert not stale.exists()
+
+
+def _store(path, text):
+    path.mkdir()
+    (path / "zarr.json").write_text(text)
+
+
+def test_a_store_replaced_is_never_lost(tmp_path, monkeypatch):
+    """A replaced Zarr store is moved aside, then the new one takes its name. A signal
+    between the two renames waits until both are done; a failure there puts the old store
+    back; a process killed there leaves the old store aside, and the next write to the
+    target puts it back instead of removing it as a leftover (found by an audit)."""
+    import socket
+
+    from h5mdx.layout import _atomic
+
+    target = tmp_path / "t.zarr"
+    _store(target, "old")
+    real = os.replace
+
+    def interrupted(a, b):  # Ctrl-C right after the old store was moved aside
+        real(a, b)
+        if str(b).endswith(".old.h5mdx-partial"):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+
+    monkeypatch.setattr(_atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_output(target, overwrite=True, directory=True) as tmp:
+            _store(Path(tmp), "new")
+    assert (target / "zarr.json").read_text() == "new"  # whole, then the interrupt
+    assert partial_files(target) == []
+
+    def failing(a, b):
+        real(a, b)
+        if str(b).endswith(".old.h5mdx-partial"):
+            raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(_atomic.os, "replace", failing)
+    with pytest.raises(OSError, match="I/O error"):
+        with atomic_output(target, overwrite=True, directory=True) as tmp:
+            _store(Path(tmp), "newer")
+    assert (target / "zarr.json").read_text() == "new"
+    assert partial_files(target) == []
+    monkeypatch.setattr(_atomic.os, "replace", real)
+    # a process killed between the renames: the old store aside, no target
+    host = socket.gethostname().split(".")[0]
+    real(target, tmp_path / f".t.zarr.{host}.999999999.old.h5mdx-partial")
+    with atomic_output(tmp_path / "t.zarr", overwrite=True, directory=True) as tmp:
+        assert (target / "zarr.json").read_text() == "new"  # put back before writing
+        _store(Path(tmp), "newest")
+    assert (target / "zarr.json").read_text() == "newest"
+    assert partial_files(target) == []
+
+
+def test_a_failed_write_names_the_output_not_its_cleanup(tmp_path, monkeypatch):
+    """An error while writing is reported, named by the output, even where removing the
+    temporary file fails too (a read-only file system refuses to unlink what is not
+    there; found by an audit)."""
+    from h5mdx.layout import _atomic
+
+    def refuse(self, *args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(_atomic.Path, "unlink", refuse)
+    target = tmp_path / "out.h5md"
+    with pytest.raises(OSError, match=r"cannot write '.*out\.h5md': No space left"):
+        with atomic_output(target) as tmp:
+            open(tmp, "w").close()
+            raise OSError(28, "No space left on device")
+    with pytest.raises(OSError, match=r"cannot write '.*out\.h5md': Read-only"):
+        with atomic_output(target):
+            raise OSError(30, "Read-only file system")
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_a_full_disk_stops_the_write_before_hdf5_hits_it(tmp_path, monkeypatch, adk_h5md,
+                                                         contiguous):
+    """Writers check the room left before each block (before a contiguous dataset, for
+    all of it): HDF5 on a full disk fails inside, and h5py can crash at close (a
+    segfault after the error; found by an audit). The error names the output; nothing
+    is left behind, and an existing output is untouched."""
+    from collections import namedtuple
+
+    from h5mdx.format import writer
+    from h5mdx.layout.rechunk import rechunk
+
+    usage = namedtuple("usage", "total used free")
+    free = {"bytes": 10**12}
+    monkeypatch.setattr(writer.shutil, "disk_usage",
+                        lambda path: usage(10**12, 0, free["bytes"]))
+    pos, box = _frames(n=40)
+    target = tmp_path / "out.h5md"
+    _write(target, pos, box, layout=Layout(frames_per_chunk=4))
+    before = target.read_bytes()
+    free["bytes"] = writer.ROOM_MARGIN + 100  # room for no block
+    layout = Layout(contiguous=True) if contiguous else Layout(frames_per_chunk=4)
+    with pytest.raises(OSError, match=r"cannot write '.*out\.h5md': No space left on "
+                                      r"device: the next .* MiB to write"):
+        with atomic_output(target, overwrite=True) as tmp:
+            _write(tmp, pos, box, layout=layout, n_frames=40)
+    with pytest.raises(OSError, match=r"cannot write '.*re\.h5md': No space left"):
+        rechunk(adk_h5md, tmp_path / "re.h5md", contiguous=contiguous)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5md"]
 
 
 def test_to_h5md_round_trip(tmp_path, adk_h5md):

@@ -28,8 +28,10 @@ Layout of the file written::
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,8 @@ __all__ = [
     "check_group_name",
     "compression_kwargs",
     "dataset_checksums",
+    "ensure_room",
+    "id_element",
 ]
 
 #: Default target size of one chunk (whole frames), in MiB.
@@ -207,6 +211,30 @@ def check_group_name(group: str) -> str:
     return group
 
 
+#: Room kept free on the output's disk beyond the next block (HDF5's metadata, and a
+#: margin): HDF5 fails badly where the disk fills under it (h5py can crash at close).
+ROOM_MARGIN = 4 * 2**20
+
+
+def ensure_room(filename: str | os.PathLike[str], nbytes: int) -> None:
+    """Refuse to write ``nbytes`` more to ``filename`` where its disk has not that much
+    free (and :data:`ROOM_MARGIN`): a clean error before the write, not HDF5's after.
+
+    Raises
+    ------
+    OSError
+        ``ENOSPC``, saying what the block needs and what is free.
+    """
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(filename))).free
+    except OSError:
+        return  # cannot tell: let the write say
+    if free < int(nbytes) + ROOM_MARGIN:
+        raise OSError(errno.ENOSPC, f"No space left on device: the next {int(nbytes) / 2**20:.1f} "
+                      f"MiB to write (and {ROOM_MARGIN // 2**20} MiB to spare) do not fit in "
+                      f"the {free / 2**20:.1f} MiB free", os.fspath(filename))
+
+
 def id_element(indices: Any) -> tuple[np.ndarray, None, dict[str, str]]:
     """The time-independent H5MD ``id`` element of a selection of atoms (which atoms of
     the input these are), as :class:`H5MDWriter`'s ``static`` takes it."""
@@ -309,6 +337,9 @@ class H5MDWriter:
             boundary = ["periodic" if has_box else "none"] * 3
         box.attrs["boundary"] = [str(b) for b in boundary]
 
+        if self.layout.contiguous:  # HDF5 allocates it whole at the first write
+            ensure_room(self.filename, int(self.n_frames or 0) * (
+                sum(e.frame_bytes for e in self.specs.values()) + 16))
         # the flush unit: chunk frames of the largest element
         big = max(self.specs.values(), key=lambda e: e.frame_bytes)
         self.block = self.layout.frames(big.frame_bytes, self.n_frames)
@@ -443,6 +474,7 @@ class H5MDWriter:
             else (part, spec.name)
         if spec.name in self.specs or key in where:
             raise ValueError(f"{self.filename}: element {spec.name!r} is already written")
+        ensure_room(self.filename, n * (spec.frame_bytes + 16))
         chunk = self.layout.frames(spec.frame_bytes, n, small=True)
         kwargs: dict[str, Any] = {} if self.layout.contiguous else {
             "chunks": (chunk, *spec.frame_shape), "maxshape": (None, *spec.frame_shape),
@@ -478,6 +510,9 @@ class H5MDWriter:
         a, b = self.n_written, self.n_written + n
         if self.n_frames is not None and b > self.n_frames and self.layout.contiguous:
             raise ValueError(f"more frames than the {self.n_frames} announced")
+        if not self.layout.contiguous:
+            ensure_room(self.filename, n * (16 + sum(
+                spec.frame_bytes for spec in self.specs.values())))
         if not self.layout.contiguous:
             self._step.resize((b,))
             self._time.resize((b,))

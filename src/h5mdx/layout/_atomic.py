@@ -10,6 +10,7 @@ time the same target is written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -47,14 +48,25 @@ def _alive(pid: int) -> bool:
 
 
 def _remove(path: Path) -> None:
+    """Remove a temporary output, best effort: a cleanup never hides the error that
+    called it (a read-only file system refuses even to unlink what is not there)."""
+    if not os.path.lexists(path):
+        return
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             path.unlink()
 
 
+#: The middle of the name a replaced Zarr store is moved to while the new one takes
+#: its place (``.NAME.HOST.PID.old.h5mdx-partial``).
+_OLD = "old"
+
+
 def _clean_stale(target: Path) -> None:
+    """Remove the leftovers of dead processes on this host; a store one of them had moved
+    aside to put its new one in place, and died before it did, is put back."""
     host = _host()
     for p in partial_files(target):
         parts = p.name[len(target.name) + 2: -len(_SUFFIX)].split(".")
@@ -62,7 +74,10 @@ def _clean_stale(target: Path) -> None:
         if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not _alive(
             int(parts[1])
         ):
-            _remove(p)
+            if parts[2] == _OLD and not os.path.lexists(target):
+                os.replace(p, target)
+            else:
+                _remove(p)
 
 
 #: Files at the top of a Zarr group (v3; v2's group and attributes).
@@ -151,6 +166,8 @@ def _fsync(path: Path) -> None:
 
 #: Signals received while an output was being written (in this process).
 _RECEIVED: list[int] = []
+#: Set while a replaced store and its successor swap names: a signal then is only noted.
+_SWAPPING = threading.Event()
 
 
 def _raise_for(signum: int) -> None:
@@ -181,7 +198,8 @@ def _signals_raise() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         _RECEIVED.append(signum)
-        _raise_for(signum)
+        if not _SWAPPING.is_set():
+            _raise_for(signum)
 
     hook = sys.unraisablehook
 
@@ -209,6 +227,29 @@ def _signals_raise() -> Iterator[None]:
         for sig, previous in old.items():
             signal.signal(sig, previous)
         _RECEIVED.clear()
+
+
+#: Errors that only a write gives (a full disk or quota, a read-only file system, a file
+#: too large): whatever raises them, they are the output's.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def _swap(target: Path, new: Path, old: Path) -> None:
+    """Put the directory ``new`` in place of ``target``, moved to ``old`` first (and then
+    removed). A signal between the two renames would leave no store under the target
+    name: it is noted and raised once both are done. A process killed there leaves
+    ``old``, which the next write to the target puts back."""
+    _SWAPPING.set()
+    try:
+        os.replace(target, old)
+        os.replace(new, target)
+    except BaseException:
+        if os.path.lexists(old) and not os.path.lexists(target):
+            os.replace(old, target)  # the old store stays where it was
+        raise
+    finally:
+        _SWAPPING.clear()
+    _remove(old)
 
 
 @contextlib.contextmanager
@@ -269,10 +310,9 @@ def atomic_output(
                     "(--overwrite) to replace it"
                 )
             if directory and t.is_dir() and not t.is_symlink():
-                old = t.parent / f".{t.name}.{_host()}.{os.getpid()}.old{_SUFFIX}"
-                os.replace(t, old)
-                os.replace(tmp, t)
-                _remove(old)
+                old = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{_OLD}{_SUFFIX}"
+                _swap(t, tmp, old)
+                raise_if_interrupted()  # the new store is whole and in place
             else:
                 if directory and t.exists():
                     t.unlink()
@@ -280,9 +320,11 @@ def atomic_output(
             _fsync(t.parent)
     except OSError as err:
         _remove(tmp)
-        if str(tmp) not in str(err) and tmp.name not in str(err):
+        if str(tmp) not in str(err) and tmp.name not in str(err) \
+                and err.errno not in _WRITE_ERRNOS:
             raise
-        # name the output asked for, not the hidden temporary file next to it
+        # name the output asked for, not the hidden temporary file next to it (nor none:
+        # a full disk under a Zarr writer says only "No space left on device")
         text = err.strerror or str(err).replace(str(tmp), os.fspath(target))
         message = f"cannot write {os.fspath(target)!r}: {text}"
         raise (OSError(err.errno, message) if err.errno else OSError(message)) from None

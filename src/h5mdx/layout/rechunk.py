@@ -25,7 +25,7 @@ from h5mdx.errors import H5MDReadError
 from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
-from h5mdx.format.writer import Layout
+from h5mdx.format.writer import Layout, ensure_room
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
 
@@ -146,6 +146,8 @@ class _Copier:
             maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
         if el.fillvalue is not None:
             kwargs["fillvalue"] = src.fillvalue
+        if chunk is None:  # HDF5 allocates it whole at the first write
+            ensure_room(self.fout.filename, n * frame_bytes)
         dst = gdst.create_dataset(name, shape=src.shape, maxshape=maxshape, dtype=src.dtype,
                                   **kwargs)
         _copy_attrs(src, dst)
@@ -170,6 +172,8 @@ class _Copier:
                 except OSError as err:  # a damaged chunk: name the file and the frames
                     raise H5MDReadError(self.fin.filename, src.name,
                                         f"cannot read frames {a}-{b - 1}: {err}") from None
+                if chunk is not None:
+                    ensure_room(self.fout.filename, view.nbytes)
                 dst[a:b] = view
                 self.digests.update(dst.name, view)
             if report:
