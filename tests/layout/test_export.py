@@ -88,3 +88,35 @@ def test_dataset_to_zarr_writes_time_variables_from_memory(tmp_path, monkeypatch
     assert root["step"].chunks == root["time"].chunks == root["energy"].chunks == (16,)
     with xr.open_zarr(tmp_path / "d.zarr") as back:
         xr.testing.assert_identical(back.load(), ds.load())
+
+
+def test_a_store_missing_chunks_is_said_so(tmp_path, adk_h5md, capsys):
+    """A store that lost a chunk file (a copy that did not finish) reads those frames as
+    NaN: ``h5mdx info`` says so, ``open_zarr_store(check_chunks=True)`` warns, and
+    ``h5mdx rmsd`` counts the frames without an RMSD (it exited 0 with NaN in the
+    series and said nothing; found by an audit)."""
+    import json
+    import shutil
+
+    from h5mdx.cli import main
+    from h5mdx.errors import H5MDConformanceWarning
+    from h5mdx.layout.export import missing_chunks, open_zarr_store
+    from h5mdx.layout.rechunk import rechunk
+
+    store = tmp_path / "lost.zarr"
+    rechunk(adk_h5md, store, frames_per_chunk=10)
+    with open_zarr_store(store) as ds:
+        assert missing_chunks(store, ds) == {}
+    chunk = store / "position" / "c" / "3"  # frames 30-39
+    shutil.rmtree(chunk)
+    with pytest.warns(H5MDConformanceWarning, match=r"lost\.zarr \[position\]: stores 9 of "
+                      r"its 10 chunks .* read as nan"):
+        open_zarr_store(store, check_chunks=True).close()
+    assert main(["info", str(store), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["missing_chunks"] == {"position": {"stored": 9, "expected": 10,
+                                                     "reads_as": "nan"}}
+    assert main(["info", str(store)]) == 0
+    assert "warning: position stores 9 of its 10 chunks" in capsys.readouterr().out
+    assert main(["rmsd", str(store), "--scheduler", "threads", "--no-progress"]) == 0
+    assert "warning: 10 of 98 frames have no RMSD (NaN)" in capsys.readouterr().err

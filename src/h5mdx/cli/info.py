@@ -168,9 +168,11 @@ def render(info: FileInfo) -> str:
 
 def zarr_dict(path: str) -> dict[str, Any]:
     """A JSON-able description of a Zarr store: its variables, chunks, codecs and units."""
-    from h5mdx.layout.export import open_zarr_store
+    from h5mdx.layout.export import missing_chunks, open_zarr_store
 
     with open_zarr_store(path) as ds:
+        missing = {name: {"stored": stored, "expected": expected, "reads_as": str(fill)}
+                   for name, (stored, expected, fill) in missing_chunks(path, ds).items()}
         size = sum(os.path.getsize(os.path.join(d, f))
                    for d, _, files in os.walk(path) for f in files)
         variables = {}
@@ -186,7 +188,7 @@ def zarr_dict(path: str) -> dict[str, Any]:
         time = ds.get("time")
         out: dict[str, Any] = {"store": path, "store_size": size, "attrs": dict(ds.attrs),
                                "n_frames": int(ds.sizes.get("time", 0)),
-                               "variables": variables}
+                               "variables": variables, "missing_chunks": missing}
         if time is not None and time.size:
             out["time_first"] = float(time[0])
             out["time_last"] = float(time[-1])
@@ -209,6 +211,10 @@ def render_zarr(d: dict[str, Any]) -> str:
     if "time_first" in d:
         out.append(f"frames: {d['n_frames']}, t {d['time_first']:g}..{d['time_last']:g} "
                    f"{d.get('time_unit') or ''}".rstrip())
+    for name, m in d.get("missing_chunks", {}).items():
+        out.append(f"warning: {name} stores {m['stored']} of its {m['expected']} chunks (a "
+                   f"copy or a write that did not finish?); the frames of the others read "
+                   f"as {m['reads_as']}")
     return "\n".join(out)
 
 

@@ -107,6 +107,19 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     return ds
 
 
+def _note_missing(result: Any, trajectory: str) -> None:
+    """Say on stderr how many frames have no RMSD (NaN): positions that read as NaN (a
+    fill value, or chunks missing from a store) give no number, and a series file alone
+    would not say so."""
+    import numpy as np
+
+    n_nan = int(np.isnan(result.values).sum())
+    if n_nan:
+        print(f"h5mdx rmsd: warning: {n_nan} of {result.sizes['time']} frames have no RMSD "
+              "(NaN): their positions read as NaN (a fill value, or chunks missing from "
+              f"the store; see h5mdx info {trajectory})", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     import xarray as xr
 
@@ -173,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             timing=args.timing, args=args,
         )
     write_outputs(result, args.out, args.plot)
+    _note_missing(result, args.trajectory)
     n = result.sizes["time"]
     print(f"rmsd: {n} frame{'s' if n != 1 else ''} in {seconds:.3f} s "
           f"({n / max(seconds, 1e-9):,.0f} frames/s) on {scheduler} with {workers} "

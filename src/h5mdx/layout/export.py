@@ -36,8 +36,8 @@ from h5mdx.format.schema import (
 from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name, id_element
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
-__all__ = ["ZarrWriter", "dataset_to_zarr", "open_zarr_store", "to_h5md", "zarr_checksums",
-           "zarr_compressors"]
+__all__ = ["ZarrWriter", "dataset_to_zarr", "missing_chunks", "open_zarr_store", "to_h5md",
+           "zarr_checksums", "zarr_compressors"]
 
 
 @contextlib.contextmanager
@@ -89,9 +89,13 @@ def _time_chunk(n_frames: int | None) -> tuple[int]:
             else TIME_CHUNK_ENTRIES,)
 
 
-def open_zarr_store(path: str | os.PathLike[str]) -> xr.Dataset:
+def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False) -> xr.Dataset:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, without dask,
     as ``xr.open_dataset(path, engine="zarr")`` opens it.
+
+    With ``check_chunks``, warn (:class:`~h5mdx.errors.H5MDConformanceWarning`) of each
+    array on ``time`` that lacks chunks, whose frames read as NaN: a store h5mdx writes has
+    them all. It lists the store (30-80 ms for 1000 chunks on a local disk).
 
     Raises
     ------
@@ -101,10 +105,47 @@ def open_zarr_store(path: str | os.PathLike[str]) -> xr.Dataset:
     from h5mdx.errors import H5MDFormatError
 
     try:
-        return xr.open_dataset(path, engine="zarr", chunks=None)
+        ds = xr.open_dataset(path, engine="zarr", chunks=None)
     except (OSError, ValueError, KeyError) as err:
         raise H5MDFormatError(os.fspath(path), None,
                               f"cannot open it as a Zarr store: {err}") from err
+    if check_chunks:
+        _check_stored_chunks(os.fspath(path), ds)
+    return ds
+
+
+def _check_stored_chunks(path: str, ds: xr.Dataset) -> None:
+    from h5mdx.errors import H5MDConformanceWarning
+
+    for name, (stored, expected, fill) in missing_chunks(path, ds).items():
+        warnings.warn(H5MDConformanceWarning(
+            f"{path} [{name}]: stores {stored} of its {expected} chunks (a copy or a write "
+            f"that did not finish?); the frames of the others read as {fill}"), stacklevel=3)
+
+
+def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset
+                   ) -> dict[str, tuple[int, int, Any]]:
+    """The arrays on ``time`` of the store ``path`` (opened as ``ds``) that lack chunks:
+    ``{name: (chunks stored, chunks expected, fill value)}``. Zarr reads a missing chunk
+    as the fill value (NaN positions, silently); a store h5mdx writes has them all."""
+    import zarr
+
+    try:
+        group = zarr.open_group(os.fspath(path), mode="r")
+    except (OSError, ValueError, KeyError):
+        return {}
+    out = {}
+    for name, var in ds.variables.items():
+        if not var.ndim or TIME_DIM not in var.dims:
+            continue
+        try:
+            array = group[str(name)]
+            stored, expected = int(array.nchunks_initialized), int(array.nchunks)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if stored < expected:
+            out[str(name)] = (stored, expected, array.fill_value)
+    return out
 
 
 #: Largest single chunk (bytes) ``contiguous`` may make of a Zarr array: Zarr writes a
