@@ -87,3 +87,26 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(adk_h5md_blocked, monkeypa
             got = compute(None, ds.md.rmsd(0, select=np.arange(0, 3341, 7)), True)
         assert got.shape == (98,)
         assert ("100% Completed" in stream.getvalue()) is drawn
+
+
+def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, tmp_path,
+                                                                      capsys, monkeypatch):
+    """--out, --plot and --timing are checked before the RMSD runs: a suffix that cannot
+    be written, or a file where a directory must be, failed only after the whole run
+    (hours on a cluster; found by an audit)."""
+    from h5mdx.cli import main
+    from h5mdx.parallel import schedulers
+
+    ran = []
+    monkeypatch.setattr(schedulers, "scheduler_context",
+                        lambda *a, **k: ran.append(True))  # never reached
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for argv, said in ((["--out", str(tmp_path / "r.parquet")], "not .parquet"),
+                       (["--plot", str(tmp_path / "r.xyz")], "not .xyz"),
+                       (["--out", str(tmp_path)], "is a directory"),
+                       (["--timing", str(a_file)], "the timing records need a directory"),
+                       (["--out", str(a_file / "r.csv")], "cannot be written")):
+        assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", *argv]) == 2, argv
+        assert said in capsys.readouterr().err
+    assert ran == []

@@ -11,7 +11,69 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_series", "write_outputs", "write_series"]
+__all__ = ["check_outputs", "plot_series", "write_outputs", "write_series"]
+
+#: Suffixes of the series file (``.nc``: netCDF; the others, or none: CSV).
+SERIES_SUFFIXES = ("", ".nc", ".csv", ".txt", ".dat")
+#: Suffixes of the plot that matplotlib writes without extra packages.
+PLOT_SUFFIXES = ("", ".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif",
+                 ".tiff", ".webp")
+
+
+def _writable(path: Path, what: str) -> None:
+    """Refuse ``path`` where it is a directory, or its nearest existing directory cannot
+    be written to."""
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory; give a file name")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} {str(path)!r} cannot be written: {str(parent)!r} is "
+                              "not a directory this user may write to")
+
+
+def check_outputs(out: str | os.PathLike[str] | None = None,
+                  plot: str | os.PathLike[str] | None = None,
+                  directory: str | os.PathLike[str] | None = None) -> None:
+    """Refuse, before any work, outputs that could not be written afterwards: a series
+    suffix :func:`write_series` does not write, a plot suffix matplotlib does not, a
+    directory in the way, or a directory this user may not write to.
+
+    Parameters
+    ----------
+    out : path-like, optional
+        The series file.
+    plot : path-like, optional
+        The plot file.
+    directory : path-like, optional
+        A directory to be created or filled (timing records).
+
+    Raises
+    ------
+    ValueError
+        For a suffix that cannot be written, or a directory given as a file.
+    PermissionError
+        Where the output's directory cannot be written to.
+    """
+    if out is not None:
+        path = Path(out)
+        if path.suffix.lower() not in SERIES_SUFFIXES:
+            raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc "
+                             f"(netCDF), not {path.suffix}")
+        _writable(path, "the series file")
+    if plot is not None:
+        path = Path(plot)
+        if path.suffix.lower() not in PLOT_SUFFIXES:
+            raise ValueError(f"{path}: the plot is written as .png, .pdf, .svg or another "
+                             f"image matplotlib writes ({', '.join(PLOT_SUFFIXES[1:])}), not "
+                             f"{path.suffix}")
+        _writable(path, "the plot")
+    if directory is not None:
+        path = Path(directory)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{str(path)!r} is a file; the timing records need a directory")
+        _writable(path / "timing.csv", "the timing directory")
 
 
 def write_series(path: str | os.PathLike[str], result: Any) -> Path:
@@ -30,7 +92,7 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
         The file written.
     """
     path = Path(path)
-    if path.suffix.lower() not in ("", ".nc", ".csv", ".txt", ".dat"):
+    if path.suffix.lower() not in SERIES_SUFFIXES:
         raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc (netCDF), "
                          f"not {path.suffix}")
     path.parent.mkdir(parents=True, exist_ok=True)

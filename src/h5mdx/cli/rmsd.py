@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from h5mdx._machine import usable_cpus
-from h5mdx.analysis.series import write_outputs
+from h5mdx.analysis.series import check_outputs, write_outputs
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL
 from h5mdx.parallel.schedulers import canonical, compute_rmsd, local_scheduler
 
@@ -131,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.workers is not None and args.workers < 1:
         print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
+    try:  # before the run, not after hours of it
+        check_outputs(args.out, args.plot, args.timing)
+    except (ValueError, PermissionError) as err:
+        print(f"h5mdx rmsd: {err}", file=sys.stderr)
         return 2
     if args.scheduler == "dask-mpi":
         from h5mdx.mpi.launch import rmsd_dask_mpi

@@ -138,6 +138,10 @@ class MPIRMSDOptions:
             )
         if self.weights == "mass" and self.topology is None:
             raise ValueError("mass weights need a topology: pass --topology FILE")
+        if self.out is not None:  # before the run, not after it
+            from h5mdx.analysis.series import check_outputs
+
+            check_outputs(directory=self.out)
 
 
 @dataclass
