@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from h5mdx.bench.grid import SCHEDULERS as BENCH
@@ -110,3 +114,55 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, 
         assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", *argv]) == 2, argv
         assert said in capsys.readouterr().err
     assert ran == []
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+@pytest.mark.parametrize("scheduler", ["processes", "distributed"])
+def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, scheduler):
+    """``kill PID`` (or a batch system ending the job) unwinds h5mdx rmsd as Ctrl-C does:
+    exit 143, and no worker process outlives it (with the processes scheduler they lived
+    on, holding its output pipes; found by an audit)."""
+    env = {**os.environ, "H5MDX_TIMING_DELAY": "0:60:io"}  # the first block sleeps a minute
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "h5mdx", "rmsd", str(adk_h5md_blocked), "--scheduler",
+         scheduler, "--workers", "2", "--frames-per-block", "10", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the workers have taken their blocks
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert "h5mdx: terminated" in err
+        deadline = time.monotonic() + 20
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.5)
+            alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")
+                     and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert alive == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from h5mdx._version import __version__
 from h5mdx.cli import bench, doctor, example, info, layout, mpi, rmsd, slurm
@@ -40,6 +42,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(SystemExit):
+    """SIGTERM received (``kill PID``, a batch system ending the job)."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM unwinds the command as Ctrl-C does: the ``with`` blocks close what they
+    opened (the worker processes of the processes scheduler or a local cluster, SLURM
+    jobs, temporary outputs). By default it killed this process alone, and the worker
+    processes lived on, holding its output pipes."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
@@ -55,10 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _terminate_as_exit():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("h5mdx: interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("h5mdx: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BrokenPipeError:
         # the reader of our output stopped (``h5mdx info F | head``): end quietly, as a
         # process killed by SIGPIPE would, and keep Python from flushing into the pipe

@@ -105,7 +105,8 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
         with dask.config.set(scheduler="threads", num_workers=workers):
             yield None
     elif scheduler == "processes":
-        with dask.config.set(scheduler="processes", num_workers=workers, chunksize=1):
+        with _process_pool(workers) as pool, dask.config.set(
+                scheduler="processes", num_workers=workers, chunksize=1, pool=pool):
             yield None
     elif scheduler == "distributed":
         from h5mdx._optional import import_optional
@@ -125,6 +126,36 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
             yield client
     else:  # pragma: no cover - argparse restricts the choices
         raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+@contextlib.contextmanager
+def _process_pool(workers: int) -> Iterator[Any]:
+    """The worker processes of the processes scheduler, made as dask makes them, and
+    ended with the block: at once where it ends in an exception (Ctrl-C, SIGTERM), for
+    dask's own pool waits for the tasks running (minutes) and its workers outlived a
+    process that SIGTERM ended."""
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
+    import dask.multiprocessing as dmp
+
+    if os.environ.get("PYTHONHASHSEED") in (None, "0"):
+        os.environ["PYTHONHASHSEED"] = "6640"  # as dask: the same hashes in every worker
+    pool = ProcessPoolExecutor(workers, mp_context=dmp.get_context(),
+                               initializer=partial(dmp.initialize_worker_process,
+                                                   user_initializer=None))
+    try:
+        yield pool
+    except BaseException:
+        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+        if terminate is not None:
+            terminate()
+        else:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _is_terminal(stream: Any) -> bool:
