@@ -120,3 +120,22 @@ def test_a_store_missing_chunks_is_said_so(tmp_path, adk_h5md, capsys):
     assert "warning: position stores 9 of its 10 chunks" in capsys.readouterr().out
     assert main(["rmsd", str(store), "--scheduler", "threads", "--no-progress"]) == 0
     assert "warning: 10 of 98 frames have no RMSD (NaN)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compression):
+    """A truncated chunk of a Zarr store fails the RMSD with one line naming the store,
+    the array and the frames (a 134-line traceback from the codec, or "cannot reshape"
+    naming nothing; found by an audit)."""
+    from h5mdx.cli import main
+    from h5mdx.layout.rechunk import rechunk
+
+    store = tmp_path / "bad.zarr"
+    rechunk(adk_h5md, store, frames_per_chunk=10, compression=compression)
+    chunk = store / "position" / "c" / "3" / "0" / "0"  # frames 30-39
+    chunk.write_bytes(chunk.read_bytes()[:500])
+    assert main(["rmsd", str(store), "--scheduler", "threads", "--no-progress",
+                 "--frames-per-block", "10"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {store} [position]: cannot read frames 30-39: " in err, err
+    assert "Traceback" not in err

@@ -43,7 +43,7 @@ from h5mdx.engine.frames import (
     read_ahead_depth,
     stored_start,
 )
-from h5mdx.errors import TopologyError
+from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
 from h5mdx.format import mapped as _mapped
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
@@ -302,7 +302,8 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
                 superposition: bool, kernel: str, start: int, stop: int,
                 atoms: np.ndarray | None = None, step: int | None = None,
                 host_threads: int | None = None,
-                process_threads: int | None = None, lead: int = 0) -> np.ndarray:
+                process_threads: int | None = None, lead: int = 0,
+                where: tuple[str | None, str | None] = (None, None)) -> np.ndarray:
     """RMSD of one task's frames, read ``step`` frames at a time (the first read ``lead``
     frames, up to the first stored chunk boundary, where the task's frames start inside
     a chunk: every other read then holds whole chunks).
@@ -318,13 +319,22 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     or many threads to a process), a task whose frames are stored as served reads and
     computes them in one compiled call without the GIL (:func:`_fused_block`). Where
     mapped reads are chosen (:func:`mapped_read`), such a task runs the kernel on a
-    mapping of the file instead (:func:`_mapped_block`), whatever the cores.
+    mapping of the file instead (:func:`_mapped_block`), whatever the cores. ``where``:
+    the store and the variable, named in a read error (a damaged Zarr chunk failed deep
+    inside its codec, or as a reshape, naming nothing).
     """
     n = stop - start
     step = n if not step else step
     out = np.empty(n, dtype=np.float64)
+
     def read(a: int, b: int) -> np.ndarray:
-        return np.asarray((block[a:b] if b - a < n else block).values)
+        try:
+            return np.asarray((block[a:b] if b - a < n else block).values)
+        except (H5MDError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
+            raise H5MDReadError(where[0], where[1], f"cannot read frames {start + a}-"
+                                f"{start + b - 1}: {type(err).__name__}: {err}") from err
 
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("warmup"):  # once per process: the kernel, where the chunks lie
@@ -825,6 +835,7 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
     whole stored chunks at a read where it can (a task starting inside a chunk first
     reads up to the chunk's end: a read straddling two Zarr chunks decodes both)."""
     source, atoms = plan
+    where = (source.encoding.get("source"), source.encoding.get("h5md_path") or source.name)
     step = _read_step(source, process_threads)
     grid = _chunk_grid(source) if step is not None else None
     dsk = {}
@@ -836,7 +847,7 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
         block = source.variable[a:b]
         block = frame_reader(block) or block
         dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads,
-                          process_threads, lead)
+                          process_threads, lead, where)
         sizes.append(b - a)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
     return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,

@@ -109,6 +109,8 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False)
     except (OSError, ValueError, KeyError) as err:
         raise H5MDFormatError(os.fspath(path), None,
                               f"cannot open it as a Zarr store: {err}") from err
+    for var in ds.variables.values():  # errors reading them can name the store
+        var.encoding.setdefault("source", ds.encoding.get("source", os.fspath(path)))
     if check_chunks:
         _check_stored_chunks(os.fspath(path), ds)
     return ds
