@@ -115,8 +115,8 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
                 dask.config.set(scheduler="threads", num_workers=workers):
             got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=fpb)
             graph = dict(got.data.__dask_graph__())
-            # a task ends (..., step, host_threads, process_threads, lead)
-            steps = {task[-4] for task in graph.values()
+            # a task ends (..., step, host_threads, process_threads, lead, where)
+            steps = {task[-5] for task in graph.values()
                      if isinstance(task, tuple) and task and task[0] is rmsd_mod._lazy_block}
             assert_rmsd_close(got.values, expected_ca, atol=1e-4)
         assert set(depths) == {depth}, (workers, fpb)
