@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+from pathlib import Path
 
 import dask
 import h5py
@@ -228,3 +229,39 @@ def test_a_capture_of_another_scheduler_says_so(frames_file, client):
         with capture(client=client) as run:
             client.compute(arr, sync=True)
     assert len(run.records) == N_FRAMES // FPB
+
+
+def test_a_delay_not_of_the_form_is_refused_at_once(frames_file, capsys):
+    """H5MDX_TIMING_DELAY (bench --delay) is FRAME:SECONDS[:PHASE]: anything else is a
+    clear error before a run, naming the form (--delay 0 failed mid-grid with 'list index
+    out of range', and a phase no task has injected nothing; found by an audit)."""
+    from h5mdx.cli import main
+    from h5mdx.timing.phases import parse_delay
+
+    assert parse_delay("24:0.5:compute") == (24, 0.5, "compute")
+    for spec in ("0", "abc", "0:x", "-1:0.5", "0:-1", "0:0.5:IO", "0:0.5:init_top", "1:2:io:4"):
+        with pytest.raises(ValueError, match=r"is not FRAME:SECONDS\[:PHASE\]"):
+            parse_delay(spec)
+    with pytest.raises(ValueError, match="is not FRAME:SECONDS"):
+        with capture(backend="threads", env={DELAY_ENV: "0:0.5:init_top"}):
+            pass
+    path, _ = frames_file
+    assert main(["bench", path, "--analysis", "read", "--scheduler", "threads",
+                 "--workers", "1", "--delay", "0", "--out", str(Path(path).parent / "b"),
+                 "--no-progress"]) == 1
+    assert "--delay) '0' is not FRAME:SECONDS[:PHASE]" in capsys.readouterr().err
+
+
+def test_a_failed_computation_gets_no_warning_of_its_own():
+    """A computation that raises inside capture() raises its error alone (it was preceded
+    by a warning that the tasks ran on another scheduler; found by an audit)."""
+    import warnings
+
+    def boom():
+        raise RuntimeError("the real error")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="the real error"):
+            with capture(backend="threads", n_workers=1):
+                dask.delayed(boom)().compute(scheduler="threads")

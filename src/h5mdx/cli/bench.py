@@ -69,13 +69,15 @@ def run(args: argparse.Namespace) -> int:
         run_grid,
         summary_rows,
     )
-    from h5mdx.timing.phases import DELAY_ENV
+    from h5mdx.timing.phases import DELAY_ENV, parse_delay
 
     bad = [s for s in args.scheduler if s not in SCHEDULERS]
     if bad:
         raise ValueError(f"unknown scheduler(s) {bad}; valid options are: {', '.join(SCHEDULERS)}")
     if args.repeats < 1:
         raise ValueError("--repeats must be at least 1")
+    if args.delay:
+        parse_delay(args.delay)  # before the grid, not in its middle
     if args.analysis == "rmsd":
         workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
     else:

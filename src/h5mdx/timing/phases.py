@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DELAY_ENV", "MEMORY_SPOOL", "SPOOL_ENV", "BlockTimer", "current_task_key",
-           "injected_delay", "read_spool", "take_records"]
+__all__ = ["DELAY_ENV", "DELAY_PHASES", "MEMORY_SPOOL", "SPOOL_ENV", "BlockTimer",
+           "current_task_key", "injected_delay", "parse_delay", "read_spool", "take_records"]
 
 #: Environment variable naming the spool directory.
 SPOOL_ENV = "H5MDX_TIMING_SPOOL"
@@ -198,10 +198,43 @@ def injected_delay(frame_start: int) -> tuple[str, float] | None:
     spec = os.environ.get(DELAY_ENV)
     if not spec:
         return None
-    parts = spec.split(":")
-    if int(parts[0]) != frame_start:
-        return None
-    return (parts[2] if len(parts) > 2 else "io", float(parts[1]))
+    frame, seconds, phase = parse_delay(spec)
+    return (phase, seconds) if frame == frame_start else None
+
+
+#: The phases a delay can be injected into: every task and rank has them.
+DELAY_PHASES = ("io", "compute")
+
+
+def parse_delay(spec: str) -> tuple[int, float, str]:
+    """``(frame_start, seconds, phase)`` of a ``DELAY_ENV`` value ``frame:seconds[:phase]``.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and the form, where ``spec`` is not of it (a frame that is
+        not an integer, negative or no seconds, a phase other than ``io`` or
+        ``compute``, which would inject nothing).
+
+    Examples
+    --------
+    >>> parse_delay("40:0.5")
+    (40, 0.5, 'io')
+    """
+    parts = str(spec).split(":")
+    try:
+        if not 2 <= len(parts) <= 3:
+            raise ValueError
+        frame, seconds = int(parts[0]), float(parts[1])
+        phase = parts[2] if len(parts) == 3 else "io"
+        if frame < 0 or not 0 <= seconds < float("inf") or phase not in DELAY_PHASES:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"{DELAY_ENV} (--delay) {spec!r} is not FRAME:SECONDS[:PHASE]: the first frame "
+            "of the task to slow (an integer >= 0), the seconds it sleeps (>= 0) and the "
+            f"phase it sleeps in ({' or '.join(DELAY_PHASES)}, default io)") from None
+    return frame, seconds, phase
 
 
 def take_records(name: str) -> list[dict[str, Any]]:
