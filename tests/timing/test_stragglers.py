@@ -172,6 +172,28 @@ def test_advice_to_mpi_ranks_fits_them():
     assert not any("once per worker" in a for a in said)
 
 
+def test_advice_to_mpi_ranks_knows_what_they_did():
+    """Ranks that read the topology on rank 0 are not told to (the others' time is wait);
+    ranks that gather with MPI are not told to; a rank has one block, so no 'more blocks
+    per worker'; a bench of MPI ranks and dask tasks gets the advice of each (found by an
+    audit)."""
+    ranks = _run(n_workers=2, n_tasks=2, io=0.1, compute=0.001, backend="mpi-io",
+                 slow={1: ("io", 1.0)})
+    ranks["rank"] = [0, 1]
+    ranks["t_init_top"] = [0.5, 0.0]  # --topology-on-root: rank 1 waited instead
+    ranks["t_comm_gather"] = 0.01
+    said = " ".join(advice(ranks))
+    assert "--topology-on-root" not in said and "rank 0 alone reads the topology" in said
+    assert "gather with MPI" not in said and "Gatherv" in said
+    assert "blocks per worker" not in said and "one block" in said
+    tasks = _run(n_workers=2, n_tasks=4, io=0.1, compute=0.3)
+    tasks["t_init_traj"] = 0.2
+    ranks["t_init_top"] = [0.5, 0.5]
+    mixed = " ".join(advice(pd.concat([ranks, tasks], ignore_index=True)))
+    assert "of the dask tasks; open once per worker" in mixed
+    assert "of the MPI ranks; let rank 0 read the topology" in mixed
+
+
 def test_scaling_advice_refers_to_remarks_only_where_there_are_some():
     table = pd.DataFrame({"backend": ["threads"] * 2, "n_workers": [1, 2], "S": [1.0, 0.3],
                           "E": [1.0, 0.15]})

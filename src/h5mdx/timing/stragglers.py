@@ -562,6 +562,13 @@ def _comm_advice(df: pd.DataFrame) -> str | None:
         comm = comm.fillna(df["t_transfer"])
     t_comm = comm.sum(min_count=1)
     if pd.notna(t_comp) and pd.notna(t_comm) and t_comm > 0 and t_comp / t_comm < 1:
+        if _mpi_io(df):  # the ranks gather with MPI already: a few bytes a frame
+            return (
+                f"Communication bound: R_comp/comm = {t_comp / t_comm:.2g}; gathering the "
+                "series (MPI Gatherv) took longer than computing it: the latency of a "
+                "collective, which a run this short cannot amortise; longer runs (more "
+                "frames per rank) can."
+            )
         return (
             f"Communication bound: R_comp/comm = {t_comp / t_comm:.2g}; moving results costs "
             "more than computing them. Return less data per task or gather with MPI."
@@ -583,10 +590,12 @@ def _straggler_advice(df: pd.DataFrame) -> str | None:
         "compute": "the CPU (other jobs or more workers than cores)",
         "other": "time outside the measured phases (scheduler, serialisation, GC)",
     }.get(main, f"the {main} phase")
+    remedy = (" Each rank has one block, so the others wait for a slow one at the end "
+              "(t_wait)." if _mpi_io(df) else " More blocks per worker (e.g. 3) let faster "
+              "workers take over the work of slow ones.")
     return (
         f"{n_slow} straggler task(s) of {len(flagged)} ({straggler_rule()}), "
-        f"mostly slow in {main}: look at {why}. More blocks per worker (e.g. 3) let "
-        "faster workers take over the work of slow ones."
+        f"mostly slow in {main}: look at {why}.{remedy}"
     )
 
 
@@ -629,17 +638,35 @@ def _idle_advice(df: pd.DataFrame) -> str | None:
 
 
 def _init_advice(df: pd.DataFrame) -> str | None:
-    """Opening topology and trajectory above a tenth of the work."""
-    init = df[["t_init_top", "t_init_traj"]].sum(axis=1, min_count=1).sum(min_count=1)
-    total = busy(df).sum()
-    if pd.notna(init) and total > 0 and init / total > 0.1:
-        return (
-            f"Opening the topology and trajectory takes {_pct(init / total)} of the work; "
-            + ("let rank 0 read the topology and broadcast the selection "
-               "(h5mdx mpi-rmsd --topology-on-root)." if _mpi_io(df)
-               else "open once per worker, not per task.")
-        )
-    return None
+    """Opening topology and trajectory above a tenth of the work (of the MPI ranks and of
+    the dask tasks apart: their remedies differ)."""
+    out = []
+    spmd = df["backend"].isin(SPMD_BACKENDS)
+    for ranks, part in ((True, df[spmd]), (False, df[~spmd])):
+        init = part[["t_init_top", "t_init_traj"]].sum(axis=1, min_count=1).sum(min_count=1)
+        total = busy(part).sum()
+        if not (pd.notna(init) and total > 0 and init / total > 0.1):
+            continue
+        share = f"{_pct(init / total)} of the work"
+        if not ranks:
+            out.append(f"Opening the topology and trajectory takes {share} of the dask "
+                       "tasks; open once per worker, not per task.")
+            continue
+        top = part["t_init_top"].fillna(0.0)
+        # --topology-on-root: one rank reads it, the others wait (t_wait), near 0 here
+        on_root = len(top) > 1 and float(top.nlargest(2).iloc[1]) < 0.1 * float(top.max())
+        if float(top.sum()) >= float(part["t_init_traj"].fillna(0.0).sum()) and not on_root:
+            remedy = ("let rank 0 read the topology and broadcast the selection (h5mdx "
+                      "mpi-rmsd --topology-on-root)")
+        elif on_root and float(top.sum()) >= float(part["t_init_traj"].fillna(0.0).sum()):
+            remedy = ("rank 0 alone reads the topology already; a smaller topology file "
+                      "(only the atoms analysed) or a longer run amortises it")
+        else:
+            remedy = ("most of it opening the trajectory with MPI-IO, a collective call "
+                      "whose cost grows with the ranks; a longer run amortises it")
+        out.append(f"Opening the topology and trajectory takes {share} of the MPI ranks; "
+                   f"{remedy}.")
+    return " ".join(out) or None
 
 
 def _scaling_advice(speedup_table: pd.DataFrame | None, remarks: bool = False) -> str | None:
