@@ -339,6 +339,26 @@ def test_a_truncated_trajectory_fails_instead_of_writing_fewer_frames(tmp_path):
     assert not out.exists() and not partial_files(out)
 
 
+def test_a_dcd_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(tmp_path):
+    """MDAnalysis counts a DCD's frames from its size: a file cut inside frame 13 read as
+    12 frames, and convert wrote them with exit 0 (found by an audit). A whole DCD, alone
+    or after another trajectory, converts as before."""
+    from h5mdx.errors import H5MDReadError
+
+    short = tmp_path / "cut.dcd"
+    short.write_bytes(open(d.DCD, "rb").read()[:500_000])
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"cut.dcd: the file ends \d+ bytes into frame "
+                                            r"13 .* reads only the 12 whole frames"):
+        convert(d.PSF, [short], out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    with pytest.raises(H5MDReadError, match="cut.dcd"):
+        convert(d.PSF, [d.DCD, short], out, progress=False)
+    convert(d.PSF, [d.DCD, d.DCD], out, progress=False)
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert ds.sizes["time"] == 2 * 98
+
+
 def test_times_restarting_after_one_frame_continue_by_the_readers_dt(tmp_path):
     one = tmp_path / "one.h5md"
     convert(d.GRO, [d.TRR], one, stop=1, progress=False)

@@ -406,6 +406,7 @@ def convert(
     # refuse early, before MDAnalysis spends time on the input
     check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out)
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
+    _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)
     frames, ts0 = _frames(u, start, stop, step)
     n_frames = len(frames)
@@ -459,6 +460,27 @@ def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u:
         source, None,
         f"MDAnalysis read {written} of the {n_frames} frames it announced: the trajectory "
         f"is truncated or damaged after frame {written}; nothing written to {out}")
+
+
+def _check_whole_frames(u: Any, out: str) -> None:
+    """Raise where a DCD file ends inside a frame: MDAnalysis counts its frames from the
+    file's size and reads the whole ones, so a cut file converted without a word."""
+    for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
+        dcd = getattr(reader, "_file", None)
+        sizes = [getattr(dcd, name, None) for name in ("_header_size", "_firstframesize",
+                                                        "_framesize")]
+        name = getattr(reader, "filename", None)
+        if None in sizes or not name or not os.path.isfile(name) or not reader.n_frames:
+            continue
+        header, first, frame = (int(x) for x in sizes)
+        whole = header + first + (int(reader.n_frames) - 1) * frame
+        extra = os.path.getsize(name) - whole
+        if 0 < extra < frame:
+            raise H5MDReadError(
+                name, None,
+                f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
+                f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
+                f"only the {reader.n_frames} whole frames; nothing written to {out}")
 
 
 def _left_behind(trajectories: Sequence[Any]) -> list[str]:
