@@ -55,7 +55,9 @@ class Digests:
             h = self._hash.get(name)
             if h is None:
                 h = self._hash[name] = new_digest()
-            h.update(np.ascontiguousarray(values).tobytes())
+            # the array's own bytes, not a copy of them (a block of 64 MiB otherwise)
+            values = np.ascontiguousarray(values)
+            h.update(values.tobytes() if values.dtype.kind == "O" else values)
 
     def hexdigests(self) -> dict[str, str]:
         """Name -> hex digest of everything added so far."""

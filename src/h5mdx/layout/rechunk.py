@@ -85,14 +85,14 @@ def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
 class _Copier:
     def __init__(self, fin: h5py.File, fout: h5py.File, layout: Layout,
                  targets: dict[tuple[int, int], ElementInfo], buffer_bytes: int,
-                 advance: Any) -> None:
+                 advance: Any, verify: bool = False) -> None:
         self.fin, self.fout = fin, fout
         self.layout = layout
         self.targets = targets
         self.buffer_bytes = buffer_bytes
         self.advance = advance
         self.seen: dict[tuple[int, int], str] = {}
-        self.digests = Digests()  # of the rechunked datasets, as written
+        self.digests = Digests(enabled=verify)  # of the rechunked datasets, as written
         self.copied: list[tuple[str, str]] = []  # (source path, output path) copied as is
         self.elements: list[str] = []
 
@@ -245,7 +245,7 @@ def rechunk(
     n_atoms = int(main.shape[1]) if main is not None and len(main.shape) > 1 else 0
     if is_zarr_path(dst):
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
-                             n_frames=n_frames, n_atoms=n_atoms)
+                             n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib)
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src]) as tmp:
@@ -255,7 +255,7 @@ def rechunk(
             total = main.shape[0] if main is not None else 0
             with progress_bar(total or None, f"rechunk -> {os.path.basename(dst)}",
                               progress) as advance:
-                copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance)
+                copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance, verify)
                 copier.walk(fin, fout)
         verified = False
         if verify:
@@ -336,7 +336,8 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
 
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
-                  verify: bool, n_frames: int, n_atoms: int) -> ConvertStats:
+                  verify: bool, n_frames: int, n_atoms: int,
+                  buffer_mib: float = 64.0) -> ConvertStats:
     import xarray as xr
 
     from h5mdx.layout.export import dataset_to_zarr
@@ -345,7 +346,9 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
     names: list[str] = []
     with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:
         for h5group, zgroup, els in _zarr_groups(info):
-            with xr.open_dataset(src, engine="h5md", group=h5group, chunks={}) as ds:
+            # blocks of about buffer_mib (whole HDF5 chunks): dask holds a few at a time
+            with xr.open_dataset(src, engine="h5md", group=h5group, chunks={},
+                                 chunk_mib=buffer_mib) as ds:
                 dataset_to_zarr(ds, tmp, layout=layout, group=zgroup,
                                 mode="w-" if zgroup is None and not names else "a")
                 names.append(h5group)
