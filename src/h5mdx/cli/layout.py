@@ -79,7 +79,9 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("input", help="H5MD file")
     r.add_argument("output", help="new H5MD file, or OUT.zarr")
     r.add_argument("--buffer-mib", type=float, default=64.0,
-                   help="largest block held in memory (default 64)")
+                   help="MiB of frames read at a time (default 64): with the input's chunk "
+                        "cache, about what the copy holds in memory (a few such blocks "
+                        "for a Zarr output)")
     _layout_options(r, None)
     r.set_defaults(func=run)
 
