@@ -359,6 +359,23 @@ def test_a_dcd_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(tmp_pa
         assert ds.sizes["time"] == 2 * 98
 
 
+def test_an_unreadable_input_is_one_message(tmp_path, capsys):
+    """An input MDAnalysis cannot open gives one error: no 'Exception ignored in
+    ReaderBase.__del__' block after it, and no --format hint where the format was known
+    (found by an audit)."""
+    import gc
+
+    from h5mdx.cli import main
+
+    empty = tmp_path / "empty.h5md"
+    empty.write_bytes(b"")
+    assert main(["convert", d.PSF, str(empty), str(tmp_path / "o.h5md"), "--no-progress"]) == 1
+    gc.collect()
+    err = capsys.readouterr().err
+    assert "MDAnalysis cannot read" in err and "empty.h5md" in err
+    assert "Exception ignored" not in err and "--format" not in err
+
+
 def test_times_restarting_after_one_frame_continue_by_the_readers_dt(tmp_path):
     one = tmp_path / "one.h5md"
     convert(d.GRO, [d.TRR], one, stop=1, progress=False)

@@ -13,8 +13,11 @@ as the (3, 3) matrix of box vectors, as MDAnalysis' H5MDWriter does.
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import time as _time
+import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -126,9 +129,12 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
                 u = mda.Universe(os.fspath(topology), trajs if len(trajs) > 1 else trajs[0],
                                  **kwargs)
         except Exception as err:  # MDAnalysis raises many kinds of errors
+            _release_quietly(err)
             what = f" with {', '.join(repr(t) for t in trajs)}" if trajs else ""
-            hint = ("" if kwargs else "; where MDAnalysis cannot tell a format from the file "
-                    "name, give it (format=, topology_format=; --format, --topology-format)")
+            # the hint where the format was the trouble, not for a damaged or locked file
+            hint = ("" if kwargs or "format" not in str(err).lower() else
+                    "; where MDAnalysis cannot tell a format from the file name, give it "
+                    "(format=, topology_format=; --format, --topology-format)")
             raise TopologyError(
                 f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}{hint}"
             ) from err
@@ -460,6 +466,19 @@ def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u:
         source, None,
         f"MDAnalysis read {written} of the {n_frames} frames it announced: the trajectory "
         f"is truncated or damaged after frame {written}; nothing written to {out}")
+
+
+def _release_quietly(err: BaseException) -> None:
+    """Free what the failed ``Universe`` left in ``err``'s frames now, without the
+    "Exception ignored in ReaderBase.__del__" block an MDAnalysis reader that failed to
+    open prints as it goes (it has no ``_file`` to close)."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        traceback.clear_frames(err.__traceback__)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _check_whole_frames(u: Any, out: str) -> None:
