@@ -104,6 +104,15 @@ def test_cli_bench(h5md_file, tmp_path, capsys):
     assert (tmp_path / "o" / "report.md").exists()
 
 
+def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
+    """bench --select without --topology names the options (it spoke of the Python API
+    after the grid had started; found by an audit)."""
+    from h5mdx.bench.grid import rmsd_workload
+
+    with pytest.raises(ValueError, match=r"--select 'name CA' needs --topology"):
+        rmsd_workload(h5md_file, select="name CA")
+
+
 def test_cli_rejects_bad_lists():
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
@@ -125,6 +134,12 @@ def test_run_grid_mpi_backends_side_by_side(adk_h5md_blocked, tmp_path):
     workload = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA")
     result = run_grid(workload, schedulers=["mpi-io", "dask-mpi", "threads"], workers=[1, 2],
                       repeats=1, out=tmp_path / "bench", progress=False)
+    only_mpi = run_grid(workload, schedulers=["mpi-io"], workers=[1], repeats=1,
+                        out=tmp_path / "mpi-only", progress=False)
+    report = (tmp_path / "mpi-only" / "report.md").read_text()
+    assert "- frames: 98;" in report  # from the records: an MPI run's metadata has none
+    assert "less the warm-up" in report
+    assert len(only_mpi.records) == 1
     rec.validate(result.records)
     assert set(result.records["backend"]) == {"mpi-io", "dask-mpi", "threads"}
     mpi = result.records[result.records["backend"] == "mpi-io"]

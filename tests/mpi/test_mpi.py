@@ -594,3 +594,17 @@ def test_mpi_io_waiting_for_a_slow_rank_is_wait(layouts, tmp_path, on_root):
     assert wait0 < 1.0, rows
     if on_root:
         assert top1 < 0.5, rows  # rank 1 reads no topology: waiting for rank 0's
+
+
+@pytest.mark.mpi
+def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
+    """Positions with no frame: 'no frames', not 'reference frame 0 is out of range'
+    (found by an audit)."""
+    require_mpi()
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "empty.h5md", {"trajectory": {"position": {
+        "value": np.zeros((0, 4, 3)), "step": np.zeros(0, dtype=int)}}})
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(path)), timeout=120)
+    assert proc.returncode != 0
+    assert "the positions have no frames" in proc.stderr, proc.stderr

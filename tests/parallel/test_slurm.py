@@ -242,5 +242,6 @@ def test_command_line_counts_the_workers_that_ran(adk_h5md_blocked, local_rmsd, 
     assert "on slurm with 1 worker " in proc.stdout, proc.stdout
     frame, _ = records.load(tmp_path / "timing" / "timing.csv")
     assert set(frame["n_workers"]) == {1}
+    assert frame["t_warmup"].max() < 0.5  # the worker loaded the kernel when it joined
     got = np.genfromtxt(tmp_path / "r.csv", delimiter=",", names=True)["rmsd"]
     np.testing.assert_allclose(got, local_rmsd, rtol=0, atol=1e-4)

@@ -220,6 +220,9 @@ def rmsd_workload(
             "h5mdx bench --analysis read"
         ) from err
     trajectory = os.fspath(trajectory)
+    if select is not None and topology is None:
+        raise ValueError(f"--select {select!r} needs --topology (a PSF, PDB, GRO, TPR, ... of "
+                         "the same atoms): H5MD files store no atom names")
     value_path, chunks, n_frames = _position_dataset(trajectory)
     opened: list[Any] = []
 
@@ -499,6 +502,18 @@ def summary_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+
+def _n_frames(result: BenchResult) -> int | None:
+    """The frames of the benchmark: from a run's metadata, else from its records (an MPI
+    run's metadata does not give them)."""
+    for meta in result.metas:
+        if meta.get("n_frames") is not None:
+            return int(meta["n_frames"])
+    records = result.records
+    if len(records) and "frame_stop" in records:
+        return int(records["frame_stop"].max())
+    return None
+
 def render_report(result: BenchResult, images: Mapping[str, str] | None = None) -> str:
     """A short Markdown report of a grid: setup, summary table, advice, figures."""
     meta = result.metas[0] if result.metas else {}
@@ -510,12 +525,13 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
         "",
         f"- analysis: {meta.get('analysis', '?')} on `{meta.get('file')}`"
         + (f" (selection `{meta['selection']}`)" if meta.get("selection") else ""),
-        f"- frames: {meta.get('n_frames')}; HDF5 layout: {meta.get('layout', {})}",
+        f"- frames: {_n_frames(result)}; HDF5 layout: {meta.get('layout', {})}",
         f"- machine: {machine.get('hostname')} ({machine.get('cpu_count')} CPUs); "
         + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
         f"- runs: {len(result.metas)}; started {meta.get('timestamp')}",
         "",
-        "S(N) = t_1 / t_N and E(N) = S(N) / N use t_N, the median wall time of the repeats;",
+        "S(N) = t_1 / t_N and E(N) = S(N) / N use t_N, the median wall time of the repeats "
+        "less the warm-up (loading the kernel: reported beside, not counted as work);",
         "M is the number of blocks per worker (frames per block = n_frames / (N M)).",
         "",
         render_table(rows, header, fmt="markdown"),

@@ -311,6 +311,11 @@ def _open(options: MPIRMSDOptions, comm: Any, idx: np.ndarray | None,
         )
     dset = f[source.element.value_path]
     ref_index = options.reference
+    if not source.n_frames:
+        from h5mdx.errors import H5MDFormatError
+
+        raise H5MDFormatError(options.trajectory, source.element.path,
+                              "the positions have no frames: there is no RMSD to compute")
     if not -source.n_frames <= ref_index < source.n_frames:
         raise IndexError(
             f"reference frame {ref_index} is out of range for {source.n_frames} frames"

@@ -123,6 +123,9 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
         from h5mdx.parallel import cluster as slurm_cluster
 
         with quiet_logging(), slurm_cluster.slurm_client_from_args(args, workers) as client:
+            from h5mdx.parallel.workers import warm_up_workers
+
+            warm_up_workers(client)  # as a local cluster's: loading is not the first task's
             yield client
     else:  # pragma: no cover - argparse restricts the choices
         raise ValueError(f"unknown scheduler {scheduler!r}")
