@@ -793,7 +793,7 @@ def hold(filename: str) -> Callable[[], None]:
     When the last open of a file in this process releases it, the file's readers leave
     the cache: their descriptors close once no read holds them, so that a closed Dataset
     keeps no file open (nor a deleted file's space in use). Readers that no open holds
-    (a dask worker's) stay, up to :data:`MAX_READERS`. The release may be called more
+    (a dask worker's) stay, up to ``MAX_READERS``. The release may be called more
     than once; it counts once.
     """
     with _CACHE_LOCK:

@@ -218,7 +218,7 @@ ROOM_MARGIN = 4 * 2**20
 
 def ensure_room(filename: str | os.PathLike[str], nbytes: int) -> None:
     """Refuse to write ``nbytes`` more to ``filename`` where its disk has not that much
-    free (and :data:`ROOM_MARGIN`): a clean error before the write, not HDF5's after.
+    free (and ``ROOM_MARGIN``, 4 MiB): a clean error before the write, not HDF5's after.
 
     Raises
     ------

@@ -364,7 +364,7 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
 
 def _run_metas(metas: Sequence[dict[str, Any]] | Mapping[str, Any] | None
                ) -> list[dict[str, Any]]:
-    """The runs' metadata: a list of them, or what :func:`h5mdx.timing.load` gives (a
+    """The runs' metadata: a list of them, or what :func:`h5mdx.timing.records.load` gives (a
     bench's ``{"runs": [...]}``, or one run's own)."""
     if metas is None:
         return []
@@ -383,7 +383,7 @@ def run_table(df: pd.DataFrame,
     df : pandas.DataFrame
         Records of one or more runs.
     metas : sequence of dict or mapping, optional
-        The runs' metadata (a list, or the metadata :func:`h5mdx.timing.load` returns
+        The runs' metadata (a list, or the metadata :func:`h5mdx.timing.records.load` returns
         with the records); their ``wall`` (the measured run time) and
         ``blocks_per_worker``/``repeat`` are used when present. Otherwise the
         wall time is the span from the first task start to the last task stop.
@@ -439,7 +439,7 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
         Columns that define one scaling series (default: ``backend`` and, if
         present, ``blocks_per_worker``).
     metas : sequence of dict or mapping, optional
-        With records: the runs' metadata, as :func:`h5mdx.timing.load` returns it with
+        With records: the runs' metadata, as :func:`h5mdx.timing.records.load` returns it with
         them (``df, meta = load("bench/records.parquet"); speedup(df, metas=meta)``).
         Without it, each run's time is the span of its tasks and its blocks per worker
         are unknown (a warning says so): not the figures ``h5mdx bench`` reports.
