@@ -188,6 +188,27 @@ def test_job_states_parses_squeue(monkeypatch):
     assert job_states([]) == {}
 
 
+def test_a_controller_that_does_not_answer_is_not_the_options_fault(monkeypatch):
+    """sbatch --test-only failing because slurmctld is down says so, not that SLURM
+    rejects the jobs for their queue or account (found by an audit); a real rejection
+    still names the options."""
+    from h5mdx.parallel.cluster import SlurmError
+
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: "/usr/bin/" + name)
+    jq = cluster._import_jobqueue()
+    options = cluster.slurm_options(interface="lo")
+    monkeypatch.setattr(cluster, "_run", _fake_run(
+        "", 1, "sbatch: error: Batch job submission failed: Unable to contact slurm "
+        "controller (connect failure)"))
+    with pytest.raises(SlurmError, match=r"controller does not answer.*scontrol ping") as err:
+        cluster._preflight(options, jq)
+    assert "rejects" not in str(err.value)
+    monkeypatch.setattr(cluster, "_run", _fake_run(
+        "", 1, "sbatch: error: invalid partition specified: nope"))
+    with pytest.raises(SlurmError, match="SLURM rejects the worker jobs: .*invalid partition"):
+        cluster._preflight(options, jq)
+
+
 class _Client:
     def __init__(self, n):
         self.n = n

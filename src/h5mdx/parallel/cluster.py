@@ -483,6 +483,11 @@ def _release_all() -> None:
         release(cluster, timeout=10.0)
 
 
+#: What sbatch says where it cannot reach slurmctld (no fault of the job's options).
+_NO_CONTROLLER = ("unable to contact slurm controller", "connect failure",
+                  "socket timed out", "connection refused")
+
+
 def _preflight(options: Mapping[str, Any], jq: Any) -> None:
     """``sbatch --test-only`` the job script: rejects bad partitions/accounts/limits now."""
     if shutil.which("sbatch") is None:
@@ -498,6 +503,11 @@ def _preflight(options: Mapping[str, Any], jq: Any) -> None:
                          "(sinfo)") from err
     if proc.returncode != 0:
         said = (proc.stderr.strip() or proc.stdout.strip()).replace("\n", "; ")
+        if any(sign in said.lower() for sign in _NO_CONTROLLER):
+            raise SlurmError(
+                f"SLURM's controller does not answer: {said}. slurmctld is down or "
+                "unreachable from here (scontrol ping; on one machine: bash "
+                "scripts/slurm-local.sh start); the job options are not at fault")
         raise SlurmError(
             f"SLURM rejects the worker jobs: {said}. Check queue=/account=/walltime=/cores=/"
             f"memory= (sinfo -s lists the partitions); the job script is:\n{script}"
