@@ -79,6 +79,28 @@ def test_run_grid(h5md_file, tmp_path):
     assert "## Advice" in report
 
 
+def test_a_grid_that_fails_keeps_the_runs_that_finished(h5md_file, tmp_path, monkeypatch,
+                                                       capsys):
+    """A scheduler failing after others finished leaves their records and tables in
+    --out, and says so (bench wrote nothing; found by an audit)."""
+    from h5mdx.bench import grid
+
+    real = grid._dask_runs
+
+    def failing(workload, scheduler, *args):
+        if scheduler == "processes":
+            raise RuntimeError("the cluster broke")
+        return real(workload, scheduler, *args)
+
+    monkeypatch.setattr(grid, "_dask_runs", failing)
+    with pytest.raises(RuntimeError, match="the cluster broke"):
+        run_grid(read_workload(h5md_file), schedulers=["threads", "processes"], workers=[1],
+                 repeats=1, out=tmp_path / "o", progress=False)
+    df, _ = rec.load(tmp_path / "o" / "records.parquet")
+    assert set(df["backend"]) == {"threads"}
+    assert "1 of 2 runs finished before the error" in capsys.readouterr().err
+
+
 def test_run_grid_rejects_unknown_scheduler(h5md_file):
     with pytest.raises(ValueError, match="valid options are: threads, processes, distributed"):
         run_grid(read_workload(h5md_file), schedulers=["mpi"], progress=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -345,6 +346,13 @@ def run_grid(
         if on_run is not None:
             on_run(meta)
 
+    def result_of_runs() -> BenchResult:
+        records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        runs = run_table(records, metas)
+        table = speedup(runs)
+        top = records[records["n_workers"] == records["n_workers"].max()]
+        return BenchResult(records, runs, table, metas, advice(top, table))
+
     try:
         with progress_bar(total, "runs", progress, unit=None, elapsed=True,
                           stderr=True) as bar:
@@ -355,14 +363,16 @@ def run_grid(
                     else:
                         _dask_runs(workload, scheduler, n, blocks, repeats, env, bench_id, bar,
                                    collect)
+    except BaseException:
+        if frames and out is not None:  # the runs that finished are kept, and said so
+            write_outputs(result_of_runs(), out)
+            print(f"h5mdx bench: {len(metas)} of {total} runs finished before the error; "
+                  f"their records and tables are in {os.fspath(out)}", file=sys.stderr)
+        raise
     finally:
         if workload.close is not None:
             workload.close()
-    records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    runs = run_table(records, metas)
-    table = speedup(runs)
-    top = records[records["n_workers"] == records["n_workers"].max()]
-    result = BenchResult(records, runs, table, metas, advice(top, table))
+    result = result_of_runs()
     if out is not None:
         write_outputs(result, out)
     return result
