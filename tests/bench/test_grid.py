@@ -133,6 +133,9 @@ def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
 
     with pytest.raises(ValueError, match=r"--select 'name CA' needs --topology"):
         rmsd_workload(h5md_file, select="name CA")
+    from h5mdx.cli import main
+
+    assert main(["bench", h5md_file, "--analysis", "read", "--select", "name CA"]) == 1
 
 
 def test_cli_rejects_bad_lists():

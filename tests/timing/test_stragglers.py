@@ -194,6 +194,22 @@ def test_advice_to_mpi_ranks_knows_what_they_did():
     assert "of the MPI ranks; let rank 0 read the topology" in mixed
 
 
+def test_a_rank_given_no_frames_shows_in_the_imbalance_and_the_advice():
+    """More ranks than chunks: a rank with no frames still loads the kernel and opens the
+    files, which are not the work shared out; the imbalance shows it idle, and the advice
+    says why (it read 1.00 and said nothing; found by an audit)."""
+    ranks = _run(n_workers=3, n_tasks=3, io=0.1, compute=0.3, backend="mpi-io")
+    ranks["rank"] = [0, 1, 2]
+    ranks["t_warmup"] = 0.5
+    ranks["t_init_traj"] = 0.2
+    ranks.loc[2, ["frame_start", "frame_stop"]] = [98, 98]
+    ranks.loc[2, ["t_io", "t_compute"]] = [0.0, 0.0]
+    ranks["t_stop"] = ranks["t_start"] + [1.101, 1.101, 0.701]  # rank 2: set-up only
+    ranks["wall"] = ranks["t_stop"] - ranks["t_start"]
+    np.testing.assert_allclose(load_imbalance(ranks).iloc[0], 0.401 / (0.803 / 3), rtol=1e-2)
+    assert any("1 MPI rank(s) of 3 had no frames" in a for a in advice(ranks))
+
+
 def test_scaling_advice_refers_to_remarks_only_where_there_are_some():
     table = pd.DataFrame({"backend": ["threads"] * 2, "n_workers": [1, 2], "S": [1.0, 0.3],
                           "E": [1.0, 0.15]})

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     if args.analysis == "rmsd":
         workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
     else:
+        if args.select is not None or args.topology is not None:
+            raise ValueError("--analysis read reads every atom: --select and --topology "
+                             "apply to --analysis rmsd")
         workload = read_workload(args.trajectory)
     env = {DELAY_ENV: args.delay} if args.delay else None
     result = run_grid(

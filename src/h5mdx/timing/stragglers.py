@@ -311,7 +311,8 @@ def warmup_summary(df: pd.DataFrame) -> dict[str, float]:
 
 
 def load_imbalance(df: pd.DataFrame) -> pd.Series:
-    """Largest worker busy time over the mean busy time per worker, per run.
+    """Largest worker busy time over the mean busy time per worker, per run, busy times
+    less warm-up and opening (``t_warmup``, ``t_init_top``, ``t_init_traj``).
 
     Parameters
     ----------
@@ -324,11 +325,15 @@ def load_imbalance(df: pd.DataFrame) -> pd.Series:
         Indexed by ``run_id``; 1.0 is perfect balance, ``n_workers`` is the worst.
     """
     pw = per_worker(df)
+    # the work shared out: less loading the kernel and opening the files, which every
+    # worker does whatever its share (an MPI rank given no frames still opens them)
+    setup = pw[["t_warmup", "t_init_top", "t_init_traj"]].fillna(0.0).sum(axis=1)
+    pw = pw.assign(work=(pw["busy"] - setup).clip(lower=0.0))
     g = pw.groupby(level="run_id")
     n = g["n_workers"].first().clip(lower=1)
-    total = g["busy"].sum()
+    total = g["work"].sum()
     mean = total / np.maximum(n, g.size())
-    return (g["busy"].max() / mean).rename("load_imbalance")
+    return (g["work"].max() / mean.where(mean > 0)).rename("load_imbalance")
 
 
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
@@ -612,7 +617,16 @@ def _warmup_advice(df: pd.DataFrame) -> str | None:
 
 
 def _imbalance_advice(df: pd.DataFrame) -> str | None:
-    """The busiest worker above 1.25 x the mean."""
+    """The busiest worker above 1.25 x the mean; MPI ranks given no frames."""
+    spmd = df["backend"].isin(SPMD_BACKENDS)
+    idle = df[spmd & (df["frame_stop"] <= df["frame_start"])]
+    if len(idle):
+        runs = df[spmd & df["run_id"].isin(idle["run_id"])]
+        return (
+            f"{len(idle)} MPI rank(s) of {len(runs)} had no frames: ranks take whole HDF5 "
+            "chunks, and there were fewer chunks than ranks; use fewer ranks, or smaller "
+            "chunks along time (h5mdx info FILE; h5mdx rechunk --frames-per-chunk)."
+        )
     worst = load_imbalance(df).max()
     if pd.notna(worst) and worst > 1.25:
         return (
