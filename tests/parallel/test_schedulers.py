@@ -166,3 +166,25 @@ def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, sched
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_failed_task_on_a_local_cluster_is_one_line(tmp_path):
+    """A damaged chunk under --scheduler distributed: one error naming the file, the
+    element and the frames, without the workers' 'Compute Failed' log and its traceback
+    before it (found by an audit)."""
+    import h5py
+
+    from h5mdx.testing import write_h5md
+
+    values = np.random.default_rng(0).normal(size=(20, 5, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "bad.h5md", {"g": {"position": {
+        "value": values, "step": np.arange(20), "chunks": (10, 5, 3), "compression": "gzip"}}})
+    with h5py.File(path, "r+") as f:
+        f["particles/g/position/value"].id.write_direct_chunk((10, 0, 0), b"not gzip" * 10)
+    proc = subprocess.run([sys.executable, "-m", "h5mdx", "rmsd", str(path), "--scheduler",
+                           "distributed", "--workers", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert "bad.h5md [/particles/g/position/value]: reading frame" in err, err
+    assert "Compute Failed" not in err and "Traceback" not in err, err

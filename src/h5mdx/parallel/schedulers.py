@@ -113,8 +113,10 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
         from h5mdx.parallel.local import local_cluster
 
         distributed = import_optional("distributed", "--scheduler distributed")
-        with quiet_logging(), local_cluster(workers) as cluster, \
-                distributed.Client(cluster) as client:
+        # the workers log a failed task with its traceback ("Compute Failed"); the error
+        # itself reaches this process, which reports it in one line
+        with quiet_logging(), local_cluster(workers, silence_logs=logging.CRITICAL) \
+                as cluster, distributed.Client(cluster) as client:
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)
