@@ -159,11 +159,16 @@ def test_atomic_output_refuses_and_cleans(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_signal_python_drops_still_stops_the_write(tmp_path, monkeypatch, sig):
-    """Ctrl-C or SIGTERM that lands in a callback Python calls for itself (a weakref's)
-    is dropped there ("Exception ignored in ..."): the write must still not complete, and
-    the dropped exception is not printed (it is raised again)."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU],
+                         ids=["ctrl-c", "sigterm", "sighup", "sigxcpu"])
+def test_a_signal_python_drops_still_stops_the_write(tmp_path, monkeypatch, sig, request):
+    """Ctrl-C or SIGTERM (or SIGHUP, SIGXCPU: a closed session, a CPU-time limit) that
+    lands in a callback Python calls for itself (a weakref's) is dropped there ("Exception
+    ignored in ..."): the write must still not complete, and the dropped exception is not
+    printed (it is raised again)."""
+    if signal.getsignal(sig) is signal.SIG_IGN:  # under nohup: a write would ignore it too
+        signal.signal(sig, signal.SIG_DFL)
+        request.addfinalizer(lambda: signal.signal(sig, signal.SIG_IGN))
     printed = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: printed.append(u.exc_type))
     reached, continued = [], []
@@ -177,7 +182,8 @@ def test_a_signal_python_drops_still_stops_the_write(tmp_path, monkeypatch, sig)
             pass
         reached.append(True)  # not reached: the exception left the callback
 
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                                               signal.SIGXCPU)}
     target = tmp_path / "out.bin"
     expected = KeyboardInterrupt if sig == signal.SIGINT else SystemExit
     with pytest.raises(expected):

@@ -188,10 +188,17 @@ def raise_if_interrupted() -> None:
         _raise_for(_RECEIVED[0])
 
 
+#: Signals that end a write cleanly: Ctrl-C, kill, a closed terminal or ssh session
+#: (unless ignored, as under nohup) and a CPU-time limit (which would dump core).
+_STOPPING = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGXCPU")
+                  if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """Turn SIGINT into KeyboardInterrupt and SIGTERM into SystemExit while writing, and
-    remember them (:func:`raise_if_interrupted`), so that the cleanup runs."""
+    """Turn SIGINT into KeyboardInterrupt and SIGTERM, SIGHUP and SIGXCPU into SystemExit
+    while writing, and remember them (:func:`raise_if_interrupted`), so that the cleanup
+    runs."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -211,7 +218,7 @@ def _signals_raise() -> Iterator[None]:
 
     old = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOPPING:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 old[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main interpreter
