@@ -193,3 +193,32 @@ def test_a_damaged_chunk_names_the_file_the_element_and_the_frames(tmp_path):
                        r"cannot read frames \d+-\d+"):
         rechunk(path, out, frames_per_chunk=10, buffer_mib=0.01)
     assert not out.exists() and not partial_files(out)
+
+
+def test_object_references_point_into_the_copy(tmp_path, adk_h5md):
+    """H5MD's particles_group (an object reference, on connectivity and observables) points
+    to the same group of the copy: copied as it was, it held an address in the input and
+    could not be opened (found by an audit). A null reference stays null."""
+    src = tmp_path / "refs.h5md"
+    import shutil
+
+    shutil.copy(adk_h5md, src)
+    with h5py.File(src, "r+") as f:
+        group = f["particles/trajectory"]
+        bonds = f.create_dataset("connectivity/bonds", data=np.array([[0, 1], [1, 2]]))
+        bonds.attrs["particles_group"] = group.ref
+        pairs = f.create_group("connectivity/pairs")
+        pairs.attrs["particles_group"] = group.ref
+        pairs.create_dataset("value", data=np.zeros((98, 1, 2), dtype=np.int64))
+        pairs["step"] = f["particles/trajectory/position/step"]
+        f.require_group("observables").attrs["several"] = np.array([group.ref, h5py.Reference()],
+                                                     dtype=h5py.ref_dtype)
+    out = tmp_path / "out.h5md"
+    rechunk(src, out, frames_per_chunk=7, verify=True)
+    with h5py.File(out, "r") as f:
+        for where in ("connectivity/bonds", "connectivity/pairs"):
+            assert f[f[where].attrs["particles_group"]].name == "/particles/trajectory"
+            assert f[where].attrs["particles_group"] != h5py.Reference()
+        several = f["observables"].attrs["several"]
+        assert f[several[0]].name == "/particles/trajectory" and not several[1]
+        np.testing.assert_array_equal(f["connectivity/bonds"], [[0, 1], [1, 2]])

@@ -51,10 +51,42 @@ def _addr(obj: Any) -> tuple[int, int]:
     return (obj.file.id.fileno, int(h5py.h5o.get_info(obj.id).addr))
 
 
-def _copy_attrs(src: Any, dst: Any) -> None:
+def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str, Any]] | None = None) -> None:
+    """Copy the attributes of ``src`` to ``dst``; an object reference (H5MD's
+    ``particles_group``) is put in ``refs`` as ``(dst path, name, source paths)``, to be
+    made once its target exists in the output (:func:`_make_refs`): copied as it is, it
+    would hold an address in the input file."""
     for name in src.attrs:
         aid = src.attrs.get_id(name)
+        if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.Reference:
+            refs.append((dst.name, name, _ref_paths(src, src.attrs[name])))
+            continue
         dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+
+
+def _ref_paths(src: Any, value: Any) -> Any:
+    """The paths the object reference(s) ``value`` point to in ``src``'s file (None for a
+    null reference)."""
+    def path(ref: Any) -> str | None:
+        return src.file[ref].name if ref else None
+
+    if isinstance(value, np.ndarray):
+        return np.array([path(r) for r in value.ravel()], dtype=object).reshape(value.shape)
+    return path(value)
+
+
+def _make_refs(fout: h5py.File, refs: list[tuple[str, str, Any]]) -> None:
+    """Make the object references of ``refs`` in ``fout``, to the same paths."""
+    def ref(path: str | None) -> Any:
+        return fout[path].ref if path is not None and path in fout else h5py.Reference()
+
+    for where, name, paths in refs:
+        if isinstance(paths, np.ndarray):
+            value = np.array([ref(p) for p in paths.ravel()],
+                             dtype=h5py.ref_dtype).reshape(paths.shape)
+        else:
+            value = ref(paths)
+        fout[where].attrs.create(name, value, dtype=h5py.ref_dtype)
 
 
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
@@ -95,6 +127,7 @@ class _Copier:
         self.digests = Digests(enabled=verify)  # of the rechunked datasets, as written
         self.copied: list[tuple[str, str]] = []  # (source path, output path) copied as is
         self.elements: list[str] = []
+        self.refs: list[tuple[str, str, Any]] = []  # object references, made at the end
 
     def walk(self, gsrc: h5py.Group, gdst: h5py.Group) -> None:
         for name in gsrc:
@@ -112,17 +145,18 @@ class _Copier:
                 continue
             if isinstance(obj, h5py.Group):
                 g = gdst.create_group(name)
-                _copy_attrs(obj, g)
+                _copy_attrs(obj, g, self.refs)
                 self.seen[key] = g.name
                 self.walk(obj, g)
             elif isinstance(obj, h5py.Dataset) and key in self.targets:
                 self.seen[key] = self._rechunk(obj, gdst, name, self.targets[key])
-            else:  # datasets and named datatypes copied as they are
+            else:  # datasets and named datatypes copied as they are, their attributes apart
                 try:
-                    self.fin.copy(obj, gdst, name=name)
+                    self.fin.copy(obj, gdst, name=name, without_attrs=True)
                 except OSError as err:
                     raise H5MDReadError(self.fin.filename, obj.name,
                                         f"cannot copy it: {err}") from None
+                _copy_attrs(obj, gdst[name], self.refs)
                 self.seen[key] = gdst[name].name
                 if isinstance(obj, h5py.Dataset):
                     self.copied.append((obj.name, gdst[name].name))
@@ -150,7 +184,7 @@ class _Copier:
             ensure_room(self.fout.filename, n * frame_bytes)
         dst = gdst.create_dataset(name, shape=src.shape, maxshape=maxshape, dtype=src.dtype,
                                   **kwargs)
-        _copy_attrs(src, dst)
+        _copy_attrs(src, dst, self.refs)
         # blocks of whole output chunks, aligned to input chunks when cheap
         unit = chunk or max(1, self.layout.frames(frame_bytes, n))
         if src.chunks:
@@ -257,6 +291,7 @@ def rechunk(
                               progress) as advance:
                 copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance, verify)
                 copier.walk(fin, fout)
+                _make_refs(fout, copier.refs)
         verified = False
         if verify:
             _verify(copier, src, tmp, dst)
