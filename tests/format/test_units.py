@@ -43,6 +43,14 @@ from h5mdx.testing import write_h5md
         ("kilojoule / mole / nanometer", 0.1, "kJ mol-1 Angstrom-1"),
         ("nm * ps ** -1", 10.0, "Angstrom ps-1"),
         ("10 nm", 100.0, "Angstrom"),
+        # the H5MD units module (found by an audit): its Angstrom, its powers of ten, and
+        # Boltzmann's constant, which pint took for a kilobyte (x8000)
+        ("Ang", 1.0, "Angstrom"),
+        ("Ang ps-1", 1.0, "Angstrom ps-1"),
+        ("10+3 m", 1e13, "Angstrom"),
+        ("10-1 nm", 1.0, "Angstrom"),
+        ("kB K", 1.380649e-23 * 6.02214076e23 / 1e3, "kJ mol-1"),
+        ("Eh", 2625.4996394799, "kJ mol-1"),
     ],
 )
 def test_conversion(unit, factor, base):

@@ -48,6 +48,7 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "nm": (1e-9, _L),
     "Angstrom": (1e-10, _L),
     "angstrom": (1e-10, _L),
+    "Ang": (1e-10, _L),  # the H5MD units module's symbol
     "A": (1e-10, _L),
     "Å": (1e-10, _L),
     "pm": (1e-12, _L),
@@ -85,6 +86,11 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     # temperature: a temperature, never an energy k_B T
     "K": (1.0, _K),
     "kelvin": (1.0, _K),
+    # the H5MD units module's constants: Boltzmann's (kB K is an energy; pint's kB is a
+    # kilobyte) and Avogadro's number
+    "kB": (1.380649e-23, (2, 1, -2, 0, -1)),
+    "Nav": (_NA, _ONE),
+    "Eh": (4.3597447222071e-18, _ENERGY),
     # force
     "N": (1.0, _FORCE),
     "Newton": (1.0, _FORCE),
@@ -115,6 +121,8 @@ BASE_UNITS: dict[Dims, str] = {
 
 _TOKEN = re.compile(r"^([A-Za-zÅ_]+)(?:\^|\*\*)?([+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+#: A power of a number as the H5MD units module writes it: ``10+3`` is 1000, ``10-9`` 1e-9.
+_POWER_OF = re.compile(r"^(\d+)([+-]\d+)$")
 
 
 #: pint base dimension -> (position, sign) in the dimension vector (current: charge/time)
@@ -181,11 +189,14 @@ def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
     for token in re.split(r"[\s*·]+", text.strip()):
         if not token or (token == "1" and not seen_unit):
             continue
-        if _NUMBER.match(token):
+        power_of = _POWER_OF.match(token)
+        if _NUMBER.match(token) or power_of:
             if seen_unit:  # "nm 2", "nm*2": a power written apart, or a misplaced factor
                 raise H5MDUnitError(f"a number ({token}) after a unit: write a power as "
                                     "nm2, nm^2 or nm**2, a factor before the units")
-            factor *= float(token) ** sign
+            value = (float(power_of.group(1)) ** int(power_of.group(2)) if power_of
+                     else float(token))
+            factor *= value ** sign
             continue
         seen_unit = True
         match = _TOKEN.match(token)
