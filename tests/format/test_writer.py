@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 import weakref
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_round_trip(tmp_path, layout, by_block):
            static={"mass": (np.arange(11.0), "u", {})})
     with h5py.File(path) as f:
         assert tuple(f["h5md"].attrs["version"]) == (1, 1)
-        assert f["h5md/creator"].attrs["name"] == "h5mdx"
+        assert f["h5md/creator"].attrs["name"] == b"h5mdx"  # fixed-length, as H5MD asks
         grp = f["particles/trajectory"]
         v = grp["position/value"]
         np.testing.assert_array_equal(v[()], pos)
@@ -68,7 +69,7 @@ def test_round_trip(tmp_path, layout, by_block):
         np.testing.assert_allclose(grp["position/time"][()], np.arange(25) * 0.5)
         assert v.attrs["unit"] == "Angstrom"
         assert grp["position/time"].attrs["unit"] == "ps"
-        assert list(grp["box"].attrs["boundary"]) == ["periodic"] * 3
+        assert list(grp["box"].attrs["boundary"]) == [b"periodic"] * 3
         # step/time are one object shared by hard links
         assert grp["position/step"].id == grp["box/edges/step"].id
         assert grp["position/time"].id == grp["box/edges/time"].id
@@ -363,8 +364,8 @@ def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
         part = f["particles/trajectory"]
         assert sorted(part) == ["box", "position"]
         np.testing.assert_array_equal(part["box/edges"][()], [2.0, 3.0, 4.0])
-        assert list(part["box"].attrs["boundary"]) == ["periodic", "periodic", "none"]
-        assert f["h5md/author"].attrs["name"] == "Ada"
+        assert list(part["box"].attrs["boundary"]) == [b"periodic", b"periodic", b"none"]
+        assert f["h5md/author"].attrs["name"] == b"Ada"
     with xr.open_dataset(out, engine="h5md") as back:
         np.testing.assert_array_equal(back.box_edges.values, [2.0, 3.0, 4.0])
         assert list(back.box_edges.attrs["boundary"]) == ["periodic", "periodic", "none"]
@@ -447,3 +448,44 @@ def test_writer_adds_an_element_on_its_own_sampling(tmp_path):
         np.testing.assert_array_equal(ds.step_charge, [0, 20, 40])
         np.testing.assert_array_equal(ds.box_edges, box[:2])
         np.testing.assert_array_equal(ds.step_box_edges, [0, 50])
+
+
+def test_to_h5md_keeps_what_h5md_allows_the_input(tmp_path):
+    """A 2-D system keeps dimension 2, a file without time gets none (time equal to the
+    step was invented), fill values stay fill values (an id of -1 marks an absent
+    particle), and string species are written as fixed-length strings (h5py raised 'No
+    conversion path'); found by an audit."""
+    from h5mdx.testing import write_h5md
+
+    pos = np.arange(3 * 4 * 2, dtype=np.float64).reshape(3, 4, 2)
+    pos[1, 3] = np.nan
+    ids = np.array([[0, 1, 2, 3], [0, 1, 2, -1], [0, 1, 2, 3]])
+    path = write_h5md(tmp_path / "in.h5md", {"g": {
+        "position": dict(value=pos, step=np.array([0, 10, 20]), time=None, fillvalue=np.nan),
+        "id": dict(value=ids, step=np.array([0, 10, 20]), time=None, fillvalue=-1),
+        "species": dict(value=np.array([b"C", b"O", b"O", b"H"]))}},
+        box={"g": {"dimension": 2, "boundary": ["none", "none"], "edges": None}})
+    with h5py.File(path, "r+") as f:  # write_element writes a time: this file has none
+        for name in ("position", "id"):
+            f[f"particles/g/{name}"].pop("time", None)
+    out = tmp_path / "out.h5md"
+    with xr.open_dataset(path, engine="h5md") as ds:
+        to_h5md(ds, out)
+    with h5py.File(out, "r") as f:
+        g = f["particles/g"]
+        assert g["box"].attrs["dimension"] == 2
+        assert list(g["box"].attrs["boundary"]) == [b"none", b"none"]
+        assert "time" not in g["position"] and "time" not in g["id"]
+        assert g["id/value"].fillvalue == -1
+        assert g["species"].dtype.kind == "S"
+        np.testing.assert_array_equal(g["species"][()], [b"C", b"O", b"O", b"H"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # conformant: nothing to warn of
+        back = xr.open_dataset(out, engine="h5md")
+    with back, xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(back.position.values, ds.position.values)
+        np.testing.assert_array_equal(back.id.values, ids)
+        assert back.id.encoding["_FillValue"] == -1
+        np.testing.assert_array_equal(back.step.values, [0, 10, 20])
+        assert back.time.attrs["units"] == "step"
+        assert list(back.species.values) == ["C", "O", "O", "H"]

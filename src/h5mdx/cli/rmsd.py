@@ -120,6 +120,29 @@ def _note_missing(result: Any, trajectory: str) -> None:
               f"the store; see h5mdx info {trajectory})", file=sys.stderr)
 
 
+def _run_dask_mpi(args: argparse.Namespace) -> int:
+    """``--scheduler dask-mpi``: every rank runs this (under mpirun); the client prints."""
+    from h5mdx.mpi.launch import rmsd_dask_mpi
+
+    if getattr(args, "chunk_mib", None) is not None and args.chunk_mib <= 0:
+        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
+        return 2
+    values = rmsd_dask_mpi(
+        args.trajectory, topology=args.topology, select=args.select,
+        reference=args.reference, weights=args.weights,
+        superposition=not args.no_superposition, group=args.group,
+        frames_per_block=args.frames_per_block, chunk_mib=args.chunk_mib,
+        kernel=args.kernel, workers=args.workers, rmsd_file=args.out, plot=args.plot,
+        timing=args.timing)
+    if values is not None:
+        print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
+        for written in (args.out, args.plot, os.path.join(args.timing, "timing.csv")
+                        if args.timing else None):
+            if written:
+                print(f"wrote {written}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import xarray as xr
 
@@ -138,25 +161,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"h5mdx rmsd: {err}", file=sys.stderr)
         return 2
     if args.scheduler == "dask-mpi":
-        from h5mdx.mpi.launch import rmsd_dask_mpi
-
-        if getattr(args, "chunk_mib", None) is not None and args.chunk_mib <= 0:
-            print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
-            return 2
-        values = rmsd_dask_mpi(
-            args.trajectory, topology=args.topology, select=args.select,
-            reference=args.reference, weights=args.weights,
-            superposition=not args.no_superposition, group=args.group,
-            frames_per_block=args.frames_per_block, chunk_mib=args.chunk_mib,
-            kernel=args.kernel, workers=args.workers, rmsd_file=args.out, plot=args.plot,
-            timing=args.timing)
-        if values is not None:
-            print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
-            for written in (args.out, args.plot, os.path.join(args.timing, "timing.csv")
-                            if args.timing else None):
-                if written:
-                    print(f"wrote {written}")
-        return 0
+        return _run_dask_mpi(args)
 
     from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 

@@ -183,6 +183,11 @@ class ElementSpec:
         Stored dtype.
     unit : str, optional
         H5MD ``unit`` attribute of ``value``.
+    attrs : dict, optional
+        More attributes of ``value``.
+    fillvalue : optional
+        The fill value of ``value`` (H5MD marks absent particles with it: an ``id`` of
+        -1 in a grand-canonical run).
     """
 
     name: str
@@ -190,10 +195,35 @@ class ElementSpec:
     dtype: Any = np.float32
     unit: str | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
+    fillvalue: Any = None
+
+    @property
+    def stored_dtype(self) -> np.dtype:
+        """The dtype written: unicode strings as fixed-length UTF-8 bytes (H5MD's strings;
+        HDF5 has no UCS-4)."""
+        return _stored_dtype(np.dtype(self.dtype))
 
     @property
     def frame_bytes(self) -> int:
-        return int(np.prod(self.frame_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return int(np.prod(self.frame_shape, dtype=np.int64)) * self.stored_dtype.itemsize
+
+
+def _set_text(attrs: Any, name: str, text: str) -> None:
+    """A string attribute as H5MD asks for it: fixed-length (UTF-8). Not ``unit``, which
+    stays variable-length: MDAnalysis' reader looks its str up in a table, and h5py
+    reads a fixed-length string as bytes."""
+    data = str(text).encode("utf-8")
+    attrs.create(name, data, dtype=h5py.string_dtype("utf-8", max(1, len(data))))
+
+
+def _stored_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"S{max(1, dtype.itemsize)}") if dtype.kind == "U" else dtype
+
+
+def _stored(values: Any) -> np.ndarray:
+    """``values`` as written: unicode strings encoded to fixed-length UTF-8 bytes."""
+    arr = np.asarray(values)
+    return np.char.encode(arr, "utf-8") if arr.dtype.kind == "U" else arr
 
 
 def check_group_name(group: str) -> str:
@@ -261,9 +291,15 @@ class H5MDWriter:
     boundary : sequence of str, optional
         Box boundary per dimension; default ``periodic`` with box edges, else ``none``.
     static : mapping, optional
-        ``name -> (array, unit, attrs)`` time-independent elements (``species``, ...).
+        ``name -> (array, unit, attrs)`` time-independent elements (``species``, ...);
+        an ``attrs`` key ``"_FillValue"`` is the dataset's fill value, not an attribute.
     time_unit : str, default "ps"
         Unit of ``time``.
+    with_time : bool, default True
+        Store ``time`` beside ``step`` (it is optional in H5MD 1.1); the times given to
+        :meth:`append` and :meth:`extend` are then ignored.
+    dimension : int, optional
+        The box's spatial dimension (default: the last axis of ``position``, else 3).
     author : str, optional
         ``/h5md/author`` name (default: the user name).
     checksum : bool, default False
@@ -292,8 +328,12 @@ class H5MDWriter:
         time_unit: str | None = "ps",
         author: str | None = None,
         checksum: bool = False,
+        with_time: bool = True,
+        dimension: int | None = None,
     ) -> None:
         self.layout = layout or Layout()
+        self.with_time = bool(with_time)
+        self.dimension = dimension
         self.n_frames = None if n_frames is None else int(n_frames)
         check_group_name(group)
         if self.layout.contiguous and self.n_frames is None:
@@ -324,18 +364,14 @@ class H5MDWriter:
         h5md = f.require_group("h5md")
         h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
         a = h5md.require_group("author")
-        a.attrs["name"] = author or os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+        _set_text(a.attrs, "name", author or os.environ.get("USER")
+                  or os.environ.get("USERNAME") or "unknown")
         c = h5md.require_group("creator")
-        c.attrs["name"] = "h5mdx"
-        c.attrs["version"] = _version()
+        _set_text(c.attrs, "name", "h5mdx")
+        _set_text(c.attrs, "version", _version())
         part = f.require_group("particles").require_group(self.group)
         self.particles = part
-        box = part.require_group("box")
-        box.attrs["dimension"] = np.int32(3)
-        has_box = "box_edges" in self.specs or "box_edges" in static
-        if boundary is None:
-            boundary = ["periodic" if has_box else "none"] * 3
-        box.attrs["boundary"] = [str(b) for b in boundary]
+        box = self._create_box(part, boundary, "box_edges" in self.specs or "box_edges" in static)
 
         if self.layout.contiguous:  # HDF5 allocates it whole at the first write
             ensure_room(self.filename, int(self.n_frames or 0) * (
@@ -365,41 +401,72 @@ class H5MDWriter:
                 kwargs.update(compression_kwargs(self.layout.compression))
                 shape = (0, *spec.frame_shape)
                 maxshape = (None, *spec.frame_shape)
+            if spec.fillvalue is not None:
+                kwargs["fillvalue"] = spec.fillvalue
             dset = grp.create_dataset("value", shape=shape, maxshape=maxshape,
-                                      dtype=np.dtype(spec.dtype), **kwargs)
+                                      dtype=spec.stored_dtype, **kwargs)
             if spec.unit is not None:
                 dset.attrs["unit"] = spec.unit
             for k, v in spec.attrs.items():
                 dset.attrs[k] = v
             if step is None:
                 if self.layout.contiguous:
-                    step = grp.create_dataset("step", shape=(self.n_frames,), dtype=np.int64)
-                    time = grp.create_dataset("time", shape=(self.n_frames,), dtype=np.float64)
+                    sk = {"shape": (self.n_frames,)}
                 else:
                     sk = {"shape": (0,), "maxshape": (None,), "chunks": (_SAMPLING_CHUNK,)}
-                    step = grp.create_dataset("step", dtype=np.int64, **sk)
+                step = grp.create_dataset("step", dtype=np.int64, **sk)
+                if self.with_time:
                     time = grp.create_dataset("time", dtype=np.float64, **sk)
-                if time_unit is not None:
-                    time.attrs["unit"] = time_unit
+                    if time_unit is not None:
+                        time.attrs["unit"] = time_unit
             else:
                 grp["step"] = step
-                grp["time"] = time
+                if time is not None:
+                    grp["time"] = time
             self._dsets[name] = dset
-            self._buf[name] = np.empty((self.block, *spec.frame_shape), dtype=np.dtype(spec.dtype))
+            self._buf[name] = np.empty((self.block, *spec.frame_shape), dtype=spec.stored_dtype)
         self._step, self._time = step, time
         self._buf_step = np.empty(self.block, dtype=np.int64)
         self._buf_time = np.empty(self.block, dtype=np.float64)
         self._fill = 0
         for name, (data, unit, attrs) in static.items():
-            arr = np.asarray(data)
             # a fixed box: box/edges, a dataset of the box group (H5MD 1.1)
-            where, key = (box, "edges") if name == "box_edges" else (part, name)
-            dset = where.create_dataset(key, data=arr)
-            if unit is not None:
-                dset.attrs["unit"] = unit
-            for k, v in (attrs or {}).items():
-                dset.attrs[k] = v
-            self._digests.update(dset.name, arr)
+            self._create_static(*((box, "edges") if name == "box_edges" else (part, name)),
+                                data, unit, attrs)
+
+    def _create_static(self, where: h5py.Group, key: str, data: Any, unit: str | None,
+                       attrs: Mapping[str, Any] | None) -> None:
+        """A time-independent element (``attrs["_FillValue"]``: its fill value)."""
+        arr = _stored(data)
+        attrs = dict(attrs or {})
+        fill = attrs.pop("_FillValue", None)
+        dset = where.create_dataset(key, data=arr, **({} if fill is None else {"fillvalue": fill}))
+        if unit is not None:
+            dset.attrs["unit"] = unit
+        for k, v in attrs.items():
+            dset.attrs[k] = v
+        self._digests.update(dset.name, arr)
+
+    def _create_box(self, part: h5py.Group, boundary: Iterable[str] | None,
+                    has_edges: bool) -> h5py.Group:
+        """The box group H5MD requires: its dimension (given, else the positions') and
+        its boundary (given, else periodic with edges and none without)."""
+        box = part.require_group("box")
+        boundary = None if boundary is None else [str(b) for b in boundary]
+        dimension = self.dimension
+        if dimension is None:
+            position = self.specs.get("position")
+            dimension = int(position.frame_shape[-1]) if position is not None \
+                and position.frame_shape else (len(boundary) if boundary else 3)
+        box.attrs["dimension"] = np.int32(dimension)
+        if boundary is None:
+            boundary = ["periodic" if has_edges else "none"] * dimension
+        if len(boundary) != dimension:
+            raise ValueError(f"{len(boundary)} boundaries for a box of dimension {dimension}")
+        # fixed-length strings, as H5MD asks of its string attributes
+        box.attrs["boundary"] = np.array([b.encode() for b in boundary],
+                                         dtype=f"S{max(len(b) for b in boundary)}")
+        return box
 
     # ------------------------------------------------------------------ writing
     def append(self, step: int, time: float, **frames: Any) -> None:
@@ -410,9 +477,9 @@ class H5MDWriter:
         self._check_names(frames)
         i = self._fill
         self._buf_step[i] = step
-        self._buf_time[i] = time
+        self._buf_time[i] = np.nan if time is None else time
         for name, arr in frames.items():
-            self._buf[name][i] = arr
+            self._buf[name][i] = _stored(arr)
         self._fill += 1
         if self._fill == self.block:
             self._flush()
@@ -421,8 +488,9 @@ class H5MDWriter:
         """Add a block of frames (leading axis = frames) for every element."""
         self._check_names(blocks)
         step = np.asarray(step, dtype=np.int64).reshape(-1)
-        time = np.asarray(time, dtype=np.float64).reshape(-1)
         n = step.size
+        time = np.full(n, np.nan) if time is None else \
+            np.asarray(time, dtype=np.float64).reshape(-1)
         if time.size != n or any(np.shape(b)[0] != n for b in blocks.values()):
             raise ValueError("step, time and every element block need the same number of frames")
         pos = 0
@@ -432,7 +500,7 @@ class H5MDWriter:
             self._buf_step[i:i + take] = step[pos:pos + take]
             self._buf_time[i:i + take] = time[pos:pos + take]
             for name, b in blocks.items():
-                self._buf[name][i:i + take] = b[pos:pos + take]
+                self._buf[name][i:i + take] = _stored(b[pos:pos + take])
             self._fill += take
             pos += take
             if self._fill == self.block:
@@ -479,15 +547,17 @@ class H5MDWriter:
         kwargs: dict[str, Any] = {} if self.layout.contiguous else {
             "chunks": (chunk, *spec.frame_shape), "maxshape": (None, *spec.frame_shape),
             **compression_kwargs(self.layout.compression)}
+        if spec.fillvalue is not None:
+            kwargs["fillvalue"] = spec.fillvalue
         grp = where.create_group(key)
         dset = grp.create_dataset("value", shape=(n, *spec.frame_shape),
-                                  dtype=np.dtype(spec.dtype), **kwargs)
+                                  dtype=spec.stored_dtype, **kwargs)
         if spec.unit is not None:
             dset.attrs["unit"] = spec.unit
         for k, v in spec.attrs.items():
             dset.attrs[k] = v
         for a in range(0, n, chunk * 16):
-            block = np.asarray(value[a:a + chunk * 16], dtype=np.dtype(spec.dtype))
+            block = _stored(np.asarray(value[a:a + chunk * 16])).astype(spec.stored_dtype)
             dset[a:a + block.shape[0]] = block
             self._digests.update(dset.name, block)
         for name, data in (("step", steps), ("time", times)):
@@ -513,13 +583,14 @@ class H5MDWriter:
         if not self.layout.contiguous:
             ensure_room(self.filename, n * (16 + sum(
                 spec.frame_bytes for spec in self.specs.values())))
-        if not self.layout.contiguous:
-            self._step.resize((b,))
-            self._time.resize((b,))
-        self._step[a:b] = self._buf_step[:n]
-        self._time[a:b] = self._buf_time[:n]
-        self._digests.update(self._step.name, self._buf_step[:n])
-        self._digests.update(self._time.name, self._buf_time[:n])
+        sampling = [(self._step, self._buf_step)]
+        if self._time is not None:
+            sampling.append((self._time, self._buf_time))
+        for dset, buf in sampling:
+            if not self.layout.contiguous:
+                dset.resize((b,))
+            dset[a:b] = buf[:n]
+            self._digests.update(dset.name, buf[:n])
         for name, dset in self._dsets.items():
             if not self.layout.contiguous:
                 dset.resize(b, axis=0)

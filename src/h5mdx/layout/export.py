@@ -511,14 +511,15 @@ def to_h5md(
     n_frames = ds.sizes[TIME_DIM]
     time = ds[TIME_DIM]
     time_unit = time.attrs.get("units")
-    if time_unit == "step":
+    with_time = time_unit != "step"  # frames numbered by their steps: the file had no time
+    if not with_time:
         time_unit = None
     steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
              else np.arange(n_frames, dtype=np.int64))
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
-                        author=author) as w:
+                        author=author, with_time=with_time, dimension=_dimension(ds)) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
@@ -542,7 +543,8 @@ def _write_own_sampling(w: H5MDWriter, ds: xr.Dataset, own: list[str]) -> None:
         times = ds[tdim]
         timed = times.attrs.get("units") != "step"
         w.add_element(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                  var.attrs.get("units") or None),
+                                  var.attrs.get("units") or None,
+                                  fillvalue=var.encoding.get("_FillValue")),
                       var.variable, steps, times.values if timed else None,
                       time_unit=times.attrs.get("units") if timed else None)
 
@@ -571,9 +573,12 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
             if var.dims[0] != TIME_DIM:
                 var = var.transpose(TIME_DIM, ...)
             specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                     var.attrs.get("units"), {}))
+                                     var.attrs.get("units"), {},
+                                     fillvalue=var.encoding.get("_FillValue")))
         else:
-            static[name] = (var.values, var.attrs.get("units"), {})
+            fill = var.encoding.get("_FillValue")
+            static[name] = (var.values, var.attrs.get("units"),
+                            {} if fill is None else {"_FillValue": fill})
     for coord, unit in (("mass", "u"), ("charge", "e")):
         if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
             static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
@@ -585,6 +590,14 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
     if not specs:
         raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
     return specs, static, boundary, own
+
+
+def _dimension(ds: xr.Dataset) -> int | None:
+    """The box's dimension: as the file said (``box_edges``' attribute), else the length
+    of ``spatial``; None where neither says (the writer's default)."""
+    if "box_edges" in ds and ds["box_edges"].attrs.get("dimension") is not None:
+        return int(ds["box_edges"].attrs["dimension"])
+    return int(ds.sizes[SPATIAL_DIM]) if SPATIAL_DIM in ds.sizes else None
 
 
 def _sources(ds: xr.Dataset) -> list[str]:
