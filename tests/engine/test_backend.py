@@ -826,3 +826,30 @@ def test_a_process_that_unpickles_the_data_loads_the_filters_it_needs(tmp_path):
                          text=True, timeout=120)
     assert got.returncode == 0, got.stderr
     assert float(got.stdout) == pytest.approx(float(value.astype("f8").sum()), rel=1e-12)
+
+
+def test_element_attributes_are_served(tmp_path):
+    """An element's attributes beyond its unit reach the variable: species labels (which
+    h5mdx's own convert writes), a charge's type, an enum's names as CF flags, and the
+    particles group a connectivity element indexes (all dropped before; found by an
+    audit). Storage bookkeeping (dimension scales) is not served."""
+    path = write_h5md(tmp_path / "attrs.h5md", {"g": {
+        "position": dict(value=np.zeros((2, 3, 3)), step=np.arange(2))}})
+    with h5py.File(path, "r+") as f:
+        g = f["particles/g"]
+        kinds = h5py.enum_dtype({"C": 0, "O": 1}, basetype="i1")
+        g.create_dataset("species", data=np.array([0, 1, 1], dtype="i1"), dtype=kinds)
+        g.create_dataset("charge", data=np.array([0.1, -0.2, 0.1])).attrs["type"] = "effective"
+        g["position/value"].attrs["labels"] = np.array([b"a", b"b"])
+        bonds = f.create_group("connectivity/bonds")
+        bonds.create_dataset("value", data=np.array([[[0, 1]], [[1, 2]]]))
+        bonds["step"] = g["position/step"]
+        bonds.attrs["particles_group"] = g.ref
+    with xr.open_dataset(path, engine="h5md") as ds:
+        species = ds["species"]
+        assert species.attrs["flag_values"] == [0, 1]
+        assert species.attrs["flag_meanings"] == "C O"
+        assert ds["charge"].attrs["type"] == "effective"
+        assert ds.position.attrs["labels"] == ["a", "b"]
+    with xr.open_dataset(path, engine="h5md", group="connectivity") as ds:
+        assert ds["bonds"].attrs["particles_group"] == "/particles/g"

@@ -545,7 +545,7 @@ class _Builder:
             values = self._eager(el)
             if values is None:
                 return None
-            var_attrs = dict(attrs or {})
+            var_attrs = {**el.attrs, **dict(attrs or {})}
             unit = el.unit
             if values.dtype.kind in "iuf":
                 scale, unit = self._unit(el.unit, el.value_path)
@@ -573,7 +573,7 @@ class _Builder:
             filename=self.info.filename,
         )
         data = indexing.LazilyIndexedArray(array)
-        var_attrs = dict(attrs or {})
+        var_attrs = {**el.attrs, **dict(attrs or {})}
         if unit is not None:
             var_attrs["units"] = unit
         encoding: dict[str, Any] = {

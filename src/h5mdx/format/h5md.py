@@ -148,6 +148,9 @@ class ElementInfo:
     storage_size: int
     #: values read at scan time (an element stored as an attribute), else None
     data: np.ndarray | None = None
+    #: the other attributes of ``value`` (``labels``, a charge's ``type``, an enum's
+    #: names as ``flag_values``/``flag_meanings``): strings decoded, references named
+    attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_frames(self) -> int | None:
@@ -820,6 +823,7 @@ def _dataset_info(
     sampling: Sampling | None,
     unit: str | None,
     link_path: str | None = None,
+    group: h5py.Group | None = None,
 ) -> ElementInfo:
     value_path = dset.name
     if link_path is not None:
@@ -859,7 +863,57 @@ def _dataset_info(
         sampling=sampling,
         fillvalue=_fill_value(dset),
         storage_size=storage,
+        # the element group's attributes (H5MD's particles_group) under its value's
+        attrs={**(_other_attrs(group, None) if group is not None else {}),
+               **_other_attrs(dset, dtype)},
     )
+
+
+#: Attributes that say how a dataset is stored, not what it holds (HDF5 dimension
+#: scales, netCDF-4's bookkeeping), or that h5mdx serves otherwise (``unit``).
+_STORAGE_ATTRS = frozenset({"unit", "DIMENSION_LIST", "REFERENCE_LIST", "CLASS", "NAME",
+                            "_Netcdf4Dimid", "_Netcdf4Coordinates", "_FillValue"})
+
+
+def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:
+    """The attributes of an element's ``value`` beyond its unit, as plain values (the
+    names of an enum dtype as CF's ``flag_values``/``flag_meanings``); those that cannot
+    be read are skipped."""
+    out: dict[str, Any] = {}
+    try:
+        names = list(dset.attrs)
+    except (OSError, RuntimeError, KeyError, TypeError):
+        names = []
+    for name in names:
+        if name in _STORAGE_ATTRS:
+            continue
+        try:
+            value = dset.attrs[name]
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+            continue
+        if isinstance(value, h5py.Reference) or (
+                isinstance(value, np.ndarray) and value.dtype.kind == "O"
+                and any(isinstance(v, h5py.Reference) for v in value.ravel())):
+            value = _ref_names(dset, value)
+        out[name] = _decode(value)
+    enum = h5py.check_enum_dtype(dtype) if dtype is not None else None
+    if enum:
+        out["flag_values"] = [int(v) for v in enum.values()]
+        out["flag_meanings"] = " ".join(str(k) for k in enum)
+    return out
+
+
+def _ref_names(dset: h5py.Dataset, value: Any) -> Any:
+    """The paths object references point to ("" for a null or unreadable one)."""
+    def name(ref: Any) -> str:
+        try:
+            return str(dset.file[ref].name) if ref else ""
+        except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+            return ""
+
+    if isinstance(value, np.ndarray):
+        return [name(r) for r in value.ravel()]
+    return name(value)
 
 
 def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
@@ -902,7 +956,7 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
             c.note(path, "the 'unit' attribute is on the element group, not on its 'value'",
                    f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
-                         link_path=f"{path}/value")
+                         link_path=f"{path}/value", group=obj)
 
 
 def _trim_live(elements: list[ElementInfo]) -> dict[str, ElementInfo]:

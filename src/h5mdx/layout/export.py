@@ -296,9 +296,13 @@ class ZarrWriter:
         }
         if first:
             n_atoms = None
-            for name, (arr, unit, _attrs) in self.static.items():
+            for name, (arr, unit, attrs) in self.static.items():
                 arr = np.asarray(arr)
-                data[name] = xr.Variable((ATOM_DIM,), arr, {"units": unit} if unit else {})
+                # as the h5md engine serves them: labels, a fill value apart
+                attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                         for k, v in (attrs or {}).items() if k != "_FillValue"}
+                data[name] = xr.Variable((ATOM_DIM,), arr,
+                                         {**attrs, **({"units": unit} if unit else {})})
                 n_atoms = arr.shape[0]
             for spec in self.specs.values():
                 if spec.name != "box_edges" and spec.frame_shape:
