@@ -202,6 +202,20 @@ def _dimensions_misspelled(f):
     box.attrs["dimensions"] = 3
 
 
+def _no_boundary(f):
+    del f[f"{G}/box"].attrs["boundary"]
+
+
+def _odd_boundary(f):
+    f[f"{G}/box"].attrs["boundary"] = np.array([b"periodic", b"open", b"wall"])
+
+
+def _check_boundary(expected):
+    def check(ds):
+        assert list(ds.box_edges.attrs["boundary"]) == expected
+    return check
+
+
 def _edges_attribute(f):
     box = f[f"{G}/box"]
     del box["edges"]
@@ -451,6 +465,12 @@ TROUBLES = {
                                     "read as HDF5's default fill value", _check_unwritten),
     "an element named time": Trouble(_element_named_time, f"{G}/time",
                                      "served as 'time_element'", _check_time_element),
+    # found by an audit: a missing boundary was 'none' in silence, other values accepted
+    "no boundary": Trouble(_no_boundary, f"{G}/box", "boundary 'periodic' assumed",
+                           _check_boundary(["periodic"] * 3)),
+    "boundary neither periodic nor none": Trouble(
+        _odd_boundary, f"{G}/box", "served as stored",
+        _check_boundary(["periodic", "open", "wall"])),
     "edges as an attribute": Trouble(_edges_attribute, f"{G}/box/edges",
                                      "read as fixed", _check_edges_attr),
     "edges of the wrong shape": Trouble(_edges_bad_shape, f"{G}/box/edges", "left out",

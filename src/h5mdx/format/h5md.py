@@ -1075,14 +1075,22 @@ def _box_dimension(c: _Ctx, grp: h5py.Group, path: str, edges: ElementInfo | Non
 def _box_boundary(c: _Ctx, grp: h5py.Group, path: str, dimension: int,
                   edges: ElementInfo | None) -> tuple[str, ...]:
     boundary = _box_value(c, grp, "boundary", path)
+    guess = "periodic" if edges is not None else "none"
     if boundary is None:
-        return ("none",) * dimension
+        what = ("has no 'boundary' (H5MD requires one per dimension)"
+                if "boundary" not in grp.attrs and "boundary" not in grp
+                else "has a 'boundary' that cannot be read")
+        c.note(path, f"the box {what}", f"boundary {guess!r} assumed")
+        return (guess,) * dimension
     if isinstance(boundary, str):
         boundary = [boundary] * dimension
     if (isinstance(boundary, list) and len(boundary) == dimension
             and all(isinstance(b, str) for b in boundary)):
+        odd = sorted({b for b in boundary if b not in ("periodic", "none")})
+        if odd:
+            c.note(path, f"box 'boundary' values are 'periodic' or 'none', not "
+                   f"{', '.join(repr(b) for b in odd)}", "served as stored")
         return tuple(boundary)
-    guess = "periodic" if edges is not None else "none"
     c.note(path, f"box 'boundary' must hold {dimension} strings ('periodic' or 'none'), "
            f"not {boundary!r}", f"boundary {guess!r} assumed")
     return (guess,) * dimension
