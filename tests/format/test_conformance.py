@@ -824,6 +824,40 @@ def test_missing_author_or_creator_is_minor(tmp_path, capsys, mutate, hpath, mes
     assert "(minor: not warned)" in capsys.readouterr().out
 
 
+def _h5md_10_without_time(f):
+    f["h5md"].attrs["version"] = np.array([1, 0], dtype=np.int32)
+    for where in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+        del f[where]["time"]
+
+
+def _h5md_10_fixed_step(f):
+    f["h5md"].attrs["version"] = np.array([1, 0], dtype=np.int32)
+    pos = f[f"{G}/position"]
+    del pos["step"]
+    pos.create_dataset("step", data=np.int64(10)).attrs["offset"] = np.int64(0)
+    for where in (f"{G}/box/edges", "observables/energy"):
+        _replace(f[where], "step", pos["step"])
+
+
+@pytest.mark.parametrize("mutate, hpath, message", [
+    (_h5md_10_without_time, f"{G}/position", "H5MD 1.0 asks for a 'time'"),
+    (_h5md_10_fixed_step, f"{G}/position/step", "fixed-interval sampling"),
+])
+def test_what_h5md_10_asks_is_checked_as_minor(tmp_path, mutate, hpath, message):
+    """A file that says it is H5MD 1.0 is held to 1.0's rules where they differ from 1.1's
+    (a 'time' beside every 'step'; no fixed-interval sampling): minor departures, read as
+    1.1 reads them, refused by strict (found by an audit)."""
+    path = _base(str(tmp_path / "v10.h5md"))
+    with h5py.File(path, "r+") as f:
+        mutate(f)
+    with _no_warning_open(path) as ds:
+        np.testing.assert_array_equal(ds.step, STEPS)
+    [problem] = scan(path).problems
+    assert problem.minor and problem.path == hpath and message in problem.message
+    with pytest.raises(H5MDFormatError, match=re.escape(message)):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
 def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
     """The group's ``time`` comes from an element whose file gives its sampling, not from
     one numbered 0..n-1 because it has no ``step`` (found by an audit)."""

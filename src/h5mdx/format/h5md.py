@@ -320,6 +320,9 @@ class _Ctx:
     samplings: dict[tuple, Sampling] = field(default_factory=dict)
     #: the problems noted while reading each of those samplings (indices in problems)
     sampling_problems: dict[tuple, range] = field(default_factory=dict)
+    #: the H5MD version the file declares (its rules differ: 1.0 asks for a time and has
+    #: no fixed-interval sampling)
+    version: tuple[int, int] = (1, 1)
     #: stored-chunk counts by dataset address: HDF5 walks the whole chunk index to
     #: count them, and two checks ask for the same dataset's count
     stored_chunks: dict[int, int | None] = field(default_factory=dict)
@@ -786,6 +789,14 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
     if time is not None and time.shape[0] < n:  # live file: times lag behind
         n = time.shape[0]
         step = None if step is None else step[:n]
+    if c.version == (1, 0) and step_ds is not None:  # minor: no value is in doubt
+        if time_ds is None:
+            c.note(where, "H5MD 1.0 asks for a 'time' beside 'step'", "frames timed by "
+                   "their steps", minor=True)
+        if step_ds.shape == ():
+            c.note(f"{where}/step", "fixed-interval sampling (a scalar 'step' with an "
+                   "offset) is H5MD 1.1's, not 1.0's", "read as H5MD 1.1 defines it",
+                   minor=True)
     if step is None:
         kind, step = "implicit", np.arange(n, dtype=np.int64)
     else:
@@ -1507,7 +1518,7 @@ def _element_tree(c: _Ctx, root: str) -> tuple[dict[str, ElementInfo], list[str]
 
 def _scan(c: _Ctx) -> FileInfo:
     h5md = _h5md_group(c)
-    version = _version(c, h5md)
+    version = c.version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
     creator = _meta(c, h5md, "creator", ("name", "version"))
     particles = _particles(c)
