@@ -42,6 +42,7 @@ __all__ = [
     "ensure_filters",
     "is_h5md",
     "open_h5md",
+    "reference_paths",
     "scan",
 ]
 
@@ -914,17 +915,34 @@ def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:
     return out
 
 
-def _ref_names(dset: h5py.Dataset, value: Any) -> Any:
-    """The paths object references point to ("" for a null or unreadable one)."""
-    def name(ref: Any) -> str:
+def reference_paths(obj: h5py.HLObject, value: Any) -> Any:
+    """The paths in ``obj``'s file that the object reference(s) ``value`` point to:
+    a str, or an object array of the same shape; None for a null or unreadable one.
+
+    Parameters
+    ----------
+    obj : h5py object
+        Any object of the file the references belong to.
+    value : h5py.Reference or numpy.ndarray of them
+        An attribute's value (H5MD's ``particles_group``).
+    """
+    def path(ref: Any) -> str | None:
         try:
-            return str(dset.file[ref].name) if ref else ""
+            return str(obj.file[ref].name) if ref else None
         except (KeyError, OSError, RuntimeError, TypeError, ValueError):
-            return ""
+            return None
 
     if isinstance(value, np.ndarray):
-        return [name(r) for r in value.ravel()]
-    return name(value)
+        return np.array([path(r) for r in value.ravel()], dtype=object).reshape(value.shape)
+    return path(value)
+
+
+def _ref_names(dset: h5py.HLObject, value: Any) -> Any:
+    """:func:`reference_paths` as attribute values: "" for a null one, arrays as lists."""
+    paths = reference_paths(dset, value)
+    if isinstance(paths, np.ndarray):
+        return [p or "" for p in paths.ravel()]
+    return paths or ""
 
 
 def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:

@@ -24,7 +24,7 @@ from h5mdx._progress import progress_bar
 from h5mdx.errors import H5MDReadError
 from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs
-from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
+from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, reference_paths, scan
 from h5mdx.format.writer import Layout, ensure_room
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
@@ -59,20 +59,9 @@ def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str, Any]] | None = No
     for name in src.attrs:
         aid = src.attrs.get_id(name)
         if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.Reference:
-            refs.append((dst.name, name, _ref_paths(src, src.attrs[name])))
+            refs.append((dst.name, name, reference_paths(src, src.attrs[name])))
             continue
         dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
-
-
-def _ref_paths(src: Any, value: Any) -> Any:
-    """The paths the object reference(s) ``value`` point to in ``src``'s file (None for a
-    null reference)."""
-    def path(ref: Any) -> str | None:
-        return src.file[ref].name if ref else None
-
-    if isinstance(value, np.ndarray):
-        return np.array([path(r) for r in value.ravel()], dtype=object).reshape(value.shape)
-    return path(value)
 
 
 def _make_refs(fout: h5py.File, refs: list[tuple[str, str, Any]]) -> None:
