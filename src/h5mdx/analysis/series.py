@@ -20,6 +20,15 @@ PLOT_SUFFIXES = ("", ".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".j
                  ".tiff", ".webp")
 
 
+def _series_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path, where its suffix is one the series is written as."""
+    path = Path(path)
+    if path.suffix.lower() not in SERIES_SUFFIXES:
+        raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc (netCDF), "
+                         f"not {path.suffix}")
+    return path
+
+
 def _writable(path: Path, what: str) -> None:
     """Refuse ``path`` where it is a directory, or its nearest existing directory cannot
     be written to."""
@@ -57,10 +66,7 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
         Where the output's directory cannot be written to.
     """
     if out is not None:
-        path = Path(out)
-        if path.suffix.lower() not in SERIES_SUFFIXES:
-            raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc "
-                             f"(netCDF), not {path.suffix}")
+        path = _series_path(out)
         _writable(path, "the series file")
     if plot is not None:
         path = Path(plot)
@@ -91,10 +97,7 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     pathlib.Path
         The file written.
     """
-    path = Path(path)
-    if path.suffix.lower() not in SERIES_SUFFIXES:
-        raise ValueError(f"{path}: h5mdx writes the series as .csv (or .txt) or .nc (netCDF), "
-                         f"not {path.suffix}")
+    path = _series_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".nc":
         result.to_netcdf(path)

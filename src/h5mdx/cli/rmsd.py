@@ -124,9 +124,6 @@ def _run_dask_mpi(args: argparse.Namespace) -> int:
     """``--scheduler dask-mpi``: every rank runs this (under mpirun); the client prints."""
     from h5mdx.mpi.launch import rmsd_dask_mpi
 
-    if getattr(args, "chunk_mib", None) is not None and args.chunk_mib <= 0:
-        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
-        return 2
     values = rmsd_dask_mpi(
         args.trajectory, topology=args.topology, select=args.select,
         reference=args.reference, weights=args.weights,
@@ -136,11 +133,16 @@ def _run_dask_mpi(args: argparse.Namespace) -> int:
         timing=args.timing)
     if values is not None:
         print(f"rmsd: {values.size} frames (dask-mpi); mean {values.mean():.4f}")
-        for written in (args.out, args.plot, os.path.join(args.timing, "timing.csv")
-                        if args.timing else None):
-            if written:
-                print(f"wrote {written}")
+        _print_written(args)
     return 0
+
+
+def _print_written(args: argparse.Namespace) -> None:
+    """Name the files written: the series, the plot, the timing records."""
+    for written in (args.out, args.plot,
+                    os.path.join(args.timing, "timing.csv") if args.timing else None):
+        if written:
+            print(f"wrote {written}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
         return 2
+    chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
+    if chunk_mib is not None and chunk_mib <= 0:
+        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
+        return 2
     try:  # before the run, not after hours of it
         check_outputs(args.out, args.plot, args.timing)
     except (ValueError, PermissionError) as err:
@@ -165,10 +171,6 @@ def run(args: argparse.Namespace) -> int:
 
     from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 
-    chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
-    if chunk_mib is not None and chunk_mib <= 0:
-        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
-        return 2
     t0 = time.perf_counter()
     from h5mdx.layout.convert import is_zarr_store
 
@@ -201,8 +203,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"rmsd: {n} frame{'s' if n != 1 else ''} in {seconds:.3f} s "
           f"({n / max(seconds, 1e-9):,.0f} frames/s) on {scheduler} with {workers} "
           f"worker{'s' if workers != 1 else ''} (open {t_open * 1e3:.0f} ms)")
-    for written in (args.out, args.plot,
-                    os.path.join(args.timing, "timing.csv") if args.timing else None):
-        if written:
-            print(f"wrote {written}")
+    _print_written(args)
     return 0

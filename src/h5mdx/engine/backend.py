@@ -1020,7 +1020,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         """Claim only HDF5 files that have an ``/h5md`` group."""
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
-        path = os.path.expanduser(os.fspath(filename_or_obj))
+        path = _normalize_path(filename_or_obj)
         return os.path.isfile(path) and is_h5md(path)
 
     def open_dataset(  # type: ignore[override]

@@ -220,6 +220,19 @@ def _stored_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(f"S{max(1, dtype.itemsize)}") if dtype.kind == "U" else dtype
 
 
+def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
+                  **kwargs: Any) -> h5py.Dataset:
+    """``grp/value`` of ``spec``: its stored dtype, fill value, unit and attributes."""
+    if spec.fillvalue is not None:
+        kwargs["fillvalue"] = spec.fillvalue
+    dset = grp.create_dataset("value", shape=shape, dtype=spec.stored_dtype, **kwargs)
+    if spec.unit is not None:
+        dset.attrs["unit"] = spec.unit
+    for k, v in spec.attrs.items():
+        dset.attrs[k] = v
+    return dset
+
+
 def _stored(values: Any) -> np.ndarray:
     """``values`` as written: unicode strings encoded to fixed-length UTF-8 bytes."""
     arr = np.asarray(values)
@@ -373,9 +386,10 @@ class H5MDWriter:
         self.particles = part
         box = self._create_box(part, boundary, "box_edges" in self.specs or "box_edges" in static)
 
+        # bytes a frame takes in the file: every element, and its step and time
+        self._frame_bytes = sum(e.frame_bytes for e in self.specs.values()) + 16
         if self.layout.contiguous:  # HDF5 allocates it whole at the first write
-            ensure_room(self.filename, int(self.n_frames or 0) * (
-                sum(e.frame_bytes for e in self.specs.values()) + 16))
+            ensure_room(self.filename, int(self.n_frames or 0) * self._frame_bytes)
         # the flush unit: chunk frames of the largest element
         big = max(self.specs.values(), key=lambda e: e.frame_bytes)
         self.block = self.layout.frames(big.frame_bytes, self.n_frames)
@@ -401,14 +415,7 @@ class H5MDWriter:
                 kwargs.update(compression_kwargs(self.layout.compression))
                 shape = (0, *spec.frame_shape)
                 maxshape = (None, *spec.frame_shape)
-            if spec.fillvalue is not None:
-                kwargs["fillvalue"] = spec.fillvalue
-            dset = grp.create_dataset("value", shape=shape, maxshape=maxshape,
-                                      dtype=spec.stored_dtype, **kwargs)
-            if spec.unit is not None:
-                dset.attrs["unit"] = spec.unit
-            for k, v in spec.attrs.items():
-                dset.attrs[k] = v
+            dset = _create_value(grp, spec, shape, maxshape=maxshape, **kwargs)
             if step is None:
                 if self.layout.contiguous:
                     sk = {"shape": (self.n_frames,)}
@@ -547,15 +554,8 @@ class H5MDWriter:
         kwargs: dict[str, Any] = {} if self.layout.contiguous else {
             "chunks": (chunk, *spec.frame_shape), "maxshape": (None, *spec.frame_shape),
             **compression_kwargs(self.layout.compression)}
-        if spec.fillvalue is not None:
-            kwargs["fillvalue"] = spec.fillvalue
         grp = where.create_group(key)
-        dset = grp.create_dataset("value", shape=(n, *spec.frame_shape),
-                                  dtype=spec.stored_dtype, **kwargs)
-        if spec.unit is not None:
-            dset.attrs["unit"] = spec.unit
-        for k, v in spec.attrs.items():
-            dset.attrs[k] = v
+        dset = _create_value(grp, spec, (n, *spec.frame_shape), **kwargs)
         for a in range(0, n, chunk * 16):
             block = _stored(np.asarray(value[a:a + chunk * 16])).astype(spec.stored_dtype)
             dset[a:a + block.shape[0]] = block
@@ -581,8 +581,7 @@ class H5MDWriter:
         if self.n_frames is not None and b > self.n_frames and self.layout.contiguous:
             raise ValueError(f"more frames than the {self.n_frames} announced")
         if not self.layout.contiguous:
-            ensure_room(self.filename, n * (16 + sum(
-                spec.frame_bytes for spec in self.specs.values())))
+            ensure_room(self.filename, n * self._frame_bytes)
         sampling = [(self._step, self._buf_step)]
         if self._time is not None:
             sampling.append((self._time, self._buf_time))
