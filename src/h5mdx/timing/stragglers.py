@@ -669,15 +669,15 @@ def _init_advice(df: pd.DataFrame) -> str | None:
         top = part["t_init_top"].fillna(0.0)
         # --topology-on-root: one rank reads it, the others wait (t_wait), near 0 here
         on_root = len(top) > 1 and float(top.nlargest(2).iloc[1]) < 0.1 * float(top.max())
-        if float(top.sum()) >= float(part["t_init_traj"].fillna(0.0).sum()) and not on_root:
-            remedy = ("let rank 0 read the topology and broadcast the selection (h5mdx "
-                      "mpi-rmsd --topology-on-root)")
-        elif on_root and float(top.sum()) >= float(part["t_init_traj"].fillna(0.0).sum()):
+        if float(top.sum()) < float(part["t_init_traj"].fillna(0.0).sum()):
+            remedy = ("most of it opening the trajectory with MPI-IO, a collective call "
+                      "whose cost grows with the ranks; a longer run amortises it")
+        elif on_root:
             remedy = ("rank 0 alone reads the topology already; a smaller topology file "
                       "(only the atoms analysed) or a longer run amortises it")
         else:
-            remedy = ("most of it opening the trajectory with MPI-IO, a collective call "
-                      "whose cost grows with the ranks; a longer run amortises it")
+            remedy = ("let rank 0 read the topology and broadcast the selection (h5mdx "
+                      "mpi-rmsd --topology-on-root)")
         out.append(f"Opening the topology and trajectory takes {share} of the MPI ranks; "
                    f"{remedy}.")
     return " ".join(out) or None
