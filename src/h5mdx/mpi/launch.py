@@ -168,7 +168,7 @@ def dask_mpi_client(
 def worker_ranks(client: Any) -> dict[str, int]:
     """Map the address of every dask-mpi worker to its MPI rank (dask-mpi names workers
     after their rank)."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = client.scheduler_info(n_workers=-1).get("workers", {})
     out: dict[str, int] = {}
     for addr, w in info.items():
         try:

@@ -56,6 +56,7 @@ from typing import Any
 
 from h5mdx._subprocess import run as _run  # bounded; tests replace this name
 from h5mdx.errors import H5MDError
+from h5mdx.timing.capture import client_workers
 
 __all__ = [
     "ENDED_STATES",
@@ -635,10 +636,6 @@ def _describe(states: Mapping[str, tuple[str, str]], have: int = 0,
     return "; ".join(parts), hints
 
 
-def _n_workers(client: Any) -> int:
-    return len(client.scheduler_info(n_workers=-1).get("workers", {}))
-
-
 def _processes_per_job(cluster: Any) -> int:
     """Worker processes per job, from the public worker spec of the cluster.
 
@@ -683,7 +680,7 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
     n = int(n)
     t0 = time.monotonic()
     last_check = t0
-    have = _n_workers(client)
+    have = client_workers(client)
     while have < n:
         now = time.monotonic()
         if now - t0 >= timeout:
@@ -693,11 +690,11 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
             ids = job_ids(cluster)
             if ids and all(s[0] in _GONE
                            for s in job_states(ids).values()):
-                have = _n_workers(client)
+                have = client_workers(client)
                 if have < n:
                     break
         time.sleep(poll)
-        have = _n_workers(client)
+        have = client_workers(client)
     if have >= n:
         return have
     elapsed = time.monotonic() - t0

@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from h5mdx.timing.capture import client_workers
+
 __all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_scheduler",
            "quiet_logging", "scheduler_context"]
 
@@ -230,7 +232,7 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
     """
     with scheduler_context(scheduler, workers, args) as client:
         if client is not None:
-            workers = len(client.scheduler_info(n_workers=-1)["workers"]) or workers
+            workers = client_workers(client) or workers
         lazy = ds.md.rmsd(reference, select=select, weights=weights,
                           superposition=superposition, frames_per_block=frames_per_block,
                           chunk_mib=chunk_mib, kernel=kernel)

@@ -350,10 +350,16 @@ def _backend_and_client(backend: str | None, client: Any) -> tuple[str, Any]:
     return backend, client
 
 
+def client_workers(client: Any) -> int:
+    """The workers connected to a distributed ``client`` now (all of them, not the
+    first few that ``scheduler_info`` lists by default)."""
+    return len(client.scheduler_info(n_workers=-1).get("workers", {}))
+
+
 def _count_workers(backend: str, client: Any) -> int:
     """The client's workers, or dask's ``num_workers`` (else the CPUs) of a local scheduler."""
     if backend in _CLIENT_BACKENDS:
-        return len(client.scheduler_info(n_workers=-1)["workers"])
+        return client_workers(client)
     import dask
 
     return 1 if backend == "synchronous" else int(
