@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything and run ruff and the whole test suite.
+# Set up everything and run ruff, mypy and the whole test suite.
 #
 #   bash scripts/test.sh [pytest arguments]
 #
@@ -70,6 +70,12 @@ done
 echo "==> ruff check ${lint_paths[*]}"
 if ! "$VENV/bin/ruff" check "${lint_paths[@]}"; then
     echo "test.sh: ruff found problems" >&2
+    status=1
+fi
+
+echo "==> mypy (the type hints of src/h5mdx)"
+if ! "$VENV/bin/python" -m mypy; then
+    echo "test.sh: mypy found problems" >&2
     status=1
 fi
 

@@ -77,6 +77,7 @@ def write_element(
         if "time" in link_sampling_from:
             el["time"] = link_sampling_from["time"]
         return el
+    assert step is not None  # time-independent elements returned above
     if np.ndim(step) == 0:
         s = el.create_dataset("step", data=np.int64(step))
         s.attrs["offset"] = np.int64(step_offset)

@@ -67,6 +67,7 @@ def _block_ranges(task: Any, getters: Any, getter_name: str, original: str,
                   shape: tuple[int, ...]) -> list[range] | None:
     """The ranges of the held array one block of the ``getitem`` layer holds, per axis."""
     target = getattr(task, "target", None)
+    index: tuple[slice, ...] | None
     if target is not None:  # an Alias: the getter's block, whole
         source, index = _key(target), (slice(None),) * len(shape)
     else:
@@ -168,8 +169,8 @@ def dask_source(data: Any) -> tuple[Any, tuple[slice, ...]] | None:
             elif per_axis[axis][i] != r:  # blocks of one row must agree
                 return None
     key = []
-    for axis, ranges in enumerate(per_axis):
-        chained = _chain([r for r in ranges if r is not None])
+    for axis, held in enumerate(per_axis):
+        chained = _chain([r for r in held if r is not None])
         if chained is None or len(range(*chained.indices(shape[axis]))) != data.shape[axis]:
             return None
         key.append(chained)

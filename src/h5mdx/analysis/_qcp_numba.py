@@ -82,10 +82,10 @@ def _wide_vectors(features: str | None = None, cpu: str | None = None) -> bool:
     if features is None:
         from numba.core.codegen import get_host_cpu_features
 
-        features = config.CPU_FEATURES if config.CPU_FEATURES is not None \
-            else get_host_cpu_features()
+        given = config.CPU_FEATURES  # type: ignore[attr-defined]  # set at numba's import
+        features = given if given is not None else get_host_cpu_features()
     if cpu is None:
-        cpu = config.CPU_NAME
+        cpu = config.CPU_NAME  # type: ignore[attr-defined]
     if cpu is None or cpu == "host":
         import llvmlite.binding as ll
 
@@ -147,8 +147,9 @@ def _stack_zeros(typingctx, size):  # pragma: no cover - compiled
     return arrty(size), codegen
 
 
-if _numba_config.DISABLE_JIT:  # NUMBA_DISABLE_JIT=1 (debugging): plain Python, plain arrays
-    def _stack_zeros(size):  # type: ignore[no-redef]  # noqa: F811
+_NO_JIT: bool = bool(getattr(_numba_config, "DISABLE_JIT", False))
+if _NO_JIT:  # NUMBA_DISABLE_JIT=1 (debugging): plain Python, plain arrays
+    def _stack_zeros(size):  # type: ignore[misc]  # noqa: F811
         return np.zeros(size)
 
 

@@ -15,6 +15,8 @@ import contextlib
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import dask
@@ -58,7 +60,7 @@ def _user_stacklevel() -> int:
     ``sys._getframe`` because ``warnings.warn(skip_file_prefixes=...)``, the public way,
     needs Python 3.12 and h5mdx supports 3.10.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("h5mdx"):
         frame = frame.f_back
@@ -262,10 +264,10 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
             raise ValueError("the positions hold no frames (an empty time slice?)")
         if not -n_frames <= int(reference) < n_frames:
             raise IndexError(f"reference frame {reference} out of range for {n_frames} frames")
-        ref = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
+        frame = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
         # one frame, read here like a lazily indexed one: not through a process pool or a
         # cluster, which would ship the whole block that holds it
-        return np.asarray(ref.compute(scheduler="sync").values, dtype=np.float64)
+        return np.asarray(frame.compute(scheduler="sync").values, dtype=np.float64)
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         if TIME_DIM in ref_da.dims:
@@ -327,15 +329,16 @@ def _lazy_block(block: xr.Variable | FrameReader, ref_c: np.ndarray, w: np.ndarr
     step = n if not step else step
     out = np.empty(n, dtype=np.float64)
 
-    def read(a: int, b: int) -> np.ndarray:
+    def read_variable(a: int, b: int) -> np.ndarray:
         try:
-            return np.asarray((block[a:b] if b - a < n else block).values)
+            return np.asarray((block[a:b] if b - a < n else block).values)  # type: ignore[union-attr,index]
         except (H5MDError, MemoryError):
             raise
         except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
             raise H5MDReadError(where[0], where[1], f"cannot read frames {start + a}-"
                                 f"{start + b - 1}: {type(err).__name__}: {err}") from err
 
+    read: Callable[[int, int], np.ndarray] = read_variable
     with BlockTimer(start, stop, kind="rmsd") as timer:
         with timer.phase("warmup"):  # once per process: the kernel, where the chunks lie
             warm_up(kernel)
@@ -806,7 +809,7 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
                     int(bounds[i]), int(bounds[i + 1]), atoms)
         for i in range(len(data.chunks[0]))
     }
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[data])
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[data])  # type: ignore[arg-type,list-item]
     return da.Array(graph, name, chunks=(data.chunks[0],), dtype=np.float64,
                     meta=np.array((), dtype=np.float64))
 
@@ -838,18 +841,18 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
     where = (source.encoding.get("source"), source.encoding.get("h5md_path") or source.name)
     step = _read_step(source, process_threads)
     grid = _chunk_grid(source) if step is not None else None
-    dsk = {}
+    dsk: dict[tuple[str, int], tuple[Any, ...]] = {}
     sizes = []
     for i, b in enumerate(ends):
         a = ends[i - 1] if i else 0
         lead = _lead(grid, a)
         # a Variable on (time, atom, spatial): no coordinates travel with the task
-        block = source.variable[a:b]
+        block: Any = source.variable[a:b]
         block = frame_reader(block) or block
         dsk[(name, i)] = (_lazy_block, block, *kernel_args, a, b, atoms, step, host_threads,
                           process_threads, lead, where)
         sizes.append(b - a)
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[])  # type: ignore[arg-type]
     return da.Array(graph, name, chunks=(tuple(sizes),), dtype=np.float64,
                     meta=np.array((), dtype=np.float64))
 
@@ -942,7 +945,8 @@ def rmsd(
     # array (or the dask array) without loading it, and tokenizing it is what identifies
     # the file, element and selection.
     is_dask = sub.chunks is not None
-    ends = host_threads = process_threads = None
+    ends: list[int] = []
+    host_threads = process_threads = None
     if not is_dask:
         by_host = _threads_by_host()  # one question to the scheduler, for both uses
         if dask_blocks is not None:  # the blocks of open_dataset(chunks=...)
@@ -969,7 +973,7 @@ def rmsd(
     # the blocks are in the name: the same RMSD split otherwise (another chunk_mib, another
     # worker count) must not reuse the keys of the first with other tasks behind them
     token = tokenize(sub.variable._data, ref_c, w, superposition, kernel, frames_per_block,
-                     ends, host_threads, process_threads)
+                     ends or None, host_threads, process_threads)
     name = f"rmsd-{token}"
 
     kernel_args = (ref_c, w, superposition, kernel)
@@ -980,7 +984,7 @@ def rmsd(
                              process_threads)
 
     coords = _time_coords(sub)
-    attrs = {"long_name": "RMSD after optimal superposition" if superposition
+    attrs: dict[str, Any] = {"long_name": "RMSD after optimal superposition" if superposition
              else "RMSD after centring"}
     if "units" in position.attrs:
         attrs["units"] = position.attrs["units"]

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -146,7 +147,7 @@ def _lazy_key(variable: xr.Variable) -> tuple[object, tuple] | None:
     """``(backend array, key)`` of a lazily indexed variable, one key entry per axis of
     ``variable``; None for anything else (in memory, dask, a vectorised index, or
     xarray's wrappers changed)."""
-    data = getattr(variable, "_data", None)  # no public way to the lazily indexed array
+    data: Any = getattr(variable, "_data", None)  # no public way to the lazily indexed array
     while _WRAPPERS and isinstance(data, _WRAPPERS):
         data = data.array
     if _LAZY is None or type(data) is not _LAZY or not isinstance(data.key, _KEYS):
@@ -214,7 +215,7 @@ def stored_start(variable: xr.Variable) -> int | None:
     """
     lazy = _lazy_key(variable)
     shape = getattr(lazy[0], "shape", None) if lazy is not None else None
-    if not shape or not isinstance(lazy[1][0], slice):
+    if lazy is None or not shape or not isinstance(lazy[1][0], slice):
         return None
     start, _stop, step = lazy[1][0].indices(int(shape[0]))
     return start if step == 1 else None
@@ -284,7 +285,7 @@ def _read_into(pool: dict, read: Callable[[int, int], np.ndarray], a: int,
 
 
 def read_ahead(read: Callable[[int, int], np.ndarray], spans: Sequence[tuple[int, int]],
-               depth: int = READ_AHEAD) -> Iterator[np.ndarray]:
+               depth: int = READ_AHEAD) -> Generator[np.ndarray, None, None]:
     """``read(a, b)`` for each span, read up to ``depth`` spans ahead in another thread.
 
     An RMSD task alternates a read (the kernel's copy from the page cache, no GIL) and

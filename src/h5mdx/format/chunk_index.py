@@ -121,7 +121,8 @@ class ChunkTree:
         """The entries of the leaves for rows ``[lo, hi)``, leaf by leaf."""
         rank = len(self.shape)
         leaves: list[np.ndarray] = []
-        nodes, seen = [(self.root, None)], set()
+        nodes: list[tuple[int, int | None]] = [(self.root, None)]
+        seen: set[int] = set()
         while nodes:
             at, level_above = nodes.pop()
             if at in seen:

@@ -168,7 +168,9 @@ def compression_kwargs(spec: str | Compression | None) -> dict[str, Any]:
             f"compression {spec!r} needs the hdf5plugin package: pip install hdf5plugin "
             "(or use gzip:1 / lzf, which h5py always has)"
         ) from err
+    assert comp.level is not None  # parse_compression sets a level for every codec
     if comp.codec == "zstd":
         return dict(hdf5plugin.Zstd(clevel=comp.level))
-    return dict(hdf5plugin.Blosc(cname=comp.blosc_codec, clevel=comp.level,
+    assert comp.blosc_codec is not None
+    return dict(hdf5plugin.Blosc(cname=comp.blosc_codec, clevel=comp.level,  # type: ignore[arg-type]
                                  shuffle=hdf5plugin.Blosc.SHUFFLE))

@@ -39,7 +39,7 @@ import os
 import threading
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -341,7 +341,7 @@ class DirectReader:
         return found
 
     def add_locations(self,
-                      located: dict[tuple[int, ...], tuple[int, int, int] | None]) -> None:
+                      located: Mapping[tuple[int, ...], tuple[int, int, int] | None]) -> None:
         """Record chunk addresses ``coord -> (byte offset, size, filter mask)``.
 
         Raises
@@ -416,7 +416,7 @@ class DirectReader:
     def _rows(self, first: int, stop: int) -> np.ndarray:
         """Rows ``first:stop`` of axis 0, every other axis whole."""
         rows = empty((stop - first, *self.shape[1:]), self.dtype)
-        flat = memoryview(rows).cast("B")
+        flat = memoryview(rows).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
         at = 0
         for file_at, nbytes in self._spans(first, stop):
             self._pread_into(flat[at:at + nbytes], file_at)

@@ -126,7 +126,7 @@ class Sampling:
             return False
         if (self.time is None) != (other.time is None):
             return False
-        return self.time is None or bool(np.array_equal(self.time, other.time))
+        return self.time is None or bool(np.array_equal(self.time, other.time))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, eq=False)

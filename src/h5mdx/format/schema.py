@@ -68,7 +68,7 @@ class Path(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    def format(self, *args: object, **kwargs: object) -> str:  # type: ignore[override]
+    def format(self, *args: object, **kwargs: object) -> str:
         return str(self.value).format(*args, **kwargs)
 
 

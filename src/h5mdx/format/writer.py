@@ -34,7 +34,7 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import h5py
 import numpy as np
@@ -358,7 +358,8 @@ class H5MDWriter:
         if not self.specs:
             raise ValueError("nothing to write: give at least one time-dependent element")
         self._own = not isinstance(target, h5py.File)
-        self.file = h5py.File(os.fspath(target), "w") if self._own else target
+        self.file: Any = h5py.File(os.fspath(target), "w") if self._own \
+            else cast(h5py.File, target)
         self.filename = self.file.filename
         self.group = group
         self.n_written = 0
@@ -396,21 +397,24 @@ class H5MDWriter:
         self._dsets: dict[str, h5py.Dataset] = {}
         self._buf: dict[str, np.ndarray] = {}
         order = sorted(self.specs, key=lambda n: n != "box_edges")  # box first, like MDAnalysis
-        step = time = None
-        known = self.n_frames is not None
+        step: h5py.Dataset | None = None
+        time: h5py.Dataset | None = None
+        n_frames = self.n_frames
         for name in order:
             spec = self.specs[name]
             grp = box.require_group("edges") if name == "box_edges" else part.require_group(name)
             small = spec.frame_bytes < big.frame_bytes
             kwargs: dict[str, Any] = {}
+            shape: tuple[int, ...]
+            maxshape: tuple[int | None, ...] | None
             if self.layout.contiguous:
-                shape = (self.n_frames, *spec.frame_shape)
+                shape = (int(n_frames or 0), *spec.frame_shape)
                 maxshape = None
             else:
                 frames = self.layout.frames(spec.frame_bytes, self.n_frames, small=small)
                 frames = self.block * max(1, math.ceil(frames / self.block))
-                if known:
-                    frames = min(frames, max(1, self.n_frames))
+                if n_frames is not None:
+                    frames = min(frames, max(1, n_frames))
                 kwargs["chunks"] = (frames, *spec.frame_shape)
                 kwargs.update(compression_kwargs(self.layout.compression))
                 shape = (0, *spec.frame_shape)
@@ -432,6 +436,7 @@ class H5MDWriter:
                     grp["time"] = time
             self._dsets[name] = dset
             self._buf[name] = np.empty((self.block, *spec.frame_shape), dtype=spec.stored_dtype)
+        assert step is not None  # the first element made it
         self._step, self._time = step, time
         self._buf_step = np.empty(self.block, dtype=np.int64)
         self._buf_time = np.empty(self.block, dtype=np.float64)
@@ -582,7 +587,7 @@ class H5MDWriter:
             raise ValueError(f"more frames than the {self.n_frames} announced")
         if not self.layout.contiguous:
             ensure_room(self.filename, n * self._frame_bytes)
-        sampling = [(self._step, self._buf_step)]
+        sampling: list[tuple[h5py.Dataset, np.ndarray]] = [(self._step, self._buf_step)]
         if self._time is not None:
             sampling.append((self._time, self._buf_time))
         for dset, buf in sampling:

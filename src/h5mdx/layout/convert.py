@@ -491,7 +491,7 @@ def _check_whole_frames(u: Any, out: str) -> None:
         name = getattr(reader, "filename", None)
         if None in sizes or not name or not os.path.isfile(name) or not reader.n_frames:
             continue
-        header, first, frame = (int(x) for x in sizes)
+        header, first, frame = (int(x) for x in sizes)  # type: ignore[arg-type]  # no None
         whole = header + first + (int(reader.n_frames) - 1) * frame
         extra = os.path.getsize(name) - whole
         if 0 < extra < frame:

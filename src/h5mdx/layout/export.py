@@ -141,7 +141,7 @@ def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset
         if not var.ndim or TIME_DIM not in var.dims:
             continue
         try:
-            array = group[str(name)]
+            array: Any = group[str(name)]
             stored, expected = int(array.nchunks_initialized), int(array.nchunks)
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -296,11 +296,11 @@ class ZarrWriter:
         }
         if first:
             n_atoms = None
-            for name, (arr, unit, attrs) in self.static.items():
+            for name, (arr, unit, given) in self.static.items():
                 arr = np.asarray(arr)
                 # as the h5md engine serves them: labels, a fill value apart
                 attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                         for k, v in (attrs or {}).items() if k != "_FillValue"}
+                         for k, v in (given or {}).items() if k != "_FillValue"}
                 data[name] = xr.Variable((ATOM_DIM,), arr,
                                          {**attrs, **({"units": unit} if unit else {})})
                 n_atoms = arr.shape[0]
@@ -445,7 +445,7 @@ def dataset_to_zarr(
     out = out.assign_coords({n: out[n].variable.compute() for n in one_d
                              if n in out.coords and n not in out.indexes})
     with _quiet_zarr():
-        out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group)
+        out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group)  # type: ignore[call-overload]
 
 
 # ----------------------------------------------------------------------------- to_h5md

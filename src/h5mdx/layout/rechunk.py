@@ -348,7 +348,7 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
         if n in numeric:
             continue
         mine = np.asarray(ds[n].values)
-        theirs = np.asarray(root[str(n)][...])
+        theirs = np.asarray(root[str(n)][...])  # type: ignore[index]  # an array
         if mine.dtype.kind in "SUO" or theirs.dtype.kind in "SUO":
             mine, theirs = mine.astype(str), theirs.astype(str)
         if mine.shape != theirs.shape or not np.array_equal(

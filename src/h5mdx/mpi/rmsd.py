@@ -260,6 +260,7 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     records = comm.gather(record, root=0)
     if rank != 0:
         return None
+    assert result is not None  # rank 0 holds the series
     res = _result(options, job.source, result, records)
     if options.out:
         res.files = write_outputs(res, options)
@@ -466,6 +467,7 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     dict
         ``{"rmsd": path, "timing": path}``.
     """
+    assert options.out is not None
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}

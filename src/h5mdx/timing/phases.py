@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 __all__ = ["DELAY_ENV", "DELAY_PHASES", "MEMORY_SPOOL", "SPOOL_ENV", "BlockTimer",
@@ -168,7 +169,7 @@ def current_task_key() -> str | None:
         return str(key)
     if "dask.local" not in sys.modules:
         return None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(64):
         if frame is None:
             break
@@ -267,7 +268,7 @@ def read_spool(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     list of dict
         One dict per task, in no particular order.
     """
-    records = []
+    records: list[dict[str, Any]] = []
     for path in sorted(Path(directory).glob("*.jsonl")):
         with open(path, encoding="utf-8") as fh:
             records.extend(json.loads(line) for line in fh if line.strip())

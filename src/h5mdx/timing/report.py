@@ -150,8 +150,8 @@ def _text(names: list[str] | None, cells: list[list[str]], aligns: list[str],
     widths = [max((len(r[i]) for r in lines), default=0) for i in range(len(aligns))]
     out = [title] if title else []
     for r in lines:
-        cells = (f"{c:{a}{w}}" for c, a, w in zip(r, aligns, widths, strict=True))
-        out.append("  ".join(cells).rstrip())
+        row = (f"{c:{a}{w}}" for c, a, w in zip(r, aligns, widths, strict=True))
+        out.append("  ".join(row).rstrip())
     return "\n".join(out)
 
 
