@@ -188,6 +188,33 @@ def mixed_file(tmp_path):
     return path, dict(pos=pos, vel=vel, img=img)
 
 
+def test_step_linked_without_time_follows_the_frames_with_times(tmp_path):
+    """pyh5md's ``step_from=position`` without ``time=``: velocity hard-links position's
+    ``step`` and has no ``time``. It is on the same frames, so on ``time`` (it used to get
+    an axis of its own, and ``velocity * position`` broadcast to (5, n, 5))."""
+    rng = np.random.default_rng(1)
+    pos, vel = rng.random((5, 4, 3)), rng.random((5, 4, 3))
+    path = tmp_path / "steponly.h5"
+    write_h5md(path, {"atoms": {"position": {"value": pos, "step": np.arange(5) * 10,
+                                             "time": np.arange(5) * 0.5}}})
+    with h5py.File(path, "r+") as f:
+        el = f.create_group("particles/atoms/velocity")
+        el.create_dataset("value", data=vel)
+        el["step"] = f["particles/atoms/position/step"]
+    for order in ("velocity first", "position first"):
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert ds.velocity.dims == ("time", "atom", "spatial"), order
+            assert "time_velocity" not in ds.coords
+            np.testing.assert_allclose(ds.time.values, np.arange(5) * 0.5)
+            np.testing.assert_array_equal(ds.velocity.values, vel)
+            assert (ds.velocity * ds.position).sum("spatial").shape == (5, 4)
+        with h5py.File(path, "r+") as f:  # the element without times read first
+            f.move("particles/atoms/position", "particles/atoms/zposition")
+            f.move("particles/atoms/velocity", "particles/atoms/position")
+            f.move("particles/atoms/zposition", "particles/atoms/velocity")
+        pos, vel = vel, pos
+
+
 def test_storage_kinds(mixed_file):
     path, data = mixed_file
     with pytest.raises(ValueError, match="several particles groups.*particles/trajectory"):

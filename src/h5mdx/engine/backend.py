@@ -629,22 +629,27 @@ class _Builder:
 
 
 def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sampling | None:
-    tds = [e for e in elements if e.time_dependent and e.sampling is not None]
+    tds = [(e.name, e.sampling) for e in elements
+           if e.time_dependent and e.sampling is not None]
     if not tds:
         return None
-    for e in tds:
-        if e.name == preferred:
-            return e.sampling
+    for name, chosen in tds:
+        if name == preferred:
+            if chosen.time is None:  # its times where another element on its steps has them
+                chosen = next((o for _, o in tds if o.time is not None and o.same_as(chosen)),
+                              chosen)
+            return chosen
     # the sampling most elements share
     groups: list[tuple[Sampling, int]] = []
-    for e in tds:
-        assert e.sampling is not None
+    for _, sampling in tds:
         for i, (s, n) in enumerate(groups):
-            if s.same_as(e.sampling):
-                groups[i] = (s, n + 1)
+            if s.same_as(sampling):
+                # the group's times come from a sampling that has them
+                groups[i] = (sampling if s.time is None and sampling.time is not None
+                             else s, n + 1)
                 break
         else:
-            groups.append((e.sampling, 1))
+            groups.append((sampling, 1))
     # a sampling the file gives beats frames numbered for want of one (another element's
     # problem); then the most elements; ties go to the sampling with the most frames
     return max(groups, key=lambda sn: (sn[0].kind != "implicit", sn[1], sn[0].step.size))[0]

@@ -119,14 +119,21 @@ class Sampling:
     key: tuple
 
     def same_as(self, other: Sampling) -> bool:
-        """Whether two samplings describe the same frames (shared link or equal values)."""
+        """Whether two samplings describe the same frames (shared link or equal values).
+
+        Equal steps given by the file are the same frames even where only one of the two
+        has times (pyh5md's ``step_from=`` links another element's ``step`` and writes no
+        ``time``): the element without times follows the frames of the one with them.
+        """
         if self.key == other.key:
             return True
         if self.step.shape != other.step.shape or not np.array_equal(self.step, other.step):
             return False
-        if (self.time is None) != (other.time is None):
-            return False
-        return self.time is None or bool(np.array_equal(self.time, other.time))  # type: ignore[arg-type]
+        if self.time is None or other.time is None:
+            # the same steps; numbered frames (implicit) only match numbered frames
+            return (self.time is None and other.time is None) or (
+                "implicit" not in (self.kind, other.kind))
+        return bool(np.array_equal(self.time, other.time))
 
 
 @dataclass(frozen=True, eq=False)
