@@ -11,6 +11,7 @@ __all__ = [
     "H5MDError",
     "H5MDFormatError",
     "H5MDReadError",
+    "ParticleOrderWarning",
     "H5MDUnitError",
     "MissingDependencyError",
     "TopologyError",
@@ -91,4 +92,15 @@ class H5MDConformanceWarning(UserWarning):
     (e.g. "no step: frames numbered 0..n-1"), or that the part was left out. Pass
     ``strict=True`` to :func:`xarray.open_dataset` to make each of these an
     :class:`H5MDFormatError` instead.
+    """
+
+
+class ParticleOrderWarning(UserWarning):
+    """A particles group stores its particles in another order in some frames.
+
+    H5MD allows it: a time-dependent ``id`` then says which particle each slot holds
+    (ESPResSo writes each frame in the order of its cells). h5mdx serves the elements as
+    stored, slot by slot, and marks their variables with a ``particle_order`` attribute;
+    per-atom analyses such as the RMSD refuse such positions until they are put in one
+    order (see the data model page of the guide).
     """

@@ -29,7 +29,7 @@ from dask.highlevelgraph import HighLevelGraph
 from h5mdx.analysis._dask_source import dask_source
 from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
-from h5mdx.engine.backend import backend_array
+from h5mdx.engine.backend import PARTICLE_ORDER_ATTR, backend_array
 from h5mdx.engine.chunking import (
     DEFAULT_TARGET_MIB,
     READ_STEP_BYTES,
@@ -74,6 +74,15 @@ def _check_dims(position: xr.DataArray) -> None:
         raise ValueError(
             f"rmsd needs positions on (time, atom, spatial); {position.name!r} has dims "
             f"{position.dims} (missing {missing})"
+        )
+    order = position.attrs.get(PARTICLE_ORDER_ATTR)
+    if order is not None:
+        raise ValueError(
+            f"rmsd needs each atom in one slot in every frame; {position.name!r} is served "
+            f"{order}: the RMSD would compare different particles. Put the particles in "
+            "one order by id first; where every frame holds the same particles: "
+            "order = ds.id.load().argsort().drop_vars('atom'); "
+            "pos = ds.position.isel(atom=order); del pos.attrs['particle_order']"
         )
 
 

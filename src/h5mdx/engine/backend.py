@@ -27,7 +27,13 @@ from xarray.backends.locks import HDF5_LOCK
 from xarray.core import indexing
 
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB, time_block
-from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, H5MDReadError, TopologyError
+from h5mdx.errors import (
+    H5MDConformanceWarning,
+    H5MDFormatError,
+    H5MDReadError,
+    ParticleOrderWarning,
+    TopologyError,
+)
 from h5mdx.format import direct as _direct
 from h5mdx.format import units as _units
 from h5mdx.format.chunk_index import locate_chunks
@@ -742,6 +748,7 @@ def _particles_dataset(
         if var is not None:
             variables[name] = var
 
+    _mark_particle_order(b, pg, variables)
     if pg.box is not None:
         _box_variables(b, pg.box, main, drop, variables, coords)
     if SPATIAL_DIM not in coords and any(SPATIAL_DIM in v.dims for v in variables.values()):
@@ -784,6 +791,30 @@ def _particles_dataset(
         ds = ds.isel({ATOM_DIM: indices})
         ds.attrs["selection"] = select
     return ds
+
+
+#: the attribute on per-particle variables of a group whose particle order varies
+PARTICLE_ORDER_ATTR = "particle_order"
+
+
+def _mark_particle_order(b: _Builder, pg: ParticlesGroupInfo,
+                         variables: dict[str, xr.Variable]) -> None:
+    """Warn once, and mark the per-particle time series, where the group's ``id`` holds
+    other particles in a slot in some frames (:attr:`ParticlesGroupInfo.order_varies`)."""
+    if pg.order_varies is None:
+        return
+    first, other = pg.order_varies
+    note = (f"as stored: the slots hold other particles in some frames (see {pg.path}/id, "
+            f"frames {first} and {other})")
+    for name, var in variables.items():
+        if name != "id" and TIME_DIM in var.dims and ATOM_DIM in var.dims:
+            var.attrs[PARTICLE_ORDER_ATTR] = note
+    warnings.warn(ParticleOrderWarning(
+        f"{b.info.filename} [{pg.path}/id]: frames {first} and {other} hold other particles "
+        "in the same slots (a writer that stores each frame in its own order, such as "
+        "ESPResSo); the elements are served as stored, slot by slot, marked "
+        f"{PARTICLE_ORDER_ATTR!r}: put them in one order by id before per-atom analyses "
+        "(the RMSD refuses them)"), stacklevel=2)
 
 
 def _file_attrs(info: FileInfo) -> dict[str, Any]:

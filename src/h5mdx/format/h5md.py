@@ -191,6 +191,10 @@ class ParticlesGroupInfo:
     path: str
     elements: dict[str, ElementInfo]
     box: BoxInfo | None
+    #: two frames whose time-dependent ``id`` holds other particles in a slot (ESPResSo
+    #: writes each frame in its cell order): the elements hold the particles in stored
+    #: order, which then differs between frames; None where the frames looked at agree
+    order_varies: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -626,8 +630,13 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         return
     stored = _stored_chunks(c, dset)
     if stored is not None and stored < expected:
+        # chunks split across particles too: frames with fewer particles than the largest
+        # leave theirs unwritten (ESPResSo grows the particle axis as particles come)
+        why = "a writer that stopped early, or space allocated ahead" + (
+            ", or frames holding fewer particles than others"
+            if len(dset.shape) > 1 and int(dset.chunks[1]) < int(dset.shape[1]) else "")
         c.note(where, f"stores {stored} of its {expected} chunks: the others were never "
-               "written (a writer that stopped early, or space allocated ahead)",
+               f"written ({why})",
                f"their values read as HDF5's default fill value ({dset.fillvalue})")
 
 
@@ -1186,6 +1195,30 @@ def _n_particles(el: ElementInfo) -> int | None:
     return int(tail[0]) if tail else None
 
 
+#: rows of a time-dependent ``id`` compared with its first (evenly spread, last included)
+ORDER_ROWS = 9
+
+
+def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | None:
+    """Frames ``(0, k)`` whose time-dependent ``id`` differs in a slot where neither holds
+    the fill value (an absent particle), among :data:`ORDER_ROWS` rows; None where they
+    agree, or where ``id`` is fixed or cannot be read (its own problem)."""
+    if el is None or not el.time_dependent or len(el.shape) != 2 or el.shape[0] < 2:
+        return None
+    rows = sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
+    try:
+        ids = np.asarray(grp.file[el.value_path][rows])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    fill = el.fillvalue
+    for k in range(1, len(rows)):
+        both = np.ones(ids.shape[1], bool) if fill is None else (
+            (ids[0] != fill) & (ids[k] != fill))
+        if np.any(ids[0][both] != ids[k][both]):
+            return rows[0], rows[k]
+    return None
+
+
 def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
     """Leave out elements whose number of particles differs from the group's."""
     counts = [n for el in elements.values() if (n := _n_particles(el)) is not None]
@@ -1248,7 +1281,8 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     else:
         elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
-    return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box)
+    return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box,
+                              order_varies=_order_varies(grp, elements.get("id")))
 
 
 def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],

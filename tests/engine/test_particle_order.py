@@ -1,0 +1,86 @@
+"""Particles stored in another order in some frames (ESPResSo's cell order): a
+time-dependent ``id`` says which particle each slot holds."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx
+from h5mdx.errors import ParticleOrderWarning
+from h5mdx.testing import write_h5md
+
+# the order ESPResSo might write five particles in, frame by frame
+ORDERS = np.array([[2, 0, 1, 3, 4], [0, 3, 1, 2, 4], [1, 0, 4, 3, 2], [4, 3, 2, 1, 0]])
+
+
+def _write(path, orders, *, fillvalue=None):
+    rng = np.random.default_rng(7)
+    by_id = rng.random((5, 3)) * 10
+    moved = by_id[None] + 0.01 * np.arange(len(orders))[:, None, None]  # every frame, by id
+    slots = np.take_along_axis(moved, np.asarray(orders)[..., None], axis=1)
+    sampling = {"step": np.arange(len(orders)) * 10, "time": np.arange(len(orders)) * 0.1}
+    id_kwargs = {"value": np.asarray(orders, dtype=np.int32), **sampling}
+    if fillvalue is not None:
+        id_kwargs["fillvalue"] = fillvalue
+    write_h5md(path, {"atoms": {"position": {"value": slots, **sampling}, "id": id_kwargs}})
+    return moved
+
+
+def test_varying_order_warns_once_and_marks_the_per_particle_series(tmp_path):
+    path = tmp_path / "espresso.h5"
+    _write(path, ORDERS)
+    with pytest.warns(ParticleOrderWarning, match=r"espresso\.h5 \[/particles/atoms/id\]: "
+                      r"frames 0 and 1 hold other particles") as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert sum(isinstance(w.message, ParticleOrderWarning) for w in record) == 1
+    with ds:
+        assert "particles/atoms/id, frames 0 and 1" in ds.position.attrs["particle_order"]
+        assert "particle_order" not in ds.id.attrs
+        np.testing.assert_array_equal(ds.id.values, ORDERS)  # served as stored
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "dask"])
+def test_rmsd_refuses_positions_in_varying_order_and_takes_them_in_one(tmp_path, chunks):
+    """Slot by slot, the RMSD compares different particles (4.6 A here where the truth is
+    about 0): refused, with a recipe that gives the RMSD of the particles by id."""
+    path = tmp_path / "espresso.h5"
+    moved = _write(path, ORDERS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md", chunks=chunks)
+    with ds, pytest.raises(ValueError, match="particles in one order by id"):
+        ds.md.rmsd()
+    with ds:  # the recipe the error gives
+        order = ds.id.load().argsort().drop_vars("atom")
+        pos = ds.position.isel(atom=order)
+        del pos.attrs["particle_order"]
+        np.testing.assert_allclose(pos.values, moved)
+        # rigid shifts only: every RMSD after superposition is 0
+        np.testing.assert_allclose(h5mdx.rmsd(pos).values, 0.0, atol=1e-6)
+
+
+def test_absent_particles_are_no_change_of_order(tmp_path):
+    """A slot holding the fill value (an absent particle, grand-canonical runs) does not
+    count: the others keep their particles."""
+    orders = np.tile(np.arange(5), (4, 1))
+    orders[1, 3] = orders[2, 0] = -1
+    path = tmp_path / "gcmc.h5"
+    _write(path, orders, fillvalue=-1)  # an absent particle's position: a placeholder
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParticleOrderWarning)
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert "particle_order" not in ds.position.attrs
+
+
+def test_fixed_order_neither_warns_nor_marks(tmp_path):
+    path = tmp_path / "fixed.h5"
+    _write(path, np.tile(np.arange(5), (4, 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert "particle_order" not in ds.position.attrs
+            np.testing.assert_allclose(ds.md.rmsd().values, 0.0, atol=1e-6)
