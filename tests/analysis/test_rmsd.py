@@ -611,3 +611,18 @@ def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5m
     back = xr.open_dataarray(write_series(tmp_path / "r.nc", r))
     assert back.attrs["superposition"] == 1
     back.close()
+
+
+def test_reference_without_positions_for_some_atoms_warns(adk_positions):
+    """An absent particle (NaN) in the reference frame makes every RMSD NaN: said at
+    once, naming the frame and the count (the CLI alone said it, after the run)."""
+    pos = np.array(adk_positions[:4, :50], dtype=np.float64)
+    pos[0, 7] = np.nan
+    da_pos = xr.DataArray(pos, dims=("time", "atom", "spatial"))
+    with pytest.warns(RuntimeWarning, match="frame 0 has no position for 1 of the 50 atoms"):
+        out = h5mdx.rmsd(da_pos).values
+    assert np.isnan(out).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = h5mdx.rmsd(da_pos, reference=1).values
+    assert np.isnan(out[0]) and np.isfinite(out[1:]).all()

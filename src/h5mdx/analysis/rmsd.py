@@ -68,6 +68,20 @@ def _user_stacklevel() -> int:
     return level
 
 
+def _warn_absent_in_reference(ref: np.ndarray, reference: Any) -> None:
+    """Say so where the reference has atoms without a position (NaN: absent particles,
+    a fill value): every RMSD is then NaN."""
+    missing = int(np.isnan(ref).any(axis=1).sum()) if ref.size else 0
+    if missing:
+        which = f"frame {reference}" if isinstance(reference, (int, np.integer)) \
+            else "the reference"
+        warnings.warn(
+            f"{which} has no position for {missing} of the {ref.shape[0]} atoms selected "
+            "(NaN: absent particles, or a fill value): every RMSD will be NaN; select the "
+            "atoms present in the reference, or take another reference",
+            RuntimeWarning, stacklevel=_user_stacklevel())
+
+
 def _check_dims(position: xr.DataArray) -> None:
     missing = [d for d in (TIME_DIM, ATOM_DIM, SPATIAL_DIM) if d not in position.dims]
     if missing:
@@ -947,7 +961,9 @@ def rmsd(
     if sub.sizes[SPATIAL_DIM] != 3:
         raise ValueError(f"rmsd needs 3 spatial dimensions, not {sub.sizes[SPATIAL_DIM]}")
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
-    ref_c = center(_reference(position, sub, reference, idx), w)
+    ref = _reference(position, sub, reference, idx)
+    _warn_absent_in_reference(ref, reference)
+    ref_c = center(ref, w)
     n_frames = sub.sizes[TIME_DIM]
     # never touch ``sub.data`` on a lazily indexed array: that would read it all.
     # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
