@@ -880,3 +880,29 @@ def test_element_attributes_are_served(tmp_path):
         assert ds.position.attrs["labels"] == ["a", "b"]
     with xr.open_dataset(path, engine="h5md", group="connectivity") as ds:
         assert ds["bonds"].attrs["particles_group"] == "/particles/g"
+
+
+def test_file_replaced_after_the_cache_closed_it_is_refused(tmp_path):
+    """xarray's file cache closes a file when it holds too many, and reopens it by name at
+    the next read: a file replaced meanwhile (a rerun renaming its output over the old
+    one) is refused, where its frames were served under the first file's coordinates."""
+    rng = np.random.default_rng(3)
+    paths = [tmp_path / f"part{i}.h5md" for i in range(3)]
+    for i, p in enumerate(paths):
+        write_h5md(p, {"t": {"position": {"value": rng.random((6 + i, 4, 3)),
+                                           "step": np.arange(6 + i)}}})
+    with xr.set_options(file_cache_maxsize=1):
+        dss = [xr.open_dataset(p, engine="h5md") for p in paths]
+        try:
+            first = dss[0].position[:2].values  # a part: xarray keeps no copy of it
+            for ds in dss[1:]:  # the cache closes part0
+                ds.position[:2].load()
+            os.replace(paths[2], paths[0])
+            with pytest.raises(H5MDReadError, match=r"part0\.h5md: was replaced or rewritten "
+                               "since it was opened"):
+                dss[0].position.load()
+            np.testing.assert_array_equal(dss[1].position.values.shape, (7, 4, 3))
+        finally:
+            for ds in dss:
+                ds.close()
+    assert first.shape == (2, 4, 3)

@@ -62,7 +62,29 @@ __all__ = ["H5MDArray", "H5MDBackendEntrypoint", "backend_array", "open_groups",
            "why_reads_take_turns"]
 
 
-def _opener(filename: str, mode: str = "r", swmr: bool = False) -> h5py.File:
+def _file_state(filename: str) -> tuple[int, int] | None:
+    """``(size, modification time in ns)`` of a file: what a file replaced or rewritten
+    under the same name changes. Not the inode: some network and FUSE file systems number
+    a file otherwise on each node or mount; size and time come from the file server."""
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _opener(filename: str, mode: str = "r", swmr: bool = False,
+            state: tuple[int, int] | None = None) -> h5py.File:
+    """Open ``filename`` for a :class:`CachingFileManager`, the first time or again after
+    xarray's file cache closed it (or on a worker): a file no longer the one first opened
+    (``state``, see :func:`_file_state`) is refused, not read under the old coordinates."""
+    if state is not None:
+        now = _file_state(filename)
+        if now is not None and now != state:
+            raise H5MDReadError(
+                filename, None, "was replaced or rewritten since it was opened (its size or "
+                f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
+                "would not be those the Dataset describes: open it again")
     return _open_file(filename, swmr=swmr)
 
 
@@ -279,6 +301,8 @@ class H5MDArray(BackendArray):
             try:
                 dset = self._dataset()
                 return self._read(dset, key)
+            except H5MDReadError:  # the file itself (replaced since it was opened)
+                raise
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
                 raise H5MDReadError(
                     self._filename(), self.path,
@@ -904,7 +928,10 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
 
 
 def _manager(filename: str, swmr: bool) -> CachingFileManager:
-    return CachingFileManager(_opener, filename, mode="r", kwargs={"swmr": swmr})
+    # a live file (SWMR) grows while it is read: only a plain file is held to its state
+    state = None if swmr else _file_state(filename)
+    return CachingFileManager(_opener, filename, mode="r",
+                              kwargs={"swmr": swmr, "state": state})
 
 
 class _Closer:
