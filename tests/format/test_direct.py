@@ -710,6 +710,30 @@ def test_closing_a_dataset_closes_its_descriptors(tmp_path):
     assert direct.cached(path, "/particles/all/position/value") is direct.UNPLANNED
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "dask"])
+def test_reads_after_close_keep_no_descriptor(tmp_path, chunks):
+    """A lazy result computed after the ``with`` block that opened its file (xarray
+    reopens the file to read it): the values, and no descriptor left once it is done
+    (a reader cached for the rest of the process kept a deleted file's space in use)."""
+    import h5mdx
+
+    values = _values("<f4")
+    path = str(tmp_path / "after.h5md")
+    write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                           "step": np.arange(SHAPE[0])}}})
+    with xr.open_dataset(path, engine="h5md", chunks=chunks) as ds:
+        lazy = h5mdx.rmsd(ds.position)
+        position = ds.position
+    got = lazy.values
+    np.testing.assert_array_equal(position.values, values)
+    assert got.shape == (SHAPE[0],) and np.isfinite(got).all()
+    del ds, lazy, position
+    gc.collect()
+    assert _descriptors_of(path) == 0
+    assert direct.cached(path, "/particles/all/position/value") is direct.UNPLANNED
+
+
 @pytest.mark.parametrize("how", ["replaced", "deleted"])
 @pytest.mark.parametrize("first_read", [True, False])
 def test_a_file_replaced_or_deleted_after_opening_reads_as_opened(tmp_path, how, first_read):

@@ -785,6 +785,10 @@ _CACHE_LOCK = threading.Lock()
 
 #: Files held open through the engine in this process, with the number of opens of each.
 _HELD: Counter[str] = Counter()
+#: Files whose opens in this process were all closed: a read after the close (xarray
+#: reopens the file; a lazy result computed after its ``with`` block) plans a reader for
+#: that task alone, cached nowhere, so that its descriptor closes with the task.
+_CLOSED: set[str] = set()
 
 
 def hold(filename: str) -> Callable[[], None]:
@@ -798,6 +802,7 @@ def hold(filename: str) -> Callable[[], None]:
     """
     with _CACHE_LOCK:
         _HELD[filename] += 1
+        _CLOSED.discard(filename)
     released = threading.Event()
 
     def release() -> None:
@@ -809,6 +814,7 @@ def hold(filename: str) -> Callable[[], None]:
             if _HELD[filename] > 0:
                 return
             del _HELD[filename]
+            _CLOSED.add(filename)
             for key in [k for k in _CACHE if k[0] == filename]:
                 del _CACHE[key]
 
@@ -882,7 +888,7 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
         reader, why = None, str(err)
     if reader is not None:
         reader.file_id = held
-    if stamp is not None:
+    if stamp is not None and filename not in _CLOSED:
         with _CACHE_LOCK:
             old = _CACHE.get((filename, path))
             if old is not None and old[0] == stamp:
