@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 __all__ = ["MDAccessor"]
@@ -77,6 +78,8 @@ class MDAccessor:
         if "mass" in position.coords or _topology(position, topology) is not None:
             return "mass"
         mass = self._ds.get("mass")
+        if mass is not None and "atom" in mass.dims and mass.ndim > 1:
+            mass = _fixed_along(mass, "atom")
         if mass is not None and mass.dims == ("atom",) and "atom" in position.dims \
                 and mass.sizes["atom"] == position.sizes["atom"]:
             return mass.values
@@ -87,3 +90,18 @@ class MDAccessor:
         from h5mdx.layout.export import to_h5md
 
         return to_h5md(self._ds, path, **kwargs)
+
+
+def _fixed_along(values: xr.DataArray, keep: str) -> xr.DataArray:
+    """``values`` on ``keep`` alone, where its other dimensions repeat one row: the first
+    and last rows of each are compared, not all of it (``mass`` concatenated along time by
+    ``open_mfdataset(data_vars="all")``); a ValueError that names them otherwise."""
+    other = [d for d in values.dims if d != keep]
+    first = values.isel({d: 0 for d in other})
+    last = values.isel({d: -1 for d in other})
+    if not np.array_equal(np.asarray(first.values), np.asarray(last.values), equal_nan=True):
+        raise ValueError(
+            f"weights='mass': {values.name!r} is on {values.dims} and changes along "
+            f"{other}; pick the masses to weigh by (e.g. weights=ds.{values.name}.isel("
+            f"{other[0]}=0)), or open the parts with data_vars='minimal'")
+    return first.drop_vars([c for c in first.coords if c not in first.dims])

@@ -442,6 +442,32 @@ def test_mass_weights_from_the_files_own_masses(tmp_path, adk_universe, capsys):
     np.testing.assert_allclose(written, want, atol=1e-4)
 
 
+def test_mass_weights_from_parts_concatenated_along_time(tmp_path, adk_universe):
+    """``open_mfdataset`` (``data_vars="all"``, xarray's default) puts ``mass`` on
+    (time, atom): the same masses every frame are the file's masses; masses that change
+    give an error that names the dimensions (the advice repeated the call that failed)."""
+    from MDAnalysisTests.datafiles import DCD
+
+    from h5mdx.layout.convert import convert
+
+    path = tmp_path / "adk.h5md"
+    convert(PSF, [DCD], path, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(adk_universe, select="all", weights="mass").run().results.rmsd[:, 2]
+        with xr.open_dataset(path, engine="h5md") as ds:
+            parts = [ds.isel(time=slice(0, 40)), ds.isel(time=slice(40, None))]
+            joined = xr.concat(parts, dim="time", data_vars="all")
+            assert joined.mass.dims == ("time", "atom")
+            assert_close(joined.md.rmsd(weights="mass").compute(scheduler="sync"), want)
+            with pytest.raises(ValueError, match=r"on \('time', 'atom'\); expected 3341, one "
+                               "per atom"):
+                joined.md.rmsd(weights=joined.mass)
+            changed = joined.assign(mass=joined.mass.where(joined.time < joined.time[-1], 1.0))
+            with pytest.raises(ValueError, match=r"changes along \['time'\]; pick the masses"):
+                changed.md.rmsd(weights="mass")
+
+
 # --- one harder variant on every execution path ----------------------------------------
 
 

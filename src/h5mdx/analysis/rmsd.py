@@ -231,7 +231,10 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
         return w
     if idx is not None and w.size == position.sizes[ATOM_DIM]:
         return w[idx]
-    raise ValueError(f"weights has {w.size} entries; expected {n_sel}")
+    dims = f" on {weights.dims}" if isinstance(weights, xr.DataArray) else ""
+    raise ValueError(f"weights has {w.size} entries{dims}; expected {n_sel}, one per atom"
+                     + (" (select one row along the other dimensions)" if dims and
+                        weights.ndim > 1 else ""))
 
 
 def _by_atom(values: xr.DataArray, sub: xr.DataArray, what: str) -> xr.DataArray:
