@@ -759,7 +759,8 @@ def _particles_dataset(
         if name in drop:
             continue
         first = _time_dims(b, el, name, main, coords)
-        dims = first + _tail_dims(el, name, first, particles=True, dimension=dimension)
+        dims = first + _tail_dims(el, name, first, particles=not el.in_subgroup,
+                                  dimension=dimension)
         if ATOM_DIM in dims:
             size = el.shape[dims.index(ATOM_DIM)]
             if n_atoms is None:

@@ -159,6 +159,9 @@ class ElementInfo:
     #: the other attributes of ``value`` (``labels``, a charge's ``type``, an enum's
     #: names as ``flag_values``/``flag_meanings``): strings decoded, references named
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: an element of a group inside a particles group (ESPResSo's ``lees_edwards/offset``),
+    #: named ``<group>_<element>``: H5MD defines none there, and it is not per particle
+    in_subgroup: bool = False
 
     @property
     def n_frames(self) -> int | None:
@@ -1221,7 +1224,8 @@ def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | 
 
 def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
     """Leave out elements whose number of particles differs from the group's."""
-    counts = [n for el in elements.values() if (n := _n_particles(el)) is not None]
+    counts = [n for el in elements.values()
+              if not el.in_subgroup and (n := _n_particles(el)) is not None]
     if not counts:
         return
     position = elements.get("position")
@@ -1230,7 +1234,7 @@ def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> Non
         n_atoms = max(set(counts), key=counts.count)
     for key, el in list(elements.items()):
         n = _n_particles(el)
-        if n is not None and n != n_atoms:
+        if n is not None and n != n_atoms and not el.in_subgroup:
             c.note(el.path, f"has {n} particles but other elements of {path} have {n_atoms}",
                    "left out")
             del elements[key]
@@ -1242,6 +1246,33 @@ def _components(el: ElementInfo | None) -> int | None:
         return None
     tail = el.shape[1:] if el.time_dependent else el.shape
     return int(tail[1]) if len(tail) == 2 and 1 <= tail[1] <= 3 else None
+
+
+def _holds_elements(obj: h5py.HLObject) -> bool:
+    """A group that is no element (no ``value``, ``step`` or ``time``) but holds some."""
+    if not isinstance(obj, h5py.Group) or any(_has(obj, k) for k in ("value", "step", "time")):
+        return False
+    try:
+        return any(isinstance(obj.get(k), h5py.Group) and _has(obj[k], "value") for k in obj)
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return False
+
+
+def _subgroup_elements(c: _Ctx, name: str, grp: h5py.Group,
+                       path: str) -> dict[str, ElementInfo]:
+    """The elements of a group inside a particles group, as ``<name>_<element>``
+    (ESPResSo writes the Lees-Edwards offset, direction and normal so); one level."""
+    c.note(path, "a group of elements inside a particles group (H5MD defines none there)",
+           f"its elements read as {name}_<element>, not per particle", minor=True)
+    out: dict[str, ElementInfo] = {}
+    for child in grp:
+        where = f"{path}/{child}"
+        try:
+            el = _element(c, child, _get(c, grp, child, path), where)
+            out[f"{name}_{child}"] = replace(_as_time_series(c, el), in_subgroup=True)
+        except H5MDFormatError as err:
+            c.left_out(err, where)
+    return out
 
 
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
@@ -1257,6 +1288,9 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                     box_grp = obj
                 else:
                     c.note(f"{path}/box", "the box must be a group", "left out")
+                continue
+            if _holds_elements(obj):
+                elements.update(_subgroup_elements(c, child, obj, f"{path}/{child}"))
                 continue
             elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
         except H5MDFormatError as err:

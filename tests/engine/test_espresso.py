@@ -1,16 +1,18 @@
-"""Particles stored in another order in some frames (ESPResSo's cell order): a
-time-dependent ``id`` says which particle each slot holds."""
+"""What ESPResSo writes (src/core/io/writer/h5md_core.cpp): particles stored in another
+order in some frames (its cell order; a time-dependent ``id`` says which particle each slot
+holds), and elements in a group inside the particles group (the Lees-Edwards shear)."""
 
 from __future__ import annotations
 
 import warnings
 
+import h5py
 import numpy as np
 import pytest
 import xarray as xr
 
 import h5mdx
-from h5mdx.errors import ParticleOrderWarning
+from h5mdx.errors import H5MDFormatError, ParticleOrderWarning
 from h5mdx.testing import write_h5md
 
 # the order ESPResSo might write five particles in, frame by frame
@@ -84,3 +86,29 @@ def test_fixed_order_neither_warns_nor_marks(tmp_path):
         with xr.open_dataset(path, engine="h5md") as ds:
             assert "particle_order" not in ds.position.attrs
             np.testing.assert_allclose(ds.md.rmsd().values, 0.0, atol=1e-6)
+
+
+def test_a_group_of_elements_inside_a_particles_group_is_read(tmp_path):
+    """ESPResSo writes the Lees-Edwards shear as ``particles/atoms/lees_edwards/{offset,
+    direction,normal}``, elements of a group H5MD does not define there: served as
+    ``lees_edwards_offset`` ... (not per particle), noted as a minor departure (no
+    warning; an error with strict=True). They were left out with a warning."""
+    path = tmp_path / "le.h5"
+    _write(path, np.tile(np.arange(5), (4, 1)))
+    offset = np.arange(4, dtype=np.float64)[:, None] * 0.5
+    with h5py.File(path, "r+") as f:
+        le = f.create_group("particles/atoms/lees_edwards")
+        for name, value in (("offset", offset), ("direction", np.zeros((4, 1), np.int32))):
+            el = le.create_group(name)
+            el.create_dataset("value", data=value)
+            el["step"] = f["particles/atoms/position/step"]
+            el["time"] = f["particles/atoms/position/time"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert ds.lees_edwards_offset.dims == ("time", "lees_edwards_offset_dim_1")
+            np.testing.assert_array_equal(ds.lees_edwards_offset.values, offset)
+            assert ds.lees_edwards_direction.dtype.kind == "i"
+            assert ds.position.sizes["atom"] == 5
+    with pytest.raises(H5MDFormatError, match="a group of elements inside a particles group"):
+        xr.open_dataset(path, engine="h5md", strict=True)
