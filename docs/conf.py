@@ -1,7 +1,7 @@
 """Sphinx configuration of the h5mdx documentation.
 
 Build with ``sphinx-build -W --keep-going -b html docs docs/_build/html``
-(``tests/test_docs.py`` does exactly this). Nothing is fetched from the
+(``tests/env/test_docs.py`` does exactly this). Nothing is fetched from the
 network: intersphinx is not used, so references to other projects are
 written as plain text, and every reference to an h5mdx object or command-line
 option must resolve (``nitpicky``).

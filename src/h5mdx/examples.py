@@ -15,9 +15,9 @@ What ``h5mdx example`` does, as library calls:
    one slab per worker process, page cache warm) are timed in paired rounds, each
    timing both back to back, so that both see the same spell of a shared machine;
    a last RMSD runs with per-task timing (:func:`h5mdx.timing.capture`).
-4. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
+3. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
    frames of the same file, to extrapolate to all frames.
-5. :func:`summary_lines` and :func:`write_report` turn the figures into a few
+4. :func:`summary_lines` and :func:`write_report` turn the figures into a few
    lines of text and a small HTML report with plots.
 """
 
@@ -285,7 +285,7 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     whole chunks, as the RMSD's workers do; one process reads them all where
     ``workers`` is 1, not this one, whose memory and threads are those of whatever else
     it runs. Each process reads its slab a few MiB of whole chunks at a time into one
-    buffer of its own (:func:`_read_slab`): h5py's best way to stream a file. Kept
+    buffer of its own (``_read_slab``): h5py's best way to stream a file. Kept
     open, the same readers can be timed between other runs, so that the floor and what
     is compared with it see the same spell of a shared machine
     (``benchmarks/bench_scale.py``).
@@ -559,8 +559,9 @@ def _rounds_text(result: ExampleResult) -> str:
     r = result.ratios
     if not r:
         return "measured now"
-    return (f"medians of {len(r)} rounds timing both back to back; by round "
-            f"{_times(min(r))}-{_times(max(r))}")
+    # the ratio is paired round by round: not the ratio of the two medians beside it
+    return (f"medians of {len(r)} rounds timing both back to back; the ratio is the median "
+            f"of the rounds' ratios, by round {_times(min(r))}-{_times(max(r))}")
 
 
 def summary_lines(result: ExampleResult) -> list[str]:

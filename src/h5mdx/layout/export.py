@@ -204,6 +204,9 @@ class ZarrWriter:
         Unit of the ``time`` coordinate.
     author : str, optional
         Recorded as the ``author_name`` attribute.
+    checksum : bool, default False
+        Keep a BLAKE2 digest of everything written, as
+        :class:`h5mdx.format.writer.H5MDWriter` does.
     """
 
     def __init__(

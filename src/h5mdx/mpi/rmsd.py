@@ -102,6 +102,9 @@ class MPIRMSDOptions:
         does) rather than in the file's unit.
     run_id : str or None
         Identifier of the run in the timing records (default: a random one).
+    extra : dict
+        More entries for the run's metadata (saved with the timing records), e.g. what
+        launched it.
     """
 
     trajectory: str

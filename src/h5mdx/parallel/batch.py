@@ -191,7 +191,8 @@ def _directives(*, job_name: str, ntasks: int, nodes: int | None, time_limit: st
 
 
 def default_out_dir(job_id: str, chdir: str | os.PathLike[str] | None = None) -> Path:
-    """Where a script without ``--out`` makes the job write (see :data:`DEFAULT_OUT`)."""
+    """Where a script without ``--out`` makes the job write (``DEFAULT_OUT``:
+    ``h5mdx-mpi-rmsd-${SLURM_JOB_ID}`` in the job's directory)."""
     base = Path(os.fspath(chdir) if chdir is not None else os.getcwd())
     return base / DEFAULT_OUT.replace("${SLURM_JOB_ID}", str(job_id))
 
