@@ -346,6 +346,63 @@ def test_to_h5md_round_trip(tmp_path, adk_h5md):
     ds.close()
 
 
+def test_to_h5md_keeps_attributes_and_writes_observables(tmp_path, adk_h5md):
+    """Species ``labels`` (``convert`` writes them) and a user's attributes go with their
+    element; a variable on time but not on atom is an observable (it went into the
+    particles group, where a (time, spatial) one was then left out as "3 particles")."""
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    from h5mdx.layout.convert import convert
+
+    src = tmp_path / "adk.h5md"
+    convert(PSF, [DCD], src, progress=False, stop=6)
+    with xr.open_dataset(src, engine="h5md") as ds:
+        labels = ds.species.attrs["labels"]
+        assert len(labels) > 1
+        ds = ds.assign(rg=("time", np.arange(6.0), {"units": "Angstrom", "note": "mine"}),
+                       com=(("time", "spatial"), np.arange(18.0).reshape(6, 3)))
+        ds.position.attrs["origin"] = "test"
+        out = tmp_path / "out.h5md"
+        to_h5md(ds, out)
+        with h5py.File(out) as f:
+            assert "rg" not in f["particles/trajectory"] and "com" not in f["particles/trajectory"]
+            assert f["observables/rg/value"].attrs["unit"] == "Angstrom"
+            np.testing.assert_array_equal(f["observables/rg/step"][()], ds.step.values)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            back = xr.open_datatree(out, engine="h5md")
+        part = back["particles/trajectory"]
+        assert list(part.species.attrs["labels"]) == list(labels)
+        assert part.position.attrs["origin"] == "test"
+        np.testing.assert_array_equal(part.position.values, ds.position.values)
+        np.testing.assert_array_equal(back["observables"].rg.values, np.arange(6.0))
+        assert back["observables"].rg.attrs["note"] == "mine"
+        np.testing.assert_array_equal(back["observables"].com.values, ds.com.values)
+        back.close()
+
+
+def test_writers_refuse_steps_that_do_not_increase_and_a_missing_time(tmp_path, adk_h5md):
+    """H5MD's steps increase strictly: frames reversed or repeated were written, and every
+    reader warned; a missing time was written as NaN."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        for index in ([2, 1, 0], [0, 0, 1]):
+            with pytest.raises(ValueError, match="H5MD's steps increase strictly.*sortby"):
+                to_h5md(ds.isel(time=index), tmp_path / "bad.h5md")
+        assert not (tmp_path / "bad.h5md").exists()
+    spec = [ElementSpec("position", (4, 3), np.float32, "nm")]
+    with H5MDWriter(tmp_path / "w.h5md", spec) as w:
+        w.append(0, 0.0, position=np.zeros((4, 3)))
+        with pytest.raises(ValueError, match="step 0 after step 0"):
+            w.append(0, 1.0, position=np.zeros((4, 3)))
+        with pytest.raises(ValueError, match="step 3 after step 5"):
+            w.extend([5, 3], [1.0, 2.0], position=np.zeros((2, 4, 3)))
+        with pytest.raises(ValueError, match="time is None.*with_time=False"):
+            w.append(9, None, position=np.zeros((4, 3)))
+        w.append(10, 1.0, position=np.ones((4, 3)))
+    with h5py.File(tmp_path / "w.h5md") as f:
+        np.testing.assert_array_equal(f["particles/trajectory/position/step"][()], [0, 10])
+
+
 def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
     """A box without ``time`` is written as H5MD's fixed ``box/edges`` with its boundary
     (it became a per-particle dataset, and the box non-periodic), and the author stays."""

@@ -363,6 +363,7 @@ class H5MDWriter:
         self.filename = self.file.filename
         self.group = group
         self.n_written = 0
+        self._last_step: int | None = None
         self._digests = Digests(enabled=checksum)
         try:
             self._create(boundary, static or {}, time_unit, author)
@@ -487,6 +488,7 @@ class H5MDWriter:
         Every element given at construction must be passed.
         """
         self._check_names(frames)
+        self._check_sampling(np.array([step], dtype=np.int64), time)
         i = self._fill
         self._buf_step[i] = step
         self._buf_time[i] = np.nan if time is None else time
@@ -501,6 +503,7 @@ class H5MDWriter:
         self._check_names(blocks)
         step = np.asarray(step, dtype=np.int64).reshape(-1)
         n = step.size
+        self._check_sampling(step, time)
         time = np.full(n, np.nan) if time is None else \
             np.asarray(time, dtype=np.float64).reshape(-1)
         if time.size != n or any(np.shape(b)[0] != n for b in blocks.values()):
@@ -519,7 +522,7 @@ class H5MDWriter:
                 self._flush()
 
     def add_element(self, spec: ElementSpec, value: Any, step: Any, time: Any = None, *,
-                    time_unit: str | None = None) -> None:
+                    time_unit: str | None = None, observable: bool = False) -> None:
         """Write a whole element sampled on a time axis of its own, with its own ``step``
         (and ``time``), beside the elements that share the writer's sampling.
 
@@ -537,6 +540,8 @@ class H5MDWriter:
             One time per frame; none is written without it.
         time_unit : str, optional
             Unit of ``time``.
+        observable : bool, default False
+            Write it as ``/observables/<name>`` (a value per frame, not per particle).
         """
         if self.file is None:
             raise ValueError(f"{self.filename}: the writer is closed")
@@ -551,7 +556,7 @@ class H5MDWriter:
                              + ("" if times is None else f" and {times.size} times"))
         part = self.particles
         where, key = (part["box"], "edges") if spec.name == "box_edges" \
-            else (part, spec.name)
+            else (self.file.require_group("observables") if observable else part, spec.name)
         if spec.name in self.specs or key in where:
             raise ValueError(f"{self.filename}: element {spec.name!r} is already written")
         ensure_room(self.filename, n * (spec.frame_bytes + 16))
@@ -571,6 +576,27 @@ class H5MDWriter:
                 self._digests.update(written.name, data)
         if times is not None and time_unit is not None:
             grp["time"].attrs["unit"] = time_unit
+
+    def _check_sampling(self, steps: np.ndarray, time: Any) -> None:
+        """Refuse steps that do not increase (H5MD's ``step`` is strictly increasing;
+        readers take the frames for a time series) and a missing time where the file
+        has a ``time`` (it was written as NaN)."""
+        if time is None and self.with_time:
+            raise ValueError(
+                f"{self.filename}: time is None, but the writer writes a 'time' dataset "
+                "(give the times, or create it with with_time=False)")
+        if not steps.size:
+            return
+        last = self._last_step
+        bad = np.flatnonzero(np.diff(steps) <= 0)
+        if (last is not None and steps[0] <= last) or bad.size:
+            at, prev = (steps[0], last) if last is not None and steps[0] <= last \
+                else (steps[bad[0] + 1], steps[bad[0]])
+            raise ValueError(
+                f"{self.filename}: step {int(at)} after step {int(prev)}: H5MD's steps "
+                "increase strictly (sort the frames by step, e.g. ds.sortby('step'), and "
+                "drop repeated ones)")
+        self._last_step = int(steps[-1])
 
     def _check_names(self, given: Mapping[str, Any]) -> None:
         if set(given) != set(self.specs):

@@ -513,7 +513,7 @@ def to_h5md(
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
-    specs, static, boundary, own = _elements(ds)
+    specs, static, boundary, own, observables = _elements(ds)
     timed = [spec.name for spec in specs]
     n_frames = ds.sizes[TIME_DIM]
     time = ds[TIME_DIM]
@@ -523,6 +523,13 @@ def to_h5md(
         time_unit = None
     steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
              else np.arange(n_frames, dtype=np.int64))
+    back = np.flatnonzero(np.diff(np.asarray(steps, dtype=np.int64)) <= 0)
+    if back.size:
+        i = int(back[0])
+        raise ValueError(
+            f"{os.fspath(path)}: frame {i + 1} has step {int(steps[i + 1])} after step "
+            f"{int(steps[i])}: H5MD's steps increase strictly (ds.sortby('step'), and "
+            "ds.drop_duplicates('time') for repeated frames)")
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
@@ -535,6 +542,10 @@ def to_h5md(
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
             _write_own_sampling(w, ds, own)
+            for spec in observables:  # on the trajectory's steps and times
+                w.add_element(spec, ds[spec.name].transpose(TIME_DIM, ...).variable, steps,
+                              time.values if with_time else None, time_unit=time_unit,
+                              observable=True)
     return os.fspath(path)
 
 
@@ -550,18 +561,41 @@ def _write_own_sampling(w: H5MDWriter, ds: xr.Dataset, own: list[str]) -> None:
         times = ds[tdim]
         timed = times.attrs.get("units") != "step"
         w.add_element(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                  var.attrs.get("units") or None,
+                                  var.attrs.get("units") or None, _h5md_attrs(var),
                                   fillvalue=var.encoding.get("_FillValue")),
                       var.variable, steps, times.values if timed else None,
                       time_unit=times.attrs.get("units") if timed else None)
 
 
+#: attributes the engine serves that are not the element's own H5MD attributes: the unit
+#: (written as ``unit``), the box's, and h5mdx's notes (``particles_group`` is a path here,
+#: an object reference in the file)
+_SERVED_ONLY = frozenset({"units", "boundary", "dimension", "particle_order",
+                          "particles_group"})
+
+
+def _h5md_attrs(var: xr.DataArray | xr.Variable) -> dict[str, Any]:
+    """The attributes of ``var`` written with its element (species ``labels``, a charge's
+    ``type``, a user's): strings, numbers and arrays of them."""
+    out: dict[str, Any] = {}
+    for k, v in var.attrs.items():
+        if k in _SERVED_ONLY or str(k).startswith("_"):
+            continue
+        if isinstance(v, (str, bytes, bool, int, float, np.generic)) or (
+                isinstance(v, (list, tuple, np.ndarray)) and len(v)
+                and np.asarray(v).dtype.kind in "biufUS"):
+            out[str(k)] = v
+    return out
+
+
 def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
                                         dict[str, tuple[Any, str | None, dict[str, Any]]],
-                                        list[str] | None, list[str]]:
-    """The time-dependent elements, the time-independent ones, the box's boundary and the
-    variables sampled on a time axis of their own (``time_<name>``)."""
+                                        list[str] | None, list[str], list[ElementSpec]]:
+    """The time-dependent elements, the time-independent ones, the box's boundary, the
+    variables sampled on a time axis of their own (``time_<name>``) and the observables
+    (on ``time`` but not on ``atom``)."""
     specs: list[ElementSpec] = []
+    observables: list[ElementSpec] = []
     static: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
     boundary = None
     own: list[str] = []
@@ -579,13 +613,16 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
         elif TIME_DIM in var.dims:
             if var.dims[0] != TIME_DIM:
                 var = var.transpose(TIME_DIM, ...)
-            specs.append(ElementSpec(name, tuple(var.shape[1:]), var.dtype,
-                                     var.attrs.get("units"), {},
-                                     fillvalue=var.encoding.get("_FillValue")))
+            spec = ElementSpec(name, tuple(var.shape[1:]), var.dtype, var.attrs.get("units"),
+                               _h5md_attrs(var), fillvalue=var.encoding.get("_FillValue"))
+            if ATOM_DIM in var.dims or name.startswith("box_"):
+                specs.append(spec)
+            else:  # a value per frame, not per atom: /observables/<name>
+                observables.append(spec)
         else:
             fill = var.encoding.get("_FillValue")
             static[name] = (var.values, var.attrs.get("units"),
-                            {} if fill is None else {"_FillValue": fill})
+                            {**_h5md_attrs(var), **({} if fill is None else {"_FillValue": fill})})
     for coord, unit in (("mass", "u"), ("charge", "e")):
         if coord in ds.coords and coord not in static and ds[coord].dims == (ATOM_DIM,):
             static[coord] = (ds[coord].values, ds[coord].attrs.get("units", unit), {})
@@ -595,8 +632,11 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
             # a selection of atoms (isel(atom=[...])): H5MD's id keeps which ones
             static["id"] = id_element(atoms)
     if not specs:
-        raise ValueError("the Dataset has no variable on 'time' to write as a trajectory")
-    return specs, static, boundary, own
+        raise ValueError(
+            "the Dataset has no variable on 'time' and 'atom' to write as a trajectory"
+            + (f" (only observables: {[s.name for s in observables]}; to_h5md writes a "
+               "particles group with them)" if observables else ""))
+    return specs, static, boundary, own, observables
 
 
 def _dimension(ds: xr.Dataset) -> int | None:
