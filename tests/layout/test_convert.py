@@ -310,14 +310,28 @@ def test_cli_convert(tmp_path, capsys):
 
 
 def test_an_h5md_inputs_observables_are_reported_left_behind(tmp_path, capsys):
+    """What MDAnalysis gives per frame (the scalar ``lambda``) is copied; what it does not
+    (``/parameters``, a vector observable) is named as left behind."""
+    import shutil
+
+    src = tmp_path / "cobro_in.h5md"
+    shutil.copy(d.H5MD_xvf, src)
+    with h5py.File(src, "r+") as f:
+        f["parameters/temperature"] = 300.0
+        n = f["observables/lambda/value"].shape[0]
+        com = f.create_group("observables/com")
+        com["value"] = np.zeros((n, 3))
+        com["step"] = f["observables/lambda/step"]
+        com["time"] = f["observables/lambda/time"]
     out = tmp_path / "cobro.h5md"
-    stats = convert(d.TPR_xvf, [d.H5MD_xvf], out, progress=False)
-    assert any("/observables not copied" in n and "h5mdx rechunk" in n for n in stats.notes)
+    stats = convert(d.TPR_xvf, [str(src)], out, progress=False)
+    assert any("/observables and /parameters not copied" in n and "h5mdx rechunk" in n
+               for n in stats.notes), stats.notes
     with h5py.File(out) as f:
-        assert "observables" not in f
-    assert main(["convert", d.TPR_xvf, d.H5MD_xvf, str(tmp_path / "c2.h5md"),
+        assert list(f["observables"]) == ["lambda"]
+    assert main(["convert", d.TPR_xvf, str(src), str(tmp_path / "c2.h5md"),
                  "--no-progress"]) == 0
-    assert "/observables not copied" in capsys.readouterr().out
+    assert "/observables and /parameters not copied" in capsys.readouterr().out
     stats = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
     assert not any("not copied" in n for n in stats.notes)
 
@@ -540,3 +554,25 @@ def test_an_option_between_the_trajectories_and_the_output(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["convert", d.PSF, d.DCD, "--contiguous", str(tmp_path / "d.h5md"), "--bogus"])
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_observables_the_reader_gives_are_written(tmp_path):
+    """A TRR's ``lambda`` (MDAnalysis' ``ts.data``) is written as ``/observables/lambda``
+    on the frames' steps and times, as MDAnalysis' H5MDWriter does (it was dropped
+    silently); an H5MD input whose observables are all copied gets no "not copied" note;
+    a Zarr output says it leaves them out."""
+    u = mda.Universe(d.TPR_xvf, d.TRR_xvf)
+    want = np.array([ts.data["lambda"] for ts in u.trajectory])
+    out = tmp_path / "trr.h5md"
+    stats = convert(d.TPR_xvf, [d.TRR_xvf], out, progress=False)
+    with h5py.File(out) as f:
+        np.testing.assert_array_equal(f["observables/lambda/value"][()], want)
+        np.testing.assert_array_equal(f["observables/lambda/step"][()],
+                                      f["particles/trajectory/position/step"][()])
+    with xr.open_dataset(out, engine="h5md", group="observables") as obs:
+        np.testing.assert_array_equal(obs["lambda"].values, want)
+    assert not stats.notes
+    again = convert(d.TPR_xvf, [d.H5MD_xvf], tmp_path / "h5md.h5md", progress=False)
+    assert not [n for n in again.notes if "not copied" in n]
+    zarr = convert(d.TPR_xvf, [d.TRR_xvf], tmp_path / "trr.zarr", progress=False)
+    assert any("observables ['lambda'] not written" in n for n in zarr.notes)

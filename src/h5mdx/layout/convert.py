@@ -19,7 +19,7 @@ import sys
 import time as _time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -170,6 +170,48 @@ def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
             continue
         out[name] = (values, ELEMENT_UNITS[name], {})
     return out
+
+
+class _Observables:
+    """The numbers a trajectory reader gives per frame besides step and time (MDAnalysis'
+    ``ts.data``: a TRR's ``lambda``), written as ``/observables/<name>`` on the frames'
+    steps and times, as MDAnalysis' H5MDWriter does. Scalars only (a PDB's per-atom
+    occupancy is no per-frame value); one a frame lacks is left out."""
+
+    SKIP = frozenset({"step", "time", "dt", "time_offset"})
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[Any]] = {}
+        self.left_out: set[str] = set()
+        self.steps: list[int] = []
+        self.times: list[float] = []
+
+    def add(self, ts: Any, step: int, time: float) -> None:
+        n = len(self.steps)
+        for key, value in getattr(ts, "data", {}).items():
+            if key in self.SKIP or key in self.left_out:
+                continue
+            if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biuf":
+                continue
+            got = self.values.setdefault(str(key), [])
+            got.append(value)
+        for key in [k for k, got in self.values.items() if len(got) != n + 1]:
+            self.left_out.add(key)  # missing from a frame, or new after the first
+            del self.values[key]
+        self.steps.append(step)
+        self.times.append(time)
+
+    def write(self, writer: Any, zarr_out: bool) -> list[str]:
+        """Write them (H5MD); the notes on what was left out."""
+        notes = [f"observable {k!r} left out: not in every frame" for k in sorted(self.left_out)]
+        if zarr_out and self.values:
+            return [*notes, f"observables {sorted(self.values)} not written (a Zarr output "
+                    "holds the particles group only)"]
+        for key, got in self.values.items():
+            value = np.asarray(got)
+            writer.add_element(ElementSpec(key, (), value.dtype, None), value, self.steps,
+                               self.times, time_unit="ps", observable=True)
+        return notes
 
 
 class _Steps:
@@ -421,7 +463,7 @@ def convert(
     static = _static(atoms)
     if indices is not None:  # H5MD's id: which atoms of the input these are
         static["id"] = id_element(indices)
-    steps = _Steps()
+    steps, observables = _Steps(), _Observables()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out) as tmp:
@@ -435,10 +477,13 @@ def convert(
             for ts in frames:
                 raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
                 arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
-                writer.append(*steps(ts), **arrays)
+                sampled = steps(ts)
+                writer.append(*sampled, **arrays)
+                observables.add(ts, *sampled)
                 written += 1
                 advance(1)
             _check_all_read(written, n_frames, trajectories, u, topology, out)
+            obs_notes = observables.write(writer, zarr_out)
         verified = False
         if verify:
             _verify(writer.checksums, tmp, out, zarr_out)
@@ -450,7 +495,7 @@ def convert(
         seconds=seconds, bytes_written=size, layout=layout.describe(n_frames), verified=verified,
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
-        + _left_behind(trajectories),
+        + obs_notes + _left_behind(trajectories, observables.values),
     )
 
 
@@ -502,10 +547,13 @@ def _check_whole_frames(u: Any, out: str) -> None:
                 f"only the {reader.n_frames} whole frames; nothing written to {out}")
 
 
-def _left_behind(trajectories: Sequence[Any]) -> list[str]:
+def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> list[str]:
     """A note for each H5MD input whose observables or parameters the copy leaves out:
-    convert writes what MDAnalysis reads (particles); ``h5mdx rechunk`` copies a file whole."""
+    convert writes what MDAnalysis reads (particles, and the scalar observables it gives
+    per frame: ``copied``); ``h5mdx rechunk`` copies a file whole."""
     import h5py
+
+    copied = set(copied)
 
     notes = []
     for t in trajectories:
@@ -515,7 +563,8 @@ def _left_behind(trajectories: Sequence[Any]) -> list[str]:
             if not h5py.is_hdf5(t):
                 continue
             with h5py.File(t, "r") as f:
-                left = [g for g in ("observables", "parameters") if len(f.get(g, ()))]
+                left = [g for g in ("observables", "parameters")
+                        if set(f.get(g, ())) - (copied if g == "observables" else set())]
         except OSError:
             continue
         if left:
