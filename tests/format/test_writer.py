@@ -385,6 +385,9 @@ def test_writers_refuse_steps_that_do_not_increase_and_a_missing_time(tmp_path, 
     """H5MD's steps increase strictly: frames reversed or repeated were written, and every
     reader warned; a missing time was written as NaN."""
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        renamed = ds.isel(time=slice(0, 3)).assign_coords(time=np.arange(3.0))
+        with pytest.warns(UserWarning, match="time written without a unit"):
+            to_h5md(renamed, tmp_path / "no_unit.h5md")  # assign_coords dropped time's unit
         for index in ([2, 1, 0], [0, 0, 1]):
             with pytest.raises(ValueError, match="H5MD's steps increase strictly.*sortby"):
                 to_h5md(ds.isel(time=index), tmp_path / "bad.h5md")
@@ -526,7 +529,8 @@ def test_to_h5md_keeps_what_h5md_allows_the_input(tmp_path):
         for name in ("position", "id"):
             f[f"particles/g/{name}"].pop("time", None)
     out = tmp_path / "out.h5md"
-    with xr.open_dataset(path, engine="h5md") as ds:
+    with xr.open_dataset(path, engine="h5md") as ds, \
+            pytest.warns(UserWarning, match=r"out\.h5md: position written without a unit"):
         to_h5md(ds, out)
     with h5py.File(out, "r") as f:
         g = f["particles/g"]

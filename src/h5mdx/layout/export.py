@@ -523,6 +523,7 @@ def to_h5md(
         time_unit = None
     steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
              else np.arange(n_frames, dtype=np.int64))
+    _warn_without_units(path, specs, time_unit if with_time else "")
     back = np.flatnonzero(np.diff(np.asarray(steps, dtype=np.int64)) <= 0)
     if back.size:
         i = int(back[0])
@@ -547,6 +548,24 @@ def to_h5md(
                               time.values if with_time else None, time_unit=time_unit,
                               observable=True)
     return os.fspath(path)
+
+
+#: elements whose values mean nothing without a unit (MDAnalysis refuses a file without)
+_NEED_UNITS = ("position", "velocity", "force", "box_edges")
+
+
+def _warn_without_units(path: Any, specs: list[ElementSpec], time_unit: str | None) -> None:
+    """Say which of the elements written have no unit (``attrs["units"]`` lost, e.g. by
+    ``assign_coords``): valid H5MD, but MDAnalysis refuses such a file."""
+    missing = [s.name for s in specs if s.name in _NEED_UNITS and not s.unit]
+    if time_unit is None:
+        missing.append("time")
+    if missing:
+        warnings.warn(
+            f"{os.fspath(path)}: {', '.join(missing)} written without a unit (no "
+            "attrs['units']; xarray drops them on some operations, e.g. assign_coords): "
+            "MDAnalysis refuses such a file; set ds[name].attrs['units'] before writing",
+            UserWarning, stacklevel=3)
 
 
 def _write_own_sampling(w: H5MDWriter, ds: xr.Dataset, own: list[str]) -> None:
