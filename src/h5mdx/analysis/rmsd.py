@@ -68,6 +68,14 @@ def _user_stacklevel() -> int:
     return level
 
 
+def _centred_reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
+                       idx: np.ndarray | None, w: np.ndarray | None) -> np.ndarray:
+    """The reference frame of the selected atoms, centred (weighted by ``w``)."""
+    ref = _reference(position, sub, reference, idx)
+    _warn_absent_in_reference(ref, reference)
+    return center(ref, w)
+
+
 def _warn_absent_in_reference(ref: np.ndarray, reference: Any) -> None:
     """Say so where the reference has atoms without a position (NaN: absent particles,
     a fill value): every RMSD is then NaN."""
@@ -964,9 +972,7 @@ def rmsd(
     if sub.sizes[SPATIAL_DIM] != 3:
         raise ValueError(f"rmsd needs 3 spatial dimensions, not {sub.sizes[SPATIAL_DIM]}")
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
-    ref = _reference(position, sub, reference, idx)
-    _warn_absent_in_reference(ref, reference)
-    ref_c = center(ref, w)
+    ref_c = _centred_reference(position, sub, reference, idx, w)
     n_frames = sub.sizes[TIME_DIM]
     # never touch ``sub.data`` on a lazily indexed array: that would read it all.
     # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
