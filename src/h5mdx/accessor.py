@@ -85,6 +85,14 @@ class MDAccessor:
             return mass.values
         return "mass"
 
+    def by_id(self) -> xr.Dataset:
+        """The Dataset with its particles in the order of their ``id`` in every frame (a
+        writer that stores each frame in its own order, such as ESPResSo); see
+        :func:`h5mdx.engine.order.by_id`."""
+        from h5mdx.engine.order import by_id
+
+        return by_id(self._ds)
+
     def to_h5md(self, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         """Write the Dataset as an H5MD file; see :func:`h5mdx.layout.export.to_h5md`."""
         from h5mdx.layout.export import to_h5md

@@ -102,5 +102,5 @@ class ParticleOrderWarning(UserWarning):
     (ESPResSo writes each frame in the order of its cells). h5mdx serves the elements as
     stored, slot by slot, and marks their variables with a ``particle_order`` attribute;
     per-atom analyses such as the RMSD refuse such positions until they are put in one
-    order (see the data model page of the guide).
+    order (``ds.md.by_id()``, :func:`h5mdx.engine.order.by_id`).
     """

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import h5mdx
+import h5mdx  # noqa: F401  (registers ds.md)
 from h5mdx.errors import H5MDFormatError, ParticleOrderWarning
 from h5mdx.testing import write_h5md
 
@@ -56,13 +56,31 @@ def test_rmsd_refuses_positions_in_varying_order_and_takes_them_in_one(tmp_path,
         ds = xr.open_dataset(path, engine="h5md", chunks=chunks)
     with ds, pytest.raises(ValueError, match="particles in one order by id"):
         ds.md.rmsd()
-    with ds:  # the recipe the error gives
-        order = ds.id.load().argsort().drop_vars("atom")
-        pos = ds.position.isel(atom=order)
-        del pos.attrs["particle_order"]
-        np.testing.assert_allclose(pos.values, moved)
+    with ds:  # what the error says to do
+        ordered = ds.md.by_id()
+        assert "particle_order" not in ordered.position.attrs
+        assert (chunks is None) == (ordered.position.chunks is None)  # as lazy as it was
+        np.testing.assert_allclose(ordered.position.values, moved)
+        np.testing.assert_array_equal(ordered.id.values, np.arange(5))
         # rigid shifts only: every RMSD after superposition is 0
-        np.testing.assert_allclose(h5mdx.rmsd(pos).values, 0.0, atol=1e-6)
+        np.testing.assert_allclose(ordered.md.rmsd().values, 0.0, atol=1e-6)
+
+
+def test_by_id_refuses_frames_of_other_particles(tmp_path):
+    """No one order holds frames of other particles: by_id says which frames."""
+    orders = ORDERS.copy()
+    orders[2, 1] = 7  # frame 2 holds particle 7 instead of 0
+    path = tmp_path / "other.h5"
+    _write(path, np.minimum(orders, 4))
+    with h5py.File(path, "r+") as f:
+        f["particles/atoms/id/value"][2, 1] = 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds, pytest.raises(ValueError, match=r"frames 0 and 2 hold different particles"):
+        ds.md.by_id()
+    with ds, pytest.raises(ValueError, match="time-dependent 'id'"):
+        ds.drop_vars("id").md.by_id()
 
 
 def test_absent_particles_are_no_change_of_order(tmp_path):

@@ -102,9 +102,7 @@ def _check_dims(position: xr.DataArray) -> None:
         raise ValueError(
             f"rmsd needs each atom in one slot in every frame; {position.name!r} is served "
             f"{order}: the RMSD would compare different particles. Put the particles in "
-            "one order by id first; where every frame holds the same particles: "
-            "order = ds.id.load().argsort().drop_vars('atom'); "
-            "pos = ds.position.isel(atom=order); del pos.attrs['particle_order']"
+            "one order by id first: ds.md.by_id().md.rmsd(...) (h5mdx.engine.order.by_id)"
         )
 
 

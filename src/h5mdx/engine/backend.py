@@ -839,7 +839,7 @@ def _mark_particle_order(b: _Builder, pg: ParticlesGroupInfo,
         "in the same slots (a writer that stores each frame in its own order, such as "
         "ESPResSo); the elements are served as stored, slot by slot, marked "
         f"{PARTICLE_ORDER_ATTR!r}: put them in one order by id before per-atom analyses "
-        "(the RMSD refuses them)"), stacklevel=2)
+        "(ds.md.by_id(); the RMSD refuses them as they are)"), stacklevel=2)
 
 
 def _file_attrs(info: FileInfo) -> dict[str, Any]:
