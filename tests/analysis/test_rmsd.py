@@ -413,12 +413,12 @@ def test_argument_errors(memory_position):
         xr.Dataset({"velocity": memory_position}).md.rmsd()
 
 
-def test_mass_weights_from_the_files_own_masses(tmp_path, adk_universe, capsys):
-    """A file that stores its masses (``h5mdx convert`` writes them) needs no topology for
-    ``weights="mass"``: the accessor and the command line take the file's ``mass``."""
+@pytest.fixture
+def adk_with_masses(tmp_path, adk_universe):
+    """adk converted by ``h5mdx convert`` (which writes the masses), and MDAnalysis'
+    mass-weighted RMSD of all atoms."""
     from MDAnalysisTests.datafiles import DCD
 
-    from h5mdx.cli import main
     from h5mdx.layout.convert import convert
 
     path = tmp_path / "adk.h5md"
@@ -426,6 +426,15 @@ def test_mass_weights_from_the_files_own_masses(tmp_path, adk_universe, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = rms.RMSD(adk_universe, select="all", weights="mass").run().results.rmsd[:, 2]
+    return path, want
+
+
+def test_mass_weights_from_the_files_own_masses(tmp_path, adk_with_masses, capsys):
+    """A file that stores its masses (``h5mdx convert`` writes them) needs no topology for
+    ``weights="mass"``: the accessor and the command line take the file's ``mass``."""
+    from h5mdx.cli import main
+
+    path, want = adk_with_masses
     with xr.open_dataset(path, engine="h5md") as ds:
         assert "mass" in ds and ds.attrs.get("topology") is None
         got = ds.md.rmsd(weights="mass").compute(scheduler="sync")
@@ -442,19 +451,13 @@ def test_mass_weights_from_the_files_own_masses(tmp_path, adk_universe, capsys):
     np.testing.assert_allclose(written, want, atol=1e-4)
 
 
-def test_mass_weights_from_parts_concatenated_along_time(tmp_path, adk_universe):
+def test_mass_weights_from_parts_concatenated_along_time(adk_with_masses):
     """``open_mfdataset`` (``data_vars="all"``, xarray's default) puts ``mass`` on
     (time, atom): the same masses every frame are the file's masses; masses that change
     give an error that names the dimensions (the advice repeated the call that failed)."""
-    from MDAnalysisTests.datafiles import DCD
-
-    from h5mdx.layout.convert import convert
-
-    path = tmp_path / "adk.h5md"
-    convert(PSF, [DCD], path, progress=False)
+    path, want = adk_with_masses
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = rms.RMSD(adk_universe, select="all", weights="mass").run().results.rmsd[:, 2]
         with xr.open_dataset(path, engine="h5md") as ds:
             parts = [ds.isel(time=slice(0, 40)), ds.isel(time=slice(40, None))]
             joined = xr.concat(parts, dim="time", data_vars="all")
