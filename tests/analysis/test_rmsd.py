@@ -655,3 +655,18 @@ def test_reference_without_positions_for_some_atoms_warns(adk_positions):
         warnings.simplefilter("error", RuntimeWarning)
         out = h5mdx.rmsd(da_pos, reference=1).values
     assert np.isnan(out[0]) and np.isfinite(out[1:]).all()
+
+
+def test_a_reference_in_another_length_unit_is_converted(adk_positions):
+    """A frame of another Dataset (a crystal structure opened with convert_units=True, in
+    Å) as the reference of positions in nm: converted, as a Universe reference is (it was
+    taken as nm: 24 nm for 0); lengths h5mdx cannot convert are refused."""
+    pos_nm = np.array(adk_positions[:5, :60], dtype=np.float64) / 10.0
+    positions = xr.DataArray(pos_nm, dims=("time", "atom", "spatial"), attrs={"units": "nm"})
+    ref_a = xr.DataArray(pos_nm[2] * 10.0, dims=("atom", "spatial"),
+                         attrs={"units": "Angstrom"})
+    want = h5mdx.rmsd(positions, reference=2).values
+    np.testing.assert_allclose(h5mdx.rmsd(positions, reference=ref_a).values, want, atol=1e-6)
+    assert want[2] < 1e-6 and want.max() > 0.05
+    with pytest.raises(ValueError, match="'ps' and the positions in 'nm'"):
+        h5mdx.rmsd(positions, reference=ref_a.assign_attrs(units="ps"))

@@ -265,15 +265,23 @@ def _from_universe(reference: Any, position: xr.DataArray) -> xr.DataArray:
     atoms = reference.atoms
     values = np.asarray(atoms.positions, dtype=np.float64)  # MDAnalysis: Å
     unit = position.attrs.get("units")
-    if unit not in (None, "Angstrom", "Å", "A", "angstrom"):
-        from h5mdx.format.units import conversion
-
-        conv = conversion(str(unit))
-        if conv is None or conv[1] != "Angstrom":
-            raise ValueError(f"an MDAnalysis reference is in Å; the positions are in {unit!r}")
-        values = values / conv[0]
+    if unit is not None:
+        values = values * _length_scale("Angstrom", str(unit), "an MDAnalysis reference")
     return xr.DataArray(values, dims=(ATOM_DIM, SPATIAL_DIM),
                         coords={ATOM_DIM: np.asarray(atoms.indices)})
+
+
+def _length_scale(unit: str, to: str, what: str) -> float:
+    """The factor that takes lengths in ``unit`` to ``to`` (1 where they are the same)."""
+    if unit == to:
+        return 1.0
+    from h5mdx.format.units import conversion
+
+    have, want = conversion(unit), conversion(to)
+    if have is None or want is None or have[1] != "Angstrom" or want[1] != "Angstrom":
+        raise ValueError(f"{what} is in {unit!r} and the positions in {to!r}: h5mdx cannot "
+                         "convert one to the other as lengths")
+    return have[0] / want[0]
 
 
 def _ambiguous(n: int, idx: np.ndarray | None) -> bool:
@@ -302,6 +310,9 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         return np.asarray(frame.compute(scheduler="sync").values, dtype=np.float64)
     if isinstance(reference, xr.DataArray):
         ref_da = reference
+        ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
+        if ref_unit is not None and unit is not None:  # a frame of another Dataset
+            ref_da = ref_da * _length_scale(str(ref_unit), str(unit), "the reference")
         if TIME_DIM in ref_da.dims:
             if ref_da.sizes[TIME_DIM] != 1:
                 raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
