@@ -56,3 +56,20 @@ def test_a_topology_of_other_atoms_is_one_clear_line(store, capsys):
     assert "has 3341" in err and "Traceback" not in err
     assert main(["rmsd", str(store), "--group", "x", "--no-progress"]) == 1
     assert "--group" in capsys.readouterr().err
+
+
+def test_rmsd_of_a_store_in_nm_is_reported_in_angstrom_like_its_h5md(tmp_path):
+    """A Zarr copy keeps the file's units (cobrotoxin: nm, ps); ``h5mdx rmsd`` reports an
+    H5MD file in Å (it opens it with convert_units=True), and so the store's series too:
+    the same numbers for the same trajectory (they were 10x apart)."""
+    store = tmp_path / "cobro.zarr"
+    assert main(["rechunk", d.H5MD_xvf, str(store)]) == 0
+    series = {}
+    for name, src in (("h5md", d.H5MD_xvf), ("zarr", str(store))):
+        out = tmp_path / f"{name}.csv"
+        assert main(["rmsd", src, "--out", str(out), "--no-progress", "--scheduler",
+                     "threads", "--workers", "1"]) == 0
+        series[name] = np.genfromtxt(out, delimiter=",", names=True)
+    np.testing.assert_allclose(series["zarr"]["rmsd"], series["h5md"]["rmsd"], atol=1e-4)
+    np.testing.assert_allclose(series["zarr"]["time"], series["h5md"]["time"])
+    assert series["h5md"]["rmsd"].max() > 20  # Å, not nm

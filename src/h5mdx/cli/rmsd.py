@@ -56,7 +56,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--frames-per-block", type=int, default=None,
                    help="frames per task (overrides --chunk-mib)")
     p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto")
-    p.add_argument("--out", default=None, help="write the series to a .csv or .nc file")
+    p.add_argument("--out", default=None, help="write the series to a .csv or .nc file (RMSD "
+                   "in Angstrom, time in ps, where the file says its units)")
     p.add_argument("--plot", default=None, help="write a plot of the series (PNG)")
     p.add_argument("--timing", default=None,
                    help="capture per-task timing records into this directory")
@@ -105,6 +106,26 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
                                 f"has {ds.sizes.get('atom')}")
         ds.attrs["topology"] = topology
     return ds
+
+
+def _canonical_units(result: Any) -> Any:
+    """The RMSD of a Zarr store (stored in the file's units) in the units ``h5mdx rmsd``
+    reports for an H5MD file, which it opens with ``convert_units=True``: Å, and time in
+    ps. The RMSD scales with the positions, so the series is converted, not the store."""
+    from h5mdx.format.units import conversion
+
+    def scale(attrs: dict) -> tuple[float, dict]:
+        unit = attrs.get("units")
+        conv = conversion(str(unit)) if unit else None
+        return (1.0, attrs) if conv is None else (conv[0], {**attrs, "units": conv[1]})
+
+    factor, attrs = scale(result.attrs)
+    out = (result * factor).assign_attrs(attrs) if factor != 1.0 else result
+    if "time" in out.coords:
+        t_factor, t_attrs = scale(out["time"].attrs)
+        if t_factor != 1.0:
+            out = out.assign_coords(time=("time", out["time"].values * t_factor, t_attrs))
+    return out.rename(result.name)
 
 
 def _note_missing(result: Any, trajectory: str) -> None:
@@ -197,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
             chunk_mib=chunk_mib, kernel=args.kernel, progress=not args.no_progress,
             timing=args.timing, args=args,
         )
+    if is_zarr_store(args.trajectory):
+        result = _canonical_units(result)
     write_outputs(result, args.out, args.plot)
     _note_missing(result, args.trajectory)
     n = result.sizes["time"]
