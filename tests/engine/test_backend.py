@@ -906,3 +906,16 @@ def test_file_replaced_after_the_cache_closed_it_is_refused(tmp_path):
             for ds in dss:
                 ds.close()
     assert first.shape == (2, 4, 3)
+
+
+def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):
+    """``unit`` as a one-element string array, as accepted on elements: the parameter is
+    converted and labelled (it was left unconverted and unlabelled, silently)."""
+    path = tmp_path / "params.h5md"
+    write_h5md(path, {"t": {"position": {"value": np.zeros((2, 3, 3)), "step": np.arange(2)}}},
+               parameters={"cutoff": 1.2})
+    with h5py.File(path, "r+") as f:
+        f["parameters/cutoff"].attrs["unit"] = np.array([b"nm"])
+    with xr.open_dataset(path, engine="h5md", group="parameters", convert_units=True) as ds:
+        assert float(ds.cutoff) == pytest.approx(12.0)
+        assert ds.cutoff.attrs["units"] == "Angstrom"

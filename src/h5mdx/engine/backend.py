@@ -1412,7 +1412,12 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
         raise H5MDFormatError(b.info.filename, path, problem)
     attrs = {k: _plain(v) for k, v in dset.attrs.items()}
     unit = attrs.pop("unit", None)
-    unit = unit if isinstance(unit, str) else None
+    if isinstance(unit, list) and len(unit) == 1:  # a one-element string array, as elements
+        unit = unit[0]
+    if unit is not None and not isinstance(unit, str):
+        b.report.note(path, f"the 'unit' attribute must be a string, not {unit!r}",
+                      "unit ignored")
+        unit = None
     scale, unit = b._unit(unit, path) if dset.dtype.kind in "iuf" else (1.0, unit)
     if unit is not None:
         attrs["units"] = unit
