@@ -131,3 +131,25 @@ def test_unknown_unit_left_unconverted_with_a_warning(tmp_path):
 
 def test_dimensionless():
     assert parse_unit("") == (1.0, (0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(("unit", "factor", "base"), [
+    ("\u00b5m", 1e4, "Angstrom"),  # the micro sign
+    ("\u03bcs", 1e6, "ps"),  # the Greek mu
+    ("Bohr", 0.529177210903, "Angstrom"),
+    ("ANGSTROM", 1.0, "Angstrom"),
+    ("Kelvin", 1.0, "K"),
+    ("Dalton", 1.0, "u"),
+])
+def test_symbols_other_writers_use(unit, factor, base):
+    got = conversion(unit)
+    assert got is not None and got[1] == base
+    assert got[0] == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("unit", ["au", "AU", "a"])
+def test_symbols_pint_reads_otherwise_are_refused(unit):
+    """pint reads ``au`` as the astronomical unit (1.5e21 times a bohr) and ``a`` as a
+    year: refused (left unconverted by the engine), not converted wrongly."""
+    with pytest.raises(H5MDUnitError, match="ambiguous"):
+        conversion(unit)

@@ -54,6 +54,8 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "pm": (1e-12, _L),
     "fm": (1e-15, _L),
     "bohr": (5.29177210903e-11, _L),
+    "Bohr": (5.29177210903e-11, _L),
+    "ANGSTROM": (1e-10, _L),
     # time
     "s": (1.0, _T),
     "second": (1.0, _T),
@@ -71,6 +73,7 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "amu": (1.66053906660e-27, _M),
     "Da": (1.66053906660e-27, _M),
     "dalton": (1.66053906660e-27, _M),
+    "Dalton": (1.66053906660e-27, _M),
     # charge
     "C": (1.0, _Q),
     "e": (_E, _Q),
@@ -82,10 +85,12 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "eV": (_E, _ENERGY),
     "meV": (_E * 1e-3, _ENERGY),
     "hartree": (4.3597447222071e-18, _ENERGY),
+    "Hartree": (4.3597447222071e-18, _ENERGY),
     "Ha": (4.3597447222071e-18, _ENERGY),
     # temperature: a temperature, never an energy k_B T
     "K": (1.0, _K),
     "kelvin": (1.0, _K),
+    "Kelvin": (1.0, _K),
     # the H5MD units module's constants: Boltzmann's (kB K is an energy; pint's kB is a
     # kilobyte) and Avogadro's number
     "kB": (1.380649e-23, (2, 1, -2, 0, -1)),
@@ -119,7 +124,7 @@ BASE_UNITS: dict[Dims, str] = {
     (-1, 0, 0, 0, 0): "Angstrom-1",
 }
 
-_TOKEN = re.compile(r"^([A-Za-zÅ_]+)(?:\^|\*\*)?([+-]?\d+)?$")
+_TOKEN = re.compile(r"^([A-Za-zÅ\u00b5\u03bc_]+)(?:\^|\*\*)?([+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 #: A power of a number as the H5MD units module writes it: ``10+3`` is 1000, ``10-9`` 1e-9.
 _POWER_OF = re.compile(r"^(\d+)([+-]\d+)$")
@@ -172,7 +177,22 @@ _OFFSET_UNITS = frozenset({"degC", "°C", "celsius", "degree_Celsius", "degF", "
                            "fahrenheit", "degree_Fahrenheit"})
 
 
+#: symbols pint reads otherwise than MD codes mean them: ``au`` (atomic units of what?
+#: pint: the astronomical unit, 1.5e11 m) and ``a`` (pint: a year)
+_AMBIGUOUS = {"au": "atomic units of which quantity (bohr, hartree, ...)? pint reads "
+                    "it as the astronomical unit",
+              "AU": "atomic units, or the astronomical unit?",
+              "a": "pint reads it as a year; for Ångström write A, Ang or Angstrom"}
+#: the micro sign and the Greek mu, both written for the SI prefix
+_MICRO = ("\u00b5", "\u03bc")
+
+
 def _symbol(symbol: str) -> tuple[float, Dims]:
+    if symbol in _AMBIGUOUS:
+        raise H5MDUnitError(f"{symbol!r} is ambiguous ({_AMBIGUOUS[symbol]}) and is not "
+                            "converted")
+    if symbol[:1] in _MICRO:  # µm, μs: the prefix as the H5MD units module writes it
+        symbol = "u" + symbol[1:]
     known = _SYMBOLS.get(symbol) or _pint_symbol(symbol)
     if known is None and symbol in _OFFSET_UNITS:
         raise H5MDUnitError(f"{symbol!r} is a temperature scale with an offset, not a "

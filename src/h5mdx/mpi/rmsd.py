@@ -413,22 +413,14 @@ def _record(run_id: str, comm: Any, block: Block, t_start: float, wall: float,
 def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
             records: list[dict[str, Any]]) -> MPIRMSDResult:
     """Rank 0's result: the series in h5mdx's units (if asked), its time and step."""
-    from h5mdx.format.units import conversion
-
     sampling = source.element.sampling
     unit = source.element.unit
     if options.convert_units and unit is not None:
-        conv = conversion(unit)
-        if conv is not None:
-            factor, unit = conv
-            result *= factor
+        result, unit = _in_base_unit(result, unit, options.trajectory)
     times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
     time_unit = None if sampling is None else sampling.time_unit
     if options.convert_units and times is not None and time_unit:
-        conv = conversion(time_unit)
-        if conv is not None:
-            times = times * conv[0]
-            time_unit = conv[1]
+        times, time_unit = _in_base_unit(times, time_unit, options.trajectory)
     return MPIRMSDResult(
         rmsd=result,
         frames=np.arange(source.n_frames),
@@ -440,6 +432,22 @@ def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
         files={},
         chunks=source.element.chunks,
     )
+
+
+def _in_base_unit(values: np.ndarray, unit: str, trajectory: str) -> tuple[np.ndarray, str]:
+    """``values`` in h5mdx's base unit for ``unit``; as they are, with a warning, where the
+    unit cannot be read (the run is done: its result is not thrown away for a label)."""
+    import warnings
+
+    from h5mdx.errors import H5MDUnitError
+    from h5mdx.format.units import conversion
+
+    try:
+        conv = conversion(unit)
+    except H5MDUnitError as err:
+        warnings.warn(f"{trajectory}: {err}; the series is left in {unit!r}", stacklevel=2)
+        return values, unit
+    return (values, unit) if conv is None else (values * conv[0], conv[1])
 
 
 def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
