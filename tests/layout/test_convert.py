@@ -574,5 +574,15 @@ def test_observables_the_reader_gives_are_written(tmp_path):
     assert not stats.notes
     again = convert(d.TPR_xvf, [d.H5MD_xvf], tmp_path / "h5md.h5md", progress=False)
     assert not [n for n in again.notes if "not copied" in n]
+    # an H5MD input's observable keeps its unit (MDAnalysis gives the value alone)
+    import shutil
+
+    src = tmp_path / "units.h5md"
+    shutil.copy(d.H5MD_xvf, src)
+    with h5py.File(src, "r+") as f:
+        f["observables/lambda/value"].attrs["unit"] = "kcal mol-1"
+    convert(d.TPR_xvf, [str(src)], tmp_path / "units_out.h5md", progress=False)
+    with h5py.File(tmp_path / "units_out.h5md") as f:
+        assert f["observables/lambda/value"].attrs["unit"] == "kcal mol-1"
     zarr = convert(d.TPR_xvf, [d.TRR_xvf], tmp_path / "trr.zarr", progress=False)
     assert any("observables ['lambda'] not written" in n for n in zarr.notes)

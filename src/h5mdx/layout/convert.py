@@ -201,16 +201,17 @@ class _Observables:
         self.steps.append(step)
         self.times.append(time)
 
-    def write(self, writer: Any, zarr_out: bool) -> list[str]:
-        """Write them (H5MD); the notes on what was left out."""
+    def write(self, writer: Any, zarr_out: bool, units: dict[str, str]) -> list[str]:
+        """Write them (H5MD), each with its unit in ``units`` (an H5MD input's); the notes
+        on what was left out."""
         notes = [f"observable {k!r} left out: not in every frame" for k in sorted(self.left_out)]
         if zarr_out and self.values:
             return [*notes, f"observables {sorted(self.values)} not written (a Zarr output "
                     "holds the particles group only)"]
         for key, got in self.values.items():
             value = np.asarray(got)
-            writer.add_element(ElementSpec(key, (), value.dtype, None), value, self.steps,
-                               self.times, time_unit="ps", observable=True)
+            writer.add_element(ElementSpec(key, (), value.dtype, units.get(key)), value,
+                               self.steps, self.times, time_unit="ps", observable=True)
         return notes
 
 
@@ -483,7 +484,7 @@ def convert(
                 written += 1
                 advance(1)
             _check_all_read(written, n_frames, trajectories, u, topology, out)
-            obs_notes = observables.write(writer, zarr_out)
+            obs_notes = observables.write(writer, zarr_out, _observable_units(trajectories, u))
         verified = False
         if verify:
             _verify(writer.checksums, tmp, out, zarr_out)
@@ -545,6 +546,31 @@ def _check_whole_frames(u: Any, out: str) -> None:
                 f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames; nothing written to {out}")
+
+
+def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
+    """The units of the observables of H5MD inputs (MDAnalysis gives their values alone,
+    as stored): the files given, else the Universe's; one they give otherwise is left out."""
+    import h5py
+
+    found: dict[str, set[str]] = {}
+    for t in list(trajectories) or [getattr(u.trajectory, "filename", None)]:
+        if not isinstance(t, (str, os.PathLike)):
+            continue
+        try:
+            if not h5py.is_hdf5(t):
+                continue
+            with h5py.File(t, "r") as f:
+                for name, el in f.get("observables", {}).items():
+                    unit = el.get("value").attrs.get("unit") \
+                        if isinstance(el, h5py.Group) and "value" in el else None
+                    if isinstance(unit, bytes):
+                        unit = unit.decode("utf-8", "replace")
+                    if isinstance(unit, str):
+                        found.setdefault(str(name), set()).add(unit)
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
+    return {name: units.pop() for name, units in found.items() if len(units) == 1}
 
 
 def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> list[str]:
