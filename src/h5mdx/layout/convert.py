@@ -496,7 +496,7 @@ def convert(
         seconds=seconds, bytes_written=size, layout=layout.describe(n_frames), verified=verified,
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
-        + obs_notes + _left_behind(trajectories, observables.values),
+        + obs_notes + _unknown_units(u, specs) + _left_behind(trajectories, observables.values),
     )
 
 
@@ -546,6 +546,27 @@ def _check_whole_frames(u: Any, out: str) -> None:
                 f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames; nothing written to {out}")
+
+
+#: the quantity MDAnalysis' reader states the unit of, for each element written
+_READER_UNIT = {"position": "length", "box_edges": "length", "velocity": "velocity",
+                "force": "force"}
+
+
+def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
+    """A note where MDAnalysis' reader does not know the input's units (a LAMMPS dump:
+    ``units`` None): it converts nothing, and the values are written as read, under the
+    units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps)."""
+    units = getattr(u.trajectory, "units", None) or {}
+    unknown = sorted({_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT
+                      and _READER_UNIT[s.name] in units and units[_READER_UNIT[s.name]] is None}
+                     | ({"time"} if "time" in units and units["time"] is None else set()))
+    if not unknown:
+        return []
+    return [f"MDAnalysis does not know the {', '.join(unknown)} units of "
+            f"{getattr(u.trajectory, 'filename', 'the input')} and converts nothing: the "
+            "values are written as read, labelled in MDAnalysis' units (Angstrom, ps, ...); "
+            "check them against the units the simulation used"]
 
 
 def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
