@@ -153,3 +153,16 @@ def test_symbols_pint_reads_otherwise_are_refused(unit):
     year: refused (left unconverted by the engine), not converted wrongly."""
     with pytest.raises(H5MDUnitError, match="ambiguous"):
         conversion(unit)
+
+
+def test_converted_times_select_as_written(tmp_path):
+    """Times in fs served in ps: 9 fs is 0.009 ps exactly as Python writes it, so
+    ``ds.sel(time=0.009)`` finds it (9 * 0.001 gave 0.009000000000000001, a KeyError)."""
+    path = tmp_path / "fs.h5md"
+    write_h5md(path, {"t": {"position": {"value": np.zeros((4, 2, 3)), "unit": "nm",
+                                         "step": np.arange(4), "time": np.arange(4) * 3.0,
+                                         "time_unit": "fs"}}})
+    with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+        assert ds.time.attrs["units"] == "ps"
+        assert list(ds.time.values) == [0.0, 0.003, 0.006, 0.009]
+        assert ds.sel(time=0.009).step.item() == 3
