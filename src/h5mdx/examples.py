@@ -11,10 +11,12 @@ What ``h5mdx example`` does, as library calls:
    generator seeded by the frame number, so the file is the same on every
    machine and the RMSD stays meaningful. Layout: chunks of 100 whole frames
    (~3.8 MiB), uncompressed -- the layout that reads fastest in blocks.
-2. The RMSD on a local cluster and the read floor (:func:`floor_reader`: plain h5py,
-   one slab per worker process, page cache warm) are timed in paired rounds, each
-   timing both back to back, so that both see the same spell of a shared machine;
-   a last RMSD runs with per-task timing (:func:`h5mdx.timing.capture`).
+2. The RMSD on a local cluster, the read floor (:func:`floor_reader`: plain h5py,
+   one slab per worker process, page cache warm) and raw reads of the same bytes
+   (``os.preadv``, no HDF5: the ceiling above the floor) are timed in paired rounds,
+   each timing all three back to back, so that they see the same spell of a shared
+   machine (each round's seconds go to ``rounds.json``); a last RMSD runs with
+   per-task timing (:func:`h5mdx.timing.capture`), which the Gantt chart shows.
 3. :func:`mdanalysis_sample_rate` times MDAnalysis' ``RMSD`` on the first
    frames of the same file, to extrapolate to all frames.
 4. :func:`summary_lines` and :func:`write_report` turn the figures into a few
@@ -29,9 +31,10 @@ import json
 import math
 import os
 import platform
+import shlex
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +220,13 @@ def build_adk_trajectory(
     return path
 
 
+def _ignore_interrupts() -> None:
+    """A reader process leaves Ctrl-C to the example, which stops it (no tracebacks)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _ping(_: int) -> int:
     time.sleep(0.05)  # keep the first workers busy so the pool starts all of them
     return os.getpid()
@@ -254,6 +264,40 @@ def _read_slab(path: str, start: int, stop: int) -> int:
     return (stop - start) * frame_bytes
 
 
+def _read_spans(path: str, spans: list[tuple[int, int]]) -> int:
+    """Read the byte ``spans`` (offset, length) of ``path`` with ``os.preadv`` into one
+    buffer this process keeps, no HDF5: what the file system hands over at best."""
+    need = max((n for _, n in spans), default=0)
+    buf = _SLAB.get("raw")
+    if buf is None or buf.size < need:
+        buf = _SLAB["raw"] = np.empty(need, dtype=np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for offset, n in spans:
+            os.preadv(fd, [memoryview(buf)[:n]], offset)  # type: ignore[arg-type]
+    finally:
+        os.close(fd)
+    return sum(n for _, n in spans)
+
+
+def _byte_spans(path: str, slabs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Where each slab's frames lie in ``path``: (offset, length) of every chunk of it
+    (the example's positions are stored uncompressed), or one run if contiguous."""
+    with h5py.File(path, "r") as f:
+        d = f[_POSITION]
+        frame_bytes = d.dtype.itemsize * math.prod(d.shape[1:])
+        if d.chunks is None:
+            at = int(d.id.get_offset())
+            return [[(at + a * frame_bytes, (b - a) * frame_bytes)] for a, b in slabs]
+        n_frames, rows = d.shape[0], d.chunks[0]
+        # chunks of whole frames: the last one holds fewer frames than it stores
+        located = sorted((int(c.chunk_offset[0]), int(c.byte_offset),
+                          min(int(c.size), (min(n_frames, c.chunk_offset[0] + rows)
+                                            - c.chunk_offset[0]) * frame_bytes))
+                         for c in (d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())))
+    return [[(at, n) for row, at, n in located if a <= row < b] for a, b in slabs]
+
+
 def _slabs(n_frames: int, chunk: int, workers: int) -> list[tuple[int, int]]:
     """``workers`` contiguous frame ranges, split at chunk boundaries."""
     n_chunks = math.ceil(n_frames / chunk)
@@ -277,7 +321,7 @@ def _floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
 
 @contextlib.contextmanager
 def floor_reader(path: str | os.PathLike[str], workers: int = 1
-                 ) -> Iterator[Callable[[], tuple[float, int]]]:
+                 ) -> Iterator[Callable[..., tuple[float, int]]]:
     """Inside the block, a function that reads the positions of ``path`` once with plain h5py.
 
     The function returns the seconds the read took and the bytes read. Each of
@@ -300,7 +344,9 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     Yields
     ------
     callable
-        ``read() -> (seconds, bytes)``.
+        ``read(raw=False) -> (seconds, bytes)``; ``raw=True`` reads the same bytes with
+        ``os.preadv``, no HDF5 (the chunks' byte ranges located once, on entry): the most
+        the file system hands over, the ceiling above h5py's floor.
     """
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -308,13 +354,18 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     path = os.fspath(path)
     workers = max(1, workers)
     slabs = _floor_slabs(path, workers)
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    spans = _byte_spans(path, slabs)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
+                             initializer=_ignore_interrupts) as pool:
         list(pool.map(_ping, range(workers)))
 
-        def read() -> tuple[float, int]:
+        def read(raw: bool = False) -> tuple[float, int]:
             t0 = time.perf_counter()
-            nbytes = sum(pool.map(_read_slab, *zip(*((path, a, b) for a, b in slabs),
-                                                   strict=True)))
+            if raw:
+                nbytes = sum(pool.map(_read_spans, [path] * len(spans), spans))
+            else:
+                nbytes = sum(pool.map(_read_slab, *zip(*((path, a, b) for a, b in slabs),
+                                                       strict=True)))
             return time.perf_counter() - t0, nbytes
 
         yield read
@@ -478,6 +529,16 @@ class ExampleResult:
         Name -> path of every output.
     ratios : list of float
         Each paired round's RMSD speed over its floor read (empty: not paired).
+    raw : dict
+        The same bytes read with ``os.preadv``, no HDF5 (:func:`floor_reader`,
+        ``raw=True``): the median of the rounds' reads, keys as ``floor`` (empty: not run).
+    raw_ratios : list of float
+        Each round's RMSD speed over its raw read.
+    rounds : dict
+        Each round's seconds: ``rmsd``, ``floor`` and ``raw`` (saved as ``rounds.json``).
+    argv : list of str
+        The command's options, for the report's "reproduce" line (empty: called from
+        Python).
     """
 
     out: str
@@ -498,6 +559,10 @@ class ExampleResult:
     warmup: dict[str, float] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     ratios: list[float] = field(default_factory=list)
+    raw: dict[str, float] = field(default_factory=dict)
+    raw_ratios: list[float] = field(default_factory=list)
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
 
     @property
     def vs_floor(self) -> float:
@@ -505,6 +570,11 @@ class ExampleResult:
         if self.ratios:
             return float(np.median(self.ratios))
         return self.floor["seconds"] / self.seconds
+
+    @property
+    def vs_raw(self) -> float | None:
+        """RMSD speed over the raw reads of the same bytes: the median of the rounds'."""
+        return float(np.median(self.raw_ratios)) if self.raw_ratios else None
 
     @property
     def frames_per_s(self) -> float:
@@ -560,7 +630,7 @@ def _rounds_text(result: ExampleResult) -> str:
     if not r:
         return "measured now"
     # the ratio is paired round by round: not the ratio of the two medians beside it
-    return (f"medians of {len(r)} rounds timing both back to back; the ratio is the median "
+    return (f"medians of {len(r)} rounds timing each back to back; the ratio is the median "
             f"of the rounds' ratios, by round {_times(min(r))}-{_times(max(r))}")
 
 
@@ -581,24 +651,25 @@ def summary_lines(result: ExampleResult) -> list[str]:
     lines = [
         f"rmsd  {result.n_frames:,} frames  in {result.seconds:.2f} s  "
         f"{result.frames_per_s:,.0f} frames/s  {result.gb_per_s:.2f} GB/s  "
-        f"= {_times(result.vs_floor)} the read floor of this machine "
+        f"= {_times(result.vs_floor)} the h5py read floor of this machine "
         f"({fl['frames_per_s']:,.0f} frames/s, {fl['gb_per_s']:.2f} GB/s with "
         f"{fl['workers']:.0f} h5py reader(s), {_rounds_text(result)})",
     ]
-    if result.mda is not None:
-        m = result.mda
-        full = result.n_frames / m["frames_per_s"]
-        diff = float(np.max(np.abs(result.rmsd.values[:m["frames"]] - m["rmsd"])))
+    raw = result.raw
+    if raw and result.vs_raw is not None:
         lines.append(
-            f"MDAnalysis {m['version']}: {m['frames']} frames in {m['seconds']:.2f} s -> "
-            f"{m['frames_per_s']:,.0f} frames/s (sampled, extrapolated: {full:,.0f} s for all) "
-            f"-> h5mdx is {_times(full / result.seconds)} faster; same RMSD to {diff:.1g} Å"
-        )
+            f"raw reads of the same bytes (os.preadv, no HDF5, {raw['workers']:.0f} "
+            f"process(es)): {raw['frames_per_s']:,.0f} frames/s, {raw['gb_per_s']:.2f} GB/s; "
+            f"the RMSD runs at {_times(result.vs_raw)} of them (h5mdx reads the chunks "
+            "itself, past HDF5, then computes: the copy from the page cache and the kernel)")
+    if result.mda is not None:
+        lines.append(_mda_text(result))
     split = timing_split(result.records)
     warm = f"  warm-up {100 * split['warmup']:.0f}%" if split["warmup"] > 0 else ""
     lines.append(f"I/O {100 * split['io']:.0f}%  compute {100 * split['compute']:.0f}%{warm}  "
                  f"other {100 * split['other']:.0f}% of the workers' busy time "
-                 f"({len(result.records)} tasks on {result.workers} workers)")
+                 f"({_plural(len(result.records), 'task')} on "
+                 f"{_plural(result.workers, 'worker')}, one more run with per-task timing)")
     lines.extend(_straggler_text(result.records, result.warmup))
     f = result.files
     if "report" in f:
@@ -607,26 +678,50 @@ def summary_lines(result: ExampleResult) -> list[str]:
     return lines
 
 
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def _mda_text(result: ExampleResult) -> str:
+    """MDAnalysis' speed on the frames it ran, and what it would take for all of them."""
+    m = result.mda
+    assert m is not None
+    diff = float(np.max(np.abs(result.rmsd.values[:m["frames"]] - m["rmsd"])))
+    if m["frames"] >= result.n_frames:
+        took, how = m["seconds"], "every frame"
+    else:
+        took, how = result.n_frames / m["frames_per_s"], "sampled, extrapolated to all"
+    return (f"MDAnalysis {m['version']} (serial, as it runs by default): {m['frames']} frames "
+            f"in {m['seconds']:.2f} s -> {m['frames_per_s']:,.0f} frames/s ({how}: "
+            f"{took:,.2f} s) -> h5mdx is {_times(took / result.seconds)} faster; same RMSD "
+            f"to {diff:.1g} Å")
+
+
 def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
     fl, split = result.floor, timing_split(result.records)
     rows = [
         ("machine", machine_description()),
         ("trajectory", f"{os.path.basename(result.trajectory)}: {result.n_frames:,} frames x "
                        f"{result.n_atoms:,} atoms, {result.nbytes / 1e9:.2f} GB of positions, "
-                       f"chunks {result.chunks}, uncompressed"),
+                       f"chunks {result.chunks}, uncompressed; {SYNTHETIC}"),
         ("selection", f"{result.select!r} ({result.n_selected} atoms)"),
         ("RMSD", f"{result.seconds:.2f} s, {result.frames_per_s:,.0f} frames/s, "
-                 f"{result.gb_per_s:.2f} GB/s on {result.workers} worker processes"),
+                 f"{result.gb_per_s:.2f} GB/s on a local dask.distributed cluster of "
+                 f"{_plural(result.workers, 'worker process', 'worker processes')}"),
         ("read floor (h5py)", f"{fl['seconds']:.2f} s, {fl['frames_per_s']:,.0f} frames/s, "
                               f"{fl['gb_per_s']:.2f} GB/s with {fl['workers']:.0f} reader(s)"),
         ("RMSD / read floor", f"{result.vs_floor:.2f}x ({_rounds_text(result)})"),
     ]
+    raw = result.raw
+    if raw and result.vs_raw is not None:
+        rows += [("raw reads (os.preadv)", f"{raw['seconds']:.2f} s, "
+                  f"{raw['frames_per_s']:,.0f} frames/s, {raw['gb_per_s']:.2f} GB/s with "
+                  f"{raw['workers']:.0f} process(es): the same bytes, no HDF5"),
+                 ("RMSD / raw reads", f"{result.vs_raw:.2f}x (median of the rounds' ratios)")]
     if result.mda is not None:
-        m = result.mda
-        rows.append((f"MDAnalysis {m['version']} (sampled)",
-                     f"{m['frames']} frames in {m['seconds']:.2f} s, {m['frames_per_s']:,.0f} "
-                     f"frames/s; extrapolated {result.n_frames / m['frames_per_s']:,.0f} s "
-                     "for all frames"))
+        rows.append(("MDAnalysis", _mda_text(result)))
+    rows.append(("versions", _versions()))
+    rows.append(("reproduce", shlex.join(["h5mdx", "example", *result.argv])))
     rows.append(("busy time split", ", ".join(f"{k} {100 * split[k]:.0f}%" for k in
                                               ("io", "compute", "warmup", "other"))))
     texts = _straggler_text(result.records, result.warmup)
@@ -665,7 +760,7 @@ def write_report(result: ExampleResult) -> dict[str, str]:
                        for k, p in {**result.files, **files}.items() if k != "report")
     figures = "\n".join(
         f'<h2>{title}</h2>\n<img src="{name}" alt="{title}" style="max-width:100%">'
-        for title, name in (("C-alpha RMSD", "rmsd.png"),
+        for title, name in ((_what(result.select), "rmsd.png"),
                             ("Tasks by worker, coloured by phase", "gantt.png"),
                             ("Time per worker and phase", "workers.png")))
     page = f"""<!DOCTYPE html>
@@ -673,7 +768,7 @@ def write_report(result: ExampleResult) -> dict[str, str]:
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
 th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f4;padding:1em}}
 </style></head><body>
-<h1>h5mdx example: C-alpha RMSD of adenylate kinase</h1>
+<h1>h5mdx example: {html.escape(_what(result.select))} of adenylate kinase</h1>
 <p>Measured {html.escape(time.strftime('%Y-%m-%d %H:%M %Z'))} on
 {html.escape(machine_description())}.</p>
 <pre>{html.escape(chr(10).join(summary_lines(result)))}</pre>
@@ -691,7 +786,12 @@ th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f
     return files
 
 
-def plot_rmsd(rmsd: Any, path: str, zoom: int = 392) -> None:
+def _what(select: str) -> str:
+    """The RMSD's name in titles: ``C-alpha RMSD`` for ``name CA``, else the selection."""
+    return "C-alpha RMSD" if select.strip() == "name CA" else f"RMSD of {select!r}"
+
+
+def plot_rmsd(rmsd: Any, path: str, zoom: int = 392, *, select: str = "name CA") -> None:
     """The RMSD series (top) and its first ``zoom`` frames (bottom), as PNG.
 
     Parameters
@@ -702,6 +802,8 @@ def plot_rmsd(rmsd: Any, path: str, zoom: int = 392) -> None:
         Output PNG.
     zoom : int, default 392
         Frames in the lower panel (default: two forward-and-back passes).
+    select : str, default "name CA"
+        The selection, named in the title.
     """
     from h5mdx.timing.plots import _figure
 
@@ -711,7 +813,7 @@ def plot_rmsd(rmsd: Any, path: str, zoom: int = 392) -> None:
     fig = _figure((8.0, 5.0), 100)
     top, bottom = fig.subplots(2, 1)
     top.plot(t, y, lw=0.3)
-    top.set_title(f"C-alpha RMSD to frame 0, all {y.size:,} frames")
+    top.set_title(f"{_what(select)} to frame 0, all {y.size:,} frames")
     bottom.plot(t[:zoom], y[:zoom], lw=1)
     bottom.axvspan(t[0], t[min(97, y.size - 1)], color="0.9", label="the DCD's own 98 frames")
     bottom.set_title(f"first {min(zoom, y.size)} frames")
@@ -726,6 +828,28 @@ def _describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
     with h5py.File(path, "r") as f:
         d = f[_POSITION]
         return d.shape[0], d.shape[1], int(d.size * d.dtype.itemsize), tuple(d.chunks or ())
+
+
+#: What the example's trajectory is, said wherever its figures are shown.
+SYNTHETIC = ("made from the 98 frames of MDAnalysisTests' adk DCD, played back and forth "
+             "with small rigid moves and 0.05 Å noise (not a real simulation)")
+
+
+def _versions() -> str:
+    """The versions the figures depend on."""
+    import dask
+
+    from h5mdx._version import __version__
+
+    parts = [f"h5mdx {__version__}", f"python {platform.python_version()}",
+             f"numpy {np.__version__}", f"h5py {h5py.__version__}",
+             f"HDF5 {h5py.version.hdf5_version}", f"dask {dask.__version__}"]
+    for name in ("distributed", "numba", "xarray", "MDAnalysis"):
+        try:
+            parts.append(f"{name} {__import__(name).__version__}")
+        except ImportError:
+            continue
+    return ", ".join(parts)
 
 
 #: Rounds of the example's timed comparison: each times the read floor and the RMSD once.
@@ -778,24 +902,34 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
         # one untimed pass each: every worker opens the file and locates its chunks, the
         # readers open it too, the page cache is warm; the rounds measure the steady state
         _, nbytes = read()
+        read(raw=True)
         rmsd_once()
         floor_t: list[float] = []
+        raw_t: list[float] = []
         rmsd_t: list[float] = []
         for r in range(max(1, rounds)):
             if r % 2:
                 rmsd_t.append(rmsd_once())
                 floor_t.append(read()[0])
+                raw_t.append(read(raw=True)[0])
             else:
+                raw_t.append(read(raw=True)[0])
                 floor_t.append(read()[0])
                 rmsd_t.append(rmsd_once())
         with capture(backend="distributed", client=client, n_workers=workers,
                      meta={"file": path, "selection": select, "warmup": warm}) as run:
             result = _progress(client, lazy, progress)
         run.save(os.path.join(out, "timing.csv"))
-    floor = _floor_figures(workers, int(result.sizes["time"]), nbytes,
-                           float(np.median(floor_t)))
-    return result, {"floor": floor, "floor_seconds": floor_t, "rmsd_seconds": rmsd_t}, \
-        n_selected, warm
+    n = int(result.sizes["time"])
+    floor = _floor_figures(workers, n, nbytes, float(np.median(floor_t)))
+    raw = _floor_figures(workers, n, nbytes, float(np.median(raw_t)))
+    return result, {"floor": floor, "raw": raw, "floor_seconds": floor_t,
+                    "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
+
+
+def _ratios(read_seconds: list[float], paired: dict[str, Any]) -> list[float]:
+    """Each round's RMSD speed over its read: the read's seconds over the RMSD's."""
+    return [r / t for r, t in zip(read_seconds, paired["rmsd_seconds"], strict=True)]
 
 
 def run_example(
@@ -807,6 +941,7 @@ def run_example(
     mda_frames: int = 300,
     progress: bool = True,
     echo: Callable[[str], None] = print,
+    argv: Sequence[str] | None = None,
 ) -> ExampleResult:
     """Build (or reuse) the example trajectory, time the RMSD, compare, write the report.
 
@@ -827,6 +962,8 @@ def run_example(
         Progress bars.
     echo : callable, default print
         Receives a line for each step as it starts.
+    argv : sequence of str, optional
+        The command's options, shown in the report to reproduce it.
 
     Returns
     -------
@@ -848,14 +985,16 @@ def run_example(
          f"chunks {chunks}, uncompressed "
          + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
     echo(f"machine: {machine_description()}")
-    echo(f"C-alpha RMSD ({select!r}) on a local cluster of {workers} worker processes "
-         f"against the read floor (plain h5py, {workers} reader process(es)): {ROUNDS} "
-         "rounds timing both, then one run with per-task timing ...")
+    echo(f"trajectory: {SYNTHETIC}")
+    echo(f"{_what(select)} ({select!r}) on a local dask.distributed cluster of "
+         f"{_plural(workers, 'worker process', 'worker processes')} against the h5py "
+         f"read floor ({workers} h5py reader process(es)) and raw reads of the same bytes: "
+         f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
     result, paired, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
     files = {"rmsd_plot": os.path.join(out, "rmsd.png"), "rmsd": os.path.join(out, "rmsd.csv"),
              "timing": os.path.join(out, "timing.csv")}
     write_series(files["rmsd"], result)
-    plot_rmsd(result, files["rmsd_plot"])
+    plot_rmsd(result, files["rmsd_plot"], select=select)
     records, _ = load(files["timing"])
     mda = None
     if mda_frames > 0:
@@ -866,8 +1005,14 @@ def run_example(
                         workers=workers, select=select,
                         seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
                         floor=paired["floor"], mda=mda, records=records, warmup=warm,
-                        files=files, ratios=[f / t for f, t in zip(
-                            paired["floor_seconds"], paired["rmsd_seconds"], strict=True)])
+                        files=files, ratios=_ratios(paired["floor_seconds"], paired),
+                        raw=paired["raw"], raw_ratios=_ratios(paired["raw_seconds"], paired),
+                        rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
+                        argv=list(argv or []))
+    res.files["rounds"] = os.path.join(out, "rounds.json")
+    with open(res.files["rounds"], "w", encoding="utf-8") as fh:
+        json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
+                   "workers": workers, "select": select}, fh, indent=1)
     res.files.update(write_report(res))
     return res
 

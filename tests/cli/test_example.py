@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import warnings
@@ -21,8 +22,10 @@ from h5mdx.cli import main  # noqa: E402
 from h5mdx.examples import (  # noqa: E402
     _SLAB,
     _adk_source,
+    _byte_spans,
     _floor_slabs,
     _read_slab,
+    _read_spans,
     _slabs,
     build_adk_trajectory,
     floor_reader,
@@ -68,6 +71,10 @@ def test_outputs_exist(example_run, capsys):
     for name in ("rmsd.png", "gantt.png", "workers.png", "rmsd.csv", "timing.csv"):
         assert f'"{name}"' in page  # relative links
     assert "read floor" in page and "MDAnalysis" in page
+    assert "raw reads (os.preadv)" in page and "h5mdx example --out" in page
+    assert "not a real simulation" in page and "HDF5 " in page  # versions
+    rounds = json.loads((out / "rounds.json").read_text())
+    assert all(len(rounds["seconds"][k]) == 5 for k in ("rmsd", "floor", "raw"))
 
 
 def test_rmsd_equals_mdanalysis_on_the_shipped_frames(example_run, mda_dcd_rmsd):
@@ -90,13 +97,20 @@ def test_summary_lines(example_run, capsys):
     text = capsys.readouterr().out
     assert "(cached)" in text
     assert re.search(rf"^rmsd  {FRAMES} frames  in [\d.]+ s  [\d,]+ frames/s  [\d.]+ GB/s  = "
-                     r"[\d.]+x the read floor of this machine \([\d,]+ frames/s", text, re.M)
+                     r"[\d.]+x the h5py read floor of this machine \([\d,]+ frames/s", text,
+                     re.M)
+    # the ceiling above the floor: the same bytes read with os.preadv, paired too
+    assert re.search(r"^raw reads of the same bytes \(os.preadv, no HDF5, 2 process\(es\)\): "
+                     r"[\d,]+ frames/s, [\d.]+ GB/s; the RMSD runs at [\d.]+x of them", text,
+                     re.M)
+    assert "not a real simulation" in text
     # the floor and the RMSD timed in the same rounds: the ratio is the median of theirs
-    assert re.search(r"2 h5py reader\(s\), medians of 5 rounds timing both back to back; "
+    assert re.search(r"2 h5py reader\(s\), medians of 5 rounds timing each back to back; "
                      r"the ratio is the median of the rounds' ratios, by round "
                      r"[\d.]+x-[\d.]+x\)$", text, re.M)
-    assert re.search(r"^MDAnalysis \S+: 50 frames in [\d.]+ s -> [\d,]+ frames/s \(sampled, "
-                     r"extrapolated: .* -> h5mdx is [\d.,]+x faster", text, re.M)
+    assert re.search(r"^MDAnalysis \S+ \(serial, as it runs by default\): 50 frames in [\d.]+ "
+                     r"s -> [\d,]+ frames/s \(sampled, extrapolated to all: [\d.,]+ s\) -> "
+                     r"h5mdx is [\d.,]+x faster", text, re.M)
     assert re.search(r"^I/O \d+%  compute \d+%", text, re.M)
     assert re.search(r"^stragglers: .*> 1\.5x the median of the other tasks and > 50 ms longer", text, re.M)
     assert re.search(r"^warm-up: modules imported and kernel loaded on 2 worker\(s\)", text, re.M)
@@ -176,8 +190,37 @@ def test_floor_reads_the_file_in_whole_chunks_into_one_buffer(tmp_path):
     np.testing.assert_array_equal(buf, frames[40:140])
     # kept open, the readers time one read per call, the same bytes every time
     with floor_reader(path, workers=2) as read:
-        timings = [read() for _ in range(3)]
+        timings = [read() for _ in range(3)] + [read(raw=True) for _ in range(2)]
     assert all(sec > 0 and nbytes == frames.nbytes for sec, nbytes in timings)
+
+
+@pytest.mark.parametrize("chunks", [(100, 3341, 3), None], ids=["c100", "contig"])
+def test_raw_reads_cover_the_positions_bytes(tmp_path, chunks):
+    """The raw reads (os.preadv, no HDF5) of each slab are the bytes of its frames: the
+    whole dataset once, every layout."""
+    src = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False)
+    path = tmp_path / "copy.h5md"
+    with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
+        frames = f[POSITION][:]
+        g.create_dataset(POSITION, data=frames, chunks=chunks)
+    slabs = _floor_slabs(str(path), 2)
+    spans = _byte_spans(str(path), slabs)
+    raw = b""
+    with open(path, "rb") as fh:
+        for slab in spans:
+            for offset, n in slab:
+                fh.seek(offset)
+                raw += fh.read(n)
+    assert raw == frames.tobytes()
+    assert sum(_read_spans(str(path), slab) for slab in spans) == frames.nbytes
+
+
+def test_cli_refuses_a_selection_mdanalysis_cannot_use(tmp_path, capsys):
+    assert main(["example", "--out", str(tmp_path), "--select", "protein and ("]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("h5mdx example: --select 'protein and (': ") and "Traceback" not in err
+    assert main(["example", "--out", str(tmp_path), "--select", "name XYZ"]) == 2
+    assert "matches no atoms" in capsys.readouterr().err
 
 
 def test_cli_rejects_too_few_frames(tmp_path, capsys):

@@ -50,8 +50,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"h5mdx example: --workers must be at least 1, not {args.workers}",
               file=sys.stderr)
         return 2
+    problem = _selection_problem(args.select)
+    if problem:
+        print(f"h5mdx example: --select {args.select!r}: {problem}", file=sys.stderr)
+        return 2
+    argv = ["--out", args.out, "--frames", str(args.frames), "--workers", str(args.workers),
+            "--select", args.select, "--mda-frames", str(args.mda_frames)]
     result = run_example(args.out, args.frames, workers=args.workers, select=args.select,
-                         mda_frames=args.mda_frames, progress=not args.no_progress)
+                         mda_frames=args.mda_frames, progress=not args.no_progress, argv=argv)
     print()
     print("\n".join(summary_lines(result)))
     return 0
+
+
+def _selection_problem(select: str) -> str | None:
+    """Why MDAnalysis cannot use ``select`` on the example's topology (None: it can)."""
+    import warnings
+
+    import MDAnalysis as mda
+
+    from h5mdx.testing import adk_topology
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(adk_topology())
+    try:
+        n = u.select_atoms(select).n_atoms
+    except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and friends
+        return f"{type(err).__name__}: {err}"
+    return None if n else "matches no atoms"
