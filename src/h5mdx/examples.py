@@ -476,10 +476,15 @@ def timing_split(records: Any) -> dict[str, float]:
 def machine_description() -> str:
     """The machine in a few words: cores and what they are, operating system, kernel.
 
-    E.g. ``"2 cores (AMD EPYC, 2 CPUs = 2 cores x 1 thread, AVX2, FMA, L2 512 KiB a core,
+    E.g. ``"2 CPUs (AMD EPYC, 2 CPUs = 2 cores x 1 thread, AVX2, FMA, L2 512 KiB a core,
     L3 32 MiB per 2 CPUs), Debian GNU/Linux 12 (bookworm), Linux 6.1 x86_64"``.
     """
-    parts = [f"{os.cpu_count()} cores ({cpu_description()})"]
+    from h5mdx._machine import usable_cpus
+
+    total, usable = os.cpu_count() or 1, usable_cpus()
+    # the CPU figures are those this process may use (its affinity: taskset, a batch job)
+    head = f"{total} CPUs" if usable == total else f"{total} CPUs, {usable} usable here"
+    parts = [f"{head} ({cpu_description()})"]
     try:
         info = platform.freedesktop_os_release()
         parts.append(info.get("PRETTY_NAME", info.get("NAME", "")))
@@ -761,7 +766,8 @@ def write_report(result: ExampleResult) -> dict[str, str]:
     figures = "\n".join(
         f'<h2>{title}</h2>\n<img src="{name}" alt="{title}" style="max-width:100%">'
         for title, name in ((_what(result.select), "rmsd.png"),
-                            ("Tasks by worker, coloured by phase", "gantt.png"),
+                            ("Tasks by worker, coloured by phase (the run with per-task "
+                             "timing, after the rounds)", "gantt.png"),
                             ("Time per worker and phase", "workers.png")))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>h5mdx example report</title>
