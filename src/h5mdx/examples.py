@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -933,6 +934,46 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
                     "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
 
 
+#: The directory, in the output directory, where a run writes its outputs before they
+#: take their names together (by process: one killed leaves it, the next run removes it)
+_STAGE = ".example-partial-"
+
+
+def _stage(out: str) -> str:
+    """A fresh staging directory in ``out``; those of processes no longer running go."""
+    for name in os.listdir(out):
+        if name.startswith(_STAGE) and name[len(_STAGE):].isdigit():
+            pid = int(name[len(_STAGE):])
+            if pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    stage = os.path.join(out, f"{_STAGE}{os.getpid()}")
+    shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(stage)
+    return stage
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _publish(res: ExampleResult, out: str) -> None:
+    """Move the staged outputs into ``out`` (each a rename, after all were written), and
+    point ``res`` at them."""
+    stage = res.out
+    for key, staged in list(res.files.items()):
+        final = os.path.join(out, os.path.basename(staged))
+        os.replace(staged, final)
+        res.files[key] = final
+    shutil.rmtree(stage, ignore_errors=True)
+    res.out = out
+
+
 def _ratios(read_seconds: list[float], paired: dict[str, Any]) -> list[float]:
     """Each round's RMSD speed over its read: the read's seconds over the RMSD's."""
     return [r / t for r, t in zip(read_seconds, paired["rmsd_seconds"], strict=True)]
@@ -996,9 +1037,10 @@ def run_example(
          f"{_plural(workers, 'worker process', 'worker processes')} against the h5py "
          f"read floor ({workers} h5py reader process(es)) and raw reads of the same bytes: "
          f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
-    result, paired, n_selected, warm = _run_rmsd(path, out, select, workers, progress)
-    files = {"rmsd_plot": os.path.join(out, "rmsd.png"), "rmsd": os.path.join(out, "rmsd.csv"),
-             "timing": os.path.join(out, "timing.csv")}
+    stage = _stage(out)  # the outputs appear together, or the last run's stay
+    result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, progress)
+    files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
+             "rmsd": os.path.join(stage, "rmsd.csv"), "timing": os.path.join(stage, "timing.csv")}
     write_series(files["rmsd"], result)
     plot_rmsd(result, files["rmsd_plot"], select=select)
     records, _ = load(files["timing"])
@@ -1006,7 +1048,7 @@ def run_example(
     if mda_frames > 0:
         echo(f"MDAnalysis RMSD on the first {min(mda_frames, n_frames)} frames ...")
         mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
-    res = ExampleResult(out=out, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
+    res = ExampleResult(out=stage, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
                         n_selected=n_selected, nbytes=nbytes, chunks=chunks, built_seconds=built,
                         workers=workers, select=select,
                         seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
@@ -1015,10 +1057,11 @@ def run_example(
                         raw=paired["raw"], raw_ratios=_ratios(paired["raw_seconds"], paired),
                         rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
                         argv=list(argv or []))
-    res.files["rounds"] = os.path.join(out, "rounds.json")
+    res.files["rounds"] = os.path.join(stage, "rounds.json")
     with open(res.files["rounds"], "w", encoding="utf-8") as fh:
         json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
                    "workers": workers, "select": select}, fh, indent=1)
     res.files.update(write_report(res))
+    _publish(res, out)
     return res
 

@@ -226,3 +226,17 @@ def test_cli_refuses_a_selection_mdanalysis_cannot_use(tmp_path, capsys):
 def test_cli_rejects_too_few_frames(tmp_path, capsys):
     assert main(["example", "--frames", "10", "--out", str(tmp_path)]) == 2
     assert "--frames must be at least 98" in capsys.readouterr().err
+
+
+def test_outputs_are_staged_and_stale_stages_removed(tmp_path):
+    """A run writes into a staging directory and renames its outputs into place at the
+    end (an interrupted rerun left new series beside an old report); a stage left by a
+    process that is gone is removed by the next run."""
+    from h5mdx.examples import _STAGE, _stage
+
+    dead = tmp_path / f"{_STAGE}999999999"
+    dead.mkdir()
+    (dead / "rmsd.csv").write_text("old")
+    mine = _stage(str(tmp_path))
+    assert not dead.exists()
+    assert os.path.basename(mine) == f"{_STAGE}{os.getpid()}" and os.listdir(mine) == []
