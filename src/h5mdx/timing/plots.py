@@ -44,6 +44,12 @@ def _figure(figsize: tuple[float, float], dpi: int) -> Any:
     return Figure(figsize=figsize, dpi=dpi, layout="constrained")
 
 
+def _legend_outside(fig: Any, ax: Any) -> None:
+    """The legend to the right of the plot, where it hides no bar (the last task's, or a
+    worker's wait, sat under it)."""
+    fig.legend(*ax.get_legend_handles_labels(), fontsize="small", loc="outside right upper")
+
+
 def _finish(fig: Any, path: str | os.PathLike[str] | None) -> Any:
     if path is not None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -115,7 +121,7 @@ def plot_per_worker(
     ax.set_ylabel("time (s)")
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
     ax.set_title(f"Time per worker and phase — {backend}, N={n}, run {sel['run_id'].iloc[0]}")
-    ax.legend(fontsize="small", loc="upper right")
+    _legend_outside(fig, ax)
     return _finish(fig, path)
 
 
@@ -195,7 +201,7 @@ def plot_gantt(
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
     ax.set_title(f"Tasks by worker — {backend}, N={n}, {len(sel)} tasks, "
                  f"{int(flagged['is_straggler'].sum())} straggler(s)")
-    ax.legend(fontsize="small", loc="lower right")
+    _legend_outside(fig, ax)
     return _finish(fig, path)
 
 
