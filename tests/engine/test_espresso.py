@@ -66,21 +66,38 @@ def test_rmsd_refuses_positions_in_varying_order_and_takes_them_in_one(tmp_path,
         np.testing.assert_allclose(ordered.md.rmsd().values, 0.0, atol=1e-6)
 
 
-def test_by_id_refuses_frames_of_other_particles(tmp_path):
-    """No one order holds frames of other particles: by_id says which frames."""
+def test_by_id_gives_a_slot_to_every_particle_of_the_file(tmp_path):
+    """Frames of other particles (one leaves, another comes: grand-canonical runs, an id
+    equal to its fill value where absent): a slot per id of the whole file, NaN in the
+    frames without that particle."""
     orders = ORDERS.copy()
     orders[2, 1] = 7  # frame 2 holds particle 7 instead of 0
     path = tmp_path / "other.h5"
-    _write(path, np.minimum(orders, 4))
+    moved = _write(path, np.minimum(orders, 4))
     with h5py.File(path, "r+") as f:
         f["particles/atoms/id/value"][2, 1] = 7
+        f["particles/atoms/position/value"][2, 1] = [70.0, 71.0, 72.0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ParticleOrderWarning)
         ds = xr.open_dataset(path, engine="h5md")
-    with ds, pytest.raises(ValueError, match=r"frames 0 and 2 hold different particles"):
-        ds.md.by_id()
+    with ds:
+        ordered = ds.md.by_id()
+        np.testing.assert_array_equal(ordered.id.values, [0, 1, 2, 3, 4, 7])
+        pos = ordered.position.values
+        assert pos.shape == (4, 6, 3)
+        np.testing.assert_allclose(pos[[0, 1, 3], :5], moved[[0, 1, 3]])
+        assert np.isnan(pos[2, 0]).all() and np.isnan(pos[[0, 1, 3], 5]).all()
+        np.testing.assert_allclose(pos[2, 5], [70.0, 71.0, 72.0])
+        np.testing.assert_allclose(pos[2, 1:5], moved[2, 1:5])
     with ds, pytest.raises(ValueError, match="time-dependent 'id'"):
         ds.drop_vars("id").md.by_id()
+    with h5py.File(path, "r+") as f:
+        f["particles/atoms/id/value"][1, 0] = 1  # frame 1 holds particle 1 twice
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        with xr.open_dataset(path, engine="h5md") as ds, \
+                pytest.raises(ValueError, match="an id appears twice in a frame"):
+            ds.md.by_id()
 
 
 def test_absent_particles_are_no_change_of_order(tmp_path):
@@ -89,11 +106,15 @@ def test_absent_particles_are_no_change_of_order(tmp_path):
     orders = np.tile(np.arange(5), (4, 1))
     orders[1, 3] = orders[2, 0] = -1
     path = tmp_path / "gcmc.h5"
-    _write(path, orders, fillvalue=-1)  # an absent particle's position: a placeholder
+    moved = _write(path, orders, fillvalue=-1)  # an absent particle's position: a placeholder
     with warnings.catch_warnings():
         warnings.simplefilter("error", ParticleOrderWarning)
         with xr.open_dataset(path, engine="h5md") as ds:
             assert "particle_order" not in ds.position.attrs
+            # by id, the placeholders are NaN (ds.position serves them as stored)
+            pos = ds.md.by_id().position.values
+    assert np.isnan(pos[1, 3]).all() and np.isnan(pos[2, 0]).all()
+    np.testing.assert_allclose(pos[0], moved[0])
 
 
 def test_fixed_order_neither_warns_nor_marks(tmp_path):

@@ -23,7 +23,10 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with its per-particle time series in the order of the particles' ``id``.
 
     Reads ``id`` (one integer per particle and frame); the other variables stay as lazy
-    as they were (a dask array, or the engine's lazily indexed one).
+    as they were (a dask array, or the engine's lazily indexed one). Slot ``j`` of every
+    frame then holds the particle with the ``j``-th smallest id of the whole file; a frame
+    without that particle (an ``id`` equal to its fill value elsewhere: grand-canonical
+    runs) has NaN there.
 
     Parameters
     ----------
@@ -33,16 +36,14 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     Returns
     -------
     xarray.Dataset
-        Every variable on ``time`` and ``atom`` with its slots in increasing ``id`` in
-        every frame, without the ``particle_order`` mark; ``id`` becomes the ids in that
-        order, on ``atom`` alone.
+        Every variable on ``time`` and ``atom`` with its slots in increasing ``id``,
+        without the ``particle_order`` mark; ``id`` becomes the ids in that order, on
+        ``atom`` alone.
 
     Raises
     ------
     ValueError
-        Where ``ds`` has no time-dependent ``id``, or its frames hold different particles
-        (an absent particle, a particle count that changes), or an id twice in a frame:
-        no one order then holds every frame.
+        Where ``ds`` has no time-dependent ``id``, or an id appears twice in a frame.
     """
     ids = ds.get("id")
     if ids is None or TIME_DIM not in ids.dims or ATOM_DIM not in ids.dims:
@@ -50,27 +51,27 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
                          "element of a particles group)")
     values = np.asarray(ids.transpose(TIME_DIM, ATOM_DIM).values)
     fill = ids.encoding.get("_FillValue")
-    where = f"{ds.attrs.get('source', 'the Dataset')} [{ds.attrs.get('h5md_group', '')}/id]"
-    if fill is not None and np.any(values == fill):
-        first = int(np.flatnonzero((values == fill).any(axis=1))[0])
-        raise ValueError(f"{where}: frame {first} has an absent particle (id = fill value "
-                         f"{fill}): by_id needs the same particles in every frame")
-    order = np.argsort(values, axis=1, kind="stable")
-    ordered = np.take_along_axis(values, order, axis=1)
-    differs = np.flatnonzero((ordered != ordered[:1]).any(axis=1))
-    if differs.size:
-        raise ValueError(f"{where}: frames 0 and {int(differs[0])} hold different particles: "
-                         "by_id needs the same particles in every frame")
-    if ordered.shape[1] > 1 and np.any(np.diff(ordered[0]) == 0):
+    present = np.ones(values.shape, bool) if fill is None else values != fill
+    every = np.unique(values[present])
+    rows, cols = np.nonzero(present)
+    at = np.searchsorted(every, values[rows, cols])
+    slots = np.full((values.shape[0], every.size), -1, dtype=np.int64)
+    slots[rows, at] = cols
+    if np.count_nonzero(slots >= 0) != rows.size:  # two slots of a frame wrote one place
+        where = f"{ds.attrs.get('source', 'the Dataset')} [{ds.attrs.get('h5md_group', '')}/id]"
         raise ValueError(f"{where}: an id appears twice in a frame")
-    slots = xr.DataArray(order, dims=(TIME_DIM, ATOM_DIM))
-    out = ds.copy()
+    held = slots >= 0
+    index = xr.DataArray(np.where(held, slots, 0), dims=(TIME_DIM, ATOM_DIM))
+    mask = None if held.all() else xr.DataArray(held, dims=(TIME_DIM, ATOM_DIM))
+    out = ds.drop_dims(ATOM_DIM).copy() if every.size != values.shape[1] else ds.copy()
     for name, var in ds.data_vars.items():
         if name == "id" or TIME_DIM not in var.dims or ATOM_DIM not in var.dims:
             continue
-        moved = var.drop_vars(ATOM_DIM, errors="ignore").isel({ATOM_DIM: slots})
+        moved = var.drop_vars(ATOM_DIM, errors="ignore").isel({ATOM_DIM: index})
+        if mask is not None:
+            moved = moved.where(mask)
         moved.attrs = {k: v for k, v in var.attrs.items() if k != PARTICLE_ORDER_ATTR}
         moved.encoding = dict(var.encoding)
         out[name] = moved.transpose(*var.dims)
-    out["id"] = xr.Variable((ATOM_DIM,), ordered[0], dict(ids.attrs))
+    out["id"] = xr.Variable((ATOM_DIM,), every, dict(ids.attrs))
     return out
