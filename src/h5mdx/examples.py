@@ -966,10 +966,9 @@ def _publish(res: ExampleResult, out: str) -> None:
     """Move the staged outputs into ``out`` (each a rename, after all were written), and
     point ``res`` at them."""
     stage = res.out
-    for key, staged in list(res.files.items()):
-        final = os.path.join(out, os.path.basename(staged))
-        os.replace(staged, final)
-        res.files[key] = final
+    for name in sorted(os.listdir(stage)):  # every file: timing.csv's timing.meta.json too
+        os.replace(os.path.join(stage, name), os.path.join(out, name))
+    res.files = {key: os.path.join(out, os.path.basename(p)) for key, p in res.files.items()}
     shutil.rmtree(stage, ignore_errors=True)
     res.out = out
 

@@ -73,3 +73,26 @@ def test_rmsd_of_a_store_in_nm_is_reported_in_angstrom_like_its_h5md(tmp_path):
     np.testing.assert_allclose(series["zarr"]["rmsd"], series["h5md"]["rmsd"], atol=1e-4)
     np.testing.assert_allclose(series["zarr"]["time"], series["h5md"]["time"])
     assert series["h5md"]["rmsd"].max() > 20  # Å, not nm
+
+
+def test_rmsd_of_a_store_without_times_writes_its_series(tmp_path):
+    """A file without time: its frames are numbered by their steps (units "step"), which
+    the store keeps; the series is written, not lost to a unit error after the run."""
+    import h5py
+
+    from h5mdx.testing import write_h5md
+
+    src = tmp_path / "notime.h5md"
+    rng = np.random.default_rng(0)
+    write_h5md(src, {"t": {"position": {"value": rng.random((6, 5, 3)), "unit": "nm",
+                                        "step": np.arange(6) * 10}}})
+    with h5py.File(src, "r+") as f:
+        f["particles/t/position"].pop("time", None)
+    store = tmp_path / "notime.zarr"
+    assert main(["rechunk", str(src), str(store)]) == 0
+    out = tmp_path / "r.csv"
+    assert main(["rmsd", str(store), "--out", str(out), "--no-progress", "--scheduler",
+                 "threads", "--workers", "1"]) == 0
+    got = np.genfromtxt(out, delimiter=",", names=True)
+    np.testing.assert_array_equal(got["time"], np.arange(6) * 10.0)
+    assert got["rmsd"][0] < 1e-6 and got["rmsd"][1] > 0.5  # Å: positions of 0-10 Å in nm

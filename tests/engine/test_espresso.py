@@ -151,3 +151,18 @@ def test_a_group_of_elements_inside_a_particles_group_is_read(tmp_path):
             assert ds.position.sizes["atom"] == 5
     with pytest.raises(H5MDFormatError, match="a group of elements inside a particles group"):
         xr.open_dataset(path, engine="h5md", strict=True)
+
+
+def test_by_id_leaves_out_what_is_per_slot(tmp_path):
+    """A fixed ``species`` is per slot: it cannot follow the particles, so by_id leaves it
+    out with one warning (it kept it in stored order beside positions by id)."""
+    path = tmp_path / "species.h5"
+    _write(path, ORDERS)
+    with h5py.File(path, "r+") as f:
+        f["particles/atoms/species"] = np.arange(5, dtype=np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds, pytest.warns(UserWarning, match=r"by_id: \['species'\] are per slot"):
+        ordered = ds.md.by_id()
+    assert "species" not in ordered and "position" in ordered

@@ -362,6 +362,9 @@ def test_to_h5md_keeps_attributes_and_writes_observables(tmp_path, adk_h5md):
         ds = ds.assign(rg=("time", np.arange(6.0), {"units": "Angstrom", "note": "mine"}),
                        com=(("time", "spatial"), np.arange(18.0).reshape(6, 3)))
         ds.position.attrs["origin"] = "test"
+        ds.position.attrs["scalar"] = np.array(2.5)  # 0-d: written as a number
+        ds.position.attrs["ragged"] = [[1, 2], [3]]  # no HDF5 attribute: left out
+        ds.position.attrs["names"] = np.array(["a", "b"])  # unicode: as strings
         out = tmp_path / "out.h5md"
         to_h5md(ds, out)
         with h5py.File(out) as f:
@@ -374,6 +377,8 @@ def test_to_h5md_keeps_attributes_and_writes_observables(tmp_path, adk_h5md):
         part = back["particles/trajectory"]
         assert list(part.species.attrs["labels"]) == list(labels)
         assert part.position.attrs["origin"] == "test"
+        assert part.position.attrs["scalar"] == 2.5 and "ragged" not in part.position.attrs
+        assert list(part.position.attrs["names"]) == ["a", "b"]
         np.testing.assert_array_equal(part.position.values, ds.position.values)
         np.testing.assert_array_equal(back["observables"].rg.values, np.arange(6.0))
         assert back["observables"].rg.attrs["note"] == "mine"
@@ -401,7 +406,9 @@ def test_writers_refuse_steps_that_do_not_increase_and_a_missing_time(tmp_path, 
             w.extend([5, 3], [1.0, 2.0], position=np.zeros((2, 4, 3)))
         with pytest.raises(ValueError, match="time is None.*with_time=False"):
             w.append(9, None, position=np.zeros((4, 3)))
-        w.append(10, 1.0, position=np.ones((4, 3)))
+        with pytest.raises(ValueError):  # a frame of the wrong shape: not written...
+            w.append(10, 1.0, position=np.ones((5, 3)))
+        w.append(10, 1.0, position=np.ones((4, 3)))  # ...so its step is free again
     with h5py.File(tmp_path / "w.h5md") as f:
         np.testing.assert_array_equal(f["particles/trajectory/position/step"][()], [0, 10])
 

@@ -112,19 +112,28 @@ def _canonical_units(result: Any) -> Any:
     """The RMSD of a Zarr store (stored in the file's units) in the units ``h5mdx rmsd``
     reports for an H5MD file, which it opens with ``convert_units=True``: Å, and time in
     ps. The RMSD scales with the positions, so the series is converted, not the store."""
-    from h5mdx.format.units import conversion
+    from h5mdx.errors import H5MDUnitError
+    from h5mdx.format.units import conversion, scaled
 
-    def scale(attrs: dict) -> tuple[float, dict]:
+    def scale(attrs: dict, what: str) -> tuple[float, dict]:
         unit = attrs.get("units")
-        conv = conversion(str(unit)) if unit else None
+        if not unit or unit == "step":  # frames numbered by their steps: no time unit
+            return 1.0, attrs
+        try:
+            conv = conversion(str(unit))
+        except H5MDUnitError as err:  # the run is done: its result is kept, as it is
+            print(f"h5mdx rmsd: warning: {err}; the {what} is left in {unit!r}",
+                  file=sys.stderr)
+            return 1.0, attrs
         return (1.0, attrs) if conv is None else (conv[0], {**attrs, "units": conv[1]})
 
-    factor, attrs = scale(result.attrs)
-    out = (result * factor).assign_attrs(attrs) if factor != 1.0 else result
+    factor, attrs = scale(result.attrs, "RMSD")
+    out = scaled(result, factor).assign_attrs(attrs) if factor != 1.0 else result
     if "time" in out.coords:
-        t_factor, t_attrs = scale(out["time"].attrs)
+        t_factor, t_attrs = scale(out["time"].attrs, "time")
         if t_factor != 1.0:
-            out = out.assign_coords(time=("time", out["time"].values * t_factor, t_attrs))
+            out = out.assign_coords(time=("time", scaled(out["time"].values, t_factor),
+                                          t_attrs))
     return out.rename(result.name)
 
 

@@ -644,7 +644,7 @@ class _Builder:
         }
         if sampling.time is not None:
             scale, unit = self._unit(sampling.time_unit, f"{where}/time")
-            time = _scaled(sampling.time, scale)
+            time = _units.scaled(sampling.time, scale)
             attrs = {"long_name": "simulation time"}
             if unit is not None:
                 attrs["units"] = unit
@@ -656,17 +656,6 @@ class _Builder:
             }
         coords[tdim] = xr.Variable((tdim,), time, attrs)
         return coords
-
-
-def _scaled(values: np.ndarray, scale: float) -> np.ndarray:
-    """``values * scale``, divided by the inverse where that is a whole number: 9 fs is
-    then 0.009 ps, as ``ds.sel(time=0.009)`` expects, not 0.009000000000000001."""
-    if scale in (0.0, 1.0):
-        return values * scale if scale == 0.0 else values
-    inverse = 1.0 / scale
-    if inverse > 1.0 and abs(inverse - round(inverse)) <= 1e-9 * inverse:
-        return values / round(inverse)
-    return values * scale
 
 
 def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sampling | None:

@@ -10,6 +10,8 @@ ids, the same in every frame, which per-atom analyses such as the RMSD need.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import xarray as xr
 
@@ -38,7 +40,8 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     xarray.Dataset
         Every variable on ``time`` and ``atom`` with its slots in increasing ``id``,
         without the ``particle_order`` mark; ``id`` becomes the ids in that order, on
-        ``atom`` alone.
+        ``atom`` alone. Variables on ``atom`` but not on ``time`` (a topology's names, a
+        mass per slot) are per slot, not per particle: they are left out, with a warning.
 
     Raises
     ------
@@ -63,7 +66,15 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     held = slots >= 0
     index = xr.DataArray(np.where(held, slots, 0), dims=(TIME_DIM, ATOM_DIM))
     mask = None if held.all() else xr.DataArray(held, dims=(TIME_DIM, ATOM_DIM))
-    out = ds.drop_dims(ATOM_DIM).copy() if every.size != values.shape[1] else ds.copy()
+    # per slot, not per particle: they cannot follow the particles (a topology's names,
+    # a fixed mass per slot where the order changes); left out, said once
+    static = sorted(str(n) for n, v in ds.variables.items()
+                    if ATOM_DIM in v.dims and TIME_DIM not in v.dims and n not in (ATOM_DIM, "id"))
+    if static:
+        warnings.warn(f"by_id: {static} are per slot, not per particle, and cannot follow the "
+                      "particles: left out", UserWarning, stacklevel=3)
+    base = ds.drop_vars(static)
+    out = base.drop_dims(ATOM_DIM) if every.size != values.shape[1] else base.copy()
     for name, var in ds.data_vars.items():
         if name == "id" or TIME_DIM not in var.dims or ATOM_DIM not in var.dims:
             continue

@@ -24,7 +24,7 @@ from typing import Any
 
 from h5mdx.errors import H5MDUnitError
 
-__all__ = ["BASE_UNITS", "conversion", "parse_unit"]
+__all__ = ["BASE_UNITS", "conversion", "parse_unit", "scaled"]
 
 _NA = 6.02214076e23
 _E = 1.602176634e-19
@@ -299,3 +299,20 @@ def conversion(unit: str) -> tuple[float, str] | None:
     # round away float noise such as 9.999999999999998
     ratio = float(f"{ratio:.12g}")
     return ratio, base
+
+
+def scaled(values: Any, factor: float) -> Any:
+    """``values * factor``, divided by the inverse where that is a whole number: 9 fs is
+    then 0.009 ps, as ``ds.sel(time=0.009)`` expects, not 0.009000000000000001.
+
+    Examples
+    --------
+    >>> float(scaled(9.0, 1e-3))
+    0.009
+    """
+    if factor in (0.0, 1.0):
+        return values * factor if factor == 0.0 else values
+    inverse = 1.0 / factor
+    if inverse > 1.0 and abs(inverse - round(inverse)) <= 1e-9 * inverse:
+        return values / round(inverse)
+    return values * factor

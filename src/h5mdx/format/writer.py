@@ -490,10 +490,11 @@ class H5MDWriter:
         self._check_names(frames)
         self._check_sampling(np.array([step], dtype=np.int64), time)
         i = self._fill
+        for name, arr in frames.items():  # a frame of the wrong shape fails here, first
+            self._buf[name][i] = _stored(arr)
         self._buf_step[i] = step
         self._buf_time[i] = np.nan if time is None else time
-        for name, arr in frames.items():
-            self._buf[name][i] = _stored(arr)
+        self._last_step = int(step)
         self._fill += 1
         if self._fill == self.block:
             self._flush()
@@ -520,6 +521,8 @@ class H5MDWriter:
             pos += take
             if self._fill == self.block:
                 self._flush()
+        if n:
+            self._last_step = int(step[-1])
 
     def add_element(self, spec: ElementSpec, value: Any, step: Any, time: Any = None, *,
                     time_unit: str | None = None, observable: bool = False) -> None:
@@ -596,7 +599,6 @@ class H5MDWriter:
                 f"{self.filename}: step {int(at)} after step {int(prev)}: H5MD's steps "
                 "increase strictly (sort the frames by step, e.g. ds.sortby('step'), and "
                 "drop repeated ones)")
-        self._last_step = int(steps[-1])
 
     def _check_names(self, given: Mapping[str, Any]) -> None:
         if set(given) != set(self.specs):

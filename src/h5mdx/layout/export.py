@@ -600,10 +600,21 @@ def _h5md_attrs(var: xr.DataArray | xr.Variable) -> dict[str, Any]:
     for k, v in var.attrs.items():
         if k in _SERVED_ONLY or str(k).startswith("_"):
             continue
-        if isinstance(v, (str, bytes, bool, int, float, np.generic)) or (
-                isinstance(v, (list, tuple, np.ndarray)) and len(v)
-                and np.asarray(v).dtype.kind in "biufUS"):
+        if isinstance(v, (str, bytes, bool, int, float, np.generic)):
             out[str(k)] = v
+            continue
+        if not isinstance(v, (list, tuple, np.ndarray)):
+            continue  # a dict, None, an object: no HDF5 attribute
+        try:
+            arr = np.asarray(v)
+        except ValueError:  # ragged
+            continue
+        if arr.ndim == 0:
+            out[str(k)] = arr[()]
+        elif arr.size and arr.dtype.kind in "biufS":
+            out[str(k)] = arr
+        elif arr.size and arr.dtype.kind == "U":  # h5py stores str lists, not <U arrays
+            out[str(k)] = [str(x) for x in arr.ravel()]
     return out
 
 

@@ -440,14 +440,14 @@ def _in_base_unit(values: np.ndarray, unit: str, trajectory: str) -> tuple[np.nd
     import warnings
 
     from h5mdx.errors import H5MDUnitError
-    from h5mdx.format.units import conversion
+    from h5mdx.format.units import conversion, scaled
 
     try:
         conv = conversion(unit)
     except H5MDUnitError as err:
         warnings.warn(f"{trajectory}: {err}; the series is left in {unit!r}", stacklevel=2)
         return values, unit
-    return (values, unit) if conv is None else (values * conv[0], conv[1])
+    return (values, unit) if conv is None else (scaled(values, conv[0]), conv[1])
 
 
 def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
