@@ -941,25 +941,17 @@ _STAGE = ".example-partial-"
 
 def _stage(out: str) -> str:
     """A fresh staging directory in ``out``; those of processes no longer running go."""
+    from h5mdx.layout._atomic import pid_alive
+
     for name in os.listdir(out):
         if name.startswith(_STAGE) and name[len(_STAGE):].isdigit():
             pid = int(name[len(_STAGE):])
-            if pid != os.getpid() and not _alive(pid):
+            if pid != os.getpid() and not pid_alive(pid):
                 shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     stage = os.path.join(out, f"{_STAGE}{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     os.makedirs(stage)
     return stage
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _publish(res: ExampleResult, out: str) -> None:

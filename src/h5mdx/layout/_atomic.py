@@ -37,7 +37,8 @@ def partial_files(target: str | os.PathLike[str]) -> list[Path]:
     return sorted(t.parent.glob(f".{t.name}.*{_SUFFIX}"))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -71,7 +72,7 @@ def _clean_stale(target: Path) -> None:
     for p in partial_files(target):
         parts = p.name[len(target.name) + 2: -len(_SUFFIX)].split(".")
         # .NAME.HOST.PID.RANDOM.h5mdx-partial
-        if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not _alive(
+        if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not pid_alive(
             int(parts[1])
         ):
             if parts[2] == _OLD and not os.path.lexists(target):

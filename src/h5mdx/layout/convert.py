@@ -19,7 +19,7 @@ import sys
 import time as _time
 import traceback
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -569,40 +569,10 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
             "check them against the units the simulation used"]
 
 
-def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
-    """The units of the observables of H5MD inputs (MDAnalysis gives their values alone,
-    as stored): the files given, else the Universe's; one they give otherwise is left out."""
+def _h5md_inputs(trajectories: Sequence[Any]) -> Iterator[Any]:
+    """Each input that is an HDF5 file, open (read-only); those that cannot be read skip."""
     import h5py
 
-    found: dict[str, set[str]] = {}
-    for t in list(trajectories) or [getattr(u.trajectory, "filename", None)]:
-        if not isinstance(t, (str, os.PathLike)):
-            continue
-        try:
-            if not h5py.is_hdf5(t):
-                continue
-            with h5py.File(t, "r") as f:
-                for name, el in f.get("observables", {}).items():
-                    unit = el.get("value").attrs.get("unit") \
-                        if isinstance(el, h5py.Group) and "value" in el else None
-                    if isinstance(unit, bytes):
-                        unit = unit.decode("utf-8", "replace")
-                    if isinstance(unit, str):
-                        found.setdefault(str(name), set()).add(unit)
-        except (OSError, KeyError, TypeError, ValueError):
-            continue
-    return {name: units.pop() for name, units in found.items() if len(units) == 1}
-
-
-def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> list[str]:
-    """A note for each H5MD input whose observables or parameters the copy leaves out:
-    convert writes what MDAnalysis reads (particles, and the scalar observables it gives
-    per frame: ``copied``); ``h5mdx rechunk`` copies a file whole."""
-    import h5py
-
-    copied = set(copied)
-
-    notes = []
     for t in trajectories:
         if not isinstance(t, (str, os.PathLike)):
             continue
@@ -610,12 +580,45 @@ def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> lis
             if not h5py.is_hdf5(t):
                 continue
             with h5py.File(t, "r") as f:
-                left = [g for g in ("observables", "parameters")
-                        if set(f.get(g, ())) - (copied if g == "observables" else set())]
+                yield f
         except OSError:
             continue
+
+
+def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
+    """The units of the observables of H5MD inputs (MDAnalysis gives their values alone,
+    as stored): the files given, else the Universe's; one they give otherwise is left out."""
+    import h5py
+
+    found: dict[str, set[str]] = {}
+    for f in _h5md_inputs(list(trajectories) or [getattr(u.trajectory, "filename", None)]):
+        for name, el in f.get("observables", {}).items():
+            try:
+                unit = el["value"].attrs.get("unit") \
+                    if isinstance(el, h5py.Group) and "value" in el else None
+            except (OSError, KeyError, TypeError, ValueError):
+                continue
+            if isinstance(unit, bytes):
+                unit = unit.decode("utf-8", "replace")
+            if isinstance(unit, str):
+                found.setdefault(str(name), set()).add(unit)
+    return {name: units.pop() for name, units in found.items() if len(units) == 1}
+
+
+def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> list[str]:
+    """A note for each H5MD input whose observables or parameters the copy leaves out:
+    convert writes what MDAnalysis reads (particles, and the scalar observables it gives
+    per frame: ``copied``); ``h5mdx rechunk`` copies a file whole."""
+    copied = set(copied)
+    notes = []
+    for f in _h5md_inputs(trajectories):
+        try:
+            left = [g for g in ("observables", "parameters")
+                    if set(f.get(g, ())) - (copied if g == "observables" else set())]
+        except (OSError, KeyError, TypeError):
+            continue
         if left:
-            notes.append(f"{os.fspath(t)}: /{' and /'.join(left)} not copied (convert writes "
+            notes.append(f"{f.filename}: /{' and /'.join(left)} not copied (convert writes "
                          "the particles MDAnalysis reads; h5mdx rechunk copies an H5MD file "
                          "whole)")
     return notes
