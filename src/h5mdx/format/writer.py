@@ -49,6 +49,7 @@ __all__ = [
     "H5MDWriter",
     "Layout",
     "check_group_name",
+    "check_steps_increase",
     "compression_kwargs",
     "dataset_checksums",
     "ensure_room",
@@ -237,6 +238,30 @@ def _stored(values: Any) -> np.ndarray:
     """``values`` as written: unicode strings encoded to fixed-length UTF-8 bytes."""
     arr = np.asarray(values)
     return np.char.encode(arr, "utf-8") if arr.dtype.kind == "U" else arr
+
+
+def check_steps_increase(steps: Any, where: str, *, after: int | None = None) -> None:
+    """Refuse steps that do not increase strictly (H5MD's ``step``; readers take the
+    frames for a time series), also against a step ``after`` written before them.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where``, the step and the one it follows.
+    """
+    steps = np.asarray(steps, dtype=np.int64).reshape(-1)
+    if not steps.size:
+        return
+    if after is not None and steps[0] <= after:
+        at, prev = int(steps[0]), after
+    else:
+        back = np.flatnonzero(np.diff(steps) <= 0)
+        if not back.size:
+            return
+        at, prev = int(steps[back[0] + 1]), int(steps[back[0]])
+    raise ValueError(f"{where}: step {at} after step {prev}: H5MD's steps increase strictly "
+                     "(sort the frames by step, e.g. ds.sortby('step'), and drop repeated "
+                     "ones, e.g. ds.drop_duplicates('time'))")
 
 
 def check_group_name(group: str) -> str:
@@ -588,17 +613,7 @@ class H5MDWriter:
             raise ValueError(
                 f"{self.filename}: time is None, but the writer writes a 'time' dataset "
                 "(give the times, or create it with with_time=False)")
-        if not steps.size:
-            return
-        last = self._last_step
-        bad = np.flatnonzero(np.diff(steps) <= 0)
-        if (last is not None and steps[0] <= last) or bad.size:
-            at, prev = (steps[0], last) if last is not None and steps[0] <= last \
-                else (steps[bad[0] + 1], steps[bad[0]])
-            raise ValueError(
-                f"{self.filename}: step {int(at)} after step {int(prev)}: H5MD's steps "
-                "increase strictly (sort the frames by step, e.g. ds.sortby('step'), and "
-                "drop repeated ones)")
+        check_steps_increase(steps, self.filename, after=self._last_step)
 
     def _check_names(self, given: Mapping[str, Any]) -> None:
         if set(given) != set(self.specs):

@@ -33,7 +33,14 @@ from h5mdx.format.schema import (
     STEP_COORD,
     TIME_DIM,
 )
-from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout, check_group_name, id_element
+from h5mdx.format.writer import (
+    ElementSpec,
+    H5MDWriter,
+    Layout,
+    check_group_name,
+    check_steps_increase,
+    id_element,
+)
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "missing_chunks", "open_zarr_store", "to_h5md",
@@ -524,13 +531,7 @@ def to_h5md(
     steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
              else np.arange(n_frames, dtype=np.int64))
     _warn_without_units(path, specs, time_unit if with_time else "")
-    back = np.flatnonzero(np.diff(np.asarray(steps, dtype=np.int64)) <= 0)
-    if back.size:
-        i = int(back[0])
-        raise ValueError(
-            f"{os.fspath(path)}: frame {i + 1} has step {int(steps[i + 1])} after step "
-            f"{int(steps[i])}: H5MD's steps increase strictly (ds.sortby('step'), and "
-            "ds.drop_duplicates('time') for repeated frames)")
+    check_steps_increase(steps, os.fspath(path))  # before any output exists
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
