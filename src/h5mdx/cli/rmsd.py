@@ -112,20 +112,17 @@ def _canonical_units(result: Any) -> Any:
     """The RMSD of a Zarr store (stored in the file's units) in the units ``h5mdx rmsd``
     reports for an H5MD file, which it opens with ``convert_units=True``: Å, and time in
     ps. The RMSD scales with the positions, so the series is converted, not the store."""
-    from h5mdx.errors import H5MDUnitError
-    from h5mdx.format.units import conversion, scaled
+    from h5mdx.format.units import base_factor, scaled
 
     def scale(attrs: dict, what: str) -> tuple[float, dict]:
         unit = attrs.get("units")
         if not unit or unit == "step":  # frames numbered by their steps: no time unit
             return 1.0, attrs
-        try:
-            conv = conversion(str(unit))
-        except H5MDUnitError as err:  # the run is done: its result is kept, as it is
-            print(f"h5mdx rmsd: warning: {err}; the {what} is left in {unit!r}",
+        factor, base, problem = base_factor(str(unit))
+        if problem is not None:  # the run is done: its result is kept, as it is
+            print(f"h5mdx rmsd: warning: {problem}; the {what} is left in {unit!r}",
                   file=sys.stderr)
-            return 1.0, attrs
-        return (1.0, attrs) if conv is None else (conv[0], {**attrs, "units": conv[1]})
+        return factor, {**attrs, "units": base}
 
     factor, attrs = scale(result.attrs, "RMSD")
     out = scaled(result, factor).assign_attrs(attrs) if factor != 1.0 else result

@@ -47,6 +47,7 @@ from h5mdx.format.h5md import (
     ensure_filters,
     is_h5md,
     scan,
+    unit_text,
 )
 from h5mdx.format.h5md import open_h5md as _open_file
 from h5mdx.format.schema import (
@@ -66,11 +67,8 @@ def _file_state(filename: str) -> tuple[int, int] | None:
     """``(size, modification time in ns)`` of a file: what a file replaced or rewritten
     under the same name changes. Not the inode: some network and FUSE file systems number
     a file otherwise on each node or mount; size and time come from the file server."""
-    try:
-        st = os.stat(filename)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+    stamp = _direct.file_stamp(filename)  # (device, inode, size, mtime)
+    return None if stamp is None else (stamp[2], stamp[3])
 
 
 def _opener(filename: str, mode: str = "r", swmr: bool = False,
@@ -532,14 +530,10 @@ class _Builder:
     def _unit(self, unit: str | None, where: str) -> tuple[float, str | None]:
         if unit is None or not self.convert_units:
             return 1.0, unit
-        try:
-            conv = _units.conversion(unit)
-        except _units.H5MDUnitError as err:
-            self.report.note(where, str(err), "left unconverted")
-            return 1.0, unit
-        if conv is None:
-            return 1.0, unit
-        return conv
+        factor, unit, problem = _units.base_factor(unit)
+        if problem is not None:
+            self.report.note(where, problem, "left unconverted")
+        return factor, unit
 
     # -- data variables -----------------------------------------------------------------
     def _eager(self, el: ElementInfo) -> np.ndarray | None:
@@ -1411,12 +1405,10 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
     if problem is not None:
         raise H5MDFormatError(b.info.filename, path, problem)
     attrs = {k: _plain(v) for k, v in dset.attrs.items()}
-    unit = attrs.pop("unit", None)
-    if isinstance(unit, list) and len(unit) == 1:  # a one-element string array, as elements
-        unit = unit[0]
-    if unit is not None and not isinstance(unit, str):
-        b.report.note(path, f"the 'unit' attribute must be a string, not {unit!r}",
-                      "unit ignored")
+    try:  # as an element's (a one-element string array too)
+        unit = unit_text(attrs.pop("unit", None))
+    except ValueError as err:
+        b.report.note(path, str(err), "unit ignored")
         unit = None
     scale, unit = b._unit(unit, path) if dset.dtype.kind in "iuf" else (1.0, unit)
     if unit is not None:

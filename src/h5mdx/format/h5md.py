@@ -387,15 +387,29 @@ def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
         return default
 
 
+def unit_text(value: Any) -> str | None:
+    """The text of a ``unit`` attribute as read, decoded (a one-element string array is
+    accepted); None where there is none.
+
+    Raises
+    ------
+    ValueError
+        Where it is anything else (a number, several strings).
+    """
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"the 'unit' attribute must be a string, not {value!r}")
+
+
 def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
-    """The ``unit`` attribute as a string (a one-element string array is accepted)."""
-    unit = _attr(obj, "unit")
-    if isinstance(unit, list) and len(unit) == 1:
-        unit = unit[0]
-    if unit is None or isinstance(unit, str):
-        return unit
-    c.note(where, f"the 'unit' attribute must be a string, not {unit!r}", "unit ignored")
-    return None
+    """The ``unit`` attribute as a string (:func:`unit_text`), else None (noted)."""
+    try:
+        return unit_text(_attr(obj, "unit"))
+    except ValueError as err:
+        c.note(where, str(err), "unit ignored")
+        return None
 
 
 def _addr(obj: h5py.HLObject) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 from h5mdx.errors import H5MDUnitError
 
-__all__ = ["BASE_UNITS", "conversion", "parse_unit", "scaled"]
+__all__ = ["BASE_UNITS", "base_factor", "conversion", "parse_unit", "scaled"]
 
 _NA = 6.02214076e23
 _E = 1.602176634e-19
@@ -316,3 +316,21 @@ def scaled(values: Any, factor: float) -> Any:
     if inverse > 1.0 and abs(inverse - round(inverse)) <= 1e-9 * inverse:
         return values / round(inverse)
     return values * factor
+
+
+def base_factor(unit: str) -> tuple[float, str, str | None]:
+    """What converting values in ``unit`` takes, for a reader that keeps what it cannot
+    convert: ``(factor, unit after, problem)``. The factor and base unit of
+    :func:`conversion`; ``(1.0, unit, None)`` where the dimension has no base unit; and
+    ``(1.0, unit, why)`` where ``unit`` cannot be read (the caller says so).
+
+    Examples
+    --------
+    >>> base_factor("nm")
+    (10.0, 'Angstrom', None)
+    """
+    try:
+        conv = conversion(unit)
+    except H5MDUnitError as err:
+        return 1.0, unit, str(err)
+    return (1.0, unit, None) if conv is None else (conv[0], conv[1], None)

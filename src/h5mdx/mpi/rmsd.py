@@ -439,15 +439,12 @@ def _in_base_unit(values: np.ndarray, unit: str, trajectory: str) -> tuple[np.nd
     unit cannot be read (the run is done: its result is not thrown away for a label)."""
     import warnings
 
-    from h5mdx.errors import H5MDUnitError
-    from h5mdx.format.units import conversion, scaled
+    from h5mdx.format.units import base_factor, scaled
 
-    try:
-        conv = conversion(unit)
-    except H5MDUnitError as err:
-        warnings.warn(f"{trajectory}: {err}; the series is left in {unit!r}", stacklevel=2)
-        return values, unit
-    return (values, unit) if conv is None else (scaled(values, conv[0]), conv[1])
+    factor, base, problem = base_factor(unit)
+    if problem is not None:
+        warnings.warn(f"{trajectory}: {problem}; the series is left in {unit!r}", stacklevel=2)
+    return scaled(values, factor), base
 
 
 def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
