@@ -558,9 +558,8 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
     ``units`` None): it converts nothing, and the values are written as read, under the
     units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps)."""
     units = getattr(u.trajectory, "units", None) or {}
-    unknown = sorted({_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT
-                      and _READER_UNIT[s.name] in units and units[_READER_UNIT[s.name]] is None}
-                     | ({"time"} if "time" in units and units["time"] is None else set()))
+    quantities = {_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT} | {"time"}
+    unknown = sorted(q for q in quantities if q in units and units[q] is None)
     if not unknown:
         return []
     return [f"MDAnalysis does not know the {', '.join(unknown)} units of "
