@@ -424,7 +424,7 @@ def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
                         "dimension": 3})},
         coords={"time": ("time", np.arange(4.0), {"units": "ps"}),
                 "step": ("time", np.arange(4) * 10)},
-        attrs={"author_name": "Ada"})
+        attrs={"author_name": "Ada", "author_email": "ada@example.org"})
     out = tmp_path / "fixed.h5md"
     to_h5md(ds, out)
     with h5py.File(out) as f:
@@ -433,11 +433,13 @@ def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
         np.testing.assert_array_equal(part["box/edges"][()], [2.0, 3.0, 4.0])
         assert list(part["box"].attrs["boundary"]) == [b"periodic", b"periodic", b"none"]
         assert f["h5md/author"].attrs["name"] == b"Ada"
+        assert f["h5md/author"].attrs["email"] == b"ada@example.org"
     with xr.open_dataset(out, engine="h5md") as back:
         np.testing.assert_array_equal(back.box_edges.values, [2.0, 3.0, 4.0])
         assert list(back.box_edges.attrs["boundary"]) == ["periodic", "periodic", "none"]
         np.testing.assert_array_equal(back.position.values, pos)
         assert back.attrs["author_name"] == "Ada"
+        assert back.attrs["author_email"] == "ada@example.org"
 
 
 def test_to_h5md_writes_elements_sampled_on_their_own_time_axis(tmp_path):

@@ -340,6 +340,8 @@ class H5MDWriter:
         The box's spatial dimension (default: the last axis of ``position``, else 3).
     author : str, optional
         ``/h5md/author`` name (default: the user name).
+    author_email : str, optional
+        ``/h5md/author`` email (H5MD's optional ``email`` attribute); none by default.
     checksum : bool, default False
         Keep a BLAKE2 digest of everything written (see :attr:`checksums`).
 
@@ -365,6 +367,7 @@ class H5MDWriter:
         static: Mapping[str, tuple[Any, str | None, Mapping[str, Any]]] | None = None,
         time_unit: str | None = "ps",
         author: str | None = None,
+        author_email: str | None = None,
         checksum: bool = False,
         with_time: bool = True,
         dimension: int | None = None,
@@ -392,6 +395,8 @@ class H5MDWriter:
         self._digests = Digests(enabled=checksum)
         try:
             self._create(boundary, static or {}, time_unit, author)
+            if author_email:
+                _set_text(self.file["h5md/author"].attrs, "email", str(author_email))
         except BaseException:
             if self._own:
                 self.file.close()

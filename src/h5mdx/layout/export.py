@@ -472,6 +472,7 @@ def to_h5md(
     group: str | None = None,
     overwrite: bool = False,
     author: str | None = None,
+    author_email: str | None = None,
 ) -> str:
     """Write a Dataset of the h5mdx data model to an H5MD 1.1 file.
 
@@ -500,6 +501,8 @@ def to_h5md(
     author : str, optional
         ``/h5md/author`` name (default: the Dataset's ``author_name``, as the ``h5md``
         engine opens it, else the user's name).
+    author_email : str, optional
+        ``/h5md/author`` email (default: the Dataset's ``author_email``, if any).
 
     Returns
     -------
@@ -517,6 +520,8 @@ def to_h5md(
                     contiguous=contiguous, compression=compression)
     if author is None and ds.attrs.get("author_name") not in (None, "unknown"):
         author = str(ds.attrs["author_name"])  # the file's author, as opened
+    if author_email is None and ds.attrs.get("author_email"):
+        author_email = str(ds.attrs["author_email"])
     if group is None:
         group = str(ds.attrs.get("h5md_group", "/particles/trajectory")).rstrip("/")
         group = group.rsplit("/", 1)[-1] or "trajectory"
@@ -535,7 +540,8 @@ def to_h5md(
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
-                        author=author, with_time=with_time, dimension=_dimension(ds)) as w:
+                        author=author, author_email=author_email, with_time=with_time,
+                        dimension=_dimension(ds)) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
