@@ -43,6 +43,7 @@ import h5py
 import numpy as np
 
 from h5mdx._machine import cpu_description
+from h5mdx._signals import interrupts_deferred
 
 __all__ = [
     "DEFAULT_FRAMES",
@@ -222,7 +223,8 @@ def build_adk_trajectory(
 
 
 def _ignore_interrupts() -> None:
-    """A reader process leaves Ctrl-C to the example, which stops it (no tracebacks)."""
+    """A reader process leaves Ctrl-C to the example, which stops it (no tracebacks);
+    where signal masks exist they are born deaf to it already (h5mdx._signals)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -366,7 +368,8 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
     spans: list[list[tuple[int, int]]] = []  # located at the first raw read, not before
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
                              initializer=_ignore_interrupts) as pool:
-        list(pool.map(_ping, range(workers)))
+        with interrupts_deferred():  # the readers are born deaf to Ctrl-C, even importing
+            list(pool.map(_ping, range(workers)))
 
         def read(raw: bool = False) -> tuple[float, int]:
             t0 = time.perf_counter()
@@ -950,8 +953,10 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
 _STAGE = ".example-partial-"
 
 
-def _stage(out: str) -> str:
-    """A fresh staging directory in ``out``; those of processes no longer running go."""
+@contextlib.contextmanager
+def _staged(out: str) -> Iterator[str]:
+    """A fresh staging directory in ``out`` for the block, removed where it ends in an
+    exception (Ctrl-C included); those of processes no longer running go first."""
     from h5mdx.layout._atomic import pid_alive
 
     for name in os.listdir(out):
@@ -962,7 +967,11 @@ def _stage(out: str) -> str:
     stage = os.path.join(out, f"{_STAGE}{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     os.makedirs(stage)
-    return stage
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
 
 
 def _publish(res: ExampleResult, out: str) -> None:
@@ -1039,31 +1048,33 @@ def run_example(
          f"{_plural(workers, 'worker process', 'worker processes')} against the h5py "
          f"read floor ({workers} h5py reader process(es)) and raw reads of the same bytes: "
          f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
-    stage = _stage(out)  # the outputs appear together, or the last run's stay
-    result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, progress)
-    files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
-             "rmsd": os.path.join(stage, "rmsd.csv"), "timing": os.path.join(stage, "timing.csv")}
-    write_series(files["rmsd"], result)
-    plot_rmsd(result, files["rmsd_plot"], select=select)
-    records, _ = load(files["timing"])
-    mda = None
-    if mda_frames > 0:
-        echo(f"MDAnalysis RMSD on the first {min(mda_frames, n_frames)} frames ...")
-        mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
-    res = ExampleResult(out=stage, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
-                        n_selected=n_selected, nbytes=nbytes, chunks=chunks, built_seconds=built,
-                        workers=workers, select=select,
-                        seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
-                        floor=paired["floor"], mda=mda, records=records, warmup=warm,
-                        files=files, ratios=_ratios(paired["floor_seconds"], paired),
-                        raw=paired["raw"], raw_ratios=_ratios(paired["raw_seconds"], paired),
-                        rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
-                        argv=list(argv or []))
-    res.files["rounds"] = os.path.join(stage, "rounds.json")
-    with open(res.files["rounds"], "w", encoding="utf-8") as fh:
-        json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
-                   "workers": workers, "select": select}, fh, indent=1)
-    res.files.update(write_report(res))
-    _publish(res, out)
+    with _staged(out) as stage:  # the outputs appear together, or the last run's stay
+        result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, progress)
+        files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
+                 "rmsd": os.path.join(stage, "rmsd.csv"),
+                 "timing": os.path.join(stage, "timing.csv")}
+        write_series(files["rmsd"], result)
+        plot_rmsd(result, files["rmsd_plot"], select=select)
+        records, _ = load(files["timing"])
+        mda = None
+        if mda_frames > 0:
+            echo(f"MDAnalysis RMSD on the first {min(mda_frames, n_frames)} frames ...")
+            mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
+        res = ExampleResult(out=stage, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
+                            n_selected=n_selected, nbytes=nbytes, chunks=chunks,
+                            built_seconds=built, workers=workers, select=select,
+                            seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
+                            floor=paired["floor"], mda=mda, records=records, warmup=warm,
+                            files=files, ratios=_ratios(paired["floor_seconds"], paired),
+                            raw=paired["raw"],
+                            raw_ratios=_ratios(paired["raw_seconds"], paired),
+                            rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
+                            argv=list(argv or []))
+        res.files["rounds"] = os.path.join(stage, "rounds.json")
+        with open(res.files["rounds"], "w", encoding="utf-8") as fh:
+            json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
+                       "workers": workers, "select": select}, fh, indent=1)
+        res.files.update(write_report(res))
+        _publish(res, out)
     return res
 

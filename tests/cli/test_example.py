@@ -231,12 +231,17 @@ def test_cli_rejects_too_few_frames(tmp_path, capsys):
 def test_outputs_are_staged_and_stale_stages_removed(tmp_path):
     """A run writes into a staging directory and renames its outputs into place at the
     end (an interrupted rerun left new series beside an old report); a stage left by a
-    process that is gone is removed by the next run."""
-    from h5mdx.examples import _STAGE, _stage
+    process that is gone is removed by the next run, and one interrupted (Ctrl-C) goes
+    at once."""
+    from h5mdx.examples import _STAGE, _staged
 
     dead = tmp_path / f"{_STAGE}999999999"
     dead.mkdir()
     (dead / "rmsd.csv").write_text("old")
-    mine = _stage(str(tmp_path))
-    assert not dead.exists()
-    assert os.path.basename(mine) == f"{_STAGE}{os.getpid()}" and os.listdir(mine) == []
+    with _staged(str(tmp_path)) as mine:
+        assert not dead.exists()
+        assert os.path.basename(mine) == f"{_STAGE}{os.getpid()}" and os.listdir(mine) == []
+    with pytest.raises(KeyboardInterrupt), _staged(str(tmp_path)) as mine:
+        (tmp_path / mine / "rmsd.csv").write_text("new")
+        raise KeyboardInterrupt
+    assert not os.path.exists(mine)

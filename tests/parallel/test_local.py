@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 
@@ -188,3 +189,63 @@ def test_own_environ_is_the_value_from_before_a_start_under_way(monkeypatch):
         os.environ[MALLOC_TRIM] = "65536"
         assert _own_environ(MALLOC_TRIM) == "131072"
     assert _own_environ(MALLOC_TRIM) == "131072"
+
+
+# ------------------------------------------------------------------------------ Ctrl-C
+_CTRL_C = r"""
+import os, signal, sys, threading, time
+from h5mdx.parallel import local_cluster
+
+def blocked(pid):
+    with open(f"/proc/{pid}/status") as fh:
+        mask = next(line for line in fh if line.startswith("SigBlk:")).split()[1]
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+if __name__ == "__main__":
+    if sys.argv[1] == "mask":
+        from distributed import Client
+        with local_cluster(2) as cluster, Client(cluster) as client:
+            workers = list(client.run(os.getpid).values())
+            print("workers", all(blocked(p) for p in workers), len(workers))
+            print("main", blocked(os.getpid()))
+    else:  # Ctrl-C to the whole process group while the workers start (a terminal's)
+        threading.Timer(float(sys.argv[2]), os.killpg, (os.getpgrp(), signal.SIGINT)).start()
+        try:
+            with local_cluster(2):
+                time.sleep(30)
+        except KeyboardInterrupt:
+            print("interrupted")
+"""
+
+
+def _ctrl_c(tmp_path, *args):
+    import subprocess
+    import sys
+
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(_CTRL_C)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, timeout=120, start_new_session=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_worker_processes_are_born_deaf_to_ctrl_c(tmp_path):
+    """A terminal sends Ctrl-C to every process of the group: the workers had printed a
+    KeyboardInterrupt traceback each (those still importing), and a cluster interrupted in
+    its start failed in an exit handler. The workers now start with SIGINT blocked (and
+    multiprocessing's resource tracker, which unblocks it in the thread that starts it,
+    first); this process keeps it."""
+    done = _ctrl_c(tmp_path, "mask")
+    assert done.returncode == 0, done.stderr
+    assert "workers True 2" in done.stdout and "main False" in done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="needs process groups")
+@pytest.mark.parametrize("after", [0.3, 1.5])
+def test_ctrl_c_while_workers_start_is_one_clean_keyboard_interrupt(tmp_path, after):
+    """Ctrl-C to the whole group while the cluster starts (its workers importing, or up):
+    one KeyboardInterrupt in this process, with the cluster closed; no traceback from a
+    worker or from distributed's exit handler."""
+    done = _ctrl_c(tmp_path, "interrupt", str(after))
+    assert done.stdout.strip() == "interrupted", (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from h5mdx._optional import import_optional
+from h5mdx._signals import interrupts_deferred
 
 __all__ = ["local_cluster"]
 
@@ -176,6 +177,15 @@ def local_cluster(n_workers: int = 2, *, dashboard: bool = False, trim_memory: b
         profile = {}
     import dask
 
-    # in-process workers read the config as they start
-    with _environ_restored(_nanny_environ_names()), dask.config.set(profile):
-        return distributed.LocalCluster(**options)
+    cluster = None
+    try:
+        # in-process workers read the config as they start; worker processes are born
+        # deaf to Ctrl-C, which this process handles by closing them (h5mdx._signals)
+        with _environ_restored(_nanny_environ_names()), dask.config.set(profile), \
+                interrupts_deferred():
+            cluster = distributed.LocalCluster(**options)
+    except KeyboardInterrupt:
+        if cluster is not None:
+            cluster.close()
+        raise
+    return cluster
