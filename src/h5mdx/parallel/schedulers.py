@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from h5mdx._signals import interrupts_deferred
 from h5mdx.timing.capture import client_workers
 
 __all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_scheduler",
@@ -81,10 +82,29 @@ def local_scheduler(ds: Any, name: str = "position") -> tuple[str, str]:
     return "distributed", f"{name} is read through HDF5, one call at a time per process ({why})"
 
 
+#: The loggers of a cluster's machinery (:func:`quiet_logging`).
+_CLUSTER_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+@contextlib.contextmanager
+def _hushed_teardown() -> Iterator[None]:
+    """Where the block ends in an exception (Ctrl-C, SIGTERM, a failed run), silence the
+    cluster's loggers for the teardown that follows (up to the end of the enclosing
+    :func:`quiet_logging`): closing a cluster with work in flight logs its own races, such as
+    asyncio's "Future exception was never retrieved" of a scheduler broadcast to a worker
+    already closing, which say nothing to the user that the error itself does not."""
+    try:
+        yield
+    except BaseException:
+        for name in _CLUSTER_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        raise
+
+
 @contextlib.contextmanager
 def quiet_logging() -> Iterator[None]:
     """Silence the INFO logs of distributed, tornado and asyncio while a cluster runs."""
-    loggers = [logging.getLogger(n) for n in ("distributed", "tornado", "asyncio")]
+    loggers = [logging.getLogger(n) for n in _CLUSTER_LOGGERS]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
@@ -122,7 +142,8 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)
-            yield client
+            with _hushed_teardown():
+                yield client
     elif scheduler == "slurm":
         from h5mdx.parallel import cluster as slurm_cluster
 
@@ -130,7 +151,8 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None) -> Iterato
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)  # as a local cluster's: loading is not the first task's
-            yield client
+            with _hushed_teardown():
+                yield client
     else:  # pragma: no cover - argparse restricts the choices
         raise ValueError(f"unknown scheduler {scheduler!r}")
 
@@ -152,6 +174,8 @@ def _process_pool(workers: int) -> Iterator[Any]:
                                initializer=partial(dmp.initialize_worker_process,
                                                    user_initializer=None))
     try:
+        with interrupts_deferred():  # born deaf to Ctrl-C, which ends them from here
+            list(pool.map(time.sleep, [0.05] * workers))  # busy, so that all start now
         yield pool
     except BaseException:
         terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
