@@ -396,11 +396,29 @@ def test_rechunk_warning_points_at_the_caller(adk_h5md_blocked, adk_universe):
         assert_close(lazy.compute(), _mda_rmsd(adk_universe, select="all"))
 
 
+def test_integer_select_is_atom_indices_on_a_subset(memory_position, adk_universe):
+    """Integers in select= are atom indices, as everything else is matched (and as
+    MDAnalysis' ``AtomGroup.indices``): on positions of a subset of the atoms they were
+    taken as positions along ``atom`` and compared other atoms (O, HB2, HA for C-alphas),
+    silently. Found by an audit."""
+    ca = adk_universe.select_atoms("name CA and resid 100:110")
+    sub = memory_position.isel(atom=slice(1500, 1800))
+    got = h5mdx.rmsd(sub, select=ca.indices).values
+    np.testing.assert_allclose(got, h5mdx.rmsd(memory_position, select=ca.indices).values,
+                               atol=1e-6)
+    assert_close(got, _mda_rmsd(adk_universe, select="name CA and resid 100:110"))
+    with pytest.raises(IndexError, match=r"\[0\] are not atoms of these positions "
+                                         r"\(300 atoms, indices 1500-1799\)"):
+        h5mdx.rmsd(sub, select=[0, 1600])
+
+
 def test_argument_errors(memory_position):
     with pytest.raises(ValueError, match="boolean mask must have 3341"):
         h5mdx.rmsd(memory_position, select=np.ones(5, bool))
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match=r"atom indices \[5000\] are not atoms"):
         h5mdx.rmsd(memory_position, select=[0, 5000])
+    with pytest.raises(IndexError, match=r"atom indices \[-1\] are not atoms"):
+        h5mdx.rmsd(memory_position, select=[-1, 0, 1])
     with pytest.raises(ValueError, match="weights has 7 entries"):
         h5mdx.rmsd(memory_position, weights=np.ones(7))
     with pytest.raises(ValueError, match="weights must be None, 'mass'"):

@@ -144,6 +144,26 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     return universe
 
 
+def _positions_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions along ``atom`` of the atom indices ``wanted``, found in ``ids`` (the
+    ``atom`` coordinate); an index that is not there is an IndexError."""
+    n = ids.size
+    if n and ids[0] == 0 and ids[-1] == n - 1 and np.array_equal(ids, np.arange(n)):
+        pos, missing = wanted, (wanted < 0) | (wanted >= n)  # every atom, in file order
+    else:
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], wanted), max(n - 1, 0))
+        missing = ids[order][at] != wanted if n else np.ones(wanted.shape, bool)
+        pos = order[at] if n else wanted
+    if missing.any():
+        span = f", indices {int(ids.min())}-{int(ids.max())}" if n else ""
+        raise IndexError(
+            f"atom indices {wanted[missing][:5].tolist()} are not atoms of these positions "
+            f"({n} atoms{span}): integers in select= are atom indices (the atom "
+            "coordinate, as MDAnalysis' AtomGroup.indices), not positions along atom")
+    return pos
+
+
 def select_atoms(
     position: xr.DataArray, select: Any, topology: Any = None
 ) -> np.ndarray | None:
@@ -155,7 +175,8 @@ def select_atoms(
         Positions; its ``atom`` coordinate holds 0-based topology indices.
     select : None, str, array of int or array of bool
         None (all atoms), an MDAnalysis selection string (needs a topology),
-        integer positions along ``atom``, or a boolean mask on ``atom``.
+        integer atom indices (values of the ``atom`` coordinate, as MDAnalysis'
+        ``AtomGroup.indices``), or a boolean mask on ``atom``.
     topology : str, path-like or MDAnalysis.Universe, optional
         Defaults to the topology the ``h5md`` engine attached (``topology=``).
 
@@ -192,10 +213,7 @@ def select_atoms(
             raise ValueError(f"a boolean mask must have {n} entries, not {sel.shape}")
         idx = np.flatnonzero(sel)
     elif sel.dtype.kind in "iu":
-        idx = sel.reshape(-1).astype(np.int64)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"atom indices out of range for {n} atoms")
-        idx = np.where(idx < 0, idx + n, idx)
+        idx = _positions_of(_atom_ids(position), sel.reshape(-1).astype(np.int64))
     else:
         raise TypeError(f"select must be a string, integers or a boolean mask, not {sel.dtype}")
     if idx.size == 0:
@@ -931,8 +949,10 @@ def rmsd(
         another Dataset, or the current frame of a Universe or AtomGroup. DataArrays and
         MDAnalysis objects are matched to the compared atoms by atom index.
     select : None, str, array of int or array of bool
-        Atoms to compare: an MDAnalysis selection string (needs a topology),
-        positions along ``atom`` or a boolean mask. Only these atoms are read.
+        Atoms to compare: an MDAnalysis selection string (needs a topology), atom
+        indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
+        on a Dataset of all atoms, their positions) or a boolean mask on ``atom``. Only
+        these atoms are read.
     weights : None, "mass" or array_like
         Per-atom weights for centring and superposition.
     superposition : bool, default True
