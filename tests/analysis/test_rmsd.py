@@ -633,6 +633,30 @@ def test_references_are_matched_by_atom(adk_h5md, adk_universe, ca):
             ds.md.rmsd(7, select=rev, weights=np.ones(ds.sizes["atom"]))
 
 
+def test_a_reference_of_another_file_is_selected_as_mdanalysis_does(adk_h5md, adk_universe):
+    """A Universe of the same protein from another file (the GRO of MDAnalysisTests: OPLS-AA
+    atom order, solvent after it): the selection string is applied to it, as MDAnalysis'
+    rms.RMSD does. It was matched by atom index, and 10 of 214 "C-alphas" were HB1 (0.15 Å
+    off, silently). Matched by index (no selection string) its other names are refused.
+    Found by an audit."""
+    import MDAnalysis as mda
+    from MDAnalysisTests.datafiles import GRO
+
+    gro = mda.Universe(GRO)
+    protein = mda.Merge(gro.select_atoms("protein"))  # as many atoms as the PSF's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(adk_universe, gro, select="name CA").run().results.rmsd[:, 2]
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        for ref in (gro, protein, protein.atoms):
+            assert_close(ds.md.rmsd(ref, select="name CA").values, want)
+        with pytest.raises(TopologyError, match=r"matches 214 atoms of the positions and "
+                                                r"\d+ of the reference"):
+            ds.md.rmsd(gro, select="name CA or name OW")  # the PSF has no water
+        with pytest.raises(TopologyError, match=r"another name in it \(atom \d+ is "):
+            ds.md.rmsd(protein)
+
+
 def test_unusable_arguments_are_one_clear_error(adk_h5md):
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         with pytest.raises(TypeError, match="not True"):

@@ -69,9 +69,10 @@ def _user_stacklevel() -> int:
 
 
 def _centred_reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
-                       idx: np.ndarray | None, w: np.ndarray | None) -> np.ndarray:
+                       idx: np.ndarray | None, w: np.ndarray | None,
+                       select: Any = None) -> np.ndarray:
     """The reference frame of the selected atoms, centred (weighted by ``w``)."""
-    ref = _reference(position, sub, reference, idx)
+    ref = _reference(position, sub, reference, idx, select)
     _warn_absent_in_reference(ref, reference)
     return center(ref, w)
 
@@ -277,16 +278,67 @@ def _by_atom(values: xr.DataArray, sub: xr.DataArray, what: str) -> xr.DataArray
                      f"{want.size} atoms compared (matched by the atom coordinate)")
 
 
-def _from_universe(reference: Any, position: xr.DataArray) -> xr.DataArray:
-    """The current frame of an MDAnalysis Universe or AtomGroup as a reference DataArray
-    on ``atom`` (the atoms' indices), in the positions' length unit."""
+def _from_universe(reference: Any, position: xr.DataArray, sub: xr.DataArray,
+                   select: Any) -> xr.DataArray | np.ndarray:
+    """The current frame of an MDAnalysis Universe or AtomGroup as a reference, in the
+    positions' length unit.
+
+    With a selection string, as MDAnalysis' ``rms.RMSD`` does: the selection applied to
+    the reference too, its atoms taken in order (an array); they must be as many as the
+    compared atoms. Otherwise a DataArray on ``atom`` (the atoms' indices), matched by
+    atom index. Either way, where both name their atoms, the names must agree (a crystal
+    structure or another force field's file orders atoms otherwise).
+    """
     atoms = reference.atoms
+    if isinstance(select, str):
+        try:
+            atoms = atoms.select_atoms(select)
+        except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and others
+            raise TopologyError(f"the selection {select!r} fails on the reference "
+                                f"({type(err).__name__}: {err})") from err
+        if len(atoms) != sub.sizes[ATOM_DIM]:
+            raise TopologyError(
+                f"the selection {select!r} matches {sub.sizes[ATOM_DIM]} atoms of the "
+                f"positions and {len(atoms)} of the reference: they must be the same atoms")
     values = np.asarray(atoms.positions, dtype=np.float64)  # MDAnalysis: Å
     unit = position.attrs.get("units")
     if unit is not None:
         values = values * _length_scale("Angstrom", str(unit), "an MDAnalysis reference")
-    return xr.DataArray(values, dims=(ATOM_DIM, SPATIAL_DIM),
-                        coords={ATOM_DIM: np.asarray(atoms.indices)})
+    names = _names_of(atoms)
+    if isinstance(select, str):
+        _check_names(names, sub)
+        return values
+    coords: dict[str, Any] = {ATOM_DIM: np.asarray(atoms.indices)}
+    if names is not None:
+        coords["reference_name"] = (ATOM_DIM, names)
+    return xr.DataArray(values, dims=(ATOM_DIM, SPATIAL_DIM), coords=coords)
+
+
+def _names_of(atoms: Any) -> np.ndarray | None:
+    """The atom names of an MDAnalysis AtomGroup (None where its topology has none)."""
+    try:
+        return np.asarray(atoms.names).astype(str)
+    except Exception:  # noqa: BLE001 - MDAnalysis' NoDataError
+        return None
+
+
+def _check_names(ref_names: np.ndarray | None, sub: xr.DataArray) -> None:
+    """Refuse a reference whose atoms have other names than the compared atoms, where both
+    have names (the positions' ``name`` coordinate, from the topology opened with them)."""
+    if ref_names is None or "name" not in sub.coords:
+        return
+    have = np.asarray(sub["name"].values).astype(str)
+    if have.shape != ref_names.shape:
+        return
+    bad = np.flatnonzero(have != ref_names)
+    if bad.size:
+        i = int(bad[0])
+        raise TopologyError(
+            f"the reference is not the same atoms: {bad.size} of the {have.size} atoms "
+            f"compared have another name in it (atom {int(sub[ATOM_DIM].values[i])} is "
+            f"{have[i]!r} in the positions and {ref_names[i]!r} in the reference); with "
+            "a selection string it is applied to the reference too, in its atom order, "
+            "else the reference's atoms are matched by atom index")
 
 
 def _length_scale(unit: str, to: str, what: str) -> float:
@@ -309,13 +361,15 @@ def _ambiguous(n: int, idx: np.ndarray | None) -> bool:
 
 
 def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
-               idx: np.ndarray | None) -> np.ndarray:
+               idx: np.ndarray | None, select: Any = None) -> np.ndarray:
     n_sel = sub.sizes[ATOM_DIM]
     if isinstance(reference, (bool, np.bool_)):
         raise TypeError(f"reference must be a frame index, a frame of positions or an "
                         f"MDAnalysis Universe/AtomGroup, not {reference!r}")
     if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
-        reference = _from_universe(reference, position)
+        reference = _from_universe(reference, position, sub, select)
+        if isinstance(reference, np.ndarray):
+            return reference
     if isinstance(reference, (int, np.integer)):
         n_frames = sub.sizes[TIME_DIM]
         if n_frames == 0:
@@ -336,6 +390,8 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                 raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
             ref_da = ref_da.isel({TIME_DIM: 0})
         ref_da = _by_atom(ref_da.transpose(ATOM_DIM, SPATIAL_DIM), sub, "reference")
+        if "reference_name" in ref_da.coords:
+            _check_names(np.asarray(ref_da["reference_name"].values), sub)
         ref = np.asarray(ref_da.values, dtype=np.float64)
         if ref.shape[0] == n_sel:
             return ref
@@ -946,8 +1002,10 @@ def rmsd(
     reference : int, array_like, xarray.DataArray or MDAnalysis Universe/AtomGroup, default 0
         A frame index of ``position`` (counted from its first frame), an ``(atom,
         spatial)`` array (of the selected or of all atoms), a one-frame DataArray of
-        another Dataset, or the current frame of a Universe or AtomGroup. DataArrays and
-        MDAnalysis objects are matched to the compared atoms by atom index.
+        another Dataset, or the current frame of a Universe or AtomGroup. With a selection
+        string, a Universe or AtomGroup is selected with it too, its atoms in order (as
+        MDAnalysis' ``rms.RMSD``); otherwise DataArrays and MDAnalysis objects are matched
+        to the compared atoms by atom index. Atom names, where both have them, must agree.
     select : None, str, array of int or array of bool
         Atoms to compare: an MDAnalysis selection string (needs a topology), atom
         indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
@@ -1001,7 +1059,7 @@ def rmsd(
     if sub.sizes[SPATIAL_DIM] != 3:
         raise ValueError(f"rmsd needs 3 spatial dimensions, not {sub.sizes[SPATIAL_DIM]}")
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
-    ref_c = _centred_reference(position, sub, reference, idx, w)
+    ref_c = _centred_reference(position, sub, reference, idx, w, select)
     n_frames = sub.sizes[TIME_DIM]
     # never touch ``sub.data`` on a lazily indexed array: that would read it all.
     # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
