@@ -134,30 +134,51 @@ def test_checksums_independent_of_layout(tmp_path):
 
 
 def test_atomic_output_refuses_and_cleans(tmp_path):
-    target = tmp_path / "out.bin"
+    hdf5 = b"\x89HDF\r\n\x1a\n"  # the signature HDF5 looks for
+    target = tmp_path / "out.h5"
     with atomic_output(target) as tmp:
         assert os.path.dirname(tmp) == str(tmp_path)
-        with open(tmp, "w") as fh:
-            fh.write("one")
-    assert target.read_text() == "one"
+        with open(tmp, "wb") as fh:
+            fh.write(hdf5 + b"one")
+    assert target.read_bytes() == hdf5 + b"one"
     with pytest.raises(FileExistsError, match="--overwrite"):
         with atomic_output(target):
             pass
     with pytest.raises(RuntimeError, match="boom"):
         with atomic_output(target, overwrite=True) as tmp:
-            with open(tmp, "w") as fh:
-                fh.write("two")
+            with open(tmp, "wb") as fh:
+                fh.write(hdf5 + b"two")
             raise RuntimeError("boom")
-    assert target.read_text() == "one"
+    assert target.read_bytes() == hdf5 + b"one"
     assert partial_files(target) == []
     with pytest.raises(KeyboardInterrupt):
         with atomic_output(tmp_path / "new.bin") as tmp:
             open(tmp, "w").close()
             raise KeyboardInterrupt
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5"]
     with pytest.raises(ValueError, match="also an input"):
         with atomic_output(target, overwrite=True, inputs=[target]):
             pass
+
+
+def test_overwrite_replaces_only_an_hdf5_file(tmp_path):
+    """--overwrite replaced any file: `h5mdx convert top.gro traj.xtc --overwrite` (the
+    output forgotten, as the error advised) replaced the trajectory with a one-frame HDF5
+    file. Only an HDF5 file (signature at 0 or after a user block) or an empty one is
+    replaced now. Found by an audit."""
+    xtc = tmp_path / "traj.xtc"
+    xtc.write_bytes(b"\x00\x00\x07\xcb" + bytes(100))
+    with pytest.raises(ValueError, match="exists and is not an HDF5 file"):
+        with atomic_output(xtc, overwrite=True):
+            pass
+    assert xtc.read_bytes()[:4] == b"\x00\x00\x07\xcb"
+    blocked = tmp_path / "user_block.h5"
+    blocked.write_bytes(bytes(512) + b"\x89HDF\r\n\x1a\n" + bytes(8))
+    empty = tmp_path / "empty.h5md"
+    empty.touch()
+    for target in (blocked, empty):
+        with atomic_output(target, overwrite=True) as tmp:
+            open(tmp, "wb").close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU],

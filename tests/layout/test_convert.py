@@ -425,6 +425,27 @@ def test_overwrite_replaces_only_a_file_or_a_zarr_store(tmp_path):
         assert ds.sizes["time"] == 3
 
 
+def test_the_output_forgotten_never_replaces_the_trajectory(tmp_path, capsys):
+    """`h5mdx convert top.gro traj.xtc` takes traj.xtc as the output; its error advised
+    --overwrite, which replaced the trajectory with a one-frame HDF5 file, and `out.dcd`
+    was written as HDF5. An output named as another format is refused, with the usage.
+    Found by an audit."""
+    import shutil
+
+    xtc = tmp_path / "traj.xtc"
+    shutil.copy(d.XTC, xtc)
+    before = xtc.read_bytes()
+    for extra in ([], ["--overwrite"]):
+        assert main(["convert", d.GRO, str(xtc), *extra]) != 0
+        err = capsys.readouterr().err
+        assert "named as a .xtc file" in err and "did you forget the output?" in err
+    assert xtc.read_bytes() == before
+    with pytest.raises(ValueError, match=r"named as a .dcd file: convert writes H5MD"):
+        convert(d.PSF, [d.DCD], tmp_path / "out.dcd", progress=False)
+    assert not (tmp_path / "out.dcd").exists()
+    convert(d.PSF, [d.DCD], tmp_path / "out.hdf5", stop=2, progress=False)  # HDF5 names
+
+
 def test_a_topology_without_coordinates_is_a_clear_error(tmp_path, capsys):
     from h5mdx.errors import TopologyError
 

@@ -125,8 +125,9 @@ def check_target(
         If the target exists and ``overwrite`` is False.
     ValueError
         If the target is one of the inputs, its directory does not exist, or it is a
-        directory that ``overwrite`` may not replace: any directory for a file output,
-        one that is not a Zarr store (nor empty) for a store.
+        file or directory that ``overwrite`` may not replace: a file that is not HDF5
+        (nor empty), any directory for a file output, one that is not a Zarr store (nor
+        empty) for a store.
     """
     t = Path(os.path.abspath(os.fspath(target)))
     for i in inputs:
@@ -146,6 +147,11 @@ def check_target(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
             "command line) to replace it"
         )
+    if t.is_file() and not _replaceable_file(t):
+        raise ValueError(
+            f"{os.fspath(target)!r} exists and is not an HDF5 file: h5mdx replaces only a "
+            "file of its own kind (H5MD/HDF5), never another, such as a trajectory or a "
+            "topology: choose another output name")
     if t.is_dir() and not t.is_symlink():
         if not directory:
             raise ValueError(f"{os.fspath(target)!r} is a directory; h5mdx replaces a file "
@@ -154,6 +160,27 @@ def check_target(
             raise ValueError(f"{os.fspath(target)!r} is a directory but not a Zarr store; "
                              "h5mdx replaces only a Zarr store: choose another output name")
     return t
+
+
+def _replaceable_file(path: Path) -> bool:
+    """Whether an existing file may be replaced by an output: an HDF5 file (its signature
+    at offset 0, 512, 1024, ... as HDF5 looks for it; a user block comes first), or an
+    empty one."""
+    sig = b"\x89HDF\r\n\x1a\n"
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return True
+        with open(path, "rb") as fh:
+            offset = 0
+            while offset + len(sig) <= size:
+                fh.seek(offset)
+                if fh.read(len(sig)) == sig:
+                    return True
+                offset = 512 if offset == 0 else offset * 2
+    except OSError:
+        return True  # unreadable here: the write itself will say what is wrong
+    return False
 
 
 def _fsync(path: Path) -> None:

@@ -321,6 +321,23 @@ def _element_specs(ts0: Any, n: int, velocities: bool | None, forces: bool | Non
     return specs, want, has_box
 
 
+#: The names an output may have: H5MD (HDF5) or Zarr; or no extension.
+_OUTPUT_SUFFIXES = (".h5md", ".h5", ".hdf5", ".hdf", ".zarr", "")
+
+
+def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
+    """Refuse an output named as another format (``out.dcd`` was written as HDF5; and
+    ``h5mdx convert top.gro traj.xtc``, the output forgotten, took the trajectory as it)."""
+    suffix = os.path.splitext(out.rstrip("/"))[1].lower()
+    if zarr_out or suffix in _OUTPUT_SUFFIXES:
+        return
+    hint = "" if trajectories else (
+        "; did you forget the output? (h5mdx convert TOPOLOGY [TRAJECTORY ...] OUT.h5md: "
+        "the last path is the output)")
+    raise ValueError(f"the output {out!r} is named as a {suffix} file: convert writes "
+                     f"H5MD (.h5md, .h5, .hdf5) or Zarr (.zarr){hint}")
+
+
 def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
             layout: Layout, group: str, static: dict[str, Any], verify: bool) -> Any:
     """An H5MD or a Zarr writer of the elements."""
@@ -449,6 +466,7 @@ def convert(
                     contiguous=contiguous, compression=compression)
     check_group_name(group)
     zarr_out = is_zarr_path(out)
+    _check_output_name(out, zarr_out, bool(trajectories))
     inputs = [os.fspath(t) for t in trajectories]
     if isinstance(topology, (str, os.PathLike)):
         inputs.append(os.fspath(topology))
