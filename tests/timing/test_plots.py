@@ -81,3 +81,23 @@ def test_plot_errors(saved):
         plot_gantt(saved, "nope")
     with pytest.raises(ValueError, match="no timing records"):
         plot_per_worker(rec.empty())
+
+
+def test_a_figure_is_shown_in_a_fresh_notebook(saved):
+    """In a fresh IPython kernel a plot that is a cell's value showed only
+    ``<Figure size 1000x450 with 1 Axes>`` (made without pyplot, no PNG formatter yet);
+    the plots register IPython's PNG formatter as ``%matplotlib inline`` does. Found by
+    an audit."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        png = shell.display_formatter.formatters["image/png"]
+        from matplotlib.figure import Figure
+
+        png.type_printers.pop(Figure, None)  # a fresh kernel's
+        data, _ = shell.display_formatter.format(plot_gantt(saved, "n2"))
+        assert data["image/png"][:4] == b"\x89PNG"
+    finally:
+        InteractiveShell.clear_instance()

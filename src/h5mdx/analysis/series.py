@@ -142,10 +142,7 @@ def plot_series(result: Any, plot: str) -> None:
     plot : str
         The PNG file.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays its own
 
     fig = Figure(figsize=(7, 3.5), dpi=100)
     ax = fig.add_subplot()

@@ -13,6 +13,7 @@ in ``distributed.performance_report``.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,32 @@ def _figure(figsize: tuple[float, float], dpi: int) -> Any:
     import_optional("matplotlib", "timing plots")
     from matplotlib.figure import Figure
 
+    _shown_in_notebooks(Figure)
     return Figure(figsize=figsize, dpi=dpi, layout="constrained")
+
+
+def _shown_in_notebooks(figure_type: type) -> None:
+    """In IPython (a Jupyter kernel), show a figure that is a cell's value as an image.
+
+    The plots are made without pyplot, whose global state the workers and scripts do not
+    want; a fresh kernel then showed only ``<Figure size 1000x450 with 1 Axes>`` until
+    ``%matplotlib inline`` or a pyplot figure had registered IPython's PNG formatter. It is
+    registered here as that does, where IPython runs and none is registered yet.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", {})
+    png = formatters.get("image/png")
+    if png is None:
+        return
+    try:
+        png.lookup_by_type(figure_type)
+        return  # %matplotlib inline, or pyplot, did already
+    except KeyError:
+        pass
+    from IPython.core.pylabtools import print_figure
+
+    png.for_type(figure_type, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def _legend_outside(fig: Any, ax: Any) -> None:
