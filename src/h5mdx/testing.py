@@ -123,10 +123,15 @@ def write_h5md(
     Returns
     -------
     str
-        The path written.
+        The path written (atomically: a file already there, even one still open, is
+        replaced).
     """
+    from h5mdx.layout._atomic import atomic_output
+
     path = os.fspath(path)
-    with h5py.File(path, "w") as f:
+    # written aside and renamed into place: a file a Dataset still has open is replaced
+    # (that Dataset then refuses to read on), where HDF5 refused to truncate it
+    with atomic_output(path, overwrite=True) as tmp, h5py.File(tmp, "w") as f:
         _write_h5md_header(f)
         pgrp = f.create_group("particles")
         for gname, elements in particles.items():

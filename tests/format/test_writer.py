@@ -580,3 +580,21 @@ def test_to_h5md_keeps_what_h5md_allows_the_input(tmp_path):
         np.testing.assert_array_equal(back.step.values, [0, 10, 20])
         assert back.time.attrs["units"] == "step"
         assert list(back.species.values) == ["C", "O", "O", "H"]
+
+
+def test_write_h5md_replaces_a_file_a_dataset_still_has_open(tmp_path):
+    """Rerunning a notebook cell that writes a file a Dataset still has open failed with
+    HDF5's bare "unable to truncate a file which is already open"; the helper writes
+    aside and renames, as the writers do. Found by an audit."""
+    from h5mdx.testing import write_h5md
+
+    path = tmp_path / "cell.h5md"
+    parts = {"all": {"position": {"value": np.zeros((3, 2, 3)), "step": np.arange(3),
+                                  "time": np.arange(3.0)}}}
+    write_h5md(path, parts)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        ds.position.values  # the file is open
+        parts["all"]["position"]["value"] = np.ones((3, 2, 3))
+        write_h5md(path, parts)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, 1.0)
