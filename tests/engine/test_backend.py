@@ -919,3 +919,29 @@ def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):
     with xr.open_dataset(path, engine="h5md", group="parameters", convert_units=True) as ds:
         assert float(ds.cutoff) == pytest.approx(12.0)
         assert ds.cutoff.attrs["units"] == "Angstrom"
+
+
+def test_wrong_keywords_are_the_callers_error_not_the_files(adk_h5md, tmp_path, monkeypatch):
+    """chunk_mib="big" or topology=123 were reported as a file that cannot be assembled;
+    chunk_mib=0 was taken; convert_units="no" converted. They are checked before the file
+    is read; a topology's ``~`` is expanded as the file's is. Found by an audit."""
+    import shutil
+
+    cases = [({"chunk_mib": "big"}, TypeError, "chunk_mib= takes a number of MiB"),
+             ({"chunk_mib": 0}, ValueError, "chunk_mib= must be a positive number"),
+             ({"chunk_mib": -1}, ValueError, "chunk_mib= must be a positive number"),
+             ({"topology": 123}, TypeError, "topology= takes a topology file's path"),
+             ({"convert_units": "no"}, TypeError, "convert_units= takes True or False"),
+             ({"select": [1, 2]}, TypeError, "select= at open takes an MDAnalysis")]
+    for kwargs, err, message in cases:
+        with pytest.raises(err, match=message):
+            xr.open_dataset(adk_h5md, engine="h5md", **kwargs)
+    with pytest.raises(TypeError, match="chunk_mib= takes"):
+        xr.open_datatree(adk_h5md, engine="h5md", chunk_mib="big")
+    pytest.importorskip("MDAnalysis")
+    from MDAnalysisTests.datafiles import PSF
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(PSF, tmp_path / "adk.psf")
+    with xr.open_dataset(adk_h5md, engine="h5md", topology="~/adk.psf") as ds:
+        assert "name" in ds.coords

@@ -980,6 +980,30 @@ def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
 _STRUCTURE_ERRORS = (KeyError, RuntimeError, TypeError, AttributeError, IndexError, OverflowError)
 
 
+def _checked_keywords(topology: Any, convert_units: Any, chunk_mib: Any,
+                      select: Any = None) -> Any:
+    """The open's keywords, checked before the file is read (a wrong type failed deep
+    inside, reported as a file that cannot be assembled); the topology's path with ``~``
+    expanded, as the file's is."""
+    if isinstance(topology, (str, os.PathLike)):
+        topology = os.path.expanduser(os.fspath(topology))
+    elif topology is not None and not hasattr(topology, "atoms"):
+        raise TypeError("topology= takes a topology file's path or an MDAnalysis Universe, "
+                        f"not {type(topology).__name__}")
+    if not isinstance(convert_units, (bool, np.bool_)):
+        raise TypeError(f"convert_units= takes True or False, not {convert_units!r}")
+    if isinstance(chunk_mib, (bool, np.bool_)) or not isinstance(
+            chunk_mib, (int, float, np.integer, np.floating)):
+        raise TypeError(f"chunk_mib= takes a number of MiB, not {chunk_mib!r}")
+    if not 0 < chunk_mib < float("inf"):
+        raise ValueError(f"chunk_mib= must be a positive number of MiB, not {chunk_mib!r}")
+    if select is not None and not isinstance(select, str):
+        raise TypeError("select= at open takes an MDAnalysis selection string (atoms by "
+                        f"index: ds.isel(atom=...) or ds.sel(atom=...)), not "
+                        f"{type(select).__name__}")
+    return topology
+
+
 def _normalize_path(filename_or_obj: Any) -> str:
     if isinstance(filename_or_obj, (str, os.PathLike)):
         return os.path.abspath(os.path.expanduser(os.fspath(filename_or_obj)))
@@ -1137,6 +1161,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         xarray.Dataset
         """
         filename = _normalize_path(filename_or_obj)
+        topology = _checked_keywords(topology, convert_units, chunk_mib, select)
         return _open_one(
             filename,
             group=group,
@@ -1168,6 +1193,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         group = kwargs.pop("group", None)
         _no_other_keywords("open_groups", kwargs)
         filename = _normalize_path(filename_or_obj)
+        topology = _checked_keywords(topology, convert_units, chunk_mib)
         groups = open_groups(
             filename,
             drop_variables=drop_variables,

@@ -54,7 +54,7 @@ def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
     """
     if hasattr(topology, "select_atoms") and hasattr(topology, "atoms"):
         return topology
-    path = os.fspath(topology)
+    path = os.path.expanduser(os.fspath(topology))
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such topology file: {path!r}")
     return _universe(os.path.abspath(path), os.path.getmtime(path))
