@@ -61,7 +61,8 @@ class MDAccessor:
         from h5mdx.analysis.rmsd import rmsd
 
         if "position" not in self._ds:
-            raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)")
+            raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)"
+                             + _engine_hint(self._ds))
         kwargs.setdefault("topology", self.topology)
         position = self._ds["position"]
         if isinstance(weights, str) and weights == "mass":
@@ -71,8 +72,8 @@ class MDAccessor:
 
     def _masses(self, position: xr.DataArray, topology: Any) -> Any:
         """``"mass"`` where the positions or a topology give masses, else the Dataset's
-        own ``mass`` on ``atom`` (the file's element), else ``"mass"`` (which then fails
-        with the reason)."""
+        own ``mass`` on ``atom`` (the file's element); without any, a TopologyError that
+        names the file."""
         from h5mdx.analysis.rmsd import _topology  # where rmsd looks for a topology
 
         if "mass" in position.coords or _topology(position, topology) is not None:
@@ -83,6 +84,16 @@ class MDAccessor:
         if mass is not None and mass.dims == ("atom",) and "atom" in position.dims \
                 and mass.sizes["atom"] == position.sizes["atom"]:
             return mass.values
+        if mass is None:
+            from h5mdx.errors import TopologyError
+
+            source = self._ds.encoding.get("source")
+            raise TopologyError(
+                "weights='mass' needs masses: "
+                + (f"{source} has" if source else "the Dataset has")
+                + " no 'mass' element and no topology is attached; open it with "
+                "topology=... (any file MDAnalysis reads: PSF, TPR, PDB, ...), or pass the "
+                "masses as weights=<array, or DataArray on atom>")
         return "mass"
 
     def by_id(self) -> xr.Dataset:
@@ -113,3 +124,21 @@ def _fixed_along(values: xr.DataArray, keep: str) -> xr.DataArray:
             f"{other}; pick the masses to weigh by (e.g. weights=ds.{values.name}.isel("
             f"{other[0]}=0)), or open the parts with data_vars='minimal'")
     return first.drop_vars([c for c in first.coords if c not in first.dims])
+
+
+def _engine_hint(ds: xr.Dataset) -> str:
+    """Where a Dataset without variables came from an H5MD file: the hint that it was not
+    opened with the ``h5md`` engine (xarray's default for HDF5, h5netcdf, sees no variable
+    in an H5MD file)."""
+    source = ds.encoding.get("source")
+    if ds.data_vars or not isinstance(source, str) or not os.path.isfile(source):
+        return ""
+    try:
+        import h5py
+
+        with h5py.File(source, "r") as f:
+            is_h5md = "h5md" in f
+    except (OSError, ValueError):
+        return ""
+    return (f": {source} is an H5MD file opened without the h5md engine; open it with "
+            "xr.open_dataset(path, engine='h5md')") if is_h5md else ""

@@ -431,6 +431,26 @@ def test_argument_errors(memory_position):
         xr.Dataset({"velocity": memory_position}).md.rmsd()
 
 
+def test_the_engine_forgotten_and_no_masses_say_what_to_do(adk_h5md):
+    """xarray opens an H5MD file without engine="h5md" as an empty Dataset (h5netcdf);
+    ds.md.rmsd said only that it needs positions. weights='mass' without masses advised
+    the call just made. Both name the file now. Found by an audit."""
+    pytest.importorskip("h5netcdf")
+    import warnings as _w
+
+    with _w.catch_warnings():
+        _w.simplefilter("ignore")
+        plain = xr.open_dataset(adk_h5md, engine="h5netcdf")
+    with plain, pytest.raises(ValueError, match=r"is an H5MD file opened without the h5md "
+                                                r"engine; open it with .*engine='h5md'"):
+        plain.md.rmsd()
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        assert "mass" not in ds
+        with pytest.raises(TopologyError, match=r"needs masses: .*adk.* has no 'mass' element "
+                                                r"and no topology is attached"):
+            ds.md.rmsd(weights="mass")
+
+
 @pytest.fixture
 def adk_with_masses(tmp_path, adk_universe):
     """adk converted by ``h5mdx convert`` (which writes the masses), and MDAnalysis'

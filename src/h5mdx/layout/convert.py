@@ -328,6 +328,8 @@ _OUTPUT_SUFFIXES = (".h5md", ".h5", ".hdf5", ".hdf", ".zarr", "")
 def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
     """Refuse an output named as another format (``out.dcd`` was written as HDF5; and
     ``h5mdx convert top.gro traj.xtc``, the output forgotten, took the trajectory as it)."""
+    if not out:
+        raise ValueError("give the output path (out=...)")
     suffix = os.path.splitext(out.rstrip("/"))[1].lower()
     if zarr_out or suffix in _OUTPUT_SUFFIXES:
         return
@@ -460,8 +462,6 @@ def convert(
     if isinstance(trajectories, (str, os.PathLike)):
         trajectories = [trajectories]
     out = os.fspath(out)
-    if not out:
-        raise ValueError("give the output path (out=...)")
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
     check_group_name(group)
