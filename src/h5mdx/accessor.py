@@ -43,7 +43,7 @@ class MDAccessor:
         ----------
         reference : int, array_like or xarray.DataArray, default 0
             Frame index, ``(atom, spatial)`` array or one-frame DataArray.
-        select : None, str, array of int or array of bool
+        select : None, str, AtomGroup, array of int or array of bool
             Atoms to compare (selection strings use the attached topology).
         weights : None, "mass" or array_like
             Per-atom weights. ``"mass"`` takes the masses of the topology where there is

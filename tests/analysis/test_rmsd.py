@@ -431,6 +431,22 @@ def test_argument_errors(memory_position):
         xr.Dataset({"velocity": memory_position}).md.rmsd()
 
 
+def test_first_hour_mistakes_are_one_clear_error(adk_h5md, adk_universe):
+    """A Dataset or a numpy array given as positions failed inside xarray; a selection
+    string given as the (first, positional) reference said nothing of select=; an
+    AtomGroup as select= was refused. Found by an audit."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        with pytest.raises(TypeError, match=r"not a Dataset: or use ds.md.rmsd"):
+            h5mdx.rmsd(ds)
+        with pytest.raises(TypeError, match=r"not ndarray: wrap an array"):
+            h5mdx.rmsd(ds.position.values)
+        with pytest.raises(TypeError, match=r"did you mean select='name CA'\?"):
+            ds.md.rmsd("name CA")
+        ca = adk_universe.select_atoms("name CA")
+        np.testing.assert_allclose(ds.md.rmsd(select=ca).values,
+                                   ds.md.rmsd(select="name CA").values, atol=1e-9)
+
+
 def test_the_engine_forgotten_and_no_masses_say_what_to_do(adk_h5md):
     """xarray opens an H5MD file without engine="h5md" as an empty Dataset (h5netcdf);
     ds.md.rmsd said only that it needs positions. weights='mass' without masses advised

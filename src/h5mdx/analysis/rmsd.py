@@ -92,6 +92,13 @@ def _warn_absent_in_reference(ref: np.ndarray, reference: Any) -> None:
 
 
 def _check_dims(position: xr.DataArray) -> None:
+    if isinstance(position, xr.Dataset):
+        raise TypeError("rmsd takes the positions, a DataArray (h5mdx.rmsd(ds.position, "
+                        "...)), not a Dataset: or use ds.md.rmsd(...)")
+    if not isinstance(position, xr.DataArray):
+        raise TypeError("rmsd takes positions as an xarray.DataArray on (time, atom, "
+                        f"spatial), not {type(position).__name__}: wrap an array with "
+                        "xr.DataArray(frames, dims=('time', 'atom', 'spatial'))")
     missing = [d for d in (TIME_DIM, ATOM_DIM, SPATIAL_DIM) if d not in position.dims]
     if missing:
         raise ValueError(
@@ -188,6 +195,8 @@ def select_atoms(
     """
     if select is None:
         return None
+    if hasattr(select, "indices") and hasattr(select, "select_atoms"):  # an AtomGroup
+        select = np.asarray(select.indices)
     n = position.sizes[ATOM_DIM]
     if isinstance(select, str):
         from h5mdx.engine.topology import select_indices
@@ -366,6 +375,11 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     if isinstance(reference, (bool, np.bool_)):
         raise TypeError(f"reference must be a frame index, a frame of positions or an "
                         f"MDAnalysis Universe/AtomGroup, not {reference!r}")
+    if isinstance(reference, str):
+        raise TypeError(f"reference must be a frame index, a frame of positions or an "
+                        f"MDAnalysis Universe/AtomGroup, not the string {reference!r}: did "
+                        f"you mean select={reference!r}? (the first argument is the "
+                        "reference)")
     if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
         reference = _from_universe(reference, position, sub, select)
         if isinstance(reference, np.ndarray):
@@ -1006,9 +1020,9 @@ def rmsd(
         string, a Universe or AtomGroup is selected with it too, its atoms in order (as
         MDAnalysis' ``rms.RMSD``); otherwise DataArrays and MDAnalysis objects are matched
         to the compared atoms by atom index. Atom names, where both have them, must agree.
-    select : None, str, array of int or array of bool
-        Atoms to compare: an MDAnalysis selection string (needs a topology), atom
-        indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
+    select : None, str, AtomGroup, array of int or array of bool
+        Atoms to compare: an MDAnalysis selection string (needs a topology), an
+        MDAnalysis AtomGroup (its indices), atom indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
         on a Dataset of all atoms, their positions) or a boolean mask on ``atom``. Only
         these atoms are read.
     weights : None, "mass" or array_like
