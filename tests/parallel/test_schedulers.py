@@ -60,11 +60,14 @@ def test_local_scheduler_threads_where_reads_are_direct(adk_h5md, adk_h5md_block
 
 def test_local_compute_does_not_import_distributed(adk_h5md_blocked):
     """dask imports distributed (0.3-0.4 s) at a compute given a scheduler's name; the
-    threads of h5mdx rmsd compute without it."""
+    threads of h5mdx rmsd compute without it, and the reference frame of a dask-backed
+    Dataset is read without it (an audit found that read importing it)."""
     script = (
         "import sys, numpy as np, xarray as xr\n"
         "from h5mdx.parallel.schedulers import compute, scheduler_context\n"
         f"ds = xr.open_dataset({adk_h5md_blocked!r}, engine='h5md')\n"
+        f"blocks = xr.open_dataset({adk_h5md_blocked!r}, engine='h5md', chunks={{}})\n"
+        "blocks.md.rmsd(0, select=np.arange(0, 3341, 7))  # reads its reference frame\n"
         "with scheduler_context('threads', 2):\n"
         "    got = compute(None, ds.md.rmsd(0, select=np.arange(0, 3341, 7)), False)\n"
         "print(got.shape, 'distributed' in sys.modules)\n"

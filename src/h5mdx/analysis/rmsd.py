@@ -393,7 +393,11 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         frame = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
         # one frame, read here like a lazily indexed one: not through a process pool or a
         # cluster, which would ship the whole block that holds it
-        return np.asarray(frame.compute(scheduler="sync").values, dtype=np.float64)
+        # (dask's synchronous get itself: given a scheduler's name, dask imports
+        # distributed, 0.1-0.4 s, to look for a client)
+        import dask
+
+        return np.asarray(frame.compute(scheduler=dask.get).values, dtype=np.float64)
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
