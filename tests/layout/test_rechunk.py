@@ -222,3 +222,58 @@ def test_object_references_point_into_the_copy(tmp_path, adk_h5md):
         several = f["observables"].attrs["several"]
         assert f[several[0]].name == "/particles/trajectory" and not several[1]
         np.testing.assert_array_equal(f["connectivity/bonds"], [[0, 1], [1, 2]])
+
+
+def _small_frames(path, n=20_000, atoms=10, chunk=1):
+    from h5mdx.format.writer import ElementSpec, H5MDWriter, Layout
+
+    pos = np.zeros((n, atoms, 3), np.float32)
+    pos[:, :, 0] = np.arange(n)[:, None] % 7
+    with H5MDWriter(path, [ElementSpec("position", (atoms, 3), np.float32, unit="nm")],
+                    n_frames=n, layout=Layout(frames_per_chunk=chunk)) as w:
+        w.extend(np.arange(n), np.arange(n, dtype=float), position=pos)
+    return pos
+
+
+def test_a_read_spans_a_bounded_number_of_input_chunks(tmp_path, monkeypatch):
+    """64 MiB of one-frame chunks of 10 atoms is 560,000 chunks in one read, for which
+    HDF5 took 3.9 GB to copy a 183 MB file; a read now spans at most 4,096 input chunks.
+    Found by an audit."""
+    from h5mdx.layout import rechunk as module
+
+    src = tmp_path / "c1.h5md"
+    pos = _small_frames(src)
+    spans = []
+    real = h5py.Dataset.read_direct
+
+    def spy(self, dest, source_sel=None, dest_sel=None):
+        if self.name.endswith("position/value"):
+            spans.append(source_sel.stop - source_sel.start)
+        return real(self, dest, source_sel, dest_sel)
+
+    monkeypatch.setattr(h5py.Dataset, "read_direct", spy)
+    rechunk(src, tmp_path / "out.h5md", frames_per_chunk=100)
+    assert spans and max(spans) <= module._CHUNKS_PER_READ and sum(spans) == len(pos)
+    with h5py.File(tmp_path / "out.h5md") as f:
+        np.testing.assert_array_equal(f["particles/trajectory/position/value"][()], pos)
+
+
+def test_a_compressed_copy_needs_room_for_what_it_writes(tmp_path, monkeypatch):
+    """The room check of a compressed copy counted every block uncompressed: a 0.6 MiB
+    gzip copy was refused with 50 MiB free (a copy of one block: the first is
+    not counted). It counts them at the compression seen so
+    far. Found by an audit."""
+    import collections
+
+    from h5mdx.format import writer
+
+    src = tmp_path / "in.h5md"
+    _small_frames(src, n=200_000, chunk=1000)  # 24 MB, compresses to little
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(writer.shutil, "disk_usage",
+                        lambda path: usage(2**40, 0, 20 * 2**20))  # 20 MiB free
+    rechunk(src, tmp_path / "gz.h5md", compression="gzip", frames_per_chunk=1000)
+    with h5py.File(tmp_path / "gz.h5md") as f:
+        assert f["particles/trajectory/position/value"].compression == "gzip"
+    with pytest.raises(OSError, match="No space left on device"):
+        rechunk(src, tmp_path / "raw.h5md", frames_per_chunk=1000)  # 24 MB uncompressed

@@ -181,8 +181,11 @@ class _Copier:
             if lcm * frame_bytes <= 4 * self.buffer_bytes:
                 unit = lcm
         block = max(unit, (self.buffer_bytes // max(1, frame_bytes)) // unit * unit)
+        if src.chunks:  # HDF5 keeps state for every chunk a read spans (~7 KiB each)
+            block = min(block, max(unit, _CHUNKS_PER_READ * src.chunks[0] // unit * unit))
         block = min(block, max(n, 1))
         buf = np.empty((block, *src.shape[1:]), dtype=src.dtype)
+        room = _Room(self.fout.filename, compressed="compression" in kwargs)
         self.digests.update(dst.name, buf[:0])  # an entry even for no frames
         report = el.name == "position" or (src.ndim > 2 and frame_bytes >= 4096)
         for a in range(0, n, block):
@@ -196,13 +199,48 @@ class _Copier:
                     raise H5MDReadError(self.fin.filename, src.name,
                                         f"cannot read frames {a}-{b - 1}: {err}") from None
                 if chunk is not None:
-                    ensure_room(self.fout.filename, view.nbytes)
+                    ensure_room(self.fout.filename, room.need(view.nbytes))
                 dst[a:b] = view
+                room.wrote(view.nbytes)
                 self.digests.update(dst.name, view)
             if report:
                 self.advance(b - a)
         self.elements.append(el.path)
         return dst.name
+
+
+#: Input chunks one read may span at most: a read of 64 MiB of one-frame chunks of 10
+#: atoms spanned 560,000 of them, and HDF5 took 3.9 GB (audit; 4,096 chunks: ~30 MB).
+_CHUNKS_PER_READ = 4096
+
+
+class _Room:
+    """What the next block needs on the output's disk: its bytes, or for a compressed
+    output its bytes at the compression seen so far (the file's growth over the bytes
+    written), none before the first block has shown it (the check keeps its margin). The
+    bytes uncompressed refused a 0.6 MiB gzip copy with 50 MiB free (found by an audit)."""
+
+    def __init__(self, filename: str, compressed: bool) -> None:
+        self.filename, self.compressed = filename, compressed
+        self.start = self._size()
+        self.raw = 0
+
+    def _size(self) -> int:
+        try:
+            return os.path.getsize(self.filename)
+        except OSError:
+            return 0
+
+    def need(self, nbytes: int) -> int:
+        if not self.compressed:
+            return nbytes
+        if not self.raw:
+            return 0
+        ratio = max(0, self._size() - self.start) / self.raw
+        return int(nbytes * min(1.0, 1.25 * ratio))  # a quarter more, for a worse block
+
+    def wrote(self, nbytes: int) -> None:
+        self.raw += nbytes
 
 
 def rechunk(
