@@ -277,3 +277,20 @@ def test_a_compressed_copy_needs_room_for_what_it_writes(tmp_path, monkeypatch):
         assert f["particles/trajectory/position/value"].compression == "gzip"
     with pytest.raises(OSError, match="No space left on device"):
         rechunk(src, tmp_path / "raw.h5md", frames_per_chunk=1000)  # 24 MB uncompressed
+
+
+@pytest.mark.parametrize("code, name", [(143, "SIGTERM"), (129, "SIGHUP")])
+def test_a_writer_stopped_by_a_signal_says_so(tmp_path, monkeypatch, capsys, code, name):
+    """rechunk and convert stopped by SIGTERM (scancel) or SIGHUP exited 143/129 with no
+    word: a batch job's log showed nothing. Found by an audit."""
+    from h5mdx.cli import main
+    from h5mdx.layout import rechunk as module
+
+    def stopped(*args, **kwargs):
+        raise SystemExit(code)  # as h5mdx.layout._atomic stops a write
+
+    monkeypatch.setattr(module, "rechunk", stopped)
+    with pytest.raises(SystemExit) as stop:
+        main(["rechunk", str(tmp_path / "in.h5md"), str(tmp_path / "out.h5md")])
+    assert stop.value.code == code
+    assert f"h5mdx: stopped by {name}" in capsys.readouterr().err

@@ -67,6 +67,12 @@ def _terminate_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+#: Exit codes of the writers stopped by a signal, and the signal's name: a batch system's
+#: log said nothing of a cancelled rechunk or convert (found by an audit).
+_SIGNAL_EXITS = {128 + int(getattr(signal, n)): n for n in ("SIGTERM", "SIGHUP", "SIGXCPU")
+                 if hasattr(signal, n)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
@@ -90,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         print("h5mdx: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
+    except SystemExit as stop:  # a writer stopped by a signal (h5mdx.layout._atomic)
+        name = _SIGNAL_EXITS.get(stop.code) if isinstance(stop.code, int) else None
+        if name is not None:
+            print(f"h5mdx: stopped by {name}", file=sys.stderr)
+        raise
     except BrokenPipeError:
         # the reader of our output stopped (``h5mdx info F | head``): end quietly, as a
         # process killed by SIGPIPE would, and keep Python from flushing into the pipe
