@@ -135,22 +135,28 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _slow_rmsd(path, scheduler: str) -> subprocess.Popen:
+    """h5mdx rmsd on 2 workers whose first block sleeps a minute, once both workers run."""
+    env = {**os.environ, "H5MDX_TIMING_DELAY": "0:60:io"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "h5mdx", "rmsd", str(path), "--scheduler",
+         scheduler, "--workers", "2", "--frames-per-block", "10", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return proc
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 @pytest.mark.parametrize("scheduler", ["processes", "distributed"])
 def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, scheduler):
     """``kill PID`` (or a batch system ending the job) unwinds h5mdx rmsd as Ctrl-C does:
     exit 143, and no worker process outlives it (with the processes scheduler they lived
     on, holding its output pipes; found by an audit)."""
-    env = {**os.environ, "H5MDX_TIMING_DELAY": "0:60:io"}  # the first block sleeps a minute
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "h5mdx", "rmsd", str(adk_h5md_blocked), "--scheduler",
-         scheduler, "--workers", "2", "--frames-per-block", "10", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+    proc = _slow_rmsd(adk_h5md_blocked, scheduler)
     try:
-        deadline = time.monotonic() + 60
-        while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
         time.sleep(2.0)  # the workers have taken their blocks
         workers = _children(proc.pid)
         assert len(workers) >= 2
@@ -205,16 +211,8 @@ def test_ctrl_c_to_the_group_is_one_clean_interrupt(adk_h5md_blocked, scheduler)
     """A terminal's Ctrl-C reaches every process of the group: the workers (started with
     SIGINT blocked, h5mdx._signals) leave it to h5mdx rmsd, which ends them and says
     "interrupted" (exit 130), with no worker's KeyboardInterrupt traceback."""
-    env = {**os.environ, "H5MDX_TIMING_DELAY": "0:60:io"}  # the first block sleeps a minute
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "h5mdx", "rmsd", str(adk_h5md_blocked), "--scheduler",
-         scheduler, "--workers", "2", "--frames-per-block", "10", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+    proc = _slow_rmsd(adk_h5md_blocked, scheduler)
     try:
-        deadline = time.monotonic() + 60
-        while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
         time.sleep(2.0)
         workers = [pid for pid in _children(proc.pid)
                    if "resource_tracker" not in open(f"/proc/{pid}/cmdline").read()]
