@@ -567,6 +567,12 @@ def test_cli_threads_csv_and_plot(adk_h5md_blocked, expected_ca, tmp_path, capsy
     assert [int(r["frame"]) for r in rows] == list(range(98))
     assert_close(np.array([float(r["rmsd"]) for r in rows]), expected_ca)
     assert png.stat().st_size > 1000
+    top = int(np.argmax(expected_ca))  # the series in one line, as gmx rms users look for
+    assert (f"rmsd (Å): first {expected_ca[0]:.4f}, last {expected_ca[-1]:.4f}, mean "
+            f"{expected_ca.mean():.4f}, max {expected_ca[top]:.4f} at time") in text
+    assert f"(frame {top})" in text and "--out rmsd.csv" not in text
+    assert cli_main(["rmsd", adk_h5md_blocked, "--no-progress"]) == 0
+    assert "; the series: --out rmsd.csv" in capsys.readouterr().out
 
 
 def test_cli_processes_netcdf(adk_h5md, adk_universe, tmp_path):

@@ -646,6 +646,10 @@ def test_bad_files(tmp_path, adk_h5md):
     text = tmp_path / "text.h5md"
     text.write_text("not hdf5\n" * 100)
     _expect(text, "not an HDF5 file")
+    dcd = tmp_path / "run1.dcd"  # an MDAnalysis user's first try (found by an audit)
+    dcd.write_bytes(b"\x54\x00\x00\x00CORD" + bytes(200))
+    _expect(dcd, "a .dcd trajectory converts to H5MD once with: h5mdx convert TOPOLOGY "
+                 "run1.dcd run1.h5md")
     truncated = tmp_path / "truncated.h5md"
     truncated.write_bytes(open(adk_h5md, "rb").read()[:5000])
     _expect(truncated, "truncated or corrupt")

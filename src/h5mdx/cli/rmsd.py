@@ -164,6 +164,27 @@ def _run_dask_mpi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summary(result: Any) -> str:
+    """The series in one line, as ``gmx rms`` users look for it: first, last, mean, and
+    the largest value and its time (NaN frames left aside)."""
+    import numpy as np
+
+    values = np.asarray(result.values, dtype=np.float64)
+    unit = result.attrs.get("units", "")
+    unit = {"Angstrom": "Å", "nm": "nm"}.get(str(unit), str(unit))
+    ok = np.flatnonzero(np.isfinite(values))
+    if ok.size == 0:
+        return "rmsd: no frame has a value (NaN: absent atoms)"
+    top = int(ok[np.argmax(values[ok])])
+    when = ""
+    if "time" in result.coords:
+        t = result["time"].values[top]
+        t_unit = result["time"].attrs.get("units", "")
+        when = f" at time {t:g}{f' {t_unit}' if t_unit else ''}"
+    return (f"rmsd ({unit}): first {values[ok[0]]:.4f}, last {values[ok[-1]]:.4f}, "
+            f"mean {values[ok].mean():.4f}, max {values[top]:.4f}{when} (frame {top})")
+
+
 def _print_written(args: argparse.Namespace) -> None:
     """Name the files written: the series, the plot, the timing records."""
     for written in (args.out, args.plot,
@@ -232,5 +253,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"rmsd: {n} frame{'s' if n != 1 else ''} in {seconds:.3f} s "
           f"({n / max(seconds, 1e-9):,.0f} frames/s) on {scheduler} with {workers} "
           f"worker{'s' if workers != 1 else ''} (open {t_open * 1e3:.0f} ms)")
+    print(_summary(result) + ("" if args.out else "; the series: --out rmsd.csv"))
     _print_written(args)
     return 0

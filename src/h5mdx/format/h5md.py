@@ -236,6 +236,13 @@ class FileInfo:
 # ----------------------------------------------------------------------------- opening
 
 
+#: Trajectory formats people try to open as H5MD (the error then says how to convert).
+_TRAJECTORY_SUFFIXES = frozenset({
+    ".dcd", ".xtc", ".trr", ".tng", ".nc", ".ncdf", ".netcdf", ".mdcrd", ".crd", ".trj",
+    ".lammpstrj", ".lammpsdump", ".dump", ".xyz", ".pdb", ".gro", ".arc", ".dtr", ".binpos",
+    ".xdatcar", ".history", ".gsd", ".txyz"})
+
+
 def _signature_ok(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -294,6 +301,11 @@ def open_h5md(
             ) from None
         if not _signature_ok(path):
             problem = "not an HDF5 file (no HDF5 signature): H5MD files are HDF5 files"
+            suffix = os.path.splitext(path)[1].lower()
+            if suffix in _TRAJECTORY_SUFFIXES:
+                stem = os.path.splitext(os.path.basename(path))[0]
+                problem += (f"; a {suffix} trajectory converts to H5MD once with: "
+                            f"h5mdx convert TOPOLOGY {os.path.basename(path)} {stem}.h5md")
         elif swmr:
             problem = (
                 f"HDF5 cannot open the file with swmr=True ({text}); SWMR reading needs a "
