@@ -209,7 +209,7 @@ def build_adk_trajectory(
     spec = ElementSpec("position", (n_atoms, 3), np.float32, ELEMENT_UNITS["position"])
     layout = Layout(frames_per_chunk=_FRAMES_PER_CHUNK)
     desc = f"building {os.path.basename(path)} ({frames:,} frames)"
-    with atomic_output(path, overwrite=True) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_output(path, overwrite=True, hdf5=True) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["h5mdx_example"] = _recipe(frames)
         with H5MDWriter(f, [spec], n_frames=frames, layout=layout, static=_static(u.atoms),
                         author="h5mdx example") as writer, \

@@ -131,7 +131,7 @@ def write_h5md(
     path = os.fspath(path)
     # written aside and renamed into place: a file a Dataset still has open is replaced
     # (that Dataset then refuses to read on), where HDF5 refused to truncate it
-    with atomic_output(path, overwrite=True) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_output(path, overwrite=True, hdf5=True) as tmp, h5py.File(tmp, "w") as f:
         _write_h5md_header(f)
         pgrp = f.create_group("particles")
         for gname, elements in particles.items():

@@ -169,15 +169,17 @@ def test_overwrite_replaces_only_an_hdf5_file(tmp_path):
     xtc = tmp_path / "traj.xtc"
     xtc.write_bytes(b"\x00\x00\x07\xcb" + bytes(100))
     with pytest.raises(ValueError, match="exists and is not an HDF5 file"):
-        with atomic_output(xtc, overwrite=True):
+        with atomic_output(xtc, overwrite=True, hdf5=True):
             pass
+    with atomic_output(tmp_path / "notes.json", overwrite=True) as tmp:  # not an HDF5 output
+        open(tmp, "w").close()
     assert xtc.read_bytes()[:4] == b"\x00\x00\x07\xcb"
     blocked = tmp_path / "user_block.h5"
     blocked.write_bytes(bytes(512) + b"\x89HDF\r\n\x1a\n" + bytes(8))
     empty = tmp_path / "empty.h5md"
     empty.touch()
     for target in (blocked, empty):
-        with atomic_output(target, overwrite=True) as tmp:
+        with atomic_output(target, overwrite=True, hdf5=True) as tmp:
             open(tmp, "wb").close()
 
 

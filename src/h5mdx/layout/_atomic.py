@@ -100,6 +100,7 @@ def check_target(
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike[str]] = (),
     directory: bool = False,
+    hdf5: bool = False,
 ) -> Path:
     """Refuse to write ``target`` over an existing file or over one of the inputs.
 
@@ -113,6 +114,9 @@ def check_target(
         Files read by the operation; the target may never be one of them.
     directory : bool, default False
         The output is a directory (a Zarr store).
+    hdf5 : bool, default False
+        The output is an HDF5 file: ``overwrite`` replaces only an HDF5 file (or an
+        empty one), never another kind (a trajectory given where the output belongs).
 
     Returns
     -------
@@ -126,8 +130,8 @@ def check_target(
     ValueError
         If the target is one of the inputs, its directory does not exist, or it is a
         file or directory that ``overwrite`` may not replace: a file that is not HDF5
-        (nor empty), any directory for a file output, one that is not a Zarr store (nor
-        empty) for a store.
+        (nor empty) for an HDF5 output, any directory for a file output, one that is
+        not a Zarr store (nor empty) for a store.
     """
     t = Path(os.path.abspath(os.fspath(target)))
     for i in inputs:
@@ -147,7 +151,7 @@ def check_target(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
             "command line) to replace it"
         )
-    if t.is_file() and not _replaceable_file(t):
+    if hdf5 and t.is_file() and not _replaceable_file(t):
         raise ValueError(
             f"{os.fspath(target)!r} exists and is not an HDF5 file: h5mdx replaces only a "
             "file of its own kind (H5MD/HDF5), never another, such as a trajectory or a "
@@ -294,6 +298,7 @@ def atomic_output(
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike[str]] = (),
     directory: bool = False,
+    hdf5: bool = False,
 ) -> Iterator[str]:
     """Yield a temporary path next to ``target``; rename it to ``target`` on success.
 
@@ -308,6 +313,9 @@ def atomic_output(
     directory : bool, default False
         The output is a directory (the temporary path is not created: the writer
         creates it).
+    hdf5 : bool, default False
+        The output is an HDF5 file: an existing file that is not one (nor empty) is
+        never replaced (:func:`check_target`).
 
     Yields
     ------
@@ -328,7 +336,8 @@ def atomic_output(
     >>> os.listdir(d)
     ['out.txt']
     """
-    t = check_target(target, overwrite=overwrite, inputs=inputs, directory=directory)
+    t = check_target(target, overwrite=overwrite, inputs=inputs, directory=directory,
+                     hdf5=hdf5)
     _clean_stale(t)
     tmp = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
     try:

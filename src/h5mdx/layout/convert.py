@@ -471,7 +471,8 @@ def convert(
     if isinstance(topology, (str, os.PathLike)):
         inputs.append(os.fspath(topology))
     # refuse early, before MDAnalysis spends time on the input
-    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out)
+    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
+                 hdf5=not zarr_out)
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)
@@ -485,7 +486,8 @@ def convert(
     steps, observables = _Steps(), _Observables()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     t0 = _time.perf_counter()
-    with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out) as tmp:
+    with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
+                       hdf5=not zarr_out) as tmp:
         writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)

@@ -537,7 +537,7 @@ def to_h5md(
              else np.arange(n_frames, dtype=np.int64))
     _warn_without_units(path, specs, time_unit if with_time else "")
     check_steps_increase(steps, os.fspath(path))  # before any output exists
-    with atomic_output(path, overwrite=overwrite, inputs=_sources(ds)) as tmp:
+    with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
                         author=author, author_email=author_email, with_time=with_time,

@@ -309,7 +309,7 @@ def rechunk(
                              n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib)
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
-    with atomic_output(dst, overwrite=overwrite, inputs=[src]) as tmp:
+    with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
         with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, h5py.File(tmp, "w") as fout:
             targets = {_addr(fin[e.value_path]): e for e in elements}
             _copy_attrs(fin, fout)
