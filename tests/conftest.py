@@ -21,6 +21,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernel_loaded():
+    """The compiled kernel loaded once for the session, as in any process that has run a
+    job of some size: kernel="auto" then takes it for the small test trajectories too (a
+    small first job takes the numpy kernel, h5mdx.analysis.rmsd._SMALL_WORK), so that the
+    tests of the compiled read paths do not depend on the order they run in."""
+    from h5mdx.analysis.qcp import has_numba, warm_up
+
+    if has_numba():
+        warm_up("numba")
+
+
 @pytest.fixture(scope="session")
 def adk_universe():
     """The adenylate kinase PSF/DCD trajectory (3341 atoms, 98 frames)."""

@@ -91,6 +91,23 @@ def _warn_absent_in_reference(ref: np.ndarray, reference: Any) -> None:
             RuntimeWarning, stacklevel=_user_stacklevel())
 
 
+#: Atom-frames below which ``kernel="auto"`` runs the numpy kernel where the compiled one
+#: is not loaded in this process yet: loading it costs 0.5-0.8 s, and numpy computes
+#: 10-20 million atom-frames a second (2-core VM), so 2 million take ~0.1-0.2 s. A first
+#: C-alpha RMSD of the 98 adk frames took 0.5-0.7 s, against 0.02 s (found by an audit).
+_SMALL_WORK = 2_000_000
+
+
+def _small_work_kernel(kernel: str, work: int) -> str:
+    """The kernel for ``work`` atom-frames: numpy for a small first job under "auto"."""
+    from h5mdx.analysis.qcp import _WARM
+
+    if kernel == "auto" and work < _SMALL_WORK and "numba" not in _WARM \
+            and _default_client(dask.config.get("scheduler", None)) is None:
+        return "numpy"  # (a cluster's workers have loaded the compiled kernel as they started)
+    return kernel
+
+
 def _check_dims(position: xr.DataArray) -> None:
     if isinstance(position, xr.Dataset):
         raise TypeError("rmsd takes the positions, a DataArray (h5mdx.rmsd(ds.position, "
@@ -1037,7 +1054,10 @@ def rmsd(
         For selection strings and masses; defaults to the topology the ``h5md``
         engine attached when the file was opened with ``topology=``.
     kernel : {"auto", "numpy", "numba"}
-        The QCP implementation (see :func:`h5mdx.analysis.qcp.rmsd_qcp`).
+        The QCP implementation (see :func:`h5mdx.analysis.qcp.rmsd_qcp`). ``"auto"``
+        takes numba where installed, except for a small job (under 2 million
+        atom-frames) in a process that has not loaded it yet and with no distributed
+        client: loading it costs more (0.5-0.8 s) than numpy takes for such a job.
     frames_per_block : int, optional
         Frames per task where ``position`` is not dask-backed; default: where the tasks
         stream their frames from the file a few MiB at a time (positions stored
@@ -1079,6 +1099,7 @@ def rmsd(
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
     ref_c = _centred_reference(position, sub, reference, idx, w, select)
     n_frames = sub.sizes[TIME_DIM]
+    kernel = _small_work_kernel(kernel, n_frames * sub.sizes[ATOM_DIM])
     # never touch ``sub.data`` on a lazily indexed array: that would read it all.
     # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
     # array (or the dask array) without loading it, and tokenizing it is what identifies
