@@ -625,12 +625,17 @@ def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
 
 
 def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> list[str]:
-    """A note for each H5MD input whose observables or parameters the copy leaves out:
-    convert writes what MDAnalysis reads (particles, and the scalar observables it gives
-    per frame: ``copied``); ``h5mdx rechunk`` copies a file whole."""
+    """A note for each H5MD input: that ``h5mdx rechunk`` copies it faster (measured 5.9 s
+    against 98.5 s for 1.5 GiB into Zarr: convert reads it frame by frame through
+    MDAnalysis), and which observables or parameters the copy leaves out (convert writes
+    what MDAnalysis reads: particles, and the scalar observables it gives per frame:
+    ``copied``; ``h5mdx rechunk`` copies a file whole)."""
     copied = set(copied)
     notes = []
     for f in _h5md_inputs(trajectories):
+        notes.append(f"{f.filename} is H5MD already: h5mdx rechunk copies it to a new layout "
+                     "(or to Zarr) 10-20x faster than convert, which reads it through "
+                     "MDAnalysis frame by frame")
         try:
             left = [g for g in ("observables", "parameters")
                     if set(f.get(g, ())) - (copied if g == "observables" else set())]
