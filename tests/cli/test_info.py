@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from h5mdx.cli import main
 from h5mdx.testing import write_h5md
@@ -83,3 +84,14 @@ def test_a_reference_frame_out_of_range_is_one_clear_line(adk_h5md, capsys):
     err = capsys.readouterr().err
     assert "h5mdx rmsd: error: reference frame 200 out of range for 98 frames" in err
     assert "Traceback" not in err
+
+
+def test_a_creator_without_a_version_has_no_stray_space(capsys):
+    """``creator ZnH5MD )`` where the file names no version (MDAnalysisTests'
+    cu_malformed.h5md). Found by an audit."""
+    pytest.importorskip("MDAnalysisTests")
+    from MDAnalysisTests.datafiles import H5MD_malformed
+
+    assert main(["info", H5MD_malformed]) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("creator ZnH5MD)"), first

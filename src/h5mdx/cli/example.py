@@ -23,7 +23,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "example",
         help="run the main job on a real-size adk trajectory (no cluster, no MPI needed)",
-        description=__doc__,
+        description=__doc__.replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="h5mdx-example", help="output directory")

@@ -130,11 +130,16 @@ def _line(el: ElementInfo, indent: str) -> str:
             f"{comp:<8} {unit:<22} {samp}")
 
 
+def _joined(*words: Any) -> str:
+    """The words that are there, one space apart (a creator without a version)."""
+    return " ".join(str(w) for w in words if w not in (None, ""))
+
+
 def render(info: FileInfo) -> str:
     """The human-readable report of ``h5mdx info``."""
     out = [
         f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
-        f"creator {info.creator.get('name', '?')} {info.creator.get('version', '')})".rstrip(),
+        f"creator {_joined(info.creator.get('name', '?'), info.creator.get('version'))})",
     ]
     for name, pg in info.particles.items():
         out.append(f"particles/{name}")
@@ -200,7 +205,7 @@ def render_zarr(d: dict[str, Any]) -> str:
     """The human-readable report of ``h5mdx info STORE.zarr``."""
     creator = d["attrs"].get("creator_name")
     out = [f"{d['store']}  ({_human(d['store_size'])}, Zarr store"
-           + (f", creator {creator} {d['attrs'].get('creator_version', '')}".rstrip()
+           + (f", creator {_joined(creator, d['attrs'].get('creator_version'))}"
               if creator else "") + ")"]
     for name, v in d["variables"].items():
         shape = "×".join(map(str, v["shape"])) or "scalar"
