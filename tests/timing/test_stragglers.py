@@ -385,3 +385,11 @@ def test_speedup_leaves_warm_up_out_and_reports_it_beside():
     assert s.loc[1, "t_N"] == pytest.approx(4 * 0.401)
     assert s.loc[1, "warmup"] == pytest.approx(0.5)
     assert s.loc[2, "S"] == pytest.approx(2.0) and s.loc[2, "E"] == pytest.approx(1.0)
+
+
+def test_a_run_of_a_few_ms_gets_no_advice_but_that():
+    """A run of 2 ms in all drew advice to rechunk, use MPI-IO and more blocks, and
+    "74% of the work (0.00 s)": microseconds judge nothing. Found by an audit."""
+    said = advice(_run(io=0.0005, compute=0.0002, n_tasks=2))
+    assert len(said) == 1 and said[0].startswith("The run's tasks worked 3.4 ms in all: "
+                                                 "too short to judge"), said

@@ -70,6 +70,9 @@ _DEFAULT_FACTOR = {"median": 1.5, "fastest-group": 2.0}
 
 #: Default minimum absolute excess over the median (s) for a straggler.
 DEFAULT_MIN_EXCESS = 0.05
+#: Work (the tasks' seconds summed) below which :func:`advice` judges nothing: a run of a
+#: few ms had drawn advice to rechunk and use MPI-IO from microsecond timings (an audit).
+MIN_JUDGED = 2 * DEFAULT_MIN_EXCESS
 
 
 def straggler_rule(rule: str = "median", factor: float | None = None,
@@ -519,6 +522,11 @@ def advice(df: pd.DataFrame, speedup_table: pd.DataFrame | None = None) -> list[
     """
     if df.empty:
         return ["No timing records: did the tasks use BlockTimer and was H5MDX_TIMING_SPOOL set?"]
+    busy = float(df["wall"].sum()) if "wall" in df else float("nan")
+    if busy < MIN_JUDGED:  # microseconds say nothing of layouts, balance or warm-up
+        return [f"The run's tasks worked {busy * 1e3:.1f} ms in all: too short to judge its "
+                f"I/O, balance or warm-up (the rules need {MIN_JUDGED * 1e3:.0f} ms or more "
+                "of work; time more frames)"]
     rules = (_io_advice, _comm_advice, _straggler_advice, _warmup_advice, _imbalance_advice,
              _idle_advice, _init_advice)
     out = [sentence for rule in rules if (sentence := rule(df)) is not None]
