@@ -294,3 +294,17 @@ def test_a_writer_stopped_by_a_signal_says_so(tmp_path, monkeypatch, capsys, cod
         main(["rechunk", str(tmp_path / "in.h5md"), str(tmp_path / "out.h5md")])
     assert stop.value.code == code
     assert f"h5mdx: stopped by {name}" in capsys.readouterr().err
+
+
+def test_a_copy_to_zarr_and_the_verification_show_progress(tmp_path, capsys):
+    """rechunk to Zarr ran without a sign of life (12-29 s for 4 GB), and --verify read
+    the copy back in silence after the bar had reached 100 %. Found by an audit."""
+    pytest.importorskip("zarr")
+    src = tmp_path / "in.h5md"
+    _small_frames(src, n=2000, chunk=100)
+    rechunk(src, tmp_path / "out.zarr", progress=True, verify=True)
+    out = capsys.readouterr().out
+    assert "rechunk particles/trajectory -> out.zarr" in out and "Completed" in out
+    assert "verify out.zarr" in out
+    rechunk(src, tmp_path / "out.h5md", progress=True, verify=True)
+    assert "verify out.h5md" in capsys.readouterr().out

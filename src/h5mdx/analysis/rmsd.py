@@ -1092,8 +1092,8 @@ def rmsd(
     position, dask_blocks = _opened_lazily(position)
     idx = select_atoms(position, select, topology)
     w = _weights(position, weights, idx, topology)
-    sub = position if idx is None else position.isel({ATOM_DIM: idx})
-    sub = sub.transpose(TIME_DIM, ATOM_DIM, SPATIAL_DIM)
+    sub = (position if idx is None else position.isel({ATOM_DIM: idx})).transpose(
+        TIME_DIM, ATOM_DIM, SPATIAL_DIM)
     if sub.sizes[SPATIAL_DIM] != 3:
         raise ValueError(f"rmsd needs 3 spatial dimensions, not {sub.sizes[SPATIAL_DIM]}")
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
@@ -1143,7 +1143,14 @@ def rmsd(
         result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads,
                              process_threads)
 
-    coords = _time_coords(sub)
+    return xr.DataArray(result, dims=(TIME_DIM,), coords=_time_coords(sub), name="rmsd",
+                        attrs=_result_attrs(position, sub, reference, select, weights,
+                                            superposition))
+
+
+def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, select: Any,
+                  weights: Any, superposition: bool) -> dict[str, Any]:
+    """What the RMSD series says of how it was computed."""
     attrs: dict[str, Any] = {"long_name": "RMSD after optimal superposition" if superposition
              else "RMSD after centring"}
     if "units" in position.attrs:
@@ -1156,4 +1163,4 @@ def rmsd(
         "none" if weights is None else "given")
     if isinstance(reference, (int, np.integer)):
         attrs["reference_frame"] = int(reference)
-    return xr.DataArray(result, dims=(TIME_DIM,), coords=coords, name="rmsd", attrs=attrs)
+    return attrs

@@ -471,8 +471,7 @@ def convert(
     if isinstance(topology, (str, os.PathLike)):
         inputs.append(os.fspath(topology))
     # refuse early, before MDAnalysis spends time on the input
-    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
-                 hdf5=not zarr_out)
+    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out, hdf5=not zarr_out)
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)

@@ -389,6 +389,8 @@ def dataset_to_zarr(
     layout: Layout | None = None,
     group: str | None = None,
     mode: str = "w-",
+    progress: bool = False,
+    description: str = "to Zarr",
 ) -> None:
     """Write a Dataset of the h5mdx data model to Zarr with whole-frame chunks.
 
@@ -407,6 +409,11 @@ def dataset_to_zarr(
         Zarr group to write into.
     mode : str, default "w-"
         Passed to :meth:`xarray.Dataset.to_zarr`.
+    progress : bool, default False
+        A progress bar (``description``) that advances as dask's tasks write the blocks,
+        where the default scheduler runs them in this process (threads).
+    description : str, default "to Zarr"
+        The bar's label.
     """
     layout = layout or Layout()
     compressors = zarr_compressors(layout.compression)
@@ -455,7 +462,24 @@ def dataset_to_zarr(
     out = out.assign_coords({n: out[n].variable.compute() for n in one_d
                              if n in out.coords and n not in out.indexes})
     with _quiet_zarr():
-        out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group)  # type: ignore[call-overload]
+        if not progress:
+            out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group)  # type: ignore[call-overload]
+            return
+        writes = out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group,
+                             compute=False)  # type: ignore[call-overload]
+        _compute_with_bar(writes, description)
+
+
+def _compute_with_bar(writes: Any, description: str) -> None:
+    """Compute dask's ``writes`` under dask's own progress bar, after a line naming it (a
+    4 GB copy to Zarr ran 12-29 s without a sign of life; found by an audit)."""
+    import sys
+
+    from dask.diagnostics import ProgressBar
+
+    print(description, file=sys.stdout, flush=True)
+    with ProgressBar():
+        writes.compute()
 
 
 # ----------------------------------------------------------------------------- to_h5md

@@ -12,9 +12,11 @@ memory stays bounded whatever the file size.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time as _time
+from collections.abc import Iterator
 from typing import Any
 
 import h5py
@@ -306,7 +308,8 @@ def rechunk(
     n_atoms = int(main.shape[1]) if main is not None and len(main.shape) > 1 else 0
     if is_zarr_path(dst):
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
-                             n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib)
+                             n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib,
+                             progress=progress)
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
@@ -321,7 +324,8 @@ def rechunk(
                 _make_refs(fout, copier.refs)
         verified = False
         if verify:
-            _verify(copier, src, tmp, dst)
+            with _verifying(dst, progress):
+                _verify(copier, src, tmp, dst)
             verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
@@ -331,6 +335,15 @@ def rechunk(
                         else layout.describe(n_frames).replace("compression none",
                                                                "compression kept"),
                         verified=verified)
+
+
+@contextlib.contextmanager
+def _verifying(dst: str, progress: bool) -> Iterator[None]:
+    """A bar of the time elapsed while the copy is read back (seconds a GB, silent after
+    the copy's bar had reached 100 %: found by an audit)."""
+    with progress_bar(None, f"verify {os.path.basename(dst)}", progress, unit=None,
+                      elapsed=True):
+        yield
 
 
 def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
@@ -399,7 +412,7 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
                   verify: bool, n_frames: int, n_atoms: int,
-                  buffer_mib: float = 64.0) -> ConvertStats:
+                  buffer_mib: float = 64.0, progress: bool = False) -> ConvertStats:
     import xarray as xr
 
     from h5mdx.layout.export import dataset_to_zarr
@@ -412,11 +425,14 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
             with xr.open_dataset(src, engine="h5md", group=h5group, chunks={},
                                  chunk_mib=buffer_mib) as ds:
                 dataset_to_zarr(ds, tmp, layout=layout, group=zgroup,
-                                mode="w-" if zgroup is None and not names else "a")
+                                mode="w-" if zgroup is None and not names else "a",
+                                progress=progress and bool(ds.data_vars),
+                                description=f"rechunk {h5group} -> {os.path.basename(dst)}")
                 names.append(h5group)
                 if verify:
                     store = tmp if zgroup is None else os.path.join(tmp, zgroup)
-                    _verify_zarr(ds, src, store, dst, els)
+                    with _verifying(dst, progress):
+                        _verify_zarr(ds, src, store, dst, els)
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
