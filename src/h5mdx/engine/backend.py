@@ -186,8 +186,30 @@ class H5MDArray(BackendArray):
         ) + tuple(key[len(self.shape):])
         data = self._read_direct(key)
         if data is None:
+            data = self._read_strided(key)
+        if data is None:
             data = self._read_locked(key)
         return self._finish(data)
+
+    def _read_strided(self, key: tuple) -> np.ndarray | None:
+        """Frames taken with a stride too long for one bounding box, read directly one by
+        one; None where direct reads do not apply. h5py's strided selection on chunked
+        data took ~1 ms a frame: every 10th frame of a 4 GB file took 34-47 s to export,
+        where reading all of it took 3-6 s (found by an audit)."""
+        first = key[0] if key else None
+        if not isinstance(first, slice) or len(key) != len(self.shape) \
+                or not _direct.enabled():
+            return None
+        start, stop, step = first.indices(self.shape[0])
+        if step <= _direct.MAX_OVERREAD or stop <= start:
+            return None
+        parts = []
+        for i in range(start, stop, step):
+            part = self._read_direct((slice(i, i + 1), *key[1:]))
+            if part is None:
+                return None
+            parts.append(part)
+        return np.concatenate(parts)
 
     def _finish(self, data: np.ndarray) -> np.ndarray:
         """The values read, with fill values as NaN and the unit scaling applied."""
