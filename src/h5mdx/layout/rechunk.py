@@ -26,7 +26,14 @@ from h5mdx._progress import progress_bar
 from h5mdx.errors import H5MDReadError
 from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs
-from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, reference_paths, scan
+from h5mdx.format.h5md import (
+    ElementInfo,
+    FileInfo,
+    object_address,
+    open_h5md,
+    reference_paths,
+    scan,
+)
 from h5mdx.format.writer import Layout, ensure_room
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
@@ -49,8 +56,8 @@ def time_dependent_elements(info: FileInfo) -> list[ElementInfo]:
     return out
 
 
-def _addr(obj: Any) -> tuple[int, int]:
-    return (obj.file.id.fileno, int(h5py.h5o.get_info(obj.id).addr))
+def _addr(obj: Any) -> tuple[Any, ...]:
+    return (obj.file.id.fileno, *object_address(obj))
 
 
 def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str, Any]] | None = None) -> None:
