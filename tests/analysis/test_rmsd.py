@@ -444,6 +444,10 @@ def test_first_hour_mistakes_are_one_clear_error(adk_h5md, adk_universe):
             h5mdx.rmsd(ds.position.values)
         with pytest.raises(TypeError, match=r"did you mean select='name CA'\?"):
             ds.md.rmsd("name CA")
+        with pytest.raises(TopologyError, match=r"adk.*: the selection 'name XYZ' matches"):
+            ds.md.rmsd(select="name XYZ")  # errors through ds.md.rmsd name the file too
+        with pytest.raises(IndexError, match=r"out of range for 98 frames \(of .*adk"):
+            ds.md.rmsd(98)
         ca = adk_universe.select_atoms("name CA")
         np.testing.assert_allclose(ds.md.rmsd(select=ca).values,
                                    ds.md.rmsd(select="name CA").values, atol=1e-9)

@@ -169,6 +169,12 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     return universe
 
 
+def _of_file(position: xr.DataArray) -> str:
+    """`` (of FILE)`` for a message, where the positions came from a file."""
+    source = position.encoding.get("source")
+    return f" (of {source})" if source else ""
+
+
 def _positions_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Positions along ``atom`` of the atom indices ``wanted``, found in ``ids`` (the
     ``atom`` coordinate); an index that is not there is an IndexError."""
@@ -225,11 +231,13 @@ def select_atoms(
                 "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
                 "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
             )
-        wanted = select_indices(_universe_of(position, topology), select)
+        wanted = select_indices(_universe_of(position, topology), select,
+                                position.encoding.get("source"))
         where = np.flatnonzero(np.isin(_atom_ids(position), wanted))
         if where.size == 0:
             raise TopologyError(
                 f"the selection {select!r} matches no atom of these positions"
+                + _of_file(position)
             )
         return where
     sel = np.asarray(select)
@@ -406,7 +414,8 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         if n_frames == 0:
             raise ValueError("the positions hold no frames (an empty time slice?)")
         if not -n_frames <= int(reference) < n_frames:
-            raise IndexError(f"reference frame {reference} out of range for {n_frames} frames")
+            raise IndexError(f"reference frame {reference} out of range for {n_frames} "
+                             f"frames{_of_file(position)}")
         frame = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
         # one frame, read here like a lazily indexed one: not through a process pool or a
         # cluster, which would ship the whole block that holds it
