@@ -298,16 +298,22 @@ def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
         ds.close()
 
 
-@pytest.mark.parametrize("chunks", [None, (4, 41, 3), (5, 7, 2)])
-def test_engine_outer_indexing_on_both_paths(tmp_path, monkeypatch, chunks):
-    """Lazy indexing without dask (``isel``/``sel`` with integers, slices and lists in
-    any mix) gives numpy's outer-indexed values on both read paths."""
+def _positions_file(tmp_path, chunks):
+    """Float32 positions of SHAPE in an H5MD file, chunked as given (None: contiguous)."""
     values = _values("<f4")
     path = str(tmp_path / "o.h5md")
     element = {"value": values, "step": np.arange(SHAPE[0])}
     if chunks is not None:
         element["chunks"] = chunks
     write_h5md(path, {"all": {"position": element}})
+    return values, path
+
+
+@pytest.mark.parametrize("chunks", [None, (4, 41, 3), (5, 7, 2)])
+def test_engine_outer_indexing_on_both_paths(tmp_path, monkeypatch, chunks):
+    """Lazy indexing without dask (``isel``/``sel`` with integers, slices and lists in
+    any mix) gives numpy's outer-indexed values on both read paths."""
+    values, path = _positions_file(tmp_path, chunks)
     keys = [dict(time=2, atom=slice(None), spatial=[2, 0]), dict(time=2, atom=[3], spatial=[2, 0]),
             dict(time=[0, 5, 9], atom=4, spatial=1), dict(time=slice(3, 9), atom=7, spatial=[1]),
             dict(time=-1, atom=[40, 0], spatial=slice(None))]
@@ -332,12 +338,7 @@ def test_long_strides_along_time_are_read_directly(tmp_path, monkeypatch, chunks
     it; found by an audit): read directly frame by frame, byte for byte the same."""
     from h5mdx.engine.backend import H5MDArray
 
-    values = _values("<f4")
-    path = str(tmp_path / "s.h5md")
-    element = {"value": values, "step": np.arange(SHAPE[0])}
-    if chunks is not None:
-        element["chunks"] = chunks
-    write_h5md(path, {"all": {"position": element}})
+    values, path = _positions_file(tmp_path, chunks)
     through_h5py = []
     real = H5MDArray._read_locked
     monkeypatch.setattr(H5MDArray, "_read_locked",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -592,28 +593,27 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         )
 
 
-def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
-    """The number of chunks of ``dset`` that HDF5 has stored (None if it cannot tell),
-    counted once per scan."""
+def _asked_once(cache: dict[tuple[int, ...], int | None], dset: h5py.Dataset,
+                ask: Callable[[], Any]) -> int | None:
+    """``int(ask())`` for ``dset``, kept in ``cache`` by its address (None where HDF5
+    cannot tell): HDF5 walks a chunked dataset's whole index to answer."""
     key = _addr(dset)
-    if key not in c.stored_chunks:
+    if key not in cache:
         try:
-            c.stored_chunks[key] = int(dset.id.get_num_chunks())
+            cache[key] = int(ask())
         except (OSError, ValueError, RuntimeError, AttributeError):
-            c.stored_chunks[key] = None
-    return c.stored_chunks[key]
+            cache[key] = None
+    return cache[key]
+
+
+def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
+    """The number of chunks of ``dset`` that HDF5 has stored, counted once per scan."""
+    return _asked_once(c.stored_chunks, dset, lambda: dset.id.get_num_chunks())
 
 
 def _storage_size(c: _Ctx, dset: h5py.Dataset) -> int | None:
-    """The bytes HDF5 has stored for ``dset`` (None if it cannot tell), asked once per
-    scan: it walks a chunked dataset's whole index."""
-    key = _addr(dset)
-    if key not in c.storage_sizes:
-        try:
-            c.storage_sizes[key] = int(dset.id.get_storage_size())
-        except (OSError, ValueError, RuntimeError, AttributeError):
-            c.storage_sizes[key] = None
-    return c.storage_sizes[key]
+    """The bytes HDF5 has stored for ``dset``, asked once per scan."""
+    return _asked_once(c.storage_sizes, dset, lambda: dset.id.get_storage_size())
 
 
 def _capacity(c: _Ctx, dset: h5py.Dataset) -> int:
