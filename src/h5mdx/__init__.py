@@ -2,7 +2,19 @@
 
 Open a trajectory with ``xr.open_dataset(path, engine="h5md")``; compute the RMSD
 with :func:`h5mdx.rmsd` or ``ds.md.rmsd(...)``; see the documentation for layout
-tools, parallel timing, MPI and SLURM.
+tools, parallel timing, MPI and SLURM. A first session::
+
+    import xarray as xr, h5mdx
+    ds = xr.open_dataset("run.h5md", engine="h5md",
+                         topology="system.psf",  # any file MDAnalysis reads: names, masses
+                         chunks={})              # dask blocks of whole HDF5 chunks (~128 MiB)
+    ca = ds.md.rmsd(select="name CA")      # lazy; .values computes it (the file's unit)
+    bb = ds.md.rmsd(universe, select="backbone", weights="mass")  # to a Universe's frame
+
+The engine's keywords (``topology``, ``select``, ``convert_units``, ``chunk_mib``,
+``swmr``, ``strict``, ...) are documented by
+``h5mdx.engine.backend.H5MDBackendEntrypoint.open_dataset``; ``h5mdx --help`` lists
+the command-line tools (``info``, ``convert``, ``rechunk``, ``rmsd``, ``example``).
 
 The package is organised in layers (see ``docs/architecture.md``): :mod:`h5mdx.format`
 (h5py + numpy), :mod:`h5mdx.engine` (the xarray backend), :mod:`h5mdx.analysis`,

@@ -41,8 +41,10 @@ class MDAccessor:
 
         Parameters
         ----------
-        reference : int, array_like or xarray.DataArray, default 0
-            Frame index, ``(atom, spatial)`` array or one-frame DataArray.
+        reference : int, array_like, xarray.DataArray or MDAnalysis Universe/AtomGroup, default 0
+            Frame index, ``(atom, spatial)`` array, one-frame DataArray, or the current
+            frame of a Universe or AtomGroup (selected with ``select`` as MDAnalysis'
+            ``rms.RMSD`` does; see :func:`h5mdx.rmsd`).
         select : None, str, AtomGroup, array of int or array of bool
             Atoms to compare (selection strings use the attached topology).
         weights : None, "mass" or array_like
