@@ -186,30 +186,8 @@ class H5MDArray(BackendArray):
         ) + tuple(key[len(self.shape):])
         data = self._read_direct(key)
         if data is None:
-            data = self._read_strided(key)
-        if data is None:
             data = self._read_locked(key)
         return self._finish(data)
-
-    def _read_strided(self, key: tuple) -> np.ndarray | None:
-        """Frames taken with a stride too long for one bounding box, read directly one by
-        one; None where direct reads do not apply. h5py's strided selection on chunked
-        data took ~1 ms a frame: every 10th frame of a 4 GB file took 34-47 s to export,
-        where reading all of it took 3-6 s (found by an audit)."""
-        first = key[0] if key else None
-        if not isinstance(first, slice) or len(key) != len(self.shape) \
-                or not _direct.enabled():
-            return None
-        start, stop, step = first.indices(self.shape[0])
-        if step <= _direct.MAX_OVERREAD or stop <= start:
-            return None
-        parts = []
-        for i in range(start, stop, step):
-            part = self._read_direct((slice(i, i + 1), *key[1:]))
-            if part is None:
-                return None
-            parts.append(part)
-        return np.concatenate(parts)
 
     def _finish(self, data: np.ndarray) -> np.ndarray:
         """The values read, with fill values as NaN and the unit scaling applied."""
@@ -353,13 +331,37 @@ class H5MDArray(BackendArray):
             return None
         split = _direct.box_of(key, self.shape)
         if split is None:
-            return None
+            return self._read_strided(key)
         box, rest = split
         reader = self._direct_reader()
         if reader is None:
             return None
         data = self._read_box(reader, box, key)
         return None if data is None else _direct.within(data, rest)
+
+    def _read_strided(self, key: tuple) -> np.ndarray | None:
+        """Frames taken with a stride too long for one bounding box, read directly one by
+        one (the reader and the box of the other axes found once); None where direct
+        reads do not apply. h5py's strided selection on chunked data took ~1 ms a frame:
+        every 10th frame of a 4 GB file took 34-47 s to export, where reading all of it
+        took 3-6 s (found by an audit)."""
+        if not key or not isinstance(key[0], slice):
+            return None
+        start, stop, step = key[0].indices(self.shape[0])
+        if step <= _direct.MAX_OVERREAD or stop <= start:
+            return None
+        split = _direct.box_of((slice(start, start + 1), *key[1:]), self.shape)
+        reader = self._direct_reader() if split is not None else None
+        if split is None or reader is None:
+            return None
+        box, rest = split
+        parts = []
+        for i in range(start, stop, step):
+            data = self._read_box(reader, (slice(i, i + 1), *box[1:]), key)
+            if data is None:
+                return None
+            parts.append(_direct.within(data, rest))
+        return np.concatenate(parts)
 
     def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
                   key: tuple) -> np.ndarray | None:

@@ -140,7 +140,6 @@ def _decoders() -> dict[int, Any]:
     return decoders
 
 
-
 class Unsupported(Exception):  # noqa: N818 - a reason, not an error to report
     """The dataset cannot be read directly; the message says why."""
 
