@@ -417,10 +417,16 @@ def unit_text(value: Any) -> str | None:
     raise ValueError(f"the 'unit' attribute must be a string, not {value!r}")
 
 
+def unit_attribute(obj: h5py.HLObject) -> str | None:
+    """The ``unit`` attribute of ``obj`` as text (:func:`unit_text`); None where it has
+    none. Raises ValueError where it is not text."""
+    return unit_text(_attr(obj, "unit"))
+
+
 def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
-    """The ``unit`` attribute as a string (:func:`unit_text`), else None (noted)."""
+    """The ``unit`` attribute as a string (:func:`unit_attribute`), else None (noted)."""
     try:
-        return unit_text(_attr(obj, "unit"))
+        return unit_attribute(obj)
     except ValueError as err:
         c.note(where, str(err), "unit ignored")
         return None

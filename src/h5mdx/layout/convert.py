@@ -29,6 +29,7 @@ from h5mdx._optional import import_optional
 from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.checksums import dataset_checksums
+from h5mdx.format.h5md import unit_attribute
 from h5mdx.format.writer import (
     ELEMENT_UNITS,
     ElementSpec,
@@ -612,13 +613,11 @@ def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
     for f in _h5md_inputs(list(trajectories) or [getattr(u.trajectory, "filename", None)]):
         for name, el in f.get("observables", {}).items():
             try:
-                unit = el["value"].attrs.get("unit") \
+                unit = unit_attribute(el["value"]) \
                     if isinstance(el, h5py.Group) and "value" in el else None
             except (OSError, KeyError, TypeError, ValueError):
                 continue
-            if isinstance(unit, bytes):
-                unit = unit.decode("utf-8", "replace")
-            if isinstance(unit, str):
+            if unit is not None:
                 found.setdefault(str(name), set()).add(unit)
     return {name: units.pop() for name, units in found.items() if len(units) == 1}
 
