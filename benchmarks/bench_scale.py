@@ -3,7 +3,8 @@
 Builds (once, cached under ``--data``) an adk-sized trajectory of ``--frames``
 frames (default 100,000 x 3341 atoms, float32, ~4 GB) in the layouts asked for:
 ``c100`` (chunks of 100 whole frames), ``c1`` (one frame per chunk, MDAnalysis'
-default) and ``contig`` (contiguous). The coordinates are synthetic (a seeded
+default) and ``contig`` (contiguous); and, asked for by name, ``gz100`` (deflate level 1
+after the byte shuffle) and ``lzf100`` (LZF), compressed chunks of 100 frames. The coordinates are synthetic (a seeded
 random structure with small per-frame motion) so that the benchmark runs on a
 bare machine with only numpy, h5py, dask, distributed, xarray, numba and h5mdx;
 atoms are selected by indices (214 "C-alpha" atoms, every ~16th atom).
@@ -73,7 +74,14 @@ N_ATOMS = 3341
 TARGET = 0.8
 N_TEMPLATES = 64
 DSET = "particles/trajectory/position/value"
-CHUNKS = {"c100": lambda n: (100, n, 3), "c1": lambda n: (1, n, 3), "contig": lambda n: None}
+CHUNKS = {"c100": lambda n: (100, n, 3), "c1": lambda n: (1, n, 3), "contig": lambda n: None,
+          "gz100": lambda n: (100, n, 3), "lzf100": lambda n: (100, n, 3)}
+#: Filters of the compressed layouts (h5py's own: no plugin needed): deflate at level 1
+#: after the byte shuffle, and LZF, both on chunks of 100 frames.
+FILTERS: dict[str, dict[str, Any]] = {
+    "gz100": {"compression": "gzip", "compression_opts": 1, "shuffle": True},
+    "lzf100": {"compression": "lzf"},
+}
 
 
 # ------------------------------------------------------------------------------- data
@@ -115,7 +123,7 @@ def build(path: str, n_frames: int, layout: str) -> str:
             {"dimension": 3, "boundary": ["none"] * 3})
         g = f.create_group("particles/trajectory/position")
         v = g.create_dataset("value", shape=(n_frames, N_ATOMS, 3), dtype=np.float32,
-                             chunks=CHUNKS[layout](N_ATOMS))
+                             chunks=CHUNKS[layout](N_ATOMS), **FILTERS.get(layout, {}))
         v.attrs["unit"] = "Angstrom"
         step = 1000 if layout != "c1" else 100
         for a in range(0, n_frames, step):
@@ -716,7 +724,8 @@ def layout_runs(args: argparse.Namespace, layout: str,
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(p, frames=100_000, repeats=3, schedulers="processes,threads,distributed")
-    p.add_argument("--layouts", default="c100,c1,contig")
+    p.add_argument("--layouts", default="c100,c1,contig",
+                   help=f"comma-separated, of {', '.join(CHUNKS)}")
     p.add_argument("--opens", default="lazy,chunks")
     p.add_argument("--selections", default="ca,all")
     p.add_argument("--grid-only", action="store_true",
@@ -742,6 +751,8 @@ def main() -> int:
     if args.quick:
         args.frames, args.repeats, args.rss_frames = 3000, 1, 1000
     args.layouts = args.layouts.split(",")
+    if unknown := [name for name in args.layouts if name not in CHUNKS]:
+        p.error(f"unknown layout(s) {', '.join(unknown)}; valid options are: {', '.join(CHUNKS)}")
     args.workers = [int(n) for n in args.workers.split(",")]
     args.schedulers = args.schedulers.split(",")
     args.opens = args.opens.split(",")

@@ -191,14 +191,18 @@ def test_open_blocks_run_together_into_tasks_as_large_as_a_lazy_opens(
 
 
 @pytest.mark.filterwarnings("ignore:The specified chunks separate:UserWarning")
-def test_open_blocks_of_compressed_positions_stay_one_task_each(layouts, adk_universe,
-                                                                expected_ca):
-    """Compressed chunks are decoded whole, a task's block at once: larger tasks would
-    hold more memory, so each block of the open stays a task."""
+def test_compressed_positions_stream_whole_chunks(layouts, adk_universe, expected_ca):
+    """A task reads compressed chunks a few whole chunks at a time, each decoded once
+    into a reused buffer, as it streams uncompressed ones: the blocks of the open merge
+    into a task per worker, none of which holds more than one read."""
+    from h5mdx.analysis.rmsd import _read_step
+
     with dask.config.set(scheduler="processes", num_workers=2), \
             xr.open_dataset(layouts["gzip"], engine="h5md", chunks={"time": 10}) as ds:
+        step = _read_step(ds.position)
+        assert step is not None and step % 10 == 0  # whole stored chunks of 10 frames
         lazy = h5mdx.rmsd(ds.position, select=adk_universe.select_atoms("name CA").indices)
-        assert lazy.chunks == ((10,) * 9 + (8,),)
+        assert lazy.chunks == ((50, 48),)
         assert_rmsd_close(lazy.compute(scheduler="sync"), expected_ca, atol=1e-4)
 
 
@@ -314,9 +318,9 @@ def _sparse_trajectory(path, n_frames, n_atoms, **kwargs):
 ])
 def test_streamed_blocks_are_large_but_leave_rounds_per_worker(tmp_path, monkeypatch, workers,
                                                                blocks, mib):
-    """Tasks that stream an uncompressed file 4 MiB at a time get blocks of up to 512 MiB
-    (fewer tasks, less scheduler time), no larger than leaves each worker 4 rounds, never
-    below 128 MiB; compressed chunks keep the engine's 128 MiB blocks."""
+    """Tasks that stream an HDF5 file 4 MiB at a time get blocks of up to 512 MiB (fewer
+    tasks, less scheduler time), no larger than leaves each worker 4 rounds, never below
+    128 MiB; compressed chunks, streamed too (whole chunks a read), get the same blocks."""
     from h5mdx.format import h5md
 
     monkeypatch.setattr(h5md, "MAX_ABSENT_ELEMENTS", 2**40)  # a 4 GB file never written
@@ -330,8 +334,7 @@ def test_streamed_blocks_are_large_but_leave_rounds_per_worker(tmp_path, monkeyp
         assert all(c % 100 == 0 for c in chunks[:-1])  # whole HDF5 chunks
         assert mib[0] <= max(chunks) * frame_mib <= mib[1]
         with xr.open_dataset(packed, engine="h5md") as ds:
-            chunks = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0]
-        assert max(chunks) * frame_mib <= 128
+            assert h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 15)).chunks[0] == chunks
     # a scheduler whose workers are unknown (a plain function): the open's chunk_mib stands
     with dask.config.set(scheduler=dask.get):
         with xr.open_dataset(plain, engine="h5md", chunk_mib=300) as ds:

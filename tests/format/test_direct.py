@@ -146,6 +146,37 @@ def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
         assert got.tobytes() == want.tobytes(), (layout, dtype, key)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["gzip", "gzip+shuffle", "shuffle", "lzf+shuffle"])
+@pytest.mark.parametrize("codecs", ["zlib and numpy", "zlib-ng and numcodecs"])
+def test_deflate_and_shuffle_decoders_agree_with_h5py(tmp_path, monkeypatch, layout, dtype,
+                                                       codecs):
+    """Deflate and the byte shuffle are decoded by zlib-ng and numcodecs where installed,
+    else by zlib and numpy: both give h5py's bytes."""
+    import zlib
+
+    kwargs, _ = LAYOUTS[layout]
+    if codecs == "zlib and numpy":
+        fast = direct._decoders()
+        only = {k: v for k, v in fast.items() if k not in (direct._DEFLATE, direct._SHUFFLE)}
+        only[direct._DEFLATE] = lambda data, nbytes: zlib.decompress(data)
+        monkeypatch.setattr(direct, "_decoders", lambda: only)
+    else:
+        pytest.importorskip("numcodecs")
+        imagecodecs = pytest.importorskip("imagecodecs")
+        if not imagecodecs.ZLIBNG.available:
+            pytest.skip("imagecodecs built without zlib-ng")
+        assert direct._SHUFFLE in direct._decoders()
+    path = str(tmp_path / "d.h5")
+    values = _values(dtype)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values, **kwargs)
+    for key in KEYS[:4]:
+        got, used = _read_direct(path, key)
+        assert used
+        assert got.tobytes() == _outer(values, key).tobytes(), (layout, dtype, key)
+
+
 def test_unallocated_chunks_fall_back(tmp_path):
     path = str(tmp_path / "fill.h5")
     with h5py.File(path, "w") as f:

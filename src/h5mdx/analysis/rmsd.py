@@ -797,14 +797,16 @@ def _read_step(source: xr.DataArray, process_threads: int | None = None) -> int 
     """Frames a task reads at a time: whole stored chunks of about :data:`READ_STEP_BYTES`,
     times ``process_threads / GIL_THREADS`` (1 to 4) where that many tasks share a process.
 
-    None (the whole block at once) where the data are not read straight from an
-    uncompressed HDF5 file (compressed chunks are best decoded once each) or from Zarr
-    chunks of whole frames (decoded whole, each read a run of them).
+    None (the whole block at once) where the data are not read straight from an HDF5
+    file or from Zarr chunks of whole frames (decoded whole, each read a run of them).
+    A read of compressed HDF5 chunks spans whole chunks, each decoded once, into a
+    buffer the task reuses: a task's block decoded at once into a new array took
+    twice as long (page faults, and frames out of the CPU cache by the kernel's turn).
     """
     enc = source.encoding
     if _in_memory(source):
         return None
-    if ("source" not in enc or enc.get("compression")) and not _zarr_frames(source):
+    if "source" not in enc and not _zarr_frames(source):
         return None
     frame_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:]))
     chunks = _stored_chunks(source)
@@ -849,9 +851,9 @@ def _open_block_ends(position: xr.DataArray, blocks: tuple[int, ...],
     blocks along time): runs of whole blocks, each up to the frames a lazily opened file
     would give a task (:func:`_block_frames`; a larger block stays alone, none is split).
 
-    Only where the tasks stream their frames a few MiB at a time (an HDF5 file stored
-    uncompressed, or Zarr chunks of whole frames: a task then holds one read, whatever its
-    size; :func:`_read_step`) and the tasks are sized
+    Only where the tasks stream their frames a few MiB at a time (an HDF5 file, or Zarr
+    chunks of whole frames: a task then holds one read, whatever its size;
+    :func:`_read_step`) and the tasks are sized
     for known workers or by ``frames_per_block``/``chunk_mib``; elsewhere one task per
     block, as opened. Each task costs the scheduler a few ms: the engine's 128 MiB blocks
     made 30 tasks of a 4 GB file for 2 workers, 0.61x the read floor against 0.73x for
@@ -1041,8 +1043,9 @@ def rmsd(
         tasks themselves (a few MiB at a time, whole stored chunks at a read, selected
         atoms only), not through dask's getter tasks: one task per run of whole
         blocks of the open, as large as a lazily opened file's tasks would be where
-        the frames are stored uncompressed or in Zarr chunks of whole frames (each task
-        costs the scheduler a few ms), else one task per block.
+        the frames are read from an HDF5 file (compressed or not) or from Zarr chunks
+        of whole frames (each task costs the scheduler a few ms), else one task per
+        block.
     reference : int, array_like, xarray.DataArray or MDAnalysis Universe/AtomGroup, default 0
         A frame index of ``position`` (counted from its first frame), an ``(atom,
         spatial)`` array (of the selected or of all atoms), a one-frame DataArray of
@@ -1069,8 +1072,8 @@ def rmsd(
         client: loading it costs more (0.5-0.8 s) than numpy takes for such a job.
     frames_per_block : int, optional
         Frames per task where ``position`` is not dask-backed; default: where the tasks
-        stream their frames from the file a few MiB at a time (positions stored
-        uncompressed), whole HDF5 chunks of 128-512 MiB, the largest that gives each
+        stream their frames from the file a few MiB at a time (positions read from an
+        HDF5 file, compressed or not), whole HDF5 chunks of 128-512 MiB, the largest that gives each
         worker 4 rounds of tasks (:func:`h5mdx.engine.chunking.stream_target_mib`); else,
         or where the scheduler's workers are unknown, the engine's preferred block
         (~``chunk_mib`` MiB of ``open_dataset``); made smaller where that gives the

@@ -16,8 +16,8 @@ __all__ = ["DEFAULT_TARGET_MIB", "READ_STEP_BYTES", "STREAM_ROUNDS", "STREAM_TAR
 DEFAULT_TARGET_MIB = 128.0
 
 #: Largest target size of one task's block where the task streams it from the file a few
-#: MiB at a time (:func:`h5mdx.rmsd` of positions opened without ``chunks=``, stored
-#: uncompressed): its memory is that of one read however large the block, so only the
+#: MiB at a time (:func:`h5mdx.rmsd` of positions opened without ``chunks=`` from an
+#: HDF5 file): its memory is that of one read however large the block, so only the
 #: scheduler's cost per task and the load balance are left to weigh
 #: (:func:`stream_target_mib`). 512 MiB blocks gave 1.05-1.14x the RMSD throughput of
 #: 128 MiB ones on dask's process pool and ``distributed`` (1 and 2 workers, 100,000
