@@ -672,14 +672,14 @@ def test_bad_structures(tmp_path):
     path = write_h5md(tmp_path / "steplen.h5md",
                       particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
                                                         step=np.arange(3))}})
-    err = _expect(path, "'step' has shape", strict=True)
+    err = _expect(path, "'step' has 3 entries but 'value' has 4 frames", strict=True)
     assert err.h5path == "/particles/g/position/step"
 
     path = write_h5md(tmp_path / "timelen.h5md",
                       particles={"g": {"position": dict(value=np.zeros((4, 2, 3)),
                                                         step=np.arange(4),
                                                         time=np.arange(5.0))}})
-    _expect(path, "'time' has shape", strict=True)
+    _expect(path, "'time' has 5 entries but 'value' has 4 frames", strict=True)
 
     path = write_h5md(tmp_path / "version.h5md", particles={"g": {"position": base}})
     with h5py.File(path, "r+") as f:

@@ -94,6 +94,46 @@ def _short_step(f):
     del f[f"{G}/position/time"]
 
 
+def _stopped_mid_frame(f):
+    """ESPResSo and GROMACS extend 'value' before 'step' and 'time': a writer stopped in
+    between leaves one frame more in 'value' (never written: the fill value)."""
+    value = f[f"{G}/position/value"]
+    attrs = dict(value.attrs)
+    _replace(f[f"{G}/position"], "value", np.concatenate([POS, np.zeros((1, N_ATOMS, 3))]))
+    f[f"{G}/position/value"].attrs.update(attrs)
+
+
+def _check_stopped_mid_frame(ds):
+    np.testing.assert_array_equal(ds.step, STEPS)  # the steps the file holds, not 0..n-1
+    np.testing.assert_array_equal(ds.time, TIMES)
+    np.testing.assert_array_equal(ds.position, POS)  # the frame without a step left out
+    np.testing.assert_array_equal(ds.box_edges, EDGES)
+    assert "step_box_edges" not in ds  # one time axis, as the file means
+
+
+def _espresso_leading_entry(f):
+    """ESPResSo's writer (until a fix of June 2026) creates 'step' and 'time' with one
+    entry (its fill value) and writes frame k's at k + 1; every element links them."""
+    f["h5md/creator"].attrs["name"] = "ESPResSo"
+    step = f.create_dataset("espresso_step", data=np.concatenate([[-10], STEPS]))
+    time = f.create_dataset("espresso_time", data=np.concatenate([[-10.0], TIMES]))
+    time.attrs["unit"] = "ps"
+    for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+        _replace(f[el], "step", step)
+        _replace(f[el], "time", time)
+
+
+def _check_steps_and_times(ds):
+    np.testing.assert_array_equal(ds.step, STEPS)
+    np.testing.assert_array_equal(ds.time, TIMES)
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _step_one_longer(f):
+    """Another writer's 'step' one entry ahead of 'value' (it stopped before the value)."""
+    _replace(f[f"{G}/position"], "step", np.concatenate([STEPS, [30]]))
+
+
 def _box_no_step(f):
     del f[f"{G}/box/edges/step"], f[f"{G}/box/edges/time"]
 
@@ -208,6 +248,11 @@ def _no_boundary(f):
 
 def _odd_boundary(f):
     f[f"{G}/box"].attrs["boundary"] = np.array([b"periodic", b"open", b"wall"])
+
+
+def _boundary_flags(f):
+    """Periodicity as flags (ASE's ``pbc``), booleans or integers."""
+    f[f"{G}/box"].attrs["boundary"] = np.array([True, True, False])
 
 
 def _check_boundary(expected):
@@ -420,6 +465,14 @@ TROUBLES = {
                        _check_numbered),
     "step shorter than value": Trouble(_short_step, f"{G}/position/step",
                                        "frames numbered 0..n-1"),
+    "writer stopped mid-frame": Trouble(_stopped_mid_frame, f"{G}/position/step",
+                                        "stopped in the middle of a frame.*last frame of "
+                                        "'value' left out", _check_stopped_mid_frame),
+    "ESPResSo's leading step": Trouble(_espresso_leading_entry, f"{G}/position/step",
+                                       "ESPResSo.*entry k \\+ 1.*entries 1..3 used",
+                                       _check_steps_and_times),
+    "step one longer": Trouble(_step_one_longer, f"{G}/position/step",
+                               "the first 3 steps used", _check_steps_and_times),
     "box edges without step": Trouble(_box_no_step, f"{G}/box/edges",
                                       f"no step: sampled as {G}/position",
                                       _check_box_follows_position),
@@ -468,6 +521,9 @@ TROUBLES = {
     # found by an audit: a missing boundary was 'none' in silence, other values accepted
     "no boundary": Trouble(_no_boundary, f"{G}/box", "boundary 'periodic' assumed",
                            _check_boundary(["periodic"] * 3)),
+    "boundary as flags": Trouble(_boundary_flags, f"{G}/box",
+                                 r"\['periodic', 'periodic', 'none'\] \(periodic where set\)",
+                                 _check_boundary(["periodic", "periodic", "none"])),
     "boundary neither periodic nor none": Trouble(
         _odd_boundary, f"{G}/box", "served as stored",
         _check_boundary(["periodic", "open", "wall"])),
@@ -839,14 +895,20 @@ def _h5md_10_fixed_step(f):
         _replace(f[where], "step", pos["step"])
 
 
+def _boundary_one_string(f):
+    f[f"{G}/box"].attrs["boundary"] = "periodic"  # what ESPResSo writes
+
+
 @pytest.mark.parametrize("mutate, hpath, message", [
     (_h5md_10_without_time, f"{G}/position", "H5MD 1.0 asks for a 'time'"),
     (_h5md_10_fixed_step, f"{G}/position/step", "fixed-interval sampling"),
+    (_boundary_one_string, f"{G}/box", "box 'boundary' is one string ('periodic')"),
 ])
-def test_what_h5md_10_asks_is_checked_as_minor(tmp_path, mutate, hpath, message):
+def test_departures_that_cost_no_data_are_minor(tmp_path, mutate, hpath, message):
     """A file that says it is H5MD 1.0 is held to 1.0's rules where they differ from 1.1's
-    (a 'time' beside every 'step'; no fixed-interval sampling): minor departures, read as
-    1.1 reads them, refused by strict (found by an audit)."""
+    (a 'time' beside every 'step'; no fixed-interval sampling), and a box 'boundary' of
+    one string is one for every dimension: minor departures, read quietly, refused by
+    strict (found by audits)."""
     path = _base(str(tmp_path / "v10.h5md"))
     with h5py.File(path, "r+") as f:
         mutate(f)

@@ -342,6 +342,8 @@ class _Ctx:
     f: h5py.File
     allow_external: bool = False
     live: bool = False
+    #: the name of the program that wrote the file (``/h5md/creator``), for its quirks
+    creator: str = ""
     problems: list[Problem] = field(default_factory=list)
     #: samplings already read, by (step address, time address, frames): a step/time
     #: shared by hard links is read, and its problems noted, once
@@ -707,7 +709,9 @@ def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
 # ----------------------------------------------------------------------------- sampling
 
 
-def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None) -> np.ndarray:
+def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None,
+                start: int = 0) -> np.ndarray:
+    """``dset`` whole, or its entries ``start .. start + n - 1`` along axis 0."""
     _check_declared(c, dset, where)
     count = dset.size if n is None else n
     if int(count or 0) * max(1, dset.dtype.itemsize) > MAX_SMALL_READ:
@@ -715,12 +719,43 @@ def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None) -
             c.filename, where, f"{dset.name} is too large to read at open time ({dset.shape})"
         )
     try:
-        return np.asarray(dset[()] if n is None else dset[:n])
+        return np.asarray(dset[()] if n is None else dset[start:start + n])
     except (OSError, RuntimeError, ValueError, TypeError, KeyError) as err:
         raise H5MDFormatError(c.filename, where, f"cannot read {dset.name}: {err}") from None
 
 
 _NUMBERED = "frames numbered 0..n-1"
+
+
+def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str,
+                  short: bool = False) -> tuple[int, int] | None:
+    """Which entries of a ``step`` or ``time`` of ``m`` entries go with ``n`` frames of
+    ``value`` in a finished file: ``(first, count)``, or None where they cannot be told
+    (noted by the caller).
+
+    As many: all. One more, from ESPResSo: all but the first (its writer, until a fix
+    of June 2026, creates ``step`` and ``time`` with one entry and writes frame k's at
+    k + 1: ``File::write`` in ``src/core/io/writer/h5md_core.cpp``). More: the first ``n`` (the writer stopped before the value).
+    One fewer, where ``short`` (for ``step``): all of them, the last frame of ``value``
+    left out (a writer stopped mid-frame: ESPResSo and GROMACS extend ``value`` before
+    ``step`` and ``time``). A ``time`` one short beside a whole ``step`` is not cut to.
+    """
+    shape = f"{name!r} has {m} entries but 'value' has {n} frames"
+    if m == n or c.live:
+        return 0, min(m, n)
+    if m == n + 1 and c.creator.lower().startswith("espresso"):
+        c.note(path, f"{shape} (ESPResSo's writer, until its fix of June 2026, wrote "
+               f"frame k's {name} at entry k + 1, after one it created empty)",
+               f"entries 1..{n} used")
+        return 1, n
+    if m > n:
+        c.note(path, shape, f"the first {n} {name}s used")
+        return 0, n
+    if m == n - 1 and short:
+        c.note(path, f"{shape} (a writer stopped in the middle of a frame)",
+               "the last frame of 'value' left out")
+        return 0, m
+    return None
 
 
 def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.Dataset | None:
@@ -759,15 +794,12 @@ def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.nd
     if step_ds.dtype.kind not in "iuf":
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
         return None
-    m = int(step_ds.shape[0])
-    if m != n and not c.live:
-        if m < n:
-            c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
-                   _NUMBERED)
-            return None
+    rows = _sampled_rows(c, "step", int(step_ds.shape[0]), n, path, short=True)
+    if rows is None:
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
-               f"the first {n} steps used")
-    raw = _read_small(c, step_ds, path, min(m, n))
+               _NUMBERED)
+        return None
+    raw = _read_small(c, step_ds, path, rows[1], start=rows[0])
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
             c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
@@ -796,15 +828,13 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
         return None
-    m = int(time_ds.shape[0])
-    if m != n and not c.live:
-        if m < n:
-            c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
-                   "'time' ignored")
-            return None
+    rows = _sampled_rows(c, "time", int(time_ds.shape[0]), n, path)
+    if rows is None:
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
-               f"the first {n} times used")
-    time = _read_small(c, time_ds, path, min(m, n)).astype(np.float64, copy=False)
+               "'time' ignored")
+        return None
+    time = _read_small(c, time_ds, path, rows[1], start=rows[0]).astype(np.float64,
+                                                                         copy=False)
     bad = np.flatnonzero(~np.isfinite(time))
     if bad.size:
         c.note(path, f"'time' holds {time[bad[0]]} at frame {int(bad[0])} ({bad.size} "
@@ -859,7 +889,7 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
         step = _explicit_steps(c, step_ds, n_frames, where)
     n = n_frames if step is None else min(n_frames, step.shape[0])
     time = _times(c, time_ds, n, where)
-    if time is not None and time.shape[0] < n:  # live file: times lag behind
+    if time is not None and time.shape[0] < n:  # times lag behind (live, or stopped)
         n = time.shape[0]
         step = None if step is None else step[:n]
     if c.version == (1, 0) and step_ds is not None:  # minor: no value is in doubt
@@ -927,7 +957,7 @@ def _dataset_info(
     _check_dtype(c, dtype, link_path or path)
     _check_filters(c, dset, link_path or path)
     if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
-        shape = (int(sampling.step.shape[0]), *shape[1:])  # live file: frames written so far
+        shape = (int(sampling.step.shape[0]), *shape[1:])  # frames with a step (live, or a writer stopped)
     storage = _storage_size(c, dset) or 0
     return ElementInfo(
         name=name,
@@ -1180,8 +1210,17 @@ def _box_boundary(c: _Ctx, grp: h5py.Group, path: str, dimension: int,
                 else "has a 'boundary' that cannot be read")
         c.note(path, f"the box {what}", f"boundary {guess!r} assumed")
         return (guess,) * dimension
-    if isinstance(boundary, str):
+    if isinstance(boundary, str):  # ESPResSo writes one string for every dimension
+        c.note(path, f"box 'boundary' is one string ({boundary!r}), not one per dimension",
+               f"{boundary!r} in each of the {dimension} dimensions", minor=True)
         boundary = [boundary] * dimension
+    if (isinstance(boundary, list) and len(boundary) == dimension and boundary
+            and all(isinstance(b, (bool, int, np.bool_, np.integer)) and int(b) in (0, 1)
+                    for b in boundary)):  # periodicity flags, as ASE's pbc
+        flags = boundary
+        boundary = ["periodic" if b else "none" for b in flags]
+        c.note(path, f"box 'boundary' holds flags ({[int(b) for b in flags]}), not "
+               "'periodic' or 'none'", f"{boundary} (periodic where set)")
     if (isinstance(boundary, list) and len(boundary) == dimension
             and all(isinstance(b, str) for b in boundary)):
         odd = sorted({b for b in boundary if b not in ("periodic", "none")})
@@ -1664,6 +1703,7 @@ def _scan(c: _Ctx) -> FileInfo:
     version = c.version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
     creator = _meta(c, h5md, "creator", ("name", "version"))
+    c.creator = str(creator.get("name") or "")
     particles = _particles(c)
     observables, obs_groups = _element_tree(c, "observables")
     try:
