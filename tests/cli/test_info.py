@@ -95,3 +95,36 @@ def test_a_creator_without_a_version_has_no_stray_space(capsys):
     assert main(["info", H5MD_malformed]) in (0, 1)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("creator ZnH5MD)"), first
+
+
+def test_warnings_are_lines_of_the_command(tmp_path, capsys):
+    """A file's conformance warning, printed by a command, is one ``h5mdx rmsd: warning:``
+    line, not Python's ``backend.py:1084: H5MDConformanceWarning:`` with the code that
+    raised it; a 2-D trajectory's error names the file. Found by an audit."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    path = write_h5md(tmp_path / "flags.h5md", {"g": {
+        "position": {"value": rng.random((4, 5, 3)), "step": np.arange(4)}}})
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        f["particles/g/box"].attrs["boundary"] = np.array([1, 1, 0])
+    # as a user's shell runs it: this session's pytest records warnings instead
+    proc = subprocess.run([sys.executable, "-m", "h5mdx", "rmsd", path, "--scheduler",
+                           "threads", "--workers", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"h5mdx rmsd: warning: {path} [/particles/g/box]: box 'boundary' holds flags"
+            in proc.stderr), proc.stderr
+    assert "H5MDConformanceWarning" not in proc.stderr and ".py:" not in proc.stderr
+    shown = warnings.formatwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["rmsd", path, "--scheduler", "threads", "--no-progress"]) == 0
+    assert warnings.formatwarning is shown  # restored after the command
+
+    flat = write_h5md(tmp_path / "flat.h5md", {"g": {
+        "position": {"value": rng.random((4, 5, 2)), "step": np.arange(4)}}})
+    assert main(["rmsd", flat, "--scheduler", "threads", "--no-progress"]) == 1
+    assert f"not 2 (of {flat})" in capsys.readouterr().err

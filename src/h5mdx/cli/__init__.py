@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 
 from h5mdx._version import __version__
@@ -73,6 +74,29 @@ _SIGNAL_EXITS = {128 + int(getattr(signal, n)): n for n in ("SIGTERM", "SIGHUP",
                  if hasattr(signal, n)}
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(command: str, debug: bool) -> Iterator[None]:
+    """Warnings shown as ``h5mdx COMMAND: warning: ...`` lines, as the command's own, not
+    with the file and line of the code that raised them (``--debug`` keeps those).
+
+    Only the text of a shown warning changes (``warnings.formatwarning``): filters, and
+    code that records warnings, see them as they are."""
+    if debug:
+        yield
+        return
+    shown = warnings.formatwarning
+
+    def line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             text: str | None = None) -> str:
+        return f"h5mdx {command}: warning: {message}\n"
+
+    warnings.formatwarning = line  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        warnings.formatwarning = shown
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
@@ -88,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with _terminate_as_exit():
+        with _terminate_as_exit(), _warnings_as_lines(args.command, args.debug):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("h5mdx: interrupted", file=sys.stderr)

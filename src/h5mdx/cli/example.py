@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "example",
-        help="run the main job on a real-size adk trajectory (no cluster, no MPI needed)",
+        help="run the main job on a real-size adk trajectory (no SLURM, no MPI needed)",
         description=__doc__.replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -50,9 +50,9 @@ def add_parser(subparsers: Any) -> None:
                    help="trajectory file(s), then the output (.h5md or .zarr); with only OUT "
                         "the topology's own frames are converted")
     c.add_argument("--select", help="MDAnalysis selection of the atoms to write")
-    c.add_argument("--start", type=int)
-    c.add_argument("--stop", type=int)
-    c.add_argument("--step", type=int)
+    c.add_argument("--start", type=int, help="first frame to convert (default: 0)")
+    c.add_argument("--stop", type=int, help="frame to stop before (default: the end)")
+    c.add_argument("--step", type=int, help="convert every STEP-th frame (default: 1)")
     c.add_argument("--group", default="trajectory", help="particles group name")
     c.add_argument("--format", dest="fmt", metavar="FMT",
                    help="trajectory format where MDAnalysis cannot tell it from the file name "

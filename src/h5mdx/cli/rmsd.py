@@ -55,7 +55,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "else 128)")
     p.add_argument("--frames-per-block", type=int, default=None,
                    help="frames per task (overrides --chunk-mib)")
-    p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto")
+    p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto",
+                   help="QCP implementation: numba where installed (auto), or numpy")
     p.add_argument("--out", default=None, help="write the series to a .csv or .nc file (RMSD "
                    "in Angstrom, time in ps, where the file says its units)")
     p.add_argument("--plot", default=None, help="write a plot of the series (PNG)")
