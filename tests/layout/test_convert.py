@@ -22,6 +22,7 @@ from h5mdx.cli import main
 from h5mdx.format.writer import H5MDWriter
 from h5mdx.layout._atomic import partial_files
 from h5mdx.layout.convert import convert
+from h5mdx.testing import write_h5md
 
 mda = pytest.importorskip("MDAnalysis")
 d = pytest.importorskip("MDAnalysisTests.datafiles")
@@ -216,6 +217,7 @@ CHILD = """
 import os, resource, sys
 import MDAnalysis, h5py, numpy
 from h5mdx.layout.convert import convert
+from h5mdx.testing import write_h5md
 from h5mdx.layout.rechunk import rechunk
 def vm():
     for line in open("/proc/self/status"):
@@ -620,3 +622,22 @@ def test_a_reader_that_knows_no_units_is_noted(tmp_path):
     assert any("does not know the length, time, velocity units" in n for n in stats.notes)
     clean = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
     assert not any("does not know" in n for n in clean.notes)
+
+
+def test_an_h5md_file_mdanalysis_cannot_read_points_to_h5mdx(tmp_path, capsys):
+    """Other programs' H5MD files often lack what MDAnalysis' reader needs (here units,
+    as LAMMPS writes none): the error says that h5mdx reads them itself, and how to copy
+    them (found by an audit)."""
+    from h5mdx.cli import main
+
+    rng = np.random.default_rng(1)
+    traj = write_h5md(tmp_path / "lammps.h5", {"all": {
+        "position": {"value": rng.random((3, 3341, 3)), "step": np.arange(3)}}},
+        box={"all": {"dimension": 3, "boundary": ["periodic"] * 3,
+                     "edges": {"value": np.full((3, 3), 50.0), "step": np.arange(3)}}})
+    assert main(["convert", d.PSF, traj, str(tmp_path / "o.h5md"), "--format", "H5MD",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "MDAnalysis cannot read" in err
+    assert f"h5mdx reads {traj} itself: h5mdx rechunk IN OUT copies" in err
+    assert not (tmp_path / "o.h5md").exists()

@@ -13,6 +13,7 @@ as the (3, 3) matrix of box vectors, as MDAnalysis' H5MDWriter does.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -136,6 +137,7 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
             hint = ("" if kwargs or "format" not in str(err).lower() else
                     "; where MDAnalysis cannot tell a format from the file name, give it "
                     "(format=, topology_format=; --format, --topology-format)")
+            hint += _h5md_hint(trajs)
             raise TopologyError(
                 f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}{hint}"
             ) from err
@@ -143,6 +145,21 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
                             "give a trajectory file after it")
     return u
+
+
+def _h5md_hint(trajectories: Sequence[str]) -> str:
+    """Where MDAnalysis failed on H5MD inputs (other programs' files often lack what its
+    reader needs: units it knows, a box), what reads them: h5mdx itself."""
+    h5md = []
+    for f in _h5md_inputs(trajectories):
+        with contextlib.suppress(OSError, TypeError):
+            if "h5md" in f or "particles" in f:
+                h5md.append(f.filename)
+    if not h5md:
+        return ""
+    return (f". h5mdx reads {', '.join(h5md)} itself: h5mdx rechunk IN OUT copies an H5MD "
+            "file to another layout (or Zarr), and xr.open_dataset(IN, engine='h5md') with "
+            "ds.md.to_h5md(OUT) writes a selection of it")
 
 
 def _species(atoms: Any) -> tuple[np.ndarray, list[str]] | None:
