@@ -308,3 +308,22 @@ def test_a_copy_to_zarr_and_the_verification_show_progress(tmp_path, capsys):
     assert "verify out.zarr" in out
     rechunk(src, tmp_path / "out.h5md", progress=True, verify=True)
     assert "verify out.h5md" in capsys.readouterr().out
+
+
+def test_summary_counts_particles_without_a_position(tmp_path):
+    """A velocity-only dump (LAMMPS) has its particles counted from the velocity, and a
+    file of time-independent data only says so (found by an audit: '0 atoms', '()')."""
+    from h5mdx.testing import write_h5md
+
+    vel = write_h5md(tmp_path / "vel.h5", {"all": {
+        "velocity": {"value": np.ones((3, 6, 3)), "step": np.arange(3)}}})
+    stats = rechunk(vel, tmp_path / "vel.h5md")
+    assert (stats.n_frames, stats.n_atoms) == (3, 6)
+    assert "3 frames x 6 atoms (/particles/all/velocity)" in stats.summary()
+
+    fixed = write_h5md(tmp_path / "fixed.h5", {"all": {"position": {"value": np.ones((6, 3))}}})
+    stats = rechunk(fixed, tmp_path / "fixed.h5md")
+    assert stats.n_atoms == 6
+    assert "(no time series: the file's data copied as stored)" in stats.summary()
+    with h5py.File(tmp_path / "fixed.h5md") as f:
+        np.testing.assert_array_equal(f["particles/all/position"][()], np.ones((6, 3)))

@@ -73,8 +73,9 @@ class ConvertStats:
     def summary(self) -> str:
         """One line for the command line."""
         mib = self.bytes_written / 2**20
+        what = ", ".join(self.elements) or "no time series: the file's data copied as stored"
         text = (f"wrote {self.output}: {self.n_frames} frames x {self.n_atoms} atoms "
-                f"({', '.join(self.elements)}), {mib:.1f} MiB, {self.layout}; "
+                f"({what}), {mib:.1f} MiB, {self.layout}; "
                 f"{self.seconds:.2f} s, {self.frames_per_second:.0f} frames/s")
         if self.verified:
             text += "; verified"

@@ -252,6 +252,19 @@ class _Room:
         self.raw += nbytes
 
 
+def _particle_count(info: Any) -> int:
+    """Particles of the file's first particles group, for the summary: from ``position``,
+    else any per-particle element (a velocity-only dump; time-independent data)."""
+    for pg in info.particles.values():
+        ranked = sorted(pg.elements.items(),
+                        key=lambda item: (item[0] != "position", not item[1].time_dependent))
+        for _, e in ranked:
+            axis = 1 if e.time_dependent else 0
+            if len(e.shape) > axis:
+                return int(e.shape[axis])
+    return 0
+
+
 def rechunk(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -312,7 +325,7 @@ def rechunk(
     n_frames = max((e.shape[0] for e in elements), default=0)
     main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
                  if n == "position" and e.time_dependent), None)
-    n_atoms = int(main.shape[1]) if main is not None and len(main.shape) > 1 else 0
+    n_atoms = _particle_count(info)
     if is_zarr_path(dst):
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
                              n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib,
