@@ -934,17 +934,36 @@ def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
         np.testing.assert_array_equal(ds.step, STEPS)
 
 
-def test_box_offset_is_read_as_a_minor_departure(tmp_path):
-    """HALMD writes the box's lower corner as ``box/offset``, which H5MD 1.1 lacks: it is
-    served as ``box_offset`` without a warning (listed by scan, refused by strict)."""
-    path = _base(str(tmp_path / "offset.h5md"))
+def _box_pbc(f):
+    """znh5md writes ASE's per-frame ``pbc`` as a time-dependent ``box/pbc`` of 0/1 floats,
+    sampled as the positions."""
+    pbc = f[f"{G}/box"].create_group("pbc")
+    pbc["value"] = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    pbc["step"], pbc["time"] = f[f"{G}/position/step"], f[f"{G}/position/time"]
+
+
+def _check_box_pbc(ds):
+    assert ds.box_pbc.dims == ("time", "spatial")
+    np.testing.assert_array_equal(ds.box_pbc, [[1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    _check_box(ds)
+
+
+@pytest.mark.parametrize("mutate, check, name", [
+    (_box_offset, _check_box_offset, "offset"), (_box_pbc, _check_box_pbc, "pbc")])
+def test_other_writers_box_members_are_read_as_minor_departures(tmp_path, mutate, check,
+                                                                name):
+    """HALMD writes the box's lower corner as ``box/offset``, znh5md the periodicity of
+    each frame as ``box/pbc``; H5MD 1.1 has neither: they are served as ``box_offset`` and
+    ``box_pbc`` without a warning (listed by scan, refused by strict). znh5md's was left
+    out with a warning (found by an audit)."""
+    path = _base(str(tmp_path / f"{name}.h5md"))
     with h5py.File(path, "r+") as f:
-        _box_offset(f)
+        mutate(f)
     with _no_warning_open(path) as ds:
-        _check_box_offset(ds)
+        check(ds)
     [problem] = scan(path).problems
-    assert problem.minor and problem.path == f"{G}/box/offset"
-    with pytest.raises(H5MDFormatError, match="offset"):
+    assert problem.minor and problem.path == f"{G}/box/{name}"
+    with pytest.raises(H5MDFormatError, match=name):
         xr.open_dataset(path, engine="h5md", strict=True)
 
 

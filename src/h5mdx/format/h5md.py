@@ -185,6 +185,9 @@ class BoxInfo:
     edges: ElementInfo | None
     #: the lower corner of the box (``box/offset``, written by HALMD; not in H5MD 1.1)
     offset: ElementInfo | None = None
+    #: periodicity flags per dimension, per frame where time-dependent (``box/pbc``,
+    #: written by znh5md from ASE's ``pbc``; not in H5MD 1.1): nonzero is periodic
+    pbc: ElementInfo | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -1250,36 +1253,44 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
                    f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
                    f"{dimension}-dimensional box", "left out")
             edges = None
+    extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
-                   offset=_box_extras(c, grp, path, dimension))
+                   offset=extras.get("offset"), pbc=extras.get("pbc"))
 
 
-def _box_extras(c: _Ctx, grp: h5py.Group, path: str, dimension: int) -> ElementInfo | None:
-    """The box's ``offset`` (its lower corner, as HALMD writes it), or None; other members
-    H5MD does not define are noted and left out."""
-    offset = None
+#: Box members other writers add, one value per dimension (per frame where
+#: time-dependent): what each holds, for the note that reads them
+_BOX_EXTRAS = {"offset": "an 'offset' (its lower corner, as HALMD writes it)",
+               "pbc": "'pbc' (periodicity flags per dimension, as znh5md writes ASE's pbc)"}
+
+
+def _box_extras(c: _Ctx, grp: h5py.Group, path: str,
+                dimension: int) -> dict[str, ElementInfo]:
+    """The box's members of :data:`_BOX_EXTRAS` found, by name (served as ``box_<name>``);
+    other members H5MD does not define are noted and left out."""
+    extras: dict[str, ElementInfo] = {}
     for child in grp:
         where = f"{path}/{child}"
         if child in ("edges", "dimension", "dimensions", "boundary"):
             continue  # read (a ZnH5MD box keeps its attributes as small datasets)
-        if child != "offset":
+        if child not in _BOX_EXTRAS:
             c.note(where, "the box holds a member H5MD does not define (only 'edges')",
                    "left out")
             continue
         try:
-            el = _element(c, "box_offset", _get(c, grp, child, path), where)
+            el = _element(c, f"box_{child}", _get(c, grp, child, path), where)
         except H5MDFormatError as err:
             c.left_out(err, where)
             continue
         tail = el.shape[1:] if el.time_dependent else el.shape
         if tail != (dimension,):
-            c.note(where, f"box offset has shape {el.shape}; expected (…, {dimension})",
+            c.note(where, f"box {child} has shape {el.shape}; expected (…, {dimension})",
                    "left out")
             continue
-        c.note(where, "the box has an 'offset' (its lower corner), which H5MD 1.1 does not "
-               "define", "read as box_offset", minor=True)
-        offset = el
-    return offset
+        c.note(where, f"the box has {_BOX_EXTRAS[child]}, which H5MD 1.1 does not define",
+               f"read as box_{child}", minor=True)
+        extras[child] = el
+    return extras
 
 
 def _n_particles(el: ElementInfo) -> int | None:
