@@ -748,10 +748,10 @@ def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[s
             coords[BOX_VECTOR_DIM] = xr.Variable(
                 (BOX_VECTOR_DIM,), np.array(BOX_VECTOR_LABELS[: tail[0]])
             )
-    for name, el in (("box_offset", box.offset), ("box_pbc", box.pbc)):
-        if el is None or name in drop:
+    for name, extra in (("box_offset", box.offset), ("box_pbc", box.pbc)):
+        if extra is None or name in drop:
             continue  # other writers' members: the lower corner; periodicity per frame
-        var = b.variable(el, _time_dims(b, el, name, main, coords) + (SPATIAL_DIM,))
+        var = b.variable(extra, _time_dims(b, extra, name, main, coords) + (SPATIAL_DIM,))
         if var is not None:
             variables[name] = var
     coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:box.dimension]))
