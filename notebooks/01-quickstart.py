@@ -13,7 +13,7 @@
 # check the file layout — on the file that `h5mdx example` builds: adenylate kinase (AdK, 3341
 # atoms), 30,000 frames (1.2 GB) made from the 98 frames of the MDAnalysisTests PSF/DCD (frames
 # 0-97 are the DCD's own; the others run back and forth through them with 0.05 Å of seeded
-# noise). The first run builds it in `h5mdx-example/` (about 20 s; cached, the same file
+# noise). The first run builds it in `h5mdx-example/` (about 15 s; cached, the same file
 # `h5mdx example` uses from this directory); `H5MDX_EXAMPLE_FRAMES` picks a smaller one (the
 # docs build uses 2,000 frames).
 
@@ -60,7 +60,7 @@ print("H5MD path:     ", ds.position.encoding["h5md_path"])
 
 # %%
 converted = xr.open_dataset(path, engine="h5md", convert_units=True)
-converted.time.attrs["units"], float(converted.time[1] - converted.time[0])
+converted.time.attrs["units"], round(float(converted.time[1] - converted.time[0]), 6)
 
 # %% [markdown]
 # ## Topology selections
@@ -89,7 +89,7 @@ plt.show()
 #
 # The AdK example comes from a DCD without a periodic box and without observables, so we write a
 # small H5MD file that has both with `h5mdx.testing.write_h5md`: 50 frames of 100 atoms in a box
-# that shrinks under pressure, and a potential energy sampled every 5 steps.
+# that shrinks under pressure, and a potential energy sampled every 50 steps.
 
 # %%
 from h5mdx.testing import write_h5md
@@ -97,7 +97,7 @@ from h5mdx.testing import write_h5md
 rng = np.random.default_rng(0)
 n_frames, n_atoms = 50, 100
 steps = np.arange(n_frames) * 10
-edges = (30.0 - 0.05 * np.arange(n_frames))[:, None] * np.ones(3)
+edges = (30.0 - 0.05 * np.arange(n_frames))[:, None] * np.array([1.0, 1.1, 1.2])
 pos = np.cumsum(rng.normal(0, 0.3, (n_frames, n_atoms, 3)), axis=0) % edges[:, None, :]
 obs_steps = np.arange(0, steps[-1] + 1, 50)
 write_h5md(
@@ -173,12 +173,12 @@ pos = np.tile(ds.position[:98].values, (5, 1, 1))
 write_h5md("slow.h5md", {"trajectory": {"position": {
     "value": pos, "step": np.arange(pos.shape[0]), "time": np.arange(pos.shape[0]) * 1.0,
     "unit": "Angstrom", "chunks": True}}})
-h5mdx_cli(["info", "slow.h5md"])
+h5mdx_cli(["info", "slow.h5md"]);
 
 # %%
 # the default layout: chunks of whole frames, about 4 MiB each (what the doctor recommends)
 h5mdx_cli(["rechunk", "slow.h5md", "fast.h5md", "--overwrite"])
-h5mdx_cli(["info", "fast.h5md"])
+h5mdx_cli(["info", "fast.h5md"]);
 
 # %%
 fast = xr.open_dataset("fast.h5md", engine="h5md")

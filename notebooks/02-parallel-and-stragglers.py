@@ -22,6 +22,7 @@ import xarray as xr
 from distributed import Client, LocalCluster, get_task_stream
 
 from h5mdx.analysis.rmsd import rmsd
+from h5mdx.parallel.workers import warm_up_workers
 from h5mdx.testing import adk_example, adk_topology, write_h5md
 from h5mdx.timing import capture, flag_stragglers, per_worker, plot_gantt, plot_per_worker
 
@@ -45,12 +46,14 @@ print(n_frames, "frames")
 # 100-frame chunks, more than 16 single-threaded workers (see docs/performance.md, "On 16 cores,
 # with the fused read"). This notebook runs processes with one thread each, for the
 # dashboard and the task stream below. The dataset pickles to the workers (each reopens
-# the file by name).
+# the file by name). `warm_up_workers` loads the compiled RMSD kernel in every worker as it
+# starts (about a second here), so that the first task of each does not carry it.
 
 # %%
 cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                        dashboard_address=":0")
 client = Client(cluster)
+print({w.split(":")[-1]: f"{s:.2f} s" for w, s in warm_up_workers(client).items()})
 ds = xr.open_dataset(path, engine="h5md", topology=psf)
 # one task per block of 70 frames (two HDF5 chunks): each reads its block, then runs QCP
 series = rmsd(ds.position, select="name CA", frames_per_block=70)
@@ -130,7 +133,7 @@ plot_gantt(slow_run.records)
 # `run_grid` runs the same analysis with N = 1 and 2 worker processes (and M = 1 or 3 blocks per
 # worker), each run captured; S(N) = t₁ / t_N and E(N) = S(N) / N. On this small file a task
 # takes about a millisecond, so the scheduler's own cost per task dominates: expect S(2) near
-# or below 1 on a 2-core machine (0.5-1.0 measured). A trajectory of GBs, with tasks of
+# or below 1 on a 2-core machine (0.3-1.0 measured). A trajectory of GBs, with tasks of
 # seconds, is where a second worker pays (see the benchmarks page).
 
 # %%
