@@ -107,7 +107,22 @@ class MDAccessor:
         return by_id(self._ds)
 
     def to_h5md(self, path: str | os.PathLike[str], **kwargs: Any) -> Any:
-        """Write the Dataset as an H5MD file; see :func:`h5mdx.layout.export.to_h5md`."""
+        """Write the Dataset as an H5MD file; see :func:`h5mdx.layout.export.to_h5md`.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write (written aside and renamed into place).
+        **kwargs
+            ``frames_per_chunk``, ``chunk_mib``, ``contiguous``, ``compression``,
+            ``group``, ``overwrite``, ``author``, ``author_email``: as
+            :func:`h5mdx.layout.export.to_h5md`.
+
+        Returns
+        -------
+        str
+            The path written.
+        """
         from h5mdx.layout.export import to_h5md
 
         return to_h5md(self._ds, path, **kwargs)

@@ -51,6 +51,32 @@ def write_element(
     float ``time``) writes fixed-interval sampling with ``offset`` attributes; arrays
     write explicit sampling. ``link_sampling_from`` hard-links ``step``/``time`` of
     another element instead of writing them.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        The group to write the element in (a particles or observables group).
+    name : str
+        The element's name (``position``, ``velocity``, ``energy``...).
+    value : numpy.ndarray
+        The values: frames first for a time-dependent element.
+    step, time : array_like, int or float, optional
+        Explicit sampling (one per frame), or a fixed interval (scalar).
+    step_offset, time_offset : int or float, optional
+        The ``offset`` attributes of fixed-interval sampling.
+    unit, time_unit : str or None, optional
+        The ``unit`` attributes of ``value`` and ``time`` (None: none written).
+    chunks : tuple of int or bool, optional
+        HDF5 chunk shape (``True``: h5py's guess); default contiguous.
+    compression, compression_opts, shuffle, fillvalue : optional
+        Passed to :meth:`h5py.Group.create_dataset` for ``value``.
+    link_sampling_from : h5py.Group, optional
+        An element whose ``step`` and ``time`` this one shares, by hard links.
+
+    Returns
+    -------
+    h5py.Group or h5py.Dataset
+        The element's group, or the dataset of a time-independent element.
     """
     kwargs: dict[str, Any] = {}
     if chunks is not None:
@@ -227,5 +253,18 @@ def adk_topology() -> str:
 
 
 def assert_rmsd_close(actual: Any, expected: Any, atol: float = 1e-4) -> None:
-    """Assert two RMSD series agree to ``atol`` Å (default 1e-4)."""
+    """Assert two RMSD series agree to ``atol`` Å (default 1e-4).
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        The series (DataArrays, arrays or lists), frame by frame.
+    atol : float, default 1e-4
+        The largest difference allowed, in Å; no relative tolerance.
+
+    Raises
+    ------
+    AssertionError
+        Where any frame differs by more (numpy's report names it).
+    """
     np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=0, atol=atol)

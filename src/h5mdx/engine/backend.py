@@ -1214,7 +1214,36 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`);
-        ``group=``: those of that group's subtree, with paths relative to it."""
+        ``group=``: those of that group's subtree, with paths relative to it.
+
+        Parameters
+        ----------
+        filename_or_obj : str or path-like
+            The H5MD file.
+        drop_variables : str or iterable of str, optional
+            Elements not to open, in every group.
+        topology : str, path-like or MDAnalysis.Universe, optional
+            Per-atom coordinates for the particles groups (as :meth:`open_dataset`).
+        convert_units : bool, default False
+            Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
+        chunk_mib : float, default 128
+            Target size of the preferred dask blocks along ``time``.
+        swmr : bool, default False
+            Open a file that is being written in SWMR mode (see :meth:`open_dataset`).
+        allow_external : bool, default False
+            Follow external links and read data that live in other files.
+        strict : bool, default False
+            Refuse any departure from H5MD with an :class:`~h5mdx.errors.H5MDFormatError`;
+            by default one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+        **kwargs
+            ``group``: the path of a group (``"particles"``, ``"observables"``, ...)
+            whose subtree alone is opened. Any other keyword is a ``TypeError``.
+
+        Returns
+        -------
+        dict of str to xarray.Dataset
+            One Dataset per group, by path (``"/"`` holds the file's metadata).
+        """
         group = kwargs.pop("group", None)
         _no_other_keywords("open_groups", kwargs)
         filename = _normalize_path(filename_or_obj)
@@ -1254,7 +1283,36 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         **kwargs: Any,
     ) -> xr.DataTree:
         """The whole file as a DataTree mirroring its groups (``group=``: the subtree of
-        that group, e.g. ``"particles"`` or ``"observables"``)."""
+        that group, e.g. ``"particles"`` or ``"observables"``).
+
+        Parameters
+        ----------
+        filename_or_obj : str or path-like
+            The H5MD file.
+        drop_variables : str or iterable of str, optional
+            Elements not to open, in every group.
+        topology : str, path-like or MDAnalysis.Universe, optional
+            Per-atom coordinates for the particles groups (as :meth:`open_dataset`).
+        convert_units : bool, default False
+            Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
+        chunk_mib : float, default 128
+            Target size of the preferred dask blocks along ``time``.
+        swmr : bool, default False
+            Open a file that is being written in SWMR mode (see :meth:`open_dataset`).
+        allow_external : bool, default False
+            Follow external links and read data that live in other files.
+        strict : bool, default False
+            Refuse any departure from H5MD with an :class:`~h5mdx.errors.H5MDFormatError`;
+            by default one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+        **kwargs
+            ``group``: the path of a group (``"particles"``, ``"observables"``, ...)
+            whose subtree alone is opened. Any other keyword is a ``TypeError``.
+
+        Returns
+        -------
+        xarray.DataTree
+            Closing it (or leaving its ``with`` block) closes the file.
+        """
         group = kwargs.pop("group", None)
         _no_other_keywords("open_datatree", kwargs)
         groups = self.open_groups_as_dict(

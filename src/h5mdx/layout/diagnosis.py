@@ -88,7 +88,20 @@ def _frame_bytes(el: ElementInfo) -> int:
 
 
 def recommended_frames(frame_bytes: int, n_frames: int) -> int:
-    """Frames per chunk of the recommended layout (about 4 MiB of whole frames)."""
+    """Frames per chunk of the recommended layout (about 4 MiB of whole frames).
+
+    Parameters
+    ----------
+    frame_bytes : int
+        Bytes of one frame of the element.
+    n_frames : int
+        Frames of the element (a chunk never holds more).
+
+    Returns
+    -------
+    int
+        Frames per chunk, at least 1.
+    """
     return max(1, min(int(n_frames) or 1, TARGET_CHUNK // max(1, frame_bytes)))
 
 
@@ -104,7 +117,24 @@ def _codec(el: ElementInfo) -> str | None:
 
 def read_cost(shape: tuple[int, ...], itemsize: int, chunks: tuple[int, ...] | None,
               codec: str | None = None) -> float:
-    """Modelled seconds per frame of a one-call sequential read (see module docstring)."""
+    """Modelled seconds per frame of a one-call sequential read (see module docstring).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The dataset's shape, frames first.
+    itemsize : int
+        Bytes per value.
+    chunks : tuple of int or None
+        The chunk shape; None for contiguous storage.
+    codec : str, optional
+        ``"gzip"`` or ``"lzf"`` where the chunks are compressed.
+
+    Returns
+    -------
+    float
+        Seconds per frame, from the model's bandwidth and per-chunk costs.
+    """
     frame_elems = math.prod(shape[1:]) if len(shape) > 1 else 1
     frame_bytes = frame_elems * itemsize
     t = frame_bytes / _GOOD_BW
@@ -252,7 +282,17 @@ def diagnose(info: FileInfo, *, min_bytes: int = MIN_ELEMENT_BYTES) -> list[Find
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:
-    """A JSON-able dict of a finding (keys as the :class:`Finding` attributes)."""
+    """A JSON-able dict of a finding (keys as the :class:`Finding` attributes).
+
+    Parameters
+    ----------
+    f : Finding
+
+    Returns
+    -------
+    dict
+        ``cost`` rounded to 2 decimals.
+    """
     d = asdict(f)
     if d["cost"] is not None:
         d["cost"] = round(float(d["cost"]), 2)
@@ -260,7 +300,16 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 
 def render_findings(findings: list[Finding]) -> list[str]:
-    """Text lines for ``h5mdx info``, one command per distinct fix at the end."""
+    """Text lines for ``h5mdx info``, one command per distinct fix at the end.
+
+    Parameters
+    ----------
+    findings : list of Finding
+
+    Returns
+    -------
+    list of str
+    """
     lines = []
     for f in findings:
         lines.append(f"[{f.severity}] {f.element}: {f.message}")
