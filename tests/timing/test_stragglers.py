@@ -160,6 +160,19 @@ def test_advice_sentences():
     assert "mpi-rmsd" in io_bound[0]  # dask tasks: parallel HDF5 is the other way
 
 
+def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
+    """With one task per worker, more blocks let a fast worker help; with several, the
+    blocks were there and the workers differ (h5mdx bench advised --blocks-per-worker 3
+    after a grid that had run it; found by an audit)."""
+    few = [a for a in advice(_run(n_tasks=2, slow={1: ("io", 1.0)}))
+           if a.startswith("Load imbalance")]
+    assert len(few) == 1 and "--blocks-per-worker 3" in few[0]
+    many = [a for a in advice(_run(n_tasks=8, slow={3: ("io", 5.0)}))
+            if a.startswith("Load imbalance")]
+    assert len(many) == 1 and "--blocks-per-worker" not in many[0]
+    assert "4 tasks per worker to share out" in many[0]
+
+
 def test_advice_to_mpi_ranks_fits_them():
     """MPI ranks are told what their command can do: not to use mpi-rmsd (they do), and
     --topology-on-root, not 'once per worker', where opening the topology costs."""

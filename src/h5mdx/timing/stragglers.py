@@ -635,13 +635,23 @@ def _imbalance_advice(df: pd.DataFrame) -> str | None:
             "chunks, and there were fewer chunks than ranks; use fewer ranks, or smaller "
             "chunks along time (h5mdx info FILE; h5mdx rechunk --frames-per-chunk)."
         )
-    worst = load_imbalance(df).max()
-    if pd.notna(worst) and worst > 1.25:
+    imbalance = load_imbalance(df)
+    worst = imbalance.max()
+    if pd.isna(worst) or worst <= 1.25:
+        return None
+    run = df[df["run_id"] == imbalance.idxmax()]
+    per_worker_tasks = len(run) / max(1, int(run["worker"].nunique()))
+    if per_worker_tasks >= 3:  # blocks to share out were there: the workers differ
         return (
-            f"Load imbalance: the busiest worker worked {worst:.2f} x the mean; use more, "
-            "smaller blocks (--blocks-per-worker 3) or check for idle workers."
+            f"Load imbalance: the busiest worker worked {worst:.2f} x the mean, with "
+            f"{per_worker_tasks:.0f} tasks per worker to share out: some workers ran "
+            "slower (other jobs on their cores?) or stood idle; check the per-worker "
+            "times (plot_per_worker) and the machine's load."
         )
-    return None
+    return (
+        f"Load imbalance: the busiest worker worked {worst:.2f} x the mean; use more, "
+        "smaller blocks (--blocks-per-worker 3) or check for idle workers."
+    )
 
 
 def _idle_advice(df: pd.DataFrame) -> str | None:
