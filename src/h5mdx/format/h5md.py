@@ -1340,6 +1340,22 @@ def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> Non
             del elements[key]
 
 
+#: Per-particle vector elements H5MD defines: (frames,) particles x dimension
+_VECTORS = ("position", "velocity", "force", "image")
+
+
+def _check_vectors(c: _Ctx, elements: dict[str, ElementInfo]) -> None:
+    """Note vector elements whose frames are not (particles, dimension) of 1-3: served as
+    stored, but an analysis of positions cannot use them (rmsd refuses them later)."""
+    for name in _VECTORS:
+        el = elements.get(name)
+        if el is None or el.in_subgroup or _components(el) is not None:
+            continue
+        tail = el.shape[1:] if el.time_dependent else el.shape
+        c.note(el.path, f"{name!r} holds frames of shape {tuple(tail)}; H5MD's are (particles, "
+               "dimension), the dimension 1 to 3", "served as stored")
+
+
 def _components(el: ElementInfo | None) -> int | None:
     """The number of spatial components of a per-particle vector element (1-3)."""
     if el is None:
@@ -1396,6 +1412,7 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         except H5MDFormatError as err:
             c.left_out(err, f"{path}/{child}")
     _same_particles(c, elements, path)
+    _check_vectors(c, elements)
     if box_grp is not None:
         try:
             box = _box(c, box_grp, f"{path}/box", _components(elements.get("position")))
@@ -1630,6 +1647,14 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     return nearest
 
 
+def _meta_text(value: Any) -> str:
+    """An author/creator attribute as text: an array of one string (as some writers
+    store every attribute) is that string, not ``"['lammps']"``."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return str(value)
+
+
 def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
           keys: tuple[str, ...]) -> dict[str, str]:
     """``/h5md/author`` or ``/h5md/creator``; pre-1.0 files keep them as attributes."""
@@ -1645,7 +1670,7 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
         if not isinstance(grp, h5py.Group):
             c.note(where, f"{where} must be a group", "left out", minor=True)
             return {}
-        found = {k: str(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
+        found = {k: _meta_text(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
         missing = [k for k in _REQUIRED_META[name] if k not in found]
         if missing:
             c.note(where, f"{where} has no {' or '.join(repr(k) for k in missing)} "
@@ -1653,7 +1678,7 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
         return found
     # pre-1.0 pyh5md: attributes "author", "author_email", "creator", "creator_version"
     found = {k: _attr(h5md, name if k == "name" else f"{name}_{k}") for k in keys}
-    found = {k: str(v) for k, v in found.items() if v is not None}
+    found = {k: _meta_text(v) for k, v in found.items() if v is not None}
     if found:
         c.note(where, f"{name} stored as attributes of /h5md (pre-1.0 layout), "
                f"not as a {where} group", "read from the attributes")
