@@ -114,38 +114,62 @@ _SIZED = {_LZF}
 
 @functools.cache
 def _decoders() -> dict[int, Any]:
-    """Filter id -> ``decode(data, nbytes) -> bytes`` for the filters read directly.
+    """Filter id -> ``decode(data, out) -> buffer`` for the filters read directly.
 
-    ``nbytes`` is the chunk's size once decoded (used by LZF, whose frames do not
-    record it). Made at the first compressed dataset planned: numcodecs and imagecodecs
-    cost ~25 ms to import, which an uncompressed file (and every ``xr.open_dataset``,
-    where xarray loads each engine) need not pay.
+    ``out`` is a uint8 array the size of the decoded bytes, to decode into, where that
+    size is known (None otherwise; LZF, whose frames do not record it, always has one);
+    a decoder may return another buffer (zlib's). Made at the first compressed dataset
+    planned: numcodecs and imagecodecs cost ~25 ms to import, which an uncompressed file
+    (and every ``xr.open_dataset``, where xarray loads each engine) need not pay.
     """
-    decoders: dict[int, Any] = {_DEFLATE: lambda data, nbytes: zlib.decompress(data)}
+    decoders: dict[int, Any] = {_DEFLATE: lambda data, out: zlib.decompress(data)}
     try:
         from numcodecs import Shuffle, Zstd, blosc
     except ImportError:  # optional: those filters are then read through h5py
         pass
     else:
         zstd = Zstd()
-        decoders[_BLOSC] = lambda data, nbytes: blosc.decompress(data)
-        decoders[_ZSTD] = lambda data, nbytes: zstd.decode(data)
+        decoders[_BLOSC] = lambda data, out: blosc.decompress(data, out)
+        decoders[_ZSTD] = lambda data, out: zstd.decode(data, out=out)
         # HDF5's byte shuffle is numcodecs' (byte i of every element, then byte i + 1):
         # its compiled loop takes 1.3 ms for a 4 MB chunk, numpy's transposed copy 9.5 ms
-        decoders[_SHUFFLE] = lambda data, nbytes, size: Shuffle(size).decode(data)
+        decoders[_SHUFFLE] = lambda data, out, size: Shuffle(size).decode(data, out=out)
     try:
         import imagecodecs
     except ImportError:
         return decoders
     # LZF: h5py's filter (lzf_filter.c) stores bare liblzf frames; LZ4: the HDF5 LZ4
     # plugin's framing (sizes in big-endian headers), imagecodecs' "lz4h5"
-    decoders[_LZF] = lambda data, nbytes: imagecodecs.lzf_decode(data, out=nbytes)
-    decoders[_LZ4] = lambda data, nbytes: imagecodecs.lz4h5_decode(data)
+    decoders[_LZF] = lambda data, out: imagecodecs.lzf_decode(data, out=out)
+    decoders[_LZ4] = lambda data, out: imagecodecs.lz4h5_decode(data, out=out)
     if imagecodecs.ZLIBNG.available:
         # HDF5's deflate filter writes zlib streams, which zlib-ng inflates 2.5-3.5x faster
-        # than zlib (3 against 10 ms for a 4 MB chunk); told the size where it is known
-        decoders[_DEFLATE] = lambda data, nbytes: imagecodecs.zlibng_decode(data, out=nbytes)
+        # than zlib (3 against 10 ms for a 4 MB chunk)
+        decoders[_DEFLATE] = lambda data, out: imagecodecs.zlibng_decode(data, out=out)
     return decoders
+
+
+#: Chunks of up to this many bytes are read and decoded into buffers each thread keeps
+#: (:func:`_chunk_buffer`): a new buffer of a few MiB is a new ``mmap`` whose pages the
+#: kernel zeroes as they are first touched wherever ``MALLOC_TRIM_THRESHOLD_`` is set,
+#: as in dask's worker processes. Reading and decoding a 4 MB gzip+shuffle chunk into
+#: new buffers there ran at a third of the speed (9,500 against 25,000 frames/s).
+CHUNK_BUFFER_BYTES = 16 * 2**20
+_CHUNK_BUFFERS = threading.local()
+
+
+def _chunk_buffer(slot: int, nbytes: int) -> np.ndarray:
+    """A uint8 buffer of ``nbytes`` that this thread reuses: slot 0 for a chunk's stored
+    bytes, 1 and 2 for the stages of its decoding in turn (each reads the other's). A
+    chunk larger than :data:`CHUNK_BUFFER_BYTES` gets new buffers, kept by none."""
+    if nbytes > CHUNK_BUFFER_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
+    held = getattr(_CHUNK_BUFFERS, "held", None)
+    if held is None:
+        held = _CHUNK_BUFFERS.held = [np.empty(0, dtype=np.uint8)] * 3
+    if held[slot].nbytes < nbytes:
+        held[slot] = np.empty(nbytes, dtype=np.uint8)
+    return held[slot][:nbytes]
 
 
 class Unsupported(Exception):  # noqa: N818 - a reason, not an error to report
@@ -504,27 +528,37 @@ class DirectReader:
             yield table.item(a) + (lo - a * c0) * row, (hi - lo) * row
             a = b + 1
 
-    def _decode(self, raw: bytes | bytearray, mask: int = 0) -> np.ndarray:
-        """A chunk's values from its stored bytes; ``mask`` bit i: filter i was skipped."""
+    def _decode(self, raw: Any, mask: int = 0) -> np.ndarray:
+        """A chunk's values from its stored bytes; ``mask`` bit i: filter i was skipped.
+
+        Each stage decodes into one of this thread's buffers (:func:`_chunk_buffer`):
+        the values returned are valid until the thread decodes its next chunk.
+        """
         assert self.chunks is not None
         nbytes = math.prod(self.chunks) * self.dtype.itemsize
         data: Any = raw
+        slot = 1
         for i in reversed(range(len(self.filters))):
             code = self.filters[i]
             if mask & (1 << i):
                 continue
-            if code == _SHUFFLE:
-                data = _unshuffle(data, self.dtype.itemsize)
-            else:  # the decoded size, where only shuffles come before (they keep it)
+            if code == _SHUFFLE:  # keeps the size of what it is given
+                size = memoryview(data).nbytes
+                data = _unshuffle(data, self.dtype.itemsize, _chunk_buffer(slot, size))
+            else:  # the decoded size is known where only shuffles come before
                 sized = all(c == _SHUFFLE for c in self.filters[:i])
-                data = _decode_one(code, data, nbytes if sized else None)
-        return np.frombuffer(data, dtype=self.dtype).reshape(self.chunks)
+                data = _decode_one(code, data, _chunk_buffer(slot, nbytes) if sized else None)
+            slot = 3 - slot
+        values = np.frombuffer(data, dtype=np.uint8)
+        if values.nbytes != nbytes:
+            raise ValueError(f"a chunk decoded to {values.nbytes} bytes, not {nbytes}")
+        return values.view(self.dtype).reshape(self.chunks)
 
     def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
                     out: np.ndarray) -> None:
         assert self.chunks is not None
         offset, size, mask = self._index[coord]
-        raw = bytearray(size)
+        raw = _chunk_buffer(0, size)
         self._pread_into(memoryview(raw), offset)
         chunk = self._decode(raw, mask)
         src, dst = [], []
@@ -535,29 +569,29 @@ class DirectReader:
         out[tuple(dst)] = chunk[tuple(src)]
 
 
-def _unshuffle(data: Any, size: int) -> Any:
-    """HDF5's byte shuffle undone: each element's ``size`` bytes back together."""
+def _unshuffle(data: Any, size: int, out: np.ndarray) -> Any:
+    """HDF5's byte shuffle undone into ``out`` (as many bytes as ``data``): each
+    element's ``size`` bytes back together."""
     if size == 1:
         return data
     decode = _decoders().get(_SHUFFLE)
-    if decode is not None and len(data) % size == 0:
-        return decode(data, len(data), size)
+    if decode is not None and out.nbytes % size == 0:
+        return decode(data, out, size)
     a = np.frombuffer(data, dtype=np.uint8)
     n = len(a) // size  # HDF5 leaves the bytes past the last whole element as they are
-    out = np.empty_like(a)
     out[:n * size].reshape(n, size)[...] = a[:n * size].reshape(size, n).T
     out[n * size:] = a[n * size:]
     return out
 
 
-def _decode_one(code: int, data: Any, nbytes: int | None) -> Any:
+def _decode_one(code: int, data: Any, out: np.ndarray | None) -> Any:
     """One filter's decoding; a codec's own error becomes a ValueError (a corrupt chunk).
 
-    ``nbytes``: the decoded size where it is known (None where a filter that changes
-    the size comes before this one).
+    ``out``: a buffer of the decoded size, where it is known (None where a filter that
+    changes the size comes before this one).
     """
     try:
-        return _decoders()[code](data, nbytes)
+        return _decoders()[code](data, out)
     except (ValueError, zlib.error):
         raise
     except Exception as err:  # numcodecs/imagecodecs raise RuntimeError or their own
