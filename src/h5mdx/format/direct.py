@@ -559,7 +559,7 @@ class DirectReader:
         assert self.chunks is not None
         offset, size, mask = self._index[coord]
         raw = _chunk_buffer(0, size)
-        self._pread_into(memoryview(raw), offset)
+        self._pread_into(memoryview(raw), offset)  # type: ignore[arg-type]  # numpy arrays are buffers
         chunk = self._decode(raw, mask)
         src, dst = [], []
         for c, s, n in zip(coord, box, self.chunks, strict=True):
