@@ -158,6 +158,28 @@ def test_slab_reader_reads_selection_exactly(adk_h5md_blocked, adk_universe):
             sel.read(5, 5)
 
 
+def test_a_slab_that_cannot_be_read_names_the_file_and_frames(tmp_path):
+    """A corrupt gzip chunk on the MPI-IO path said only ``OSError: Can't read data
+    (inflate() failed)``; it names the file, the dataset and the frames, as the other
+    paths do (found by an audit)."""
+    from h5mdx.errors import H5MDReadError
+
+    path = tmp_path / "corrupt.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.random.default_rng(0).random((50, 7, 3)),
+                         chunks=(10, 7, 3), compression="gzip")
+        info = f["x"].id.get_chunk_info_by_coord((40, 0, 0))
+    with open(path, "r+b") as fh:  # garble the chunk of frames 40-49
+        fh.seek(info.byte_offset + 8)
+        fh.write(b"\xff" * 32)
+    with h5py.File(path, "r") as f:
+        reader = SlabReader(f["x"])
+        np.testing.assert_array_equal(reader.read(0, 10), f["x"][0:10])
+        with pytest.raises(H5MDReadError, match=r"corrupt\.h5 \[/x\]: reading frames "
+                           r"35-49 failed"):
+            reader.read(35, 50)
+
+
 def test_position_source_errors(tmp_path):
     from h5mdx.errors import H5MDFormatError
     from h5mdx.testing import write_h5md
@@ -450,6 +472,26 @@ def test_failing_rank_aborts_the_job(layouts, tmp_path):
                       str(tmp_path / "out")], timeout=90)
     assert proc.returncode != 0
     assert "rank 1 of 2 failed: RuntimeError: injected failure" in proc.stderr
+    assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+def test_a_file_open_for_writing_is_refused_on_every_rank(layouts, tmp_path):
+    """HDF5's MPI-IO driver takes no file lock: mpi-rmsd read a file another process was
+    writing, in silence (a snapshot, or torn metadata). Rank 0 now asks the serial way,
+    and every rank refuses as h5mdx rmsd does (found by an audit)."""
+    import shutil
+
+    require_mpi()
+    path = str(tmp_path / "held.h5md")
+    shutil.copy(layouts["chunk10"], path)
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_USE_FILE_LOCKING"}
+    with h5py.File(path, "a"):  # a writer holds it
+        proc = run_mpi(2, h5mdx_argv("mpi-rmsd", path, "--out", str(tmp_path / "out")),
+                       timeout=90, env=env)
+    assert proc.returncode != 0
+    assert "HDF5 cannot lock the file" in proc.stderr, proc.stderr
+    assert "another process has it open for writing" in proc.stderr
     assert not (tmp_path / "out" / "rmsd.csv").exists()
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5mdx.errors import H5MDFormatError
+from h5mdx.errors import H5MDFormatError, H5MDReadError
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
 from h5mdx.mpi import require_parallel_h5py
 from h5mdx.mpi.decompose import Block, atom_runs, chunk_aligned_blocks
@@ -62,6 +62,7 @@ def open_parallel(path: str | os.PathLike[str], comm: Any) -> h5py.File:
         If the file cannot be opened; locking failures carry :data:`LOCKING_HINT`.
     """
     require_parallel_h5py()
+    _refuse_a_writer(path, comm)
     try:
         return open_h5md(path, driver="mpio", comm=comm)
     except (OSError, H5MDFormatError) as err:
@@ -69,6 +70,30 @@ def open_parallel(path: str | os.PathLike[str], comm: Any) -> h5py.File:
         if "lock" in text and "HDF5_USE_FILE_LOCKING" not in os.environ:
             raise OSError(f"{os.fspath(path)}: {LOCKING_HINT} ({err})") from err
         raise
+
+
+def _refuse_a_writer(path: str | os.PathLike[str], comm: Any) -> None:
+    """Refuse, on every rank, a file another process has open for writing.
+
+    HDF5's MPI-IO driver takes no file lock, so a parallel open of a file being written
+    (without SWMR) succeeds and reads whatever is on disk: a snapshot, or metadata torn
+    mid-write. Rank 0 opens the file once the serial way, which HDF5 refuses where a
+    writer holds its lock (unless ``HDF5_USE_FILE_LOCKING=FALSE``), and every rank raises
+    that error (:func:`~h5mdx.format.h5md.open_h5md`'s message).
+    """
+    problem = None
+    if comm.rank == 0:
+        try:
+            open_h5md(path).close()
+        except (H5MDReadError, H5MDFormatError) as err:
+            if "open for writing" in err.problem or "a writer has it open" in err.problem:
+                problem = (type(err).__name__, err.problem)
+        except OSError:
+            pass  # the parallel open says it, on every rank
+    problem = comm.bcast(problem, root=0)
+    if problem is not None:
+        kind = H5MDReadError if problem[0] == "H5MDReadError" else H5MDFormatError
+        raise kind(os.fspath(path), None, problem[1])
 
 
 @dataclass(frozen=True)
@@ -239,7 +264,11 @@ class SlabReader:
             fspace.select_hyperslab((int(start), a, 0), (n, b - a, ndim), op=h5py.h5s.SELECT_OR)
         mspace = h5py.h5s.create_simple(out.shape)
         mtype = h5py.h5t.py_create(out.dtype)
-        self.dset.id.read(mspace, fspace, out, mtype, dxpl=self.dxpl)
+        try:
+            self.dset.id.read(mspace, fspace, out, mtype, dxpl=self.dxpl)
+        except OSError as err:  # h5py's text alone (``inflate() failed``) names nothing
+            raise H5MDReadError(self.dset.file.filename, self.dset.name,
+                                f"reading frames {start}-{stop - 1} failed: {err}") from err
         self.bytes_read += out.size * self.dset.dtype.itemsize
         return out
 
