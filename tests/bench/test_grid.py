@@ -101,6 +101,36 @@ def test_a_grid_that_fails_keeps_the_runs_that_finished(h5md_file, tmp_path, mon
     assert "1 of 2 runs finished before the error" in capsys.readouterr().err
 
 
+def test_an_mpi_backend_without_its_modules_is_refused_before_any_run(h5md_file, tmp_path,
+                                                                      monkeypatch):
+    """dask-mpi missing: bench refused after running the other schedulers, in mpirun,
+    with a traceback (found by an audit)."""
+    import importlib.util
+
+    from h5mdx.errors import MissingDependencyError
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "dask_mpi" else found(name, *a))
+    with pytest.raises(MissingDependencyError, match="dask-mpi backend needs (mpi4py and )?dask_mpi"):
+        run_grid(read_workload(h5md_file), schedulers=["threads", "dask-mpi"], workers=[1],
+                 repeats=1, out=tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_a_failed_mpirun_says_what_its_ranks_said():
+    from h5mdx.bench.grid import _child_error
+
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+              "rank 0 of 2 failed: H5MDReadError: f.h5 [/x]: reading frames 0-9 failed\n"
+              "rank 1 of 2 failed: H5MDReadError: f.h5 [/x]: reading frames 0-9 failed\n"
+              "  (run with --debug for the traceback)\n")
+    assert _child_error(stderr) == ("rank 0 of 2 failed: H5MDReadError: f.h5 [/x]: reading "
+                                    "frames 0-9 failed; rank 1 of 2 failed: H5MDReadError: "
+                                    "f.h5 [/x]: reading frames 0-9 failed")
+    assert _child_error("mpirun: command line wrong\n") == "mpirun: command line wrong"
+
+
 def test_run_grid_rejects_unknown_scheduler(h5md_file):
     with pytest.raises(ValueError, match="valid options are: threads, processes, distributed"):
         run_grid(read_workload(h5md_file), schedulers=["mpi"], progress=False)

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,7 @@ def run_grid(
     blocks = sorted({int(m) for m in blocks_per_worker})
     if not workers or min(workers) < 1 or not blocks or min(blocks) < 1 or repeats < 1:
         raise ValueError("workers, blocks-per-worker and repeats must be positive integers")
+    _check_mpi_backends(schedulers)
     total = sum(len(workers) * (1 if s in MPI_BACKENDS else len(blocks)) * repeats
                 for s in schedulers)
     frames: list[Any] = []
@@ -422,6 +424,34 @@ def _dask_runs(workload: Workload, scheduler: str, n: int, blocks: list[int], re
                 bar.advance()
 
 
+def _check_mpi_backends(schedulers: Sequence[str]) -> None:
+    """Refuse, before any run, an MPI backend whose modules are missing (the grid ran
+    the other schedulers, then failed in ``mpirun``). Looked up, not imported: only
+    :mod:`h5mdx.mpi` imports mpi4py."""
+    import importlib.util
+
+    from h5mdx.errors import MissingDependencyError
+
+    needs = {"mpi-io": ("mpi4py",), "dask-mpi": ("mpi4py", "dask_mpi")}
+    for backend in (s for s in schedulers if s in needs):
+        missing = [m for m in needs[backend] if importlib.util.find_spec(m) is None]
+        if missing:
+            raise MissingDependencyError(
+                f"the {backend} backend needs {' and '.join(missing)}: pip install "
+                "'h5mdx[mpi]' (and an MPI build of h5py for mpi-io), or leave it out of "
+                "--scheduler")
+
+
+def _child_error(stderr: str) -> str:
+    """What a failed ``mpirun`` said: its ranks' error lines (each once), else its last
+    lines; never a traceback cut in the middle."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = [ln for ln in lines if re.search(r"(: error: |rank \d+ of \d+ failed: )", ln)]
+    if not said:
+        said = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^"))][-3:]
+    return "; ".join(dict.fromkeys(said)) or "(no message)"
+
+
 def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
              env: Mapping[str, str] | None) -> tuple[Any, dict[str, Any]]:
     """Run the RMSD of ``workload`` with ``n`` MPI ranks (mpi-io) or workers (dask-mpi)."""
@@ -439,9 +469,9 @@ def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
         cmd = make(n, spec["file"], tmp, topology=spec.get("topology"),
                    select=spec.get("selection"))
         proc = run(cmd, timeout=1800, env=mpi_env({**os.environ, **dict(env or {})}))
-        if proc.returncode != 0:
-            raise RuntimeError(f"{backend} with N={n} failed (exit {proc.returncode}): "
-                               f"{proc.stderr.strip()[-1500:]}")
+        if proc.returncode != 0:  # the ranks' own one-line errors, not a traceback
+            raise ChildProcessError(f"{backend} with N={n} failed (exit {proc.returncode}): "
+                                    f"{_child_error(proc.stderr)}")
         records, meta = load(os.path.join(tmp, "timing.csv"))
     records = records.copy()
     records["run_id"] = run_id
