@@ -128,3 +128,15 @@ def test_warnings_are_lines_of_the_command(tmp_path, capsys):
         "position": {"value": rng.random((4, 5, 2)), "step": np.arange(4)}}})
     assert main(["rmsd", flat, "--scheduler", "threads", "--no-progress"]) == 1
     assert f"not 2 (of {flat})" in capsys.readouterr().err
+
+
+def test_rmsd_under_mpirun_without_dask_mpi_is_refused(adk_h5md, capsys, monkeypatch):
+    """``mpirun -n 2 h5mdx rmsd`` ran two whole RMSDs writing the same files (found by an
+    audit): refused, with the two ways to run under mpirun."""
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "started by mpirun with 2 ranks" in err
+    assert "--scheduler dask-mpi" in err and "h5mdx mpi-rmsd" in err
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")  # one rank: runs as without mpirun
+    assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", "--no-progress"]) == 0

@@ -217,6 +217,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.scheduler == "dask-mpi":
         return _run_dask_mpi(args)
+    from h5mdx.mpi import launched_ranks
+
+    if (ranks := launched_ranks()) > 1:  # each rank would run the whole RMSD alone
+        print(f"h5mdx rmsd: started by mpirun with {ranks} ranks, each of which would "
+              "compute the whole RMSD and write the same outputs: run it under mpirun "
+              "with --scheduler dask-mpi, or use mpirun -n N h5mdx mpi-rmsd (MPI-IO), or "
+              "run h5mdx rmsd without mpirun", file=sys.stderr)
+        return 2
 
     from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 

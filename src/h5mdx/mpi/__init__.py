@@ -32,6 +32,7 @@ __all__ = [
     "comm_world",
     "has_parallel_h5py",
     "launched_by_mpirun",
+    "launched_ranks",
     "require_parallel_h5py",
 ]
 
@@ -85,3 +86,19 @@ def comm_world() -> Any:
 def launched_by_mpirun() -> bool:
     """Whether this process was started by an MPI launcher (mpirun, mpiexec, srun)."""
     return any(var in os.environ for var in _LAUNCHER_VARS)
+
+
+def launched_ranks() -> int:
+    """How many ranks the MPI launcher that started this process started (Open MPI's
+    ``OMPI_COMM_WORLD_SIZE``, MPICH's ``PMI_SIZE``); 1 where none says.
+
+    Returns
+    -------
+    int
+    """
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        try:
+            return max(1, int(os.environ[var]))
+        except (KeyError, ValueError):
+            continue
+    return 1
