@@ -31,14 +31,17 @@ __all__ = ["Check", "Report", "run_checks"]
 Status = Literal["ok", "missing", "info"]
 
 #: How to get the pieces, shown next to a missing check.
-FIX_MPI_DEBIAN = "bash scripts/setup.sh --mpi  (Debian/Ubuntu, as root: Open MPI, parallel HDF5)"
+FIX_MPI_DEBIAN = ("apt-get install openmpi-bin libopenmpi-dev libhdf5-openmpi-dev (Debian/"
+                  "Ubuntu; in a clone of h5mdx: bash scripts/setup.sh --mpi), or load your "
+                  "site's MPI module")
 FIX_H5PY_MPI = (
-    "bash scripts/setup.sh --mpi  (builds h5py against Debian's parallel HDF5); with conda: "
+    "CC=mpicc HDF5_MPI=ON pip install --no-binary=h5py h5py mpi4py (against a parallel "
+    "HDF5; in a clone of h5mdx: bash scripts/setup.sh --mpi); with conda: "
     "conda install -c conda-forge 'h5py=*=mpi_openmpi*' openmpi mpi4py"
 )
 FIX_SLURM_LOCAL = (
-    "bash scripts/setup.sh --slurm && bash scripts/slurm-local.sh start  (a local test "
-    "cluster), or load your site's SLURM module"
+    "load your site's SLURM module; for a local test cluster, in a clone of h5mdx: "
+    "bash scripts/setup.sh --slurm && bash scripts/slurm-local.sh start"
 )
 
 _H5PY_PROBE = """

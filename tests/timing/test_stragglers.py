@@ -171,6 +171,10 @@ def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
             if a.startswith("Load imbalance")]
     assert len(many) == 1 and "--blocks-per-worker" not in many[0]
     assert "4 tasks per worker to share out" in many[0]
+    ranks = _run(n_tasks=2, slow={1: ("io", 1.0)}, backend="mpi-io")  # mpi-rmsd has no M
+    said = [a for a in advice(ranks) if a.startswith("Load imbalance")]
+    assert len(said) == 1 and "--blocks-per-worker" not in said[0]
+    assert "busiest MPI rank" in said[0]
 
 
 def test_advice_to_mpi_ranks_fits_them():

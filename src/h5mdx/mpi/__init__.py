@@ -38,8 +38,9 @@ __all__ = [
 
 #: What to do when h5py has no MPI support.
 PARALLEL_H5PY_HINT = (
-    "h5py is not built with MPI: run bash scripts/setup.sh --mpi "
-    "or conda install 'h5py=*=mpi_openmpi*'"
+    "h5py is not built with MPI: CC=mpicc HDF5_MPI=ON pip install --no-binary=h5py h5py "
+    "(against a parallel HDF5), conda install -c conda-forge 'h5py=*=mpi_openmpi*', or in "
+    "a clone of h5mdx bash scripts/setup.sh --mpi"
 )
 
 #: Environment variables that MPI launchers (Open MPI, MPICH/Hydra, PMIx, SLURM) set.

@@ -458,7 +458,7 @@ def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
         from mpi4py import MPI
 
         extra["mpi4py"] = mpi4py.__version__
-        extra["mpi_library"] = MPI.Get_library_version().splitlines()[0].strip()
+        extra["mpi_library"] = MPI.Get_library_version().splitlines()[0].strip(" \t\x00")
     except ImportError:  # pragma: no cover - run_rmsd already imported it
         pass
     return rec.run_metadata(

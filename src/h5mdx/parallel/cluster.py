@@ -494,7 +494,8 @@ def _preflight(options: Mapping[str, Any], jq: Any) -> None:
     if shutil.which("sbatch") is None:
         raise SlurmError(
             "sbatch is not on PATH: run this on a SLURM login node, or install SLURM "
-            "(Debian: apt-get install slurm-wlm munge; h5mdx: bash scripts/setup.sh --slurm)"
+            "(Debian: apt-get install slurm-wlm munge; in a clone of h5mdx: bash scripts/setup.sh "
+            "--slurm)"
         )
     script = _job_script(jq, options, "tcp://127.0.0.1:1", "h5mdx-preflight")
     try:
@@ -507,8 +508,8 @@ def _preflight(options: Mapping[str, Any], jq: Any) -> None:
         if any(sign in said.lower() for sign in _NO_CONTROLLER):
             raise SlurmError(
                 f"SLURM's controller does not answer: {said}. slurmctld is down or "
-                "unreachable from here (scontrol ping; on one machine: bash "
-                "scripts/slurm-local.sh start); the job options are not at fault")
+                "unreachable from here (scontrol ping; a local test cluster, in a clone of h5mdx: "
+                "bash scripts/slurm-local.sh start); the job options are not at fault")
         raise SlurmError(
             f"SLURM rejects the worker jobs: {said}. Check queue=/account=/walltime=/cores=/"
             f"memory= (sinfo -s lists the partitions); the job script is:\n{script}"

@@ -641,6 +641,13 @@ def _imbalance_advice(df: pd.DataFrame) -> str | None:
         return None
     run = df[df["run_id"] == imbalance.idxmax()]
     per_worker_tasks = len(run) / max(1, int(run["worker"].nunique()))
+    if run["backend"].isin(SPMD_BACKENDS).all():  # a block per rank, fixed ahead
+        return (
+            f"Load imbalance: the busiest MPI rank worked {worst:.2f} x the mean; each "
+            "rank reads one equal block, so the others wait for it at the gather (t_wait): "
+            "look at that rank's node and storage, or run on dask workers (--scheduler "
+            "dask-mpi or distributed), which share the blocks out as they finish."
+        )
     if per_worker_tasks >= 3:  # blocks to share out were there: the workers differ
         return (
             f"Load imbalance: the busiest worker worked {worst:.2f} x the mean, with "
