@@ -8,6 +8,7 @@ absent and ``H5MDX_REQUIRE_MPI`` is unset; CI sets it, so there they fail instea
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -421,6 +422,12 @@ def test_a_delay_makes_the_rank_that_starts_at_its_frame_a_straggler(layouts, tm
     frame = _check_records(out, 2, 98).set_index("frame_start")
     assert frame.loc[0, "t_compute"] >= 0.6
     assert frame.drop(index=0)["t_compute"].max() < 0.6
+    # the summary gives the rate of the reads and the kernel beside the wall time's, whose
+    # start-up dominates a short run (found by an audit); the delay is the busiest's compute
+    rate = re.search(r"; ([\d,]+) frames/s in the busiest rank's io \+ compute", proc.stdout)
+    assert rate, proc.stdout
+    busiest = frame["t_io"] + frame["t_compute"]
+    assert int(rate.group(1).replace(",", "")) == pytest.approx(98 / busiest.max(), rel=0.02)
 
 
 @pytest.mark.mpi
