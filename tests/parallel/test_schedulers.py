@@ -113,7 +113,10 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, 
                        (["--plot", str(tmp_path / "r.xyz")], "not .xyz"),
                        (["--out", str(tmp_path)], "is a directory"),
                        (["--timing", str(a_file)], "the timing records need a directory"),
-                       (["--out", str(a_file / "r.csv")], "cannot be written")):
+                       (["--out", str(a_file / "r.csv")], "cannot be written"),
+                       # root may "write" into /proc: it failed only after the run
+                       (["--out", "/proc/x.csv"], "a kernel file system"),
+                       (["--timing", str(a_file / "t")], "the timing records")):
         assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", *argv]) == 2, argv
         assert said in capsys.readouterr().err
     assert ran == []

@@ -40,6 +40,10 @@ def _writable(path: Path, what: str) -> None:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(f"{what} {str(path)!r} cannot be written: {str(parent)!r} is "
                               "not a directory this user may write to")
+    if os.path.realpath(parent).startswith(("/proc/", "/sys/")) or \
+            os.path.realpath(parent) in ("/proc", "/sys"):  # root may "write" there: no file
+        raise PermissionError(f"{what} {str(path)!r} cannot be written: {str(parent)!r} is "
+                              "a kernel file system, which holds no files")
 
 
 def check_outputs(out: str | os.PathLike[str] | None = None,
@@ -79,7 +83,7 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
         path = Path(directory)
         if path.exists() and not path.is_dir():
             raise ValueError(f"{str(path)!r} is a file; the timing records need a directory")
-        _writable(path / "timing.csv", "the timing directory")
+        _writable(path / "timing.csv", "the timing records")
 
 
 def write_series(path: str | os.PathLike[str], result: Any) -> Path:
