@@ -474,3 +474,26 @@ def test_walltime_of_the_config_is_checked_too():
     with dask.config.set({"jobqueue.slurm.walltime": "2 hours"}), \
             pytest.raises(ValueError, match="not a SLURM time"):
         slurm_options(interface=None)
+
+
+@pytest.mark.parametrize("reason", ["PartitionConfig", "PartitionTimeLimit"])
+def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason):
+    """``slurm-script --submit`` waited without end, saying nothing, on a job asking for
+    more CPUs than the partition has (PENDING, PartitionConfig; found by an audit): the
+    job is cancelled and the error says why and what to do."""
+    from h5mdx.parallel import batch
+    from h5mdx.parallel.cluster import SlurmError
+
+    polls, cancelled = [], []
+    monkeypatch.setattr(batch, "job_info", lambda jid: polls.append(jid) or {
+        "JobState": "PENDING", "Reason": reason})
+    monkeypatch.setattr(batch, "_scancel", cancelled.append)
+    with pytest.raises(SlurmError, match=rf"job 42 can never start as asked: it is PENDING "
+                       rf"\({reason}\): .*; cancelled it"):
+        batch.wait_for_job("42", poll=0.01)
+    assert polls == ["42"] and cancelled == ["42"]
+    # a job waiting its turn is waited on
+    states = iter([{"JobState": "PENDING", "Reason": "Resources"},
+                   {"JobState": "COMPLETED", "ExitCode": "0:0"}])
+    monkeypatch.setattr(batch, "job_info", lambda jid: next(states))
+    assert batch.wait_for_job("43", poll=0.01).state == "COMPLETED"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from h5mdx._subprocess import RUN_AS_ROOT_ENV
 from h5mdx._subprocess import run as _run  # bounded; tests replace this name
-from h5mdx.parallel.cluster import ENDED_STATES, SlurmError
+from h5mdx.parallel.cluster import ENDED_STATES, NEVER_STARTS, SlurmError, pending_hint
 from h5mdx.timing.report import straggler_summary
 
 __all__ = [
@@ -331,6 +331,10 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
     TimeoutError
         If the job did not end within ``timeout`` (it is cancelled first), with
         its state and reason.
+    SlurmError
+        If the job pends for a reason no wait ends (:data:`~h5mdx.parallel.cluster.
+        NEVER_STARTS`: it asks for more than the partition has or allows; it is
+        cancelled first), with what to do.
     """
     t0 = time.monotonic()
     last: dict[str, str] = {}
@@ -345,6 +349,14 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
                 if state in ENDED_STATES:
                     return JobResult(job_id, state, _exit_code(info), info.get("Reason", ""),
                                      time.monotonic() - t0, info)
+                reason = info.get("Reason", "").split(",")[0].strip()
+                if state == "PENDING" and reason in NEVER_STARTS:  # no wait ends it
+                    if cancel_on_timeout:
+                        _scancel(job_id)
+                    raise SlurmError(
+                        f"SLURM job {job_id} can never start as asked: it is PENDING "
+                        f"({reason}): {pending_hint(reason)}"
+                        + ("; cancelled it" if cancel_on_timeout else ""))
             if timeout is not None and time.monotonic() - t0 > timeout:
                 state = last.get("JobState", "UNKNOWN")
                 reason = last.get("Reason", "")

@@ -112,6 +112,9 @@ _REASON_HINTS = {
                           "(walltime=, --walltime) or use another partition (queue=, --queue)",
     "PartitionNodeLimit": "the partition cannot give that many nodes or CPUs to one job; ask "
                           "for fewer cores per job (cores=, --cores)",
+    "PartitionConfig": "the job asks for more than the partition has or allows (CPUs, "
+                       "nodes, memory or time: scontrol show partition); ask for less, or "
+                       "use another partition",
     "ReqNodeNotAvail": "the requested nodes are down, drained or reserved (see sinfo)",
     "PartitionDown": "the partition is down (see sinfo)",
     "PartitionInactive": "the partition is inactive (see sinfo)",
@@ -124,6 +127,25 @@ _REASON_HINTS = {
     "InvalidQOS": "the QOS is not valid for you",
     "Dependency": "the jobs wait for other jobs",
 }
+
+#: Pending reasons that no wait ends: the job as asked can never start there.
+NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
+                          "InvalidAccount", "InvalidQOS"})
+
+
+def pending_hint(reason: str) -> str | None:
+    """What to do about a job pending for ``reason`` (squeue's or scontrol's), or None.
+
+    Parameters
+    ----------
+    reason : str
+
+    Returns
+    -------
+    str or None
+    """
+    return _REASON_HINTS.get(reason.split(",")[0].strip())
+
 
 _WALLTIME = re.compile(
     r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$"
@@ -627,7 +649,7 @@ def _describe(states: Mapping[str, tuple[str, str]], have: int = 0,
         else:
             parts.append(f"{_plural(ids)} {state}" + (f" ({reason})" if reason else ""))
             if state == "PENDING" and reason:
-                hint = _REASON_HINTS.get(reason.split(",")[0].strip())
+                hint = pending_hint(reason)
                 if hint:
                     hints.append(f"{reason}: {hint}")
             elif state == "RUNNING" and len(ids) * per_job > have:
