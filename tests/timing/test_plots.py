@@ -59,6 +59,25 @@ def test_gantt_marks_straggler(saved, tmp_path):
     assert [t.get_text() for t in ax.texts] == ["compute"]
 
 
+def test_gantt_of_mpi_ranks_draws_their_wait(tmp_path):
+    """An MPI rank waits for the others before the gather: its bar ended at its compute,
+    2 s before the rank did (found by an audit)."""
+    rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 2, "worker": f"rank-{r}",
+             "rank": r, "task_key": f"r{r}", "kind": "rmsd", "frame_start": 50 * r,
+             "frame_stop": 50 * r + 50, "t_start": 10.0, "t_stop": 13.0, "t_io": 0.5,
+             "t_compute": 2.4 if r else 0.4, "t_wait": 0.0 if r else 2.0,
+             "t_comm_gather": 0.1} for r in (0, 1)]
+    fig = plot_gantt(rec.to_frame(rows), "m")
+    ax = fig.axes[0]
+    ends = {}
+    for bar in ax.patches:
+        y = round(bar.get_y() + bar.get_height() / 2)
+        ends[y] = max(ends.get(y, 0.0), bar.get_x() + bar.get_width())
+    assert ends == pytest.approx({0: 3.0, 1: 3.0})  # both ranks run to the end
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "wait" in labels
+
+
 def test_scaling_plot(saved, tmp_path):
     table = speedup(run_table(saved))
     fig = plot_scaling(table, tmp_path / "s.png", figsize=(8, 3), dpi=100)

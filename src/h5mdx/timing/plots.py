@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h5mdx.timing.records import SPMD_BACKENDS
 from h5mdx.timing.stragglers import SLOW_PHASES, _phase_table, flag_stragglers, per_worker
 
 __all__ = ["plot_gantt", "plot_per_worker", "plot_scaling"]
@@ -153,6 +154,8 @@ def plot_per_worker(
 
 #: The order of the phases within a task's bar: an MPI rank's (h5mdx.mpi.rmsd).
 _GANTT_ORDER = ("init_top", "warmup", *(p for p in SLOW_PHASES if p != "init_top"))
+_GANTT_SPMD_ORDER = tuple(q for p in _GANTT_ORDER
+                          for q in (("wait", p) if p == "comm_gather" else (p,)))
 
 
 def plot_gantt(
@@ -169,8 +172,9 @@ def plot_gantt(
 
     Within a task the phases are drawn in the order an MPI rank runs them: opening
     the topology, warm-up (loading the kernel), opening the trajectory, io, compute,
-    gather, other (a dask task has only warm-up, io and compute), with their measured
-    lengths (their true interleaving is not recorded). Stragglers (see
+    the wait for the other ranks (MPI ranks only), gather, other (a dask task has only
+    warm-up, io and compute), with their measured lengths (their true interleaving is
+    not recorded). Stragglers (see
     :func:`~h5mdx.timing.stragglers.flag_stragglers`, which does not count warm-up) get
     a red outline and their slow phase written next to them.
 
@@ -201,11 +205,14 @@ def plot_gantt(
     fig = _figure(figsize, dpi)
     ax = fig.add_subplot()
     seen: set[str] = set()
+    spmd = sel["backend"].isin(SPMD_BACKENDS)
     for i in sel.index:
         y = row_of[sel.at[i, "worker"]]
         start = float(sel.at[i, "t_start"]) - t0
-        for phase in _GANTT_ORDER:
-            length = ph.at[i, phase]
+        # an MPI rank waits for the others at the gather: part of its span, drawn there
+        order = _GANTT_SPMD_ORDER if spmd.at[i] else _GANTT_ORDER
+        for phase in order:
+            length = sel.at[i, "t_wait"] if phase == "wait" else ph.at[i, phase]
             if pd.isna(length) or length <= 0:
                 continue
             ax.barh(y, length, left=start, height=0.7, color=PHASE_COLORS[phase],
