@@ -82,6 +82,7 @@ NEXT_STEPS=(
     "fused256|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 256 --tag=-16core-fused256"
     "fused1024|bench_scale --layouts contig,c1 --workers 16 --schedulers threads --opens lazy --repeats 5 --rss-frames 0 --grid-only --fused-kib 1024 --tag=-16core-fused1024"
     "tasks|bench_tasks --workers 8,16 --tasks 32 --ms 20 --repeats 5 --tag=-16core-warm"
+    "compressed|bench_scale --layouts gz100,lzf100 --frames 40000 --workers 1,4,16 --schedulers threads,distributed --opens lazy --selections ca --repeats 3 --rss-frames 0 --grid-only --tag=-16core-compressed"
 )
 
 case "${1:-}" in
@@ -109,7 +110,8 @@ wheels)
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform any -d "$WHEELS" \
         dask distributed xarray \
-        pyfive numcodecs  # pyfive: chunk index where HDF5 < 1.12.3
+        pyfive numcodecs imagecodecs  # pyfive: chunk index where HDF5 < 1.12.3;
+                                      # imagecodecs: zlib-ng and LZF (28 MB)
     # numpy and pandas (27 MB) come with the machine, and `run` never installs over them
     rm -f "$WHEELS"/numpy-*.whl "$WHEELS"/pandas-*.whl
     # the project itself (build isolation: a recent setuptools reads the license field)

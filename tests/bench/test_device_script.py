@@ -58,7 +58,7 @@ def test_next_lists_the_runs_still_to_do_and_each_takes_its_options():
     steps = _next({})
     assert [name for name, _ in steps] == ["kernel", "kernel512", "compute100k",
                                            "mapped-real", "mapped-real8", "fused256",
-                                           "fused1024", "tasks"]
+                                           "fused1024", "tasks", "compressed"]
     shared = (ROOT / "benchmarks" / "bench_scale.py").read_text()
     for _name, args in steps:
         script, *options = args.split()
