@@ -173,12 +173,12 @@ pos = np.tile(ds.position[:98].values, (5, 1, 1))
 write_h5md("slow.h5md", {"trajectory": {"position": {
     "value": pos, "step": np.arange(pos.shape[0]), "time": np.arange(pos.shape[0]) * 1.0,
     "unit": "Angstrom", "chunks": True}}})
-h5mdx_cli(["info", "slow.h5md"]);
+_ = h5mdx_cli(["info", "slow.h5md"])
 
 # %%
 # the default layout: chunks of whole frames, about 4 MiB each (what the doctor recommends)
-h5mdx_cli(["rechunk", "slow.h5md", "fast.h5md", "--overwrite"])
-h5mdx_cli(["info", "fast.h5md"]);
+_ = h5mdx_cli(["rechunk", "slow.h5md", "fast.h5md", "--overwrite"])
+_ = h5mdx_cli(["info", "fast.h5md"])
 
 # %%
 fast = xr.open_dataset("fast.h5md", engine="h5md")

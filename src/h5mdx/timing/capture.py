@@ -404,8 +404,9 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     name = os.path.basename(spool)  # a memory spool's name (distributed)
     run.spooled = read_spool(spool) + take_records(name)
     if client is not None:
-        for records in client.run(take_records, name).values():
-            run.spooled.extend(records)
+        for records in _from_live_workers(client, take_records, name).values():
+            if isinstance(records, list):  # a worker that died mid-run returns its error
+                run.spooled.extend(records)
     if check:
         _check_where_it_ran(run)
 
@@ -436,8 +437,29 @@ def _check_where_it_ran(run: TimingRun) -> None:
             "the one that runs it)", UserWarning, stacklevel=5)
 
 
+#: Seconds the scheduler tries to reach a worker when collecting records: a worker killed
+#: mid-run stays listed for a while, and each call to it waited distributed's 30 s.
+COLLECT_CONNECT_TIMEOUT = "5s"
+
+
+def _from_live_workers(client: Any, fn: Any, *args: Any) -> dict[str, Any]:
+    """``client.run(fn, *args)`` on the workers the scheduler lists, an error returned
+    (not raised) for one that died, which is tried for :data:`COLLECT_CONNECT_TIMEOUT`
+    (where the scheduler runs in this process: a local or SLURM cluster)."""
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": COLLECT_CONNECT_TIMEOUT}):
+        return dict(client.run(fn, *args, on_error="return"))
+
+
 def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) -> None:
+    try:
+        live = set(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001 - the cluster is going: nothing to restore
+        return
     for addr, values in old.items():
+        if addr not in live:  # left during the run (killed, or its job ended)
+            continue
         try:
             client.run(_set_env, values, workers=[addr])
         except Exception:  # noqa: BLE001 - a worker that left needs no clean-up
