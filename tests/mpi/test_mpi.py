@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -225,8 +226,9 @@ def test_locking_failure_gives_advice(monkeypatch, tmp_path):
     monkeypatch.setattr(mio, "require_parallel_h5py", lambda: None)
     monkeypatch.setattr(mio, "open_h5md", locked)
     monkeypatch.delenv("HDF5_USE_FILE_LOCKING", raising=False)
+    one_rank = SimpleNamespace(rank=0, bcast=lambda value, root=0: value)
     with pytest.raises(OSError, match="HDF5_USE_FILE_LOCKING=FALSE"):
-        mio.open_parallel(tmp_path / "x.h5md", comm=None)
+        mio.open_parallel(tmp_path / "x.h5md", comm=one_rank)
 
 
 @pytest.mark.parametrize(("chunk", "n_atoms", "step"), [
