@@ -1287,26 +1287,12 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
 
         Parameters
         ----------
-        filename_or_obj : str or path-like
-            The H5MD file.
-        drop_variables : str or iterable of str, optional
-            Elements not to open, in every group.
-        topology : str, path-like or MDAnalysis.Universe, optional
-            Per-atom coordinates for the particles groups (as :meth:`open_dataset`).
-        convert_units : bool, default False
-            Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
-        chunk_mib : float, default 128
-            Target size of the preferred dask blocks along ``time``.
-        swmr : bool, default False
-            Open a file that is being written in SWMR mode (see :meth:`open_dataset`).
-        allow_external : bool, default False
-            Follow external links and read data that live in other files.
-        strict : bool, default False
-            Refuse any departure from H5MD with an :class:`~h5mdx.errors.H5MDFormatError`;
-            by default one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+        filename_or_obj, drop_variables, topology, convert_units, chunk_mib, swmr
+            As :meth:`open_groups_as_dict`.
+        allow_external, strict
+            As :meth:`open_groups_as_dict`.
         **kwargs
-            ``group``: the path of a group (``"particles"``, ``"observables"``, ...)
-            whose subtree alone is opened. Any other keyword is a ``TypeError``.
+            ``group``, as :meth:`open_groups_as_dict`.
 
         Returns
         -------
