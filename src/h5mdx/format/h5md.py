@@ -738,8 +738,8 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str,
 
     As many: all. One more, from ESPResSo: all but the first (its writer, until a fix
     of June 2026, creates ``step`` and ``time`` with one entry and writes frame k's at
-    k + 1: ``File::write`` in ``src/core/io/writer/h5md_core.cpp``). More: the first ``n`` (the writer stopped before the value).
-    One fewer, where ``short`` (for ``step``): all of them, the last frame of ``value``
+    k + 1: ``File::write`` in ``src/core/io/writer/h5md_core.cpp``). More: the first
+    ``n`` (the writer stopped before the value). One fewer, where ``short`` (for ``step``): all of them, the last frame of ``value``
     left out (a writer stopped mid-frame: ESPResSo and GROMACS extend ``value`` before
     ``step`` and ``time``). A ``time`` one short beside a whole ``step`` is not cut to.
     """
@@ -960,7 +960,8 @@ def _dataset_info(
     _check_dtype(c, dtype, link_path or path)
     _check_filters(c, dset, link_path or path)
     if sampling is not None and shape and sampling.step.shape[0] != shape[0]:
-        shape = (int(sampling.step.shape[0]), *shape[1:])  # frames with a step (live, or a writer stopped)
+        # the frames with a step: a live file's so far, or a stopped writer's
+        shape = (int(sampling.step.shape[0]), *shape[1:])
     storage = _storage_size(c, dset) or 0
     return ElementInfo(
         name=name,
