@@ -447,6 +447,13 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
     assert proc.returncode == 0, proc.stderr
     assert "not started by mpirun" in proc.stderr
     np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
+    assert "--out DIR" not in proc.stdout
+    # without --out nothing is written: the summary says how to keep the series (as
+    # h5mdx rmsd does; found by an audit)
+    proc = subprocess.run(h5mdx_argv("mpi-rmsd", layouts["chunk10"]), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "the series and the per-rank timings: --out DIR" in proc.stdout
 
 
 @pytest.mark.mpi

@@ -560,3 +560,5 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
                             "compute", "wait", "gather", "total")))
     for kind, path in res.files.items():
         print(f"wrote {kind}: {path}")
+    if not res.files:  # as h5mdx rmsd says it
+        print("the series and the per-rank timings: --out DIR")
