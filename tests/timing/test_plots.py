@@ -76,6 +76,10 @@ def test_gantt_of_mpi_ranks_draws_their_wait(tmp_path):
     assert ends == pytest.approx({0: 3.0, 1: 3.0})  # both ranks run to the end
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "wait" in labels
+    # workers named by their MPI rank, on both charts (dask-mpi's were addresses)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    bars = plot_per_worker(rec.to_frame(rows), "m").axes[0]
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["rank 0", "rank 1"]
 
 
 def test_scaling_plot(saved, tmp_path):

@@ -97,7 +97,13 @@ def _one_run(df: pd.DataFrame, run_id: str | None) -> pd.DataFrame:
     return sel
 
 
-def _worker_labels(workers: list[str]) -> list[str]:
+def _worker_labels(workers: list[str], sel: pd.DataFrame | None = None) -> list[str]:
+    """Axis labels of ``workers``: ``rank N`` where the records give each one MPI rank
+    (MPI-IO, dask-mpi: an address says less), else the name, cut to 22 characters."""
+    if sel is not None and "rank" in sel and sel["rank"].notna().all():
+        ranks = sel.groupby(sel["worker"].astype(str))["rank"].unique()
+        if all(len(r) == 1 for r in ranks):
+            return [f"rank {int(ranks[w][0])}" for w in workers]
     return [w if len(w) <= 22 else "…" + w[-21:] for w in workers]
 
 
@@ -144,7 +150,8 @@ def plot_per_worker(
         ax.bar(x, vals, bottom=bottom, color=PHASE_COLORS[phase], label=label,
                hatch="//" if phase == "wait" and not spmd_wait else None)
         bottom += vals
-    ax.set_xticks(x, _worker_labels([str(w) for w in pw.index]), rotation=30, ha="right")
+    ax.set_xticks(x, _worker_labels([str(w) for w in pw.index], sel), rotation=30,
+                  ha="right")
     ax.set_ylabel("time (s)")
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
     ax.set_title(f"Time per worker and phase — {backend}, N={n}, run {sel['run_id'].iloc[0]}")
@@ -228,7 +235,7 @@ def plot_gantt(
             ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + float(ph.at[i, "busy"]), y),
                         xytext=(3, 0), textcoords="offset points", va="center",
                         color="red", fontsize="small")
-    ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers]))
+    ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers], sel))
     ax.invert_yaxis()
     ax.set_xlabel("time since the first task started (s)")
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
