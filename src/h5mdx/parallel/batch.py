@@ -332,9 +332,9 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
         If the job did not end within ``timeout`` (it is cancelled first), with
         its state and reason.
     SlurmError
-        If the job pends for a reason no wait ends (:data:`~h5mdx.parallel.cluster.
-        NEVER_STARTS`: it asks for more than the partition has or allows; it is
-        cancelled first), with what to do.
+        If the job pends for a reason no wait ends (``PartitionConfig`` and the others
+        of ``h5mdx.parallel.cluster.NEVER_STARTS``: it asks for more than the partition
+        has or allows; it is cancelled first), with what to do.
     """
     t0 = time.monotonic()
     last: dict[str, str] = {}
