@@ -139,6 +139,18 @@ h5mdx_results = [
      "python benchmarks/bench_scale.py --frames 100000 --layouts contig,c1,c100 "
      "--workers 1,2 --schedulers distributed,threads,processes --opens lazy --repeats 3 "
      "--rss-frames 0 --tag=-2core-fused"),
+    ("scale-2core-compressed-base.md",
+     "Compressed chunks on 2 cores, before (ae1839e): gzip+shuffle and LZF, 100-frame "
+     "chunks, each task's block decoded at once into new arrays",
+     "python benchmarks/bench_scale.py --frames 20000 --layouts gz100,lzf100 --workers 1,2 "
+     "--schedulers threads,processes,distributed --opens lazy --selections ca,all "
+     "--repeats 3 --grid-only --rss-frames 0 --tag=-2core-compressed-base"),
+    ("scale-2core-compressed-head.md",
+     "Compressed chunks on 2 cores, after: streamed whole chunks a read into buffers each "
+     "thread keeps, zlib-ng and numcodecs' unshuffle (1.4-2.1x the floor on gzip)",
+     "python benchmarks/bench_scale.py --frames 20000 --layouts gz100,lzf100 --workers 1,2 "
+     "--schedulers threads,processes,distributed --opens lazy --selections ca,all "
+     "--repeats 3 --grid-only --rss-frames 0 --tag=-2core-compressed-head"),
     ("fused-2core.md",
      "The fused read on and off in the same rounds (N=2, distributed and threads, every "
      "layout, C-alpha and all atoms): 1.04-1.34x faster on, in all twelve",
