@@ -917,10 +917,21 @@ def _boundary_one_string(f):
     f[f"{G}/box"].attrs["boundary"] = "periodic"  # what ESPResSo writes
 
 
+def _dimension_float(f):
+    f[f"{G}/box"].attrs["dimension"] = 3.0
+
+
+def _version_of_three(f):
+    f["h5md"].attrs["version"] = np.array([1, 1, 0])
+
+
 @pytest.mark.parametrize("mutate, hpath, message", [
     (_h5md_10_without_time, f"{G}/position", "H5MD 1.0 asks for a 'time'"),
     (_h5md_10_fixed_step, f"{G}/position/step", "fixed-interval sampling"),
     (_boundary_one_string, f"{G}/box", "box 'boundary' is one string ('periodic')"),
+    # strict=True let these through (found by an audit)
+    (_dimension_float, f"{G}/box", "box 'dimension' is 3.0, not an integer"),
+    (_version_of_three, "/h5md", "the H5MD version is [1, 1, 0], not two integers"),
 ])
 def test_departures_that_cost_no_data_are_minor(tmp_path, mutate, hpath, message):
     """A file that says it is H5MD 1.0 is held to 1.0's rules where they differ from 1.1's

@@ -1193,6 +1193,9 @@ def _box_dimension(c: _Ctx, grp: h5py.Group, path: str, edges: ElementInfo | Non
             return int(raw)
     dim = _valid_dimension(raw)
     if dim is not None:
+        if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)):
+            c.note(path, f"box 'dimension' is {raw!r}, not an integer", f"dimension {dim}",
+                   minor=True)
         return dim
     problem = ("box has no 'dimension' attribute" if raw is None else
                f"box 'dimension' must be an integer 1-3, not {raw!r}")
@@ -1633,6 +1636,10 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     except (TypeError, ValueError, OverflowError):
         c.note("/h5md", f"cannot understand H5MD version {raw!r}", "read as H5MD 1.1")
         return 1, 1
+    values = list(np.ravel(raw))
+    if len(values) != 2 or not all(isinstance(v, (int, np.integer)) for v in values):
+        c.note("/h5md", f"the H5MD version is {raw!r}, not two integers (H5MD: [major, "
+               "minor])", f"read as H5MD {major}.{minor}", minor=True)
     if (major, minor) in SUPPORTED_VERSIONS:
         return major, minor
     supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_VERSIONS)
