@@ -112,6 +112,12 @@ _ZSTD = 32015
 _SIZED = {_LZF}
 
 
+def _sized(filters: tuple[int, ...]) -> tuple[bool, ...]:
+    """Per filter of the pipeline (in the order applied on write): whether its decoded
+    size is the chunk's, known ahead, which is so where only shuffles come before it."""
+    return tuple(all(c == _SHUFFLE for c in filters[:i]) for i in range(len(filters)))
+
+
 @functools.cache
 def _decoders() -> dict[int, Any]:
     """Filter id -> ``decode(data, out) -> buffer`` for the filters read directly.
@@ -234,11 +240,14 @@ class DirectReader:
     #: Whether the storage holds whole rows of axis 0: contiguous, or unfiltered chunks
     #: spanning every other axis (read by runs of rows)
     _by_rows: bool = field(default=False, repr=False)
+    #: :func:`_sized` of ``filters``: which stages decode into a buffer of the chunk's size
+    _sized: tuple[bool, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.chunks is not None and not self.filters and self._whole_row_chunks():
             self._starts = np.full(-(-self.shape[0] // self.chunks[0]), -1, dtype=np.int64)
         self._by_rows = self.chunks is None or self._starts is not None
+        self._sized = _sized(self.filters)
 
     # -- file descriptor ------------------------------------------------------------------
     def _descriptor(self) -> int:
@@ -548,9 +557,9 @@ class DirectReader:
             if code == _SHUFFLE:  # keeps the size of what it is given
                 size = memoryview(data).nbytes
                 data = _unshuffle(data, self.dtype.itemsize, _chunk_buffer(slot, size))
-            else:  # the decoded size is known where only shuffles come before
-                sized = all(c == _SHUFFLE for c in self.filters[:i])
-                data = _decode_one(code, data, _chunk_buffer(slot, nbytes) if sized else None)
+            else:  # into a buffer of the chunk's size, where that size is known
+                data = _decode_one(code, data,
+                                   _chunk_buffer(slot, nbytes) if self._sized[i] else None)
             slot = 3 - slot
         values = np.frombuffer(data, dtype=np.uint8)
         if values.nbytes != nbytes:
@@ -649,8 +658,8 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
     if any(code not in _decoders() and code != _SHUFFLE for code in filters):
         raise Unsupported(f"filters {filters}")
-    for i, code in enumerate(filters):
-        if code in _SIZED and any(c != _SHUFFLE for c in filters[:i]):
+    for code, sized in zip(filters, _sized(filters), strict=True):
+        if code in _SIZED and not sized:
             raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     few, n_chunks = _few_chunks(dset)
