@@ -29,7 +29,13 @@ from pathlib import Path
 
 from h5mdx._subprocess import RUN_AS_ROOT_ENV
 from h5mdx._subprocess import run as _run  # bounded; tests replace this name
-from h5mdx.parallel.cluster import ENDED_STATES, NEVER_STARTS, SlurmError, pending_hint
+from h5mdx.parallel.cluster import (
+    ENDED_STATES,
+    NEVER_STARTS,
+    SlurmError,
+    pending_hint,
+    reason_key,
+)
 from h5mdx.timing.report import straggler_summary
 
 __all__ = [
@@ -349,7 +355,7 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
                 if state in ENDED_STATES:
                     return JobResult(job_id, state, _exit_code(info), info.get("Reason", ""),
                                      time.monotonic() - t0, info)
-                reason = info.get("Reason", "").split(",")[0].strip()
+                reason = reason_key(info.get("Reason", ""))
                 if state == "PENDING" and reason in NEVER_STARTS:  # no wait ends it
                     if cancel_on_timeout:
                         _scancel(job_id)

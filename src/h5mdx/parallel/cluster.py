@@ -133,6 +133,22 @@ NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTim
                           "InvalidAccount", "InvalidQOS"})
 
 
+def reason_key(reason: str) -> str:
+    """A pending reason as the tables here name it: its first part (``"Resources,
+    Priority"`` is ``Resources``).
+
+    Parameters
+    ----------
+    reason : str
+        squeue's or scontrol's reason.
+
+    Returns
+    -------
+    str
+    """
+    return reason.split(",")[0].strip()
+
+
 def pending_hint(reason: str) -> str | None:
     """What to do about a job pending for ``reason`` (squeue's or scontrol's), or None.
 
@@ -144,7 +160,7 @@ def pending_hint(reason: str) -> str | None:
     -------
     str or None
     """
-    return _REASON_HINTS.get(reason.split(",")[0].strip())
+    return _REASON_HINTS.get(reason_key(reason))
 
 
 _WALLTIME = re.compile(
