@@ -140,3 +140,27 @@ def test_rmsd_under_mpirun_without_dask_mpi_is_refused(adk_h5md, capsys, monkeyp
     assert "--scheduler dask-mpi" in err and "h5mdx mpi-rmsd" in err
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")  # one rank: runs as without mpirun
     assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", "--no-progress"]) == 0
+
+
+def test_modules_are_shown(tmp_path, capsys):
+    """GROMACS 2026 declares its own modules beside H5MD's units module; info, --json
+    and the dataset's attributes name them (they were left unmentioned)."""
+    import h5py
+    import xarray as xr
+
+    path = write_h5md(tmp_path / "m.h5md", particles={"g": {"position": dict(
+        value=np.zeros((2, 2, 3)), step=1, time=1.0, unit="nm")}})
+    with h5py.File(path, "a") as f:
+        mods = f.create_group("h5md/modules")
+        mods.create_group("units").attrs.update(version=np.array([1, 0]), system="SI")
+        mods.create_group("gromacs").attrs["version"] = np.array([0, 1], dtype=np.int32)
+        mods.create_group("bare")
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "modules: bare, gromacs 0.1, units 1.0" in out
+    assert "/h5md/modules/bare: the module has no 'version' attribute" in out
+    assert main(["info", "--json", path]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["modules"]["units"] == {"version": "1.0", "system": "SI"}
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert ds.attrs["h5md_modules"] == "bare, gromacs 0.1, units 1.0"

@@ -86,6 +86,7 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "h5md_version": ".".join(map(str, info.version)),
         "author": info.author,
         "creator": info.creator,
+        "modules": info.modules,
         "particles": {
             name: {
                 "path": pg.path,
@@ -141,6 +142,9 @@ def render(info: FileInfo) -> str:
         f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
         f"creator {_joined(info.creator.get('name', '?'), info.creator.get('version'))})",
     ]
+    if info.modules:
+        out.append("modules: " + ", ".join(_joined(name, mod.get("version"))
+                                           for name, mod in info.modules.items()))
     for name, pg in info.particles.items():
         out.append(f"particles/{name}")
         for el in pg.elements.values():

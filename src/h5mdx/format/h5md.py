@@ -222,6 +222,10 @@ class FileInfo:
     #: below it (``"bonds"``, ``"trajectory/bonds"``), and the groups that hold them
     connectivity: dict[str, ElementInfo] = field(default_factory=dict)
     connectivity_groups: tuple[str, ...] = ()
+    #: the H5MD modules the file declares (``/h5md/modules/<name>``, e.g. ``units``,
+    #: GROMACS' ``gromacs``), by name: their attributes as text (``version`` as
+    #: ``"1.0"``)
+    modules: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def elements_under(self, root: str, sub: str = "") -> dict[str, ElementInfo]:
         """The elements directly under ``/<root>/<sub>`` (``root``: ``observables`` or
@@ -1696,6 +1700,48 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
     return found
 
 
+def _module_attr(name: str, value: Any) -> str:
+    """A module attribute as text; a ``version`` of integers is ``"major.minor"``."""
+    if name == "version":
+        try:
+            return ".".join(str(int(v)) for v in np.ravel(value))
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return _meta_text(value)
+
+
+def _modules(c: _Ctx, h5md: h5py.Group | None) -> dict[str, dict[str, str]]:
+    """The modules under ``/h5md/modules``, by name, with their attributes as text."""
+    where = "/h5md/modules"
+    if h5md is None or not _has(h5md, "modules"):
+        return {}
+    try:
+        grp = _get(c, h5md, "modules", "/h5md")
+    except H5MDFormatError as err:
+        c.note(err.h5path or where, err.problem, "left out", minor=True)
+        return {}
+    if not isinstance(grp, h5py.Group):
+        c.note(where, f"{where} must be a group", "left out", minor=True)
+        return {}
+    modules: dict[str, dict[str, str]] = {}
+    for name in grp:
+        try:
+            mod = _get(c, grp, name, where)
+        except H5MDFormatError as err:
+            c.note(err.h5path or f"{where}/{name}", err.problem, "left out", minor=True)
+            continue
+        if not isinstance(mod, h5py.Group):
+            c.note(f"{where}/{name}", "a module must be a group", "left out", minor=True)
+            continue
+        attrs = {k: _module_attr(k, v) for k in mod.attrs
+                 if (v := _attr(mod, k)) is not None}
+        if "version" not in attrs:
+            c.note(f"{where}/{name}", "the module has no 'version' attribute (H5MD "
+                   "requires one)", "read without a version", minor=True)
+        modules[name] = attrs
+    return modules
+
+
 #: The attributes H5MD requires of ``/h5md/author`` and ``/h5md/creator``.
 _REQUIRED_META = {"author": ("name",), "creator": ("name", "version")}
 
@@ -1748,6 +1794,7 @@ def _scan(c: _Ctx) -> FileInfo:
     author = _meta(c, h5md, "author", ("name", "email"))
     creator = _meta(c, h5md, "creator", ("name", "version"))
     c.creator = str(creator.get("name") or "")
+    modules = _modules(c, h5md)
     particles = _particles(c)
     observables, obs_groups = _element_tree(c, "observables")
     try:
@@ -1769,4 +1816,5 @@ def _scan(c: _Ctx) -> FileInfo:
         problems=tuple(c.problems),
         connectivity=connectivity,
         connectivity_groups=tuple(connectivity_groups),
+        modules=modules,
     )
