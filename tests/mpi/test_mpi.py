@@ -654,6 +654,55 @@ def test_mpi_io_waiting_for_a_slow_rank_is_wait(layouts, tmp_path, on_root):
         assert top1 < 0.5, rows  # rank 1 reads no topology: waiting for rank 0's
 
 
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("h5mdx mpi-rmsd:")]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("on_root", [False, True], ids=["every-rank", "topology-on-root"])
+def test_a_start_up_failure_of_every_rank_is_reported_once(layouts, tmp_path, on_root):
+    """A bad selection fails alike on every rank: one line from rank 0, naming the ranks,
+    status 1, no abort (each of 64 ranks printed its own line; found by an audit)."""
+    require_mpi()
+    from h5mdx.testing import adk_topology
+
+    argv = h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--topology", adk_topology(),
+                      "--select", "name CA and nonsense", "--out", str(tmp_path / "out"),
+                      *(["--topology-on-root"] if on_root else []))
+    proc = mpirun(3, argv, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = _error_lines(proc.stderr)
+    who = "rank 0 of 3" if on_root else "all 3 ranks"
+    assert len(lines) == 1 and lines[0].startswith(f"h5mdx mpi-rmsd: {who} failed: "), \
+        proc.stderr
+    assert "nonsense" in lines[0]
+    assert "MPI_ABORT" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+def test_a_file_that_is_not_there_is_reported_once(tmp_path):
+    require_mpi()
+    missing = str(tmp_path / "missing.h5md")
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", missing), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and "all 2 ranks failed" in lines[0] and missing in lines[0], \
+        proc.stderr
+
+
+def test_failures_are_grouped_by_their_ranks(capsys):
+    from h5mdx.mpi.rmsd import _report
+
+    _report(["E: a", "E: b", "E: a", None, "E: a", "E: a"], 6)
+    _report(["E: c"] * 4, 4)
+    assert capsys.readouterr().err.splitlines() == [
+        "h5mdx mpi-rmsd: ranks 0, 2, 4-5 of 6 failed: E: a",
+        "h5mdx mpi-rmsd: rank 1 of 6 failed: E: b",
+        "h5mdx mpi-rmsd: all 4 ranks failed: E: c",
+    ]
+
+
 @pytest.mark.mpi
 def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
     """Positions with no frame: 'no frames', not 'reference frame 0 is out of range'

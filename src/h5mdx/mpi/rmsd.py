@@ -22,9 +22,12 @@ tool: every rank
    sends its RMSD to rank 0 with ``Gatherv`` (``t_comm_gather``).
 
 Rank 0 writes the time series and one timing record per rank (the common
-schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A rank that fails
-prints its rank and the reason and aborts the whole job (``MPI_Abort``) so that
-``mpirun`` exits non-zero at once instead of hanging in a collective call.
+schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A failure of the
+start-up that every rank meets alike (a bad selection, a file that is not H5MD)
+is reported once, by rank 0, naming the ranks, and every rank exits with status 1.
+A rank that fails alone prints its rank and the reason and aborts the whole job
+(``MPI_Abort``) so that ``mpirun`` exits non-zero at once instead of hanging in a
+collective call.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -247,8 +250,9 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     # is waiting, not opening (the fast rank would be the one to blame)
     with timer.phase("wait"):
         comm.Barrier()
-    with timer.phase("init_traj"):
-        job = _open(options, comm, idx, masses, n_top)
+    f = _together(comm, timer, "init_traj", open_parallel, options.trajectory, comm)
+    job = _together(comm, timer, "init_traj", _open, options, comm, f, idx, masses, n_top,
+                    on_fail=f.close)
     # 3 + 4. read and compute
     rmsd = _read_and_compute(options, job, timer)
     # 5. wait and gather
@@ -288,23 +292,95 @@ def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
     """The selected atoms, their masses and the topology's atom count, on every rank
     (timed as ``init_top``; with ``topology_on_root`` the other ranks' time until rank 0
     sends it is ``wait``)."""
+    args = (options.topology, options.select, options.weights, options.trajectory)
     if not options.topology_on_root:
-        with timer.phase("init_top"):
-            return _select(options.topology, options.select, options.weights,
-                           options.trajectory)
-    payload = None
+        return _together(comm, timer, "init_top", _select, *args)
+    payload = failure = None
     if comm.Get_rank() == 0:
         with timer.phase("init_top"):
-            payload = _select(options.topology, options.select, options.weights,
-                              options.trajectory)
+            try:
+                payload = _select(*args)
+            except Exception as err:
+                if comm.Get_size() == 1:
+                    raise
+                failure = f"{type(err).__name__}: {err}"
     with timer.phase("wait"):
-        return comm.bcast(payload, root=0)
+        payload, failure = comm.bcast((payload, failure), root=0)
+    if failure is not None:
+        if comm.Get_rank() == 0:
+            _report([failure], comm.Get_size())
+        raise _Reported(failure)
+    return payload
 
 
-def _open(options: MPIRMSDOptions, comm: Any, idx: np.ndarray | None,
+class _Reported(Exception):
+    """A failure of a stage every rank runs alike, reported once by rank 0: every rank
+    leaves with status 1."""
+
+
+def _together(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any], *args: Any,
+              on_fail: Callable[[], Any] | None = None) -> Any:
+    """``stage(*args)`` on every rank (timed as ``phase``), the ranks agreeing on whether
+    it failed (timed as ``wait``).
+
+    A stage every rank runs alike (the topology and selection, the open of the file) fails
+    alike: rank 0 reports it once, naming the ranks, and every rank calls ``on_fail`` and
+    raises :class:`_Reported` (64 ranks printed the same line 64 times). Where only some
+    ranks failed, the others cannot go on without them: rank 0 reports and aborts the job.
+    On one rank the error propagates as it is.
+    """
+    failure = out = None
+    with timer.phase(phase):
+        try:
+            out = stage(*args)
+        except Exception as err:
+            if comm.Get_size() == 1:
+                raise
+            failure = f"{type(err).__name__}: {err}"
+    with timer.phase("wait"):
+        seen = comm.allgather(failure)
+    if all(text is None for text in seen):
+        return out
+    if comm.Get_rank() == 0:
+        _report(seen, comm.Get_size())
+    if None in seen:  # the ranks that did not fail hold what the others lack
+        if comm.Get_rank() == 0:
+            comm.Abort(1)
+        comm.Barrier()  # until rank 0's abort ends this rank too
+    if on_fail is not None:
+        on_fail()  # every rank: a collective close of the file
+    raise _Reported(failure)
+
+
+def _report(seen: list[str | None], size: int) -> None:
+    """One line per distinct failure, naming its ranks (``seen``: one entry per rank, or
+    one entry for a failure of rank 0's that every rank shares)."""
+    by_text: dict[str, list[int]] = {}
+    for rank, text in enumerate(seen):
+        if text is not None:
+            by_text.setdefault(text, []).append(rank)
+    for text, ranks in by_text.items():
+        who = (f"all {size} ranks" if len(seen) == size and len(ranks) == size
+               else f"rank {_spans(ranks)} of {size}" if len(ranks) == 1
+               else f"ranks {_spans(ranks)} of {size}")
+        print(f"h5mdx mpi-rmsd: {who} failed: {text}", file=sys.stderr, flush=True)
+
+
+def _spans(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2, 5"``."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
           masses: np.ndarray | None, n_top: int | None) -> _Job:
-    """Open the file with MPI-IO, read the reference frame and find this rank's block."""
-    f = open_parallel(options.trajectory, comm)
+    """Find the positions in the open file ``f``, read the reference frame and find this
+    rank's block."""
     source = position_source(f, options.group)
     if n_top is not None and n_top != source.n_atoms:
         from h5mdx.errors import TopologyError
@@ -522,8 +598,9 @@ def _fail(rank: int, size: int, err: BaseException, comm: Any) -> None:
 def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
     """Run :func:`run_rmsd` with the error handling of the command line.
 
-    On a single rank errors propagate (the CLI prints them); on several ranks a
-    failing rank prints its rank and the reason and calls ``MPI_Abort(1)``.
+    On a single rank errors propagate (the CLI prints them). On several ranks a failure
+    of the start-up is printed once by rank 0 and every rank returns 1; a rank that fails
+    later prints its rank and the reason and calls ``MPI_Abort(1)``.
     """
     comm = comm_world()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -532,6 +609,8 @@ def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
               "use: mpirun -n N h5mdx mpi-rmsd ...", file=sys.stderr)
     try:
         res = run_rmsd(options, comm)
+    except _Reported:
+        return 1
     except Exception as err:
         if size == 1:
             raise
