@@ -148,11 +148,15 @@ plt.title("AdK C-alpha RMSD to frame 0")
 plt.show()
 
 # %%
+import warnings
+
 import MDAnalysis as mda
 from MDAnalysis.analysis.rms import RMSD
 from MDAnalysisTests.datafiles import DCD, PSF
 
-ref = RMSD(mda.Universe(PSF, DCD), select="name CA").run().results.rmsd[:, 2]
+with warnings.catch_warnings():  # MDAnalysis' note on its DCD reader's timesteps
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="MDAnalysis")
+    ref = RMSD(mda.Universe(PSF, DCD), select="name CA").run().results.rmsd[:, 2]
 # frames 0-97 are the DCD's own frames
 print("max |h5mdx - MDAnalysis| =", float(np.abs(r.values[:98] - ref).max()), "Å")
 
