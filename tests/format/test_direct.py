@@ -148,20 +148,26 @@ def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["gzip", "gzip+shuffle", "shuffle", "lzf+shuffle"])
-@pytest.mark.parametrize("codecs", ["zlib and numpy", "zlib-ng and numcodecs"])
+@pytest.mark.parametrize("codecs", ["zlib and numpy", "zlib-ng and numcodecs", "numba"])
 def test_deflate_and_shuffle_decoders_agree_with_h5py(tmp_path, monkeypatch, layout, dtype,
                                                        codecs):
     """Deflate and the byte shuffle are decoded by zlib-ng and numcodecs where installed,
-    else by zlib and numpy: both give h5py's bytes."""
+    else by zlib and numpy; the shuffle by numba's loops where numba is loaded: all give
+    h5py's bytes."""
     import zlib
 
     kwargs, _ = LAYOUTS[layout]
+    if codecs == "numba":
+        pytest.importorskip("numba")
+        assert direct._compiled_unshuffle() is not None
+    else:
+        monkeypatch.setattr(direct, "_compiled_unshuffle", lambda: None)
     if codecs == "zlib and numpy":
         fast = direct._decoders()
         only = {k: v for k, v in fast.items() if k not in (direct._DEFLATE, direct._SHUFFLE)}
         only[direct._DEFLATE] = lambda data, out: zlib.decompress(data)
         monkeypatch.setattr(direct, "_decoders", lambda: only)
-    else:
+    elif codecs == "zlib-ng and numcodecs":
         pytest.importorskip("numcodecs")
         imagecodecs = pytest.importorskip("imagecodecs")
         if not imagecodecs.ZLIBNG.available:
