@@ -25,8 +25,11 @@ class MDAccessor:
 
     @property
     def topology(self) -> Any:
-        """The topology attached by ``topology=`` when the file was opened (or None)."""
-        return self._ds.attrs.get("topology")
+        """The topology attached by ``topology=`` when the file was opened: the Universe
+        passed, or the path of the file passed (None without one)."""
+        from h5mdx.engine.topology import attached_topology
+
+        return attached_topology(self._ds)
 
     def rmsd(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import warnings
 
 import cloudpickle
@@ -620,6 +621,50 @@ def test_topology_atom_count_mismatch(adk_h5md):
         xr.open_dataset(adk_h5md, engine="h5md", topology=PDB_small.replace(".pdb", "_10res.pdb"))
     assert "3341" in str(err.value)
     assert adk_h5md in str(err.value)
+
+
+def test_a_universe_passed_is_the_one_analyses_use(adk_h5md, adk_universe):
+    """topology=<Universe>: its masses as edited, or a Universe without a file, are what
+    ds.md.rmsd uses; h5mdx kept the file's name and read the file again (an edited mass
+    was lost, and an in-memory Universe failed with "No such topology file: 'None'";
+    found by an audit)."""
+    import MDAnalysis as mda
+
+    import h5mdx
+    from h5mdx.engine.topology import IN_MEMORY
+
+    u = mda.Universe(PSF)
+    u.atoms.masses = np.where(u.atoms.names == "CA", 100.0, 1.0)
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=u) as ds:
+        assert ds.attrs["topology"] == os.path.abspath(PSF)
+        assert ds.md.topology is u
+        ds = ds.isel(time=slice(0, 20))
+        edited = h5mdx.rmsd(ds.position, weights=u.atoms.masses).values
+        from_file = h5mdx.rmsd(ds.position, weights=adk_universe.atoms.masses).values
+        assert not np.allclose(edited, from_file)
+        np.testing.assert_allclose(ds.md.rmsd(weights="mass").values, edited, atol=1e-6)
+    empty = mda.Universe.empty(adk_universe.atoms.n_atoms, trajectory=False)
+    empty.add_TopologyAttr("name", adk_universe.atoms.names)
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=empty) as ds:
+        assert ds.attrs["topology"] == IN_MEMORY
+        by_name = ds.isel(time=slice(0, 5)).md.rmsd(select="name CA").values
+        ca = adk_universe.select_atoms("name CA").indices
+        np.testing.assert_allclose(
+            by_name, h5mdx.rmsd(ds.position.isel(time=slice(0, 5)), select=ca).values)
+        lost = ds.drop_vars("atom")
+        with pytest.raises(TopologyError, match="a Universe without a file"):
+            lost.md.rmsd(select="name CA", topology=lost.attrs["topology"])
+
+
+def test_a_relative_topology_path_is_kept_absolute(adk_h5md, tmp_path, monkeypatch):
+    """attrs['topology'] named 'adk.psf' as given: after a chdir (or in a worker started
+    elsewhere) the analyses could not find it (found by an audit)."""
+    shutil.copy(PSF, tmp_path / "adk.psf")
+    monkeypatch.chdir(tmp_path)
+    with xr.open_dataset(adk_h5md, engine="h5md", topology="adk.psf") as ds:
+        assert ds.attrs["topology"] == str(tmp_path / "adk.psf")
+        monkeypatch.chdir(os.path.dirname(adk_h5md))
+        assert ds.isel(time=slice(0, 3)).md.rmsd(select="name CA").sizes["time"] == 3
 
 
 def test_select_matches_nothing(adk_h5md):

@@ -134,9 +134,9 @@ def _check_dims(position: xr.DataArray) -> None:
 def _topology(position: xr.DataArray, topology: Any) -> Any:
     if topology is not None:
         return topology
-    if ATOM_DIM in position.coords and "topology" in position[ATOM_DIM].attrs:
-        return position[ATOM_DIM].attrs["topology"]
-    return position.attrs.get("topology")
+    from h5mdx.engine.topology import attached_topology
+
+    return attached_topology(position)
 
 
 def _atom_ids(position: xr.DataArray) -> np.ndarray:

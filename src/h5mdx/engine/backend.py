@@ -808,7 +808,12 @@ def _particles_dataset(
     ds = _dataset(variables, coords, attrs, info, pg.path, b.report)
 
     if topology is not None:
-        from h5mdx.engine.topology import load_universe, topology_coords
+        from h5mdx.engine.topology import (
+            UNIVERSE_ENCODING,
+            load_universe,
+            topology_coords,
+            topology_label,
+        )
 
         if n_atoms is None:
             raise TopologyError(f"{info.filename}: {pg.path} has no per-atom element")
@@ -817,12 +822,12 @@ def _particles_dataset(
         ds = ds.assign_coords(
             {k: (ATOM_DIM, v) for k, v in tcoords.items() if k not in ds.variables}
         )
-        ds.attrs["topology"] = (
-            os.fspath(topology) if isinstance(topology, (str, os.PathLike))
-            else str(getattr(universe, "filename", ""))
-        )
-        # the atom coordinate travels with every DataArray: it names its topology
+        ds.attrs["topology"] = topology_label(topology, universe)
+        # the atom coordinate travels with every DataArray: it names its topology, and
+        # holds a Universe passed as such, which analyses use (its masses, as edited)
         ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
+        if not isinstance(topology, (str, os.PathLike)):
+            ds[ATOM_DIM].encoding[UNIVERSE_ENCODING] = universe
     if select is not None:
         from h5mdx.engine.topology import load_universe, select_indices
 

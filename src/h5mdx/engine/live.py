@@ -17,6 +17,7 @@ from typing import Any
 
 import xarray as xr
 
+from h5mdx.engine.topology import attached_topology
 from h5mdx.errors import H5MDFormatError, H5MDReadError
 from h5mdx.format.schema import TIME_DIM
 
@@ -33,8 +34,9 @@ def _reopen_kwargs(ds: xr.Dataset, kwargs: dict[str, Any]) -> dict[str, Any]:
     group = ds.attrs.get("h5md_group")
     if group:
         out["group"] = group
-    if "topology" in ds.attrs:
-        out["topology"] = ds.attrs["topology"]
+    topology = attached_topology(ds)
+    if topology is not None:
+        out["topology"] = topology
     if "selection" in ds.attrs:
         out["select"] = ds.attrs["selection"]
     if ds.chunks:

@@ -40,6 +40,41 @@ def _universe(path: str, mtime: float) -> Any:
             raise TopologyError(f"{path}: MDAnalysis cannot read this topology: {err}") from err
 
 
+#: The key of the ``atom`` coordinate's ``encoding`` that holds a Universe passed as
+#: ``topology=`` (analyses use it, not a new one read from its file).
+UNIVERSE_ENCODING = "universe"
+
+#: ``attrs["topology"]`` of a Universe that was not read from a file.
+IN_MEMORY = "<MDAnalysis Universe in memory>"
+
+
+def topology_label(topology: Any, universe: Any) -> str:
+    """What ``attrs["topology"]`` says: the absolute path of the topology file (of the
+    Universe passed), so that it still names the file after a ``chdir`` or in another
+    process; :data:`IN_MEMORY` for a Universe without a file."""
+    if isinstance(topology, (str, os.PathLike)):
+        path: Any = topology
+    else:
+        path = getattr(universe, "filename", None)
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+            return IN_MEMORY
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+def attached_topology(position: Any) -> Any:
+    """The topology attached to a DataArray or Dataset at open: the Universe passed as
+    ``topology=`` (held by its ``atom`` coordinate), else the topology file it names,
+    else None."""
+    atom = position.coords.get("atom") if hasattr(position, "coords") else None
+    if atom is not None:
+        universe = atom.encoding.get(UNIVERSE_ENCODING)
+        if universe is not None:
+            return universe
+        if "topology" in atom.attrs:
+            return atom.attrs["topology"]
+    return position.attrs.get("topology")
+
+
 def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
     """An MDAnalysis Universe for ``topology`` (a path, or a Universe passed through).
 
@@ -54,6 +89,11 @@ def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
     """
     if hasattr(topology, "select_atoms") and hasattr(topology, "atoms"):
         return topology
+    if topology == IN_MEMORY:
+        raise TopologyError(
+            "the topology attached at open was a Universe without a file, and it is not "
+            "held here (a copy of the Dataset that lost its 'atom' coordinate, or another "
+            "process): pass topology=<the Universe> to this call")
     path = os.path.expanduser(os.fspath(topology))
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such topology file: {path!r}")
