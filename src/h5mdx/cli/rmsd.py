@@ -98,14 +98,15 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
                          "written by h5mdx holds one")
     ds = open_zarr_store(path)
     if topology is not None:
-        from h5mdx.engine.topology import load_universe
+        from h5mdx.engine.topology import load_universe, topology_label
 
-        n = load_universe(topology).atoms.n_atoms
+        universe = load_universe(topology)
+        n = universe.atoms.n_atoms
         if n != ds.sizes.get("atom"):
             ds.close()
             raise TopologyError(f"the topology {topology} has {n} atoms; the store {path} "
                                 f"has {ds.sizes.get('atom')}")
-        ds.attrs["topology"] = topology
+        ds.attrs["topology"] = topology_label(topology, universe)
     return ds
 
 
