@@ -1151,6 +1151,7 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         swmr: bool = False,
         allow_external: bool = False,
         strict: bool = False,
+        **kwargs: Any,
     ) -> xr.Dataset:
         """Open one particles group (or observables group) as a Dataset.
 
@@ -1188,11 +1189,15 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             the problem. By default h5mdx reads what carries usable data and emits one
             :class:`~h5mdx.errors.H5MDConformanceWarning` per problem (saying what it
             assumed, or that a part was left out).
+        **kwargs
+            None: any keyword is a ``TypeError``, xarray's CF decoders (``decode_times``,
+            ``mask_and_scale``, ...) with a word on why they do not apply.
 
         Returns
         -------
         xarray.Dataset
         """
+        _no_other_keywords("open_dataset", kwargs)
         filename = _normalize_path(filename_or_obj)
         topology = _checked_keywords(topology, convert_units, chunk_mib, select)
         return _open_one(
@@ -1331,7 +1336,9 @@ def _no_other_keywords(what: str, kwargs: Mapping[str, Any]) -> None:
     if not kwargs:
         return
     cf = sorted(set(kwargs) & _CF_KEYWORDS)
-    why = " (CF decoding does not apply to H5MD)" if cf else ""
+    why = (" (CF decoding does not apply to H5MD: times and steps are numbers with a unit, "
+           "served as they are, and a fill value reads as NaN; leave "
+           f"{'it' if len(cf) == 1 else 'them'} out)") if cf else ""
     raise TypeError(f"the h5md engine's {what} got unexpected keyword(s) "
                     f"{', '.join(sorted(kwargs))}{why}")
 
