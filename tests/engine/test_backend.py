@@ -948,14 +948,52 @@ def test_file_replaced_after_the_cache_closed_it_is_refused(tmp_path):
             for ds in dss[1:]:  # the cache closes part0
                 ds.position[:2].load()
             os.replace(paths[2], paths[0])
-            with pytest.raises(H5MDReadError, match=r"part0\.h5md: was replaced or rewritten "
-                               "since it was opened"):
+            with pytest.raises(H5MDReadError, match=r"part0\.h5md( \[\S+\])?: was replaced or "
+                               "rewritten since it was opened"):
                 dss[0].position.load()
             np.testing.assert_array_equal(dss[1].position.values.shape, (7, 4, 3))
         finally:
             for ds in dss:
                 ds.close()
     assert first.shape == (2, 4, 3)
+
+
+def _rewrite_in_place(src, dst):
+    """Copy ``src`` over ``dst`` through the same inode (cp, a rerun writing the name)."""
+    shutil.copyfile(src, dst)
+    st = os.stat(dst)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, direct):
+    """A file rewritten through the same inode while a Dataset of it is open: its reads
+    served the new bytes under the old coordinates (direct reads), or garbage through the
+    old chunk index; an open of it in the meantime shared HDF5's stale open and described
+    the old frames. Both are refused now (found by an audit)."""
+    monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
+    rng = np.random.default_rng(5)
+    a, b, path = tmp_path / "a.h5md", tmp_path / "b.h5md", tmp_path / "t.h5md"
+    write_h5md(a, {"t": {"position": {"value": rng.random((10, 4, 3)), "step": np.arange(10),
+                                      "chunks": (2, 4, 3)}}})
+    write_h5md(b, {"t": {"position": {"value": rng.random((12, 4, 3)), "step": np.arange(12),
+                                      "chunks": (3, 4, 3)}}})
+    shutil.copyfile(a, path)
+    old = xr.open_dataset(path, engine="h5md")
+    try:
+        assert old.position[:2].values.shape == (2, 4, 3)
+        _rewrite_in_place(b, path)
+        with pytest.raises(H5MDReadError, match=r"t\.h5md \[\S+position/value\]: was "
+                           "rewritten since it was opened"):
+            old.position.load()
+        with pytest.raises(H5MDReadError, match="was rewritten while another Dataset of it "
+                           r"is open in this process.*Close the other Dataset"):
+            xr.open_dataset(path, engine="h5md")
+    finally:
+        old.close()
+    with xr.open_dataset(path, engine="h5md") as new:  # the other one closed: read afresh
+        with xr.open_dataset(b, engine="h5md") as want:
+            np.testing.assert_array_equal(new.position.values, want.position.values)
 
 
 def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):

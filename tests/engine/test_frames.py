@@ -215,7 +215,7 @@ def test_each_bind_refuses_a_file_rewritten_on_disk(tmp_path):
         os.unlink(path)  # a new inode, as a writer that replaces the file atomically leaves
         write_h5md(path, particles={"all": {"position": dict(
             value=second, step=np.arange(20), chunks=(5, 5, 3))}})
-        with pytest.raises(H5MDReadError, match="was replaced or rewritten"):
+        with pytest.raises(H5MDReadError, match="was (replaced or )?rewritten"):
             read.bind()(0, 20)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
@@ -71,18 +72,84 @@ def _file_state(filename: str) -> tuple[int, int] | None:
     return None if stamp is None else (stamp[2], stamp[3])
 
 
+def _changed(filename: str, state: tuple[int, int] | None,
+             path: str | None = None) -> None:
+    """Refuse a file no longer the one opened (``state``, see :func:`_file_state`; None:
+    a live file, which grows): read now, it would be served under the old coordinates."""
+    if state is None:
+        return
+    now = _file_state(filename)
+    if now is not None and now != state:
+        raise H5MDReadError(
+            filename, path, "was replaced or rewritten since it was opened (its size or "
+            f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
+            "would not be those the Dataset describes: open it again")
+
+
+def _rewritten(filename: str, stamp: tuple[int, int, int, int] | None,
+               path: str | None = None) -> None:
+    """Refuse to read a file rewritten in place since it was opened (``stamp``, see
+    :func:`h5mdx.format.direct.file_stamp`, taken in this process; None: a live file).
+
+    HDF5 holds the file it opened: one replaced by another under its name (renamed over
+    it) or deleted still reads as opened. One rewritten through the same inode does not:
+    its new bytes were read under the old coordinates, or through the old chunk index.
+    """
+    if stamp is None:
+        return
+    now = _direct.file_stamp(filename)
+    if now is not None and now[:2] == stamp[:2] and now[2:] != stamp[2:]:
+        raise H5MDReadError(
+            filename, path, "was rewritten since it was opened (its size or modification "
+            f"time changed: {stamp[2:]} -> {now[2:]}, as (bytes, ns)); the data read would "
+            "not be those the Dataset describes: open it again")
+
+
+#: (device, inode) -> the state (:func:`_file_state`) of each file this process opened,
+#: as it was at its latest open
+_OPENED: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+def _stale_handle(filename: str) -> None:
+    """Refuse to open a file rewritten in place while this process holds it open.
+
+    HDF5 opens a file once per process: a new ``h5py.File`` of a file some Dataset still
+    holds open (read-only) shares that open, with its metadata as it was then: the new
+    Dataset described and read the old frames, or the new bytes through the old chunk
+    index. Where the file changed since (same inode, another size or time), only closing
+    the other Dataset lets HDF5 read it afresh.
+    """
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return
+    key, now = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
+    then = _OPENED.get(key)
+    if then is not None and then != now:
+        for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE):
+            try:
+                held = os.fstat(int(fid.get_vfd_handle()))
+                read_only = fid.get_intent() == h5py.h5f.ACC_RDONLY
+            except (OSError, ValueError, TypeError, RuntimeError):
+                continue
+            if read_only and (held.st_dev, held.st_ino) == key:
+                raise H5MDReadError(
+                    filename, None, "was rewritten while another Dataset of it is open in "
+                    "this process, and HDF5 opens a file once per process: this open would "
+                    "read that one's stale metadata. Close the other Dataset (ds.close()) "
+                    "and open it again")
+    _OPENED[key] = now
+
+
 def _opener(filename: str, mode: str = "r", swmr: bool = False,
             state: tuple[int, int] | None = None) -> h5py.File:
     """Open ``filename`` for a :class:`CachingFileManager`, the first time or again after
     xarray's file cache closed it (or on a worker): a file no longer the one first opened
-    (``state``, see :func:`_file_state`) is refused, not read under the old coordinates."""
-    if state is not None:
-        now = _file_state(filename)
-        if now is not None and now != state:
-            raise H5MDReadError(
-                filename, None, "was replaced or rewritten since it was opened (its size or "
-                f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
-                "would not be those the Dataset describes: open it again")
+    (``state``, see :func:`_file_state`) is refused, not read under the old coordinates,
+    and so is a file rewritten while this process holds it open elsewhere."""
+    _changed(filename, state)
+    if not swmr:
+        _stale_handle(filename)
     return _open_file(filename, swmr=swmr)
 
 
@@ -108,6 +175,10 @@ class H5MDArray(BackendArray):
         The HDF5 chunks hold whole frames (a list of atoms is read as a slab).
     filename : str, optional
         The file (absolute path), for error messages and direct reads.
+    stamp : tuple, optional
+        :func:`h5mdx.format.direct.file_stamp` of the file when opened, in this process: a
+        read of the file rewritten in place since is refused. None for a live (SWMR) file,
+        which grows, and in another process (the inode is this machine's).
     """
 
     def __init__(
@@ -122,8 +193,10 @@ class H5MDArray(BackendArray):
         lock: Any = HDF5_LOCK,
         full_atom_chunks: bool = False,
         filename: str | None = None,
+        stamp: tuple[int, int, int, int] | None = None,
     ) -> None:
         self.manager = manager
+        self.stamp = stamp
         self.path = path
         self.shape = shape
         self.dtype = np.dtype(dtype)
@@ -139,6 +212,7 @@ class H5MDArray(BackendArray):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"] = None  # h5py objects belong to this process
+        state["stamp"] = None  # an inode of this machine (the opener checks the file there)
         return state
 
     def __dask_tokenize__(self) -> tuple:
@@ -184,6 +258,8 @@ class H5MDArray(BackendArray):
             slice(*k.indices(n)) if isinstance(k, slice) and k.step in (None, 1) else k
             for k, n in zip(key, self.shape, strict=False)
         ) + tuple(key[len(self.shape):])
+        if self.filename is not None:
+            _rewritten(self.filename, self.stamp, self.path)
         data = self._read_direct(key)
         if data is None:
             data = self._read_locked(key)
@@ -232,6 +308,8 @@ class H5MDArray(BackendArray):
         callable
             ``read(a, b)``, ``0 <= a <= b``, ``first + b`` at most the number of rows.
         """
+        if self.filename is not None:
+            _rewritten(self.filename, self.stamp, self.path)
         reader = self._direct_reader() if _direct.enabled() else None
 
         def read(a: int, b: int) -> np.ndarray:
@@ -279,6 +357,8 @@ class H5MDArray(BackendArray):
             return None
         if any((s.start, s.stop) != (0, n) for s, n in zip(rest, self.shape[1:], strict=True)):
             return None
+        if self.filename is not None:
+            _rewritten(self.filename, self.stamp, self.path)
         reader = self._direct_reader()
         if reader is None or not reader.by_rows or reader.dtype != self.dtype:
             return None
@@ -549,6 +629,9 @@ class _Builder:
         self.chunk_mib = chunk_mib
         self.lock = lock
         self.report = report if report is not None else _Report(info.filename, strict=True)
+        #: the file's stamp when opened (:func:`h5mdx.format.direct.file_stamp`; None:
+        #: a live file)
+        self.stamp = _STAMPS.get(manager)
 
     # -- units -------------------------------------------------------------------------
     def _unit(self, unit: str | None, where: str) -> tuple[float, str | None]:
@@ -619,6 +702,7 @@ class _Builder:
             lock=self.lock,
             full_atom_chunks=full_atoms,
             filename=self.info.filename,
+            stamp=self.stamp,
         )
         data = indexing.LazilyIndexedArray(array)
         var_attrs = {**el.attrs, **dict(attrs or {})}
@@ -808,26 +892,7 @@ def _particles_dataset(
     ds = _dataset(variables, coords, attrs, info, pg.path, b.report)
 
     if topology is not None:
-        from h5mdx.engine.topology import (
-            UNIVERSE_ENCODING,
-            load_universe,
-            topology_coords,
-            topology_label,
-        )
-
-        if n_atoms is None:
-            raise TopologyError(f"{info.filename}: {pg.path} has no per-atom element")
-        universe = load_universe(topology)
-        tcoords = topology_coords(universe, n_atoms, info.filename)
-        ds = ds.assign_coords(
-            {k: (ATOM_DIM, v) for k, v in tcoords.items() if k not in ds.variables}
-        )
-        ds.attrs["topology"] = topology_label(topology, universe)
-        # the atom coordinate travels with every DataArray: it names its topology, and
-        # holds a Universe passed as such, which analyses use (its masses, as edited)
-        ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
-        if not isinstance(topology, (str, os.PathLike)):
-            ds[ATOM_DIM].encoding[UNIVERSE_ENCODING] = universe
+        ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
     if select is not None:
         from h5mdx.engine.topology import load_universe, select_indices
 
@@ -839,6 +904,32 @@ def _particles_dataset(
         indices = select_indices(load_universe(topology), select, info.filename)
         ds = ds.isel({ATOM_DIM: indices})
         ds.attrs["selection"] = select
+    return ds
+
+
+def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename: str,
+                   group: str) -> xr.Dataset:
+    """``ds`` with the per-atom coordinates of ``topology`` and ``attrs["topology"]``."""
+    from h5mdx.engine.topology import (
+        UNIVERSE_ENCODING,
+        load_universe,
+        topology_coords,
+        topology_label,
+    )
+
+    if n_atoms is None:
+        raise TopologyError(f"{filename}: {group} has no per-atom element")
+    universe = load_universe(topology)
+    tcoords = topology_coords(universe, n_atoms, filename)
+    ds = ds.assign_coords(
+        {k: (ATOM_DIM, v) for k, v in tcoords.items() if k not in ds.variables}
+    )
+    ds.attrs["topology"] = topology_label(topology, universe)
+    # the atom coordinate travels with every DataArray: it names its topology, and holds
+    # a Universe passed as such, which analyses use (its masses, as edited)
+    ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
+    if not isinstance(topology, (str, os.PathLike)):
+        ds[ATOM_DIM].encoding[UNIVERSE_ENCODING] = universe
     return ds
 
 
@@ -957,9 +1048,18 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
 
 def _manager(filename: str, swmr: bool) -> CachingFileManager:
     # a live file (SWMR) grows while it is read: only a plain file is held to its state
-    state = None if swmr else _file_state(filename)
-    return CachingFileManager(_opener, filename, mode="r",
-                              kwargs={"swmr": swmr, "state": state})
+    stamp = None if swmr else _direct.file_stamp(filename)
+    state = None if stamp is None else (stamp[2], stamp[3])  # as _file_state
+    manager = CachingFileManager(_opener, filename, mode="r",
+                                 kwargs={"swmr": swmr, "state": state})
+    _STAMPS[manager] = stamp
+    return manager
+
+
+#: The stamp (:func:`h5mdx.format.direct.file_stamp`) of the file each file manager of
+#: this process opened, taken as it did; None for a live file.
+_STAMPS: weakref.WeakKeyDictionary[CachingFileManager, tuple[int, int, int, int] | None] = (
+    weakref.WeakKeyDictionary())
 
 
 class _Closer:
