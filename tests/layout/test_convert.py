@@ -429,6 +429,24 @@ def test_overwrite_replaces_only_a_file_or_a_zarr_store(tmp_path):
         assert ds.sizes["time"] == 3
 
 
+@pytest.mark.parametrize("name", ["fifo.h5md", "fifo.zarr"])
+def test_overwrite_never_replaces_a_fifo_or_a_device(tmp_path, adk_h5md, name):
+    """--overwrite put the output in place of a FIFO or device node (as root, /dev/null
+    became a 4 MB file), rc 0 (found by an audit)."""
+    from h5mdx.layout.rechunk import rechunk
+
+    node = tmp_path / name
+    os.mkfifo(node)
+    link = tmp_path / ("link" + node.suffix)
+    link.symlink_to(node)
+    for target in (node, link):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            convert(d.PSF, [d.DCD], target, stop=2, overwrite=True, progress=False)
+        with pytest.raises(ValueError, match="is not a regular file"):
+            rechunk(adk_h5md, target, overwrite=True)
+    assert node.is_fifo() and link.is_symlink()
+
+
 def test_the_output_forgotten_never_replaces_the_trajectory(tmp_path, capsys):
     """`h5mdx convert top.gro traj.xtc` takes traj.xtc as the output; its error advised
     --overwrite, which replaced the trajectory with a one-frame HDF5 file, and `out.dcd`

@@ -151,6 +151,12 @@ def check_target(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
             "command line) to replace it"
         )
+    if t.exists() and not (t.is_file() or t.is_dir()):
+        # os.replace would put the output in place of the node itself (as root, /dev/null)
+        raise ValueError(
+            f"{os.fspath(target)!r} is not a regular file (a device, FIFO or socket): "
+            "h5mdx writes its output as a new file and would replace it: choose another "
+            "output name")
     if hdf5 and t.is_file() and not _replaceable_file(t):
         raise ValueError(
             f"{os.fspath(target)!r} exists and is not an HDF5 file: h5mdx replaces only a "
