@@ -139,3 +139,28 @@ def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compres
     err = capsys.readouterr().err
     assert f"error: {store} [position]: cannot read frames 30-39: " in err, err
     assert "Traceback" not in err
+
+
+def test_text_that_is_not_ascii_is_written_as_utf8(tmp_path, adk_h5md):
+    """to_h5md wrote unicode variables as ASCII-typed strings holding UTF-8 bytes, which
+    h5mdx's own reader then left out ('ascii' codec can't decode; an audit)."""
+    import warnings
+
+    import xarray as xr
+
+    from h5mdx.layout.export import to_h5md
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        n = ds.sizes["atom"]
+        labels = np.array(["ÅB", "x", "ünï"] + ["y"] * (n - 3))
+        out = to_h5md(ds.isel(time=slice(0, 2)).assign(
+            label=("atom", labels), tag=(("time", "atom"), np.full((2, n), "é"))),
+            tmp_path / "text.h5md")
+    with h5py.File(out) as f:
+        assert h5py.check_string_dtype(f["particles/trajectory/label"].dtype).encoding == \
+            "utf-8"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out
+        with xr.open_dataset(out, engine="h5md") as back:
+            np.testing.assert_array_equal(back.label.values, labels)
+            assert back.tag.values[1, 0] == "é"

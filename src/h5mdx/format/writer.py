@@ -218,7 +218,12 @@ def _set_text(attrs: Any, name: str, text: str) -> None:
 
 
 def _stored_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"S{max(1, dtype.itemsize)}") if dtype.kind == "U" else dtype
+    """Unicode text as fixed-length strings of HDF5's UTF-8 character set (4 bytes per
+    character of room), where plain ``S`` would be ASCII: a reader then refused the
+    UTF-8 bytes of ``Å`` (an audit); other dtypes as they are."""
+    if dtype.kind != "U":
+        return dtype
+    return h5py.string_dtype("utf-8", max(1, dtype.itemsize))
 
 
 def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
@@ -237,7 +242,10 @@ def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
 def _stored(values: Any) -> np.ndarray:
     """``values`` as written: unicode strings encoded to fixed-length UTF-8 bytes."""
     arr = np.asarray(values)
-    return np.char.encode(arr, "utf-8") if arr.dtype.kind == "U" else arr
+    if arr.dtype.kind != "U":
+        return arr
+    data = np.char.encode(arr, "utf-8")
+    return data.astype(h5py.string_dtype("utf-8", max(1, data.dtype.itemsize)))
 
 
 def check_steps_increase(steps: Any, where: str, *, after: int | None = None) -> None:
