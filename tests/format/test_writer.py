@@ -600,3 +600,61 @@ def test_write_h5md_replaces_a_file_a_dataset_still_has_open(tmp_path):
         write_h5md(path, parts)
     with xr.open_dataset(path, engine="h5md") as ds:
         np.testing.assert_array_equal(ds.position.values, 1.0)
+
+
+def _small_disk(path, size):
+    """A tmpfs of ``size`` at ``path`` (root only; skipped otherwise)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+
+
+@pytest.mark.parametrize("command", ["convert", "rechunk"])
+def test_a_disk_that_fills_at_closing_is_one_clear_error(tmp_path, adk_h5md, command):
+    """HDF5 holds some of the last writes until the file closes: where they no longer fit,
+    the close failed inside h5py (RuntimeError: Can't decrement id ref count), and the
+    process crashed (a segfault). Now: one error line naming the output, status 1, the
+    good file in place, nothing left behind (found by an audit)."""
+    import subprocess
+    import sys
+
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    disk = tmp_path / "disk"
+    _small_disk(disk, "40m")
+    try:
+        good = disk / "good.h5md"
+        _write(good, *_frames(n=10))
+        before = good.read_bytes()
+        argv = (["convert", "--overwrite", PSF, *[DCD] * 10, str(good)]
+                if command == "convert" else
+                ["rechunk", "--overwrite", "--frames-per-chunk", "25", _tiled(tmp_path, adk_h5md),
+                 str(good)])
+        done = subprocess.run([sys.executable, "-m", "h5mdx", *argv], capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+        assert f"h5mdx {command}: error: [Errno 28] cannot write '{good}': No space left" \
+            in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+        assert good.read_bytes() == before
+        assert [p.name for p in disk.iterdir()] == ["good.h5md"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def _tiled(tmp_path, adk_h5md):
+    """adk's frames ten times over (39 MiB), as one H5MD file outside the small disk."""
+    from h5mdx.testing import write_h5md
+
+    out = tmp_path / "tiled.h5md"
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        pos = np.tile(ds.position.values, (10, 1, 1))
+    write_h5md(out, {"trajectory": {"position": {"value": pos, "step": np.arange(len(pos)),
+                                                 "unit": "Angstrom"}}})
+    return str(out)

@@ -28,11 +28,12 @@ Layout of the file written::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -309,6 +310,50 @@ def ensure_room(filename: str | os.PathLike[str], nbytes: int) -> None:
         raise OSError(errno.ENOSPC, f"No space left on device: the next {int(nbytes) / 2**20:.1f} "
                       f"MiB to write (and {ROOM_MARGIN // 2**20} MiB to spare) do not fit in "
                       f"the {free / 2**20:.1f} MiB free", os.fspath(filename))
+
+
+def _close_written(f: h5py.File, filename: str) -> None:
+    """Close a file written by h5py; a failure of its last writes (HDF5 holds some until
+    then) is an ``OSError`` naming the file, not a RuntimeError from inside h5py.
+
+    Where the disk is full, the file cannot be complete: it is emptied first, so that
+    HDF5's close can land what it holds (a close that fails leaves HDF5 holding the file,
+    and the process crashed at exit), and the error is raised after.
+    """
+    failure: BaseException | None = None
+    try:
+        f.flush()
+    except (RuntimeError, OSError) as err:
+        failure = err
+        if "errno = 28" in str(err) or getattr(err, "errno", None) == errno.ENOSPC:
+            with contextlib.suppress(OSError):
+                os.truncate(filename, 0)
+    try:
+        f.close()
+    except (RuntimeError, OSError) as err:
+        failure = failure or err
+    if failure is not None:
+        full = "errno = 28" in str(failure) or getattr(failure, "errno", None) == errno.ENOSPC
+        reason = "No space left on device" if full else str(failure).split("\n")[0]
+        raise OSError(errno.ENOSPC if full else errno.EIO,
+                      f"{reason} (the last writes, at closing)", os.fspath(filename)
+                      ) from None
+
+
+@contextlib.contextmanager
+def written_file(filename: str | os.PathLike[str], **kwargs: Any) -> Iterator[h5py.File]:
+    """``h5py.File(filename, "w", **kwargs)``, closed as :class:`H5MDWriter` closes its
+    file: a failure of the last writes is an ``OSError`` naming the file (after an error
+    in the block, that error is the one raised)."""
+    filename = os.fspath(filename)
+    f = h5py.File(filename, "w", **kwargs)
+    try:
+        yield f
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _close_written(f, filename)
+        raise
+    _close_written(f, filename)
 
 
 def id_element(indices: Any) -> tuple[np.ndarray, None, dict[str, str]]:
@@ -672,9 +717,9 @@ class H5MDWriter:
                     "announced for contiguous storage"
                 )
         finally:
+            f, self.file = self.file, None
             if self._own:
-                self.file.close()
-            self.file = None
+                _close_written(f, self.filename)
 
     @property
     def checksums(self) -> dict[str, str]:

@@ -34,7 +34,7 @@ from h5mdx.format.h5md import (
     reference_paths,
     scan,
 )
-from h5mdx.format.writer import Layout, ensure_room
+from h5mdx.format.writer import Layout, ensure_room, written_file
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
 
@@ -333,7 +333,7 @@ def rechunk(
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
-        with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, h5py.File(tmp, "w") as fout:
+        with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, written_file(tmp) as fout:
             targets = {_addr(fin[e.value_path]): e for e in elements}
             _copy_attrs(fin, fout)
             total = main.shape[0] if main is not None else 0
