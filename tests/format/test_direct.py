@@ -855,3 +855,39 @@ def test_a_file_replaced_or_deleted_after_opening_reads_as_opened(tmp_path, how,
     if how == "replaced":
         with xr.open_dataset(path, engine="h5md", group="all") as ds:  # the new file
             np.testing.assert_array_equal(ds.position.values, values + 1000)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_edge_chunks_stored_unfiltered_are_read_through_h5py(tmp_path, shuffle):
+    """H5Pset_chunk_opts(DONT_FILTER_PARTIAL_CHUNKS): HDF5 stores the partial edge chunks
+    raw with a filter mask of 0; decoded as filtered, they read as garbage (shuffle alone:
+    silently; an audit). Such datasets are read through h5py."""
+    import ctypes
+
+    lib = direct._hdf5_library()
+    assert lib is not None, "h5py's HDF5 library not found"
+    values = _values("<f4")[:10]  # 10 frames in chunks of 4: a partial edge chunk
+    path = str(tmp_path / "edge.h5md")
+    write_h5md(path, {"all": {"position": {"value": np.zeros((1, 1, 3)),
+                                           "step": np.arange(10)}}})
+    with h5py.File(path, "a", libver="latest") as f:
+        grp = f["particles/all/position"]
+        del grp["value"]
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((4, *values.shape[1:]))
+        if shuffle:
+            dcpl.set_shuffle()
+        dcpl.set_deflate(1)
+        set_opts = lib.H5Pset_chunk_opts
+        set_opts.argtypes = (ctypes.c_int64, ctypes.c_uint)
+        assert set_opts(dcpl.id, direct._DONT_FILTER_PARTIAL_CHUNKS) >= 0
+        dset = h5py.Dataset(h5py.h5d.create(grp.id, b"value", h5py.h5t.IEEE_F32LE,
+                                            h5py.h5s.create_simple(values.shape), dcpl))
+        dset[...] = values
+        assert direct._partial_chunks_unfiltered(dset.id.get_create_plist())
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, values)
+        np.testing.assert_array_equal(ds.position[8:10, 3].values, values[8:10, 3])
+    with h5py.File(path, "r") as f, pytest.raises(direct.Unsupported,
+                                                  match="stored unfiltered"):
+        direct.plan_direct(f["particles/all/position/value"])

@@ -677,6 +677,10 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     for code, sized in zip(filters, _sized(filters), strict=True):
         if code in _SIZED and not sized:
             raise Unsupported(f"filters {filters}: filter {code} after one that resizes")
+    if filters and _partial_chunks_unfiltered(plist):
+        raise Unsupported("its partial edge chunks are stored unfiltered "
+                          "(H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS), with a filter mask that "
+                          "does not say so")
     reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     few, n_chunks = _few_chunks(dset)
     if n_chunks > TREE_CHUNKS or not (few or hasattr(dset.id, "chunk_iter")):
@@ -695,6 +699,58 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
             "time proportional to the number of chunks"
         )
     return reader
+
+
+#: ``H5Pset_chunk_opts``' option: partial edge chunks are stored without the filters
+_DONT_FILTER_PARTIAL_CHUNKS = 0x0002
+
+
+@functools.cache
+def _hdf5_library() -> Any:
+    """The HDF5 library h5py runs on, through ctypes, for a call h5py does not wrap
+    (``H5Pget_chunk_opts``); None where it cannot be found."""
+    import ctypes
+    import glob
+
+    paths: list[str] = []
+    with contextlib.suppress(OSError):  # Linux: the copy this process loaded
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if line.count("/") else ""
+                name = os.path.basename(path)
+                if name.startswith("libhdf5") and "_hl" not in name and path not in paths:
+                    paths.append(path)
+    here = os.path.dirname(os.path.dirname(h5py.__file__))
+    paths += glob.glob(os.path.join(here, "h5py.libs", "libhdf5*"))
+    paths += glob.glob(os.path.join(os.path.dirname(h5py.__file__), ".dylibs", "libhdf5*"))
+    for path in paths:
+        if "_hl" in os.path.basename(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            call = lib.H5Pget_chunk_opts
+        except (OSError, AttributeError):
+            continue
+        call.argtypes = (ctypes.c_int64, ctypes.POINTER(ctypes.c_uint))
+        call.restype = ctypes.c_int
+        return lib
+    return None
+
+
+def _partial_chunks_unfiltered(plist: Any) -> bool | None:
+    """Whether a chunked dataset's creation properties ``plist`` store partial edge chunks
+    without its filters (HDF5's ``H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS``, which h5py does
+    not expose). HDF5 then reports those chunks' filter mask as 0 all the same: decoded
+    as filtered, they read as garbage. None where it cannot be told."""
+    import ctypes
+
+    lib = _hdf5_library()
+    if lib is None:
+        return None
+    opts = ctypes.c_uint(0)
+    if lib.H5Pget_chunk_opts(plist.id, ctypes.byref(opts)) < 0:
+        return None
+    return bool(opts.value & _DONT_FILTER_PARTIAL_CHUNKS)
 
 
 def _few_chunks(dset: h5py.Dataset) -> tuple[bool, int]:
