@@ -996,6 +996,29 @@ def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, 
             np.testing.assert_array_equal(new.position.values, want.position.values)
 
 
+def test_a_file_replaced_by_one_of_the_same_size_and_time_reads_as_opened(tmp_path):
+    """A file replaced (a new inode) by one of the same size and modification time
+    (cp -p, rsync -t): once another Dataset of the new file had planned its direct reads,
+    the first Dataset read the new file's bytes under its own coordinates (an audit)."""
+    rng = np.random.default_rng(9)
+    a, b, path = tmp_path / "a.h5md", tmp_path / "b.h5md", tmp_path / "t.h5md"
+    for p in (a, b):
+        write_h5md(p, {"t": {"position": {"value": rng.random((10, 4, 3)),
+                                          "step": np.arange(10), "chunks": (2, 4, 3)}}})
+    assert a.stat().st_size == b.stat().st_size
+    shutil.copyfile(a, path)
+    want_a = h5py.File(a, "r")["particles/t/position/value"][()]
+    want_b = h5py.File(b, "r")["particles/t/position/value"][()]
+    with xr.open_dataset(path, engine="h5md") as first:
+        np.testing.assert_array_equal(first.position[:2].values, want_a[:2])
+        st = path.stat()
+        os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(b, path)
+        with xr.open_dataset(path, engine="h5md") as second:
+            np.testing.assert_array_equal(second.position.values, want_b)
+            np.testing.assert_array_equal(first.position.values, want_a)
+
+
 def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):
     """``unit`` as a one-element string array, as accepted on elements: the parameter is
     converted and labelled (it was left unconverted and unlabelled, silently)."""

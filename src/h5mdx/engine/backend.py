@@ -493,6 +493,15 @@ class H5MDArray(BackendArray):
         return _direct.why_not_direct(filename, self.path)
 
     def _direct_reader(self) -> _direct.DirectReader | None:
+        reader = self._planned_reader()
+        if reader is not None and self.stamp is not None and reader.file_id is not None \
+                and reader.file_id != self.stamp[:2]:
+            # planned (by name) for another file than this open's: one that replaced it
+            # with the same size and time (cp -p, rsync -t); HDF5 holds this one
+            return None
+        return reader
+
+    def _planned_reader(self) -> _direct.DirectReader | None:
         filename = self._filename()
         if filename is None:
             return None
