@@ -38,6 +38,9 @@ def test_parse(spec, expected):
     ("lzf:3", "lzf takes no level"),
     ("none:1", "none takes no level"),
     ("zstd:1:2", "zstd takes one level"),
+    ("zstd:99", "zstd level must be 1-22"),  # hdf5plugin's "clevel must be in the range"
+    ("zstd:0", "zstd level must be 1-22"),
+    ("blosc:lz4:12", "blosc level must be 0-9"),
     ("blosc:snappy", "unknown blosc codec 'snappy'"),
     ("blosc:lz4:5:1", "blosc takes a codec and a level"),
     ("blosc:lz4:x", "level must be an integer"),

@@ -87,7 +87,7 @@ def parse_compression(spec: str | None) -> Compression:
         ``None``/``"none"``/``""``; ``"gzip"`` or ``"gzip:LEVEL"`` (0-9, default 4);
         ``"lzf"``; ``"blosc"``/``"blosc:CODEC"``/``"blosc:CODEC:LEVEL"`` (codec
         lz4, lz4hc, zstd, zlib, blosclz; default lz4 level 5, byte shuffle) and
-        ``"zstd"``/``"zstd:LEVEL"`` (default 3). Case and surrounding spaces do not
+        ``"zstd"``/``"zstd:LEVEL"`` (1-22, default 3; blosc's levels are 0-9). Case and surrounding spaces do not
         matter.
 
     Returns
@@ -119,7 +119,10 @@ def parse_compression(spec: str | None) -> Compression:
     if name == "zstd":
         if len(args) > 1:
             raise ValueError(f"zstd takes one level, as in 'zstd:5'; got {spec!r}")
-        return Compression("zstd", _level(args[0], spec) if args else _DEFAULT_LEVEL["zstd"])
+        level = _level(args[0], spec) if args else _DEFAULT_LEVEL["zstd"]
+        if not 1 <= level <= 22:
+            raise ValueError(f"zstd level must be 1-22, as in 'zstd:5'; got {spec!r}")
+        return Compression("zstd", level)
     if name == "blosc":
         if len(args) > 2:
             raise ValueError(f"blosc takes a codec and a level, as in 'blosc:lz4:5'; "
@@ -129,6 +132,8 @@ def parse_compression(spec: str | None) -> Compression:
             raise ValueError(f"unknown blosc codec {cname!r} in {spec!r}; valid options are: "
                              f"{', '.join(BLOSC_CODECS)}")
         level = _level(args[1], spec) if len(args) > 1 else _DEFAULT_LEVEL["blosc"]
+        if not 0 <= level <= 9:
+            raise ValueError(f"blosc level must be 0-9, as in 'blosc:lz4:5'; got {spec!r}")
         return Compression("blosc", level, cname, shuffle=True)
     raise ValueError(f"unknown compression {spec!r}; use {COMPRESSION_SYNTAX}")
 
