@@ -659,3 +659,16 @@ def test_an_h5md_file_mdanalysis_cannot_read_points_to_h5mdx(tmp_path, capsys):
     assert "MDAnalysis cannot read" in err
     assert f"h5mdx reads {traj} itself: h5mdx rechunk IN OUT copies" in err
     assert not (tmp_path / "o.h5md").exists()
+
+
+def test_an_h5md_input_without_frames_says_so(tmp_path):
+    """convert of an H5MD file whose positions hold no frames: MDAnalysis' error says
+    nothing (the message read 'adk.psf with zero.h5md: .'; an audit)."""
+    empty = tmp_path / "zero.h5md"
+    convert(d.PSF, [d.DCD], empty, stop=2, progress=False)
+    with h5py.File(empty, "a") as f:
+        for name in ("value", "step", "time"):
+            f[f"particles/trajectory/position/{name}"].resize(0, axis=0)
+    with pytest.raises(Exception, match=r"zero\.h5md: the positions hold no frames; there "
+                                        "is nothing to convert"):
+        convert(d.PSF, [str(empty)], tmp_path / "out.h5md", progress=False)

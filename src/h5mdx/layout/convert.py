@@ -139,8 +139,9 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
                     "; where MDAnalysis cannot tell a format from the file name, give it "
                     "(format=, topology_format=; --format, --topology-format)")
             hint += _h5md_hint(trajs)
+            reason = str(err) or type(err).__name__  # some say nothing (an H5MD file of 0 frames)
             raise TopologyError(
-                f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {err}{hint}"
+                f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {reason}{hint}"
             ) from err
     if not hasattr(u, "trajectory"):
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
@@ -151,11 +152,20 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
 def _h5md_hint(trajectories: Sequence[str]) -> str:
     """Where MDAnalysis failed on H5MD inputs (other programs' files often lack what its
     reader needs: units it knows, a box), what reads them: h5mdx itself."""
-    h5md = []
+    import h5py
+
+    h5md, empty = [], []
     for f in _h5md_inputs(trajectories):
         with contextlib.suppress(OSError, TypeError):
             if "h5md" in f or "particles" in f:
                 h5md.append(f.filename)
+                positions = [obj for obj in f.get("particles", {}).values()
+                             if isinstance(obj, h5py.Group) and "position/value" in obj]
+                if positions and all(g["position/value"].shape[:1] == (0,)
+                                     for g in positions):
+                    empty.append(f.filename)
+    if empty:
+        return f" ({', '.join(empty)}: the positions hold no frames; there is nothing to convert)"
     if not h5md:
         return ""
     return (f". h5mdx reads {', '.join(h5md)} itself: h5mdx rechunk IN OUT copies an H5MD "
