@@ -164,3 +164,21 @@ def test_modules_are_shown(tmp_path, capsys):
     assert data["modules"]["units"] == {"version": "1.0", "system": "SI"}
     with xr.open_dataset(path, engine="h5md") as ds:
         assert ds.attrs["h5md_modules"] == "bare, gromacs 0.1, units 1.0"
+
+
+def test_a_damaged_root_group_is_called_damage(tmp_path, adk_h5md, capsys):
+    """Metadata bytes flipped under the root group: 'an HDF5 file but not an H5MD file ...
+    open it with h5netcdf' sent the user the wrong way (found by an audit)."""
+    import shutil
+
+    bad = tmp_path / "damaged.h5md"
+    shutil.copy(adk_h5md, bad)
+    with open(bad, "r+b") as fh:
+        fh.seek(800)
+        data = fh.read(2000)
+        fh.seek(800)
+        fh.write(bytes(x ^ 0x55 for x in data))
+    assert main(["info", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "the file is damaged: HDF5 cannot read its root group" in err, err
+    assert "h5netcdf" not in err

@@ -1618,6 +1618,11 @@ def _h5md_group(c: _Ctx) -> h5py.Group | None:
     if isinstance(h5md, h5py.Group):
         return h5md
     if not (_has(c.f, "particles") or _has(c.f, "observables")):
+        try:  # a root group HDF5 cannot read is damage, not a file of another kind
+            c.f.id.links.exists(b"h5md")
+        except (OSError, RuntimeError, ValueError) as err:
+            raise H5MDFormatError(c.filename, "/", "the file is damaged: HDF5 cannot read "
+                                  f"its root group ({err})") from None
         raise H5MDFormatError(
             c.filename,
             "/h5md",
