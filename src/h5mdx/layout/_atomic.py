@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -48,13 +49,32 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+#: How long a failed Zarr write's temporary store is removed again while writes in
+#: flight re-create parts of it.
+REMOVE_SECONDS = 3.0
+
+
 def _remove(path: Path) -> None:
     """Remove a temporary output, best effort: a cleanup never hides the error that
     called it (a read-only file system refuses even to unlink what is not there)."""
     if not os.path.lexists(path):
         return
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        # a Zarr store: chunk writes already handed to zarr's I/O thread or to dask's
+        # workers may land after the error that stopped the write (an interrupt): remove
+        # until it stays gone, for a few seconds at most
+        deadline = time.monotonic() + REMOVE_SECONDS
+        gone_since: float | None = None
+        while time.monotonic() < deadline:
+            shutil.rmtree(path, ignore_errors=True)
+            now = time.monotonic()
+            if os.path.lexists(path):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = now
+            elif now - gone_since >= 0.3:  # stayed gone: no write in flight
+                break
+            time.sleep(0.05)
     else:
         with contextlib.suppress(OSError):
             path.unlink()
