@@ -151,6 +151,19 @@ h5mdx_results = [
      "python benchmarks/bench_scale.py --frames 20000 --layouts gz100,lzf100 --workers 1,2 "
      "--schedulers threads,processes,distributed --opens lazy --selections ca,all "
      "--repeats 3 --grid-only --rss-frames 0 --tag=-2core-compressed-head"),
+    ("scale-2core-numba-unshuffle-base.md",
+     "gzip+shuffle on 2 cores before numba's unshuffle (0bcdc39): numcodecs' loop, which "
+     "holds the GIL",
+     "PYTHONPATH=<a worktree at 0bcdc39>/src python benchmarks/bench_scale.py --frames 20000 "
+     "--layouts gz100 --workers 1,2 --schedulers threads,processes,distributed --opens lazy "
+     "--selections ca,all --repeats 3 --grid-only --rss-frames 0 "
+     "--tag=-2core-numba-unshuffle-base"),
+    ("scale-2core-numba-unshuffle-head.md",
+     "gzip+shuffle on 2 cores after: the shuffle undone by numba's loops where the kernel "
+     "has loaded numba (2.1-3.1x the floor; 1.2-1.9x the frames/s before)",
+     "python benchmarks/bench_scale.py --frames 20000 --layouts gz100 --workers 1,2 "
+     "--schedulers threads,processes,distributed --opens lazy --selections ca,all "
+     "--repeats 3 --grid-only --rss-frames 0 --tag=-2core-numba-unshuffle-head"),
     ("fused-2core.md",
      "The fused read on and off in the same rounds (N=2, distributed and threads, every "
      "layout, C-alpha and all atoms): 1.04-1.34x faster on, in all twelve",
