@@ -127,10 +127,12 @@ def _stale_handle(filename: str) -> None:
     then = _OPENED.get(key)
     if then is not None and then != now:
         for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE):
-            try:
+            try:  # a POSIX descriptor only where the driver is sec2 (MPI-IO's is not)
+                if fid.get_access_plist().get_driver() != h5py.h5fd.SEC2:
+                    continue
                 held = os.fstat(int(fid.get_vfd_handle()))
                 read_only = fid.get_intent() == h5py.h5f.ACC_RDONLY
-            except (OSError, ValueError, TypeError, RuntimeError):
+            except (OSError, ValueError, TypeError, RuntimeError, OverflowError):
                 continue
             if read_only and (held.st_dev, held.st_ino) == key:
                 raise H5MDReadError(
