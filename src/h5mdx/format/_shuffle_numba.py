@@ -1,9 +1,9 @@
 """HDF5's byte shuffle undone by compiled loops that release the GIL (numba).
 
 Imported only where numba is installed, at the first shuffled dataset read directly
-(:func:`h5mdx.format.direct._decoders`). For 4- and 8-byte elements (float32/float64
-positions) the loop of each size is written out, which LLVM turns into vector byte
-shuffles: a 4 MB chunk of float32 in 0.1 ms, against 1.7 ms for numcodecs' compiled
+(:func:`h5mdx.format.direct._unshuffle`). For 4- and 8-byte elements (float32/float64
+positions) the loop is compiled for that size, which LLVM turns into vector byte
+shuffles: a 4 MB chunk of float32 in 0.1 ms, against 1.1-1.9 ms for numcodecs' compiled
 loop (which holds the GIL, so that threads decoding chunks at once took turns).
 """
 
@@ -17,28 +17,23 @@ from numba import njit
 __all__ = ["unshuffle"]
 
 
-@njit(cache=True, nogil=True)
-def _unshuffle4(src: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    n = src.size // 4
-    for i in range(n):
-        out[4 * i] = src[i]
-        out[4 * i + 1] = src[n + i]
-        out[4 * i + 2] = src[2 * n + i]
-        out[4 * i + 3] = src[3 * n + i]
+def _element_loop(size: int) -> Any:
+    """The unshuffle of ``size``-byte elements, compiled with ``size`` a constant: LLVM
+    unrolls the inner loop and vectorises the outer one (numba's cache keys a closure by
+    the values it holds, so each size is cached apart)."""
+
+    @njit(cache=True, nogil=True)
+    def loop(src: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        n = src.size // size
+        for i in range(n):
+            for b in range(size):
+                out[size * i + b] = src[b * n + i]
+
+    return loop
 
 
-@njit(cache=True, nogil=True)
-def _unshuffle8(src: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    n = src.size // 8
-    for i in range(n):
-        out[8 * i] = src[i]
-        out[8 * i + 1] = src[n + i]
-        out[8 * i + 2] = src[2 * n + i]
-        out[8 * i + 3] = src[3 * n + i]
-        out[8 * i + 4] = src[4 * n + i]
-        out[8 * i + 5] = src[5 * n + i]
-        out[8 * i + 6] = src[6 * n + i]
-        out[8 * i + 7] = src[7 * n + i]
+_unshuffle4 = _element_loop(4)
+_unshuffle8 = _element_loop(8)
 
 
 @njit(cache=True, nogil=True)

@@ -1664,6 +1664,20 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     return nearest
 
 
+def _h5md_subgroup(c: _Ctx, h5md: h5py.Group, name: str) -> h5py.Group | None:
+    """``/h5md/<name>`` as a group; None (a minor problem, noted) where it is not one."""
+    where = f"/h5md/{name}"
+    try:
+        grp = _get(c, h5md, name, "/h5md")
+    except H5MDFormatError as err:
+        c.note(err.h5path or where, err.problem, "left out", minor=True)
+        return None
+    if not isinstance(grp, h5py.Group):
+        c.note(where, f"{where} must be a group", "left out", minor=True)
+        return None
+    return grp
+
+
 def _meta_text(value: Any) -> str:
     """An author/creator attribute as text: an array of one string (as some writers
     store every attribute) is that string, not ``"['lammps']"``."""
@@ -1679,13 +1693,8 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
         return {}
     where = f"/h5md/{name}"
     if _has(h5md, name):
-        try:
-            grp = _get(c, h5md, name, "/h5md")
-        except H5MDFormatError as err:
-            c.note(err.h5path or where, err.problem, "left out", minor=True)
-            return {}
-        if not isinstance(grp, h5py.Group):
-            c.note(where, f"{where} must be a group", "left out", minor=True)
+        grp = _h5md_subgroup(c, h5md, name)
+        if grp is None:
             return {}
         found = {k: _meta_text(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
         missing = [k for k in _REQUIRED_META[name] if k not in found]
@@ -1720,13 +1729,8 @@ def _modules(c: _Ctx, h5md: h5py.Group | None) -> dict[str, dict[str, str]]:
     where = "/h5md/modules"
     if h5md is None or not _has(h5md, "modules"):
         return {}
-    try:
-        grp = _get(c, h5md, "modules", "/h5md")
-    except H5MDFormatError as err:
-        c.note(err.h5path or where, err.problem, "left out", minor=True)
-        return {}
-    if not isinstance(grp, h5py.Group):
-        c.note(where, f"{where} must be a group", "left out", minor=True)
+    grp = _h5md_subgroup(c, h5md, "modules")
+    if grp is None:
         return {}
     modules: dict[str, dict[str, str]] = {}
     for name in grp:

@@ -297,13 +297,7 @@ def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
         return _together(comm, timer, "init_top", _select, *args)
     payload = failure = None
     if comm.Get_rank() == 0:
-        with timer.phase("init_top"):
-            try:
-                payload = _select(*args)
-            except Exception as err:
-                if comm.Get_size() == 1:
-                    raise
-                failure = f"{type(err).__name__}: {err}"
+        payload, failure = _attempt(comm, timer, "init_top", _select, *args)
     with timer.phase("wait"):
         payload, failure = comm.bcast((payload, failure), root=0)
     if failure is not None:
@@ -329,14 +323,7 @@ def _together(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any], *
     ranks failed, the others cannot go on without them: rank 0 reports and aborts the job.
     On one rank the error propagates as it is.
     """
-    failure = out = None
-    with timer.phase(phase):
-        try:
-            out = stage(*args)
-        except Exception as err:
-            if comm.Get_size() == 1:
-                raise
-            failure = f"{type(err).__name__}: {err}"
+    out, failure = _attempt(comm, timer, phase, stage, *args)
     with timer.phase("wait"):
         seen = comm.allgather(failure)
     if all(text is None for text in seen):
@@ -350,6 +337,19 @@ def _together(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any], *
     if on_fail is not None:
         on_fail()  # every rank: a collective close of the file
     raise _Reported(failure)
+
+
+def _attempt(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any],
+             *args: Any) -> tuple[Any, str | None]:
+    """``(stage(*args), None)``, timed as ``phase``, or ``(None, "Type: message")`` where
+    it failed; on one rank the error propagates as it is."""
+    with timer.phase(phase):
+        try:
+            return stage(*args), None
+        except Exception as err:
+            if comm.Get_size() == 1:
+                raise
+            return None, f"{type(err).__name__}: {err}"
 
 
 def _report(seen: list[str | None], size: int) -> None:
