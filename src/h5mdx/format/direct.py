@@ -747,8 +747,14 @@ def _partial_chunks_unfiltered(plist: Any) -> bool | None:
     lib = _hdf5_library()
     if lib is None:
         return None
+    try:  # h5py's own lock around HDF5 calls (a library built without thread safety)
+        from h5py._objects import phil
+    except ImportError:
+        phil = contextlib.nullcontext()
     opts = ctypes.c_uint(0)
-    if lib.H5Pget_chunk_opts(plist.id, ctypes.byref(opts)) < 0:
+    with phil:
+        status = lib.H5Pget_chunk_opts(plist.id, ctypes.byref(opts))
+    if status < 0:
         return None
     return bool(opts.value & _DONT_FILTER_PARTIAL_CHUNKS)
 
