@@ -54,12 +54,17 @@ def pid_alive(pid: int) -> bool:
 REMOVE_SECONDS = 3.0
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path, *, in_flight: bool = False) -> None:
     """Remove a temporary output, best effort: a cleanup never hides the error that
-    called it (a read-only file system refuses even to unlink what is not there)."""
+    called it (a read-only file system refuses even to unlink what is not there).
+
+    ``in_flight``: the output of a write that just failed, whose writes in flight may
+    still land."""
     if not os.path.lexists(path):
         return
-    if path.is_dir() and not path.is_symlink():
+    if path.is_dir() and not path.is_symlink() and not in_flight:
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.is_dir() and not path.is_symlink():
         # a Zarr store: chunk writes already handed to zarr's I/O thread or to dask's
         # workers may land after the error that stopped the write (an interrupt): remove
         # until it stays gone, for a few seconds at most
@@ -389,7 +394,7 @@ def atomic_output(
                 os.replace(tmp, t)
             _fsync(t.parent)
     except OSError as err:
-        _remove(tmp)
+        _remove(tmp, in_flight=True)
         if str(tmp) not in str(err) and tmp.name not in str(err) \
                 and err.errno not in _WRITE_ERRNOS:
             raise
@@ -399,5 +404,5 @@ def atomic_output(
         message = f"cannot write {os.fspath(target)!r}: {text}"
         raise (OSError(err.errno, message) if err.errno else OSError(message)) from None
     except BaseException:
-        _remove(tmp)
+        _remove(tmp, in_flight=True)
         raise
