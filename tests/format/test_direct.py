@@ -891,3 +891,34 @@ def test_edge_chunks_stored_unfiltered_are_read_through_h5py(tmp_path, shuffle):
     with h5py.File(path, "r") as f, pytest.raises(direct.Unsupported,
                                                   match="stored unfiltered"):
         direct.plan_direct(f["particles/all/position/value"])
+
+
+def test_a_read_of_an_unallocated_chunk_leaves_the_others_direct(tmp_path, monkeypatch):
+    """One read that touched a chunk never written (a writer that stopped early) sent
+    every later read of the dataset through h5py, frames fully stored too (an audit).
+    Only that read goes through h5py (HDF5 supplies the fill value)."""
+    values = _values("<f4")
+    path = str(tmp_path / "hole.h5md")
+    write_h5md(path, {"all": {"position": {"value": np.zeros((1, 1, 3)),
+                                           "step": np.arange(SHAPE[0])}}})
+    with h5py.File(path, "a") as f:
+        grp = f["particles/all/position"]
+        del grp["value"]
+        dset = grp.create_dataset("value", shape=SHAPE, chunks=(5, *SHAPE[1:]), dtype="<f4",
+                                  compression="gzip")
+        dset[:40] = values[:40]  # the chunks of frames 40- never written
+    reads = []
+    real = direct.DirectReader.read
+    monkeypatch.setattr(direct.DirectReader, "read",
+                        lambda self, *a, **k: reads.append(1) or real(self, *a, **k))
+    with pytest.warns(Warning, match="were never written"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.position[:10].values, values[:10])
+        assert reads
+        tail = ds.position[38:SHAPE[0]].values
+        np.testing.assert_array_equal(tail[:2], values[38:40])
+        np.testing.assert_array_equal(tail[2:], 0)  # HDF5's fill value
+        reads.clear()
+        np.testing.assert_array_equal(ds.position[:10].values, values[:10])
+        assert reads, "the stored frames are read directly still"

@@ -463,6 +463,8 @@ class H5MDArray(BackendArray):
                     located = locate_chunks(self._dataset(), missing)
                 reader.add_locations(located)
             return then(reader)
+        except _direct.NotAllocated:
+            return None  # this read through h5py (the fill value), the others direct
         except _direct.Unsupported:
             _direct.forget(reader)
             return None

@@ -53,6 +53,7 @@ from h5mdx.format.chunk_index import chunk_tree, index_all_chunks
 
 __all__ = [
     "DirectReader",
+    "NotAllocated",
     "Unsupported",
     "box_of",
     "cached",
@@ -184,6 +185,11 @@ def _chunk_buffer(slot: int, nbytes: int) -> np.ndarray:
 
 class Unsupported(Exception):  # noqa: N818 - a reason, not an error to report
     """The dataset cannot be read directly; the message says why."""
+
+
+class NotAllocated(Unsupported):
+    """A chunk of the rows read is not allocated (it reads as the fill value, which HDF5
+    supplies): that read goes through h5py, the others of the dataset stay direct."""
 
 
 @dataclass
@@ -329,7 +335,7 @@ class DirectReader:
             self._add_arrays(*located)
             coords = self._missing(box)
             if coords:  # the tree lists every allocated chunk of the rows it was asked for
-                raise Unsupported(f"chunk at {coords[0]} is not allocated (fill value)")
+                raise NotAllocated(f"chunk at {coords[0]} is not allocated (fill value)")
         return coords
 
     def _missing(self, box: tuple[slice, ...]) -> list[tuple[int, ...]]:
@@ -402,7 +408,7 @@ class DirectReader:
         starts, c0 = self._starts, self.chunks[0]
         for coord, where in located.items():
             if where is None:
-                raise Unsupported(f"chunk at {coord} is not allocated (fill value)")
+                raise NotAllocated(f"chunk at {coord} is not allocated (fill value)")
             unfiltered = where[2] == (1 << len(self.filters)) - 1  # also: no filters
             if unfiltered and where[1] != nbytes:
                 raise Unsupported(f"chunk at {coord} holds {where[1]} bytes, not {nbytes}")
