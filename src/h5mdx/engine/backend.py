@@ -64,45 +64,12 @@ __all__ = ["H5MDArray", "H5MDBackendEntrypoint", "backend_array", "open_groups",
            "why_reads_take_turns"]
 
 
-def _file_state(filename: str) -> tuple[int, int] | None:
-    """``(size, modification time in ns)`` of a file: what a file replaced or rewritten
-    under the same name changes. Not the inode: some network and FUSE file systems number
-    a file otherwise on each node or mount; size and time come from the file server."""
-    stamp = _direct.file_stamp(filename)  # (device, inode, size, mtime)
+def _file_state(stamp: tuple[int, int, int, int] | None) -> tuple[int, int] | None:
+    """``(size, modification time in ns)`` of a file's stamp
+    (:func:`h5mdx.format.direct.file_stamp`): what a file replaced or rewritten under the
+    same name changes. Not the inode: some network and FUSE file systems number a file
+    otherwise on each node or mount; size and time come from the file server."""
     return None if stamp is None else (stamp[2], stamp[3])
-
-
-def _changed(filename: str, state: tuple[int, int] | None,
-             path: str | None = None) -> None:
-    """Refuse a file no longer the one opened (``state``, see :func:`_file_state`; None:
-    a live file, which grows): read now, it would be served under the old coordinates."""
-    if state is None:
-        return
-    now = _file_state(filename)
-    if now is not None and now != state:
-        raise H5MDReadError(
-            filename, path, "was replaced or rewritten since it was opened (its size or "
-            f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
-            "would not be those the Dataset describes: open it again")
-
-
-def _rewritten(filename: str, stamp: tuple[int, int, int, int] | None,
-               path: str | None = None) -> None:
-    """Refuse to read a file rewritten in place since it was opened (``stamp``, see
-    :func:`h5mdx.format.direct.file_stamp`, taken in this process; None: a live file).
-
-    HDF5 holds the file it opened: one replaced by another under its name (renamed over
-    it) or deleted still reads as opened. One rewritten through the same inode does not:
-    its new bytes were read under the old coordinates, or through the old chunk index.
-    """
-    if stamp is None:
-        return
-    now = _direct.file_stamp(filename)
-    if now is not None and now[:2] == stamp[:2] and now[2:] != stamp[2:]:
-        raise H5MDReadError(
-            filename, path, "was rewritten since it was opened (its size or modification "
-            f"time changed: {stamp[2:]} -> {now[2:]}, as (bytes, ns)); the data read would "
-            "not be those the Dataset describes: open it again")
 
 
 #: (device, inode) -> the state (:func:`_file_state`) of each file this process opened,
@@ -110,8 +77,9 @@ def _rewritten(filename: str, stamp: tuple[int, int, int, int] | None,
 _OPENED: dict[tuple[int, int], tuple[int, int]] = {}
 
 
-def _stale_handle(filename: str) -> None:
-    """Refuse to open a file rewritten in place while this process holds it open.
+def _stale_handle(filename: str, stamp: tuple[int, int, int, int]) -> None:
+    """Refuse to open a file rewritten in place while this process holds it open
+    (``stamp``: the file's now).
 
     HDF5 opens a file once per process: a new ``h5py.File`` of a file some Dataset still
     holds open (read-only) shares that open, with its metadata as it was then: the new
@@ -119,11 +87,7 @@ def _stale_handle(filename: str) -> None:
     index. Where the file changed since (same inode, another size or time), only closing
     the other Dataset lets HDF5 read it afresh.
     """
-    try:
-        st = os.stat(filename)
-    except OSError:
-        return
-    key, now = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
+    key, now = (stamp[0], stamp[1]), (stamp[2], stamp[3])
     then = _OPENED.get(key)
     if then is not None and then != now:
         for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE):
@@ -147,11 +111,18 @@ def _opener(filename: str, mode: str = "r", swmr: bool = False,
             state: tuple[int, int] | None = None) -> h5py.File:
     """Open ``filename`` for a :class:`CachingFileManager`, the first time or again after
     xarray's file cache closed it (or on a worker): a file no longer the one first opened
-    (``state``, see :func:`_file_state`) is refused, not read under the old coordinates,
-    and so is a file rewritten while this process holds it open elsewhere."""
-    _changed(filename, state)
-    if not swmr:
-        _stale_handle(filename)
+    (``state``, see :func:`_file_state`; None: a live file, which grows) is refused, not
+    read under the old coordinates, and so is a file rewritten while this process holds
+    it open elsewhere."""
+    stamp = _direct.file_stamp(filename)
+    now = _file_state(stamp)
+    if state is not None and now is not None and now != state:
+        raise H5MDReadError(
+            filename, None, "was replaced or rewritten since it was opened (its size or "
+            f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
+            "would not be those the Dataset describes: open it again")
+    if not swmr and stamp is not None:
+        _stale_handle(filename, stamp)
     return _open_file(filename, swmr=swmr)
 
 
@@ -254,14 +225,31 @@ class H5MDArray(BackendArray):
             return out
         return np.asarray(dset[key])
 
+    def _unchanged(self) -> None:
+        """Refuse to read a file rewritten in place since it was opened (``self.stamp``,
+        taken in this process; None: a live file, or another process).
+
+        HDF5 holds the file it opened: one replaced by another under its name (renamed
+        over it) or deleted still reads as opened. One rewritten through the same inode
+        does not: its new bytes were read under the old coordinates, or through the old
+        chunk index.
+        """
+        if self.stamp is None or self.filename is None:
+            return
+        now = _direct.file_stamp(self.filename)
+        if now is not None and now[:2] == self.stamp[:2] and now[2:] != self.stamp[2:]:
+            raise H5MDReadError(
+                self.filename, self.path, "was rewritten since it was opened (its size or "
+                f"modification time changed: {self.stamp[2:]} -> {now[2:]}, as (bytes, "
+                "ns)); the data read would not be those the Dataset describes: open it again")
+
     def _getitem(self, key: tuple) -> np.ndarray:
         # bound open slices by our shape: a live (SWMR) dataset may have grown on disk
         key = tuple(
             slice(*k.indices(n)) if isinstance(k, slice) and k.step in (None, 1) else k
             for k, n in zip(key, self.shape, strict=False)
         ) + tuple(key[len(self.shape):])
-        if self.filename is not None:
-            _rewritten(self.filename, self.stamp, self.path)
+        self._unchanged()
         data = self._read_direct(key)
         if data is None:
             data = self._read_locked(key)
@@ -310,8 +298,7 @@ class H5MDArray(BackendArray):
         callable
             ``read(a, b)``, ``0 <= a <= b``, ``first + b`` at most the number of rows.
         """
-        if self.filename is not None:
-            _rewritten(self.filename, self.stamp, self.path)
+        self._unchanged()
         reader = self._direct_reader() if _direct.enabled() else None
 
         def read(a: int, b: int) -> np.ndarray:
@@ -359,8 +346,7 @@ class H5MDArray(BackendArray):
             return None
         if any((s.start, s.stop) != (0, n) for s, n in zip(rest, self.shape[1:], strict=True)):
             return None
-        if self.filename is not None:
-            _rewritten(self.filename, self.stamp, self.path)
+        self._unchanged()
         reader = self._direct_reader()
         if reader is None or not reader.by_rows or reader.dtype != self.dtype:
             return None
@@ -1062,7 +1048,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
 def _manager(filename: str, swmr: bool) -> CachingFileManager:
     # a live file (SWMR) grows while it is read: only a plain file is held to its state
     stamp = None if swmr else _direct.file_stamp(filename)
-    state = None if stamp is None else (stamp[2], stamp[3])  # as _file_state
+    state = _file_state(stamp)
     manager = CachingFileManager(_opener, filename, mode="r",
                                  kwargs={"swmr": swmr, "state": state})
     _STAMPS[manager] = stamp
