@@ -1664,16 +1664,18 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     return nearest
 
 
-def _h5md_subgroup(c: _Ctx, h5md: h5py.Group, name: str) -> h5py.Group | None:
-    """``/h5md/<name>`` as a group; None (a minor problem, noted) where it is not one."""
-    where = f"/h5md/{name}"
+def _h5md_subgroup(c: _Ctx, parent: h5py.Group, name: str, where: str = "/h5md",
+                   what: str | None = None) -> h5py.Group | None:
+    """``<where>/<name>`` (metadata under ``/h5md``) as a group; None (a minor problem,
+    noted) where it is not one (``what``: the thing that must be a group, in the note)."""
+    path = f"{where}/{name}"
     try:
-        grp = _get(c, h5md, name, "/h5md")
+        grp = _get(c, parent, name, where)
     except H5MDFormatError as err:
-        c.note(err.h5path or where, err.problem, "left out", minor=True)
+        c.note(err.h5path or path, err.problem, "left out", minor=True)
         return None
     if not isinstance(grp, h5py.Group):
-        c.note(where, f"{where} must be a group", "left out", minor=True)
+        c.note(path, f"{what or path} must be a group", "left out", minor=True)
         return None
     return grp
 
@@ -1734,13 +1736,8 @@ def _modules(c: _Ctx, h5md: h5py.Group | None) -> dict[str, dict[str, str]]:
         return {}
     modules: dict[str, dict[str, str]] = {}
     for name in grp:
-        try:
-            mod = _get(c, grp, name, where)
-        except H5MDFormatError as err:
-            c.note(err.h5path or f"{where}/{name}", err.problem, "left out", minor=True)
-            continue
-        if not isinstance(mod, h5py.Group):
-            c.note(f"{where}/{name}", "a module must be a group", "left out", minor=True)
+        mod = _h5md_subgroup(c, grp, name, where, "a module")
+        if mod is None:
             continue
         attrs = {k: _module_attr(k, v) for k in mod.attrs
                  if (v := _attr(mod, k)) is not None}

@@ -62,27 +62,28 @@ def _remove(path: Path, *, in_flight: bool = False) -> None:
     still land."""
     if not os.path.lexists(path):
         return
-    if path.is_dir() and not path.is_symlink() and not in_flight:
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.is_dir() and not path.is_symlink():
-        # a Zarr store: chunk writes already handed to zarr's I/O thread or to dask's
-        # workers may land after the error that stopped the write (an interrupt): remove
-        # until it stays gone, for a few seconds at most
-        deadline = time.monotonic() + REMOVE_SECONDS
-        gone_since: float | None = None
-        while time.monotonic() < deadline:
-            shutil.rmtree(path, ignore_errors=True)
-            now = time.monotonic()
-            if os.path.lexists(path):
-                gone_since = None
-            elif gone_since is None:
-                gone_since = now
-            elif now - gone_since >= 0.3:  # stayed gone: no write in flight
-                break
-            time.sleep(0.05)
-    else:
+    if not path.is_dir() or path.is_symlink():
         with contextlib.suppress(OSError):
             path.unlink()
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    if not in_flight:
+        return
+    # a Zarr store: chunk writes already handed to zarr's I/O thread or to dask's workers
+    # may land after the error that stopped the write (an interrupt): remove until it
+    # stays gone, for a few seconds at most
+    deadline = time.monotonic() + REMOVE_SECONDS
+    gone_since: float | None = None
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if os.path.lexists(path):
+            gone_since = None
+            shutil.rmtree(path, ignore_errors=True)
+        elif gone_since is None:
+            gone_since = now
+        elif now - gone_since >= 0.3:  # stayed gone: no write in flight
+            break
+        time.sleep(0.05)
 
 
 #: The middle of the name a replaced Zarr store is moved to while the new one takes
