@@ -86,9 +86,9 @@ def parse_compression(spec: str | None) -> Compression:
     spec : str or None
         ``None``/``"none"``/``""``; ``"gzip"`` or ``"gzip:LEVEL"`` (0-9, default 4);
         ``"lzf"``; ``"blosc"``/``"blosc:CODEC"``/``"blosc:CODEC:LEVEL"`` (codec
-        lz4, lz4hc, zstd, zlib, blosclz; default lz4 level 5, byte shuffle) and
-        ``"zstd"``/``"zstd:LEVEL"`` (1-22, default 3; blosc's levels are 0-9). Case and surrounding spaces do not
-        matter.
+        lz4, lz4hc, zstd, zlib, blosclz; default lz4 level 5, byte shuffle; levels 0-9)
+        and ``"zstd"``/``"zstd:LEVEL"`` (1-22, default 3). Case and surrounding spaces do
+        not matter.
 
     Returns
     -------

@@ -320,12 +320,15 @@ def _close_written(f: h5py.File, filename: str) -> None:
     HDF5's close can land what it holds (a close that fails leaves HDF5 holding the file,
     and the process crashed at exit), and the error is raised after.
     """
+    def no_space(err: BaseException) -> bool:  # HDF5's text, or an OSError's errno
+        return "errno = 28" in str(err) or getattr(err, "errno", None) == errno.ENOSPC
+
     failure: BaseException | None = None
     try:
         f.flush()
     except (RuntimeError, OSError) as err:
         failure = err
-        if "errno = 28" in str(err) or getattr(err, "errno", None) == errno.ENOSPC:
+        if no_space(err):
             with contextlib.suppress(OSError):
                 os.truncate(filename, 0)
     try:
@@ -333,7 +336,7 @@ def _close_written(f: h5py.File, filename: str) -> None:
     except (RuntimeError, OSError) as err:
         failure = failure or err
     if failure is not None:
-        full = "errno = 28" in str(failure) or getattr(failure, "errno", None) == errno.ENOSPC
+        full = no_space(failure)
         reason = "No space left on device" if full else str(failure).split("\n")[0]
         raise OSError(errno.ENOSPC if full else errno.EIO,
                       f"{reason} (the last writes, at closing)", os.fspath(filename)
