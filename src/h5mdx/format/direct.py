@@ -724,13 +724,13 @@ def _hdf5_library() -> Any:
             for line in maps:
                 path = line.split()[-1] if line.count("/") else ""
                 name = os.path.basename(path)
-                if name.startswith("libhdf5") and "_hl" not in name and path not in paths:
+                if name.startswith("libhdf5") and path not in paths:
                     paths.append(path)
     here = os.path.dirname(os.path.dirname(h5py.__file__))
     paths += glob.glob(os.path.join(here, "h5py.libs", "libhdf5*"))
     paths += glob.glob(os.path.join(os.path.dirname(h5py.__file__), ".dylibs", "libhdf5*"))
     for path in paths:
-        if "_hl" in os.path.basename(path):
+        if "_hl" in os.path.basename(path):  # the high-level library, not HDF5's own
             continue
         try:
             lib = ctypes.CDLL(path)
