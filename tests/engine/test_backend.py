@@ -787,6 +787,40 @@ def test_corrupt_chunk_error_at_compute(tmp_path, filters):
     ds.close()
 
 
+def test_a_chunk_hdf5_reads_but_the_direct_path_cannot_is_read_through_hdf5(
+        tmp_path, monkeypatch):
+    """A chunk that fails to decode without HDF5 is read again through HDF5 before an
+    error is raised: where HDF5 reads it (a codec of ours disagrees with HDF5's), the
+    values are served, one warning names the file and element, and the dataset is read
+    through HDF5 from then on (it failed the whole read before)."""
+    from h5mdx.format import direct
+
+    value = np.random.default_rng(0).normal(size=(40, 50, 3)).round(1).astype(np.float32)
+    path = write_h5md(tmp_path / "t.h5md", particles={"g": {"position": dict(
+        value=value, step=np.arange(40), chunks=(10, 50, 3), compression="gzip")}})
+    decoded = []
+    real = direct._decode_one
+
+    def disagreeing(code, data, out):
+        decoded.append(code)
+        if len(decoded) > 1:  # the first chunk decodes, the second does not
+            raise ValueError(f"decoding filter {code} failed: simulated")
+        return real(code, data, out)
+
+    monkeypatch.setattr(direct, "_decode_one", disagreeing)
+    with xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.01) as ds:
+        np.testing.assert_array_equal(ds.position[:10].values, value[:10])
+        with pytest.warns(RuntimeWarning, match=r"t\.h5md \[/particles/g/position/value\]: "
+                          r"reading frames 10-19.*simulated \(read without HDF5\), where "
+                          r"HDF5 read it; this dataset is read through HDF5 from now on"):
+            np.testing.assert_array_equal(ds.position[10:20].values, value[10:20])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per dataset
+            np.testing.assert_array_equal(ds.position.values, value)
+        assert len(decoded) == 2  # the rest through HDF5
+        assert direct.why_not_direct(path, "/particles/g/position/value") is not None
+
+
 def test_h5py_reads_reuse_scratch_buffers(adk_h5md, adk_positions, monkeypatch):
     """Through h5py too, reads inside direct.scratch_buffers land in this thread's reused
     buffer (a fresh array per read costs an mmap and zeroed pages where dask's nanny sets

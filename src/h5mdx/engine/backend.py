@@ -250,7 +250,12 @@ class H5MDArray(BackendArray):
             for k, n in zip(key, self.shape, strict=False)
         ) + tuple(key[len(self.shape):])
         self._unchanged()
-        data = self._read_direct(key)
+        try:
+            data = self._read_direct(key)
+        except _DirectReadFailed as failed:
+            data = self._read_locked(key)  # HDF5 reports a chunk it cannot read either
+            _direct.forget(failed.reader)  # it can: HDF5 reads this dataset from now on
+            _warn_direct_failed(failed)
         if data is None:
             data = self._read_locked(key)
         return self._finish(data)
@@ -455,9 +460,9 @@ class H5MDArray(BackendArray):
             _direct.forget(reader)
             return None
         except (OSError, ValueError, zlib.error) as err:
-            raise H5MDReadError(
+            raise _DirectReadFailed(
                 self._filename(), self.path,
-                f"reading {_describe_key(key, self.shape)} failed: {err}",
+                f"reading {_describe_key(key, self.shape)} failed: {err}", reader,
             ) from err
 
     def warm(self) -> None:
@@ -506,6 +511,35 @@ class H5MDArray(BackendArray):
                 return _direct.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
+
+
+class _DirectReadFailed(H5MDReadError):
+    """A read without HDF5 failed (a chunk that did not decode, a short read): the read
+    is tried through HDF5 before it is reported, as HDF5's error where it fails too."""
+
+    def __init__(self, filename: object | None, h5path: str | None, problem: str,
+                 reader: _direct.DirectReader) -> None:
+        super().__init__(filename, h5path, problem)
+        self.reader = reader
+
+    def __reduce__(self) -> tuple:  # an H5MDReadError beyond this process
+        return (H5MDReadError, (self.filename, self.h5path, self.problem))
+
+
+#: (file, dataset) whose reads without HDF5 failed where HDF5 read them: warned once
+_DIRECT_FAILED: set[tuple[object, str | None]] = set()
+
+
+def _warn_direct_failed(failed: _DirectReadFailed) -> None:
+    """Warn, once per dataset, that HDF5 read what the direct path could not."""
+    if (failed.filename, failed.h5path) in _DIRECT_FAILED:
+        return
+    _DIRECT_FAILED.add((failed.filename, failed.h5path))
+    warnings.warn(
+        f"{failed.filename} [{failed.h5path}]: {failed.problem} (read without HDF5), "
+        "where HDF5 read it; this dataset is read through HDF5 from now on (a thread at a time). "
+        "Please report it to h5mdx with the output of `h5mdx info` for the file",
+        RuntimeWarning, stacklevel=2)
 
 
 def why_reads_take_turns(variable: xr.DataArray | xr.Variable) -> str | None:
