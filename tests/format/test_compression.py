@@ -16,11 +16,11 @@ from h5mdx.format.compression import (
     (None, Compression("none")),
     ("none", Compression("none")),
     ("", Compression("none")),
-    ("gzip", Compression("gzip", 4)),
-    (" GZIP:1 ", Compression("gzip", 1)),
+    ("gzip", Compression("gzip", 4, shuffle=True)),
+    (" GZIP:1 ", Compression("gzip", 1, shuffle=True)),
     ("lzf", Compression("lzf")),
-    ("zstd", Compression("zstd", 3)),
-    ("zstd:7", Compression("zstd", 7)),
+    ("zstd", Compression("zstd", 3, shuffle=True)),
+    ("zstd:7", Compression("zstd", 7, shuffle=True)),
     ("blosc", Compression("blosc", 5, "lz4", shuffle=True)),
     ("blosc:zstd", Compression("blosc", 5, "zstd", shuffle=True)),
     ("blosc:lz4hc:9", Compression("blosc", 9, "lz4hc", shuffle=True)),
@@ -54,10 +54,36 @@ def test_bad_specs(spec, match):
 
 def test_hdf5_filters():
     assert compression_kwargs(None) == {} == compression_kwargs("none")
-    assert compression_kwargs("gzip") == {"compression": "gzip", "compression_opts": 4}
+    assert compression_kwargs("gzip") == {"compression": "gzip", "compression_opts": 4,
+                                          "shuffle": True}
     assert compression_kwargs(Compression("gzip", 2)) == {"compression": "gzip",
                                                           "compression_opts": 2}
     assert compression_kwargs("lzf") == {"compression": "lzf"}
+
+
+@pytest.mark.parametrize("spec", ["gzip:1", "zstd:3"])
+def test_gzip_and_zstd_are_written_after_the_byte_shuffle(tmp_path, spec, adk_positions):
+    """Float coordinates hardly compress without HDF5's byte shuffle filter (gzip kept
+    93% of adenylate kinase's bytes, and HDF5 inflated them several times slower): the
+    specs put it first in the pipeline, and the file is smaller for it."""
+    import h5py
+    import numpy as np
+
+    if spec.startswith("zstd"):
+        pytest.importorskip("hdf5plugin")
+    x = np.asarray(adk_positions, dtype=np.float32)
+    sizes = {}
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        for name, kwargs in (("spec", compression_kwargs(spec)),
+                             ("alone", {k: v for k, v in compression_kwargs(spec).items()
+                                        if k != "shuffle"})):
+            d = f.create_dataset(name, data=x, chunks=(10, *x.shape[1:]), **kwargs)
+            sizes[name] = d.id.get_storage_size()
+            np.testing.assert_array_equal(d[:], x)
+        plist = f["spec"].id.get_create_plist()
+        assert plist.get_filter(0)[3] == b"shuffle"  # before the codec
+        assert plist.get_nfilters() == 2
+    assert sizes["spec"] < 0.92 * sizes["alone"], sizes
 
 
 @pytest.mark.parametrize("spec", ["zstd:5", *(f"blosc:{c}:3" for c in BLOSC_CODECS)])

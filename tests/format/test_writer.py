@@ -103,7 +103,8 @@ def test_layout_validation():
         Layout(compression="brotli")
     with pytest.raises(ValueError, match="0-9"):
         compression_kwargs("gzip:12")
-    assert compression_kwargs("gzip:1") == {"compression": "gzip", "compression_opts": 1}
+    assert compression_kwargs("gzip:1") == {"compression": "gzip", "compression_opts": 1,
+                                            "shuffle": True}
     assert compression_kwargs("none") == {}
     # 4 MiB default of 40 KB frames
     assert Layout().frames(3341 * 12, 10**6) == 4 * 2**20 // (3341 * 12)

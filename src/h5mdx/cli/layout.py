@@ -12,7 +12,8 @@ from h5mdx.format.compression import COMPRESSION_SYNTAX
 _LAYOUT_HELP = (
     "Layout: chunks of whole frames, --frames-per-chunk N or --chunk-mib M (default about "
     "4 MiB per chunk), or --contiguous; --compression none|gzip[:LEVEL]|lzf|blosc[:CODEC[:L]]|"
-    "zstd[:L] (blosc/zstd need hdf5plugin). The output appears under its name only when "
+    "zstd[:L] (blosc/zstd need hdf5plugin; gzip and zstd go after HDF5's byte shuffle, "
+    "blosc shuffles itself). The output appears under its name only when "
     "complete; an interrupted run leaves no partial output."
 )
 

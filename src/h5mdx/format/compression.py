@@ -7,11 +7,16 @@ A spec is the text of ``--compression`` and of :class:`~h5mdx.format.writer.Layo
 ``create_dataset`` and :func:`h5mdx.layout.export.zarr_compressors` into Zarr codecs.
 
 >>> parse_compression("gzip")
-Compression(codec='gzip', level=4, blosc_codec=None, shuffle=False)
+Compression(codec='gzip', level=4, blosc_codec=None, shuffle=True)
 >>> parse_compression("blosc:zstd")
 Compression(codec='blosc', level=5, blosc_codec='zstd', shuffle=True)
 >>> compression_kwargs("gzip:1")
-{'compression': 'gzip', 'compression_opts': 1}
+{'compression': 'gzip', 'compression_opts': 1, 'shuffle': True}
+
+``gzip`` and ``zstd`` are written after HDF5's byte shuffle, as ``blosc`` shuffles inside:
+float coordinates compress little without it (the adenylate kinase trajectory: gzip
+keeps 93% of the bytes without, 80% with), and HDF5 inflates them several times slower.
+Every HDF5 reader applies the shuffle filter (it is built in).
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ class Compression:
     blosc_codec : str or None
         The compressor inside blosc (one of :data:`BLOSC_CODECS`), for ``blosc``.
     shuffle : bool
-        Byte shuffle before compressing (what ``blosc`` does here).
+        Byte shuffle before compressing: HDF5's shuffle filter for ``gzip`` and ``zstd``,
+        blosc's own for ``blosc``.
     """
 
     codec: str
@@ -111,7 +117,7 @@ def parse_compression(spec: str | None) -> Compression:
         level = _level(args[0], spec) if args else _DEFAULT_LEVEL["gzip"]
         if not 0 <= level <= 9 or len(args) > 1:
             raise ValueError(f"gzip level must be 0-9, as in 'gzip:1'; got {spec!r}")
-        return Compression("gzip", level)
+        return Compression("gzip", level, shuffle=True)
     if name == "lzf":
         if args:
             raise ValueError(f"lzf takes no level; got {spec!r}")
@@ -122,7 +128,7 @@ def parse_compression(spec: str | None) -> Compression:
         level = _level(args[0], spec) if args else _DEFAULT_LEVEL["zstd"]
         if not 1 <= level <= 22:
             raise ValueError(f"zstd level must be 1-22, as in 'zstd:5'; got {spec!r}")
-        return Compression("zstd", level)
+        return Compression("zstd", level, shuffle=True)
     if name == "blosc":
         if len(args) > 2:
             raise ValueError(f"blosc takes a codec and a level, as in 'blosc:lz4:5'; "
@@ -162,8 +168,9 @@ def compression_kwargs(spec: str | Compression | None) -> dict[str, Any]:
     comp = spec if isinstance(spec, Compression) else parse_compression(spec)
     if comp.codec == "none":
         return {}
+    shuffle = {"shuffle": True} if comp.shuffle else {}  # HDF5's filter, before the codec
     if comp.codec == "gzip":
-        return {"compression": "gzip", "compression_opts": comp.level}
+        return {"compression": "gzip", "compression_opts": comp.level, **shuffle}
     if comp.codec == "lzf":
         return {"compression": "lzf"}
     try:
@@ -175,7 +182,7 @@ def compression_kwargs(spec: str | Compression | None) -> dict[str, Any]:
         ) from err
     assert comp.level is not None  # parse_compression sets a level for every codec
     if comp.codec == "zstd":
-        return dict(hdf5plugin.Zstd(clevel=comp.level))
+        return {**hdf5plugin.Zstd(clevel=comp.level), **shuffle}
     assert comp.blosc_codec is not None
     return dict(hdf5plugin.Blosc(cname=comp.blosc_codec, clevel=comp.level,  # type: ignore[arg-type]
                                  shuffle=hdf5plugin.Blosc.SHUFFLE))

@@ -243,6 +243,11 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
             msg += (f"; frame-by-frame readers decompress a whole {_human(chunk_bytes)} chunk "
                     f"for every frame ({el.chunks[0]}x the work) because it does not fit the "
                     "1 MiB HDF5 chunk cache")
+        if codec in ("gzip", "zstd") and el.dtype.kind == "f" and not any(
+                "shuffle" in f.lower() for f in el.filters):
+            msg += ("; it is stored without HDF5's byte shuffle filter, without which float "
+                    "coordinates compress little and inflate slowly (h5mdx's --compression "
+                    f"{codec} adds it)")
         if keep == "none":
             msg += "; for so little saving, store it uncompressed"
         elif keep == "lzf":

@@ -61,7 +61,9 @@ def zarr_compressors(spec: str | None) -> list[Any] | None:
 
     The spec is read by :func:`~h5mdx.format.compression.parse_compression`:
     ``none`` gives no compressor, ``gzip[:L]``, ``zstd[:L]`` and
-    ``blosc[:CODEC[:L]]`` the Zarr codecs; ``lzf`` (HDF5 only) is refused.
+    ``blosc[:CODEC[:L]]`` the Zarr codecs; ``lzf`` (HDF5 only) is refused. Only blosc
+    shuffles here: Zarr's core codecs have no byte shuffle (HDF5 files get it before gzip
+    and zstd), and a store that needs numcodecs' would not open in other Zarr readers.
     """
     codecs = import_optional("zarr.codecs", "writing Zarr stores")
     comp = parse_compression(spec)
