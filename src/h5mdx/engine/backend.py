@@ -428,12 +428,19 @@ class H5MDArray(BackendArray):
         if split is None or reader is None:
             return None
         box, rest = split
+        # the frames of one chunk in one read: a compressed chunk is decoded once, not
+        # once per frame (every 10th frame of 100-frame gzip chunks: 3x h5py's time)
+        rows = 1 if reader.by_rows or reader.chunks is None else reader.chunks[0]
         parts = []
-        for i in range(start, stop, step):
-            data = self._read_box(reader, (slice(i, i + 1), *box[1:]), key)
+        i = start
+        while i < stop:
+            last = min(stop - 1, (i // rows + 1) * rows - 1)  # this chunk's last row
+            last = i + (last - i) // step * step  # its last frame asked for
+            data = self._read_box(reader, (slice(i, last + 1), *box[1:]), key)
             if data is None:
                 return None
-            parts.append(_direct.within(data, rest))
+            parts.append(_direct.within(data[::step], rest))
+            i = last + step
         return np.concatenate(parts)
 
     def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
