@@ -460,6 +460,31 @@ def test_netcdf_and_zarr_writers_keep_served_values_and_filters(tmp_path):
         assert f["velocity"].shuffle and f["velocity"].chunks == (1, 4, 3)
 
 
+@pytest.mark.parametrize("spec", ["blosc", "zstd:3"])
+def test_netcdf_writer_keeps_a_plugin_filter(tmp_path, spec):
+    """A Blosc or Zstandard file (as ``h5mdx rechunk --compression blosc`` writes it)
+    written out with ``to_netcdf(engine="h5netcdf")`` failed: its encoding said
+    ``compression="unknown"``, h5py's name for a plugin filter (found by an audit). It is
+    now the filter's id and values, which h5py takes back; ``info`` names the filter."""
+    from h5mdx.cli.info import element_dict
+    from h5mdx.format.compression import compression_kwargs
+    from h5mdx.format.h5md import scan
+
+    value = np.random.default_rng(1).normal(size=(6, 40, 3)).round(2).astype(np.float32)
+    path = write_h5md(tmp_path / "p.h5md", particles={"g": {"position": dict(
+        value=value, step=np.arange(6), chunks=(3, 40, 3), **compression_kwargs(spec))}})
+    code = 32001 if spec == "blosc" else 32015
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert ds.position.encoding["compression"] == code
+        ds.to_netcdf(tmp_path / "out.nc", engine="h5netcdf")
+    with h5py.File(tmp_path / "out.nc", "r") as f:
+        plist = f["position"].id.get_create_plist()
+        assert code in [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+        np.testing.assert_array_equal(f["position"][()], value)
+    el = scan(path).particles["g"].elements["position"]
+    assert element_dict(el)["compression"] == spec.split(":")[0]
+
+
 # ----------------------------------------------------------------------------- laziness, chunks
 
 

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from h5mdx.format.h5md import ElementInfo, FileInfo, scan
+from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def element_dict(el: ElementInfo) -> dict[str, Any]:
         "shape": list(el.shape),
         "dtype": str(el.dtype),
         "chunks": list(el.chunks) if el.chunks else None,
-        "compression": el.compression,
+        "compression": compression_name(el.compression),
         "compression_opts": el.compression_opts,
         "filters": list(el.filters),
         "unit": el.unit,
@@ -116,8 +116,8 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
 def _line(el: ElementInfo, indent: str) -> str:
     shape = "×".join(map(str, el.shape)) or "scalar"
     chunks = "×".join(map(str, el.chunks)) if el.chunks else "contiguous"
-    comp = el.compression or "-"
-    if el.compression_opts is not None:
+    comp = compression_name(el.compression) or "-"
+    if el.compression_opts is not None and not isinstance(el.compression, int):
         comp += f":{el.compression_opts}"
     unit = el.unit or "-"
     samp = ""

@@ -40,6 +40,7 @@ __all__ = [
     "ParticlesGroupInfo",
     "Problem",
     "Sampling",
+    "compression_name",
     "ensure_filters",
     "is_h5md",
     "open_h5md",
@@ -147,7 +148,10 @@ class ElementInfo:
     shape: tuple[int, ...]
     dtype: np.dtype
     chunks: tuple[int, ...] | None
-    compression: str | None
+    #: h5py's name of the compression filter (``"gzip"``, ``"lzf"``), or the registered id
+    #: of a plugin filter (32001 for Blosc; see :func:`compression_name`), with its
+    #: options: what ``create_dataset(compression=..., compression_opts=...)`` takes back
+    compression: str | int | None
     compression_opts: Any
     filters: tuple[str, ...]
     unit: str | None
@@ -464,6 +468,41 @@ def _fill_value(dset: h5py.Dataset) -> Any:
     except (OSError, TypeError, ValueError, RuntimeError):
         return None
     return value.item() if isinstance(value, np.generic) else value
+
+
+#: HDF5's built-in filters (deflate, shuffle, Fletcher-32, SZIP, N-bit, scale-offset) and
+#: LZF, which h5py names itself
+_NAMED_FILTERS = {1, 2, 3, 4, 5, 6, 32000}
+#: Names of registered plugin filters that compress (``hdf5plugin``'s)
+PLUGIN_FILTERS = {307: "bzip2", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle",
+                  32013: "zfp", 32015: "zstd", 32017: "sz", 32024: "sz3", 32026: "blosc2"}
+
+
+def _compression(dset: h5py.Dataset) -> tuple[str | int | None, Any]:
+    """The compression and its options of ``dset`` as ``create_dataset`` takes them: h5py's
+    own, except for a plugin filter, which h5py calls ``"unknown"`` (and no writer could
+    take back): its registered id and values."""
+    compression, opts = dset.compression, dset.compression_opts
+    if compression != "unknown":
+        return compression, opts
+    plist = dset.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        code, _flags, values, _name = plist.get_filter(i)
+        if code not in _NAMED_FILTERS:
+            return int(code), tuple(int(v) for v in values)
+    return compression, opts
+
+
+def compression_name(compression: str | int | None) -> str | None:
+    """A compression of :class:`ElementInfo` by name: a plugin filter's id as its name
+    (``32001`` -> ``"blosc"``), or ``"filter <id>"``.
+
+    >>> compression_name(32015), compression_name("gzip"), compression_name(40000)
+    ('zstd', 'gzip', 'filter 40000')
+    """
+    if isinstance(compression, int):
+        return PLUGIN_FILTERS.get(compression, f"filter {compression}")
+    return compression
 
 
 def _filters(dset: h5py.Dataset) -> tuple[str, ...]:
@@ -957,8 +996,7 @@ def _dataset_info(
         dtype = dset.dtype
         shape = tuple(int(s) for s in dset.shape) if dset.shape is not None else ()
         chunks = dset.chunks
-        compression = dset.compression
-        compression_opts = dset.compression_opts
+        compression, compression_opts = _compression(dset)
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
         raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
     _check_dtype(c, dtype, link_path or path)
