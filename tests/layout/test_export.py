@@ -139,6 +139,12 @@ def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compres
     err = capsys.readouterr().err
     assert f"error: {store} [position]: cannot read frames 30-39: " in err, err
     assert "Traceback" not in err
+    # the reference frame's chunk (read before the tasks): named alike, not "cannot
+    # reshape array of size 2" (found by an audit)
+    assert main(["rmsd", str(store), "--scheduler", "threads", "--no-progress",
+                 "--reference", "35"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {store} [position]: cannot read the reference frame 35: " in err, err
 
 
 def test_text_that_is_not_ascii_is_written_as_utf8(tmp_path, adk_h5md):

@@ -423,7 +423,16 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         # distributed, 0.1-0.4 s, to look for a client)
         import dask
 
-        return np.asarray(frame.compute(scheduler=dask.get).values, dtype=np.float64)
+        try:
+            return np.asarray(frame.compute(scheduler=dask.get).values, dtype=np.float64)
+        except (H5MDError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
+            i = int(reference) % n_frames
+            raise H5MDReadError(position.encoding.get("source"),
+                                position.encoding.get("h5md_path") or position.name,
+                                f"cannot read the reference frame {i}: "
+                                f"{type(err).__name__}: {err}") from err
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
