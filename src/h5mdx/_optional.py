@@ -18,6 +18,7 @@ _PIP_NAMES = {
     "pandas": ("pandas", "distributed"),
     "zarr": ("zarr", "zarr"),
     "rich": ("rich", "cli"),
+    "pyarrow": ("pyarrow", "timing"),
 }
 
 

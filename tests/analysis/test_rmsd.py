@@ -581,6 +581,33 @@ def test_cli_threads_csv_and_plot(adk_h5md_blocked, expected_ca, tmp_path, capsy
     assert "; the series: --out rmsd.csv" in capsys.readouterr().out
 
 
+def test_missing_optional_packages_are_named_before_the_work(adk_h5md, tmp_path, capsys,
+                                                             monkeypatch):
+    """``--plot`` without matplotlib failed after the RMSD, with the series written and
+    "No module named 'matplotlib'"; ``bench`` without pyarrow and ``info`` of a Zarr
+    store without zarr alike (found by an audit): each is refused first, naming the pip
+    line."""
+    out, png = tmp_path / "r.csv", tmp_path / "r.png"
+    computed = []
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("h5mdx.analysis.rmsd"), "_centred_reference",
+                        lambda *a, **k: computed.append(a))
+    for module in ("matplotlib", "pyarrow", "zarr"):
+        monkeypatch.setitem(sys.modules, module, None)  # "import matplotlib" fails
+    assert cli_main(["rmsd", adk_h5md, "--out", str(out), "--plot", str(png),
+                     "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "'matplotlib' is needed for the plot" in err and "pip install matplotlib" in err
+    assert not computed and not out.exists()
+    assert cli_main(["bench", adk_h5md, "--analysis", "read", "--scheduler", "threads",
+                     "--workers", "1", "--out", str(tmp_path / "b"), "--no-progress"]) == 1
+    assert "pip install pyarrow" in capsys.readouterr().err
+    (tmp_path / "s.zarr").mkdir()
+    assert cli_main(["info", str(tmp_path / "s.zarr")]) == 1
+    assert "pip install zarr" in capsys.readouterr().err
+
+
 def test_cli_processes_netcdf(adk_h5md, adk_universe, tmp_path):
     out = tmp_path / "rmsd.nc"
     rc = cli_main(["rmsd", adk_h5md, "--topology", PSF, "--select", "backbone",

@@ -430,7 +430,7 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
         except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
             i = int(reference) % n_frames
             raise H5MDReadError(position.encoding.get("source"),
-                                position.encoding.get("h5md_path") or position.name,
+                                position.encoding.get("h5md_path") or str(position.name),
                                 f"cannot read the reference frame {i}: "
                                 f"{type(err).__name__}: {err}") from err
     if isinstance(reference, xr.DataArray):

@@ -68,6 +68,8 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
         For a suffix that cannot be written, or a directory given as a file.
     PermissionError
         Where the output's directory cannot be written to.
+    MissingDependencyError
+        For a plot without matplotlib.
     """
     if out is not None:
         path = _series_path(out)
@@ -79,6 +81,9 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
                              f"image matplotlib writes ({', '.join(PLOT_SUFFIXES[1:])}), not "
                              f"{path.suffix}")
         _writable(path, "the plot")
+        from h5mdx._optional import import_optional
+
+        import_optional("matplotlib", "the plot")  # before the work, not after it
     if directory is not None:
         path = Path(directory)
         if path.exists() and not path.is_dir():

@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--repeats must be at least 1")
     if args.delay:
         parse_delay(args.delay)  # before the grid, not in its middle
+    from h5mdx._optional import import_optional
+
+    import_optional("pyarrow", "the bench's records (Parquet)")  # before the grid too
     if args.analysis == "rmsd":
         workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
     else:

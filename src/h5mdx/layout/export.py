@@ -113,6 +113,7 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False)
     """
     from h5mdx.errors import H5MDFormatError
 
+    import_optional("zarr", "reading Zarr stores")  # xarray would only list its engines
     try:
         ds = xr.open_dataset(path, engine="zarr", chunks=None)
     except (OSError, ValueError, KeyError) as err:

@@ -443,8 +443,10 @@ def save(
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(meta, default=_json_default, sort_keys=True)
     if path.suffix in (".parquet", ".pq"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        from h5mdx._optional import import_optional
+
+        pa = import_optional("pyarrow", "timing records in Parquet")
+        pq = import_optional("pyarrow.parquet", "timing records in Parquet")
 
         table = pa.Table.from_pandas(df, preserve_index=False)
         kv = dict(table.schema.metadata or {})
