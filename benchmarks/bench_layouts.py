@@ -8,7 +8,9 @@ frames repeated to the requested length) as:
 * ``frame``           chunks (1, n, 3) -- MDAnalysis' default
 * ``contiguous``      no chunks
 * ``block100``        chunks (100, n, 3)
-* ``gzip1``/``gzip9`` chunks (100, n, 3) with gzip level 1 / 9
+* ``gzip1``/``gzip9`` chunks (100, n, 3) with gzip level 1 / 9 (no shuffle: other writers')
+* ``gzip1-shuffle``   chunks (100, n, 3), gzip level 1 after the byte shuffle (``h5mdx
+  convert/rechunk --compression gzip:1``)
 * ``zarr``            Zarr store, chunks (100, n, 3), no compression
 
 and measures for each: size on disk, write time, one-call read of all positions,
@@ -50,6 +52,8 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "block100": {"chunks": (100, None, 3)},
     "gzip1": {"chunks": (100, None, 3), "compression": "gzip", "compression_opts": 1},
     "gzip9": {"chunks": (100, None, 3), "compression": "gzip", "compression_opts": 9},
+    "gzip1-shuffle": {"chunks": (100, None, 3), "compression": "gzip", "compression_opts": 1,
+                      "shuffle": True},
     "zarr": {"zarr": True},
 }
 
@@ -85,7 +89,7 @@ def write_h5md(path: str, base: np.ndarray, n_frames: int, spec: dict[str, Any])
         chunks = (1, n_atoms, 3)
     elif isinstance(chunks, tuple):
         chunks = tuple(n_atoms if c is None else c for c in chunks)
-    kwargs = {k: spec[k] for k in ("compression", "compression_opts") if k in spec}
+    kwargs = {k: spec[k] for k in ("compression", "compression_opts", "shuffle") if k in spec}
     with h5py.File(path, "w") as f:
         h = f.create_group("h5md")
         h.attrs["version"] = np.array([1, 1], dtype=np.int32)
@@ -178,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true", help="also read after dropping the page cache")
     p.add_argument("--dir", help="where to write the files (default: a temporary directory)")
     p.add_argument("--only", nargs="*", choices=sorted(LAYOUTS), help="subset of layouts")
+    p.add_argument("--name", help="results file name under benchmarks/results (default "
+                                  "layouts, or layouts_quick with --quick)")
     args = p.parse_args(argv)
     n_frames = args.frames or (980 if args.quick else 29988)
     n_fbf = min(args.frame_by_frame, n_frames)
@@ -241,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             "cold_cache": cold_ok, "frame_by_frame_frames": n_fbf,
             "rmsd_column": "rmsd_s" if any("warm_rmsd_s" in r for r in rows) else
             "ca_read_s (h5mdx.rmsd not available: C-alpha read through the h5md engine)"}
-    stem = os.path.join(RESULTS, "layouts_quick" if args.quick else "layouts")
+    stem = os.path.join(RESULTS, args.name or ("layouts_quick" if args.quick else "layouts"))
     os.makedirs(RESULTS, exist_ok=True)
     with open(stem + ".json", "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)

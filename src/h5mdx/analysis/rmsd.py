@@ -429,8 +429,9 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
             raise
         except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
             i = int(reference) % n_frames
+            name = None if position.name is None else str(position.name)
             raise H5MDReadError(position.encoding.get("source"),
-                                position.encoding.get("h5md_path") or str(position.name),
+                                position.encoding.get("h5md_path") or name,
                                 f"cannot read the reference frame {i}: "
                                 f"{type(err).__name__}: {err}") from err
     if isinstance(reference, xr.DataArray):
