@@ -68,6 +68,8 @@ def test_small_chunks_and_good_layout(tmp_path):
     assert [f.code for f in cont] == ["contiguous"]
     # small files are not worth a finding by default
     assert diagnose(scan(tmp_path / "one.h5md")) == []
+    # a file's name does as well as its scan (the guide's call; an audit's AttributeError)
+    assert [f.code for f in diagnose(tmp_path / "one.h5md", min_bytes=0)] == ["small-chunks"]
 
 
 def test_compression(tmp_path):

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from h5mdx.format.h5md import ElementInfo, FileInfo
+from h5mdx.format.h5md import ElementInfo, FileInfo, scan
 
 __all__ = [
     "Finding",
@@ -261,13 +261,14 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
     return out
 
 
-def diagnose(info: FileInfo, *, min_bytes: int = MIN_ELEMENT_BYTES) -> list[Finding]:
+def diagnose(info: FileInfo | str | os.PathLike[str], *,
+             min_bytes: int = MIN_ELEMENT_BYTES) -> list[Finding]:
     """Layout findings for every large time-dependent particles element of a file.
 
     Parameters
     ----------
-    info : FileInfo
-        From :func:`h5mdx.format.h5md.scan`.
+    info : FileInfo or path-like
+        From :func:`h5mdx.format.h5md.scan`, or the file, scanned here.
     min_bytes : int, optional
         Elements smaller than this (uncompressed) are skipped: their layout does
         not matter.
@@ -277,6 +278,8 @@ def diagnose(info: FileInfo, *, min_bytes: int = MIN_ELEMENT_BYTES) -> list[Find
     list of Finding
         Empty when nothing is large enough to matter.
     """
+    if not isinstance(info, FileInfo):
+        info = scan(info)
     out: list[Finding] = []
     for pg in info.particles.values():
         for el in pg.elements.values():
