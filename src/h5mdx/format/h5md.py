@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,9 +27,14 @@ import numpy as np
 
 from h5mdx.errors import H5MDError, H5MDFormatError, H5MDReadError
 from h5mdx.format.schema import (
+    ATOM_DIM,
+    BOX_VECTOR_DIM,
     H5MD_SIGNATURE,
     KNOWN_PARTICLE_ELEMENTS,
+    SPATIAL_DIM,
+    STEP_COORD,
     SUPPORTED_VERSIONS,
+    TIME_DIM,
     Path,
 )
 
@@ -1437,6 +1442,20 @@ def _subgroup_elements(c: _Ctx, name: str, grp: h5py.Group,
     return out
 
 
+#: Names of the coordinates and dimensions a Dataset of a group is given
+_SERVED_NAMES = {TIME_DIM, STEP_COORD, ATOM_DIM, SPATIAL_DIM, BOX_VECTOR_DIM}
+
+
+def _note_clashes(c: _Ctx, elements: Mapping[str, ElementInfo]) -> None:
+    """Note the elements named as a coordinate or dimension of their Dataset (``time``,
+    ``step``, ``atom``): the engine serves them as ``<name>_element``, and ``info`` lists
+    what ``strict=True`` refuses."""
+    for name, el in elements.items():
+        if name in _SERVED_NAMES:
+            c.note(el.path, f"an element named {name!r} clashes with the coordinate or "
+                   "dimension of that name", f"served as {name + '_element'!r}")
+
+
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     path = grp.name or f"/particles/{name}"
     elements: dict[str, ElementInfo] = {}
@@ -1459,6 +1478,7 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
             c.left_out(err, f"{path}/{child}")
     _same_particles(c, elements, path)
     _check_vectors(c, elements)
+    _note_clashes(c, elements)
     if box_grp is not None:
         try:
             box = _box(c, box_grp, f"{path}/box", _components(elements.get("position")))
