@@ -14,6 +14,7 @@ MODULES = [
     "h5mdx.format.compression",
     "h5mdx.format.checksums",
     "h5mdx.format.direct",
+    "h5mdx.format.h5md",
     "h5mdx.engine.chunking",
     "h5mdx.analysis.qcp",
     "h5mdx.layout._atomic",
@@ -23,6 +24,7 @@ MODULES = [
     "h5mdx._subprocess",
     "h5mdx.parallel.schedulers",
     "h5mdx.doctor",
+    "h5mdx.cli.rmsd",
 ]
 
 

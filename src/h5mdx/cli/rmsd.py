@@ -167,8 +167,15 @@ def _run_dask_mpi(args: argparse.Namespace) -> int:
 
 
 def _summary(result: Any) -> str:
-    """The series in one line, as ``gmx rms`` users look for it: first, last, mean, and
-    the largest value and its time (NaN frames left aside)."""
+    """The series in one line, as ``gmx rms`` users look for it: the first and last
+    frames' values (``nan`` where a frame has none), and the mean and the largest value
+    and its time of the frames that have one.
+
+    >>> import xarray as xr
+    >>> print(_summary(xr.DataArray([0.0, 2.0, float("nan")], dims="time",
+    ...                             attrs={"units": "nm"})))
+    rmsd (nm): first 0.0000, last nan, mean 1.0000, max 2.0000 (frame 1); 1 of 3 frames without a value
+    """
     import numpy as np
 
     values = np.asarray(result.values, dtype=np.float64)
@@ -183,8 +190,10 @@ def _summary(result: Any) -> str:
         t = result["time"].values[top]
         t_unit = result["time"].attrs.get("units", "")
         when = f" at time {t:g}{f' {t_unit}' if t_unit else ''}"
-    return (f"rmsd ({unit}): first {values[ok[0]]:.4f}, last {values[ok[-1]]:.4f}, "
-            f"mean {values[ok].mean():.4f}, max {values[top]:.4f}{when} (frame {top})")
+    missing = "" if ok.size == values.size else \
+        f"; {values.size - ok.size} of {values.size} frames without a value"
+    return (f"rmsd ({unit}): first {values[0]:.4f}, last {values[-1]:.4f}, "
+            f"mean {values[ok].mean():.4f}, max {values[top]:.4f}{when} (frame {top}){missing}")
 
 
 def _print_written(args: argparse.Namespace) -> None:
