@@ -146,6 +146,53 @@ def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
         assert got.tobytes() == want.tobytes(), (layout, dtype, key)
 
 
+def test_frames_read_one_by_one_decode_each_chunk_once(tmp_path, monkeypatch):
+    """A frame loop over gzip chunks of 10 frames decoded each chunk for every frame of it
+    (100x the work with chunks of 100 frames: 7 ms a frame, where HDF5's chunk cache
+    served 0.01 ms; found by a benchmark): the chunks a read wants part of are kept
+    decoded, a few at most, and the frames are h5py's byte for byte, also from threads."""
+    values, path = _positions_file(tmp_path, (10, 41, 3), compression="gzip", shuffle=True)
+    decoded = []
+    decode = direct.DirectReader._decode
+    monkeypatch.setattr(direct.DirectReader, "_decode",
+                        lambda self, *a: decoded.append(a) or decode(self, *a))
+    with xr.open_dataset(path, engine="h5md") as ds:
+        for i in range(SHAPE[0]):
+            assert ds.position[i].values.tobytes() == values[i].tobytes()
+        assert len(decoded) == -(-SHAPE[0] // 10)  # one per chunk
+        reader = direct.cached(os.path.abspath(path), "/particles/all/position/value")
+        assert 1 <= len(reader._kept) <= direct._KEPT_CHUNKS
+        errors = _at_once(lambda k: np.testing.assert_array_equal(
+            ds.position[(7 * k) % SHAPE[0]].values, values[(7 * k) % SHAPE[0]]), 16)
+        assert errors == []
+        decoded.clear()
+        assert ds.position[10:20].values.tobytes() == values[10:20].tobytes()
+        assert len(decoded) == 1  # a whole chunk is decoded, not kept
+
+
+def test_every_nth_frame_of_compressed_chunks_holds_about_the_result(tmp_path):
+    """Every 10th frame of gzip chunks kept each chunk's rows alive until the end (788 MiB
+    for a 76 MiB result; found by a benchmark): the frames go into one array."""
+    import tracemalloc
+
+    values = np.random.default_rng(3).normal(size=(3000, 500, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "g.h5md", {"all": {"position": dict(
+        value=values, step=np.arange(3000), chunks=(100, 500, 3), compression="gzip")}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        ds.position[0].values  # noqa: B018 - planned and located first
+        tracemalloc.start()
+        try:
+            got = ds.position[::10].values
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    np.testing.assert_array_equal(got, values[::10])
+    chunk = 100 * 500 * 3 * 4
+    # the result, the chunks kept decoded, one chunk's rows read and its decoding
+    assert peak < got.nbytes + (direct._KEPT_CHUNKS + 5) * chunk < values.nbytes / 2, (
+        peak, got.nbytes)
+
+
 @pytest.mark.parametrize("how", ["part of each row", "whole rows, 3 at a time"])
 @pytest.mark.parametrize("layout", ["contiguous", "frames (1,n,3)", "frames (10,n,3)"])
 def test_parts_of_whole_rows_equal_h5py(tmp_path, monkeypatch, layout, how):

@@ -430,18 +430,22 @@ class H5MDArray(BackendArray):
         box, rest = split
         # the frames of one chunk in one read: a compressed chunk is decoded once, not
         # once per frame (every 10th frame of 100-frame gzip chunks: 3x h5py's time)
+        # (into one array: a list of views of each chunk's rows held 10x the result)
         rows = 1 if reader.by_rows or reader.chunks is None else reader.chunks[0]
-        parts = []
-        i = start
+        out: np.ndarray | None = None
+        i, k = start, 0
         while i < stop:
             last = min(stop - 1, (i // rows + 1) * rows - 1)  # this chunk's last row
             last = i + (last - i) // step * step  # its last frame asked for
             data = self._read_box(reader, (slice(i, last + 1), *box[1:]), key)
             if data is None:
                 return None
-            parts.append(_direct.within(data[::step], rest))
-            i = last + step
-        return np.concatenate(parts)
+            part = _direct.within(data[::step], rest)
+            if out is None:
+                out = np.empty((len(range(start, stop, step)), *part.shape[1:]), part.dtype)
+            out[k:k + len(part)] = part
+            i, k = last + step, k + len(part)
+        return out
 
     def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
                   key: tuple) -> np.ndarray | None:
