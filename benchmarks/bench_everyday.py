@@ -1,0 +1,189 @@
+"""Everyday reads against the h5py floor: one atom's time series, every 10th frame, one frame.
+
+What a user does between analyses, through ``xr.open_dataset(path, engine="h5md")``
+(lazy), against the same selection read with plain h5py by hand (the floor): the time
+(median of ``--repeats`` rounds, h5mdx and the floor measured in the same round, the
+order alternating) and the peak memory a fresh process adds for it (``VmHWM`` after the
+read minus before, the file already open). Layouts: ``c100`` (chunks of 100 whole
+frames), ``c1`` (one frame per chunk), ``contig`` and ``gz100`` (gzip level 1 after the
+byte shuffle, 100 frames per chunk), ``--frames`` frames of adk's 3341 atoms (synthetic
+coordinates: only numpy, h5py, xarray and h5mdx are needed).
+
+The floors: ``dset[:, 100]`` (HDF5 reads the chunks, or the 12 bytes of each frame of a
+contiguous dataset); every 10th frame read 1,000 frames at a time and strided in numpy
+(``dset[::10]`` through HDF5's own selection takes seconds on chunked data); 100 frames
+read one by one, ``dset[i]`` (as a viewer or a frame loop does; HDF5 keeps the chunk last
+decoded in its chunk cache).
+
+Run ``python benchmarks/bench_everyday.py --data DIR`` (files are kept in DIR for the
+next run). Results: ``benchmarks/results/everyday-<name>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+N_ATOMS = 3341
+POS = "particles/trajectory/position/value"
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "c100": {"chunks": (100, N_ATOMS, 3)},
+    "c1": {"chunks": (1, N_ATOMS, 3)},
+    "contig": {},
+    "gz100": {"chunks": (100, N_ATOMS, 3), "compression": "gzip", "compression_opts": 1,
+              "shuffle": True},
+}
+#: name -> (the read of the h5md engine's position variable, the floor's of its h5py dataset)
+READS: dict[str, tuple[Any, Any]] = {
+    "one atom, all frames": (lambda v: v.isel(atom=100).values, lambda d: d[:, 100]),
+    "every 10th frame": (lambda v: v.isel(time=slice(None, None, 10)).values,
+                         lambda d: np.concatenate([d[a:a + 1000][::10].copy()
+                                                   for a in range(0, d.shape[0], 1000)])),
+    "100 frames one by one": (lambda v: [v[i].values for i in range(5000, 5100)],
+                              lambda d: [d[i] for i in range(5000, 5100)]),
+}
+
+
+def build(path: str, n_frames: int, spec: dict[str, Any]) -> None:
+    """``n_frames`` synthetic frames (a random structure that moves a little)."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 60, size=(N_ATOMS, 3)).astype(np.float32)
+    tmp = path + ".part"
+    with h5py.File(tmp, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1])
+        h.create_group("author").attrs["name"] = "bench_everyday"
+        h.create_group("creator").attrs.update({"name": "bench_everyday", "version": "1"})
+        g = f.create_group("particles/trajectory")
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        v = g.create_dataset("position/value", shape=(n_frames, N_ATOMS, 3), dtype=np.float32,
+                             **spec)
+        v.attrs["unit"] = "Angstrom"
+        for a in range(0, n_frames, 1000):
+            b = min(n_frames, a + 1000)
+            v[a:b] = base + rng.normal(0, 0.5, size=(b - a, 1, 3)).astype(np.float32)
+        g["position/step"] = np.arange(n_frames)
+        g["position/time"] = np.arange(n_frames, dtype=np.float64)
+        g["position/time"].attrs["unit"] = "ps"
+    os.replace(tmp, path)
+
+
+def _hwm_kib() -> int:
+    """This process's peak resident memory (KiB): ``VmHWM``, which, unlike ``ru_maxrss``,
+    starts afresh at exec (a child's ru_maxrss starts at its parent's peak)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+
+
+def _child(path: str, read: str, how: str) -> None:
+    """In a fresh process: the peak memory one read adds (KiB), printed as JSON."""
+    if how == "h5mdx":
+        import xarray as xr
+
+        ds = xr.open_dataset(path, engine="h5md")
+        var = ds.position
+        before = _hwm_kib()
+        out = READS[read][0](var)
+    else:
+        f = h5py.File(path, "r")
+        d = f[POS]
+        before = _hwm_kib()
+        out = READS[read][1](d)
+    after = _hwm_kib()
+    nbytes = sum(a.nbytes for a in out) if isinstance(out, list) else out.nbytes
+    print(json.dumps({"kib": after - before, "result_kib": nbytes // 1024}))
+
+
+def peak(path: str, read: str, how: str) -> dict[str, int]:
+    res = subprocess.run([sys.executable, __file__, "--child", path, read, how],
+                         capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def timed(path: str, read: str, repeats: int) -> dict[str, Any]:
+    import xarray as xr
+
+    ours, floor = READS[read]
+    h5, x = [], []
+    with h5py.File(path, "r") as f, xr.open_dataset(path, engine="h5md") as ds:
+        d = f[POS]
+        np.testing.assert_array_equal(ours(ds.position), floor(d))  # and warm
+        for r in range(repeats):
+            for which in (("floor", "h5mdx") if r % 2 == 0 else ("h5mdx", "floor")):
+                t = time.perf_counter()
+                if which == "floor":
+                    floor(d)
+                    h5.append(time.perf_counter() - t)
+                else:
+                    ours(ds.position)
+                    x.append(time.perf_counter() - t)
+    ratios = [a / b for a, b in zip(x, h5, strict=True)]
+    return {"floor_ms": 1e3 * statistics.median(h5), "h5mdx_ms": 1e3 * statistics.median(x),
+            "ratio": statistics.median(ratios)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="directory of the trajectories (kept)")
+    p.add_argument("--frames", type=int, default=20000)
+    p.add_argument("--layouts", default=",".join(LAYOUTS))
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--name", default="2core", help="results: everyday-NAME.{json,md}")
+    args = p.parse_args(argv)
+    os.makedirs(args.data, exist_ok=True)
+    rows = []
+    for layout in args.layouts.split(","):
+        path = os.path.join(args.data, f"everyday-{layout}-{args.frames}.h5md")
+        if not os.path.exists(path):
+            build(path, args.frames, LAYOUTS[layout])
+        for read in READS:
+            row = {"layout": layout, "read": read, **timed(path, read, args.repeats)}
+            mem = {how: peak(path, read, how) for how in ("floor", "h5mdx")}
+            row.update(floor_peak_mib=mem["floor"]["kib"] / 1024,
+                       h5mdx_peak_mib=mem["h5mdx"]["kib"] / 1024,
+                       result_mib=mem["h5mdx"]["result_kib"] / 1024)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    import h5mdx
+
+    meta = {"machine": platform.node(), "cpus": os.cpu_count(), "frames": args.frames,
+            "h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version,
+            "h5mdx": h5mdx.__version__, "repeats": args.repeats}
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"everyday-{args.name}")
+    with open(stem + ".json", "w") as fh:
+        json.dump({"meta": meta, "rows": rows}, fh, indent=2)
+    lines = [f"# Everyday reads against the h5py floor ({args.frames} frames x {N_ATOMS} "
+             "atoms)", "",
+             f"{meta['cpus']} CPUs, h5py {meta['h5py']}, HDF5 {meta['hdf5']}, h5mdx "
+             f"{meta['h5mdx']}; medians of {args.repeats} paired rounds; peak memory: what "
+             "a fresh process adds for the read (VmHWM).", "",
+             "| layout | read | h5py ms | h5mdx ms | h5mdx / h5py | h5py MiB | h5mdx MiB "
+             "| result MiB |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['layout']} | {r['read']} | {r['floor_ms']:.1f} | {r['h5mdx_ms']:.1f} | "
+              f"{r['ratio']:.2f} | {r['floor_peak_mib']:.1f} | {r['h5mdx_peak_mib']:.1f} | "
+              f"{r['result_mib']:.2f} |" for r in rows]
+    with open(stem + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print(f"results: {stem}.json/.md")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        _child(*sys.argv[2:])
+    else:
+        sys.exit(main())
