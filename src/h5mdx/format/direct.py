@@ -498,8 +498,9 @@ class DirectReader:
 
     def _part_of_rows(self, box: tuple[slice, ...]) -> np.ndarray:
         """``box`` where the storage holds whole rows but the box only part of each: read
-        in bounded memory (whole rows a block at a time, or only the part of each row:
-        axis 1's slice, the other axes whole), never every row at once."""
+        in bounded memory (only the part of each row: axis 1's slice, the other axes
+        whole; or whole rows, a block at a time where they would be far more than the
+        box), never every row at once."""
         first, stop = box[0].start, box[0].stop
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
         inner = math.prod(self.shape[2:]) * self.dtype.itemsize  # bytes per entry of axis 1
@@ -512,6 +513,10 @@ class DirectReader:
             for k, at in enumerate(self._row_offsets(first, stop).tolist()):
                 self._pread_into(flat[k * part:(k + 1) * part], at + skip)
             return held[(slice(None), slice(None), *box[2:])]
+        if (stop - first) * row <= max(_ROWS_BLOCK, 2 * (stop - first) * part):
+            # few rows, or most of each (a selection's bounding box): whole rows into a
+            # reused buffer, as a read of whole rows
+            return self._rows(first, stop)[(slice(None), *box[1:])]
         out = empty(tuple(t.stop - t.start for t in box), self.dtype)
         step = min(stop - first, max(1, _ROWS_BLOCK // row))
         block = np.empty((step, *self.shape[1:]), self.dtype)
