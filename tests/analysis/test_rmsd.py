@@ -603,6 +603,11 @@ def test_missing_optional_packages_are_named_before_the_work(adk_h5md, tmp_path,
     assert cli_main(["bench", adk_h5md, "--analysis", "read", "--scheduler", "threads",
                      "--workers", "1", "--out", str(tmp_path / "b"), "--no-progress"]) == 1
     assert "pip install pyarrow" in capsys.readouterr().err
+    monkeypatch.delitem(sys.modules, "pyarrow")  # the plots are asked for too
+    assert cli_main(["bench", adk_h5md, "--analysis", "read", "--scheduler", "threads",
+                     "--workers", "1", "--out", str(tmp_path / "b"), "--no-progress"]) == 1
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
     (tmp_path / "s.zarr").mkdir()
     assert cli_main(["info", str(tmp_path / "s.zarr")]) == 1
     assert "pip install zarr" in capsys.readouterr().err

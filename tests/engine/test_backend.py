@@ -844,6 +844,21 @@ def test_a_chunk_hdf5_reads_but_the_direct_path_cannot_is_read_through_hdf5(
             np.testing.assert_array_equal(ds.position.values, value)
         assert len(decoded) == 2  # the rest through HDF5
         assert direct.why_not_direct(path, "/particles/g/position/value") is not None
+    # an RMSD task's reads (FrameReader.bind: rows_reader) are retried alike (they raised
+    # the private error; found by a review)
+    import dask
+
+    path2 = write_h5md(tmp_path / "t2.h5md", particles={"g": {"position": dict(
+        value=value, step=np.arange(40), chunks=(10, 50, 3), compression="gzip")}})
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    with xr.open_dataset(path2, engine="h5md") as ds:
+        want = h5mdx.rmsd(ds.position, 0, kernel="numpy").values
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "1")
+    decoded.clear()
+    with xr.open_dataset(path2, engine="h5md", chunks={}) as ds, pytest.warns(
+            RuntimeWarning, match=r"t2\.h5md .*simulated \(read without HDF5\)"):
+        got = h5mdx.rmsd(ds.position, 0, kernel="numpy").compute(scheduler=dask.get)
+    np.testing.assert_allclose(got.values, want, atol=1e-6)
 
 
 def test_h5py_reads_reuse_scratch_buffers(adk_h5md, adk_positions, monkeypatch):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import os
 import sys
 import threading
@@ -149,8 +151,9 @@ def test_direct_equals_h5py_byte_for_byte(tmp_path, layout, dtype):
 def test_frames_read_one_by_one_decode_each_chunk_once(tmp_path, monkeypatch):
     """A frame loop over gzip chunks of 10 frames decoded each chunk for every frame of it
     (100x the work with chunks of 100 frames: 7 ms a frame, where HDF5's chunk cache
-    served 0.01 ms; found by a benchmark): the chunks a read wants part of are kept
-    decoded, a few at most, and the frames are h5py's byte for byte, also from threads."""
+    served 0.01 ms; found by a benchmark): a chunk of whose rows a read wants part is kept
+    decoded, within the process's budget, and the frames are h5py's byte for byte, also
+    from threads. A read of all a chunk's rows (some atoms of every frame) keeps none."""
     values, path = _positions_file(tmp_path, (10, 41, 3), compression="gzip", shuffle=True)
     decoded = []
     decode = direct.DirectReader._decode
@@ -160,37 +163,69 @@ def test_frames_read_one_by_one_decode_each_chunk_once(tmp_path, monkeypatch):
         for i in range(SHAPE[0]):
             assert ds.position[i].values.tobytes() == values[i].tobytes()
         assert len(decoded) == -(-SHAPE[0] // 10)  # one per chunk
-        reader = direct.cached(os.path.abspath(path), "/particles/all/position/value")
-        assert 1 <= len(reader._kept) <= direct._KEPT_CHUNKS
+        assert 0 < direct._KEPT_NBYTES <= direct.KEPT_BYTES
         errors = _at_once(lambda k: np.testing.assert_array_equal(
             ds.position[(7 * k) % SHAPE[0]].values, values[(7 * k) % SHAPE[0]]), 16)
         assert errors == []
         decoded.clear()
         assert ds.position[10:20].values.tobytes() == values[10:20].tobytes()
         assert len(decoded) == 1  # a whole chunk is decoded, not kept
+        kept, decoded[:] = dict(direct._KEPT), []
+        assert ds.position[:, 3:9].values.tobytes() == values[:, 3:9].tobytes()
+        assert len(decoded) == 6 and dict(direct._KEPT) == kept  # decoded, none kept
 
 
-def test_every_nth_frame_of_compressed_chunks_holds_about_the_result(tmp_path):
+def test_chunks_kept_decoded_are_bounded_in_the_process(tmp_path, monkeypatch):
+    """The chunks kept decoded are bounded per process, not per dataset (a worker holds
+    up to 256 readers: 4 GiB at 16 MiB each; found by a review), and a chunk larger than
+    a quarter of the budget is not kept."""
+    chunk = 10 * 41 * 3 * 4
+    monkeypatch.setattr(direct, "KEPT_BYTES", 5 * chunk)
+    with direct._KEPT_LOCK:
+        direct._KEPT.clear()
+        monkeypatch.setattr(direct, "_KEPT_NBYTES", 0)
+    for name in "abc":
+        (tmp_path / name).mkdir()
+        values, path = _positions_file(tmp_path / name, (10, 41, 3), compression="gzip")
+        with xr.open_dataset(path, engine="h5md") as ds:
+            for i in range(0, SHAPE[0], 3):
+                assert ds.position[i].values.tobytes() == values[i].tobytes()
+        assert direct._KEPT_NBYTES == sum(c.nbytes for _, c in direct._KEPT.values())
+        assert 0 < direct._KEPT_NBYTES <= 5 * chunk
+    monkeypatch.setattr(direct, "KEPT_BYTES", 3 * chunk)  # a chunk is over a quarter
+    kept = dict(direct._KEPT)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert ds.position[1].values.tobytes() == values[1].tobytes()
+    assert dict(direct._KEPT) == kept
+
+
+@pytest.mark.parametrize("chunks", [(100, 500, 3), (3000, 10, 3), (1000, 50, 3)])
+@pytest.mark.parametrize("scratch", [False, True])
+def test_every_nth_frame_of_compressed_chunks_holds_about_the_result(tmp_path, monkeypatch,
+                                                                     chunks, scratch):
     """Every 10th frame of gzip chunks kept each chunk's rows alive until the end (788 MiB
-    for a 76 MiB result; found by a benchmark): the frames go into one array."""
+    for a 76 MiB result; found by a benchmark), and then read a chunk's rows at once
+    (the whole dataset for chunks along time), each into a buffer of its own inside
+    an RMSD task's scratch buffers (found by a review): each chunk is decoded once into
+    the frames taken from it."""
     import tracemalloc
 
     values = np.random.default_rng(3).normal(size=(3000, 500, 3)).astype(np.float32)
     path = write_h5md(tmp_path / "g.h5md", {"all": {"position": dict(
-        value=values, step=np.arange(3000), chunks=(100, 500, 3), compression="gzip")}})
+        value=values, step=np.arange(3000), chunks=chunks, compression="gzip")}})
     with xr.open_dataset(path, engine="h5md") as ds:
         ds.position[0].values  # noqa: B018 - planned and located first
         tracemalloc.start()
         try:
-            got = ds.position[::10].values
+            with direct.scratch_buffers() if scratch else contextlib.nullcontext():
+                got = ds.position[::10].values
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
     np.testing.assert_array_equal(got, values[::10])
-    chunk = 100 * 500 * 3 * 4
-    # the result, the chunks kept decoded, one chunk's rows read and its decoding
-    assert peak < got.nbytes + (direct._KEPT_CHUNKS + 5) * chunk < values.nbytes / 2, (
-        peak, got.nbytes)
+    chunk = math.prod(chunks) * 4
+    # the result, and a chunk's decoding (its compressed bytes, and two stages)
+    assert peak < got.nbytes + 3 * chunk < values.nbytes / 2, (peak, got.nbytes)
 
 
 @pytest.mark.parametrize("how", ["part of each row", "whole rows, 3 at a time"])
@@ -202,7 +237,7 @@ def test_parts_of_whole_rows_equal_h5py(tmp_path, monkeypatch, layout, how):
         monkeypatch.setattr(direct, "_ROW_PART_BYTES", 1)
     else:
         monkeypatch.setattr(direct, "_ROW_PART_BYTES", 1 << 40)
-        monkeypatch.setattr(direct, "_ROWS_BLOCK", 3 * 41 * 3 * 8)
+        monkeypatch.setattr(direct, "ROWS_BLOCK", 3 * 41 * 3 * 8)
     kwargs, _ = LAYOUTS[layout]
     path = str(tmp_path / "d.h5")
     values = _values("<f8")

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from h5mdx._optional import import_optional
 
     import_optional("pyarrow", "the bench's records (Parquet)")  # before the grid too
+    import_optional("matplotlib", "the bench's plots")
     if args.analysis == "rmsd":
         workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
     else:

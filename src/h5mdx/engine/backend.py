@@ -13,6 +13,7 @@ read under the HDF5 lock, so datasets pickle to dask workers.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 import weakref
 import zlib
@@ -253,12 +254,18 @@ class H5MDArray(BackendArray):
         try:
             data = self._read_direct(key)
         except _DirectReadFailed as failed:
-            data = self._read_locked(key)  # HDF5 reports a chunk it cannot read either
-            _direct.forget(failed.reader)  # it can: HDF5 reads this dataset from now on
-            _warn_direct_failed(failed)
+            data = self._retried(key, failed)
         if data is None:
             data = self._read_locked(key)
         return self._finish(data)
+
+    def _retried(self, key: tuple, failed: _DirectReadFailed) -> np.ndarray:
+        """``key`` read through HDF5 after the direct read failed: HDF5's error where it
+        fails too, else its values, one warning, and HDF5 for this dataset from now on."""
+        data = self._read_locked(key)
+        _direct.forget(failed.reader)
+        _warn_direct_failed(failed)
+        return data
 
     def _finish(self, data: np.ndarray) -> np.ndarray:
         """The values read, with fill values as NaN and the unit scaling applied."""
@@ -310,7 +317,12 @@ class H5MDArray(BackendArray):
             nonlocal reader
             box = (slice(first + a, first + b, 1), *rest)
             if reader is not None:
-                data = self._read_box(reader, box, box)
+                try:
+                    data = self._read_box(reader, box, box)
+                except _DirectReadFailed as failed:
+                    data = self._retried(box, failed)
+                    reader = None
+                    return self._finish(data)
                 if data is not None:
                     return self._finish(data)
                 reader = None  # something unusual: h5py reads the rest
@@ -413,11 +425,12 @@ class H5MDArray(BackendArray):
         return None if data is None else _direct.within(data, rest)
 
     def _read_strided(self, key: tuple) -> np.ndarray | None:
-        """Frames taken with a stride too long for one bounding box, read directly one by
-        one (the reader and the box of the other axes found once); None where direct
-        reads do not apply. h5py's strided selection on chunked data took ~1 ms a frame:
-        every 10th frame of a 4 GB file took 34-47 s to export, where reading all of it
-        took 3-6 s (found by an audit)."""
+        """Frames taken with a stride too long for one bounding box, read directly (the
+        reader and the box of the other axes found once): one frame at a time from
+        storage of whole rows, else each chunk decoded once into the frames taken from
+        it; None where direct reads do not apply. h5py's strided selection on chunked data took ~1 ms a frame: every 10th
+        frame of a 4 GB file took 34-47 s to export, where reading all of it took 3-6 s
+        (found by an audit)."""
         if not key or not isinstance(key[0], slice):
             return None
         start, stop, step = key[0].indices(self.shape[0])
@@ -428,30 +441,34 @@ class H5MDArray(BackendArray):
         if split is None or reader is None:
             return None
         box, rest = split
-        # the frames of one chunk in one read: a compressed chunk is decoded once, not
-        # once per frame (every 10th frame of 100-frame gzip chunks: 3x h5py's time)
-        # (into one array: a list of views of each chunk's rows held 10x the result)
-        rows = 1 if reader.by_rows or reader.chunks is None else reader.chunks[0]
+        last = start + (stop - 1 - start) // step * step
+        if not reader.by_rows:
+            # chunks to decode: each once, into the frames taken (once per frame taken
+            # from it before: every 10th frame of 100-frame gzip chunks, 3x h5py's time)
+            strided = (slice(start, last + 1), *box[1:])
+            data = self._located(reader, strided, key,
+                                 lambda r: r.read(strided, keep=False, step=step))
+            return None if data is None else _direct.within(data, rest)
         out: np.ndarray | None = None
-        i, k = start, 0
-        while i < stop:
-            last = min(stop - 1, (i // rows + 1) * rows - 1)  # this chunk's last row
-            last = i + (last - i) // step * step  # its last frame asked for
-            data = self._read_box(reader, (slice(i, last + 1), *box[1:]), key)
-            if data is None:
-                return None
-            part = _direct.within(data[::step], rest)
-            if out is None:
-                out = np.empty((len(range(start, stop, step)), *part.shape[1:]), part.dtype)
-            out[k:k + len(part)] = part
-            i, k = last + step, k + len(part)
+        pool = _direct.scratch_pool()  # one buffer for every frame (not one each)
+        for k, i in enumerate(range(start, last + 1, step)):
+            with _direct.scratch_buffers(pool):
+                data = self._read_box(reader, (slice(i, i + 1), *box[1:]), key)
+                if data is None:
+                    return None
+                part = _direct.within(data, rest)
+                if out is None:  # one array (views of each frame's rows held 10x it)
+                    out = np.empty((len(range(start, stop, step)), *part.shape[1:]),
+                                   part.dtype)
+                out[k:k + 1] = part
         return out
 
     def _read_box(self, reader: _direct.DirectReader, box: tuple[slice, ...],
-                  key: tuple) -> np.ndarray | None:
-        """``box`` read by ``reader`` (for ``key``, named in errors); None where the
-        dataset turns out to need h5py."""
-        return self._located(reader, box, key, lambda r: r.read(box))
+                  key: tuple, keep: bool = True) -> np.ndarray | None:
+        """``box`` read by ``reader`` (for ``key``, named in errors; ``keep``: see
+        :meth:`~h5mdx.format.direct.DirectReader.read`); None where the dataset turns out
+        to need h5py."""
+        return self._located(reader, box, key, lambda r: r.read(box, keep=keep))
 
     def _located(self, reader: _direct.DirectReader, box: tuple[slice, ...], key: tuple,
                  then: Callable[[_direct.DirectReader], Any]) -> Any:
@@ -539,13 +556,15 @@ class _DirectReadFailed(H5MDReadError):
 
 #: (file, dataset) whose reads without HDF5 failed where HDF5 read them: warned once
 _DIRECT_FAILED: set[tuple[object, str | None]] = set()
+_DIRECT_FAILED_LOCK = threading.Lock()
 
 
 def _warn_direct_failed(failed: _DirectReadFailed) -> None:
     """Warn, once per dataset, that HDF5 read what the direct path could not."""
-    if (failed.filename, failed.h5path) in _DIRECT_FAILED:
-        return
-    _DIRECT_FAILED.add((failed.filename, failed.h5path))
+    with _DIRECT_FAILED_LOCK:  # threads reading the same chunk fail at once
+        if (failed.filename, failed.h5path) in _DIRECT_FAILED:
+            return
+        _DIRECT_FAILED.add((failed.filename, failed.h5path))
     warnings.warn(
         f"{failed.filename} [{failed.h5path}]: {failed.problem} (read without HDF5), "
         "where HDF5 read it; this dataset is read through HDF5 from now on (a thread at a time). "

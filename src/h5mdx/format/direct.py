@@ -40,6 +40,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -98,14 +99,16 @@ TREE_CHUNKS = 16384
 
 #: Chunks of a read up to which its runs are found in a Python loop rather than numpy
 _FEW = 16
-#: Bytes of whole rows a read of part of each row reads at a time (:meth:`DirectReader.read`):
-#: one atom's time series of a 20 GB trajectory read every row at once, 20 GB for 0.2 MB
-_ROWS_BLOCK = 8 << 20
-#: Bytes of decoded chunks a reader keeps for reads of part of a chunk (at least one
-#: chunk, at most ``_KEPT_CHUNKS``): frames read one by one from gzip chunks of 100 frames
-#: decoded each chunk 100 times, 7 ms a frame, where HDF5's chunk cache served 0.01 ms
-_KEPT_BYTES = 16 << 20
-_KEPT_CHUNKS = 4
+#: Bytes of rows a read of part of each row reads at a time (:meth:`DirectReader.read`),
+#: and a strided read of compressed chunks decodes into at a time: one atom's time
+#: series of a 20 GB trajectory read every row at once, 20 GB for 0.2 MB
+ROWS_BLOCK = 8 << 20
+#: Bytes of decoded chunks this process keeps for reads of part of a chunk's rows
+#: (:meth:`DirectReader._decoded`), the least recently used dropped first; a chunk of more
+#: than a quarter of it is not kept. Frames read one by one from gzip chunks of 100
+#: frames decoded each chunk 100 times, 7 ms a frame, where HDF5's chunk cache served
+#: 0.01 ms.
+KEPT_BYTES = 64 << 20
 #: Bytes per row from which a read of at most a quarter of each row reads that part of
 #: each row alone, a ``pread`` per row (~2 us), rather than the whole rows (~7 us for the
 #: 40 KB of 3341 atoms' positions from the page cache)
@@ -261,11 +264,6 @@ class DirectReader:
     _by_rows: bool = field(default=False, repr=False)
     #: :func:`_sized` of ``filters``: which stages decode into a buffer of the chunk's size
     _sized: tuple[bool, ...] = field(default=(), repr=False)
-    #: The filtered chunks last decoded for reads of part of them, the latest last
-    #: (:meth:`_decoded`), and its lock
-    _kept: OrderedDict[tuple[int, ...], np.ndarray] = field(default_factory=OrderedDict,
-                                                            repr=False)
-    _kept_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         if self.chunks is not None and not self.filters and self._whole_row_chunks():
@@ -288,6 +286,8 @@ class DirectReader:
             fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError as err:
             raise Unsupported(f"{self.filename} is no longer on disk") from err
+        except OSError as err:  # too many open files, no permission: HDF5 holds it open
+            raise Unsupported(f"{self.filename} cannot be opened again: {err}") from err
         if self.file_id is not None:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != self.file_id:
@@ -460,13 +460,19 @@ class DirectReader:
         return list(itertools.product(*ranges))
 
     # -- reading --------------------------------------------------------------------------
-    def read(self, box: tuple[slice, ...]) -> np.ndarray:
-        """The values in ``box`` (one ``slice(start, stop)`` per axis, step 1).
+    def read(self, box: tuple[slice, ...], *, keep: bool = True, step: int = 1) -> np.ndarray:
+        """The values in ``box`` (one ``slice(start, stop)`` per axis, step 1; every
+        ``step``-th row of axis 0 from its start, where the chunks are not read by rows:
+        each chunk decoded once, into the rows wanted).
 
         Call :meth:`missing` and :meth:`add_locations` first for a chunked dataset.
         Where the storage holds whole rows of axis 0 (contiguous, or uncompressed
         chunks spanning every other axis), the rows are read in as few ``pread``
-        calls as they are runs on disk, and a view of them is returned.
+        calls as they are runs on disk, and a view of them is returned; where the box
+        holds only part of each row, that part of each row alone, or the rows a block
+        at a time (bounded memory). A filtered chunk of whose rows the box holds part
+        is kept decoded for the next read (a frame loop), unless ``keep`` is False (a
+        caller that will not come back for the others).
         """
         if any(s.stop <= s.start for s in box):
             return np.empty(tuple(max(0, s.stop - s.start) for s in box), dtype=self.dtype)
@@ -475,9 +481,10 @@ class DirectReader:
                                                                strict=True)):
                 return self._rows(box[0].start, box[0].stop)
             return self._part_of_rows(box)
-        out = empty(tuple(s.stop - s.start for s in box), self.dtype)
+        rows = len(range(box[0].start, box[0].stop, step))
+        out = empty((rows, *(s.stop - s.start for s in box[1:])), self.dtype)
         for coord in self._chunk_coords(box):
-            self._read_chunk(coord, box, out)
+            self._read_chunk(coord, box, out, keep, step)
         return out
 
     def _whole_row_chunks(self) -> bool:
@@ -513,12 +520,12 @@ class DirectReader:
             for k, at in enumerate(self._row_offsets(first, stop).tolist()):
                 self._pread_into(flat[k * part:(k + 1) * part], at + skip)
             return held[(slice(None), slice(None), *box[2:])]
-        if (stop - first) * row <= max(_ROWS_BLOCK, 2 * (stop - first) * part):
+        if (stop - first) * row <= max(ROWS_BLOCK, 2 * (stop - first) * part):
             # few rows, or most of each (a selection's bounding box): whole rows into a
             # reused buffer, as a read of whole rows
             return self._rows(first, stop)[(slice(None), *box[1:])]
         out = empty(tuple(t.stop - t.start for t in box), self.dtype)
-        step = min(stop - first, max(1, _ROWS_BLOCK // row))
+        step = min(stop - first, max(1, ROWS_BLOCK // row))
         block = np.empty((step, *self.shape[1:]), self.dtype)
         for a in range(first, stop, step):
             b = min(stop, a + step)
@@ -615,19 +622,27 @@ class DirectReader:
         return self._decode(raw, mask)
 
     def _decoded(self, coord: tuple[int, ...]) -> np.ndarray:
-        """The values of a filtered chunk of which a read wants part: kept decoded for the
-        next reads of it (a frame loop reads a chunk of 100 frames 100 times)."""
-        with self._kept_lock:
-            chunk = self._kept.get(coord)
-            if chunk is not None:
-                self._kept.move_to_end(coord)
-                return chunk
-        chunk = self._chunk(coord).copy()
-        with self._kept_lock:
-            self._kept[coord] = chunk
-            while len(self._kept) > 1 and (len(self._kept) > _KEPT_CHUNKS or sum(
-                    c.nbytes for c in self._kept.values()) > _KEPT_BYTES):
-                self._kept.popitem(last=False)
+        """The values of a filtered chunk of whose rows a read wants part: kept decoded
+        (:data:`KEPT_BYTES` in this process) for the next reads of it (a frame loop reads
+        a chunk of 100 frames 100 times)."""
+        global _KEPT_NBYTES
+        key = (id(self), coord)
+        with _KEPT_LOCK:
+            held = _KEPT.get(key)
+            if held is not None and held[0]() is self:
+                _KEPT.move_to_end(key)
+                return held[1]
+        chunk = self._chunk(coord)
+        if 4 * chunk.nbytes > KEPT_BYTES:
+            return chunk  # too large to keep: this thread's buffers, as any chunk
+        chunk = chunk.copy()
+        with _KEPT_LOCK:
+            old = _KEPT.pop(key, None)
+            _KEPT_NBYTES -= 0 if old is None else old[1].nbytes
+            _KEPT[key] = (weakref.ref(self), chunk)
+            _KEPT_NBYTES += chunk.nbytes
+            while _KEPT_NBYTES > KEPT_BYTES:
+                _KEPT_NBYTES -= _KEPT.popitem(last=False)[1][1].nbytes
         return chunk
 
     def _decode(self, raw: Any, mask: int = 0) -> np.ndarray:
@@ -657,16 +672,23 @@ class DirectReader:
         return values.view(self.dtype).reshape(self.chunks)
 
     def _read_chunk(self, coord: tuple[int, ...], box: tuple[slice, ...],
-                    out: np.ndarray) -> None:
+                    out: np.ndarray, keep: bool = True, step: int = 1) -> None:
         assert self.chunks is not None
-        whole = all(s.start <= c and min(c + n, size) <= s.stop for c, s, n, size
-                    in zip(coord, box, self.chunks, self.shape, strict=True))
-        chunk = self._decoded(coord) if self.filters and not whole else self._chunk(coord)
-        src, dst = [], []
-        for c, s, n in zip(coord, box, self.chunks, strict=True):
-            lo, hi = max(c, s.start), min(c + n, s.stop)
-            src.append(slice(lo - c, hi - c))
-            dst.append(slice(lo - s.start, hi - s.start))
+        s0, c0 = box[0], coord[0]
+        lo, hi = max(c0, s0.start), min(c0 + self.chunks[0], s0.stop)
+        lo = s0.start + -(-(lo - s0.start) // step) * step  # the chunk's first row taken
+        if lo >= hi:
+            return  # none of its rows is taken
+        # a read of part of the chunk's rows (a frame loop) will come back for the others
+        rows = s0.start <= c0 and min(c0 + self.chunks[0], self.shape[0]) <= s0.stop
+        kept = keep and step == 1 and bool(self.filters) and not rows
+        chunk = self._decoded(coord) if kept else self._chunk(coord)
+        src = [slice(lo - c0, hi - c0, step)]
+        dst = [slice((lo - s0.start) // step, (lo - s0.start) // step + len(range(lo, hi, step)))]
+        for c, s, n in zip(coord[1:], box[1:], self.chunks[1:], strict=True):
+            a, b = max(c, s.start), min(c + n, s.stop)
+            src.append(slice(a - c, b - c))
+            dst.append(slice(a - s.start, b - s.start))
         out[tuple(dst)] = chunk[tuple(src)]
 
 
@@ -932,6 +954,13 @@ def within(block: np.ndarray, rest: tuple) -> np.ndarray:
         return block[rest]
     kept = block[tuple(slice(None) if i else r for i, r in zip(ints, rest, strict=True))]
     return kept[tuple(int(r) if i else slice(None) for i, r in zip(ints, rest, strict=True))]
+
+
+#: (id of a reader, chunk coordinate) -> (a weak reference to the reader, the decoded
+#: chunk), the latest used last; their bytes in all
+_KEPT: OrderedDict[tuple[int, tuple[int, ...]], tuple[Any, np.ndarray]] = OrderedDict()
+_KEPT_NBYTES = 0
+_KEPT_LOCK = threading.Lock()
 
 
 # -- scratch buffers ---------------------------------------------------------------------
