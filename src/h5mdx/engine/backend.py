@@ -108,6 +108,11 @@ def _stale_handle(filename: str, stamp: tuple[int, int, int, int]) -> None:
     _OPENED[key] = now
 
 
+#: Said of a file that changed since it was opened: most often a writer still at work
+_LIVE_HINT = ("; a file a program is still writing changes so: open it with swmr=True "
+              "where it is written in SWMR mode, or once the writer has finished")
+
+
 def _opener(filename: str, mode: str = "r", swmr: bool = False,
             state: tuple[int, int] | None = None) -> h5py.File:
     """Open ``filename`` for a :class:`CachingFileManager`, the first time or again after
@@ -121,7 +126,7 @@ def _opener(filename: str, mode: str = "r", swmr: bool = False,
         raise H5MDReadError(
             filename, None, "was replaced or rewritten since it was opened (its size or "
             f"modification time changed: {state} -> {now}, as (bytes, ns)); the data read "
-            "would not be those the Dataset describes: open it again")
+            f"would not be those the Dataset describes: open it again{_LIVE_HINT}")
     if not swmr and stamp is not None:
         _stale_handle(filename, stamp)
     return _open_file(filename, swmr=swmr)
@@ -242,7 +247,8 @@ class H5MDArray(BackendArray):
             raise H5MDReadError(
                 self.filename, self.path, "was rewritten since it was opened (its size or "
                 f"modification time changed: {self.stamp[2:]} -> {now[2:]}, as (bytes, "
-                "ns)); the data read would not be those the Dataset describes: open it again")
+                "ns)); the data read would not be those the Dataset describes: open it again"
+                f"{_LIVE_HINT}")
 
     def _getitem(self, key: tuple) -> np.ndarray:
         # bound open slices by our shape: a live (SWMR) dataset may have grown on disk
