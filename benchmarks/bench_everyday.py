@@ -6,8 +6,9 @@ What a user does between analyses, through ``xr.open_dataset(path, engine="h5md"
 order alternating) and the peak memory a fresh process adds for it (``VmHWM`` after the
 read minus before, the file already open). Layouts: ``c100`` (chunks of 100 whole
 frames), ``c1`` (one frame per chunk), ``contig`` and ``gz100`` (gzip level 1 after the
-byte shuffle, 100 frames per chunk), ``--frames`` frames of adk's 3341 atoms (synthetic
-coordinates: only numpy, h5py, xarray and h5mdx are needed).
+byte shuffle, 100 frames per chunk), ``--frames`` frames of adk's 3341 atoms, built by
+``bench_scale.build`` (synthetic coordinates: only numpy, h5py, xarray and h5mdx are
+needed; a file it built for ``bench_scale.py --data DIR`` is used as it is).
 
 The floors: ``dset[:, 100]`` (HDF5 reads the chunks, or the 12 bytes of each frame of a
 contiguous dataset); every 10th frame read 1,000 frames at a time and strided in numpy
@@ -35,16 +36,14 @@ import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_scale  # noqa: E402 - beside this script: the files it builds are the same
+
 RESULTS = os.path.join(HERE, "results")
-N_ATOMS = 3341
-POS = "particles/trajectory/position/value"
-LAYOUTS: dict[str, dict[str, Any]] = {
-    "c100": {"chunks": (100, N_ATOMS, 3)},
-    "c1": {"chunks": (1, N_ATOMS, 3)},
-    "contig": {},
-    "gz100": {"chunks": (100, N_ATOMS, 3), "compression": "gzip", "compression_opts": 1,
-              "shuffle": True},
-}
+N_ATOMS = bench_scale.N_ATOMS
+POS = bench_scale.DSET
+#: The layouts, as ``bench_scale`` builds them
+LAYOUTS = ("c100", "c1", "contig", "gz100")
 #: name -> (the read of the h5md engine's position variable, the floor's of its h5py dataset)
 READS: dict[str, tuple[Any, Any]] = {
     "one atom, all frames": (lambda v: v.isel(atom=100).values, lambda d: d[:, 100]),
@@ -59,30 +58,6 @@ READS: dict[str, tuple[Any, Any]] = {
 def _loop(n_frames: int) -> range:
     """The frames a loop reads one by one: 100 from a quarter of the way in."""
     return range(n_frames // 4, min(n_frames, n_frames // 4 + 100))
-
-
-def build(path: str, n_frames: int, spec: dict[str, Any]) -> None:
-    """``n_frames`` synthetic frames (a random structure that moves a little)."""
-    rng = np.random.default_rng(0)
-    base = rng.uniform(0, 60, size=(N_ATOMS, 3)).astype(np.float32)
-    tmp = path + ".part"
-    with h5py.File(tmp, "w") as f:
-        h = f.create_group("h5md")
-        h.attrs["version"] = np.array([1, 1])
-        h.create_group("author").attrs["name"] = "bench_everyday"
-        h.create_group("creator").attrs.update({"name": "bench_everyday", "version": "1"})
-        g = f.create_group("particles/trajectory")
-        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
-        v = g.create_dataset("position/value", shape=(n_frames, N_ATOMS, 3), dtype=np.float32,
-                             **spec)
-        v.attrs["unit"] = "Angstrom"
-        for a in range(0, n_frames, 1000):
-            b = min(n_frames, a + 1000)
-            v[a:b] = base + rng.normal(0, 0.5, size=(b - a, 1, 3)).astype(np.float32)
-        g["position/step"] = np.arange(n_frames)
-        g["position/time"] = np.arange(n_frames, dtype=np.float64)
-        g["position/time"].attrs["unit"] = "ps"
-    os.replace(tmp, path)
 
 
 def _hwm_kib() -> int:
@@ -151,9 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.data, exist_ok=True)
     rows = []
     for layout in args.layouts.split(","):
-        path = os.path.join(args.data, f"everyday-{layout}-{args.frames}.h5md")
-        if not os.path.exists(path):
-            build(path, args.frames, LAYOUTS[layout])
+        path = bench_scale.build(os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md"),
+                                 args.frames, layout)
         for read in READS:
             row = {"layout": layout, "read": read, **timed(path, read, args.repeats)}
             mem = {how: peak(path, read, how) for how in ("floor", "h5mdx")}
