@@ -321,6 +321,15 @@ def test_summary_counts_particles_without_a_position(tmp_path):
     assert (stats.n_frames, stats.n_atoms) == (3, 6)
     assert "3 frames x 6 atoms (/particles/all/velocity)" in stats.summary()
 
+    # observables sampled more often than the positions: the positions' frames (it said
+    # '40 frames x 5 atoms' of a file of 4 frames of positions; found by an audit)
+    both = write_h5md(tmp_path / "both.h5", {"all": {
+        "position": {"value": np.ones((4, 5, 3)), "step": np.arange(4) * 10}}},
+        observables={"energy": {"value": np.arange(40.0), "step": np.arange(40)}})
+    stats = rechunk(both, tmp_path / "both.h5md")
+    assert (stats.n_frames, stats.n_atoms) == (4, 5)
+    assert "4 frames x 5 atoms" in stats.summary()
+
     fixed = write_h5md(tmp_path / "fixed.h5", {"all": {"position": {"value": np.ones((6, 3))}}})
     stats = rechunk(fixed, tmp_path / "fixed.h5md")
     assert stats.n_atoms == 6

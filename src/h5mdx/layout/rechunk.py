@@ -252,17 +252,18 @@ class _Room:
         self.raw += nbytes
 
 
-def _particle_count(info: Any) -> int:
-    """Particles of the file's first particles group, for the summary: from ``position``,
-    else any per-particle element (a velocity-only dump; time-independent data)."""
+def _particle_count(info: Any) -> tuple[int, int | None]:
+    """Particles of the file's first particles group, and their frames, for the summary:
+    from ``position``, else any per-particle element (a velocity-only dump; time-independent
+    data: no frames, None)."""
     for pg in info.particles.values():
         ranked = sorted(pg.elements.items(),
                         key=lambda item: (item[0] != "position", not item[1].time_dependent))
         for _, e in ranked:
             axis = 1 if e.time_dependent else 0
             if len(e.shape) > axis:
-                return int(e.shape[axis])
-    return 0
+                return int(e.shape[axis]), (int(e.shape[0]) if e.time_dependent else None)
+    return 0, None
 
 
 def rechunk(
@@ -322,10 +323,11 @@ def rechunk(
     dst = os.fspath(dst)
     info = scan(src)
     elements = time_dependent_elements(info)
-    n_frames = max((e.shape[0] for e in elements), default=0)
     main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
                  if n == "position" and e.time_dependent), None)
-    n_atoms = _particle_count(info)
+    n_atoms, n_frames = _particle_count(info)
+    if n_frames is None:  # the particles' frames, not an observable's sampled more often
+        n_frames = max((e.shape[0] for e in elements), default=0)
     if is_zarr_path(dst):
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
                              n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib,
