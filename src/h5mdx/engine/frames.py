@@ -30,7 +30,7 @@ from xarray.core import indexing
 
 from h5mdx._machine import usable_cpus
 from h5mdx.engine.backend import H5MDArray
-from h5mdx.format.direct import scratch_buffers, scratch_pool
+from h5mdx.format.direct import row_offsets, scratch_buffers, scratch_pool
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader",
            "frame_reader", "read_ahead", "read_ahead_depth", "stored_start"]
@@ -127,11 +127,7 @@ class FrameReader:
                 return None
             fd, offsets, nbytes = located
             # every stored frame's offset, run by run, then every step-th of them
-            counts = np.asarray(nbytes, dtype=np.int64) // frame_bytes
-            within = np.arange(int(counts.sum()), dtype=np.int64) \
-                - np.repeat(np.cumsum(counts) - counts, counts)
-            each = np.repeat(np.asarray(offsets, dtype=np.int64), counts) + within * frame_bytes
-            each = each[::step]
+            each = row_offsets(offsets, nbytes, frame_bytes)[::step]
             return fd, each, np.full(each.size, frame_bytes, dtype=np.int64)
 
         return strided

@@ -64,6 +64,7 @@ __all__ = [
     "hold",
     "plan_cached",
     "plan_direct",
+    "row_offsets",
     "scratch_buffers",
     "scratch_pool",
     "why_not_direct",
@@ -535,11 +536,7 @@ class DirectReader:
     def _row_offsets(self, first: int, stop: int) -> np.ndarray:
         """The byte offset of each of rows ``first:stop`` in the file."""
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
-        table = np.array(list(self._spans(first, stop)), dtype=np.int64).reshape(-1, 2)
-        counts = table[:, 1] // row
-        within = np.arange(int(counts.sum()), dtype=np.int64) \
-            - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.repeat(table[:, 0], counts) + within * row
+        return row_offsets(*self.row_runs(first, stop), row)
 
     def row_runs(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Where rows ``first:stop`` of axis 0 lie in the file, as runs of whole rows.
@@ -879,6 +876,19 @@ def _few_chunks(dset: h5py.Dataset) -> tuple[bool, int]:
 def enabled() -> bool:
     """Whether direct reads are on (the default; ``H5MDX_DIRECT_READ=0`` turns them off)."""
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def row_offsets(offsets: Any, nbytes: Any, row: int) -> np.ndarray:
+    """The byte offset of every row of ``row`` bytes in runs of whole rows (``offsets``,
+    ``nbytes``: :meth:`DirectReader.row_runs`), in order.
+
+    >>> row_offsets([100, 1000], [24, 8], 8).tolist()
+    [100, 108, 116, 1000]
+    """
+    counts = np.asarray(nbytes, dtype=np.int64) // row
+    within = np.arange(int(counts.sum()), dtype=np.int64) \
+        - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(np.asarray(offsets, dtype=np.int64), counts) + within * row
 
 
 def box_of(key: tuple, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple] | None:
