@@ -126,3 +126,18 @@ def test_large_chunks_warn_only_where_filters_make_a_frame_decode_the_chunk(tmp_
                if f.code == "large-chunks")
     assert big.severity == "warning" and "decode a chunk per frame" in big.message
     assert "deflate" in big.message
+
+
+def test_zstd_without_the_byte_shuffle_is_named(tmp_path, adk_positions):
+    """The same for hdf5plugin's zstd (a plugin filter, known to h5py by its id 32015)."""
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    x = np.asarray(adk_positions, np.float32)[:N_FRAMES]
+    zstd = hdf5plugin.Zstd(clevel=3)
+    for shuffle in (False, True):
+        found = diagnose(_file(tmp_path / f"zs{shuffle}.h5md", (N_FRAMES, N_ATOMS, 3),
+                               zstd["compression"], zstd["compression_opts"], x,
+                               shuffle=shuffle), min_bytes=0)
+        comp = next(f for f in found if f.code == "compression")
+        assert comp.message.startswith("zstd compression saves"), comp.message
+        said = "stored without HDF5's byte shuffle filter" in comp.message
+        assert said is not shuffle, comp.message

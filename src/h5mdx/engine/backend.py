@@ -788,9 +788,8 @@ class _Builder:
             "contiguous": el.chunks is None,
             "compression": el.compression,
             "compression_opts": el.compression_opts,
-            # HDF5's own names, or the filter ids of a writer that left them out
-            "shuffle": bool({"shuffle", "2"} & set(el.filters)),
-            "fletcher32": bool({"fletcher32", "3"} & set(el.filters)),
+            "shuffle": el.shuffled,
+            "fletcher32": el.fletcher32,
             "original_shape": el.shape,
         }
         if el.fillvalue is not None:

@@ -183,6 +183,17 @@ class ElementInfo:
         """Size of the uncompressed data in bytes."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
+    @property
+    def shuffled(self) -> bool:
+        """Whether HDF5's byte shuffle filter is in the pipeline (named, or by its id 2
+        where the writer left the name out)."""
+        return bool({"shuffle", "2"} & set(self.filters))
+
+    @property
+    def fletcher32(self) -> bool:
+        """Whether the chunks carry HDF5's Fletcher-32 checksum (filter id 3)."""
+        return bool({"fletcher32", "3"} & set(self.filters))
+
 
 @dataclass(frozen=True, eq=False)
 class BoxInfo:

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from h5mdx.format.h5md import ElementInfo, FileInfo, scan
+from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
 
 __all__ = [
     "Finding",
@@ -106,8 +106,8 @@ def recommended_frames(frame_bytes: int, n_frames: int) -> int:
 
 
 def _codec(el: ElementInfo) -> str | None:
-    if el.compression in ("gzip", "lzf"):
-        return el.compression
+    if el.compression is not None and compression_name(el.compression) in _DECOMPRESS_BW:
+        return compression_name(el.compression)  # h5py's name, or a plugin filter's id
     names = " ".join(el.filters).lower()
     for key in ("blosc", "zstd", "deflate", "lzf"):
         if key in names:
@@ -243,8 +243,7 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
             msg += (f"; frame-by-frame readers decompress a whole {_human(chunk_bytes)} chunk "
                     f"for every frame ({el.chunks[0]}x the work) because it does not fit the "
                     "1 MiB HDF5 chunk cache")
-        if codec in ("gzip", "zstd") and el.dtype.kind == "f" and not any(
-                "shuffle" in f.lower() for f in el.filters):
+        if codec in ("gzip", "zstd") and el.dtype.kind == "f" and not el.shuffled:
             msg += ("; it is stored without HDF5's byte shuffle filter, without which float "
                     "coordinates compress little and inflate slowly (h5mdx's --compression "
                     f"{codec} adds it)")
