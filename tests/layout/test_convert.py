@@ -501,7 +501,19 @@ def test_format_given_where_the_file_name_does_not_tell_it(tmp_path, capsys):
     """A LAMMPS dump named .lammpstrj: MDAnalysis needs format="LAMMPSDUMP"."""
     out = tmp_path / "lmp.h5md"
     assert main(["convert", d.LAMMPS_image_vf, d.LAMMPSDUMP_image_vf, str(out)]) != 0
-    assert "--format" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # MDAnalysis' 8 lines said in one, with the format it knows by that name
+    assert err.splitlines()[0].endswith(
+        "it knows no trajectory format 'LAMMPSTRJ' (of "
+        f"{d.LAMMPSDUMP_image_vf!r}); give one with --format (format=): LAMMPSDUMP?"), err
+    assert len(err.splitlines()) == 2, err  # and where --debug shows the traceback
+    assert main(["convert", d.LAMMPSDUMP_image_vf, str(out)]) != 0
+    assert "it knows no topology format 'LAMMPSTRJ'; give one with --topology-format " \
+        "(topology_format=): LAMMPSDUMP?" in capsys.readouterr().err
+    assert main(["convert", "--format", "NOSUCH", d.LAMMPS_image_vf,
+                 d.LAMMPSDUMP_image_vf, str(out)]) != 0
+    err = capsys.readouterr().err
+    assert "it knows no trajectory format 'NOSUCH'" in err and "LAMMPSDUMP, " in err, err
     assert main(["convert", "--format", "LAMMPSDUMP", d.LAMMPS_image_vf,
                  d.LAMMPSDUMP_image_vf, str(out)]) == 0
     u = mda.Universe(d.LAMMPS_image_vf, d.LAMMPSDUMP_image_vf, format="LAMMPSDUMP")

@@ -134,12 +134,14 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         except Exception as err:  # MDAnalysis raises many kinds of errors
             _release_quietly(err)
             what = f" with {', '.join(repr(t) for t in trajs)}" if trajs else ""
+            unknown = _unknown_format(str(err))
             # the hint where the format was the trouble, not for a damaged or locked file
-            hint = ("" if kwargs or "format" not in str(err).lower() else
+            hint = ("" if unknown or kwargs or "format" not in str(err).lower() else
                     "; where MDAnalysis cannot tell a format from the file name, give it "
                     "(format=, topology_format=; --format, --topology-format)")
             hint += _h5md_hint(trajs)
-            reason = str(err) or type(err).__name__  # some say nothing (an H5MD file of 0 frames)
+            # some say nothing (an H5MD file of 0 frames)
+            reason = unknown or str(err) or type(err).__name__
             raise TopologyError(
                 f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {reason}{hint}"
             ) from err
@@ -147,6 +149,47 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
                             "give a trajectory file after it")
     return u
+
+
+#: Formats named by a file's suffix that MDAnalysis knows by another name
+_FORMAT_ALIASES = {"LAMMPSTRJ": "LAMMPSDUMP", "DUMP": "LAMMPSDUMP", "NETCDF": "NCDF",
+                   "H5": "H5MD", "HDF5": "H5MD"}
+
+
+def _unknown_format(message: str) -> str | None:
+    """MDAnalysis' many-line error for a format it does not know (named by a file's suffix,
+    or given), said in one line with the keyword to give it and the nearest format it knows;
+    None for other errors.
+
+    >>> print(_unknown_format("Unknown coordinate trajectory format 'LAMMPSTRJ' for 'a.lammpstrj'."
+    ...       " The FORMATs dict_keys(['DCD', 'LAMMPSDUMP', 'XTC']) are implemented"))
+    it knows no trajectory format 'LAMMPSTRJ' (of 'a.lammpstrj'); give one with --format (format=): LAMMPSDUMP?
+    """
+    import ast
+    import difflib
+    import re
+
+    traj = re.search(r"Unknown coordinate trajectory format '([^']*)' for '([^']*)'", message)
+    top = re.search(r"'([^']*)' isn't a valid topology format", message)
+    if traj is None and top is None:
+        return None
+    known: list[str] = []
+    listed = re.search(r"dict_keys\((\[[^\]]*\])\)", message)
+    if listed is not None:
+        with contextlib.suppress(ValueError, SyntaxError):
+            known = [str(k) for k in ast.literal_eval(listed.group(1))]
+    if traj is not None:
+        fmt, what = traj.group(1), f"trajectory format {traj.group(1)!r} (of {traj.group(2)!r})"
+        option = "--format (format=)"
+    else:
+        assert top is not None
+        fmt, what = top.group(1), f"topology format {top.group(1)!r}"
+        option = "--topology-format (topology_format=)"
+    alias = _FORMAT_ALIASES.get(fmt.upper())
+    near = [alias] if alias else difflib.get_close_matches(fmt.upper(), known, n=2, cutoff=0.6)
+    guess = ": " + " or ".join(near) + "?" if near else ""
+    listing = f" (MDAnalysis' formats: {', '.join(known)})" if known and not near else ""
+    return f"it knows no {what}; give one with {option}{guess}{listing}"
 
 
 def _h5md_hint(trajectories: Sequence[str]) -> str:
