@@ -1094,6 +1094,46 @@ def test_a_file_replaced_by_one_of_the_same_size_and_time_reads_as_opened(tmp_pa
             np.testing.assert_array_equal(first.position.values, want_a)
 
 
+def test_utf8_parameters_and_a_clash_of_names_leave_the_rest(tmp_path):
+    """Fixed-size strings are UTF-8 (GROMACS writes them so), not ASCII; a parameter named
+    like another's axis is left out with a warning (both raised bare from numpy and xarray,
+    and the whole tree failed; found by an audit)."""
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["parameters/labels"] = np.array(["Å".encode(), b"nm"])
+        f["parameters/thermostat/x_dim_0"] = 5  # thermostat/x has an axis of that name
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    [clash] = [str(w.message) for w in record]
+    assert clash.startswith(f"{path} [/parameters/thermostat/") and "left out" in clash
+    with tree:
+        assert tree["parameters"].labels.values.tolist() == ["Å", "nm"]
+        thermo = tree["parameters/thermostat"]
+        assert float(thermo.tau) == 0.5 and len(thermo.data_vars) == 2
+    with pytest.warns(H5MDConformanceWarning):
+        ds = xr.open_dataset(path, engine="h5md", group="parameters")
+    with ds:
+        assert ds.labels.values.tolist() == ["Å", "nm"]
+
+
+def test_a_file_of_one_group_of_observables_opens_it(tmp_path):
+    """No particles and no observables directly under /observables: a plain open gave an
+    empty Dataset; it opens the only group of observables, and asks which of several."""
+    path = str(tmp_path / "obs.h5md")
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        el = f.create_group("observables/thermo/energy")
+        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.energy, np.arange(3.0))
+    with h5py.File(path, "r+") as f:
+        el = f.create_group("observables/other/pressure")
+        el["value"], el["step"] = np.ones(3), np.arange(3)
+    with pytest.raises(ValueError, match="no observables directly under /observables; open "
+                       "one of its groups: 'observables/other', 'observables/thermo'"):
+        xr.open_dataset(path, engine="h5md")
+
+
 def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):
     """``unit`` as a one-element string array, as accepted on elements: the parameter is
     converted and labelled (it was left unconverted and unlabelled, silently)."""

@@ -470,6 +470,71 @@ def _check_unwritten(ds):
     np.testing.assert_array_equal(ds.velocity[2], 0.0)
 
 
+def _no_box_quaternions(f):
+    """No box, and an element of 4 components beside positions of 3 (found by an audit:
+    every such element was given the 'spatial' axis, and the whole group failed)."""
+    del f[f"{G}/box"]
+    el = f.create_group(f"{G}/orientation")
+    el["value"], el["step"] = np.tile([1.0, 0, 0, 0], (N_FRAMES, N_ATOMS, 1)), STEPS
+
+
+def _check_quaternions(ds):
+    assert ds.position.dims == ("time", "atom", "spatial")
+    assert ds.orientation.dims == ("time", "atom", "orientation_dim_2")
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.orientation[..., 0], 1.0)
+
+
+def _null_mass(f):
+    f[f"{G}"].create_dataset("mass", data=h5py.Empty("f8"))
+
+
+def _never_written(f):
+    """A contiguous 'value' created, never written: no storage, zeros (said nothing)."""
+    el = f.create_group(f"{G}/velocity")
+    el.create_dataset("value", shape=POS.shape, dtype="f8")
+    el["step"] = f[f"{G}/position/step"]
+
+
+def _check_never_written(ds):
+    np.testing.assert_array_equal(ds.velocity, 0.0)
+    np.testing.assert_array_equal(ds.position, POS)
+
+
+def _grown_ahead(f):
+    """A writer that grew 'value' to 20 frames ahead, wrote 3 (and their steps), and
+    stopped: the 3 frames at their steps (it served 20 frames numbered, 17 of zeros)."""
+    pos = f[f"{G}/position"]
+    del pos["value"]
+    value = pos.create_dataset("value", shape=(20, N_ATOMS, 3), maxshape=(None, N_ATOMS, 3),
+                               dtype="f8", chunks=(1, N_ATOMS, 3))
+    value[:N_FRAMES] = POS
+    value.attrs["unit"] = "nm"
+
+
+def _subgroup_clash(f):
+    """lees/offset (served as lees_offset) beside an element named lees_offset."""
+    for name, v in (("lees/offset", 1.0), ("lees/direction", 0), ("lees_offset", 7.0)):
+        el = f.create_group(f"{G}/{name}")
+        el["value"], el["step"] = np.full(N_FRAMES, v), STEPS
+
+
+def _check_lees(ds):
+    np.testing.assert_array_equal(ds.lees_offset, 7.0)  # the element's, not the subgroup's
+    np.testing.assert_array_equal(ds.lees_direction, 0)
+
+
+def _units_plural(f):
+    value = f[f"{G}/position/value"]
+    del value.attrs["unit"]
+    value.attrs["units"] = "nm"
+
+
+def _check_converted(ds):
+    assert ds.position.attrs["units"] == "Angstrom"
+    np.testing.assert_allclose(ds.position, POS * 10)
+
+
 TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
@@ -566,6 +631,23 @@ TROUBLES = {
     "references": Trouble(_references, f"{G}/ref", "left out", _check_no_ref),
     "particle count mismatch": Trouble(_atom_mismatch, f"{G}/mass", "left out", _check_no_mass),
     "dangling link": Trouble(_dangling, f"{G}", "left out", _check_no_velocity),
+    # found by an audit of defective files (/tmp/audit31)
+    "no box, quaternions": Trouble(_no_box_quaternions, f"{G}/box", "no box: positions read",
+                                   _check_quaternions),
+    "null dataspace": Trouble(_null_mass, f"{G}/mass", r"null dataspace\) holds no value; "
+                              "left out", _check_no_mass),
+    "value never written": Trouble(_never_written, f"{G}/velocity/value",
+                                   "never written.*read as HDF5's default fill value",
+                                   _check_never_written),
+    "value grown ahead": Trouble(_grown_ahead, f"{G}/position/value",
+                                 "declares 20 frames but stores none after frame 2.*its first "
+                                 "3 frames read", _check_steps_and_times),
+    "subgroup element named as an element": Trouble(
+        _subgroup_clash, f"{G}/lees", "served as 'lees_offset', the name of the "
+        f"element {G}/lees_offset; left out", _check_lees),
+    "units, not unit": Trouble(_units_plural, f"{G}/position/value",
+                               "unit 'nm' read from 'units'", _check_converted,
+                               {"convert_units": True}),
     "zero-size element declaring 10^9 particles": Trouble(
         _empty_huge, f"{G}/velocity/value", "left out", _check_no_velocity),
 }
@@ -1042,8 +1124,10 @@ def test_stored_chunks_are_counted_once_per_dataset(tmp_path, monkeypatch):
     [problem] = scan(path).problems
     assert problem.path == f"{G}/velocity/value"
     assert "stores 2 of its 3 chunks" in problem.message
-    # asked by both checks, counted by HDF5 the first time only
-    assert calls == [(f"{G}/velocity/value", False), (f"{G}/velocity/value", True)]
+    # asked by every check (the frames stored, the size, the unwritten chunks), counted
+    # by HDF5 the first time only
+    assert len(calls) >= 2 and {name for name, _ in calls} == {f"{G}/velocity/value"}
+    assert [hit for _, hit in calls] == [False] + [True] * (len(calls) - 1)
 
 
 def test_a_problem_of_a_shared_step_reaches_every_group_that_uses_it(tmp_path):

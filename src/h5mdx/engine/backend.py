@@ -909,6 +909,22 @@ def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[s
     coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS[:box.dimension]))
 
 
+def _group_dimension(pg: ParticlesGroupInfo) -> int | None:
+    """The spatial dimension of a particles group: its box's; without a box, the number of
+    components of its positions (or velocities, forces, images), so that an element of
+    another width (quaternions) gets an axis of its own rather than a clashing ``spatial``."""
+    if pg.box is not None:
+        return pg.box.dimension
+    for name in ("position", "velocity", "force", "image"):
+        el = pg.elements.get(name)
+        if el is None:
+            continue
+        tail = el.shape[1:] if el.time_dependent else el.shape
+        if len(tail) == 2:
+            return int(tail[1])
+    return None
+
+
 def _particles_dataset(
     b: _Builder,
     pg: ParticlesGroupInfo,
@@ -918,7 +934,7 @@ def _particles_dataset(
     drop: set[str],
 ) -> xr.Dataset:
     info = b.info
-    dimension = pg.box.dimension if pg.box is not None else None
+    dimension = _group_dimension(pg)
     main = _main_sampling(pg.elements.values(), "position")
     variables: dict[str, xr.Variable] = {}
     coords: dict[str, xr.Variable] = {}
@@ -1068,6 +1084,24 @@ def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,
     return _dataset(variables, coords, attrs, info, where, b.report)
 
 
+def _default_group(info: FileInfo, listing: str) -> str:
+    """The group a plain open reads: the only particles group; without one, the
+    observables (the only group of them where none lie directly under /observables)."""
+    if len(info.particles) == 1:
+        return f"particles/{next(iter(info.particles))}"
+    if info.particles:
+        raise ValueError(
+            f"{info.filename} has several particles groups; choose one with group=... "
+            f"(--group on the command line): "
+            f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
+        )
+    if not info.observables:
+        raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
+    if not info.elements_under("observables") and len(info.observable_groups) == 1:
+        return f"observables/{info.observable_groups[0]}"
+    return "observables"
+
+
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     """Return (kind, name): ("particles", group), ("observables", prefix),
     ("connectivity", "") or ("parameters", subgroup)."""
@@ -1080,19 +1114,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
     available.extend("parameters" + (f"/{sub}" if sub else "") for sub in info.parameter_groups)
     listing = ", ".join(repr(a) for a in available) or "none"
-    if group is None:
-        if len(info.particles) == 1:
-            return "particles", next(iter(info.particles))
-        if not info.particles:
-            if info.observables:
-                return "observables", ""
-            raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
-        raise ValueError(
-            f"{info.filename} has several particles groups; choose one with group=... "
-            f"(--group on the command line): "
-            f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
-        )
-    g = group.strip("/")
+    g = (group if group is not None else _default_group(info, listing)).strip("/")
     if g in info.particles:
         return "particles", g
     if g.startswith("particles/") and g[len("particles/"):] in info.particles:
@@ -1635,8 +1657,12 @@ def _parameters_datasets(b: _Builder) -> dict[str, xr.Dataset]:
                 continue
             if isinstance(value, str):
                 out[sub].attrs[leaf] = value
-            else:
+                continue
+            try:
                 out[sub][leaf] = value
+            except ValueError as err:  # its axes clash with another parameter's names
+                b.report.note(meta["path"], f"it does not fit beside the other parameters "
+                              f"of its group: {err}", "left out")
     return out
 
 
@@ -1712,8 +1738,9 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     arr = np.asarray(value)
-    if arr.dtype.kind in "SO":
-        arr = arr.astype(str)
+    if arr.dtype.kind in "SO":  # bytes as UTF-8 (GROMACS' fixed-size strings), not ASCII
+        arr = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                        for v in arr.ravel().tolist()], dtype=str).reshape(arr.shape)
     elif scale != 1.0:
         arr = arr * scale
     return xr.Variable(dims, arr, attrs, encoding)

@@ -453,9 +453,16 @@ def unit_attribute(obj: h5py.HLObject) -> str | None:
 
 
 def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
-    """The ``unit`` attribute as a string (:func:`unit_attribute`), else None (noted)."""
+    """The ``unit`` attribute as a string (:func:`unit_attribute`), else None (noted);
+    without one, a ``units`` attribute (netCDF's name), noted."""
     try:
-        return unit_attribute(obj)
+        unit = unit_attribute(obj)
+        if unit is None and "units" in obj.attrs and "unit" not in obj.attrs:
+            unit = unit_text(_attr(obj, "units"))
+            if unit is not None:
+                c.note(where, "the unit is in a 'units' attribute (netCDF's name), not in "
+                       "H5MD's 'unit'", f"unit {unit!r} read from 'units'")
+        return unit
     except ValueError as err:
         c.note(where, str(err), "unit ignored")
         return None
@@ -704,11 +711,15 @@ def _capacity(c: _Ctx, dset: h5py.Dataset) -> int:
     return min(size, n_chunks * math.prod(int(x) for x in chunks))
 
 
-def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
-    """Refuse a dataset whose declared shape goes far beyond its stored data."""
+def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None = None
+                    ) -> None:
+    """Refuse a dataset whose declared shape (its first ``frames`` rows where given) goes
+    far beyond its stored data."""
     shape = dset.shape
     if not shape:
         return
+    if frames is not None:
+        shape = (frames, *shape[1:])
     size = math.prod(int(s) for s in shape)
     if size == 0 and max(int(s) for s in shape) > MAX_ABSENT_ELEMENTS:
         # opening builds per-frame and per-atom arrays: a zero-size dataset's declared
@@ -721,7 +732,7 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
     allowed = max(MAX_ABSENT_ELEMENTS, chunk)
     if size <= allowed:
         return
-    absent = size - _capacity(c, dset)
+    absent = size - min(size, _capacity(c, dset))
     if absent > allowed:
         raise H5MDFormatError(
             c.filename,
@@ -733,12 +744,20 @@ def _check_declared(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         )
 
 
-def _check_written(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
-    """Note a chunked ``value`` whose chunks are not all stored (a writer that stopped
-    after growing it): without a fill value of its own, those frames read as zeros."""
-    if not dset.chunks or not dset.shape or _fill_value(dset) is not None:
+def _check_written(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None = None
+                   ) -> None:
+    """Note a ``value`` (its first ``frames`` rows where given) whose chunks are not all
+    stored (a writer that stopped after growing it), or a contiguous one never written:
+    without a fill value of its own, those frames read as zeros."""
+    if not dset.shape or _fill_value(dset) is not None:
         return
-    expected = math.prod(math.ceil(int(s) / int(ch)) for s, ch in zip(dset.shape, dset.chunks,
+    shape = dset.shape if frames is None else (frames, *dset.shape[1:])
+    if not dset.chunks:
+        if math.prod(shape) and _storage_size(c, dset) == 0 and _layout(dset) == "contiguous":
+            c.note(where, "was created but never written (no storage allocated)",
+                   f"its values read as HDF5's default fill value ({dset.fillvalue})")
+        return
+    expected = math.prod(math.ceil(int(s) / int(ch)) for s, ch in zip(shape, dset.chunks,
                                                                      strict=True))
     if expected == 0:
         return
@@ -758,6 +777,46 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         c.note(where, f"stores {stored} of its {expected} chunks: the others were never "
                f"written ({why})",
                f"their values read as HDF5's default fill value ({dset.fillvalue})")
+
+
+def _layout(dset: h5py.Dataset) -> str | None:
+    """HDF5's layout of ``dset``: ``"contiguous"``, ``"compact"``, ``"chunked"``,
+    ``"virtual"``; None where it cannot tell."""
+    try:
+        layout = dset.id.get_create_plist().get_layout()
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return None
+    return {h5py.h5d.CONTIGUOUS: "contiguous", h5py.h5d.COMPACT: "compact",
+            h5py.h5d.CHUNKED: "chunked", h5py.h5d.VIRTUAL: "virtual"}.get(layout)
+
+
+def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | None:
+    """The frames of a time-dependent ``value`` to read where its last rows were never
+    stored (space allocated ahead by a writer that stopped): up to its last stored chunk,
+    or to its ``n_steps`` steps where more; None where its chunks are all stored (or it
+    cannot tell)."""
+    frames = int(value.shape[0])
+    if c.live or not value.chunks or frames == 0 or _fill_value(value) is not None:
+        return None
+    storage = _storage_size(c, value)
+    if storage is None or not _filters(value) and storage >= value.nbytes:
+        return None  # every chunk of uncompressed data is there (or it cannot tell)
+    expected = math.prod(math.ceil(int(s) / int(ch))
+                         for s, ch in zip(value.shape, value.chunks, strict=True))
+    stored = _stored_chunks(c, value)
+    if stored is None or stored >= expected:
+        return None
+    last = [0]
+
+    def visit(info: Any) -> None:
+        last[0] = max(last[0], int(info.chunk_offset[0]) + int(value.chunks[0]))
+
+    try:
+        value.id.chunk_iter(visit)  # the index once (HDF5 >= 1.12.3)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return None
+    keep = min(frames, max(last[0], n_steps or 0))
+    return keep if 0 < keep < frames else None  # nothing stored: refused, as it was
 
 
 def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
@@ -1008,9 +1067,12 @@ def _dataset_info(
                 value_path = link_path  # reached through an external link: read it by that
         except (KeyError, OSError, RuntimeError, ValueError):
             pass
+    if dset.shape is None:  # HDF5's null dataspace: not a scalar, no value at all
+        raise H5MDFormatError(c.filename, link_path or path,
+                              "an empty dataset (null dataspace) holds no value")
     try:
         dtype = dset.dtype
-        shape = tuple(int(s) for s in dset.shape) if dset.shape is not None else ()
+        shape = tuple(int(s) for s in dset.shape)
         chunks = dset.chunks
         compression, compression_opts = _compression(dset)
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
@@ -1111,6 +1173,8 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
     if isinstance(obj, h5py.Dataset):
         _check_dataset(c, obj, obj.name or path)
         _check_declared(c, obj, obj.name or path)
+        if not c.live:
+            _check_written(c, obj, obj.name or path)
         return _dataset_info(
             c, name, path, obj, time_dependent=False, sampling=None,
             unit=_unit_attr(c, obj, path), link_path=path,
@@ -1135,10 +1199,15 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
             f"{path}/value",
             "'value' of a time-dependent element must have a time axis, but it is a scalar",
         )
-    _check_declared(c, value, f"{path}/value")
+    frames = _frames_stored(c, value, _n_steps(obj))
+    if frames is not None:
+        c.note(f"{path}/value", f"declares {value.shape[0]} frames but stores none after "
+               f"frame {frames - 1} (space allocated ahead by a writer that stopped)",
+               f"its first {frames} frames read")
+    _check_declared(c, value, f"{path}/value", frames)
     if not c.live:
-        _check_written(c, value, f"{path}/value")
-    sampling = _sampling(c, obj, int(value.shape[0]), path)
+        _check_written(c, value, f"{path}/value", frames)
+    sampling = _sampling(c, obj, int(value.shape[0]) if frames is None else frames, path)
     unit = _unit_attr(c, value, f"{path}/value")
     if unit is None and "unit" in obj.attrs:
         unit = _unit_attr(c, obj, path)
@@ -1147,6 +1216,15 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
                    f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
                          link_path=f"{path}/value", group=obj)
+
+
+def _n_steps(grp: h5py.Group) -> int | None:
+    """The number of entries of ``grp``'s ``step`` where it is a 1-D dataset, else None."""
+    try:
+        step = grp.get("step")
+        return int(step.shape[0]) if isinstance(step, h5py.Dataset) and step.ndim == 1 else None
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return None
 
 
 def _trim_live(elements: list[ElementInfo]) -> dict[str, ElementInfo]:
@@ -1470,6 +1548,7 @@ def _note_clashes(c: _Ctx, elements: Mapping[str, ElementInfo]) -> None:
 def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     path = grp.name or f"/particles/{name}"
     elements: dict[str, ElementInfo] = {}
+    nested: dict[str, ElementInfo] = {}
     box = None
     box_grp: h5py.Group | None = None
     for child in grp:
@@ -1482,11 +1561,17 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                     c.note(f"{path}/box", "the box must be a group", "left out")
                 continue
             if _holds_elements(obj):
-                elements.update(_subgroup_elements(c, child, obj, f"{path}/{child}"))
+                nested.update(_subgroup_elements(c, child, obj, f"{path}/{child}"))
                 continue
             elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
         except H5MDFormatError as err:
             c.left_out(err, f"{path}/{child}")
+    for served, el in nested.items():
+        if served in elements:  # lees/offset beside an element named lees_offset
+            c.note(el.path, f"it would be served as {served!r}, the name of the element "
+                   f"{elements[served].path}", "left out")
+        else:
+            elements[served] = el
     _same_particles(c, elements, path)
     _check_vectors(c, elements)
     _note_clashes(c, elements)
