@@ -762,6 +762,8 @@ def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5m
     back = xr.open_dataarray(write_series(tmp_path / "r.nc", r))
     assert back.attrs["superposition"] == 1
     back.close()
+    with xr.open_dataarray(write_series(tmp_path / "R.NC", r)) as back:  # was CSV text
+        np.testing.assert_array_equal(back, r)
 
 
 def test_reference_without_positions_for_some_atoms_warns(adk_positions):

@@ -182,3 +182,16 @@ def test_a_damaged_root_group_is_called_damage(tmp_path, adk_h5md, capsys):
     err = capsys.readouterr().err
     assert "the file is damaged: HDF5 cannot read its root group" in err, err
     assert "h5netcdf" not in err
+
+
+def test_debug_after_the_command_shows_the_traceback(tmp_path, capsys):
+    """The errors' hint says "run with --debug": `h5mdx info F --debug` was a usage error
+    (found by an audit); it raises, as `h5mdx --debug info F` does."""
+    from h5mdx.cli import main
+
+    missing = str(tmp_path / "nope.h5md")
+    assert main(["info", missing]) == 1
+    assert "(run with --debug for the traceback)" in capsys.readouterr().err
+    for argv in (["info", missing, "--debug"], ["--debug", "info", missing]):
+        with pytest.raises(FileNotFoundError, match="No such file"):
+            main(argv)

@@ -652,6 +652,12 @@ def test_a_reader_that_knows_no_units_is_noted(tmp_path):
     assert any("does not know the length, time, velocity units" in n for n in stats.notes)
     clean = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
     assert not any("does not know" in n for n in clean.notes)
+    # a GRO file: its lengths are converted from nm, its time is not known (an audit
+    # found the note said "converts nothing")
+    gro = convert(d.GRO, [], tmp_path / "gro.h5md", progress=False)
+    [note] = [n for n in gro.notes if "does not know" in n]
+    assert "does not know the time units" in note and "(time as ps)" in note, note
+    assert note.endswith("; converted: length from nm"), note
 
 
 def test_an_h5md_file_mdanalysis_cannot_read_points_to_h5mdx(tmp_path, capsys):

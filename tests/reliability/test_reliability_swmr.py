@@ -130,10 +130,37 @@ def test_live_rmsd_equals_finished_file(tmp_path):
 
 
 def test_follow_stops_after_timeout(tmp_path):
+    """It stops, and says what it found (it stopped in silence)."""
     path = tmp_path / "never.h5md"
     t0 = time.monotonic()
-    assert list(h5mdx.engine.live.follow(path, interval=0.05, timeout=0.3)) == []
+    with pytest.warns(RuntimeWarning, match=r"stopped after 0.3 s without a frame; the "
+                      "last look found: .*No such file"):
+        assert list(h5mdx.engine.live.follow(path, interval=0.05, timeout=0.3)) == []
     assert time.monotonic() - t0 < 5
+
+
+def test_a_file_open_without_swmr_in_this_process_is_named(tmp_path):
+    """HDF5 refuses swmr=True for a file this process has open without it: the error
+    says so (it blamed the file's format), and follow() raises it at once (it waited
+    out its timeout in silence). Found by an audit."""
+    path = tmp_path / "done.h5md"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        el = f.create_group("particles/g/position")
+        el["value"], el["step"] = np.zeros((2, 3, 3)), np.arange(2)
+        f["particles/g"].create_group("box").attrs.update(
+            {"dimension": 3, "boundary": ["none"] * 3})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        ds.load()
+        with pytest.raises(H5MDFormatError, match="this process has it open without "
+                           r"swmr=True already.*close that one first \(ds.close\(\)\)"):
+            xr.open_dataset(path, engine="h5md", swmr=True)
+        t0 = time.monotonic()
+        with pytest.raises(H5MDFormatError, match="without swmr=True already"):
+            list(h5mdx.engine.live.follow(path, interval=0.05, timeout=30))
+        assert time.monotonic() - t0 < 10
+    with xr.open_dataset(path, engine="h5md", swmr=True) as live:  # closed: it opens
+        assert live.sizes["time"] == 2
 
 
 def test_swmr_on_non_swmr_file_is_clear(tmp_path):

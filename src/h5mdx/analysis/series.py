@@ -108,7 +108,7 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     """
     path = _series_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".nc":
+    if path.suffix.lower() == ".nc":
         result.to_netcdf(path)
         return path
     frames = result["frame"].values if "frame" in result.coords else None

@@ -100,6 +100,9 @@ def _warnings_as_lines(command: str, debug: bool) -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``h5mdx`` console script."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv[1:]:  # `h5mdx info F --debug`, as the errors' hint reads too
+        argv = ["--debug", *(a for a in argv if a != "--debug")]
     args, extra = parser.parse_known_args(argv)
     dest = getattr(args, "trailing_positionals", None)
     if extra and dest and not any(e.startswith("-") for e in extra):

@@ -57,8 +57,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="frames per task (overrides --chunk-mib)")
     p.add_argument("--kernel", choices=["auto", "numpy", "numba"], default="auto",
                    help="QCP implementation: numba where installed (auto), or numpy")
-    p.add_argument("--out", default=None, help="write the series to a .csv or .nc file (RMSD "
-                   "in Angstrom, time in ps, where the file says its units)")
+    p.add_argument("--out", default=None, help="write the series to a file: .nc netCDF, else CSV "
+                   "(.csv, .txt or no suffix); RMSD in Angstrom, time in ps, where the file "
+                   "says its units")
     p.add_argument("--plot", default=None, help="write a plot of the series (PNG)")
     p.add_argument("--timing", default=None,
                    help="capture per-task timing records into this directory")

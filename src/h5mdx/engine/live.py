@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -110,12 +111,15 @@ def follow(
     kwargs = {"engine": "h5md", "swmr": True, **open_kwargs}
     seen = 0
     last_growth = time.monotonic()
+    failed: Exception | None = None  # why the last look found no Dataset
     while True:
         ds = None
         try:
             ds = xr.open_dataset(os.fspath(path), **kwargs)
-        except (FileNotFoundError, H5MDFormatError, H5MDReadError):
-            ds = None  # not created yet, or the writer has not finished its header
+        except (FileNotFoundError, H5MDFormatError, H5MDReadError) as err:
+            if "without swmr=True already" in str(err):
+                raise  # this process holds the file open otherwise: no wait mends that
+            ds, failed = None, err  # not created yet, or the writer has not finished its header
         if ds is not None and n_frames(ds) >= seen + min_new_frames:
             seen = n_frames(ds)
             last_growth = time.monotonic()
@@ -128,5 +132,9 @@ def follow(
         elif ds is not None:
             ds.close()
         if timeout is not None and time.monotonic() - last_growth > timeout:
+            if not seen and failed is not None:
+                warnings.warn(f"follow({os.fspath(path)!r}) stopped after {timeout} s "
+                              f"without a frame; the last look found: {failed}",
+                              RuntimeWarning, stacklevel=2)
             return
         time.sleep(interval)

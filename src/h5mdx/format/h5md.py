@@ -334,6 +334,12 @@ def open_h5md(
                 stem = os.path.splitext(os.path.basename(path))[0]
                 problem += (f"; a {suffix} trajectory converts to H5MD once with: "
                             f"h5mdx convert TOPOLOGY {os.path.basename(path)} {stem}.h5md")
+        elif swmr and "swmr read access flag not the same" in text.lower():
+            problem = (
+                f"HDF5 cannot open the file with swmr=True ({text}): this process has it "
+                "open without swmr=True already (another Dataset of the file, or an h5py "
+                "File); close that one first (ds.close()), or open this one without swmr"
+            )
         elif swmr:
             problem = (
                 f"HDF5 cannot open the file with swmr=True ({text}); SWMR reading needs a "

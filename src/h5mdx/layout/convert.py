@@ -644,19 +644,28 @@ _READER_UNIT = {"position": "length", "box_edges": "length", "velocity": "veloci
                 "force": "force"}
 
 
+#: The units MDAnalysis gives each quantity it reads (base units of MDAnalysis.units)
+_MDA_UNITS = {"length": "Angstrom", "time": "ps", "velocity": "Angstrom/ps",
+              "force": "kJ/(mol*Angstrom)"}
+
+
 def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
-    """A note where MDAnalysis' reader does not know the input's units (a LAMMPS dump:
-    ``units`` None): it converts nothing, and the values are written as read, under the
-    units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps)."""
+    """A note where MDAnalysis' reader does not know some of the input's units (a LAMMPS
+    dump: none; a GRO file: the time's): those quantities are written as read, under the
+    units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps); the others were converted."""
     units = getattr(u.trajectory, "units", None) or {}
     quantities = {_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT} | {"time"}
     unknown = sorted(q for q in quantities if q in units and units[q] is None)
     if not unknown:
         return []
+    known = sorted(q for q in quantities if units.get(q) is not None)
+    labels = ", ".join(f"{q} as {_MDA_UNITS.get(q, '?')}" for q in unknown)
+    converted = ("; converted: " + ", ".join(f"{q} from {units[q]}" for q in known)
+                 if known else "")
     return [f"MDAnalysis does not know the {', '.join(unknown)} units of "
-            f"{getattr(u.trajectory, 'filename', 'the input')} and converts nothing: the "
-            "values are written as read, labelled in MDAnalysis' units (Angstrom, ps, ...); "
-            "check them against the units the simulation used"]
+            f"{getattr(u.trajectory, 'filename', 'the input')}: those values are written as "
+            f"read, labelled in MDAnalysis' units ({labels}); check them against the units "
+            f"the simulation used{converted}"]
 
 
 def _h5md_inputs(trajectories: Sequence[Any]) -> Iterator[Any]:
