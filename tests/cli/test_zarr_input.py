@@ -7,7 +7,9 @@ import warnings
 
 import numpy as np
 import pytest
+import xarray as xr
 
+import h5mdx
 from h5mdx.cli import main
 
 mda = pytest.importorskip("MDAnalysis")
@@ -55,7 +57,40 @@ def test_a_topology_of_other_atoms_is_one_clear_line(store, capsys):
     err = capsys.readouterr().err
     assert "has 3341" in err and "Traceback" not in err
     assert main(["rmsd", str(store), "--group", "x", "--no-progress"]) == 1
-    assert "--group" in capsys.readouterr().err
+    assert "has no particles group 'x'; it has: 'trajectory'" in capsys.readouterr().err
+
+
+def test_a_store_of_several_groups_is_described_and_read_whole(tmp_path, capsys):
+    """rechunk copies a file of two particles groups and observables into a store, the
+    first group at its root: info lists them all (it showed the root alone) and
+    rmsd --group reads either (it refused, saying a store holds one). Found by an audit."""
+    from h5mdx.testing import write_h5md
+
+    rng = np.random.default_rng(3)
+    pos = {g: rng.random((4, 5, 3)) * 10 for g in ("solute", "solvent")}
+    src = write_h5md(tmp_path / "two.h5md", {
+        g: {"position": {"value": p, "step": np.arange(4), "unit": "Angstrom"}}
+        for g, p in pos.items()}, observables={"energy": {"value": np.arange(4.0),
+                                                          "step": np.arange(4)}})
+    store = tmp_path / "two.zarr"
+    assert main(["rechunk", src, str(store), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "particles/solute (at the root)" in text
+    assert "\nparticles/solvent\n    position     4×5×3" in text, text
+    assert "\nobservables\n    energy       4" in text, text
+    assert main(["info", str(store), "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert set(groups) == {"particles/solvent", "observables"}
+    for g in ("solute", "solvent", "particles/solvent"):
+        out = tmp_path / f"{g.replace('/', '_')}.csv"
+        assert main(["rmsd", str(store), "--group", g, "--no-progress", "--kernel", "numpy",
+                     "--out", str(out)]) == 0
+        with xr.open_dataset(src, engine="h5md", group=g.split("/")[-1]) as ds:
+            want = h5mdx.rmsd(ds.position, 0).values
+        got = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+        np.testing.assert_allclose(got, want, atol=1e-10)
 
 
 def test_rmsd_of_a_store_in_nm_is_reported_in_angstrom_like_its_h5md(tmp_path):

@@ -175,17 +175,18 @@ def render(info: FileInfo) -> str:
     return "\n".join(out)
 
 
-def zarr_dict(path: str) -> dict[str, Any]:
-    """A JSON-able description of a Zarr store: its variables, chunks, codecs and units."""
+def _zarr_group_dict(path: str, group: str | None) -> dict[str, Any]:
+    """The variables, frames and missing chunks of one group of a Zarr store."""
     from h5mdx.layout.export import missing_chunks, open_zarr_store
 
-    with open_zarr_store(path) as ds:
+    with open_zarr_store(path, group=group) as ds:
         missing = {name: {"stored": stored, "expected": expected, "reads_as": str(fill)}
-                   for name, (stored, expected, fill) in missing_chunks(path, ds).items()}
-        size = sum(os.path.getsize(os.path.join(d, f))
-                   for d, _, files in os.walk(path) for f in files)
+                   for name, (stored, expected, fill) in missing_chunks(path, ds, group).items()}
+        own = _zarr_arrays(path, group)  # not the coordinates a group shares with the root
         variables = {}
         for name, var in ds.variables.items():
+            if own is not None and str(name) not in own:
+                continue
             enc = var.encoding
             codecs = [type(c).__name__ for c in (*(enc.get("filters") or ()),
                                                   *(enc.get("compressors") or ()))]
@@ -195,13 +196,74 @@ def zarr_dict(path: str) -> dict[str, Any]:
                 "codecs": codecs, "unit": var.attrs.get("units"),
             }
         time = ds.get("time")
-        out: dict[str, Any] = {"store": path, "store_size": size, "attrs": dict(ds.attrs),
-                               "n_frames": int(ds.sizes.get("time", 0)),
+        out: dict[str, Any] = {"attrs": dict(ds.attrs), "n_frames": int(ds.sizes.get("time", 0)),
                                "variables": variables, "missing_chunks": missing}
         if time is not None and time.size:
             out["time_first"] = float(time[0])
             out["time_last"] = float(time[-1])
             out["time_unit"] = time.attrs.get("units")
+    return out
+
+
+def _zarr_arrays(path: str, group: str | None) -> set[str] | None:
+    """The names of the arrays stored in ``group`` of a Zarr store; None for the root."""
+    if not group:
+        return None
+    import zarr
+
+    try:
+        return {str(k) for k in zarr.open_group(path, mode="r")[group].array_keys()}
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _zarr_subgroups(path: str) -> list[str]:
+    """The groups under the root of a Zarr store that hold arrays (the other particles
+    groups, the observables, the connectivity, the parameters), by path."""
+    import zarr
+
+    found: list[str] = []
+
+    def walk(group: Any, prefix: str) -> None:
+        for name, sub in sorted(group.groups()):
+            where = f"{prefix}{name}"
+            if any(True for _ in sub.arrays()):
+                found.append(where)
+            walk(sub, f"{where}/")
+
+    try:
+        walk(zarr.open_group(path, mode="r"), "")
+    except (OSError, ValueError, KeyError):
+        return []
+    return found
+
+
+def zarr_dict(path: str) -> dict[str, Any]:
+    """A JSON-able description of a Zarr store: its variables, chunks, codecs and units,
+    at its root (the first particles group) and in each of its other groups."""
+    out: dict[str, Any] = {"store": path}
+    out["store_size"] = sum(os.path.getsize(os.path.join(d, f))
+                            for d, _, files in os.walk(path) for f in files)
+    out.update(_zarr_group_dict(path, None))
+    out["groups"] = {g: _zarr_group_dict(path, g) for g in _zarr_subgroups(path)}
+    return out
+
+
+def _render_zarr_group(d: dict[str, Any], indent: str) -> list[str]:
+    out = []
+    for name, v in d["variables"].items():
+        shape = "×".join(map(str, v["shape"])) or "scalar"
+        chunks = "×".join(map(str, v["chunks"])) if v["chunks"] else "-"
+        codecs = ",".join(v["codecs"]) or "-"
+        out.append(f"{indent}{name:<12} {shape:<16} {v['dtype']:<8} chunks {chunks:<14} "
+                   f"{codecs:<12} {v['unit'] or '-'}".rstrip())
+    if "time_first" in d:
+        out.append(f"{indent[:-2]}frames: {d['n_frames']}, t {d['time_first']:g}.."
+                   f"{d['time_last']:g} {d.get('time_unit') or ''}".rstrip())
+    for name, m in d.get("missing_chunks", {}).items():
+        out.append(f"warning: {name} stores {m['stored']} of its {m['expected']} chunks (a "
+                   f"copy or a write that did not finish?); the frames of the others read "
+                   f"as {m['reads_as']}")
     return out
 
 
@@ -211,19 +273,13 @@ def render_zarr(d: dict[str, Any]) -> str:
     out = [f"{d['store']}  ({_human(d['store_size'])}, Zarr store"
            + (f", creator {_joined(creator, d['attrs'].get('creator_version'))}"
               if creator else "") + ")"]
-    for name, v in d["variables"].items():
-        shape = "×".join(map(str, v["shape"])) or "scalar"
-        chunks = "×".join(map(str, v["chunks"])) if v["chunks"] else "-"
-        codecs = ",".join(v["codecs"]) or "-"
-        out.append(f"  {name:<12} {shape:<16} {v['dtype']:<8} chunks {chunks:<14} "
-                   f"{codecs:<12} {v['unit'] or '-'}")
-    if "time_first" in d:
-        out.append(f"frames: {d['n_frames']}, t {d['time_first']:g}..{d['time_last']:g} "
-                   f"{d.get('time_unit') or ''}".rstrip())
-    for name, m in d.get("missing_chunks", {}).items():
-        out.append(f"warning: {name} stores {m['stored']} of its {m['expected']} chunks (a "
-                   f"copy or a write that did not finish?); the frames of the others read "
-                   f"as {m['reads_as']}")
+    groups = d.get("groups") or {}
+    if groups and d["attrs"].get("h5md_group"):
+        out.append(f"{str(d['attrs']['h5md_group']).strip('/')} (at the root)")
+    out.extend(_render_zarr_group(d, "  "))
+    for name, g in groups.items():
+        out.append(name)
+        out.extend(_render_zarr_group(g, "    "))
     return "\n".join(out)
 
 

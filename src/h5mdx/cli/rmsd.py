@@ -92,12 +92,17 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, with the
     topology attached for selections and masses."""
     from h5mdx.errors import TopologyError
-    from h5mdx.layout.export import open_zarr_store
+    from h5mdx.layout.export import open_zarr_store, zarr_particles_groups
 
-    if group is not None:
-        raise ValueError("--group chooses a particles group of an H5MD file; a Zarr store "
-                         "written by h5mdx holds one")
-    ds = open_zarr_store(path)
+    where = None
+    if group is not None:  # the first particles group at the root, the others under it
+        groups = zarr_particles_groups(path)
+        name = group.strip("/").removeprefix("particles/")
+        if name not in groups:
+            raise ValueError(f"the Zarr store {path} has no particles group {group!r}; it "
+                             f"has: {', '.join(map(repr, groups)) or 'none'}")
+        where = groups[name]
+    ds = open_zarr_store(path, group=where)
     if topology is not None:
         from h5mdx.engine.topology import load_universe, topology_label
 

@@ -44,7 +44,7 @@ from h5mdx.format.writer import (
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "missing_chunks", "open_zarr_store", "to_h5md",
-           "zarr_checksums", "zarr_compressors"]
+           "zarr_checksums", "zarr_compressors", "zarr_particles_groups"]
 
 
 @contextlib.contextmanager
@@ -98,11 +98,15 @@ def _time_chunk(n_frames: int | None) -> tuple[int]:
             else TIME_CHUNK_ENTRIES,)
 
 
-def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False) -> xr.Dataset:
+def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
+                    group: str | None = None) -> xr.Dataset:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, without dask,
     as ``xr.open_dataset(path, engine="zarr")`` opens it.
 
-    With ``check_chunks``, warn (:class:`~h5mdx.errors.H5MDConformanceWarning`) of each
+    ``group`` opens one of its groups (``"particles/solvent"``: a store copied from a file
+    of several particles groups holds the first at its root, the others there; see
+    :func:`zarr_particles_groups`), with the coordinates it shares with the root. With
+    ``check_chunks``, warn (:class:`~h5mdx.errors.H5MDConformanceWarning`) of each
     array on ``time`` that lacks chunks, whose frames read as NaN: a store h5mdx writes has
     them all. It lists the store (30-80 ms for 1000 chunks on a local disk).
 
@@ -114,36 +118,67 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False)
     from h5mdx.errors import H5MDFormatError
 
     import_optional("zarr", "reading Zarr stores")  # xarray would only list its engines
+    group = (group or "").strip("/") or None
     try:
-        ds = xr.open_dataset(path, engine="zarr", chunks=None)
+        if group is None:
+            ds = xr.open_dataset(path, engine="zarr", chunks=None)
+        else:  # the coordinates a group shares with the root are stored at the root
+            tree = xr.open_datatree(path, engine="zarr", chunks=None)
+            ds = tree[group].to_dataset()
+            ds.set_close(tree.close)
     except (OSError, ValueError, KeyError) as err:
+        where = f" [{group}]" if group else ""
         raise H5MDFormatError(os.fspath(path), None,
-                              f"cannot open it as a Zarr store: {err}") from err
+                              f"cannot open it{where} as a Zarr store: {err}") from err
     for var in ds.variables.values():  # errors reading them can name the store
         var.encoding.setdefault("source", ds.encoding.get("source", os.fspath(path)))
     if check_chunks:
-        _check_stored_chunks(os.fspath(path), ds)
+        _check_stored_chunks(os.fspath(path), ds, group)
     return ds
 
 
-def _check_stored_chunks(path: str, ds: xr.Dataset) -> None:
+def zarr_particles_groups(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The particles groups of a Zarr store h5mdx wrote, by name: the Zarr group holding
+    each (``""``, the root, for the first; ``"particles/<name>"`` for the others).
+
+    >>> zarr_particles_groups("mix.zarr")  # doctest: +SKIP
+    {'solute': '', 'solvent': 'particles/solvent'}
+    """
+    zarr = import_optional("zarr", "reading Zarr stores")
+    try:
+        root = zarr.open_group(os.fspath(path), mode="r")
+    except (OSError, ValueError, KeyError):
+        return {}
+    out: dict[str, str] = {}
+    first = str(root.attrs.get("h5md_group", "")).rpartition("/")[2]
+    if first or "position" in root:
+        out[first or "particles"] = ""
+    sub = root.get("particles") if hasattr(root, "get") else None
+    if sub is not None and hasattr(sub, "group_keys"):
+        for name in sorted(sub.group_keys()):
+            out.setdefault(str(name), f"particles/{name}")
+    return out
+
+
+def _check_stored_chunks(path: str, ds: xr.Dataset, group: str | None = None) -> None:
     from h5mdx.errors import H5MDConformanceWarning
 
-    for name, (stored, expected, fill) in missing_chunks(path, ds).items():
+    for name, (stored, expected, fill) in missing_chunks(path, ds, group).items():
         warnings.warn(H5MDConformanceWarning(
             f"{path} [{name}]: stores {stored} of its {expected} chunks (a copy or a write "
             f"that did not finish?); the frames of the others read as {fill}"), stacklevel=3)
 
 
-def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset
+def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset, group: str | None = None
                    ) -> dict[str, tuple[int, int, Any]]:
-    """The arrays on ``time`` of the store ``path`` (opened as ``ds``) that lack chunks:
-    ``{name: (chunks stored, chunks expected, fill value)}``. Zarr reads a missing chunk
-    as the fill value (NaN positions, silently); a store h5mdx writes has them all."""
+    """The arrays on ``time`` of the store ``path`` (its ``group``, opened as ``ds``) that
+    lack chunks: ``{name: (chunks stored, chunks expected, fill value)}``. Zarr reads a
+    missing chunk as the fill value (NaN positions, silently); a store h5mdx writes has
+    them all."""
     import zarr
 
     try:
-        group = zarr.open_group(os.fspath(path), mode="r")
+        root = zarr.open_group(os.fspath(path), mode="r")
     except (OSError, ValueError, KeyError):
         return {}
     out = {}
@@ -151,7 +186,7 @@ def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset
         if not var.ndim or TIME_DIM not in var.dims:
             continue
         try:
-            array: Any = group[str(name)]
+            array: Any = root[f"{group}/{name}" if group else str(name)]
             stored, expected = int(array.nchunks_initialized), int(array.nchunks)
         except (OSError, ValueError, KeyError, TypeError):
             continue
