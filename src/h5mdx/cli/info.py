@@ -212,8 +212,8 @@ def _zarr_arrays(path: str, group: str | None) -> set[str] | None:
     import zarr
 
     try:
-        return {str(k) for k in zarr.open_group(path, mode="r")[group].array_keys()}
-    except (OSError, ValueError, KeyError):
+        return {str(k) for k in zarr.open_group(path, mode="r")[group].array_keys()}  # type: ignore[union-attr]
+    except (OSError, ValueError, KeyError, AttributeError):  # not a group
         return None
 
 
