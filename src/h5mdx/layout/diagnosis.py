@@ -11,8 +11,10 @@ adenylate kinase (3341 atoms) measured on the development machine (see
 ``benchmarks/bench_layouts.py``): a good layout streams at about 5.5 GB/s; every
 chunk touched costs about 11 µs of lookup; every separate contiguous run that
 must be copied out of a chunk costs about 6.5 ns (chunks that split the
-``x, y, z`` axis make one run per value); gzip decompresses at about 0.25 GB/s
-of output, lzf about 1 GB/s and blosc/zstd about 1.5 GB/s.
+``x, y, z`` axis make one run per value); gzip decompresses at about 0.8 GB/s
+of output after HDF5's byte shuffle and 0.2 GB/s without it (``bench_layouts.py
+--only block100 gzip1 gzip1-shuffle``: 0.60 and 0.18 GB/s read, against 2.42 uncompressed,
+on 2 cores), lzf about 1 GB/s and blosc/zstd about 1.5 GB/s.
 """
 
 from __future__ import annotations
@@ -43,7 +45,25 @@ MIN_ELEMENT_BYTES = 16 * 2**20
 _GOOD_BW = 5.5e9
 _CHUNK_COST = 11e-6
 _RUN_COST = 6.5e-9
-_DECOMPRESS_BW = {"gzip": 0.25e9, "lzf": 1.0e9, "blosc": 1.5e9, "zstd": 1.5e9}
+#: (gzip without the byte shuffle: float coordinates inflate about 4x slower)
+_DECOMPRESS_BW = {"gzip": 0.8e9, "gzip-unshuffled": 0.2e9, "lzf": 1.0e9, "blosc": 1.5e9,
+                  "zstd": 1.5e9}
+
+
+def _cost_codec(codec: str | None, el: ElementInfo) -> str | None:
+    """The codec's name in the cost model: gzip's speed depends on the shuffle."""
+    return "gzip-unshuffled" if codec == "gzip" and not el.shuffled else codec
+
+
+def _chunk_cache() -> int:
+    """The bytes of HDF5's default chunk cache per dataset (1 MiB before HDF5 2.0, 8 MiB
+    since), which h5py uses unless told otherwise."""
+    import h5py
+
+    try:
+        return int(h5py.h5p.create(h5py.h5p.FILE_ACCESS).get_cache()[2])
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
+        return 2**20
 
 
 @dataclass(frozen=True)
@@ -128,7 +148,8 @@ def read_cost(shape: tuple[int, ...], itemsize: int, chunks: tuple[int, ...] | N
     chunks : tuple of int or None
         The chunk shape; None for contiguous storage.
     codec : str, optional
-        ``"gzip"`` or ``"lzf"`` where the chunks are compressed.
+        Where the chunks are compressed: ``"gzip"`` (after the byte shuffle),
+        ``"gzip-unshuffled"``, ``"lzf"``, ``"blosc"`` or ``"zstd"``.
 
     Returns
     -------
@@ -173,8 +194,8 @@ def _large_chunks(el: ElementInfo, chunk_bytes: int, cost: float, fix: str | Non
             "warning", "large-chunks", el.path,
             f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frames) passed through filters "
             f"({', '.join(el.filters)}): reading one frame decodes {el.chunks[0]} frames of "
-            "data, and frame-by-frame readers decode a chunk per frame when it is larger "
-            "than the HDF5 chunk cache (1 MiB by default)",
+            "data, and frame-by-frame readers other than h5mdx decode a chunk per frame when "
+            f"it is larger than HDF5's chunk cache ({_human(_chunk_cache())} here)",
             cost=cost, fix=fix)
     return Finding(
         "info", "large-chunks", el.path,
@@ -194,10 +215,11 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
     keep = None
     if codec is not None:
         # compression that saves little is not worth its read time
-        keep = "none" if saved < 0.2 else ("lzf" if codec == "gzip" else None)
+        keep = "none" if saved < 0.2 else (
+            "lzf" if codec == "gzip" and not el.shuffled else None)
     good_t = read_cost(el.shape, el.dtype.itemsize, (rec, *el.shape[1:]),
-                       None if keep == "none" else (keep or codec))
-    t = read_cost(el.shape, el.dtype.itemsize, el.chunks, codec)
+                       None if keep == "none" else (keep or _cost_codec(codec, el)))
+    t = read_cost(el.shape, el.dtype.itemsize, el.chunks, _cost_codec(codec, el))
     cost = t / good_t
     out: list[Finding] = []
     where = el.path
@@ -233,16 +255,17 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
         out.append(_large_chunks(el, chunk_bytes, cost, fix))
     if codec is not None:
         level = f" level {el.compression_opts}" if codec == "gzip" and el.compression_opts else ""
-        dec = fb / _DECOMPRESS_BW.get(codec, 1e9)
+        dec = fb / _DECOMPRESS_BW.get(_cost_codec(codec, el) or "", 1e9)
         ratio = (dec + fb / _GOOD_BW) / (fb / _GOOD_BW)
         msg = (f"{codec}{level} compression saves {saved:.0%} of the space "
                f"({_human(el.nbytes)} stored in {_human(el.storage_size)}) but costs about "
                f"{ratio:.0f}x the serial read time of uncompressed data (decompression); "
                "with many parallel readers the cost is shared")
-        if chunk_bytes > 2**20 and el.chunks[0] > 1:
-            msg += (f"; frame-by-frame readers decompress a whole {_human(chunk_bytes)} chunk "
-                    f"for every frame ({el.chunks[0]}x the work) because it does not fit the "
-                    "1 MiB HDF5 chunk cache")
+        if chunk_bytes > _chunk_cache() and el.chunks[0] > 1:
+            msg += (f"; frame-by-frame readers other than h5mdx (h5py, MDAnalysis) decompress "
+                    f"a whole {_human(chunk_bytes)} chunk for every frame ({el.chunks[0]}x the "
+                    f"work) because it does not fit HDF5's chunk cache "
+                    f"({_human(_chunk_cache())} here)")
         if codec in ("gzip", "zstd") and el.dtype.kind == "f" and not el.shuffled:
             msg += ("; it is stored without HDF5's byte shuffle filter, without which float "
                     "coordinates compress little and inflate slowly (h5mdx's --compression "
