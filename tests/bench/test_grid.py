@@ -204,3 +204,22 @@ def test_run_grid_mpi_backends_side_by_side(adk_h5md_blocked, tmp_path):
     s1 = result.speedup[result.speedup["n_workers"] == 1]["S"]
     np.testing.assert_allclose(s1.to_numpy(dtype=float), 1.0)
     assert (tmp_path / "bench" / "report.md").is_file()
+
+
+def test_a_missing_file_and_a_selection_of_nothing_are_said_before_the_grid(
+        adk_h5md, tmp_path, capsys):
+    """bench on a missing file printed h5py's errno text; a selection matching no atom
+    was said after the progress bar had started (found by an audit)."""
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.cli import main
+
+    missing = str(tmp_path / "nope.h5md")
+    assert main(["bench", missing, "--out", str(tmp_path / "o1")]) == 1
+    assert f"h5mdx bench: error: No such file: {missing!r}\n" in capsys.readouterr().err
+    assert main(["bench", adk_h5md, "--topology", PSF, "--select", "name XX",
+                 "--out", str(tmp_path / "o2")]) == 1
+    captured = capsys.readouterr()
+    assert "the selection 'name XX' matches no atom" in captured.err
+    assert "runs" not in captured.err + captured.out  # no progress bar, no run
+    assert not (tmp_path / "o2").exists()

@@ -125,6 +125,8 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
 
     from h5mdx.format.h5md import scan
 
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No such file: {path!r}")
     try:
         info = scan(path)
     except (OSError, ValueError):
@@ -226,6 +228,10 @@ def rmsd_workload(
         raise ValueError(f"--select {select!r} needs --topology (a PSF, PDB, GRO, TPR, ... of "
                          "the same atoms): H5MD files store no atom names")
     value_path, chunks, n_frames = _position_dataset(trajectory)
+    if topology is not None or select is not None or rmsd_kwargs:
+        # a selection that matches nothing, a topology of other atoms: said before the grid
+        with xr.open_dataset(trajectory, engine="h5md", topology=topology) as ds:
+            rmsd(ds["position"], select=select, **rmsd_kwargs)
     opened: list[Any] = []
 
     def build(fpb: int) -> Any:
