@@ -357,6 +357,11 @@ def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
         other = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF)
         got = ds.md.rmsd(other.position.isel(time=57), select="name CA").compute()
         assert_close(got, _mda_rmsd(adk_universe, ref_frame=57))
+        # the frame as a Dataset, as the guide says (an xarray TypeError; found by an audit)
+        got = ds.md.rmsd(select="name CA", reference=other.isel(time=57)).compute()
+        assert_close(got, _mda_rmsd(adk_universe, ref_frame=57))
+        with pytest.raises(TypeError, match="a reference Dataset must hold 'position'"):
+            ds.md.rmsd(select="name CA", reference=other[["step"]].isel(time=57))
         other.close()
         # an external structure: frame 30 rotated and moved, as an MDAnalysis Universe
         theta = 0.7

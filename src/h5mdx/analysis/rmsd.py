@@ -434,6 +434,12 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                                 position.encoding.get("h5md_path") or name,
                                 f"cannot read the reference frame {i}: "
                                 f"{type(err).__name__}: {err}") from err
+    if isinstance(reference, xr.Dataset):  # a frame of another Dataset: its positions
+        if "position" not in reference.variables:
+            raise TypeError("a reference Dataset must hold 'position' (a frame of another "
+                            "trajectory, ds.isel(time=i)); it holds "
+                            f"{', '.join(map(str, reference.data_vars)) or 'no variable'}")
+        reference = reference["position"]
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
