@@ -234,15 +234,39 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
     from h5mdx.layout.convert import convert
 
     datafiles = import_optional("MDAnalysisTests.datafiles", "the adk example data")
+    ours = path is None
     if path is None:
         cache = os.path.join(os.path.expanduser("~"), ".cache", "h5mdx")
         os.makedirs(cache, exist_ok=True)
         path = os.path.join(cache, f"adk-c{frames_per_chunk}.h5md")
     path = os.fspath(path)
-    if not os.path.exists(path):
+    unlike = _unlike_adk_example(path, frames_per_chunk) if os.path.exists(path) else None
+    if unlike is not None and not ours:  # another file: never replaced
+        raise FileExistsError(f"{path} exists but is not the adk example ({unlike}); remove "
+                              "it, or give adk_example another path")
+    if not os.path.exists(path) or unlike is not None:  # absent, or the cache's is stale
         convert(datafiles.PSF, [datafiles.DCD], path, frames_per_chunk=frames_per_chunk,
-                progress=False)
+                progress=False, overwrite=True)
     return path
+
+
+def _unlike_adk_example(path: str, frames_per_chunk: int) -> str | None:
+    """How the H5MD file at ``path`` differs from :func:`adk_example`'s; None where alike."""
+    from h5mdx.errors import H5MDError
+    from h5mdx.format.h5md import scan
+
+    try:
+        pg = scan(path).particles.get("trajectory")
+    except (H5MDError, OSError, ValueError) as err:
+        return f"it cannot be read as H5MD: {err}"
+    pos = None if pg is None else pg.elements.get("position")
+    if pos is None:
+        return "no /particles/trajectory/position"
+    if pos.shape != (98, 3341, 3):
+        return f"positions of shape {pos.shape}, not (98, 3341, 3)"
+    if pos.chunks is None or pos.chunks[0] != frames_per_chunk:
+        return f"chunks {pos.chunks}, not of {frames_per_chunk} frames"
+    return None
 
 
 def adk_topology() -> str:

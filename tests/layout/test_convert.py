@@ -713,3 +713,27 @@ def test_an_interrupted_zarr_write_leaves_no_partial_store(tmp_path, big_h5md, s
         assert proc.returncode == 128 + sig, text
         time.sleep(0.5)  # what a write still in flight would re-create
         assert [p.name for p in tmp_path.iterdir()] == [], (delay, text)
+
+
+def test_adk_example_reuses_its_file_and_refuses_another(tmp_path, monkeypatch):
+    """``adk_example(path)`` is written once and reused; another file at that path (or
+    the example in other chunks) is refused, not served as the example (found by an
+    audit); the default cache's stale copy is rewritten."""
+    from h5mdx.testing import adk_example
+
+    path = adk_example(tmp_path / "adk.h5md")
+    stamp = os.stat(path).st_mtime_ns
+    assert adk_example(path) == path and os.stat(path).st_mtime_ns == stamp
+    with pytest.raises(FileExistsError, match=r"not the adk example \(chunks \(10, 3341, 3\), "
+                       "not of 5 frames\\); remove it"):
+        adk_example(path, frames_per_chunk=5)
+    other = write_h5md(tmp_path / "other.h5md", {"trajectory": {"position": {
+        "value": np.zeros((20, 3341, 3)), "step": np.arange(20)}}})
+    with pytest.raises(FileExistsError, match=r"positions of shape \(20, 3341, 3\)"):
+        adk_example(other)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cached = tmp_path / ".cache" / "h5mdx" / "adk-c10.h5md"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(open(other, "rb").read())
+    with xr.open_dataset(adk_example(), engine="h5md") as ds:
+        assert ds.sizes["time"] == 98
