@@ -737,3 +737,18 @@ def test_adk_example_reuses_its_file_and_refuses_another(tmp_path, monkeypatch):
     cached.write_bytes(open(other, "rb").read())
     with xr.open_dataset(adk_example(), engine="h5md") as ds:
         assert ds.sizes["time"] == 98
+
+
+def test_errors_of_the_command_line_name_its_options(tmp_path, capsys):
+    """The API's keyword names (frames_per_chunk, chunk_mib) are said as the options the
+    user typed; a start past the end gives the frame count (found by an audit)."""
+    from h5mdx.cli import main
+
+    src = str(tmp_path / "a.h5md")
+    convert(d.PSF, [d.DCD], src, stop=2, progress=False)
+    for option, said in (("--frames-per-chunk", "--frames-per-chunk must be >= 1, not 0"),
+                         ("--chunk-mib", "--chunk-mib must be a finite number > 0")):
+        assert main(["rechunk", src, str(tmp_path / "b.h5md"), option, "0"]) == 1
+        assert f"h5mdx rechunk: error: {said}" in capsys.readouterr().err
+    assert main(["convert", d.PSF, d.DCD, str(tmp_path / "c.h5md"), "--start", "200"]) == 1
+    assert "no frames to write: the trajectory has 98 frames" in capsys.readouterr().err

@@ -138,9 +138,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (H5MDError, OSError, ValueError, IndexError, ImportError) as err:
         if args.debug:
             raise
-        print(f"h5mdx {args.command}: error: {err}", file=sys.stderr)
+        print(f"h5mdx {args.command}: error: {_as_options(str(err), parser, args.command)}",
+              file=sys.stderr)
         print("  (run with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> str:
+    """An error of the Python API said in the command's terms: ``frames_per_chunk must
+    be >= 1`` as ``--frames-per-chunk must be >= 1`` (found by an audit)."""
+    import re
+
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            sub = action.choices.get(command)
+            break
+    else:  # pragma: no cover - every command is a subparser
+        return message
+    for opt in (sub._actions if sub is not None else ()):  # noqa: SLF001
+        long = [o for o in opt.option_strings if o.startswith("--")]
+        if long and "_" in opt.dest:
+            message = re.sub(rf"(?<![\w\-=]){re.escape(opt.dest)}(?= must\b)", long[0],
+                             message)
+    return message
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -364,7 +364,8 @@ def _frames(u: Any, start: int | None, stop: int | None, step: int | None
                          "frames in the order of their steps")
     frames = u.trajectory[slice(start, stop, step)]
     if len(frames) == 0:
-        raise ValueError(f"no frames to write (start={start}, stop={stop}, step={step})")
+        raise ValueError(f"no frames to write: the trajectory has {len(u.trajectory)} "
+                         f"frames (start={start}, stop={stop}, step={step})")
     first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
     return frames, u.trajectory[first]
 
