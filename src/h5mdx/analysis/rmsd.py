@@ -394,6 +394,14 @@ def _ambiguous(n: int, idx: np.ndarray | None) -> bool:
     return idx is not None and idx.size == n and not np.array_equal(idx, np.arange(n))
 
 
+def _dataset_positions(reference: xr.Dataset) -> xr.DataArray:
+    if "position" not in reference.variables:
+        raise TypeError("a reference Dataset must hold 'position' (a frame of another "
+                        "trajectory, ds.isel(time=i)); it holds "
+                        f"{', '.join(map(str, reference.data_vars)) or 'no variable'}")
+    return reference["position"]
+
+
 def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                idx: np.ndarray | None, select: Any = None) -> np.ndarray:
     n_sel = sub.sizes[ATOM_DIM]
@@ -435,11 +443,7 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                                 f"cannot read the reference frame {i}: "
                                 f"{type(err).__name__}: {err}") from err
     if isinstance(reference, xr.Dataset):  # a frame of another Dataset: its positions
-        if "position" not in reference.variables:
-            raise TypeError("a reference Dataset must hold 'position' (a frame of another "
-                            "trajectory, ds.isel(time=i)); it holds "
-                            f"{', '.join(map(str, reference.data_vars)) or 'no variable'}")
-        reference = reference["position"]
+        reference = _dataset_positions(reference)
     if isinstance(reference, xr.DataArray):
         ref_da = reference
         ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
