@@ -643,13 +643,15 @@ def test_observables_the_reader_gives_are_written(tmp_path):
     assert any("observables ['lambda'] not written" in n for n in zarr.notes)
 
 
-@pytest.mark.filterwarnings("ignore:Reader has no dt information")
 def test_a_reader_that_knows_no_units_is_noted(tmp_path):
     """A LAMMPS dump: MDAnalysis knows none of its units and converts nothing; the copy is
     labelled in MDAnalysis' units, so convert says so (it said nothing)."""
     stats = convert(d.LAMMPS_image_vf, [d.LAMMPSDUMP_image_vf], tmp_path / "lmp.h5md",
                     format="LAMMPSDUMP", progress=False)
     assert any("does not know the length, time, velocity units" in n for n in stats.notes)
+    # MDAnalysis' warning of the first frame, read before the others, is a note too (it
+    # was also shown as a warning)
+    assert stats.notes.count("MDAnalysis: Reader has no dt information, set to 1.0 ps") == 1
     clean = convert(d.PSF, [d.DCD], tmp_path / "adk.h5md", progress=False)
     assert not any("does not know" in n for n in clean.notes)
     # a GRO file: its lengths are converted from nm, its time is not known (an audit

@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench",
         help="time an analysis over schedulers, workers and blocks (records, plots, report)",
-        description=__doc__,
+        description=__doc__.replace("``", "") if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("trajectory", help="an H5MD file")

@@ -17,6 +17,16 @@ import sys
 from typing import Any
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from err
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of frames >= 0, got {value}")
+    return value
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from h5mdx.examples import DEFAULT_FRAMES
 
@@ -32,7 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "at least 98)")
     p.add_argument("--workers", type=int, default=2, help="dask worker processes")
     p.add_argument("--select", default="name CA", help="MDAnalysis atom selection")
-    p.add_argument("--mda-frames", type=int, default=300,
+    p.add_argument("--mda-frames", type=_non_negative, default=300,
                    help="frames MDAnalysis runs on for the comparison (0: skip)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

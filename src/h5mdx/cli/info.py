@@ -113,7 +113,7 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
     }
 
 
-def _line(el: ElementInfo, indent: str) -> str:
+def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12) -> str:
     shape = "×".join(map(str, el.shape)) or "scalar"
     chunks = "×".join(map(str, el.chunks)) if el.chunks else "contiguous"
     comp = compression_name(el.compression) or "-"
@@ -127,8 +127,8 @@ def _line(el: ElementInfo, indent: str) -> str:
         if s.time is not None and s.time.size:
             samp += f", t {s.time[0]:g}..{s.time[-1]:g} {s.time_unit or ''}".rstrip()
         samp += f" ({s.kind})"
-    return (f"{indent}{el.name:<12} {shape:<16} {str(el.dtype):<8} chunks {chunks:<14} "
-            f"{comp:<8} {unit:<22} {samp}")
+    return (f"{indent}{name or el.name:<{width}} {shape:<16} {str(el.dtype):<8} chunks "
+            f"{chunks:<14} {comp:<8} {unit:<22} {samp}").rstrip()
 
 
 def _joined(*words: Any) -> str:
@@ -145,20 +145,23 @@ def render(info: FileInfo) -> str:
     if info.modules:
         out.append("modules: " + ", ".join(_joined(name, mod.get("version"))
                                            for name, mod in info.modules.items()))
+    # one name column for all (an observable of a subgroup is named 'atoms/energy')
+    width = max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
+                 *(len(n) for pg in info.particles.values() for n in pg.elements)])
     for name, pg in info.particles.items():
         out.append(f"particles/{name}")
         for el in pg.elements.values():
-            out.append(_line(el, "  "))
+            out.append(_line(el, "  ", width=width))
         if pg.box is not None:
             out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
             if pg.box.edges is not None:
-                out.append(_line(pg.box.edges, "    "))
+                out.append(_line(pg.box.edges, "    ", width=width - 2))
     for title, elements in (("observables", info.observables),
                             ("connectivity", info.connectivity)):
         if elements:
             out.append(title)
             for key, el in elements.items():
-                out.append(_line(el, "  ").replace(f"  {el.name}", f"  {key}", 1))
+                out.append(_line(el, "  ", name=key, width=width))
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
     if info.problems:

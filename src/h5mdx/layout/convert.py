@@ -74,7 +74,8 @@ class ConvertStats:
         """One line for the command line."""
         mib = self.bytes_written / 2**20
         what = ", ".join(self.elements) or "no time series: the file's data copied as stored"
-        text = (f"wrote {self.output}: {self.n_frames} frames x {self.n_atoms} atoms "
+        frames = f"{self.n_frames} frame{'' if self.n_frames == 1 else 's'}"
+        text = (f"wrote {self.output}: {frames} x {self.n_atoms} atoms "
                 f"({what}), {mib:.1f} MiB, {self.layout}; "
                 f"{self.seconds:.2f} s, {self.frames_per_second:.0f} frames/s")
         if self.verified:
@@ -548,7 +549,9 @@ def convert(
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)
-    frames, ts0 = _frames(u, start, stop, step)
+    with warnings.catch_warnings(record=True) as early:
+        warnings.simplefilter("always")  # the first frame read: said once, in the notes
+        frames, ts0 = _frames(u, start, stop, step)
     n_frames = len(frames)
     n = atoms.n_atoms
     specs, want, has_box = _element_specs(ts0, n, velocities, forces)
@@ -587,7 +590,7 @@ def convert(
         output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs],
         seconds=seconds, bytes_written=size, layout=layout.describe(n_frames), verified=verified,
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
-        notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in caught))
+        notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in [*early, *caught]))
         + obs_notes + _unknown_units(u, specs) + _left_behind(trajectories, observables.values),
     )
 
