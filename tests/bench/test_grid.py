@@ -223,3 +223,19 @@ def test_a_missing_file_and_a_selection_of_nothing_are_said_before_the_grid(
     assert "the selection 'name XX' matches no atom" in captured.err
     assert "runs" not in captured.err + captured.out  # no progress bar, no run
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_delay_at_a_frame_where_no_block_starts_is_warned():
+    """--delay sleeps only in the task whose block starts at FRAME: at another frame it
+    injected nothing, in silence (found by an audit)."""
+    import warnings
+
+    from h5mdx.cli.bench import _warn_delay_without_block
+
+    args = argparse.Namespace(delay="49:0.5", workers=[2], blocks_per_worker=[3])
+    with pytest.warns(UserWarning, match=r"no block of any run starts at frame 49, so "
+                      r"nothing sleeps; the blocks start at: N=2 M=3: 0, 17, 34, 51, 68, 85"):
+        _warn_delay_without_block(49, 98, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_delay_without_block(17, 98, args)

@@ -177,6 +177,19 @@ def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
     assert "busiest MPI rank" in said[0]
 
 
+def test_straggler_advice_asks_for_more_blocks_only_where_there_were_few():
+    """The same for the stragglers' sentence: "More blocks per worker (e.g. 3)" after runs
+    of 3 or more (found by an audit)."""
+    def said(df):
+        return [a for a in advice(df) if "straggler" in a]
+
+    [few] = said(_run(n_workers=4, n_tasks=8, slow={1: ("io", 1.0)}))
+    assert "More blocks per worker (e.g. 3)" in few
+    [many] = said(_run(n_tasks=8, slow={3: ("io", 5.0)}))
+    assert "More blocks per worker" not in many
+    assert "Those runs had 4 or more blocks per worker already" in many
+
+
 def test_advice_to_mpi_ranks_fits_them():
     """MPI ranks are told what their command can do: not to use mpi-rmsd (they do), and
     --topology-on-root, not 'once per worker', where opening the topology costs."""

@@ -60,6 +60,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _warn_delay_without_block(frame: int, n_frames: int, args: argparse.Namespace) -> None:
+    """Warn where no block of any run starts at ``frame``: the delay sleeps only in the
+    task whose block starts there, so it would inject nothing (found by an audit)."""
+    import warnings
+
+    from h5mdx.bench.grid import frames_per_block
+
+    starts = {(n, m): range(0, n_frames, frames_per_block(n_frames, n, m))
+              for n in args.workers for m in args.blocks_per_worker}
+    if any(frame in r for r in starts.values()):
+        return
+    listing = "; ".join(f"N={n} M={m}: {', '.join(map(str, r[:8]))}"
+                        + (", ..." if len(r) > 8 else "") for (n, m), r in starts.items())
+    warnings.warn(f"--delay {args.delay}: no block of any run starts at frame {frame}, so "
+                  f"nothing sleeps; the blocks start at: {listing}", UserWarning, stacklevel=2)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the grid, print the summary table and the advice; return the exit code."""
     from h5mdx.bench.grid import (
@@ -90,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
                              "apply to --analysis rmsd")
         workload = read_workload(args.trajectory)
     env = {DELAY_ENV: args.delay} if args.delay else None
+    if args.delay:
+        _warn_delay_without_block(parse_delay(args.delay)[0], workload.n_frames, args)
     result = run_grid(
         workload,
         schedulers=args.scheduler,

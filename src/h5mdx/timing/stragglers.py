@@ -606,6 +606,15 @@ def _straggler_advice(df: pd.DataFrame) -> str | None:
     remedy = (" Each rank has one block, so the others wait for a slow one at the end "
               "(t_wait)." if _mpi_io(df) else " More blocks per worker (e.g. 3) let faster "
               "workers take over the work of slow ones.")
+    if not _mpi_io(df) and "n_workers" in flagged:
+        runs = flagged.groupby("run_id", sort=False)
+        per_worker = runs.size() / runs["n_workers"].first().clip(lower=1)
+        slow = flagged.loc[flagged["is_straggler"], "run_id"].unique()
+        least = float(per_worker.loc[slow].min())
+        if least >= 3:  # the advice was taken already (found by an audit)
+            remedy = (f" Those runs had {least:.0f} or more blocks per worker already, "
+                      "which lets faster workers take over: the slow blocks themselves are "
+                      "the trouble.")
     return (
         f"{n_slow} straggler task(s) of {len(flagged)} ({straggler_rule()}), "
         f"mostly slow in {main}: look at {why}.{remedy}"
