@@ -28,9 +28,22 @@ def test_same_names_same_destinations(command, names):
         assert getattr(args, dest) == value
 
 
-def test_slurm_script_takes_the_shared_names_after_the_program_arguments(capsys):
+def test_slurm_script_takes_the_shared_names_after_the_program_arguments(capsys, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
                  "--walltime", "00:06:00", "--queue", "q2"]) == 0
     script = capsys.readouterr().out
     assert "#SBATCH --time=00:06:00" in script
     assert "#SBATCH --partition=q2" in script
+
+
+def test_slurm_script_warns_of_a_trajectory_the_job_will_not_find(tmp_path, monkeypatch, capsys):
+    """The script was written without a word, and the job failed in the queue (found by
+    an audit)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match=r"the trajectory 'nope.h5md' does not exist \(seen "
+                      rf"from {tmp_path}, where the job starts\)"):
+        assert main(["slurm-script", "mpi-rmsd", "nope.h5md", "--ntasks", "2"]) == 0
+    assert "h5mdx mpi-rmsd nope.h5md" in capsys.readouterr().out

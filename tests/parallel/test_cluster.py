@@ -347,6 +347,8 @@ def test_cli_slurm_script_prints_script(capsys, tmp_path, monkeypatch):
     from h5mdx.cli import main
 
     monkeypatch.chdir(tmp_path)
+    for name in ("x.h5md", "top.psf"):  # where the job starts (else slurm-script warns)
+        (tmp_path / name).touch()
     rc = main(["slurm-script", "mpi-rmsd", "x.h5md", "-t", "top.psf", "--select", "name CA",
                "--ntasks", "3", "--time", "00:04:00", "--partition", "debug",
                "--sbatch=--exclusive", "--collective"])

@@ -96,6 +96,19 @@ def _program_namespace(program: str, argv: list[str]) -> argparse.Namespace:
     return parser.parse_args([program, *argv])
 
 
+def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
+    """Warn of a trajectory or topology the job will not find from its directory: the job
+    would fail in the queue, after its wait (found by an audit)."""
+    import warnings
+
+    for what in ("trajectory", "topology"):
+        path = getattr(program_ns, what, None)
+        if path and not os.path.exists(os.path.join(chdir, os.path.expanduser(path))):
+            warnings.warn(f"the {what} {path!r} does not exist (seen from {chdir}, where the "
+                          "job starts); the job will fail unless it is there when it runs",
+                          UserWarning, stacklevel=2)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print or submit the script."""
     from h5mdx.parallel.batch import (
@@ -112,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--ntasks N is required: the number of MPI ranks of the job")
     program_ns = _program_namespace(args.program, rest)
     chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
+    _warn_missing_inputs(program_ns, chdir)
     log = args.log or DEFAULT_LOG
     script = mpi_rmsd_script(
         rest,
