@@ -812,17 +812,45 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     stored = _stored_chunks(c, value)
     if stored is None or stored >= expected:
         return None
+    last = _end_of_stored_rows(value)
+    if last is None:
+        return None
+    keep = min(frames, max(last, n_steps or 0))
+    return keep if 0 < keep < frames else None  # nothing stored: refused, as it was
+
+
+def _end_of_stored_rows(value: h5py.Dataset) -> int | None:
+    """The row after the last chunk of ``value`` HDF5 has stored; None where it cannot tell.
+
+    The chunk index walked once where HDF5 can (>= 1.12.3); else (Debian's 1.10) a
+    binary search over the chunks at the start of each chunk row, which takes the stored
+    rows for a prefix (a writer that grew ahead and stopped)."""
+    rows = int(value.chunks[0])
     last = [0]
 
     def visit(info: Any) -> None:
-        last[0] = max(last[0], int(info.chunk_offset[0]) + int(value.chunks[0]))
+        last[0] = max(last[0], int(info.chunk_offset[0]) + rows)
 
     try:
-        value.id.chunk_iter(visit)  # the index once (HDF5 >= 1.12.3)
-    except (OSError, ValueError, RuntimeError, AttributeError):
+        value.id.chunk_iter(visit)
+        return last[0]
+    except AttributeError:
+        pass  # this HDF5 has no H5Dchunk_iter
+    except (OSError, ValueError, RuntimeError):
         return None
-    keep = min(frames, max(last[0], n_steps or 0))
-    return keep if 0 < keep < frames else None  # nothing stored: refused, as it was
+    tail = (0,) * (len(value.shape) - 1)
+
+    def stored(k: int) -> bool:
+        return value.id.get_chunk_info_by_coord((k * rows, *tail)).byte_offset is not None
+
+    try:
+        lo, hi = 0, math.ceil(int(value.shape[0]) / rows)  # chunk rows: [0, lo) stored
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if stored(mid) else (lo, mid)
+    except (OSError, ValueError, RuntimeError, AttributeError, TypeError):
+        return None
+    return lo * rows
 
 
 def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:

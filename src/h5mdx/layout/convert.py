@@ -358,8 +358,9 @@ def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
 
 
 def _frames(u: Any, start: int | None, stop: int | None, step: int | None
-            ) -> tuple[Any, Any]:
-    """The frames to write, and the first of them (the Timestep that decides the elements)."""
+            ) -> tuple[Any, Any, list[warnings.WarningMessage]]:
+    """The frames to write, the first of them (the Timestep that decides the elements), and
+    what MDAnalysis warned reading it (said once, in the notes, with the other frames')."""
     if step is not None and step < 1:
         raise ValueError(f"step must be a positive number of frames, not {step}: H5MD stores "
                          "frames in the order of their steps")
@@ -368,7 +369,10 @@ def _frames(u: Any, start: int | None, stop: int | None, step: int | None
         raise ValueError(f"no frames to write: the trajectory has {len(u.trajectory)} "
                          f"frames (start={start}, stop={stop}, step={step})")
     first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
-    return frames, u.trajectory[first]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ts0 = u.trajectory[first]
+    return frames, ts0, said
 
 
 def _element_specs(ts0: Any, n: int, velocities: bool | None, forces: bool | None
@@ -549,9 +553,7 @@ def convert(
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)
-    with warnings.catch_warnings(record=True) as early:
-        warnings.simplefilter("always")  # the first frame read: said once, in the notes
-        frames, ts0 = _frames(u, start, stop, step)
+    frames, ts0, early = _frames(u, start, stop, step)
     n_frames = len(frames)
     n = atoms.n_atoms
     specs, want, has_box = _element_specs(ts0, n, velocities, forces)
