@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
+import xarray as xr
 
 from h5mdx.engine.chunking import balanced_block, time_block
 
@@ -46,3 +48,25 @@ def test_balanced_block_never_larger_nor_more_rounds():
             assert got % chunk == 0  # whole HDF5 chunks
         rounds = _ceil(_ceil(n_frames, block), workers)
         assert _ceil(_ceil(n_frames, got), workers) <= rounds
+
+
+def test_every_variable_on_time_gets_the_same_blocks(tmp_path):
+    """chunks={}: the step coordinate was one block and an element of other HDF5 chunks
+    had blocks of its own, so ds.chunks and xr.map_blocks raised (found by an audit);
+    every variable on a time axis takes the largest one's blocks."""
+    from h5mdx.testing import write_h5md
+
+    rng = np.random.default_rng(0)
+    path = write_h5md(tmp_path / "mixed.h5md", {"g": {
+        "position": {"value": rng.random((60, 50, 3)), "step": np.arange(60),
+                     "chunks": (4, 50, 3)},
+        "velocity": {"value": rng.random((60, 50, 3)), "step": np.arange(60),
+                     "chunks": (7, 50, 3)},
+        "energy_per_atom": {"value": rng.random((60, 50)), "step": np.arange(60)}}})
+    with xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.01) as ds:
+        blocks = ds.chunks["time"]  # raised: inconsistent chunks
+        assert len(blocks) > 1 and set(blocks[:-1]) == {blocks[0]}
+        for name in ("position", "velocity", "energy_per_atom", "step"):
+            assert ds[name].chunks[0] == blocks, name
+        total = xr.map_blocks(lambda b: b.sum("atom"), ds[["position", "velocity"]])
+        np.testing.assert_allclose(total.position, ds.position.values.sum(1))

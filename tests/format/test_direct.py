@@ -1072,3 +1072,26 @@ def test_a_read_of_an_unallocated_chunk_leaves_the_others_direct(tmp_path, monke
         reads.clear()
         np.testing.assert_array_equal(ds.position[:10].values, values[:10])
         assert reads, "the stored frames are read directly still"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_dataset_dropped_without_close_keeps_no_descriptor(tmp_path, monkeypatch):
+    """``ds = xr.open_dataset(p)`` in a loop, never closed: once a Dataset is collected
+    its readers' descriptors close too (they stayed open, up to 256, deleted files'
+    space in use, where h5netcdf's files close; found by an audit)."""
+    monkeypatch.setenv(direct.ENV_VAR, "1")
+    values = _values("<f4")
+    paths = []
+    for i in range(3):
+        path = str(tmp_path / f"drop{i}.h5md")
+        write_h5md(path, {"all": {"position": {"value": values, "chunks": (4, 41, 3),
+                                               "step": np.arange(SHAPE[0])}}})
+        ds = xr.open_dataset(path, engine="h5md")
+        np.testing.assert_array_equal(ds.position[0:3].values, values[0:3])
+        assert isinstance(direct.cached(path, "/particles/all/position/value"),
+                          direct.DirectReader)
+        del ds
+        gc.collect()
+        os.remove(path)
+        paths.append(path)
+    assert [_descriptors_of(p) for p in paths] == [0, 0, 0]

@@ -191,3 +191,32 @@ def test_a_file_being_written_opened_without_swmr_says_so(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_refresh_opens_the_file_as_it_was_opened(tmp_path):
+    """refresh reopened with the group, topology and selection alone: a Dataset opened
+    with convert_units=True came back in nm, drop_variables and chunks were lost, and a
+    Dataset of several dask blocks raised (found by an audit)."""
+    path = tmp_path / "nm.h5md"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        g = f.create_group("particles/g")
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        for name, unit in (("position", "nm"), ("velocity", "nm ps-1")):
+            el = g.create_group(name)
+            el.create_dataset("value", data=np.ones((40, 5, 3)), chunks=(4, 5, 3)
+                              ).attrs["unit"] = unit
+            el["step"] = np.arange(40)
+    ds = xr.open_dataset(path, engine="h5md", convert_units=True, drop_variables=["velocity"],
+                         chunks={"time": 16}, chunk_mib=0.001)  # preferred: blocks of 8
+    again = h5mdx.engine.live.refresh(ds)
+    with again:
+        assert again.position.attrs["units"] == "Angstrom"
+        np.testing.assert_array_equal(again.position, 10.0)
+        assert "velocity" not in again
+        assert again.position.chunks[0] == (16, 16, 8)
+    ds = xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=0.001)  # blocks of 8
+    assert ds.chunks["time"] == (8,) * 5  # step in the same blocks (it had one)
+    again = h5mdx.engine.live.refresh(ds)
+    with again:
+        assert again.chunks["time"] == (8,) * 5 and "velocity" in again

@@ -1162,6 +1162,9 @@ class _Closer:
     def __init__(self, manager: CachingFileManager, filename: str) -> None:
         self.manager = manager
         self._release: Callable[[], None] | None = _direct.hold(filename)
+        # a Dataset dropped without close(): its readers' descriptors close with the file
+        # (they stayed open, a deleted file's space in use; found by an audit)
+        weakref.finalize(manager, self._release)
 
     def __call__(self) -> None:
         self.manager.close()
@@ -1190,12 +1193,33 @@ def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
                     f"an element named {name!r} clashes with the coordinate or dimension of "
                     "that name", f"served as {new!r}")
         variables[new] = variables.pop(name)
+    _same_time_blocks({**variables, **coords})
     try:
         return xr.Dataset(variables, coords, attrs)
     except ValueError as err:
         raise H5MDFormatError(
             info.filename, where, f"its elements do not fit together: {err}"
         ) from None
+
+
+def _same_time_blocks(variables: Mapping[str, xr.Variable]) -> None:
+    """One preferred block length per time axis, the largest variable's, for every variable
+    on it (coordinates too): with ``chunks={}`` elements of other HDF5 chunks, and ``step``,
+    had other blocks, and ``ds.chunks`` and ``xr.map_blocks`` raised (found by an audit)."""
+    block: dict[str, int] = {}
+    for var in sorted(variables.values(), key=lambda v: v.size * v.dtype.itemsize,
+                      reverse=True):
+        for dim, n in (var.encoding.get("preferred_chunks") or {}).items():
+            if dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_"):
+                block.setdefault(str(dim), int(n))
+    for var in variables.values():
+        on = [d for d in var.dims if d in block]
+        if not on:
+            continue
+        pref = dict(var.encoding.get("preferred_chunks")
+                    or {d: int(n) for d, n in zip(var.dims, var.shape, strict=True)})
+        pref.update({d: block[d] for d in on})
+        var.encoding["preferred_chunks"] = pref
 
 
 #: Errors of h5py/numpy/xarray that a malformed file can still provoke while the
@@ -1283,6 +1307,11 @@ def _open_one(
     report.emit()
     ds = _drop_coordinates(ds, drop)
     ds.set_close(_Closer(manager, filename))
+    # the engine's keywords of this open, which h5mdx.engine.live.refresh opens again with
+    ds.encoding["h5md_open"] = {
+        "group": group, "select": select, "convert_units": convert_units,
+        "chunk_mib": chunk_mib, "swmr": swmr, "allow_external": allow_external,
+        "strict": strict, "drop_variables": sorted(drop) or None}
     return ds
 
 

@@ -31,19 +31,45 @@ def n_frames(ds: xr.Dataset) -> int:
 
 
 def _reopen_kwargs(ds: xr.Dataset, kwargs: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"engine": "h5md", "swmr": True}
-    group = ds.attrs.get("h5md_group")
-    if group:
-        out["group"] = group
+    """The keywords ``ds`` was opened with (the engine's, recorded in its encoding; its
+    dask blocks), ``swmr=True``, and ``kwargs`` over them."""
+    out: dict[str, Any] = {"engine": "h5md"}
+    opened = ds.encoding.get("h5md_open") or {}
+    out.update({k: v for k, v in opened.items() if v is not None})
+    if not opened:  # a Dataset from elsewhere: what its attributes say
+        if ds.attrs.get("h5md_group"):
+            out["group"] = ds.attrs["h5md_group"]
+        if "selection" in ds.attrs:
+            out["select"] = ds.attrs["selection"]
+    out["swmr"] = True
     topology = attached_topology(ds)
     if topology is not None:
         out["topology"] = topology
-    if "selection" in ds.attrs:
-        out["select"] = ds.attrs["selection"]
-    if ds.chunks:
-        out["chunks"] = {}
+    blocks = _blocks(ds)
+    if blocks is not None:
+        out["chunks"] = blocks
     out.update(kwargs)
     return out
+
+
+def _blocks(ds: xr.Dataset) -> dict[str, int] | None:
+    """The dask block length of each dimension of ``ds`` (its first block, in the largest
+    dask-backed variable: what ``chunks=`` gave), ``{}`` where those are the engine's
+    preferred blocks (``chunks={}``: they grow with the file), None where nothing is
+    dask-backed. (``ds.chunks`` raises where variables' blocks differ.)"""
+    dask_vars = [v for v in ds.variables.values() if v.chunks is not None]
+    if not dask_vars:
+        return None
+    out: dict[str, int] = {}
+    preferred = True  # the engine's own blocks (chunks={}), which grow with the file
+    for var in sorted(dask_vars, key=lambda v: v.size, reverse=True):
+        pref = var.encoding.get("preferred_chunks") or {}
+        for dim, sizes in zip(var.dims, var.chunks or (), strict=True):
+            if sizes:
+                out.setdefault(str(dim), int(sizes[0]))
+                want = pref.get(dim)
+                preferred &= want is None or int(sizes[0]) == min(int(want), sum(sizes))
+    return {} if preferred else out
 
 
 def refresh(ds: xr.Dataset, **open_kwargs: Any) -> xr.Dataset:
@@ -54,9 +80,10 @@ def refresh(ds: xr.Dataset, **open_kwargs: Any) -> xr.Dataset:
     ds : xarray.Dataset
         A Dataset opened with ``engine="h5md"`` (usually with ``swmr=True``).
     **open_kwargs
-        Override the arguments of :func:`xarray.open_dataset`. By default the same
-        group, topology, selection and (if ``ds`` is dask-backed) ``chunks={}`` are
-        used, with ``swmr=True``.
+        Override the arguments of :func:`xarray.open_dataset`. By default those ``ds``
+        was opened with (group, topology, selection, ``convert_units``,
+        ``drop_variables``, ``chunk_mib``, ``strict``, ``allow_external``, and the
+        length of its dask blocks), with ``swmr=True``.
 
     Returns
     -------
