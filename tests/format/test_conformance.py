@@ -1173,3 +1173,32 @@ def test_the_frames_stored_are_found_without_chunk_iter(tmp_path):
         value = f[f"{G}/position/value"]
         assert h5md._end_of_stored_rows(value) == N_FRAMES
         assert h5md._end_of_stored_rows(NoChunkIter(value)) == N_FRAMES
+
+
+@pytest.mark.parametrize("direct_read", ["1", "0"])
+def test_a_value_grown_ahead_absurdly_reads_its_frames(tmp_path, monkeypatch, direct_read):
+    """Grown to 10^9 frames, 3 written: the 3 frames, read without tables sized by the
+    declared chunks (the direct reader's would take 8 GB); nothing written at all is still
+    refused (the fuzzer found a MemoryError when a lone step stood for a frame)."""
+    monkeypatch.setenv("H5MDX_DIRECT_READ", direct_read)
+    path = _base(str(tmp_path / "absurd.h5md"))
+    with h5py.File(path, "r+") as f:
+        pos = f[f"{G}/position"]
+        del pos["value"]
+        value = pos.create_dataset("value", shape=(10**9, N_ATOMS, 3),
+                                   maxshape=(None, N_ATOMS, 3), dtype="f8",
+                                   chunks=(1, N_ATOMS, 3))
+        value[:N_FRAMES] = POS
+        value.attrs["unit"] = "nm"
+    with pytest.warns(H5MDConformanceWarning, match="declares 1000000000 frames but stores "
+                      "none after frame 2"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.position.values, POS)
+        np.testing.assert_array_equal(ds.step, STEPS)
+    with h5py.File(path, "r+") as f:
+        del f[f"{G}/position/value"]
+        f[f"{G}/position"].create_dataset("value", shape=(10**9, N_ATOMS, 3), dtype="f8",
+                                          chunks=(1, N_ATOMS, 3))
+    with pytest.warns(H5MDConformanceWarning, match="refuses to trust the declared size"):
+        xr.open_dataset(path, engine="h5md").close()

@@ -97,6 +97,10 @@ LOCATE_ROWS_CHUNKS = 4096
 #: HDF5's whole index (``chunk_iter``, ~2 µs per chunk in every process: 33 ms for
 #: 16,384 chunks, about what importing pyfive costs once).
 TREE_CHUNKS = 16384
+#: Above this many chunks declared, a dataset storing fewer than 1/64 of them is read
+#: through h5py: the reader's tables grow with the chunks declared (a file grown ahead to
+#: 10^12 frames, 10 of them written, would need terabytes)
+SPARSE_CHUNKS = 65536
 
 #: Chunks of a read up to which its runs are found in a Python loop rather than numpy
 _FEW = 16
@@ -788,8 +792,13 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
         raise Unsupported("its partial edge chunks are stored unfiltered "
                           "(H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS), with a filter mask that "
                           "does not say so")
-    reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     few, n_chunks = _few_chunks(dset)
+    if n_chunks > SPARSE_CHUNKS:  # a table per chunk row: sized by what is stored
+        stored = int(dset.id.get_num_chunks())
+        if n_chunks > 64 * max(stored, 1):
+            raise Unsupported(f"it declares {n_chunks} chunks and stores {stored} (space "
+                              "allocated ahead, or an absurd declared size)")
+    reader = DirectReader(filename, dset.shape, dtype, tuple(dset.chunks), filters=filters)
     if n_chunks > TREE_CHUNKS or not (few or hasattr(dset.id, "chunk_iter")):
         tree = chunk_tree(dset)
         if tree is not None:  # the chunks of the rows read, located as reads need them

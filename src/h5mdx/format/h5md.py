@@ -813,10 +813,10 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     if stored is None or stored >= expected:
         return None
     last = _end_of_stored_rows(value)
-    if last is None:
+    if not last:  # nothing stored (or it cannot tell): refused below, as it was
         return None
     keep = min(frames, max(last, n_steps or 0))
-    return keep if 0 < keep < frames else None  # nothing stored: refused, as it was
+    return keep if keep < frames else None
 
 
 def _end_of_stored_rows(value: h5py.Dataset) -> int | None:
