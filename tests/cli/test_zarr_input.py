@@ -67,19 +67,21 @@ def test_a_store_of_several_groups_is_described_and_read_whole(tmp_path, capsys)
     from h5mdx.testing import write_h5md
 
     rng = np.random.default_rng(3)
-    pos = {g: rng.random((4, 5, 3)) * 10 for g in ("solute", "solvent")}
+    # other atoms in each group, an observable of other frames: a group that does not
+    # line up with the root (opened as a tree, it raised; found by an audit)
+    pos = {g: rng.random((4, n, 3)) * 10 for g, n in (("solute", 5), ("solvent", 7))}
     src = write_h5md(tmp_path / "two.h5md", {
         g: {"position": {"value": p, "step": np.arange(4), "unit": "Angstrom"}}
-        for g, p in pos.items()}, observables={"energy": {"value": np.arange(4.0),
-                                                          "step": np.arange(4)}})
+        for g, p in pos.items()}, observables={"energy": {"value": np.arange(6.0),
+                                                          "step": np.arange(6)}})
     store = tmp_path / "two.zarr"
     assert main(["rechunk", src, str(store), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["info", str(store)]) == 0
     text = capsys.readouterr().out
     assert "particles/solute (at the root)" in text
-    assert "\nparticles/solvent\n    position     4×5×3" in text, text
-    assert "\nobservables\n    energy       4" in text, text
+    assert "\nparticles/solvent\n    position     4×7×3" in text, text
+    assert "\nobservables\n    energy       6" in text, text
     assert main(["info", str(store), "--json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
     assert set(groups) == {"particles/solvent", "observables"}

@@ -1171,8 +1171,8 @@ def test_the_frames_stored_are_found_without_chunk_iter(tmp_path):
 
     with h5py.File(path, "r") as f:
         value = f[f"{G}/position/value"]
-        assert h5md._end_of_stored_rows(value) == N_FRAMES
-        assert h5md._end_of_stored_rows(NoChunkIter(value)) == N_FRAMES
+        assert h5md._end_of_stored_rows(value) == (N_FRAMES, True)
+        assert h5md._end_of_stored_rows(NoChunkIter(value)) == (N_FRAMES, False)
 
 
 @pytest.mark.parametrize("direct_read", ["1", "0"])
@@ -1202,3 +1202,41 @@ def test_a_value_grown_ahead_absurdly_reads_its_frames(tmp_path, monkeypatch, di
                                           chunks=(1, N_ATOMS, 3))
     with pytest.warns(H5MDConformanceWarning, match="refuses to trust the declared size"):
         xr.open_dataset(path, engine="h5md").close()
+
+
+def test_frames_stored_where_chunks_overhang_or_rows_are_missing(tmp_path, monkeypatch):
+    """Chunks that overhang the atoms (stored bytes above the data's) hid frames grown
+    ahead; HDF5 1.10's binary search cannot see a missing middle row, and then reads the
+    value whole rather than cut real frames; nested elements served by one name: one
+    left out, with a note (found by an audit)."""
+    from h5mdx.format import h5md
+
+    path = str(tmp_path / "overhang.h5md")
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        g = f.create_group(G)
+        g.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        value = g.create_dataset("position/value", shape=(100, 5, 3), dtype="f8",
+                                 chunks=(10, 4, 3), maxshape=(None, 5, 3))
+        value[:80] = 1.0
+        gap = g.create_dataset("velocity/value", shape=(40, 5, 3), dtype="f8",
+                               chunks=(4, 5, 3))
+        gap[:16], gap[20:] = 1.0, 2.0  # chunk row 4 never written
+        for name, (a, b) in (("lees/edwards_offset", (1.0, 1.0)),
+                             ("lees_edwards/offset", (2.0, 2.0))):
+            g[f"{name}/value"] = np.array([a, b])
+    info = scan(path)
+    assert info.particles["g"].elements["position"].shape[0] == 80
+    assert info.particles["g"].elements["velocity"].shape[0] == 40
+    assert info.particles["g"].elements["lees_edwards_offset"].path.endswith(
+        "lees/edwards_offset")
+    assert any("it would be served as 'lees_edwards_offset'" in p.message
+               for p in info.problems)
+
+    with h5py.File(path, "r") as f:  # HDF5 1.10's search, stopped at the gap
+        monkeypatch.setattr(h5md, "_end_of_stored_rows", lambda value: (16, False))
+        c = h5md._Ctx(f)
+        # 9 chunks stored, not the 4 before row 16: rows missing before it, not cut
+        assert h5md._frames_stored(c, f[f"{G}/velocity/value"], None) is None
+        monkeypatch.setattr(h5md, "_end_of_stored_rows", lambda value: (80, False))
+        assert h5md._frames_stored(c, f[f"{G}/position/value"], None) == 80  # a prefix

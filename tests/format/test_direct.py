@@ -1095,3 +1095,16 @@ def test_a_dataset_dropped_without_close_keeps_no_descriptor(tmp_path, monkeypat
         os.remove(path)
         paths.append(path)
     assert [_descriptors_of(p) for p in paths] == [0, 0, 0]
+
+
+def test_a_release_from_a_finalizer_waits_for_a_free_lock():
+    """A Dataset collected while its thread holds the readers' lock (a collection inside a
+    cached read) released under that lock: a deadlock. The release runs once the lock is
+    free (found by an audit)."""
+    done: list[int] = []
+    with direct._CACHE_LOCK:
+        direct.release_soon(lambda: done.append(1))
+        assert done == []  # deferred, not waiting on its own thread's lock
+    release = direct.hold("/nonexistent/release-soon.h5md")
+    assert done == [1]  # run by the next hold
+    release()

@@ -733,6 +733,8 @@ def test_adk_example_reuses_its_file_and_refuses_another(tmp_path, monkeypatch):
         "value": np.zeros((20, 3341, 3)), "step": np.arange(20)}}})
     with pytest.raises(FileExistsError, match=r"positions of shape \(20, 3341, 3\)"):
         adk_example(other)
+    big = adk_example(tmp_path / "big.h5md", frames_per_chunk=200)  # chunks of its 98
+    assert adk_example(big, frames_per_chunk=200) == big  # its own file: reused
     monkeypatch.setenv("HOME", str(tmp_path))
     cached = tmp_path / ".cache" / "h5mdx" / "adk-c10.h5md"
     cached.parent.mkdir(parents=True)

@@ -1164,7 +1164,7 @@ class _Closer:
         self._release: Callable[[], None] | None = _direct.hold(filename)
         # a Dataset dropped without close(): its readers' descriptors close with the file
         # (they stayed open, a deleted file's space in use; found by an audit)
-        weakref.finalize(manager, self._release)
+        weakref.finalize(manager, _direct.release_soon, self._release)
 
     def __call__(self) -> None:
         self.manager.close()

@@ -1078,6 +1078,31 @@ _HELD: Counter[str] = Counter()
 _CLOSED: set[str] = set()
 
 
+#: Releases a finalizer could not run at once (the lock was held, perhaps by the very
+#: thread the garbage collector interrupted); run by the next hold or release_soon.
+_PENDING: list[Callable[[], None]] = []
+
+
+def release_soon(release: Callable[[], None]) -> None:
+    """Run ``release`` (of :func:`hold`) from a finalizer: now where the cache's lock is
+    free, else at the next :func:`hold` or :func:`release_soon` (a collection inside a
+    cached read would otherwise wait on a lock its own thread holds)."""
+    _PENDING.append(release)
+    if not _CACHE_LOCK.acquire(blocking=False):
+        return
+    _CACHE_LOCK.release()
+    _run_pending()
+
+
+def _run_pending() -> None:
+    while _PENDING:
+        try:
+            release = _PENDING.pop()
+        except IndexError:  # another thread took the last
+            return
+        release()
+
+
 def hold(filename: str) -> Callable[[], None]:
     """Note that an open holds ``filename``; returns its release, for when it closes.
 
@@ -1087,6 +1112,7 @@ def hold(filename: str) -> Callable[[], None]:
     (a dask worker's) stay, up to ``MAX_READERS``. The release may be called more
     than once; it counts once.
     """
+    _run_pending()
     with _CACHE_LOCK:
         _HELD[filename] += 1
         _CLOSED.discard(filename)

@@ -769,7 +769,8 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None =
         return
     try:
         storage = _storage_size(c, dset)
-        if storage is None or not _filters(dset) and storage >= dset.nbytes:
+        chunk_bytes = math.prod(int(ch) for ch in dset.chunks) * dset.dtype.itemsize
+        if storage is None or not _filters(dset) and storage >= expected * chunk_bytes:
             return  # every chunk of uncompressed data is there (or it cannot tell)
     except (OSError, ValueError, RuntimeError, AttributeError):
         return
@@ -804,27 +805,33 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     frames = int(value.shape[0])
     if c.live or not value.chunks or frames == 0 or _fill_value(value) is not None:
         return None
-    storage = _storage_size(c, value)
-    if storage is None or not _filters(value) and storage >= value.nbytes:
-        return None  # every chunk of uncompressed data is there (or it cannot tell)
     expected = math.prod(math.ceil(int(s) / int(ch))
                          for s, ch in zip(value.shape, value.chunks, strict=True))
+    chunk_bytes = math.prod(int(ch) for ch in value.chunks) * value.dtype.itemsize
+    storage = _storage_size(c, value)
+    if storage is None or not _filters(value) and storage >= expected * chunk_bytes:
+        return None  # every chunk of uncompressed data is there (or it cannot tell)
+    if _chunk_row_stored(value, math.ceil(int(value.shape[0]) / int(value.chunks[0])) - 1):
+        return None  # its last chunk row is there: nothing grown ahead (one look-up)
     stored = _stored_chunks(c, value)
     if stored is None or stored >= expected:
         return None
-    last = _end_of_stored_rows(value)
-    if not last:  # nothing stored (or it cannot tell): refused below, as it was
-        return None
+    last, exact = _end_of_stored_rows(value)
+    per_row = expected // math.ceil(int(value.shape[0]) / int(value.chunks[0]))
+    if not last or (not exact and stored != last // int(value.chunks[0]) * per_row):
+        return None  # nothing stored, or rows missing before the last (HDF5 1.10 cannot
+        # tell where they end without walking the index): refused or read whole, as it was
     keep = min(frames, max(last, n_steps or 0))
     return keep if keep < frames else None
 
 
-def _end_of_stored_rows(value: h5py.Dataset) -> int | None:
-    """The row after the last chunk of ``value`` HDF5 has stored; None where it cannot tell.
+def _end_of_stored_rows(value: h5py.Dataset) -> tuple[int | None, bool]:
+    """The row after the last chunk of ``value`` HDF5 has stored (None where it cannot
+    tell), and whether that is known for sure.
 
-    The chunk index walked once where HDF5 can (>= 1.12.3); else (Debian's 1.10) a
+    The chunk index walked once where HDF5 can (>= 1.12.3): sure; else (Debian's 1.10) a
     binary search over the chunks at the start of each chunk row, which takes the stored
-    rows for a prefix (a writer that grew ahead and stopped)."""
+    rows for a prefix (a writer that grew ahead and stopped): to be checked."""
     rows = int(value.chunks[0])
     last = [0]
 
@@ -833,24 +840,31 @@ def _end_of_stored_rows(value: h5py.Dataset) -> int | None:
 
     try:
         value.id.chunk_iter(visit)
-        return last[0]
+        return last[0], True
     except AttributeError:
         pass  # this HDF5 has no H5Dchunk_iter
     except (OSError, ValueError, RuntimeError):
-        return None
-    tail = (0,) * (len(value.shape) - 1)
-
-    def stored(k: int) -> bool:
-        return value.id.get_chunk_info_by_coord((k * rows, *tail)).byte_offset is not None
-
+        return None, False
     try:
         lo, hi = 0, math.ceil(int(value.shape[0]) / rows)  # chunk rows: [0, lo) stored
         while lo < hi:
             mid = (lo + hi) // 2
-            lo, hi = (mid + 1, hi) if stored(mid) else (lo, mid)
+            lo, hi = (mid + 1, hi) if _chunk_row_stored(value, mid) else (lo, mid)
     except (OSError, ValueError, RuntimeError, AttributeError, TypeError):
-        return None
-    return lo * rows
+        return None, False
+    return lo * rows, False
+
+
+def _chunk_row_stored(value: Any, k: int) -> bool:
+    """Whether the first chunk of chunk row ``k`` of ``value`` is stored (False where HDF5
+    cannot tell)."""
+    if k < 0:
+        return False
+    offset = (k * int(value.chunks[0]), *(0,) * (len(value.shape) - 1))
+    try:
+        return value.id.get_chunk_info_by_coord(offset).byte_offset is not None
+    except (OSError, ValueError, RuntimeError, AttributeError, TypeError):
+        return False
 
 
 def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
@@ -1595,7 +1609,12 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                     c.note(f"{path}/box", "the box must be a group", "left out")
                 continue
             if _holds_elements(obj):
-                nested.update(_subgroup_elements(c, child, obj, f"{path}/{child}"))
+                for served, el in _subgroup_elements(c, child, obj, f"{path}/{child}").items():
+                    if served in nested:  # lees/edwards_offset and lees_edwards/offset
+                        c.note(el.path, f"it would be served as {served!r}, the name of "
+                               f"{nested[served].path}", "left out")
+                    else:
+                        nested[served] = el
                 continue
             elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
         except H5MDFormatError as err:

@@ -122,10 +122,14 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
     try:
         if group is None:
             ds = xr.open_dataset(path, engine="zarr", chunks=None)
-        else:  # the coordinates a group shares with the root are stored at the root
-            tree = xr.open_datatree(path, engine="zarr", chunks=None)
-            ds = tree[group].to_dataset()
-            ds.set_close(tree.close)
+        else:  # the root's coordinates on axes of the group's sizes (stored at the root);
+            # not a tree: a group of other frames or atoms does not line up with the root
+            ds = xr.open_dataset(path, engine="zarr", group=group, chunks=None)
+            with xr.open_dataset(path, engine="zarr", chunks=None) as root:
+                shared = {k: v.variable.load() for k, v in root.coords.items()
+                          if k not in ds.variables
+                          and all(ds.sizes.get(d) == n for d, n in v.sizes.items())}
+            ds = ds.assign_coords(shared)
     except (OSError, ValueError, KeyError) as err:
         where = f" [{group}]" if group else ""
         raise H5MDFormatError(os.fspath(path), None,
