@@ -811,11 +811,11 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     storage = _storage_size(c, value)
     if storage is None or not _filters(value) and storage >= expected * chunk_bytes:
         return None  # every chunk of uncompressed data is there (or it cannot tell)
-    if _chunk_row_stored(value, math.ceil(int(value.shape[0]) / int(value.chunks[0])) - 1):
-        return None  # its last chunk row is there: nothing grown ahead (one look-up)
-    stored = _stored_chunks(c, value)
+    stored = _stored_chunks(c, value)  # counted once per scan: _check_written asks too
     if stored is None or stored >= expected:
         return None
+    if _chunk_row_stored(value, math.ceil(int(value.shape[0]) / int(value.chunks[0])) - 1):
+        return None  # its last chunk row is there: nothing grown ahead (one look-up)
     last, exact = _end_of_stored_rows(value)
     per_row = expected // math.ceil(int(value.shape[0]) / int(value.chunks[0]))
     if not last or (not exact and stored != last // int(value.chunks[0]) * per_row):
