@@ -18,6 +18,7 @@ import xarray as xr
 from h5mdx.format import direct
 from h5mdx.format.chunk_index import locate_chunks
 from h5mdx.testing import write_h5md
+from hdf5_versions import WithChunkIter, WithoutChunkIter
 
 SHAPE = (57, 41, 3)
 
@@ -601,43 +602,6 @@ def test_chunks_stored_without_an_optional_filter(tmp_path):
     assert got.tobytes() == values.tobytes()
 
 
-class _WithChunkIter:
-    """A dataset whose ``id`` offers ``chunk_iter`` (HDF5 >= 1.12.3) on any HDF5: built on
-    ``get_chunk_info`` here, to test what h5mdx does with it."""
-
-    def __init__(self, dset):
-        self._dset = dset
-        self.id = self
-
-    def __getattr__(self, name):
-        return getattr(self._dset.id if name.startswith("get_") else self._dset, name)
-
-    def chunk_iter(self, visit):
-        for i in range(self._dset.id.get_num_chunks()):
-            visit(self._dset.id.get_chunk_info(i))
-
-
-class _WithoutChunkIter:
-    """A dataset whose ``id`` lacks ``chunk_iter``, as with HDF5 before 1.12.3."""
-
-    def __init__(self, dset):
-        self._dset = dset
-        self.id = _IdWithout(dset.id)
-
-    def __getattr__(self, name):
-        return getattr(self._dset, name)
-
-
-class _IdWithout:
-    def __init__(self, dsid):
-        self._dsid = dsid
-
-    def __getattr__(self, name):
-        if name == "chunk_iter":
-            raise AttributeError(name)
-        return getattr(self._dsid, name)
-
-
 def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
     """Looking 1,000 small chunks up one by one walks the index each time. Without HDF5's
     chunk iteration, the chunk B-tree is read (pyfive finds it); without pyfive either,
@@ -650,13 +614,13 @@ def test_many_chunks_without_chunk_iteration(tmp_path, monkeypatch):
         f.create_dataset("many", data=many, chunks=(1, 8, 3))
     box = (slice(0, 1140), slice(0, 8), slice(0, 3))
     with h5py.File(path, "r") as f:
-        assert isinstance(direct.plan_direct(_WithoutChunkIter(f["few"])), direct.DirectReader)
-        readers = [direct.plan_direct(_WithChunkIter(f["many"]))]
+        assert isinstance(direct.plan_direct(WithoutChunkIter(f["few"])), direct.DirectReader)
+        readers = [direct.plan_direct(WithChunkIter(f["many"]))]
         pytest.importorskip("pyfive")
-        readers.append(direct.plan_direct(_WithoutChunkIter(f["many"])))
+        readers.append(direct.plan_direct(WithoutChunkIter(f["many"])))
         monkeypatch.setitem(sys.modules, "pyfive", None)  # not installed
         with pytest.raises(direct.Unsupported, match="1140 chunks: .*pyfive"):
-            direct.plan_direct(_WithoutChunkIter(f["many"]))
+            direct.plan_direct(WithoutChunkIter(f["many"]))
     assert readers[0].locate is None and len(readers[0]._index) == 1140  # HDF5's pass
     assert readers[1].locate is not None and not readers[1]._index  # as reads need them
     for reader in readers:
@@ -856,7 +820,7 @@ def test_chunks_the_tree_does_not_list_are_not_allocated(tmp_path):
         d = f.create_dataset("x", shape=(1140, 8, 3), dtype="f4", chunks=(1, 8, 3))
         d[:500] = np.tile(values, (9, 1, 1))[:500]
     with h5py.File(path, "r") as f:
-        reader = direct.plan_direct(_WithoutChunkIter(f["x"]))
+        reader = direct.plan_direct(WithoutChunkIter(f["x"]))
     try:
         assert reader.locate is not None
         assert reader.missing((slice(0, 10), slice(0, 8), slice(0, 3))) == []
@@ -877,7 +841,7 @@ def test_tree_located_tiles_and_a_wrong_size(tmp_path):
     with h5py.File(path, "w") as f:
         f.create_dataset("x", data=values, chunks=(2, 10))  # 1,200 chunks of 80 bytes
     with h5py.File(path, "r") as f:
-        reader = direct.plan_direct(_WithoutChunkIter(f["x"]))
+        reader = direct.plan_direct(WithoutChunkIter(f["x"]))
     try:
         assert reader.locate is not None and reader._starts is None
         box = (slice(7, 311), slice(3, 37))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import struct
 from typing import Any
@@ -37,7 +38,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["ChunkTree", "chunk_tree", "index_all_chunks", "locate_chunks"]
+__all__ = ["ChunkTree", "chunk_grid", "chunk_tree", "index_all_chunks", "locate_chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,14 @@ def _check(dset: h5py.Dataset, tree: ChunkTree) -> None:
         theirs = locate_chunks(dset, [coord])[coord]
         if ours != theirs:
             raise ValueError(f"chunk at {coord}: {ours} (HDF5: {theirs})")
+
+
+def chunk_grid(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int
+               ) -> tuple[int, int]:
+    """How many chunks of shape ``chunks`` cover an array of ``shape`` (HDF5's chunk grid:
+    edge chunks overhang), and the bytes of one chunk of ``itemsize``-byte elements."""
+    n_chunks = math.prod(-(-int(n) // int(c)) for n, c in zip(shape, chunks, strict=True))
+    return n_chunks, math.prod(int(c) for c in chunks) * int(itemsize)
 
 
 def index_all_chunks(dset: h5py.Dataset) -> Locations | None:

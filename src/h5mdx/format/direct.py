@@ -50,7 +50,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5mdx.format.chunk_index import chunk_tree, index_all_chunks
+from h5mdx.format.chunk_index import chunk_grid, chunk_tree, index_all_chunks
 
 __all__ = [
     "DirectReader",
@@ -877,8 +877,7 @@ def _partial_chunks_unfiltered(plist: Any) -> bool | None:
 
 def _few_chunks(dset: h5py.Dataset) -> tuple[bool, int]:
     """Whether HDF5's one-by-one look-ups of the chunks of ``dset`` cost little; how many."""
-    n_chunks = math.prod(-(-n // c) for n, c in zip(dset.shape, dset.chunks, strict=True))
-    chunk_bytes = math.prod(dset.chunks) * dset.dtype.itemsize
+    n_chunks, chunk_bytes = chunk_grid(dset.shape, dset.chunks, dset.dtype.itemsize)
     return n_chunks <= max(MANY_CHUNKS, chunk_bytes // LOOKUP_BYTES_PER_CHUNK), n_chunks
 
 

@@ -26,6 +26,7 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDError, H5MDFormatError, H5MDReadError
+from h5mdx.format.chunk_index import chunk_grid
 from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
@@ -694,6 +695,20 @@ def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
     return _asked_once(c.stored_chunks, dset, lambda: dset.id.get_num_chunks())
 
 
+def _chunks_stored(c: _Ctx, dset: h5py.Dataset, shape: tuple[int, ...]
+                   ) -> tuple[int, int | None]:
+    """How many chunks of ``dset`` cover its first rows ``shape``, and how many of them HDF5
+    stores: None where all are (uncompressed data filling them: no count asked) or it
+    cannot tell."""
+    expected, chunk_bytes = chunk_grid(shape, dset.chunks, dset.dtype.itemsize)
+    if expected == 0:
+        return 0, None
+    storage = _storage_size(c, dset)
+    if storage is None or not _filters(dset) and storage >= expected * chunk_bytes:
+        return expected, None
+    return expected, _stored_chunks(c, dset)
+
+
 def _storage_size(c: _Ctx, dset: h5py.Dataset) -> int | None:
     """The bytes HDF5 has stored for ``dset``, asked once per scan."""
     return _asked_once(c.storage_sizes, dset, lambda: dset.id.get_storage_size())
@@ -763,18 +778,7 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None =
             c.note(where, "was created but never written (no storage allocated)",
                    f"its values read as HDF5's default fill value ({dset.fillvalue})")
         return
-    expected = math.prod(math.ceil(int(s) / int(ch)) for s, ch in zip(shape, dset.chunks,
-                                                                     strict=True))
-    if expected == 0:
-        return
-    try:
-        storage = _storage_size(c, dset)
-        chunk_bytes = math.prod(int(ch) for ch in dset.chunks) * dset.dtype.itemsize
-        if storage is None or not _filters(dset) and storage >= expected * chunk_bytes:
-            return  # every chunk of uncompressed data is there (or it cannot tell)
-    except (OSError, ValueError, RuntimeError, AttributeError):
-        return
-    stored = _stored_chunks(c, dset)
+    expected, stored = _chunks_stored(c, dset, shape)
     if stored is not None and stored < expected:
         # chunks split across particles too: frames with fewer particles than the largest
         # leave theirs unwritten (ESPResSo grows the particle axis as particles come)
@@ -805,19 +809,15 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     frames = int(value.shape[0])
     if c.live or not value.chunks or frames == 0 or _fill_value(value) is not None:
         return None
-    expected = math.prod(math.ceil(int(s) / int(ch))
-                         for s, ch in zip(value.shape, value.chunks, strict=True))
-    chunk_bytes = math.prod(int(ch) for ch in value.chunks) * value.dtype.itemsize
-    storage = _storage_size(c, value)
-    if storage is None or not _filters(value) and storage >= expected * chunk_bytes:
-        return None  # every chunk of uncompressed data is there (or it cannot tell)
-    stored = _stored_chunks(c, value)  # counted once per scan: _check_written asks too
-    if stored is None or stored >= expected:
-        return None
-    if _chunk_row_stored(value, math.ceil(int(value.shape[0]) / int(value.chunks[0])) - 1):
+    expected, stored = _chunks_stored(c, value, value.shape)
+    rows = math.ceil(frames / int(value.chunks[0]))
+    per_row = expected // rows
+    if stored is None or expected - stored < per_row:
+        return None  # every chunk there (or it cannot tell), or too few missing to leave
+        # a chunk row out: nothing grown ahead
+    if _chunk_row_stored(value, rows - 1):
         return None  # its last chunk row is there: nothing grown ahead (one look-up)
     last, exact = _end_of_stored_rows(value)
-    per_row = expected // math.ceil(int(value.shape[0]) / int(value.chunks[0]))
     if not last or (not exact and stored != last // int(value.chunks[0]) * per_row):
         return None  # nothing stored, or rows missing before the last (HDF5 1.10 cannot
         # tell where they end without walking the index): refused or read whole, as it was
