@@ -178,14 +178,16 @@ def render(info: FileInfo) -> str:
     return "\n".join(out)
 
 
-def _zarr_group_dict(path: str, group: str | None) -> dict[str, Any]:
-    """The variables, frames and missing chunks of one group of a Zarr store."""
+def _zarr_group_dict(path: str, root: Any, group: str | None) -> dict[str, Any]:
+    """The variables, frames and missing chunks of one group of a Zarr store (its root
+    Zarr group ``root``, None where zarr cannot open it)."""
     from h5mdx.layout.export import missing_chunks, open_zarr_store
 
     with open_zarr_store(path, group=group) as ds:
         missing = {name: {"stored": stored, "expected": expected, "reads_as": str(fill)}
-                   for name, (stored, expected, fill) in missing_chunks(path, ds, group).items()}
-        own = _zarr_arrays(path, group)  # not the coordinates a group shares with the root
+                   for name, (stored, expected, fill) in missing_chunks(path, ds, group,
+                                                                root=root).items()}
+        own = _zarr_arrays(root, group)  # not the coordinates a group shares with the root
         variables = {}
         for name, var in ds.variables.items():
             if own is not None and str(name) not in own:
@@ -208,23 +210,20 @@ def _zarr_group_dict(path: str, group: str | None) -> dict[str, Any]:
     return out
 
 
-def _zarr_arrays(path: str, group: str | None) -> set[str] | None:
-    """The names of the arrays stored in ``group`` of a Zarr store; None for the root."""
-    if not group:
+def _zarr_arrays(root: Any, group: str | None) -> set[str] | None:
+    """The names of the arrays stored in ``group`` of a Zarr store's ``root``; None for
+    the root itself."""
+    if not group or root is None:
         return None
-    import zarr
-
     try:
-        return {str(k) for k in zarr.open_group(path, mode="r")[group].array_keys()}  # type: ignore[union-attr]
+        return {str(k) for k in root[group].array_keys()}
     except (OSError, ValueError, KeyError, AttributeError):  # not a group
         return None
 
 
-def _zarr_subgroups(path: str) -> list[str]:
-    """The groups under the root of a Zarr store that hold arrays (the other particles
+def _zarr_subgroups(root: Any) -> list[str]:
+    """The groups under a Zarr store's ``root`` that hold arrays (the other particles
     groups, the observables, the connectivity, the parameters), by path."""
-    import zarr
-
     found: list[str] = []
 
     def walk(group: Any, prefix: str) -> None:
@@ -234,8 +233,10 @@ def _zarr_subgroups(path: str) -> list[str]:
                 found.append(where)
             walk(sub, f"{where}/")
 
+    if root is None:
+        return []
     try:
-        walk(zarr.open_group(path, mode="r"), "")
+        walk(root, "")
     except (OSError, ValueError, KeyError):
         return []
     return found
@@ -247,8 +248,15 @@ def zarr_dict(path: str) -> dict[str, Any]:
     out: dict[str, Any] = {"store": path}
     out["store_size"] = sum(os.path.getsize(os.path.join(d, f))
                             for d, _, files in os.walk(path) for f in files)
-    out.update(_zarr_group_dict(path, None))
-    out["groups"] = {g: _zarr_group_dict(path, g) for g in _zarr_subgroups(path)}
+    from h5mdx._optional import import_optional
+
+    zarr = import_optional("zarr", "reading Zarr stores")
+    try:  # opened once, for every group
+        root = zarr.open_group(path, mode="r")
+    except (OSError, ValueError, KeyError):
+        root = None
+    out.update(_zarr_group_dict(path, root, None))
+    out["groups"] = {g: _zarr_group_dict(path, root, g) for g in _zarr_subgroups(root)}
     return out
 
 

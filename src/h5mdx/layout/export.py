@@ -173,18 +173,19 @@ def _check_stored_chunks(path: str, ds: xr.Dataset, group: str | None = None) ->
             f"that did not finish?); the frames of the others read as {fill}"), stacklevel=3)
 
 
-def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset, group: str | None = None
-                   ) -> dict[str, tuple[int, int, Any]]:
+def missing_chunks(path: str | os.PathLike[str], ds: xr.Dataset, group: str | None = None,
+                   *, root: Any = None) -> dict[str, tuple[int, int, Any]]:
     """The arrays on ``time`` of the store ``path`` (its ``group``, opened as ``ds``) that
     lack chunks: ``{name: (chunks stored, chunks expected, fill value)}``. Zarr reads a
     missing chunk as the fill value (NaN positions, silently); a store h5mdx writes has
-    them all."""
-    import zarr
+    them all. ``root``: the store's root Zarr group, where the caller has it open."""
+    if root is None:
+        import zarr
 
-    try:
-        root = zarr.open_group(os.fspath(path), mode="r")
-    except (OSError, ValueError, KeyError):
-        return {}
+        try:
+            root = zarr.open_group(os.fspath(path), mode="r")
+        except (OSError, ValueError, KeyError):
+            return {}
     out = {}
     for name, var in ds.variables.items():
         if not var.ndim or TIME_DIM not in var.dims:
