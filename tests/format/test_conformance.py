@@ -1258,3 +1258,26 @@ def test_chunks_missing_within_rows_cost_no_look_up(tmp_path, monkeypatch):
         assert looked == []
         assert h5md._frames_stored(c, f["ahead"], None) == 5
         assert looked[0] == "/ahead"
+
+
+def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
+    """HDF5 walks the whole chunk index to count the chunks stored, and again to sum their
+    bytes (16 ms each at 100k chunks, per element, per open). Unfiltered chunks each take
+    a chunk's bytes: their count is the bytes over that, with no second walk; filtered
+    ones are counted."""
+    from h5mdx.format import h5md
+
+    path = str(tmp_path / "count.h5")
+    with h5py.File(path, "w") as f:
+        for name, filters in (("plain", {}), ("gzip", {"compression": "gzip"})):
+            dset = f.create_dataset(name, shape=(7, 5, 3), dtype="f4", chunks=(2, 3, 3),
+                                    **filters)  # 4 x 2 chunks, overhanging both axes
+            dset[2:] = 1.0
+            dset[:2, :3] = 1.0  # one chunk of frames 0-1 never written
+    with h5py.File(path, "r") as f:
+        c = h5md._Ctx(f)
+        assert h5md._chunks_stored(c, f["plain"], f["plain"].shape) == (8, 7)
+        assert f["plain"].id.get_num_chunks() == 7
+        assert c.stored_chunks == {}  # not counted by HDF5
+        assert h5md._chunks_stored(c, f["gzip"], f["gzip"].shape) == (8, 7)
+        assert list(c.stored_chunks.values()) == [7]

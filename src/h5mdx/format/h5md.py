@@ -691,7 +691,13 @@ def _asked_once(cache: dict[tuple[int, ...], int | None], dset: h5py.Dataset,
 
 
 def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
-    """The number of chunks of ``dset`` that HDF5 has stored, counted once per scan."""
+    """The number of chunks of ``dset`` that HDF5 has stored: its stored bytes over a
+    chunk's where no filter changes their size (HDF5 walks the whole chunk index for each
+    answer, 16 ms at 100k chunks), else counted once per scan."""
+    if not _filters(dset):
+        storage = _storage_size(c, dset)
+        if storage is not None:
+            return storage // chunk_grid(dset.shape, dset.chunks, dset.dtype.itemsize)[1]
     return _asked_once(c.stored_chunks, dset, lambda: dset.id.get_num_chunks())
 
 
@@ -703,9 +709,10 @@ def _chunks_stored(c: _Ctx, dset: h5py.Dataset, shape: tuple[int, ...]
     expected, chunk_bytes = chunk_grid(shape, dset.chunks, dset.dtype.itemsize)
     if expected == 0:
         return 0, None
-    storage = _storage_size(c, dset)
-    if storage is None or not _filters(dset) and storage >= expected * chunk_bytes:
-        return expected, None
+    if not _filters(dset):
+        storage = _storage_size(c, dset)
+        if storage is None or storage >= expected * chunk_bytes:
+            return expected, None
     return expected, _stored_chunks(c, dset)
 
 
