@@ -276,6 +276,41 @@ def test_datatree(mixed_file):
     tree.close()
 
 
+def test_time_axes_a_writer_can_grow_are_unlimited(tmp_path, adk_h5md, mixed_file):
+    """``value`` datasets with no maximum frame count (MDAnalysis', h5mdx's writers) serve
+    their time axis as xarray's netCDF engines serve unlimited dimensions:
+    ``to_netcdf`` writes it unlimited, so frames can be appended; a fixed one is not."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        assert ds.encoding["unlimited_dims"] == {"time"}
+        ds.isel(time=slice(3)).to_netcdf(tmp_path / "adk.nc", engine="h5netcdf")
+    with h5py.File(tmp_path / "adk.nc", "r") as f:
+        assert f["position"].maxshape[0] is None
+    with xr.open_dataset(tmp_path / "adk.nc", engine="h5netcdf") as nc:
+        assert nc.encoding["unlimited_dims"] == {"time"}
+    fixed = tmp_path / "fixed.h5md"
+    shutil.copy(adk_h5md, fixed)
+    with h5py.File(fixed, "r+") as f:
+        element = f["particles/trajectory/position"]
+        values = element["value"][()]
+        del element["value"]
+        element.create_dataset("value", data=values, chunks=(1, *values.shape[1:]))
+    with xr.open_dataset(fixed, engine="h5md") as ds:
+        assert ds.encoding["unlimited_dims"] == set()
+    path, _ = mixed_file
+    with h5py.File(path, "r+") as f:
+        for name in ("observables/temperature", "observables/thermo/energy"):
+            values = f[f"{name}/value"][()]
+            del f[f"{name}/value"]
+            f[name].create_dataset("value", data=values, maxshape=(None, *values.shape[1:]))
+    with xr.open_datatree(path, engine="h5md") as tree:
+        # the observables' time is renamed where it does not align with a child's
+        assert tree["observables"].encoding["unlimited_dims"] == {"time_observables"}
+        assert "time_pressure" in tree["observables"].dims  # not grown: not unlimited
+        assert tree["observables/thermo"].encoding["unlimited_dims"] == {"time"}
+        assert tree["particles/trajectory"].encoding["unlimited_dims"] == set()
+        assert tree.encoding["unlimited_dims"] == set()
+
+
 def _nested_parameters(path):
     write_h5md(path, {"g": {"position": dict(value=np.zeros((2, 3, 3)), step=np.arange(2))}},
                parameters={"temperature": 300.0, "ensemble": b"NVT", "x": np.arange(3)})

@@ -701,6 +701,8 @@ class _Builder:
         #: the file's stamp when opened (:func:`h5mdx.format.direct.file_stamp`; None:
         #: a live file)
         self.stamp = _STAMPS.get(manager)
+        #: the H5MD paths of the elements built that a writer can append frames to
+        self.growable: set[str] = set()
 
     # -- units -------------------------------------------------------------------------
     def _unit(self, unit: str | None, where: str) -> tuple[float, str | None]:
@@ -794,6 +796,8 @@ class _Builder:
         }
         if el.fillvalue is not None:
             encoding["_FillValue"] = el.fillvalue
+        if el.growable:
+            self.growable.add(el.path)
         if el.time_dependent and el.shape:
             block = time_block(el.shape, el.dtype.itemsize, el.chunks, self.chunk_mib)
             preferred = {dims[0]: block}
@@ -1306,6 +1310,7 @@ def _open_one(
         raise
     report.emit()
     ds = _drop_coordinates(ds, drop)
+    _set_unlimited_dims(ds, b.growable)
     ds.set_close(_Closer(manager, filename))
     # the engine's keywords of this open, which h5mdx.engine.live.refresh opens again with
     ds.encoding["h5md_open"] = {
@@ -1313,6 +1318,15 @@ def _open_one(
         "chunk_mib": chunk_mib, "swmr": swmr, "allow_external": allow_external,
         "strict": strict, "drop_variables": sorted(drop) or None}
     return ds
+
+
+def _set_unlimited_dims(ds: xr.Dataset, growable: set[str]) -> None:
+    """Serve the time axes of the elements in ``growable`` (H5MD paths) as xarray's netCDF
+    engines serve unlimited dimensions, in ``ds.encoding["unlimited_dims"]``:
+    ``ds.to_netcdf()`` then writes them unlimited, so that frames can be appended."""
+    ds.encoding["unlimited_dims"] = {
+        var.dims[0] for var in ds.variables.values()
+        if var.dims and var.encoding.get("h5md_path") in growable}
 
 
 def _drop_coordinates(ds: xr.Dataset, drop: set[str]) -> xr.Dataset:
@@ -1645,6 +1659,7 @@ def open_groups(
     close = _Closer(manager, filename)
     for ds in out.values():
         ds.set_close(close)
+        _set_unlimited_dims(ds, b.growable)
     return out
 
 

@@ -173,6 +173,9 @@ class ElementInfo:
     #: an element of a group inside a particles group (ESPResSo's ``lees_edwards/offset``),
     #: named ``<group>_<element>``: H5MD defines none there, and it is not per particle
     in_subgroup: bool = False
+    #: a time-dependent ``value`` whose first axis has no maximum (``maxshape`` None): a
+    #: writer can append frames to it
+    growable: bool = False
 
     @property
     def n_frames(self) -> int | None:
@@ -1129,6 +1132,7 @@ def _dataset_info(
         dtype = dset.dtype
         shape = tuple(int(s) for s in dset.shape)
         chunks = dset.chunks
+        growable = bool(time_dependent and dset.maxshape and dset.maxshape[0] is None)
         compression, compression_opts = _compression(dset)
     except (OSError, TypeError, ValueError, RuntimeError, KeyError) as err:
         raise H5MDFormatError(c.filename, path, f"cannot read dataset metadata: {err}") from None
@@ -1153,6 +1157,7 @@ def _dataset_info(
         sampling=sampling,
         fillvalue=_fill_value(dset),
         storage_size=storage,
+        growable=growable,
         # the element group's attributes (H5MD's particles_group) under its value's
         attrs={**(_other_attrs(group, None) if group is not None else {}),
                **_other_attrs(dset, dtype)},
