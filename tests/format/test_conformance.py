@@ -1276,8 +1276,8 @@ def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
             dset[:2, :3] = 1.0  # one chunk of frames 0-1 never written
     with h5py.File(path, "r") as f:
         c = h5md._Ctx(f)
-        assert h5md._chunks_stored(c, f["plain"], f["plain"].shape) == (8, 7)
+        assert h5md._chunk_count(c, f["plain"], f["plain"].shape) == (8, 7)
         assert f["plain"].id.get_num_chunks() == 7
         assert c.stored_chunks == {}  # not counted by HDF5
-        assert h5md._chunks_stored(c, f["gzip"], f["gzip"].shape) == (8, 7)
+        assert h5md._chunk_count(c, f["gzip"], f["gzip"].shape) == (8, 7)
         assert list(c.stored_chunks.values()) == [7]

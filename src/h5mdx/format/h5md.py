@@ -704,7 +704,7 @@ def _stored_chunks(c: _Ctx, dset: h5py.Dataset) -> int | None:
     return _asked_once(c.stored_chunks, dset, lambda: dset.id.get_num_chunks())
 
 
-def _chunks_stored(c: _Ctx, dset: h5py.Dataset, shape: tuple[int, ...]
+def _chunk_count(c: _Ctx, dset: h5py.Dataset, shape: tuple[int, ...]
                    ) -> tuple[int, int | None]:
     """How many chunks of ``dset`` cover its first rows ``shape``, and how many of them HDF5
     stores: None where all are (uncompressed data filling them: no count asked) or it
@@ -788,7 +788,7 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None =
             c.note(where, "was created but never written (no storage allocated)",
                    f"its values read as HDF5's default fill value ({dset.fillvalue})")
         return
-    expected, stored = _chunks_stored(c, dset, shape)
+    expected, stored = _chunk_count(c, dset, shape)
     if stored is not None and stored < expected:
         # chunks split across particles too: frames with fewer particles than the largest
         # leave theirs unwritten (ESPResSo grows the particle axis as particles come)
@@ -819,7 +819,7 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     frames = int(value.shape[0])
     if c.live or not value.chunks or frames == 0 or _fill_value(value) is not None:
         return None
-    expected, stored = _chunks_stored(c, value, value.shape)
+    expected, stored = _chunk_count(c, value, value.shape)
     rows = math.ceil(frames / int(value.chunks[0]))
     per_row = expected // rows
     if stored is None or expected - stored < per_row:
