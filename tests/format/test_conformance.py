@@ -513,6 +513,23 @@ def _grown_ahead(f):
     value.attrs["unit"] = "nm"
 
 
+def _gromacs_chunk_ahead(f):
+    """GROMACS grows 'value', 'step' and 'time' a chunk (20 frames) at a time, with fill
+    value -1 (``writeData`` in ``src/gromacs/fileio/h5md_util.cpp``): 3 frames written of
+    20 allocated read as 20 frames of steps -1, NaN positions (found by an audit)."""
+    for el, values in ((f"{G}/position", POS), (f"{G}/box/edges", EDGES),
+                       ("observables/energy", ENERGY)):
+        grp = f[el]
+        unit = grp["value"].attrs["unit"]
+        for name, data in (("value", values), ("step", STEPS), ("time", TIMES)):
+            del grp[name]
+            dset = grp.create_dataset(name, shape=(20, *data.shape[1:]), dtype=data.dtype,
+                                      maxshape=(None, *data.shape[1:]), fillvalue=-1,
+                                      chunks=(20, *data.shape[1:]))
+            dset[:N_FRAMES] = data
+        grp["value"].attrs["unit"] = unit
+
+
 def _subgroup_clash(f):
     """lees/offset (served as lees_offset) beside an element named lees_offset."""
     for name, v in (("lees/offset", 1.0), ("lees/direction", 0), ("lees_offset", 7.0)):
@@ -643,6 +660,10 @@ TROUBLES = {
     "value grown ahead": Trouble(_grown_ahead, f"{G}/position/value",
                                  "declares 20 frames but stores none after frame 2.*its first "
                                  "3 frames read", _check_steps_and_times),
+    "GROMACS's chunk of frames ahead": Trouble(
+        _gromacs_chunk_ahead, f"{G}/position/step", r"holds its fill value -1 from frame 3 "
+        r"on \(17 frame\(s\)\): allocated but never written.*the 3 frame\(s\) before",
+        _check_stopped_mid_frame),
     "subgroup element named as an element": Trouble(
         _subgroup_clash, f"{G}/lees", "served as 'lees_offset', the name of the "
         f"element {G}/lees_offset; left out", _check_lees),

@@ -978,13 +978,45 @@ def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.nd
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
                _NUMBERED)
         return None
-    raw = _read_small(c, step_ds, path, rows[1], start=rows[0])
+    raw = _unwritten_steps_cut(c, step_ds, _read_small(c, step_ds, path, rows[1],
+                                                      start=rows[0]), path)
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
             c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
             return None
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
     return raw.astype(np.int64, copy=False)
+
+
+def _unwritten_steps_cut(c: _Ctx, step_ds: h5py.Dataset, raw: np.ndarray, path: str
+                         ) -> np.ndarray:
+    """``raw`` steps without the last entries that hold the fill value of ``step_ds``
+    where it cannot be a step (not above the step before them): frames allocated but
+    never written. GROMACS grows ``value``, ``step`` and ``time`` a chunk (20 frames) at a
+    time, with fill value -1, and its reader counts the frames the same way
+    (``GmxH5mdTimeDataBlock::getNumberOfFrames``)."""
+    fill = _fill_value(step_ds)
+    if fill is None or raw.ndim != 1 or not raw.size:
+        return raw
+    written = np.flatnonzero(raw != fill)
+    if not written.size:
+        return raw  # no step but the fill value: nothing to tell the frames by
+    keep = int(written[-1]) + 1
+    if keep == raw.size or not fill <= raw[keep - 1]:
+        return raw
+    c.note(path, f"'step' holds its fill value {fill} from frame {keep} on "
+           f"({raw.size - keep} frame(s)): allocated but never written (GROMACS grows its "
+           "datasets a chunk at a time)", f"the {keep} frame(s) before them read")
+    return raw[:keep]
+
+
+def _only_fill(c: _Ctx, dset: h5py.Dataset, start: int, path: str) -> bool:
+    """Whether the entries of ``dset`` from ``start`` on all hold its own fill value."""
+    fill = _fill_value(dset)
+    if fill is None:
+        return False
+    tail = _read_small(c, dset, path, int(dset.shape[0]) - start, start=start)
+    return bool(np.all(tail == fill))
 
 
 def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
@@ -1007,7 +1039,10 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
         return None
-    rows = _sampled_rows(c, "time", int(time_ds.shape[0]), n, path)
+    m = int(time_ds.shape[0])
+    # beyond n, the fill value: frames never written, said of 'step' already
+    rows = (0, n) if m > n and _only_fill(c, time_ds, n, path) else _sampled_rows(
+        c, "time", m, n, path)
     if rows is None:
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
