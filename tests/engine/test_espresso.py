@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import h5mdx  # noqa: F401  (registers ds.md)
-from h5mdx.errors import H5MDFormatError, ParticleOrderWarning
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, ParticleOrderWarning
 from h5mdx.testing import write_h5md
 
 # the order ESPResSo might write five particles in, frame by frame
@@ -96,8 +96,36 @@ def test_by_id_gives_a_slot_to_every_particle_of_the_file(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ParticleOrderWarning)
         with xr.open_dataset(path, engine="h5md") as ds, \
-                pytest.raises(ValueError, match="an id appears twice in a frame"):
+                pytest.raises(H5MDFormatError, match=r"other\.h5 \[/particles/atoms/id\]: "
+                              r"frame 1 holds id 1 in slots 0, 2: one particle in two"):
             ds.md.by_id()
+
+
+def test_slots_grown_without_a_fill_value_are_absent_by_id(tmp_path):
+    """ESPResSo 5 (its HighFive writer) sets no fill value and grows the particle axis as
+    particles come: the slots of earlier frames never written read as id 0 at the origin.
+    by_id takes the first 0 of a frame for particle 0 and the others as absent, with one
+    warning; it raised a bare ValueError (found by an audit)."""
+    path = tmp_path / "grown.h5"
+    orders = ORDERS.copy()
+    orders[0] = [2, 0, 1, 0, 0]  # frame 0 held 3 particles; slots 3, 4 came later
+    orders[1] = [1, 2, 0, 0, 0]
+    moved = _write(path, orders)
+    with h5py.File(path, "r+") as f:
+        f["particles/atoms/position/value"][:2, 3:] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        with pytest.warns(H5MDConformanceWarning, match=r"grown\.h5 \[/particles/atoms/id\]: "
+                          r"id 0 is in 3 slots of frame 0 \(2 such frame\(s\)\)") as record:
+            ordered = ds.md.by_id()
+        assert len(record) == 1
+        pos = ordered.position.values
+    np.testing.assert_array_equal(ordered.id.values, np.arange(5))
+    np.testing.assert_allclose(pos[:2, :3], moved[:2, :3])  # particles 0, 1, 2 by id
+    assert np.isnan(pos[:2, 3:]).all()  # not yet there
+    np.testing.assert_allclose(pos[2:], moved[2:])
 
 
 def test_absent_particles_are_no_change_of_order(tmp_path):

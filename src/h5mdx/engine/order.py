@@ -11,11 +11,13 @@ ids, the same in every frame, which per-atom analyses such as the RMSD need.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from h5mdx.engine.backend import PARTICLE_ORDER_ATTR
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
 from h5mdx.format.schema import ATOM_DIM, TIME_DIM
 
 __all__ = ["by_id"]
@@ -46,23 +48,33 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     Raises
     ------
     ValueError
-        Where ``ds`` has no time-dependent ``id``, or an id appears twice in a frame.
+        Where ``ds`` has no time-dependent ``id``.
+    h5mdx.errors.H5MDFormatError
+        Where an id appears twice in a frame (naming the frame, the id and its slots).
+
+    Warns
+    -----
+    h5mdx.errors.H5MDConformanceWarning
+        Where an ``id`` without a fill value of its own holds 0 in several slots of a
+        frame: slots of a particle axis grown after that frame, never written, read as
+        HDF5's default fill value 0 (ESPResSo 5 sets none). The first 0 of each such
+        frame is taken for particle 0, the others as absent.
     """
     ids = ds.get("id")
     if ids is None or TIME_DIM not in ids.dims or ATOM_DIM not in ids.dims:
         raise ValueError("by_id needs a time-dependent 'id' on (time, atom) (H5MD's id "
                          "element of a particles group)")
     values = np.asarray(ids.transpose(TIME_DIM, ATOM_DIM).values)
-    fill = ids.encoding.get("_FillValue")
-    present = np.ones(values.shape, bool) if fill is None else values != fill
+    source = ids.encoding.get("source", ds.attrs.get("source"))
+    path = ids.encoding.get("h5md_path", f"{ds.attrs.get('h5md_group', '')}/id")
+    present = _present(values, ids.encoding.get("_FillValue"), source, path)
     every = np.unique(values[present])
     rows, cols = np.nonzero(present)
     at = np.searchsorted(every, values[rows, cols])
     slots = np.full((values.shape[0], every.size), -1, dtype=np.int64)
     slots[rows, at] = cols
     if np.count_nonzero(slots >= 0) != rows.size:  # two slots of a frame wrote one place
-        where = f"{ds.attrs.get('source', 'the Dataset')} [{ds.attrs.get('h5md_group', '')}/id]"
-        raise ValueError(f"{where}: an id appears twice in a frame")
+        raise _twice(values, present, source, path)
     held = slots >= 0
     index = xr.DataArray(np.where(held, slots, 0), dims=(TIME_DIM, ATOM_DIM))
     mask = None if held.all() else xr.DataArray(held, dims=(TIME_DIM, ATOM_DIM))
@@ -86,3 +98,41 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
         out[name] = moved.transpose(*var.dims)
     out["id"] = xr.Variable((ATOM_DIM,), every, dict(ids.attrs))
     return out
+
+
+def _present(values: np.ndarray, fill: Any, source: Any, path: str) -> np.ndarray:
+    """Which slots of ``values`` (ids on time x atom) hold a particle: not the fill value;
+    without a fill value of its own, not a second 0 of a frame (HDF5's default fill)."""
+    if fill is not None:
+        return values != fill
+    present = np.ones(values.shape, bool)
+    if values.dtype.kind not in "iu" or not values.size:
+        return present
+    zeros = values == 0
+    again = zeros & (np.cumsum(zeros, axis=1) > 1)
+    if again.any():
+        frames = np.flatnonzero(again.any(axis=1))
+        warnings.warn(H5MDConformanceWarning(
+            f"{source} [{path}]: id 0 is in {int(zeros[frames[0]].sum())} slots of frame "
+            f"{int(frames[0])} ({frames.size} such frame(s)): slots of a particle axis grown "
+            "after those frames, never written, and read as HDF5's default fill value 0 "
+            "(the id has no fill value of its own; ESPResSo 5 sets none); the first 0 of "
+            "each frame taken for particle 0, the others as absent (NaN by id)"),
+            stacklevel=4)
+        present &= ~again
+    return present
+
+
+def _twice(values: np.ndarray, present: np.ndarray, source: Any, path: str
+           ) -> H5MDFormatError:
+    """The error for the first frame of ``values`` holding one id in two slots."""
+    for frame, (row, held) in enumerate(zip(values, present, strict=True)):
+        seen, counts = np.unique(row[held], return_counts=True)
+        if (counts > 1).any():
+            twice = seen[counts > 1][0]
+            where = np.flatnonzero(held & (row == twice))
+            return H5MDFormatError(source, path, (
+                f"frame {frame} holds id {twice.item()} in slots "
+                f"{', '.join(str(int(i)) for i in where)}: one particle in two places, so "
+                "no order by id can be made"))
+    return H5MDFormatError(source, path, "an id appears twice in a frame")
