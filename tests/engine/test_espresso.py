@@ -155,11 +155,12 @@ def test_fixed_order_neither_warns_nor_marks(tmp_path):
             np.testing.assert_allclose(ds.md.rmsd().values, 0.0, atol=1e-6)
 
 
-def test_a_group_of_elements_inside_a_particles_group_is_read(tmp_path):
+def test_a_group_of_elements_inside_a_particles_group_is_read(tmp_path, capsys):
     """ESPResSo writes the Lees-Edwards shear as ``particles/atoms/lees_edwards/{offset,
     direction,normal}``, elements of a group H5MD does not define there: served as
     ``lees_edwards_offset`` ... (not per particle), noted as a minor departure (no
-    warning; an error with strict=True). They were left out with a warning."""
+    warning; an error with strict=True), and so named by ``h5mdx info``. They were left
+    out with a warning."""
     path = tmp_path / "le.h5"
     _write(path, np.tile(np.arange(5), (4, 1)))
     offset = np.arange(4, dtype=np.float64)[:, None] * 0.5
@@ -179,6 +180,12 @@ def test_a_group_of_elements_inside_a_particles_group_is_read(tmp_path):
             assert ds.position.sizes["atom"] == 5
     with pytest.raises(H5MDFormatError, match="a group of elements inside a particles group"):
         xr.open_dataset(path, engine="h5md", strict=True)
+    from h5mdx.cli import main
+
+    assert main(["info", str(path)]) == 0  # named as served, not as bare "offset"
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[0] == "lees_edwards_offset" for line in lines), lines
+    assert not any(line.split()[0] == "offset" for line in lines if line.strip())
 
 
 def test_by_id_leaves_out_what_is_per_slot(tmp_path):

@@ -150,8 +150,8 @@ def render(info: FileInfo) -> str:
                  *(len(n) for pg in info.particles.values() for n in pg.elements)])
     for name, pg in info.particles.items():
         out.append(f"particles/{name}")
-        for el in pg.elements.values():
-            out.append(_line(el, "  ", width=width))
+        for key, el in pg.elements.items():  # as served (lees_edwards_offset)
+            out.append(_line(el, "  ", name=key, width=width))
         if pg.box is not None:
             out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
             if pg.box.edges is not None:
