@@ -1167,7 +1167,7 @@ def test_a_problem_of_a_shared_step_reaches_every_group_that_uses_it(tmp_path):
             np.testing.assert_array_equal(ds.step, STEPS)
     assert [str(w.message) for w in caught] == [
         f"{path} [{G}/position/step]: 'step' must be integer, not float64; converted to "
-        "integers"]
+        "integers (the same dataset serves 2 other element(s), hard links)"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         xr.open_datatree(path, engine="h5md").close()

@@ -660,9 +660,12 @@ class _Report:
         for p in self.problems:
             if p.minor:
                 continue
+            # a step or time hard-linked into other elements: the path is one of its names
+            shared = (f" (the same dataset serves {len(p.shared_by)} other element(s), "
+                      "hard links)") if p.shared_by else ""
             warnings.warn(
                 H5MDConformanceWarning(
-                    f"{self.filename} [{p.path}]: {p.message}; {p.assumed}"
+                    f"{self.filename} [{p.path}]: {p.message}; {p.assumed}{shared}"
                 ),
                 stacklevel=2,
             )
