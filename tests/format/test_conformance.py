@@ -530,6 +530,23 @@ def _gromacs_chunk_ahead(f):
         grp["value"].attrs["unit"] = unit
 
 
+def _box_behind(f):
+    """GROMACS' writer (src/gromacs/fileio/h5md/h5md.cpp) links the box's step and time to
+    the position's and writes the box's frame after the position's: a run stopped in
+    between leaves the box a frame behind. The whole file failed ("its elements do not
+    fit together"; found by an audit)."""
+    _replace(f[f"{G}/box/edges"], "value", EDGES[:2])
+
+
+def _check_box_behind(ds):
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.step, STEPS)
+    assert ds.box_edges.dims[0] == "time_box_edges"
+    np.testing.assert_array_equal(ds.box_edges, EDGES[:2])
+    np.testing.assert_array_equal(ds.step_box_edges, STEPS[:2])
+    np.testing.assert_array_equal(ds.time_box_edges, TIMES[:2])
+
+
 def _subgroup_clash(f):
     """lees/offset (served as lees_offset) beside an element named lees_offset."""
     for name, v in (("lees/offset", 1.0), ("lees/direction", 0), ("lees_offset", 7.0)):
@@ -664,6 +681,9 @@ TROUBLES = {
         _gromacs_chunk_ahead, f"{G}/position/step", r"holds its fill value -1 from frame 3 "
         r"on \(17 frame\(s\)\): allocated but never written.*the 3 frame\(s\) before",
         _check_stopped_mid_frame),
+    "box a frame behind its linked step": Trouble(
+        _box_behind, f"{G}/box/edges/step", "'step' has 3 entries but 'value' has 2 frames; "
+        "the first 2 steps used", _check_box_behind),
     "subgroup element named as an element": Trouble(
         _subgroup_clash, f"{G}/lees", "served as 'lees_offset', the name of the "
         f"element {G}/lees_offset; left out", _check_lees),

@@ -133,8 +133,8 @@ class Sampling:
         has times (pyh5md's ``step_from=`` links another element's ``step`` and writes no
         ``time``): the element without times follows the frames of the one with them.
         """
-        if self.key == other.key:
-            return True
+        if self.key == other.key and self.step.shape == other.step.shape:
+            return True  # (one linked step of fewer frames: a writer stopped between two)
         if self.step.shape != other.step.shape or not np.array_equal(self.step, other.step):
             return False
         if self.time is None or other.time is None:
@@ -1735,8 +1735,10 @@ def _check_position_sampling(c: _Ctx, elements: dict[str, ElementInfo],
         others.append(("box_edges", box.edges))
     for name, el in others:
         if (el is None or el.sampling is None or el.sampling.kind == "implicit"
+                or el.sampling.key == position.sampling.key
                 or el.sampling.same_as(position.sampling)):
-            continue  # implicit: its missing step is the problem already noted
+            continue  # implicit: its missing step is the problem already noted; the same
+            # step and time (linked) of fewer frames: noted where they were cut
         c.note(el.path, f"sampled at other steps or times than {position.path} (H5MD "
                "requires the same 'step' and 'time', hard-linked)",
                f"kept on its own time axis 'time_{name}'")
