@@ -1322,3 +1322,35 @@ def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
         assert c.stored_chunks == {}  # not counted by HDF5
         assert h5md._chunk_count(c, f["gzip"], f["gzip"].shape) == (8, 7)
         assert list(c.stored_chunks.values()) == [7]
+
+
+def test_nomad_unit_factor_scales_the_unit(tmp_path):
+    """H5MD-NOMAD writes a ``unit_factor`` beside each ``unit`` (energies in 1000 joule:
+    nomad-coe/nomad docs/examples/computational_data/h5md_howto.md). It was ignored:
+    converted values were off by that factor, with no warning (found by an audit)."""
+    path = _base(str(tmp_path / "nomad.h5md"))
+    with h5py.File(path, "r+") as f:
+        f[f"{G}/position/value"].attrs.update({"unit": "nanometer", "unit_factor": 0.1})
+        f["observables/energy/value"].attrs.update({"unit": "joule", "unit_factor": 1000.0})
+        f["parameters/cutoff"] = 12.0
+        f["parameters/cutoff"].attrs.update({"unit": "nanometer", "unit_factor": 0.1})
+        f[f"{G}/box/edges/value"].attrs["unit_factor"] = "ten"  # not a number
+    with pytest.warns(H5MDConformanceWarning, match=r"box/edges/value\]: 'unit_factor' "
+                      r"'ten' is not a finite number; unit_factor ignored: unit 'nm'"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert ds.position.attrs["units"] == "0.1 nanometer"  # as stored
+        assert "unit_factor" not in ds.position.attrs
+        np.testing.assert_array_equal(ds.position, POS)
+    with pytest.warns(H5MDConformanceWarning, match="unit_factor ignored"):
+        tree = xr.open_datatree(path, engine="h5md", convert_units=True)
+    with tree:
+        ds = tree["particles/g"]
+        assert ds.position.attrs["units"] == "Angstrom"
+        np.testing.assert_allclose(ds.position, POS)  # 0.1 nm = 1 Angstrom
+        np.testing.assert_allclose(ds.box_edges, EDGES * 10)  # nm, its factor ignored
+        energy = tree["observables"].energy
+        assert energy.attrs["units"] == "kJ mol-1"
+        np.testing.assert_allclose(energy, ENERGY * 6.02214076e23)  # kJ each: x N_A
+        assert float(tree["parameters"].cutoff) == pytest.approx(12.0)
+        assert tree["parameters"].cutoff.attrs["units"] == "Angstrom"

@@ -48,6 +48,7 @@ from h5mdx.format.h5md import (
     Sampling,
     ensure_filters,
     is_h5md,
+    scaled_unit,
     scan,
     unit_text,
 )
@@ -1757,7 +1758,7 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
         raise H5MDFormatError(b.info.filename, path, problem)
     attrs = {k: _plain(v) for k, v in dset.attrs.items()}
     try:  # as an element's (a one-element string array too)
-        unit = unit_text(attrs.pop("unit", None))
+        unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))
     except ValueError as err:
         b.report.note(path, str(err), "unit ignored")
         unit = None

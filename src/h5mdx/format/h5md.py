@@ -464,7 +464,8 @@ def unit_attribute(obj: h5py.HLObject) -> str | None:
 
 def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
     """The ``unit`` attribute as a string (:func:`unit_attribute`), else None (noted);
-    without one, a ``units`` attribute (netCDF's name), noted."""
+    without one, a ``units`` attribute (netCDF's name), noted; scaled by a ``unit_factor``
+    (:func:`scaled_unit`)."""
     try:
         unit = unit_attribute(obj)
         if unit is None and "units" in obj.attrs and "unit" not in obj.attrs:
@@ -472,10 +473,36 @@ def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
             if unit is not None:
                 c.note(where, "the unit is in a 'units' attribute (netCDF's name), not in "
                        "H5MD's 'unit'", f"unit {unit!r} read from 'units'")
-        return unit
     except ValueError as err:
         c.note(where, str(err), "unit ignored")
         return None
+    try:
+        return scaled_unit(unit, _attr(obj, "unit_factor"))
+    except ValueError as err:
+        c.note(where, str(err), f"unit_factor ignored: unit {unit!r}")
+        return unit
+
+
+def scaled_unit(unit: str | None, factor: Any) -> str | None:
+    """``unit`` scaled by H5MD-NOMAD's ``unit_factor`` attribute (values stored in units of
+    ``factor`` x ``unit``: ``1000.0`` beside ``joule`` for kJ), written as H5MD's unit
+    strings write a factor, before the unit (``"1000.0 joule"``); ``unit`` where
+    ``factor`` is None or 1.
+
+    Raises
+    ------
+    ValueError
+        Where ``factor`` is not one finite number.
+    """
+    if factor is None:
+        return unit
+    value = np.asarray(factor)
+    if value.size != 1 or value.dtype.kind not in "iuf" or not np.isfinite(value).all():
+        raise ValueError(f"'unit_factor' {factor!r} is not a finite number")
+    number = float(value.reshape(()))
+    if number == 1.0:
+        return unit
+    return f"{number!r} {unit}" if unit else repr(number)
 
 
 def object_address(obj: h5py.HLObject) -> tuple[int, ...]:
@@ -1201,8 +1228,9 @@ def _dataset_info(
 
 #: Attributes that say how a dataset is stored, not what it holds (HDF5 dimension
 #: scales, netCDF-4's bookkeeping), or that h5mdx serves otherwise (``unit``).
-_STORAGE_ATTRS = frozenset({"unit", "DIMENSION_LIST", "REFERENCE_LIST", "CLASS", "NAME",
-                            "_Netcdf4Dimid", "_Netcdf4Coordinates", "_FillValue"})
+_STORAGE_ATTRS = frozenset({"unit", "unit_factor", "DIMENSION_LIST", "REFERENCE_LIST",
+                            "CLASS", "NAME", "_Netcdf4Dimid", "_Netcdf4Coordinates",
+                            "_FillValue"})
 
 
 def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from h5mdx._optional import import_optional
 from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-exported
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.checksums import dataset_checksums
-from h5mdx.format.h5md import unit_attribute
+from h5mdx.format.h5md import scaled_unit, unit_attribute
 from h5mdx.format.writer import (
     ELEMENT_UNITS,
     ElementSpec,
@@ -699,7 +699,8 @@ def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
     for f in _h5md_inputs(list(trajectories) or [getattr(u.trajectory, "filename", None)]):
         for name, el in f.get("observables", {}).items():
             try:
-                unit = unit_attribute(el["value"]) \
+                unit = scaled_unit(unit_attribute(el["value"]),
+                                   el["value"].attrs.get("unit_factor")) \
                     if isinstance(el, h5py.Group) and "value" in el else None
             except (OSError, KeyError, TypeError, ValueError):
                 continue
