@@ -547,6 +547,17 @@ def _check_box_behind(ds):
     np.testing.assert_array_equal(ds.time_box_edges, TIMES[:2])
 
 
+def _pre_h5md_trajectory(f):
+    """HALMD until 2013 (H5MD's drafts before 1.0) kept its particles groups under
+    /trajectory: the positions were not read, and nothing said so (found by an audit)."""
+    f.move("particles", "trajectory")
+
+
+def _check_positions(ds):
+    np.testing.assert_array_equal(ds.position, POS)
+    np.testing.assert_array_equal(ds.step, STEPS)
+
+
 def _subgroup_clash(f):
     """lees/offset (served as lees_offset) beside an element named lees_offset."""
     for name, v in (("lees/offset", 1.0), ("lees/direction", 0), ("lees_offset", 7.0)):
@@ -684,6 +695,9 @@ TROUBLES = {
     "box a frame behind its linked step": Trouble(
         _box_behind, f"{G}/box/edges/step", "'step' has 3 entries but 'value' has 2 frames; "
         "the first 2 steps used", _check_box_behind),
+    "particles under /trajectory": Trouble(
+        _pre_h5md_trajectory, "/trajectory", "H5MD's drafts before 1.0.*read as /particles",
+        _check_positions),
     "subgroup element named as an element": Trouble(
         _subgroup_clash, f"{G}/lees", "served as 'lees_offset', the name of the "
         f"element {G}/lees_offset; left out", _check_lees),

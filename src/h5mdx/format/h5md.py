@@ -2038,27 +2038,40 @@ _REQUIRED_META = {"author": ("name",), "creator": ("name", "version")}
 
 def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
     particles: dict[str, ParticlesGroupInfo] = {}
-    if not _has(c.f, "particles"):
+    root = "particles" if _has(c.f, "particles") else _pre_h5md_particles(c)
+    if root is None:
         return particles
     try:
-        pgrp = _get(c, c.f, "particles", "/")
+        pgrp = _get(c, c.f, root, "/")
     except H5MDFormatError as err:
-        c.left_out(err, "/particles")
+        c.left_out(err, f"/{root}")
         return particles
     if not isinstance(pgrp, h5py.Group):
-        c.note("/particles", "/particles must be a group", "left out")
+        c.note(f"/{root}", f"/{root} must be a group", "left out")
         return particles
     for name in pgrp:
         try:
-            obj = _get(c, pgrp, name, "/particles")
+            obj = _get(c, pgrp, name, f"/{root}")
             if not isinstance(obj, h5py.Group):
                 raise H5MDFormatError(
-                    c.filename, f"/particles/{name}", "a particles group must be a group"
+                    c.filename, f"/{root}/{name}", "a particles group must be a group"
                 )
             particles[name] = _particles_group(c, name, obj)
         except H5MDFormatError as err:
-            c.left_out(err, f"/particles/{name}")
+            c.left_out(err, f"/{root}/{name}")
     return particles
+
+
+def _pre_h5md_particles(c: _Ctx) -> str | None:
+    """``"trajectory"`` where the file keeps its particles groups there, as H5MD's drafts
+    before 1.0 did (HALMD until 2013: ``/trajectory/<group>/position``), noted; else None."""
+    grp = c.f.get("trajectory") if _has(c.f, "trajectory") else None
+    if not isinstance(grp, h5py.Group) or not any(
+            isinstance(sub, h5py.Group) and _has(sub, "position") for sub in grp.values()):
+        return None
+    c.note("/trajectory", "particles groups under /trajectory (H5MD's drafts before 1.0; "
+           "HALMD wrote them so until 2013), not /particles", "read as /particles")
+    return "trajectory"
 
 
 def _element_tree(c: _Ctx, root: str) -> tuple[dict[str, ElementInfo], list[str]]:
