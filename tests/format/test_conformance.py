@@ -1338,10 +1338,11 @@ def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
         assert list(c.stored_chunks.values()) == [7]
 
 
-def test_nomad_unit_factor_scales_the_unit(tmp_path):
+def test_nomad_unit_factor_and_program(tmp_path, capsys):
     """H5MD-NOMAD writes a ``unit_factor`` beside each ``unit`` (energies in 1000 joule:
     nomad-coe/nomad docs/examples/computational_data/h5md_howto.md). It was ignored:
-    converted values were off by that factor, with no warning (found by an audit)."""
+    converted values were off by that factor, with no warning (found by an audit). Its
+    ``/h5md/program`` (the MD program) is served beside the creator."""
     path = _base(str(tmp_path / "nomad.h5md"))
     with h5py.File(path, "r+") as f:
         f[f"{G}/position/value"].attrs.update({"unit": "nanometer", "unit_factor": 0.1})
@@ -1349,11 +1350,14 @@ def test_nomad_unit_factor_scales_the_unit(tmp_path):
         f["parameters/cutoff"] = 12.0
         f["parameters/cutoff"].attrs.update({"unit": "nanometer", "unit_factor": 0.1})
         f[f"{G}/box/edges/value"].attrs["unit_factor"] = "ten"  # not a number
+        program = f["h5md"].create_group("program")  # the MD program; creator: h5py
+        program.attrs.update({"name": "OpenMM", "version": "7.7.0"})
     with pytest.warns(H5MDConformanceWarning, match=r"box/edges/value\]: 'unit_factor' "
                       r"'ten' is not a finite number; unit_factor ignored: unit 'nm'"):
         ds = xr.open_dataset(path, engine="h5md")
     with ds:
         assert ds.position.attrs["units"] == "0.1 nanometer"  # as stored
+        assert (ds.attrs["program_name"], ds.attrs["program_version"]) == ("OpenMM", "7.7.0")
         assert "unit_factor" not in ds.position.attrs
         np.testing.assert_array_equal(ds.position, POS)
     with pytest.warns(H5MDConformanceWarning, match="unit_factor ignored"):
@@ -1368,3 +1372,7 @@ def test_nomad_unit_factor_scales_the_unit(tmp_path):
         np.testing.assert_allclose(energy, ENERGY * 6.02214076e23)  # kJ each: x N_A
         assert float(tree["parameters"].cutoff) == pytest.approx(12.0)
         assert tree["parameters"].cutoff.attrs["units"] == "Angstrom"
+    from h5mdx.cli import main
+
+    assert main(["info", path]) == 0
+    assert "program: OpenMM 7.7.0" in capsys.readouterr().out

@@ -86,6 +86,7 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "h5md_version": ".".join(map(str, info.version)),
         "author": info.author,
         "creator": info.creator,
+        "program": info.program,
         "modules": info.modules,
         "particles": {
             name: {
@@ -142,6 +143,8 @@ def render(info: FileInfo) -> str:
         f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
         f"creator {_joined(info.creator.get('name', '?'), info.creator.get('version'))})",
     ]
+    if info.program:  # H5MD-NOMAD: the MD program, where the creator is a library
+        out.append(f"program: {_joined(info.program.get('name'), info.program.get('version'))}")
     if info.modules:
         out.append("modules: " + ", ".join(_joined(name, mod.get("version"))
                                            for name, mod in info.modules.items()))

@@ -1055,6 +1055,8 @@ def _file_attrs(info: FileInfo) -> dict[str, Any]:
         attrs[f"author_{k}"] = v
     for k, v in info.creator.items():
         attrs[f"creator_{k}"] = v
+    for k, v in info.program.items():
+        attrs[f"program_{k}"] = v
     if info.modules:
         attrs["h5md_modules"] = ", ".join(f"{name} {mod['version']}" if "version" in mod
                                           else name for name, mod in info.modules.items())

@@ -240,6 +240,8 @@ class FileInfo:
     observables: dict[str, ElementInfo]
     observable_groups: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: H5MD-NOMAD's ``/h5md/program``: the MD program (``creator``: the writing library)
+    program: dict[str, str] = field(default_factory=dict)
     file_size: int = 0
     problems: tuple[Problem, ...] = ()
     #: the tuples of particles under ``/connectivity`` (bonds, angles, ...), by their path
@@ -2000,6 +2002,17 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
     return found
 
 
+def _program(c: _Ctx, h5md: h5py.Group | None) -> dict[str, str]:
+    """H5MD-NOMAD's ``/h5md/program`` (the MD program, where ``creator`` names the library
+    that wrote the file: OpenMM beside h5py): its ``name`` and ``version``; {} without."""
+    if h5md is None or not _has(h5md, "program"):
+        return {}
+    grp = _h5md_subgroup(c, h5md, "program")
+    if grp is None:
+        return {}
+    return {k: _meta_text(v) for k in ("name", "version") if (v := _attr(grp, k)) is not None}
+
+
 def _module_attr(name: str, value: Any) -> str:
     """A module attribute as text; a ``version`` of integers is ``"major.minor"``."""
     if name == "version":
@@ -2098,6 +2111,7 @@ def _scan(c: _Ctx) -> FileInfo:
     creator = _meta(c, h5md, "creator", ("name", "version"))
     c.creator = str(creator.get("name") or "")
     modules = _modules(c, h5md)
+    program = _program(c, h5md)
     particles = _particles(c)
     observables, obs_groups = _element_tree(c, "observables")
     try:
@@ -2111,6 +2125,7 @@ def _scan(c: _Ctx) -> FileInfo:
         version=version,
         author=author,
         creator=creator,
+        program=program,
         particles=particles,
         observables=observables,
         observable_groups=tuple(obs_groups),
