@@ -1118,13 +1118,28 @@ def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
     return sampling
 
 
+def _left_beside(grp: h5py.Group) -> str:
+    """The datasets of element group ``grp`` other than ``value``, ``step`` and ``time``,
+    which are left out, as words to add to a note (H5MD-NOMAD's ensemble averages keep
+    their axis there: ``bins``, ``times``, with no ``step``); "" where none."""
+    try:
+        names = sorted(k for k in grp if k not in ("value", "step", "time")
+                       and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                       and isinstance(grp[k], h5py.Dataset))
+    except (OSError, KeyError, RuntimeError, ValueError):
+        return ""
+    if not names:
+        return ""
+    return f"; beside 'value', {', '.join(repr(n) for n in names)} left out"
+
+
 def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
                    time_ds: h5py.Dataset | None, n_frames: int, where: str,
                    key: tuple) -> Sampling:
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
     if step_ds is None:
         if not _has(grp, "step"):
-            c.note(where, _NO_STEP, f"no step: {_NUMBERED}")
+            c.note(where, _NO_STEP, f"no step: {_NUMBERED}{_left_beside(grp)}")
         step = None
     elif step_ds.shape == ():
         step = _fixed_steps(c, step_ds, n_frames, where)
