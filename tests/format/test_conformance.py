@@ -1390,3 +1390,21 @@ def test_datasets_beside_a_value_without_step_are_named(tmp_path):
     with pytest.warns(H5MDConformanceWarning, match=r"\[/observables/rdf\]: .*no step: frames "
                       r"numbered 0\.\.n-1; beside 'value', 'bins', 'frame_start' left out"):
         xr.open_dataset(path, engine="h5md", group="observables").close()
+
+
+def test_a_time_of_absurd_declared_size_leaves_the_frames(tmp_path):
+    """A 'time' grown to 10^8 entries, 3 written: the positions were left out with it;
+    now only 'time' is ignored, with a warning (found reviewing the GROMACS fix)."""
+    path = _base(str(tmp_path / "long_time.h5md"))
+    with h5py.File(path, "r+") as f:
+        pos = f[f"{G}/position"]
+        del pos["time"]
+        time = pos.create_dataset("time", shape=(10**8,), maxshape=(None,), chunks=(1000,),
+                                  dtype="f8", fillvalue=-1.0)
+        time[:N_FRAMES] = TIMES
+    with pytest.warns(H5MDConformanceWarning, match=r"position/time\]: declares shape "
+                      r"\(100000000,\).*'time' ignored"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.position, POS)
+        np.testing.assert_array_equal(ds.step, STEPS)
