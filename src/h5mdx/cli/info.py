@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
 
 
@@ -88,6 +89,11 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "creator": info.creator,
         "program": info.program,
         "modules": info.modules,
+        "topology": None if info.topology is None else {
+            "path": info.topology.path, "system_name": info.topology.system_name,
+            "n_atoms": info.topology.n_atoms,
+            "blocks": [list(b) for b in info.topology.blocks],
+            "properties": list(info.topology.properties)},
         "particles": {
             name: {
                 "path": pg.path,
@@ -132,6 +138,16 @@ def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12
             f"{chunks:<14} {comp:<8} {unit:<22} {samp}").rstrip()
 
 
+def topology_line(module: ModuleTopology) -> str:
+    """What ``info`` says of GROMACS' topology module: the system, its atoms, molecules
+    and the properties served for them."""
+    blocks = ", ".join(f"{name} x{count}" for name, count in module.blocks)
+    served = ", ".join("resid" if p == "residue_id" else p for p in module.properties)
+    name = f"{module.system_name!r}: " if module.system_name else ""
+    return (f"{name}{module.n_atoms} atoms in {module.n_molecules} molecules ({blocks}); "
+            f"{served or 'no property'} per atom, from {module.path}")
+
+
 def _joined(*words: Any) -> str:
     """The words that are there, one space apart (a creator without a version)."""
     return " ".join(str(w) for w in words if w not in (None, ""))
@@ -148,6 +164,8 @@ def render(info: FileInfo) -> str:
     if info.modules:
         out.append("modules: " + ", ".join(_joined(name, mod.get("version"))
                                            for name, mod in info.modules.items()))
+    if info.topology is not None:  # GROMACS' topology module
+        out.append(f"topology: {topology_line(info.topology)}")
     # one name column for all (an observable of a subgroup is named 'atoms/energy')
     width = max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
                  *(len(n) for pg in info.particles.values() for n in pg.elements)])

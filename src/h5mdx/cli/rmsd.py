@@ -210,14 +210,22 @@ def _print_written(args: argparse.Namespace) -> None:
             print(f"wrote {written}")
 
 
+def _holds_topology(path: str) -> bool:
+    from h5mdx.engine.topology import holds_topology
+
+    return holds_topology(path)
+
+
 def run(args: argparse.Namespace) -> int:
     import xarray as xr
 
     import h5mdx  # noqa: F401 - registers the ds.md accessor
 
-    if isinstance(args.select, str) and args.topology is None:
+    if isinstance(args.select, str) and args.topology is None and not _holds_topology(
+            args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
-              "TPR, ... of the same atoms): H5MD files store no atom names", file=sys.stderr)
+              f"TPR, ... of the same atoms): {args.trajectory} holds no atom names (GROMACS' "
+              "H5MD files hold their topology; others do not)", file=sys.stderr)
         return 2
     if args.workers is not None and args.workers < 1:
         print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)

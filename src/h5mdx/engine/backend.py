@@ -39,6 +39,7 @@ from h5mdx.errors import (
 from h5mdx.format import direct as _direct
 from h5mdx.format import units as _units
 from h5mdx.format.chunk_index import locate_chunks
+from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import (
     BoxInfo,
     ElementInfo,
@@ -983,15 +984,25 @@ def _particles_dataset(
                                        {"long_name": "0-based atom index"})
     ds = _dataset(variables, coords, attrs, info, pg.path, b.report)
 
-    if topology is not None:
+    own = topology is None or (isinstance(topology, (str, os.PathLike))
+                               and _normalize_path(topology) == info.filename)
+    if own and info.topology is not None and n_atoms is not None and (
+            topology is None or info.topology.n_atoms == n_atoms):
+        ds = _with_module_topology(b, ds, info.topology, n_atoms, pg.path)
+        if topology is None and "topology" in ds.attrs:
+            topology = info.filename
+    elif topology is not None:
         ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
     if select is not None:
         from h5mdx.engine.topology import load_universe, select_indices
 
         if topology is None:
+            module = info.topology
             raise TopologyError(
                 f"{info.filename}: select={select!r} needs a topology: pass "
-                "topology='system.psf' (any file MDAnalysis reads)"
+                "topology='system.psf' (any file MDAnalysis reads)" + (
+                    f"; the file's {module.path} describes {module.n_atoms} atoms, not the "
+                    f"{n_atoms} of {pg.path}" if module is not None else "")
             )
         indices = select_indices(load_universe(topology), select, info.filename)
         ds = ds.isel({ATOM_DIM: indices})
@@ -1022,6 +1033,31 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
     ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     if not isinstance(topology, (str, os.PathLike)):
         ds[ATOM_DIM].encoding[UNIVERSE_ENCODING] = universe
+    return ds
+
+
+def _with_module_topology(b: _Builder, ds: xr.Dataset, module: ModuleTopology, n_atoms: int,
+                          group: str) -> xr.Dataset:
+    """``ds`` with the per-atom coordinates of GROMACS' topology module (names, residues,
+    masses, charges: :func:`h5mdx.engine.topology.module_coords`), and
+    ``attrs["topology"]`` naming the file itself, where the module describes the group's
+    atoms; ``ds`` as it is (noted) where it describes another number of atoms."""
+    from h5mdx.engine.topology import module_coords
+
+    if module.n_atoms != n_atoms:
+        b.report.note(module.path, f"describes {module.n_atoms} atoms but {group} has "
+                      f"{n_atoms} (GROMACS writes the whole system's topology beside a "
+                      "group of selected atoms, without their indices)",
+                      "no per-atom topology attached: pass topology= one of the group's "
+                      "atoms")
+        return ds
+    ds = ds.assign_coords({k: xr.Variable((ATOM_DIM,), v, attrs)
+                           for k, (v, attrs) in module_coords(module).items()
+                           if k not in ds.variables})
+    ds.attrs["topology"] = b.info.filename
+    ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
+    if module.system_name:
+        ds.attrs["system_name"] = module.system_name
     return ds
 
 

@@ -14,8 +14,11 @@ import numpy as np
 
 from h5mdx._optional import import_optional
 from h5mdx.errors import TopologyError
+from h5mdx.format.gromacs_topology import ModuleTopology
+from h5mdx.format.h5md import is_h5md, scan
 
-__all__ = ["load_universe", "select_indices", "topology_coords"]
+__all__ = ["holds_topology", "load_universe", "module_coords", "module_universe", "select_indices",
+           "topology_coords"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -32,6 +35,10 @@ TOPOLOGY_ATTRS = (
 @lru_cache(maxsize=16)
 def _universe(path: str, mtime: float) -> Any:
     mda = import_optional("MDAnalysis", "topologies and atom selections")
+    if is_h5md(path):  # its own topology, where GROMACS wrote one
+        module = scan(path).topology
+        if module is not None:
+            return module_universe(module, path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -75,13 +82,23 @@ def attached_topology(position: Any) -> Any:
     return position.attrs.get("topology")
 
 
+def holds_topology(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an H5MD file holding its own topology (GROMACS' module, as
+    :func:`load_universe` reads it); never raises."""
+    try:
+        return is_h5md(path) and scan(path).topology is not None
+    except Exception:  # noqa: BLE001 - a question, not a check: opening says what is wrong
+        return False
+
+
 def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
     """An MDAnalysis Universe for ``topology`` (a path, or a Universe passed through).
 
     Parameters
     ----------
     topology : str, path-like or MDAnalysis.Universe
-        Any topology file MDAnalysis reads (PSF, PDB, GRO, TPR, ...).
+        Any topology file MDAnalysis reads (PSF, PDB, GRO, TPR, ...), or an H5MD file
+        holding GROMACS' topology module (:func:`module_universe`).
 
     Returns
     -------
@@ -139,6 +156,112 @@ def topology_coords(universe: Any, n_atoms: int, filename: str) -> dict[str, np.
             values = values.astype(str)
         coords[coord] = values
     return coords
+
+
+#: (coordinate, per-atom array of :meth:`ModuleTopology.per_atom`) served from GROMACS'
+#: topology module, in this order: MDAnalysis' names where it has one (as its TPR parser
+#: numbers them: ``resid`` 1..N across molecules, ``segid`` ``seg_<block>_<moltype>``).
+MODULE_COORDS = (("name", "name"), ("resname", "resname"), ("resid", "resid"),
+                 ("segid", "block"), ("mass", "mass"), ("charge", "charge"),
+                 ("species", "species"), ("moltype", "moltype"), ("molnum", "molnum"))
+
+_MODULE_ATTRS = {"species": {"long_name": "atomic number"},
+                 "molnum": {"long_name": "0-based molecule number"},
+                 "moltype": {"long_name": "molecule type"},
+                 "resid": {"long_name": "1-based residue number"}}
+
+
+def module_coords(module: ModuleTopology) -> dict[str, tuple[np.ndarray, dict[str, str]]]:
+    """Per-atom coordinates (array, attributes) of GROMACS' topology module, named as
+    MDAnalysis names a TPR file's; MDAnalysis is not needed.
+
+    Parameters
+    ----------
+    module : ModuleTopology
+        The module, as :func:`h5mdx.format.h5md.scan` read it.
+
+    Returns
+    -------
+    dict
+        Coordinate name to (array of ``module.n_atoms``, attributes: ``units`` of
+        ``mass`` and ``charge``).
+    """
+    per = module.per_atom()
+    segids = np.array([f"seg_{i}_{name}" for i, (name, _) in enumerate(module.blocks)],
+                      dtype=str)
+    per["block"] = segids[per["block"]] if segids.size else per["block"].astype(str)
+    out: dict[str, tuple[np.ndarray, dict[str, str]]] = {}
+    for coord, key in MODULE_COORDS:
+        if key in per:
+            attrs = dict(_MODULE_ATTRS.get(coord, {}))
+            if coord in module.units:
+                attrs["units"] = module.units[coord]
+            out[coord] = (per[key], attrs)
+    return out
+
+
+def module_universe(module: ModuleTopology, filename: str) -> Any:
+    """An MDAnalysis Universe (no trajectory) of GROMACS' topology module: names,
+    residues, segments (one per molecule block), masses, charges, elements, molecule
+    types and numbers, as MDAnalysis reads them from the run's TPR file.
+
+    Parameters
+    ----------
+    module : ModuleTopology
+        The module.
+    filename : str
+        The H5MD file (the Universe's ``filename``, for labels and messages).
+
+    Returns
+    -------
+    MDAnalysis.Universe
+    """
+    mda = import_optional("MDAnalysis", "topologies and atom selections")
+    coords = {k: v for k, (v, _) in module_coords(module).items()}
+    n = module.n_atoms
+    if n == 0:
+        raise TopologyError(f"{filename}: {module.path} describes no atom")
+    molnum = coords["molnum"]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = molnum[1:] != molnum[:-1]
+    if "resid" in coords:
+        starts[1:] |= coords["resid"][1:] != coords["resid"][:-1]
+    first = np.flatnonzero(starts)
+    segids = coords["segid"]
+    seg_names = list(dict.fromkeys(segids[first].tolist()))
+    seg_index = {name: i for i, name in enumerate(seg_names)}
+    universe = mda.Universe.empty(
+        n, n_residues=first.size, n_segments=len(seg_names),
+        atom_resindex=np.cumsum(starts) - 1,
+        residue_segindex=np.array([seg_index[s] for s in segids[first].tolist()]),
+        trajectory=False)
+    for attr, coord, level in (("names", "name", "atom"), ("masses", "mass", "atom"),
+                               ("charges", "charge", "atom"),
+                               ("resnames", "resname", "residue"),
+                               ("resids", "resid", "residue"), ("resnums", "resid", "residue"),
+                               ("moltypes", "moltype", "residue"),
+                               ("molnums", "molnum", "residue")):
+        if coord in coords:
+            values = coords[coord] if level == "atom" else coords[coord][first]
+            universe.add_TopologyAttr(attr, values)
+    if "resid" not in coords:
+        universe.add_TopologyAttr("resids", np.arange(1, first.size + 1))
+    universe.add_TopologyAttr("segids", np.array(seg_names, dtype=object))
+    if "species" in coords:  # MDAnalysis' TPR parser: "" for no element (virtual sites)
+        symbols = _z2symb()
+        universe.add_TopologyAttr("elements", np.array(
+            [symbols.get(int(z), "") for z in coords["species"].tolist()], dtype=object))
+    universe.filename = filename
+    return universe
+
+
+def _z2symb() -> dict[int, str]:
+    """MDAnalysis' element symbols by atomic number."""
+    try:
+        from MDAnalysis.guesser.tables import Z2SYMB  # MDAnalysis >= 2.8
+    except ImportError:  # pragma: no cover - older MDAnalysis
+        from MDAnalysis.topology.tables import Z2SYMB
+    return dict(Z2SYMB)
 
 
 def _name(universe: Any) -> str:

@@ -27,6 +27,8 @@ import numpy as np
 
 from h5mdx.errors import H5MDError, H5MDFormatError, H5MDReadError
 from h5mdx.format.chunk_index import chunk_grid
+from h5mdx.format.gromacs_topology import MODULE as GROMACS_TOPOLOGY
+from h5mdx.format.gromacs_topology import ModuleTopology, read_module
 from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
@@ -252,6 +254,9 @@ class FileInfo:
     #: GROMACS' ``gromacs``), by name: their attributes as text (``version`` as
     #: ``"1.0"``)
     modules: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the per-atom topology of GROMACS' ``/h5md/modules/gromacs_topology`` (names,
+    #: residues, masses, charges); None where the file has none, or it is unusable
+    topology: ModuleTopology | None = None
 
     def elements_under(self, root: str, sub: str = "") -> dict[str, ElementInfo]:
         """The elements directly under ``/<root>/<sub>`` (``root``: ``observables`` or
@@ -2067,6 +2072,25 @@ def _modules(c: _Ctx, h5md: h5py.Group | None) -> dict[str, dict[str, str]]:
     return modules
 
 
+def _module_topology(c: _Ctx, h5md: h5py.Group | None,
+                     modules: Mapping[str, Any]) -> ModuleTopology | None:
+    """GROMACS' topology module (:mod:`h5mdx.format.gromacs_topology`), its problems
+    noted; None without one."""
+    if h5md is None or GROMACS_TOPOLOGY not in modules:
+        return None
+    grp = h5md["modules"][GROMACS_TOPOLOGY]  # opened by _modules: a group of this file
+
+    def load(group: h5py.Group, name: str, where: str) -> np.ndarray:
+        path = f"{where}/{name}"
+        dset = _get(c, group, name, where)
+        if not isinstance(dset, h5py.Dataset):
+            raise H5MDFormatError(c.filename, path, "must be a dataset")
+        _check_dataset(c, dset, path)
+        return _read_small(c, dset, path)
+
+    return read_module(grp, load, c.note)
+
+
 #: The attributes H5MD requires of ``/h5md/author`` and ``/h5md/creator``.
 _REQUIRED_META = {"author": ("name",), "creator": ("name", "version")}
 
@@ -2133,6 +2157,7 @@ def _scan(c: _Ctx) -> FileInfo:
     creator = _meta(c, h5md, "creator", ("name", "version"))
     c.creator = str(creator.get("name") or "")
     modules = _modules(c, h5md)
+    topology = _module_topology(c, h5md, modules)
     program = _program(c, h5md)
     particles = _particles(c)
     observables, obs_groups = _element_tree(c, "observables")
@@ -2157,4 +2182,5 @@ def _scan(c: _Ctx) -> FileInfo:
         connectivity=connectivity,
         connectivity_groups=tuple(connectivity_groups),
         modules=modules,
+        topology=topology,
     )

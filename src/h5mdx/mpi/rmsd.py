@@ -129,7 +129,8 @@ class MPIRMSDOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
-        """Raise ValueError on inconsistent options."""
+        """Raise ValueError on inconsistent options. A selection or mass weights without
+        a topology take the trajectory's own, where it holds one (GROMACS' module)."""
         if self.read not in READ_MODES:
             raise ValueError(f"read must be one of {READ_MODES}, got {self.read!r}")
         if not self.read_mib > 0:
@@ -138,6 +139,11 @@ class MPIRMSDOptions:
             raise ValueError(f"out_format must be 'csv' or 'nc', got {self.out_format!r}")
         if self.weights not in (None, "mass"):
             raise ValueError(f"weights must be None or 'mass', got {self.weights!r}")
+        if (self.select is not None or self.weights == "mass") and self.topology is None:
+            from h5mdx.engine.topology import holds_topology
+
+            if holds_topology(self.trajectory):  # GROMACS' H5MD: its own topology
+                self.topology = self.trajectory
         if self.select is not None and self.topology is None:
             raise ValueError(
                 f"a selection ({self.select!r}) needs a topology: pass --topology FILE"

@@ -1,0 +1,300 @@
+"""GROMACS' topology module of an H5MD file: per-atom names, residues, masses, charges.
+
+GROMACS' H5MD writer (2026 on, ``src/gromacs/fileio/h5md/h5md_topologyutils.cpp``)
+stores no ``species``, ``mass`` or ``charge`` under ``/particles``. It keeps the
+topology in ``/h5md/modules/gromacs_topology`` instead, as molecule types and the blocks
+they are repeated in::
+
+    /h5md/modules/gromacs_topology       version, system_name,
+                                         molecule_block_names, molecule_block_counts
+        <moltype>/                       particle_count, residue_count
+            particle_name (n,) int32     indices into particle_name_table
+            particle_name_table          fixed-size UTF-8 strings
+            residue_name (n,) int32      indices into residue_name_table
+            residue_name_table
+            residue_id (n,) int32        1-based residue index within the molecule
+            mass (n,) "u", charge (n,) "e", species (n,) atomic numbers, id, sequence
+
+:func:`read_module` reads it into a :class:`ModuleTopology`; its
+:meth:`~ModuleTopology.per_atom` expands the blocks to one entry per atom of the system,
+numbered as MDAnalysis numbers a TPR file's atoms (residues 1..N across molecules,
+molecules 0..M-1). The reader is tolerant: a dataset that is absent or does not fit
+leaves out that one property, noted; a block that names no molecule type leaves out the
+module. This module knows h5py and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5mdx.errors import H5MDFormatError
+
+__all__ = ["MODULE", "MODULE_PATH", "MoleculeType", "ModuleTopology", "read_module"]
+
+#: The module's name under ``/h5md/modules``.
+MODULE = "gromacs_topology"
+#: Its path.
+MODULE_PATH = f"/h5md/modules/{MODULE}"
+
+#: The per-atom properties served, by name, with the dataset(s) they come from: a value
+#: dataset, or an index dataset and the table of strings it indexes.
+_NUMBERS = {"mass": "mass", "charge": "charge", "species": "species",
+            "residue_id": "residue_id"}
+_STRINGS = {"name": ("particle_name", "particle_name_table"),
+            "resname": ("residue_name", "residue_name_table")}
+
+#: ``note(path, message, assumed)``: how the reader reports a problem.
+Note = Callable[[str, str, str], None]
+#: ``load(group, name, where)``: one dataset of a group read whole (it raises
+#: :class:`~h5mdx.errors.H5MDFormatError` where it cannot be: a link into another file,
+#: too large to read at open time, unreadable).
+Load = Callable[[h5py.Group, str, str], np.ndarray]
+
+
+@dataclass(frozen=True)
+class MoleculeType:
+    """One molecule type of the module: its atoms' properties, one entry per atom."""
+
+    name: str
+    n_atoms: int
+    #: property name (``name``, ``resname``, ``residue_id``, ``mass``, ``charge``,
+    #: ``species``) to array of ``n_atoms``
+    properties: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_residues(self) -> int:
+        """Residues per molecule (the largest 1-based ``residue_id``; 1 without one)."""
+        ids = self.properties.get("residue_id")
+        return int(ids.max()) if ids is not None and ids.size else 1
+
+
+@dataclass(frozen=True)
+class ModuleTopology:
+    """The topology of ``/h5md/modules/gromacs_topology``."""
+
+    path: str
+    system_name: str
+    molecule_types: dict[str, MoleculeType]
+    #: (molecule type, number of molecules) of each block, in the order of the atoms
+    blocks: tuple[tuple[str, int], ...]
+    #: the properties every molecule type of the blocks has
+    properties: tuple[str, ...]
+    #: the ``unit`` attribute of a property's dataset (``mass``: ``"u"``)
+    units: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def n_atoms(self) -> int:
+        """Atoms of the whole system."""
+        return sum(self.molecule_types[name].n_atoms * count for name, count in self.blocks)
+
+    @property
+    def n_molecules(self) -> int:
+        return sum(count for _, count in self.blocks)
+
+    def per_atom(self) -> dict[str, np.ndarray]:
+        """One array of :attr:`n_atoms` entries per property, the blocks expanded.
+
+        Returns
+        -------
+        dict
+            ``name``, ``resname`` (str), ``resid`` (1-based residue number across the
+            system), ``mass``, ``charge``, ``species`` (those the module has), and always
+            ``moltype`` (str), ``molnum`` (0-based molecule number) and ``block``
+            (0-based block number).
+        """
+        parts: dict[str, list[np.ndarray]] = {}
+        residues = molecules = 0
+        for b, (name, count) in enumerate(self.blocks):
+            mt = self.molecule_types[name]
+            n = mt.n_atoms
+            for prop in self.properties:
+                values = mt.properties[prop]
+                if prop == "residue_id":
+                    per_mol = np.arange(count, dtype=np.int64)[:, None] * mt.n_residues
+                    values = (residues + per_mol + values[None, :]).ravel()
+                    prop = "resid"
+                else:
+                    values = np.tile(values, count)
+                parts.setdefault(prop, []).append(values)
+            parts.setdefault("moltype", []).append(np.full(n * count, name))
+            parts.setdefault("molnum", []).append(
+                np.repeat(np.arange(molecules, molecules + count, dtype=np.int64), n))
+            parts.setdefault("block", []).append(np.full(n * count, b, dtype=np.int64))
+            residues += mt.n_residues * count
+            molecules += count
+        return {prop: np.concatenate(arrays) for prop, arrays in parts.items()}
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _names_and_counts(grp: h5py.Group, where: str,
+                      note: Note) -> tuple[tuple[str, int], ...] | None:
+    """The blocks from ``molecule_block_names`` and ``molecule_block_counts``; None
+    (noted) where they are missing or do not fit together."""
+    try:
+        names = np.atleast_1d(grp.attrs["molecule_block_names"])
+        counts = np.atleast_1d(grp.attrs["molecule_block_counts"])
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError) as err:
+        note(where, f"GROMACS' topology module has no readable molecule_block_names and "
+             f"molecule_block_counts attributes ({err})", "the module left out")
+        return None
+    if (names.ndim != 1 or counts.shape != names.shape or counts.dtype.kind not in "iu"
+            or (counts < 0).any()):
+        note(where, f"molecule_block_names {names.tolist()!r} and molecule_block_counts "
+             f"{counts.tolist()!r} do not fit together (as many names as counts, counts "
+             "integers >= 0)", "the module left out")
+        return None
+    return tuple((_text(n), int(c)) for n, c in zip(names.tolist(), counts.tolist(),
+                                                     strict=True))
+
+
+def _count_attr(grp: h5py.Group) -> int | None:
+    try:
+        value = np.asarray(grp.attrs["particle_count"])
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+        return None
+    if value.size != 1 or value.dtype.kind not in "iu" or int(value.ravel()[0]) < 0:
+        return None
+    return int(value.ravel()[0])
+
+
+def _read(grp: h5py.Group, name: str, where: str, load: Load,
+          note: Note) -> np.ndarray | None:
+    """The 1-D dataset ``name`` of a molecule type; None (noted) where it cannot be read
+    or is not 1-D, None without a note where it is absent."""
+    if name not in grp:
+        return None
+    try:
+        values = np.asarray(load(grp, name, where))
+    except H5MDFormatError as err:
+        note(err.h5path or f"{where}/{name}", err.problem, "left out")
+        return None
+    if values.ndim != 1:
+        note(f"{where}/{name}", f"must be one-dimensional (one entry per atom), not of "
+             f"shape {values.shape}", "left out")
+        return None
+    return values
+
+
+def _strings(grp: h5py.Group, index: str, table: str, where: str, load: Load,
+             note: Note) -> np.ndarray | None:
+    """``table[index]`` as text, one entry per atom; None (noted) where they do not fit."""
+    idx = _read(grp, index, where, load, note)
+    tab = _read(grp, table, where, load, note)
+    if idx is None or tab is None:
+        if (idx is None) != (tab is None):
+            missing = table if tab is None else index
+            note(f"{where}/{missing}", f"is missing or unreadable, so {where}/"
+                 f"{index if tab is None else table} cannot be read", "left out")
+        return None
+    if idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0 or idx.max() >= tab.size)):
+        note(f"{where}/{index}", f"must hold indices into {table} (0..{tab.size - 1})",
+             "left out")
+        return None
+    if tab.dtype.kind not in "SOU":
+        note(f"{where}/{table}", f"must hold strings, not {tab.dtype}", "left out")
+        return None
+    text = np.array([_text(v).rstrip("\x00") for v in tab.tolist()], dtype=str)
+    return text[idx.astype(np.intp)] if idx.size else np.array([], dtype=str)
+
+
+def _unit(grp: h5py.Group, name: str) -> str | None:
+    try:
+        unit = grp[name].attrs.get("unit")
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+        return None
+    if isinstance(unit, np.ndarray) and unit.size == 1:
+        unit = unit.ravel()[0]
+    return _text(unit) if isinstance(unit, (bytes, str)) else None
+
+
+def _molecule_type(grp: h5py.Group, name: str, where: str, load: Load, note: Note,
+                   units: dict[str, str]) -> MoleculeType | None:
+    """One molecule type; None (noted) where its atom count is unknown."""
+    props: dict[str, np.ndarray] = {}
+    for prop, (index, table) in _STRINGS.items():
+        if (values := _strings(grp, index, table, where, load, note)) is not None:
+            props[prop] = values
+    for prop, dset in _NUMBERS.items():
+        values = _read(grp, dset, where, load, note)
+        if values is None:
+            continue
+        if values.dtype.kind not in ("iu" if prop in ("species", "residue_id") else "iuf"):
+            note(f"{where}/{dset}", f"must hold numbers, not {values.dtype}", "left out")
+            continue
+        if prop == "residue_id" and values.size and values.min() < 1:
+            note(f"{where}/{dset}", "must hold 1-based residue numbers", "left out")
+            continue
+        props[prop] = values
+        if (unit := _unit(grp, dset)) is not None:
+            units.setdefault(prop, unit)
+    n = _count_attr(grp)
+    if n is None:
+        if not props:
+            note(where, "a molecule type with neither a particle_count attribute nor a "
+                 "readable per-atom dataset", "the module left out")
+            return None
+        n = len(next(iter(props.values())))
+    for prop in list(props):
+        if len(props[prop]) != n:
+            dset = _STRINGS[prop][0] if prop in _STRINGS else _NUMBERS[prop]
+            note(f"{where}/{dset}", f"has {len(props[prop])} entries but the molecule "
+                 f"type has {n} atoms", "left out")
+            del props[prop]
+    return MoleculeType(name, n, props)
+
+
+def read_module(grp: h5py.Group, load: Load, note: Note) -> ModuleTopology | None:
+    """The topology of GROMACS' module group ``grp`` (``/h5md/modules/gromacs_topology``).
+
+    Parameters
+    ----------
+    grp : h5py.Group
+        The module's group.
+    load : callable
+        ``load(group, name, where)``: a dataset read whole, or
+        :class:`~h5mdx.errors.H5MDFormatError`.
+    note : callable
+        ``note(path, message, assumed)``: called once per problem.
+
+    Returns
+    -------
+    ModuleTopology or None
+        None where the module is unusable (noted): blocks missing or naming a molecule
+        type it does not hold.
+    """
+    where = MODULE_PATH
+    blocks = _names_and_counts(grp, where, note)
+    if blocks is None:
+        return None
+    types: dict[str, MoleculeType] = {}
+    units: dict[str, str] = {}
+    for name in dict.fromkeys(name for name, _ in blocks):
+        if not isinstance(grp.get(name, getlink=True), h5py.HardLink) or not isinstance(
+                grp.get(name), h5py.Group):
+            note(f"{where}/{name}", "a molecule block names this molecule type, which "
+                 "the module does not hold as a group of this file", "the module left out")
+            return None
+        mt = _molecule_type(grp[name], name, f"{where}/{name}", load, note, units)
+        if mt is None:
+            return None
+        types[name] = mt
+    props = [p for p in (*_STRINGS, *_NUMBERS)
+             if types and all(p in mt.properties for mt in types.values())]
+    for p in (*_STRINGS, *_NUMBERS):
+        lacking = [mt.name for mt in types.values() if p not in mt.properties]
+        if types and p not in props and len(lacking) < len(types):
+            note(where, f"molecule type(s) {', '.join(lacking)} lack the {p} of their atoms",
+                 f"no atom's {p} served")
+    system = grp.attrs.get("system_name", "")
+    if isinstance(system, np.ndarray) and system.size == 1:
+        system = system.ravel()[0]
+    return ModuleTopology(where, _text(system), types, blocks, tuple(props),
+                          {p: u for p, u in units.items() if p in props})

@@ -1,0 +1,221 @@
+"""GROMACS' H5MD files hold their own topology (``/h5md/modules/gromacs_topology``:
+molecule types and blocks, GROMACS' new writer, ``h5md_topologyutils.cpp``) and no
+``mass``, ``charge`` or ``species`` under ``/particles``. h5mdx serves it as per-atom
+coordinates and as the Universe of selections, numbered as MDAnalysis numbers the run's
+TPR file: the tests compare both with MDAnalysis' reading of that TPR."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx  # noqa: F401  (registers ds.md)
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, TopologyError
+
+mda = pytest.importorskip("MDAnalysis")
+datafiles = pytest.importorskip("MDAnalysisTests.datafiles")
+TPR, XTC = datafiles.TPR, datafiles.XTC  # adenylate kinase in water, 47,681 atoms
+
+MODULE = "/h5md/modules/gromacs_topology"
+
+
+def _gromacs_like(path, select=None):
+    """The TPR's XTC as GROMACS' new writer lays it out: /particles/system without mass,
+    charge or species, and the topology module beside it."""
+    from gromacs_module import write_module
+    from h5mdx.layout.convert import convert
+
+    convert(TPR, XTC, path, group="system", select=select, progress=False)
+    with h5py.File(path, "r+") as f:
+        for name in ("mass", "charge", "species"):
+            if name in f["/particles/system"]:
+                del f["/particles/system"][name]
+    write_module(path, mda.Universe(TPR))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tpr():
+    return mda.Universe(TPR, XTC)
+
+
+@pytest.fixture(scope="module")
+def gmx(tmp_path_factory):
+    return _gromacs_like(tmp_path_factory.mktemp("gmx") / "adk_water.h5md")
+
+
+@pytest.fixture
+def gmx_copy(gmx, tmp_path):
+    path = tmp_path / "copy.h5md"
+    shutil.copy(gmx, path)
+    return str(path)
+
+
+def test_per_atom_coordinates_are_mdanalysis_reading_of_the_tpr(gmx, tpr):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_dataset(gmx, engine="h5md")
+    atoms = tpr.atoms
+    with ds:
+        assert "mass" not in ds.data_vars  # from the module, not /particles
+        for coord, want in (("name", atoms.names), ("resname", atoms.resnames),
+                            ("resid", atoms.resids), ("segid", atoms.segids),
+                            ("moltype", atoms.moltypes), ("molnum", atoms.molnums)):
+            np.testing.assert_array_equal(ds[coord].values, want.astype(ds[coord].dtype),
+                                          err_msg=coord)
+        np.testing.assert_allclose(ds.mass.values, atoms.masses, rtol=1e-6)
+        np.testing.assert_allclose(ds.charge.values, atoms.charges, atol=1e-6)
+        assert ds.mass.attrs["units"] == "u" and ds.charge.attrs["units"] == "e"
+        assert set(ds.species.values[atoms.names == "OW"]) == {8}
+        assert ds.attrs["topology"] == os.path.abspath(gmx)
+        assert ds.atom.attrs["topology"] == os.path.abspath(gmx)
+        assert ds.attrs["system_name"] == "adenylate kinase in water"
+
+
+@pytest.mark.parametrize("selection", [
+    "name CA", "protein and backbone", "resname SOL and name OW", "element O",
+    "segid seg_1_SOL", "molnum 5", "moltype NA+", "resid 200:220", "resnum 214",
+    "same residue as (protein and resid 10)"])
+def test_the_module_universe_selects_what_the_tpr_selects(gmx, tpr, selection):
+    from h5mdx.engine.topology import load_universe
+
+    universe = load_universe(gmx)
+    assert universe.filename == os.path.abspath(gmx)
+    got = universe.select_atoms(selection).indices
+    assert got.size
+    np.testing.assert_array_equal(got, tpr.select_atoms(selection).indices)
+
+
+def test_select_and_rmsd_need_no_topology_file(gmx, tpr):
+    """Selections and mass weights come from the file: the RMSD equals MDAnalysis' with
+    the TPR."""
+    from MDAnalysis.analysis import rms
+
+    ca = tpr.select_atoms("name CA").indices
+    with xr.open_dataset(gmx, engine="h5md", select="name CA") as ds:
+        np.testing.assert_array_equal(ds.atom.values, ca)
+        assert set(ds.name.values) == {"CA"}
+    with xr.open_dataset(gmx, engine="h5md", chunks={}) as ds:
+        for weights in (None, "mass"):
+            want = rms.RMSD(tpr, select="name CA", weights=weights).run().results.rmsd[:, 2]
+            got = ds.md.rmsd(select="name CA", weights=weights).values
+            np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_a_topology_passed_wins(gmx, tpr):
+    with xr.open_dataset(gmx, engine="h5md", topology=TPR) as ds:
+        assert ds.attrs["topology"] == TPR
+        assert "type" in ds.coords and "moltype" not in ds.coords  # the TPR's, as read
+    with xr.open_dataset(gmx, engine="h5md", topology=gmx, select="resname NA+") as ds:
+        assert ds.sizes["atom"] == 4 and "moltype" in ds.coords  # the file itself
+
+
+def test_a_group_of_selected_atoms_gets_no_topology_of_the_whole_system(tmp_path):
+    """GROMACS writes the whole system's module beside a group of selected atoms, without
+    their indices: the module cannot be mapped onto them."""
+    path = _gromacs_like(tmp_path / "protein.h5md", select="protein")
+    with pytest.warns(H5MDConformanceWarning, match=(
+            rf"protein\.h5md \[{MODULE}\]: describes 47681 atoms but /particles/system has "
+            r"3341 .*no per-atom topology attached")) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert len(record) == 1
+    with ds:
+        assert "name" not in ds.coords and "topology" not in ds.attrs
+        assert ds.position.shape == (10, 3341, 3)
+    with pytest.raises(TopologyError, match=rf"needs a topology: .*; the file's {MODULE} "
+                       "describes 47681 atoms, not the 3341 of /particles/system"):
+        xr.open_dataset(path, engine="h5md", select="name CA")
+    with pytest.raises(TopologyError, match="47681 atoms but the trajectory has 3341"):
+        xr.open_dataset(path, engine="h5md", topology=path)
+
+
+def _opened(path, *patterns):
+    """The Dataset of ``path``, and exactly the warnings ``patterns`` heard."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+    messages = [str(w.message) for w in record]
+    assert len(messages) == len(patterns), messages
+    for pattern, message in zip(patterns, messages, strict=True):
+        assert pattern in message, (pattern, message)
+    return ds
+
+
+def test_a_mass_of_the_wrong_length_leaves_out_the_masses_only(gmx_copy, tpr):
+    with h5py.File(gmx_copy, "r+") as f:
+        sol = f[f"{MODULE}/SOL"]
+        del sol["mass"]
+        sol["mass"] = np.ones(2, dtype=np.float32)
+    ds = _opened(gmx_copy,
+                 # TIP4P water: OW, HW1, HW2 and the virtual site MW
+                 f"[{MODULE}/SOL/mass]: has 2 entries but the molecule type has 4 atoms; "
+                 "left out",
+                 f"[{MODULE}]: molecule type(s) SOL lack the mass of their atoms; no atom's "
+                 "mass served")
+    with ds:
+        assert "mass" not in ds.coords
+        np.testing.assert_array_equal(ds.name.values, tpr.atoms.names)
+    with pytest.raises(H5MDFormatError, match=r"SOL/mass\]: has 2 entries"):
+        xr.open_dataset(gmx_copy, engine="h5md", strict=True)
+
+
+def test_names_indexing_beyond_their_table_are_left_out(gmx_copy, tpr):
+    with h5py.File(gmx_copy, "r+") as f:
+        f[f"{MODULE}/NA+/particle_name"][0] = 7
+    ds = _opened(gmx_copy,
+                 f"[{MODULE}/NA+/particle_name]: must hold indices into particle_name_table "
+                 "(0..0); left out",
+                 "molecule type(s) NA+ lack the name of their atoms; no atom's name served")
+    with ds:
+        assert "name" not in ds.coords
+        np.testing.assert_array_equal(ds.resname.values, tpr.atoms.resnames)
+
+
+def test_a_block_of_a_molecule_type_not_held_leaves_out_the_module(gmx_copy, tpr):
+    with h5py.File(gmx_copy, "r+") as f:
+        del f[f"{MODULE}/NA+"]
+    ds = _opened(gmx_copy, f"[{MODULE}/NA+]: a molecule block names this molecule type, "
+                 "which the module does not hold as a group of this file; the module left out")
+    with ds:
+        assert "name" not in ds.coords
+        np.testing.assert_allclose(ds.position.values[0], tpr.trajectory[0].positions,
+                                   atol=1e-3)
+
+
+def test_blocks_that_do_not_fit_together_leave_out_the_module(gmx_copy):
+    with h5py.File(gmx_copy, "r+") as f:
+        f[MODULE].attrs["molecule_block_counts"] = np.array([1, 11084], dtype=np.int32)
+    ds = _opened(gmx_copy, "do not fit together (as many names as counts, counts integers "
+                 ">= 0); the module left out")
+    with ds:
+        assert "name" not in ds.coords
+
+
+def test_info_and_the_rmsd_command_use_it(gmx, tpr, tmp_path):
+    from MDAnalysis.analysis import rms
+
+    from h5mdx.mpi.rmsd import MPIRMSDOptions
+
+    out = subprocess.run([sys.executable, "-m", "h5mdx", "info", gmx], capture_output=True,
+                         text=True, check=True).stdout
+    assert ("topology: 'adenylate kinase in water': 47681 atoms in 11089 molecules (AKeco "
+            "x1, SOL x11084, NA+ x4); name, resname, mass, charge, species, resid per atom"
+            ) in out
+    csv = tmp_path / "rmsd.csv"
+    subprocess.run([sys.executable, "-m", "h5mdx", "rmsd", gmx, "--select", "name CA",
+                    "--scheduler", "threads", "--workers", "2", "--no-progress",
+                    "--out", str(csv)], capture_output=True, text=True, check=True)
+    got = np.loadtxt(csv, delimiter=",", skiprows=1, usecols=-1)
+    want = rms.RMSD(tpr, select="name CA").run().results.rmsd[:, 2]
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    options = MPIRMSDOptions(gmx, select="name CA")
+    options.check()  # what each rank of mpi-rmsd does first
+    assert options.topology == gmx
