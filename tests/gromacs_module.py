@@ -42,8 +42,10 @@ def molecule_types(universe) -> tuple[dict[str, object], list[tuple[str, int]]]:
     return types, blocks
 
 
-def write_module(path, universe, *, system_name: str = "adenylate kinase in water") -> None:
-    """Add GROMACS' topology module of ``universe`` to the H5MD file ``path``."""
+def write_module(path, universe, *, system_name: str = "adenylate kinase in water",
+                 bonds: bool = True) -> None:
+    """Add GROMACS' topology module of ``universe`` to the H5MD file ``path``, and its
+    bonds as ``/connectivity/bonds`` (``H5md::setupBondConnectivity``)."""
     from MDAnalysis.guesser.tables import SYMB2Z
 
     types, blocks = molecule_types(universe)
@@ -75,3 +77,8 @@ def write_module(path, universe, *, system_name: str = "adenylate kinase in wate
         mod.attrs["molecule_block_counts"] = np.array([c for _, c in blocks], dtype=np.int32)
         mod.attrs["version"] = np.array([0, 1], dtype=np.int32)
         mod.attrs["system_name"] = np.bytes_(system_name)
+        if bonds:  # writeBonds(): 0-based indices of the whole system, int64, no particles_group
+            pairs = np.asarray(universe.bonds.indices, dtype=np.int64).reshape(-1, 2)
+            conn = f.require_group("/connectivity")
+            conn.create_dataset("bonds", data=pairs)
+            conn.attrs["bond_count"] = np.int64(len(pairs))

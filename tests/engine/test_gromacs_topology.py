@@ -94,6 +94,34 @@ def test_the_module_universe_selects_what_the_tpr_selects(gmx, tpr, selection):
     np.testing.assert_array_equal(got, tpr.select_atoms(selection).indices)
 
 
+def test_the_bonds_of_the_file_are_the_topology_s(gmx, tpr):
+    """/connectivity/bonds (GROMACS' writeBonds: 0-based indices of the whole system)
+    give the Universe its bonds: fragments and bond-based selections as with the TPR."""
+    from h5mdx.engine.topology import load_universe
+
+    universe = load_universe(gmx)
+    np.testing.assert_array_equal(np.sort(universe.bonds.indices, axis=0),
+                                  np.sort(tpr.bonds.indices, axis=0))
+    got, want = universe.atoms.fragments, tpr.atoms.fragments
+    assert len(got) == len(want) == 22173  # 11,084 TIP4P virtual sites stand alone
+    assert all(np.array_equal(a.indices, b.indices) for a, b in zip(got, want, strict=True))
+    np.testing.assert_array_equal(universe.select_atoms("bonded name CA").indices,
+                                  tpr.select_atoms("bonded name CA").indices)
+
+
+def test_bonds_beyond_the_atoms_are_left_out_with_a_warning(gmx_copy):
+    from h5mdx.engine.topology import load_universe
+
+    with h5py.File(gmx_copy, "r+") as f:
+        f["/connectivity/bonds"][0] = (0, 47681)
+    with pytest.warns(H5MDConformanceWarning, match=(
+            r"copy\.h5md \[/connectivity/bonds\]: holds atom indices 0\.\.47681, beyond the "
+            rf"47681 atoms of {MODULE}; the topology's bonds left out")):
+        universe = load_universe(gmx_copy)
+    assert not hasattr(universe, "bonds") or len(universe.bonds) == 0
+    assert len(universe.select_atoms("name CA")) == 214
+
+
 def test_select_and_rmsd_need_no_topology_file(gmx, tpr):
     """Selections and mass weights come from the file: the RMSD equals MDAnalysis' with
     the TPR."""

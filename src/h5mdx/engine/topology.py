@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
-from h5mdx.errors import TopologyError
+from h5mdx.errors import H5MDConformanceWarning, TopologyError
 from h5mdx.format.gromacs_topology import ModuleTopology
-from h5mdx.format.h5md import is_h5md, scan
+from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 
 __all__ = ["holds_topology", "load_universe", "module_coords", "module_universe", "select_indices",
            "topology_coords"]
@@ -36,9 +36,11 @@ TOPOLOGY_ATTRS = (
 def _universe(path: str, mtime: float) -> Any:
     mda = import_optional("MDAnalysis", "topologies and atom selections")
     if is_h5md(path):  # its own topology, where GROMACS wrote one
-        module = scan(path).topology
-        if module is not None:
-            return module_universe(module, path)
+        info = scan(path)
+        if info.topology is not None:
+            universe = module_universe(info.topology, path)
+            _add_bonds(universe, info, path)
+            return universe
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -253,6 +255,31 @@ def module_universe(module: ModuleTopology, filename: str) -> Any:
             [symbols.get(int(z), "") for z in coords["species"].tolist()], dtype=object))
     universe.filename = filename
     return universe
+
+
+def _add_bonds(universe: Any, info: FileInfo, path: str) -> None:
+    """The bonds of ``/connectivity/bonds`` (GROMACS: pairs of 0-based atom indices of the
+    whole system) added to the Universe of the file's topology module; where they are not
+    such pairs, none, with one :class:`~h5mdx.errors.H5MDConformanceWarning`."""
+    el = info.connectivity.get("bonds")
+    if el is None:
+        return
+    n = len(universe.atoms)
+    problem = None
+    if el.time_dependent or len(el.shape) != 2 or el.shape[1] != 2 or el.dtype.kind not in "iu":
+        problem = (f"is not a (bonds, 2) array of atom indices (shape {el.shape}, "
+                   f"{el.dtype}{', time-dependent' if el.time_dependent else ''})")
+    else:
+        with open_h5md(path) as f:
+            pairs = np.asarray(f[el.value_path][()], dtype=np.int64)
+        if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+            problem = (f"holds atom indices {int(pairs.min())}..{int(pairs.max())}, beyond "
+                       f"the {n} atoms of {info.topology.path if info.topology else 'it'}")
+    if problem is not None:
+        warnings.warn(H5MDConformanceWarning(
+            f"{path} [{el.path}]: {problem}; the topology's bonds left out"), stacklevel=4)
+        return
+    universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
 
 
 def _z2symb() -> dict[int, str]:
