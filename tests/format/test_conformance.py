@@ -305,7 +305,22 @@ def _check_plain_series(ds):
 
 
 def _time_wrong_length(f):
-    _replace(f[f"{G}/position"], "time", np.arange(2.0))
+    _replace(f[f"{G}/position"], "time", np.arange(1.0))
+
+
+def _time_one_short(f):
+    """GROMACS' new writer writes a frame's value, then its step, then its time
+    (h5md_timedatablock.cpp): a run stopped before the time leaves it one entry short."""
+    _replace(f[f"{G}/position"], "time", TIMES[:2])
+
+
+def _check_time_one_short(ds):
+    np.testing.assert_array_equal(ds.position, POS[:2])  # the frame without a time left out
+    np.testing.assert_array_equal(ds.step, STEPS[:2])
+    np.testing.assert_array_equal(ds.time, TIMES[:2])
+    assert ds.time.attrs.get("units") != "step"  # its times, not steps standing in
+    # the box keeps its whole time (only position's was replaced): an axis of its own
+    assert ds.box_edges.dims[0] == "time_box_edges" and ds.sizes["time_box_edges"] == 3
 
 
 def _check_time_ignored(ds):
@@ -658,6 +673,9 @@ TROUBLES = {
     "positions as a plain time series": Trouble(_plain_series, f"{G}/position",
                                                 "read as a time series, frames numbered",
                                                 _check_plain_series),
+    "time one short": Trouble(_time_one_short, f"{G}/position/time",
+                              "stopped in the middle of a frame.*last frame of 'value' "
+                              "left out", _check_time_one_short),
     "time of another length": Trouble(_time_wrong_length, f"{G}/position/time",
                                       "'time' ignored", _check_time_ignored),
     "NaN in time": Trouble(lambda f: _replace(f[f"{G}/position"], "time",

@@ -940,8 +940,8 @@ def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None,
 _NUMBERED = "frames numbered 0..n-1"
 
 
-def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str,
-                  short: bool = False) -> tuple[int, int] | None:
+def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
+                  ) -> tuple[int, int] | None:
     """Which entries of a ``step`` or ``time`` of ``m`` entries go with ``n`` frames of
     ``value`` in a finished file: ``(first, count)``, or None where they cannot be told
     (noted by the caller).
@@ -949,9 +949,10 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str,
     As many: all. One more, from ESPResSo: all but the first (its writer, until a fix
     of June 2026, creates ``step`` and ``time`` with one entry and writes frame k's at
     k + 1: ``File::write`` in ``src/core/io/writer/h5md_core.cpp``). More: the first
-    ``n`` (the writer stopped before the value). One fewer, where ``short`` (for ``step``): all of them, the last frame of ``value``
-    left out (a writer stopped mid-frame: ESPResSo and GROMACS extend ``value`` before
-    ``step`` and ``time``). A ``time`` one short beside a whole ``step`` is not cut to.
+    ``n`` (the writer stopped before the value). One fewer: all of them, the last frame
+    of ``value`` left out (a writer stopped mid-frame: ESPResSo and GROMACS extend
+    ``value`` before ``step`` and ``time``; GROMACS' new writer writes a frame's ``time``
+    last, so a ``time`` one short beside a whole ``step`` is the same stop).
     """
     shape = f"{name!r} has {m} entries but 'value' has {n} frames"
     if m == n or c.live:
@@ -964,7 +965,7 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str,
     if m > n:
         c.note(path, shape, f"the first {n} {name}s used")
         return 0, n
-    if m == n - 1 and short:
+    if m == n - 1:
         c.note(path, f"{shape} (a writer stopped in the middle of a frame)",
                "the last frame of 'value' left out")
         return 0, m
@@ -1007,7 +1008,7 @@ def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.nd
     if step_ds.dtype.kind not in "iuf":
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
         return None
-    rows = _sampled_rows(c, "step", int(step_ds.shape[0]), n, path, short=True)
+    rows = _sampled_rows(c, "step", int(step_ds.shape[0]), n, path)
     if rows is None:
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
                _NUMBERED)
