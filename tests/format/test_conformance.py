@@ -1397,13 +1397,14 @@ def test_nomad_unit_factor_and_program(tmp_path, capsys):
 
 
 def test_datasets_beside_a_value_without_step_are_named(tmp_path):
-    """H5MD-NOMAD's ensemble averages (a radial distribution function) keep their axis
-    beside 'value', with no 'step': served on numbered frames as before, and the
-    datasets left out are now named (they went in silence; found by an audit)."""
+    """Datasets beside a 'value' with no 'step' that is not a function of them (H5MD-NOMAD's
+    'bins', here of another length: tests/engine/test_nomad.py has those that are): served
+    on numbered frames, and the datasets left out are named (they went in silence; found
+    by an audit)."""
     path = _base(str(tmp_path / "rdf.h5md"))
     with h5py.File(path, "r+") as f:
         rdf = f.create_group("observables/rdf")
-        rdf["value"], rdf["bins"] = np.ones(5), np.linspace(0.0, 1.0, 5)
+        rdf["value"], rdf["bins"] = np.ones(5), np.linspace(0.0, 1.0, 4)
         rdf["frame_start"] = 0
     with pytest.warns(H5MDConformanceWarning, match=r"\[/observables/rdf\]: .*no step: frames "
                       r"numbered 0\.\.n-1; beside 'value', 'bins', 'frame_start' left out"):

@@ -1122,12 +1122,38 @@ def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,
             continue
         first = _time_dims(b, el, name, main, coords)
         dims = first + _tail_dims(el, name, first, particles=False, dimension=None)
+        if el.axis is not None:
+            dims = _function_axis(b, el, name, dims, coords, variables)
         var = b.variable(el, dims)
         if var is not None:
             variables[name] = var
     attrs = _file_attrs(info)
     attrs["h5md_group"] = where
     return _dataset(variables, coords, attrs, info, where, b.report)
+
+
+def _function_axis(b: _Builder, el: ElementInfo, name: str, dims: tuple[str, ...],
+                   coords: dict[str, xr.Variable],
+                   variables: dict[str, xr.Variable]) -> tuple[str, ...]:
+    """``dims`` of an H5MD-NOMAD ensemble average or correlation function with its first
+    dimension the axis it is a function of (``<name>_bins``, ``<name>_times``), added to
+    ``coords``; its other datasets of that length (``errors``) added to ``variables`` as
+    ``<name>_<dataset>``, in the value's unit where they have none (errors do not)."""
+    assert el.axis is not None
+    axis, values, unit = el.axis
+    dim = f"{name}_{axis}"
+
+    def variable(data: np.ndarray, unit: str | None, path: str) -> xr.Variable:
+        scale, unit = b._unit(unit, path)
+        data = data * scale if scale != 1.0 else data
+        return xr.Variable((dim,), data, {"units": unit} if unit is not None else {},
+                           {"source": b.info.filename, "h5md_path": path})
+
+    coords[dim] = variable(values, unit, f"{el.path}/{axis}")
+    for key, (data, unit) in el.beside.items():
+        variables[f"{name}_{key}"] = variable(data, unit if unit is not None else el.unit,
+                                              f"{el.path}/{key}")
+    return (dim, *dims[1:])
 
 
 def _default_group(info: FileInfo, listing: str) -> str:

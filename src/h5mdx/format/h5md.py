@@ -178,6 +178,12 @@ class ElementInfo:
     #: a time-dependent ``value`` whose first axis has no maximum (``maxshape`` None): a
     #: writer can append frames to it
     growable: bool = False
+    #: the axis an H5MD-NOMAD ensemble average or correlation function is a function of
+    #: (its first axis): name (``bins``, ``times``), values and unit, read at scan time
+    axis: tuple[str, np.ndarray, str | None] | None = None
+    #: the other datasets of such an element of its first axis's length (``errors``):
+    #: values and unit, by name
+    beside: dict[str, tuple[np.ndarray, str | None]] = field(default_factory=dict)
 
     @property
     def n_frames(self) -> int | None:
@@ -1346,6 +1352,10 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
         raise H5MDFormatError(c.filename, f"{path}/value", "'value' must be a dataset")
     _check_dataset(c, value, f"{path}/value")
     _refresh(c, value)
+    if not _has(obj, "step") and not _has(obj, "time"):
+        function = _function_of(c, name, obj, value, path)
+        if function is not None:
+            return function
     if value.shape is None or len(value.shape) == 0:
         raise H5MDFormatError(
             c.filename,
@@ -1369,6 +1379,63 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
                    f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
                          link_path=f"{path}/value", group=obj)
+
+
+#: The axes H5MD-NOMAD's observables without ``step`` are functions of: ``bins`` (ensemble
+#: averages: radial distribution functions) and ``times`` (correlation functions: mean
+#: squared displacements).
+FUNCTION_AXES = ("bins", "times")
+
+
+def _function_of(c: _Ctx, name: str, grp: h5py.Group, value: h5py.Dataset,
+                 path: str) -> ElementInfo | None:
+    """H5MD-NOMAD's ensemble averages and correlation functions (group attribute ``type``
+    ``ensemble_average``, ``correlation_function``; no ``step``, no ``time``): a ``value``
+    beside the axis it is a function of (:data:`FUNCTION_AXES`, as long as its first
+    axis), or a scalar ``value`` (a diffusion constant), read as a time-independent
+    element. The axis, and the group's other datasets of its length (``errors``), are read
+    into :attr:`ElementInfo.axis` and :attr:`ElementInfo.beside`; its scalar datasets
+    (``n_bins``, ``frame_start``, ``type``, ``error_type``) into its ``attrs``, the group's
+    ``type`` attribute as ``observable_type``. None for any other group."""
+    shape = value.shape
+    if shape is None:
+        return None
+    axis_name = next((k for k in FUNCTION_AXES if _has(grp, k)), None)
+    if shape != () and axis_name is None:
+        return None
+    n = int(shape[0]) if shape else None
+    axis: tuple[str, np.ndarray, str | None] | None = None
+    beside: dict[str, tuple[np.ndarray, str | None]] = {}
+    scalars: dict[str, Any] = {}
+    for key in grp:
+        if key == "value" or not isinstance(grp.get(key, getlink=True), h5py.HardLink):
+            continue
+        dset = grp[key]
+        where = f"{path}/{key}"
+        if not isinstance(dset, h5py.Dataset) or dset.shape is None:
+            continue
+        if dset.shape == ():
+            scalars[key] = _decode(_read_small(c, dset, where)[()])
+        elif (n is not None and dset.shape == (n,) and dset.dtype.kind in "iuf"
+              and dset.size * dset.dtype.itemsize <= MAX_SMALL_READ):
+            values = (_read_small(c, dset, where), _unit_attr(c, dset, where))
+            if key == axis_name:
+                axis = (key, *values)
+            else:
+                beside[key] = values
+    if shape != () and axis is None:  # an axis of another length, or not numbers
+        return None
+    info = _dataset_info(c, name, path, value, time_dependent=False, sampling=None,
+                         unit=_unit_attr(c, value, f"{path}/value"),
+                         link_path=f"{path}/value", group=grp)
+    attrs = dict(info.attrs)
+    if "type" in attrs:
+        attrs["observable_type"] = attrs.pop("type")
+    attrs.update(scalars)
+    c.note(path, "a 'value' without 'step' (H5MD-NOMAD's ensemble averages and "
+           "correlation functions)", f"read as a function of {axis_name!r}" if axis
+           else "read as a time-independent scalar", minor=True)
+    return replace(info, attrs=attrs, axis=axis, beside=beside)
 
 
 def _n_steps(grp: h5py.Group) -> int | None:
