@@ -38,6 +38,9 @@ def _gromacs_like(path, select=None):
         for name in ("mass", "charge", "species"):
             if name in f["/particles/system"]:
                 del f["/particles/system"][name]
+        for written in (MODULE, "/connectivity"):  # h5mdx's own, where it wrote them
+            if written in f:
+                del f[written]
     write_module(path, mda.Universe(TPR))
     return str(path)
 
@@ -247,3 +250,73 @@ def test_info_and_the_rmsd_command_use_it(gmx, tpr, tmp_path):
     options = MPIRMSDOptions(gmx, select="name CA")
     options.check()  # what each rank of mpi-rmsd does first
     assert options.topology == gmx
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def test_convert_writes_the_module_of_a_tpr_s_atoms(tmp_path, tpr):
+    """h5mdx convert of a TPR's trajectory writes GROMACS' module and the bonds: the file
+    then selects atoms, and weighs them, without the TPR."""
+    from MDAnalysis.analysis import rms
+
+    from h5mdx.engine.topology import load_universe
+    from h5mdx.layout.convert import convert
+
+    path = str(tmp_path / "converted.h5md")
+    convert(TPR, XTC, path, progress=False)
+    with h5py.File(path, "r") as f:
+        mod = f[MODULE]
+        assert mod.attrs["molecule_block_names"].tolist() == [b"AKeco", b"SOL", b"NA+"]
+        assert mod.attrs["molecule_block_counts"].tolist() == [1, 11084, 4]
+        sol = mod["SOL"]  # GROMACS' types (h5md_topologyutils.cpp)
+        assert sol.attrs["particle_count"] == 4 and sol.attrs["residue_count"] == 1
+        assert sol["particle_name"].dtype == np.int32 and sol["id"].dtype == np.int64
+        assert sol["particle_name_table"][()].tolist() == [b"OW", b"HW1", b"HW2", b"MW"]
+        assert sol["mass"].attrs["unit"] == b"u" and sol["charge"].attrs["unit"] == b"e"
+        assert f["/connectivity/bonds"].shape == (len(tpr.bonds), 2)
+        assert f[f["/connectivity/bonds"].attrs["particles_group"]].name == \
+            "/particles/trajectory"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_dataset(path, engine="h5md", chunks={})
+    with ds:
+        for coord, want in (("name", tpr.atoms.names), ("resid", tpr.atoms.resids),
+                            ("segid", tpr.atoms.segids), ("molnum", tpr.atoms.molnums)):
+            np.testing.assert_array_equal(ds[coord].values, want.astype(ds[coord].dtype))
+        want = rms.RMSD(tpr, select="backbone", weights="mass").run().results.rmsd[:, 2]
+        np.testing.assert_allclose(ds.md.rmsd(select="backbone", weights="mass").values,
+                                   want, atol=1e-4)
+    universe = load_universe(path)
+    np.testing.assert_array_equal(np.sort(universe.bonds.indices, axis=0),
+                                  np.sort(tpr.bonds.indices, axis=0))
+
+
+@pytest.mark.parametrize(("select", "module"), [
+    ("name CA", True),  # part of one molecule: its atoms are the molecule type
+    ("resname SOL", False),  # the module would number the waters' residues 1..N
+])
+def test_convert_writes_the_module_only_where_it_reads_back_exactly(tmp_path, tpr, select,
+                                                                    module):
+    from h5mdx.layout.convert import convert
+
+    path = str(tmp_path / "selected.h5md")
+    convert(TPR, XTC, path, select=select, progress=False)
+    with h5py.File(path, "r") as f:
+        assert (MODULE in f) is module
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert ("name" in ds.coords) is module
+        if module:
+            atoms = tpr.select_atoms(select)
+            np.testing.assert_array_equal(ds.resid.values, atoms.resids)
+            np.testing.assert_array_equal(ds.name.values, atoms.names.astype(str))
+
+
+def test_convert_of_a_topology_without_molecules_writes_no_module(tmp_path):
+    """A PSF has no molecule types: the module would rename its segments."""
+    from h5mdx.layout.convert import convert
+
+    path = str(tmp_path / "adk.h5md")
+    convert(datafiles.PSF, datafiles.DCD, path, stop=3, progress=False)
+    with h5py.File(path, "r") as f:
+        assert MODULE not in f and "connectivity" not in f

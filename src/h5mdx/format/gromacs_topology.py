@@ -20,7 +20,9 @@ they are repeated in::
 numbered as MDAnalysis numbers a TPR file's atoms (residues 1..N across molecules,
 molecules 0..M-1). The reader is tolerant: a dataset that is absent or does not fit
 leaves out that one property, noted; a block that names no molecule type leaves out the
-module. This module knows h5py and numpy only.
+module. :func:`module_from_atoms` finds the molecule types and blocks of a system's atoms,
+and :func:`write_module` writes them as GROMACS does (``h5mdx convert`` of a TPR file's
+trajectory). This module knows h5py and numpy only.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import numpy as np
 
 from h5mdx.errors import H5MDFormatError
 
-__all__ = ["MODULE", "MODULE_PATH", "MoleculeType", "ModuleTopology", "read_module"]
+__all__ = ["MODULE", "MODULE_PATH", "MoleculeType", "ModuleTopology", "module_from_atoms",
+           "read_module", "write_module"]
 
 #: The module's name under ``/h5md/modules``.
 MODULE = "gromacs_topology"
@@ -298,3 +301,117 @@ def read_module(grp: h5py.Group, load: Load, note: Note) -> ModuleTopology | Non
         system = system.ravel()[0]
     return ModuleTopology(where, _text(system), types, blocks, tuple(props),
                           {p: u for p, u in units.items() if p in props})
+
+
+def module_from_atoms(per_atom: dict[str, np.ndarray], moltype: np.ndarray,
+                      molnum: np.ndarray, resindex: np.ndarray,
+                      system_name: str = "") -> ModuleTopology | None:
+    """The module of a system's atoms: each molecule type once, the blocks of molecules.
+
+    Parameters
+    ----------
+    per_atom : dict
+        ``name``, ``resname`` (str), ``mass``, ``charge``, ``species`` (those known), one
+        entry per atom.
+    moltype, molnum : numpy.ndarray
+        Each atom's molecule type and molecule number (MDAnalysis' ``moltypes``,
+        ``molnums`` of a TPR file).
+    resindex : numpy.ndarray
+        Each atom's residue index (any numbering in which a residue's atoms share one).
+    system_name : str, optional
+        The module's ``system_name``.
+
+    Returns
+    -------
+    ModuleTopology or None
+        None where the atoms do not fit GROMACS' layout: a molecule's atoms not
+        consecutive, or molecules of one type that differ.
+    """
+    n = len(molnum)
+    if n == 0:
+        return None
+    starts = np.flatnonzero(np.r_[True, molnum[1:] != molnum[:-1]])
+    if starts.size != np.unique(molnum).size:
+        return None  # a molecule in several runs
+    lengths = np.diff(np.r_[starts, n])
+    mol_type = np.asarray(moltype)[starts]
+    types: dict[str, MoleculeType] = {}
+    for name in dict.fromkeys(mol_type.tolist()):  # the molecules of each type, at once
+        mols = np.flatnonzero(mol_type == name)
+        size = int(lengths[mols[0]])
+        if (lengths[mols] != size).any():
+            return None
+        atoms = starts[mols][:, None] + np.arange(size)[None, :]  # (molecules, atoms)
+        if (np.asarray(moltype)[atoms] != name).any():
+            return None
+        local = resindex[atoms] - resindex[atoms[:, :1]]
+        props = {k: v[atoms] for k, v in per_atom.items()}
+        props["residue_id"] = local
+        if any(not (a == a[:1]).all() for a in props.values()):
+            return None  # molecules of one type that differ
+        props = {k: v[0] for k, v in props.items()}
+        props["residue_id"] = (np.unique(props["residue_id"], return_inverse=True)[1]
+                               .ravel() + 1).astype(np.int32)
+        types[str(name)] = MoleculeType(str(name), size, props)
+    run = np.flatnonzero(np.r_[True, mol_type[1:] != mol_type[:-1]])
+    counts = np.diff(np.r_[run, mol_type.size])
+    blocks = tuple((str(mol_type[r]), int(c)) for r, c in zip(run, counts, strict=True))
+    props_all = tuple(p for p in (*_STRINGS, *_NUMBERS) if p in per_atom or p == "residue_id")
+    units = {p: u for p, u in (("mass", "u"), ("charge", "e")) if p in per_atom}
+    return ModuleTopology(MODULE_PATH, system_name, types, blocks, props_all, units)
+
+
+def _fixed_strings(values: list[str]) -> np.ndarray:
+    """Fixed-size UTF-8 strings of strlen + 1 bytes (GROMACS' fixed-size strings)."""
+    data = [v.encode("utf-8") for v in values]
+    return np.array(data, dtype=f"S{max((len(d) for d in data), default=0) + 1}")
+
+
+def _table(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, table of fixed-size strings in order of first appearance) of ``values``."""
+    table = list(dict.fromkeys(values.tolist()))
+    index = {v: i for i, v in enumerate(table)}
+    return np.array([index[v] for v in values.tolist()], dtype=np.int32), _fixed_strings(table)
+
+
+def write_module(modules: h5py.Group, module: ModuleTopology) -> None:
+    """Write ``module`` into ``modules`` (``/h5md/modules``) as GROMACS' writer lays it out
+    (``h5md_topologyutils.cpp``: ``writeMoleculeTypes``, ``writeMoleculeBlocks``).
+
+    Parameters
+    ----------
+    modules : h5py.Group
+        The file's ``/h5md/modules`` group.
+    module : ModuleTopology
+        The topology (:func:`module_from_atoms`).
+    """
+    grp = modules.create_group(MODULE)
+    for mt in module.molecule_types.values():
+        g = grp.create_group(mt.name)
+        p = mt.properties
+        g.create_dataset("id", data=np.arange(1, mt.n_atoms + 1, dtype=np.int64))
+        if "species" in p:
+            g.create_dataset("species", data=np.asarray(p["species"], dtype=np.int32))
+        for prop in ("charge", "mass"):
+            if prop in p:
+                g.create_dataset(prop, data=np.asarray(p[prop], dtype=np.float64))
+                g[prop].attrs["unit"] = np.bytes_(module.units.get(prop, ""))
+        if "name" in p:
+            index, table = _table(p["name"])
+            g.create_dataset("particle_name", data=index)
+            g.create_dataset("particle_name_table", data=table)
+        g.attrs["particle_count"] = np.int64(mt.n_atoms)
+        if "residue_id" in p:
+            g.create_dataset("residue_id", data=np.asarray(p["residue_id"], dtype=np.int32))
+        if "resname" in p:
+            index, table = _table(p["resname"])
+            g.create_dataset("residue_name", data=index)
+            g.create_dataset("residue_name_table", data=table)
+            if "residue_id" in p:
+                first = np.unique(p["residue_id"], return_index=True)[1]
+                g.create_dataset("sequence", data=index[first])
+        g.attrs["residue_count"] = np.int32(mt.n_residues)
+    grp.attrs["molecule_block_names"] = _fixed_strings([name for name, _ in module.blocks])
+    grp.attrs["molecule_block_counts"] = np.array([c for _, c in module.blocks], dtype=np.int32)
+    grp.attrs["version"] = np.array([0, 1], dtype=np.int32)
+    grp.attrs["system_name"] = np.bytes_(module.system_name.encode("utf-8"))

@@ -42,6 +42,7 @@ import numpy as np
 
 from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs, parse_compression
+from h5mdx.format.gromacs_topology import ModuleTopology, write_module
 
 __all__ = [
     "DEFAULT_CHUNK_MIB",
@@ -400,6 +401,13 @@ class H5MDWriter:
         ``/h5md/author`` email (H5MD's optional ``email`` attribute); none by default.
     checksum : bool, default False
         Keep a BLAKE2 digest of everything written (see :attr:`checksums`).
+    topology : ModuleTopology, optional
+        The atoms' names, residues, masses and charges, written as GROMACS' topology
+        module (``/h5md/modules/gromacs_topology``,
+        :func:`h5mdx.format.gromacs_topology.write_module`).
+    bonds : array of int, optional
+        ``(n_bonds, 2)`` 0-based indices of bonded atoms of the particles group, written
+        as ``/connectivity/bonds`` (its ``particles_group`` attribute names the group).
 
     Examples
     --------
@@ -427,6 +435,8 @@ class H5MDWriter:
         checksum: bool = False,
         with_time: bool = True,
         dimension: int | None = None,
+        topology: ModuleTopology | None = None,
+        bonds: Any = None,
     ) -> None:
         self.layout = layout or Layout()
         self.with_time = bool(with_time)
@@ -453,6 +463,13 @@ class H5MDWriter:
             self._create(boundary, static or {}, time_unit, author)
             if author_email:
                 _set_text(self.file["h5md/author"].attrs, "email", str(author_email))
+            if topology is not None:
+                write_module(self.file["h5md"].require_group("modules"), topology)
+            if bonds is not None:
+                conn = self.file.require_group("connectivity")
+                pairs = conn.create_dataset("bonds", data=np.asarray(bonds, dtype=np.int64)
+                                            .reshape(-1, 2))
+                pairs.attrs["particles_group"] = self.particles.ref
         except BaseException:
             if self._own:
                 self.file.close()

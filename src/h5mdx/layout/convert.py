@@ -231,6 +231,53 @@ def _species(atoms: Any) -> tuple[np.ndarray, list[str]] | None:
     return None
 
 
+def _module_topology(atoms: Any) -> tuple[Any, np.ndarray | None]:
+    """GROMACS' topology module of ``atoms`` and their bonds (0-based indices among
+    them), where the atoms come from a topology with molecule types and numbers (a TPR
+    file) and the module gives MDAnalysis' reading of it back exactly (names, residues,
+    segments, masses, charges, molecules); (None, None) otherwise. The written file then
+    selects atoms by name without the topology file (:mod:`h5mdx.format.gromacs_topology`)."""
+    from h5mdx.engine.topology import module_coords
+    from h5mdx.format.gromacs_topology import module_from_atoms
+
+    try:
+        moltype = np.asarray(atoms.moltypes).astype(str)
+        molnum = np.asarray(atoms.molnums)
+        wanted = {coord: np.asarray(getattr(atoms, attr)) for coord, attr in (
+            ("name", "names"), ("resname", "resnames"), ("resid", "resids"),
+            ("segid", "segids"), ("mass", "masses"), ("charge", "charges"))}
+    except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not a TPR's atoms
+        return None, None
+    per_atom = {k: wanted[k].astype(str) if k in ("name", "resname") else wanted[k]
+                for k in ("name", "resname", "mass", "charge")}
+    try:
+        from MDAnalysis.guesser.tables import SYMB2Z
+
+        per_atom["species"] = np.array([SYMB2Z.get(str(e).capitalize(), 0)
+                                        for e in atoms.elements], dtype=np.int32)
+    except (AttributeError, ValueError, ImportError):
+        pass
+    module = module_from_atoms(per_atom, moltype, molnum, np.asarray(atoms.resindices))
+    if module is None:
+        return None, None
+    got = {k: v for k, (v, _) in module_coords(module).items()}
+    wanted["moltype"], wanted["molnum"] = moltype, molnum
+    if any(not np.array_equal(got[k], np.asarray(v).astype(got[k].dtype))
+           for k, v in wanted.items()):
+        return None, None  # e.g. a selection that renumbers residues or molecules
+    bonds = None
+    try:
+        pairs = np.asarray(atoms.bonds.indices, dtype=np.int64).reshape(-1, 2)
+    except (AttributeError, ValueError):
+        pairs = np.empty((0, 2), dtype=np.int64)
+    if pairs.size:
+        where = np.full(int(atoms.universe.atoms.n_atoms), -1, dtype=np.int64)
+        where[atoms.indices] = np.arange(atoms.n_atoms)
+        local = where[pairs]
+        bonds = local[(local >= 0).all(axis=1)]
+    return module, bonds
+
+
 def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
     out: dict[str, tuple[Any, str | None, dict[str, Any]]] = {}
     sp = _species(atoms)
@@ -419,15 +466,18 @@ def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
 
 
 def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
-            layout: Layout, group: str, static: dict[str, Any], verify: bool) -> Any:
-    """An H5MD or a Zarr writer of the elements."""
+            layout: Layout, group: str, static: dict[str, Any], verify: bool,
+            atoms: Any) -> Any:
+    """An H5MD or a Zarr writer of the elements (an H5MD file also holds GROMACS'
+    topology module of ``atoms``, where they have one: :func:`_module_topology`)."""
     if zarr_out:
         from h5mdx.layout.export import ZarrWriter
 
         return ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                           static=static, checksum=verify)
+    topology, bonds = _module_topology(atoms)
     return H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
-                      static=static, checksum=verify)
+                      static=static, checksum=verify, topology=topology, bonds=bonds)
 
 
 def _frame_arrays(ts: Any, indices: np.ndarray | None, want: dict[str, bool], has_box: bool,
@@ -565,7 +615,8 @@ def convert(
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
-        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify)
+        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify,
+                         atoms)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
