@@ -320,3 +320,24 @@ def test_convert_of_a_topology_without_molecules_writes_no_module(tmp_path):
     convert(datafiles.PSF, datafiles.DCD, path, stop=3, progress=False)
     with h5py.File(path, "r") as f:
         assert MODULE not in f and "connectivity" not in f
+
+
+def test_to_h5md_writes_the_module_again(gmx, tpr, tmp_path):
+    """A GROMACS file cut in time, or to its protein (molecule 0), written with
+    ds.md.to_h5md keeps its topology; the waters alone (molecules renumbered) do not."""
+    with xr.open_dataset(gmx, engine="h5md") as ds:
+        ds.isel(time=slice(0, 4)).md.to_h5md(tmp_path / "cut.h5md")
+        protein = (ds.moltype == "AKeco").values
+        ds.isel(atom=protein).md.to_h5md(tmp_path / "protein.h5md")
+        ds.isel(atom=(ds.moltype == "SOL").values).md.to_h5md(tmp_path / "water.h5md")
+    with xr.open_dataset(tmp_path / "cut.h5md", engine="h5md") as cut:
+        assert cut.sizes["time"] == 4
+        for coord, want in (("name", tpr.atoms.names), ("resid", tpr.atoms.resids),
+                            ("segid", tpr.atoms.segids), ("moltype", tpr.atoms.moltypes)):
+            np.testing.assert_array_equal(cut[coord].values, want.astype(cut[coord].dtype))
+        np.testing.assert_allclose(cut.mass.values, tpr.atoms.masses, rtol=1e-6)
+        assert cut.attrs["system_name"] == "adenylate kinase in water"
+    with xr.open_dataset(tmp_path / "protein.h5md", engine="h5md") as prot:
+        np.testing.assert_array_equal(prot.name.values, tpr.select_atoms("protein").names)
+    with xr.open_dataset(tmp_path / "water.h5md", engine="h5md") as water:
+        assert "name" not in water.coords

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -17,8 +18,8 @@ from h5mdx.errors import H5MDConformanceWarning, TopologyError
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 
-__all__ = ["holds_topology", "load_universe", "module_coords", "module_universe", "select_indices",
-           "topology_coords"]
+__all__ = ["holds_topology", "load_universe", "module_coords", "module_of",
+           "module_universe", "select_indices", "topology_coords"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -200,6 +201,49 @@ def module_coords(module: ModuleTopology) -> dict[str, tuple[np.ndarray, dict[st
                 attrs["units"] = module.units[coord]
             out[coord] = (per[key], attrs)
     return out
+
+
+def module_of(coords: Mapping[str, Any], system_name: str = "") -> ModuleTopology | None:
+    """GROMACS' topology module of atoms described by MDAnalysis-named per-atom arrays,
+    where it reads back exactly as they are (:func:`module_coords`); None otherwise.
+
+    Parameters
+    ----------
+    coords : mapping
+        ``name``, ``resname``, ``resid``, ``segid``, ``mass``, ``charge``, ``moltype``,
+        ``molnum`` (all needed), ``species`` (atomic numbers, optional): a TPR file's
+        atoms as MDAnalysis reads them, or the coordinates the engine serves from a
+        module.
+    system_name : str, optional
+        The module's ``system_name``.
+
+    Returns
+    -------
+    ModuleTopology or None
+        None where an array is missing, or the module would not read back as given: a
+        topology without GROMACS' molecule types, or a selection of atoms that renumbers
+        their residues or molecules.
+    """
+    from h5mdx.format.gromacs_topology import module_from_atoms
+
+    need = ("name", "resname", "resid", "segid", "mass", "charge", "moltype", "molnum")
+    if any(coords.get(k) is None for k in need):
+        return None
+    given = {k: np.asarray(coords[k]) for k in (*need, "species") if coords.get(k) is not None}
+    for k in ("name", "resname", "segid", "moltype"):
+        given[k] = given[k].astype(str)
+    molnum, resid = given["molnum"], given["resid"]
+    resindex = np.cumsum(np.r_[True, (molnum[1:] != molnum[:-1]) | (resid[1:] != resid[:-1])])
+    per_atom: dict[str, np.ndarray] = {k: given[k] for k in ("name", "resname", "mass", "charge", "species")
+                if k in given}
+    module = module_from_atoms(per_atom, given["moltype"], molnum, resindex, system_name)
+    if module is None:
+        return None
+    back = module_coords(module)
+    if any(not np.array_equal(back[k][0], v.astype(back[k][0].dtype))
+           for k, v in given.items()):
+        return None
+    return module
 
 
 def module_universe(module: ModuleTopology, filename: str) -> Any:

@@ -235,36 +235,29 @@ def _module_topology(atoms: Any) -> tuple[Any, np.ndarray | None]:
     """GROMACS' topology module of ``atoms`` and their bonds (0-based indices among
     them), where the atoms come from a topology with molecule types and numbers (a TPR
     file) and the module gives MDAnalysis' reading of it back exactly (names, residues,
-    segments, masses, charges, molecules); (None, None) otherwise. The written file then
-    selects atoms by name without the topology file (:mod:`h5mdx.format.gromacs_topology`)."""
-    from h5mdx.engine.topology import module_coords
-    from h5mdx.format.gromacs_topology import module_from_atoms
+    segments, masses, charges, molecules: :func:`h5mdx.engine.topology.module_of`);
+    (None, None) otherwise. The written file then selects atoms by name without the
+    topology file."""
+    from h5mdx.engine.topology import module_of
 
-    try:
-        moltype = np.asarray(atoms.moltypes).astype(str)
-        molnum = np.asarray(atoms.molnums)
-        wanted = {coord: np.asarray(getattr(atoms, attr)) for coord, attr in (
-            ("name", "names"), ("resname", "resnames"), ("resid", "resids"),
-            ("segid", "segids"), ("mass", "masses"), ("charge", "charges"))}
-    except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not a TPR's atoms
-        return None, None
-    per_atom = {k: wanted[k].astype(str) if k in ("name", "resname") else wanted[k]
-                for k in ("name", "resname", "mass", "charge")}
+    coords: dict[str, Any] = {}
+    for coord, attr in (("name", "names"), ("resname", "resnames"), ("resid", "resids"),
+                        ("segid", "segids"), ("mass", "masses"), ("charge", "charges"),
+                        ("moltype", "moltypes"), ("molnum", "molnums")):
+        try:
+            coords[coord] = np.asarray(getattr(atoms, attr))
+        except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not a TPR's atoms
+            return None, None
     try:
         from MDAnalysis.guesser.tables import SYMB2Z
 
-        per_atom["species"] = np.array([SYMB2Z.get(str(e).capitalize(), 0)
-                                        for e in atoms.elements], dtype=np.int32)
+        coords["species"] = np.array([SYMB2Z.get(str(e).capitalize(), 0)
+                                      for e in atoms.elements], dtype=np.int32)
     except (AttributeError, ValueError, ImportError):
         pass
-    module = module_from_atoms(per_atom, moltype, molnum, np.asarray(atoms.resindices))
+    module = module_of(coords)
     if module is None:
         return None, None
-    got = {k: v for k, (v, _) in module_coords(module).items()}
-    wanted["moltype"], wanted["molnum"] = moltype, molnum
-    if any(not np.array_equal(got[k], np.asarray(v).astype(got[k].dtype))
-           for k, v in wanted.items()):
-        return None, None  # e.g. a selection that renumbers residues or molecules
     bonds = None
     try:
         pairs = np.asarray(atoms.bonds.indices, dtype=np.int64).reshape(-1, 2)
@@ -615,8 +608,7 @@ def convert(
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
-        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify,
-                         atoms)
+        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:

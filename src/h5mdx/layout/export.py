@@ -550,8 +550,11 @@ def to_h5md(
     time-independent datasets; ``time`` and ``step`` coordinates give the
     sampling; ``units`` attributes become H5MD ``unit`` attributes. ``mass``
     and ``charge`` topology coordinates are written as elements when the
-    Dataset has no such variables. Data is read in blocks of whole output
-    chunks, so lazy Datasets larger than memory can be written.
+    Dataset has no such variables; the coordinates of GROMACS' topology module (a
+    GROMACS file's, or one ``h5mdx convert`` wrote) as that module again, where the
+    atoms kept read back as they are (whole molecules from the first on). Data is read
+    in blocks of whole output chunks, so lazy Datasets larger than memory can be
+    written.
 
     Parameters
     ----------
@@ -608,7 +611,7 @@ def to_h5md(
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
                         author=author, author_email=author_email, with_time=with_time,
-                        dimension=_dimension(ds)) as w:
+                        dimension=_dimension(ds), topology=_module(ds)) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
@@ -622,6 +625,24 @@ def to_h5md(
                               time.values if with_time else None, time_unit=time_unit,
                               observable=True)
     return os.fspath(path)
+
+
+def _module(ds: xr.Dataset) -> Any:
+    """GROMACS' topology module of the Dataset's atoms, from the per-atom coordinates a
+    module gave them (``name``, ``resname``, ``resid``, ``segid``, ``moltype``,
+    ``molnum``, with ``mass`` and ``charge``), where it reads back as they are
+    (:func:`h5mdx.engine.topology.module_of`); None otherwise."""
+    from h5mdx.engine.topology import module_of
+
+    if ATOM_DIM not in ds.dims:
+        return None
+    coords = {k: ds[k].values for k in ("name", "resname", "resid", "segid", "mass",
+                                        "charge", "moltype", "molnum")
+              if k in ds.variables and ds[k].dims == (ATOM_DIM,)}
+    species = ds.coords.get("species")  # atomic numbers (not an element's type codes)
+    if species is not None and species.attrs.get("long_name") == "atomic number":
+        coords["species"] = species.values
+    return module_of(coords, str(ds.attrs.get("system_name", "")))
 
 
 #: elements whose values mean nothing without a unit (MDAnalysis refuses a file without)
