@@ -126,7 +126,8 @@ def _check_dims(position: xr.DataArray) -> None:
     if order is not None:
         raise ValueError(
             f"rmsd needs each atom in one slot in every frame; {position.name!r} is served "
-            f"{order}: the RMSD would compare different particles. Put the particles in "
+            f"{order}: the RMSD would compare different particles, or slots without one. "
+            "Put the particles in "
             "one order by id first: ds.md.by_id().md.rmsd(...) (h5mdx.engine.order.by_id)"
         )
 

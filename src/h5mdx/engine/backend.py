@@ -1068,21 +1068,32 @@ PARTICLE_ORDER_ATTR = "particle_order"
 def _mark_particle_order(b: _Builder, pg: ParticlesGroupInfo,
                          variables: dict[str, xr.Variable]) -> None:
     """Warn once, and mark the per-particle time series, where the group's ``id`` holds
-    other particles in a slot in some frames (:attr:`ParticlesGroupInfo.order_varies`)."""
-    if pg.order_varies is None:
+    other particles in a slot in some frames (:attr:`ParticlesGroupInfo.order_varies`),
+    or no particle (its fill value: :attr:`ParticlesGroupInfo.empty_slots`)."""
+    if pg.order_varies is not None:
+        first, other = pg.order_varies
+        note = (f"as stored: the slots hold other particles in some frames (see {pg.path}/id, "
+                f"frames {first} and {other})")
+        said = (f"frames {first} and {other} hold other particles in the same slots (a writer "
+                "that stores each frame in its own order, such as ESPResSo)")
+    elif pg.empty_slots is not None:
+        frame, count = pg.empty_slots
+        fill = pg.elements["id"].fillvalue
+        note = (f"as stored: some slots hold no particle (see {pg.path}/id, frame {frame}: "
+                f"{count} slots of id {fill})")
+        said = (f"frame {frame} has {count} slot(s) that hold no particle (id {fill}, its "
+                "fill value: a writer that pads the particle axis, as ESPResSo++ does, or "
+                "particles absent in some frames; their positions are placeholders)")
+    else:
         return
-    first, other = pg.order_varies
-    note = (f"as stored: the slots hold other particles in some frames (see {pg.path}/id, "
-            f"frames {first} and {other})")
     for name, var in variables.items():
         if name != "id" and TIME_DIM in var.dims and ATOM_DIM in var.dims:
             var.attrs[PARTICLE_ORDER_ATTR] = note
     warnings.warn(ParticleOrderWarning(
-        f"{b.info.filename} [{pg.path}/id]: frames {first} and {other} hold other particles "
-        "in the same slots (a writer that stores each frame in its own order, such as "
-        "ESPResSo); the elements are served as stored, slot by slot, marked "
-        f"{PARTICLE_ORDER_ATTR!r}: put them in one order by id before per-atom analyses "
-        "(ds.md.by_id(); the RMSD refuses them as they are)"), stacklevel=2)
+        f"{b.info.filename} [{pg.path}/id]: {said}; the elements are served as stored, slot "
+        f"by slot, marked {PARTICLE_ORDER_ATTR!r}: put them in one order by id before "
+        "per-atom analyses (ds.md.by_id(); the RMSD refuses them as they are)"),
+        stacklevel=2)
 
 
 def _file_attrs(info: FileInfo) -> dict[str, Any]:

@@ -234,6 +234,10 @@ class ParticlesGroupInfo:
     #: writes each frame in its cell order): the elements hold the particles in stored
     #: order, which then differs between frames; None where the frames looked at agree
     order_varies: tuple[int, int] | None = None
+    #: a frame whose time-dependent ``id`` holds its fill value in some slots, and how
+    #: many: slots that hold no particle (ESPResSo++ pads the particle axis to 256 slots
+    #: of id -1, positions 0); None where the frames looked at have none
+    empty_slots: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -1682,6 +1686,22 @@ def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | 
     return None
 
 
+def _empty_slots(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | None:
+    """The first of :data:`ORDER_ROWS` frames whose time-dependent ``id`` holds its fill
+    value in some slots, and how many; None where none does, where ``id`` has no fill
+    value of its own, is fixed, or cannot be read (its own problem)."""
+    if el is None or not el.time_dependent or len(el.shape) != 2 or el.fillvalue is None:
+        return None
+    rows = sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
+    try:
+        ids = np.asarray(grp.file[el.value_path][rows])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    empty = (ids == el.fillvalue).sum(axis=1)
+    hit = np.flatnonzero(empty)
+    return (rows[int(hit[0])], int(empty[hit[0]])) if hit.size else None
+
+
 def _same_particles(c: _Ctx, elements: dict[str, ElementInfo], path: str) -> None:
     """Leave out elements whose number of particles differs from the group's."""
     counts = [n for el in elements.values()
@@ -1820,7 +1840,8 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
     return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box,
-                              order_varies=_order_varies(grp, elements.get("id")))
+                              order_varies=_order_varies(grp, elements.get("id")),
+                              empty_slots=_empty_slots(grp, elements.get("id")))
 
 
 def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
