@@ -966,6 +966,9 @@ def _particles_dataset(
                               f"{pg.path} have {n_atoms}", "left out")
                 continue
         var = b.variable(el, dims)
+        if var is not None and name in _PER_PARTICLE_SCALARS and len(dims) == len(first) + 2 \
+                and el.shape[-1] == 1:
+            var = _without_last_axis(b, el, var)
         if var is not None:
             variables[name] = var
 
@@ -1008,6 +1011,25 @@ def _particles_dataset(
         ds = ds.isel({ATOM_DIM: indices})
         ds.attrs["selection"] = select
     return ds
+
+
+#: H5MD's elements of one number per particle (per frame where time-dependent).
+_PER_PARTICLE_SCALARS = ("id", "species", "mass", "charge")
+
+
+def _without_last_axis(b: _Builder, el: ElementInfo, var: xr.Variable) -> xr.Variable:
+    """A per-particle scalar element stored with a trailing axis of length 1 (ESPResSo++'s
+    parallel writer stores ``id``, ``mass``, ``charge`` as ``(1, N, 1)``), served without
+    it, noted: per-atom comparisons and ``ds.md.by_id()`` need one number per particle."""
+    b.report.note(el.path, f"holds one value per particle in a trailing axis of length 1 "
+                  f"(shape {el.shape}; ESPResSo++'s parallel writer stores them so)",
+                  "served per particle, without that axis")
+    last = var.dims[-1]
+    out = var.isel({last: 0})
+    pref = out.encoding.get("preferred_chunks")
+    if pref:
+        out.encoding["preferred_chunks"] = {d: n for d, n in pref.items() if d != last}
+    return out
 
 
 def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename: str,

@@ -1610,6 +1610,9 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
                "components per particle", f"dimension {components} taken from the positions")
         dimension = components
     boundary = _box_boundary(c, grp, path, dimension, edges)
+    if edges is not None and not edges.time_dependent and edges.shape in (
+            (1, dimension), (1, dimension, dimension)):
+        edges = _one_box(c, grp, edges, path)
     if edges is not None:
         tail = edges.shape[1:] if edges.time_dependent else edges.shape
         if tail not in ((dimension,), (dimension, dimension)):
@@ -1620,6 +1623,20 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
     extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
                    offset=extras.get("offset"), pbc=extras.get("pbc"))
+
+
+def _one_box(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> ElementInfo | None:
+    """Fixed box edges stored with a leading axis of length 1 (MindSPONGE writes one box
+    per walker, ``(walkers, 3)``, also for one walker): its one box, noted; None (noted)
+    where it cannot be read."""
+    try:
+        row = _read_small(c, grp.file[edges.value_path], f"{path}/edges")[0]
+    except H5MDFormatError as err:
+        c.left_out(err, f"{path}/edges")
+        return None
+    c.note(f"{path}/edges", f"box edges have shape {edges.shape}: a leading axis of length "
+           "1 (MindSPONGE writes one box per walker)", "read as fixed edges, its one box")
+    return replace(edges, shape=tuple(int(n) for n in row.shape), data=row)
 
 
 #: Box members other writers add, one value per dimension (per frame where
@@ -1666,17 +1683,35 @@ def _n_particles(el: ElementInfo) -> int | None:
 ORDER_ROWS = 9
 
 
+def _order_rows(el: ElementInfo) -> list[int]:
+    """The frames of a time-dependent ``id`` looked at: :data:`ORDER_ROWS`, spread."""
+    return sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
+
+
+def _sampled_ids(grp: h5py.Group, el: ElementInfo) -> np.ndarray | None:
+    """The ids of :func:`_order_rows`, ``(rows, particles)`` (a trailing axis of length 1,
+    ESPResSo++'s ``(1, N, 1)``, dropped); None where ``id`` is fixed, of another shape, or
+    cannot be read (its own problem)."""
+    if not el.time_dependent or len(el.shape) not in (2, 3) or (
+            len(el.shape) == 3 and el.shape[2] != 1):
+        return None
+    try:
+        ids = np.asarray(grp.file[el.value_path][_order_rows(el)])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return ids.reshape(ids.shape[0], -1)
+
+
 def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | None:
     """Frames ``(0, k)`` whose time-dependent ``id`` differs in a slot where neither holds
     the fill value (an absent particle), among :data:`ORDER_ROWS` rows; None where they
     agree, or where ``id`` is fixed or cannot be read (its own problem)."""
-    if el is None or not el.time_dependent or len(el.shape) != 2 or el.shape[0] < 2:
+    if el is None or el.shape[0] < 2:
         return None
-    rows = sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
-    try:
-        ids = np.asarray(grp.file[el.value_path][rows])
-    except (OSError, KeyError, TypeError, ValueError):
+    ids = _sampled_ids(grp, el)
+    if ids is None:
         return None
+    rows = _order_rows(el)
     fill = el.fillvalue
     for k in range(1, len(rows)):
         both = np.ones(ids.shape[1], bool) if fill is None else (
@@ -1690,13 +1725,12 @@ def _empty_slots(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | N
     """The first of :data:`ORDER_ROWS` frames whose time-dependent ``id`` holds its fill
     value in some slots, and how many; None where none does, where ``id`` has no fill
     value of its own, is fixed, or cannot be read (its own problem)."""
-    if el is None or not el.time_dependent or len(el.shape) != 2 or el.fillvalue is None:
+    if el is None or el.fillvalue is None:
         return None
-    rows = sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
-    try:
-        ids = np.asarray(grp.file[el.value_path][rows])
-    except (OSError, KeyError, TypeError, ValueError):
+    ids = _sampled_ids(grp, el)
+    if ids is None:
         return None
+    rows = _order_rows(el)
     empty = (ids == el.fillvalue).sum(axis=1)
     hit = np.flatnonzero(empty)
     return (rows[int(hit[0])], int(empty[hit[0]])) if hit.size else None
@@ -1799,6 +1833,8 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                     box_grp = obj
                 else:
                     c.note(f"{path}/box", "the box must be a group", "left out")
+                continue
+            if child in _SAMPLING_NAMES and _shared_sampling(c, grp, obj, f"{path}/{child}"):
                 continue
             if _holds_elements(obj):
                 for served, el in _subgroup_elements(c, child, obj, f"{path}/{child}").items():
@@ -1907,9 +1943,11 @@ def _observables(
         path = f"{root}/{key}"
         try:
             obj = _get(c, grp, child, grp.name)
+            if child in _SAMPLING_NAMES and _shared_sampling(c, grp, obj, path):
+                continue
             if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
                 _has(obj, "step") or _has(obj, "time")
-            ):
+            ) and not _holds_element_groups(obj):
                 raise H5MDFormatError(
                     c.filename, path, "element has 'step'/'time' but no 'value' dataset"
                 )
@@ -1924,6 +1962,32 @@ def _observables(
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
             c.left_out(err, path)
+
+
+#: The datasets that sample an element (its ``step`` and ``time``).
+_SAMPLING_NAMES = ("step", "time")
+
+
+def _holds_element_groups(grp: h5py.Group) -> bool:
+    """Whether a group holds element groups (groups with a ``value``)."""
+    try:
+        return any(isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                   and isinstance(grp[k], h5py.Group) and _has(grp[k], "value") for k in grp)
+    except (OSError, KeyError, RuntimeError, ValueError):
+        return False
+
+
+def _shared_sampling(c: _Ctx, grp: h5py.Group, obj: h5py.HLObject, path: str) -> bool:
+    """Whether ``obj`` (named ``step`` or ``time``) is a dataset directly in a group of
+    elements (MindSPONGE keeps the step and time its elements share, as hard links, in
+    their particles or observables group): not an element, noted (minor) and passed
+    over."""
+    if not isinstance(obj, h5py.Dataset) or not _holds_element_groups(grp):
+        return False
+    c.note(path, "a 'step' or 'time' dataset directly in a group of elements (MindSPONGE "
+           "keeps the sampling its elements share there)", "not read as an element",
+           minor=True)
+    return True
 
 
 def _parameters(c: _Ctx) -> dict[str, Any]:

@@ -1,0 +1,148 @@
+"""Layouts of MindSPONGE and ESPResSo++ (found by audit37, from their writers' sources):
+each failed in its own way, a whole group of observables lost, a box left out, per-atom
+scalars with an extra axis."""
+
+from __future__ import annotations
+
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx  # noqa: F401  (registers ds.md)
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, ParticleOrderWarning
+
+STEPS = np.array([0, 10, 20, 30], dtype=np.int32)
+TIMES = np.array([0.0, 0.02, 0.04, 0.06], dtype=np.float32)
+
+
+def _h5md(f, creator):
+    h = f.create_group("h5md")
+    h.attrs["version"] = np.array([1, 1], dtype=np.int32)
+    h.create_group("author").attrs["name"] = "tests"
+    c = h.create_group("creator")
+    c.attrs["name"], c.attrs["version"] = creator, "1.0"
+
+
+def _mindsponge(path, n_atoms):
+    """MindSPONGE's exporter (mindscience MindSPONGE/src/sponge/data/export/h5md.py):
+    create_trajectory() and create_obs_group() put the shared step and time directly in
+    the particles and observables groups, create_element() hard-links them into each
+    element; a run without barostat writes box/edges of shape (walkers, 3)."""
+    rng = np.random.default_rng(3)
+    pos = rng.random((len(STEPS), n_atoms, 3)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        _h5md(f, "MindSPONGE")
+        traj = f.create_group("particles/trajectory")
+        traj["step"], traj["time"] = STEPS, TIMES
+        traj["time"].attrs["unit"] = b"ps"
+        position = traj.create_group("position")
+        position["value"] = pos
+        position["value"].attrs["unit"] = b"nm"
+        position["step"], position["time"] = traj["step"], traj["time"]
+        box = traj.create_group("box")
+        box.attrs["dimension"] = np.int32(3)
+        box.attrs["boundary"] = np.array([b"periodic"] * 3)
+        box["edges"] = np.full((1, 3), 3.0, dtype=np.float32)
+        box["edges"].attrs["unit"] = b"nm"
+        obs = f.create_group("observables/trajectory")
+        obs["step"], obs["time"] = STEPS, TIMES
+        obs["particle_number"] = np.array([n_atoms], dtype=np.int32)
+        for name, values in (("potential_energy", -100.0 - np.arange(4)),
+                             ("temperature", 300.0 + np.arange(4))):
+            el = obs.create_group(name)
+            el["value"] = values.astype(np.float32)
+            el["step"], el["time"] = obs["step"], obs["time"]
+    return pos
+
+
+@pytest.mark.parametrize("n_atoms", [5, 4], ids=["atoms-unlike-frames", "atoms-like-frames"])
+def test_mindsponge_keeps_its_observables_its_box_and_no_steps_per_atom(tmp_path, n_atoms):
+    """The observables group holding its elements' step and time was taken for a broken
+    element and dropped whole; the particles group's were served on the atom axis
+    (``step_element``) or left out as a particle-count mismatch; the (1, 3) box left out."""
+    path = tmp_path / "sponge.h5"
+    pos = _mindsponge(path, n_atoms)
+    with pytest.warns(H5MDConformanceWarning, match=r"box/edges\]: box edges have shape "
+                      r"\(1, 3\): a leading axis of length 1 .*read as fixed edges") as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert len(said) == 1
+    with ds:
+        assert "step_element" not in ds and "time_element" not in ds
+        np.testing.assert_array_equal(ds.position.values, pos)
+        np.testing.assert_array_equal(ds.step.values, STEPS)
+        np.testing.assert_array_equal(ds.box_edges.values, [3.0, 3.0, 3.0])
+        assert ds.box_edges.dims == ("spatial",)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        obs = xr.open_dataset(path, engine="h5md", group="observables/trajectory")
+    with obs:
+        np.testing.assert_array_equal(obs.temperature.values, 300.0 + np.arange(4))
+        assert obs.potential_energy.dims == ("time",)
+        np.testing.assert_allclose(obs.time.values, TIMES)
+        assert "step_element" not in obs and int(obs.particle_number[0]) == n_atoms
+    with pytest.raises(H5MDFormatError, match=r"/step\]: a 'step' or 'time' dataset directly "
+                       "in a group of elements"):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
+def test_espressopp_parallel_scalars_per_particle(tmp_path):
+    """ESPResSo++'s DumpH5MDParallel (src/io/DumpH5MDParallel.cpp writeId, writeMass,
+    writeQ) stores id, mass and charge as (1, N, 1), particles in cell order: they had an
+    axis of their own, and ds.md.by_id() raised a bare xarray error."""
+    ids = np.array([4, 1, 6, 2, 5, 3])
+    pos = np.stack([ids + 0.1 * k for k in range(3)], axis=-1)[None].astype(np.float64)
+    path = tmp_path / "espp.h5"
+    with h5py.File(path, "w") as f:
+        _h5md(f, "espressopp")
+        atoms = f.create_group("particles/atoms")
+        box = atoms.create_group("box")
+        box.attrs["dimension"], box.attrs["boundary"] = 3, np.array([b"periodic"] * 3)
+        box.create_dataset("edges", data=np.full(3, 10.0))
+        step = time = None
+        for name, value in (("position", pos), ("id", ids[None, :, None]),
+                            ("mass", (ids % 2 + 1.0)[None, :, None])):
+            el = atoms.create_group(name)
+            el["value"] = value
+            if step is None:
+                el["step"], el["time"] = np.array([0]), np.array([0.0])
+                step, time = el["step"], el["time"]
+            else:
+                el["step"], el["time"] = step, time
+    with pytest.warns(H5MDConformanceWarning) as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert sorted(str(w.message).split("[")[1].split("]")[0] for w in said) == [
+        "/particles/atoms/id", "/particles/atoms/mass"]
+    assert all("trailing axis of length 1 (shape (1, 6, 1)" in str(w.message) for w in said)
+    with ds:
+        assert ds.id.dims == ds.mass.dims == ("time", "atom")
+        ordered = ds.md.by_id()
+        np.testing.assert_array_equal(ordered.id.values, [1, 2, 3, 4, 5, 6])
+        np.testing.assert_allclose(ordered.position.values[0, :, 0], [1, 2, 3, 4, 5, 6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)  # said above
+        lazy = xr.open_dataset(path, engine="h5md", chunks={})
+    with lazy:
+        np.testing.assert_array_equal(lazy.mass.values, (ids % 2 + 1.0)[None])
+
+
+def test_espressopp_padding_is_said_where_the_order_varies_too(tmp_path):
+    """Cell order in frame 1 and padded slots: one warning (the order), the series marked."""
+    ids = np.array([[1, 2, 3, -1], [3, 1, 2, -1]])
+    path = tmp_path / "padded.h5"
+    with h5py.File(path, "w") as f:
+        _h5md(f, "espressopp")
+        atoms = f.create_group("particles/atoms")
+        atoms.create_group("box").attrs["dimension"] = 3
+        atoms["box"].attrs["boundary"] = np.array([b"none"] * 3)
+        for name, value, fill in (("position", np.zeros((2, 4, 3)), None), ("id", ids, -1)):
+            el = atoms.create_group(name)
+            el.create_dataset("value", data=value, fillvalue=fill)
+            el["step"], el["time"] = np.array([0, 1]), np.array([0.0, 1.0])
+    with pytest.warns(ParticleOrderWarning, match="frames 0 and 1 hold other particles") as w:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert len(w) == 1
+    with ds:
+        assert "particle_order" in ds.position.attrs
