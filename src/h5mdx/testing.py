@@ -141,6 +141,7 @@ def write_h5md(
         ``{group: {"dimension": 3, "boundary": [...], "edges": kwargs or None}}``. A
         group not named gets the box H5MD requires without edges: boundary ``none``, the
         dimension of its ``position`` (3 without one); a group mapped to None gets none.
+        The boundary defaults to ``periodic`` with edges, else ``none``.
     observables : mapping, optional
         ``{"name" or "sub/name": kwargs of write_element}``.
     parameters : mapping, optional
@@ -173,7 +174,8 @@ def write_h5md(
             if box and gname in box:
                 spec = dict(box[gname])
                 dim = int(spec.get("dimension", 3))
-                boundary = spec.get("boundary", ["periodic"] * dim)
+                periodic = "periodic" if spec.get("edges") is not None else "none"
+                boundary = spec.get("boundary", [periodic] * dim)
             else:
                 spec = {}
                 dim = _dimension(elements.get("position"))

@@ -146,3 +146,18 @@ def test_espressopp_padding_is_said_where_the_order_varies_too(tmp_path):
     assert len(w) == 1
     with ds:
         assert "particle_order" in ds.position.attrs
+
+
+def test_a_periodic_box_without_edges_is_said(tmp_path):
+    """MindSPONGE's create_box() tests ``use_pbc is None`` on a bool: a run without a box
+    is written periodic, with no edges; nothing said so (audit37 #6)."""
+    path = tmp_path / "nopbc.h5"
+    _mindsponge(path, 5)
+    with h5py.File(path, "r+") as f:
+        del f["particles/trajectory/box/edges"]
+    with pytest.warns(H5MDConformanceWarning, match=r"box\]: the boundary is \['periodic', "
+                      r"'periodic', 'periodic'\] but the box has no edges") as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert len(said) == 1
+    with ds:
+        assert "box_edges" not in ds

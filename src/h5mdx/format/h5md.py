@@ -1620,6 +1620,11 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
                    f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
                    f"{dimension}-dimensional box", "left out")
             edges = None
+    if edges is None and "periodic" in boundary and not _has(grp, "edges") \
+            and "edges" not in grp.attrs:
+        c.note(path, f"the boundary is {list(boundary)} but the box has no edges (MindSPONGE "
+               "writes it so for runs without a box)", "no edges: positions cannot be "
+               "wrapped")
     extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
                    offset=extras.get("offset"), pbc=extras.get("pbc"))
