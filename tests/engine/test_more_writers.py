@@ -161,3 +161,18 @@ def test_a_periodic_box_without_edges_is_said(tmp_path):
     assert len(said) == 1
     with ds:
         assert "box_edges" not in ds
+
+
+def test_a_scalar_id_leaves_the_group_readable(tmp_path):
+    """A fixed id stored as a scalar: the order checks must pass it over (an index of its
+    empty shape would have failed the whole file)."""
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "scalar_id.h5md", {"g": {
+        "position": dict(value=np.zeros((2, 1, 3)), step=np.array([0, 1])),
+        "id": dict(value=np.int64(7))}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert ds.position.shape == (2, 1, 3)

@@ -1711,7 +1711,7 @@ def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | 
     """Frames ``(0, k)`` whose time-dependent ``id`` differs in a slot where neither holds
     the fill value (an absent particle), among :data:`ORDER_ROWS` rows; None where they
     agree, or where ``id`` is fixed or cannot be read (its own problem)."""
-    if el is None or el.shape[0] < 2:
+    if el is None or len(el.shape) < 2 or el.shape[0] < 2:
         return None
     ids = _sampled_ids(grp, el)
     if ids is None:
