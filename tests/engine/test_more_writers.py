@@ -176,3 +176,23 @@ def test_a_scalar_id_leaves_the_group_readable(tmp_path):
         ds = xr.open_dataset(path, engine="h5md")
     with ds:
         assert ds.position.shape == (2, 1, 3)
+
+
+def test_espresso3_masses_are_per_particle(tmp_path):
+    """ESPResSo 3.x's scripts/h5md.tcl (h5md_init) writes each particle's mass once, as
+    particles/atoms/mass/value (N,) with no step: it was read as N frames of one number
+    (time_mass, steps 0..N-1), off the atom axis (audit38)."""
+    from h5mdx.testing import write_h5md
+
+    masses = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    path = write_h5md(tmp_path / "tcl.h5md", {"atoms": {
+        "position": dict(value=np.zeros((2, 6, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        f.create_group("particles/atoms/mass")["value"] = masses
+    with pytest.warns(H5MDConformanceWarning, match=r"atoms/mass\]: a per-particle element "
+                      r"stored as a group .*read as time-independent") as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert len(said) == 1
+    with ds:
+        assert ds.mass.dims == ("atom",) and "time_mass" not in ds.dims
+        np.testing.assert_array_equal(ds.mass.values, masses)

@@ -58,6 +58,7 @@ from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
     BOX_VECTOR_LABELS,
+    PER_PARTICLE_SCALARS,
     SPATIAL_DIM,
     SPATIAL_LABELS,
     TIME_DIM,
@@ -966,7 +967,7 @@ def _particles_dataset(
                               f"{pg.path} have {n_atoms}", "left out")
                 continue
         var = b.variable(el, dims)
-        if var is not None and name in _PER_PARTICLE_SCALARS and len(dims) == len(first) + 2 \
+        if var is not None and name in PER_PARTICLE_SCALARS and len(dims) == len(first) + 2 \
                 and el.shape[-1] == 1:
             var = _without_last_axis(b, el, var)
         if var is not None:
@@ -1011,10 +1012,6 @@ def _particles_dataset(
         ds = ds.isel({ATOM_DIM: indices})
         ds.attrs["selection"] = select
     return ds
-
-
-#: H5MD's elements of one number per particle (per frame where time-dependent).
-_PER_PARTICLE_SCALARS = ("id", "species", "mass", "charge")
 
 
 def _without_last_axis(b: _Builder, el: ElementInfo, var: xr.Variable) -> xr.Variable:

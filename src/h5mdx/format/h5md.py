@@ -34,6 +34,7 @@ from h5mdx.format.schema import (
     BOX_VECTOR_DIM,
     H5MD_SIGNATURE,
     KNOWN_PARTICLE_ELEMENTS,
+    PER_PARTICLE_SCALARS,
     SPATIAL_DIM,
     STEP_COORD,
     SUPPORTED_VERSIONS,
@@ -1331,8 +1332,10 @@ def _ref_names(dset: h5py.HLObject, value: Any) -> Any:
     return paths or ""
 
 
-def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
-    """Describe the element ``obj`` found at H5MD path ``path``."""
+def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str,
+             per_particle: bool = False) -> ElementInfo:
+    """Describe the element ``obj`` found at H5MD path ``path`` (``per_particle``: an
+    element of a particles group)."""
     if isinstance(obj, h5py.Dataset):
         _check_dataset(c, obj, obj.name or path)
         _check_declared(c, obj, obj.name or path)
@@ -1360,6 +1363,13 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str) -> ElementInfo:
         function = _function_of(c, name, obj, value, path)
         if function is not None:
             return function
+        if per_particle and name in PER_PARTICLE_SCALARS and value.ndim == 1:
+            c.note(path, "a per-particle element stored as a group with a one-dimensional "
+                   "'value' and no 'step' (ESPResSo 3's h5md.tcl writes its masses so)",
+                   "read as time-independent, one value per particle")
+            return _dataset_info(c, name, path, value, time_dependent=False, sampling=None,
+                                 unit=_unit_attr(c, value, f"{path}/value"),
+                                 link_path=f"{path}/value", group=obj)
     if value.shape is None or len(value.shape) == 0:
         raise H5MDFormatError(
             c.filename,
@@ -1623,8 +1633,7 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
     if edges is None and "periodic" in boundary and not _has(grp, "edges") \
             and "edges" not in grp.attrs:
         c.note(path, f"the boundary is {list(boundary)} but the box has no edges (MindSPONGE "
-               "writes it so for runs without a box)", "no edges: positions cannot be "
-               "wrapped")
+               "writes runs without a box so)", "no edges: positions cannot be wrapped")
     extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
                    offset=extras.get("offset"), pbc=extras.get("pbc"))
@@ -1849,7 +1858,8 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                     else:
                         nested[served] = el
                 continue
-            elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}"))
+            elements[child] = _as_time_series(c, _element(c, child, obj, f"{path}/{child}",
+                                                          per_particle=True))
         except H5MDFormatError as err:
             c.left_out(err, f"{path}/{child}")
     for served, el in nested.items():

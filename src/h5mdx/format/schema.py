@@ -31,6 +31,7 @@ from enum import Enum
 __all__ = [
     "H5MD_SIGNATURE",
     "KNOWN_PARTICLE_ELEMENTS",
+    "PER_PARTICLE_SCALARS",
     "SUPPORTED_VERSIONS",
     "Path",
 ]
@@ -83,6 +84,9 @@ KNOWN_PARTICLE_ELEMENTS = (
     "mass",
     "charge",
 )
+
+#: H5MD's particle elements of one number per particle (per frame where time-dependent).
+PER_PARTICLE_SCALARS = ("id", "species", "mass", "charge")
 
 #: Dimension names of the data model.
 TIME_DIM = "time"
