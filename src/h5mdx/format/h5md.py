@@ -1702,11 +1702,12 @@ def _order_rows(el: ElementInfo) -> list[int]:
     return sorted({int(i) for i in np.linspace(0, el.shape[0] - 1, ORDER_ROWS)})
 
 
-def _sampled_ids(grp: h5py.Group, el: ElementInfo) -> np.ndarray | None:
+def _sampled_ids(grp: h5py.Group, el: ElementInfo | None) -> np.ndarray | None:
     """The ids of :func:`_order_rows`, ``(rows, particles)`` (a trailing axis of length 1,
-    ESPResSo++'s ``(1, N, 1)``, dropped); None where ``id`` is fixed, of another shape, or
-    cannot be read (its own problem)."""
-    if not el.time_dependent or len(el.shape) not in (2, 3) or (
+    ESPResSo++'s ``(1, N, 1)``, dropped), read once for :func:`_order_varies` and
+    :func:`_empty_slots`; None where there is no ``id``, where it is fixed, of another
+    shape, or cannot be read (its own problem)."""
+    if el is None or not el.time_dependent or len(el.shape) not in (2, 3) or (
             len(el.shape) == 3 and el.shape[2] != 1):
         return None
     try:
@@ -1716,14 +1717,11 @@ def _sampled_ids(grp: h5py.Group, el: ElementInfo) -> np.ndarray | None:
     return ids.reshape(ids.shape[0], -1)
 
 
-def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | None:
-    """Frames ``(0, k)`` whose time-dependent ``id`` differs in a slot where neither holds
-    the fill value (an absent particle), among :data:`ORDER_ROWS` rows; None where they
-    agree, or where ``id`` is fixed or cannot be read (its own problem)."""
-    if el is None or len(el.shape) < 2 or el.shape[0] < 2:
-        return None
-    ids = _sampled_ids(grp, el)
-    if ids is None:
+def _order_varies(el: ElementInfo | None, ids: np.ndarray | None) -> tuple[int, int] | None:
+    """Frames ``(0, k)`` whose time-dependent ``id`` (``ids``: :func:`_sampled_ids`)
+    differs in a slot where neither holds the fill value (an absent particle), among
+    :data:`ORDER_ROWS` rows; None where they agree, or where there are no ``ids``."""
+    if el is None or ids is None:
         return None
     rows = _order_rows(el)
     fill = el.fillvalue
@@ -1735,14 +1733,11 @@ def _order_varies(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | 
     return None
 
 
-def _empty_slots(grp: h5py.Group, el: ElementInfo | None) -> tuple[int, int] | None:
-    """The first of :data:`ORDER_ROWS` frames whose time-dependent ``id`` holds its fill
-    value in some slots, and how many; None where none does, where ``id`` has no fill
-    value of its own, is fixed, or cannot be read (its own problem)."""
-    if el is None or el.fillvalue is None:
-        return None
-    ids = _sampled_ids(grp, el)
-    if ids is None:
+def _empty_slots(el: ElementInfo | None, ids: np.ndarray | None) -> tuple[int, int] | None:
+    """The first of :data:`ORDER_ROWS` frames whose time-dependent ``id`` (``ids``:
+    :func:`_sampled_ids`) holds its fill value in some slots, and how many; None where
+    none does, where ``id`` has no fill value of its own, or where there are no ``ids``."""
+    if el is None or ids is None or el.fillvalue is None:
         return None
     rows = _order_rows(el)
     empty = (ids == el.fillvalue).sum(axis=1)
@@ -1890,9 +1885,11 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     else:
         elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
+    id_el = elements.get("id")
+    ids = _sampled_ids(grp, id_el)  # read once for both checks
     return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box,
-                              order_varies=_order_varies(grp, elements.get("id")),
-                              empty_slots=_empty_slots(grp, elements.get("id")))
+                              order_varies=_order_varies(id_el, ids),
+                              empty_slots=_empty_slots(id_el, ids))
 
 
 def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
