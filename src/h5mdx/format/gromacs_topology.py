@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError
+from h5mdx.format.text import decode, unit_text
 
 __all__ = ["MODULE", "MODULE_PATH", "MoleculeType", "ModuleTopology", "module_from_atoms",
            "read_module", "write_module"]
@@ -133,10 +133,6 @@ class ModuleTopology:
         return {prop: np.concatenate(arrays) for prop, arrays in parts.items()}
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _names_and_counts(grp: h5py.Group, where: str,
                       note: Note) -> tuple[tuple[str, int], ...] | None:
     """The blocks from ``molecule_block_names`` and ``molecule_block_counts``; None
@@ -154,7 +150,7 @@ def _names_and_counts(grp: h5py.Group, where: str,
              f"{counts.tolist()!r} do not fit together (as many names as counts, counts "
              "integers >= 0)", "the module left out")
         return None
-    return tuple((_text(n), int(c)) for n, c in zip(names.tolist(), counts.tolist(),
+    return tuple((str(decode(n)), int(c)) for n, c in zip(names.tolist(), counts.tolist(),
                                                      strict=True))
 
 
@@ -204,18 +200,15 @@ def _strings(grp: h5py.Group, index: str, table: str, where: str, load: Load,
     if tab.dtype.kind not in "SOU":
         note(f"{where}/{table}", f"must hold strings, not {tab.dtype}", "left out")
         return None
-    text = np.array([_text(v).rstrip("\x00") for v in tab.tolist()], dtype=str)
+    text = np.array([str(decode(v)).rstrip("\x00") for v in tab.tolist()], dtype=str)
     return text[idx.astype(np.intp)] if idx.size else np.array([], dtype=str)
 
 
 def _unit(grp: h5py.Group, name: str) -> str | None:
     try:
-        unit = grp[name].attrs.get("unit")
+        return unit_text(grp[name].attrs.get("unit"))
     except (KeyError, OSError, RuntimeError, TypeError, ValueError):
         return None
-    if isinstance(unit, np.ndarray) and unit.size == 1:
-        unit = unit.ravel()[0]
-    return _text(unit) if isinstance(unit, (bytes, str)) else None
 
 
 def _molecule_type(grp: h5py.Group, name: str, where: str, load: Load, note: Note,
@@ -299,7 +292,7 @@ def read_module(grp: h5py.Group, load: Load, note: Note) -> ModuleTopology | Non
     system = grp.attrs.get("system_name", "")
     if isinstance(system, np.ndarray) and system.size == 1:
         system = system.ravel()[0]
-    return ModuleTopology(where, _text(system), types, blocks, tuple(props),
+    return ModuleTopology(where, str(decode(system)), types, blocks, tuple(props),
                           {p: u for p, u in units.items() if p in props})
 
 

@@ -41,6 +41,8 @@ from h5mdx.format.schema import (
     TIME_DIM,
     Path,
 )
+from h5mdx.format.text import decode as _decode
+from h5mdx.format.text import unit_text
 
 __all__ = [
     "BoxInfo",
@@ -435,20 +437,6 @@ _EXTERNAL_HINT = (
 )
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind in "SO":
-            return [_decode(v) for v in value.tolist()]
-        if value.ndim == 0:
-            return value.item()
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
     try:
         if name not in obj.attrs:
@@ -456,22 +444,6 @@ def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
         return _decode(obj.attrs[name])
     except (OSError, TypeError, ValueError, KeyError, RuntimeError):
         return default
-
-
-def unit_text(value: Any) -> str | None:
-    """The text of a ``unit`` attribute as read, decoded (a one-element string array is
-    accepted); None where there is none.
-
-    Raises
-    ------
-    ValueError
-        Where it is anything else (a number, several strings).
-    """
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if value is None or isinstance(value, str):
-        return value
-    raise ValueError(f"the 'unit' attribute must be a string, not {value!r}")
 
 
 def unit_attribute(obj: h5py.HLObject) -> str | None:
