@@ -196,3 +196,47 @@ def test_espresso3_masses_are_per_particle(tmp_path):
     with ds:
         assert ds.mass.dims == ("atom",) and "time_mass" not in ds.dims
         np.testing.assert_array_equal(ds.mass.values, masses)
+
+
+@pytest.mark.parametrize("chunks", [None, (3, 3)])
+def test_box_edges_never_written_are_no_box(tmp_path, chunks):
+    """ESPResSo 3.x's h5md.tcl creates box/edges (3, 3) and never writes it, with no
+    'dimension' or 'boundary': its zeros were served as a periodic box of size 0
+    (audit38 #2). Now: no edges, boundary 'none', the never-written edges said once."""
+    from h5mdx.format.h5md import scan
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "tcl.h5md", {"atoms": {
+        "position": dict(value=np.ones((2, 4, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/atoms/box"]
+        f.create_dataset("particles/atoms/box/edges", shape=(3, 3), dtype="f8",
+                         chunks=chunks)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+        box = scan(path).particles["atoms"].box
+    texts = [str(w.message) for w in said]
+    assert sum("box/edges]: was created but never written" in t for t in texts) == 1
+    assert not any("chunks" in t for t in texts)
+    assert box is not None and box.edges is None and box.boundary == ("none",) * 3
+    with ds:
+        assert "box_edges" not in ds
+        np.testing.assert_array_equal(ds.position.values, np.ones((2, 4, 3)))
+
+
+def test_box_edges_written_as_zeros_are_kept(tmp_path):
+    """Edges written (even as zeros) or with a fill value of their own are data."""
+    from h5mdx.format.h5md import scan
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "zero.h5md", {"atoms": {
+        "position": dict(value=np.ones((2, 4, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/atoms/box"]
+        box = f.create_group("particles/atoms/box")
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = np.array([b"periodic"] * 3)
+        box["edges"] = np.zeros(3)
+    box = scan(path).particles["atoms"].box
+    assert box is not None and box.edges is not None and box.boundary == ("periodic",) * 3

@@ -1502,10 +1502,28 @@ def _box_edges(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
     if not _has(grp, "edges"):
         return _edges_from_attr(c, grp, path)
     try:
-        return _element(c, "box_edges", _get(c, grp, "edges", path), f"{path}/edges")
+        obj = _get(c, grp, "edges", path)
+        if _never_written(c, obj):
+            # ESPResSo 3's h5md.tcl creates a (3, 3) edges dataset it never writes: its
+            # zeros are no box, and must not make a periodic one of size 0
+            c.note(f"{path}/edges", "was created but never written (no storage allocated)",
+                   "left out: the box has no edges")
+            return None
+        return _element(c, "box_edges", obj, f"{path}/edges")
     except H5MDFormatError as err:
         c.left_out(err, f"{path}/edges")
         return None
+
+
+def _never_written(c: _Ctx, obj: h5py.HLObject) -> bool:
+    """Whether ``obj`` (a dataset, or an element's ``value``) holds no stored data at all
+    and no fill value of its own: every value it reads is HDF5's default 0."""
+    if isinstance(obj, h5py.Group):
+        obj = obj.get("value")
+    if not isinstance(obj, h5py.Dataset) or not obj.shape or not math.prod(obj.shape):
+        return False
+    return (_layout(obj) in ("contiguous", "chunked") and _fill_value(obj) is None
+            and _storage_size(c, obj) == 0)
 
 
 def _edges_dimension(edges: ElementInfo | None) -> int | None:
@@ -1604,8 +1622,8 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
             edges = None
     if edges is None and "periodic" in boundary and not _has(grp, "edges") \
             and "edges" not in grp.attrs:
-        c.note(path, f"the boundary is {list(boundary)} but the box has no edges (MindSPONGE "
-               "writes runs without a box so)", "no edges: positions cannot be wrapped")
+        c.note(path, f"the boundary is {list(boundary)} but the box has no edges (a run "
+               "without a box, as MindSPONGE and glsim write it)", "no edges: positions cannot be wrapped")
     extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
                    offset=extras.get("offset"), pbc=extras.get("pbc"))
