@@ -71,6 +71,17 @@ def test_a_number_after_a_unit_is_refused(unit):
         parse_unit(unit)
 
 
+@pytest.mark.parametrize(("unit", "bohr"), [("a0", True), ("a0 aut-1", True),
+                                           ("nm0", False), ("ps^0", False)])
+def test_a_power_of_zero_is_refused(unit, bohr):
+    """castep_outputs_tools writes the Bohr radius as ``a0``: under H5MD's grammar ``a``
+    to the power 0. It was blamed on ``a`` (a year); ``nm0`` was read as 1, silently."""
+    with pytest.raises(H5MDUnitError, match="to the power 0, which is 1") as err:
+        parse_unit(unit)
+    assert ("the Bohr radius is written bohr" in str(err.value)) == bohr
+    assert "year" not in str(err.value)
+
+
 def test_unknown_unit():
     with pytest.raises(H5MDUnitError, match="blorp"):
         parse_unit("blorp ps-1")

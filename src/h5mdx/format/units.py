@@ -224,6 +224,12 @@ def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
             _symbol(token)  # raises: an offset unit
         if match is None:
             raise H5MDUnitError(f"unknown unit {token!r}")
+        if match.group(2) is not None and int(match.group(2)) == 0:
+            # castep_outputs_tools writes the Bohr radius as a0: "a" to the power 0 here
+            bohr = "; the Bohr radius is written bohr" if match.group(1) == "a" else ""
+            raise H5MDUnitError(
+                f"{token!r} reads as {match.group(1)!r} to the power 0, which is 1 (H5MD "
+                f"writes a unit's power right after its symbol){bohr}")
         scale, dim = _symbol(match.group(1))
         power = int(match.group(2) or 1) * sign
         factor *= scale**power
