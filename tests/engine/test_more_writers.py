@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import h5mdx  # noqa: F401  (registers ds.md)
+import h5mdx
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, ParticleOrderWarning
 
 STEPS = np.array([0, 10, 20, 30], dtype=np.int32)
@@ -240,3 +240,252 @@ def test_box_edges_written_as_zeros_are_kept(tmp_path):
         box["edges"] = np.zeros(3)
     box = scan(path).particles["atoms"].box
     assert box is not None and box.edges is not None and box.boundary == ("periodic",) * 3
+
+
+def _sarkas(path, frames=5, n=6):
+    """Sarkas (murillo-group/sarkas, sarkas/utilities/io.py, init_particles_group):
+    plain datasets straight in /particles, sharing its step and time."""
+    rng = np.random.default_rng(3)
+    pos = rng.random((frames, n, 3)) * 1e-6
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 0])
+        g = f.create_group("particles")
+        g.create_dataset("time", data=np.arange(frames) * 1e-15, maxshape=(None,))
+        g.create_dataset("step", data=np.arange(frames, dtype=np.int64) * 10,
+                         maxshape=(None,))
+        for key, data in (("pos", pos), ("vel", pos * 2), ("acc", pos * 3)):
+            g.create_dataset(key, data=data, chunks=(1, n, 3), maxshape=(None, n, 3))
+        g["pos"].attrs["units"] = "m"
+        g["species"] = np.arange(n, dtype=np.int32) % 2
+        g["masses"] = np.full(n, 1.6e-27)
+        b = g.create_group("box")
+        b.attrs["dimensions"], b.attrs["boundary"] = 3, "periodic"
+        b["edges"] = np.eye(3) * 1e-5
+    return pos
+
+
+def test_sarkas_particles_straight_in_particles(tmp_path):
+    """/particles holding pos/vel/acc beside a shared step and time, no particles group
+    below it: the box group was read as the particles group (its 3 box vectors as 3
+    atoms, no position) in silence (audit39 #1)."""
+
+    path = tmp_path / "sarkas.h5"
+    pos = _sarkas(path)
+    with pytest.warns(H5MDConformanceWarning) as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    texts = [str(w.message) for w in said]
+    assert sum("[/particles]: elements stored directly in /particles" in t
+               for t in texts) == 1
+    assert not any("box/box" in t for t in texts)
+    with ds:
+        assert ds.attrs["h5md_group"] == "/particles"
+        assert ds.position.dims == ("time", "atom", "spatial")
+        np.testing.assert_array_equal(ds.position.values, pos)
+        np.testing.assert_array_equal(ds.velocity.values, pos * 2)
+        np.testing.assert_array_equal(ds.acc.values, pos * 3)
+        np.testing.assert_array_equal(ds.step.values, np.arange(5) * 10)
+        np.testing.assert_allclose(ds.time.values, np.arange(5) * 1e-15)
+        np.testing.assert_array_equal(ds.species.values, np.arange(6) % 2)
+        np.testing.assert_array_equal(ds.box_edges.values, np.eye(3) * 1e-5)
+        assert ds.position.attrs["units"] == "m"
+        centred = pos - pos.mean(axis=1, keepdims=True)
+        rmsd = h5mdx.rmsd(ds.position, 0).values
+        assert rmsd[0] == pytest.approx(0, abs=1e-12) and rmsd[1] > 1e-8
+        ref = centred[0]
+        for i in range(1, 5):  # Kabsch
+            u, s, vt = np.linalg.svd(centred[i].T @ ref)
+            d = np.sign(np.linalg.det(u @ vt))
+            e = (centred[i] ** 2).sum() + (ref ** 2).sum() - 2 * (s[0] + s[1] + d * s[2])
+            assert rmsd[i] == pytest.approx(np.sqrt(max(e, 0) / 6), rel=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        again = xr.open_dataset(path, engine="h5md", group="particles")
+        tree = xr.open_datatree(path, engine="h5md")
+    with again:
+        np.testing.assert_array_equal(again.position.values, pos)
+    with tree:
+        np.testing.assert_array_equal(tree["/particles"].position.values, pos)
+
+
+def test_castep_first_release_elements_straight_in_particles(tmp_path):
+    """castep_outputs_tools' first md_to_h5md: H5MD elements in /particles itself, each
+    offered as a particles group (the open refused the file)."""
+    from h5mdx.testing import write_h5md
+
+    rng = np.random.default_rng(4)
+    pos = rng.random((4, 5, 3))
+    path = write_h5md(tmp_path / "castep.h5md", {"all": {
+        "position": dict(value=pos, step=np.arange(4), time=np.arange(4) * 0.5),
+        "velocity": dict(value=pos * 2, step=np.arange(4), time=np.arange(4) * 0.5)}})
+    with h5py.File(path, "r+") as f:
+        for key in f["particles/all"]:
+            f.move(f"particles/all/{key}", f"particles/{key}")
+        del f["particles/all"]
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/particles\]: elements stored "
+                      "directly in /particles"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert ds.position.dims == ("time", "atom", "spatial")
+        np.testing.assert_array_equal(ds.position.values, pos)
+        np.testing.assert_array_equal(ds.velocity.values, pos * 2)
+        np.testing.assert_array_equal(ds.time.values, np.arange(4) * 0.5)
+
+
+def test_a_stray_dataset_beside_particles_groups_is_no_flat_group(tmp_path):
+    """A dataset in /particles beside a real particles group: the group is read as
+    before."""
+    from h5mdx.testing import write_h5md
+
+    pos = np.ones((2, 3, 3))
+    path = write_h5md(tmp_path / "stray.h5md", {"all": {
+        "position": dict(value=pos, step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        f["particles/note"] = np.arange(3)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+    assert not any("directly in /particles" in str(w.message) for w in said)
+    with ds:
+        assert ds.attrs["h5md_group"] == "/particles/all"
+        np.testing.assert_array_equal(ds.position.values, pos)
+
+
+def _lammps_bounds(path, bounds):
+    """H5MD_Analysis (anyuzx/H5MD_Analysis): a LAMMPS dump's BOX BOUNDS rows stored as
+    particles/all/box/edges/value, (T, 3, 2) [lo, hi] or (T, 3, 3) [lo, hi, tilt], with
+    no 'dimension' or 'boundary'."""
+    from h5mdx.testing import write_h5md
+
+    frames = len(bounds)
+    rng = np.random.default_rng(5)
+    pos = rng.random((frames, 4, 3)) * 5
+    path = write_h5md(path, {"all": {
+        "position": dict(value=pos, step=np.arange(frames) * 100)}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/all/box"]
+        edges = f.create_group("particles/all/box/edges")
+        edges["value"] = bounds
+        edges["step"] = np.arange(frames) * 100
+    return path, pos
+
+
+def test_lammps_orthogonal_bounds_are_edges_and_offset(tmp_path):
+    """(T, 3, 2) [lo, hi] per axis: five warnings that contradicted each other and a
+    periodic box with no edges (audit39 #2). Now edges hi - lo and offset lo."""
+    lo = np.array([[-2.0, -3.0, 0.0], [-2.1, -3.0, 0.0]])
+    hi = np.array([[7.0, 6.0, 9.5], [7.0, 6.1, 9.5]])
+    path, pos = _lammps_bounds(tmp_path / "ortho.h5", np.stack([lo, hi], axis=-1))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+    texts = [str(w.message) for w in said]
+    assert sum("LAMMPS' bounds [lo, hi]" in t for t in texts) == 1
+    assert not any("taken from edges shape" in t or "left out" in t for t in texts)
+    with ds:
+        assert ds.box_edges.dims == ("time", "spatial")
+        np.testing.assert_allclose(ds.box_edges.values, hi - lo)
+        np.testing.assert_allclose(ds.box_offset.values, lo)
+        assert ds.box_edges.attrs["boundary"] == ["periodic"] * 3
+        np.testing.assert_array_equal(ds.position.values, pos)
+
+
+def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):
+    """(T, 3, 3) [lo, hi, tilt] rows were served as box vectors (determinant -0.25) with
+    nothing said (audit39 #2). Now left out, said once, and no periodic box assumed."""
+    from h5mdx.format.h5md import scan
+
+    frame = [[-2.0, 7.0, 0.5], [-3.0, 6.0, 0.5], [0.0, 9.5, 0.5]]
+    path, pos = _lammps_bounds(tmp_path / "tri.h5", np.array([frame, frame]))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+        box = scan(path).particles["all"].box
+    texts = [str(w.message) for w in said]
+    assert sum("has determinant -0.25: its rows are no box vectors" in t
+               for t in texts) == 1
+    assert box is not None and box.edges is None and box.boundary == ("none",) * 3
+    with ds:
+        assert "box_edges" not in ds
+        np.testing.assert_array_equal(ds.position.values, pos)
+
+
+def test_a_right_handed_box_matrix_is_kept_in_silence(tmp_path):
+    """A triclinic box of H5MD's form (rows the box vectors) is no bounds."""
+    frame = [[5.0, 0.0, 0.0], [1.0, 5.0, 0.0], [0.5, 0.5, 5.0]]
+    path, _ = _lammps_bounds(tmp_path / "ok.h5", np.array([frame, frame]))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")
+    assert not any("determinant" in str(w.message) for w in said)
+    with ds:
+        np.testing.assert_array_equal(ds.box_edges.values[0], frame)
+
+
+def test_lammps_bounds_copy_to_zarr_verified(tmp_path):
+    """The edges computed from bounds are checked by value, not by the file's digest."""
+    from h5mdx.layout.rechunk import rechunk
+
+    lo, hi = np.zeros((2, 3)), np.full((2, 3), 4.0)
+    path, pos = _lammps_bounds(tmp_path / "ortho.h5", np.stack([lo, hi], axis=-1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        rechunk(path, tmp_path / "out.zarr", verify=True)
+        ds = xr.open_zarr(tmp_path / "out.zarr")
+    np.testing.assert_allclose(ds.box_edges.values, hi - lo)
+    np.testing.assert_allclose(ds.position.values, pos)
+
+
+def test_root_groups_h5md_does_not_define_are_served(tmp_path, capsys):
+    """RMPCDMD (programs/single_body.f90) keeps its averaged fields in /fields, Mosaic its
+    universe in /mosaic: they vanished in silence, from the datatree and from `info`
+    (audit38 #5, audit39 #3). Now free-form nodes, as /parameters; a soft link at the
+    root is not walked twice."""
+    from h5mdx.cli import main
+    from h5mdx.testing import write_h5md
+
+    conc = np.arange(2 * 4 * 4, dtype=np.float64).reshape(2, 4, 4)
+    path = write_h5md(tmp_path / "rmpcdmd.h5", {"janus": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        fields = f.create_group("fields")
+        fields["polar_concentration"] = conc
+        fields["polar_concentration"].attrs["r_min"] = 1.5
+        fields.create_group("sub")["n"] = np.int32(7)
+        f["alias"] = h5py.SoftLink("/particles")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tree = xr.open_datatree(path, engine="h5md")
+        ds = xr.open_dataset(path, engine="h5md", group="fields")
+        sub = xr.open_dataset(path, engine="h5md", group="/fields/sub")
+    with tree, ds, sub:
+        assert "/fields" in tree.groups and "/alias" not in tree.groups
+        np.testing.assert_array_equal(tree["/fields"].polar_concentration.values, conc)
+        np.testing.assert_array_equal(ds.polar_concentration.values, conc)
+        assert ds.polar_concentration.attrs["r_min"] == 1.5
+        assert int(sub.n) == 7
+    with pytest.raises(ValueError, match="'fields'"):
+        xr.open_dataset(path, engine="h5md", group="nothing")
+    assert main(["info", str(path)]) == 0
+    assert "fields (not H5MD's): polar_concentration, sub/n" in capsys.readouterr().out
+
+
+def test_a_version_of_an_array_type_is_a_minor_departure(tmp_path):
+    """VOTCA (csg h5mdtrajectorywriter.cc, initializeHeader) writes the version as one
+    int[2] value in a scalar dataspace: accepted without a note, even by strict=True
+    (audit38 #3). Now a minor departure: read as 1.1, refused by strict=True."""
+    from h5mdx.format.h5md import scan
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "votca.h5", {"atoms": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        del f["h5md"].attrs["version"]
+        array = h5py.h5t.array_create(h5py.h5t.NATIVE_INT32, (2,))
+        attr = h5py.h5a.create(f["h5md"].id, b"version", array,
+                               h5py.h5s.create(h5py.h5s.SCALAR))
+        attr.write(np.array([1, 1], np.int32), mtype=array)
+    info = scan(path)
+    assert info.version == (1, 1)
+    assert [p.minor for p in info.problems if "array type" in p.message] == [True]
+    with pytest.raises(H5MDFormatError, match="one value of an array type"):
+        xr.open_dataset(path, engine="h5md", strict=True)

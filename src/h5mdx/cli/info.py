@@ -112,6 +112,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "connectivity": {k: element_dict(e) for k, e in info.connectivity.items()},
         "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                        for k, v in info.parameters.items()},
+        "other_groups": {root: {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
+                                for k, v in found.items()}
+                         for root, found in info.other_groups.items()},
         "findings": _findings(info),
         "problems": [
             {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor}
@@ -169,8 +172,8 @@ def render(info: FileInfo) -> str:
     # one name column for all (an observable of a subgroup is named 'atoms/energy')
     width = max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
                  *(len(n) for pg in info.particles.values() for n in pg.elements)])
-    for name, pg in info.particles.items():
-        out.append(f"particles/{name}")
+    for pg in info.particles.values():
+        out.append(pg.group)
         for key, el in pg.elements.items():  # as served (lees_edwards_offset)
             out.append(_line(el, "  ", name=key, width=width))
         if pg.box is not None:
@@ -185,6 +188,8 @@ def render(info: FileInfo) -> str:
                 out.append(_line(el, "  ", name=key, width=width))
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
+    for root, found in info.other_groups.items():  # groups H5MD does not define
+        out.append(f"{root} (not H5MD's): " + ", ".join(found))
     if info.problems:
         out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
         for p in info.problems:

@@ -1190,7 +1190,7 @@ def _default_group(info: FileInfo, listing: str) -> str:
     """The group a plain open reads: the only particles group; without one, the
     observables (the only group of them where none lie directly under /observables)."""
     if len(info.particles) == 1:
-        return f"particles/{next(iter(info.particles))}"
+        return next(iter(info.particles.values())).group
     if info.particles:
         raise ValueError(
             f"{info.filename} has several particles groups; choose one with group=... "
@@ -1206,8 +1206,9 @@ def _default_group(info: FileInfo, listing: str) -> str:
 
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     """Return (kind, name): ("particles", group), ("observables", prefix),
-    ("connectivity", "") or ("parameters", subgroup)."""
-    available = [f"particles/{g}" for g in info.particles]
+    ("connectivity", ""), ("parameters", subgroup) or ("other", path): a root group H5MD
+    does not define, or a group below it."""
+    available = [pg.group for pg in info.particles.values()]
     if info.observables:
         available.append("observables")
         available.extend(f"observables/{g}" for g in info.observable_groups)
@@ -1215,6 +1216,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         available.append("connectivity")
         available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
     available.extend("parameters" + (f"/{sub}" if sub else "") for sub in info.parameter_groups)
+    available.extend(sorted(info.other_groups))
     listing = ", ".join(repr(a) for a in available) or "none"
     g = (group if group is not None else _default_group(info, listing)).strip("/")
     if g in info.particles:
@@ -1235,6 +1237,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         return "connectivity", g[len("connectivity/"):]
     if g == "parameters" or g.startswith("parameters/"):
         return "parameters", g[len("parameters/"):]
+    if g.partition("/")[0] in info.other_groups:
+        return "other", g
     raise ValueError(f"{info.filename} has no group {group!r}; available: {listing}")
 
 
@@ -1382,7 +1386,8 @@ def _open_one(
     try:
         info = _scan_with(manager, lock, allow_external)
         kind, name = _resolve_group(info, group)
-        report.scanned(info, f"/{kind}/{name}".rstrip("/"))
+        report.scanned(info, info.particles[name].path if kind == "particles" else
+                       f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report)
         if kind == "particles":
@@ -1396,6 +1401,9 @@ def _open_one(
                 ds = _observables_dataset(b, name, drop)
             elif kind == "connectivity":
                 ds = _observables_dataset(b, name, drop, "connectivity")
+            elif kind == "other":
+                root, _, sub = name.partition("/")
+                ds = _parameters_group(b, sub, group, drop, root)
             else:
                 ds = _parameters_group(b, name, group, drop)
     except _STRUCTURE_ERRORS as err:
@@ -1725,8 +1733,8 @@ def open_groups(
         out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
         if info.particles:
             out["/particles"] = xr.Dataset()
-        for name, pg in info.particles.items():
-            out[f"/particles/{name}"] = _particles_dataset(
+        for pg in info.particles.values():
+            out[f"/{pg.group}"] = _particles_dataset(
                 b, pg, topology=topology, select=None, drop=drop
             )
         if info.observables:
@@ -1737,8 +1745,9 @@ def open_groups(
             out["/connectivity"] = _observables_dataset(b, "", drop, "connectivity")
             for sub in info.connectivity_groups:
                 out[f"/connectivity/{sub}"] = _observables_dataset(b, sub, drop, "connectivity")
-        for sub, params in _parameters_datasets(b).items():
-            out["/parameters" + (f"/{sub}" if sub else "")] = params
+        for root in ("parameters", *info.other_groups):
+            for sub, params in _parameters_datasets(b, root).items():
+                out[f"/{root}" + (f"/{sub}" if sub else "")] = params
     except _STRUCTURE_ERRORS as err:
         manager.close()
         raise H5MDFormatError(
@@ -1765,15 +1774,16 @@ def open_groups(
 _PARAMETER_READ_BYTES = 2**20
 
 
-def _parameters_datasets(b: _Builder) -> dict[str, xr.Dataset]:
-    """``/parameters`` and each group under it as a Dataset, by path relative to
-    ``/parameters`` (``""`` for the group itself): its datasets as variables (string
-    scalars as attributes), its attributes as the Dataset's. A ``unit`` attribute is
-    served as ``units``, converted with ``convert_units`` as elements' are."""
-    params = b.info.parameters
+def _parameters_datasets(b: _Builder, root: str = "parameters") -> dict[str, xr.Dataset]:
+    """``/parameters`` (or ``/<root>``, a root group H5MD does not define) and each group
+    under it as a Dataset, by path relative to it (``""`` for the group itself): its
+    datasets as variables (string scalars as attributes), its attributes as the
+    Dataset's. A ``unit`` attribute is served as ``units``, converted with
+    ``convert_units`` as elements' are."""
+    params = b.info.free_form(root)
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
-        grp = f.get("parameters")
+        grp = f.get(root)
         if not isinstance(grp, h5py.Group):
             return {}
         groups: dict[str, h5py.Group] = {"": grp}
@@ -1808,14 +1818,14 @@ def _parameters_datasets(b: _Builder) -> dict[str, xr.Dataset]:
     return out
 
 
-def _parameters_group(b: _Builder, sub: str, group: str | None,
-                      drop: set[str]) -> xr.Dataset:
-    """The Dataset of ``/parameters/<sub>`` (``group=`` as given, for the error)."""
-    found = _parameters_datasets(b)
+def _parameters_group(b: _Builder, sub: str, group: str | None, drop: set[str],
+                      root: str = "parameters") -> xr.Dataset:
+    """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error)."""
+    found = _parameters_datasets(b, root)
     if sub not in found:
-        listing = ", ".join(repr("parameters" + (f"/{k}" if k else "")) for k in found)
-        raise ValueError(f"{b.info.filename} has no group {group!r}; its parameter groups: "
-                         f"{listing or 'none'}")
+        listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
+        raise ValueError(f"{b.info.filename} has no group {group!r}; the groups of "
+                         f"/{root}: {listing or 'none'}")
     return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
 
 

@@ -242,6 +242,13 @@ class ParticlesGroupInfo:
     #: of id -1, positions 0); None where the frames looked at have none
     empty_slots: tuple[int, int] | None = None
 
+    @property
+    def group(self) -> str:
+        """The group that opens it (``group=``, the node of the datatree):
+        ``particles/<name>``, or ``particles`` where ``/particles`` holds the elements
+        itself."""
+        return "particles" if self.path == "/particles" else f"particles/{self.name}"
+
 
 @dataclass(frozen=True, eq=False)
 class FileInfo:
@@ -255,6 +262,9 @@ class FileInfo:
     observables: dict[str, ElementInfo]
     observable_groups: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: root groups H5MD does not define (RMPCDMD's ``/fields``, Mosaic's ``/mosaic``),
+    #: by name: their datasets as :attr:`parameters` holds those of ``/parameters``
+    other_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: H5MD-NOMAD's ``/h5md/program``: the MD program (``creator``: the writing library)
     program: dict[str, str] = field(default_factory=dict)
     file_size: int = 0
@@ -283,6 +293,11 @@ class FileInfo:
     def parameter_groups(self) -> list[str]:
         """The groups of ``/parameters`` that hold datasets, below it (``""``: itself)."""
         return sorted({name.rpartition("/")[0] for name in self.parameters})
+
+    def free_form(self, root: str) -> dict[str, Any]:
+        """The datasets of ``/parameters`` or of another root group H5MD does not define
+        (:attr:`other_groups`), by path below it."""
+        return self.parameters if root == "parameters" else self.other_groups.get(root, {})
 
 
 # ----------------------------------------------------------------------------- opening
@@ -1527,10 +1542,14 @@ def _never_written(c: _Ctx, obj: h5py.HLObject) -> bool:
 
 
 def _edges_dimension(edges: ElementInfo | None) -> int | None:
+    """The dimension an edges shape of H5MD's forms, ``(D,)`` or ``(D, D)`` (per frame),
+    says; None for any other."""
     if edges is None:
         return None
     tail = edges.shape[1:] if edges.time_dependent else edges.shape
-    return int(tail[-1]) if tail and 1 <= tail[-1] <= 3 else None
+    if len(tail) == 2 and tail[0] != tail[1]:
+        return None
+    return int(tail[-1]) if tail and len(tail) <= 2 and 1 <= tail[-1] <= 3 else None
 
 
 def _valid_dimension(value: Any) -> int | None:
@@ -1609,24 +1628,86 @@ def _box(c: _Ctx, grp: h5py.Group, path: str, components: int | None = None) -> 
         c.note(path, f"box 'dimension' is {dimension} but the positions have {components} "
                "components per particle", f"dimension {components} taken from the positions")
         dimension = components
+    edges, lower = _usable_edges(c, grp, edges, path, dimension)
     boundary = _box_boundary(c, grp, path, dimension, edges)
-    if edges is not None and not edges.time_dependent and edges.shape in (
-            (1, dimension), (1, dimension, dimension)):
-        edges = _one_box(c, grp, edges, path)
-    if edges is not None:
-        tail = edges.shape[1:] if edges.time_dependent else edges.shape
-        if tail not in ((dimension,), (dimension, dimension)):
-            c.note(f"{path}/edges", f"box edges have shape {edges.shape}; expected "
-                   f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
-                   f"{dimension}-dimensional box", "left out")
-            edges = None
     if edges is None and "periodic" in boundary and not _has(grp, "edges") \
             and "edges" not in grp.attrs:
         c.note(path, f"the boundary is {list(boundary)} but the box has no edges (a run "
                "without a box, as MindSPONGE and glsim write it)", "no edges: positions cannot be wrapped")
     extras = _box_extras(c, grp, path, dimension)
     return BoxInfo(path=path, dimension=dimension, boundary=boundary, edges=edges,
-                   offset=extras.get("offset"), pbc=extras.get("pbc"))
+                   offset=extras.get("offset", lower), pbc=extras.get("pbc"))
+
+
+def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str,
+                  dimension: int) -> tuple[ElementInfo | None, ElementInfo | None]:
+    """The edges of a ``dimension``-dimensional box as served, and the box's lower corner
+    where the file gave bounds instead (:func:`_from_bounds`); edges of no usable form
+    are noted and left out (None)."""
+    if edges is None:
+        return None, None
+    tail = edges.shape[1:] if edges.time_dependent else edges.shape
+    if tail == (dimension, 2):
+        return _from_bounds(c, grp, edges, path)
+    if not edges.time_dependent and edges.shape in ((1, dimension),
+                                                    (1, dimension, dimension)):
+        return _one_box(c, grp, edges, path), None
+    if tail not in ((dimension,), (dimension, dimension)):
+        c.note(f"{path}/edges", f"box edges have shape {edges.shape}; expected "
+               f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
+               f"{dimension}-dimensional box", "left out")
+        return None, None
+    if tail == (dimension, dimension) and not _valid_matrix(c, grp, edges, path):
+        return None, None
+    return edges, None
+
+
+def _valid_matrix(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> bool:
+    """Whether the first box of ``edges`` (box vectors as rows) spans a right-handed cell
+    (a positive determinant); noted where not (LAMMPS' triclinic ``BOX BOUNDS``
+    ``[lo, hi, tilt]`` rows stored as edges by converters such as H5MD_Analysis)."""
+    n = 1 if edges.time_dependent else None
+    try:
+        dset = grp.file[edges.value_path] if edges.data is None else None
+        first = edges.data if dset is None else _read_small(c, dset, f"{path}/edges", n)
+        box = np.asarray(first, dtype=np.float64).reshape(edges.shape[-2:])
+    except (H5MDFormatError, KeyError, OSError, RuntimeError, TypeError, ValueError):
+        return True  # unread here: the reads of the data will say what is wrong
+    if not np.isfinite(box).all() or not box.any():
+        return True  # never written, or NaN padding: said elsewhere where it matters
+    det = float(np.linalg.det(box))
+    if det > 0:
+        return True
+    c.note(f"{path}/edges", f"the first box matrix {box.tolist()} has determinant "
+           f"{det:.6g}: its rows are no box vectors (LAMMPS' triclinic bounds "
+           "[lo, hi, tilt] stored as edges?)", "left out")
+    return False
+
+
+def _from_bounds(c: _Ctx, grp: h5py.Group, edges: ElementInfo,
+                 path: str) -> tuple[ElementInfo | None, ElementInfo | None]:
+    """Edges of shape ``(…, D, 2)``: LAMMPS' orthogonal ``BOX BOUNDS`` rows ``[lo, hi]``
+    per dimension, as converters such as H5MD_Analysis store them. Served, noted, as the
+    edges ``hi - lo`` and the lower corner ``lo`` (``box_offset``); None where the
+    bounds cannot be read or ``hi < lo``."""
+    where = f"{path}/edges"
+    try:
+        bounds = np.asarray(_read_small(c, grp.file[edges.value_path], where),
+                            dtype=np.float64)[: edges.shape[0]]
+    except (H5MDFormatError, KeyError, OSError, RuntimeError, ValueError) as err:
+        c.note(where, f"box edges of shape {edges.shape} cannot be read ({err})", "left out")
+        return None, None
+    lo, hi = bounds[..., 0], bounds[..., 1]
+    if (hi < lo).any():
+        c.note(where, f"box edges have shape {edges.shape} but are no [lo, hi] bounds "
+               "(some hi < lo)", "left out")
+        return None, None
+    c.note(where, f"box edges have shape {edges.shape}: LAMMPS' bounds [lo, hi] per "
+           "dimension, not H5MD's edges", "edges hi - lo, and lo as the box offset")
+    shape = tuple(int(n) for n in lo.shape)
+    lower = replace(edges, name="box_offset", path=f"{path}/offset", shape=shape,
+                    dtype=lo.dtype, data=lo)
+    return replace(edges, shape=shape, dtype=lo.dtype, data=hi - lo), lower
 
 
 def _one_box(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> ElementInfo | None:
@@ -1824,9 +1905,16 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     nested: dict[str, ElementInfo] = {}
     box = None
     box_grp: h5py.Group | None = None
+    series = _shared_series(c, grp, path)
     for child in grp:
         try:
             obj = _get(c, grp, child, path)
+            if series is not None and _in_series(child, obj, series):
+                if child not in _SAMPLING_NAMES:
+                    served = _series_name(c, grp, child, f"{path}/{child}")
+                    elements[served] = _series_element(c, served, obj, f"{path}/{child}",
+                                                       series)
+                continue
             if child == "box":
                 if isinstance(obj, h5py.Group):
                     box_grp = obj
@@ -1880,6 +1968,58 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     return ParticlesGroupInfo(name=name, path=path, elements=elements, box=box,
                               order_varies=_order_varies(id_el, ids),
                               empty_slots=_empty_slots(id_el, ids))
+
+
+def _shared_series(c: _Ctx, grp: h5py.Group, path: str) -> Sampling | None:
+    """The sampling of plain datasets that share a ``step`` (and ``time``) dataset beside
+    them in a group without element groups (Sarkas: ``/particles/{step,time,pos,vel}``),
+    noted once; None where the group has no such ``step``."""
+    step = grp.get("step") if _has(grp, "step") else None
+    if (not isinstance(step, h5py.Dataset) or step.ndim != 1 or not step.shape[0]
+            or _holds_element_groups(grp)):
+        return None
+    n = int(step.shape[0])
+    if not any(isinstance(grp.get(k), h5py.Dataset) and k not in _SAMPLING_NAMES
+               and grp[k].ndim >= 2 and grp[k].shape[0] == n for k in grp):
+        return None
+    c.note(path, "plain datasets beside a shared 'step' and 'time' (Sarkas writes its "
+           "particles so), not elements with their own", f"the datasets of {n} rows and "
+           "two or more axes read as time series sampled by them")
+    return _sampling(c, grp, n, path)
+
+
+def _in_series(name: str, obj: h5py.HLObject, series: Sampling) -> bool:
+    """Whether ``obj`` is sampled by ``series`` (:func:`_shared_series`), or is its
+    ``step``/``time``."""
+    if not isinstance(obj, h5py.Dataset):
+        return False
+    return name in _SAMPLING_NAMES or (
+        obj.ndim >= 2 and obj.shape[0] == series.step.shape[0])
+
+
+#: Sarkas' names of particle data and the H5MD names they are served as.
+_SERIES_NAMES = {"pos": "position", "vel": "velocity"}
+
+
+def _series_name(c: _Ctx, grp: h5py.Group, name: str, path: str) -> str:
+    """The name a dataset of a shared series is served as (:data:`_SERIES_NAMES`,
+    noted, where H5MD's name is not taken)."""
+    served = _SERIES_NAMES.get(name, name)
+    if served != name and not _has(grp, served):
+        c.note(path, f"Sarkas' name {name!r}", f"served as {served!r}", minor=True)
+        return served
+    return name
+
+
+def _series_element(c: _Ctx, name: str, dset: h5py.Dataset, path: str,
+                    series: Sampling) -> ElementInfo:
+    """A plain dataset read as a time series sampled by ``series``."""
+    _check_dataset(c, dset, path)
+    _check_declared(c, dset, path)
+    if not c.live:
+        _check_written(c, dset, path)
+    return _dataset_info(c, name, path, dset, time_dependent=True, sampling=series,
+                         unit=_unit_attr(c, dset, path), link_path=path)
 
 
 def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
@@ -1992,11 +2132,36 @@ def _shared_sampling(c: _Ctx, grp: h5py.Group, obj: h5py.HLObject, path: str) ->
     return True
 
 
-def _parameters(c: _Ctx) -> dict[str, Any]:
+#: The root groups H5MD defines (``trajectory``: its drafts' particles, before 1.0).
+_H5MD_ROOTS = ("h5md", "particles", "observables", "connectivity", "parameters",
+               "trajectory")
+
+
+def _other_groups(c: _Ctx) -> dict[str, dict[str, Any]]:
+    """The datasets of each root group H5MD does not define (:attr:`FileInfo.other_groups`):
+    H5MD allows such groups, and writers keep data there (RMPCDMD its fields, Mosaic
+    its universe); served as ``/parameters`` is."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        names = [n for n in c.f if n not in _H5MD_ROOTS
+                 and isinstance(c.f.get(n, getlink=True), h5py.HardLink)
+                 and isinstance(c.f.get(n), h5py.Group)]
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return out
+    for name in names:
+        found = _parameters(c, name)
+        if found:
+            out[name] = found
+    return out
+
+
+def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
+    """The datasets below ``/<root>`` (``/parameters``, or another free-form group), by
+    path below it, with their shape, dtype and path."""
     params: dict[str, Any] = {}
-    if not _has(c.f, "parameters"):
+    if not _has(c.f, root):
         return params
-    grp = _get(c, c.f, "parameters", "/")
+    grp = _get(c, c.f, root, "/")
     if not isinstance(grp, h5py.Group):
         return params
     found: list[tuple[str, h5py.Dataset]] = []
@@ -2114,7 +2279,11 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
         c.note("/h5md", f"cannot understand H5MD version {raw!r}", "read as H5MD 1.1")
         return 1, 1
     values = list(np.ravel(raw))
-    if len(values) != 2 or not all(isinstance(v, (int, np.integer)) for v in values):
+    if _array_typed(h5md, "version"):
+        c.note("/h5md", "the H5MD version is one value of an array type in a "
+               "scalar dataspace (VOTCA writes it so), not a dataspace of 2 integers",
+               f"read as H5MD {major}.{minor}", minor=True)
+    elif len(values) != 2 or not all(isinstance(v, (int, np.integer)) for v in values):
         c.note("/h5md", f"the H5MD version is {raw!r}, not two integers (H5MD: [major, "
                "minor])", f"read as H5MD {major}.{minor}", minor=True)
     if (major, minor) in SUPPORTED_VERSIONS:
@@ -2130,6 +2299,15 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     c.note("/h5md", f"H5MD version {major}.{minor} is not one h5mdx knows ({supported})",
            f"read as H5MD {nearest[0]}.{nearest[1]}")
     return nearest
+
+
+def _array_typed(obj: h5py.HLObject, name: str) -> bool:
+    """Whether attribute ``name`` of ``obj`` is stored with an HDF5 array type (read as
+    an array all the same)."""
+    try:
+        return obj.attrs.get_id(name).dtype.subdtype is not None
+    except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+        return False
 
 
 def _h5md_subgroup(c: _Ctx, parent: h5py.Group, name: str, where: str = "/h5md",
@@ -2263,6 +2441,16 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
     if not isinstance(pgrp, h5py.Group):
         c.note(f"/{root}", f"/{root} must be a group", "left out")
         return particles
+    if _flat_particles(pgrp):
+        c.note(f"/{root}", f"elements stored directly in /{root}, with no particles group "
+               "below it (Sarkas writes its pos, vel, acc there; the first release of "
+               "castep_outputs_tools' md_to_h5md its elements)",
+               f"/{root} read as one particles group, {FLAT_GROUP!r}")
+        try:
+            particles[FLAT_GROUP] = _particles_group(c, FLAT_GROUP, pgrp)
+        except H5MDFormatError as err:
+            c.left_out(err, f"/{root}")
+        return particles
     for name in pgrp:
         try:
             obj = _get(c, pgrp, name, f"/{root}")
@@ -2274,6 +2462,31 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
         except H5MDFormatError as err:
             c.left_out(err, f"/{root}/{name}")
     return particles
+
+
+#: The name of the particles group read from a ``/particles`` that holds elements itself
+#: (:func:`_flat_particles`); its path is ``/particles``.
+FLAT_GROUP = "particles"
+
+
+def _flat_particles(pgrp: h5py.Group) -> bool:
+    """Whether ``pgrp`` (``/particles``) holds elements itself, not particles groups: some
+    member is a dataset or an element (a group with ``value``), and every other group
+    but ``box`` is one too."""
+    element_like = False
+    try:
+        for name in pgrp:
+            if not isinstance(pgrp.get(name, getlink=True), (h5py.HardLink, h5py.SoftLink)):
+                continue
+            obj = pgrp.get(name)
+            if isinstance(obj, h5py.Dataset) or (isinstance(obj, h5py.Group)
+                                                 and _has(obj, "value")):
+                element_like = True
+            elif isinstance(obj, h5py.Group) and name != "box":
+                return False
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return False
+    return element_like
 
 
 def _pre_h5md_particles(c: _Ctx) -> str | None:
@@ -2321,6 +2534,7 @@ def _scan(c: _Ctx) -> FileInfo:
     except OSError:
         size = 0
     parameters = _parameters(c)
+    other_groups = _other_groups(c)
     connectivity, connectivity_groups = _element_tree(c, "connectivity")
     return FileInfo(
         filename=c.filename,
@@ -2332,6 +2546,7 @@ def _scan(c: _Ctx) -> FileInfo:
         observables=observables,
         observable_groups=tuple(obs_groups),
         parameters=parameters,
+        other_groups=other_groups,
         file_size=size,
         problems=tuple(c.problems),
         connectivity=connectivity,
