@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from h5mdx.format.gromacs_topology import ModuleTopology
-from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
+from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan, scan_free_form
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -114,13 +114,19 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
                        for k, v in info.parameters.items()},
         "other_groups": {root: {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                                 for k, v in found.items()}
-                         for root, found in info.other_groups.items()},
+                         for root, found in _other_groups(info).items()},
         "findings": _findings(info),
         "problems": [
             {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor}
             for p in info.problems
         ],
     }
+
+
+def _other_groups(info: FileInfo) -> dict[str, dict[str, Any]]:
+    """The datasets of each root group H5MD does not define, by root (walked now: a
+    scan lists only the groups' names)."""
+    return {root: scan_free_form(info.filename, root)[0] for root in info.other_groups}
 
 
 def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12) -> str:
@@ -188,8 +194,8 @@ def render(info: FileInfo) -> str:
                 out.append(_line(el, "  ", name=key, width=width))
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
-    for root, found in info.other_groups.items():  # groups H5MD does not define
-        out.append(f"{root} (not H5MD's): " + ", ".join(found))
+    for root, found in _other_groups(info).items():  # groups H5MD does not define
+        out.append(f"{root} (not H5MD's): " + (", ".join(found) or "no readable dataset"))
     if info.problems:
         out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
         for p in info.problems:

@@ -51,6 +51,7 @@ from h5mdx.format.h5md import (
     is_h5md,
     scaled_unit,
     scan,
+    scan_free_form,
     unit_text,
 )
 from h5mdx.format.h5md import open_h5md as _open_file
@@ -697,8 +698,11 @@ class _Builder:
         chunk_mib: float,
         lock: Any,
         report: _Report | None = None,
+        allow_external: bool = False,
     ) -> None:
         self.info = info
+        #: what the open allows: the groups walked when served are walked so too
+        self.allow_external = allow_external
         self.manager = manager
         self.convert_units = convert_units
         self.chunk_mib = chunk_mib
@@ -1219,10 +1223,9 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     available.extend(sorted(info.other_groups))
     listing = ", ".join(repr(a) for a in available) or "none"
     g = (group if group is not None else _default_group(info, listing)).strip("/")
-    if g in info.particles:
-        return "particles", g
-    if g.startswith("particles/") and g[len("particles/"):] in info.particles:
-        return "particles", g[len("particles/"):]
+    for name, pg in info.particles.items():  # all/position: "particles/all" or "all"
+        if g == pg.group or (g == name and pg.group != "particles"):
+            return "particles", name
     if g == "observables" and info.observables:
         if not info.elements_under("observables"):
             subs = ", ".join(repr(f"observables/{s}") for s in info.observable_groups)
@@ -1389,7 +1392,7 @@ def _open_one(
         report.scanned(info, info.particles[name].path if kind == "particles" else
                        f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
-                     report=report)
+                     report=report, allow_external=allow_external)
         if kind == "particles":
             ds = _particles_dataset(
                 b, info.particles[name], topology=topology, select=select, drop=drop
@@ -1403,9 +1406,9 @@ def _open_one(
                 ds = _observables_dataset(b, name, drop, "connectivity")
             elif kind == "other":
                 root, _, sub = name.partition("/")
-                ds = _parameters_group(b, sub, group, drop, root)
+                ds = _free_form_group(b, sub, group, drop, root)
             else:
-                ds = _parameters_group(b, name, group, drop)
+                ds = _free_form_group(b, name, group, drop)
     except _STRUCTURE_ERRORS as err:
         manager.close()
         raise H5MDFormatError(
@@ -1728,7 +1731,7 @@ def open_groups(
         info = _scan_with(manager, lock, allow_external)
         report.scanned(info)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
-                     report=report)
+                     report=report, allow_external=allow_external)
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
         out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
         if info.particles:
@@ -1746,7 +1749,7 @@ def open_groups(
             for sub in info.connectivity_groups:
                 out[f"/connectivity/{sub}"] = _observables_dataset(b, sub, drop, "connectivity")
         for root in ("parameters", *info.other_groups):
-            for sub, params in _parameters_datasets(b, root).items():
+            for sub, params in _free_form_datasets(b, root).items():
                 out[f"/{root}" + (f"/{sub}" if sub else "")] = params
     except _STRUCTURE_ERRORS as err:
         manager.close()
@@ -1774,15 +1777,22 @@ def open_groups(
 _PARAMETER_READ_BYTES = 2**20
 
 
-def _parameters_datasets(b: _Builder, root: str = "parameters") -> dict[str, xr.Dataset]:
+def _free_form_datasets(b: _Builder, root: str = "parameters",
+                        only: str | None = None) -> dict[str, xr.Dataset]:
     """``/parameters`` (or ``/<root>``, a root group H5MD does not define) and each group
-    under it as a Dataset, by path relative to it (``""`` for the group itself): its
-    datasets as variables (string scalars as attributes), its attributes as the
-    Dataset's. A ``unit`` attribute is served as ``units``, converted with
-    ``convert_units`` as elements' are."""
-    params = b.info.free_form(root)
+    under it (or only ``only``) as a Dataset, by path relative to it (``""`` for the
+    group itself): its datasets as variables (string scalars as attributes), its
+    attributes as the Dataset's. A ``unit`` attribute is served as ``units``, converted
+    with ``convert_units`` as elements' are."""
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
+        params = b.info.parameters
+        if root != "parameters":  # walked now, where served: its problems said here
+            params, problems = scan_free_form(f, root, allow_external=b.allow_external)
+            where = f"/{root}" + (f"/{only}" if only else "")
+            for problem in problems:
+                if only is None or problem.path.startswith(f"{where}/"):
+                    b.report.add(problem)
         grp = f.get(root)
         if not isinstance(grp, h5py.Group):
             return {}
@@ -1794,14 +1804,16 @@ def _parameters_datasets(b: _Builder, root: str = "parameters") -> dict[str, xr.
 
         # visititems (H5Ovisit) visits every object once, without following soft links
         grp.visititems(visit)
+        if only is not None:
+            groups = {k: g for k, g in groups.items() if k == only}
         out = {sub: xr.Dataset(attrs={k: _plain(v) for k, v in g.attrs.items()})
                for sub, g in groups.items()}
         for g in groups.values():
-            _note_parameter_links(b, g)
+            _note_free_form_links(b, g, root)
         for name, meta in params.items():
             sub, _, leaf = name.rpartition("/")
             if sub not in out:
-                continue  # reached only through a link the walk does not follow
+                continue  # another group, or one reached only through a link not followed
             try:
                 value = _parameter(b, grp[name], leaf, meta["path"])
             except H5MDFormatError as err:
@@ -1818,19 +1830,21 @@ def _parameters_datasets(b: _Builder, root: str = "parameters") -> dict[str, xr.
     return out
 
 
-def _parameters_group(b: _Builder, sub: str, group: str | None, drop: set[str],
-                      root: str = "parameters") -> xr.Dataset:
+def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
+                     root: str = "parameters") -> xr.Dataset:
     """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error)."""
-    found = _parameters_datasets(b, root)
+    found = _free_form_datasets(b, root, only=sub)
     if sub not in found:
+        found = _free_form_datasets(b, root)  # for the listing
         listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
         raise ValueError(f"{b.info.filename} has no group {group!r}; the groups of "
                          f"/{root}: {listing or 'none'}")
     return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
 
 
-def _note_parameter_links(b: _Builder, grp: h5py.Group) -> None:
-    """Note the soft and external links of a parameters group: they are not followed."""
+def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
+    """Note the soft and external links of a group of ``/<root>`` (``/parameters``, or a
+    root group H5MD does not define): they are not followed."""
     for name in grp:
         link = grp.get(name, getlink=True)
         if isinstance(link, h5py.SoftLink):
@@ -1840,7 +1854,7 @@ def _note_parameter_links(b: _Builder, grp: h5py.Group) -> None:
         else:
             continue
         b.report.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in "
-                      "/parameters", "left out")
+                      f"/{root}", "left out")
 
 
 def _parameter_problem(dset: h5py.Dataset) -> str | None:
@@ -1875,7 +1889,7 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
         if dset.dtype.kind not in "biufc":
             raise H5MDFormatError(
                 b.info.filename, path,
-                f"a {dset.dtype} parameter of shape {dset.shape} is too large to read",
+                f"a {dset.dtype} dataset of shape {dset.shape} is too large to read",
             )
         dtype = np.dtype(np.float64) if scale != 1.0 and dset.dtype.kind in "iub" else dset.dtype
         lazy = H5MDArray(b.manager, path, tuple(dset.shape), dtype, scale=scale, lock=b.lock,

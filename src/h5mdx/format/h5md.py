@@ -49,6 +49,7 @@ __all__ = [
     "ElementInfo",
     "FileInfo",
     "ParticlesGroupInfo",
+    "scan_free_form",
     "Problem",
     "Sampling",
     "compression_name",
@@ -262,9 +263,10 @@ class FileInfo:
     observables: dict[str, ElementInfo]
     observable_groups: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
-    #: root groups H5MD does not define (RMPCDMD's ``/fields``, Mosaic's ``/mosaic``),
-    #: by name: their datasets as :attr:`parameters` holds those of ``/parameters``
-    other_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the root groups H5MD does not define (RMPCDMD's ``/fields``, Mosaic's
+    #: ``/mosaic``), by name; their datasets are walked only where they are served
+    #: (:func:`scan_free_form`)
+    other_groups: tuple[str, ...] = ()
     #: H5MD-NOMAD's ``/h5md/program``: the MD program (``creator``: the writing library)
     program: dict[str, str] = field(default_factory=dict)
     file_size: int = 0
@@ -293,11 +295,6 @@ class FileInfo:
     def parameter_groups(self) -> list[str]:
         """The groups of ``/parameters`` that hold datasets, below it (``""``: itself)."""
         return sorted({name.rpartition("/")[0] for name in self.parameters})
-
-    def free_form(self, root: str) -> dict[str, Any]:
-        """The datasets of ``/parameters`` or of another root group H5MD does not define
-        (:attr:`other_groups`), by path below it."""
-        return self.parameters if root == "parameters" else self.other_groups.get(root, {})
 
 
 # ----------------------------------------------------------------------------- opening
@@ -1324,14 +1321,7 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str,
     """Describe the element ``obj`` found at H5MD path ``path`` (``per_particle``: an
     element of a particles group)."""
     if isinstance(obj, h5py.Dataset):
-        _check_dataset(c, obj, obj.name or path)
-        _check_declared(c, obj, obj.name or path)
-        if not c.live:
-            _check_written(c, obj, obj.name or path)
-        return _dataset_info(
-            c, name, path, obj, time_dependent=False, sampling=None,
-            unit=_unit_attr(c, obj, path), link_path=path,
-        )
+        return _plain_element(c, name, obj, path)
     if not isinstance(obj, h5py.Group):
         raise H5MDFormatError(c.filename, path, "is neither a group nor a dataset")
     if not _has(obj, "value"):
@@ -1380,6 +1370,18 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str,
                    f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
                          link_path=f"{path}/value", group=obj)
+
+
+def _plain_element(c: _Ctx, name: str, dset: h5py.Dataset, path: str,
+                   sampling: Sampling | None = None) -> ElementInfo:
+    """A dataset as an element: time-independent, or (``sampling`` given) a time series
+    sampled by a ``step`` and ``time`` it shares (:func:`_shared_series`)."""
+    _check_dataset(c, dset, dset.name or path)
+    _check_declared(c, dset, dset.name or path)
+    if not c.live:
+        _check_written(c, dset, dset.name or path)
+    return _dataset_info(c, name, path, dset, time_dependent=sampling is not None,
+                         sampling=sampling, unit=_unit_attr(c, dset, path), link_path=path)
 
 
 #: The axes H5MD-NOMAD's observables without ``step`` are functions of: ``bins`` (ensemble
@@ -1647,7 +1649,7 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
     if edges is None:
         return None, None
     tail = edges.shape[1:] if edges.time_dependent else edges.shape
-    if tail == (dimension, 2):
+    if dimension == 3 and tail in ((3, 2), (1, 3, 2)):
         return _from_bounds(c, grp, edges, path)
     if not edges.time_dependent and edges.shape in ((1, dimension),
                                                     (1, dimension, dimension)):
@@ -1663,9 +1665,9 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
 
 
 def _valid_matrix(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> bool:
-    """Whether the first box of ``edges`` (box vectors as rows) spans a right-handed cell
-    (a positive determinant); noted where not (LAMMPS' triclinic ``BOX BOUNDS``
-    ``[lo, hi, tilt]`` rows stored as edges by converters such as H5MD_Analysis)."""
+    """Whether the first box of ``edges`` (box vectors as rows) is no LAMMPS triclinic
+    ``BOX BOUNDS`` block (rows ``[lo, hi, tilt]``, stored as edges by converters such as
+    H5MD_Analysis); noted where it is one."""
     n = 1 if edges.time_dependent else None
     try:
         dset = grp.file[edges.value_path] if edges.data is None else None
@@ -1673,27 +1675,32 @@ def _valid_matrix(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> bo
         box = np.asarray(first, dtype=np.float64).reshape(edges.shape[-2:])
     except (H5MDFormatError, KeyError, OSError, RuntimeError, TypeError, ValueError):
         return True  # unread here: the reads of the data will say what is wrong
-    if not np.isfinite(box).all() or not box.any():
-        return True  # never written, or NaN padding: said elsewhere where it matters
+    if box.shape != (3, 3) or not np.isfinite(box).all():
+        return True  # NaN padding, another dimension: served as stored
     det = float(np.linalg.det(box))
-    if det > 0:
+    # box vectors as rows span a right-handed cell, or a slab (a zero vector), or a
+    # left-handed one: all served as stored. Bounds rows [lo, hi, tilt] have lo < hi in
+    # every row, and span no right-handed cell
+    if det > 0 or not (box[:, 0] < box[:, 1]).all():
         return True
-    c.note(f"{path}/edges", f"the first box matrix {box.tolist()} has determinant "
-           f"{det:.6g}: its rows are no box vectors (LAMMPS' triclinic bounds "
-           "[lo, hi, tilt] stored as edges?)", "left out")
+    c.note(f"{path}/edges", f"the first box matrix {box.tolist()} reads as LAMMPS' "
+           "triclinic bounds, rows [lo, hi, tilt] (lo < hi in every row, determinant "
+           f"{det:.6g}), not as box vectors", "left out")
     return False
 
 
 def _from_bounds(c: _Ctx, grp: h5py.Group, edges: ElementInfo,
                  path: str) -> tuple[ElementInfo | None, ElementInfo | None]:
-    """Edges of shape ``(…, D, 2)``: LAMMPS' orthogonal ``BOX BOUNDS`` rows ``[lo, hi]``
+    """Edges of shape ``(…, 3, 2)``: LAMMPS' orthogonal ``BOX BOUNDS`` rows ``[lo, hi]``
     per dimension, as converters such as H5MD_Analysis store them. Served, noted, as the
-    edges ``hi - lo`` and the lower corner ``lo`` (``box_offset``); None where the
-    bounds cannot be read or ``hi < lo``."""
+    edges ``hi - lo`` and the lower corner ``lo`` (``box_offset``), both in the unit of
+    the edges (``replace`` keeps it); None where the bounds cannot be read or ``hi < lo``.
+    They are read whole, at open time (48 bytes a frame)."""
     where = f"{path}/edges"
     try:
         bounds = np.asarray(_read_small(c, grp.file[edges.value_path], where),
-                            dtype=np.float64)[: edges.shape[0]]
+                            dtype=np.float64)
+        bounds = bounds[: edges.shape[0]] if edges.time_dependent else bounds.reshape(3, 2)
     except (H5MDFormatError, KeyError, OSError, RuntimeError, ValueError) as err:
         c.note(where, f"box edges of shape {edges.shape} cannot be read ({err})", "left out")
         return None, None
@@ -1909,11 +1916,13 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
     for child in grp:
         try:
             obj = _get(c, grp, child, path)
-            if series is not None and _in_series(child, obj, series):
-                if child not in _SAMPLING_NAMES:
-                    served = _series_name(c, grp, child, f"{path}/{child}")
-                    elements[served] = _series_element(c, served, obj, f"{path}/{child}",
-                                                       series)
+            if child in series:
+                served = _series_name(c, grp, child, f"{path}/{child}")
+                elements[served] = _plain_element(
+                    c, served, obj, f"{path}/{child}",
+                    _series_sampling(c, grp, int(obj.shape[0]), path))
+                continue
+            if series and child in _SAMPLING_NAMES and isinstance(obj, h5py.Dataset):
                 continue
             if child == "box":
                 if isinstance(obj, h5py.Group):
@@ -1970,31 +1979,48 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
                               empty_slots=_empty_slots(id_el, ids))
 
 
-def _shared_series(c: _Ctx, grp: h5py.Group, path: str) -> Sampling | None:
-    """The sampling of plain datasets that share a ``step`` (and ``time``) dataset beside
-    them in a group without element groups (Sarkas: ``/particles/{step,time,pos,vel}``),
-    noted once; None where the group has no such ``step``."""
-    step = grp.get("step") if _has(grp, "step") else None
-    if (not isinstance(step, h5py.Dataset) or step.ndim != 1 or not step.shape[0]
-            or _holds_element_groups(grp)):
-        return None
-    n = int(step.shape[0])
-    if not any(isinstance(grp.get(k), h5py.Dataset) and k not in _SAMPLING_NAMES
-               and grp[k].ndim >= 2 and grp[k].shape[0] == n for k in grp):
-        return None
-    c.note(path, "plain datasets beside a shared 'step' and 'time' (Sarkas writes its "
-           "particles so), not elements with their own", f"the datasets of {n} rows and "
-           "two or more axes read as time series sampled by them")
-    return _sampling(c, grp, n, path)
+def _shared_series(c: _Ctx, grp: h5py.Group, path: str) -> dict[str, h5py.Dataset]:
+    """The plain datasets of a group without element groups that share a ``step`` or
+    ``time`` dataset beside them (Sarkas: ``/particles/{step,time,pos,vel,acc}``), by
+    name, noted once; empty where there are none.
+
+    They are the datasets of 3 or more axes with about as many rows as that ``step``
+    (or ``time``): one more or one fewer (a writer stopped within a frame), and those of
+    2 axes of the same rows and particles (``(frames, particles)``)."""
+    sampled = [k for k in _SAMPLING_NAMES if _has(grp, k)
+               and isinstance(grp.get(k), h5py.Dataset) and grp[k].ndim == 1]
+    if not sampled or _holds_element_groups(grp):
+        return {}
+    n = int(grp[sampled[0]].shape[0])
+    plain = {k: grp[k] for k in sorted(grp) if k not in _SAMPLING_NAMES
+             and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+             and isinstance(grp[k], h5py.Dataset) and grp[k].ndim >= 2
+             and abs(int(grp[k].shape[0]) - n) <= 1}
+    particles = next((int(d.shape[1]) for d in plain.values() if d.ndim >= 3), None)
+    if not n or particles is None:
+        return {}
+    members = {k: d for k, d in plain.items() if int(d.shape[1]) == particles}
+    shared = " and ".join(repr(k) for k in sampled)
+    c.note(path, f"plain datasets beside a shared {shared} (Sarkas writes its particles "
+           "so), not elements with their own", f"{', '.join(members)} read as time "
+           f"series sampled by {shared}")
+    return members
 
 
-def _in_series(name: str, obj: h5py.HLObject, series: Sampling) -> bool:
-    """Whether ``obj`` is sampled by ``series`` (:func:`_shared_series`), or is its
-    ``step``/``time``."""
-    if not isinstance(obj, h5py.Dataset):
-        return False
-    return name in _SAMPLING_NAMES or (
-        obj.ndim >= 2 and obj.shape[0] == series.step.shape[0])
+def _series_sampling(c: _Ctx, grp: h5py.Group, n_frames: int, path: str) -> Sampling:
+    """The sampling of a dataset of ``n_frames`` rows in a shared series of ``grp``
+    (:func:`_shared_series`): its ``step`` (and ``time``), or, with only a ``time``, the
+    frames numbered 0..n-1 at those times."""
+    if _has(grp, "step"):
+        return _sampling(c, grp, n_frames, path)
+    time_ds = _sampling_dataset(c, grp, "time", path)
+    time = _times(c, time_ds, n_frames, path)
+    n = n_frames if time is None else min(n_frames, int(time.shape[0]))
+    unit = _unit_attr(c, time_ds, f"{path}/time") if time_ds is not None else None
+    key = (("implicit", path), _addr(time_ds) if time_ds is not None else None)
+    return Sampling("implicit", np.arange(n, dtype=np.int64),
+                    None if time is None else time[:n], unit if time is not None else None,
+                    key)
 
 
 #: Sarkas' names of particle data and the H5MD names they are served as.
@@ -2009,17 +2035,6 @@ def _series_name(c: _Ctx, grp: h5py.Group, name: str, path: str) -> str:
         c.note(path, f"Sarkas' name {name!r}", f"served as {served!r}", minor=True)
         return served
     return name
-
-
-def _series_element(c: _Ctx, name: str, dset: h5py.Dataset, path: str,
-                    series: Sampling) -> ElementInfo:
-    """A plain dataset read as a time series sampled by ``series``."""
-    _check_dataset(c, dset, path)
-    _check_declared(c, dset, path)
-    if not c.live:
-        _check_written(c, dset, path)
-    return _dataset_info(c, name, path, dset, time_dependent=True, sampling=series,
-                         unit=_unit_attr(c, dset, path), link_path=path)
 
 
 def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
@@ -2137,22 +2152,44 @@ _H5MD_ROOTS = ("h5md", "particles", "observables", "connectivity", "parameters",
                "trajectory")
 
 
-def _other_groups(c: _Ctx) -> dict[str, dict[str, Any]]:
-    """The datasets of each root group H5MD does not define (:attr:`FileInfo.other_groups`):
-    H5MD allows such groups, and writers keep data there (RMPCDMD its fields, Mosaic
-    its universe); served as ``/parameters`` is."""
-    out: dict[str, dict[str, Any]] = {}
+def _other_groups(c: _Ctx) -> tuple[str, ...]:
+    """The root groups H5MD does not define (:attr:`FileInfo.other_groups`): H5MD allows
+    such groups, and writers keep data there (RMPCDMD its fields, Mosaic its universe).
+    Only their names: what they hold is walked where it is served."""
     try:
-        names = [n for n in c.f if n not in _H5MD_ROOTS
-                 and isinstance(c.f.get(n, getlink=True), h5py.HardLink)
-                 and isinstance(c.f.get(n), h5py.Group)]
+        return tuple(n for n in c.f if n not in _H5MD_ROOTS
+                     and isinstance(c.f.get(n, getlink=True), h5py.HardLink)
+                     and isinstance(c.f.get(n), h5py.Group))
     except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-        return out
-    for name in names:
-        found = _parameters(c, name)
-        if found:
-            out[name] = found
-    return out
+        return ()
+
+
+def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
+                   allow_external: bool = False) -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    """The datasets below a root group H5MD does not define (or ``/parameters``).
+
+    Parameters
+    ----------
+    source : str, path-like or h5py.File
+        The file.
+    root : str
+        The root group's name (an entry of :attr:`FileInfo.other_groups`).
+    allow_external : bool, default False
+        As for :func:`scan`.
+
+    Returns
+    -------
+    datasets : dict
+        By path below ``/<root>``: their ``shape``, ``dtype`` and ``path``, as
+        ``FileInfo.parameters`` holds those of ``/parameters``.
+    problems : tuple of Problem
+        What was found wrong with them (those datasets are left out).
+    """
+    if not isinstance(source, h5py.File):
+        with open_h5md(source) as f:
+            return scan_free_form(f, root, allow_external=allow_external)
+    c = _Ctx(source, allow_external=allow_external)
+    return _parameters(c, root), tuple(c.problems)
 
 
 def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
@@ -2445,9 +2482,9 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
         c.note(f"/{root}", f"elements stored directly in /{root}, with no particles group "
                "below it (Sarkas writes its pos, vel, acc there; the first release of "
                "castep_outputs_tools' md_to_h5md its elements)",
-               f"/{root} read as one particles group, {FLAT_GROUP!r}")
+               f"/{root} read as one particles group, {_FLAT_GROUP!r}")
         try:
-            particles[FLAT_GROUP] = _particles_group(c, FLAT_GROUP, pgrp)
+            particles[_FLAT_GROUP] = _particles_group(c, _FLAT_GROUP, pgrp)
         except H5MDFormatError as err:
             c.left_out(err, f"/{root}")
         return particles
@@ -2466,7 +2503,7 @@ def _particles(c: _Ctx) -> dict[str, ParticlesGroupInfo]:
 
 #: The name of the particles group read from a ``/particles`` that holds elements itself
 #: (:func:`_flat_particles`); its path is ``/particles``.
-FLAT_GROUP = "particles"
+_FLAT_GROUP = "particles"
 
 
 def _flat_particles(pgrp: h5py.Group) -> bool:
@@ -2476,9 +2513,9 @@ def _flat_particles(pgrp: h5py.Group) -> bool:
     element_like = False
     try:
         for name in pgrp:
-            if not isinstance(pgrp.get(name, getlink=True), (h5py.HardLink, h5py.SoftLink)):
-                continue
-            obj = pgrp.get(name)
+            if isinstance(pgrp.get(name, getlink=True), h5py.ExternalLink):
+                return False  # a particles group in another file, most likely: not opened
+            obj = pgrp.get(name)  # None where a soft link dangles
             if isinstance(obj, h5py.Dataset) or (isinstance(obj, h5py.Group)
                                                  and _has(obj, "value")):
                 element_like = True

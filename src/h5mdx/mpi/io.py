@@ -147,10 +147,16 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
         if "position" in pg.elements and pg.elements["position"].time_dependent
     }
     if group is not None:
-        name = group.strip("/").removeprefix("particles/")
+        asked = group.strip("/")
+        # "particles/all" or "all"; "particles" where /particles holds the elements itself
+        name = next((n for n, pg in info.particles.items()
+                     if asked == pg.group or (asked == n and pg.group != "particles")),
+                    asked.removeprefix("particles/"))
         if name not in candidates:
+            where = (info.particles[name].path if name in info.particles
+                     else f"/particles/{name}")
             raise H5MDFormatError(
-                f.filename, f"/particles/{name}/position",
+                f.filename, f"{where}/position",
                 f"no time-dependent positions here; groups with positions: "
                 f"{sorted(candidates) or 'none'}",
             )
