@@ -636,3 +636,28 @@ def test_root_groups_are_walked_only_where_served(tmp_path):
     with top:
         np.testing.assert_array_equal(top.ok.values, np.arange(4.0))
         assert "refs" not in top
+
+
+def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):
+    """The flat group opens by each name a user builds from the scan
+    (``f"particles/{name}"`` too: the fuzz test's open); a lone 1-D dataset in
+    /particles is no flat group (found by the fuzz test)."""
+    from h5mdx.format.h5md import scan
+
+    path = tmp_path / "sarkas.h5"
+    pos = _sarkas(path)
+    names = list(scan(path).particles)
+    assert names == ["particles"]
+    for group in ("particles", "/particles", "particles/particles"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", H5MDConformanceWarning)
+            ds = xr.open_dataset(path, engine="h5md", group=group)
+        with ds:
+            np.testing.assert_array_equal(ds.position.values, pos)
+    lone = tmp_path / "lone.h5"
+    with h5py.File(lone, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f["particles/trajectory"] = np.arange(4)
+        el = f.create_group("observables/energy")
+        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    assert scan(lone).particles == {}

@@ -1223,8 +1223,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     available.extend(sorted(info.other_groups))
     listing = ", ".join(repr(a) for a in available) or "none"
     g = (group if group is not None else _default_group(info, listing)).strip("/")
-    for name, pg in info.particles.items():  # all/position: "particles/all" or "all"
-        if g == pg.group or (g == name and pg.group != "particles"):
+    for name, pg in info.particles.items():  # "particles/all" or "all"; a flat group
+        if g in (pg.group, name, f"particles/{name}"):  # "particles" (or by its name)
             return "particles", name
     if g == "observables" and info.observables:
         if not info.elements_under("observables"):

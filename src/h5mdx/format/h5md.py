@@ -1535,12 +1535,17 @@ def _box_edges(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
 def _never_written(c: _Ctx, obj: h5py.HLObject) -> bool:
     """Whether ``obj`` (a dataset, or an element's ``value``) holds no stored data at all
     and no fill value of its own: every value it reads is HDF5's default 0."""
-    if isinstance(obj, h5py.Group):
-        obj = obj.get("value")
-    if not isinstance(obj, h5py.Dataset) or not obj.shape or not math.prod(obj.shape):
+    try:
+        if isinstance(obj, h5py.Group):
+            if not isinstance(obj.get("value", getlink=True), h5py.HardLink):
+                return False  # linked: the element's reading says what is wrong with it
+            obj = obj.get("value")
+        if not isinstance(obj, h5py.Dataset) or not obj.shape or not math.prod(obj.shape):
+            return False
+        return (_layout(obj) in ("contiguous", "chunked") and _fill_value(obj) is None
+                and _storage_size(c, obj) == 0)
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
         return False
-    return (_layout(obj) in ("contiguous", "chunked") and _fill_value(obj) is None
-            and _storage_size(c, obj) == 0)
 
 
 def _edges_dimension(edges: ElementInfo | None) -> int | None:
@@ -1987,15 +1992,19 @@ def _shared_series(c: _Ctx, grp: h5py.Group, path: str) -> dict[str, h5py.Datase
     They are the datasets of 3 or more axes with about as many rows as that ``step``
     (or ``time``): one more or one fewer (a writer stopped within a frame), and those of
     2 axes of the same rows and particles (``(frames, particles)``)."""
-    sampled = [k for k in _SAMPLING_NAMES if _has(grp, k)
-               and isinstance(grp.get(k), h5py.Dataset) and grp[k].ndim == 1]
-    if not sampled or _holds_element_groups(grp):
+    try:  # links that cannot be followed: no series (the walk of the group says why)
+        sampled = [k for k in _SAMPLING_NAMES if _has(grp, k)
+                   and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                   and isinstance(grp.get(k), h5py.Dataset) and grp[k].ndim == 1]
+        if not sampled or _holds_element_groups(grp):
+            return {}
+        n = int(grp[sampled[0]].shape[0])
+        plain = {k: grp[k] for k in sorted(grp) if k not in _SAMPLING_NAMES
+                 and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                 and isinstance(grp[k], h5py.Dataset) and len(grp[k].shape or ()) >= 2
+                 and abs(int(grp[k].shape[0]) - n) <= 1}
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
         return {}
-    n = int(grp[sampled[0]].shape[0])
-    plain = {k: grp[k] for k in sorted(grp) if k not in _SAMPLING_NAMES
-             and isinstance(grp.get(k, getlink=True), h5py.HardLink)
-             and isinstance(grp[k], h5py.Dataset) and grp[k].ndim >= 2
-             and abs(int(grp[k].shape[0]) - n) <= 1}
     particles = next((int(d.shape[1]) for d in plain.values() if d.ndim >= 3), None)
     if not n or particles is None:
         return {}
@@ -2508,17 +2517,19 @@ _FLAT_GROUP = "particles"
 
 def _flat_particles(pgrp: h5py.Group) -> bool:
     """Whether ``pgrp`` (``/particles``) holds elements itself, not particles groups: some
-    member is a dataset or an element (a group with ``value``), and every other group
-    but ``box`` is one too."""
+    member is an element (a group with ``value``) or a dataset of 3 or more axes (frames,
+    particles, components), and no member is a group other than ``box`` that is not an
+    element (links to other files are not looked at)."""
     element_like = False
     try:
         for name in pgrp:
             if isinstance(pgrp.get(name, getlink=True), h5py.ExternalLink):
-                return False  # a particles group in another file, most likely: not opened
+                continue  # not opened here: its reading says what it is
             obj = pgrp.get(name)  # None where a soft link dangles
-            if isinstance(obj, h5py.Dataset) or (isinstance(obj, h5py.Group)
-                                                 and _has(obj, "value")):
+            if isinstance(obj, h5py.Group) and _has(obj, "value"):
                 element_like = True
+            elif isinstance(obj, h5py.Dataset):
+                element_like = element_like or len(obj.shape or ()) >= 3
             elif isinstance(obj, h5py.Group) and name != "box":
                 return False
     except (OSError, KeyError, RuntimeError, TypeError, ValueError):

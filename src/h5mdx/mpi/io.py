@@ -150,7 +150,7 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
         asked = group.strip("/")
         # "particles/all" or "all"; "particles" where /particles holds the elements itself
         name = next((n for n, pg in info.particles.items()
-                     if asked == pg.group or (asked == n and pg.group != "particles")),
+                     if asked in (pg.group, n, f"particles/{n}")),
                     asked.removeprefix("particles/"))
         if name not in candidates:
             where = (info.particles[name].path if name in info.particles
