@@ -661,3 +661,67 @@ def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):
         el = f.create_group("observables/energy")
         el["value"], el["step"] = np.arange(3.0), np.arange(3)
     assert scan(lone).particles == {}
+
+
+def test_many_groups_of_connectivity(tmp_path, capsys):
+    """H5MD-NOMAD writes a connectivity group per molecule (10,482 in
+    nomad-parser-plugins-atomistic's OpenMM test file): each group's elements were found
+    by a walk of all of them (quadratic), a mistyped group= listed every group (778,747
+    characters), and `h5mdx info` printed a line per element (audit41)."""
+    from h5mdx.cli import main
+    from h5mdx.format.h5md import scan
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "nomad.h5", {"all": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        con = f.create_group("connectivity")
+        con["bonds"] = np.array([[0, 1]])
+        for i in range(60):
+            g = con.create_group(f"mol{i:02d}")
+            g["bonds"] = np.array([[0, 1], [1, 2]]) + i
+            g["angles"] = np.array([[0, 1, 2]]) + i
+    info = scan(path)
+    assert set(info.elements_under("connectivity")) == {"bonds"}
+    assert set(info.elements_under("connectivity", "mol07")) == {"bonds", "angles"}
+    assert info.elements_under("connectivity", "mol07")["bonds"].path == \
+        "/connectivity/mol07/bonds"
+    assert info.elements_under("connectivity", "nothing") == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        ds = xr.open_dataset(path, engine="h5md", group="connectivity/mol07")
+        with ds:
+            np.testing.assert_array_equal(ds.bonds.values, [[7, 8], [8, 9]])
+        with pytest.raises(ValueError, match=r"and \d+ more \(h5mdx info lists them\)"):
+            xr.open_dataset(path, engine="h5md", group="nope")
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "... and 21 more in 61 group(s)" in out
+
+
+def test_groups_below_connectivity_are_walked_only_when_opened(tmp_path):
+    """An open of the particles does not walk the groups below /connectivity (25 s for
+    nomad-parser-plugins-atomistic's OpenMM file, 52,273 elements); /connectivity's own
+    elements are read (GROMACS' bonds give selections their bonds)."""
+    from h5mdx.format.h5md import scan
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "c.h5", {"all": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    with h5py.File(path, "r+") as f:
+        con = f.create_group("connectivity")
+        con["bonds"] = np.array([[0, 1]])
+        bad = con.create_group("mol0/broken")
+        bad["step"] = np.arange(2)  # step, no value: left out, with a warning
+        con["mol0/bonds"] = np.array([[1, 2]])
+    shallow = scan(path, deep_connectivity=False)
+    assert set(shallow.connectivity) == {"bonds"} and "mol0" in shallow.connectivity_groups
+    assert not any("broken" in p.path for p in shallow.problems)
+    assert set(scan(path).connectivity) == {"bonds", "mol0/bonds"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        xr.open_dataset(path, engine="h5md", strict=True).close()
+    with pytest.warns(H5MDConformanceWarning, match="mol0/broken"):
+        ds = xr.open_dataset(path, engine="h5md", group="connectivity/mol0")
+    with ds:
+        np.testing.assert_array_equal(ds.bonds.values, [[1, 2]])

@@ -123,6 +123,11 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
     }
 
 
+#: The widest name column, and the most elements listed under one root, in the text.
+_WIDEST = 40
+_SHOWN = 100
+
+
 def _other_groups(info: FileInfo) -> dict[str, dict[str, Any]]:
     """The datasets of each root group H5MD does not define, by root (walked now: a
     scan lists only the groups' names)."""
@@ -176,8 +181,9 @@ def render(info: FileInfo) -> str:
     if info.topology is not None:  # GROMACS' topology module
         out.append(f"topology: {topology_line(info.topology)}")
     # one name column for all (an observable of a subgroup is named 'atoms/energy')
-    width = max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
-                 *(len(n) for pg in info.particles.values() for n in pg.elements)])
+    width = min(_WIDEST, max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
+                              *(len(n) for pg in info.particles.values()
+                                for n in pg.elements)]))
     for pg in info.particles.values():
         out.append(pg.group)
         for key, el in pg.elements.items():  # as served (lees_edwards_offset)
@@ -190,8 +196,12 @@ def render(info: FileInfo) -> str:
                             ("connectivity", info.connectivity)):
         if elements:
             out.append(title)
-            for key, el in elements.items():
+            for key, el in list(elements.items())[:_SHOWN]:
                 out.append(_line(el, "  ", name=key, width=width))
+            if len(elements) > _SHOWN:  # H5MD-NOMAD: a group of connectivity per molecule
+                groups = len({k.rpartition("/")[0] for k in elements})
+                out.append(f"  ... and {len(elements) - _SHOWN} more in {groups} group(s) "
+                           "(h5mdx info --json lists them all)")
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
     for root, found in _other_groups(info).items():  # groups H5MD does not define

@@ -1208,6 +1208,10 @@ def _default_group(info: FileInfo, listing: str) -> str:
     return "observables"
 
 
+#: The groups an error lists at most (the rest counted).
+_LISTED = 30
+
+
 def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     """Return (kind, name): ("particles", group), ("observables", prefix),
     ("connectivity", ""), ("parameters", subgroup) or ("other", path): a root group H5MD
@@ -1221,7 +1225,9 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
     available.extend("parameters" + (f"/{sub}" if sub else "") for sub in info.parameter_groups)
     available.extend(sorted(info.other_groups))
-    listing = ", ".join(repr(a) for a in available) or "none"
+    listing = ", ".join(repr(a) for a in available[:_LISTED]) or "none"
+    if len(available) > _LISTED:  # H5MD-NOMAD: ten thousand groups of connectivity
+        listing += f" and {len(available) - _LISTED} more (h5mdx info lists them)"
     g = (group if group is not None else _default_group(info, listing)).strip("/")
     for name, pg in info.particles.items():  # "particles/all" or "all"; a flat group
         if g in (pg.group, name, f"particles/{name}"):  # "particles" (or by its name)
@@ -1284,9 +1290,11 @@ class _Closer:
         return {"manager": self.manager, "_release": None}
 
 
-def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool) -> FileInfo:
+def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool,
+               deep_connectivity: bool = True) -> FileInfo:
     with lock:
-        return scan(manager.acquire(needs_lock=False), allow_external=allow_external)
+        return scan(manager.acquire(needs_lock=False), allow_external=allow_external,
+                    deep_connectivity=deep_connectivity)
 
 
 def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
@@ -1387,7 +1395,10 @@ def _open_one(
     lock = HDF5_LOCK
     report = _Report(filename, strict)
     try:
-        info = _scan_with(manager, lock, allow_external)
+        # the groups below /connectivity (ten thousand in H5MD-NOMAD's files) are walked
+        # only for an open of one of them
+        info = _scan_with(manager, lock, allow_external, deep_connectivity=group is not None
+                          and group.strip("/").startswith("connectivity/"))
         kind, name = _resolve_group(info, group)
         report.scanned(info, info.particles[name].path if kind == "particles" else
                        f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))

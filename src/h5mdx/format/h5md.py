@@ -286,10 +286,21 @@ class FileInfo:
     def elements_under(self, root: str, sub: str = "") -> dict[str, ElementInfo]:
         """The elements directly under ``/<root>/<sub>`` (``root``: ``observables`` or
         ``connectivity``), by name."""
-        found = self.observables if root == "observables" else self.connectivity
-        pre = f"{sub}/" if sub else ""
-        return {key[len(pre):]: el for key, el in found.items()
-                if key.startswith(pre) and "/" not in key[len(pre):]}
+        return dict(self._by_group[root].get(sub, {}))
+
+    @functools.cached_property
+    def _by_group(self) -> dict[str, dict[str, dict[str, ElementInfo]]]:
+        """The observables and the connectivity by group, then name: built once (H5MD-NOMAD
+        files hold ten thousand groups of connectivity; a walk per group was quadratic)."""
+        out: dict[str, dict[str, dict[str, ElementInfo]]] = {}
+        for root, found in (("observables", self.observables),
+                            ("connectivity", self.connectivity)):
+            groups: dict[str, dict[str, ElementInfo]] = {}
+            for key, el in found.items():
+                sub, _, name = key.rpartition("/")
+                groups.setdefault(sub, {})[name] = el
+            out[root] = groups
+        return out
 
     @property
     def parameter_groups(self) -> list[str]:
@@ -2100,9 +2111,11 @@ def _observables(
     groups: list[str],
     seen: set[tuple[int, ...]],
     root: str = "/observables",
+    deep: bool = True,
 ) -> None:
     """The elements under ``root`` (``/observables`` or ``/connectivity``) by their path
-    below it, and the groups that hold them."""
+    below it, and the groups that hold them (``deep=False``: the groups below ``grp`` by
+    name, without walking them)."""
     seen.add(_addr(grp))
     for child in grp:
         key = f"{prefix}{child}"
@@ -2123,7 +2136,8 @@ def _observables(
                         c.filename, path, "links back to a group that contains it (a cycle)"
                     )
                 groups.append(key)
-                _observables(c, obj, f"{key}/", out, groups, seen, root)
+                if deep:
+                    _observables(c, obj, f"{key}/", out, groups, seen, root)
             else:
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
@@ -2231,7 +2245,8 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
 
 
 def scan(
-    source: str | os.PathLike[str] | h5py.File, *, allow_external: bool = False
+    source: str | os.PathLike[str] | h5py.File, *, allow_external: bool = False,
+    deep_connectivity: bool = True,
 ) -> FileInfo:
     """Describe an H5MD file without reading element data.
 
@@ -2244,6 +2259,12 @@ def scan(
         Follow external links and accept datasets whose data live in other files
         (external raw storage, virtual datasets). By default such parts are never
         followed: they are left out, each with a problem naming ``allow_external``.
+    deep_connectivity : bool, default True
+        Walk the groups below ``/connectivity`` (H5MD-NOMAD writes one per molecule:
+        ten thousand in a small protein's file). False: only the elements directly in
+        ``/connectivity`` are read, and the groups below it named
+        (``connectivity_groups``) without their elements; an open of a particles group
+        needs no more.
 
     Returns
     -------
@@ -2258,19 +2279,20 @@ def scan(
         ``/observables``) or is of an unsupported major version.
     """
     if isinstance(source, h5py.File):
-        return _scan_safely(source, allow_external)
+        return _scan_safely(source, allow_external, deep_connectivity)
     with open_h5md(source) as f:
-        return _scan_safely(f, allow_external)
+        return _scan_safely(f, allow_external, deep_connectivity)
 
 
-def _scan_safely(f: h5py.File, allow_external: bool) -> FileInfo:
+def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool = True
+                 ) -> FileInfo:
     try:
         live = bool(f.swmr_mode)
     except (AttributeError, ValueError, OSError):
         live = False
     c = _Ctx(f, allow_external=allow_external, live=live)
     try:
-        return _scan(c)
+        return _scan(c, deep_connectivity)
     except H5MDError:
         raise
     except RecursionError:
@@ -2549,9 +2571,11 @@ def _pre_h5md_particles(c: _Ctx) -> str | None:
     return "trajectory"
 
 
-def _element_tree(c: _Ctx, root: str) -> tuple[dict[str, ElementInfo], list[str]]:
+def _element_tree(c: _Ctx, root: str, deep: bool = True
+                  ) -> tuple[dict[str, ElementInfo], list[str]]:
     """The elements under ``/<root>`` (``observables``, ``connectivity``) by their path
-    below it, and the groups that hold them."""
+    below it, and the groups that hold them (``deep=False``: the elements directly in
+    ``/<root>``, and the groups below it by name only)."""
     elements: dict[str, ElementInfo] = {}
     groups: list[str] = []
     if not _has(c.f, root):
@@ -2562,11 +2586,11 @@ def _element_tree(c: _Ctx, root: str) -> tuple[dict[str, ElementInfo], list[str]
         c.left_out(err, f"/{root}")
         return elements, groups
     if isinstance(grp, h5py.Group):
-        _observables(c, grp, "", elements, groups, set(), f"/{root}")
+        _observables(c, grp, "", elements, groups, set(), f"/{root}", deep)
     return elements, groups
 
 
-def _scan(c: _Ctx) -> FileInfo:
+def _scan(c: _Ctx, deep_connectivity: bool = True) -> FileInfo:
     h5md = _h5md_group(c)
     version = c.version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
@@ -2583,7 +2607,7 @@ def _scan(c: _Ctx) -> FileInfo:
         size = 0
     parameters = _parameters(c)
     other_groups = _other_groups(c)
-    connectivity, connectivity_groups = _element_tree(c, "connectivity")
+    connectivity, connectivity_groups = _element_tree(c, "connectivity", deep_connectivity)
     return FileInfo(
         filename=c.filename,
         version=version,
