@@ -225,19 +225,27 @@ def test_box_edges_never_written_are_no_box(tmp_path, chunks):
         np.testing.assert_array_equal(ds.position.values, np.ones((2, 4, 3)))
 
 
-def test_box_edges_written_as_zeros_are_kept(tmp_path):
-    """Edges written (even as zeros) or with a fill value of their own are data."""
-    from h5mdx.format.h5md import scan
+def _periodic_box(path, edges, dimension=3):
+    """A file of group 'atoms' whose box is periodic, of ``dimension``, with fixed
+    ``edges``."""
     from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "zero.h5md", {"atoms": {
-        "position": dict(value=np.ones((2, 4, 3)), step=np.array([0, 1]))}})
+    path = write_h5md(path, {"atoms": {
+        "position": dict(value=np.ones((2, 4, dimension)), step=np.array([0, 1]))}})
     with h5py.File(path, "r+") as f:
         del f["particles/atoms/box"]
         box = f.create_group("particles/atoms/box")
-        box.attrs["dimension"] = 3
-        box.attrs["boundary"] = np.array([b"periodic"] * 3)
-        box["edges"] = np.zeros(3)
+        box.attrs["dimension"] = dimension
+        box.attrs["boundary"] = np.array([b"periodic"] * dimension)
+        box["edges"] = np.asarray(edges)
+    return path
+
+
+def test_box_edges_written_as_zeros_are_kept(tmp_path):
+    """Edges written (even as zeros) or with a fill value of their own are data."""
+    from h5mdx.format.h5md import scan
+
+    path = _periodic_box(tmp_path / "zero.h5md", np.zeros(3))
     box = scan(path).particles["atoms"].box
     assert box is not None and box.edges is not None and box.boundary == ("periodic",) * 3
 
@@ -409,18 +417,6 @@ def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):
         np.testing.assert_array_equal(ds.position.values, pos)
 
 
-def test_a_right_handed_box_matrix_is_kept_in_silence(tmp_path):
-    """A triclinic box of H5MD's form (rows the box vectors) is no bounds."""
-    frame = [[5.0, 0.0, 0.0], [1.0, 5.0, 0.0], [0.5, 0.5, 5.0]]
-    path, _ = _lammps_bounds(tmp_path / "ok.h5", np.array([frame, frame]))
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        ds = xr.open_dataset(path, engine="h5md")
-    assert not any("determinant" in str(w.message) for w in said)
-    with ds:
-        np.testing.assert_array_equal(ds.box_edges.values[0], frame)
-
-
 def test_lammps_bounds_copy_to_zarr_verified(tmp_path):
     """The edges computed from bounds are checked by value, not by the file's digest."""
     from h5mdx.layout.rechunk import rechunk
@@ -496,16 +492,7 @@ def test_a_version_of_an_array_type_is_a_minor_departure(tmp_path):
     [[4.0, 0.0], [1.0, 4.0]], [[4.0, 0.0], [0.0, 4.0]], [[4.0, 5.0], [0.0, 4.0]]])
 def test_a_2d_box_matrix_is_no_bounds(tmp_path, frame):
     """A (2, 2) box matrix of a 2-D box was taken for [lo, hi] bounds (audit40 #1)."""
-    from h5mdx.testing import write_h5md
-
-    path = write_h5md(tmp_path / "2d.h5md", {"all": {
-        "position": dict(value=np.ones((2, 3, 2)), step=np.array([0, 1]))}})
-    with h5py.File(path, "r+") as f:
-        del f["particles/all/box"]
-        box = f.create_group("particles/all/box")
-        box.attrs["dimension"] = 2
-        box.attrs["boundary"] = np.array([b"periodic"] * 2)
-        box["edges"] = np.array(frame)
+    path = _periodic_box(tmp_path / "2d.h5md", frame, dimension=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ds = xr.open_dataset(path, engine="h5md")
@@ -515,12 +502,13 @@ def test_a_2d_box_matrix_is_no_bounds(tmp_path, frame):
 
 
 @pytest.mark.parametrize("frame", [
+    [[5.0, 0.0, 0.0], [1.0, 5.0, 0.0], [0.5, 0.5, 5.0]],   # H5MD's form, right-handed
     [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 0.0]],   # a slab: no third vector
     [[5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 5.0, 0.0]],   # left-handed
     [[-5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]])
-def test_box_matrices_of_no_positive_determinant_are_kept(tmp_path, frame):
-    """A slab's zero vector or a left-handed cell is no LAMMPS bounds block: served as
-    stored, in silence (audit40 #2)."""
+def test_box_matrices_that_are_no_bounds_are_kept(tmp_path, frame):
+    """A triclinic box of H5MD's form, a slab's zero vector or a left-handed cell is no
+    LAMMPS bounds block: served as stored, in silence (audit40 #2)."""
     path, _ = _lammps_bounds(tmp_path / "slab.h5", np.array([frame, frame]))
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
