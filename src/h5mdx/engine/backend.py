@@ -1229,9 +1229,9 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if len(available) > _LISTED:  # H5MD-NOMAD: ten thousand groups of connectivity
         listing += f" and {len(available) - _LISTED} more (h5mdx info lists them)"
     g = (group if group is not None else _default_group(info, listing)).strip("/")
-    for name, pg in info.particles.items():  # "particles/all" or "all"; a flat group
-        if g in (pg.group, name, f"particles/{name}"):  # "particles" (or by its name)
-            return "particles", name
+    particles = info.particles_group(g)
+    if particles is not None:
+        return "particles", particles
     if g == "observables" and info.observables:
         if not info.elements_under("observables"):
             subs = ", ".join(repr(f"observables/{s}") for s in info.observable_groups)

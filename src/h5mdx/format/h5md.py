@@ -283,6 +283,14 @@ class FileInfo:
     #: residues, masses, charges); None where the file has none, or it is unusable
     topology: ModuleTopology | None = None
 
+    def particles_group(self, group: str) -> str | None:
+        """The name of the particles group ``group`` names (``"particles/all"`` or
+        ``"all"``; ``"particles"`` where ``/particles`` holds the elements itself), or
+        None."""
+        group = group.strip("/")
+        return next((name for name, pg in self.particles.items()
+                     if group in (pg.group, name, f"particles/{name}")), None)
+
     def elements_under(self, root: str, sub: str = "") -> dict[str, ElementInfo]:
         """The elements directly under ``/<root>/<sub>`` (``root``: ``observables`` or
         ``connectivity``), by name."""
@@ -824,7 +832,7 @@ def _check_written(c: _Ctx, dset: h5py.Dataset, where: str, frames: int | None =
         return
     shape = dset.shape if frames is None else (frames, *dset.shape[1:])
     if not dset.chunks:
-        if math.prod(shape) and _storage_size(c, dset) == 0 and _layout(dset) == "contiguous":
+        if math.prod(shape) and _never_written(c, dset):
             c.note(where, "was created but never written (no storage allocated)",
                    f"its values read as HDF5's default fill value ({dset.fillvalue})")
         return

@@ -147,11 +147,8 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
         if "position" in pg.elements and pg.elements["position"].time_dependent
     }
     if group is not None:
-        asked = group.strip("/")
-        # "particles/all" or "all"; "particles" where /particles holds the elements itself
-        name = next((n for n, pg in info.particles.items()
-                     if asked in (pg.group, n, f"particles/{n}")),
-                    asked.removeprefix("particles/"))
+        name = (info.particles_group(group)
+                or group.strip("/").removeprefix("particles/"))
         if name not in candidates:
             where = (info.particles[name].path if name in info.particles
                      else f"/particles/{name}")
