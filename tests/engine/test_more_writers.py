@@ -315,6 +315,24 @@ def test_sarkas_particles_straight_in_particles(tmp_path):
         np.testing.assert_array_equal(tree["/particles"].position.values, pos)
 
 
+def test_flat_particles_note_only_on_opens_of_particles(tmp_path):
+    """The note on a flat /particles (its path is /particles, not below it) was given on
+    every open, observables' too; it concerns the particles' opens (and the tree's)."""
+    path = tmp_path / "sarkas.h5"
+    _sarkas(path)
+    with h5py.File(path, "r+") as f:
+        el = f.create_group("observables/energy")
+        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        with xr.open_dataset(path, engine="h5md", group="observables") as obs:
+            np.testing.assert_array_equal(obs.energy.values, np.arange(3.0))
+    for opened in (lambda: xr.open_dataset(path, engine="h5md"),
+                   lambda: xr.open_datatree(path, engine="h5md")):
+        with pytest.warns(H5MDConformanceWarning, match=r"\[/particles\]: elements stored"):
+            opened().close()
+
+
 def test_castep_first_release_elements_straight_in_particles(tmp_path):
     """castep_outputs_tools' first md_to_h5md: H5MD elements in /particles itself, each
     offered as a particles group (the open refused the file)."""

@@ -676,10 +676,15 @@ class _Report:
 
 
 def _concerns(path: str, group_path: str) -> bool:
-    """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file)."""
-    if not path.startswith(("/particles/", "/observables", "/parameters", "/connectivity")):
+    """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file:
+    a problem outside the roots that hold groups, such as ``/h5md``'s). A problem of
+    ``/particles`` itself (elements stored there, as Sarkas does) concerns the opens of
+    particles only."""
+    if path.strip("/").split("/")[0] not in ("particles", "observables", "parameters",
+                                             "connectivity"):
         return True
-    return path == group_path or path.startswith(group_path.rstrip("/") + "/")
+    return (path == group_path or path.startswith(group_path.rstrip("/") + "/")
+            or group_path.startswith(path.rstrip("/") + "/"))
 
 
 #: String datasets up to this size (bytes) are read at open time; larger ones are left out.

@@ -37,7 +37,7 @@ TOPOLOGY_ATTRS = (
 def _universe(path: str, mtime: float) -> Any:
     mda = import_optional("MDAnalysis", "topologies and atom selections")
     if is_h5md(path):  # its own topology, where GROMACS wrote one
-        info = scan(path)
+        info = scan(path, deep_connectivity=False)  # the bonds are in /connectivity itself
         if info.topology is not None:
             universe = module_universe(info.topology, path)
             _add_bonds(universe, info, path)
@@ -89,7 +89,7 @@ def holds_topology(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is an H5MD file holding its own topology (GROMACS' module, as
     :func:`load_universe` reads it); never raises."""
     try:
-        return is_h5md(path) and scan(path).topology is not None
+        return is_h5md(path) and scan(path, deep_connectivity=False).topology is not None
     except Exception:  # noqa: BLE001 - a question, not a check: opening says what is wrong
         return False
 

@@ -140,7 +140,7 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
     H5MDFormatError
         If no group (or several, with ``group`` unset) has time-dependent positions.
     """
-    info = scan(f)
+    info = scan(f, deep_connectivity=False)  # the particles need no connectivity groups
     candidates = {
         name: pg.elements["position"]
         for name, pg in info.particles.items()
