@@ -13,12 +13,13 @@
 # check the file layout — on the file that `h5mdx example` builds: adenylate kinase (AdK, 3341
 # atoms), 30,000 frames (1.2 GB) made from the 98 frames of the MDAnalysisTests PSF/DCD (frames
 # 0-97 are the DCD's own; the others run back and forth through them with 0.05 Å of seeded
-# noise). The first run builds it in `h5mdx-example/` (about 15 s; cached, the same file
-# `h5mdx example` uses from this directory); `H5MDX_EXAMPLE_FRAMES` picks a smaller one (the
-# docs build uses 2,000 frames).
+# noise). The first run builds it in `h5mdx-example/` of the repository (about 15 s; cached:
+# the same file `h5mdx example` makes when run from the repository's root, as the README
+# does); `H5MDX_EXAMPLE_FRAMES` picks a smaller one (the docs build uses 2,000 frames).
 
 # %%
 import os
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -28,9 +29,19 @@ import h5mdx
 from h5mdx.examples import build_adk_trajectory
 from h5mdx.testing import adk_topology
 
+
+def example_dir() -> Path:
+    """`h5mdx-example/` at the root of the clone this runs in (Jupyter runs a notebook in
+    its own directory, `notebooks/`), else here."""
+    for base in (Path.cwd(), *Path.cwd().parents):
+        if (base / "pyproject.toml").is_file() and (base / "src" / "h5mdx").is_dir():
+            return base / "h5mdx-example"
+    return Path("h5mdx-example")
+
+
 print("h5mdx", h5mdx.__version__)
 frames = int(os.environ.get("H5MDX_EXAMPLE_FRAMES", 30_000))
-path = build_adk_trajectory(f"h5mdx-example/adk-{frames}.h5md", frames)  # once, then cached
+path = build_adk_trajectory(example_dir() / f"adk-{frames}.h5md", frames)  # once, then cached
 psf = adk_topology()
 
 # %% [markdown]

@@ -19,9 +19,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import xarray as xr
-from distributed import Client, LocalCluster, get_task_stream
+from distributed import Client, get_task_stream
 
 from h5mdx.analysis.rmsd import rmsd
+from h5mdx.parallel import local_cluster
 from h5mdx.parallel.workers import warm_up_workers
 from h5mdx.testing import adk_example, adk_topology, write_h5md
 from h5mdx.timing import capture, flag_stragglers, per_worker, plot_gantt, plot_per_worker
@@ -46,12 +47,13 @@ print(n_frames, "frames")
 # 100-frame chunks, more than 16 single-threaded workers (see docs/performance.md, "On 16 cores,
 # with the fused read"). This notebook runs processes with one thread each, for the
 # dashboard and the task stream below. The dataset pickles to the workers (each reopens
-# the file by name). `warm_up_workers` loads the compiled RMSD kernel in every worker as it
-# starts (about a second here), so that the first task of each does not carry it.
+# the file by name). `local_cluster` is a `LocalCluster` of such workers that leaves out
+# distributed's `MALLOC_TRIM_THRESHOLD_`, which slows h5py's reads (docs/guide/parallel.md).
+# `warm_up_workers` loads the compiled RMSD kernel in every worker as it starts (one to three
+# seconds here), so that the first task of each does not carry it.
 
 # %%
-cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                       dashboard_address=":0")
+cluster = local_cluster(2, dashboard=True)
 client = Client(cluster)
 print({w.split(":")[-1]: f"{s:.2f} s" for w, s in warm_up_workers(client).items()})
 ds = xr.open_dataset(path, engine="h5md", topology=psf)

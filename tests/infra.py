@@ -183,7 +183,7 @@ def mpi_missing() -> list[str]:
     if shutil.which("mpirun") is None:
         missing.append("mpirun is not on PATH (Debian: apt-get install -y openmpi-bin)")
     if importlib.util.find_spec("mpi4py") is None:
-        missing.append("mpi4py is not installed (pip install 'h5mdx[mpi]')")
+        missing.append("mpi4py is not installed (pip install mpi4py; bash scripts/setup.sh installs it)")
     try:
         import h5py
 

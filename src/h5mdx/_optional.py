@@ -44,7 +44,7 @@ def import_optional(name: str, purpose: str = "") -> ModuleType:
         pip_name, extra = _PIP_NAMES.get(top, (top, None))
         hint = f"pip install {pip_name}"
         if extra:
-            hint += f"  (or: pip install 'h5mdx[{extra}]')"
+            hint += f"  (or, in a clone of h5mdx: pip install -e '.[{extra}]')"
         what = f" for {purpose}" if purpose else ""
         raise MissingDependencyError(
             f"The optional dependency {top!r} is needed{what} but could not be imported "

@@ -221,7 +221,7 @@ def _h5py_checks(probe: dict[str, Any] | None, error: str) -> list[Check]:
 
 
 def _mpi4py_check(probe: dict[str, Any] | None, error: str) -> Check:
-    fix = "pip install 'h5mdx[mpi]'  (needs an MPI library: " + FIX_MPI_DEBIAN + ")"
+    fix = "pip install mpi4py  (needs an MPI library: " + FIX_MPI_DEBIAN + ")"
     if importlib.util.find_spec("mpi4py") is None:
         return Check("mpi4py", "missing", "not installed", fix)
     if probe is None:
@@ -277,7 +277,7 @@ def _chunk_index_check(probe: dict[str, Any] | None) -> Check:
     return Check(name, "missing",
                  f"HDF5 {probe['hdf5']} has no chunk iteration and pyfive is not installed: "
                  "datasets of many small chunks are read through h5py, one thread at a time",
-                 "pip install pyfive  (or: pip install 'h5mdx[fast]')")
+                 "pip install pyfive")
 
 
 def _file_locking_check() -> Check:
@@ -332,18 +332,18 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             *_h5py_checks(h5py_probe, h5py_error),
             _mpi4py_check(mpi4py_probe, mpi4py_error),
             mpirun_future.result(),
-            _package_check("dask-mpi", "dask-mpi", "dask_mpi", "pip install 'h5mdx[mpi]'"),
+            _package_check("dask-mpi", "dask-mpi", "dask_mpi", "pip install dask-mpi"),
             _package_check(
-                "distributed", "distributed", "distributed", "pip install 'h5mdx[distributed]'"
+                "distributed", "distributed", "distributed", "pip install distributed"
             ),
             _package_check(
-                "dask-jobqueue", "dask-jobqueue", "dask_jobqueue", "pip install 'h5mdx[slurm]'"
+                "dask-jobqueue", "dask-jobqueue", "dask_jobqueue", "pip install dask-jobqueue"
             ),
             *slurm_future.result(),
             _file_locking_check(),
             # what the benchmarks' figures depend on (cores x threads, vector unit, caches)
             Check("CPU", "info", cpu_description()),
-            _package_check("numba", "numba", "numba", "pip install 'h5mdx[fast]'"),
+            _package_check("numba", "numba", "numba", "pip install numba"),
             # the kernel's layout follows the vectors LLVM uses on this CPU (docs/performance.md)
             Check("RMSD kernel", "info", _kernel_layout()),
             _chunk_index_check(h5py_probe),

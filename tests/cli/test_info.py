@@ -184,6 +184,32 @@ def test_a_damaged_root_group_is_called_damage(tmp_path, adk_h5md, capsys):
     assert "h5netcdf" not in err
 
 
+def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
+        tmp_path, capsys, monkeypatch, adk_h5md):
+    """Every error ended in "(run with --debug for the traceback)", a missing file or an
+    output in the way too, and the CLI said "pass overwrite=True (--overwrite on the
+    command line)" (audit42); an unexpected error keeps the hint."""
+    import h5mdx.cli.info
+    from h5mdx.cli import main
+
+    out = tmp_path / "out.h5md"
+    out.write_bytes(b"keep")
+    assert main(["rechunk", str(adk_h5md), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "already exists; pass --overwrite to replace it" in err, err
+    assert "--debug" not in err and "overwrite=True" not in err
+    assert out.read_bytes() == b"keep"
+
+    def broken(args):
+        raise ValueError("something h5mdx did not expect")
+
+    monkeypatch.setattr(h5mdx.cli.info, "run", broken)
+    assert main(["info", str(adk_h5md)]) == 1
+    err = capsys.readouterr().err
+    assert "error: something h5mdx did not expect" in err
+    assert "(run with --debug for the traceback)" in err
+
+
 def test_debug_after_the_command_shows_the_traceback(tmp_path, capsys):
     """The errors' hint says "run with --debug": `h5mdx info F --debug` was a usage error
     (found by an audit); it raises, as `h5mdx --debug info F` does."""
@@ -191,7 +217,10 @@ def test_debug_after_the_command_shows_the_traceback(tmp_path, capsys):
 
     missing = str(tmp_path / "nope.h5md")
     assert main(["info", missing]) == 1
-    assert "(run with --debug for the traceback)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "No such file" in err
+    # a missing file says all there is: no hint of a traceback (audit42)
+    assert "--debug" not in err, err
     for argv in (["info", missing, "--debug"], ["--debug", "info", missing]):
         with pytest.raises(FileNotFoundError, match="No such file"):
             main(argv)

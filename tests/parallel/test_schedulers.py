@@ -122,6 +122,25 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, 
     assert ran == []
 
 
+def test_a_selection_matching_nothing_fails_before_a_scheduler_is_chosen(
+        adk_h5md, capsys, monkeypatch):
+    """--select matching no atom said "scheduler threads (...)" (and started the cluster)
+    before its error (audit42); it fails first, with no traceback hint."""
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.cli import main
+    from h5mdx.parallel import schedulers
+
+    ran = []
+    monkeypatch.setattr(schedulers, "scheduler_context",
+                        lambda *a, **k: ran.append(True))  # never reached
+    assert main(["rmsd", str(adk_h5md), "--topology", PSF, "--select", "name XX"]) == 1
+    err = capsys.readouterr().err
+    assert "the selection 'name XX' matches no atom" in err, err
+    assert "scheduler" not in err and "--debug" not in err
+    assert ran == []
+
+
 def _children(pid: int) -> list[int]:
     """Live processes whose parent is ``pid`` (from /proc)."""
     out = []

@@ -177,6 +177,30 @@ def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
     assert "busiest MPI rank" in said[0]
 
 
+def test_imbalance_advice_of_a_grid_quotes_the_median_and_the_runs_with_more_blocks():
+    """h5mdx bench quoted the worst repeat (2.00 x) beside a table of medians (1.56 at
+    most), asked for --blocks-per-worker 3 after a grid that had run it, and asked for
+    smaller blocks beside idle advice asking for larger ones (audit42)."""
+    m1 = [_run(f"threads-n2-m1-r{r}", n_tasks=2, slow={1: ("io", extra)})
+          for r, extra in enumerate((0.2, 0.4, 1.0))]  # 1.20, 1.33 and 1.55 x the mean
+    m3 = [_run(f"threads-n2-m3-r{r}", n_tasks=6, slow={1: ("io", 0.1)}) for r in range(3)]
+    said = [a for a in advice(pd.concat(m1 + m3, ignore_index=True))
+            if a.startswith("Load imbalance")]
+    assert len(said) == 1, said
+    assert "1.33 x the mean in threads-n2-m1 (median of 3 repeats; the most, 1.55, in " \
+           "threads-n2-m1-r2)" in said[0], said[0]
+    assert "--blocks-per-worker 3" not in said[0]
+    assert "the runs with 3 or more blocks per worker had 1.04 x: more blocks share" in said[0]
+    alone = [a for a in advice(pd.concat(m1, ignore_index=True))
+             if a.startswith("Load imbalance")]
+    assert "--blocks-per-worker 3" in alone[0] and "median of 3 repeats" in alone[0]
+    idle = pd.concat(m1, ignore_index=True).assign(t_wait=5.0)
+    out = advice(idle)
+    assert any(a.startswith("Workers were idle") and "larger blocks" in a for a in out)
+    said = [a for a in out if a.startswith("Load imbalance")]
+    assert len(said) == 1 and "smaller blocks" not in said[0] and "stood idle" in said[0]
+
+
 def test_straggler_advice_asks_for_more_blocks_only_where_there_were_few():
     """The same for the stragglers' sentence: "More blocks per worker (e.g. 3)" after runs
     of 3 or more (found by an audit)."""

@@ -247,7 +247,7 @@ def kernel_layout() -> str:
         that the numpy kernel runs.
     """
     if not has_numba():
-        return "the numpy kernel (numba not installed: pip install 'h5mdx[fast]')"
+        return "the numpy kernel (numba not installed: pip install numba)"
     from h5mdx.analysis import _qcp_numba as k
 
     frames = "two frames" if k._PAIRS else "one frame"
@@ -307,7 +307,7 @@ def _numba_kernel() -> Any:
         from h5mdx.analysis import _qcp_numba
     except ImportError as err:
         raise ImportError(
-            "kernel='numba' needs numba: pip install numba (or 'h5mdx[fast]')"
+            "kernel='numba' needs numba: pip install numba"
         ) from err
     return _qcp_numba
 

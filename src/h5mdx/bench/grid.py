@@ -444,8 +444,8 @@ def _check_mpi_backends(schedulers: Sequence[str]) -> None:
         if missing:
             raise MissingDependencyError(
                 f"the {backend} backend needs {' and '.join(missing)}: pip install "
-                "'h5mdx[mpi]' (and an MPI build of h5py for mpi-io), or leave it out of "
-                "--scheduler")
+                f"{' '.join(m.replace('_', '-') for m in missing)} (and an MPI build of h5py "
+                "for mpi-io), or leave it out of --scheduler")
 
 
 def _child_error(stderr: str) -> str:

@@ -19,7 +19,19 @@ from collections.abc import Iterator, Sequence
 
 from h5mdx._version import __version__
 from h5mdx.cli import bench, doctor, example, info, layout, mpi, rmsd, slurm
-from h5mdx.errors import H5MDError
+from h5mdx.errors import (
+    H5MDError,
+    H5MDFormatError,
+    H5MDUnitError,
+    MissingDependencyError,
+    TopologyError,
+)
+
+#: Errors whose message says all there is (a file missing or in the way, a bad file, a
+#: selection matching nothing, a package to install): no "--debug" hint after them.
+_SAID_ALL = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+             NotADirectoryError, H5MDFormatError, H5MDUnitError, TopologyError,
+             MissingDependencyError)
 
 #: Subcommand modules, in the order they appear in ``h5mdx --help``.
 SUBCOMMAND_MODULES = (info, example, rmsd, layout, bench, doctor, mpi, slurm)
@@ -140,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"h5mdx {args.command}: error: {_as_options(str(err), parser, args.command)}",
               file=sys.stderr)
-        print("  (run with --debug for the traceback)", file=sys.stderr)
+        if not isinstance(err, _SAID_ALL):
+            print("  (run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 
@@ -155,6 +168,9 @@ def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> 
             break
     else:  # pragma: no cover - every command is a subparser
         return message
+    # "pass overwrite=True (--overwrite on the command line)": the option alone
+    message = re.sub(r"pass \w+=True \((--[\w-]+) on the command line\)", r"pass \1",
+                     message)
     for opt in (sub._actions if sub is not None else ()):  # noqa: SLF001
         long = [o for o in opt.option_strings if o.startswith("--")]
         if long and "_" in opt.dest:

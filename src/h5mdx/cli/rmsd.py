@@ -264,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
                                  else chunk_mib)
     with opened as ds:
         t_open = time.perf_counter() - t0
+        if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
+            from h5mdx.analysis.rmsd import select_atoms
+
+            select_atoms(ds["position"], args.select, ds.md.topology)
         scheduler = args.scheduler
         if scheduler == AUTO:
             scheduler, why = local_scheduler(ds)

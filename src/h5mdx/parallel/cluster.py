@@ -583,7 +583,7 @@ def slurm(jobs: int | None = None, *, check: bool = True, **kwargs: Any) -> Any:
     SlurmError
         If ``check`` and SLURM rejects the job script, or sbatch is missing.
     MissingDependencyError
-        If dask-jobqueue is not installed (``pip install 'h5mdx[slurm]'``).
+        If dask-jobqueue is not installed (``pip install dask-jobqueue``).
     """
     jq = _import_jobqueue()
     options = slurm_options(**kwargs)

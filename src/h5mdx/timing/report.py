@@ -3,7 +3,7 @@
 :func:`render_table` writes every table h5mdx shows: the summary of ``h5mdx
 bench`` (a rich table on the terminal, Markdown in ``report.md``), the per-rank
 phases that ``h5mdx mpi-rmsd`` prints and the straggler report of ``h5mdx
-slurm-script --wait`` (plain text). :func:`task_table` turns timing records (one
+slurm-script --submit`` (plain text). :func:`task_table` turns timing records (one
 row per task or MPI rank, schema of :mod:`h5mdx.timing.records`) into such a
 table, and :func:`straggler_summary` adds the stragglers, the load imbalance and
 the advice of :mod:`h5mdx.timing.stragglers`.
