@@ -13,15 +13,14 @@
 # copies the result files it wrote to $OUT (what the device tool brings back) when set.
 # bench_scale writes its report into $OUT/results itself, again after every N: a call that
 # runs out of time still brings back the layouts and N it finished (marked "Partial").
-# E.g., each call under the tool's 10 minutes:
-#   run(command="bash benchmarks/device.sh run bench_scale --layouts c100 --tag=-16core-c100",
-#       carry=[".whl"])
-# Where a session has 15 minutes of device time in all (starting the machine included),
-# one call covers items 2-3 of issue 14 on all three layouts (3 x 4 GB written in ~75 s;
-# the grid on 2 cores takes ~1/3 of the full one's 8.5 min at N=1,2):
-#   run(command="bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16
-#       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0
-#       --tag=-16core", carry=[".whl"], timeout_s=560)
+# The repository travels to the lent machine with .whl/ beside it. E.g., one command of
+# under 10 minutes each, there:
+#   bash benchmarks/device.sh run bench_scale --layouts c100 --tag=-16core-c100
+# Where 15 minutes of machine time are all there is (its start included), one command
+# measures N workers and 16 threads against the floor on all three layouts (3 x 4 GB
+# written in ~75 s; the grid on 2 cores takes ~1/3 of the full one's 8.5 min at N=1,2):
+#   bash benchmarks/device.sh run bench_scale --workers 1,2,4,8,16 \
+#       --schedulers distributed,threads --opens lazy --repeats 3 --rss-frames 0 --tag=-16core
 # (434 s on 2026-11-26, the three 4 GB files written in ~75 s.)
 #
 # Run on 2026-11-26 with the fused read (docs/performance.md, "On 16 cores, with the fused
@@ -71,8 +70,7 @@ WHEELS=.whl
 # step does not stop the rest). NEXT_ONLY=name,name picks steps; NEXT_DRY=1 prints them.
 # One call of under 10 minutes covers them all (~9 min; the machine's start ~35 s;
 # each step is packed as it finishes, so a call cut short keeps the steps before):
-#   run(command="PYTHONUNBUFFERED=1 bash benchmarks/device.sh next 2>&1 | tail -c 11000",
-#       carry=[".whl"], timeout_s=540)
+#   PYTHONUNBUFFERED=1 bash benchmarks/device.sh next 2>&1 | tail -c 11000
 NEXT_STEPS=(
     "kernel|bench_kernel --tag=-16core-lanes"
     "kernel512|bench_kernel --prefer-512 --tag=-16core-512"

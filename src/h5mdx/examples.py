@@ -70,7 +70,7 @@ _NOISE = 0.05  # Å, standard deviation of the per-coordinate noise
 _MAX_ANGLE = math.radians(10.0)
 _MAX_SHIFT = 2.0  # Å
 _SEED = 15
-_RECIPE = 2  # bump when the construction changes: cached files are rebuilt
+_RECIPE = 3  # bump when the construction changes: cached files are rebuilt
 
 
 def _adk_source() -> tuple[Any, np.ndarray, float, float]:
@@ -209,6 +209,7 @@ def build_adk_trajectory(
     spec = ElementSpec("position", (n_atoms, 3), np.float32, ELEMENT_UNITS["position"])
     layout = Layout(frames_per_chunk=_FRAMES_PER_CHUNK)
     desc = f"building {os.path.basename(path)} ({frames:,} frames)"
+    first_step = round(t0 / dt) if dt > 0 else 0
     with atomic_output(path, overwrite=True, hdf5=True) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["h5mdx_example"] = _recipe(frames)
         with H5MDWriter(f, [spec], n_frames=frames, layout=layout, static=_static(u.atoms),
@@ -217,7 +218,9 @@ def build_adk_trajectory(
             for a in range(0, frames, block):
                 b = min(frames, a + block)
                 idx = np.arange(a, b)
-                writer.extend(idx, t0 + idx * dt, position=perturbed_frames(source, a, b))
+                # steps counted in dt, as the DCD's own (step 1 at 1 ps; adk_example's too)
+                writer.extend(idx + first_step, t0 + idx * dt,
+                              position=perturbed_frames(source, a, b))
                 advance(b - a)
     return path
 

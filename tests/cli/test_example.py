@@ -33,7 +33,7 @@ from h5mdx.examples import (  # noqa: E402
     read_floor,
     source_index,
 )
-from h5mdx.testing import assert_rmsd_close  # noqa: E402
+from h5mdx.testing import adk_example, assert_rmsd_close  # noqa: E402
 
 FRAMES = 300
 POSITION = "particles/trajectory/position/value"
@@ -129,6 +129,13 @@ def test_trajectory_construction(tmp_path):
         np.testing.assert_array_equal(d[98:], perturbed_frames(source, 98, 250))
         np.testing.assert_allclose(f["particles/trajectory/position/time"][:3],
                                    t0 + np.arange(3) * dt)
+        # the steps of the DCD's frames (and adk_example's): 1, 2, ... at 1, 2, ... ps
+        # (they were 0, 1, ... at 1, 2, ... ps; audit42)
+        np.testing.assert_array_equal(f["particles/trajectory/position/step"][:3],
+                                      [1, 2, 3])
+        with h5py.File(adk_example(), "r") as small:
+            np.testing.assert_array_equal(f["particles/trajectory/position/step"][:98],
+                                          small["particles/trajectory/position/step"][:])
         assert "mass" in f["particles/trajectory"]
     mtime = os.path.getmtime(path)
     assert build_adk_trajectory(path, 250, progress=False) == path  # cached

@@ -173,6 +173,15 @@ def test_cli_rechunk(tmp_path, adk_h5md, capsys):
     with h5py.File(out) as f:
         v = f["particles/trajectory/position/value"]
         assert v.chunks == (49, 3341, 3) and v.compression_opts == 1
+    # a chunk size in MiB is said as the frames a chunk holds, as h5mdx info shows them
+    # ("chunks of about 4 MiB of whole frames"; audit42)
+    for dst, chunks in ((tmp_path / "mib.h5md", 26), (tmp_path / "mib.zarr", 26)):
+        args = parser.parse_args(["rechunk", adk_h5md, str(dst), "--chunk-mib", "1"])
+        assert args.func(args) == 0
+        said = capsys.readouterr().out
+        assert f"chunks of {chunks} frames (about 1 MiB)" in said, said
+    with h5py.File(tmp_path / "mib.h5md") as f:
+        assert f["particles/trajectory/position/value"].chunks == (26, 3341, 3)
 
 
 def test_a_damaged_chunk_names_the_file_the_element_and_the_frames(tmp_path):

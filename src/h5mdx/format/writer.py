@@ -157,11 +157,16 @@ class Layout:
             frames = min(frames, int(n_frames))
         return max(1, frames)
 
-    def describe(self, n_frames: int | None = None) -> str:
+    def describe(self, n_frames: int | None = None, frame_bytes: int | None = None) -> str:
         """A short text such as ``"chunks of 100 frames, gzip:1"`` (``n_frames``: the
-        frames written, which chunks never exceed)."""
+        frames written, which chunks never exceed; ``frame_bytes``: the bytes of one
+        frame of the positions, which turn a ``chunk_mib`` into the frames of a chunk)."""
         if self.contiguous:
             what = "contiguous"
+        elif self.frames_per_chunk is None and frame_bytes:
+            frames = self.frames(frame_bytes, n_frames)
+            what = (f"chunks of {frames} frame{'s' if frames != 1 else ''} (about "
+                    f"{self.chunk_mib or DEFAULT_CHUNK_MIB:g} MiB)")
         elif self.frames_per_chunk is not None:
             frames = self.frames_per_chunk
             if n_frames is not None and 0 < n_frames < frames:

@@ -632,8 +632,8 @@ def convert(
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(
-        output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs],
-        seconds=seconds, bytes_written=size, layout=layout.describe(n_frames), verified=verified,
+        output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs], seconds=seconds,
+        bytes_written=size, verified=verified, layout=layout.describe(n_frames, specs[0].frame_bytes),
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in [*early, *caught]))
         + obs_notes + _unknown_units(u, specs) + _left_behind(trajectories, observables.values),

@@ -323,8 +323,7 @@ def rechunk(
     dst = os.fspath(dst)
     info = scan(src)
     elements = time_dependent_elements(info)
-    main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
-                 if n == "position" and e.time_dependent), None)
+    main = _position(info)
     n_atoms, n_frames = _particle_count(info)
     if n_frames is None:  # the particles' frames, not an observable's sampled more often
         n_frames = max((e.shape[0] for e in elements), default=0)
@@ -353,9 +352,10 @@ def rechunk(
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
                         elements=copier.elements, seconds=seconds, bytes_written=size,
-                        layout=layout.describe(n_frames) if compression is not None or contiguous
-                        else layout.describe(n_frames).replace("compression none",
-                                                               "compression kept"),
+                        layout=layout.describe(n_frames, _frame_bytes(main))
+                        if compression is not None or contiguous
+                        else layout.describe(n_frames, _frame_bytes(main)).replace(
+                            "compression none", "compression kept"),
                         verified=verified)
 
 
@@ -434,6 +434,19 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
                             "from the input")
 
 
+def _position(info: FileInfo) -> ElementInfo | None:
+    """The first time-dependent ``position`` of the file's particles groups."""
+    return next((e for pg in info.particles.values() for n, e in pg.elements.items()
+                 if n == "position" and e.time_dependent), None)
+
+
+def _frame_bytes(el: ElementInfo | None) -> int | None:
+    """The bytes of one frame of ``el`` (None without one)."""
+    if el is None or len(el.shape) < 2:
+        return None
+    return int(np.prod(el.shape[1:])) * np.dtype(el.dtype).itemsize
+
+
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
                   verify: bool, n_frames: int, n_atoms: int,
                   buffer_mib: float = 64.0, progress: bool = False) -> ConvertStats:
@@ -460,5 +473,6 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
-                        seconds=seconds, bytes_written=size, layout=layout.describe(n_frames),
+                        seconds=seconds, bytes_written=size,
+                        layout=layout.describe(n_frames, _frame_bytes(_position(info))),
                         verified=verify)
