@@ -172,7 +172,7 @@ with warnings.catch_warnings():  # MDAnalysis' note on its DCD reader's timestep
 print("max |h5mdx - MDAnalysis| =", float(np.abs(r.values[:98] - ref).max()), "Å")
 
 # %% [markdown]
-# ## The layout doctor and rechunking
+# ## The layout diagnosis and rechunking
 #
 # `h5mdx info` shows what is in a file and whether its layout is slow (it judges elements of
 # 16 MiB and more). A file written with h5py's automatic chunks splits every frame over many

@@ -1,4 +1,4 @@
-"""The layout doctor: findings, cost estimates and the fix command."""
+"""The layout diagnosis: findings, cost estimates and the fix command."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the checks and print them; the exit status is 1 only with ``--strict``."""
     if getattr(args, "file", None):
         print(f"h5mdx doctor: error: doctor checks the parallel stack and takes no file; the "
-              f"layout doctor of a file is part of h5mdx info: h5mdx info {args.file}",
+              f"layout diagnosis of a file is part of h5mdx info: h5mdx info {args.file}",
               file=sys.stderr)
         return 2
     report = run_checks(timeout=args.timeout)

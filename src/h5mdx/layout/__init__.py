@@ -1,6 +1,6 @@
 """Layer 4, the layout tools: diagnose, convert, rechunk and export trajectories.
 
-:mod:`~h5mdx.layout.diagnosis` (the layout doctor behind ``h5mdx info``;
+:mod:`~h5mdx.layout.diagnosis` (the layout diagnosis behind ``h5mdx info``;
 its functions are re-exported here), :mod:`~h5mdx.layout.convert`,
 :mod:`~h5mdx.layout.rechunk`, :mod:`~h5mdx.layout.export` (Zarr stores and
 :func:`h5mdx.to_h5md`) and the atomic writes they share.

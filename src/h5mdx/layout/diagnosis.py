@@ -1,4 +1,4 @@
-"""The layout doctor: is the storage layout of an H5MD file making reads slow?
+"""The layout diagnosis: is the storage layout of an H5MD file making reads slow?
 
 :func:`diagnose` is a pure function of :func:`h5mdx.format.h5md.scan` results (no file
 access, no xarray). For every large time-dependent element it names the
@@ -68,7 +68,7 @@ def _chunk_cache() -> int:
 
 @dataclass(frozen=True)
 class Finding:
-    """One observation of the layout doctor.
+    """One observation of the layout diagnosis.
 
     Attributes
     ----------
