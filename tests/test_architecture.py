@@ -146,3 +146,26 @@ def test_no_function_over_80_lines():
             if lines > 80 and name not in LONG_FUNCTIONS:
                 long.append(f"{name} ({lines} lines)")
     assert not long, long
+
+
+def test_the_module_map_names_every_module():
+    """docs/architecture.md's module map lists every module of src/h5mdx, and no module
+    that is gone (a newcomer's map of where things are; audit42 found 39 of 76 unnamed)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("## Module map", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    mapped, package = set(), ""
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        name = line.split()[0]
+        if name.endswith("/"):
+            package = name
+        elif line.startswith("  "):
+            mapped.add(package + name)
+        else:
+            package = ""
+            mapped.add(name)
+    pkg = SRC / "h5mdx"
+    actual = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")
+              if "__pycache__" not in p.parts}
+    assert mapped == actual, (sorted(actual - mapped), sorted(mapped - actual))
