@@ -1936,14 +1936,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _below(paths: Iterable[str]) -> dict[str, list[str]]:
+    """The paths below each of ``paths`` (``"/a/b"`` is below ``"/a"`` and ``"/"``), in
+    the order given: one pass over each path's ancestors, not a walk of every path per
+    path (H5MD-NOMAD's ten thousand groups of connectivity made that quadratic)."""
+    paths = list(paths)
+    by_stem: dict[str, list[str]] = {}
+    for path in paths:
+        by_stem.setdefault(path.rstrip("/"), []).append(path)
+    below: dict[str, list[str]] = {path: [] for path in paths}
+    for path in paths:
+        for i, char in enumerate(path):
+            if char == "/":
+                for above in by_stem.get(path[:i], ()):
+                    if above != path:
+                        below[above].append(path)
+    return below
+
+
 def _dealign(groups: dict[str, xr.Dataset]) -> None:
     """Rename ancestor dims that descendants would fail to align with."""
     paths = sorted(groups, key=lambda p: p.count("/"))
+    below = _below(groups)
     for path in paths:
         ds = groups[path]
-        descendants = [
-            groups[p] for p in groups if p != path and p.startswith(path.rstrip("/") + "/")
-        ]
+        descendants = [groups[p] for p in below[path]]
         renames = {}
         for dim in ds.dims:
             for child in descendants:
