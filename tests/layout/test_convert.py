@@ -505,11 +505,12 @@ def test_format_given_where_the_file_name_does_not_tell_it(tmp_path, capsys):
     # MDAnalysis' 8 lines said in one, with the format it knows by that name
     assert err.splitlines()[0].endswith(
         "it knows no trajectory format 'LAMMPSTRJ' (of "
-        f"{d.LAMMPSDUMP_image_vf!r}); give one with --format (format=): LAMMPSDUMP?"), err
+        f"{d.LAMMPSDUMP_image_vf!r}); give one with --format: LAMMPSDUMP?"), err
     assert len(err.splitlines()) == 1, err  # one line: it says all (no --debug hint)
     assert main(["convert", d.LAMMPSDUMP_image_vf, str(out)]) != 0
-    assert "it knows no topology format 'LAMMPSTRJ'; give one with --topology-format " \
-        "(topology_format=): LAMMPSDUMP?" in capsys.readouterr().err
+    # the option alone on the command line (the API's keyword too said "(format=)")
+    assert "it knows no topology format 'LAMMPSTRJ'; give one with --topology-format: " \
+        "LAMMPSDUMP?" in capsys.readouterr().err
     assert main(["convert", "--format", "NOSUCH", d.LAMMPS_image_vf,
                  d.LAMMPSDUMP_image_vf, str(out)]) != 0
     err = capsys.readouterr().err

@@ -171,6 +171,8 @@ def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> 
     # "pass overwrite=True (--overwrite on the command line)": the option alone
     message = re.sub(r"pass \w+=True \((--[\w-]+) on the command line\)", r"pass \1",
                      message)
+    # "give one with --format (format=)": the option, without the keyword's name
+    message = re.sub(r"(--[\w-]+) \(\w+=\)", r"\1", message)
     for opt in (sub._actions if sub is not None else ()):  # noqa: SLF001
         long = [o for o in opt.option_strings if o.startswith("--")]
         if long and "_" in opt.dest:
