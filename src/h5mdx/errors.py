@@ -21,6 +21,11 @@ __all__ = [
 class H5MDError(Exception):
     """Base class of all h5mdx errors."""
 
+    #: True where the error wraps one that no check anticipated (an h5py, xarray or
+    #: MDAnalysis failure): its message says what failed, its traceback why, and the
+    #: command line offers it (``--debug``)
+    unexpected: bool = False
+
 
 def _where(filename: object | None, h5path: str | None) -> str:
     parts = []

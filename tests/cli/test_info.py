@@ -208,6 +208,19 @@ def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
     err = capsys.readouterr().err
     assert "error: something h5mdx did not expect" in err
     assert "(run with --debug for the traceback)" in err
+    monkeypatch.undo()
+
+    # a format error wrapping a failure no check anticipated keeps the hint (audit45)
+    import h5mdx.format.h5md
+
+    def failing(*args, **kwargs):
+        raise TypeError("an h5py surprise")
+
+    monkeypatch.setattr(h5mdx.format.h5md, "_scan", failing)
+    assert main(["info", str(adk_h5md)]) == 1
+    err = capsys.readouterr().err
+    assert "unreadable H5MD structure (TypeError: an h5py surprise)" in err, err
+    assert "(run with --debug for the traceback)" in err
 
 
 def test_debug_after_the_command_shows_the_traceback(tmp_path, capsys):

@@ -333,6 +333,23 @@ def test_flat_particles_note_only_on_opens_of_particles(tmp_path):
             opened().close()
 
 
+def test_particles_left_out_is_said_on_every_open(tmp_path):
+    """/particles that cannot be read (a dataset) leaves no particles group to open: its
+    note is given on the opens of the observables (the rule for the flat note hid it from
+    every open; audit45)."""
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f["particles"] = np.arange(3)
+        el = f.create_group("observables/energy")
+        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    for group in (None, "observables"):
+        with pytest.warns(H5MDConformanceWarning) as said:
+            xr.open_dataset(path, engine="h5md", group=group).close()
+        assert sum("[/particles]: /particles must be a group" in str(w.message)
+                   for w in said) == 1, group
+
+
 def test_castep_first_release_elements_straight_in_particles(tmp_path):
     """castep_outputs_tools' first md_to_h5md: H5MD elements in /particles itself, each
     offered as a particles group (the open refused the file)."""

@@ -190,7 +190,19 @@ def test_imbalance_advice_of_a_grid_quotes_the_median_and_the_runs_with_more_blo
     assert "1.33 x the mean in threads-n2-m1 (median of 3 repeats; the most, 1.55, in " \
            "threads-n2-m1-r2)" in said[0], said[0]
     assert "--blocks-per-worker 3" not in said[0]
-    assert "the runs with 3 or more blocks per worker had 1.04 x: more blocks share" in said[0]
+    assert "; threads-n2-m3, with more blocks per worker, had 1.04 x: more blocks share " \
+           "the work out." in said[0], said[0]
+    # only the same scheduler and workers count, and 1.42 is no remedy (audit45)
+    n4 = [_run(f"threads-n4-m3-r{r}", n_workers=4, n_tasks=12) for r in range(3)]
+    still = [_run(f"threads-n2-m3-r{r}", n_tasks=6, slow={1: ("io", 0.9)}) for r in range(3)]
+    said = [a for a in advice(pd.concat(m1 + still + n4, ignore_index=True))
+            if a.startswith("Load imbalance")]
+    assert "threads-n2-m3, with more blocks per worker, had " in said[0], said[0]
+    assert "did not even it out" in said[0] and "n4" not in said[0]
+    # run ids of the user's own records need not be strings
+    ints = pd.concat(m1, ignore_index=True)
+    ints["run_id"] = ints["run_id"].str[-1].astype(int)
+    assert any(a.startswith("Load imbalance") for a in advice(ints))
     alone = [a for a in advice(pd.concat(m1, ignore_index=True))
              if a.startswith("Load imbalance")]
     assert "--blocks-per-worker 3" in alone[0] and "median of 3 repeats" in alone[0]

@@ -28,7 +28,8 @@ from h5mdx.errors import (
 )
 
 #: Errors whose message says all there is (a file missing or in the way, a bad file, a
-#: selection matching nothing, a package to install): no "--debug" hint after them.
+#: selection matching nothing, a package to install): no "--debug" hint after them, unless
+#: they wrap an error no check anticipated (``H5MDError.unexpected``).
 _SAID_ALL = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
              NotADirectoryError, H5MDFormatError, H5MDUnitError, TopologyError,
              MissingDependencyError)
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"h5mdx {args.command}: error: {_as_options(str(err), parser, args.command)}",
               file=sys.stderr)
-        if not isinstance(err, _SAID_ALL):
+        if not isinstance(err, _SAID_ALL) or getattr(err, "unexpected", False):
             print("  (run with --debug for the traceback)", file=sys.stderr)
         return 1
 
@@ -169,7 +170,7 @@ def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> 
     else:  # pragma: no cover - every command is a subparser
         return message
     # "pass overwrite=True (--overwrite on the command line)": the option alone
-    message = re.sub(r"pass \w+=True \((--[\w-]+) on the command line\)", r"pass \1",
+    message = re.sub(r"pass \w+=True \((--[\w-]+)(?: on the command line)?\)", r"pass \1",
                      message)
     # "give one with --format (format=)": the option, without the keyword's name
     message = re.sub(r"(--[\w-]+) \(\w+=\)", r"\1", message)

@@ -653,9 +653,12 @@ class _Report:
 
     def scanned(self, info: FileInfo, under: str | None = None) -> None:
         """Take the problems of the scan: all, or those of ``under`` and the whole file."""
+        # /particles read as one particles group (Sarkas): its problems are that group's
+        flat = any(pg.path == "/particles" for pg in info.particles.values())
         for problem in info.problems:
             if self.strict or under is None or any(
-                    _concerns(path, under) for path in (problem.path, *problem.shared_by)):
+                    _concerns(path, under, flat)
+                    for path in (problem.path, *problem.shared_by)):
                 self.add(problem)
 
     def emit(self) -> None:
@@ -675,13 +678,15 @@ class _Report:
             )
 
 
-def _concerns(path: str, group_path: str) -> bool:
+def _concerns(path: str, group_path: str, flat: bool = False) -> bool:
     """Whether a problem at ``path`` concerns an open of ``group_path`` (or the whole file:
     a problem outside the roots that hold groups, such as ``/h5md``'s). A problem of
-    ``/particles`` itself (elements stored there, as Sarkas does) concerns the opens of
-    particles only."""
+    ``/particles`` itself concerns the opens of particles only where ``flat`` (``/particles``
+    read as one particles group, as Sarkas writes it), every open otherwise (the particles
+    left out: no open of them would say so)."""
     if path.strip("/").split("/")[0] not in ("particles", "observables", "parameters",
-                                             "connectivity"):
+                                             "connectivity") or (
+            path.rstrip("/") == "/particles" and not flat):
         return True
     return (path == group_path or path.startswith(group_path.rstrip("/") + "/")
             or group_path.startswith(path.rstrip("/") + "/"))
@@ -1427,9 +1432,10 @@ def _open_one(
                 ds = _free_form_group(b, name, group, drop)
     except _STRUCTURE_ERRORS as err:
         manager.close()
-        raise H5MDFormatError(
-            filename, None, f"cannot assemble a Dataset ({type(err).__name__}: {err})"
-        ) from None
+        error = H5MDFormatError(
+            filename, None, f"cannot assemble a Dataset ({type(err).__name__}: {err})")
+        error.unexpected = True
+        raise error from None
     except BaseException:
         manager.close()
         raise

@@ -47,7 +47,9 @@ def _universe(path: str, mtime: float) -> Any:
         try:
             return mda.Universe(path)
         except Exception as err:  # MDAnalysis raises many kinds of errors
-            raise TopologyError(f"{path}: MDAnalysis cannot read this topology: {err}") from err
+            error = TopologyError(f"{path}: MDAnalysis cannot read this topology: {err}")
+            error.unexpected = True
+            raise error from err
 
 
 #: The key of the ``atom`` coordinate's ``encoding`` that holds a Universe passed as

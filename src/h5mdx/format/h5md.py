@@ -2329,9 +2329,10 @@ def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool = T
     except (KeyError, RuntimeError, TypeError, OSError, ValueError, AttributeError,
             IndexError, OverflowError) as err:
         # h5py/HDF5 failures on a structure no check above anticipated
-        raise H5MDFormatError(
-            c.filename, None, f"unreadable H5MD structure ({type(err).__name__}: {err})"
-        ) from None
+        error = H5MDFormatError(
+            c.filename, None, f"unreadable H5MD structure ({type(err).__name__}: {err})")
+        error.unexpected = True
+        raise error from None
 
 
 def _h5md_group(c: _Ctx) -> h5py.Group | None:

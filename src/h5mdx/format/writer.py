@@ -165,8 +165,8 @@ class Layout:
             what = "contiguous"
         elif self.frames_per_chunk is None and frame_bytes:
             frames = self.frames(frame_bytes, n_frames)
-            what = (f"chunks of {frames} frame{'s' if frames != 1 else ''} (about "
-                    f"{self.chunk_mib or DEFAULT_CHUNK_MIB:g} MiB)")
+            what = (f"chunks of {frames} frame{'s' if frames != 1 else ''} "
+                    f"({frames * frame_bytes / 2**20:.3g} MiB)")
         elif self.frames_per_chunk is not None:
             frames = self.frames_per_chunk
             if n_frames is not None and 0 < n_frames < frames:

@@ -652,7 +652,7 @@ def _imbalance_advice(df: pd.DataFrame, idle: bool = False) -> str | None:
     if imbalance.empty:
         return None
     # the repeats of one configuration (h5mdx bench's run ids end in -r<repeat>)
-    config = pd.Series(imbalance.index.str.replace(r"-r\d+$", "", regex=True),
+    config = pd.Series(imbalance.index.astype(str).str.replace(r"-r\d+$", "", regex=True),
                        index=imbalance.index)
     medians = imbalance.groupby(config).median()
     if medians.max() <= 1.25:
@@ -680,13 +680,18 @@ def _imbalance_advice(df: pd.DataFrame, idle: bool = False) -> str | None:
             "to share out: some workers ran slower (other jobs on their cores?) or stood "
             "idle; check the per-worker times (plot_per_worker) and the machine's load."
         )
-    many = medians[tasks.reindex(medians.index) >= 3]
-    if len(many):  # the runs with more blocks per worker say whether they help
+    # the same scheduler and workers with 3 or more blocks per worker (bench's -m<M>)
+    family = medians.index.str.replace(r"-m\d+$", "", regex=True)
+    same = (family == family[medians.index.get_loc(worst_config)]) & (
+        tasks.reindex(medians.index) >= 3).to_numpy()
+    if same.any():  # the runs with more blocks per worker say whether they help
+        best = medians[same].idxmin()
+        helped = medians[best] <= 1.25
         return (
-            f"Load imbalance: {measured}; the runs with 3 or more blocks per worker had "
-            f"{many.min():.2f} x: "
-            + ("more blocks share the work out better." if many.min() < medians.max() else
-               "more blocks did not help; check the per-worker times (plot_per_worker).")
+            f"Load imbalance: {measured}; {best}, with more blocks per worker, had "
+            f"{medians[best]:.2f} x: "
+            + ("more blocks share the work out." if helped else "more blocks did not "
+               "even it out; check the per-worker times (plot_per_worker).")
         )
     if idle:
         return (f"Load imbalance: {measured}, in runs where the workers mostly stood idle "
