@@ -315,14 +315,28 @@ def test_sarkas_particles_straight_in_particles(tmp_path):
         np.testing.assert_array_equal(tree["/particles"].position.values, pos)
 
 
+def _energy(f):
+    """An observable, ``/observables/energy``, of 3 frames."""
+    el = f.create_group("observables/energy")
+    el["value"], el["step"] = np.arange(3.0), np.arange(3)
+
+
+def _beside_energy(path, where, data):
+    """An H5MD 1.1 file of ``data`` at ``where`` and :func:`_energy`."""
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f[where] = data
+        _energy(f)
+    return path
+
+
 def test_flat_particles_note_only_on_opens_of_particles(tmp_path):
     """The note on a flat /particles (its path is /particles, not below it) was given on
     every open, observables' too; it concerns the particles' opens (and the tree's)."""
     path = tmp_path / "sarkas.h5"
     _sarkas(path)
     with h5py.File(path, "r+") as f:
-        el = f.create_group("observables/energy")
-        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+        _energy(f)
     with warnings.catch_warnings():
         warnings.simplefilter("error", H5MDConformanceWarning)
         with xr.open_dataset(path, engine="h5md", group="observables") as obs:
@@ -337,12 +351,7 @@ def test_particles_left_out_is_said_on_every_open(tmp_path):
     """/particles that cannot be read (a dataset) leaves no particles group to open: its
     note is given on the opens of the observables (the rule for the flat note hid it from
     every open; audit45)."""
-    path = tmp_path / "bad.h5"
-    with h5py.File(path, "w") as f:
-        f.create_group("h5md").attrs["version"] = np.array([1, 1])
-        f["particles"] = np.arange(3)
-        el = f.create_group("observables/energy")
-        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    path = _beside_energy(tmp_path / "bad.h5", "particles", np.arange(3))
     for group in (None, "observables"):
         with pytest.warns(H5MDConformanceWarning) as said:
             xr.open_dataset(path, engine="h5md", group=group).close()
@@ -677,12 +686,7 @@ def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):
             ds = xr.open_dataset(path, engine="h5md", group=group)
         with ds:
             np.testing.assert_array_equal(ds.position.values, pos)
-    lone = tmp_path / "lone.h5"
-    with h5py.File(lone, "w") as f:
-        f.create_group("h5md").attrs["version"] = np.array([1, 1])
-        f["particles/trajectory"] = np.arange(4)
-        el = f.create_group("observables/energy")
-        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    lone = _beside_energy(tmp_path / "lone.h5", "particles/trajectory", np.arange(4))
     assert scan(lone).particles == {}
 
 
