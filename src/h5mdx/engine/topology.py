@@ -346,8 +346,9 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
 
     Parameters
     ----------
-    universe : MDAnalysis.Universe
-        The topology.
+    universe : MDAnalysis.Universe or MDAnalysis.AtomGroup
+        The topology. An AtomGroup's atoms are the file's, in the group's order: the
+        indices are positions in the group, not the indices of its Universe.
     selection : str
         An MDAnalysis selection string, e.g. ``"name CA"``.
     filename : str, optional
@@ -370,4 +371,11 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
         raise TopologyError(f"{where}invalid selection {selection!r}: {err}") from err
     if len(group) == 0:
         raise TopologyError(f"{where}the selection {selection!r} matches no atom")
-    return np.sort(np.asarray(group.indices, dtype=np.int64))
+    indices = np.asarray(group.indices, dtype=np.int64)
+    if hasattr(universe, "universe") and universe is not universe.universe:
+        # an AtomGroup (a subset file's atoms): the selected atoms' places in it (their
+        # Universe's indices matched a few of the file's atoms by chance; audit46)
+        order = np.asarray(universe.indices, dtype=np.int64)
+        sorter = np.argsort(order, kind="stable")
+        indices = sorter[np.searchsorted(order, indices, sorter=sorter)]
+    return np.sort(indices)
