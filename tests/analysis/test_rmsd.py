@@ -842,3 +842,24 @@ def test_selections_in_an_atom_group_topology_of_a_subset_file(tmp_path, adk_h5m
         with xr.open_dataset(adk_h5md, engine="h5md") as ds:
             np.testing.assert_array_equal(part.position.values,
                                           ds.position.values[:, ca.indices[:50]])
+
+
+def test_a_trajectory_in_two_files_as_the_guide_opens_it(tmp_path, adk_h5md, expected_ca):
+    """docs/guide/data-model.md, "A trajectory in several files": open_mfdataset joins
+    the parts along time, per-atom variables stay per atom, and the RMSD over both parts is
+    MDAnalysis' over the whole run (audit46)."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        ds.isel(time=slice(0, 50)).md.to_h5md(tmp_path / "run-1.h5md")
+        ds.isel(time=slice(50, None)).md.to_h5md(tmp_path / "run-2.h5md")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        ds = xr.open_mfdataset([tmp_path / "run-1.h5md", tmp_path / "run-2.h5md"],
+                               engine="h5md", combine="nested", concat_dim="time",
+                               data_vars="minimal", coords="minimal", compat="override",
+                               chunks={}, topology=PSF)
+    with ds, xr.open_dataset(tmp_path / "run-1.h5md", engine="h5md", topology=PSF) as part:
+        assert ds.sizes["time"] == 98 and ds.position.chunks[0] == (50, 48)
+        # nothing per atom (or fixed) repeated along time
+        assert {k: v.dims for k, v in ds.variables.items()} == \
+            {k: v.dims for k, v in part.variables.items()}
+        assert np.abs(ds.md.rmsd(select="name CA").values - expected_ca).max() < ATOL
