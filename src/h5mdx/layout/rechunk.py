@@ -37,6 +37,7 @@ from h5mdx.format.h5md import (
 from h5mdx.format.writer import Layout, ensure_room, written_file
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
+from h5mdx.layout.diagnosis import _frame_bytes
 
 __all__ = ["rechunk", "time_dependent_elements"]
 
@@ -323,14 +324,16 @@ def rechunk(
     dst = os.fspath(dst)
     info = scan(src)
     elements = time_dependent_elements(info)
-    main = _position(info)
+    main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
+                 if n == "position" and e.time_dependent), None)
+    frame_bytes = _frame_bytes(main) if main is not None else None  # for the summary
     n_atoms, n_frames = _particle_count(info)
     if n_frames is None:  # the particles' frames, not an observable's sampled more often
         n_frames = max((e.shape[0] for e in elements), default=0)
     if is_zarr_path(dst):
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
                              n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib,
-                             progress=progress)
+                             progress=progress, frame_bytes=frame_bytes)
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
@@ -350,12 +353,11 @@ def rechunk(
             verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
+    described = layout.describe(n_frames, frame_bytes)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
                         elements=copier.elements, seconds=seconds, bytes_written=size,
-                        layout=layout.describe(n_frames, _frame_bytes(main))
-                        if compression is not None or contiguous
-                        else layout.describe(n_frames, _frame_bytes(main)).replace(
-                            "compression none", "compression kept"),
+                        layout=described if compression is not None or contiguous
+                        else described.replace("compression none", "compression kept"),
                         verified=verified)
 
 
@@ -434,22 +436,10 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
                             "from the input")
 
 
-def _position(info: FileInfo) -> ElementInfo | None:
-    """The first time-dependent ``position`` of the file's particles groups."""
-    return next((e for pg in info.particles.values() for n, e in pg.elements.items()
-                 if n == "position" and e.time_dependent), None)
-
-
-def _frame_bytes(el: ElementInfo | None) -> int | None:
-    """The bytes of one frame of ``el`` (None without one)."""
-    if el is None or len(el.shape) < 2:
-        return None
-    return int(np.prod(el.shape[1:])) * np.dtype(el.dtype).itemsize
-
-
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
                   verify: bool, n_frames: int, n_atoms: int,
-                  buffer_mib: float = 64.0, progress: bool = False) -> ConvertStats:
+                  buffer_mib: float = 64.0, progress: bool = False,
+                  frame_bytes: int | None = None) -> ConvertStats:
     import xarray as xr
 
     from h5mdx.layout.export import dataset_to_zarr
@@ -474,5 +464,5 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
         size = _size(tmp)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms, elements=names,
                         seconds=seconds, bytes_written=size,
-                        layout=layout.describe(n_frames, _frame_bytes(_position(info))),
+                        layout=layout.describe(n_frames, frame_bytes),
                         verified=verify)
