@@ -844,6 +844,70 @@ def test_selections_in_an_atom_group_topology_of_a_subset_file(tmp_path, adk_h5m
                                           ds.position.values[:, ca.indices[:50]])
 
 
+def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md,
+                                                             adk_universe, expected_ca):
+    """A file of selected atoms (to_h5md of ds.isel(atom=...), convert --select) keeps
+    their indices in its id; opened with the whole system's topology it was refused (214
+    vs 3341 atoms, audit46). The id finds the atoms in the topology: the atom coordinate
+    holds their indices, and selections, integer atom indices and masses are the
+    topology's."""
+    ca = adk_universe.select_atoms("name CA")
+    first50 = adk_universe.select_atoms("name CA and resid 1:50")
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        ds.isel(atom=ca.indices).md.to_h5md(tmp_path / "ca.h5md")
+    with xr.open_dataset(tmp_path / "ca.h5md", engine="h5md", topology=PSF) as sub:
+        np.testing.assert_array_equal(sub.atom.values, ca.indices)
+        assert set(sub.name.values) == {"CA"} and sub.atom.attrs["subset_of"] == 3341
+        for select in ("name CA", "all", None, ca.indices):
+            assert np.abs(sub.md.rmsd(select=select).values - expected_ca).max() < ATOL
+        expected = _mda_rmsd(adk_universe, "name CA and resid 1:50", weights="mass")
+        for select in ("resid 1:50", first50.indices, first50):
+            series = sub.md.rmsd(select=select, weights="mass")
+            assert series.attrs["n_atoms"] == 50
+            assert np.abs(series.values - expected).max() < ATOL
+        # a subset of the subset keeps the indices
+        sub.isel(atom=slice(0, 50)).md.to_h5md(tmp_path / "ca50.h5md")
+    with xr.open_dataset(tmp_path / "ca50.h5md", engine="h5md", topology=PSF) as part, \
+            xr.open_dataset(tmp_path / "ca.h5md", engine="h5md", topology=PSF,
+                            select="resid 1:50") as chosen:
+        np.testing.assert_array_equal(part.atom.values, first50.indices)
+        np.testing.assert_array_equal(chosen.atom.values, first50.indices)
+        np.testing.assert_array_equal(chosen.position.values, part.position.values)
+    out = tmp_path / "ca.csv"
+    assert cli_main(["rmsd", str(tmp_path / "ca.h5md"), "--topology", PSF, "--select",
+                     "name CA", "--no-progress", "--out", str(out)]) == 0
+    with open(out) as f:
+        got = np.array([float(row["rmsd"]) for row in csv.DictReader(f)])
+    assert np.abs(got - expected_ca).max() < ATOL
+
+
+def test_a_subset_file_with_a_topology_it_does_not_index(tmp_path, adk_h5md, adk_universe):
+    """Ids that are not h5mdx's indices of selected atoms (another program's particle
+    tags), or a topology whose atoms at those indices have other masses (another system),
+    are refused with an error saying which, and how to pass the atoms meant."""
+    import h5py
+
+    ca = adk_universe.select_atoms("name CA")
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        ds.isel(atom=ca.indices).md.to_h5md(tmp_path / "ca.h5md")
+    tagged, heavy = tmp_path / "tagged.h5md", tmp_path / "heavy.h5md"
+    for path in (tagged, heavy):
+        path.write_bytes((tmp_path / "ca.h5md").read_bytes())
+    with h5py.File(tagged, "r+") as f:
+        del f["particles/trajectory/id"].attrs["long_name"]
+    with h5py.File(heavy, "r+") as f:
+        f["particles/trajectory/mass"][5] = 32.06
+    with pytest.raises(TopologyError, match=r"has 3341 atoms but /particles/trajectory "
+                       r"has 214; its id \(\[4, 21, 45\]\.\.\.\) does not say.*u\.atoms\[ids\]"):
+        xr.open_dataset(tagged, engine="h5md", topology=PSF)
+    with pytest.raises(TopologyError, match=r"the atoms of /particles/trajectory's id in the "
+                       r"topology .*adk.psf' have other masses than the file's: 1 of 214 "
+                       r"atoms differ \(atom 102: 12\.011 u in the topology, 32\.06 u in the file\)"):
+        xr.open_dataset(heavy, engine="h5md", topology=PSF)
+    with xr.open_dataset(tagged, engine="h5md", topology=ca) as sub:  # the way out
+        assert set(sub.name.values) == {"CA"}
+
+
 def test_a_trajectory_in_two_files_as_the_guide_opens_it(tmp_path, adk_h5md, expected_ca):
     """docs/guide/data-model.md, "A trajectory in several files": open_mfdataset joins
     the parts along time, per-atom variables stay per atom, and the RMSD over both parts is

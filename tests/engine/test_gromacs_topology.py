@@ -35,7 +35,7 @@ def _gromacs_like(path, select=None):
 
     convert(TPR, XTC, path, group="system", select=select, progress=False)
     with h5py.File(path, "r+") as f:
-        for name in ("mass", "charge", "species"):
+        for name in ("mass", "charge", "species", "id"):  # GROMACS: no atom indices
             if name in f["/particles/system"]:
                 del f["/particles/system"][name]
         for written in (MODULE, "/connectivity"):  # h5mdx's own, where it wrote them

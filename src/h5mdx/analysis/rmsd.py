@@ -150,7 +150,7 @@ def _atom_ids(position: xr.DataArray) -> np.ndarray:
 def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     """The Universe of ``topology``, checked against the positions: as many atoms as the
     file they come from (or, where that is unknown, enough for their atom indices)."""
-    from h5mdx.engine.topology import load_universe
+    from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe
 
     universe = load_universe(topology)
     n_top = len(universe.atoms)
@@ -158,7 +158,9 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     shape = position.encoding.get("original_shape") or position.variable.encoding.get(
         "original_shape")
     n_file = int(shape[1]) if shape is not None and len(shape) >= 2 else None
-    if n_file is None and np.array_equal(ids, np.arange(ids.size)):
+    if ATOM_DIM in position.coords and SUBSET_OF_ATTR in position[ATOM_DIM].attrs:
+        n_file = int(position[ATOM_DIM].attrs[SUBSET_OF_ATTR])  # a file of selected atoms
+    elif n_file is None and np.array_equal(ids, np.arange(ids.size)):
         n_file = int(ids.size)  # no sign of a selection: all the file's atoms
     name = getattr(universe, "filename", None) or topology
     if n_file is not None and n_top != n_file:

@@ -56,6 +56,10 @@ def _universe(path: str, mtime: float) -> Any:
 #: ``topology=`` (analyses use it, not a new one read from its file).
 UNIVERSE_ENCODING = "universe"
 
+#: The attribute of an ``atom`` coordinate that holds the atoms' indices in a topology
+#: of more atoms (a file of selected atoms, found by its ``id``): that topology's count.
+SUBSET_OF_ATTR = "subset_of"
+
 #: ``attrs["topology"]`` of a Universe that was not read from a file.
 IN_MEMORY = "<MDAnalysis Universe in memory>"
 

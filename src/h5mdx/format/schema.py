@@ -88,6 +88,12 @@ KNOWN_PARTICLE_ELEMENTS = (
 #: H5MD's particle elements of one number per particle (per frame where time-dependent).
 PER_PARTICLE_SCALARS = ("id", "species", "mass", "charge")
 
+#: The ``long_name`` of the time-independent ``id`` that h5mdx writes for a selection of
+#: atoms (``h5mdx convert --select``, ``ds.isel(atom=...).md.to_h5md``): each atom's
+#: 0-based index in the input, so that a reader can find the atoms in the whole system's
+#: topology. Other programs' ids are particle tags (often 1-based), not such indices.
+INPUT_INDEX_LONG_NAME = "0-based index of the atom in the input"
+
 #: Dimension names of the data model.
 TIME_DIM = "time"
 ATOM_DIM = "atom"

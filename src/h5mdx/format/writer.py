@@ -43,6 +43,7 @@ import numpy as np
 from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs, parse_compression
 from h5mdx.format.gromacs_topology import ModuleTopology, write_module
+from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
 
 __all__ = [
     "DEFAULT_CHUNK_MIB",
@@ -369,7 +370,7 @@ def id_element(indices: Any) -> tuple[np.ndarray, None, dict[str, str]]:
     """The time-independent H5MD ``id`` element of a selection of atoms (which atoms of
     the input these are), as :class:`H5MDWriter`'s ``static`` takes it."""
     return (np.asarray(indices, dtype=np.int64), None,
-            {"long_name": "0-based index of the atom in the input"})
+            {"long_name": INPUT_INDEX_LONG_NAME})
 
 
 class H5MDWriter:

@@ -393,8 +393,10 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
 
         raise TopologyError(
             f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
-            f"but the trajectory has {source.n_atoms}"
-        )
+            f"but the trajectory has {source.n_atoms}" + (
+                "; a file of selected atoms (h5mdx's id) is found in the whole system's "
+                "topology by the dask schedulers (h5mdx rmsd), not under MPI: pass a "
+                "topology of the file's atoms" if n_top > source.n_atoms else ""))
     dset = f[source.element.value_path]
     ref_index = options.reference
     if not source.n_frames:
