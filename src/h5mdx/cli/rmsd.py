@@ -33,7 +33,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "(HDF5 runs one call at a time in a process)."
         ),
     )
-    p.add_argument("trajectory", help="an H5MD file, or a Zarr store written by h5mdx")
+    p.add_argument("trajectory", nargs="+",
+                   help="an H5MD file, or a Zarr store written by h5mdx; several H5MD files "
+                        "(or a quoted pattern, 'run-*.h5md') are one trajectory, joined "
+                        "along time in their order")
     p.add_argument("--topology", help="topology file (PSF, PDB, GRO, TPR, ...)")
     p.add_argument("--select", default=None, help='MDAnalysis selection, e.g. "name CA"')
     p.add_argument("--reference", type=int, default=0, help="reference frame (default 0)")
@@ -216,11 +219,63 @@ def _holds_topology(path: str) -> bool:
     return holds_topology(path)
 
 
-def run(args: argparse.Namespace) -> int:
+def _one_trajectory(args: argparse.Namespace) -> str | None:
+    """``args.trajectory`` as one name (``args.parts``: the files it joins), or None after
+    saying why the files given are not one trajectory."""
+    from h5mdx.cli.parts import expand
+    from h5mdx.layout.convert import is_zarr_store
+
+    given = args.trajectory if isinstance(args.trajectory, list) else [args.trajectory]
+    try:
+        args.parts = expand(given)
+    except FileNotFoundError as err:
+        print(f"h5mdx rmsd: {err}", file=sys.stderr)
+        return None
+    if len(args.parts) > 1:
+        why = ("joins H5MD files, not Zarr stores" if any(map(is_zarr_store, args.parts))
+               else "--scheduler dask-mpi reads one file" if args.scheduler == "dask-mpi"
+               else None)
+        if why:
+            print(f"h5mdx rmsd: {len(args.parts)} trajectories given; h5mdx rmsd {why} "
+                  "(h5mdx convert joins trajectories into one file)", file=sys.stderr)
+            return None
+    args.trajectory = args.parts[0]
+    return args.trajectory
+
+
+def _open(args: argparse.Namespace, chunk_mib: float | None) -> Any:
+    """The trajectory (one file or store, or the files of ``args.parts`` joined)."""
     import xarray as xr
 
+    from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
+    from h5mdx.layout.convert import is_zarr_store
+
+    options = {"group": args.group, "topology": args.topology, "convert_units": True,
+               "chunk_mib": DEFAULT_TARGET_MIB if chunk_mib is None else chunk_mib}
+    if len(args.parts) > 1:
+        from h5mdx.cli.parts import open_parts
+
+        return open_parts(args.parts, **options)
+    if is_zarr_store(args.trajectory):
+        return _open_zarr(args.trajectory, args.topology, args.group)
+    return xr.open_dataset(args.trajectory, engine="h5md", **options)
+
+
+def _reference_in_range(ds: Any, reference: int) -> bool:
+    """Whether ``--reference`` is a frame of ``ds`` (said before a scheduler starts)."""
+    n_frames = ds.sizes.get("time", 0)
+    if "position" not in ds or not n_frames or -n_frames <= reference < n_frames:
+        return True
+    print(f"h5mdx rmsd: --reference {reference} is out of range: the trajectory has "
+          f"{n_frames} frames (0 to {n_frames - 1}, or -1 for the last)", file=sys.stderr)
+    return False
+
+
+def run(args: argparse.Namespace) -> int:
     import h5mdx  # noqa: F401 - registers the ds.md accessor
 
+    if _one_trajectory(args) is None:
+        return 2
     if isinstance(args.select, str) and args.topology is None and not _holds_topology(
             args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
@@ -250,24 +305,23 @@ def run(args: argparse.Namespace) -> int:
               "run h5mdx rmsd without mpirun", file=sys.stderr)
         return 2
 
-    from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
-
-    t0 = time.perf_counter()
+    from h5mdx.cli.parts import NotOneTrajectory
     from h5mdx.layout.convert import is_zarr_store
 
-    if is_zarr_store(args.trajectory):
-        opened = _open_zarr(args.trajectory, args.topology, args.group)
-    else:
-        opened = xr.open_dataset(args.trajectory, engine="h5md", group=args.group,
-                                 topology=args.topology, convert_units=True,
-                                 chunk_mib=DEFAULT_TARGET_MIB if chunk_mib is None
-                                 else chunk_mib)
+    t0 = time.perf_counter()
+    try:
+        opened = _open(args, chunk_mib)
+    except NotOneTrajectory as err:
+        print(f"h5mdx rmsd: {err}", file=sys.stderr)
+        return 2
     with opened as ds:
         t_open = time.perf_counter() - t0
         if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
             from h5mdx.analysis.rmsd import select_atoms
 
             select_atoms(ds["position"], args.select, ds.md.topology)
+        if not _reference_in_range(ds, args.reference):
+            return 2
         scheduler = args.scheduler
         if scheduler == AUTO:
             scheduler, why = local_scheduler(ds)
@@ -287,7 +341,8 @@ def run(args: argparse.Namespace) -> int:
     write_outputs(result, args.out, args.plot)
     _note_missing(result, args.trajectory)
     n = result.sizes["time"]
-    print(f"rmsd: {n} frame{'s' if n != 1 else ''} in {seconds:.3f} s "
+    files = f" of {len(args.parts)} files" if len(args.parts) > 1 else ""
+    print(f"rmsd: {n} frame{'s' if n != 1 else ''}{files} in {seconds:.3f} s "
           f"({n / max(seconds, 1e-9):,.0f} frames/s) on {scheduler} with {workers} "
           f"worker{'s' if workers != 1 else ''} (open {t_open * 1e3:.0f} ms)")
     print(_summary(result) + ("" if args.out else "; the series: --out rmsd.csv"))

@@ -1,0 +1,83 @@
+"""``h5mdx rmsd`` of a trajectory in several files (audit46: it took one file)."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysis.analysis import rms
+from MDAnalysisTests.datafiles import PSF
+
+from h5mdx.cli import main
+from h5mdx.cli.parts import expand, open_parts
+
+ATOL = 1e-4  # Angstrom; float32 positions
+
+
+@pytest.fixture(scope="module")
+def expected_ca(adk_universe):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rms.RMSD(adk_universe, select="name CA").run().results.rmsd[:, 2]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory, adk_h5md):
+    """adk in three files, as a run continued twice from its last frame: frames 0-39,
+    39-69 and 69-97 (each part begins with the frame its predecessor ended with)."""
+    where = tmp_path_factory.mktemp("parts")
+    names = []
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        for i, (a, b) in enumerate(((0, 40), (39, 70), (69, 98))):
+            names.append(ds.isel(time=slice(a, b)).md.to_h5md(where / f"run-{i + 1}.h5md"))
+    return names
+
+
+def _series(path):
+    with open(path) as f:
+        return np.array([float(row["rmsd"]) for row in csv.DictReader(f)])
+
+
+def test_rmsd_of_a_run_in_three_files_is_mdanalysis_of_the_whole(parts, expected_ca,
+                                                                 tmp_path, capsys):
+    out = tmp_path / "rmsd.csv"
+    assert main(["rmsd", *parts, "--topology", PSF, "--select", "name CA",
+                 "--no-progress", "--out", str(out)]) == 0
+    got = _series(out)
+    assert got.size == 98 and np.abs(got - expected_ca).max() < ATOL
+    assert "98 frames of 3 files" in capsys.readouterr().out
+    # a quoted pattern stands for the files it matches, sorted
+    assert expand([parts[0].replace("run-1", "run-*")]) == parts
+    out2 = tmp_path / "rmsd2.csv"
+    assert main(["rmsd", parts[0].replace("run-1", "run-*"), "--topology", PSF,
+                 "--select", "name CA", "--no-progress", "--out", str(out2)]) == 0
+    np.testing.assert_array_equal(_series(out2), got)
+
+
+def test_the_joined_dataset_keeps_the_repeated_frame_once(parts, adk_h5md):
+    with open_parts(parts) as ds, xr.open_dataset(adk_h5md, engine="h5md") as whole:
+        np.testing.assert_array_equal(ds.step.values, whole.step.values)
+        np.testing.assert_array_equal(ds.position.values, whole.position.values)
+        assert ds.position.dims == ("time", "atom", "spatial")
+        assert "time" not in ds["atom"].dims
+
+
+def test_files_that_are_not_one_trajectory_are_refused(parts, tmp_path, capsys, adk_h5md):
+    assert main(["rmsd", parts[1], parts[0], "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "run-1.h5md begins at step 1, before the last of" in err and "run-2.h5md (70)" in err
+    assert "--debug" not in err
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        ds.isel(time=slice(98 - 10, None), atom=slice(0, 100)).md.to_h5md(tmp_path / "few.h5md")
+    shutil.copy(parts[0], tmp_path / "first.h5md")
+    assert main(["rmsd", str(tmp_path / "first.h5md"), str(tmp_path / "few.h5md"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "the files hold other atoms, so they are not one trajectory: first.h5md 3341, " \
+           "few.h5md 100" in err
+    assert main(["rmsd", str(tmp_path / "run-*.h5md"), "--no-progress"]) == 2
+    assert "No file matches" in capsys.readouterr().err
