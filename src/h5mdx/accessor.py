@@ -130,6 +130,28 @@ class MDAccessor:
 
         return to_h5md(self._ds, path, **kwargs)
 
+    def to_zarr(self, store: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """Write the Dataset as a Zarr store in chunks of whole frames; see
+        :func:`h5mdx.layout.export.to_zarr` (``ds.to_zarr`` of a lazily opened Dataset
+        lets Zarr split the frames).
+
+        Parameters
+        ----------
+        store : str or path-like
+            The store to write (written aside and renamed into place).
+        **kwargs
+            ``frames_per_chunk``, ``chunk_mib``, ``contiguous``, ``compression``,
+            ``overwrite``, ``progress``: as :func:`h5mdx.layout.export.to_zarr`.
+
+        Returns
+        -------
+        str
+            The store written.
+        """
+        from h5mdx.layout.export import to_zarr
+
+        return to_zarr(self._ds, store, **kwargs)
+
 
 def _fixed_along(values: xr.DataArray, keep: str) -> xr.DataArray:
     """``values`` on ``keep`` alone, where its other dimensions repeat one row: the first

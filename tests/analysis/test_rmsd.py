@@ -927,3 +927,32 @@ def test_a_trajectory_in_two_files_as_the_guide_opens_it(tmp_path, adk_h5md, exp
         assert {k: v.dims for k, v in ds.variables.items()} == \
             {k: v.dims for k, v in part.variables.items()}
         assert np.abs(ds.md.rmsd(select="name CA").values - expected_ca).max() < ATOL
+
+
+def test_to_zarr_of_a_lazily_opened_dataset_keeps_whole_frames(tmp_path, adk_h5md,
+                                                               expected_ca, ca):
+    """ds.to_zarr of a Dataset opened without chunks= let Zarr split the frames
+    ((25, 1671, 2), audit46), and the RMSD's warning then spoke of the h5md engine.
+    ds.md.to_zarr writes whole frames; the warning on a store that splits them says how to
+    write it."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        with warnings.catch_warnings():  # zarr's notes on v3 strings, consolidated metadata
+            warnings.simplefilter("ignore")
+            ds.to_zarr(tmp_path / "plain.zarr")
+        assert ds.md.to_zarr(tmp_path / "frames.zarr") == str(tmp_path / "frames.zarr")
+        with pytest.raises(FileExistsError):
+            ds.md.to_zarr(tmp_path / "frames.zarr")
+        ds.isel(atom=ca).md.to_zarr(tmp_path / "frames.zarr", overwrite=True,
+                                    frames_per_chunk=10)
+    with xr.open_zarr(tmp_path / "frames.zarr") as store:
+        assert store.position.encoding["chunks"] == (10, 214, 3)
+        np.testing.assert_array_equal(store.atom.values, ca)
+        assert np.abs(store.md.rmsd().values - expected_ca).max() < ATOL
+    with xr.open_zarr(tmp_path / "plain.zarr") as store:
+        split = store.position.encoding["chunks"]
+        assert split[1:] != (3341, 3)
+        with pytest.warns(UserWarning, match=rf"rechunking once\. The store's chunks "
+                          rf"\({split[0]}, {split[1]}, {split[2]}\) split the frames: "
+                          r"write it with ds\.md\.to_zarr"):
+            series = store.md.rmsd(select=ca)
+        assert np.abs(series.values - expected_ca).max() < ATOL

@@ -973,15 +973,27 @@ def _default_client(scheduler: Any) -> Any:
         return None
 
 
+def _whole_frames_hint(position: xr.DataArray) -> str:
+    """How to get blocks of whole frames, for where ``position`` comes from."""
+    enc = position.encoding
+    if "h5md_path" in enc:
+        return ("Open the file with chunks={} (the h5md engine keeps whole frames in a "
+                "block) or chunks={'atom': -1, 'spatial': -1}.")
+    if "chunks" in enc or "preferred_chunks" in enc:  # a Zarr store's
+        return (f"The store's chunks {tuple(enc.get('chunks') or ())} split the frames: "
+                "write it with ds.md.to_zarr (whole frames per chunk), or open it with "
+                "chunks={'atom': -1, 'spatial': -1}.")
+    return "Chunk the positions with .chunk({'atom': -1, 'spatial': -1}) once."
+
+
 def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
-                kernel_args: tuple) -> da.Array:
+                kernel_args: tuple, hint: str = "") -> da.Array:
     """One task per dask block of ``plan``'s array, taking the block as it is read."""
     data, atoms = plan
     if len(data.chunks[1]) > 1 or len(data.chunks[2]) > 1:
         warnings.warn(
             "the positions are split into several dask chunks along atom/spatial; "
-            "rechunking once. Open the file with chunks={} (the h5md engine keeps "
-            "whole frames in a block) or chunks={'atom': -1, 'spatial': -1}.",
+            f"rechunking once. {hint}".rstrip(),
             UserWarning,
             stacklevel=_user_stacklevel(),
         )
@@ -1174,7 +1186,8 @@ def rmsd(
 
     kernel_args = (ref_c, w, superposition, kernel)
     if is_dask:
-        result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args)
+        result = _dask_tasks(name, _dask_plan(position, sub, idx), kernel_args,
+                             _whole_frames_hint(position))
     else:
         result = _lazy_tasks(name, _read_plan(position, idx), ends, kernel_args, host_threads,
                              process_threads)

@@ -44,7 +44,7 @@ from h5mdx.format.writer import (
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 
 __all__ = ["ZarrWriter", "dataset_to_zarr", "missing_chunks", "open_zarr_store", "to_h5md",
-           "zarr_checksums", "zarr_compressors", "zarr_particles_groups"]
+           "to_zarr", "zarr_checksums", "zarr_compressors", "zarr_particles_groups"]
 
 
 @contextlib.contextmanager
@@ -511,6 +511,51 @@ def dataset_to_zarr(
         writes = out.to_zarr(os.fspath(store), mode=mode, encoding=enc, group=group,
                              compute=False)  # type: ignore[call-overload]
         _compute_with_bar(writes, description)
+
+
+def to_zarr(
+    ds: xr.Dataset,
+    store: str | os.PathLike[str],
+    *,
+    frames_per_chunk: int | None = None,
+    chunk_mib: float | None = None,
+    contiguous: bool = False,
+    compression: str | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> str:
+    """Write a Dataset of the h5mdx data model to a Zarr store in chunks of whole frames.
+
+    ``ds.to_zarr`` of a Dataset opened without ``chunks=`` lets Zarr choose chunks that
+    split the frames along ``atom`` and ``spatial`` ((25, 1671, 2) for adk, audit46): every
+    task of an analysis then reads parts of many chunks. This writes each element in
+    chunks of whole frames, as ``h5mdx convert OUT.zarr`` does, from a lazy or dask-backed
+    Dataset, a block at a time, into a temporary store renamed into place.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The data (e.g. ``xr.open_dataset(f, engine="h5md").isel(atom=...)``).
+    store : str or path-like
+        The Zarr directory (written atomically).
+    frames_per_chunk, chunk_mib, contiguous, compression
+        The layout (see :class:`h5mdx.format.writer.Layout`).
+    overwrite : bool, default False
+        Replace an existing store.
+    progress : bool, default False
+        A progress bar as the blocks are written.
+
+    Returns
+    -------
+    str
+        The store written.
+    """
+    layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
+                    contiguous=contiguous, compression=compression)
+    with atomic_output(store, overwrite=overwrite, inputs=_sources(ds), directory=True) as tmp:
+        dataset_to_zarr(ds, tmp, layout=layout, progress=progress,
+                        description=f"to {os.path.basename(os.fspath(store))}")
+    return os.fspath(store)
 
 
 def _compute_with_bar(writes: Any, description: str) -> None:
