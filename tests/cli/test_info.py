@@ -54,6 +54,19 @@ def test_info_observables_and_fixed(tmp_path, capsys):
     assert main(["info", path]) == 0
     out = capsys.readouterr().out
     assert "(fixed)" in out and "energy" in out and "steps 0..8" in out
+    # how to open them, which the default view does not show (audit46)
+    assert '\nobservables  (xr.open_dataset(..., engine="h5md", group="observables"), or ' \
+           'open_datatree)\n' in out
+
+
+def test_info_says_how_to_open_observables_of_a_subgroup(capsys):
+    """ZnH5MD's observables live in /observables/atoms (MDAnalysisTests' cu.h5md)."""
+    pytest.importorskip("MDAnalysisTests")
+    from MDAnalysisTests.datafiles import H5MD_energy
+
+    assert main(["info", H5MD_energy]) == 0
+    assert 'engine="h5md", group="observables/atoms"), or open_datatree)' in \
+        capsys.readouterr().out
 
 
 def test_output_into_a_closed_pipe_ends_quietly(adk_h5md, tmp_path, monkeypatch, capsys):

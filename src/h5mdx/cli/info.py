@@ -162,6 +162,15 @@ def topology_line(module: ModuleTopology) -> str:
             f"{served or 'no property'} per atom, from {module.path}")
 
 
+def _how_to_open(observables: dict[str, Any]) -> str:
+    """How to open the observables (not in a particles group's Dataset): the groups to
+    pass as ``group=`` (an observable of a subgroup is named 'atoms/energy')."""
+    groups = sorted({k.rpartition("/")[0] for k in observables})
+    named = [f'group="observables{"/" + g if g else ""}"' for g in groups]
+    shown = ", ".join(named[:3]) + (f", ... ({len(named)} groups)" if len(named) > 3 else "")
+    return f"  (xr.open_dataset(..., engine=\"h5md\", {shown}), or open_datatree)"
+
+
 def _joined(*words: Any) -> str:
     """The words that are there, one space apart (a creator without a version)."""
     return " ".join(str(w) for w in words if w not in (None, ""))
@@ -195,7 +204,8 @@ def render(info: FileInfo) -> str:
     for title, elements in (("observables", info.observables),
                             ("connectivity", info.connectivity)):
         if elements:
-            out.append(title)
+            out.append(title + (_how_to_open(info.observables) if title == "observables"
+                                else ""))
             for key, el in list(elements.items())[:_SHOWN]:
                 out.append(_line(el, "  ", name=key, width=width))
             if len(elements) > _SHOWN:  # H5MD-NOMAD: a group of connectivity per molecule
