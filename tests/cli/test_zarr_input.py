@@ -60,6 +60,42 @@ def test_a_topology_of_other_atoms_is_one_clear_line(store, capsys):
     assert "has no particles group 'x'; it has: 'trajectory'" in capsys.readouterr().err
 
 
+def test_a_store_of_selected_atoms_takes_the_whole_systems_topology(tmp_path, capsys):
+    """``convert --select`` into Zarr keeps the atoms' indices in ``id``: ``h5mdx rmsd``
+    with the whole system's PSF finds them in it (it was "3341 atoms; the store has 214"),
+    as the h5md engine does for an H5MD file; a store written from such a Dataset keeps
+    the indices in its ``atom`` coordinate."""
+    from MDAnalysis.analysis import rms
+
+    path = tmp_path / "ca.zarr"
+    assert main(["convert", d.PSF, d.DCD, str(path), "--select", "name CA",
+                 "--no-progress"]) == 0
+    u = mda.Universe(d.PSF, d.DCD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(u, select="name CA and resid 1:50", weights="mass").run()
+    out = tmp_path / "r.csv"
+    assert main(["rmsd", str(path), "--topology", d.PSF, "--select", "resid 1:50",
+                 "--weights", "mass", "--no-progress", "--out", str(out)]) == 0
+    got = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+    np.testing.assert_allclose(got, want.results.rmsd[:, 2], atol=1e-4)
+    with xr.open_dataset(str(path), engine="zarr") as z:
+        ids = z["id"].values
+    with _store_with_topology(path, d.PSF) as ds:
+        np.testing.assert_array_equal(ds.atom.values, ids)
+        ds.md.to_zarr(tmp_path / "again.zarr")
+    assert main(["rmsd", str(tmp_path / "again.zarr"), "--topology", d.PSF, "--select",
+                 "resid 1:50", "--weights", "mass", "--no-progress", "--out", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
+                               want.results.rmsd[:, 2], atol=1e-4)
+
+
+def _store_with_topology(path, topology):
+    from h5mdx.cli.rmsd import _open_zarr
+
+    return _open_zarr(str(path), topology, None)
+
+
 def test_a_store_of_several_groups_is_described_and_read_whole(tmp_path, capsys):
     """rechunk copies a file of two particles groups and observables into a store, the
     first group at its root: info lists them all (it showed the root alone) and

@@ -94,7 +94,6 @@ def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:
 def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, with the
     topology attached for selections and masses."""
-    from h5mdx.errors import TopologyError
     from h5mdx.layout.export import open_zarr_store, zarr_particles_groups
 
     where = None
@@ -107,16 +106,35 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
         where = groups[name]
     ds = open_zarr_store(path, group=where)
     if topology is not None:
-        from h5mdx.engine.topology import load_universe, topology_label
+        from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, topology_label
 
         universe = load_universe(topology)
-        n = universe.atoms.n_atoms
-        if n != ds.sizes.get("atom"):
-            ds.close()
-            raise TopologyError(f"the topology {topology} has {n} atoms; the store {path} "
-                                f"has {ds.sizes.get('atom')}")
+        n, n_store = universe.atoms.n_atoms, ds.sizes.get("atom")
+        atom = ds.get("atom")
+        if n != n_store and atom is not None and atom.attrs.get(SUBSET_OF_ATTR) != n:
+            ds = _found_by_id(ds, universe, path, n, n_store)
         ds.attrs["topology"] = topology_label(topology, universe)
     return ds
+
+
+def _found_by_id(ds: Any, universe: Any, path: str, n: int, n_store: int | None) -> Any:
+    """A store of selected atoms, its ``atom`` coordinate their indices in ``universe``
+    (found by h5mdx's ``id``, as the h5md engine finds them); an error where it has none."""
+    from h5mdx.engine.topology import SUBSET_OF_ATTR, input_indices
+    from h5mdx.errors import TopologyError
+
+    try:
+        ids = input_indices(ds, universe, int(n_store or 0), path, "the store")
+    except TopologyError:
+        ds.close()
+        raise
+    if ids is None:
+        ds.close()
+        raise TopologyError(f"the topology {universe.filename or 'given'} has {n} atoms; the "
+                            f"store {path} has {n_store}")
+    return ds.assign_coords(atom=("atom", ids, {
+        "long_name": "0-based atom index in the topology (the store's id)",
+        SUBSET_OF_ATTR: n}))
 
 
 def _canonical_units(result: Any) -> Any:

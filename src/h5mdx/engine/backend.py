@@ -59,7 +59,6 @@ from h5mdx.format.schema import (
     ATOM_DIM,
     BOX_VECTOR_DIM,
     BOX_VECTOR_LABELS,
-    INPUT_INDEX_LONG_NAME,
     PER_PARTICLE_SCALARS,
     SPATIAL_DIM,
     SPATIAL_LABELS,
@@ -1063,6 +1062,7 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
     from h5mdx.engine.topology import (
         SUBSET_OF_ATTR,
         UNIVERSE_ENCODING,
+        input_indices,
         load_universe,
         topology_coords,
         topology_label,
@@ -1071,7 +1071,7 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
     if n_atoms is None:
         raise TopologyError(f"{filename}: {group} has no per-atom element")
     universe = load_universe(topology)
-    ids = _input_indices(ds, universe, n_atoms, filename, group)
+    ids = input_indices(ds, universe, n_atoms, filename, group)
     if ids is None:
         tcoords = topology_coords(universe, n_atoms, filename)
     else:  # a selection's atoms, found in the whole system's topology by their id
@@ -1089,65 +1089,6 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
     if not isinstance(topology, (str, os.PathLike)):
         ds[ATOM_DIM].encoding[UNIVERSE_ENCODING] = universe
     return ds
-
-
-def _input_indices(ds: xr.Dataset, universe: Any, n_atoms: int, filename: str,
-                   group: str) -> np.ndarray | None:
-    """The atoms' indices in ``universe`` where the file holds a selection of its atoms:
-    a topology of more atoms than ``group``, and h5mdx's time-independent ``id`` of
-    distinct indices into it (:data:`~h5mdx.format.schema.INPUT_INDEX_LONG_NAME`); None
-    where the counts match. Other ids are not indices into a topology: the counts'
-    mismatch is an error naming them, and how to pass the atoms they mean."""
-    n_top = len(universe.atoms)
-    if n_top <= n_atoms or universe is not getattr(universe, "universe", universe):
-        return None  # the same system (or an AtomGroup: its own atoms, checked after)
-    var = ds.variables.get("id")
-    if var is None or var.dims != (ATOM_DIM,) or var.dtype.kind not in "iu":
-        return None
-    ids = np.asarray(var.values, dtype=np.int64)
-    said = f"{filename}: the topology {_topology_name(universe)} has {n_top} atoms but " \
-           f"{group} has {n_atoms}"
-    if var.attrs.get("long_name") != INPUT_INDEX_LONG_NAME:
-        raise TopologyError(
-            f"{said}; its id ({ids[:3].tolist()}...) does not say which of the "
-            "topology's atoms they are (h5mdx writes 0-based indices for a selection); "
-            "where they are such indices, pass topology=u.atoms[ids] (an MDAnalysis "
-            "AtomGroup of the file's atoms, in its order)")
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n_top
-                     or np.unique(ids).size != ids.size):
-        raise TopologyError(
-            f"{said}; its id, the selected atoms' indices in the system they come from, "
-            f"holds {int(ids.min())}..{int(ids.max())}"
-            f"{'' if np.unique(ids).size == ids.size else ', some twice'}: not atoms of "
-            "this topology; pass the whole system's topology")
-    _check_masses(ds, universe.atoms[ids], f"{filename}: the atoms of {group}'s id in the "
-                  f"topology {_topology_name(universe)}")
-    return ids
-
-
-def _check_masses(ds: xr.Dataset, atoms: Any, said: str) -> None:
-    """Refuse a topology whose atoms' masses are not the file's own (``mass``, where both
-    have them, to 0.1 u): another system's, whose atoms an ``id`` would pair by chance."""
-    var = ds.variables.get("mass")
-    if var is None or var.dims != (ATOM_DIM,):
-        return
-    try:
-        theirs = np.asarray(atoms.masses, dtype=np.float64)
-    except Exception:  # noqa: BLE001 - MDAnalysis' NoDataError: a topology without masses
-        return
-    ours = np.asarray(var.values, dtype=np.float64)
-    off = np.flatnonzero(~(np.abs(ours - theirs) <= 0.1))
-    if off.size:
-        i = int(off[0])
-        raise TopologyError(
-            f"{said} have other masses than the file's: {off.size} of {ours.size} atoms "
-            f"differ (atom {int(atoms.indices[i])}: {theirs[i]:g} u in the topology, "
-            f"{ours[i]:g} u in the file): another system's topology? Where it is the right "
-            "one, pass topology=u.atoms[ids] (an AtomGroup of the file's atoms)")
-
-
-def _topology_name(universe: Any) -> str:
-    return repr(getattr(universe, "filename", None) or "given")
 
 
 def _with_module_topology(b: _Builder, ds: xr.Dataset, module: ModuleTopology, n_atoms: int,

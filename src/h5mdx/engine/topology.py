@@ -17,8 +17,9 @@ from h5mdx._optional import import_optional
 from h5mdx.errors import H5MDConformanceWarning, TopologyError
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
+from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 
-__all__ = ["holds_topology", "load_universe", "module_coords", "module_of",
+__all__ = ["holds_topology", "input_indices", "load_universe", "module_coords", "module_of",
            "module_universe", "select_indices", "topology_coords"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
@@ -305,6 +306,84 @@ def module_universe(module: ModuleTopology, filename: str) -> Any:
             [symbols.get(int(z), "") for z in coords["species"].tolist()], dtype=object))
     universe.filename = filename
     return universe
+
+
+def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
+                   group: str) -> np.ndarray | None:
+    """The atoms' indices in ``universe`` where a file holds a selection of its atoms.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The file's particles group as opened (its ``id`` variable).
+    universe : MDAnalysis.Universe or MDAnalysis.AtomGroup
+        The topology passed.
+    n_atoms : int
+        The group's atom count.
+    filename, group : str
+        The file (or store) and the group, for the messages.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        The ``id`` of the group, where ``universe`` is a Universe of more atoms and the
+        ``id`` is h5mdx's: distinct 0-based indices into it
+        (:data:`~h5mdx.format.schema.INPUT_INDEX_LONG_NAME`). None otherwise (the same
+        system, an AtomGroup, no ``id``): the caller compares the counts.
+
+    Raises
+    ------
+    TopologyError
+        Where the ``id`` is another program's (particle tags, not indices), or holds
+        indices beyond the topology, or the topology's atoms there have other masses
+        than the file's: each says how to pass the atoms meant.
+    """
+    n_top = len(universe.atoms)
+    if n_top <= n_atoms or universe is not getattr(universe, "universe", universe):
+        return None  # the same system (or an AtomGroup: its own atoms, checked after)
+    var = ds.variables.get("id")
+    if var is None or var.dims != (ATOM_DIM,) or var.dtype.kind not in "iu":
+        return None
+    ids = np.asarray(var.values, dtype=np.int64)
+    said = f"{filename}: the topology {_name(universe)} has {n_top} atoms but " \
+           f"{group} has {n_atoms}"
+    if var.attrs.get("long_name") != INPUT_INDEX_LONG_NAME:
+        raise TopologyError(
+            f"{said}; its id ({ids[:3].tolist()}...) does not say which of the "
+            "topology's atoms they are (h5mdx writes 0-based indices for a selection); "
+            "where they are such indices, pass topology=u.atoms[ids] (an MDAnalysis "
+            "AtomGroup of the file's atoms, in its order)")
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n_top
+                     or np.unique(ids).size != ids.size):
+        raise TopologyError(
+            f"{said}; its id, the selected atoms' indices in the system they come from, "
+            f"holds {int(ids.min())}..{int(ids.max())}"
+            f"{'' if np.unique(ids).size == ids.size else ', some twice'}: not atoms of "
+            "this topology; pass the whole system's topology")
+    _check_masses(ds, universe.atoms[ids], f"{filename}: the atoms of {group}'s id in the "
+                  f"topology {_name(universe)}")
+    return ids
+
+
+def _check_masses(ds: Any, atoms: Any, said: str) -> None:
+    """Refuse a topology whose atoms' masses are not the file's own (``mass``, where both
+    have them, to 0.1 u): another system's, whose atoms an ``id`` would pair by chance."""
+    var = ds.variables.get("mass")
+    if var is None or var.dims != (ATOM_DIM,):
+        return
+    try:
+        theirs = np.asarray(atoms.masses, dtype=np.float64)
+    except Exception:  # noqa: BLE001 - MDAnalysis' NoDataError: a topology without masses
+        return
+    ours = np.asarray(var.values, dtype=np.float64)
+    off = np.flatnonzero(~(np.abs(ours - theirs) <= 0.1))
+    if off.size:
+        i = int(off[0])
+        raise TopologyError(
+            f"{said} have other masses than the file's: {off.size} of {ours.size} atoms "
+            f"differ (atom {int(atoms.indices[i])}: {theirs[i]:g} u in the topology, "
+            f"{ours[i]:g} u in the file): another system's topology? Where it is the right "
+            "one, pass topology=u.atoms[ids] (an AtomGroup of the file's atoms)")
 
 
 def _add_bonds(universe: Any, info: FileInfo, path: str) -> None:
