@@ -339,6 +339,16 @@ def test_summary_counts_particles_without_a_position(tmp_path):
     assert (stats.n_frames, stats.n_atoms) == (4, 5)
     assert "4 frames x 5 atoms" in stats.summary()
 
+    # two groups, the first without positions: frames and atoms of the group whose
+    # positions give the chunks' frame bytes (it counted the first group's: 3 x 6)
+    two = write_h5md(tmp_path / "two.h5", {
+        "ions": {"velocity": {"value": np.ones((3, 6, 3)), "step": np.arange(3)}},
+        "protein": {"position": {"value": np.ones((500, 4000, 3), np.float32),
+                                 "step": np.arange(500)}}})
+    stats = rechunk(two, tmp_path / "two.h5md")
+    assert (stats.n_frames, stats.n_atoms) == (500, 4000)
+    assert "chunks of 87 frames (3.98 MiB)" in stats.summary()
+
     fixed = write_h5md(tmp_path / "fixed.h5", {"all": {"position": {"value": np.ones((6, 3))}}})
     stats = rechunk(fixed, tmp_path / "fixed.h5md")
     assert stats.n_atoms == 6

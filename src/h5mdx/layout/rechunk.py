@@ -254,10 +254,14 @@ class _Room:
 
 
 def _particle_count(info: Any) -> tuple[int, int | None]:
-    """Particles of the file's first particles group, and their frames, for the summary:
-    from ``position``, else any per-particle element (a velocity-only dump; time-independent
-    data: no frames, None)."""
-    for pg in info.particles.values():
+    """Particles of the file's first particles group with time-dependent positions (else
+    its first group), and their frames, for the summary: from ``position``, else any
+    per-particle element (a velocity-only dump; time-independent data: no frames, None).
+    The group whose positions the summary's frame bytes come from, where a file has
+    several."""
+    groups = sorted(info.particles.values(), key=lambda pg: not (
+        "position" in pg.elements and pg.elements["position"].time_dependent))
+    for pg in groups:
         ranked = sorted(pg.elements.items(),
                         key=lambda item: (item[0] != "position", not item[1].time_dependent))
         for _, e in ranked:
