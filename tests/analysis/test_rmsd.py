@@ -845,7 +845,8 @@ def test_selections_in_an_atom_group_topology_of_a_subset_file(tmp_path, adk_h5m
 
 
 def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md,
-                                                             adk_universe, expected_ca):
+                                                             adk_universe, expected_ca,
+                                                             capsys):
     """A file of selected atoms (to_h5md of ds.isel(atom=...), convert --select) keeps
     their indices in its id; opened with the whole system's topology it was refused (214
     vs 3341 atoms, audit46). The id finds the atoms in the topology: the atom coordinate
@@ -879,6 +880,9 @@ def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md
     with open(out) as f:
         got = np.array([float(row["rmsd"]) for row in csv.DictReader(f)])
     assert np.abs(got - expected_ca).max() < ATOL
+    assert cli_main(["info", str(tmp_path / "ca.h5md")]) == 0
+    assert "\n  selected atoms: id holds their indices in the system they come from, whose " \
+           "topology finds them (--topology, topology=)\n" in capsys.readouterr().out
 
 
 def test_a_subset_file_with_a_topology_it_does_not_index(tmp_path, adk_h5md, adk_universe):

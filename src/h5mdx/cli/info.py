@@ -10,6 +10,7 @@ from typing import Any
 
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan, scan_free_form
+from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -197,6 +198,10 @@ def render(info: FileInfo) -> str:
         out.append(pg.group)
         for key, el in pg.elements.items():  # as served (lees_edwards_offset)
             out.append(_line(el, "  ", name=key, width=width))
+        ids = pg.elements.get("id")
+        if ids is not None and ids.attrs.get("long_name") == INPUT_INDEX_LONG_NAME:
+            out.append("  selected atoms: id holds their indices in the system they come "
+                       "from, whose topology finds them (--topology, topology=)")
         if pg.box is not None:
             out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
             if pg.box.edges is not None:
