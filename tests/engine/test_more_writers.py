@@ -103,7 +103,8 @@ def test_espressopp_parallel_scalars_per_particle(tmp_path):
         box.create_dataset("edges", data=np.full(3, 10.0))
         step = time = None
         for name, value in (("position", pos), ("id", ids[None, :, None]),
-                            ("mass", (ids % 2 + 1.0)[None, :, None])):
+                            ("mass", (ids % 2 + 1.0)[None, :, None]),
+                            ("type", (ids % 3)[None, :, None])):
             el = atoms.create_group(name)
             el["value"] = value
             if step is None:
@@ -114,10 +115,11 @@ def test_espressopp_parallel_scalars_per_particle(tmp_path):
     with pytest.warns(H5MDConformanceWarning) as said:
         ds = xr.open_dataset(path, engine="h5md")
     assert sorted(str(w.message).split("[")[1].split("]")[0] for w in said) == [
-        "/particles/atoms/id", "/particles/atoms/mass"]
+        "/particles/atoms/id", "/particles/atoms/mass", "/particles/atoms/type"]
     assert all("trailing axis of length 1 (shape (1, 6, 1)" in str(w.message) for w in said)
     with ds:
-        assert ds.id.dims == ds.mass.dims == ("time", "atom")
+        assert ds.id.dims == ds.mass.dims == ds.type.dims == ("time", "atom")
+        np.testing.assert_array_equal(ds.type.values, (ids % 3)[None])
         ordered = ds.md.by_id()
         np.testing.assert_array_equal(ordered.id.values, [1, 2, 3, 4, 5, 6])
         np.testing.assert_allclose(ordered.position.values[0, :, 0], [1, 2, 3, 4, 5, 6])

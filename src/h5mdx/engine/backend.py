@@ -981,8 +981,11 @@ def _particles_dataset(
                               f"{pg.path} have {n_atoms}", "left out")
                 continue
         var = b.variable(el, dims)
-        if var is not None and name in PER_PARTICLE_SCALARS and len(dims) == len(first) + 2 \
-                and el.shape[-1] == 1:
+        if var is not None and len(dims) == len(first) + 2 and el.shape[-1] == 1 and \
+                dims[len(first)] == ATOM_DIM and (name in PER_PARTICLE_SCALARS
+                                                  or dims[-1] != SPATIAL_DIM):
+            # one value per particle with an axis of length 1 after it (ESPResSo++'s
+            # parallel writer: id, mass, charge, type, ...), not a 1-D vector
             var = _without_last_axis(b, el, var)
         if var is not None:
             variables[name] = var
