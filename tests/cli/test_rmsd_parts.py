@@ -58,12 +58,32 @@ def test_rmsd_of_a_run_in_three_files_is_mdanalysis_of_the_whole(parts, expected
     np.testing.assert_array_equal(_series(out2), got)
 
 
-def test_the_joined_dataset_keeps_the_repeated_frame_once(parts, adk_h5md):
-    with open_parts(parts) as ds, xr.open_dataset(adk_h5md, engine="h5md") as whole:
-        np.testing.assert_array_equal(ds.step.values, whole.step.values)
-        np.testing.assert_array_equal(ds.position.values, whole.position.values)
-        assert ds.position.dims == ("time", "atom", "spatial")
-        assert "time" not in ds["atom"].dims
+def test_the_parts_keep_the_repeated_frame_once(parts, adk_h5md):
+    with open_parts(parts) as opened, xr.open_dataset(adk_h5md, engine="h5md") as whole:
+        assert [ds.sizes["time"] for ds in opened] == [40, 30, 28]
+        np.testing.assert_array_equal(np.concatenate([ds.step.values for ds in opened]),
+                                      whole.step.values)
+        np.testing.assert_array_equal(
+            np.concatenate([ds.position.values for ds in opened]), whole.position.values)
+        assert all(ds.position.chunks is None for ds in opened)  # each read as alone
+
+
+def test_rmsd_of_parts_from_python_is_the_whole_runs(parts, adk_universe, expected_ca):
+    """h5mdx.rmsd takes the parts as a list: one series, the reference a frame of them
+    all (here frame 50, in the second part), each part read as a file alone."""
+    import h5mdx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(adk_universe, select="name CA", ref_frame=50).run().results.rmsd
+    with open_parts(parts, topology=PSF) as opened:
+        series = h5mdx.rmsd(list(opened), 50, select="name CA")
+        assert series.attrs["reference_frame"] == 50 and series.sizes["time"] == 98
+        assert np.abs(series.values - want[:, 2]).max() < ATOL
+        np.testing.assert_array_equal(series.step.values, want[:, 0].astype(int) + 1)
+        with pytest.raises(IndexError, match="reference frame 98 out of range for 98 "
+                           r"frames \(of 3 parts\)"):
+            h5mdx.rmsd(list(opened), 98)
 
 
 def test_files_that_are_not_one_trajectory_are_refused(parts, tmp_path, capsys, adk_h5md):

@@ -15,9 +15,9 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import dask
 import dask.array as da
@@ -51,7 +51,8 @@ from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 from h5mdx.timing.phases import BlockTimer
 
 __all__ = ["FUSED_READ_BYTES", "FUSED_READ_ENV", "MAPPED_READ_ENV", "fused_read",
-           "mapped_read", "rmsd", "select_atoms", "write_series"]
+           "join_parts", "mapped_read", "reference_of_parts", "rmsd", "select_atoms",
+           "write_series"]
 
 
 def _user_stacklevel() -> int:
@@ -1056,7 +1057,7 @@ def _lazy_tasks(name: str, plan: tuple[xr.DataArray, np.ndarray | None], ends: l
 
 
 def rmsd(
-    position: xr.DataArray,
+    position: xr.DataArray | Sequence[xr.DataArray | xr.Dataset],
     reference: Any = 0,
     *,
     select: Any = None,
@@ -1071,9 +1072,13 @@ def rmsd(
 
     Parameters
     ----------
-    position : xarray.DataArray
+    position : xarray.DataArray, or a list of them (or of Datasets)
         Positions on ``(time, atom, spatial)``: from the ``h5md`` engine (lazy or
-        dask-backed), Zarr or memory. Positions opened with ``chunks=`` and not
+        dask-backed), Zarr or memory. A list holds the parts of one trajectory in the
+        order of their frames (a run in several files, each opened on its own): one
+        series over all of them, each part read as it would be alone (an
+        ``open_mfdataset`` of them is dask-backed and read through dask's getter tasks,
+        whole frames at a time), ``reference`` a frame of them all. Positions opened with ``chunks=`` and not
         changed since, or only sliced (``isel``/``sel`` with slices), are read by the
         tasks themselves (a few MiB at a time, whole stored chunks at a read, selected
         atoms only), not through dask's getter tasks: one task per run of whole
@@ -1135,6 +1140,11 @@ def rmsd(
     >>> ds = xr.open_dataset("adk.h5md", engine="h5md", topology="adk.psf")  # doctest: +SKIP
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
+    if isinstance(position, (list, tuple)):
+        return _rmsd_of_parts(position, reference, select=select, weights=weights,
+                              superposition=superposition, topology=topology, kernel=kernel,
+                              frames_per_block=frames_per_block, chunk_mib=chunk_mib)
+    position = cast(xr.DataArray, position)
     _check_dims(position)
     position, dask_blocks = _opened_lazily(position)
     idx = select_atoms(position, select, topology)
@@ -1195,6 +1205,56 @@ def rmsd(
     return xr.DataArray(result, dims=(TIME_DIM,), coords=_time_coords(sub), name="rmsd",
                         attrs=_result_attrs(position, sub, reference, select, weights,
                                             superposition))
+
+
+def reference_of_parts(positions: Sequence[xr.DataArray],
+                       reference: Any) -> tuple[Any, int | None]:
+    """The reference of a trajectory in parts, for each part's RMSD.
+
+    Parameters
+    ----------
+    positions : sequence of xarray.DataArray
+        The parts' positions, in the order of their frames.
+    reference : Any
+        As :func:`rmsd` takes it; an integer is a frame of all the parts together.
+
+    Returns
+    -------
+    tuple
+        The reference for each part (a frame index made the one-frame DataArray of the
+        part that holds it; anything else as given), and that frame's index (None where
+        the reference is no frame index).
+    """
+    if not isinstance(reference, (int, np.integer)):
+        return reference, None
+    ends = np.cumsum([p.sizes.get(TIME_DIM, 0) for p in positions])
+    n_frames = int(ends[-1]) if ends.size else 0
+    if not -n_frames <= reference < n_frames:
+        raise IndexError(f"reference frame {reference} out of range for {n_frames} "
+                         f"frames (of {len(positions)} parts)")
+    frame = int(reference) % n_frames
+    k = int(np.searchsorted(ends, frame, side="right"))
+    return positions[k].isel({TIME_DIM: frame - (int(ends[k - 1]) if k else 0)}), frame
+
+
+def join_parts(series: Sequence[xr.DataArray], frame: int | None) -> xr.DataArray:
+    """The RMSD series of a trajectory's parts as one, along ``time`` (``frame``: the
+    reference frame of them all, as :func:`reference_of_parts` gave it)."""
+    out = xr.concat(series, dim=TIME_DIM, combine_attrs="override")
+    if frame is not None:
+        out.attrs["reference_frame"] = frame
+    return out
+
+
+def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
+                   **options: Any) -> xr.DataArray:
+    """The RMSD of a trajectory in parts (see :func:`rmsd`): one lazy series per part,
+    joined along ``time``, to the same reference."""
+    positions = [p["position"] if isinstance(p, xr.Dataset) else p for p in parts]
+    if not positions:
+        raise ValueError("no positions: the list of parts is empty")
+    ref, frame = reference_of_parts(positions, reference)
+    return join_parts([rmsd(p, ref, **options) for p in positions], frame)
 
 
 def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, select: Any,

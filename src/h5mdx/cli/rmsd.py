@@ -279,10 +279,12 @@ def _open(args: argparse.Namespace, chunk_mib: float | None) -> Any:
     return xr.open_dataset(args.trajectory, engine="h5md", **options)
 
 
-def _reference_in_range(ds: Any, reference: int) -> bool:
-    """Whether ``--reference`` is a frame of ``ds`` (said before a scheduler starts)."""
-    n_frames = ds.sizes.get("time", 0)
-    if "position" not in ds or not n_frames or -n_frames <= reference < n_frames:
+def _reference_in_range(opened: Any, reference: int) -> bool:
+    """Whether ``--reference`` is a frame of the trajectory (a Dataset, or the Datasets
+    of its parts), said before a scheduler starts."""
+    parts = opened if isinstance(opened, list) else [opened]
+    n_frames = sum(ds.sizes.get("time", 0) for ds in parts)
+    if "position" not in parts[0] or not n_frames or -n_frames <= reference < n_frames:
         return True
     print(f"h5mdx rmsd: --reference {reference} is out of range: the trajectory has "
           f"{n_frames} frames (0 to {n_frames - 1}, or -1 for the last)", file=sys.stderr)
@@ -332,13 +334,14 @@ def run(args: argparse.Namespace) -> int:
     except NotOneTrajectory as err:
         print(f"h5mdx rmsd: {err}", file=sys.stderr)
         return 2
-    with opened as ds:
+    with opened:
         t_open = time.perf_counter() - t0
+        ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
         if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
             from h5mdx.analysis.rmsd import select_atoms
 
             select_atoms(ds["position"], args.select, ds.md.topology)
-        if not _reference_in_range(ds, args.reference):
+        if not _reference_in_range(opened, args.reference):
             return 2
         scheduler = args.scheduler
         if scheduler == AUTO:
@@ -348,7 +351,7 @@ def run(args: argparse.Namespace) -> int:
         if workers is None:
             workers = SLURM_WORKERS if scheduler == "slurm" else usable_cpus()
         result, seconds, workers = compute_rmsd(
-            ds, select=args.select, reference=args.reference, weights=args.weights,
+            opened, select=args.select, reference=args.reference, weights=args.weights,
             superposition=not args.no_superposition, scheduler=scheduler,
             workers=workers, frames_per_block=args.frames_per_block,
             chunk_mib=chunk_mib, kernel=args.kernel, progress=not args.no_progress,

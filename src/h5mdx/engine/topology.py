@@ -328,7 +328,7 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
     numpy.ndarray or None
         The ``id`` of the group, where ``universe`` is a Universe of more atoms and the
         ``id`` is h5mdx's: distinct 0-based indices into it
-        (:data:`~h5mdx.format.schema.INPUT_INDEX_LONG_NAME`). None otherwise (the same
+        (``h5mdx.format.schema.INPUT_INDEX_LONG_NAME``). None otherwise (the same
         system, an AtomGroup, no ``id``): the caller compares the counts.
 
     Raises

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from h5mdx._signals import interrupts_deferred
@@ -242,12 +242,23 @@ def _local_get() -> dict[str, Any]:
     return {}
 
 
+def _rmsd_of_parts(parts: Sequence[Any], reference: Any, options: dict[str, Any]) -> Any:
+    """The lazy RMSD of a trajectory in parts (Datasets opened one by one): each part's
+    as ``ds.md.rmsd`` gives it (its own masses where ``weights="mass"``), read as that
+    part alone would be, to one reference, joined along time."""
+    from h5mdx.analysis.rmsd import join_parts, reference_of_parts
+
+    ref, frame = reference_of_parts([p["position"] for p in parts], reference)
+    return join_parts([p.md.rmsd(ref, **options) for p in parts], frame)
+
+
 def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
                  superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
                  frames_per_block: int | None = None, kernel: str = "auto",
                  progress: bool = True, timing: str | None = None, args: Any = None,
                  chunk_mib: float | None = None) -> tuple[Any, float, int]:
-    """Compute the RMSD of an opened Dataset on a scheduler; returns (result, seconds,
+    """Compute the RMSD of an opened Dataset (or a list of them: a trajectory's parts, in
+    the order of their frames) on a scheduler; returns (result, seconds,
     workers): the workers that ran it (a cluster's, once joined: SLURM jobs of several
     processes, or ``--jobs`` fewer than ``workers`` asked).
 
@@ -257,16 +268,19 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
     with scheduler_context(scheduler, workers, args) as client:
         if client is not None:
             workers = client_workers(client) or workers
-        lazy = ds.md.rmsd(reference, select=select, weights=weights,
-                          superposition=superposition, frames_per_block=frames_per_block,
-                          chunk_mib=chunk_mib, kernel=kernel)
+        options = {"select": select, "weights": weights, "superposition": superposition,
+                   "frames_per_block": frames_per_block, "chunk_mib": chunk_mib,
+                   "kernel": kernel}
+        lazy = (_rmsd_of_parts(ds, reference, options) if isinstance(ds, (list, tuple))
+                else ds.md.rmsd(reference, **options))
         t0 = time.perf_counter()
         if timing:
             from h5mdx.timing import capture
 
             os.makedirs(timing, exist_ok=True)
+            first = ds[0] if isinstance(ds, (list, tuple)) else ds
             with capture(backend=scheduler, client=client, n_workers=workers,
-                         meta={"file": ds.attrs.get("source"), "selection": select}) as run:
+                         meta={"file": first.attrs.get("source"), "selection": select}) as run:
                 result = compute(client, lazy, progress)
             run.save(os.path.join(timing, "timing.csv"))
         else:
