@@ -34,6 +34,7 @@ def _fixture(name: str, needs_numba: bool = False):
 bench_scale = _fixture("bench_scale")
 bench_blocks = _fixture("bench_blocks")
 bench_everyday = _fixture("bench_everyday")
+bench_parts = _fixture("bench_parts")
 bench_threads = _fixture("bench_threads", needs_numba=True)
 bench_fused = _fixture("bench_fused", needs_numba=True)
 bench_mapped = _fixture("bench_mapped", needs_numba=True)
