@@ -77,6 +77,27 @@ def test_local_compute_does_not_import_distributed(adk_h5md_blocked):
     assert out.split() == ["(98,)", "False"]
 
 
+def test_a_small_job_on_threads_loads_no_numba(adk_h5md_blocked):
+    """h5mdx rmsd on threads loaded numba and its kernels (0.5-0.8 s) before the graph
+    gave a job this small the numpy kernel (audit47): the kernel its graph runs is loaded,
+    none here; a large job still loads numba before the clock starts."""
+    pytest.importorskip("numba")
+    script = (
+        "import sys\n"
+        "from h5mdx.cli import main\n"
+        f"rc = main(['rmsd', {adk_h5md_blocked!r}, '--scheduler', 'threads', "
+        "'--no-progress'])\n"
+        "print(rc, 'numba' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split()[-2:] == ["0", "False"]
+    script = script.replace("'--no-progress'", "'--no-progress', '--kernel', 'numba'")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split()[-2:] == ["0", "True"]
+
+
 def test_the_progress_bar_is_drawn_on_a_terminal_only(adk_h5md_blocked, monkeypatch):
     """A log file (a SLURM job's stderr) would keep every redraw of the bar."""
     import io
