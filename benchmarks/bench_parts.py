@@ -22,6 +22,7 @@ run). Results: ``benchmarks/results/parts-<name>.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -103,20 +104,9 @@ def measure(path: str, parts: list[str], repeats: int) -> dict[str, Any]:
         series = {k: run[k]() for k in ("whole", "parts", "mfdataset")}
         for k in ("parts", "mfdataset"):
             np.testing.assert_allclose(series[k], series["whole"], atol=1e-5, err_msg=k)
-        timers = {k: _timer(fn) for k, fn in run.items()}
+        timers = {k: functools.partial(bench_scale._timed, fn) for k, fn in run.items()}
         seconds = bench_scale.interleaved(timers, repeats, rotate=True)
     return seconds
-
-
-def _timer(fn: Callable[[], Any]) -> Callable[[], float]:
-    import time
-
-    def timed() -> float:
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
-
-    return timed
 
 
 def summary(seconds: dict[str, list[float]], n_frames: int) -> list[dict[str, Any]]:
