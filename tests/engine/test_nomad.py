@@ -110,3 +110,32 @@ def test_an_axis_of_another_length_keeps_the_numbered_frames(tmp_path):
                              group="observables/radial_distribution_functions")
     with ds:
         assert ds["MOLX-MOLX"].dims == ("time",)
+
+
+def test_scalar_strings_read_as_h5py_reads_them(tmp_path, monkeypatch):
+    """H5MD-NOMAD's connectivity holds thirty thousand scalar strings (``formula``,
+    ``label``, ``type``): they are read with HDF5's own calls rather than through h5py's
+    Dataset (audit48), and give what ``asstr()`` gives, in either encoding and fixed-length
+    too; an undecodable one is left out with the same note, an array of strings read as
+    before."""
+    path = _nomad(tmp_path / "nomad.h5")
+    with h5py.File(path, "r+") as f:
+        g = f.create_group("connectivity/particles_group/water")
+        g["utf8"] = "H\u2082O"  # a str: a variable-length UTF-8 scalar
+        g.create_dataset("ascii", data=b"OH2", dtype=h5py.string_dtype("ascii"))
+        g["fixed"] = np.bytes_(b"SOL")
+        g.create_dataset("bad", data=b"\xff\xfe", dtype=h5py.string_dtype())
+        g["names"] = np.array(["O", "H1", "H2"], dtype=h5py.string_dtype())
+        expected = {k: np.asarray(g[k].asstr()[()], dtype=str)
+                    for k in ("utf8", "ascii", "fixed", "names")}
+    through_h5py = []
+    asstr = h5py.Dataset.asstr
+    monkeypatch.setattr(h5py.Dataset, "asstr",
+                        lambda self, *a, **k: through_h5py.append(self.name) or asstr(self))
+    with pytest.warns(H5MDConformanceWarning, match=r"water/bad\]: cannot read the strings"):
+        ds = xr.open_dataset(path, engine="h5md", group="connectivity/particles_group/water")
+    with ds:
+        assert "bad" not in ds
+        for name, values in expected.items():
+            assert ds[name].dtype == values.dtype and ds[name].values.tolist() == values.tolist()
+    assert sorted(p.rsplit("/", 1)[1] for p in through_h5py) == ["bad", "names"]

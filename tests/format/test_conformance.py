@@ -1431,3 +1431,22 @@ def test_a_time_of_absurd_declared_size_leaves_the_frames(tmp_path):
     with ds:
         np.testing.assert_array_equal(ds.position, POS)
         np.testing.assert_array_equal(ds.step, STEPS)
+
+
+def test_creation_properties_are_read_from_the_list_h5py_keeps(tmp_path):
+    """The scan reads a dataset's filters, fill value and layout from the creation
+    property list h5py keeps for it (HDF5 copies the list at each ask, up to seven per
+    element; audit48), and asks HDF5 for one where h5py keeps none."""
+    from types import SimpleNamespace
+
+    from h5mdx.format.h5md import _creation_plist, _fill_value, _filters, _layout, ensure_filters
+
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        d = f.create_dataset("x", data=np.arange(4.0), chunks=(2,), compression="gzip",
+                             fillvalue=-1.0)
+        assert _creation_plist(d) is _creation_plist(d)
+        bare = SimpleNamespace(id=d.id, dtype=d.dtype, fillvalue=d.fillvalue)
+        assert _filters(bare) == _filters(d) == ("deflate",)
+        assert _fill_value(bare) == _fill_value(d) == -1.0
+        assert _layout(bare) == _layout(d) == "chunked"
+        assert ensure_filters(bare) == ensure_filters(d) == []

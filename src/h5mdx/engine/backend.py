@@ -49,6 +49,7 @@ from h5mdx.format.h5md import (
     Sampling,
     ensure_filters,
     is_h5md,
+    scalar_text,
     scaled_unit,
     scan,
     scan_free_form,
@@ -746,7 +747,13 @@ class _Builder:
                              "and string elements)", "left out")
             return None
         with self.lock:
-            dset = self.manager.acquire(needs_lock=False)[el.value_path]
+            f = self.manager.acquire(needs_lock=False)
+            if not el.shape:
+                try:
+                    return scalar_text(f, el.value_path, el.dtype)
+                except (OSError, RuntimeError, ValueError, TypeError, KeyError, AttributeError):
+                    pass  # read again the usual way, which says why it cannot
+            dset = f[el.value_path]
             try:
                 return np.asarray(dset.asstr()[()], dtype=str)
             except (OSError, RuntimeError, ValueError, TypeError, UnicodeDecodeError) as err:

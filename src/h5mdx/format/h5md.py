@@ -57,6 +57,7 @@ __all__ = [
     "is_h5md",
     "open_h5md",
     "reference_paths",
+    "scalar_text",
     "scan",
 ]
 
@@ -197,7 +198,7 @@ class ElementInfo:
     @property
     def nbytes(self) -> int:
         """Size of the uncompressed data in bytes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return int(math.prod(self.shape)) * self.dtype.itemsize
 
     @property
     def shuffled(self) -> bool:
@@ -451,6 +452,12 @@ class _Ctx:
         return self.f.filename
 
     @functools.cached_property
+    def readonly(self) -> bool:
+        """Whether the file is open read-only (h5py's ``mode == "r"``), asked once per scan:
+        h5py builds a File for each dataset it opens to ask (:func:`_open`)."""
+        return bool(self.f.mode == "r")
+
+    @functools.cached_property
     def root_fileno(self) -> Any:
         """The file number of the root group, asked once per scan (``c.f["/"]`` builds
         an h5py File each time: 20 us per element of fifty thousand)."""
@@ -556,9 +563,20 @@ def object_address(obj: h5py.HLObject) -> tuple[int, ...]:
 _addr = object_address
 
 
+def _creation_plist(dset: h5py.Dataset) -> Any:
+    """The creation property list of ``dset``: the one h5py keeps for the dataset object
+    (its ``chunks``, ``compression``, ``is_virtual`` and ``fillvalue`` read it) where it
+    has one, else asked for. HDF5 copies the list at each ask (30 us: the scan asked up to
+    seven times per element: 5 s of the scan of H5MD-NOMAD's fifty thousand datasets)."""
+    plist = getattr(dset, "_dcpl", None)  # h5py's, private: checked, never required
+    if isinstance(plist, h5py.h5p.PropDCID):
+        return plist
+    return dset.id.get_create_plist()
+
+
 def _fill_value(dset: h5py.Dataset) -> Any:
     try:
-        plist = dset.id.get_create_plist()
+        plist = _creation_plist(dset)
         if plist.fill_value_defined() != h5py.h5d.FILL_VALUE_USER_DEFINED:
             return None
         if dset.dtype.kind not in "iufb":
@@ -584,7 +602,7 @@ def _compression(dset: h5py.Dataset) -> tuple[str | int | None, Any]:
     compression, opts = dset.compression, dset.compression_opts
     if compression != "unknown":
         return compression, opts
-    plist = dset.id.get_create_plist()
+    plist = _creation_plist(dset)
     for i in range(plist.get_nfilters()):
         code, _flags, values, _name = plist.get_filter(i)
         if code not in _NAMED_FILTERS:
@@ -607,7 +625,7 @@ def compression_name(compression: str | int | None) -> str | None:
 def _filters(dset: h5py.Dataset) -> tuple[str, ...]:
     names = []
     try:
-        plist = dset.id.get_create_plist()
+        plist = _creation_plist(dset)
         for i in range(plist.get_nfilters()):
             code, _flags, _vals, name = plist.get_filter(i)
             names.append(name.decode("ascii", "replace") if name else str(code))
@@ -633,7 +651,7 @@ def ensure_filters(dset: h5py.Dataset) -> list[tuple[int, bytes]]:
     still cannot. Every process that reads the dataset through h5py needs this once (a
     dask worker unpickles an array without opening the file the way :func:`scan` does)."""
     try:
-        plist = dset.id.get_create_plist()
+        plist = _creation_plist(dset)
         found = [plist.get_filter(i) for i in range(plist.get_nfilters())]
     except (OSError, ValueError, RuntimeError):
         return []
@@ -655,11 +673,8 @@ def _check_filters(c: _Ctx, dset: h5py.Dataset, path: str) -> None:
 
 def _link_type(group: h5py.Group, name: str) -> int | None:
     """The HDF5 link type of ``group/name`` without following the link (None: no link)."""
-    key = name.encode("utf-8")
-    try:
-        if not group.id.links.exists(key):
-            return None
-        return int(group.id.links.get_info(key).type)
+    try:  # one question (H5Lexists, then H5Lget_info, took three times as long)
+        return int(group.id.links.get_info(name.encode("utf-8")).type)
     except (KeyError, OSError, RuntimeError, ValueError):
         return None
 
@@ -671,6 +686,58 @@ def _has(group: h5py.Group, name: str) -> bool:
 
 def _fileno(obj: h5py.HLObject) -> Any:
     return obj.id.fileno  # (not H5Oget_info's: see object_address)
+
+
+def _open(group: h5py.Group, name: str, readonly: bool) -> Any:
+    """``group[name]`` of h5py, the dataset told whether its file is read-only
+    (``readonly``) rather than asking it through a new h5py File (a third of the cost of
+    opening each of H5MD-NOMAD's fifty thousand datasets)."""
+    lapl = getattr(group, "_lapl", None)  # h5py's own for external links (private: optional)
+    oid = h5py.h5o.open(group.id, name.encode("utf-8"), lapl=lapl)
+    kind = h5py.h5i.get_type(oid)
+    if kind == h5py.h5i.DATASET:
+        return h5py.Dataset(oid, readonly=readonly)
+    if kind == h5py.h5i.GROUP:
+        return h5py.Group(oid)
+    if kind == h5py.h5i.DATATYPE:
+        return h5py.Datatype(oid)
+    raise TypeError("Unknown object type")
+
+
+def scalar_text(f: h5py.File, path: str, dtype: np.dtype) -> np.ndarray:
+    """The scalar string dataset at ``path`` in ``f``, as ``dset.asstr()[()]`` reads it.
+
+    Four calls to HDF5 instead of h5py's Dataset and its checks before a read (170 us of
+    each 250 us: H5MD-NOMAD's file holds 31,349 scalar strings).
+
+    Parameters
+    ----------
+    f : h5py.File
+        The open file.
+    path : str
+        The dataset's absolute path.
+    dtype : numpy.dtype
+        Its dtype as h5py reports it (a string dtype).
+
+    Returns
+    -------
+    numpy.ndarray
+        A 0-d array of ``str``, decoded by the dataset's own encoding, strictly.
+
+    Raises
+    ------
+    TypeError, ValueError, OSError, KeyError
+        Where it is not a readable scalar string (``UnicodeDecodeError`` for bad bytes):
+        the caller reads it the usual way, which says why.
+    """
+    info = h5py.check_string_dtype(dtype)
+    if info is None:
+        raise TypeError(f"dtype {dtype} is not a string")
+    dsid = h5py.h5o.open(f.id, path.encode("utf-8"))
+    value = np.zeros((), dtype=dtype)
+    # a scalar memory space: a dataset of more elements than one is refused by HDF5
+    dsid.read(h5py.h5s.create(h5py.h5s.SCALAR), h5py.h5s.ALL, value)
+    return np.asarray(value.item().decode(info.encoding, "strict"), dtype=str)
 
 
 def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
@@ -693,7 +760,7 @@ def _get(c: _Ctx, group: h5py.Group, name: str, where: str) -> Any:
             c.filename, where, f"{name!r} is a user-defined link (type {kind}), not followed"
         )
     try:
-        obj = group[name]
+        obj = _open(group, name, c.readonly)
     except (KeyError, OSError, RuntimeError, ValueError) as err:
         raise H5MDFormatError(
             c.filename, where, f"{name!r} is a dangling, looping or unreadable link ({err})"
@@ -870,7 +937,7 @@ def _layout(dset: h5py.Dataset) -> str | None:
     """HDF5's layout of ``dset``: ``"contiguous"``, ``"compact"``, ``"chunked"``,
     ``"virtual"``; None where it cannot tell."""
     try:
-        layout = dset.id.get_create_plist().get_layout()
+        layout = _creation_plist(dset).get_layout()
     except (OSError, ValueError, RuntimeError, AttributeError):
         return None
     return {h5py.h5d.CONTIGUOUS: "contiguous", h5py.h5d.COMPACT: "compact",
@@ -2144,20 +2211,22 @@ def _observables(
     below it, and the groups that hold them (``deep=False``: the groups below ``grp`` by
     name, without walking them)."""
     seen.add(_addr(grp))
+    where = None  # grp.name: asked at the first child, not at each (7 us)
     for child in grp:
         key = f"{prefix}{child}"
         path = f"{root}/{key}"
+        where = where or grp.name
         try:
-            obj = _get(c, grp, child, grp.name)
+            obj = _get(c, grp, child, where)
             if child in _SAMPLING_NAMES and _shared_sampling(c, grp, obj, path):
                 continue
-            if isinstance(obj, h5py.Group) and not _has(obj, "value") and (
-                _has(obj, "step") or _has(obj, "time")
-            ) and not _holds_element_groups(obj):
+            subgroup = isinstance(obj, h5py.Group) and not _has(obj, "value")
+            if subgroup and (_has(obj, "step") or _has(obj, "time")
+                             ) and not _holds_element_groups(obj):
                 raise H5MDFormatError(
                     c.filename, path, "element has 'step'/'time' but no 'value' dataset"
                 )
-            if isinstance(obj, h5py.Group) and not _has(obj, "value"):
+            if subgroup:
                 if _addr(obj) in seen:
                     raise H5MDFormatError(
                         c.filename, path, "links back to a group that contains it (a cycle)"
