@@ -9,7 +9,14 @@ import os
 from typing import Any
 
 from h5mdx.format.gromacs_topology import ModuleTopology
-from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan, scan_free_form
+from h5mdx.format.h5md import (
+    ElementInfo,
+    FileInfo,
+    compression_name,
+    objects_below,
+    scan,
+    scan_free_form,
+)
 from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
 
 
@@ -127,6 +134,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
 #: The widest name column, and the most elements listed under one root, in the text.
 _WIDEST = 40
 _SHOWN = 100
+#: Datasets below ``/connectivity``'s groups beyond which the text does not walk them
+#: (H5MD-NOMAD writes a group per molecule: 52,269 datasets took 14 s to scan).
+_WALKED = 1000
 
 
 def _other_groups(info: FileInfo) -> dict[str, dict[str, Any]]:
@@ -177,8 +187,9 @@ def _joined(*words: Any) -> str:
     return " ".join(str(w) for w in words if w not in (None, ""))
 
 
-def render(info: FileInfo) -> str:
-    """The human-readable report of ``h5mdx info``."""
+def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -> str:
+    """The human-readable report of ``h5mdx info``; ``unwalked``: the groups below
+    ``/connectivity`` not scanned, with their (groups, datasets) counts."""
     out = [
         f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
         f"creator {_joined(info.creator.get('name', '?'), info.creator.get('version'))})",
@@ -208,7 +219,7 @@ def render(info: FileInfo) -> str:
                 out.append(_line(pg.box.edges, "    ", width=width - 2))
     for title, elements in (("observables", info.observables),
                             ("connectivity", info.connectivity)):
-        if elements:
+        if elements or (title == "connectivity" and unwalked):
             out.append(title + (_how_to_open(info.observables) if title == "observables"
                                 else ""))
             for key, el in list(elements.items())[:_SHOWN]:
@@ -217,6 +228,10 @@ def render(info: FileInfo) -> str:
                 groups = len({k.rpartition("/")[0] for k in elements})
                 out.append(f"  ... and {len(elements) - _SHOWN} more in {groups} group(s) "
                            "(h5mdx info --json lists them all)")
+    for name, (groups, datasets) in (unwalked or {}).items():
+        out.append(f"  {name}/  {groups:,} group(s), {datasets:,} dataset(s) below: not read here")
+        out.append(f"      (h5mdx info --json reads and checks them; group=\"connectivity/{name}/"
+                   "<sub>\" opens one)")
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
     for root, found in _other_groups(info).items():  # groups H5MD does not define
@@ -358,9 +373,12 @@ def run(args: argparse.Namespace) -> int:
         d = zarr_dict(args.file)
         print(json.dumps(d, indent=2, default=str) if args.json else render_zarr(d))
         return 0
-    info = scan(args.file)
+    unwalked = {} if args.json else objects_below(args.file, "connectivity")
+    if sum(datasets for _groups, datasets in unwalked.values()) <= _WALKED:
+        unwalked = {}
+    info = scan(args.file, deep_connectivity=not unwalked)
     if args.json:
         print(json.dumps(info_dict(info), indent=2, default=str))
     else:
-        print(render(info))
+        print(render(info, unwalked))
     return 0
