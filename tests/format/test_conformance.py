@@ -882,6 +882,27 @@ def test_not_h5md_at_all_is_still_an_error(tmp_path):
         xr.open_dataset(path, engine="h5md")
 
 
+def test_an_mdtraj_file_is_named_with_the_way_to_convert_it(tmp_path):
+    """MDTraj's HDF5 format (OpenMM's HDF5Reporter of mdtraj, ``Trajectory.save_hdf5``) is
+    not H5MD: the error says what it is and how to convert it, not only that it is not H5MD
+    (its root attributes and datasets as MDTraj 1.11 writes them with PyTables)."""
+    path = str(tmp_path / "traj.h5")
+    with h5py.File(path, "w") as f:
+        f.attrs.update(conventions="Pande", conventionVersion="1.1", program="MDTraj",
+                       programVersion="1.11.1", application="OpenMM")
+        f["coordinates"] = np.zeros((3, 4, 3), dtype=np.float32)
+        f["coordinates"].attrs["units"] = "nanometers"
+        f["time"], f["topology"] = np.arange(3.0), '{"chains": []}'
+    with pytest.raises(H5MDFormatError, match=r"no /h5md group \(it is MDTraj's HDF5 "
+                       r"format: mdtraj.load\(\) reads it; to convert it, save it as DCD or XTC "
+                       r"with MDTraj, then h5mdx convert\)"):
+        xr.open_dataset(path, engine="h5md")
+    with h5py.File(path, "r+") as f:
+        del f.attrs["conventions"]  # recognised by its datasets too
+    with pytest.raises(H5MDFormatError, match="MDTraj's HDF5 format"):
+        xr.open_dataset(path, engine="h5md")
+
+
 def test_unsupported_major_version_is_still_an_error(tmp_path):
     path = _base(str(tmp_path / "v2.h5md"))
     with h5py.File(path, "r+") as f:

@@ -2468,11 +2468,23 @@ def _h5md_group(c: _Ctx) -> h5py.Group | None:
         raise H5MDFormatError(
             c.filename,
             "/h5md",
-            "an HDF5 file but not an H5MD file: there is no /h5md group "
-            "(open generic HDF5/netCDF files with engine='h5netcdf')",
+            "an HDF5 file but not an H5MD file: there is no /h5md group " + _other_format(c),
         )
     c.note("/h5md", "there is no /h5md group (an old or hand-made file)", "read as H5MD 1.1")
     return None
+
+
+def _other_format(c: _Ctx) -> str:
+    """What to do with an HDF5 file of a format known not to be H5MD, in parentheses."""
+    try:
+        conventions = _decode(c.f.attrs.get("conventions"))
+        mdtraj = conventions == "Pande" or (_has(c.f, "coordinates") and _has(c.f, "topology"))
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError):
+        mdtraj = False
+    if mdtraj:  # MDTraj's HDF5Reporter and Trajectory.save_hdf5 (PyTables)
+        return ("(it is MDTraj's HDF5 format: mdtraj.load() reads it; to convert it, save it "
+                "as DCD or XTC with MDTraj, then h5mdx convert)")
+    return "(open generic HDF5/netCDF files with engine='h5netcdf')"
 
 
 def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
