@@ -457,6 +457,46 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
 
 
 @pytest.mark.mpi
+def test_a_file_of_selected_atoms_finds_them_in_the_whole_topology(adk_h5md, adk_universe,
+                                                                  tmp_path):
+    """A file of selected atoms (h5mdx's id) with the whole system's PSF: the selection
+    and masses are the topology's atoms, found by the id, as the dask schedulers find
+    them (mpi-rmsd refused it: 3341 atoms against 214); with --topology-on-root too.
+    Another program's id is refused on every rank, once, with the way to pass the atoms."""
+    require_mpi()
+    import xarray as xr
+    from MDAnalysis.analysis.rms import RMSD
+
+    from h5mdx.testing import adk_topology
+
+    ca = adk_universe.select_atoms("name CA")
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=adk_topology()) as ds:
+        ds.isel(atom=ca.indices).md.to_h5md(tmp_path / "ca.h5md")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(adk_universe, select="name CA and resid 1:50",
+                        weights="mass").run().results.rmsd[:, 2]
+    for extra in ([], ["--topology-on-root"]):
+        out = tmp_path / f"out{len(extra)}"
+        proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(tmp_path / "ca.h5md"), "--topology",
+                                    adk_topology(), "--select", "resid 1:50", "--weights",
+                                    "mass", "--out", str(out), *extra))
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(_read_rmsd(out), expected, rtol=0, atol=1e-4)
+        assert _check_records(out, 2, len(expected))["bytes_read"].sum() == \
+            len(expected) * 214 * 3 * 4  # the file's atoms, not the topology's
+    tagged = tmp_path / "tagged.h5md"
+    tagged.write_bytes((tmp_path / "ca.h5md").read_bytes())
+    with h5py.File(tagged, "r+") as f:
+        del f["particles/trajectory/id"].attrs["long_name"]
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(tagged), "--topology", adk_topology(),
+                                "--select", "resid 1:50"))
+    assert proc.returncode == 1
+    assert proc.stderr.count("does not say which of the topology's atoms they are") == 1
+    assert "topology=u.atoms[ids]" in proc.stderr
+
+
+@pytest.mark.mpi
 def test_mpi_rmsd_file_equals_the_dask_paths(layouts, tmp_path):
     """Same columns (frame, time, step, rmsd), same values as ``h5mdx rmsd`` (dask)."""
     require_mpi()

@@ -19,8 +19,8 @@ from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 
-__all__ = ["holds_topology", "input_indices", "load_universe", "module_coords", "module_of",
-           "module_universe", "select_indices", "topology_coords"]
+__all__ = ["holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
+           "module_of", "module_universe", "select_indices", "topology_coords"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -344,10 +344,51 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
     var = ds.variables.get("id")
     if var is None or var.dims != (ATOM_DIM,) or var.dtype.kind not in "iu":
         return None
-    ids = np.asarray(var.values, dtype=np.int64)
+    mass = ds.variables.get("mass")
+    return indices_in(universe, n_atoms, var.values, var.attrs.get("long_name"),
+                      mass.values if mass is not None and mass.dims == (ATOM_DIM,) else None,
+                      filename, group)
+
+
+def indices_in(universe: Any, n_atoms: int, ids: Any, long_name: Any, masses: Any,
+               filename: str, group: str) -> np.ndarray | None:
+    """The rules of :func:`input_indices` on a file's arrays, read by the caller (the MPI
+    program reads them with h5py, without xarray).
+
+    Parameters
+    ----------
+    universe : MDAnalysis.Universe or MDAnalysis.AtomGroup
+        The topology passed.
+    n_atoms : int
+        The group's atom count.
+    ids : array-like of int or None
+        The group's ``id`` (one per atom), or None where it has none.
+    long_name : str or None
+        The ``id``'s ``long_name`` attribute.
+    masses : array-like of float or None
+        The group's ``mass`` (one per atom), or None.
+    filename, group : str
+        The file and the group, for the messages.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        As :func:`input_indices`.
+
+    Raises
+    ------
+    TopologyError
+        As :func:`input_indices`.
+    """
+    n_top = len(universe.atoms)
+    if n_top <= n_atoms or universe is not getattr(universe, "universe", universe):
+        return None
+    if ids is None or np.asarray(ids).dtype.kind not in "iu" or np.shape(ids) != (n_atoms,):
+        return None
+    ids = np.asarray(ids, dtype=np.int64)
     said = f"{filename}: the topology {_name(universe)} has {n_top} atoms but " \
            f"{group} has {n_atoms}"
-    if var.attrs.get("long_name") != INPUT_INDEX_LONG_NAME:
+    if long_name != INPUT_INDEX_LONG_NAME:
         raise TopologyError(
             f"{said}; its id ({ids[:3].tolist()}...) does not say which of the "
             "topology's atoms they are (h5mdx writes 0-based indices for a selection); "
@@ -360,22 +401,21 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
             f"holds {int(ids.min())}..{int(ids.max())}"
             f"{'' if np.unique(ids).size == ids.size else ', some twice'}: not atoms of "
             "this topology; pass the whole system's topology")
-    _check_masses(ds, universe.atoms[ids], f"{filename}: the atoms of {group}'s id in the "
-                  f"topology {_name(universe)}")
+    _check_masses(masses, universe.atoms[ids], f"{filename}: the atoms of {group}'s id in "
+                  f"the topology {_name(universe)}")
     return ids
 
 
-def _check_masses(ds: Any, atoms: Any, said: str) -> None:
-    """Refuse a topology whose atoms' masses are not the file's own (``mass``, where both
+def _check_masses(masses: Any, atoms: Any, said: str) -> None:
+    """Refuse a topology whose atoms' masses are not the file's own (``masses``, where both
     have them, to 0.1 u): another system's, whose atoms an ``id`` would pair by chance."""
-    var = ds.variables.get("mass")
-    if var is None or var.dims != (ATOM_DIM,):
+    if masses is None:
         return
     try:
         theirs = np.asarray(atoms.masses, dtype=np.float64)
     except Exception:  # noqa: BLE001 - MDAnalysis' NoDataError: a topology without masses
         return
-    ours = np.asarray(var.values, dtype=np.float64)
+    ours = np.asarray(masses, dtype=np.float64)
     off = np.flatnonzero(~(np.abs(ours - theirs) <= 0.1))
     if off.size:
         i = int(off[0])

@@ -187,19 +187,47 @@ class _Timer:
 
 
 def _select(topology: str | None, select: str | None, weights: str | None,
-            filename: str) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
-    """(indices or None, masses or None, topology atom count or None)."""
+            filename: str, group: str | None = None
+            ) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
+    """(indices or None, masses or None, the topology's atoms in the file or None). A file
+    of selected atoms (h5mdx's ``id``) finds them in a topology of the whole system, as
+    the h5md engine does: the selection and masses are then of those atoms."""
     if topology is None:
         return None, None, None
     from h5mdx.engine.topology import load_universe, select_indices
 
     u = load_universe(topology)
-    idx = select_indices(u, select, filename) if select else None
+    ids = _input_ids(u, filename, group)
+    atoms = u if ids is None else u.atoms[ids]
+    idx = select_indices(atoms, select, filename) if select else None
     masses = None
     if weights == "mass":
-        all_masses = np.asarray(u.atoms.masses, dtype=np.float64)
+        all_masses = np.asarray(atoms.atoms.masses, dtype=np.float64)
         masses = all_masses[idx] if idx is not None else all_masses
-    return idx, masses, len(u.atoms)
+    return idx, masses, len(atoms.atoms)
+
+
+def _input_ids(universe: Any, filename: str, group: str | None) -> np.ndarray | None:
+    """The file's atoms' indices in ``universe`` where the file holds a selection of its
+    atoms (read with h5py, one process at a time: a small ``id`` and ``mass``); None where
+    it holds them all."""
+    from h5mdx.engine.topology import indices_in
+    from h5mdx.format.h5md import open_h5md
+
+    with open_h5md(filename) as f:
+        source = position_source(f, group)
+        if len(universe.atoms) <= source.n_atoms:
+            return None
+        elements = source.info.particles[source.group].elements
+        found = {}
+        for name in ("id", "mass"):
+            el = elements.get(name)
+            if el is not None and not el.time_dependent and el.shape == (source.n_atoms,):
+                found[name] = (f[el.value_path][()], el.attrs.get("long_name"))
+    ids, long_name = found.get("id", (None, None))
+    return indices_in(universe, source.n_atoms, ids, long_name,
+                      found.get("mass", (None, None))[0], filename,
+                      f"/particles/{source.group}")
 
 
 def _pieces(block: Block, read: str, step: int) -> list[tuple[int, int]]:
@@ -298,7 +326,8 @@ def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
     """The selected atoms, their masses and the topology's atom count, on every rank
     (timed as ``init_top``; with ``topology_on_root`` the other ranks' time until rank 0
     sends it is ``wait``)."""
-    args = (options.topology, options.select, options.weights, options.trajectory)
+    args = (options.topology, options.select, options.weights, options.trajectory,
+            options.group)
     if not options.topology_on_root:
         return _together(comm, timer, "init_top", _select, *args)
     payload = failure = None
@@ -393,10 +422,7 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
 
         raise TopologyError(
             f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
-            f"but the trajectory has {source.n_atoms}" + (
-                "; a file of selected atoms (h5mdx's id) is found in the whole system's "
-                "topology by the dask schedulers (h5mdx rmsd), not under MPI: pass a "
-                "topology of the file's atoms" if n_top > source.n_atoms else ""))
+            f"but the trajectory has {source.n_atoms}")
     dset = f[source.element.value_path]
     ref_index = options.reference
     if not source.n_frames:
