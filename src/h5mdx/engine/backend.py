@@ -1264,7 +1264,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         available.extend(f"observables/{g}" for g in info.observable_groups)
     if info.connectivity:
         available.append("connectivity")
-        available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
+    # (where a group below was sought, the groups on the way to it)
+    available.extend(f"connectivity/{g}" for g in info.connectivity_groups)
     available.extend("parameters" + (f"/{sub}" if sub else "") for sub in info.parameter_groups)
     available.extend(sorted(info.other_groups))
     listing = ", ".join(repr(a) for a in available[:_LISTED]) or "none"
@@ -1333,7 +1334,7 @@ class _Closer:
 
 
 def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool,
-               deep_connectivity: bool = True) -> FileInfo:
+               deep_connectivity: bool | str = True) -> FileInfo:
     with lock:
         return scan(manager.acquire(needs_lock=False), allow_external=allow_external,
                     deep_connectivity=deep_connectivity)
@@ -1437,10 +1438,11 @@ def _open_one(
     lock = HDF5_LOCK
     report = _Report(filename, strict)
     try:
-        # the groups below /connectivity (ten thousand in H5MD-NOMAD's files) are walked
-        # only for an open of one of them
-        info = _scan_with(manager, lock, allow_external, deep_connectivity=group is not None
-                          and group.strip("/").startswith("connectivity/"))
+        # the groups below /connectivity (ten thousand in H5MD-NOMAD's files) are not
+        # walked: an open of one of them reads the groups on the way to it
+        sought = (group or "").strip("/")
+        info = _scan_with(manager, lock, allow_external, deep_connectivity=sought.startswith(
+            "connectivity/") and sought[len("connectivity/"):])
         kind, name = _resolve_group(info, group)
         report.scanned(info, info.particles[name].path if kind == "particles" else
                        f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))

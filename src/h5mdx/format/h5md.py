@@ -2207,14 +2207,20 @@ def _observables(
     seen: set[tuple[int, ...]],
     root: str = "/observables",
     deep: bool = True,
+    within: str | None = None,
 ) -> None:
     """The elements under ``root`` (``/observables`` or ``/connectivity``) by their path
     below it, and the groups that hold them (``deep=False``: the groups below ``grp`` by
-    name, without walking them)."""
+    name, without walking them; ``within``, a group's path below ``root``: only the
+    children on the way to it, and its own elements, are read)."""
     seen.add(_addr(grp))
     where = None  # grp.name: asked at the first child, not at each (7 us)
+    if within is not None and prefix == f"{within}/":  # the group sought: its elements
+        within, deep = None, False
     for child in grp:
         key = f"{prefix}{child}"
+        if within is not None and key != within and not within.startswith(f"{key}/"):
+            continue  # not on the way to the group sought: not even opened
         path = f"{root}/{key}"
         where = where or grp.name
         try:
@@ -2234,7 +2240,7 @@ def _observables(
                     )
                 groups.append(key)
                 if deep:
-                    _observables(c, obj, f"{key}/", out, groups, seen, root)
+                    _observables(c, obj, f"{key}/", out, groups, seen, root, True, within)
             else:
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
@@ -2343,7 +2349,7 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
 
 def scan(
     source: str | os.PathLike[str] | h5py.File, *, allow_external: bool = False,
-    deep_connectivity: bool = True,
+    deep_connectivity: bool | str = True,
 ) -> FileInfo:
     """Describe an H5MD file without reading element data.
 
@@ -2356,12 +2362,15 @@ def scan(
         Follow external links and accept datasets whose data live in other files
         (external raw storage, virtual datasets). By default such parts are never
         followed: they are left out, each with a problem naming ``allow_external``.
-    deep_connectivity : bool, default True
+    deep_connectivity : bool or str, default True
         Walk the groups below ``/connectivity`` (H5MD-NOMAD writes one per molecule:
         ten thousand in a small protein's file). False: only the elements directly in
         ``/connectivity`` are read, and the groups below it named
         (``connectivity_groups``) without their elements; an open of a particles group
-        needs no more.
+        needs no more. A group's path below ``/connectivity``
+        (``"particles_group/group_water"``): only the groups on the way to it are named,
+        and only its own elements read (the groups below it named); an open of that
+        group needs no more.
 
     Returns
     -------
@@ -2424,7 +2433,7 @@ def objects_below(source: str | os.PathLike[str], root: str) -> dict[str, tuple[
     return found
 
 
-def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool = True
+def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool | str = True
                  ) -> FileInfo:
     try:
         live = bool(f.swmr_mode)
@@ -2724,11 +2733,12 @@ def _pre_h5md_particles(c: _Ctx) -> str | None:
     return "trajectory"
 
 
-def _element_tree(c: _Ctx, root: str, deep: bool = True
+def _element_tree(c: _Ctx, root: str, deep: bool | str = True
                   ) -> tuple[dict[str, ElementInfo], list[str]]:
     """The elements under ``/<root>`` (``observables``, ``connectivity``) by their path
     below it, and the groups that hold them (``deep=False``: the elements directly in
-    ``/<root>``, and the groups below it by name only)."""
+    ``/<root>``, and the groups below it by name only; a path below ``/<root>``: the
+    groups on the way to it, and its elements)."""
     elements: dict[str, ElementInfo] = {}
     groups: list[str] = []
     if not _has(c.f, root):
@@ -2739,11 +2749,13 @@ def _element_tree(c: _Ctx, root: str, deep: bool = True
         c.left_out(err, f"/{root}")
         return elements, groups
     if isinstance(grp, h5py.Group):
-        _observables(c, grp, "", elements, groups, set(), f"/{root}", deep)
+        within = deep.strip("/") if isinstance(deep, str) else None
+        _observables(c, grp, "", elements, groups, set(), f"/{root}", bool(deep),
+                     within or None)
     return elements, groups
 
 
-def _scan(c: _Ctx, deep_connectivity: bool = True) -> FileInfo:
+def _scan(c: _Ctx, deep_connectivity: bool | str = True) -> FileInfo:
     h5md = _h5md_group(c)
     version = c.version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
