@@ -1471,3 +1471,30 @@ def test_creation_properties_are_read_from_the_list_h5py_keeps(tmp_path):
         assert _fill_value(bare) == _fill_value(d) == -1.0
         assert _layout(bare) == _layout(d) == "chunked"
         assert ensure_filters(bare) == ensure_filters(d) == []
+
+
+def test_a_scalar_observable_of_shape_t_1_1_is_served_per_frame(tmp_path):
+    """GROMACS' writer gives every time-dependent block three axes: its lambda is
+    ``/observables/lambda/value`` of shape (T, 1, 1), chunks of 20 frames (audit35 F5,
+    from gmx_h5md_io.cpp). It came out as (time, lambda_dim_1, lambda_dim_2); now one
+    number per frame on ``time``, lazily, with one warning, its blocks along time kept;
+    a (T, 1, 3) value keeps its axes."""
+    path = _base(str(tmp_path / "lambda.h5md"))
+    lam = np.array([0.0, 0.25, 0.5])
+    with h5py.File(path, "r+") as f:
+        grp = f.create_group("observables/lambda")
+        grp.create_dataset("value", data=lam.reshape(3, 1, 1), chunks=(2, 1, 1),
+                           maxshape=(None, 1, 1))
+        grp["step"], grp["time"] = f[f"{G}/position/step"], f[f"{G}/position/time"]
+        f["observables/vector/value"] = np.ones((3, 1, 3))
+        f["observables/vector/step"] = f[f"{G}/position/step"]
+    with pytest.warns(H5MDConformanceWarning, match=r"/observables/lambda\]: holds one number "
+                      r"per frame in a value of shape \(3, 1, 1\).*served per frame"):
+        ds = xr.open_dataset(path, engine="h5md", group="observables", chunks={})
+    with ds:
+        assert ds["lambda"].dims == ("time",)
+        assert len(ds["lambda"].chunks) == 1 and ds["lambda"].encoding["preferred_chunks"] \
+            .keys() == {"time"}  # blocks of whole chunks along time
+        np.testing.assert_array_equal(ds["lambda"].values, lam)
+        np.testing.assert_array_equal(ds["lambda"].time, TIMES)
+        assert ds["vector"].dims == ("time", "vector_dim_1", "vector_dim_2")

@@ -1058,11 +1058,17 @@ def _without_last_axis(b: _Builder, el: ElementInfo, var: xr.Variable) -> xr.Var
     b.report.note(el.path, f"holds one value per particle in a trailing axis of length 1 "
                   f"(shape {el.shape}; ESPResSo++'s parallel writer stores them so)",
                   "served per particle, without that axis")
-    last = var.dims[-1]
-    out = var.isel({last: 0})
+    return _without_axes(var, [str(var.dims[-1])])
+
+
+def _without_axes(var: xr.Variable, dims: Iterable[str]) -> xr.Variable:
+    """``var`` without its axes ``dims`` of length 1 (lazily: the first entry of each),
+    its preferred chunks without them too."""
+    gone = set(dims)
+    out = var.isel({d: 0 for d in gone})
     pref = out.encoding.get("preferred_chunks")
     if pref:
-        out.encoding["preferred_chunks"] = {d: n for d, n in pref.items() if d != last}
+        out.encoding["preferred_chunks"] = {d: n for d, n in pref.items() if d not in gone}
     return out
 
 
@@ -1201,6 +1207,14 @@ def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,
         if el.axis is not None:
             dims = _function_axis(b, el, name, dims, coords, variables)
         var = b.variable(el, dims)
+        if var is not None and el.time_dependent and el.axis is None and \
+                len(el.shape) == 3 and el.shape[1:] == (1, 1):
+            # one number per frame in a (T, 1, 1) value: GROMACS' writer gives every
+            # element three axes (its lambda), not a 1 x 1 tensor
+            b.report.note(el.path, f"holds one number per frame in a value of shape "
+                          f"{el.shape} (GROMACS' writer stores its scalar observables so)",
+                          "served per frame, without the two axes of length 1")
+            var = _without_axes(var, dims[1:])
         if var is not None:
             variables[name] = var
     attrs = _file_attrs(info)
