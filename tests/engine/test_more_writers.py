@@ -271,6 +271,7 @@ def _sarkas(path, frames=5, n=6):
         b = g.create_group("box")
         b.attrs["dimensions"], b.attrs["boundary"] = 3, "periodic"
         b["edges"] = np.eye(3) * 1e-5
+        b.attrs["units"] = "m"  # the length unit, on the group (init_box_group)
     return pos
 
 
@@ -298,6 +299,9 @@ def test_sarkas_particles_straight_in_particles(tmp_path):
         np.testing.assert_array_equal(ds.species.values, np.arange(6) % 2)
         np.testing.assert_array_equal(ds.box_edges.values, np.eye(3) * 1e-5)
         assert ds.position.attrs["units"] == "m"
+        assert ds.box_edges.attrs["units"] == "m"  # the box group's (it was left out)
+        assert sum("[/particles/box/edges]: no unit of its own; the box group has one" in t
+                   for t in texts) == 1
         centred = pos - pos.mean(axis=1, keepdims=True)
         rmsd = h5mdx.rmsd(ds.position, 0).values
         assert rmsd[0] == pytest.approx(0, abs=1e-12) and rmsd[1] > 1e-8

@@ -1632,9 +1632,26 @@ def _box_edges(c: _Ctx, grp: h5py.Group, path: str) -> ElementInfo | None:
             c.note(f"{path}/edges", "was created but never written (no storage allocated)",
                    "left out: the box has no edges")
             return None
-        return _element(c, "box_edges", obj, f"{path}/edges")
+        edges = _element(c, "box_edges", obj, f"{path}/edges")
     except H5MDFormatError as err:
         c.left_out(err, f"{path}/edges")
+        return None
+    unit = _group_unit(grp) if edges.unit is None else None
+    if unit is not None:  # Sarkas writes the length unit on the box group (init_box_group)
+        c.note(f"{path}/edges", "no unit of its own; the box group has one (Sarkas "
+               "writes the length unit there)", f"unit {unit!r}, the box group's")
+        edges = replace(edges, unit=unit)
+    return edges
+
+
+def _group_unit(grp: h5py.Group) -> str | None:
+    """The text of a group's ``unit`` (or netCDF's ``units``) attribute; None where it
+    has none, or none that is text."""
+    if _no_attrs(grp):
+        return None
+    try:
+        return unit_text(_attr(grp, "unit", _attr(grp, "units"))) or None
+    except ValueError:
         return None
 
 
