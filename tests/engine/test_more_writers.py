@@ -811,3 +811,36 @@ def test_an_open_of_one_group_of_connectivity_reads_only_the_way_to_it(tmp_path)
     with pytest.raises(ValueError, match=r"no group 'connectivity/particles_group/mol9'; "
                        r"available: .*'connectivity/particles_group'"):
         xr.open_dataset(path, engine="h5md", group="connectivity/particles_group/mol9")
+
+
+def test_a_datatree_of_one_group_reads_only_that_group(tmp_path):
+    """``open_datatree(group="observables")`` built the whole tree and kept a subtree: 28 s
+    for the observables of nomad-parser-plugins-atomistic's OpenMM file, its ten thousand
+    groups of connectivity walked (0.8 s now). Only that group is scanned and built: the
+    problems of the others are not its own."""
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "c.h5", {"all": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}},
+        observables={"energy": dict(value=np.arange(2.0), step=np.array([0, 1]))})
+    with h5py.File(path, "r+") as f:
+        f["connectivity/mol0/bonds"] = np.array([[1, 2]])
+        f["connectivity/mol0/broken/step"] = np.arange(2)  # step, no value: noted
+        f["parameters/thermostat/tau"] = 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for group, nodes in (("observables", {"/"}), ("particles", {"/", "/all"}),
+                             ("/parameters/thermostat/", {"/"})):
+            with xr.open_datatree(path, engine="h5md", group=group) as tree:
+                assert {node.path for node in tree.subtree} == nodes
+        with xr.open_datatree(path, engine="h5md", group="observables") as tree:
+            np.testing.assert_array_equal(tree.energy.values, [0.0, 1.0])
+        with xr.open_datatree(path, engine="h5md", group="parameters") as tree:
+            assert float(tree["thermostat"].tau) == 0.5
+    with pytest.warns(H5MDConformanceWarning, match="mol0/broken"):
+        tree = xr.open_datatree(path, engine="h5md", group="connectivity")
+    with tree:
+        np.testing.assert_array_equal(tree["mol0"].bonds.values, [[1, 2]])
+    for bad in ("nope", "parameters/nope", "observables/nope"):
+        with pytest.raises(ValueError, match=f"has no group '{bad}'"):
+            xr.open_datatree(path, engine="h5md", group=bad)

@@ -12,6 +12,7 @@ read under the HDF5 lock, so datasets pickle to dask workers.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -1682,17 +1683,13 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             swmr=swmr,
             allow_external=allow_external,
             strict=strict,
+            group=group,
         )
         if group is None or not group.strip("/"):
             return groups
         root = "/" + group.strip("/")
-        sub = {path[len(root):] or "/": ds for path, ds in groups.items()
-               if path == root or path.startswith(root + "/")}
-        if not sub:
-            groups["/"].close()  # one file behind every group
-            raise ValueError(f"{filename} has no group {group!r}; its groups: "
-                             f"{', '.join(p for p in groups if p != '/')}")
-        return sub
+        return {path[len(root):] or "/": ds for path, ds in groups.items()
+                if path == root or path.startswith(root + "/")}
 
     def open_datatree(  # type: ignore[override]
         self,
@@ -1770,6 +1767,7 @@ def open_groups(
     swmr: bool = False,
     allow_external: bool = False,
     strict: bool = False,
+    group: str | None = None,
 ) -> dict[str, xr.Dataset]:
     """Open every group of an H5MD file (every particles group, observables, parameters).
 
@@ -1787,40 +1785,34 @@ def open_groups(
     strict : bool, default False
         Raise :class:`~h5mdx.errors.H5MDFormatError` on any departure from H5MD
         instead of one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+    group : str, optional
+        Only the subtree of this group (``"observables"``, ``"particles/solvent"``), with
+        ``"/"``: only that is scanned and built (H5MD-NOMAD's ten thousand groups of
+        connectivity are not walked for the observables).
 
     Returns
     -------
     dict of str to xarray.Dataset
         ``{"/": file attrs, "/particles/<g>": ..., "/observables": ...,
         "/observables/<sub>": ..., "/parameters": ...}``.
+
+    Raises
+    ------
+    ValueError
+        Where the file has no group ``group``.
     """
     manager = _manager(filename, swmr)
     lock = HDF5_LOCK
     report = _Report(filename, strict)
+    root = "/" + group.strip("/") if group is not None and group.strip("/") else None
     try:
-        info = _scan_with(manager, lock, allow_external)
-        report.scanned(info)
+        info = _scan_with(manager, lock, allow_external, deep_connectivity=root is None or (
+            f"{root}/".startswith("/connectivity/")))
+        report.scanned(info, root)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report, allow_external=allow_external)
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
-        out: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=_file_attrs(info))}
-        if info.particles:
-            out["/particles"] = xr.Dataset()
-        for pg in info.particles.values():
-            out[f"/{pg.group}"] = _particles_dataset(
-                b, pg, topology=topology, select=None, drop=drop
-            )
-        if info.observables:
-            out["/observables"] = _observables_dataset(b, "", drop)
-            for sub in info.observable_groups:
-                out[f"/observables/{sub}"] = _observables_dataset(b, sub, drop)
-        if info.connectivity:
-            out["/connectivity"] = _observables_dataset(b, "", drop, "connectivity")
-            for sub in info.connectivity_groups:
-                out[f"/connectivity/{sub}"] = _observables_dataset(b, sub, drop, "connectivity")
-        for root in ("parameters", *info.other_groups):
-            for sub, params in _free_form_datasets(b, root).items():
-                out[f"/{root}" + (f"/{sub}" if sub else "")] = params
+        out = _group_datasets(b, info, topology, drop, root)
     except _STRUCTURE_ERRORS as err:
         manager.close()
         raise H5MDFormatError(
@@ -1840,6 +1832,47 @@ def open_groups(
     for ds in out.values():
         ds.set_close(close)
         _set_unlimited_dims(ds, b.growable)
+    return out
+
+
+def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
+                    root: str | None) -> dict[str, xr.Dataset]:
+    """The Dataset of every group of :func:`open_groups` (``root``: only those of its
+    subtree, and ``"/"``), by path; a ValueError where ``root`` is none of them."""
+    makers: dict[str, Callable[[], xr.Dataset]] = {
+        "/": lambda: xr.Dataset(attrs=_file_attrs(info))}
+    if info.particles:
+        makers["/particles"] = xr.Dataset
+    for pg in info.particles.values():
+        makers[f"/{pg.group}"] = functools.partial(
+            _particles_dataset, b, pg, topology=topology, select=None, drop=drop)
+    for kind, elements, subs in (("observables", info.observables, info.observable_groups),
+                                 ("connectivity", info.connectivity,
+                                  info.connectivity_groups)):
+        if elements:
+            makers[f"/{kind}"] = functools.partial(_observables_dataset, b, "", drop, kind)
+            for sub in subs:
+                makers[f"/{kind}/{sub}"] = functools.partial(
+                    _observables_dataset, b, sub, drop, kind)
+    free_roots = ("parameters", *info.other_groups)
+
+    def wanted(path: str) -> bool:
+        return root is None or path == "/" or path == root or path.startswith(f"{root}/")
+
+    if root is not None and not any(wanted(p) for p in makers if p != "/") and not any(
+            f"{root}/".startswith(f"/{r}/") for r in free_roots):
+        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}; its groups: "
+                         f"{', '.join(p for p in makers if p != '/')}")
+    out = {path: make() for path, make in makers.items() if wanted(path)}
+    for free in free_roots:
+        if root is None or f"{root}/".startswith(f"/{free}/") or f"/{free}".startswith(
+                f"{root}/"):
+            for sub, params in _free_form_datasets(b, free).items():
+                path = f"/{free}" + (f"/{sub}" if sub else "")
+                if wanted(path):
+                    out[path] = params
+    if root is not None and len(out) == 1:
+        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}")
     return out
 
 
