@@ -252,6 +252,14 @@ def test_box_edges_written_as_zeros_are_kept(tmp_path):
     assert box is not None and box.edges is not None and box.boundary == ("periodic",) * 3
 
 
+def _two_frames(path, **kwargs):
+    """A file of 3 atoms and 2 frames, for what other writers put beside them."""
+    from h5mdx.testing import write_h5md
+
+    return write_h5md(path, {"all": {
+        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}}, **kwargs)
+
+
 def _sarkas(path, frames=5, n=6):
     """Sarkas (murillo-group/sarkas, sarkas/utilities/io.py, init_particles_group):
     plain datasets straight in /particles, sharing its step and time."""
@@ -570,10 +578,8 @@ def test_box_matrices_that_are_no_bounds_are_kept(tmp_path, frame):
 
 def test_fixed_bounds_of_one_frame(tmp_path):
     """Fixed bounds (1, 3, 2), as the one-box forms (1, 3) and (1, 3, 3) (audit40 #13)."""
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "one.h5md", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    path = _two_frames(tmp_path / "one.h5md")
     with h5py.File(path, "r+") as f:
         del f["particles/all/box"]
         f["particles/all/box/edges"] = np.array([[[-2.0, 7.0], [-3.0, 6.0], [0.0, 9.5]]])
@@ -648,10 +654,8 @@ def test_root_groups_are_walked_only_where_served(tmp_path):
     particles and made strict=True refuse a conformant file; its datasets were walked at
     every open (audit40 #3 #4 #10)."""
     from h5mdx.format.h5md import scan
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "extra.h5md", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    path = _two_frames(tmp_path / "extra.h5md")
     with h5py.File(path, "r+") as f:
         extra = f.create_group("analysis")
         extra["ok"] = np.arange(4.0)
@@ -716,10 +720,8 @@ def test_many_groups_of_connectivity(tmp_path, capsys):
     characters), and `h5mdx info` printed a line per element (audit41)."""
     from h5mdx.cli import main
     from h5mdx.format.h5md import scan
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "nomad.h5", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    path = _two_frames(tmp_path / "nomad.h5")
     with h5py.File(path, "r+") as f:
         con = f.create_group("connectivity")
         con["bonds"] = np.array([[0, 1]])
@@ -750,10 +752,8 @@ def test_groups_below_connectivity_are_walked_only_when_opened(tmp_path):
     nomad-parser-plugins-atomistic's OpenMM file, 52,273 elements); /connectivity's own
     elements are read (GROMACS' bonds give selections their bonds)."""
     from h5mdx.format.h5md import scan
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "c.h5", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    path = _two_frames(tmp_path / "c.h5")
     with h5py.File(path, "r+") as f:
         con = f.create_group("connectivity")
         con["bonds"] = np.array([[0, 1]])
@@ -779,10 +779,8 @@ def test_an_open_of_one_group_of_connectivity_reads_only_the_way_to_it(tmp_path)
     on the way to it are opened (0.6 s): another group's problem is not its own, and a
     mistyped name lists how far the path went."""
     from h5mdx.format.h5md import scan
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "c.h5", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}})
+    path = _two_frames(tmp_path / "c.h5")
     with h5py.File(path, "r+") as f:
         con = f.create_group("connectivity")
         con["bonds"] = np.array([[0, 1]])
@@ -818,11 +816,8 @@ def test_a_datatree_of_one_group_reads_only_that_group(tmp_path):
     for the observables of nomad-parser-plugins-atomistic's OpenMM file, its ten thousand
     groups of connectivity walked (0.8 s now). Only that group is scanned and built: the
     problems of the others are not its own."""
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(tmp_path / "c.h5", {"all": {
-        "position": dict(value=np.ones((2, 3, 3)), step=np.array([0, 1]))}},
-        observables={"energy": dict(value=np.arange(2.0), step=np.array([0, 1]))})
+    path = _two_frames(tmp_path / "c.h5", observables={"energy": dict(value=np.arange(2.0), step=np.array([0, 1]))})
     with h5py.File(path, "r+") as f:
         f["connectivity/mol0/bonds"] = np.array([[1, 2]])
         f["connectivity/mol0/broken/step"] = np.arange(2)  # step, no value: noted
