@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import functools
 import io
-import json
 import os
 import statistics
 import sys
@@ -42,7 +41,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_scale  # noqa: E402 - beside this script: its timer and machine facts
 
-RESULTS = bench_scale.RESULTS
 WAYS = ("floor", "info", "info --json", "particles", "one molecule", "observables tree",
         "whole tree")
 #: The molecules' groups, as H5MD-NOMAD names them.
@@ -172,14 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = summary(seconds)
     meta = {"file": os.path.basename(path), "groups": groups, "datasets": datasets,
             "repeats": args.repeats, "machine": bench_scale.machine()}
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"open-tree-{args.name}")
-    with open(stem + ".json", "w") as fh:
-        json.dump({"meta": meta, "rows": rows, "seconds": seconds}, fh, indent=2)
-    text = markdown(meta, rows)
-    with open(stem + ".md", "w") as fh:
-        fh.write(text)
-    print(text + f"results: {stem}.json/.md")
+    record = {"meta": meta, "rows": rows, "seconds": seconds}
+    bench_scale.save_results("open-tree-", args.name, record,
+                             lambda r: markdown(r["meta"], r["rows"]))
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import sys
@@ -37,7 +36,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_scale  # noqa: E402 - beside this script: the files it builds are the same
 
-RESULTS = bench_scale.RESULTS
 WAYS = ("whole", "parts", "mfdataset", "floor")
 
 
@@ -155,14 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = summary(seconds, args.frames)
     meta = {"frames": args.frames, "parts": args.parts, "repeats": args.repeats,
             "machine": bench_scale.machine()}
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"parts-{args.name}")
-    with open(stem + ".json", "w") as fh:
-        json.dump({"meta": meta, "rows": rows, "seconds": seconds}, fh, indent=2)
-    text = markdown(meta, rows)
-    with open(stem + ".md", "w") as fh:
-        fh.write(text)
-    print(text + f"results: {stem}.json/.md")
+    record = {"meta": meta, "rows": rows, "seconds": seconds}
+    bench_scale.save_results("parts-", args.name, record,
+                             lambda r: markdown(r["meta"], r["rows"]))
     return 0
 
 

@@ -6,7 +6,7 @@ import json
 
 
 def test_every_way_opens_the_built_tree(bench_open_tree, tmp_path, monkeypatch):
-    monkeypatch.setattr(bench_open_tree, "RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(bench_open_tree.bench_scale, "RESULTS", str(tmp_path / "results"))
     assert bench_open_tree.main(["--data", str(tmp_path), "--molecules", "40",
                                  "--repeats", "1", "--name", "t"]) == 0
     with open(tmp_path / "results" / "open-tree-t.json") as fh:

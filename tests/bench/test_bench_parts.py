@@ -6,7 +6,7 @@ import json
 
 
 def test_a_run_times_every_way_on_the_same_series(bench_parts, tmp_path, monkeypatch):
-    monkeypatch.setattr(bench_parts, "RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(bench_parts.bench_scale, "RESULTS", str(tmp_path / "results"))
     assert bench_parts.main(["--data", str(tmp_path), "--frames", "600", "--parts", "3",
                              "--repeats", "1", "--name", "t"]) == 0
     with open(tmp_path / "results" / "parts-t.json") as fh:
