@@ -493,7 +493,22 @@ def test_a_file_of_selected_atoms_finds_them_in_the_whole_topology(adk_h5md, adk
                                 "--select", "resid 1:50"))
     assert proc.returncode == 1
     assert proc.stderr.count("does not say which of the topology's atoms they are") == 1
-    assert "topology=u.atoms[ids]" in proc.stderr
+    assert "on the command line, --topology a file of those atoms alone" in proc.stderr
+    # what that says to do works: a topology of the file's atoms alone (C-alphas of equal
+    # mass: the unweighted RMSD is the mass-weighted one)
+    ca.write(tmp_path / "ca.pdb")
+    out = tmp_path / "out-pdb"
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(tagged), "--topology", str(tmp_path / "ca.pdb"),
+                                "--select", "resid 1:50", "--out", str(out)))
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), expected, rtol=0, atol=1e-4)
+    # a topology of fewer atoms than the file's is no system of them: said with the remedy
+    adk_universe.atoms[:10].write(tmp_path / "ten.pdb")
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(tagged), "--topology",
+                                str(tmp_path / "ten.pdb")))
+    assert proc.returncode == 1
+    assert "has 10 atoms but the trajectory has 214; pass the topology of the file's atoms" \
+        in proc.stderr
 
 
 @pytest.mark.mpi

@@ -14,6 +14,7 @@ from h5mdx.format.h5md import (
     FileInfo,
     compression_name,
     objects_below,
+    open_h5md,
     scan,
     scan_free_form,
 )
@@ -373,10 +374,11 @@ def run(args: argparse.Namespace) -> int:
         d = zarr_dict(args.file)
         print(json.dumps(d, indent=2, default=str) if args.json else render_zarr(d))
         return 0
-    unwalked = {} if args.json else objects_below(args.file, "connectivity")
-    if sum(datasets for _groups, datasets in unwalked.values()) <= _WALKED:
-        unwalked = {}
-    info = scan(args.file, deep_connectivity=not unwalked)
+    with open_h5md(args.file) as f:  # opened once: counted, then scanned
+        unwalked = {} if args.json else objects_below(f, "connectivity")
+        if sum(datasets for _groups, datasets in unwalked.values()) <= _WALKED:
+            unwalked = {}
+        info = scan(f, deep_connectivity=not unwalked)
     if args.json:
         print(json.dumps(info_dict(info), indent=2, default=str))
     else:

@@ -350,6 +350,12 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
                       filename, group)
 
 
+#: How to pass the atoms of a file of selected atoms, from Python and on the command line
+PASS_ATOMS = ("pass topology=u.atoms[ids] (an MDAnalysis AtomGroup of the file's atoms, in "
+              "its order) or, on the command line, --topology a file of those atoms alone "
+              "(u.atoms[ids].write('atoms.pdb'))")
+
+
 def indices_in(universe: Any, n_atoms: int, ids: Any, long_name: Any, masses: Any,
                filename: str, group: str) -> np.ndarray | None:
     """The rules of :func:`input_indices` on a file's arrays, read by the caller (the MPI
@@ -392,8 +398,7 @@ def indices_in(universe: Any, n_atoms: int, ids: Any, long_name: Any, masses: An
         raise TopologyError(
             f"{said}; its id ({ids[:3].tolist()}...) does not say which of the "
             "topology's atoms they are (h5mdx writes 0-based indices for a selection); "
-            "where they are such indices, pass topology=u.atoms[ids] (an MDAnalysis "
-            "AtomGroup of the file's atoms, in its order)")
+            f"where they are such indices, {PASS_ATOMS}")
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n_top
                      or np.unique(ids).size != ids.size):
         raise TopologyError(
@@ -423,7 +428,7 @@ def _check_masses(masses: Any, atoms: Any, said: str) -> None:
             f"{said} have other masses than the file's: {off.size} of {ours.size} atoms "
             f"differ (atom {int(atoms.indices[i])}: {theirs[i]:g} u in the topology, "
             f"{ours[i]:g} u in the file): another system's topology? Where it is the right "
-            "one, pass topology=u.atoms[ids] (an AtomGroup of the file's atoms)")
+            f"one, {PASS_ATOMS}")
 
 
 def _add_bonds(universe: Any, info: FileInfo, path: str) -> None:

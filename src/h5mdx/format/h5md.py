@@ -2407,7 +2407,8 @@ def scan(
         return _scan_safely(f, allow_external, deep_connectivity)
 
 
-def objects_below(source: str | os.PathLike[str], root: str) -> dict[str, tuple[int, int]]:
+def objects_below(source: str | os.PathLike[str] | h5py.File,
+                  root: str) -> dict[str, tuple[int, int]]:
     """The groups and datasets below each group directly in ``/<root>``, counted.
 
     One visit of HDF5's objects (each counted once, however many links lead to it), with
@@ -2417,8 +2418,8 @@ def objects_below(source: str | os.PathLike[str], root: str) -> dict[str, tuple[
 
     Parameters
     ----------
-    source : str or path-like
-        The file.
+    source : str, path-like or h5py.File
+        The file, or the file open (``h5mdx info`` then scans it open).
     root : str
         A group of the root (``"connectivity"``).
 
@@ -2430,21 +2431,23 @@ def objects_below(source: str | os.PathLike[str], root: str) -> dict[str, tuple[
     """
     found: dict[str, tuple[int, int]] = {}
     try:
-        with open_h5md(source) as f:
-            top = f.get(root)
-            if not isinstance(top, h5py.Group):
-                return found
-            for name in top:
-                grp = top.get(name)
-                if not isinstance(grp, h5py.Group):
-                    continue
-                counts = [0, 0]
+        if not isinstance(source, h5py.File):
+            with open_h5md(source) as f:
+                return objects_below(f, root)
+        top = source.get(root)
+        if not isinstance(top, h5py.Group):
+            return found
+        for name in top:
+            grp = top.get(name)
+            if not isinstance(grp, h5py.Group):
+                continue
+            counts = [0, 0]
 
-                def count(_name: bytes, info: Any, counts: list[int] = counts) -> None:
-                    counts[0 if info.type == h5py.h5o.TYPE_GROUP else 1] += 1
+            def count(_name: bytes, info: Any, counts: list[int] = counts) -> None:
+                counts[0 if info.type == h5py.h5o.TYPE_GROUP else 1] += 1
 
-                h5py.h5o.visit(grp.id, count, info=True)
-                found[name] = (counts[0], counts[1])  # (h5py visits all but the group)
+            h5py.h5o.visit(grp.id, count, info=True)
+            found[name] = (counts[0], counts[1])  # (h5py visits all but the group)
     except (H5MDError, OSError, RuntimeError, ValueError, KeyError, TypeError):
         return {}
     return found

@@ -422,7 +422,9 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
 
         raise TopologyError(
             f"{options.trajectory}: the topology {options.topology!r} has {n_top} atoms "
-            f"but the trajectory has {source.n_atoms}")
+            f"but the trajectory has {source.n_atoms}; pass the topology of the file's "
+            "atoms (or of the whole system, where the file holds selected atoms with "
+            "h5mdx's id)")
     dset = f[source.element.value_path]
     ref_index = options.reference
     if not source.n_frames:
