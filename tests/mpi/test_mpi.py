@@ -512,6 +512,29 @@ def test_a_file_of_selected_atoms_finds_them_in_the_whole_topology(adk_h5md, adk
 
 
 @pytest.mark.mpi
+def test_a_file_with_vmds_structure_module_is_its_own_topology(adk_universe, adk_positions,
+                                                               tmp_path):
+    """mpi-rmsd --select --weights mass without --topology on a file holding VMD's
+    structure module: the selection and the masses are the module's (its resid 0-based:
+    resid 10:49 is the PSF's 11:50), equal to MDAnalysis on the PSF to 1e-4 A."""
+    require_mpi()
+    from MDAnalysis.analysis.rms import RMSD
+
+    from vmd_files import write_adk_vmd
+
+    path = write_adk_vmd(tmp_path / "adk_vmd.h5", adk_universe, adk_positions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(adk_universe, select="name CA and resid 11:50",
+                        weights="mass").run().results.rmsd[:, 2]
+    out = tmp_path / "out"
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", path, "--select", "name CA and resid 10:49",
+                                "--weights", "mass", "--out", str(out)))
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.mpi
 def test_mpi_rmsd_file_equals_the_dask_paths(layouts, tmp_path):
     """Same columns (frame, time, step, rmsd), same values as ``h5mdx rmsd`` (dask)."""
     require_mpi()

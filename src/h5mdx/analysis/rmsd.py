@@ -153,7 +153,7 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     file they come from (or, where that is unknown, enough for their atom indices)."""
     from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe
 
-    universe = load_universe(topology)
+    universe = load_universe(topology, _own_group(position, topology))
     n_top = len(universe.atoms)
     ids = _atom_ids(position)
     shape = position.encoding.get("original_shape") or position.variable.encoding.get(
@@ -171,6 +171,16 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
         raise TopologyError(f"the topology {name} has {n_top} atoms, fewer than the atom "
                             f"indices of the positions (up to {int(ids.max())})")
     return universe
+
+
+def _own_group(position: xr.DataArray, topology: Any) -> str | None:
+    """The particles group the positions come from, where ``topology`` is their own file
+    (VMD's structure module there describes a group's atoms); None otherwise."""
+    source, path = position.encoding.get("source"), position.encoding.get("h5md_path")
+    if not (isinstance(topology, (str, os.PathLike)) and source and path):
+        return None
+    same = os.path.abspath(os.fspath(topology)) == os.path.abspath(str(source))
+    return str(path).rsplit("/", 1)[0] if same else None
 
 
 def _of_file(position: xr.DataArray) -> str:

@@ -19,6 +19,7 @@ from h5mdx.format.h5md import (
     scan_free_form,
 )
 from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
+from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES, VMDStructure
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -103,6 +104,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
             "n_atoms": info.topology.n_atoms,
             "blocks": [list(b) for b in info.topology.blocks],
             "properties": list(info.topology.properties)},
+        "vmd_structure": None if info.vmd_structure is None else {
+            "path": info.vmd_structure.path,
+            "datasets": {k: list(v.shape) for k, v in info.vmd_structure.datasets.items()}},
         "particles": {
             name: {
                 "path": pg.path,
@@ -174,6 +178,19 @@ def topology_line(module: ModuleTopology) -> str:
             f"{served or 'no property'} per atom, from {module.path}")
 
 
+def structure_line(structure: VMDStructure) -> str:
+    """What ``info`` says of VMD's structure module: the properties it holds, per
+    species, atom and residue, and its bonds."""
+    data = structure.datasets
+    parts = [f"{', '.join(names)} per {kind}" for kind, names in (
+        ("species", [n for n in PER_SPECIES if n in data]),
+        ("atom", [n for n in PER_ATOM if n in data]),
+        ("residue", [n for n in PER_RESIDUE if n in data])) if names]
+    if "bond_from" in data:
+        parts.append(f"{data['bond_from'].size} bond(s)")
+    return f"VMD's structure module: {'; '.join(parts) or 'no property'}, from {structure.path}"
+
+
 def _how_to_open(observables: dict[str, Any]) -> str:
     """How to open the observables (not in a particles group's Dataset): the groups to
     pass as ``group=`` (an observable of a subgroup is named 'atoms/energy')."""
@@ -202,6 +219,8 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
                                            for name, mod in info.modules.items()))
     if info.topology is not None:  # GROMACS' topology module
         out.append(f"topology: {topology_line(info.topology)}")
+    if info.vmd_structure is not None:
+        out.append(f"topology: {structure_line(info.vmd_structure)}")
     # one name column for all (an observable of a subgroup is named 'atoms/energy')
     width = min(_WIDEST, max([12, *(len(k) for k in (*info.observables, *info.connectivity)),
                               *(len(n) for pg in info.particles.values()

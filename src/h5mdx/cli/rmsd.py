@@ -300,7 +300,8 @@ def run(args: argparse.Namespace) -> int:
             args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
               f"TPR, ... of the same atoms): {args.trajectory} holds no atom names (GROMACS' "
-              "H5MD files hold their topology; others do not)", file=sys.stderr)
+              "H5MD files hold their topology, and files with VMD's structure module; "
+              "others do not)", file=sys.stderr)
         return 2
     if args.workers is not None and args.workers < 1:
         print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)

@@ -1020,6 +1020,10 @@ def _particles_dataset(
         ds = _with_module_topology(b, ds, info.topology, n_atoms, pg.path)
         if topology is None and "topology" in ds.attrs:
             topology = info.filename
+    elif own and info.vmd_structure is not None and n_atoms is not None:
+        ds = _with_vmd_structure(b, ds, n_atoms, pg.path)
+        if topology is None and "topology" in ds.attrs:
+            topology = info.filename
     elif topology is not None:
         ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
     if select is not None:
@@ -1041,7 +1045,9 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
                 f"; the file's {module.path} describes {module.n_atoms} atoms, not the "
                 f"{n_atoms} of {group}" if module is not None else "")
         )
-    indices = select_indices(load_universe(topology), select, info.filename)
+    own = isinstance(topology, (str, os.PathLike)) and _normalize_path(topology) == info.filename
+    indices = select_indices(load_universe(topology, group if own else None), select,
+                             info.filename)
     if SUBSET_OF_ATTR in ds[ATOM_DIM].attrs:  # the topology's indices of the atoms held
         indices = np.flatnonzero(np.isin(ds[ATOM_DIM].values, indices))
         if not indices.size:
@@ -1130,6 +1136,32 @@ def _with_module_topology(b: _Builder, ds: xr.Dataset, module: ModuleTopology, n
     ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     if module.system_name:
         ds.attrs["system_name"] = module.system_name
+    return ds
+
+
+def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -> xr.Dataset:
+    """``ds`` with the per-atom coordinates of VMD's structure module (names, types,
+    residues, segments, chains, masses, charges, radii, atomic numbers:
+    :func:`h5mdx.engine.topology.vmd_coords`), and ``attrs["topology"]`` naming the file
+    itself, where the module describes any of the group's atoms; each property that
+    does not fit the group is noted and left out."""
+    from h5mdx.engine.topology import vmd_coords
+    from h5mdx.format.vmd_structure import bonds
+
+    species = ds.variables.get("species")
+    values = species.values if species is not None and species.dims == (ATOM_DIM,) else None
+    coords = vmd_coords(b.info, group, values, n_atoms, b.report.note)
+    if b.info.vmd_structure is not None:  # said here: the Universe's bonds leave them out
+        bonds(b.info.vmd_structure, n_atoms, b.report.note)
+    coords = {k: v for k, v in coords.items() if k not in ds.variables}
+    if not coords:
+        return ds
+    attrs = {"resid": {"long_name": "residue number (VMD's structure module)"},
+             "atomicnumber": {"long_name": "atomic number"}}
+    ds = ds.assign_coords({k: xr.Variable((ATOM_DIM,), v, attrs.get(k, {}))
+                           for k, v in coords.items()})
+    ds.attrs["topology"] = b.info.filename
+    ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     return ds
 
 

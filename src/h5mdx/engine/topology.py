@@ -20,7 +20,8 @@ from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 
 __all__ = ["holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
-           "module_of", "module_universe", "select_indices", "topology_coords"]
+           "module_of", "module_universe", "select_indices", "topology_coords", "vmd_coords",
+           "vmd_universe"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -35,14 +36,16 @@ TOPOLOGY_ATTRS = (
 
 
 @lru_cache(maxsize=16)
-def _universe(path: str, mtime: float) -> Any:
+def _universe(path: str, mtime: float, group: str | None = None) -> Any:
     mda = import_optional("MDAnalysis", "topologies and atom selections")
-    if is_h5md(path):  # its own topology, where GROMACS wrote one
+    if is_h5md(path):  # its own topology, where GROMACS wrote one (or VMD's structure)
         info = scan(path, deep_connectivity=False)  # the bonds are in /connectivity itself
         if info.topology is not None:
             universe = module_universe(info.topology, path)
             _add_bonds(universe, info, path)
             return universe
+        if info.vmd_structure is not None:
+            return vmd_universe(info, group)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -93,22 +96,30 @@ def attached_topology(position: Any) -> Any:
 
 
 def holds_topology(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is an H5MD file holding its own topology (GROMACS' module, as
-    :func:`load_universe` reads it); never raises."""
+    """Whether ``path`` is an H5MD file holding its own topology (GROMACS' module or
+    VMD's structure module, as :func:`load_universe` reads them); never raises."""
     try:
-        return is_h5md(path) and scan(path, deep_connectivity=False).topology is not None
+        if not is_h5md(path):
+            return False
+        info = scan(path, deep_connectivity=False)
+        return info.topology is not None or info.vmd_structure is not None
     except Exception:  # noqa: BLE001 - a question, not a check: opening says what is wrong
         return False
 
 
-def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
+def load_universe(topology: str | os.PathLike[str] | Any, group: str | None = None) -> Any:
     """An MDAnalysis Universe for ``topology`` (a path, or a Universe passed through).
 
     Parameters
     ----------
     topology : str, path-like or MDAnalysis.Universe
         Any topology file MDAnalysis reads (PSF, PDB, GRO, TPR, ...), or an H5MD file
-        holding GROMACS' topology module (:func:`module_universe`).
+        holding GROMACS' topology module (:func:`module_universe`) or VMD's structure
+        module (:func:`vmd_universe`).
+    group : str, optional
+        The particles group of an H5MD file whose atoms VMD's structure module describes
+        (it holds properties per species of a group); by default the only group with
+        positions.
 
     Returns
     -------
@@ -124,7 +135,7 @@ def load_universe(topology: str | os.PathLike[str] | Any) -> Any:
     path = os.path.expanduser(os.fspath(topology))
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such topology file: {path!r}")
-    return _universe(os.path.abspath(path), os.path.getmtime(path))
+    return _universe(os.path.abspath(path), os.path.getmtime(path), group)
 
 
 def topology_coords(universe: Any, n_atoms: int, filename: str) -> dict[str, np.ndarray]:
@@ -454,6 +465,137 @@ def _add_bonds(universe: Any, info: FileInfo, path: str) -> None:
             f"{path} [{el.path}]: {problem}; the topology's bonds left out"), stacklevel=4)
         return
     universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
+
+
+def vmd_coords(info: FileInfo, group: str, species: np.ndarray | None, n_atoms: int,
+               note: Any) -> dict[str, np.ndarray]:
+    """Per-atom coordinates of a particles group from VMD's structure module
+    (:func:`h5mdx.format.vmd_structure.per_atom`: ``name``, ``type``, ``resname``,
+    ``resid``, ``segid``, ``chainID``, ``mass``, ``charge``, ``radius``,
+    ``atomicnumber``); empty without the module. MDAnalysis is not needed."""
+    from h5mdx.format.vmd_structure import per_atom
+
+    if info.vmd_structure is None:
+        return {}
+    return per_atom(info.vmd_structure, species, n_atoms, group, note)
+
+
+def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
+    """An MDAnalysis Universe (no trajectory) of a particles group from VMD's structure
+    module: names, types, residues (by ``resid``), segments, chains, masses, charges,
+    radii, elements and bonds, where the module has them.
+
+    Parameters
+    ----------
+    info : FileInfo
+        The file, as :func:`h5mdx.format.h5md.scan` read it.
+    group : str, optional
+        The particles group; by default the only one with positions.
+
+    Returns
+    -------
+    MDAnalysis.Universe
+
+    Raises
+    ------
+    TopologyError
+        Where ``group`` is not given and several groups have positions, or the module
+        describes none of the group's atoms.
+    """
+    from h5mdx.format.vmd_structure import bonds
+
+    name = _vmd_group(info, group)
+    pg = info.particles[name]
+    n = _group_atoms(pg)
+    species = None
+    el = pg.elements.get("species")
+    if el is not None and not el.time_dependent:
+        with open_h5md(info.filename) as f:
+            species = np.asarray(f[el.value_path][()]) if el.data is None else el.data
+
+    def ignore(*_: Any) -> None:  # the open that attached them warned already
+        return None
+
+    coords = vmd_coords(info, pg.path, species, n, ignore)
+    if not coords:
+        raise TopologyError(f"{info.filename}: {STRUCTURE} describes none of the {n} atoms "
+                            f"of {pg.path}; pass topology= a file MDAnalysis reads")
+    universe = coords_universe(coords, n, info.filename)
+    pairs = bonds(info.vmd_structure, n, ignore) if info.vmd_structure else None
+    if pairs is not None and len(pairs):
+        universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
+    return universe
+
+
+#: The module's path, for messages.
+STRUCTURE = "/parameters/vmd_structure"
+
+
+def _vmd_group(info: FileInfo, group: str | None) -> str:
+    """The name of the particles group ``group`` (or the only one with positions)."""
+    if group is not None:
+        name = info.particles_group(group)
+        if name is None:
+            raise TopologyError(f"{info.filename} has no particles group {group!r}")
+        return name
+    with_positions = [n for n, pg in info.particles.items() if "position" in pg.elements]
+    if len(with_positions) != 1:
+        raise TopologyError(
+            f"{info.filename}: {STRUCTURE} describes the atoms of a particles group, and "
+            f"{len(with_positions)} groups have positions "
+            f"({', '.join(with_positions) or 'none'}): open one with group= and select "
+            "there, or pass topology= a file MDAnalysis reads")
+    return with_positions[0]
+
+
+def _group_atoms(pg: Any) -> int:
+    """The atom count of a particles group (its positions', else its species')."""
+    for key in ("position", "species"):
+        el = pg.elements.get(key)
+        if el is not None and el.shape:
+            return int(el.shape[1] if el.time_dependent and len(el.shape) > 1
+                       else el.shape[0])
+    return 0
+
+
+def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> Any:
+    """An MDAnalysis Universe (no trajectory) of ``n`` atoms from per-atom arrays named as
+    the coordinates the engine serves (``name``, ``type``, ``resname``, ``resid``,
+    ``segid``, ``chainID``, ``mass``, ``charge``, ``radius``; ``atomicnumber`` as
+    ``elements``). A residue
+    starts where ``resid`` or ``segid`` changes (one residue without either); a segment
+    per ``segid`` (one, ``SYSTEM``, without)."""
+    mda = import_optional("MDAnalysis", "topologies and atom selections")
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = False
+    for key in ("resid", "segid"):
+        if key in coords:
+            starts[1:] |= coords[key][1:] != coords[key][:-1]
+    first = np.flatnonzero(starts)
+    segids = coords["segid"][first] if "segid" in coords else np.full(first.size, "SYSTEM")
+    seg_names = list(dict.fromkeys(segids.tolist()))
+    seg_index = {s: i for i, s in enumerate(seg_names)}
+    universe = mda.Universe.empty(
+        n, n_residues=first.size, n_segments=len(seg_names),
+        atom_resindex=np.cumsum(starts) - 1,
+        residue_segindex=np.array([seg_index[s] for s in segids.tolist()], dtype=np.int64),
+        trajectory=False)
+    for attr, key in (("names", "name"), ("types", "type"), ("masses", "mass"),
+                      ("charges", "charge"), ("radii", "radius"), ("chainIDs", "chainID")):
+        if key in coords:
+            universe.add_TopologyAttr(attr, coords[key])
+    if "atomicnumber" in coords and coords["atomicnumber"].dtype.kind in "iu":
+        symbols = _z2symb()
+        universe.add_TopologyAttr("elements", np.array(
+            [symbols.get(int(z), "") for z in coords["atomicnumber"].tolist()], dtype=object))
+    resids = coords["resid"][first] if "resid" in coords else np.arange(1, first.size + 1)
+    universe.add_TopologyAttr("resids", resids)
+    universe.add_TopologyAttr("resnums", resids)
+    if "resname" in coords:
+        universe.add_TopologyAttr("resnames", coords["resname"][first])
+    universe.add_TopologyAttr("segids", np.array(seg_names, dtype=object))
+    universe.filename = filename
+    return universe
 
 
 def _z2symb() -> dict[int, str]:

@@ -43,6 +43,7 @@ from h5mdx.format.schema import (
 )
 from h5mdx.format.text import decode as _decode
 from h5mdx.format.text import unit_text
+from h5mdx.format.vmd_structure import STRUCTURE_PATH, VMDStructure, read_structure
 
 __all__ = [
     "BoxInfo",
@@ -284,6 +285,9 @@ class FileInfo:
     #: the per-atom topology of GROMACS' ``/h5md/modules/gromacs_topology`` (names,
     #: residues, masses, charges); None where the file has none, or it is unusable
     topology: ModuleTopology | None = None
+    #: VMD's structure module, ``/parameters/vmd_structure`` (names, types, residues,
+    #: segments and bonds, per species, atom or residue); None where the file has none
+    vmd_structure: VMDStructure | None = None
 
     def particles_group(self, group: str) -> str | None:
         """The name of the particles group ``group`` names (``"particles/all"`` or
@@ -2674,6 +2678,34 @@ def _module_topology(c: _Ctx, h5md: h5py.Group | None,
     return read_module(grp, load, c.note)
 
 
+def _vmd_structure(c: _Ctx) -> VMDStructure | None:
+    """VMD's structure module (:mod:`h5mdx.format.vmd_structure`), its problems noted;
+    None without one."""
+    try:  # /parameters' own problems are _parameters' to note
+        params = _get(c, c.f, "parameters", "/") if _has(c.f, "parameters") else None
+    except H5MDFormatError:
+        return None
+    if not isinstance(params, h5py.Group) or not _has(params, "vmd_structure"):
+        return None
+    try:
+        grp = _get(c, params, "vmd_structure", "/parameters")
+    except H5MDFormatError as err:
+        c.left_out(err, STRUCTURE_PATH)
+        return None
+    if not isinstance(grp, h5py.Group):
+        return None
+
+    def load(group: h5py.Group, name: str, where: str) -> np.ndarray:
+        path = f"{where}/{name}"
+        dset = _get(c, group, name, where)
+        if not isinstance(dset, h5py.Dataset):
+            raise H5MDFormatError(c.filename, path, "must be a dataset")
+        _check_dataset(c, dset, path)
+        return _read_small(c, dset, path)
+
+    return read_structure(grp, load, c.note)
+
+
 #: The attributes H5MD requires of ``/h5md/author`` and ``/h5md/creator``.
 _REQUIRED_META = {"author": ("name",), "creator": ("name", "version")}
 
@@ -2791,6 +2823,7 @@ def _scan(c: _Ctx, deep_connectivity: bool | str = True) -> FileInfo:
     except OSError:
         size = 0
     parameters = _parameters(c)
+    vmd_structure = _vmd_structure(c)
     other_groups = _other_groups(c)
     connectivity, connectivity_groups = _element_tree(c, "connectivity", deep_connectivity)
     return FileInfo(
@@ -2810,4 +2843,5 @@ def _scan(c: _Ctx, deep_connectivity: bool | str = True) -> FileInfo:
         connectivity_groups=tuple(connectivity_groups),
         modules=modules,
         topology=topology,
+        vmd_structure=vmd_structure,
     )

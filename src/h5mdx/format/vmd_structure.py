@@ -1,0 +1,234 @@
+"""The VMD structure module of an H5MD file: atom names, types, residues, segments, bonds.
+
+VMD's H5MD plugin (``h5md/VMD-h5mdplugin``) reads the structure of the particles from
+``/parameters/vmd_structure``; ESPResSo's first H5MD writer, HyMD and pyh5md's examples
+write it. Each dataset holds one entry per *species*, per *atom* or per *residue*::
+
+    /parameters/vmd_structure
+        indexOfSpecies (S,) int     the species values (of /particles/<group>/species)
+        name, type (S,) str         per species: entry k is that of species indexOfSpecies[k]
+        mass, radius (S,) float     per species
+        atomicnumber (S,) int       per species
+        resid (N,) int              per atom: its residue
+        charge (N,) float           per atom
+        segid (N,) str              per atom (or segid[indexOfSegid[i]], indexOfSegid (N,))
+        resname, chain (R,) str     per residue: entry resid[i] is that of atom i
+        bond_from, bond_to (B,) int the bonds' atoms, 1-based (VMD's numbering)
+
+:func:`read_structure` reads the datasets; :func:`per_atom` expands them to one entry per
+atom of a particles group, given its ``species``; :func:`bonds` gives the bonds as 0-based
+pairs. The reader is tolerant: a dataset that is absent, unreadable or of another length
+leaves out that one property, noted. This module knows h5py and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from h5mdx.errors import H5MDFormatError
+
+__all__ = ["PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH", "VMDStructure", "bonds",
+           "per_atom", "read_structure"]
+
+#: Where the module lives.
+STRUCTURE_PATH = "/parameters/vmd_structure"
+
+#: The properties held per species (entry k: the species ``indexOfSpecies[k]``), by
+#: dataset name, with the name each is served under.
+PER_SPECIES = {"name": "name", "type": "type", "mass": "mass", "radius": "radius",
+               "atomicnumber": "atomicnumber"}
+#: The properties held per atom, as :data:`PER_SPECIES`.
+PER_ATOM = {"resid": "resid", "charge": "charge", "segid": "segid"}
+#: The properties held per residue (entry ``resid[i]``: atom i's), as :data:`PER_SPECIES`
+#: (``chain`` served as MDAnalysis names it, ``chainID``).
+PER_RESIDUE = {"resname": "resname", "chain": "chainID"}
+
+#: ``note(path, message, assumed)``: how the reader reports a problem.
+Note = Callable[[str, str, str], None]
+#: ``load(group, name, where)``: one dataset read whole, or H5MDFormatError.
+Load = Callable[[h5py.Group, str, str], np.ndarray]
+
+
+@dataclass(frozen=True)
+class VMDStructure:
+    """The datasets of ``/parameters/vmd_structure`` that are 1-D arrays, by name
+    (strings decoded to ``str`` arrays)."""
+
+    path: str
+    datasets: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | None:
+    """The module's datasets (1-D arrays of numbers or strings); None without any.
+
+    Parameters
+    ----------
+    grp : h5py.Group
+        ``/parameters/vmd_structure``.
+    load : callable
+        ``load(group, name, where)``: a dataset read whole, or
+        :class:`~h5mdx.errors.H5MDFormatError`.
+    note : callable
+        ``note(path, message, assumed)``: called once per problem.
+
+    Returns
+    -------
+    VMDStructure or None
+        None where it holds no property and no bond (``indexOfSpecies`` alone).
+    """
+    known = {*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "indexOfSpecies", "indexOfSegid",
+             "bond_from", "bond_to"}
+    datasets: dict[str, np.ndarray] = {}
+    for name in sorted(known & set(grp)):
+        where = f"{STRUCTURE_PATH}/{name}"
+        try:
+            values = np.asarray(load(grp, name, STRUCTURE_PATH))
+        except H5MDFormatError as err:
+            note(where, f"cannot be read ({err.problem})", "left out")
+            continue
+        if values.ndim != 1 or values.dtype.kind not in "biufSUO":
+            note(where, f"holds {values.dtype} of shape {values.shape}, not one entry per "
+                 "species, atom, residue or bond", "left out")
+            continue
+        if values.dtype.kind in "SO":
+            values = np.array([v.decode("utf-8", "replace").rstrip("\x00")
+                               if isinstance(v, bytes) else str(v) for v in values.tolist()],
+                              dtype=str)
+        datasets[name] = values
+    served = {*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "bond_from", "bond_to"}
+    return VMDStructure(STRUCTURE_PATH, datasets) if served & set(datasets) else None
+
+
+def per_atom(structure: VMDStructure, species: np.ndarray | None, n_atoms: int,
+             group: str, note: Note) -> dict[str, np.ndarray]:
+    """The module's properties, one entry per atom of a particles group.
+
+    Parameters
+    ----------
+    structure : VMDStructure
+        The module.
+    species : numpy.ndarray or None
+        The group's ``species`` (one per atom), needed for the properties per species.
+    n_atoms : int
+        The group's atom count.
+    group : str
+        The group's path, for the notes.
+    note : callable
+        ``note(path, message, assumed)``: called once per property that does not fit.
+
+    Returns
+    -------
+    dict
+        Served name (:data:`PER_SPECIES`, :data:`PER_ATOM`, :data:`PER_RESIDUE`) to an
+        array of ``n_atoms``; the properties that do not fit the group are left out.
+    """
+    data = structure.datasets
+    out: dict[str, np.ndarray] = {}
+    out.update(_by_species(structure, species, n_atoms, group, note))
+    for name, served in PER_ATOM.items():
+        values = data.get(name)
+        if name == "segid" and "indexOfSegid" in data and values is not None:
+            values = _indexed(structure, "indexOfSegid", values, n_atoms, group, note)
+        if values is not None and values.shape == (n_atoms,):
+            out[served] = values
+        elif values is not None:
+            note(f"{structure.path}/{name}", f"holds {values.size} entries, not one per atom "
+                 f"of {group} ({n_atoms})", f"no {served} for {group}")
+    resid = out.get("resid")
+    for name, served in PER_RESIDUE.items():
+        values = data.get(name)
+        if values is None:
+            continue
+        if resid is None or resid.dtype.kind not in "iu" or (
+                resid.size and (resid.min() < 0 or resid.max() >= values.size)):
+            note(f"{structure.path}/{name}", f"holds one entry per residue, indexed by resid, "
+                 f"but {group}'s resid {_span(resid)} do not index its {values.size} entries",
+                 f"no {served} for {group}")
+            continue
+        out[served] = values[resid]
+    return {k: out[k] for k in _ORDER if k in out}
+
+
+#: The order the properties are served in (MDAnalysis' order of a PSF's).
+_ORDER = ("name", "type", "resname", "resid", "segid", "chainID", "mass", "charge", "radius",
+          "atomicnumber")
+
+
+def _by_species(structure: VMDStructure, species: np.ndarray | None, n_atoms: int,
+                group: str, note: Note) -> dict[str, np.ndarray]:
+    """The properties per species, expanded by the group's ``species``."""
+    data = structure.datasets
+    names = [n for n in PER_SPECIES if n in data]
+    index = data.get("indexOfSpecies")
+    if not names:
+        return {}
+    said = ", ".join(names)
+    if index is None or index.dtype.kind not in "iu":
+        note(f"{structure.path}/indexOfSpecies", f"absent or not integers: {said} (one entry "
+             "per species) cannot be given to the atoms", f"no {said}")
+        return {}
+    if species is None or species.shape != (n_atoms,) or species.dtype.kind not in "iu":
+        note(f"{group}/species", f"{structure.path} holds {said} per species, but {group} has "
+             "no species of integers, one per atom", f"no {said} for {group}")
+        return {}
+    order = np.argsort(index, kind="stable")
+    at = np.minimum(np.searchsorted(index[order], species), max(index.size - 1, 0))
+    found = index[order][at] == species if index.size else np.zeros(n_atoms, bool)
+    if not found.all():
+        missing = np.unique(species[~found])[:5].tolist()
+        note(f"{structure.path}/indexOfSpecies", f"lists no species {missing} of {group}",
+             f"no {said} for {group}")
+        return {}
+    out = {}
+    for name in names:
+        values = data[name]
+        if values.size != index.size:
+            note(f"{structure.path}/{name}", f"holds {values.size} entries, not one per "
+                 f"species of indexOfSpecies ({index.size})", "left out")
+            continue
+        out[PER_SPECIES[name]] = values[order[at]]
+    return out
+
+
+def _indexed(structure: VMDStructure, key: str, values: np.ndarray, n_atoms: int,
+             group: str, note: Note) -> np.ndarray | None:
+    """``values[<key>]``: a table indexed per atom by the dataset ``key``; None (noted)
+    where the index does not fit."""
+    index = structure.datasets[key]
+    if index.shape != (n_atoms,) or index.dtype.kind not in "iu" or (
+            index.size and (index.min() < 0 or index.max() >= values.size)):
+        note(f"{structure.path}/{key}", f"does not index the {values.size} entries of "
+             f"{structure.path} per atom of {group} ({index.size} entries, {_span(index)})",
+             f"no {key.removeprefix('indexOf').lower()} for {group}")
+        return None
+    return values[index]
+
+
+def bonds(structure: VMDStructure, n_atoms: int, note: Note) -> np.ndarray | None:
+    """The bonds, as ``(bonds, 2)`` 0-based atom indices; None without any, or (noted)
+    where ``bond_from``/``bond_to`` are not 1-based atom numbers of ``n_atoms`` atoms."""
+    a, b = structure.datasets.get("bond_from"), structure.datasets.get("bond_to")
+    if a is None and b is None:
+        return None
+    where = f"{structure.path}/bond_from"
+    if a is None or b is None or a.shape != b.shape or a.dtype.kind not in "iu" \
+            or b.dtype.kind not in "iu":
+        note(where, "bond_from and bond_to are not two integer arrays of one length",
+             "no bonds")
+        return None
+    pairs = np.stack([a, b], axis=1).astype(np.int64)
+    if pairs.size and (pairs.min() < 1 or pairs.max() > n_atoms):
+        note(where, f"the bonds' atoms {_span(pairs)} are not 1-based numbers of "
+             f"{n_atoms} atoms (VMD numbers them from 1)", "no bonds")
+        return None
+    return pairs - 1
+
+
+def _span(values: np.ndarray | None) -> str:
+    if values is None or not values.size or values.dtype.kind not in "iu":
+        return "(none)"
+    return f"{int(values.min())}..{int(values.max())}"

@@ -1,0 +1,176 @@
+"""VMD's structure module (``/parameters/vmd_structure``, read by VMD's H5MD plugin and
+written by ESPResSo's first H5MD writer, HyMD and pyh5md's examples): names, types,
+residues, segments, charges and bonds of the particles, per species, atom or residue.
+The files here are written in the layout of the plugin's samples (h5md/VMD-h5mdplugin
+``samples/full_vmd_structure.h5``, ``binary_mixture.h5``), from the adk PSF/DCD."""
+
+from __future__ import annotations
+
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx  # noqa: F401 - registers ds.md
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, TopologyError
+from vmd_files import header, particles_group, write_adk_vmd  # tests/ is on sys.path
+
+
+@pytest.fixture(scope="module")
+def adk_vmd(tmp_path_factory, adk_universe, adk_positions):
+    """adk with every property of the module (:func:`vmd_files.write_adk_vmd`)."""
+    return write_adk_vmd(tmp_path_factory.mktemp("vmd") / "adk_vmd.h5", adk_universe,
+                         adk_positions)
+
+
+def test_the_module_gives_the_atoms_their_topology(adk_vmd, adk_universe):
+    """Every property as the PSF has it, per atom; the file is its own topology."""
+    u = adk_universe
+    with xr.open_dataset(adk_vmd, engine="h5md") as ds:
+        assert ds.attrs["topology"] == adk_vmd
+        np.testing.assert_array_equal(ds.name.values, u.atoms.names)
+        np.testing.assert_array_equal(ds.type.values, u.atoms.types)
+        np.testing.assert_allclose(ds.mass.values, u.atoms.masses, rtol=1e-6)
+        np.testing.assert_allclose(ds.charge.values, u.atoms.charges, rtol=1e-6)
+        np.testing.assert_array_equal(ds.resid.values, u.atoms.resindices)
+        np.testing.assert_array_equal(ds.resname.values, u.atoms.resnames)
+        np.testing.assert_array_equal(ds.segid.values, u.atoms.segids)
+        assert list(np.unique(ds.chainID.values)) == ["A", "B"]
+        assert ds.chainID.values[u.select_atoms("resid 101").indices[0]] == "B"
+    from h5mdx.engine.topology import load_universe
+
+    mine = load_universe(adk_vmd)
+    assert len(mine.atoms) == len(u.atoms) and len(mine.residues) == len(u.residues)
+    np.testing.assert_array_equal(np.sort(mine.bonds.indices, axis=0),
+                                  np.sort(u.bonds.indices, axis=0))
+
+
+def test_selections_and_rmsd_need_no_topology_file(adk_vmd, adk_universe):
+    """select= at open and ds.md.rmsd(select=, weights="mass") use the module: equal to
+    MDAnalysis on the PSF (the module's resid are 0-based: resid 10:49 is the PSF's
+    11:50)."""
+    from MDAnalysis.analysis.rms import RMSD
+
+    u = adk_universe
+    with xr.open_dataset(adk_vmd, engine="h5md", select="name CA") as ds:
+        np.testing.assert_array_equal(ds.atom.values, u.select_atoms("name CA").indices)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(u, select="name CA and resid 11:50",
+                        weights="mass").run().results.rmsd[:, 2]
+    with xr.open_dataset(adk_vmd, engine="h5md", chunks={}) as ds:
+        got = ds.md.rmsd(select="name CA and resid 10:49", weights="mass").values
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+
+
+def test_rmsd_on_the_command_line_needs_no_topology(adk_vmd, adk_universe, tmp_path, capsys):
+    from MDAnalysis.analysis.rms import RMSD
+
+    from h5mdx.cli import main
+
+    out = tmp_path / "rmsd.csv"
+    assert main(["rmsd", adk_vmd, "--select", "name CA", "--no-progress", "--out",
+                 str(out)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(adk_universe, select="name CA").run().results.rmsd[:, 2]
+    got = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+    assert main(["info", adk_vmd]) == 0
+    assert ("topology: VMD's structure module: name, type, mass per species; resid, charge, "
+            "segid per atom; resname, chain per residue; 3365 bond(s), from "
+            "/parameters/vmd_structure") in capsys.readouterr().out
+
+
+def _mixture(path, rng):
+    """HALMD's binary mixture as the plugin's sample holds it: two groups, the names per
+    species alone."""
+    a = rng.random((5, 6, 3)).astype(np.float32)
+    b = rng.random((5, 4, 3)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        header(f)
+        particles_group(f, "A", a, np.full(6, 1, dtype=np.int32))
+        particles_group(f, "B", b, np.full(4, 2, dtype=np.int32))
+        vmd = f.create_group("parameters/vmd_structure")
+        vmd["indexOfSpecies"] = np.array([1, 2], dtype=np.int32)
+        vmd["name"] = np.array([b"He", b"Li"], dtype="S16")
+    return a, b
+
+
+def test_each_group_takes_the_names_of_its_species(tmp_path):
+    """Per-species names serve every group; a selection of group B (opened, or in
+    ds.md.rmsd) uses B's species, not A's."""
+    from h5mdx.analysis.qcp import rmsd_qcp
+    from h5mdx.engine.topology import load_universe
+
+    path = tmp_path / "mixture.h5"
+    _, b = _mixture(path, np.random.default_rng(5))
+    with xr.open_dataset(path, engine="h5md", group="particles/A") as ds:
+        assert list(ds.name.values) == ["He"] * 6
+    with xr.open_dataset(path, engine="h5md", group="particles/B", select="name Li") as ds:
+        assert ds.sizes["atom"] == 4 and list(ds.name.values) == ["Li"] * 4
+        got = ds.md.rmsd(select="name Li").values
+    expected = np.ravel([rmsd_qcp(f.astype(np.float64), b[0].astype(np.float64)) for f in b])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+    with pytest.raises(TopologyError, match=r"2 groups have positions \(A, B\): open one "
+                       "with group="):
+        load_universe(path)
+    assert len(load_universe(path, "particles/B").select_atoms("name Li")) == 4
+
+
+def _tiny(path, **vmd):
+    with h5py.File(path, "w") as f:
+        header(f)
+        particles_group(f, "atoms", np.zeros((2, 3, 3), dtype=np.float32),
+               np.array([7, 8, 7], dtype=np.int32))
+        grp = f.create_group("parameters/vmd_structure")
+        for k, v in vmd.items():
+            grp[k] = v
+
+
+GOOD = {"indexOfSpecies": np.array([7, 8], dtype=np.int32),
+        "name": np.array([b"O", b"H"]), "type": np.array([b"OW", b"HW"]),
+        "resid": np.array([0, 0, 1], dtype=np.int32),
+        "resname": np.array([b"SOL", b"ION"])}
+
+
+@pytest.mark.parametrize(("change", "said", "kept", "lost"), [
+    ({"name": np.array([b"O"])},
+     r"\[/parameters/vmd_structure/name\]: holds 1 entries, not one per species of "
+     r"indexOfSpecies \(2\); left out", "type", "name"),
+    ({"indexOfSpecies": np.array([7, 9], dtype=np.int32)},
+     r"\[/parameters/vmd_structure/indexOfSpecies\]: lists no species \[8\] of "
+     "/particles/atoms; no name, type for /particles/atoms", "resname", "type"),
+    ({"resname": np.array([b"SOL"])},
+     r"\[/parameters/vmd_structure/resname\]: holds one entry per residue, indexed by "
+     r"resid, but /particles/atoms's resid 0..1 do not index its 1 entries", "name",
+     "resname"),
+    ({"bond_from": np.array([0, 1], dtype=np.int32), "bond_to": np.array([1, 2], dtype=np.int32)},
+     r"\[/parameters/vmd_structure/bond_from\]: the bonds' atoms 0..2 are not 1-based "
+     "numbers of 3 atoms", "name", None),
+], ids=["name-per-species-short", "species-unlisted", "resname-short", "bonds-0-based"])
+def test_a_part_that_does_not_fit_is_said_and_left_out(tmp_path, change, said, kept, lost):
+    """One warning naming the file, the dataset and what was left out; the other
+    properties served; strict=True refuses the file."""
+    path = tmp_path / "tiny.h5"
+    _tiny(path, **{**GOOD, **change})
+    with pytest.warns(H5MDConformanceWarning, match=said) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert sum("vmd_structure" in str(w.message) for w in record) == 1
+    with ds:
+        assert kept in ds.coords and (lost is None or lost not in ds.coords)
+    with pytest.raises(H5MDFormatError, match="vmd_structure"):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
+def test_a_module_of_no_property_is_no_topology(tmp_path):
+    """indexOfSpecies alone (the plugin's half_complete_vmd_structure.h5): nothing to
+    serve, and a selection still asks for a topology."""
+    path = tmp_path / "half.h5"
+    _tiny(path, indexOfSpecies=np.array([7, 8], dtype=np.int32))
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert "name" not in ds.coords and "topology" not in ds.attrs
+    with pytest.raises(TopologyError, match="needs a topology"):
+        xr.open_dataset(path, engine="h5md", select="name O")
