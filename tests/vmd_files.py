@@ -19,8 +19,10 @@ def particles_group(f, name, positions, species):
     g = f.create_group(f"particles/{name}")
     pos = g.create_group("position")
     pos["value"] = positions
+    pos["value"].attrs["unit"] = "Angstrom"
     pos["step"] = np.arange(len(positions), dtype=np.int32) * 10
     pos["time"] = np.arange(len(positions), dtype=np.float64)
+    pos["time"].attrs["unit"] = "ps"
     g["species"] = species
     box = g.create_group("box")
     box.attrs["dimension"] = np.int32(3)

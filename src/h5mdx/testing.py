@@ -242,7 +242,8 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
         os.makedirs(cache, exist_ok=True)
         path = os.path.join(cache, f"adk-c{frames_per_chunk}.h5md")
     path = os.fspath(path)
-    unlike = _unlike_adk_example(path, frames_per_chunk) if os.path.exists(path) else None
+    unlike = _unlike_adk_example(path, frames_per_chunk, ours) if os.path.exists(path) \
+        else None
     if unlike is not None and not ours:  # another file: never replaced
         raise FileExistsError(f"{path} exists but is not the adk example ({unlike}); remove "
                               "it, or give adk_example another path")
@@ -252,15 +253,20 @@ def adk_example(path: str | os.PathLike[str] | None = None, *, frames_per_chunk:
     return path
 
 
-def _unlike_adk_example(path: str, frames_per_chunk: int) -> str | None:
-    """How the H5MD file at ``path`` differs from :func:`adk_example`'s; None where alike."""
+def _unlike_adk_example(path: str, frames_per_chunk: int, cache: bool = False) -> str | None:
+    """How the H5MD file at ``path`` differs from :func:`adk_example`'s; None where alike
+    (``cache``: the cache's copy, also stale where an older h5mdx wrote it without the
+    topology it holds now)."""
     from h5mdx.errors import H5MDError
     from h5mdx.format.h5md import scan
 
     try:
-        pg = scan(path).particles.get("trajectory")
+        info = scan(path)
     except (H5MDError, OSError, ValueError) as err:
         return f"it cannot be read as H5MD: {err}"
+    if cache and info.vmd_structure is None:
+        return "no VMD structure module (an older h5mdx wrote it)"
+    pg = info.particles.get("trajectory")
     pos = None if pg is None else pg.elements.get("position")
     if pos is None:
         return "no /particles/trajectory/position"

@@ -15,6 +15,7 @@ import warnings
 
 import dask
 import dask.array as da
+import h5py
 import numpy as np
 import pytest
 import xarray as xr
@@ -480,14 +481,17 @@ def test_the_engine_forgotten_and_no_masses_say_what_to_do(adk_h5md):
 
 @pytest.fixture
 def adk_with_masses(tmp_path, adk_universe):
-    """adk converted by ``h5mdx convert`` (which writes the masses), and MDAnalysis'
-    mass-weighted RMSD of all atoms."""
+    """adk converted by ``h5mdx convert`` (which writes the masses), without the names it
+    writes beside them (VMD's structure module: a file of masses alone, as other writers'
+    are), and MDAnalysis' mass-weighted RMSD of all atoms."""
     from MDAnalysisTests.datafiles import DCD
 
     from h5mdx.layout.convert import convert
 
     path = tmp_path / "adk.h5md"
     convert(PSF, [DCD], path, progress=False)
+    with h5py.File(path, "r+") as f:
+        del f["parameters/vmd_structure"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = rms.RMSD(adk_universe, select="all", weights="mass").run().results.rmsd[:, 2]

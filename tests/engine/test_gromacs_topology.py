@@ -304,12 +304,12 @@ def test_convert_writes_the_module_only_where_it_reads_back_exactly(tmp_path, tp
     convert(TPR, XTC, path, select=select, progress=False)
     with h5py.File(path, "r") as f:
         assert (MODULE in f) is module
+        assert ("parameters/vmd_structure" in f) is not module  # VMD's module instead
     with xr.open_dataset(path, engine="h5md") as ds:
-        assert ("name" in ds.coords) is module
-        if module:
-            atoms = tpr.select_atoms(select)
-            np.testing.assert_array_equal(ds.resid.values, atoms.resids)
-            np.testing.assert_array_equal(ds.name.values, atoms.names.astype(str))
+        atoms = tpr.select_atoms(select)
+        np.testing.assert_array_equal(ds.resid.values, atoms.resids)
+        np.testing.assert_array_equal(ds.name.values, atoms.names.astype(str))
+        assert ("moltype" in ds.coords) is module
 
 
 def test_convert_of_a_topology_without_molecules_writes_no_module(tmp_path):
@@ -324,7 +324,8 @@ def test_convert_of_a_topology_without_molecules_writes_no_module(tmp_path):
 
 def test_to_h5md_writes_the_module_again(gmx, tpr, tmp_path):
     """A GROMACS file cut in time, or to its protein (molecule 0), written with
-    ds.md.to_h5md keeps its topology; the waters alone (molecules renumbered) do not."""
+    ds.md.to_h5md keeps its topology; the waters alone (molecules renumbered) do not: they
+    keep their names and residues in VMD's structure module."""
     with xr.open_dataset(gmx, engine="h5md") as ds:
         ds.isel(time=slice(0, 4)).md.to_h5md(tmp_path / "cut.h5md")
         protein = (ds.moltype == "AKeco").values
@@ -340,4 +341,8 @@ def test_to_h5md_writes_the_module_again(gmx, tpr, tmp_path):
     with xr.open_dataset(tmp_path / "protein.h5md", engine="h5md") as prot:
         np.testing.assert_array_equal(prot.name.values, tpr.select_atoms("protein").names)
     with xr.open_dataset(tmp_path / "water.h5md", engine="h5md") as water:
-        assert "name" not in water.coords
+        sol = tpr.atoms[tpr.atoms.moltypes == "SOL"]
+        assert "moltype" not in water.coords  # GROMACS' module would renumber them
+        # VMD's structure module keeps their names and residues instead
+        np.testing.assert_array_equal(water.name.values, sol.names.astype(str))
+        np.testing.assert_array_equal(water.resid.values, sol.resids)

@@ -174,3 +174,25 @@ def test_a_module_of_no_property_is_no_topology(tmp_path):
         assert "name" not in ds.coords and "topology" not in ds.attrs
     with pytest.raises(TopologyError, match="needs a topology"):
         xr.open_dataset(path, engine="h5md", select="name O")
+
+
+def test_to_h5md_writes_the_module_again(adk_vmd, adk_universe, tmp_path):
+    """A selection of a file with the module, written with ds.md.to_h5md, keeps its
+    atoms' names, types, masses (per its species), residues and segments; a file's own
+    species (the mixture's 2) keep their numbers."""
+    ca = adk_universe.select_atoms("name CA or name CB").indices
+    with xr.open_dataset(adk_vmd, engine="h5md") as ds:
+        ds.isel(atom=ca, time=slice(0, 5)).md.to_h5md(tmp_path / "cut.h5")
+    with xr.open_dataset(tmp_path / "cut.h5", engine="h5md", select="name CB") as cut:
+        atoms = adk_universe.select_atoms("name CB")
+        np.testing.assert_array_equal(cut.resname.values, atoms.resnames)
+        np.testing.assert_array_equal(cut.resid.values, atoms.resindices)
+        np.testing.assert_array_equal(cut.segid.values, atoms.segids)
+        np.testing.assert_allclose(cut.mass.values, atoms.masses, rtol=1e-6)
+        assert set(cut.type.values.tolist()) == set(atoms.types.tolist())
+    path = tmp_path / "mixture.h5"
+    _mixture(path, np.random.default_rng(2))
+    with xr.open_dataset(path, engine="h5md", group="particles/B") as ds:
+        ds.md.to_h5md(tmp_path / "b.h5")
+    with xr.open_dataset(tmp_path / "b.h5", engine="h5md", select="name Li") as b:
+        assert b.sizes["atom"] == 4 and (b.species.values == 2).all()

@@ -156,10 +156,13 @@ def test_zarr_matches_engine(tmp_path):
     a = xr.open_dataset(h5, engine="h5md")
     b = xr.open_zarr(store)
     assert set(a.variables) == set(b.variables)
+    assert {"name", "resname", "resid"} <= set(b.coords)  # the GRO's, from the module
     for name in a.variables:
         assert a[name].dims == b[name].dims, name
         np.testing.assert_array_equal(a[name].values, b[name].values)
-        assert a[name].attrs == b[name].attrs, name
+        # the H5MD file is its own topology (VMD's structure module): the store is not
+        own = {"topology": str(h5)} if name == "atom" else {}
+        assert a[name].attrs == {**b[name].attrs, **own}, name
     assert b.position.encoding["chunks"] == (4, 47681, 3)
     a.close()
 
@@ -561,6 +564,45 @@ def test_a_selection_keeps_which_atoms_it_holds_as_h5md_id(tmp_path, suffix):
         h5mdx.to_h5md(ds.isel(atom=[7, 2], time=slice(0, 2)), tmp_path / f"sel{suffix}.h5md")
     with xr.open_dataset(tmp_path / f"sel{suffix}.h5md", engine="h5md") as sel:
         np.testing.assert_array_equal(sel["id"].values, [7, 2])
+
+
+def test_a_psf_converted_file_carries_its_topology(tmp_path):
+    """convert of a PSF's trajectory writes VMD's structure module, as VMD's H5MD plugin
+    reads it (names per species, bonds 1-based): the file names its atoms and selects and
+    weights them without the PSF, equal to MDAnalysis on the PSF; a selection's file
+    holds its atoms' own."""
+    from MDAnalysis.analysis.rms import RMSD
+
+    import h5mdx  # noqa: F401 - registers ds.md
+    from h5mdx.engine.topology import load_universe
+
+    out = tmp_path / "adk.h5md"
+    convert(d.PSF, [d.DCD], out, progress=False)
+    ref = universe(d.PSF, [d.DCD])
+    with xr.open_dataset(out, engine="h5md") as ds:
+        for coord, attr in (("name", "names"), ("type", "types"), ("resname", "resnames"),
+                            ("resid", "resids"), ("segid", "segids")):
+            np.testing.assert_array_equal(ds[coord].values, getattr(ref.atoms, attr))
+        got = ds.md.rmsd(select="backbone and resid 10:60", weights="mass").values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(ref, select="backbone and resid 10:60",
+                        weights="mass").run().results.rmsd[:, 2]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(np.sort(load_universe(str(out)).bonds.indices, axis=0),
+                                  np.sort(ref.bonds.indices, axis=0))
+    with h5py.File(out) as f:  # as the plugin reads it: name[k] of species indexOfSpecies[k]
+        vmd = f["parameters/vmd_structure"]
+        lookup = dict(zip(vmd["indexOfSpecies"][()].tolist(),
+                          vmd["name"][()].astype(str).tolist(), strict=True))
+        species = f["particles/trajectory/species"][()].tolist()
+        assert [lookup[s] for s in species] == list(ref.atoms.names)
+        assert vmd["bond_from"][()].min() >= 1 and vmd["name"].dtype.kind == "S"
+    convert(d.PSF, [d.DCD], tmp_path / "ca.h5md", select="name CA", stop=3, progress=False)
+    with xr.open_dataset(tmp_path / "ca.h5md", engine="h5md", select="resid 1:50") as ca:
+        assert ca.sizes["atom"] == 50 and set(ca.name.values.tolist()) == {"CA"}
+        np.testing.assert_array_equal(ca["id"].values,
+                                      ref.select_atoms("name CA and resid 1:50").indices)
 
 
 def test_a_zstd_file_reads_through_h5py_in_a_fresh_process(tmp_path):

@@ -1146,7 +1146,7 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     itself, where the module describes any of the group's atoms; each property that
     does not fit the group is noted and left out."""
     from h5mdx.engine.topology import vmd_coords
-    from h5mdx.format.vmd_structure import bonds
+    from h5mdx.format.vmd_structure import COORD_ATTRS, bonds
 
     species = ds.variables.get("species")
     values = species.values if species is not None and species.dims == (ATOM_DIM,) else None
@@ -1156,9 +1156,7 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     coords = {k: v for k, v in coords.items() if k not in ds.variables}
     if not coords:
         return ds
-    attrs = {"resid": {"long_name": "residue number (VMD's structure module)"},
-             "atomicnumber": {"long_name": "atomic number"}}
-    ds = ds.assign_coords({k: xr.Variable((ATOM_DIM,), v, attrs.get(k, {}))
+    ds = ds.assign_coords({k: xr.Variable((ATOM_DIM,), v, COORD_ATTRS.get(k, {}))
                            for k, v in coords.items()})
     ds.attrs["topology"] = b.info.filename
     ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]

@@ -18,12 +18,15 @@ write it. Each dataset holds one entry per *species*, per *atom* or per *residue
 :func:`read_structure` reads the datasets; :func:`per_atom` expands them to one entry per
 atom of a particles group, given its ``species``; :func:`bonds` gives the bonds as 0-based
 pairs. The reader is tolerant: a dataset that is absent, unreadable or of another length
-leaves out that one property, noted. This module knows h5py and numpy only.
+leaves out that one property, noted. :func:`from_atoms` finds the module (and the species)
+of atoms described per atom, and :func:`write_structure` writes it as the plugin reads it
+(``h5mdx convert`` of a trajectory whose topology names its atoms). This module knows h5py
+and numpy only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import h5py
@@ -31,8 +34,8 @@ import numpy as np
 
 from h5mdx.errors import H5MDFormatError
 
-__all__ = ["PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH", "VMDStructure", "bonds",
-           "per_atom", "read_structure"]
+__all__ = ["COORD_ATTRS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH", "VMDStructure", "bonds",
+           "from_atoms", "per_atom", "read_structure", "write_structure"]
 
 #: Where the module lives.
 STRUCTURE_PATH = "/parameters/vmd_structure"
@@ -46,6 +49,10 @@ PER_ATOM = {"resid": "resid", "charge": "charge", "segid": "segid"}
 #: The properties held per residue (entry ``resid[i]``: atom i's), as :data:`PER_SPECIES`
 #: (``chain`` served as MDAnalysis names it, ``chainID``).
 PER_RESIDUE = {"resname": "resname", "chain": "chainID"}
+
+#: The attributes of the coordinates served, where they have any.
+COORD_ATTRS = {"resid": {"long_name": "residue number (VMD's structure module)"},
+               "atomicnumber": {"long_name": "atomic number"}}
 
 #: ``note(path, message, assumed)``: how the reader reports a problem.
 Note = Callable[[str, str, str], None]
@@ -232,3 +239,136 @@ def _span(values: np.ndarray | None) -> str:
     if values is None or not values.size or values.dtype.kind not in "iu":
         return "(none)"
     return f"{int(values.min())}..{int(values.max())}"
+
+
+def from_atoms(per_atom: Mapping[str, np.ndarray], pairs: np.ndarray | None = None,
+               species: np.ndarray | None = None) -> tuple[np.ndarray, VMDStructure] | None:
+    """The species of atoms and the module that describes them, from per-atom arrays.
+
+    Parameters
+    ----------
+    per_atom : mapping
+        One array per atom, named as served (``name``, ``type``, ``mass``, ``radius``,
+        ``atomicnumber``, ``charge``, ``resid``, ``resname``, ``segid``, ``chainID``);
+        ``name`` is needed.
+    pairs : array of int, optional
+        ``(n_bonds, 2)`` 0-based indices of bonded atoms.
+    species : array of int, optional
+        The atoms' species, where they have them (a file's): the properties per species
+        are those that are one value per species (``name`` must be).
+
+    Returns
+    -------
+    (numpy.ndarray, VMDStructure) or None
+        The species (``species``, else 0-based, numbered in order of first appearance:
+        one per distinct ``name``, ``type`` and ``mass``, so that those are per species
+        as the module holds them) and the module, which :func:`per_atom` reads back as
+        given: ``resid`` as given where they are not negative, with ``resname`` and
+        ``chainID`` per residue where every atom of a ``resid`` has the same (else left
+        out); None without names, or where ``species`` do not give them.
+    """
+    names = per_atom.get("name")
+    if names is None:
+        return None
+    n = len(names)
+    found = _by_codes(per_atom, n) if species is None else _of_species(per_atom, n, species)
+    if found is None:
+        return None
+    codes, data = found
+    for k in ("charge", "segid"):
+        if per_atom.get(k) is not None and len(per_atom[k]) == n:
+            data[k] = np.asarray(per_atom[k])
+    data.update(_residues(per_atom, n))
+    if pairs is not None and len(pairs):
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        data["bond_from"], data["bond_to"] = (pairs[:, 0] + 1).astype(np.int32), \
+            (pairs[:, 1] + 1).astype(np.int32)
+    return codes, VMDStructure(STRUCTURE_PATH, data)
+
+
+def _by_codes(per_atom: Mapping[str, np.ndarray],
+              n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Species numbered by distinct ``name``, ``type`` and ``mass``, and the datasets
+    per species."""
+    keyed = [k for k in ("name", "type", "mass") if per_atom.get(k) is not None
+             and len(per_atom[k]) == n]
+    keys = list(zip(*(np.asarray(per_atom[k]).tolist() for k in keyed), strict=True))
+    first: dict[tuple, int] = {}
+    codes = np.array([first.setdefault(key, len(first)) for key in keys], dtype=np.int32)
+    rows = list(first)
+    data: dict[str, np.ndarray] = {"indexOfSpecies": np.arange(len(rows), dtype=np.int32)}
+    for i, k in enumerate(keyed):
+        data[_DATASET.get(k, k)] = np.array([row[i] for row in rows],
+                                            dtype=np.asarray(per_atom[k]).dtype)
+    return codes, data
+
+
+def _of_species(per_atom: Mapping[str, np.ndarray], n: int,
+                species: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """The datasets per species of given species: the properties that are one value per
+    species; None where the names are not."""
+    species = np.asarray(species)
+    if species.shape != (n,) or species.dtype.kind not in "iu":
+        return None
+    index, first, inverse = np.unique(species, return_index=True, return_inverse=True)
+    data: dict[str, np.ndarray] = {"indexOfSpecies": index.astype(np.int32)}
+    for k in PER_SPECIES:
+        values = per_atom.get(k)
+        if values is None or len(values) != n:
+            continue
+        values = np.asarray(values)
+        if not (values[first][inverse] == values).all():  # not one value per species
+            if k == "name":
+                return None
+            continue
+        data[k] = values[first]
+    return species, data
+
+
+#: Served name -> dataset name, where they differ.
+_DATASET = {"chainID": "chain"}
+
+
+def _residues(per_atom: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """``resid`` per atom and the tables per residue it indexes (``resname``,
+    ``chain``), those that are one value per ``resid``."""
+    resid = per_atom.get("resid")
+    if resid is None or len(resid) != n or np.asarray(resid).dtype.kind not in "iu" or (
+            n and int(np.min(resid)) < 0):
+        return {}
+    resid = np.asarray(resid, dtype=np.int64)
+    out = {"resid": resid.astype(np.int32)}
+    size = int(resid.max()) + 1 if n else 0
+    for key in ("resname", "chainID"):
+        values = per_atom.get(key)
+        if values is None or len(values) != n:
+            continue
+        values = np.asarray(values).astype(str)
+        table = np.full(size, "", dtype=values.dtype)
+        table[resid] = values
+        if (table[resid] == values).all():  # one per resid: the table reads back as given
+            out[_DATASET.get(key, key)] = table
+    return out
+
+
+def write_structure(parameters: h5py.Group, structure: VMDStructure) -> None:
+    """Write the module into ``parameters`` (``/parameters``) as VMD's plugin reads it:
+    strings as fixed-length ASCII (UTF-8) bytes, integers as int32.
+
+    Parameters
+    ----------
+    parameters : h5py.Group
+        The file's ``/parameters`` group.
+    structure : VMDStructure
+        The module (:func:`from_atoms`).
+    """
+    grp = parameters.create_group(STRUCTURE_PATH.rsplit("/", 1)[1])
+    for name, values in structure.datasets.items():
+        if values.dtype.kind in "US":
+            encoded = [str(v).encode("utf-8") for v in values.tolist()]
+            width = max((len(v) for v in encoded), default=1) or 1
+            grp.create_dataset(name, data=np.array(encoded, dtype=f"S{width}"))
+        elif values.dtype.kind in "iu":
+            grp.create_dataset(name, data=values.astype(np.int32))
+        else:
+            grp.create_dataset(name, data=values)

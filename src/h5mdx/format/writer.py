@@ -44,6 +44,7 @@ from h5mdx.format.checksums import Digests, dataset_checksums
 from h5mdx.format.compression import compression_kwargs, parse_compression
 from h5mdx.format.gromacs_topology import ModuleTopology, write_module
 from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
+from h5mdx.format.vmd_structure import VMDStructure, write_structure
 
 __all__ = [
     "DEFAULT_CHUNK_MIB",
@@ -414,6 +415,9 @@ class H5MDWriter:
     bonds : array of int, optional
         ``(n_bonds, 2)`` 0-based indices of bonded atoms of the particles group, written
         as ``/connectivity/bonds`` (its ``particles_group`` attribute names the group).
+    structure : VMDStructure, optional
+        The atoms' names, types, residues and bonds, written as VMD's structure module
+        (``/parameters/vmd_structure``, :func:`h5mdx.format.vmd_structure.write_structure`).
 
     Examples
     --------
@@ -443,6 +447,7 @@ class H5MDWriter:
         dimension: int | None = None,
         topology: ModuleTopology | None = None,
         bonds: Any = None,
+        structure: VMDStructure | None = None,
     ) -> None:
         self.layout = layout or Layout()
         self.with_time = bool(with_time)
@@ -476,6 +481,8 @@ class H5MDWriter:
                 pairs = conn.create_dataset("bonds", data=np.asarray(bonds, dtype=np.int64)
                                             .reshape(-1, 2))
                 pairs.attrs["particles_group"] = self.particles.ref
+            if structure is not None:
+                write_structure(self.file.require_group("parameters"), structure)
         except BaseException:
             if self._own:
                 self.file.close()

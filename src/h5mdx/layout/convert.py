@@ -258,17 +258,41 @@ def _module_topology(atoms: Any) -> tuple[Any, np.ndarray | None]:
     module = module_of(coords)
     if module is None:
         return None, None
-    bonds = None
+    return module, _bonds_among(atoms)
+
+
+def _bonds_among(atoms: Any) -> np.ndarray | None:
+    """The bonds between ``atoms`` as ``(n, 2)`` 0-based indices among them; None where
+    the topology has none."""
     try:
         pairs = np.asarray(atoms.bonds.indices, dtype=np.int64).reshape(-1, 2)
-    except (AttributeError, ValueError):
-        pairs = np.empty((0, 2), dtype=np.int64)
-    if pairs.size:
-        where = np.full(int(atoms.universe.atoms.n_atoms), -1, dtype=np.int64)
-        where[atoms.indices] = np.arange(atoms.n_atoms)
-        local = where[pairs]
-        bonds = local[(local >= 0).all(axis=1)]
-    return module, bonds
+    except (AttributeError, ValueError):  # MDAnalysis' NoDataError: no bonds
+        return None
+    if not pairs.size:
+        return None
+    where = np.full(int(atoms.universe.atoms.n_atoms), -1, dtype=np.int64)
+    where[atoms.indices] = np.arange(atoms.n_atoms)
+    local = where[pairs]
+    return local[(local >= 0).all(axis=1)]
+
+
+def _vmd_structure(atoms: Any) -> tuple[np.ndarray, Any] | None:
+    """The species and VMD's structure module of ``atoms`` whose topology names them
+    (a PSF, PDB, GRO: :func:`h5mdx.format.vmd_structure.from_atoms`), so that the
+    written file selects atoms by name, residue or segment without the topology file,
+    and VMD shows them; None without names."""
+    from h5mdx.format.vmd_structure import from_atoms
+
+    per_atom: dict[str, np.ndarray] = {}
+    for coord, attr in (("name", "names"), ("type", "types"), ("mass", "masses"),
+                        ("charge", "charges"), ("resid", "resids"), ("resname", "resnames"),
+                        ("segid", "segids"), ("chainID", "chainIDs")):
+        try:
+            values = np.asarray(getattr(atoms, attr))
+        except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not in this topology
+            continue
+        per_atom[coord] = values.astype(str) if values.dtype == object else values
+    return from_atoms(per_atom, _bonds_among(atoms))
 
 
 def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
@@ -462,15 +486,28 @@ def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
             layout: Layout, group: str, static: dict[str, Any], verify: bool,
             atoms: Any) -> Any:
     """An H5MD or a Zarr writer of the elements (an H5MD file also holds GROMACS'
-    topology module of ``atoms``, where they have one: :func:`_module_topology`)."""
-    if zarr_out:
+    topology module of ``atoms``, where they have one: :func:`_module_topology`, else
+    VMD's structure module, where their topology names them: :func:`_vmd_structure`)."""
+    topology, bonds = _module_topology(atoms)
+    structure = None
+    found = _vmd_structure(atoms) if topology is None else None
+    if found is not None:  # species one per name, type and mass, as the module holds them
+        species, structure = found
+        static = {**static, "species": (species, None, {
+            "labels": list(structure.datasets["name"].tolist())})}
+    if zarr_out:  # the store holds the coordinates the engine serves from the module
+        from h5mdx.format.vmd_structure import COORD_ATTRS, per_atom
         from h5mdx.layout.export import ZarrWriter
 
+        coords = {} if structure is None else {
+            k: (v, COORD_ATTRS.get(k, {})) for k, v in per_atom(
+                structure, static["species"][0], len(static["species"][0]), group,
+                lambda *_: None).items() if k not in static}
         return ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
-                          static=static, checksum=verify)
-    topology, bonds = _module_topology(atoms)
+                          static=static, checksum=verify, atom_coords=coords)
     return H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
-                      static=static, checksum=verify, topology=topology, bonds=bonds)
+                      static=static, checksum=verify, topology=topology, bonds=bonds,
+                      structure=structure)
 
 
 def _frame_arrays(ts: Any, indices: np.ndarray | None, want: dict[str, bool], has_box: bool,

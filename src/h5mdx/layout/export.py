@@ -257,6 +257,9 @@ class ZarrWriter:
     checksum : bool, default False
         Keep a BLAKE2 digest of everything written, as
         :class:`h5mdx.format.writer.H5MDWriter` does.
+    atom_coords : mapping, optional
+        ``name -> (array, attrs)`` coordinates on ``atom`` (``name``, ``resid``, ...: those
+        the h5md engine serves from an H5MD file's structure module).
     """
 
     def __init__(
@@ -272,6 +275,7 @@ class ZarrWriter:
         time_unit: str | None = "ps",
         author: str | None = None,
         checksum: bool = False,
+        atom_coords: Mapping[str, tuple[Any, Mapping[str, Any]]] | None = None,
     ) -> None:
         from h5mdx._version import __version__
 
@@ -292,6 +296,7 @@ class ZarrWriter:
         self.boundary = list(boundary) if boundary is not None else (
             ["periodic" if has_box else "none"] * 3)
         self.static = dict(static or {})
+        self.atom_coords = dict(atom_coords or {})
         self.attrs = {
             "h5md_version": "1.1",
             "author_name": author or os.environ.get("USER") or "unknown",
@@ -363,6 +368,8 @@ class ZarrWriter:
             if n_atoms is not None:
                 coords[ATOM_DIM] = xr.Variable((ATOM_DIM,), np.arange(n_atoms, dtype=np.int64),
                                                {"long_name": "0-based atom index"})
+            for name, (arr, given) in self.atom_coords.items():
+                coords[name] = xr.Variable((ATOM_DIM,), np.asarray(arr), dict(given))
             coords[SPATIAL_DIM] = xr.Variable((SPATIAL_DIM,), np.array(SPATIAL_LABELS))
             if "box_edges" in self.specs and len(self.specs["box_edges"].frame_shape) == 2:
                 coords[BOX_VECTOR_DIM] = xr.Variable((BOX_VECTOR_DIM,),
@@ -652,11 +659,13 @@ def to_h5md(
              else np.arange(n_frames, dtype=np.int64))
     _warn_without_units(path, specs, time_unit if with_time else "")
     check_steps_increase(steps, os.fspath(path))  # before any output exists
+    module = _module(ds)
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
                         author=author, author_email=author_email, with_time=with_time,
-                        dimension=_dimension(ds), topology=_module(ds)) as w:
+                        dimension=_dimension(ds), topology=module,
+                        structure=None if module is not None else _structure(ds, static)) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
@@ -688,6 +697,27 @@ def _module(ds: xr.Dataset) -> Any:
     if species is not None and species.attrs.get("long_name") == "atomic number":
         coords["species"] = species.values
     return module_of(coords, str(ds.attrs.get("system_name", "")))
+
+
+def _structure(ds: xr.Dataset, static: dict[str, Any]) -> Any:
+    """VMD's structure module of the Dataset's atoms, from the per-atom coordinates the
+    module gave them (a file of VMD's plugin's, or one ``h5mdx convert`` wrote), by their
+    ``species`` (:func:`h5mdx.format.vmd_structure.from_atoms`; ``static`` gets the
+    species where the Dataset has none); None without names."""
+    from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES, from_atoms
+
+    if ATOM_DIM not in ds.dims:
+        return None
+    per_atom = {k: ds[k].values for k in (*PER_SPECIES, *PER_ATOM, *PER_RESIDUE.values())
+                if k in ds.coords and ds[k].dims == (ATOM_DIM,)}
+    species = static.get("species")
+    found = from_atoms(per_atom, None, None if species is None else np.asarray(species[0]))
+    if found is None:
+        return None
+    codes, structure = found
+    if species is None:
+        static["species"] = (codes, None, {"labels": structure.datasets["name"].tolist()})
+    return structure
 
 
 #: elements whose values mean nothing without a unit (MDAnalysis refuses a file without)
