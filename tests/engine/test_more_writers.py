@@ -811,6 +811,45 @@ def test_an_open_of_one_group_of_connectivity_reads_only_the_way_to_it(tmp_path)
         xr.open_dataset(path, engine="h5md", group="connectivity/particles_group/mol9")
 
 
+def test_a_datatree_of_a_group_of_connectivity_reads_only_its_subtree(tmp_path):
+    """``open_datatree(group="connectivity/<group>")`` walked every group below
+    /connectivity (16 s for a subtree of nomad-parser-plugins-atomistic's OpenMM file,
+    its ten thousand molecules); now the way to the group and every group below it
+    (``scan(connectivity_subtree=True)``): another group's problem is not its own, even
+    with ``strict=True``."""
+    from h5mdx.format.h5md import scan
+
+    path = _two_frames(tmp_path / "c.h5")
+    with h5py.File(path, "r+") as f:
+        con = f.create_group("connectivity")
+        con["bonds"] = np.array([[0, 1]])
+        con["water/mol0/indices"] = np.arange(3)
+        con["water/mol0/broken/step"] = np.arange(2)  # step, no value
+        con["ions/na/indices"] = np.array([3])
+        con["ions/na/site/indices"] = np.array([3])
+        con.create_group("empty/none")  # no elements below it: its datatree is empty
+    info = scan(path, deep_connectivity="ions", connectivity_subtree=True)
+    assert set(info.connectivity) == {"ions/na/indices", "ions/na/site/indices"}
+    assert info.connectivity_groups == ("ions", "ions/na", "ions/na/site")
+    assert not info.problems
+    for group in ("connectivity/ions", "/connectivity/ions/na/"):
+        with xr.open_datatree(path, engine="h5md", group=group, strict=True) as tree:
+            np.testing.assert_array_equal(tree["na/site" if group.endswith("ions") else
+                                               "site"].indices.values, [3])
+            assert "water" not in tree and "bonds" not in tree
+    groups = xr.open_groups(path, engine="h5md", group="connectivity/ions", strict=True)
+    assert set(groups) == {"/", "/na", "/na/site"}
+    for ds in groups.values():
+        ds.close()
+    with xr.open_datatree(path, engine="h5md", group="connectivity/empty") as tree:
+        assert {node.path for node in tree.subtree} == {"/", "/none"} and not tree["none"]
+    with pytest.raises(H5MDFormatError, match="water/mol0/broken"):
+        xr.open_datatree(path, engine="h5md", group="connectivity/water", strict=True)
+    with pytest.raises(ValueError, match=r"has no group 'connectivity/ions/k'; its groups: "
+                       r"/particles, /particles/all, /connectivity, /connectivity/ions$"):
+        xr.open_datatree(path, engine="h5md", group="connectivity/ions/k")
+
+
 def test_a_datatree_of_one_group_reads_only_that_group(tmp_path):
     """``open_datatree(group="observables")`` built the whole tree and kept a subtree: 28 s
     for the observables of nomad-parser-plugins-atomistic's OpenMM file, its ten thousand

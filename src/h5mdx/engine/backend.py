@@ -1379,10 +1379,10 @@ class _Closer:
 
 
 def _scan_with(manager: CachingFileManager, lock: Any, allow_external: bool,
-               deep_connectivity: bool | str = True) -> FileInfo:
+               deep_connectivity: bool | str = True, subtree: bool = False) -> FileInfo:
     with lock:
         return scan(manager.acquire(needs_lock=False), allow_external=allow_external,
-                    deep_connectivity=deep_connectivity)
+                    deep_connectivity=deep_connectivity, connectivity_subtree=subtree)
 
 
 def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
@@ -1836,8 +1836,8 @@ def open_groups(
     report = _Report(filename, strict)
     root = "/" + group.strip("/") if group is not None and group.strip("/") else None
     try:
-        info = _scan_with(manager, lock, allow_external, deep_connectivity=root is None or (
-            f"{root}/".startswith("/connectivity/")))
+        info = _scan_with(manager, lock, allow_external,
+                          deep_connectivity=_connectivity_walked(root), subtree=True)
         report.scanned(info, root)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report, allow_external=allow_external)
@@ -1865,6 +1865,16 @@ def open_groups(
     return out
 
 
+def _connectivity_walked(root: str | None) -> bool | str:
+    """What of ``/connectivity`` an open of the subtree of ``root`` (None: the whole file)
+    walks (``scan(deep_connectivity=..., connectivity_subtree=True)``): all of it for the
+    whole file or ``/connectivity``; for a group below it, the way to that group and all
+    below it (not H5MD-NOMAD's ten thousand other groups); else its groups' names."""
+    if root is not None and root.startswith("/connectivity/"):
+        return root.removeprefix("/connectivity/")
+    return root in (None, "/connectivity")
+
+
 def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
                     root: str | None) -> dict[str, xr.Dataset]:
     """The Dataset of every group of :func:`open_groups` (``root``: only those of its
@@ -1879,7 +1889,8 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
     for kind, elements, subs in (("observables", info.observables, info.observable_groups),
                                  ("connectivity", info.connectivity,
                                   info.connectivity_groups)):
-        if elements:
+        # a subtree of /connectivity is scanned alone: the others' elements are not seen
+        if elements or (subs and root is not None and root.startswith("/connectivity/")):
             makers[f"/{kind}"] = functools.partial(_observables_dataset, b, "", drop, kind)
             for sub in subs:
                 makers[f"/{kind}/{sub}"] = functools.partial(

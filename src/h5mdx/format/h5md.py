@@ -2229,15 +2229,17 @@ def _observables(
     root: str = "/observables",
     deep: bool = True,
     within: str | None = None,
+    subtree: bool = False,
 ) -> None:
     """The elements under ``root`` (``/observables`` or ``/connectivity``) by their path
     below it, and the groups that hold them (``deep=False``: the groups below ``grp`` by
     name, without walking them; ``within``, a group's path below ``root``: only the
-    children on the way to it, and its own elements, are read)."""
+    children on the way to it, and its own elements, are read; with ``subtree``, those
+    of every group below it too)."""
     seen.add(_addr(grp))
     where = None  # grp.name: asked at the first child, not at each (7 us)
     if within is not None and prefix == f"{within}/":  # the group sought: its elements
-        within, deep = None, False
+        within, deep = None, subtree
     for child in grp:
         key = f"{prefix}{child}"
         if within is not None and key != within and not within.startswith(f"{key}/"):
@@ -2261,7 +2263,8 @@ def _observables(
                     )
                 groups.append(key)
                 if deep:
-                    _observables(c, obj, f"{key}/", out, groups, seen, root, True, within)
+                    _observables(c, obj, f"{key}/", out, groups, seen, root, True, within,
+                                 subtree)
             else:
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
@@ -2370,7 +2373,7 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
 
 def scan(
     source: str | os.PathLike[str] | h5py.File, *, allow_external: bool = False,
-    deep_connectivity: bool | str = True,
+    deep_connectivity: bool | str = True, connectivity_subtree: bool = False,
 ) -> FileInfo:
     """Describe an H5MD file without reading element data.
 
@@ -2392,6 +2395,10 @@ def scan(
         (``"particles_group/group_water"``): only the groups on the way to it are named,
         and only its own elements read (the groups below it named); an open of that
         group needs no more.
+    connectivity_subtree : bool, default False
+        With a path for ``deep_connectivity``: every group below that group is walked
+        too (its elements read); an open of its subtree (``open_datatree(group=...)``)
+        needs no more.
 
     Returns
     -------
@@ -2406,9 +2413,9 @@ def scan(
         ``/observables``) or is of an unsupported major version.
     """
     if isinstance(source, h5py.File):
-        return _scan_safely(source, allow_external, deep_connectivity)
+        return _scan_safely(source, allow_external, deep_connectivity, connectivity_subtree)
     with open_h5md(source) as f:
-        return _scan_safely(f, allow_external, deep_connectivity)
+        return _scan_safely(f, allow_external, deep_connectivity, connectivity_subtree)
 
 
 def objects_below(source: str | os.PathLike[str] | h5py.File,
@@ -2457,15 +2464,15 @@ def objects_below(source: str | os.PathLike[str] | h5py.File,
     return found
 
 
-def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool | str = True
-                 ) -> FileInfo:
+def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool | str = True,
+                 connectivity_subtree: bool = False) -> FileInfo:
     try:
         live = bool(f.swmr_mode)
     except (AttributeError, ValueError, OSError):
         live = False
     c = _Ctx(f, allow_external=allow_external, live=live)
     try:
-        return _scan(c, deep_connectivity)
+        return _scan(c, deep_connectivity, connectivity_subtree)
     except H5MDError:
         raise
     except RecursionError:
@@ -2785,12 +2792,13 @@ def _pre_h5md_particles(c: _Ctx) -> str | None:
     return "trajectory"
 
 
-def _element_tree(c: _Ctx, root: str, deep: bool | str = True
+def _element_tree(c: _Ctx, root: str, deep: bool | str = True, subtree: bool = False
                   ) -> tuple[dict[str, ElementInfo], list[str]]:
     """The elements under ``/<root>`` (``observables``, ``connectivity``) by their path
     below it, and the groups that hold them (``deep=False``: the elements directly in
     ``/<root>``, and the groups below it by name only; a path below ``/<root>``: the
-    groups on the way to it, and its elements)."""
+    groups on the way to it, and its elements, with ``subtree`` those of every group
+    below it too)."""
     elements: dict[str, ElementInfo] = {}
     groups: list[str] = []
     if not _has(c.f, root):
@@ -2803,11 +2811,12 @@ def _element_tree(c: _Ctx, root: str, deep: bool | str = True
     if isinstance(grp, h5py.Group):
         within = deep.strip("/") if isinstance(deep, str) else None
         _observables(c, grp, "", elements, groups, set(), f"/{root}", bool(deep),
-                     within or None)
+                     within or None, subtree)
     return elements, groups
 
 
-def _scan(c: _Ctx, deep_connectivity: bool | str = True) -> FileInfo:
+def _scan(c: _Ctx, deep_connectivity: bool | str = True,
+          connectivity_subtree: bool = False) -> FileInfo:
     h5md = _h5md_group(c)
     version = c.version = _version(c, h5md)
     author = _meta(c, h5md, "author", ("name", "email"))
@@ -2825,7 +2834,8 @@ def _scan(c: _Ctx, deep_connectivity: bool | str = True) -> FileInfo:
     parameters = _parameters(c)
     vmd_structure = _vmd_structure(c)
     other_groups = _other_groups(c)
-    connectivity, connectivity_groups = _element_tree(c, "connectivity", deep_connectivity)
+    connectivity, connectivity_groups = _element_tree(c, "connectivity", deep_connectivity,
+                                                      connectivity_subtree)
     return FileInfo(
         filename=c.filename,
         version=version,
