@@ -1900,20 +1900,18 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
     def wanted(path: str) -> bool:
         return root is None or path == "/" or path == root or path.startswith(f"{root}/")
 
-    if root is not None and not any(wanted(p) for p in makers if p != "/") and not any(
-            f"{root}/".startswith(f"/{r}/") for r in free_roots):
-        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}; its groups: "
-                         f"{', '.join(p for p in makers if p != '/')}")
     out = {path: make() for path, make in makers.items() if wanted(path)}
-    for free in free_roots:
-        if root is None or f"{root}/".startswith(f"/{free}/") or f"/{free}".startswith(
-                f"{root}/"):
+    for free in free_roots:  # walked only where root is one or below one
+        if root is None or f"{root}/".startswith(f"/{free}/"):
             for sub, params in _free_form_datasets(b, free).items():
                 path = f"/{free}" + (f"/{sub}" if sub else "")
                 if wanted(path):
                     out[path] = params
-    if root is not None and len(out) == 1:
-        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}")
+    if root is not None and len(out) == 1:  # "/" alone: no group of that path
+        groups = [*(p for p in makers if p != "/"),
+                  *(f"/{r}" for r in free_roots if r != "parameters" or info.parameters)]
+        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}; its groups: "
+                         f"{', '.join(groups)}")
     return out
 
 
