@@ -2674,15 +2674,7 @@ def _module_topology(c: _Ctx, h5md: h5py.Group | None,
         return None
     grp = h5md["modules"][GROMACS_TOPOLOGY]  # opened by _modules: a group of this file
 
-    def load(group: h5py.Group, name: str, where: str) -> np.ndarray:
-        path = f"{where}/{name}"
-        dset = _get(c, group, name, where)
-        if not isinstance(dset, h5py.Dataset):
-            raise H5MDFormatError(c.filename, path, "must be a dataset")
-        _check_dataset(c, dset, path)
-        return _read_small(c, dset, path)
-
-    return read_module(grp, load, c.note)
+    return read_module(grp, functools.partial(_load_whole, c), c.note)
 
 
 def _vmd_structure(c: _Ctx) -> VMDStructure | None:
@@ -2702,15 +2694,19 @@ def _vmd_structure(c: _Ctx) -> VMDStructure | None:
     if not isinstance(grp, h5py.Group):
         return None
 
-    def load(group: h5py.Group, name: str, where: str) -> np.ndarray:
-        path = f"{where}/{name}"
-        dset = _get(c, group, name, where)
-        if not isinstance(dset, h5py.Dataset):
-            raise H5MDFormatError(c.filename, path, "must be a dataset")
-        _check_dataset(c, dset, path)
-        return _read_small(c, dset, path)
+    return read_structure(grp, functools.partial(_load_whole, c), c.note)
 
-    return read_structure(grp, load, c.note)
+
+def _load_whole(c: _Ctx, group: h5py.Group, name: str, where: str) -> np.ndarray:
+    """A module's dataset ``group[name]`` read whole (``where``: the group's path), or
+    H5MDFormatError: not a dataset of this file, too large to read at open time,
+    unreadable."""
+    path = f"{where}/{name}"
+    dset = _get(c, group, name, where)
+    if not isinstance(dset, h5py.Dataset):
+        raise H5MDFormatError(c.filename, path, "must be a dataset")
+    _check_dataset(c, dset, path)
+    return _read_small(c, dset, path)
 
 
 #: The attributes H5MD requires of ``/h5md/author`` and ``/h5md/creator``.

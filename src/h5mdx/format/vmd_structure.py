@@ -26,13 +26,14 @@ and numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError
+from h5mdx.format.gromacs_topology import Load, Note  # the readers' one interface
 
 __all__ = ["COORD_ATTRS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH", "VMDStructure", "bonds",
            "from_atoms", "per_atom", "read_structure", "write_structure"]
@@ -54,10 +55,6 @@ PER_RESIDUE = {"resname": "resname", "chain": "chainID"}
 COORD_ATTRS = {"resid": {"long_name": "residue number (VMD's structure module)"},
                "atomicnumber": {"long_name": "atomic number"}}
 
-#: ``note(path, message, assumed)``: how the reader reports a problem.
-Note = Callable[[str, str, str], None]
-#: ``load(group, name, where)``: one dataset read whole, or H5MDFormatError.
-Load = Callable[[h5py.Group, str, str], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -76,11 +73,10 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
     ----------
     grp : h5py.Group
         ``/parameters/vmd_structure``.
-    load : callable
-        ``load(group, name, where)``: a dataset read whole, or
-        :class:`~h5mdx.errors.H5MDFormatError`.
-    note : callable
-        ``note(path, message, assumed)``: called once per problem.
+    load, note : callable
+        As :func:`h5mdx.format.gromacs_topology.read_module` takes them: a dataset read
+        whole (or :class:`~h5mdx.errors.H5MDFormatError`), and what is called once per
+        problem.
 
     Returns
     -------
