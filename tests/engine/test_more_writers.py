@@ -455,6 +455,36 @@ def test_lammps_orthogonal_bounds_are_edges_and_offset(tmp_path):
         np.testing.assert_array_equal(ds.position.values, pos)
 
 
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "dask"])
+def test_lammps_bounds_are_read_lazily(tmp_path, monkeypatch, chunks):
+    """The open reads the first frame of the bounds alone (it read all of them: 48 bytes a
+    frame of a long run, at every open); the edges and the offset are computed from the
+    frames asked for, with chunks={} and without, by slice, list and single frame."""
+    from h5mdx.format import h5md as fmt
+
+    rng = np.random.default_rng(9)
+    lo = -rng.random((40, 3))
+    hi = 5.0 + rng.random((40, 3))
+    path, _ = _lammps_bounds(tmp_path / "long.h5", np.stack([lo, hi], axis=-1))
+    read = []
+    small = fmt._read_small
+    monkeypatch.setattr(fmt, "_read_small", lambda c, dset, where, n=None, start=0: (
+        read.append((dset.name, n)), small(c, dset, where, n, start))[1])
+    with pytest.warns(H5MDConformanceWarning, match="LAMMPS' bounds"):
+        ds = xr.open_dataset(path, engine="h5md", chunks=chunks)
+    assert ("/particles/all/box/edges/value", 1) in read
+    assert not any(name.endswith("edges/value") and n != 1 for name, n in read)
+    with ds:
+        assert ds.box_edges.dims == ("time", "spatial") and ds.box_edges.shape == (40, 3)
+        np.testing.assert_allclose(ds.box_edges.values, hi - lo)
+        np.testing.assert_allclose(ds.box_offset.values, lo)
+        np.testing.assert_allclose(ds.box_edges.isel(time=slice(5, 30, 4)).values,
+                                   (hi - lo)[5:30:4])
+        np.testing.assert_allclose(ds.box_offset.isel(time=[3, 17], spatial=1).values,
+                                   lo[[3, 17], 1])
+        np.testing.assert_allclose(ds.box_edges.isel(time=7).values, (hi - lo)[7])
+
+
 def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):
     """(T, 3, 3) [lo, hi, tilt] rows were served as box vectors (determinant -0.25) with
     nothing said (audit39 #2). Now left out, said once, and no periodic box assumed."""

@@ -609,6 +609,34 @@ def why_reads_take_turns(variable: xr.DataArray | xr.Variable) -> str | None:
     return data.why_not_direct()
 
 
+class _BoundsArray(BackendArray):
+    """Box edges ``hi - lo`` (``column="extent"``) or the lower corner ``lo``
+    (``"lower"``) of LAMMPS' bounds ``(T, …, 3, 2)`` rows ``[lo, hi]``
+    (:attr:`~h5mdx.format.h5md.ElementInfo.bounds`), served ``(T, 3)`` and read frame by
+    frame from ``raw``, the bounds as stored."""
+
+    def __init__(self, raw: H5MDArray, column: str, dtype: np.dtype) -> None:
+        self.raw = raw
+        self.column = column
+        self.shape = (raw.shape[0], 3)
+        self.dtype = np.dtype(dtype)
+
+    def __dask_tokenize__(self) -> tuple:
+        return ("h5mdx.bounds", self.raw.__dask_tokenize__(), self.column)
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.OUTER_1VECTOR, self._getitem)
+
+    def _getitem(self, key: tuple) -> np.ndarray:
+        frames, spatial = key
+        rest = (slice(None),) * (len(self.raw.shape) - 1)
+        raw = np.asarray(self.raw._getitem((frames, *rest)))
+        raw = raw.reshape(*raw.shape[: raw.ndim - len(rest)], 3, 2)
+        values = raw[..., 1] - raw[..., 0] if self.column == "extent" else raw[..., 0].copy()
+        return np.asarray(values[..., spatial], dtype=self.dtype)
+
+
 def backend_array(data: Any) -> BackendArray | None:
     """The backend's array inside xarray's lazy-indexing and caching wrappers of ``data``
     (``._data`` of a lazily opened variable), or None where there is none."""
@@ -761,6 +789,12 @@ class _Builder:
                 self.report.note(el.value_path, f"cannot read the strings: {err}", "left out")
                 return None
 
+    def _stored_tail(self, el: ElementInfo) -> tuple[int, ...]:
+        """The axes after time of the dataset ``el`` is computed from (LAMMPS' bounds:
+        ``(3, 2)`` or ``(1, 3, 2)``)."""
+        with self.lock:
+            return tuple(self.manager.acquire(needs_lock=False)[el.value_path].shape[1:])
+
     def variable(
         self, el: ElementInfo, dims: tuple[str, ...], attrs: dict[str, Any] | None = None
     ) -> xr.Variable | None:
@@ -791,18 +825,20 @@ class _Builder:
         full_atoms = bool(
             el.chunks and len(el.shape) > 1 and el.time_dependent and el.chunks[1] == el.shape[1]
         )
-        array = H5MDArray(
+        raw = H5MDArray(
             self.manager,
             el.value_path,
-            el.shape,
+            (el.shape[0], *self._stored_tail(el)) if el.bounds else el.shape,
             dtype,
             scale=scale,
             fillvalue=el.fillvalue,
             lock=self.lock,
-            full_atom_chunks=full_atoms,
+            full_atom_chunks=full_atoms and not el.bounds,
             filename=self.info.filename,
             stamp=self.stamp,
         )
+        # edges or offset of LAMMPS' bounds: computed frame by frame
+        array = _BoundsArray(raw, el.bounds, dtype) if el.bounds else raw
         data = indexing.LazilyIndexedArray(array)
         var_attrs = {**el.attrs, **dict(attrs or {})}
         if unit is not None:

@@ -191,6 +191,10 @@ class ElementInfo:
     #: the other datasets of such an element of its first axis's length (``errors``):
     #: values and unit, by name
     beside: dict[str, tuple[np.ndarray, str | None]] = field(default_factory=dict)
+    #: an element computed from LAMMPS' box bounds ``(…, 3, 2)`` rows ``[lo, hi]`` stored at
+    #: ``value_path`` (:func:`_from_bounds`): ``"extent"`` (``hi - lo``, the edges) or
+    #: ``"lower"`` (``lo``, the offset), read lazily, frame by frame; None otherwise
+    bounds: str | None = None
 
     @property
     def n_frames(self) -> int | None:
@@ -1826,23 +1830,32 @@ def _from_bounds(c: _Ctx, grp: h5py.Group, edges: ElementInfo,
     """Edges of shape ``(…, 3, 2)``: LAMMPS' orthogonal ``BOX BOUNDS`` rows ``[lo, hi]``
     per dimension, as converters such as H5MD_Analysis store them. Served, noted, as the
     edges ``hi - lo`` and the lower corner ``lo`` (``box_offset``), both in the unit of
-    the edges (``replace`` keeps it); None where the bounds cannot be read or ``hi < lo``.
-    They are read whole, at open time (48 bytes a frame)."""
+    the edges (``replace`` keeps it); None where the bounds cannot be read or ``hi < lo``
+    (in the first frame: the others are read lazily, ``ElementInfo.bounds``; fixed
+    bounds are read whole)."""
     where = f"{path}/edges"
+    timed = edges.time_dependent
     try:
-        bounds = np.asarray(_read_small(c, grp.file[edges.value_path], where),
-                            dtype=np.float64)
-        bounds = bounds[: edges.shape[0]] if edges.time_dependent else bounds.reshape(3, 2)
+        bounds = np.asarray(_read_small(c, grp.file[edges.value_path], where,
+                                        1 if timed else None), dtype=np.float64)
+        bounds = bounds if timed else bounds.reshape(3, 2)
     except (H5MDFormatError, KeyError, OSError, RuntimeError, ValueError) as err:
         c.note(where, f"box edges of shape {edges.shape} cannot be read ({err})", "left out")
         return None, None
     lo, hi = bounds[..., 0], bounds[..., 1]
     if (hi < lo).any():
         c.note(where, f"box edges have shape {edges.shape} but are no [lo, hi] bounds "
-               "(some hi < lo)", "left out")
+               f"({'in the first frame, ' if timed else ''}some hi < lo)", "left out")
         return None, None
     c.note(where, f"box edges have shape {edges.shape}: LAMMPS' bounds [lo, hi] per "
            "dimension, not H5MD's edges", "edges hi - lo, and lo as the box offset")
+    if timed:  # (T, 3, 2) or (T, 1, 3, 2): served (T, 3), frame by frame
+        shape: tuple[int, ...] = (int(edges.shape[0]), 3)
+        dtype = edges.dtype if edges.dtype.kind == "f" else np.dtype(np.float64)
+        chunks = None if edges.chunks is None else (int(edges.chunks[0]), 3)
+        lower = replace(edges, name="box_offset", path=f"{path}/offset", shape=shape,
+                        dtype=dtype, chunks=chunks, bounds="lower")
+        return replace(edges, shape=shape, dtype=dtype, chunks=chunks, bounds="extent"), lower
     shape = tuple(int(n) for n in lo.shape)
     lower = replace(edges, name="box_offset", path=f"{path}/offset", shape=shape,
                     dtype=lo.dtype, data=lo)
