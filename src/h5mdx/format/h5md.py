@@ -192,7 +192,7 @@ class ElementInfo:
     #: values and unit, by name
     beside: dict[str, tuple[np.ndarray, str | None]] = field(default_factory=dict)
     #: an element computed from LAMMPS' box bounds ``(…, 3, 2)`` rows ``[lo, hi]`` stored at
-    #: ``value_path`` (:func:`_from_bounds`): ``"extent"`` (``hi - lo``, the edges) or
+    #: ``value_path`` (H5MD_Analysis writes them so): ``"extent"`` (``hi - lo``, the edges) or
     #: ``"lower"`` (``lo``, the offset), read lazily, frame by frame; None otherwise
     bounds: str | None = None
 
