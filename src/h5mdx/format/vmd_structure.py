@@ -35,8 +35,9 @@ import numpy as np
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.gromacs_topology import Load, Note  # the readers' one interface
 
-__all__ = ["COORD_ATTRS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH", "VMDStructure", "bonds",
-           "from_atoms", "per_atom", "read_structure", "write_structure"]
+__all__ = ["COORD_ATTRS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH",
+           "VMDStructure", "bonds", "from_atoms", "per_atom", "read_structure",
+           "write_structure"]
 
 #: Where the module lives.
 STRUCTURE_PATH = "/parameters/vmd_structure"
@@ -54,7 +55,6 @@ PER_RESIDUE = {"resname": "resname", "chain": "chainID"}
 #: The attributes of the coordinates served, where they have any.
 COORD_ATTRS = {"resid": {"long_name": "residue number (VMD's structure module)"},
                "atomicnumber": {"long_name": "atomic number"}}
-
 
 
 @dataclass(frozen=True)
