@@ -416,10 +416,11 @@ def test_a_stray_dataset_beside_particles_groups_is_no_flat_group(tmp_path):
         np.testing.assert_array_equal(ds.position.values, pos)
 
 
-def _lammps_bounds(path, bounds):
+def _lammps_bounds(path, bounds, chunks=None, step=True):
     """H5MD_Analysis (anyuzx/H5MD_Analysis): a LAMMPS dump's BOX BOUNDS rows stored as
     particles/all/box/edges/value, (T, 3, 2) [lo, hi] or (T, 3, 3) [lo, hi, tilt], with
-    no 'dimension' or 'boundary'."""
+    no 'dimension' or 'boundary' (``chunks``: of the bounds; ``step``: theirs, else none,
+    as GROMACS writes edges)."""
     from h5mdx.testing import write_h5md
 
     frames = len(bounds)
@@ -430,9 +431,18 @@ def _lammps_bounds(path, bounds):
     with h5py.File(path, "r+") as f:
         del f["particles/all/box"]
         edges = f.create_group("particles/all/box/edges")
-        edges["value"] = bounds
-        edges["step"] = np.arange(frames) * 100
+        edges.create_dataset("value", data=bounds, chunks=chunks)
+        if step:
+            edges["step"] = np.arange(frames) * 100
     return path, pos
+
+
+def _random_bounds(frames):
+    """Bounds [lo, hi] of ``frames`` frames, each frame and axis its own."""
+    rng = np.random.default_rng(11)
+    lo = -rng.random((frames, 3)) * 3
+    hi = lo + 1.0 + rng.random((frames, 3)) * 9
+    return lo, hi
 
 
 def test_lammps_orthogonal_bounds_are_edges_and_offset(tmp_path):
@@ -483,6 +493,89 @@ def test_lammps_bounds_are_read_lazily(tmp_path, monkeypatch, chunks):
         np.testing.assert_allclose(ds.box_offset.isel(time=[3, 17], spatial=1).values,
                                    lo[[3, 17], 1])
         np.testing.assert_allclose(ds.box_edges.isel(time=7).values, (hi - lo)[7])
+
+
+def test_lammps_bounds_read_by_hdf5_chunks_when_used(tmp_path, monkeypatch):
+    """No read of the open but the first frame takes bounds from h5py (at every open); the
+    variables are lazy, dask blocks hold whole HDF5 chunks, frames taken backwards or
+    out of order are right, and a block shipped to a worker (pickled) computes."""
+    import pickle
+
+    from h5mdx.engine.backend import backend_array
+
+    lo, hi = _random_bounds(40)
+    path, _ = _lammps_bounds(tmp_path / "long.h5", np.stack([lo, hi], axis=-1),
+                             chunks=(8, 3, 2))
+    rows: list[int] = []
+    getitem = h5py.Dataset.__getitem__
+
+    def counted(dset, key, *args, **kwargs):
+        out = getitem(dset, key, *args, **kwargs)
+        if dset.name == "/particles/all/box/edges/value":
+            rows.append(np.shape(out)[0] if np.ndim(out) else 1)
+        return out
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        lazy = xr.open_dataset(path, engine="h5md")
+        # the box alone (the positions' blocks, of the largest variable, would win)
+        chunked = xr.open_dataset(path, engine="h5md", chunks={}, chunk_mib=1e-6,
+                                  drop_variables=["position"])
+    assert rows and max(rows) <= 1, rows  # the first frame, checked at each open
+    with lazy, chunked:
+        for name, want in (("box_edges", hi - lo), ("box_offset", lo)):
+            var = lazy[name].variable
+            assert backend_array(var._data) is not None and not var._in_memory
+            assert chunked[name].chunks[0] == (8,) * 5  # one HDF5 chunk each (tiny blocks)
+            np.testing.assert_allclose(lazy[name].isel(time=slice(None, None, -4)).values,
+                                       want[::-4])
+            np.testing.assert_allclose(lazy[name].isel(time=[17, 2, 33, 2]).values,
+                                       want[[17, 2, 33, 2]])
+            np.testing.assert_allclose(chunked[name].isel(time=slice(9, 27)).values,
+                                       want[9:27])
+            shipped = pickle.loads(pickle.dumps(chunked[name].data))  # as to a worker
+            np.testing.assert_allclose(shipped.compute(), want)
+
+
+def test_lammps_bounds_without_step_follow_the_positions(tmp_path):
+    """Bounds without a step take the positions' frames (as GROMACS' edges do): their
+    lower corner too, which kept a time axis of its own; (T, 1, 3, 2) bounds, whose
+    offset of shape (T, 1, 3) failed the open, are served as (T, 3)."""
+    lo, hi = _random_bounds(6)
+    for name, bounds in (("plain", np.stack([lo, hi], axis=-1)),
+                         ("one", np.stack([lo, hi], axis=-1)[:, None])):
+        path, _ = _lammps_bounds(tmp_path / f"{name}.h5", bounds, step=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", H5MDConformanceWarning)
+            ds = xr.open_dataset(path, engine="h5md", chunks={})
+        with ds:
+            assert ds.box_edges.dims == ds.box_offset.dims == ("time", "spatial")
+            np.testing.assert_allclose(ds.box_edges.values, hi - lo)
+            np.testing.assert_allclose(ds.box_offset.values, lo)
+
+
+def test_lammps_bounds_of_a_live_file_are_cut_with_the_positions(tmp_path):
+    """A live (SWMR) file's bounds a frame ahead of the positions (one shared step):
+    cut to the frames both hold, edges and offset alike."""
+    lo, hi = _random_bounds(5)
+    path = tmp_path / "live.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        _h5md(f, "H5MD_Analysis")
+        g = f.create_group("particles/all")
+        g.create_dataset("position/value", data=np.ones((4, 2, 3)), maxshape=(None, 2, 3))
+        g["position/step"] = np.arange(5) * 100
+        g.create_dataset("box/edges/value", data=np.stack([lo, hi], axis=-1),
+                         maxshape=(None, 3, 2))
+        g["box/edges/step"] = g["position/step"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        ds = xr.open_dataset(path, engine="h5md", swmr=True)
+    with ds:
+        assert ds.sizes["time"] == 4
+        assert ds.box_edges.dims == ds.box_offset.dims == ("time", "spatial")
+        np.testing.assert_allclose(ds.box_edges.values, (hi - lo)[:4])
+        np.testing.assert_allclose(ds.box_offset.values, lo[:4])
 
 
 def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):

@@ -2113,7 +2113,7 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         trimmed = _trim_live(every)
         elements = {k: trimmed[el.path] for k, el in elements.items()}
         if box is not None and box.edges is not None:
-            box = replace(box, edges=trimmed[box.edges.path])
+            box = _with_edges(box, trimmed[box.edges.path])
     else:
         elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
@@ -2207,8 +2207,19 @@ def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
 
     elements = {k: follow(el) if k != "position" else el for k, el in elements.items()}
     if box is not None and box.edges is not None:
-        box = replace(box, edges=follow(box.edges))
+        box = _with_edges(box, follow(box.edges))
     return elements, box
+
+
+def _with_edges(box: BoxInfo, edges: ElementInfo) -> BoxInfo:
+    """``box`` with ``edges`` (cut to the frames a live file holds, or sampled as the
+    positions), and its lower corner so too where computed from the same bounds
+    (``_from_bounds``): it kept a time axis of its own, or more frames than the
+    edges."""
+    offset = box.offset
+    if offset is not None and offset.bounds is not None:
+        offset = replace(offset, shape=edges.shape, sampling=edges.sampling)
+    return replace(box, edges=edges, offset=offset)
 
 
 def _check_position_sampling(c: _Ctx, elements: dict[str, ElementInfo],
