@@ -196,3 +196,19 @@ def test_to_h5md_writes_the_module_again(adk_vmd, adk_universe, tmp_path):
         ds.md.to_h5md(tmp_path / "b.h5")
     with xr.open_dataset(tmp_path / "b.h5", engine="h5md", select="name Li") as b:
         assert b.sizes["atom"] == 4 and (b.species.values == 2).all()
+
+
+def test_to_h5md_keeps_a_topology_passed_at_open(adk_h5md, adk_universe, tmp_path):
+    """A file without names (MDAnalysis' H5MDWriter) opened with topology= the PSF and
+    written with ds.md.to_h5md names its atoms itself: the module is written from the
+    attached coordinates, with species one per name, type and mass."""
+    from h5mdx.testing import adk_topology
+
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=adk_topology()) as ds:
+        assert "species" not in ds
+        ds.isel(time=slice(0, 3)).md.to_h5md(tmp_path / "named.h5")
+    with xr.open_dataset(tmp_path / "named.h5", engine="h5md", select="name CA") as ca:
+        np.testing.assert_array_equal(ca.atom.values,
+                                      adk_universe.select_atoms("name CA").indices)
+        np.testing.assert_array_equal(ca.resid.values,
+                                      adk_universe.select_atoms("name CA").resids)
