@@ -1063,13 +1063,14 @@ def _particles_dataset(
     elif topology is not None:
         ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
     if select is not None:
-        ds = _selected(ds, info, pg.path, topology, select)
+        ds = _selected(ds, info, pg.path, topology, select, own)
     return ds
 
 
 def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
-              select: str) -> xr.Dataset:
-    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``)."""
+              select: str, own: bool) -> xr.Dataset:
+    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``;
+    ``own``: ``topology`` is the file itself, whose structure module describes ``group``)."""
     from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, select_indices
 
     n_atoms = ds.sizes.get(ATOM_DIM)
@@ -1081,7 +1082,6 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
                 f"; the file's {module.path} describes {module.n_atoms} atoms, not the "
                 f"{n_atoms} of {group}" if module is not None else "")
         )
-    own = isinstance(topology, (str, os.PathLike)) and _normalize_path(topology) == info.filename
     indices = select_indices(load_universe(topology, group if own else None), select,
                              info.filename)
     if SUBSET_OF_ATTR in ds[ATOM_DIM].attrs:  # the topology's indices of the atoms held
@@ -1178,17 +1178,18 @@ def _with_module_topology(b: _Builder, ds: xr.Dataset, module: ModuleTopology, n
 def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -> xr.Dataset:
     """``ds`` with the per-atom coordinates of VMD's structure module (names, types,
     residues, segments, chains, masses, charges, radii, atomic numbers:
-    :func:`h5mdx.engine.topology.vmd_coords`), and ``attrs["topology"]`` naming the file
+    :func:`h5mdx.format.vmd_structure.per_atom`), and ``attrs["topology"]`` naming the file
     itself, where the module describes any of the group's atoms; each property that
     does not fit the group is noted and left out."""
-    from h5mdx.engine.topology import vmd_coords
-    from h5mdx.format.vmd_structure import COORD_ATTRS, bonds
+    from h5mdx.format.vmd_structure import COORD_ATTRS, bonds, per_atom
 
+    structure = b.info.vmd_structure
+    if structure is None:
+        return ds
     species = ds.variables.get("species")
     values = species.values if species is not None and species.dims == (ATOM_DIM,) else None
-    coords = vmd_coords(b.info, group, values, n_atoms, b.report.note)
-    if b.info.vmd_structure is not None:  # said here: the Universe's bonds leave them out
-        bonds(b.info.vmd_structure, n_atoms, b.report.note)
+    coords = per_atom(structure, values, n_atoms, group, b.report.note)
+    bonds(structure, n_atoms, b.report.note)  # said here: the Universe's leave them out
     coords = {k: v for k, v in coords.items() if k not in ds.variables}
     if not coords:
         return ds

@@ -18,9 +18,10 @@ from h5mdx.errors import H5MDConformanceWarning, TopologyError
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
+from h5mdx.format.vmd_structure import STRUCTURE_PATH
 
 __all__ = ["holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
-           "module_of", "module_universe", "select_indices", "topology_coords", "vmd_coords",
+           "module_of", "module_universe", "select_indices", "topology_coords",
            "vmd_universe"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
@@ -467,19 +468,6 @@ def _add_bonds(universe: Any, info: FileInfo, path: str) -> None:
     universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
 
 
-def vmd_coords(info: FileInfo, group: str, species: np.ndarray | None, n_atoms: int,
-               note: Any) -> dict[str, np.ndarray]:
-    """Per-atom coordinates of a particles group from VMD's structure module
-    (:func:`h5mdx.format.vmd_structure.per_atom`: ``name``, ``type``, ``resname``,
-    ``resid``, ``segid``, ``chainID``, ``mass``, ``charge``, ``radius``,
-    ``atomicnumber``); empty without the module. MDAnalysis is not needed."""
-    from h5mdx.format.vmd_structure import per_atom
-
-    if info.vmd_structure is None:
-        return {}
-    return per_atom(info.vmd_structure, species, n_atoms, group, note)
-
-
 def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     """An MDAnalysis Universe (no trajectory) of a particles group from VMD's structure
     module: names, types, residues (by ``resid``), segments, chains, masses, charges,
@@ -502,8 +490,11 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
         Where ``group`` is not given and several groups have positions, or the module
         describes none of the group's atoms.
     """
-    from h5mdx.format.vmd_structure import bonds
+    from h5mdx.format.vmd_structure import bonds, per_atom
 
+    structure = info.vmd_structure
+    if structure is None:
+        raise TopologyError(f"{info.filename} holds no {STRUCTURE_PATH}")
     name = _vmd_group(info, group)
     pg = info.particles[name]
     n = _group_atoms(pg)
@@ -516,19 +507,15 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     def ignore(*_: Any) -> None:  # the open that attached them warned already
         return None
 
-    coords = vmd_coords(info, pg.path, species, n, ignore)
+    coords = per_atom(structure, species, n, pg.path, ignore)
     if not coords:
-        raise TopologyError(f"{info.filename}: {STRUCTURE} describes none of the {n} atoms "
+        raise TopologyError(f"{info.filename}: {STRUCTURE_PATH} describes none of the {n} atoms "
                             f"of {pg.path}; pass topology= a file MDAnalysis reads")
     universe = coords_universe(coords, n, info.filename)
-    pairs = bonds(info.vmd_structure, n, ignore) if info.vmd_structure else None
+    pairs = bonds(structure, n, ignore)
     if pairs is not None and len(pairs):
         universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
     return universe
-
-
-#: The module's path, for messages.
-STRUCTURE = "/parameters/vmd_structure"
 
 
 def _vmd_group(info: FileInfo, group: str | None) -> str:
@@ -541,7 +528,7 @@ def _vmd_group(info: FileInfo, group: str | None) -> str:
     with_positions = [n for n, pg in info.particles.items() if "position" in pg.elements]
     if len(with_positions) != 1:
         raise TopologyError(
-            f"{info.filename}: {STRUCTURE} describes the atoms of a particles group, and "
+            f"{info.filename}: {STRUCTURE_PATH} describes the atoms of a particles group, and "
             f"{len(with_positions)} groups have positions "
             f"({', '.join(with_positions) or 'none'}): open one with group= and select "
             "there, or pass topology= a file MDAnalysis reads")
@@ -566,8 +553,8 @@ def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> 
     starts where ``resid`` or ``segid`` changes (one residue without either); a segment
     per ``segid`` (one, ``SYSTEM``, without)."""
     mda = import_optional("MDAnalysis", "topologies and atom selections")
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = False
+    starts = np.zeros(n, dtype=bool)
+    starts[:1] = True
     for key in ("resid", "segid"):
         if key in coords:
             starts[1:] |= coords[key][1:] != coords[key][:-1]

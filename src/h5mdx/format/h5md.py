@@ -2717,7 +2717,6 @@ def _vmd_structure(c: _Ctx) -> VMDStructure | None:
         return None
     if not isinstance(grp, h5py.Group):
         return None
-
     return read_structure(grp, functools.partial(_load_whole, c), c.note)
 
 
