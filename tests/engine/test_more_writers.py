@@ -580,6 +580,39 @@ def test_lammps_bounds_of_a_live_file_are_cut_with_the_positions(tmp_path):
         np.testing.assert_allclose(ds.box_offset.values, lo[:4])
 
 
+@pytest.mark.parametrize("case", ["live", "no_step"])
+def test_a_stored_box_offset_is_sampled_as_the_edges(tmp_path, case):
+    """HALMD's box/offset kept a time axis of its own where the edges took the positions':
+    in a live file a frame ahead of the positions (one shared step), 5 frames beside 4;
+    without a step of its own, as many frames as the positions (as GROMACS writes edges),
+    on 'time_box_offset'. Now on 'time' with the edges, in both."""
+    live = case == "live"
+    lo = -np.arange(5.0)[:, None] * np.ones(3)
+    path = tmp_path / f"{case}.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        _h5md(f, "HALMD")
+        g = f.create_group("particles/all")
+        g.create_dataset("position/value", data=np.ones((4, 2, 3)), maxshape=(None, 2, 3))
+        g["position/step"] = np.arange(5 if live else 4) * 100
+        box = g.create_group("box")
+        box.attrs["dimension"], box.attrs["boundary"] = 3, np.array([b"periodic"] * 3)
+        for name, value in (("edges", 10.0 - lo), ("offset", lo)):
+            box.create_dataset(f"{name}/value", data=value if live else value[:4],
+                               maxshape=(None, 3))
+            if live:
+                box[f"{name}/step"] = g["position/step"]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md", swmr=live)
+    assert all("no step: sampled as /particles/all/position" in str(w.message)
+               for w in said) and len(said) == (0 if live else 2)
+    with ds:
+        assert dict(ds.sizes) == {"time": 4, "atom": 2, "spatial": 3}
+        assert ds.box_edges.dims == ds.box_offset.dims == ("time", "spatial")
+        np.testing.assert_array_equal(ds.box_offset.values, lo[:4])
+        np.testing.assert_array_equal(ds.box_edges.values, (10.0 - lo)[:4])
+
+
 def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):
     """(T, 3, 3) [lo, hi, tilt] rows were served as box vectors (determinant -0.25) with
     nothing said (audit39 #2). Now left out, said once, and no periodic box assumed."""
@@ -713,6 +746,39 @@ def test_fixed_bounds_of_one_frame(tmp_path):
     with ds:
         np.testing.assert_array_equal(ds.box_edges.values, [9.0, 9.0, 9.5])
         np.testing.assert_array_equal(ds.box_offset.values, [-2.0, -3.0, 0.0])
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["per_frame", "fixed"])
+def test_to_h5md_keeps_the_box_offset_of_lammps_bounds(tmp_path, fixed):
+    """ds.md.to_h5md wrote box_offset as an element of its own (particles/all/box_offset)
+    that the copy did not read back: LAMMPS' lower corner was lost. Now box/offset, as
+    HALMD writes it, read back as box_offset, sampled with the edges or fixed."""
+    lo, hi = _random_bounds(4)
+    path, pos = _lammps_bounds(tmp_path / "ortho.h5", np.stack([lo, hi], axis=-1))
+    with h5py.File(path, "r+") as f:
+        if fixed:
+            del f["particles/all/box/edges"]
+            f["particles/all/box/edges"] = np.stack([lo[0], hi[0]], axis=-1)
+        edges = f["particles/all/box/edges"]
+        (edges if fixed else edges["value"]).attrs["unit"] = "nm"
+        f["particles/all/position/value"].attrs["unit"] = "nm"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = xr.open_dataset(path, engine="h5md")  # also no dimension, no boundary
+    assert sum("LAMMPS' bounds" in str(w.message) for w in said) == 1
+    out = tmp_path / "copy.h5md"
+    with ds, pytest.warns(UserWarning, match="box_offset as box/offset, as HALMD"):
+        ds.md.to_h5md(out)
+    with h5py.File(out, "r") as f:
+        assert ("value" in f["particles/all/box/offset"]) is not fixed
+        assert "box_offset" not in f["particles/all"]
+    with xr.open_dataset(out, engine="h5md") as copy:  # in silence: pytest errs on warnings
+        want_lo, want_edges = (lo[0], (hi - lo)[0]) if fixed else (lo, hi - lo)
+        assert copy.box_offset.dims == copy.box_edges.dims
+        assert copy.box_offset.attrs["units"] == copy.box_edges.attrs["units"] == "nm"
+        np.testing.assert_allclose(copy.box_offset.values, want_lo)
+        np.testing.assert_allclose(copy.box_edges.values, want_edges)
+        np.testing.assert_array_equal(copy.position.values, pos)
 
 
 @pytest.mark.parametrize("variant", ["one_longer", "time_only", "behind"])

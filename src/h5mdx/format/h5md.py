@@ -2107,13 +2107,9 @@ def _particles_group(c: _Ctx, name: str, grp: h5py.Group) -> ParticlesGroupInfo:
         c.note(f"{path}/box", "a particles group must contain a 'box' group",
                "no box: positions read without periodic boundaries")
     if c.live:
-        every = list(elements.values())
-        if box is not None and box.edges is not None:
-            every.append(box.edges)
-        trimmed = _trim_live(every)
+        trimmed = _trim_live([*elements.values(), *_box_elements(box)])
         elements = {k: trimmed[el.path] for k, el in elements.items()}
-        if box is not None and box.edges is not None:
-            box = _with_edges(box, trimmed[box.edges.path])
+        box = _box_with(box, lambda el: trimmed[el.path])
     else:
         elements, box = _follow_position(c, elements, box)
     _check_position_sampling(c, elements, box)
@@ -2206,20 +2202,32 @@ def _follow_position(c: _Ctx, elements: dict[str, ElementInfo],
         return el
 
     elements = {k: follow(el) if k != "position" else el for k, el in elements.items()}
-    if box is not None and box.edges is not None:
-        box = _with_edges(box, follow(box.edges))
-    return elements, box
+    return elements, _box_with(box, follow)
 
 
-def _with_edges(box: BoxInfo, edges: ElementInfo) -> BoxInfo:
-    """``box`` with ``edges`` (cut to the frames a live file holds, or sampled as the
-    positions), and its lower corner so too where computed from the same bounds
-    (``_from_bounds``): it kept a time axis of its own, or more frames than the
-    edges."""
-    offset = box.offset
-    if offset is not None and offset.bounds is not None:
+def _box_elements(box: BoxInfo | None) -> list[ElementInfo]:
+    """The box's elements stored in the file: its edges, and HALMD's ``offset`` and
+    znh5md's ``pbc`` (not a lower corner computed from LAMMPS' bounds)."""
+    if box is None:
+        return []
+    return [el for el in (box.edges, box.offset, box.pbc)
+            if el is not None and (el is box.edges or el.bounds is None)]
+
+
+def _box_with(box: BoxInfo | None, change: Callable[[ElementInfo], ElementInfo]
+              ) -> BoxInfo | None:
+    """``box`` with ``change`` applied to each of its stored elements (cut to the frames a
+    live file holds, or sampled as the positions), and its lower corner computed from
+    LAMMPS' bounds (``_from_bounds``) sampled as the edges it comes from: it kept a time
+    axis of its own, or more frames than the edges."""
+    if box is None:
+        return None
+    new = {el.path: change(el) for el in _box_elements(box)}
+    edges = None if box.edges is None else new[box.edges.path]
+    offset, pbc = (None if el is None else new.get(el.path, el) for el in (box.offset, box.pbc))
+    if offset is not None and offset.bounds is not None and edges is not None:
         offset = replace(offset, shape=edges.shape, sampling=edges.sampling)
-    return replace(box, edges=edges, offset=offset)
+    return replace(box, edges=edges, offset=offset, pbc=pbc)
 
 
 def _check_position_sampling(c: _Ctx, elements: dict[str, ElementInfo],

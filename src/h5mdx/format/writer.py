@@ -48,6 +48,7 @@ from h5mdx.format.vmd_structure import VMDStructure, write_structure
 
 __all__ = [
     "DEFAULT_CHUNK_MIB",
+    "BOX_MEMBERS",
     "ELEMENT_UNITS",
     "ElementSpec",
     "H5MDWriter",
@@ -78,6 +79,11 @@ ELEMENT_UNITS = {
 
 #: Frames of ``step``/``time`` per chunk when they are resizable.
 _SAMPLING_CHUNK = 8192
+
+#: Elements written inside the box group, as the h5md engine reads them back: H5MD's
+#: ``edges``, and the members other writers add that it serves as ``box_<name>``
+#: (HALMD's ``offset``, the lower corner, also LAMMPS' ``lo`` bounds; znh5md's ``pbc``)
+BOX_MEMBERS = {"box_edges": "edges", "box_offset": "offset", "box_pbc": "pbc"}
 
 
 def _version() -> str:
@@ -186,7 +192,9 @@ class ElementSpec:
     Parameters
     ----------
     name : str
-        Element name (``"position"``, ...); ``"box_edges"`` writes ``box/edges``.
+        Element name (``"position"``, ...); ``"box_edges"`` writes ``box/edges``, and
+        ``"box_offset"`` and ``"box_pbc"`` the box members other writers add
+        (:data:`BOX_MEMBERS`).
     frame_shape : tuple of int
         Shape of one frame.
     dtype : numpy dtype
@@ -246,6 +254,12 @@ def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
     for k, v in spec.attrs.items():
         dset.attrs[k] = v
     return dset
+
+
+def _where(part: h5py.Group, box: h5py.Group, name: str) -> tuple[h5py.Group, str]:
+    """The group and key of element ``name`` of particles group ``part``: a member of
+    ``box`` for :data:`BOX_MEMBERS`, else ``part/name``."""
+    return (box, BOX_MEMBERS[name]) if name in BOX_MEMBERS else (part, name)
 
 
 def _stored(values: Any) -> np.ndarray:
@@ -383,7 +397,8 @@ class H5MDWriter:
         Output path (created, truncated) or an open writable file.
     elements : iterable of ElementSpec
         Time-dependent particle elements; a spec named ``"box_edges"`` stores the
-        box edges (frame shape ``(3, 3)`` or ``(3,)``).
+        box edges (frame shape ``(3, 3)`` or ``(3,)``), ``"box_offset"`` the box's lower
+        corner (:data:`BOX_MEMBERS`).
     n_frames : int, optional
         Number of frames, when known (needed for ``Layout(contiguous=True)``).
     layout : Layout, optional
@@ -519,7 +534,8 @@ class H5MDWriter:
         n_frames = self.n_frames
         for name in order:
             spec = self.specs[name]
-            grp = box.require_group("edges") if name == "box_edges" else part.require_group(name)
+            where, key = _where(part, box, name)
+            grp = where.require_group(key)
             small = spec.frame_bytes < big.frame_bytes
             kwargs: dict[str, Any] = {}
             shape: tuple[int, ...]
@@ -560,8 +576,7 @@ class H5MDWriter:
         self._fill = 0
         for name, (data, unit, attrs) in static.items():
             # a fixed box: box/edges, a dataset of the box group (H5MD 1.1)
-            self._create_static(*((box, "edges") if name == "box_edges" else (part, name)),
-                                data, unit, attrs)
+            self._create_static(*_where(part, box, name), data, unit, attrs)
 
     def _create_static(self, where: h5py.Group, key: str, data: Any, unit: str | None,
                        attrs: Mapping[str, Any] | None) -> None:
@@ -674,8 +689,8 @@ class H5MDWriter:
             raise ValueError(f"{spec.name}: {n} frames but {steps.size} steps"
                              + ("" if times is None else f" and {times.size} times"))
         part = self.particles
-        where, key = (part["box"], "edges") if spec.name == "box_edges" \
-            else (self.file.require_group("observables") if observable else part, spec.name)
+        where, key = (self.file.require_group("observables"), spec.name) if observable \
+            else _where(part, part["box"], spec.name)
         if spec.name in self.specs or key in where:
             raise ValueError(f"{self.filename}: element {spec.name!r} is already written")
         ensure_room(self.filename, n * (spec.frame_bytes + 16))

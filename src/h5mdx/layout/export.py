@@ -34,6 +34,7 @@ from h5mdx.format.schema import (
     TIME_DIM,
 )
 from h5mdx.format.writer import (
+    BOX_MEMBERS,
     ElementSpec,
     H5MDWriter,
     Layout,
@@ -596,7 +597,9 @@ def to_h5md(
     """Write a Dataset of the h5mdx data model to an H5MD 1.1 file.
 
     Variables whose first dimension is ``time`` become time-dependent elements
-    (``box_edges`` becomes ``box/edges`` with its ``boundary``), those on a time axis of
+    (``box_edges`` becomes ``box/edges`` with its ``boundary``; ``box_offset``, the lower
+    corner of LAMMPS' bounds or HALMD's box, ``box/offset`` as HALMD writes it, with a
+    warning: H5MD 1.1 defines no offset), those on a time axis of
     their own (``time_<name>``, as the engine opens them) elements with their own
     ``step`` and ``time``, the others
     time-independent datasets; ``time`` and ``step`` coordinates give the
@@ -658,6 +661,7 @@ def to_h5md(
     steps = (ds[STEP_COORD].values if STEP_COORD in ds.coords
              else np.arange(n_frames, dtype=np.int64))
     _warn_without_units(path, specs, time_unit if with_time else "")
+    _warn_box_members(path, [s.name for s in specs] + list(static))
     check_steps_increase(steps, os.fspath(path))  # before any output exists
     module = _module(ds)
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
@@ -720,8 +724,21 @@ def _structure(ds: xr.Dataset, static: dict[str, Any]) -> Any:
     return structure
 
 
+def _warn_box_members(path: Any, names: list[str]) -> None:
+    """Say which variables are written as members of the box that H5MD 1.1 does not
+    define (:data:`h5mdx.format.writer.BOX_MEMBERS` other than ``edges``)."""
+    extra = [f"{n} as box/{BOX_MEMBERS[n]}" for n in names
+             if n in BOX_MEMBERS and n != "box_edges"]
+    if extra:
+        warnings.warn(
+            f"{os.fspath(path)}: {', '.join(extra)}, as HALMD and znh5md write them; H5MD "
+            "1.1 defines no such member of the box: the h5md engine reads it back (an error "
+            "with strict=True), other readers ignore it. Drop the variable before writing "
+            "for a file of H5MD 1.1 alone", UserWarning, stacklevel=3)
+
+
 #: elements whose values mean nothing without a unit (MDAnalysis refuses a file without)
-_NEED_UNITS = ("position", "velocity", "force", "box_edges")
+_NEED_UNITS = ("position", "velocity", "force", "box_edges", "box_offset")
 
 
 def _warn_without_units(path: Any, specs: list[ElementSpec], time_unit: str | None) -> None:
