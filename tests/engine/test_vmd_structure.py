@@ -120,6 +120,29 @@ def test_each_group_takes_the_names_of_its_species(tmp_path):
     assert len(load_universe(path, "particles/B").select_atoms("name Li")) == 4
 
 
+def test_a_copy_of_the_file_is_the_topology_of_its_group(tmp_path):
+    """topology= another file with the module (a copy) of the positions of group B: its
+    group B's atoms, at open and in ds.md.rmsd. It took the group only where the topology
+    was the positions' own file, and failed: "2 groups have positions"."""
+    import shutil
+
+    from h5mdx.analysis.qcp import rmsd_qcp
+    from h5mdx.engine.topology import load_universe
+
+    path, copy = tmp_path / "mixture.h5", tmp_path / "structure.h5"
+    _, b = _mixture(path, np.random.default_rng(7))
+    shutil.copy(path, copy)
+    with xr.open_dataset(path, engine="h5md", group="B", topology=str(copy),
+                         select="name Li") as ds:
+        assert ds.sizes["atom"] == 4 and list(ds.name.values) == ["Li"] * 4
+        assert ds.attrs["topology"] == str(copy)
+        got = ds.md.rmsd(select="name Li", topology=str(copy)).values
+    expected = np.ravel([rmsd_qcp(f.astype(np.float64), b[0].astype(np.float64)) for f in b])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+    with pytest.raises(TopologyError, match=r"none named 'C', and 2 groups have positions"):
+        load_universe(copy, "C")
+
+
 def _tiny(path, **vmd):
     with h5py.File(path, "w") as f:
         header(f)

@@ -153,7 +153,7 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     file they come from (or, where that is unknown, enough for their atom indices)."""
     from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe
 
-    universe = load_universe(topology, _own_group(position, topology))
+    universe = load_universe(topology, _group_of(position))
     n_top = len(universe.atoms)
     ids = _atom_ids(position)
     shape = position.encoding.get("original_shape") or position.variable.encoding.get(
@@ -173,14 +173,11 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
     return universe
 
 
-def _own_group(position: xr.DataArray, topology: Any) -> str | None:
-    """The particles group the positions come from, where ``topology`` is their own file
-    (VMD's structure module there describes a group's atoms); None otherwise."""
-    source, path = position.encoding.get("source"), position.encoding.get("h5md_path")
-    if not (isinstance(topology, (str, os.PathLike)) and source and path):
-        return None
-    same = os.path.abspath(os.fspath(topology)) == os.path.abspath(str(source))
-    return str(path).rsplit("/", 1)[0] if same else None
+def _group_of(position: xr.DataArray) -> str | None:
+    """The particles group the positions come from (VMD's structure module describes a
+    group's atoms), where they came from a file; None otherwise."""
+    path = position.encoding.get("h5md_path")
+    return str(path).rsplit("/", 1)[0] if path else None
 
 
 def _of_file(position: xr.DataArray) -> str:

@@ -108,7 +108,7 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     if topology is not None:
         from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, topology_label
 
-        universe = load_universe(topology)
+        universe = load_universe(topology, group)
         n, n_store = universe.atoms.n_atoms, ds.sizes.get("atom")
         atom = ds.get("atom")
         if n != n_store and atom is not None and atom.attrs.get(SUBSET_OF_ATTR) != n:

@@ -1063,14 +1063,13 @@ def _particles_dataset(
     elif topology is not None:
         ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
     if select is not None:
-        ds = _selected(ds, info, pg.path, topology, select, own)
+        ds = _selected(ds, info, pg.path, topology, select)
     return ds
 
 
 def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
-              select: str, own: bool) -> xr.Dataset:
-    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``;
-    ``own``: ``topology`` is the file itself, whose structure module describes ``group``)."""
+              select: str) -> xr.Dataset:
+    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``)."""
     from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, select_indices
 
     n_atoms = ds.sizes.get(ATOM_DIM)
@@ -1082,8 +1081,7 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
                 f"; the file's {module.path} describes {module.n_atoms} atoms, not the "
                 f"{n_atoms} of {group}" if module is not None else "")
         )
-    indices = select_indices(load_universe(topology, group if own else None), select,
-                             info.filename)
+    indices = select_indices(load_universe(topology, group), select, info.filename)
     if SUBSET_OF_ATTR in ds[ATOM_DIM].attrs:  # the topology's indices of the atoms held
         indices = np.flatnonzero(np.isin(ds[ATOM_DIM].values, indices))
         if not indices.size:
@@ -1129,7 +1127,7 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
 
     if n_atoms is None:
         raise TopologyError(f"{filename}: {group} has no per-atom element")
-    universe = load_universe(topology)
+    universe = load_universe(topology, group)
     ids = input_indices(ds, universe, n_atoms, filename, group)
     if ids is None:
         tcoords = topology_coords(universe, n_atoms, filename)

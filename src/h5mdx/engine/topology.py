@@ -118,9 +118,10 @@ def load_universe(topology: str | os.PathLike[str] | Any, group: str | None = No
         holding GROMACS' topology module (:func:`module_universe`) or VMD's structure
         module (:func:`vmd_universe`).
     group : str, optional
-        The particles group of an H5MD file whose atoms VMD's structure module describes
-        (it holds properties per species of a group); by default the only group with
-        positions.
+        The particles group the Universe is for (the positions' own): VMD's structure
+        module holds properties per species of a group, so an H5MD topology of several
+        groups gives the atoms of its group of this name, where it has one, else of its
+        only group with positions. Other topologies ignore it.
 
     Returns
     -------
@@ -478,7 +479,8 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     info : FileInfo
         The file, as :func:`h5mdx.format.h5md.scan` read it.
     group : str, optional
-        The particles group; by default the only one with positions.
+        The particles group, where the file has one of this name; else the only one with
+        positions.
 
     Returns
     -------
@@ -487,8 +489,8 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     Raises
     ------
     TopologyError
-        Where ``group`` is not given and several groups have positions, or the module
-        describes none of the group's atoms.
+        Where the file has no group ``group`` and several groups have positions, or the
+        module describes none of the group's atoms.
     """
     from h5mdx.format.vmd_structure import bonds, per_atom
 
@@ -519,17 +521,17 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
 
 
 def _vmd_group(info: FileInfo, group: str | None) -> str:
-    """The name of the particles group ``group`` (or the only one with positions)."""
-    if group is not None:
-        name = info.particles_group(group)
-        if name is None:
-            raise TopologyError(f"{info.filename} has no particles group {group!r}")
+    """The name of the particles group ``group``, where the file has it, else of the only
+    one with positions."""
+    name = None if group is None else info.particles_group(group)
+    if name is not None:
         return name
     with_positions = [n for n, pg in info.particles.items() if "position" in pg.elements]
     if len(with_positions) != 1:
+        none_named = "" if group is None else f"none named {group!r}, and "
         raise TopologyError(
-            f"{info.filename}: {STRUCTURE_PATH} describes the atoms of a particles group, and "
-            f"{len(with_positions)} groups have positions "
+            f"{info.filename}: {STRUCTURE_PATH} describes the atoms of a particles group, "
+            f"{none_named}{len(with_positions)} groups have positions "
             f"({', '.join(with_positions) or 'none'}): open one with group= and select "
             "there, or pass topology= a file MDAnalysis reads")
     return with_positions[0]

@@ -196,8 +196,7 @@ def _select(topology: str | None, select: str | None, weights: str | None,
         return None, None, None
     from h5mdx.engine.topology import load_universe, select_indices
 
-    same = os.path.abspath(topology) == os.path.abspath(filename)
-    u = load_universe(topology, group if same else None)  # VMD's structure: per group
+    u = load_universe(topology, group)  # VMD's structure module: per group
     ids = _input_ids(u, filename, group)
     atoms = u if ids is None else u.atoms[ids]
     idx = select_indices(atoms, select, filename) if select else None
