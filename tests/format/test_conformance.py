@@ -1171,6 +1171,12 @@ def test_other_writers_box_members_are_read_as_minor_departures(tmp_path, mutate
     assert problem.minor and problem.path == f"{G}/box/{name}"
     with pytest.raises(H5MDFormatError, match=name):
         xr.open_dataset(path, engine="h5md", strict=True)
+    out = tmp_path / f"{name}_copy.h5md"  # ds.md.to_h5md keeps it where it was
+    with _no_warning_open(path) as ds, pytest.warns(UserWarning,
+                                                    match=f"box_{name} as box/{name}"):
+        ds.md.to_h5md(out)
+    with _no_warning_open(out) as copy:
+        check(copy)
 
 
 def test_a_filter_this_hdf5_cannot_load_is_named_at_open(tmp_path):
