@@ -465,6 +465,43 @@ def test_lammps_orthogonal_bounds_are_edges_and_offset(tmp_path):
         np.testing.assert_array_equal(ds.position.values, pos)
 
 
+def test_info_lists_the_box_members(tmp_path, capsys):
+    """h5mdx info listed the box's edges alone: HALMD's offset (or one computed from
+    LAMMPS' bounds, said so) and znh5md's pbc were served but not listed."""
+    import json
+
+    from h5mdx.cli import main
+
+    lo, hi = _random_bounds(3)
+    lammps, _ = _lammps_bounds(tmp_path / "lammps.h5", np.stack([lo, hi], axis=-1))
+    halmd = tmp_path / "halmd.h5"
+    with h5py.File(lammps, "r") as src, h5py.File(halmd, "w") as f:
+        src.copy("h5md", f)
+        src.copy("particles", f)
+        box = f["particles/all/box"]
+        del box["edges"]
+        box.attrs["dimension"], box.attrs["boundary"] = 3, np.array([b"periodic"] * 3)
+        box["edges"], box["offset"], box["pbc"] = hi[0] - lo[0], lo[0], np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        assert main(["info", str(lammps)]) == 0
+        text = capsys.readouterr().out
+        assert main(["info", "--json", str(halmd)]) == 0
+        box = json.loads(capsys.readouterr().out)["particles"]["all"]["box"]
+        assert main(["info", str(halmd)]) == 0
+        plain = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("    ")}
+    assert lines["box_edges"].startswith("    box_edges  3×3 ")
+    assert lines["box_edges"].endswith("(hi - lo of LAMMPS' bounds)")
+    assert lines["box_offset"].endswith("(lo of LAMMPS' bounds)")
+    assert box["offset"]["path"] == "/particles/all/box/offset"
+    assert box["pbc"]["shape"] == [3] and box["edges"]["shape"] == [3]
+    particles = plain.split("conformance")[0]
+    lines = [line.split()[:2] for line in particles.splitlines() if line.startswith("    ")]
+    assert lines == [["box_edges", "3"], ["box_offset", "3"], ["box_pbc", "3"]]
+    assert "LAMMPS" not in particles
+
+
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "dask"])
 def test_lammps_bounds_are_read_lazily(tmp_path, monkeypatch, chunks):
     """The open reads the first frame of the bounds alone (it read all of them: 48 bytes a

@@ -10,6 +10,7 @@ from typing import Any
 
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import (
+    BoxInfo,
     ElementInfo,
     FileInfo,
     compression_name,
@@ -116,7 +117,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
                 else {
                     "dimension": pg.box.dimension,
                     "boundary": list(pg.box.boundary),
-                    "edges": element_dict(pg.box.edges) if pg.box.edges else None,
+                    **{key: element_dict(el) if el else None for key, el in (
+                        ("edges", pg.box.edges), ("offset", pg.box.offset),
+                        ("pbc", pg.box.pbc))},
                 },
             }
             for name, pg in info.particles.items()
@@ -166,6 +169,21 @@ def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12
         samp += f" ({s.kind})"
     return (f"{indent}{name or el.name:<{width}} {shape:<16} {str(el.dtype):<8} chunks "
             f"{chunks:<14} {comp:<8} {unit:<22} {samp}").rstrip()
+
+
+def _box_lines(box: BoxInfo, width: int) -> list[str]:
+    """A line for each element of the box, as served: its edges, and the members other
+    writers add (HALMD's ``offset``, znh5md's ``pbc``); those computed from LAMMPS'
+    bounds (one dataset) said so."""
+    bounds = (box.edges is not None and box.offset is not None
+              and box.offset.value_path == box.edges.value_path)
+    out = []
+    for name, el, said in (("box_edges", box.edges, "hi - lo"), ("box_offset", box.offset, "lo"),
+                           ("box_pbc", box.pbc, "")):
+        if el is not None:
+            line = _line(el, "    ", name=name, width=width)
+            out.append(line + (f"  ({said} of LAMMPS' bounds)" if bounds and said else ""))
+    return out
 
 
 def topology_line(module: ModuleTopology) -> str:
@@ -235,8 +253,7 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
                        "from, whose topology finds them (--topology, topology=)")
         if pg.box is not None:
             out.append(f"  box: dimension {pg.box.dimension}, boundary {list(pg.box.boundary)}")
-            if pg.box.edges is not None:
-                out.append(_line(pg.box.edges, "    ", width=width - 2))
+            out.extend(_box_lines(pg.box, width - 2))
     for title, elements in (("observables", info.observables),
                             ("connectivity", info.connectivity)):
         if elements or (title == "connectivity" and unwalked):
