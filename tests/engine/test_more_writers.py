@@ -4,6 +4,7 @@ scalars with an extra axis."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import h5py
@@ -1107,3 +1108,83 @@ def test_a_datatree_of_one_group_reads_only_that_group(tmp_path):
         with pytest.raises(ValueError, match=f"has no group '{bad}'; its groups: "
                            "/particles, .*/observables, .*/parameters"):
             xr.open_datatree(path, engine="h5md", group=bad)
+
+
+def _mdmc(path, frames=4, n=5):
+    """MDMC's exporter (ISISNeutronMuon/MDMC MDMC/exporters/trajectories/H5MD_build.py,
+    write_H5MD): /particles/all with species, charge ('e') and mass ('amu') as plain
+    datasets; position an element of fixed-interval step (1, offset 0) and time (the
+    increment, offset the first time, unit 'fs'); box/edges an element whose value is
+    the one box, shape (3,), with copies of the position's step and time (no
+    attributes); the box's 'dimensions' (sic) and, for a fixed box, 'boundary'; the atom
+    symbols in /parameters. (MDANSE's H5MDTrajectory reads such files; MDANSE's test
+    data Ar_mdmc_h5md.h5 is one, whose older writer set 'boundary' to NaNs.)"""
+    rng = np.random.default_rng(8)
+    pos = rng.random((frames, n, 3)) * 38.4441
+    with h5py.File(path, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = [1, 1]
+        a = h.create_group("author")
+        a.attrs["name"], a.attrs["email"] = "tests", "tests@example.org"
+        c = h.create_group("creator")
+        c.attrs["name"], c.attrs["version"] = "MDMC", [0, 2]
+        h.create_group("modules/units").attrs["version"] = [1, 0]
+        al = f.create_group("particles/all")
+        box = al.create_group("box")
+        f.create_group("parameters")
+        al.create_dataset("species", data=[18] * n, chunks=True)
+        al.create_dataset("charge", data=np.zeros(n), chunks=True).attrs["unit"] = "e"
+        al.create_dataset("mass", data=np.full(n, 39.948), chunks=True).attrs["unit"] = "amu"
+        position = al.create_group("position")
+        position.create_dataset("value", data=pos, chunks=(1, n, 3)).attrs["unit"] = "Ang"
+        time = position.create_dataset("time", data=152.83395)
+        step = position.create_dataset("step", data=1)
+        time.attrs["offset"], time.attrs["unit"], step.attrs["offset"] = 0.0, "fs", 0
+        edges = box.create_group("edges")
+        edges.create_dataset("value", data=np.full(3, 38.4441), chunks=True
+                             ).attrs["unit"] = "Ang"
+        edges.create_dataset("time", data=position["time"])
+        edges.create_dataset("step", data=position["step"])
+        box.attrs["dimensions"] = 3
+        box.attrs["boundary"] = ["periodic"] * 3
+        f["parameters"].create_dataset("atom_symbols", data=np.array(["Ar"] * n,
+                                                                     dtype=object))
+    return pos
+
+
+def test_mdmc_box_edges_without_a_frame_axis(tmp_path, capsys):
+    """MDMC's box/edges, an element whose value is one box of shape (3,), were left out
+    ("box edges have shape (3,)"): now fixed edges, said."""
+    from h5mdx.cli import main
+
+    path = tmp_path / "mdmc.h5"
+    pos = _mdmc(path)
+    with pytest.warns(H5MDConformanceWarning) as said:
+        ds = xr.open_dataset(path, engine="h5md")
+    dims, edges = sorted((str(w.message) for w in said), key=lambda m: "edges]" in m)
+    assert len(said) == 2
+    assert "box has a 'dimensions' attribute instead of 'dimension'" in dims
+    assert ("[/particles/all/box/edges]: box edges are an element with step and time but "
+            "a value of shape (3,), one box with no axis of frames") in edges
+    assert "read as fixed edges" in edges
+    with ds:
+        np.testing.assert_array_equal(ds.position.values, pos)
+        assert ds.position.attrs["units"] == "Ang"
+        np.testing.assert_allclose(ds.time.values, 152.83395 * np.arange(4))
+        assert ds.time.attrs["units"] == "fs"
+        np.testing.assert_array_equal(ds.step.values, np.arange(4))
+        assert ds.box_edges.dims == ("spatial",)
+        np.testing.assert_array_equal(ds.box_edges.values, [38.4441] * 3)
+        assert ds.box_edges.attrs["units"] == "Ang"
+        assert ds.box_edges.attrs["boundary"] == ["periodic"] * 3
+        assert ds.mass.attrs["units"] == "amu" and ds.charge.attrs["units"] == "e"
+    with pytest.warns(H5MDConformanceWarning):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        assert tree["/particles/all"].box_edges.shape == (3,)
+        assert list(tree["/parameters"].atom_symbols.values) == ["Ar"] * 5
+    with pytest.raises(H5MDFormatError):
+        xr.open_dataset(path, engine="h5md", strict=True)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"box_edges +3 +float64", out) and "read as fixed edges" in out

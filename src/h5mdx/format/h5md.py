@@ -1790,6 +1790,8 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
     if not edges.time_dependent and edges.shape in ((1, dimension),
                                                     (1, dimension, dimension)):
         return _one_box(c, grp, edges, path), None
+    if edges.time_dependent and edges.shape == (dimension,):
+        return _no_frame_axis(c, edges, path), None
     if tail not in ((dimension,), (dimension, dimension)):
         c.note(f"{path}/edges", f"box edges have shape {edges.shape}; expected "
                f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
@@ -1874,6 +1876,32 @@ def _one_box(c: _Ctx, grp: h5py.Group, edges: ElementInfo, path: str) -> Element
     c.note(f"{path}/edges", f"box edges have shape {edges.shape}: a leading axis of length "
            "1 (MindSPONGE writes one box per walker)", "read as fixed edges, its one box")
     return replace(edges, shape=tuple(int(n) for n in row.shape), data=row)
+
+
+def _no_frame_axis(c: _Ctx, edges: ElementInfo, path: str) -> ElementInfo:
+    """Box edges stored as an element (``value`` with ``step`` and ``time``) whose
+    ``value`` is one box of shape ``(D,)``, with no axis of frames (MDMC's exporter writes
+    its fixed box so, with the scalar step and time of its positions): fixed edges,
+    noted. (A value of shape ``(D, D)`` is D frames of edges, and stays so.)
+
+    Parameters
+    ----------
+    c : _Ctx
+        The scan's context, which records the note.
+    edges : ElementInfo
+        The edges as read: time-dependent, of shape ``(D,)``.
+    path : str
+        The H5MD path of the box group.
+
+    Returns
+    -------
+    ElementInfo
+        The same edges, time-independent.
+    """
+    c.note(f"{path}/edges", f"box edges are an element with step and time but a value of "
+           f"shape {edges.shape}, one box with no axis of frames (MDMC writes its fixed "
+           "box so)", "read as fixed edges")
+    return replace(edges, time_dependent=False, sampling=None, growable=False)
 
 
 #: Box members other writers add, one value per dimension (per frame where
