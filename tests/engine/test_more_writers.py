@@ -1188,3 +1188,156 @@ def test_mdmc_box_edges_without_a_frame_axis(tmp_path, capsys):
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"box_edges +3 +float64", out) and "read as fixed edges" in out
+
+
+def _fortran_string(obj, name, value):
+    """fortran_h5md's h5md_write_attribute_cs/_c1: fixed-length strings of the Fortran
+    length, H5T_STR_NULLTERM, with no room left for the terminator."""
+    values = [value] if isinstance(value, str) else list(value)
+    size = max(len(v) for v in values)
+    tid = h5py.h5t.C_S1.copy()
+    tid.set_size(size)
+    tid.set_strpad(h5py.h5t.STR_NULLTERM)
+    space = (h5py.h5s.create(h5py.h5s.SCALAR) if isinstance(value, str)
+             else h5py.h5s.create_simple((len(values),)))
+    data = np.array([v.ljust(size).encode() for v in values], dtype=f"S{size}")
+    h5py.h5a.create(obj.id, name.encode(), tid, space).write(
+        data.reshape(()) if isinstance(value, str) else data, mtype=tid)
+
+
+def _fortran_element(group, name, value, step, time=None):
+    """h5md_element_t%create_time with H5MD_LINEAR (RMPCDMD's ior(H5MD_LINEAR,
+    H5MD_STORE_TIME)), then appends: ``value`` chunked, unlimited along its first axis
+    (the Fortran arrays' last), ``step`` a scalar int32 interval without ``offset``, and
+    ``time`` a scalar float64 only with H5MD_STORE_TIME."""
+    el = group.create_group(name)
+    value = np.asarray(value)
+    el.create_dataset("value", data=value, maxshape=(None,) + value.shape[1:], chunks=True)
+    el["step"] = np.int32(step)
+    if time is not None:
+        el["time"] = np.float64(time)
+    return el
+
+
+RMPCDMD_DT = 0.01
+
+
+def _rmpcdmd(path):
+    """A file of RMPCDMD (pdebuyl-lab/RMPCDMD programs/single_body.f90 and
+    single_dimer_pbc.f90, src/particle_system_io.f90) written with fortran_h5md
+    (pdebuyl/fortran_h5md h5md_module.f90, h5md_element_create_time.f90): /h5md of
+    h5md_file_t%create (version [1, 1] int32; author and creator names as Fortran
+    strings); particles groups whose position, velocity, image hold fixed-interval steps
+    and times (H5MD_LINEAR + H5MD_STORE_TIME), species a plain int32 dataset
+    (H5MD_FIXED) or a fixed-interval element; a box of 'dimension' 3 and fixed 'edges',
+    and no 'boundary'; thermo observables (H5MD_LINEAR + H5MD_STORE_TIME), n_solvent
+    with a step and no time (H5MD_LINEAR alone); /connectivity/janus_links (pairs,
+    0-based) whose particles_group is the string 'janus'; /fields, /timers, no units."""
+    rng = np.random.default_rng(5)
+    pos = rng.random((3, 4, 3)) * 32
+    with h5py.File(path, "w") as f:
+        h = f.create_group("h5md")
+        h.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        _fortran_string(h.create_group("author"), "name", "Pierre de Buyl")
+        creator = h.create_group("creator")
+        _fortran_string(creator, "name", "RMPCDMD::single_body")
+        _fortran_string(creator, "version", "1.0-17-g1234567")
+        particles, obs = f.create_group("particles"), f.create_group("observables")
+        f.create_group("parameters")["seed"] = np.int64(12345)
+        janus = particles.create_group("janus")
+        _fortran_element(janus, "position", pos, 50, 50 * RMPCDMD_DT)
+        _fortran_element(janus, "velocity", rng.random((3, 4, 3)), 50, 50 * RMPCDMD_DT)
+        _fortran_element(janus, "image", np.zeros((3, 4, 3), np.int32), 50, 50 * RMPCDMD_DT)
+        janus["species"] = np.array([1, 2, 2, 1], np.int32)
+        solvent = particles.create_group("solvent")
+        _fortran_element(solvent, "position", rng.random((1, 6, 3)), 1000, 1000 * RMPCDMD_DT)
+        _fortran_element(solvent, "species", np.ones((1, 6), np.int32), 1000,
+                         1000 * RMPCDMD_DT)
+        for grp in (janus, solvent):
+            box = grp.create_group("box")
+            box.attrs["dimension"] = np.int32(3)
+            box["edges"] = np.array([32.0, 32.0, 32.0])
+        _fortran_element(obs, "temperature", 1 + np.arange(10) / 10, 10, 10 * RMPCDMD_DT)
+        _fortran_element(obs, "center_of_mass_velocity", rng.random((10, 3)), 10,
+                         10 * RMPCDMD_DT)
+        _fortran_element(obs, "n_solvent", np.arange(5, dtype=np.int32), 100)
+        fields = f.create_group("fields")
+        hist = _fortran_element(fields, "cylindrical_shell_histogram", rng.random((2, 7)), 100)
+        hist.attrs["r_min"] = 1.0
+        links = f.create_group("connectivity")
+        links["janus_links"] = np.array([[0, 1], [1, 2], [2, 3]], np.int32)
+        _fortran_string(links["janus_links"], "particles_group", "janus")
+        f.create_group("timers")["total"] = np.float64(3.5)
+    return pos
+
+
+def test_rmpcdmd_fortran_h5md_layout(tmp_path, capsys):
+    """fortran_h5md's fixed-interval elements, Fortran strings and plain datasets read as
+    H5MD says; the boxes without 'boundary' are said (periodic assumed), once per group
+    opened; connectivity's particles_group, the group's name as a string (not an object
+    reference), is a minor departure served as the group's path (it was served as
+    'janus', where a reference serves '/particles/janus', and strict=True let it by)."""
+    from h5mdx.cli import main
+
+    path = tmp_path / "rmpcdmd.h5"
+    pos = _rmpcdmd(path)
+    with pytest.warns(H5MDConformanceWarning, match=r"janus/box\]: the box has no "
+                      r"'boundary'.*periodic' assumed") as said:
+        ds = xr.open_dataset(path, engine="h5md", group="janus")
+    assert len(said) == 1
+    with ds:
+        assert ds.attrs["creator_name"] == "RMPCDMD::single_body"
+        assert ds.attrs["author_name"] == "Pierre de Buyl"
+        np.testing.assert_array_equal(ds.position.values, pos)
+        np.testing.assert_array_equal(ds.step.values, [0, 50, 100])
+        np.testing.assert_allclose(ds.time.values, [0.0, 0.5, 1.0])
+        assert "units" not in ds.position.attrs and "units" not in ds.time.attrs
+        np.testing.assert_array_equal(ds.box_edges.values, [32.0] * 3)
+        assert ds.box_edges.attrs["boundary"] == ["periodic"] * 3
+        np.testing.assert_array_equal(ds.species.values, [1, 2, 2, 1])
+        assert ds.species.dims == ("atom",) and ds.image.dtype == np.int32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        obs = xr.open_dataset(path, engine="h5md", group="observables")
+        links = xr.open_dataset(path, engine="h5md", group="connectivity")
+    with obs, links:
+        np.testing.assert_allclose(obs.temperature.values, 1 + np.arange(10) / 10)
+        np.testing.assert_allclose(obs.time.values, np.arange(10) / 10)
+        np.testing.assert_array_equal(obs.step_n_solvent.values, [0, 100, 200, 300, 400])
+        assert obs.center_of_mass_velocity.shape == (10, 3)
+        np.testing.assert_array_equal(links.janus_links.values, [[0, 1], [1, 2], [2, 3]])
+        assert links.janus_links.attrs["particles_group"] == "/particles/janus"
+    with pytest.warns(H5MDConformanceWarning, match="no 'boundary'") as said:
+        tree = xr.open_datatree(path, engine="h5md")
+    assert len(said) == 2
+    with tree:
+        assert {"/particles/janus", "/particles/solvent", "/observables", "/connectivity",
+                "/fields", "/timers"} <= set(tree.groups)
+        assert tree["/particles/solvent"].species.shape == (1, 6)
+    with pytest.raises(H5MDFormatError, match="no 'boundary'"):
+        xr.open_dataset(path, engine="h5md", group="janus", strict=True)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "'particles_group' is the string 'janus', not an object reference" in out
+    assert "served as '/particles/janus'" in out and "(minor: not warned)" in out
+    assert "steps 0..100, t 0..1 (fixed)" in out
+
+
+def test_a_string_particles_group_is_refused_by_strict(tmp_path):
+    """The minor departure alone: strict=True refuses it; a string that names no
+    particles group is served as stored."""
+    path = tmp_path / "rmpcdmd.h5"
+    _rmpcdmd(path)
+    with h5py.File(path, "r+") as f:
+        for name in ("janus", "solvent"):
+            _fortran_string(f[f"particles/{name}/box"], "boundary", ["periodic"] * 3)
+        f["connectivity/other"] = np.array([[0, 1]], np.int32)
+        _fortran_string(f["connectivity/other"], "particles_group", "nothing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md", group="connectivity") as ds:
+            assert ds.other.attrs["particles_group"] == "nothing"
+        xr.open_dataset(path, engine="h5md", group="janus").close()
+    with pytest.raises(H5MDFormatError, match=r"janus_links\]: 'particles_group' is the "
+                       "string 'janus'"):
+        xr.open_dataset(path, engine="h5md", group="janus", strict=True)

@@ -2870,6 +2870,46 @@ def _element_tree(c: _Ctx, root: str, deep: bool | str = True, subtree: bool = F
     return elements, groups
 
 
+def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
+                            particles: dict[str, ParticlesGroupInfo]
+                            ) -> dict[str, ElementInfo]:
+    """The connectivity, where an element's ``particles_group`` is a string (RMPCDMD
+    writes the group's name, ``"janus"``, with fortran_h5md's string attribute) instead of
+    H5MD's object reference: noted as a minor departure, and served as the path of the
+    particles group it names (as a reference is served); as stored where it names none.
+
+    Parameters
+    ----------
+    c : _Ctx
+        The scan's context, which records the notes.
+    connectivity : dict of str to ElementInfo
+        The elements under ``/connectivity``, by their path below it.
+    particles : dict of str to ParticlesGroupInfo
+        The particles groups, by name.
+
+    Returns
+    -------
+    dict of str to ElementInfo
+        ``connectivity``, with such ``particles_group`` attributes replaced by paths.
+    """
+    out = dict(connectivity)
+    for key, el in connectivity.items():
+        named = el.attrs.get("particles_group")
+        if not isinstance(named, str):
+            continue
+        group = particles.get(named.strip("/").removeprefix("particles/"))
+        if group is None:
+            c.note(el.path, f"'particles_group' is the string {named!r}, not an object "
+                   "reference to a particles group, and names none", "served as stored",
+                   minor=True)
+            continue
+        c.note(el.path, f"'particles_group' is the string {named!r}, not an object "
+               "reference (RMPCDMD writes the group's name so)",
+               f"served as {group.path!r}, the particles group it names", minor=True)
+        out[key] = replace(el, attrs={**el.attrs, "particles_group": group.path})
+    return out
+
+
 def _scan(c: _Ctx, deep_connectivity: bool | str = True,
           connectivity_subtree: bool = False) -> FileInfo:
     h5md = _h5md_group(c)
@@ -2891,6 +2931,7 @@ def _scan(c: _Ctx, deep_connectivity: bool | str = True,
     other_groups = _other_groups(c)
     connectivity, connectivity_groups = _element_tree(c, "connectivity", deep_connectivity,
                                                       connectivity_subtree)
+    connectivity = _named_particles_groups(c, connectivity, particles)
     return FileInfo(
         filename=c.filename,
         version=version,
