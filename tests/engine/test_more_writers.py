@@ -1341,3 +1341,43 @@ def test_a_string_particles_group_is_refused_by_strict(tmp_path):
     with pytest.raises(H5MDFormatError, match=r"janus_links\]: 'particles_group' is the "
                        "string 'janus'"):
         xr.open_dataset(path, engine="h5md", group="janus", strict=True)
+
+
+def _mdanse(path, legacy=False):
+    """MDANSE 2.x's TrajectoryWriter (ISISNeutronMuon/MDANSE
+    MDANSE/Src/MDANSE/MolecularDynamics/Trajectory.py; ChemicalSystem.serialize in
+    MDANSE/Src/MDANSE/Chemistry/ChemicalSystem.py): no /h5md and no /particles, but
+    /composition (/chemical_system before 2025), /configuration/coordinates (frames,
+    atoms, 3) with netCDF's 'units', /unit_cell (frames, 3, 3), /time and /charge."""
+    with h5py.File(path, "w") as f:
+        system = f.create_group("chemical_system" if legacy else "composition")
+        system.attrs["name"] = ""
+        system.create_dataset("atom_types", data=["C", "O", "O"], dtype=h5py.string_dtype())
+        conf = f.create_group("configuration")
+        conf.create_dataset("coordinates", data=np.zeros((2, 3, 3)), chunks=(1, 3, 3)
+                            ).attrs["units"] = "nm"
+        f.create_dataset("unit_cell", data=np.tile(np.eye(3), (2, 1, 1)), chunks=(1, 3, 3)
+                         ).attrs["units"] = "nm"
+        f.create_dataset("time", data=[0.0, 1.0], chunks=(1,)).attrs["units"] = "ps"
+        f["charge"] = np.zeros(3)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["2025", "before-2025"])
+def test_mdanse_trajectories_are_no_h5md_and_said_so(tmp_path, capsys, legacy):
+    """MDANSE's .mdt is its own HDF5 layout, not H5MD: refused (as before), naming it and
+    where its data are, by the engine, the datatree and ``info`` (no traceback)."""
+    from h5mdx.cli import main
+
+    path = tmp_path / "traj.mdt"
+    _mdanse(path, legacy)
+    said = r"not an H5MD file: there is no /h5md group \(it is MDANSE's trajectory format"
+    with pytest.raises(H5MDFormatError, match=said):
+        xr.open_dataset(path, engine="h5md")
+    with pytest.raises(H5MDFormatError, match=said):
+        xr.open_datatree(path, engine="h5md")
+    assert main(["info", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "MDANSE's trajectory format (.mdt)" in err and "Traceback" not in err
+    with xr.open_dataset(path, engine="h5netcdf", group="configuration",
+                         phony_dims="sort") as ds:
+        assert ds.coordinates.shape == (2, 3, 3)
