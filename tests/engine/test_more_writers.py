@@ -1341,6 +1341,12 @@ def test_a_string_particles_group_is_refused_by_strict(tmp_path):
     with pytest.raises(H5MDFormatError, match=r"janus_links\]: 'particles_group' is the "
                        "string 'janus'"):
         xr.open_dataset(path, engine="h5md", group="janus", strict=True)
+    with h5py.File(path, "r+") as f:  # H5MD's object references: no departure (the scan
+        for name in ("janus_links", "other"):  # reads them as the paths they point to)
+            f[f"connectivity/{name}"].attrs["particles_group"] = f["particles/janus"].ref
+    with xr.open_dataset(path, engine="h5md", group="connectivity", strict=True) as ds:
+        assert ds.janus_links.attrs["particles_group"] == "/particles/janus"
+    xr.open_dataset(path, engine="h5md", group="janus", strict=True).close()
 
 
 def _mdanse(path, legacy=False):

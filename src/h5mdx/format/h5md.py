@@ -2887,6 +2887,8 @@ def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
     writes the group's name, ``"janus"``, with fortran_h5md's string attribute) instead of
     H5MD's object reference: noted as a minor departure, and served as the path of the
     particles group it names (as a reference is served); as stored where it names none.
+    The scan reads a reference as the absolute path it points to, so a string that is one
+    is taken for a reference (served the same).
 
     Parameters
     ----------
@@ -2905,8 +2907,8 @@ def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
     out = dict(connectivity)
     for key, el in connectivity.items():
         named = el.attrs.get("particles_group")
-        if not isinstance(named, str):
-            continue
+        if not isinstance(named, str) or named.startswith("/"):
+            continue  # a reference, read as the path it points to (or a path written so)
         group = particles.get(named.strip("/").removeprefix("particles/"))
         if group is None:
             c.note(el.path, f"'particles_group' is the string {named!r}, not an object "
