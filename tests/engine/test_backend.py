@@ -276,6 +276,20 @@ def test_datatree(mixed_file):
     tree.close()
 
 
+def test_datatree_without_xarrays_default_indexes_is_the_same(mixed_file):
+    """The engine builds every group's indexes itself, so create_default_indexes=False
+    (which spares xarray a second build of a tree of ten thousand groups, as
+    docs/guide/data-model.md advises) gives the same tree, indexes included."""
+    path, _ = mixed_file
+    with xr.open_datatree(path, engine="h5md") as tree, \
+            xr.open_datatree(path, engine="h5md", create_default_indexes=False) as bare:
+        assert bare.identical(tree)
+        for node in tree.subtree:
+            other = bare[node.path]
+            assert set(other.xindexes) == set(node.xindexes)
+            assert {d for d in node.dims if d in node.coords} <= set(other.xindexes)
+
+
 def test_time_axes_a_writer_can_grow_are_unlimited(tmp_path, adk_h5md, mixed_file):
     """``value`` datasets with no maximum frame count (MDAnalysis', h5mdx's writers) serve
     their time axis as xarray's netCDF engines serve unlimited dimensions:
