@@ -16,7 +16,9 @@ Ways, timed in the same rounds (the order rotating), after the imports:
 - ``particles``: ``xr.open_dataset(path, engine="h5md")``;
 - ``one molecule``: ``xr.open_dataset(..., group="connectivity/.../<one molecule>")``;
 - ``observables tree``: ``xr.open_datatree(..., group="observables")``;
-- ``whole tree``: ``xr.open_datatree(path, engine="h5md")``.
+- ``whole tree``: ``xr.open_datatree(path, engine="h5md")``;
+- ``whole tree, no default indexes``: the same with ``create_default_indexes=False`` (the
+  engine builds the indexes itself; xarray then skips a second build of the tree).
 
 Medians of ``--repeats`` rounds. Results: ``benchmarks/results/open-tree-<name>.{json,md}``.
 """
@@ -42,7 +44,7 @@ sys.path.insert(0, HERE)
 import bench_scale  # noqa: E402 - beside this script: its timer and machine facts
 
 WAYS = ("floor", "info", "info --json", "particles", "one molecule", "observables tree",
-        "whole tree")
+        "whole tree", "whole tree, no default indexes")
 #: The molecules' groups, as H5MD-NOMAD names them.
 MOLECULES = "connectivity/particles_group/group_water/particles_group"
 
@@ -105,6 +107,8 @@ def ways(path: str) -> dict[str, Callable[[], Any]]:
         "one molecule": functools.partial(opened, xr.open_dataset, group=one),
         "observables tree": functools.partial(opened, xr.open_datatree, group="observables"),
         "whole tree": functools.partial(opened, xr.open_datatree),
+        "whole tree, no default indexes": functools.partial(
+            opened, xr.open_datatree, create_default_indexes=False),
     }
 
 
