@@ -2584,12 +2584,10 @@ def _other_format(c: _Ctx) -> str:
     if mdtraj:  # MDTraj's HDF5Reporter and Trajectory.save_hdf5 (PyTables)
         return ("(it is MDTraj's HDF5 format: mdtraj.load() reads it; to convert it, save it "
                 "as DCD or XTC with MDTraj, then h5mdx convert)")
-    try:  # MDANSE's TrajectoryWriter: its system in /composition (/chemical_system before 2025)
-        mdanse = _has(c.f, "configuration") and (_has(c.f, "composition")
-                                                 or _has(c.f, "chemical_system"))
-    except (OSError, RuntimeError, ValueError, TypeError, KeyError):
-        mdanse = False
-    if mdanse:
+    # MDANSE's TrajectoryWriter: its system in /composition (/chemical_system before 2025);
+    # _has never raises
+    if _has(c.f, "configuration") and (_has(c.f, "composition")
+                                       or _has(c.f, "chemical_system")):
         return ("(it is MDANSE's trajectory format (.mdt), not H5MD: MDANSE reads it; its "
                 "positions are /configuration/coordinates, its cell /unit_cell, its times "
                 "/time, which xarray's engine='h5netcdf' opens with phony_dims='sort' and "
