@@ -175,14 +175,13 @@ def _box_lines(box: BoxInfo, width: int) -> list[str]:
     """A line for each element of the box, as served: its edges, and the members other
     writers add (HALMD's ``offset``, znh5md's ``pbc``); those computed from LAMMPS'
     bounds (one dataset) said so."""
-    bounds = (box.edges is not None and box.offset is not None
-              and box.offset.value_path == box.edges.value_path)
     out = []
     for name, el, said in (("box_edges", box.edges, "hi - lo"), ("box_offset", box.offset, "lo"),
                            ("box_pbc", box.pbc, "")):
         if el is not None:
             line = _line(el, "    ", name=name, width=width)
-            out.append(line + (f"  ({said} of LAMMPS' bounds)" if bounds and said else ""))
+            out.append(line + (f"  ({said} of LAMMPS' bounds)" if box.from_bounds and said
+                               else ""))
     return out
 
 

@@ -232,6 +232,13 @@ class BoxInfo:
     #: written by znh5md from ASE's ``pbc``; not in H5MD 1.1): nonzero is periodic
     pbc: ElementInfo | None = None
 
+    @property
+    def from_bounds(self) -> bool:
+        """Whether the edges and the lower corner are computed from one dataset of LAMMPS'
+        bounds ``[lo, hi]`` (read as H5MD_Analysis stores them), not stored each."""
+        return (self.edges is not None and self.offset is not None
+                and self.offset.value_path == self.edges.value_path)
+
 
 @dataclass(frozen=True, eq=False)
 class ParticlesGroupInfo:
@@ -2238,8 +2245,8 @@ def _box_elements(box: BoxInfo | None) -> list[ElementInfo]:
     znh5md's ``pbc`` (not a lower corner computed from LAMMPS' bounds)."""
     if box is None:
         return []
-    return [el for el in (box.edges, box.offset, box.pbc)
-            if el is not None and (el is box.edges or el.bounds is None)]
+    offset = None if box.from_bounds else box.offset
+    return [el for el in (box.edges, offset, box.pbc) if el is not None]
 
 
 def _box_with(box: BoxInfo | None, change: Callable[[ElementInfo], ElementInfo]
@@ -2253,7 +2260,8 @@ def _box_with(box: BoxInfo | None, change: Callable[[ElementInfo], ElementInfo]
     new = {el.path: change(el) for el in _box_elements(box)}
     edges = None if box.edges is None else new[box.edges.path]
     offset, pbc = (None if el is None else new.get(el.path, el) for el in (box.offset, box.pbc))
-    if offset is not None and offset.bounds is not None and edges is not None:
+    if box.from_bounds:
+        assert offset is not None and edges is not None  # (from_bounds says so)
         offset = replace(offset, shape=edges.shape, sampling=edges.sampling)
     return replace(box, edges=edges, offset=offset, pbc=pbc)
 
