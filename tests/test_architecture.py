@@ -153,18 +153,19 @@ def test_the_module_map_names_every_module():
     that is gone (a newcomer's map of where things are; audit42 found 39 of 76 unnamed)."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     block = text.split("## Module map", 1)[1].split("```text", 1)[1].split("```", 1)[0]
-    mapped, package = set(), ""
+    mapped: set[str] = set()
+    packages: list[tuple[int, str]] = []  # (indent, "name/") of the packages a line is in
     for line in block.splitlines():
         if not line.strip():
             continue
+        indent = len(line) - len(line.lstrip())
         name = line.split()[0]
+        while packages and packages[-1][0] >= indent:
+            packages.pop()
         if name.endswith("/"):
-            package = name
-        elif line.startswith("  "):
-            mapped.add(package + name)
+            packages.append((indent, name))
         else:
-            package = ""
-            mapped.add(name)
+            mapped.add("".join(p for _, p in packages) + name)
     pkg = SRC / "h5mdx"
     actual = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")
               if "__pycache__" not in p.parts}

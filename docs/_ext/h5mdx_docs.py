@@ -90,7 +90,8 @@ def _own_members(modname: str) -> list[str]:
 
     Packages such as :mod:`h5mdx.timing` re-export their submodules' functions in
     ``__all__``; documenting those again under the package would describe every
-    object twice.
+    object twice. Names defined in a private submodule (:mod:`h5mdx.format.h5md`'s
+    ``_walk``...) are the package's own: it is their only documented place.
     """
     module = importlib.import_module(modname)
     names = getattr(module, "__all__", None)
@@ -107,7 +108,7 @@ def _own_members(modname: str) -> list[str]:
             continue
         defined_in = getattr(obj, "__module__", None)
         if isinstance(defined_in, str) and (inspect.isclass(obj) or callable(obj)):
-            if defined_in == modname:
+            if defined_in == modname or defined_in.startswith(f"{modname}._"):
                 own.append(name)
         elif re.search(rf"^{re.escape(name)}\s*[:=]", source, re.MULTILINE):
             own.append(name)

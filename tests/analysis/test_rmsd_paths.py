@@ -321,7 +321,7 @@ def test_streamed_blocks_are_large_but_leave_rounds_per_worker(tmp_path, monkeyp
     """Tasks that stream an HDF5 file 4 MiB at a time get blocks of up to 512 MiB (fewer
     tasks, less scheduler time), no larger than leaves each worker 4 rounds, never below
     128 MiB; compressed chunks, streamed too (whole chunks a read), get the same blocks."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     monkeypatch.setattr(h5md, "MAX_ABSENT_ELEMENTS", 2**40)  # a 4 GB file never written
     frame_mib = 3341 * 3 * 4 / 2**20

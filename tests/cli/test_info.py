@@ -224,12 +224,12 @@ def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
     monkeypatch.undo()
 
     # a format error wrapping a failure no check anticipated keeps the hint (audit45)
-    import h5mdx.format.h5md
+    import h5mdx.format.h5md._walk
 
     def failing(*args, **kwargs):
         raise TypeError("an h5py surprise")
 
-    monkeypatch.setattr(h5mdx.format.h5md, "_scan", failing)
+    monkeypatch.setattr(h5mdx.format.h5md._walk, "_scan", failing)
     assert main(["info", str(adk_h5md)]) == 1
     err = capsys.readouterr().err
     assert "unreadable H5MD structure (TypeError: an h5py surprise)" in err, err

@@ -508,16 +508,17 @@ def test_lammps_bounds_are_read_lazily(tmp_path, monkeypatch, chunks):
     """The open reads the first frame of the bounds alone (it read all of them: 48 bytes a
     frame of a long run, at every open); the edges and the offset are computed from the
     frames asked for, with chunks={} and without, by slice, list and single frame."""
-    from h5mdx.format import h5md as fmt
+    from h5mdx.format.h5md import _box, _elements, _meta, _sampling
 
     rng = np.random.default_rng(9)
     lo = -rng.random((40, 3))
     hi = 5.0 + rng.random((40, 3))
     path, _ = _lammps_bounds(tmp_path / "long.h5", np.stack([lo, hi], axis=-1))
     read = []
-    small = fmt._read_small
-    monkeypatch.setattr(fmt, "_read_small", lambda c, dset, where, n=None, start=0: (
-        read.append((dset.name, n)), small(c, dset, where, n, start))[1])
+    small = _sampling._read_small
+    for module in (_box, _elements, _meta, _sampling):  # every reader of small datasets
+        monkeypatch.setattr(module, "_read_small", lambda c, dset, where, n=None, start=0: (
+            read.append((dset.name, n)), small(c, dset, where, n, start))[1])
     with warnings.catch_warnings(record=True) as said:  # and no 'dimension', 'boundary'
         warnings.simplefilter("always")
         ds = xr.open_dataset(path, engine="h5md", chunks=chunks)

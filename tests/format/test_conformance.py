@@ -1204,7 +1204,7 @@ def test_stored_chunks_are_counted_once_per_dataset(tmp_path, monkeypatch):
     """HDF5 walks a dataset's whole chunk index to count its stored chunks; the size
     check and the unwritten-frames check of a compressed, partly written ``value``
     share one count (the scan remembers it), and both still judge by it."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     monkeypatch.setattr(h5md, "MAX_ABSENT_ELEMENTS", 1)  # let the size check ask too
     calls: list[tuple[str, bool]] = []
@@ -1257,7 +1257,7 @@ def test_the_frames_stored_are_found_without_chunk_iter(tmp_path):
     """Debian's HDF5 1.10 (the MPI build) has no H5Dchunk_iter: the last stored chunk row
     is found by a binary search over the rows' first chunks (the first CI run found
     'value grown ahead' read whole there)."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     path = _trouble_file(tmp_path, "value grown ahead")
     with h5py.File(path, "r") as f:
@@ -1302,7 +1302,7 @@ def test_frames_stored_where_chunks_overhang_or_rows_are_missing(tmp_path, monke
     ahead; HDF5 1.10's binary search cannot see a missing middle row, and then reads the
     value whole rather than cut real frames; nested elements served by one name: one
     left out, with a note (found by an audit)."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     path = str(tmp_path / "overhang.h5md")
     with h5py.File(path, "w") as f:
@@ -1340,7 +1340,7 @@ def test_chunks_missing_within_rows_cost_no_look_up(tmp_path, monkeypatch):
     within their rows. Fewer missing chunks than a chunk row holds cannot leave the last
     row out, so no look-up of it (a version-1 B-tree walk, 10 ms at 100k chunks) is made;
     a whole row missing still is looked up and cut."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     path = str(tmp_path / "rows.h5")
     with h5py.File(path, "w") as f:
@@ -1365,7 +1365,7 @@ def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
     bytes (16 ms each at 100k chunks, per element, per open). Unfiltered chunks each take
     a chunk's bytes: their count is the bytes over that, with no second walk; filtered
     ones are counted."""
-    from h5mdx.format import h5md
+    from h5mdx.format.h5md import _storage as h5md
 
     path = str(tmp_path / "count.h5")
     with h5py.File(path, "w") as f:
@@ -1466,7 +1466,13 @@ def test_creation_properties_are_read_from_the_list_h5py_keeps(tmp_path):
     element; audit48), and asks HDF5 for one where h5py keeps none."""
     from types import SimpleNamespace
 
-    from h5mdx.format.h5md import _creation_plist, _fill_value, _filters, _layout, ensure_filters
+    from h5mdx.format.h5md._storage import (
+        _creation_plist,
+        _fill_value,
+        _filters,
+        _layout,
+        ensure_filters,
+    )
 
     with h5py.File(tmp_path / "c.h5", "w") as f:
         d = f.create_dataset("x", data=np.arange(4.0), chunks=(2,), compression="gzip",

@@ -14,8 +14,10 @@ from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
 from h5mdx.testing import write_h5md
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "h5mdx"
-ENGINE = ["format/h5md.py", "engine/backend.py", "engine/topology.py", "format/units.py",
-          "format/schema.py", "engine/chunking.py", "engine/live.py", "errors.py"]
+SCAN = sorted((SRC / "format" / "h5md").glob("*.py"))  # the scan's modules
+ENGINE = [*(p.relative_to(SRC).as_posix() for p in SCAN), "engine/backend.py",
+          "engine/topology.py", "format/units.py", "format/schema.py", "engine/chunking.py",
+          "engine/live.py", "errors.py"]
 
 
 def _base(path, n=4):

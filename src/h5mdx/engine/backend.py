@@ -54,7 +54,6 @@ from h5mdx.format.h5md import (
     scaled_unit,
     scan,
     scan_free_form,
-    unit_text,
 )
 from h5mdx.format.h5md import open_h5md as _open_file
 from h5mdx.format.schema import (
@@ -66,6 +65,7 @@ from h5mdx.format.schema import (
     SPATIAL_LABELS,
     TIME_DIM,
 )
+from h5mdx.format.text import unit_text
 
 __all__ = ["H5MDArray", "H5MDBackendEntrypoint", "backend_array", "open_groups",
            "why_reads_take_turns"]

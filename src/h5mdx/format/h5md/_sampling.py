@@ -1,0 +1,296 @@
+"""The sampling of a time-dependent element: its ``step`` and ``time``.
+
+Explicit or fixed-interval, matched to the frames its ``value`` stores: a writer stopped
+between the value and its step, GROMACS' fill-valued tails, ESPResSo's entry k + 1, an
+element with no ``step`` at all (frames numbered 0..n-1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import h5py
+import numpy as np
+
+from h5mdx.errors import H5MDFormatError
+from h5mdx.format.h5md._model import Sampling
+from h5mdx.format.h5md._storage import (
+    MAX_SMALL_READ,
+    _addr,
+    _attr,
+    _check_dataset,
+    _check_declared,
+    _Ctx,
+    _fill_value,
+    _get,
+    _has,
+    _refresh,
+    _unit_attr,
+)
+
+#: Largest number of frames for which a fixed-interval step/time array is built at
+#: open time; above this a file is refused as implausible (an absurd declared shape).
+MAX_FRAMES = 2**36
+
+
+def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None,
+                start: int = 0) -> np.ndarray:
+    """``dset`` whole, or its entries ``start .. start + n - 1`` along axis 0."""
+    _check_declared(c, dset, where)
+    count = dset.size if n is None else n
+    if int(count or 0) * max(1, dset.dtype.itemsize) > MAX_SMALL_READ:
+        raise H5MDFormatError(
+            c.filename, where, f"{dset.name} is too large to read at open time ({dset.shape})"
+        )
+    try:
+        return np.asarray(dset[()] if n is None else dset[start:start + n])
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as err:
+        raise H5MDFormatError(c.filename, where, f"cannot read {dset.name}: {err}") from None
+
+
+_NUMBERED = "frames numbered 0..n-1"
+
+
+def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
+                  ) -> tuple[int, int] | None:
+    """Which entries of a ``step`` or ``time`` of ``m`` entries go with ``n`` frames of
+    ``value`` in a finished file: ``(first, count)``, or None where they cannot be told
+    (noted by the caller).
+
+    As many: all. One more, from ESPResSo: all but the first (its writer, until a fix
+    of June 2026, creates ``step`` and ``time`` with one entry and writes frame k's at
+    k + 1: ``File::write`` in ``src/core/io/writer/h5md_core.cpp``). More: the first
+    ``n`` (the writer stopped before the value). One fewer: all of them, the last frame
+    of ``value`` left out (a writer stopped mid-frame: ESPResSo and GROMACS extend
+    ``value`` before ``step`` and ``time``; GROMACS' new writer writes a frame's ``time``
+    last, so a ``time`` one short beside a whole ``step`` is the same stop).
+    """
+    shape = f"{name!r} has {m} entries but 'value' has {n} frames"
+    if m == n or c.live:
+        return 0, min(m, n)
+    if m == n + 1 and c.creator.lower().startswith("espresso"):
+        c.note(path, f"{shape} (ESPResSo's writer, until its fix of June 2026, wrote "
+               f"frame k's {name} at entry k + 1, after one it created empty)",
+               f"entries 1..{n} used")
+        return 1, n
+    if m > n:
+        c.note(path, shape, f"the first {n} {name}s used")
+        return 0, n
+    if m == n - 1:
+        c.note(path, f"{shape} (a writer stopped in the middle of a frame)",
+               "the last frame of 'value' left out")
+        return 0, m
+    return None
+
+
+def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.Dataset | None:
+    """``grp/step`` or ``grp/time`` as a dataset, or None (absent or unusable: noted)."""
+    if not _has(grp, name):
+        return None
+    try:
+        obj = _get(c, grp, name, where)
+    except H5MDFormatError as err:
+        c.note(f"{where}/{name}", err.problem, f"{name!r} ignored")
+        return None
+    if not isinstance(obj, h5py.Dataset):
+        c.note(f"{where}/{name}", f"{name!r} must be a dataset", f"{name!r} ignored")
+        return None
+    _check_dataset(c, obj, f"{where}/{name}")
+    _refresh(c, obj)
+    return obj
+
+
+def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of fixed-interval sampling (scalar ``step`` with an ``offset``), or None."""
+    interval = _read_small(c, step_ds, f"{where}/step")
+    offset = _attr(step_ds, "offset", 0) or 0
+    if interval.dtype.kind not in "iu" or not isinstance(offset, int):
+        c.note(f"{where}/step", "'step' and its 'offset' must be integers", _NUMBERED)
+        return None
+    return int(offset) + int(interval) * np.arange(n, dtype=np.int64)
+
+
+def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Steps of explicit sampling (one per frame), or None where unusable (noted)."""
+    path = f"{where}/step"
+    if step_ds.shape is None or step_ds.ndim != 1:
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames", _NUMBERED)
+        return None
+    if step_ds.dtype.kind not in "iuf":
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+        return None
+    rows = _sampled_rows(c, "step", int(step_ds.shape[0]), n, path)
+    if rows is None:
+        c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
+               _NUMBERED)
+        return None
+    raw = _unwritten_steps_cut(c, step_ds, _read_small(c, step_ds, path, rows[1],
+                                                      start=rows[0]), path)
+    if raw.dtype.kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
+            c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
+            return None
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
+    return raw.astype(np.int64, copy=False)
+
+
+def _unwritten_steps_cut(c: _Ctx, step_ds: h5py.Dataset, raw: np.ndarray, path: str
+                         ) -> np.ndarray:
+    """``raw`` steps without the last entries that hold the fill value of ``step_ds``
+    where it cannot be a step (not above the step before them): frames allocated but
+    never written. GROMACS grows ``value``, ``step`` and ``time`` a chunk (20 frames) at a
+    time, with fill value -1, and its reader counts the frames the same way
+    (``GmxH5mdTimeDataBlock::getNumberOfFrames``)."""
+    fill = _fill_value(step_ds)
+    if fill is None or raw.ndim != 1 or not raw.size:
+        return raw
+    written = np.flatnonzero(raw != fill)
+    if not written.size:
+        return raw  # no step but the fill value: nothing to tell the frames by
+    keep = int(written[-1]) + 1
+    if keep == raw.size or not fill <= raw[keep - 1]:
+        return raw
+    c.note(path, f"'step' holds its fill value {fill} from frame {keep} on "
+           f"({raw.size - keep} frame(s)): allocated but never written (GROMACS grows its "
+           "datasets a chunk at a time)", f"the {keep} frame(s) before them read")
+    return raw[:keep]
+
+
+def _only_fill(c: _Ctx, dset: h5py.Dataset, start: int, path: str) -> bool:
+    """Whether the entries of ``dset`` from ``start`` on all hold its own fill value."""
+    fill = _fill_value(dset)
+    if fill is None:
+        return False
+    try:
+        tail = _read_small(c, dset, path, int(dset.shape[0]) - start, start=start)
+    except H5MDFormatError:  # too long to read at open time: not a chunk grown ahead
+        return False
+    return bool(np.all(tail == fill))
+
+
+def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
+    """Times of the frames (fixed or explicit), or None (absent or unusable: noted)."""
+    if time_ds is None:
+        return None
+    path = f"{where}/time"
+    if time_ds.dtype.kind not in "iuf":
+        c.note(path, f"'time' must be numeric, not {time_ds.dtype}", "'time' ignored")
+        return None
+    if time_ds.shape == ():
+        t_raw = _read_small(c, time_ds, path)
+        t_off = _attr(time_ds, "offset", 0.0) or 0.0
+        if not isinstance(t_off, (int, float)) or not math.isfinite(float(t_raw)) \
+                or not math.isfinite(t_off):
+            c.note(path, "'time' and its 'offset' must be finite numbers", "'time' ignored")
+            return None
+        return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+    if time_ds.ndim != 1:
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               "'time' ignored")
+        return None
+    m = int(time_ds.shape[0])
+    # beyond n, the fill value: frames never written, said of 'step' already
+    rows = (0, n) if m > n and _only_fill(c, time_ds, n, path) else _sampled_rows(
+        c, "time", m, n, path)
+    if rows is None:
+        c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
+               "'time' ignored")
+        return None
+    try:
+        time = _read_small(c, time_ds, path, rows[1], start=rows[0]).astype(np.float64,
+                                                                             copy=False)
+    except H5MDFormatError as err:  # its declared size absurd: the frames stay, untimed
+        c.note(path, err.problem, "'time' ignored")
+        return None
+    bad = np.flatnonzero(~np.isfinite(time))
+    if bad.size:
+        c.note(path, f"'time' holds {time[bad[0]]} at frame {int(bad[0])} ({bad.size} "
+               "such frame(s))", "'time' ignored")
+        return None
+    return time
+
+
+_NO_STEP = ("time-dependent element has a 'value' but no 'step' (H5MD requires 'step' "
+            "next to 'value')")
+
+
+def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
+    """The sampling of an element whose value has ``n_frames`` frames.
+
+    In a live (SWMR) file the element may hold fewer steps/times than values (or more)
+    while a writer appends: the sampling is then cut to the frames all three hold. A
+    missing or unusable ``step`` is noted and the frames numbered 0..n-1.
+    """
+    if n_frames > MAX_FRAMES:
+        raise H5MDFormatError(
+            c.filename, where, f"declares {n_frames} frames, more than h5mdx accepts"
+        )
+    step_ds = _sampling_dataset(c, grp, "step", where)
+    time_ds = _sampling_dataset(c, grp, "time", where)
+    key = (_addr(step_ds) if step_ds is not None else ("implicit", where),
+           _addr(time_ds) if time_ds is not None else None)
+    if (*key, n_frames) in c.samplings:
+        for i in c.sampling_problems[(*key, n_frames)]:  # they concern this element too
+            p = c.problems[i]
+            c.problems[i] = replace(p, shared_by=(*p.shared_by, where))
+        return c.samplings[(*key, n_frames)]
+    first = len(c.problems)
+    c.samplings[(*key, n_frames)] = sampling = _read_sampling(
+        c, grp, step_ds, time_ds, n_frames, where, key
+    )
+    c.sampling_problems[(*key, n_frames)] = range(first, len(c.problems))
+    return sampling
+
+
+def _left_beside(grp: h5py.Group) -> str:
+    """The datasets of element group ``grp`` other than ``value``, ``step`` and ``time``,
+    which are left out, as words to add to a note (H5MD-NOMAD's ensemble averages keep
+    their axis there: ``bins``, ``times``, with no ``step``); "" where none."""
+    try:
+        names = sorted(k for k in grp if k not in ("value", "step", "time")
+                       and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                       and isinstance(grp[k], h5py.Dataset))
+    except (OSError, KeyError, RuntimeError, ValueError):
+        return ""
+    if not names:
+        return ""
+    return f"; beside 'value', {', '.join(repr(n) for n in names)} left out"
+
+
+def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
+                   time_ds: h5py.Dataset | None, n_frames: int, where: str,
+                   key: tuple) -> Sampling:
+    time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
+    if step_ds is None:
+        if not _has(grp, "step"):
+            c.note(where, _NO_STEP, f"no step: {_NUMBERED}{_left_beside(grp)}")
+        step = None
+    elif step_ds.shape == ():
+        step = _fixed_steps(c, step_ds, n_frames, where)
+    else:
+        step = _explicit_steps(c, step_ds, n_frames, where)
+    n = n_frames if step is None else min(n_frames, step.shape[0])
+    time = _times(c, time_ds, n, where)
+    if time is not None and time.shape[0] < n:  # times lag behind (live, or stopped)
+        n = time.shape[0]
+        step = None if step is None else step[:n]
+    if c.version == (1, 0) and step_ds is not None:  # minor: no value is in doubt
+        if time_ds is None:
+            c.note(where, "H5MD 1.0 asks for a 'time' beside 'step'", "frames timed by "
+                   "their steps", minor=True)
+        if step_ds.shape == ():
+            c.note(f"{where}/step", "fixed-interval sampling (a scalar 'step' with an "
+                   "offset) is H5MD 1.1's, not 1.0's", "read as H5MD 1.1 defines it",
+                   minor=True)
+    if step is None:
+        kind, step = "implicit", np.arange(n, dtype=np.int64)
+    else:
+        kind = "fixed" if step_ds is not None and step_ds.shape == () else "explicit"
+        back = np.flatnonzero(np.diff(step) <= 0)
+        if back.size:  # H5MD: the steps of successive frames increase
+            i = int(back[0]) + 1
+            c.note(f"{where}/step", f"'step' does not increase: frame {i} has step "
+                   f"{int(step[i])} after {int(step[i - 1])} ({back.size} such frame(s))",
+                   "frames kept in the order stored")
+    return Sampling(kind, step, time, time_unit if time is not None else None, key)
