@@ -23,7 +23,7 @@ from MDAnalysis.analysis import rms
 from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
-import h5mdx.engine.backend
+import h5mdx.engine.arrays
 from h5mdx._machine import usable_cpus
 from h5mdx.cli import main as cli_main
 from h5mdx.errors import TopologyError
@@ -73,14 +73,14 @@ def memory_position(adk_positions):
 def read_log(monkeypatch):
     """Every key the h5md backend reads from disk (in this process)."""
     keys = []
-    original = h5mdx.engine.backend.H5MDArray._getitem
+    original = h5mdx.engine.arrays.H5MDArray._getitem
 
     def logged(self, key):
         keys.append(key)
         return original(self, key)
 
-    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "_getitem", logged)
-    rows_reader = h5mdx.engine.backend.H5MDArray.rows_reader
+    monkeypatch.setattr(h5mdx.engine.arrays.H5MDArray, "_getitem", logged)
+    rows_reader = h5mdx.engine.arrays.H5MDArray.rows_reader
 
     def logged_rows(self, first, rest):  # a task's reads (engine.frames.FrameReader.bind)
         read = rows_reader(self, first, rest)
@@ -90,8 +90,8 @@ def read_log(monkeypatch):
             return read(a, b)
         return logged_read
 
-    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "rows_reader", logged_rows)
-    rows_runs = h5mdx.engine.backend.H5MDArray.rows_runs
+    monkeypatch.setattr(h5mdx.engine.arrays.H5MDArray, "rows_reader", logged_rows)
+    rows_runs = h5mdx.engine.arrays.H5MDArray.rows_runs
 
     def logged_runs(self, first, rest):  # a task's fused read (rmsd._fused_block)
         runs = rows_runs(self, first, rest)
@@ -103,7 +103,7 @@ def read_log(monkeypatch):
             return runs(a, b)
         return logged_run
 
-    monkeypatch.setattr(h5mdx.engine.backend.H5MDArray, "rows_runs", logged_runs)
+    monkeypatch.setattr(h5mdx.engine.arrays.H5MDArray, "rows_runs", logged_runs)
     return keys
 
 

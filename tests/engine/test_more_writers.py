@@ -542,7 +542,7 @@ def test_lammps_bounds_read_by_hdf5_chunks_when_used(tmp_path, monkeypatch):
     out of order are right, and a block shipped to a worker (pickled) computes."""
     import pickle
 
-    from h5mdx.engine.backend import backend_array
+    from h5mdx.engine.arrays import backend_array
 
     lo, hi = _random_bounds(40)
     path, _ = _lammps_bounds(tmp_path / "long.h5", np.stack([lo, hi], axis=-1),
@@ -934,7 +934,7 @@ def test_the_paths_below_each_group_found_in_one_pass():
     """_dealign found each group's descendants by a walk of all groups per group
     (quadratic: 97 s of the NOMAD file's tree, audit43); _below gives the same lists in
     the same order."""
-    from h5mdx.engine.backend import _below
+    from h5mdx.engine.groups import _below
 
     paths = ["/", "/a", "/ab", "/a/b", "/a/b/c", "/ab/c", "/b", "/a/bc"]
     naive = {p: [q for q in paths if q != p and q.startswith(p.rstrip("/") + "/")]

@@ -540,7 +540,7 @@ def test_long_strides_along_time_are_read_directly(tmp_path, monkeypatch, chunks
     """Every n-th frame (n > MAX_OVERREAD) went to h5py's strided selection, ~1 ms a frame
     on chunked data (an every-10th-frame export of 4 GB: 34-47 s against 3-6 s for all of
     it; found by an audit): read directly frame by frame, byte for byte the same."""
-    from h5mdx.engine.backend import H5MDArray
+    from h5mdx.engine.arrays import H5MDArray
 
     filters = {}
     if isinstance(chunks, str):  # each chunk decoded once, not once per frame in it

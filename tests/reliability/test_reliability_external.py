@@ -16,6 +16,7 @@ from h5mdx.testing import write_h5md
 SRC = Path(__file__).resolve().parents[2] / "src" / "h5mdx"
 SCAN = sorted((SRC / "format" / "h5md").glob("*.py"))  # the scan's modules
 ENGINE = [*(p.relative_to(SRC).as_posix() for p in SCAN), "engine/backend.py",
+          "engine/arrays.py", "engine/assembly.py", "engine/files.py", "engine/groups.py",
           "engine/topology.py", "format/units.py", "format/schema.py", "engine/chunking.py",
           "engine/live.py", "errors.py"]
 

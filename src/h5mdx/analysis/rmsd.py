@@ -29,7 +29,8 @@ from dask.highlevelgraph import HighLevelGraph
 from h5mdx.analysis._dask_source import dask_source
 from h5mdx.analysis.qcp import center, normalize_weights, prepare, rmsd_qcp, warm_up
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
-from h5mdx.engine.backend import PARTICLE_ORDER_ATTR, backend_array
+from h5mdx.engine.arrays import backend_array
+from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.engine.chunking import (
     DEFAULT_TARGET_MIB,
     READ_STEP_BYTES,
@@ -614,7 +615,7 @@ def _fused_block(block: FrameReader, qcp: Any, out: np.ndarray, timer: BlockTime
     ~50 µs of Python under the GIL, which they queued for. The kernel applies a unit
     conversion of the backend to each read as the backend would (``scale``). 0 where the
     frames are not stored as bytes of the served values
-    (:meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); fewer than all where a read
+    (:meth:`h5mdx.engine.arrays.H5MDArray.rows_runs`); fewer than all where a read
     failed: the caller reads the rest by the ordinary path, which says why.
     """
     located = _stored_runs(block, len(out))

@@ -5,7 +5,7 @@ Through ``variable[a:b].values`` each of those reads passes xarray's lazy-indexi
 machinery (key composition, indexer decomposition, wrapper arrays): ~100 µs of Python
 per read, a tenth of the task's time or more with 4 MiB reads. :func:`frame_reader` composes
 the variable's key once and then hands each run of frames straight to the
-:class:`~h5mdx.engine.backend.H5MDArray`, which reads it as before (direct or through
+:class:`~h5mdx.engine.arrays.H5MDArray`, which reads it as before (direct or through
 h5py, with its unit scaling and fill values).
 
 Only the plain case qualifies: a variable of the ``h5md`` engine, opened lazily, sliced
@@ -29,7 +29,7 @@ import xarray as xr
 from xarray.core import indexing
 
 from h5mdx._machine import usable_cpus
-from h5mdx.engine.backend import H5MDArray
+from h5mdx.engine.arrays import H5MDArray
 from h5mdx.format.direct import row_offsets, scratch_buffers, scratch_pool
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader",
@@ -82,14 +82,14 @@ class FrameReader:
 
     def warm(self) -> None:
         """Plan the direct reads of the dataset now (see
-        :meth:`h5mdx.engine.backend.H5MDArray.warm`)."""
+        :meth:`h5mdx.engine.arrays.H5MDArray.warm`)."""
         self.array.warm()
 
     def bind(self) -> Callable[[int, int], np.ndarray]:
         """A reader of the variable's frames for one task's run of reads.
 
         Each read is what calling the FrameReader gives; the dataset's direct reader is
-        looked up once (see :meth:`h5mdx.engine.backend.H5MDArray.rows_reader`), which
+        looked up once (see :meth:`h5mdx.engine.arrays.H5MDArray.rows_reader`), which
         spares each 4 MiB read ~30 µs (a check of the file on disk, the key's
         normalisation and split into a box, the look-up of the reader). Bind again in
         each task: a file rewritten on disk is only noticed here.
@@ -110,7 +110,7 @@ class FrameReader:
         -------
         callable or None
             ``runs(start, stop) -> (fd, offsets, nbytes)`` (see
-            :meth:`h5mdx.engine.backend.H5MDArray.rows_runs`); None where the frames are
+            :meth:`h5mdx.engine.arrays.H5MDArray.rows_runs`); None where the frames are
             not whole stored rows served as stored. Strided frames come as a run each.
         """
         runs = self.array.rows_runs(self.first, self.rest)

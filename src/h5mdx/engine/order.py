@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from h5mdx.engine.backend import PARTICLE_ORDER_ATTR
+from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
 from h5mdx.format.schema import ATOM_DIM, TIME_DIM
 

@@ -72,7 +72,7 @@ def local_scheduler(ds: Any, name: str = "position") -> tuple[str, str]:
     (str, str)
         The scheduler and the reason, for the user.
     """
-    from h5mdx.engine.backend import why_reads_take_turns
+    from h5mdx.engine.arrays import why_reads_take_turns
 
     if name not in ds.variables:  # nothing to read: the analysis says what is missing
         return "threads", f"no {name} to read"

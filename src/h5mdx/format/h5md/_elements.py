@@ -34,10 +34,7 @@ from h5mdx.format.h5md._storage import (
     _storage_size,
     _unit_attr,
 )
-from h5mdx.format.schema import (
-    KNOWN_PARTICLE_ELEMENTS,
-    PER_PARTICLE_SCALARS,
-)
+from h5mdx.format.schema import KNOWN_PARTICLE_ELEMENTS, PER_PARTICLE_SCALARS
 from h5mdx.format.text import decode as _decode
 
 

@@ -18,9 +18,7 @@ from h5mdx.format.gromacs_topology import MODULE as GROMACS_TOPOLOGY
 from h5mdx.format.gromacs_topology import ModuleTopology, read_module
 from h5mdx.format.h5md._sampling import _read_small
 from h5mdx.format.h5md._storage import _attr, _check_dataset, _Ctx, _get, _has
-from h5mdx.format.schema import (
-    SUPPORTED_VERSIONS,
-)
+from h5mdx.format.schema import SUPPORTED_VERSIONS
 from h5mdx.format.text import decode as _decode
 from h5mdx.format.vmd_structure import STRUCTURE_PATH, VMDStructure, read_structure
 

@@ -9,10 +9,7 @@ from typing import Any
 import h5py
 
 from h5mdx.errors import H5MDFormatError, H5MDReadError
-from h5mdx.format.schema import (
-    H5MD_SIGNATURE,
-    Path,
-)
+from h5mdx.format.schema import H5MD_SIGNATURE, Path
 
 #: Trajectory formats people try to open as H5MD (the error then says how to convert).
 _TRAJECTORY_SUFFIXES = frozenset({

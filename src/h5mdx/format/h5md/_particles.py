@@ -27,13 +27,7 @@ from h5mdx.format.h5md._elements import (
 from h5mdx.format.h5md._model import BoxInfo, ElementInfo, ParticlesGroupInfo, Sampling
 from h5mdx.format.h5md._sampling import _NO_STEP, _sampling, _sampling_dataset, _times
 from h5mdx.format.h5md._storage import _addr, _Ctx, _get, _has, _unit_attr
-from h5mdx.format.schema import (
-    ATOM_DIM,
-    BOX_VECTOR_DIM,
-    SPATIAL_DIM,
-    STEP_COORD,
-    TIME_DIM,
-)
+from h5mdx.format.schema import ATOM_DIM, BOX_VECTOR_DIM, SPATIAL_DIM, STEP_COORD, TIME_DIM
 
 
 def _n_particles(el: ElementInfo) -> int | None:

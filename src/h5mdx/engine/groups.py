@@ -1,0 +1,358 @@
+"""Every group of a file at once: :func:`open_groups`, which
+``xr.open_datatree(path, engine="h5md")`` uses.
+
+The particles groups, observables, connectivity, ``/parameters`` and the root groups H5MD
+does not define (read as free-form datasets), each a Dataset; dimensions that would not
+align with an ancestor's are renamed ``<dim>_<node>``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import h5py
+import numpy as np
+import xarray as xr
+from xarray.backends.locks import HDF5_LOCK
+from xarray.core import indexing
+
+from h5mdx.engine.arrays import H5MDArray
+from h5mdx.engine.assembly import (
+    _STRUCTURE_ERRORS,
+    _Builder,
+    _drop_coordinates,
+    _file_attrs,
+    _observables_dataset,
+    _particles_dataset,
+    _Report,
+    _set_unlimited_dims,
+)
+from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
+from h5mdx.engine.files import _Closer, _manager, _scan_with
+from h5mdx.errors import H5MDFormatError
+from h5mdx.format.h5md import FileInfo, scaled_unit, scan_free_form
+from h5mdx.format.text import unit_text
+
+
+def open_groups(
+    filename: str,
+    *,
+    drop_variables: str | Iterable[str] | None = None,
+    topology: Any = None,
+    convert_units: bool = False,
+    chunk_mib: float = DEFAULT_TARGET_MIB,
+    swmr: bool = False,
+    allow_external: bool = False,
+    strict: bool = False,
+    group: str | None = None,
+) -> dict[str, xr.Dataset]:
+    """Open every group of an H5MD file (every particles group, observables, parameters).
+
+    Where an ancestor's dimension would not align with a descendant's, the
+    ancestor's dimension is renamed ``<dim>_<node>`` (e.g. ``time_observables``).
+    This is what ``xr.open_datatree(path, engine="h5md")`` uses: the way to open a
+    file with several particles groups at once.
+
+    Parameters
+    ----------
+    filename : str
+        The H5MD file.
+    drop_variables, topology, convert_units, chunk_mib, swmr, allow_external
+        As for ``xr.open_dataset(..., engine="h5md")``.
+    strict : bool, default False
+        Raise :class:`~h5mdx.errors.H5MDFormatError` on any departure from H5MD
+        instead of one :class:`~h5mdx.errors.H5MDConformanceWarning` per problem.
+    group : str, optional
+        Only the subtree of this group (``"observables"``, ``"particles/solvent"``), with
+        ``"/"``: only that is scanned and built (H5MD-NOMAD's ten thousand groups of
+        connectivity are not walked for the observables).
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        ``{"/": file attrs, "/particles/<g>": ..., "/observables": ...,
+        "/observables/<sub>": ..., "/parameters": ...}``.
+
+    Raises
+    ------
+    ValueError
+        Where the file has no group ``group``.
+    """
+    manager = _manager(filename, swmr)
+    lock = HDF5_LOCK
+    report = _Report(filename, strict)
+    root = "/" + group.strip("/") if group is not None and group.strip("/") else None
+    try:
+        info = _scan_with(manager, lock, allow_external,
+                          deep_connectivity=_connectivity_walked(root), subtree=True)
+        report.scanned(info, root)
+        b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
+                     report=report, allow_external=allow_external)
+        drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
+        out = _group_datasets(b, info, topology, drop, root)
+    except _STRUCTURE_ERRORS as err:
+        manager.close()
+        raise H5MDFormatError(
+            filename, None, f"cannot assemble a DataTree ({type(err).__name__}: {err})"
+        ) from None
+    except BaseException:
+        manager.close()
+        raise
+    report.emit()
+    out = {path: _drop_coordinates(ds, drop) for path, ds in out.items()}
+    _dealign(out)
+    file_attrs = set(out["/"].attrs)
+    for path, ds in out.items():
+        if path != "/":
+            ds.attrs = {k: v for k, v in ds.attrs.items() if k not in file_attrs}
+    close = _Closer(manager, filename)
+    for ds in out.values():
+        ds.set_close(close)
+        _set_unlimited_dims(ds, b.growable)
+    return out
+
+
+def _connectivity_walked(root: str | None) -> bool | str:
+    """What of ``/connectivity`` an open of the subtree of ``root`` (None: the whole file)
+    walks (``scan(deep_connectivity=..., connectivity_subtree=True)``): all of it for the
+    whole file or ``/connectivity``; for a group below it, the way to that group and all
+    below it (not H5MD-NOMAD's ten thousand other groups); else its groups' names."""
+    if root is not None and root.startswith("/connectivity/"):
+        return root.removeprefix("/connectivity/")
+    return root in (None, "/connectivity")
+
+
+def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
+                    root: str | None) -> dict[str, xr.Dataset]:
+    """The Dataset of every group of :func:`open_groups` (``root``: only those of its
+    subtree, and ``"/"``), by path; a ValueError where ``root`` is none of them."""
+    makers: dict[str, Callable[[], xr.Dataset]] = {
+        "/": lambda: xr.Dataset(attrs=_file_attrs(info))}
+    if info.particles:
+        makers["/particles"] = xr.Dataset
+    for pg in info.particles.values():
+        makers[f"/{pg.group}"] = functools.partial(
+            _particles_dataset, b, pg, topology=topology, select=None, drop=drop)
+    for kind, elements, subs in (("observables", info.observables, info.observable_groups),
+                                 ("connectivity", info.connectivity,
+                                  info.connectivity_groups)):
+        # a subtree of /connectivity is scanned alone: the others' elements are not seen
+        if elements or (subs and root is not None and root.startswith("/connectivity/")):
+            makers[f"/{kind}"] = functools.partial(_observables_dataset, b, "", drop, kind)
+            for sub in subs:
+                makers[f"/{kind}/{sub}"] = functools.partial(
+                    _observables_dataset, b, sub, drop, kind)
+    free_roots = ("parameters", *info.other_groups)
+
+    def wanted(path: str) -> bool:
+        return root is None or path == "/" or path == root or path.startswith(f"{root}/")
+
+    out = {path: make() for path, make in makers.items() if wanted(path)}
+    for free in free_roots:  # walked only where root is one or below one
+        if root is None or f"{root}/".startswith(f"/{free}/"):
+            for sub, params in _free_form_datasets(b, free).items():
+                path = f"/{free}" + (f"/{sub}" if sub else "")
+                if wanted(path):
+                    out[path] = params
+    if root is not None and len(out) == 1:  # "/" alone: no group of that path
+        groups = [*(p for p in makers if p != "/"),
+                  *(f"/{r}" for r in free_roots if r != "parameters" or info.parameters)]
+        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}; its groups: "
+                         f"{', '.join(groups)}")
+    return out
+
+
+#: Parameters larger than this (bytes) are opened lazily rather than read at open time.
+_PARAMETER_READ_BYTES = 2**20
+
+
+def _free_form_datasets(b: _Builder, root: str = "parameters",
+                        only: str | None = None) -> dict[str, xr.Dataset]:
+    """``/parameters`` (or ``/<root>``, a root group H5MD does not define) and each group
+    under it (or only ``only``) as a Dataset, by path relative to it (``""`` for the
+    group itself): its datasets as variables (string scalars as attributes), its
+    attributes as the Dataset's. A ``unit`` attribute is served as ``units``, converted
+    with ``convert_units`` as elements' are."""
+    with b.lock:
+        f = b.manager.acquire(needs_lock=False)
+        params = b.info.parameters
+        if root != "parameters":  # walked now, where served: its problems said here
+            params, problems = scan_free_form(f, root, allow_external=b.allow_external)
+            where = f"/{root}" + (f"/{only}" if only else "")
+            for problem in problems:
+                if only is None or problem.path.startswith(f"{where}/"):
+                    b.report.add(problem)
+        grp = f.get(root)
+        if not isinstance(grp, h5py.Group):
+            return {}
+        groups: dict[str, h5py.Group] = {"": grp}
+
+        def visit(name: str, obj: h5py.HLObject) -> None:
+            if isinstance(obj, h5py.Group):
+                groups[name] = obj
+
+        # visititems (H5Ovisit) visits every object once, without following soft links
+        grp.visititems(visit)
+        if only is not None:
+            groups = {k: g for k, g in groups.items() if k == only}
+        out = {sub: xr.Dataset(attrs={k: _plain(v) for k, v in g.attrs.items()})
+               for sub, g in groups.items()}
+        for g in groups.values():
+            _note_free_form_links(b, g, root)
+        for name, meta in params.items():
+            sub, _, leaf = name.rpartition("/")
+            if sub not in out:
+                continue  # another group, or one reached only through a link not followed
+            try:
+                value = _parameter(b, grp[name], leaf, meta["path"])
+            except H5MDFormatError as err:
+                b.report.note(meta["path"], err.problem, "left out")
+                continue
+            if isinstance(value, str):
+                out[sub].attrs[leaf] = value
+                continue
+            try:
+                out[sub][leaf] = value
+            except ValueError as err:  # its axes clash with another parameter's names
+                b.report.note(meta["path"], f"it does not fit beside the other parameters "
+                              f"of its group: {err}", "left out")
+    return out
+
+
+def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
+                     root: str = "parameters") -> xr.Dataset:
+    """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error)."""
+    found = _free_form_datasets(b, root, only=sub)
+    if sub not in found:
+        found = _free_form_datasets(b, root)  # for the listing
+        listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
+        raise ValueError(f"{b.info.filename} has no group {group!r}; the groups of "
+                         f"/{root}: {listing or 'none'}")
+    return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+
+
+def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
+    """Note the soft and external links of a group of ``/<root>`` (``/parameters``, or a
+    root group H5MD does not define): they are not followed."""
+    for name in grp:
+        link = grp.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            what = f"a soft link to {link.path}"
+        elif isinstance(link, h5py.ExternalLink):
+            what = f"an external link to {link.filename}:{link.path}"
+        else:
+            continue
+        b.report.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in "
+                      f"/{root}", "left out")
+
+
+def _parameter_problem(dset: h5py.Dataset) -> str | None:
+    """Why a parameter dataset cannot be served, or None."""
+    dtype = dset.dtype
+    if dset.shape is None:
+        return "an empty dataset (null dataspace) holds no value"
+    if h5py.check_ref_dtype(dtype) is not None:
+        return "object references, which h5mdx does not follow"
+    if h5py.check_vlen_dtype(dtype) is not None and h5py.check_string_dtype(dtype) is None:
+        return f"variable-length data ({h5py.check_vlen_dtype(dtype)} sequences)"
+    return None
+
+
+def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
+    """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
+    problem = _parameter_problem(dset)
+    if problem is not None:
+        raise H5MDFormatError(b.info.filename, path, problem)
+    attrs = {k: _plain(v) for k, v in dset.attrs.items()}
+    try:  # as an element's (a one-element string array too)
+        unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))
+    except ValueError as err:
+        b.report.note(path, str(err), "unit ignored")
+        unit = None
+    scale, unit = b._unit(unit, path) if dset.dtype.kind in "iuf" else (1.0, unit)
+    if unit is not None:
+        attrs["units"] = unit
+    dims = tuple(f"{leaf}_dim_{i}" for i in range(dset.ndim))
+    encoding = {"source": b.info.filename, "h5md_path": path}
+    if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
+        if dset.dtype.kind not in "biufc":
+            raise H5MDFormatError(
+                b.info.filename, path,
+                f"a {dset.dtype} dataset of shape {dset.shape} is too large to read",
+            )
+        dtype = np.dtype(np.float64) if scale != 1.0 and dset.dtype.kind in "iub" else dset.dtype
+        lazy = H5MDArray(b.manager, path, tuple(dset.shape), dtype, scale=scale, lock=b.lock,
+                         filename=b.info.filename)
+        return xr.Variable(dims, indexing.LazilyIndexedArray(lazy), attrs, encoding)
+    try:
+        value = dset[()]
+    except (OSError, RuntimeError, ValueError, TypeError) as err:
+        raise H5MDFormatError(
+            b.info.filename, path, f"cannot read the parameter: {err}"
+        ) from None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    arr = np.asarray(value)
+    if arr.dtype.kind in "SO":  # bytes as UTF-8 (GROMACS' fixed-size strings), not ASCII
+        arr = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                        for v in arr.ravel().tolist()], dtype=str).reshape(arr.shape)
+    elif scale != 1.0:
+        arr = arr * scale
+    return xr.Variable(dims, arr, attrs, encoding)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SO":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value.tolist()]
+    return value
+
+
+def _below(paths: Iterable[str]) -> dict[str, list[str]]:
+    """The paths below each of ``paths`` (``"/a/b"`` is below ``"/a"`` and ``"/"``), in
+    the order given: one pass over each path's ancestors, not a walk of every path per
+    path (H5MD-NOMAD's ten thousand groups of connectivity made that quadratic)."""
+    paths = list(paths)
+    by_stem: dict[str, list[str]] = {}
+    for path in paths:
+        by_stem.setdefault(path.rstrip("/"), []).append(path)
+    below: dict[str, list[str]] = {path: [] for path in paths}
+    for path in paths:
+        for i, char in enumerate(path):
+            if char == "/":
+                for above in by_stem.get(path[:i], ()):
+                    if above != path:
+                        below[above].append(path)
+    return below
+
+
+def _dealign(groups: dict[str, xr.Dataset]) -> None:
+    """Rename ancestor dims that descendants would fail to align with."""
+    paths = sorted(groups, key=lambda p: p.count("/"))
+    below = _below(groups)
+    for path in paths:
+        ds = groups[path]
+        descendants = [groups[p] for p in below[path]]
+        renames = {}
+        for dim in ds.dims:
+            for child in descendants:
+                if dim not in child.dims:
+                    continue
+                if child.sizes[dim] != ds.sizes[dim] or (
+                    dim in ds.coords and dim in child.coords
+                    and not ds.indexes[dim].equals(child.indexes[dim])
+                ):
+                    node = path.rstrip("/").rsplit("/", 1)[-1] or "root"
+                    renames[dim] = f"{dim}_{node}"
+                    break
+        if renames:
+            extra = {
+                c: f"{c}_{renames[ds[c].dims[0]].split('_', 1)[1]}"
+                for c in ds.coords
+                if c not in renames and ds[c].ndim == 1 and ds[c].dims[0] in renames
+                and c not in groups
+            }
+            groups[path] = ds.rename({**renames, **extra})
