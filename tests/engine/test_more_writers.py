@@ -582,14 +582,19 @@ def test_lammps_bounds_read_by_hdf5_chunks_when_used(tmp_path, monkeypatch):
 def test_lammps_bounds_without_step_follow_the_positions(tmp_path):
     """Bounds without a step take the positions' frames (as GROMACS' edges do): their
     lower corner too, which kept a time axis of its own; (T, 1, 3, 2) bounds, whose
-    offset of shape (T, 1, 3) failed the open, are served as (T, 3)."""
+    offset of shape (T, 1, 3) failed the open, are served as (T, 3). The stored axes are
+    the scan's (the open opened the dataset again for them)."""
+    from h5mdx.format.h5md import scan
+
     lo, hi = _random_bounds(6)
     for name, bounds in (("plain", np.stack([lo, hi], axis=-1)),
                          ("one", np.stack([lo, hi], axis=-1)[:, None])):
         path, _ = _lammps_bounds(tmp_path / f"{name}.h5", bounds, step=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", H5MDConformanceWarning)
+            box = scan(path).particles["all"].box
             ds = xr.open_dataset(path, engine="h5md", chunks={})
+        assert box.edges.stored_tail == box.offset.stored_tail == bounds.shape[1:]
         with ds:
             assert ds.box_edges.dims == ds.box_offset.dims == ("time", "spatial")
             np.testing.assert_allclose(ds.box_edges.values, hi - lo)

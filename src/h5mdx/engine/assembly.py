@@ -179,12 +179,6 @@ class _Builder:
                 self.report.note(el.value_path, f"cannot read the strings: {err}", "left out")
                 return None
 
-    def _stored_tail(self, el: ElementInfo) -> tuple[int, ...]:
-        """The axes after time of the dataset ``el`` is computed from (LAMMPS' bounds:
-        ``(3, 2)`` or ``(1, 3, 2)``)."""
-        with self.lock:
-            return tuple(self.manager.acquire(needs_lock=False)[el.value_path].shape[1:])
-
     def variable(
         self, el: ElementInfo, dims: tuple[str, ...], attrs: dict[str, Any] | None = None
     ) -> xr.Variable | None:
@@ -218,7 +212,7 @@ class _Builder:
         raw = H5MDArray(
             self.manager,
             el.value_path,
-            (el.shape[0], *self._stored_tail(el)) if el.bounds else el.shape,
+            el.shape if el.stored_tail is None else (el.shape[0], *el.stored_tail),
             dtype,
             scale=scale,
             fillvalue=el.fillvalue,

@@ -268,9 +268,11 @@ def _from_bounds(c: _Ctx, grp: h5py.Group, edges: ElementInfo,
         shape: tuple[int, ...] = (int(edges.shape[0]), 3)
         dtype = edges.dtype if edges.dtype.kind == "f" else np.dtype(np.float64)
         chunks = None if edges.chunks is None else (int(edges.chunks[0]), 3)
+        tail = tuple(int(n) for n in edges.shape[1:])
         lower = replace(edges, name="box_offset", path=f"{path}/offset", shape=shape,
-                        dtype=dtype, chunks=chunks, bounds="lower")
-        return replace(edges, shape=shape, dtype=dtype, chunks=chunks, bounds="extent"), lower
+                        dtype=dtype, chunks=chunks, bounds="lower", stored_tail=tail)
+        return replace(edges, shape=shape, dtype=dtype, chunks=chunks, bounds="extent",
+                       stored_tail=tail), lower
     shape = tuple(int(n) for n in lo.shape)
     lower = replace(edges, name="box_offset", path=f"{path}/offset", shape=shape,
                     dtype=lo.dtype, data=lo)

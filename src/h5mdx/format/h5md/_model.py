@@ -136,6 +136,10 @@ class ElementInfo:
     #: ``value_path`` (H5MD_Analysis writes them so): ``"extent"`` (``hi - lo``, the edges) or
     #: ``"lower"`` (``lo``, the offset), read lazily, frame by frame; None otherwise
     bounds: str | None = None
+    #: the axes after the first of the dataset at ``value_path`` where the element is
+    #: computed from it (LAMMPS' bounds: ``(3, 2)`` or ``(1, 3, 2)``, served ``(3,)``);
+    #: None where they are those of ``shape``
+    stored_tail: tuple[int, ...] | None = None
 
     @property
     def n_frames(self) -> int | None:
