@@ -1329,6 +1329,61 @@ def test_rmpcdmd_fortran_h5md_layout(tmp_path, capsys):
     assert "steps 0..100, t 0..1 (fixed)" in out
 
 
+def test_elements_of_a_free_form_group_are_time_series(tmp_path, capsys):
+    """RMPCDMD's /fields holds fortran_h5md elements (value, fixed-interval step): they were
+    served as plain datasets, a scalar 'step' beside a 'value' of no time axis. Now each
+    is a variable of its group's Dataset sampled by its step (and time), as an
+    observable is, with the group's attributes; one that cannot be read as an element
+    keeps its datasets, with a warning. h5mdx info lists them as elements."""
+    import json
+
+    from h5mdx.cli import main
+
+    path = tmp_path / "rmpcdmd.h5"
+    _rmpcdmd(path)
+    with h5py.File(path, "r+") as f:
+        hist = f["fields/cylindrical_shell_histogram/value"][()]
+        deep = f["fields"].create_group("planar")
+        _fortran_element(deep, "velocity", np.arange(12.0).reshape(4, 3), 25, 25 * RMPCDMD_DT)
+        bad = f["fields"].create_group("broken")
+        bad["value"], bad["step"] = np.float64(1.0), np.arange(3)  # no time axis
+    with pytest.warns(H5MDConformanceWarning, match=r"fields/broken/value\]: 'value' of a "
+                      r"time-dependent element must have a time axis.*served as they are"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        assert "/fields/cylindrical_shell_histogram" not in tree.groups
+        fields = tree["/fields"].to_dataset()  # its time renamed: /fields/planar has 4
+        var = fields.cylindrical_shell_histogram
+        assert var.dims[0] == "time_fields" and var.attrs["r_min"] == 1.0
+        np.testing.assert_array_equal(var.values, hist)
+        np.testing.assert_array_equal(fields.step_fields.values, [0, 100])
+        planar = tree["/fields/planar"].to_dataset()
+        np.testing.assert_array_equal(planar.velocity.values, np.arange(12.0).reshape(4, 3))
+        np.testing.assert_array_equal(planar.step.values, [0, 25, 50, 75])
+        np.testing.assert_allclose(planar.time.values, [0.0, 0.25, 0.5, 0.75])
+        broken = tree["/fields/broken"].to_dataset()
+        assert float(broken.value) == 1.0
+        np.testing.assert_array_equal(broken.step.values, [0, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        with xr.open_dataset(path, engine="h5md", group="fields/planar") as ds:
+            np.testing.assert_array_equal(ds.velocity.values, np.arange(12.0).reshape(4, 3))
+        with xr.open_dataset(path, engine="h5md", group="fields", chunks={}) as ds:
+            assert ds.cylindrical_shell_histogram.dims[0] == "time"
+            np.testing.assert_array_equal(ds.cylindrical_shell_histogram.values, hist)
+            np.testing.assert_array_equal(ds.step.values, [0, 100])
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fields (not H5MD's): broken/step, broken/value\n" in out
+    lines = out.split("fields (not H5MD's)")[1].splitlines()[1:3]
+    assert lines[0].split()[:3] == ["cylindrical_shell_histogram", "2×7", "float64"]
+    assert lines[0].endswith("steps 0..100 (fixed)")
+    assert lines[1].split()[:2] == ["planar/velocity", "4×3"]
+    assert main(["info", "--json", str(path)]) == 0
+    elements = json.loads(capsys.readouterr().out)["other_elements"]["fields"]
+    assert list(elements) == ["cylindrical_shell_histogram", "planar/velocity"]
+
+
 def test_a_string_particles_group_is_refused_by_strict(tmp_path):
     """The minor departure alone: strict=True refuses it; a string that names no
     particles group is served as stored."""

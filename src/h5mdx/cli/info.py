@@ -14,6 +14,7 @@ from h5mdx.format.h5md import (
     ElementInfo,
     FileInfo,
     compression_name,
+    free_form_elements,
     objects_below,
     open_h5md,
     scan,
@@ -92,6 +93,7 @@ def _findings(info: FileInfo) -> list[dict[str, Any]]:
 
 def info_dict(info: FileInfo) -> dict[str, Any]:
     """A JSON-able description of a whole file (what ``h5mdx info --json`` prints)."""
+    other = _other_groups(info)
     return {
         "file": info.filename,
         "file_size": info.file_size,
@@ -130,7 +132,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
                        for k, v in info.parameters.items()},
         "other_groups": {root: {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                                 for k, v in found.items()}
-                         for root, found in _other_groups(info).items()},
+                         for root, (found, _) in other.items()},
+        "other_elements": {root: {k: element_dict(e) for k, e in elements.items()}
+                           for root, (_, elements) in other.items() if elements},
         "findings": _findings(info),
         "problems": [
             {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor}
@@ -147,10 +151,12 @@ _SHOWN = 100
 _WALKED = 1000
 
 
-def _other_groups(info: FileInfo) -> dict[str, dict[str, Any]]:
-    """The datasets of each root group H5MD does not define, by root (walked now: a
-    scan lists only the groups' names)."""
-    return {root: scan_free_form(info.filename, root)[0] for root in info.other_groups}
+def _other_groups(info: FileInfo) -> dict[str, tuple[dict[str, Any], dict[str, ElementInfo]]]:
+    """The datasets and the H5MD elements (RMPCDMD's ``/fields``) of each root group H5MD
+    does not define, by root (walked now: a scan lists only the groups' names)."""
+    return {root: (scan_free_form(info.filename, root)[0],
+                   free_form_elements(info.filename, root)[0])
+            for root in info.other_groups}
 
 
 def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12) -> str:
@@ -270,8 +276,12 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
                    "<sub>\" opens one)")
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
-    for root, found in _other_groups(info).items():  # groups H5MD does not define
-        out.append(f"{root} (not H5MD's): " + (", ".join(found) or "no readable dataset"))
+    for root, (found, elements) in _other_groups(info).items():  # not H5MD's groups
+        plain = [k for k in found if k.rpartition("/")[0] not in elements]
+        out.append(f"{root} (not H5MD's): " + (", ".join(plain) or (
+            "no other dataset" if elements else "no readable dataset")))
+        wide = min(_WIDEST, max([width, *map(len, elements)]))
+        out.extend(_line(el, "  ", name=key, width=wide) for key, el in elements.items())
     if info.problems:
         out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
         for p in info.problems:

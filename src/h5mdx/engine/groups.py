@@ -9,7 +9,7 @@ align with an ancestor's are renamed ``<dim>_<node>``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import h5py
@@ -23,6 +23,7 @@ from h5mdx.engine.assembly import (
     _STRUCTURE_ERRORS,
     _Builder,
     _drop_coordinates,
+    _elements_dataset,
     _file_attrs,
     _observables_dataset,
     _particles_dataset,
@@ -32,7 +33,13 @@ from h5mdx.engine.assembly import (
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _scan_with
 from h5mdx.errors import H5MDFormatError
-from h5mdx.format.h5md import FileInfo, scaled_unit, scan_free_form
+from h5mdx.format.h5md import (
+    ElementInfo,
+    FileInfo,
+    free_form_elements,
+    scaled_unit,
+    scan_free_form,
+)
 from h5mdx.format.text import unit_text
 
 
@@ -175,13 +182,15 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
     group itself): its datasets as variables (string scalars as attributes), its
     attributes as the Dataset's. A ``unit`` attribute is served as ``units``, converted
     with ``convert_units`` as elements' are."""
+    elements: dict[str, ElementInfo] = {}
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
         params = b.info.parameters
         if root != "parameters":  # walked now, where served: its problems said here
             params, problems = scan_free_form(f, root, allow_external=b.allow_external)
+            elements, more = free_form_elements(f, root, allow_external=b.allow_external)
             where = f"/{root}" + (f"/{only}" if only else "")
-            for problem in problems:
+            for problem in (*problems, *more):
                 if only is None or problem.path.startswith(f"{where}/"):
                     b.report.add(problem)
         grp = f.get(root)
@@ -190,17 +199,21 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         groups: dict[str, h5py.Group] = {"": grp}
 
         def visit(name: str, obj: h5py.HLObject) -> None:
-            if isinstance(obj, h5py.Group):
+            if isinstance(obj, h5py.Group) and not _within(name, elements):
                 groups[name] = obj
 
         # visititems (H5Ovisit) visits every object once, without following soft links
         grp.visititems(visit)
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
-        out = {sub: xr.Dataset(attrs={k: _plain(v) for k, v in g.attrs.items()})
-               for sub, g in groups.items()}
+        attrs = {sub: {k: _plain(v) for k, v in g.attrs.items()} for sub, g in groups.items()}
         for g in groups.values():
             _note_free_form_links(b, g, root)
+    # outside the lock: the builder takes it where it reads (an element of strings)
+    out = {sub: _free_form_elements(b, elements, root, sub).assign_attrs(attrs[sub])
+           for sub in groups}
+    with b.lock:
+        grp = b.manager.acquire(needs_lock=False)[root]
         for name, meta in params.items():
             sub, _, leaf = name.rpartition("/")
             if sub not in out:
@@ -219,6 +232,25 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                 b.report.note(meta["path"], f"it does not fit beside the other parameters "
                               f"of its group: {err}", "left out")
     return out
+
+
+def _within(name: str, elements: Mapping[str, ElementInfo]) -> bool:
+    """Whether ``name`` (a path below a free-form root) is an element of ``elements`` or
+    lies inside one: served as the element, not as a group of its own."""
+    return any(name == e or name.startswith(f"{e}/") for e in elements)
+
+
+def _free_form_elements(b: _Builder, elements: Mapping[str, ElementInfo], root: str,
+                        sub: str) -> xr.Dataset:
+    """The elements directly in ``/<root>/<sub>`` as the variables of a Dataset, sampled
+    by their ``step`` and ``time`` as the observables are (:func:`free_form_elements`)."""
+    mine = {name.rpartition("/")[2]: el for name, el in elements.items()
+            if name.rpartition("/")[0] == sub}
+    if not mine:
+        return xr.Dataset()
+    ds = _elements_dataset(b, mine, f"/{root}" + (f"/{sub}" if sub else ""), set())
+    ds.attrs = {}  # the group's own are served
+    return ds
 
 
 def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],

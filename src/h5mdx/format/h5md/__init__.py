@@ -23,7 +23,8 @@ Its modules, each building on those above it (an import contract in pyproject.to
 - ``_box``: the box of a particles group;
 - ``_particles``, ``_observables``, ``_meta``: a particles group, the observables,
   the ``/h5md`` group;
-- ``_walk``: :func:`scan`, :func:`objects_below`, :func:`scan_free_form`.
+- ``_walk``: :func:`scan`, :func:`objects_below`, :func:`scan_free_form`,
+  :func:`free_form_elements`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from h5mdx.format.h5md._storage import compression_name, ensure_filters, scalar_
 from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute
-from h5mdx.format.h5md._walk import objects_below, scan, scan_free_form
+from h5mdx.format.h5md._walk import free_form_elements, objects_below, scan, scan_free_form
 
 __all__ = [
     "BoxInfo",
@@ -56,6 +57,7 @@ __all__ = [
     "Sampling",
     "compression_name",
     "ensure_filters",
+    "free_form_elements",
     "is_h5md",
     "objects_below",
     "open_h5md",

@@ -16,6 +16,7 @@ from typing import Any
 import h5py
 
 from h5mdx.errors import H5MDError, H5MDFormatError
+from h5mdx.format.h5md._elements import _element
 from h5mdx.format.h5md._meta import (
     _h5md_group,
     _meta,
@@ -70,6 +71,57 @@ def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
             return scan_free_form(f, root, allow_external=allow_external)
     c = _Ctx(source, allow_external=allow_external)
     return _parameters(c, root), tuple(c.problems)
+
+
+def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
+                       allow_external: bool = False
+                       ) -> tuple[dict[str, ElementInfo], tuple[Problem, ...]]:
+    """The H5MD elements below a root group H5MD does not define.
+
+    H5MD leaves such groups free-form, and writers keep time series there in H5MD's
+    element layout: RMPCDMD's ``/fields`` (fortran_h5md's ``value`` with a fixed-interval
+    ``step`` and ``time``). A group below ``/<root>`` holding a ``value`` dataset and a
+    ``step`` or a ``time`` is described as the element it is.
+
+    Parameters
+    ----------
+    source : str, path-like or h5py.File
+        The file.
+    root : str
+        The root group's name (an entry of :attr:`FileInfo.other_groups`).
+    allow_external : bool, default False
+        As for :func:`scan`.
+
+    Returns
+    -------
+    elements : dict of ElementInfo
+        By path below ``/<root>`` (``"cylindrical_shell_histogram"``).
+    problems : tuple of Problem
+        What was found wrong with them. An element that cannot be described is not among
+        ``elements`` (its datasets are plain datasets of :func:`scan_free_form`).
+    """
+    if not isinstance(source, h5py.File):
+        with open_h5md(source) as f:
+            return free_form_elements(f, root, allow_external=allow_external)
+    c = _Ctx(source, allow_external=allow_external)
+    found: list[tuple[str, h5py.Group]] = []
+
+    def visit(name: str, obj: h5py.HLObject) -> None:
+        if isinstance(obj, h5py.Group) and _has(obj, "value") and (
+                _has(obj, "step") or _has(obj, "time")):
+            found.append((name, obj))
+
+    elements: dict[str, ElementInfo] = {}
+    grp = source.get(root) if _has(source, root) else None
+    if isinstance(grp, h5py.Group):
+        grp.visititems(visit)  # as _parameters: no link followed, each object once
+    for name, obj in found:
+        path = f"/{root}/{name}"
+        try:
+            elements[name] = _element(c, name.rpartition("/")[2], obj, path)
+        except H5MDFormatError as err:
+            c.note(err.h5path or path, err.problem, "its datasets served as they are")
+    return elements, tuple(c.problems)
 
 
 def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
