@@ -210,8 +210,12 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         for g in groups.values():
             _note_free_form_links(b, g, root)
     # outside the lock: the builder takes it where it reads (an element of strings)
-    out = {sub: _free_form_elements(b, elements, root, sub).assign_attrs(attrs[sub])
-           for sub in groups}
+    by_group: dict[str, dict[str, ElementInfo]] = {}
+    for name, el in elements.items():
+        sub, _, leaf = name.rpartition("/")
+        by_group.setdefault(sub, {})[leaf] = el
+    out = {sub: _free_form_elements(b, by_group.get(sub, {}), f"/{root}/{sub}".rstrip("/"))
+           .assign_attrs(attrs[sub]) for sub in groups}
     with b.lock:
         grp = b.manager.acquire(needs_lock=False)[root]
         for name, meta in params.items():
@@ -237,18 +241,18 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
 def _within(name: str, elements: Mapping[str, ElementInfo]) -> bool:
     """Whether ``name`` (a path below a free-form root) is an element of ``elements`` or
     lies inside one: served as the element, not as a group of its own."""
-    return any(name == e or name.startswith(f"{e}/") for e in elements)
+    parts = name.split("/")
+    return any("/".join(parts[:k]) in elements for k in range(1, len(parts) + 1))
 
 
-def _free_form_elements(b: _Builder, elements: Mapping[str, ElementInfo], root: str,
-                        sub: str) -> xr.Dataset:
-    """The elements directly in ``/<root>/<sub>`` as the variables of a Dataset, sampled
-    by their ``step`` and ``time`` as the observables are (:func:`free_form_elements`)."""
-    mine = {name.rpartition("/")[2]: el for name, el in elements.items()
-            if name.rpartition("/")[0] == sub}
-    if not mine:
+def _free_form_elements(b: _Builder, elements: dict[str, ElementInfo], where: str
+                        ) -> xr.Dataset:
+    """The elements of the group ``where`` (by name) as the variables of a Dataset,
+    sampled by their ``step`` and ``time`` as the observables are
+    (:func:`free_form_elements`)."""
+    if not elements:
         return xr.Dataset()
-    ds = _elements_dataset(b, mine, f"/{root}" + (f"/{sub}" if sub else ""), set())
+    ds = _elements_dataset(b, elements, where, set())
     ds.attrs = {}  # the group's own are served
     return ds
 
