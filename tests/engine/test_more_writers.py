@@ -1380,8 +1380,71 @@ def test_elements_of_a_free_form_group_are_time_series(tmp_path, capsys):
     assert lines[0].endswith("steps 0..100 (fixed)")
     assert lines[1].split()[:2] == ["planar/velocity", "4×3"]
     assert main(["info", "--json", str(path)]) == 0
-    elements = json.loads(capsys.readouterr().out)["other_elements"]["fields"]
+    described = json.loads(capsys.readouterr().out)
+    elements = described["other_elements"]["fields"]
     assert list(elements) == ["cylindrical_shell_histogram", "planar/velocity"]
+    assert sorted(described["other_groups"]["fields"]) == ["broken/step", "broken/value"]
+
+
+def test_free_form_elements_keep_what_lies_beside_them(tmp_path):
+    """Found by an audit: a plain 'step' or 'time' dataset beside an element of a free-form
+    group replaced the element's coordinate without a word (its values on a time axis of
+    none); a group holding more than value/step/time lost its other datasets and groups
+    (served as plain datasets before); a file opened with swmr=True had its free-form
+    elements checked as a stopped file's (a step one entry ahead warned); group= an element
+    (a group of the file, a node before) said only that there is no such group; strict=True
+    refused a free-form group that merely looks like an element (opened before)."""
+    path = tmp_path / "beside.h5"
+    _rmpcdmd(path)
+    with h5py.File(path, "r+") as f:
+        hist = f["fields/cylindrical_shell_histogram/value"][()]
+        f["fields/step"], f["fields/time"] = np.int32(5), np.array([9.0, 8.0, 7.0])
+        more = f["fields"].create_group("more")
+        more["value"], more["step"], more["extra"] = np.arange(3.0), np.arange(3), np.ones(5)
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/fields/step\]: a dataset named "
+                      r"'step' clashes.*served as 'step_dataset'"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        fields = tree["/fields"].to_dataset()
+        var = fields.cylindrical_shell_histogram
+        np.testing.assert_array_equal(var.values, hist)
+        np.testing.assert_array_equal(fields[var.dims[0]].values, [0.0, 100.0])  # its steps
+        np.testing.assert_array_equal(fields.time_dataset.values, [9.0, 8.0, 7.0])
+        assert int(fields.step_dataset) == 5
+        more = tree["/fields/more"].to_dataset()
+        assert {"value", "extra"} <= set(more.data_vars)
+        np.testing.assert_array_equal(more.extra.values, np.ones(5))
+    plain = tmp_path / "plain.h5"  # no element, nor a departure from H5MD: strict opens it
+    with h5py.File(plain, "w") as f:
+        h5md = f.create_group("h5md")
+        h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        h5md.create_group("author").attrs["name"] = "me"
+        h5md.create_group("creator").attrs.update(name="me", version="1")
+        f.create_group("fields/broken").update(value=np.float64(1.0), step=np.arange(3))
+    with xr.open_dataset(plain, engine="h5md", group="fields/broken", strict=True) as ds:
+        assert float(ds.value) == 1.0
+    with xr.open_datatree(plain, engine="h5md", strict=True) as tree:
+        assert "/fields/broken" in tree.groups
+    with warnings.catch_warnings():  # an element is no group: the error says where it is
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        for opener in (xr.open_dataset, xr.open_datatree):
+            with pytest.raises(ValueError, match=r"no group 'fields/cylindrical_shell_"
+                               r"histogram' \(it is an H5MD element: the variable "
+                               r"'cylindrical_shell_histogram' of group 'fields'\)"):
+                opener(path, engine="h5md", group="fields/cylindrical_shell_histogram")
+
+    live = tmp_path / "live.h5"
+    with h5py.File(live, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1], dtype=np.int32)
+        for root in ("observables", "fields"):
+            g = f.require_group(root).create_group("x")
+            g.create_dataset("value", data=np.arange(3.0), maxshape=(None,), chunks=(2,))
+            g.create_dataset("step", data=np.arange(4), maxshape=(None,), chunks=(2,))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with xr.open_dataset(live, engine="h5md", group="fields", swmr=True) as ds:
+            np.testing.assert_array_equal(ds.x.values, [0.0, 1.0, 2.0])
+    assert not [w for w in said if "/fields/x" in str(w.message)], [str(w.message) for w in said]
 
 
 def test_a_string_particles_group_is_refused_by_strict(tmp_path):

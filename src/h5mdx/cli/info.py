@@ -131,8 +131,9 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                        for k, v in info.parameters.items()},
         "other_groups": {root: {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
-                                for k, v in found.items()}
-                         for root, (found, _) in other.items()},
+                                for k, v in found.items()
+                                if k.rpartition("/")[0] not in elements}  # as render's
+                         for root, (found, elements) in other.items()},
         "other_elements": {root: {k: element_dict(e) for k, e in elements.items()}
                            for root, (_, elements) in other.items() if elements},
         "findings": _findings(info),

@@ -34,6 +34,7 @@ from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _scan_with
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.h5md import (
+    NOT_AN_ELEMENT,
     ElementInfo,
     FileInfo,
     free_form_elements,
@@ -166,8 +167,10 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
     if root is not None and len(out) == 1:  # "/" alone: no group of that path
         groups = [*(p for p in makers if p != "/"),
                   *(f"/{r}" for r in free_roots if r != "parameters" or info.parameters)]
-        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}; its groups: "
-                         f"{', '.join(groups)}")
+        free, _, sub = root.lstrip("/").partition("/")
+        hint = _element_hint(b, free, sub) if free in info.other_groups else ""
+        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; its "
+                         f"groups: {', '.join(groups)}")
     return out
 
 
@@ -191,6 +194,8 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             elements, more = free_form_elements(f, root, allow_external=b.allow_external)
             where = f"/{root}" + (f"/{only}" if only else "")
             for problem in (*problems, *more):
+                if b.report.strict and problem.assumed == NOT_AN_ELEMENT:
+                    continue  # a group H5MD does not define, served as before: no departure
                 if only is None or problem.path.startswith(f"{where}/"):
                     b.report.add(problem)
         grp = f.get(root)
@@ -216,6 +221,7 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         by_group.setdefault(sub, {})[leaf] = el
     out = {sub: _free_form_elements(b, by_group.get(sub, {}), f"/{root}/{sub}".rstrip("/"))
            .assign_attrs(attrs[sub]) for sub in groups}
+    taken = {sub: {*ds.variables, *ds.dims} for sub, ds in out.items()}  # the elements'
     with b.lock:
         grp = b.manager.acquire(needs_lock=False)[root]
         for name, meta in params.items():
@@ -230,6 +236,12 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             if isinstance(value, str):
                 out[sub].attrs[leaf] = value
                 continue
+            if leaf in taken[sub]:  # its elements' step, time
+                new = f"{leaf}_dataset"
+                b.report.note(meta["path"], f"a dataset named {leaf!r} clashes with the "
+                              "coordinate or dimension of that name of the elements of its "
+                              "group", f"served as {new!r}")
+                leaf = new
             try:
                 out[sub][leaf] = value
             except ValueError as err:  # its axes clash with another parameter's names
@@ -264,9 +276,25 @@ def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
     if sub not in found:
         found = _free_form_datasets(b, root)  # for the listing
         listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
-        raise ValueError(f"{b.info.filename} has no group {group!r}; the groups of "
+        raise ValueError(f"{b.info.filename} has no group {group!r}"
+                         f"{_element_hint(b, root, sub)}; the groups of "
                          f"/{root}: {listing or 'none'}")
     return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+
+
+def _element_hint(b: _Builder, root: str, sub: str) -> str:
+    """Where ``/<root>/<sub>`` is an element of a free-form group (a group of the file,
+    but no group of the DataTree), where it is served; else ""."""
+    if root == "parameters" or not sub:
+        return ""
+    with b.lock:
+        f = b.manager.acquire(needs_lock=False)
+        elements = free_form_elements(f, root, allow_external=b.allow_external)[0]
+    if sub not in elements:
+        return ""
+    parent, _, leaf = sub.rpartition("/")
+    return (f" (it is an H5MD element: the variable {leaf!r} of group "
+            f"{'/'.join(p for p in (root, parent) if p)!r})")
 
 
 def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:

@@ -45,6 +45,7 @@ from h5mdx.format.h5md._storage import compression_name, ensure_filters, scalar_
 from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute
+from h5mdx.format.h5md._walk import NOT_AN_ELEMENT as NOT_AN_ELEMENT
 from h5mdx.format.h5md._walk import free_form_elements, objects_below, scan, scan_free_form
 
 __all__ = [

@@ -73,6 +73,12 @@ def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
     return _parameters(c, root), tuple(c.problems)
 
 
+#: What is assumed of a group of a free-form root that looks like an element but cannot
+#: be read as one: no departure from H5MD (which does not define the group), so
+#: ``strict=True`` does not refuse the file for it.
+NOT_AN_ELEMENT = "its datasets served as they are"
+
+
 def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
                        allow_external: bool = False
                        ) -> tuple[dict[str, ElementInfo], tuple[Problem, ...]]:
@@ -81,7 +87,8 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
     H5MD leaves such groups free-form, and writers keep time series there in H5MD's
     element layout: RMPCDMD's ``/fields`` (fortran_h5md's ``value`` with a fixed-interval
     ``step`` and ``time``). A group below ``/<root>`` holding a ``value`` dataset and a
-    ``step`` or a ``time`` is described as the element it is.
+    ``step`` or a ``time``, and nothing else, is described as the element it is (one
+    holding other datasets or groups keeps them all, served as they are).
 
     Parameters
     ----------
@@ -103,12 +110,12 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
     if not isinstance(source, h5py.File):
         with open_h5md(source) as f:
             return free_form_elements(f, root, allow_external=allow_external)
-    c = _Ctx(source, allow_external=allow_external)
+    c = _Ctx(source, allow_external=allow_external, live=_live(source))
     found: list[tuple[str, h5py.Group]] = []
 
     def visit(name: str, obj: h5py.HLObject) -> None:
         if isinstance(obj, h5py.Group) and _has(obj, "value") and (
-                _has(obj, "step") or _has(obj, "time")):
+                _has(obj, "step") or _has(obj, "time")) and _element_members_only(obj):
             found.append((name, obj))
 
     elements: dict[str, ElementInfo] = {}
@@ -120,8 +127,30 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
         try:
             elements[name] = _element(c, name.rpartition("/")[2], obj, path)
         except H5MDFormatError as err:
-            c.note(err.h5path or path, err.problem, "its datasets served as they are")
+            c.note(err.h5path or path, err.problem, NOT_AN_ELEMENT)
     return elements, tuple(c.problems)
+
+
+#: What an element group holds (H5MD 1.1, section "Time-dependent data").
+_ELEMENT_MEMBERS = frozenset({"value", "step", "time"})
+
+
+def _element_members_only(grp: h5py.Group) -> bool:
+    """Whether ``grp`` holds nothing but an element's ``value``, ``step`` and ``time``
+    (a free-form group holding more is not read as an element: its other datasets and
+    groups would be lost)."""
+    try:
+        return set(grp) <= _ELEMENT_MEMBERS
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return False
+
+
+def _live(f: h5py.File) -> bool:
+    """Whether ``f`` is opened to read a file a program is still writing (SWMR)."""
+    try:
+        return bool(f.swmr_mode)
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
@@ -248,11 +277,7 @@ def objects_below(source: str | os.PathLike[str] | h5py.File,
 
 def _scan_safely(f: h5py.File, allow_external: bool, deep_connectivity: bool | str = True,
                  connectivity_subtree: bool = False) -> FileInfo:
-    try:
-        live = bool(f.swmr_mode)
-    except (AttributeError, ValueError, OSError):
-        live = False
-    c = _Ctx(f, allow_external=allow_external, live=live)
+    c = _Ctx(f, allow_external=allow_external, live=_live(f))
     try:
         return _scan(c, deep_connectivity, connectivity_subtree)
     except H5MDError:
