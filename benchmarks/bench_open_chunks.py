@@ -4,7 +4,7 @@ open's blocks make, and what they cost.
 A user who opens a trajectory with ``xr.open_dataset(..., chunks={"time": 100})`` (one
 block per HDF5 chunk, as the studies this project comes from did) or ``chunks={}`` (the
 engine's blocks, ~128 MiB) and computes ``h5mdx.rmsd`` gets one task per run of whole
-blocks, as large as a lazy open's tasks (``h5mdx.analysis.rmsd._open_block_ends``); each
+blocks, as large as a lazy open's tasks (``h5mdx.analysis.plan._open_block_ends``); each
 task costs ``distributed`` a few ms. Each round times the N-process h5py read floor
 (``h5mdx.examples.floor_reader``) and then each open (the file opened, the RMSD of all
 atoms computed on a ``LocalCluster`` of ``--workers`` single-threaded processes, the

@@ -403,8 +403,8 @@ def breakdown(path: str, repeats: int) -> dict[str, float]:
     """
     import xarray as xr
 
+    from h5mdx.analysis.plan import READ_STEP_BYTES  # as --read-step-kib set it
     from h5mdx.analysis.qcp import prepare, warm_up
-    from h5mdx.analysis.rmsd import READ_STEP_BYTES
     from h5mdx.engine.frames import frame_reader
     from h5mdx.format.direct import scratch_buffers
 
@@ -758,21 +758,21 @@ def main() -> int:
     args.opens = args.opens.split(",")
     args.selections = args.selections.split(",")
 
-    from h5mdx.analysis import rmsd
+    from h5mdx.analysis import blocks, plan
     from h5mdx.engine import frames
 
     if args.read_step_kib is not None:
         if args.read_step_kib < 1:
             p.error("--read-step-kib must be at least 1")
         # read where each graph is built (here), so every scheduler's tasks get it
-        rmsd.READ_STEP_BYTES = args.read_step_kib * 1024
+        plan.READ_STEP_BYTES = args.read_step_kib * 1024
     if args.fused_kib is not None:
         if args.fused_kib < 1:
             p.error("--fused-kib must be at least 1")
         if set(args.schedulers) != {"threads"}:
             # a worker process reads h5mdx's own value, not this one's
             p.error("--fused-kib needs --schedulers threads")
-        rmsd.FUSED_READ_BYTES = args.fused_kib * 1024
+        blocks.FUSED_READ_BYTES = args.fused_kib * 1024
     gb = args.frames * N_ATOMS * 3 * 4 / 1e9
     host = machine()  # platform, cores, cpu; the versions go beside it
     results: dict[str, Any] = {
@@ -786,10 +786,10 @@ def main() -> int:
         "read_ahead_max_process_threads": frames.READ_AHEAD_MAX_PROCESS_THREADS,
         # where no read runs ahead, one compiled read-and-compute call per task (absent
         # in results from before it)
-        "fused_read": os.environ.get(rmsd.FUSED_READ_ENV, "").strip() or "auto",
-        "fused_read_bytes": rmsd.FUSED_READ_BYTES,
+        "fused_read": os.environ.get(blocks.FUSED_READ_ENV, "").strip() or "auto",
+        "fused_read_bytes": blocks.FUSED_READ_BYTES,
         # the bytes of each read from Python (absent in results from before the option)
-        "read_step_bytes": rmsd.READ_STEP_BYTES,
+        "read_step_bytes": plan.READ_STEP_BYTES,
         "layouts": {},
         "complete": False,
     }

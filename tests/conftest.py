@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
 def _compiled_kernel_loaded():
     """The compiled kernel loaded once for the session, as in any process that has run a
     job of some size: kernel="auto" then takes it for the small test trajectories too (a
-    small first job takes the numpy kernel, h5mdx.analysis.rmsd._SMALL_WORK), so that the
+    small first job takes the numpy kernel, h5mdx.analysis.plan._SMALL_WORK), so that the
     tests of the compiled read paths do not depend on the order they run in."""
     from h5mdx.analysis.qcp import has_numba, warm_up
 

@@ -79,7 +79,7 @@ class MDAccessor:
         """``"mass"`` where the positions or a topology give masses, else the Dataset's
         own ``mass`` on ``atom`` (the file's element); without any, a TopologyError that
         names the file."""
-        from h5mdx.analysis.rmsd import _topology  # where rmsd looks for a topology
+        from h5mdx.analysis.reference import _topology  # where rmsd looks for a topology
 
         if "mass" in position.coords or _topology(position, topology) is not None:
             return "mass"

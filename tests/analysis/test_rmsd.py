@@ -255,17 +255,17 @@ def test_zarr_tasks_read_nothing_ahead(memory_position, adk_h5md_blocked, tmp_pa
     """zarr reads with I/O threads of its own: its tasks get no reader thread beside them
     (unknown threads, read-ahead depth 0), where an HDF5 file's tasks on the same
     scheduler (one thread, a spare core) do."""
-    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.analysis import blocks
 
     store = _zarr_store(memory_position, tmp_path, 10)
     asked = []
-    real = rmsd_module.read_ahead_depth
+    real = blocks.read_ahead_depth
 
     def depth(host_threads=None, process_threads=None):
         asked.append(host_threads)
         return real(host_threads, process_threads)
 
-    monkeypatch.setattr(rmsd_module, "read_ahead_depth", depth)
+    monkeypatch.setattr(blocks, "read_ahead_depth", depth)
     monkeypatch.delenv("H5MDX_READ_AHEAD", raising=False)
     with dask.config.set(scheduler="threads", num_workers=1), \
             xr.open_dataset(store, engine="zarr", consolidated=False, chunks=None) as zs, \
@@ -284,18 +284,18 @@ def test_lazy_reads_keep_to_the_stored_chunks(memory_position, adk_universe, tmp
     """Frames 13 on of a store in 10-frame chunks: the tasks end on chunk boundaries (the
     first takes frames 13-19 too), and each reads frames up to the first boundary, then
     whole chunks (a read across a boundary decodes two chunks); the numbers stay."""
-    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.analysis import blocks, plan
 
     store = _zarr_store(memory_position, tmp_path, 10)
-    monkeypatch.setattr(rmsd_module, "READ_STEP_BYTES", 20 * 3341 * 3 * 4)  # 2 chunks a read
+    monkeypatch.setattr(plan, "READ_STEP_BYTES", 20 * 3341 * 3 * 4)  # 2 chunks a read
     spans = []
-    real = rmsd_module.read_ahead
+    real = blocks.read_ahead
 
     def recording(read, task_spans, depth=0):
         spans.append(list(task_spans))
         return real(read, task_spans, depth)
 
-    monkeypatch.setattr(rmsd_module, "read_ahead", recording)
+    monkeypatch.setattr(blocks, "read_ahead", recording)
     expected = _mda_rmsd(adk_universe, select="all", ref_frame=13)[13:]
     with dask.config.set(scheduler="threads", num_workers=workers), \
             xr.open_dataset(store, engine="zarr", consolidated=False, chunks=None) as ds:
@@ -323,19 +323,19 @@ def test_strided_frames_read_by_the_compiled_reader(adk_h5md_blocked, adk_univer
     its frames in one compiled call (a run of bytes a frame), not a strided box through
     h5py a read, even where mapped reads are asked for (a mapping a frame ran 3.6x
     slower); the numbers equal MDAnalysis' over the same frames."""
-    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.analysis import blocks
     from h5mdx.analysis.qcp import has_numba
 
     done = []
-    real = rmsd_module._fused_block
+    real = blocks._fused_block
 
     def spy(*args):
         done.append(real(*args))
         return done[-1]
 
-    monkeypatch.setattr(rmsd_module, "_fused_block", spy)
-    monkeypatch.delenv(rmsd_module.FUSED_READ_ENV, raising=False)
-    monkeypatch.setenv(rmsd_module.MAPPED_READ_ENV, mapped)
+    monkeypatch.setattr(blocks, "_fused_block", spy)
+    monkeypatch.delenv(blocks.FUSED_READ_ENV, raising=False)
+    monkeypatch.setenv(blocks.MAPPED_READ_ENV, mapped)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = rms.RMSD(adk_universe, select="name CA", ref_frame=key.start or 0).run(

@@ -16,6 +16,7 @@ from MDAnalysis.analysis import rms
 from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
+from h5mdx.analysis import blocks
 from h5mdx.analysis import qcp as qcp_mod
 from h5mdx.analysis import rmsd as rmsd_mod
 from h5mdx.format import direct
@@ -65,7 +66,7 @@ def test_fused_equals_the_ordinary_path_and_mdanalysis(layouts, layout, select, 
 def test_reads_of_one_frame_more_than_the_buffer_and_weights(layouts, expected, calls,
                                                              monkeypatch, adk_universe):
     # 3 frames a read: 40 frames a task end on a read of 1
-    monkeypatch.setattr(rmsd_mod, "FUSED_READ_BYTES", 3 * 3341 * 12 + 5)
+    monkeypatch.setattr(blocks, "FUSED_READ_BYTES", 3 * 3341 * 12 + 5)
     path = layouts["7-frame chunks"]
     for kw in ({}, {"superposition": False}, {"weights": "mass"}):
         ordinary = _rmsd(path, "name CA", "0", monkeypatch, **kw)

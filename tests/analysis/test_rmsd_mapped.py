@@ -14,6 +14,7 @@ import xarray as xr
 from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
+from h5mdx.analysis import blocks
 from h5mdx.analysis import qcp as qcp_mod
 from h5mdx.analysis import rmsd as rmsd_mod
 from h5mdx.format import mapped
@@ -90,8 +91,8 @@ def test_converted_units_are_not_mapped(tmp_path, adk_positions, windows, monkey
                                              unit="nm")}})
     got = {}
     fused = []
-    real = rmsd_mod._fused_block
-    monkeypatch.setattr(rmsd_mod, "_fused_block",
+    real = blocks._fused_block
+    monkeypatch.setattr(blocks, "_fused_block",
                         lambda *a: fused.append(1) or real(*a))
     monkeypatch.setenv(rmsd_mod.FUSED_READ_ENV, "1")
     for env in ("1", "0"):

@@ -195,7 +195,7 @@ def test_compressed_positions_stream_whole_chunks(layouts, adk_universe, expecte
     """A task reads compressed chunks a few whole chunks at a time, each decoded once
     into a reused buffer, as it streams uncompressed ones: the blocks of the open merge
     into a task per worker, none of which holds more than one read."""
-    from h5mdx.analysis.rmsd import _read_step
+    from h5mdx.analysis.plan import _read_step
 
     with dask.config.set(scheduler="processes", num_workers=2), \
             xr.open_dataset(layouts["gzip"], engine="h5md", chunks={"time": 10}) as ds:

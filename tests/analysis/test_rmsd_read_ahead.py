@@ -13,7 +13,7 @@ from MDAnalysis.analysis import rms
 from MDAnalysisTests.datafiles import PSF
 
 import h5mdx
-from h5mdx.analysis import rmsd as rmsd_mod
+from h5mdx.analysis import blocks, plan
 from h5mdx.engine import frames
 from h5mdx.testing import assert_rmsd_close
 
@@ -29,14 +29,14 @@ def expected_ca(adk_universe):
 def depths(monkeypatch):
     """The read-ahead depth of each task, and reads of 2 chunks (20 frames) at a time."""
     seen: list[int] = []
-    real = rmsd_mod.read_ahead
+    real = blocks.read_ahead
 
     def recording(read, spans, depth=frames.READ_AHEAD):
         seen.append(depth)
         return real(read, spans, depth)
 
-    monkeypatch.setattr(rmsd_mod, "read_ahead", recording)
-    monkeypatch.setattr(rmsd_mod, "READ_STEP_BYTES", 20 * 3341 * 12)
+    monkeypatch.setattr(blocks, "read_ahead", recording)
+    monkeypatch.setattr(plan, "READ_STEP_BYTES", 20 * 3341 * 12)
     return seen
 
 
@@ -81,22 +81,22 @@ def test_the_tasks_of_a_client_count_per_machine(local_client):
     """Both workers of the 2-process cluster run on this machine: 2 tasks at once, one in
     each process."""
     with dask.config.set(scheduler=local_client):
-        by_host = rmsd_mod._threads_by_host()
+        by_host = plan._threads_by_host()
         assert list(by_host.values()) == [[1, 1]]
-        assert rmsd_mod._threads_per_host(by_host) == sum(local_client.nthreads().values()) \
-            == rmsd_mod._worker_count(by_host) == 2
-        assert rmsd_mod._threads_per_process(by_host) == 1
+        assert plan._threads_per_host(by_host) == sum(local_client.nthreads().values()) \
+            == plan._worker_count(by_host) == 2
+        assert plan._threads_per_process(by_host) == 1
     with dask.config.set(scheduler="sync"):
-        assert rmsd_mod._threads_per_host(rmsd_mod._threads_by_host()) == 1
+        assert plan._threads_per_host(plan._threads_by_host()) == 1
 
 
 def test_threads_share_one_process_and_processes_do_not():
     for scheduler, by_host, per_process in (("threads", {"": [8]}, 8),
                                             ("processes", {"": [1] * 8}, 1)):
         with dask.config.set(scheduler=scheduler, num_workers=8):
-            assert rmsd_mod._threads_by_host() == by_host
-            assert rmsd_mod._threads_per_host(by_host) == rmsd_mod._worker_count(by_host) == 8
-            assert rmsd_mod._threads_per_process(by_host) == per_process
+            assert plan._threads_by_host() == by_host
+            assert plan._threads_per_host(by_host) == plan._worker_count(by_host) == 8
+            assert plan._threads_per_process(by_host) == per_process
 
 
 def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
@@ -104,7 +104,7 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
     """Past 4 tasks in one process (one GIL), reads grow and none runs ahead."""
     monkeypatch.delenv(frames.READ_AHEAD_ENV, raising=False)
     monkeypatch.setattr(frames, "_cpus", lambda: 64)  # a spare core for every task
-    monkeypatch.setattr(rmsd_mod, "READ_STEP_BYTES", 10 * 3341 * 12)  # one 10-frame chunk
+    monkeypatch.setattr(plan, "READ_STEP_BYTES", 10 * 3341 * 12)  # one 10-frame chunk
     # 98 frames: tasks of 25 frames are 4 at once, whatever the threads (a chunk at a time,
     # read ahead); 10 tasks of 10 frames on 8 or 16 threads: 8 or 10 at once in one process
     # (2 chunks at a time, none ahead); 20 tasks of 5 frames on 16 threads: 4 chunks
@@ -117,7 +117,7 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
             graph = dict(got.data.__dask_graph__())
             # a task ends (..., step, host_threads, process_threads, lead, where)
             steps = {task[-5] for task in graph.values()
-                     if isinstance(task, tuple) and task and task[0] is rmsd_mod._lazy_block}
+                     if isinstance(task, tuple) and task and task[0] is blocks._lazy_block}
             assert_rmsd_close(got.values, expected_ca, atol=1e-4)
         assert set(depths) == {depth}, (workers, fpb)
         assert steps == {step}, (workers, fpb)

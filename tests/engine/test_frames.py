@@ -107,7 +107,7 @@ def test_without_xarrays_wrappers_rmsd_reads_through_xarray(adk_h5md, adk_positi
 def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
     """Planning (where the chunks lie) is a task's warm-up, not its first read; the RMSD
     task records it in its ``warmup`` phase."""
-    from h5mdx.analysis import rmsd as rmsd_module
+    from h5mdx.analysis import blocks
     from h5mdx.format import direct
 
     path = str(tmp_path / "w.h5md")
@@ -130,15 +130,15 @@ def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
             real(self)
 
         timer_phases: set[str] = set()
-        real_phase = rmsd_module.BlockTimer.phase
+        real_phase = blocks.BlockTimer.phase
 
         def phase(self, name):
             timer_phases.add(name)
             return real_phase(self, name)
 
         monkeypatch.setattr(FrameReader, "warm", warm)
-        monkeypatch.setattr(rmsd_module.BlockTimer, "phase", phase)
-        out = rmsd_module._lazy_block(read, pos[0].astype(np.float64) - pos[0].mean(0), None,
+        monkeypatch.setattr(blocks.BlockTimer, "phase", phase)
+        out = blocks._lazy_block(read, pos[0].astype(np.float64) - pos[0].mean(0), None,
                                       True, "numpy", 0, 40, step=10)
         assert phases == [["warmup"]]  # inside the warm-up phase, before any read
         assert out.shape == (40,) and out[0] < 1e-4

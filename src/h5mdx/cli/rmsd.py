@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         t_open = time.perf_counter() - t0
         ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
         if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
-            from h5mdx.analysis.rmsd import select_atoms
+            from h5mdx.analysis.reference import select_atoms
 
             select_atoms(ds["position"], args.select, ds.md.topology)
         if not _reference_in_range(opened, args.reference):

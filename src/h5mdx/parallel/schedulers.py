@@ -262,8 +262,8 @@ def _warm_up_for(ds: Any, lazy: Any, kernel: str) -> None:
     run, before the clock starts: none where ``rmsd`` gave a small job the numpy kernel.
     The threads scheduler's warm-up loaded numba and its kernel (0.5-1 s) before the graph
     chose numpy for such a job (audit47)."""
+    from h5mdx.analysis.plan import _small_work_kernel
     from h5mdx.analysis.qcp import warm_up
-    from h5mdx.analysis.rmsd import _small_work_kernel
 
     n_atoms = int(lazy.attrs.get("n_atoms", 0))
     for part in ds if isinstance(ds, (list, tuple)) else [ds]:  # each chose by its frames

@@ -1,0 +1,445 @@
+"""What an RMSD is computed over: the atoms selected, their weights, the reference.
+
+:func:`select_atoms` turns ``select=`` (an MDAnalysis selection, indices, a boolean mask)
+into atom indices through the trajectory's topology (``topology=``, the file's own
+modules, or ids); the reference (a frame, an array, a Universe, a Dataset) is read,
+checked against the selection (names, units, absent atoms) and centred once, and travels
+in the dask graph as a small array.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from h5mdx.analysis.qcp import center
+from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
+from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
+from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
+
+__all__ = ["select_atoms"]
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside h5mdx.
+
+    ``sys._getframe`` because ``warnings.warn(skip_file_prefixes=...)``, the public way,
+    needs Python 3.12 and h5mdx supports 3.10.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("h5mdx"):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _centred_reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
+                       idx: np.ndarray | None, w: np.ndarray | None,
+                       select: Any = None) -> np.ndarray:
+    """The reference frame of the selected atoms, centred (weighted by ``w``)."""
+    ref = _reference(position, sub, reference, idx, select)
+    _warn_absent_in_reference(ref, reference)
+    return center(ref, w)
+
+
+def _warn_absent_in_reference(ref: np.ndarray, reference: Any) -> None:
+    """Say so where the reference has atoms without a position (NaN: absent particles,
+    a fill value): every RMSD is then NaN."""
+    missing = int(np.isnan(ref).any(axis=1).sum()) if ref.size else 0
+    if missing:
+        which = f"frame {reference}" if isinstance(reference, (int, np.integer)) \
+            else "the reference"
+        warnings.warn(
+            f"{which} has no position for {missing} of the {ref.shape[0]} atoms selected "
+            "(NaN: absent particles, or a fill value): every RMSD will be NaN; select the "
+            "atoms present in the reference, or take another reference",
+            RuntimeWarning, stacklevel=_user_stacklevel())
+
+
+def _check_dims(position: xr.DataArray) -> None:
+    if isinstance(position, xr.Dataset):
+        raise TypeError("rmsd takes the positions, a DataArray (h5mdx.rmsd(ds.position, "
+                        "...)), not a Dataset: or use ds.md.rmsd(...)")
+    if not isinstance(position, xr.DataArray):
+        raise TypeError("rmsd takes positions as an xarray.DataArray on (time, atom, "
+                        f"spatial), not {type(position).__name__}: wrap an array with "
+                        "xr.DataArray(frames, dims=('time', 'atom', 'spatial'))")
+    missing = [d for d in (TIME_DIM, ATOM_DIM, SPATIAL_DIM) if d not in position.dims]
+    if missing:
+        raise ValueError(
+            f"rmsd needs positions on (time, atom, spatial); {position.name!r} has dims "
+            f"{position.dims} (missing {missing})"
+        )
+    order = position.attrs.get(PARTICLE_ORDER_ATTR)
+    if order is not None:
+        raise ValueError(
+            f"rmsd needs each atom in one slot in every frame; {position.name!r} is served "
+            f"{order}: the RMSD would compare different particles, or slots without one. "
+            "Put the particles in "
+            "one order by id first: ds.md.by_id().md.rmsd(...) (h5mdx.engine.order.by_id)"
+        )
+
+
+def _topology(position: xr.DataArray, topology: Any) -> Any:
+    if topology is not None:
+        return topology
+    from h5mdx.engine.topology import attached_topology
+
+    return attached_topology(position)
+
+
+def _atom_ids(position: xr.DataArray) -> np.ndarray:
+    """The 0-based topology index of each atom of ``position`` (its ``atom`` coordinate)."""
+    n = position.sizes[ATOM_DIM]
+    return (np.asarray(position[ATOM_DIM].values) if ATOM_DIM in position.coords
+            else np.arange(n))
+
+
+def _universe_of(position: xr.DataArray, topology: Any) -> Any:
+    """The Universe of ``topology``, checked against the positions: as many atoms as the
+    file they come from (or, where that is unknown, enough for their atom indices)."""
+    from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe
+
+    universe = load_universe(topology, _group_of(position))
+    n_top = len(universe.atoms)
+    ids = _atom_ids(position)
+    shape = position.encoding.get("original_shape") or position.variable.encoding.get(
+        "original_shape")
+    n_file = int(shape[1]) if shape is not None and len(shape) >= 2 else None
+    if ATOM_DIM in position.coords and SUBSET_OF_ATTR in position[ATOM_DIM].attrs:
+        n_file = int(position[ATOM_DIM].attrs[SUBSET_OF_ATTR])  # a file of selected atoms
+    elif n_file is None and np.array_equal(ids, np.arange(ids.size)):
+        n_file = int(ids.size)  # no sign of a selection: all the file's atoms
+    name = getattr(universe, "filename", None) or topology
+    if n_file is not None and n_top != n_file:
+        raise TopologyError(f"the topology {name} has {n_top} atoms but the positions come "
+                            f"from a trajectory of {n_file}; they must describe the same system")
+    if ids.size and int(ids.max()) >= n_top:
+        raise TopologyError(f"the topology {name} has {n_top} atoms, fewer than the atom "
+                            f"indices of the positions (up to {int(ids.max())})")
+    return universe
+
+
+def _group_of(position: xr.DataArray) -> str | None:
+    """The particles group the positions come from (VMD's structure module describes a
+    group's atoms), where they came from a file; None otherwise."""
+    path = position.encoding.get("h5md_path")
+    return str(path).rsplit("/", 1)[0] if path else None
+
+
+def _of_file(position: xr.DataArray) -> str:
+    """`` (of FILE)`` for a message, where the positions came from a file."""
+    source = position.encoding.get("source")
+    return f" (of {source})" if source else ""
+
+
+def _positions_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions along ``atom`` of the atom indices ``wanted``, found in ``ids`` (the
+    ``atom`` coordinate); an index that is not there is an IndexError."""
+    n = ids.size
+    if n and ids[0] == 0 and ids[-1] == n - 1 and np.array_equal(ids, np.arange(n)):
+        pos, missing = wanted, (wanted < 0) | (wanted >= n)  # every atom, in file order
+    else:
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], wanted), max(n - 1, 0))
+        missing = ids[order][at] != wanted if n else np.ones(wanted.shape, bool)
+        pos = order[at] if n else wanted
+    if missing.any():
+        span = f", indices {int(ids.min())}-{int(ids.max())}" if n else ""
+        raise IndexError(
+            f"atom indices {wanted[missing][:5].tolist()} are not atoms of these positions "
+            f"({n} atoms{span}): integers in select= are atom indices (the atom "
+            "coordinate, as MDAnalysis' AtomGroup.indices), not positions along atom")
+    return pos
+
+
+def select_atoms(
+    position: xr.DataArray, select: Any, topology: Any = None
+) -> np.ndarray | None:
+    """Positions along ``atom`` chosen by ``select``.
+
+    Parameters
+    ----------
+    position : xarray.DataArray
+        Positions; its ``atom`` coordinate holds 0-based topology indices.
+    select : None, str, array of int or array of bool
+        None (all atoms), an MDAnalysis selection string (needs a topology),
+        integer atom indices (values of the ``atom`` coordinate, as MDAnalysis'
+        ``AtomGroup.indices``), or a boolean mask on ``atom``.
+    topology : str, path-like or MDAnalysis.Universe, optional
+        Defaults to the topology the ``h5md`` engine attached (``topology=``).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        Integer positions along ``atom`` (None for all atoms).
+    """
+    if select is None:
+        return None
+    if hasattr(select, "indices") and hasattr(select, "select_atoms"):  # an AtomGroup
+        select = np.asarray(select.indices)
+    n = position.sizes[ATOM_DIM]
+    if isinstance(select, str):
+        from h5mdx.engine.topology import select_indices
+
+        topology = _topology(position, topology)
+        if topology is None:
+            raise TopologyError(
+                f"select={select!r} needs a topology: open the file with "
+                "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
+                "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
+            )
+        wanted = select_indices(_universe_of(position, topology), select,
+                                position.encoding.get("source"))
+        where = np.flatnonzero(np.isin(_atom_ids(position), wanted))
+        if where.size == 0:
+            raise TopologyError(
+                f"the selection {select!r} matches no atom of these positions"
+                + _of_file(position)
+            )
+        return where
+    sel = np.asarray(select)
+    if sel.size == 0:
+        raise TopologyError("the selection is empty: no atom to compare")
+    if sel.dtype == bool:
+        if sel.shape != (n,):
+            raise ValueError(f"a boolean mask must have {n} entries, not {sel.shape}")
+        idx = np.flatnonzero(sel)
+    elif sel.dtype.kind in "iu":
+        idx = _positions_of(_atom_ids(position), sel.reshape(-1).astype(np.int64))
+    else:
+        raise TypeError(f"select must be a string, integers or a boolean mask, not {sel.dtype}")
+    if idx.size == 0:
+        raise TopologyError("the selection is empty: no atom to compare")
+    return idx
+
+
+def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
+             topology: Any) -> np.ndarray | None:
+    if weights is None:
+        return None
+    n_sel = position.sizes[ATOM_DIM] if idx is None else idx.size
+    if isinstance(weights, str):
+        if weights != "mass":
+            raise ValueError(f"weights must be None, 'mass' or an array, not {weights!r}")
+        if "mass" in position.coords and position["mass"].dims == (ATOM_DIM,):
+            m = np.asarray(position["mass"].values, dtype=np.float64)
+            return m if idx is None else m[idx]
+        topology = _topology(position, topology)
+        if topology is None:
+            raise TopologyError(
+                "weights='mass' needs masses: open the file with topology=..., pass an array, "
+                "or use the file's own masses (ds.md.rmsd(weights='mass') or weights=ds.mass)"
+            )
+        masses = np.asarray(_universe_of(position, topology).atoms.masses, dtype=np.float64)
+        m = masses[_atom_ids(position)]
+        return m if idx is None else m[idx]
+    if isinstance(weights, xr.DataArray) and weights.dims == (ATOM_DIM,) \
+            and ATOM_DIM in weights.coords and ATOM_DIM in position.coords:
+        chosen = position if idx is None else position.isel({ATOM_DIM: idx})
+        return np.asarray(_by_atom(weights, chosen, "weights").values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.size == n_sel and _ambiguous(position.sizes[ATOM_DIM], idx):
+        raise ValueError(
+            f"weights has {w.size} entries, as many as the positions and as the selection, "
+            "which orders them otherwise: h5mdx cannot tell which it holds; pass them as a "
+            "DataArray on atom (e.g. ds.mass), matched by atom")
+    if w.size == n_sel:
+        return w
+    if idx is not None and w.size == position.sizes[ATOM_DIM]:
+        return w[idx]
+    dims = f" on {weights.dims}" if isinstance(weights, xr.DataArray) else ""
+    raise ValueError(f"weights has {w.size} entries{dims}; expected {n_sel}, one per atom"
+                     + (" (select one row along the other dimensions)" if dims and
+                        weights.ndim > 1 else ""))
+
+
+def _by_atom(values: xr.DataArray, sub: xr.DataArray, what: str) -> xr.DataArray:
+    """``values`` (on ``atom``) for the atoms of ``sub``, matched by the ``atom``
+    coordinate where ``values`` holds them all; else as given, in order (a frame of
+    another file), where it has as many atoms."""
+    if ATOM_DIM not in values.coords or ATOM_DIM not in sub.coords:
+        return values
+    want = np.asarray(sub[ATOM_DIM].values)
+    have = np.asarray(values[ATOM_DIM].values)
+    if np.unique(have).size == have.size and np.isin(want, have).all():
+        return values.sel({ATOM_DIM: want})
+    if values.sizes[ATOM_DIM] == want.size:
+        return values
+    raise ValueError(f"the {what} holds {values.sizes[ATOM_DIM]} atoms, not all of the "
+                     f"{want.size} atoms compared (matched by the atom coordinate)")
+
+
+def _from_universe(reference: Any, position: xr.DataArray, sub: xr.DataArray,
+                   select: Any) -> xr.DataArray | np.ndarray:
+    """The current frame of an MDAnalysis Universe or AtomGroup as a reference, in the
+    positions' length unit.
+
+    With a selection string, as MDAnalysis' ``rms.RMSD`` does: the selection applied to
+    the reference too, its atoms taken in order (an array); they must be as many as the
+    compared atoms. Otherwise a DataArray on ``atom`` (the atoms' indices), matched by
+    atom index. Either way, where both name their atoms, the names must agree (a crystal
+    structure or another force field's file orders atoms otherwise).
+    """
+    atoms = reference.atoms
+    if isinstance(select, str):
+        try:
+            atoms = atoms.select_atoms(select)
+        except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and others
+            raise TopologyError(f"the selection {select!r} fails on the reference "
+                                f"({type(err).__name__}: {err})") from err
+        if len(atoms) != sub.sizes[ATOM_DIM]:
+            raise TopologyError(
+                f"the selection {select!r} matches {sub.sizes[ATOM_DIM]} atoms of the "
+                f"positions and {len(atoms)} of the reference: they must be the same atoms")
+    values = np.asarray(atoms.positions, dtype=np.float64)  # MDAnalysis: Å
+    unit = position.attrs.get("units")
+    if unit is not None:
+        values = values * _length_scale("Angstrom", str(unit), "an MDAnalysis reference")
+    names = _names_of(atoms)
+    if isinstance(select, str):
+        _check_names(names, sub)
+        return values
+    coords: dict[str, Any] = {ATOM_DIM: np.asarray(atoms.indices)}
+    if names is not None:
+        coords["reference_name"] = (ATOM_DIM, names)
+    return xr.DataArray(values, dims=(ATOM_DIM, SPATIAL_DIM), coords=coords)
+
+
+def _names_of(atoms: Any) -> np.ndarray | None:
+    """The atom names of an MDAnalysis AtomGroup (None where its topology has none)."""
+    try:
+        return np.asarray(atoms.names).astype(str)
+    except Exception:  # noqa: BLE001 - MDAnalysis' NoDataError
+        return None
+
+
+def _check_names(ref_names: np.ndarray | None, sub: xr.DataArray) -> None:
+    """Refuse a reference whose atoms have other names than the compared atoms, where both
+    have names (the positions' ``name`` coordinate, from the topology opened with them)."""
+    if ref_names is None or "name" not in sub.coords:
+        return
+    have = np.asarray(sub["name"].values).astype(str)
+    if have.shape != ref_names.shape:
+        return
+    bad = np.flatnonzero(have != ref_names)
+    if bad.size:
+        i = int(bad[0])
+        raise TopologyError(
+            f"the reference is not the same atoms: {bad.size} of the {have.size} atoms "
+            f"compared have another name in it (atom {int(sub[ATOM_DIM].values[i])} is "
+            f"{have[i]!r} in the positions and {ref_names[i]!r} in the reference); with "
+            "a selection string it is applied to the reference too, in its atom order, "
+            "else the reference's atoms are matched by atom index")
+
+
+def _length_scale(unit: str, to: str, what: str) -> float:
+    """The factor that takes lengths in ``unit`` to ``to`` (1 where they are the same)."""
+    if unit == to:
+        return 1.0
+    from h5mdx.format.units import conversion
+
+    have, want = conversion(unit), conversion(to)
+    if have is None or want is None or have[1] != "Angstrom" or want[1] != "Angstrom":
+        raise ValueError(f"{what} is in {unit!r} and the positions in {to!r}: h5mdx cannot "
+                         "convert one to the other as lengths")
+    return have[0] / want[0]
+
+
+def _ambiguous(n: int, idx: np.ndarray | None) -> bool:
+    """Whether an array of ``n`` entries could be either all atoms or the selected ones,
+    in another order: a selection of as many atoms as there are, not in order."""
+    return idx is not None and idx.size == n and not np.array_equal(idx, np.arange(n))
+
+
+def _dataset_positions(reference: xr.Dataset) -> xr.DataArray:
+    if "position" not in reference.variables:
+        raise TypeError("a reference Dataset must hold 'position' (a frame of another "
+                        "trajectory, ds.isel(time=i)); it holds "
+                        f"{', '.join(map(str, reference.data_vars)) or 'no variable'}")
+    return reference["position"]
+
+
+def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
+               idx: np.ndarray | None, select: Any = None) -> np.ndarray:
+    n_sel = sub.sizes[ATOM_DIM]
+    if isinstance(reference, (bool, np.bool_)):
+        raise TypeError(f"reference must be a frame index, a frame of positions or an "
+                        f"MDAnalysis Universe/AtomGroup, not {reference!r}")
+    if isinstance(reference, str):
+        raise TypeError(f"reference must be a frame index, a frame of positions or an "
+                        f"MDAnalysis Universe/AtomGroup, not the string {reference!r}: did "
+                        f"you mean select={reference!r}? (the first argument is the "
+                        "reference)")
+    if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
+        reference = _from_universe(reference, position, sub, select)
+        if isinstance(reference, np.ndarray):
+            return reference
+    if isinstance(reference, (int, np.integer)):
+        n_frames = sub.sizes[TIME_DIM]
+        if n_frames == 0:
+            raise ValueError("the positions hold no frames (an empty time slice?)")
+        if not -n_frames <= int(reference) < n_frames:
+            raise IndexError(f"reference frame {reference} out of range for {n_frames} "
+                             f"frames{_of_file(position)}")
+        frame = sub.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
+        # one frame, read here like a lazily indexed one: not through a process pool or a
+        # cluster, which would ship the whole block that holds it
+        # (dask's synchronous get itself: given a scheduler's name, dask imports
+        # distributed, 0.1-0.4 s, to look for a client)
+        import dask
+
+        try:
+            return np.asarray(frame.compute(scheduler=dask.get).values, dtype=np.float64)
+        except (H5MDError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 - a codec's, zarr's or the store's own
+            i = int(reference) % n_frames
+            name = None if position.name is None else str(position.name)
+            raise H5MDReadError(position.encoding.get("source"),
+                                position.encoding.get("h5md_path") or name,
+                                f"cannot read the reference frame {i}: "
+                                f"{type(err).__name__}: {err}") from err
+    if isinstance(reference, xr.Dataset):  # a frame of another Dataset: its positions
+        reference = _dataset_positions(reference)
+    if isinstance(reference, xr.DataArray):
+        ref_da = reference
+        ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
+        if ref_unit is not None and unit is not None:  # a frame of another Dataset
+            ref_da = ref_da * _length_scale(str(ref_unit), str(unit), "the reference")
+        if TIME_DIM in ref_da.dims:
+            if ref_da.sizes[TIME_DIM] != 1:
+                raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
+            ref_da = ref_da.isel({TIME_DIM: 0})
+        ref_da = _by_atom(ref_da.transpose(ATOM_DIM, SPATIAL_DIM), sub, "reference")
+        if "reference_name" in ref_da.coords:
+            _check_names(np.asarray(ref_da["reference_name"].values), sub)
+        ref = np.asarray(ref_da.values, dtype=np.float64)
+        if ref.shape[0] == n_sel:
+            return ref
+    else:
+        if np.ndim(reference) == 0:
+            raise TypeError(f"reference must be a frame index (int), a frame of positions "
+                            f"(n_atoms, 3) or an MDAnalysis Universe/AtomGroup, not "
+                            f"{reference!r}")
+        ref = np.asarray(reference, dtype=np.float64)
+    if ref.ndim != 2 or ref.shape[1] != 3:
+        raise ValueError(f"the reference must have shape (n_atoms, 3), not {ref.shape}")
+    if ref.shape[0] == n_sel and _ambiguous(position.sizes[ATOM_DIM], idx):
+        raise ValueError(
+            f"the reference has {ref.shape[0]} atoms, as many as the positions and as the "
+            "selection, which orders them otherwise: h5mdx cannot tell which it holds; "
+            "pass it as a DataArray with its atom coordinate (matched by atom)")
+    if ref.shape[0] == n_sel:
+        return ref
+    if idx is not None and ref.shape[0] == position.sizes[ATOM_DIM]:
+        return ref[idx]
+    raise ValueError(
+        f"the reference has {ref.shape[0]} atoms but {n_sel} atoms are compared"
+    )
