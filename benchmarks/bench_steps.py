@@ -39,16 +39,16 @@ import bench_scale as bs  # noqa: E402 - the benchmark next to this one
 @contextlib.contextmanager
 def _reads(kib: int, path: str) -> Iterator[None]:
     """Tasks read ``kib`` KiB at a time, through ``path`` ("frames" or "xarray")."""
-    import h5mdx.analysis.rmsd as rmsd_module
+    import h5mdx.analysis.plan as plan  # where the read step and the reader are chosen
 
-    saved = rmsd_module.READ_STEP_BYTES, rmsd_module.frame_reader
-    rmsd_module.READ_STEP_BYTES = kib * 1024
+    saved = plan.READ_STEP_BYTES, plan.frame_reader
+    plan.READ_STEP_BYTES = kib * 1024
     if path == "xarray":
-        rmsd_module.frame_reader = lambda variable: None
+        plan.frame_reader = lambda variable: None
     try:
         yield
     finally:
-        rmsd_module.READ_STEP_BYTES, rmsd_module.frame_reader = saved
+        plan.READ_STEP_BYTES, plan.frame_reader = saved
 
 
 def _run(path: str, select: np.ndarray | None, kib: int, how: str) -> np.ndarray:
