@@ -238,7 +238,7 @@ class H5MDArray(BackendArray):
         """Where rows ``first + a`` to ``first + b`` lie in the file, for a reader of bytes.
 
         For a task that reads and computes in compiled code (the fused RMSD kernel of
-        :mod:`h5mdx.analysis.rmsd`): the rows are the stored bytes, in the served dtype,
+        :mod:`h5mdx.analysis.blocks`): the rows are the stored bytes, in the served dtype,
         and all ``_finish`` does to them is the unit conversion, ``np.multiply(rows,
         scale, out=rows)`` (``self.scale``; 1 where the values are served as stored), which
         the reader of the bytes does itself. So only where direct reads are on and read

@@ -1,6 +1,6 @@
 """Reading runs of frames of a lazily opened variable without xarray's indexing per read.
 
-An RMSD task reads its frames a few MiB at a time (see :mod:`h5mdx.analysis.rmsd`).
+An RMSD task reads its frames a few MiB at a time (see :mod:`h5mdx.analysis.blocks`).
 Through ``variable[a:b].values`` each of those reads passes xarray's lazy-indexing
 machinery (key composition, indexer decomposition, wrapper arrays): ~100 µs of Python
 per read, a tenth of the task's time or more with 4 MiB reads. :func:`frame_reader` composes

@@ -546,7 +546,7 @@ class DirectReader:
         """Where rows ``first:stop`` of axis 0 lie in the file, as runs of whole rows.
 
         For a reader that reads the bytes itself (the fused read-and-compute kernel of
-        :mod:`h5mdx.analysis.rmsd`): the rows, every other axis whole, are the bytes of
+        :mod:`h5mdx.analysis.blocks`): the rows, every other axis whole, are the bytes of
         the runs one after the other, in order. Call :meth:`missing` and
         :meth:`add_locations` first for a chunked dataset.
 
@@ -1030,7 +1030,7 @@ def scratch_buffers(pool: dict[str, Any] | None = None) -> Iterator[None]:
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array: inside :func:`scratch_buffers`, a reused buffer of this thread.
 
-    Also what the h5py reads of :mod:`h5mdx.engine.backend` read into: a fresh array of
+    Also what the h5py reads of :mod:`h5mdx.engine.arrays` read into: a fresh array of
     a few MiB is a fresh ``mmap`` whose pages the kernel zeroes on first touch, on every
     read where ``MALLOC_TRIM_THRESHOLD_`` is set (dask's nanny sets it for every worker):
     one-frame chunks read through h5py took 1.04 s instead of 0.69 s for 30,000 frames.

@@ -15,7 +15,7 @@ window of it is mapped kills the process (``SIGBUS``) when the kernel touches a 
 past the new end, where a read returns an error to report. Files replaced by h5mdx's
 writers are never truncated in place (they write a new file and rename it over the
 old), and the size of the file is checked as each window is made. Callers make the
-mapped path a choice (``H5MDX_MAPPED_READ`` in :mod:`h5mdx.analysis.rmsd`).
+mapped path a choice (``H5MDX_MAPPED_READ`` in :mod:`h5mdx.analysis.blocks`).
 
 This module knows numpy and the standard library only.
 """
