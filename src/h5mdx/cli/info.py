@@ -154,10 +154,13 @@ _WALKED = 1000
 
 def _other_groups(info: FileInfo) -> dict[str, tuple[dict[str, Any], dict[str, ElementInfo]]]:
     """The datasets and the H5MD elements (RMPCDMD's ``/fields``) of each root group H5MD
-    does not define, by root (walked now: a scan lists only the groups' names)."""
-    return {root: (scan_free_form(info.filename, root)[0],
-                   free_form_elements(info.filename, root)[0])
-            for root in info.other_groups}
+    does not define, by root (walked now: a scan lists only the groups' names), the file
+    opened once for all."""
+    if not info.other_groups:
+        return {}
+    with open_h5md(info.filename) as f:
+        return {root: (scan_free_form(f, root)[0], free_form_elements(f, root)[0])
+                for root in info.other_groups}
 
 
 def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12) -> str:

@@ -114,8 +114,7 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
     found: list[tuple[str, h5py.Group]] = []
 
     def visit(name: str, obj: h5py.HLObject) -> None:
-        if isinstance(obj, h5py.Group) and _has(obj, "value") and (
-                _has(obj, "step") or _has(obj, "time")) and _element_members_only(obj):
+        if isinstance(obj, h5py.Group) and _laid_out_as_element(obj):
             found.append((name, obj))
 
     elements: dict[str, ElementInfo] = {}
@@ -135,14 +134,16 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
 _ELEMENT_MEMBERS = frozenset({"value", "step", "time"})
 
 
-def _element_members_only(grp: h5py.Group) -> bool:
-    """Whether ``grp`` holds nothing but an element's ``value``, ``step`` and ``time``
+def _laid_out_as_element(grp: h5py.Group) -> bool:
+    """Whether ``grp`` holds a ``value`` with a ``step`` or a ``time``, and nothing else
     (a free-form group holding more is not read as an element: its other datasets and
-    groups would be lost)."""
+    groups would be lost); one listing of its links."""
     try:
-        return set(grp) <= _ELEMENT_MEMBERS
+        members = set(grp)
     except (OSError, KeyError, RuntimeError, TypeError, ValueError):
         return False
+    return ("value" in members and bool(members & {"step", "time"})
+            and members <= _ELEMENT_MEMBERS)
 
 
 def _live(f: h5py.File) -> bool:
