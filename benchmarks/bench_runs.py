@@ -46,20 +46,20 @@ def _reader(path: str) -> tuple[Any, Any]:
     import xarray as xr
 
     from h5mdx.engine.frames import frame_reader
-    from h5mdx.format import direct
+    from h5mdx.format import direct, reader_cache
 
     ds = xr.open_dataset(path, engine="h5md")
     frames = frame_reader(ds.position.variable)
     frames.warm()  # planned
     read = frames.bind()  # as a task reads: the reader found once
-    reader = direct.cached(path, ds.position.encoding["h5md_path"] + "/value")
+    reader = reader_cache.cached(path, ds.position.encoding["h5md_path"] + "/value")
     assert isinstance(reader, direct.DirectReader) and reader._starts is not None
     reader.missing(tuple(slice(0, n) for n in reader.shape))  # every chunk located
     return read, reader
 
 
 def _loop(read: Any, n: int, qcp: Any = None) -> float:
-    from h5mdx.format.direct import scratch_buffers
+    from h5mdx.format.scratch import scratch_buffers
 
     t0 = time.perf_counter()
     for a in range(0, n, STEP):

@@ -14,6 +14,7 @@ MODULES = [
     "h5mdx.format.compression",
     "h5mdx.format.checksums",
     "h5mdx.format.direct",
+    "h5mdx.format.reader_cache",
     "h5mdx.format.h5md._storage",
     "h5mdx.engine.chunking",
     "h5mdx.analysis.qcp",

@@ -867,7 +867,7 @@ def test_a_chunk_hdf5_reads_but_the_direct_path_cannot_is_read_through_hdf5(
     error is raised: where HDF5 reads it (a codec of ours disagrees with HDF5's), the
     values are served, one warning names the file and element, and the dataset is read
     through HDF5 from then on (it failed the whole read before)."""
-    from h5mdx.format import direct
+    from h5mdx.format import direct, reader_cache
 
     monkeypatch.setenv("H5MDX_DIRECT_READ", "1")  # the suite's second run turns them off
     value = np.random.default_rng(0).normal(size=(40, 50, 3)).round(1).astype(np.float32)
@@ -893,7 +893,7 @@ def test_a_chunk_hdf5_reads_but_the_direct_path_cannot_is_read_through_hdf5(
             warnings.simplefilter("error")  # once per dataset
             np.testing.assert_array_equal(ds.position.values, value)
         assert len(decoded) == 2  # the rest through HDF5
-        assert direct.why_not_direct(path, "/particles/g/position/value") is not None
+        assert reader_cache.why_not_direct(path, "/particles/g/position/value") is not None
     # an RMSD task's reads (FrameReader.bind: rows_reader) are retried alike (they raised
     # the private error; found by a review)
     import dask
@@ -912,10 +912,10 @@ def test_a_chunk_hdf5_reads_but_the_direct_path_cannot_is_read_through_hdf5(
 
 
 def test_h5py_reads_reuse_scratch_buffers(adk_h5md, adk_positions, monkeypatch):
-    """Through h5py too, reads inside direct.scratch_buffers land in this thread's reused
+    """Through h5py too, reads inside scratch.scratch_buffers land in this thread's reused
     buffer (a fresh array per read costs an mmap and zeroed pages where dask's nanny sets
     MALLOC_TRIM_THRESHOLD_); outside it every read gets its own array."""
-    from h5mdx.format.direct import scratch_buffers
+    from h5mdx.format.scratch import scratch_buffers
 
     monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:

@@ -52,7 +52,7 @@ def test_unit_scale_and_fill_values_as_through_xarray(tmp_path):
 def test_unit_scale_in_place_reads_each_value_once(tmp_path):
     """Scaled where they lie: reads into reused scratch buffers are scaled once each, the
     file's bytes never change, and the values equal h5py's times the scale."""
-    from h5mdx.format import direct
+    from h5mdx.format import scratch
 
     value = np.random.default_rng(2).normal(size=(40, 6, 3)).astype(np.float32)
     path = write_h5md(tmp_path / "nm.h5md", particles={"all": {"position": dict(
@@ -61,7 +61,7 @@ def test_unit_scale_in_place_reads_each_value_once(tmp_path):
         read = frame_reader(ds.position.variable)
         assert read is not None
         for _ in range(3):
-            with direct.scratch_buffers():
+            with scratch.scratch_buffers():
                 for lo in range(0, 40, 8):
                     got = read(lo, lo + 8)
                     assert got.dtype == np.float32
@@ -108,7 +108,7 @@ def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
     """Planning (where the chunks lie) is a task's warm-up, not its first read; the RMSD
     task records it in its ``warmup`` phase."""
     from h5mdx.analysis import blocks
-    from h5mdx.format import direct
+    from h5mdx.format import direct, reader_cache
 
     path = str(tmp_path / "w.h5md")
     pos = np.random.default_rng(2).normal(size=(40, 30, 3)).astype(np.float32)
@@ -117,11 +117,11 @@ def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
     name = "/particles/all/position/value"
     with xr.open_dataset(path, engine="h5md") as ds:
         read = frame_reader(ds.position.variable)
-        assert direct.cached(path, name) is direct.UNPLANNED
+        assert reader_cache.cached(path, name) is reader_cache.UNPLANNED
         read.warm()
-        planned = direct.DirectReader if direct.enabled() else type(direct.UNPLANNED)
-        assert isinstance(direct.cached(path, name), planned)  # H5MDX_DIRECT_READ=0: none
-        direct._CACHE.clear()
+        planned = direct.DirectReader if direct.enabled() else type(reader_cache.UNPLANNED)
+        assert isinstance(reader_cache.cached(path, name), planned)  # H5MDX_DIRECT_READ=0: none
+        reader_cache._CACHE.clear()
         phases = []
         real = FrameReader.warm
 
@@ -142,7 +142,7 @@ def test_warm_plans_the_direct_reads_before_any_read(tmp_path, monkeypatch):
                                       True, "numpy", 0, 40, step=10)
         assert phases == [["warmup"]]  # inside the warm-up phase, before any read
         assert out.shape == (40,) and out[0] < 1e-4
-        assert isinstance(direct.cached(path, name), planned)
+        assert isinstance(reader_cache.cached(path, name), planned)
 
 
 def test_bound_reads_equal_calls(adk_h5md, adk_positions, tmp_path):
@@ -173,7 +173,7 @@ def test_bound_reader_turns_to_h5py_at_an_unallocated_chunk(tmp_path):
     dataset's other reads stay direct (every later read went through h5py before)."""
     import h5py
 
-    from h5mdx.format import direct
+    from h5mdx.format import direct, reader_cache
 
     pos = np.random.default_rng(5).normal(size=(40, 6, 3)).astype(np.float32)
     path = write_h5md(tmp_path / "holes.h5md", particles={"all": {"position": dict(
@@ -191,12 +191,12 @@ def test_bound_reader_turns_to_h5py_at_an_unallocated_chunk(tmp_path):
         bound = read.bind()
         np.testing.assert_array_equal(bound(0, 20), pos[:20])
         if direct.enabled():
-            assert isinstance(direct.cached(path, name), direct.DirectReader)
+            assert isinstance(reader_cache.cached(path, name), direct.DirectReader)
         np.testing.assert_array_equal(bound(15, 30), var[15:30].values)
         np.testing.assert_array_equal(bound(15, 30)[:5], pos[15:20])
         assert np.isnan(bound(30, 40)).all()  # the fill value, as NaN
         if direct.enabled():  # the stored frames are still read directly
-            assert isinstance(direct.cached(path, name), direct.DirectReader)
+            assert isinstance(reader_cache.cached(path, name), direct.DirectReader)
         np.testing.assert_array_equal(bound(0, 10), pos[:10])
 
 

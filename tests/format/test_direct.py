@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5mdx.format import direct
+from h5mdx.format import direct, reader_cache
 from h5mdx.format.chunk_index import locate_chunks
+from h5mdx.format.scratch import scratch_buffers
 from h5mdx.testing import write_h5md
 from hdf5_versions import WithChunkIter, WithoutChunkIter
 
@@ -218,7 +219,7 @@ def test_every_nth_frame_of_compressed_chunks_holds_about_the_result(tmp_path, m
         ds.position[0].values  # noqa: B018 - planned and located first
         tracemalloc.start()
         try:
-            with direct.scratch_buffers() if scratch else contextlib.nullcontext():
+            with scratch_buffers() if scratch else contextlib.nullcontext():
                 got = ds.position[::10].values
             peak = tracemalloc.get_traced_memory()[1]
         finally:
@@ -404,7 +405,7 @@ def test_engine_both_paths_and_threads(tmp_path, monkeypatch):
                                            "step": np.arange(SHAPE[0])}}})
     with xr.open_dataset(path, engine="h5md") as ds:
         a = ds.position[5:50, ::3].values
-        assert isinstance(direct.cached(path, "/particles/all/position/value"),
+        assert isinstance(reader_cache.cached(path, "/particles/all/position/value"),
                           direct.DirectReader)
         out: list[np.ndarray] = []
         threads = [threading.Thread(target=lambda i=i: out.append(
@@ -434,15 +435,15 @@ def test_a_reader_in_use_is_never_closed_under_its_readers(tmp_path):
                                            "step": np.arange(SHAPE[0])}}})
     key = "/particles/all/position/value"
     with h5py.File(path, "r") as f:
-        first = direct.plan_cached(f[key], path, key)
+        first = reader_cache.plan_cached(f[key], path, key)
         fd = first._descriptor()  # a task of the first plan, mid-read
-        second = direct.plan_cached(f[key], path, key)  # another task's plan, just after
-    assert second is first and direct.cached(path, key) is first
+        second = reader_cache.plan_cached(f[key], path, key)  # another task's plan, just after
+    assert second is first and reader_cache.cached(path, key) is first
     os.fstat(fd)  # still open
-    assert direct.why_not_direct(path, key) is None
-    direct.forget(first)  # another task met something unusual: h5py from now on
-    assert direct.cached(path, key) is None
-    assert direct.why_not_direct(path, key) == "a read found storage that only HDF5 reads"
+    assert reader_cache.why_not_direct(path, key) is None
+    reader_cache.forget(first)  # another task met something unusual: h5py from now on
+    assert reader_cache.cached(path, key) is None
+    assert reader_cache.why_not_direct(path, key) == "a read found storage that only HDF5 reads"
     os.fstat(fd)  # the task reading through it still can
     box = (slice(0, 8), slice(0, 41), slice(0, 3))
     with h5py.File(path, "r") as f:
@@ -474,7 +475,7 @@ def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
     MAX_READERS only."""
     import weakref
 
-    monkeypatch.setattr(direct, "MAX_READERS", 2)
+    monkeypatch.setattr(reader_cache, "MAX_READERS", 2)
     values = _values("<f4")
     key = "/particles/all/position/value"
     paths, readers, opened = [], [], []
@@ -484,19 +485,19 @@ def test_readers_kept_are_bounded_and_dropped_ones_close(tmp_path, monkeypatch):
                                                     "step": np.arange(SHAPE[0])}}})
         opened.append(xr.open_dataset(paths[-1], engine="h5md", cache=False))
         np.testing.assert_array_equal(opened[-1].position.values, values + i)
-        reader = direct.cached(paths[-1], key)
+        reader = reader_cache.cached(paths[-1], key)
         assert isinstance(reader, direct.DirectReader) and reader._fd is not None
         readers.append(weakref.ref(reader))
         del reader
         if i == 1:  # the first file read again: the least recently used is the second
-            assert direct.cached(paths[0], key) is readers[0]()
-    assert direct.cached(paths[1], key) is direct.UNPLANNED  # dropped
-    assert direct.cached(paths[0], key) is readers[0]()
-    assert direct.cached(paths[2], key) is readers[2]()
+            assert reader_cache.cached(paths[0], key) is readers[0]()
+    assert reader_cache.cached(paths[1], key) is reader_cache.UNPLANNED  # dropped
+    assert reader_cache.cached(paths[0], key) is readers[0]()
+    assert reader_cache.cached(paths[2], key) is readers[2]()
     gc.collect()
     assert readers[1]() is None  # freed, its descriptor closed with it (__del__)
     np.testing.assert_array_equal(opened[1].position.values, values + 1)  # planned again
-    assert isinstance(direct.cached(paths[1], key), direct.DirectReader)
+    assert isinstance(reader_cache.cached(paths[1], key), direct.DirectReader)
     for ds in opened:
         ds.close()
 
@@ -748,13 +749,13 @@ def test_threads_reading_while_chunks_are_located_get_exact_bytes(tmp_path, monk
                                                    rng.integers(direct._FEW + 1, 60, 96),
                                                    strict=True)]
     handed_over: list[direct.DirectReader] = []  # to h5py: a read the lists got wrong
-    forget = direct.forget
-    monkeypatch.setattr(direct, "forget", lambda r: (handed_over.append(r), forget(r)))
+    forget = reader_cache.forget
+    monkeypatch.setattr(reader_cache, "forget", lambda r: (handed_over.append(r), forget(r)))
     with xr.open_dataset(path, engine="h5md") as ds:
         read = frame_reader(ds.position.variable)
         assert read is not None
         read.warm()  # planned: nothing located yet
-        planned = direct.cached(path, "/particles/all/position/value")
+        planned = reader_cache.cached(path, "/particles/all/position/value")
         assert isinstance(planned, direct.DirectReader) and planned.locate is not None
         assert planned._starts is not None and (planned._starts < 0).all()
 
@@ -766,7 +767,7 @@ def test_threads_reading_while_chunks_are_located_get_exact_bytes(tmp_path, monk
         errors = _at_once(task, 8)
         assert not errors, errors
         assert not handed_over  # every read was direct
-        reader = direct.cached(path, "/particles/all/position/value")
+        reader = reader_cache.cached(path, "/particles/all/position/value")
         assert reader is planned and reader._by_rows  # by runs from the table throughout
 
 
@@ -803,10 +804,10 @@ def test_a_chunk_tree_that_fails_mid_file_hands_over_to_h5py(tmp_path, monkeypat
         assert np.array_equal(var[:1].values, pos[:1])  # planned
         armed.append(True)
         assert np.array_equal(var[:5].values, pos[:5])
-        reader = direct.cached(path, "/particles/all/position/value")
+        reader = reader_cache.cached(path, "/particles/all/position/value")
         assert isinstance(reader, direct.DirectReader) and reader.locate is not None
         assert np.array_equal(var[20:30].values, pos[20:30])  # the tree fails here
-        assert direct.cached(path, "/particles/all/position/value") is None
+        assert reader_cache.cached(path, "/particles/all/position/value") is None
         assert np.array_equal(var.values, pos)
 
 
@@ -862,28 +863,28 @@ def test_why_not_direct_names_what_only_hdf5_reads(tmp_path, layout):
     with h5py.File(name, "w") as f:
         f.create_dataset("x", data=np.arange(np.prod(SHAPE), dtype="<f4").reshape(SHAPE),
                          **kwargs)
-    why = direct.why_not_direct(name, "x")
+    why = reader_cache.why_not_direct(name, "x")
     if takes:
         assert why is None
         # planned for this process's reads: the engine's reads find the same reader
-        reader = direct.cached(os.path.abspath(name), "x")
+        reader = reader_cache.cached(os.path.abspath(name), "x")
         assert isinstance(reader, direct.DirectReader)
         assert reader.shape == SHAPE
     else:
         assert why is not None and why.startswith("filters (")
-        assert direct.cached(os.path.abspath(name), "x") is None  # read through h5py
+        assert reader_cache.cached(os.path.abspath(name), "x") is None  # read through h5py
 
 
 def test_why_not_direct_off_missing_and_groups(tmp_path, monkeypatch):
     name = str(tmp_path / "t.h5")
     with h5py.File(name, "w") as f:
         f.create_dataset("g/x", data=np.zeros((4, 3)))
-    assert direct.why_not_direct(name, "g/x") is None
-    assert direct.why_not_direct(name, "g") == "g is not a dataset"
-    assert direct.why_not_direct(name, "nope").startswith("KeyError")
-    assert direct.why_not_direct(str(tmp_path / "absent.h5"), "x").startswith("FileNotFoundError")
+    assert reader_cache.why_not_direct(name, "g/x") is None
+    assert reader_cache.why_not_direct(name, "g") == "g is not a dataset"
+    assert reader_cache.why_not_direct(name, "nope").startswith("KeyError")
+    assert reader_cache.why_not_direct(str(tmp_path / "absent.h5"), "x").startswith("FileNotFoundError")
     monkeypatch.setenv(direct.ENV_VAR, "0")
-    assert direct.why_not_direct(name, "g/x") == f"{direct.ENV_VAR}=0"
+    assert reader_cache.why_not_direct(name, "g/x") == f"{direct.ENV_VAR}=0"
 
 
 def _descriptors_of(path: str) -> int:
@@ -911,12 +912,12 @@ def test_closing_a_dataset_closes_its_descriptors(tmp_path):
         b["particles/all"].position.load()
         assert _descriptors_of(path) >= 1
     # b still holds the file: its reads stay direct
-    assert isinstance(direct.cached(path, "/particles/all/position/value"), direct.DirectReader)
+    assert isinstance(reader_cache.cached(path, "/particles/all/position/value"), direct.DirectReader)
     np.testing.assert_array_equal(b["particles/all"].position.values, values)
     b.close()
     gc.collect()
     assert _descriptors_of(path) == 0
-    assert direct.cached(path, "/particles/all/position/value") is direct.UNPLANNED
+    assert reader_cache.cached(path, "/particles/all/position/value") is reader_cache.UNPLANNED
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
@@ -940,7 +941,7 @@ def test_reads_after_close_keep_no_descriptor(tmp_path, chunks):
     del ds, lazy, position
     gc.collect()
     assert _descriptors_of(path) == 0
-    assert direct.cached(path, "/particles/all/position/value") is direct.UNPLANNED
+    assert reader_cache.cached(path, "/particles/all/position/value") is reader_cache.UNPLANNED
 
 
 @pytest.mark.parametrize("how", ["replaced", "deleted"])
@@ -1052,7 +1053,7 @@ def test_a_dataset_dropped_without_close_keeps_no_descriptor(tmp_path, monkeypat
                                                "step": np.arange(SHAPE[0])}}})
         ds = xr.open_dataset(path, engine="h5md")
         np.testing.assert_array_equal(ds.position[0:3].values, values[0:3])
-        assert isinstance(direct.cached(path, "/particles/all/position/value"),
+        assert isinstance(reader_cache.cached(path, "/particles/all/position/value"),
                           direct.DirectReader)
         del ds
         gc.collect()
@@ -1066,9 +1067,22 @@ def test_a_release_from_a_finalizer_waits_for_a_free_lock():
     cached read) released under that lock: a deadlock. The release runs once the lock is
     free (found by an audit)."""
     done: list[int] = []
-    with direct._CACHE_LOCK:
-        direct.release_soon(lambda: done.append(1))
+    with reader_cache._CACHE_LOCK:
+        reader_cache.release_soon(lambda: done.append(1))
         assert done == []  # deferred, not waiting on its own thread's lock
-    release = direct.hold("/nonexistent/release-soon.h5md")
+    release = reader_cache.hold("/nonexistent/release-soon.h5md")
     assert done == [1]  # run by the next hold
     release()
+
+
+def test_names_that_moved_out_of_direct_are_still_found_there():
+    """The reader cache and the scratch buffers left this module for their own; code
+    written before (``from h5mdx.format.direct import why_not_direct``) still runs."""
+    from h5mdx.format import scratch
+    from h5mdx.format.direct import UNPLANNED, empty, hold, why_not_direct
+
+    assert why_not_direct is reader_cache.why_not_direct
+    assert hold is reader_cache.hold and UNPLANNED is reader_cache.UNPLANNED
+    assert empty is scratch.empty and direct.scratch_buffers is scratch.scratch_buffers
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        direct.nope  # noqa: B018

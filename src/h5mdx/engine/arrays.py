@@ -25,6 +25,8 @@ from xarray.core import indexing
 from h5mdx.engine.files import _LIVE_HINT
 from h5mdx.errors import H5MDReadError
 from h5mdx.format import direct as _direct
+from h5mdx.format import reader_cache as _readers
+from h5mdx.format import scratch as _scratch
 from h5mdx.format.chunk_index import locate_chunks
 from h5mdx.format.h5md import ensure_filters
 
@@ -52,7 +54,7 @@ class H5MDArray(BackendArray):
     filename : str, optional
         The file (absolute path), for error messages and direct reads.
     stamp : tuple, optional
-        :func:`h5mdx.format.direct.file_stamp` of the file when opened, in this process: a
+        :func:`h5mdx.format.reader_cache.file_stamp` of the file when opened, in this process: a
         read of the file rewritten in place since is refused. None for a live (SWMR) file,
         which grows, and in another process (the inode is this machine's).
     """
@@ -96,7 +98,7 @@ class H5MDArray(BackendArray):
         # graphs built after reopening a file tokenize equal (distributed otherwise warns of
         # a "different run_spec" for every block)
         filename = self._filename()
-        stamp = None if filename is None else _direct.file_stamp(filename)
+        stamp = None if filename is None else _readers.file_stamp(filename)
         return ("h5mdx.H5MDArray", filename, stamp, self.path, self.shape, str(self.dtype),
                 self.scale, self.fillvalue, self.full_atom_chunks)
 
@@ -118,11 +120,11 @@ class H5MDArray(BackendArray):
             axis = 0 if isinstance(key[0], (int, np.integer)) else 1  # an int drops time
             return np.take(slab, idx - lo, axis=axis)
         if len(key) == len(self.shape) and all(isinstance(k, slice) for k in key):
-            # into a reused buffer inside direct.scratch_buffers (rmsd tasks), not a fresh
-            # array of every read (see direct.empty)
+            # into a reused buffer inside scratch.scratch_buffers (rmsd tasks), not a fresh
+            # array of every read (see scratch.empty)
             shape = tuple(len(range(*k.indices(n))) for k, n in zip(key, dset.shape,
                                                                     strict=True))
-            out = _direct.empty(shape, dset.dtype)
+            out = _scratch.empty(shape, dset.dtype)
             if out.size:
                 dset.read_direct(out, source_sel=key)
             return out
@@ -139,7 +141,7 @@ class H5MDArray(BackendArray):
         """
         if self.stamp is None or self.filename is None:
             return
-        now = _direct.file_stamp(self.filename)
+        now = _readers.file_stamp(self.filename)
         if now is not None and now[:2] == self.stamp[:2] and now[2:] != self.stamp[2:]:
             raise H5MDReadError(
                 self.filename, self.path, "was rewritten since it was opened (its size or "
@@ -166,7 +168,7 @@ class H5MDArray(BackendArray):
         """``key`` read through HDF5 after the direct read failed: HDF5's error where it
         fails too, else its values, one warning, and HDF5 for this dataset from now on."""
         data = self._read_locked(key)
-        _direct.forget(failed.reader)
+        _readers.forget(failed.reader)
         _warn_direct_failed(failed)
         return data
 
@@ -353,9 +355,9 @@ class H5MDArray(BackendArray):
                                  lambda r: r.read(strided, keep=False, step=step))
             return None if data is None else _direct.within(data, rest)
         out: np.ndarray | None = None
-        pool = _direct.scratch_pool()  # one buffer for every frame (not one each)
+        pool = _scratch.scratch_pool()  # one buffer for every frame (not one each)
         for k, i in enumerate(range(start, last + 1, step)):
-            with _direct.scratch_buffers(pool):
+            with _scratch.scratch_buffers(pool):
                 data = self._read_box(reader, (slice(i, i + 1), *box[1:]), key)
                 if data is None:
                     return None
@@ -388,7 +390,7 @@ class H5MDArray(BackendArray):
         except _direct.NotAllocated:
             return None  # this read through h5py (the fill value), the others direct
         except _direct.Unsupported:
-            _direct.forget(reader)
+            _readers.forget(reader)
             return None
         except (OSError, ValueError, zlib.error) as err:
             raise _DirectReadFailed(
@@ -416,7 +418,7 @@ class H5MDArray(BackendArray):
         if filename is None:
             return "the file has no name on disk"
         self.warm()
-        return _direct.why_not_direct(filename, self.path)
+        return _readers.why_not_direct(filename, self.path)
 
     def _direct_reader(self) -> _direct.DirectReader | None:
         reader = self._planned_reader()
@@ -431,15 +433,15 @@ class H5MDArray(BackendArray):
         filename = self._filename()
         if filename is None:
             return None
-        reader = _direct.cached(filename, self.path)
-        if reader is not _direct.UNPLANNED:
+        reader = _readers.cached(filename, self.path)
+        if reader is not _readers.UNPLANNED:
             return reader
         with self.lock:
-            reader = _direct.cached(filename, self.path)  # planned while this thread waited
-            if reader is not _direct.UNPLANNED:
+            reader = _readers.cached(filename, self.path)  # planned while this thread waited
+            if reader is not _readers.UNPLANNED:
                 return reader
             try:
-                return _direct.plan_cached(self._dataset(), filename, self.path)
+                return _readers.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
 

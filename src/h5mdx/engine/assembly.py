@@ -138,7 +138,7 @@ class _Builder:
         self.chunk_mib = chunk_mib
         self.lock = lock
         self.report = report if report is not None else _Report(info.filename, strict=True)
-        #: the file's stamp when opened (:func:`h5mdx.format.direct.file_stamp`; None:
+        #: the file's stamp when opened (:func:`h5mdx.format.reader_cache.file_stamp`; None:
         #: a live file)
         self.stamp = _STAMPS.get(manager)
         #: the H5MD paths of the elements built that a writer can append frames to

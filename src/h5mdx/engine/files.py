@@ -19,14 +19,14 @@ import h5py
 from xarray.backends import CachingFileManager
 
 from h5mdx.errors import H5MDReadError
-from h5mdx.format import direct as _direct
+from h5mdx.format import reader_cache as _readers
 from h5mdx.format.h5md import FileInfo, scan
 from h5mdx.format.h5md import open_h5md as _open_file
 
 
 def _file_state(stamp: tuple[int, int, int, int] | None) -> tuple[int, int] | None:
     """``(size, modification time in ns)`` of a file's stamp
-    (:func:`h5mdx.format.direct.file_stamp`): what a file replaced or rewritten under the
+    (:func:`h5mdx.format.reader_cache.file_stamp`): what a file replaced or rewritten under the
     same name changes. Not the inode: some network and FUSE file systems number a file
     otherwise on each node or mount; size and time come from the file server."""
     return None if stamp is None else (stamp[2], stamp[3])
@@ -79,7 +79,7 @@ def _opener(filename: str, mode: str = "r", swmr: bool = False,
     (``state``, see :func:`_file_state`; None: a live file, which grows) is refused, not
     read under the old coordinates, and so is a file rewritten while this process holds
     it open elsewhere."""
-    stamp = _direct.file_stamp(filename)
+    stamp = _readers.file_stamp(filename)
     now = _file_state(stamp)
     if state is not None and now is not None and now != state:
         raise H5MDReadError(
@@ -93,7 +93,7 @@ def _opener(filename: str, mode: str = "r", swmr: bool = False,
 
 def _manager(filename: str, swmr: bool) -> CachingFileManager:
     # a live file (SWMR) grows while it is read: only a plain file is held to its state
-    stamp = None if swmr else _direct.file_stamp(filename)
+    stamp = None if swmr else _readers.file_stamp(filename)
     state = _file_state(stamp)
     manager = CachingFileManager(_opener, filename, mode="r",
                                  kwargs={"swmr": swmr, "state": state})
@@ -101,7 +101,7 @@ def _manager(filename: str, swmr: bool) -> CachingFileManager:
     return manager
 
 
-#: The stamp (:func:`h5mdx.format.direct.file_stamp`) of the file each file manager of
+#: The stamp (:func:`h5mdx.format.reader_cache.file_stamp`) of the file each file manager of
 #: this process opened, taken as it did; None for a live file.
 _STAMPS: weakref.WeakKeyDictionary[CachingFileManager, tuple[int, int, int, int] | None] = (
     weakref.WeakKeyDictionary())
@@ -109,17 +109,17 @@ _STAMPS: weakref.WeakKeyDictionary[CachingFileManager, tuple[int, int, int, int]
 
 class _Closer:
     """What closing the Dataset (or each node of a tree) does: close the h5py file and
-    release the direct readers of this open (:func:`h5mdx.format.direct.hold`).
+    release the direct readers of this open (:func:`h5mdx.format.reader_cache.hold`).
 
     A pickled copy (a Dataset sent to another process) closes its file there and holds
     nothing."""
 
     def __init__(self, manager: CachingFileManager, filename: str) -> None:
         self.manager = manager
-        self._release: Callable[[], None] | None = _direct.hold(filename)
+        self._release: Callable[[], None] | None = _readers.hold(filename)
         # a Dataset dropped without close(): its readers' descriptors close with the file
         # (they stayed open, a deleted file's space in use; found by an audit)
-        weakref.finalize(manager, _direct.release_soon, self._release)
+        weakref.finalize(manager, _readers.release_soon, self._release)
 
     def __call__(self) -> None:
         self.manager.close()

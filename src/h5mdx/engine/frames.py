@@ -30,7 +30,8 @@ from xarray.core import indexing
 
 from h5mdx._machine import usable_cpus
 from h5mdx.engine.arrays import H5MDArray
-from h5mdx.format.direct import row_offsets, scratch_buffers, scratch_pool
+from h5mdx.format.direct import row_offsets
+from h5mdx.format.scratch import scratch_buffers, scratch_pool
 
 __all__ = ["READ_AHEAD", "READ_AHEAD_ENV", "READ_AHEAD_MAX_PROCESS_THREADS", "FrameReader",
            "frame_reader", "read_ahead", "read_ahead_depth", "stored_start"]
