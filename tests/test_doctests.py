@@ -16,6 +16,7 @@ MODULES = [
     "h5mdx.format.direct",
     "h5mdx.format.reader_cache",
     "h5mdx.format.h5md._storage",
+    "h5mdx.format.h5md._walk",
     "h5mdx.engine.chunking",
     "h5mdx.analysis.qcp",
     "h5mdx.layout._atomic",

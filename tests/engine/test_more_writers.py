@@ -4,6 +4,7 @@ scalars with an extra axis."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 
@@ -1421,10 +1422,13 @@ def test_free_form_elements_keep_what_lies_beside_them(tmp_path):
         h5md.create_group("author").attrs["name"] = "me"
         h5md.create_group("creator").attrs.update(name="me", version="1")
         f.create_group("fields/broken").update(value=np.float64(1.0), step=np.arange(3))
-    with xr.open_dataset(plain, engine="h5md", group="fields/broken", strict=True) as ds:
-        assert float(ds.value) == 1.0
-    with xr.open_datatree(plain, engine="h5md", strict=True) as tree:
-        assert "/fields/broken" in tree.groups
+    said = r"\[/fields/broken/value\].*; its datasets served as they are"
+    with pytest.warns(H5MDConformanceWarning, match=said):  # warned, not refused
+        with xr.open_dataset(plain, engine="h5md", group="fields/broken", strict=True) as ds:
+            assert float(ds.value) == 1.0
+    with pytest.warns(H5MDConformanceWarning, match=said):
+        with xr.open_datatree(plain, engine="h5md", strict=True) as tree:
+            assert "/fields/broken" in tree.groups
     with warnings.catch_warnings():  # an element is no group: the error says where it is
         warnings.simplefilter("ignore", H5MDConformanceWarning)
         for opener in (xr.open_dataset, xr.open_datatree):
@@ -1511,3 +1515,41 @@ def test_mdanse_trajectories_are_no_h5md_and_said_so(tmp_path, capsys, legacy):
     with xr.open_dataset(path, engine="h5netcdf", group="configuration",
                          phony_dims="sort") as ds:
         assert ds.coordinates.shape == (2, 3, 3)
+
+
+def test_free_form_elements_are_read_by_the_files_rules(tmp_path, capsys):
+    """An element of a free-form group is read by the H5MD version the file declares (a
+    scalar 'step' is H5MD 1.1's, a minor departure in a 1.0 file, as for an observable),
+    and what is no departure is marked so by ``h5mdx info``, which lists the problems of
+    the free-form groups too (it listed none of them)."""
+    from h5mdx.cli import main
+    from h5mdx.format.h5md import free_form, scan
+
+    path = tmp_path / "rmpcdmd.h5"
+    _rmpcdmd(path)
+    with h5py.File(path, "r+") as f:
+        f["h5md"].attrs["version"] = np.array([1, 0], dtype=np.int32)
+        f.create_group("fields/broken").update(value=np.float64(1.0), step=np.arange(3))
+    info = scan(path)
+    found = free_form(path, "fields", info=info)
+    assert set(found.elements) == {"cylindrical_shell_histogram"}
+    assert found.groups == ("", "broken")
+    assert set(found.datasets) == {"broken/step", "broken/value"}
+    said = {p.path: p for p in found.problems}
+    fixed = said["/fields/cylindrical_shell_histogram/step"]
+    assert "H5MD 1.1's, not 1.0's" in fixed.message and fixed.minor and fixed.departure
+    broken = said["/fields/broken/value"]
+    assert broken.assumed == "its datasets served as they are" and not broken.departure
+    # without the file's scan, H5MD 1.1's rules
+    assert "/fields/cylindrical_shell_histogram/step" not in {
+        p.path for p in free_form(path, "fields").problems}
+    with pytest.raises(H5MDFormatError, match=r"fixed-interval sampling .* H5MD 1.1's"):
+        xr.open_dataset(path, engine="h5md", group="fields", strict=True)
+
+    assert main(["info", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "/fields/broken/value" in text and "(no departure: strict=True reads it)" in text
+    assert main(["info", "--json", str(path)]) == 0
+    problems = {p["path"]: p for p in json.loads(capsys.readouterr().out)["problems"]}
+    assert problems["/fields/broken/value"]["departure"] is False
+    assert problems["/fields/cylindrical_shell_histogram/step"]["minor"] is True

@@ -1020,6 +1020,7 @@ def test_info_lists_conformance_problems(tmp_path, capsys):
     assert data["problems"] == [{
         "path": f"{G}/box", "problem": "box has no 'dimension' attribute",
         "assumed": "no box dimension: taken from edges shape (3)", "minor": False,
+        "departure": True,
     }]
 
 

@@ -13,12 +13,13 @@ from h5mdx.format.h5md import (
     BoxInfo,
     ElementInfo,
     FileInfo,
+    FreeFormInfo,
+    Problem,
     compression_name,
-    free_form_elements,
+    free_form,
     objects_below,
     open_h5md,
     scan,
-    scan_free_form,
 )
 from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
 from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES, VMDStructure
@@ -131,15 +132,15 @@ def info_dict(info: FileInfo) -> dict[str, Any]:
         "parameters": {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
                        for k, v in info.parameters.items()},
         "other_groups": {root: {k: {"shape": list(v["shape"] or ()), "dtype": v["dtype"]}
-                                for k, v in found.items()
-                                if k.rpartition("/")[0] not in elements}  # as render's
-                         for root, (found, elements) in other.items()},
-        "other_elements": {root: {k: element_dict(e) for k, e in elements.items()}
-                           for root, (_, elements) in other.items() if elements},
+                                for k, v in found.datasets.items()}
+                         for root, found in other.items()},
+        "other_elements": {root: {k: element_dict(e) for k, e in found.elements.items()}
+                           for root, found in other.items() if found.elements},
         "findings": _findings(info),
         "problems": [
-            {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor}
-            for p in info.problems
+            {"path": p.path, "problem": p.message, "assumed": p.assumed, "minor": p.minor,
+             "departure": p.departure}
+            for p in _problems(info, other)
         ],
     }
 
@@ -152,15 +153,20 @@ _SHOWN = 100
 _WALKED = 1000
 
 
-def _other_groups(info: FileInfo) -> dict[str, tuple[dict[str, Any], dict[str, ElementInfo]]]:
-    """The datasets and the H5MD elements (RMPCDMD's ``/fields``) of each root group H5MD
-    does not define, by root (walked now: a scan lists only the groups' names), the file
+def _other_groups(info: FileInfo) -> dict[str, FreeFormInfo]:
+    """What each root group H5MD does not define holds (RMPCDMD's ``/fields``: datasets and
+    H5MD elements), by root (walked now: a scan lists only the groups' names), the file
     opened once for all."""
     if not info.other_groups:
         return {}
     with open_h5md(info.filename) as f:
-        return {root: (scan_free_form(f, root)[0], free_form_elements(f, root)[0])
-                for root in info.other_groups}
+        return {root: free_form(f, root, info=info) for root in info.other_groups}
+
+
+def _problems(info: FileInfo, other: dict[str, FreeFormInfo]) -> list[Problem]:
+    """The file's problems: its scan's, then those of the root groups H5MD does not define
+    (an open of them warns of these)."""
+    return [*info.problems, *(p for found in other.values() for p in found.problems)]
 
 
 def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12) -> str:
@@ -280,17 +286,23 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
                    "<sub>\" opens one)")
     if info.parameters:
         out.append("parameters: " + ", ".join(info.parameters))
-    for root, (found, elements) in _other_groups(info).items():  # not H5MD's groups
-        plain = [k for k in found if k.rpartition("/")[0] not in elements]
-        out.append(f"{root} (not H5MD's): " + (", ".join(plain) or (
+    other = _other_groups(info)
+    for root, found in other.items():  # not H5MD's groups
+        elements = found.elements
+        out.append(f"{root} (not H5MD's): " + (", ".join(found.datasets) or (
             "no other dataset" if elements else "no readable dataset")))
         wide = min(_WIDEST, max([width, *map(len, elements)]))
         out.extend(_line(el, "  ", name=key, width=wide) for key, el in elements.items())
-    if info.problems:
-        out.append(f"conformance: {len(info.problems)} problem(s) (strict=True refuses the file)")
-        for p in info.problems:
+    problems = _problems(info, other)
+    if problems:
+        refused = (" (strict=True refuses the file)" if any(p.departure for p in problems)
+                   else " (none a departure from H5MD: strict=True reads the file)")
+        out.append(f"conformance: {len(problems)} problem(s){refused}")
+        for p in problems:
             out.append(f"  {p.path}: {p.message}")
-            out.append(f"      assumed: {p.assumed}" + ("  (minor: not warned)" if p.minor else ""))
+            out.append(f"      assumed: {p.assumed}" + ("  (minor: not warned)" if p.minor else
+                                                        "" if p.departure else
+                                                        "  (no departure: strict=True reads it)"))
     findings = _diagnosis(info)
     if findings:
         from h5mdx.layout import render_findings

@@ -61,8 +61,9 @@ class _Report:
         self.problems: list[Problem] = []
 
     def add(self, problem: Problem) -> None:
-        """Record ``problem``; with ``strict`` raise it as an :class:`H5MDFormatError`."""
-        if self.strict:
+        """Record ``problem``; with ``strict`` raise it as an :class:`H5MDFormatError`
+        (where it is a departure from H5MD: :attr:`Problem.departure`)."""
+        if self.strict and problem.departure:
             raise H5MDFormatError(self.filename, problem.path, problem.message)
         if problem not in self.problems:
             self.problems.append(problem)

@@ -9,7 +9,7 @@ align with an ancestor's are renamed ``<dim>_<node>``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import h5py
@@ -33,14 +33,7 @@ from h5mdx.engine.assembly import (
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _scan_with
 from h5mdx.errors import H5MDFormatError
-from h5mdx.format.h5md import (
-    NOT_AN_ELEMENT,
-    ElementInfo,
-    FileInfo,
-    free_form_elements,
-    scaled_unit,
-    scan_free_form,
-)
+from h5mdx.format.h5md import ElementInfo, FileInfo, free_form, scaled_unit
 from h5mdx.format.text import unit_text
 
 
@@ -189,26 +182,28 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
         params = b.info.parameters
+        names: tuple[str, ...] | None = None  # /parameters: its groups walked below
         if root != "parameters":  # walked now, where served: its problems said here
-            params, problems = scan_free_form(f, root, allow_external=b.allow_external)
-            elements, more = free_form_elements(f, root, allow_external=b.allow_external)
+            found = free_form(f, root, allow_external=b.allow_external, info=b.info)
+            params, elements, names = found.datasets, found.elements, found.groups
             where = f"/{root}" + (f"/{only}" if only else "")
-            for problem in (*problems, *more):
-                if b.report.strict and problem.assumed == NOT_AN_ELEMENT:
-                    continue  # a group H5MD does not define, served as before: no departure
+            for problem in found.problems:
                 if only is None or problem.path.startswith(f"{where}/"):
                     b.report.add(problem)
         grp = f.get(root)
         if not isinstance(grp, h5py.Group):
             return {}
         groups: dict[str, h5py.Group] = {"": grp}
+        if names is None:
+            def visit(name: str, obj: h5py.HLObject) -> None:
+                if isinstance(obj, h5py.Group):
+                    groups[name] = obj
 
-        def visit(name: str, obj: h5py.HLObject) -> None:
-            if isinstance(obj, h5py.Group) and not _within(name, elements):
-                groups[name] = obj
-
-        # visititems (H5Ovisit) visits every object once, without following soft links
-        grp.visititems(visit)
+            # visititems (H5Ovisit) visits every object once, without following soft links
+            grp.visititems(visit)
+        else:
+            groups.update((name, grp[name]) for name in names if name and
+                          (only is None or name == only))
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
         attrs = {sub: {k: _plain(v) for k, v in g.attrs.items()} for sub, g in groups.items()}
@@ -250,18 +245,11 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
     return out
 
 
-def _within(name: str, elements: Mapping[str, ElementInfo]) -> bool:
-    """Whether ``name`` (a path below a free-form root) is an element of ``elements`` or
-    lies inside one: served as the element, not as a group of its own."""
-    parts = name.split("/")
-    return any("/".join(parts[:k]) in elements for k in range(1, len(parts) + 1))
-
-
 def _free_form_elements(b: _Builder, elements: dict[str, ElementInfo], where: str
                         ) -> xr.Dataset:
     """The elements of the group ``where`` (by name) as the variables of a Dataset,
     sampled by their ``step`` and ``time`` as the observables are
-    (:func:`free_form_elements`)."""
+    (:func:`~h5mdx.format.h5md.free_form`)."""
     if not elements:
         return xr.Dataset()
     ds = _elements_dataset(b, elements, where, set())
@@ -289,7 +277,7 @@ def _element_hint(b: _Builder, root: str, sub: str) -> str:
         return ""
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
-        elements = free_form_elements(f, root, allow_external=b.allow_external)[0]
+        elements = free_form(f, root, allow_external=b.allow_external, info=b.info).elements
     if sub not in elements:
         return ""
     parent, _, leaf = sub.rpartition("/")

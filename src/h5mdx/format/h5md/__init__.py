@@ -24,7 +24,7 @@ Its modules, each building on those above it (an import contract in pyproject.to
 - ``_particles``, ``_observables``, ``_meta``: a particles group, the observables,
   the ``/h5md`` group;
 - ``_walk``: :func:`scan`, :func:`objects_below`, :func:`scan_free_form`,
-  :func:`free_form_elements`.
+  :func:`free_form`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from h5mdx.format.h5md._model import (
     BoxInfo,
     ElementInfo,
     FileInfo,
+    FreeFormInfo,
     ParticlesGroupInfo,
     Problem,
     Sampling,
@@ -46,19 +47,20 @@ from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute
 from h5mdx.format.h5md._walk import NOT_AN_ELEMENT as NOT_AN_ELEMENT
-from h5mdx.format.h5md._walk import free_form_elements, objects_below, scan, scan_free_form
+from h5mdx.format.h5md._walk import free_form, objects_below, scan, scan_free_form
 
 __all__ = [
     "BoxInfo",
     "ElementInfo",
     "FileInfo",
+    "FreeFormInfo",
     "ParticlesGroupInfo",
     "scan_free_form",
     "Problem",
     "Sampling",
     "compression_name",
     "ensure_filters",
-    "free_form_elements",
+    "free_form",
     "is_h5md",
     "objects_below",
     "open_h5md",

@@ -37,6 +37,10 @@ class Problem:
     shared_by : tuple of str
         Other elements that use the part at ``path`` (a ``step`` or ``time`` hard-linked
         into them), so that an open of their group hears of it too.
+    departure : bool
+        Whether the file departs from H5MD here (``strict=True`` refuses it). False for
+        what H5MD leaves free: a group of a root group H5MD does not define that looks
+        like an element but cannot be read as one is warned about, never refused.
     """
 
     path: str
@@ -44,6 +48,7 @@ class Problem:
     assumed: str
     minor: bool = False
     shared_by: tuple[str, ...] = field(default=(), compare=False)
+    departure: bool = True
 
     def __str__(self) -> str:
         return f"[{self.path}] {self.message}; {self.assumed}"
@@ -276,3 +281,31 @@ class FileInfo:
     def parameter_groups(self) -> list[str]:
         """The groups of ``/parameters`` that hold datasets, below it (``""``: itself)."""
         return sorted({name.rpartition("/")[0] for name in self.parameters})
+
+
+@dataclass(frozen=True)
+class FreeFormInfo:
+    """What a root group H5MD does not define holds (:func:`free_form`), from one walk.
+
+    Attributes
+    ----------
+    root : str
+        The root group's name (``"fields"``).
+    groups : tuple of str
+        Its groups that are no element, by path below it (``""``: the root itself
+        first), each once (a group reached by several hard links under its first name).
+    elements : dict of ElementInfo
+        Its groups laid out as H5MD elements (a ``value`` with a ``step`` or a ``time``,
+        and nothing else: RMPCDMD's ``/fields``), by path below it.
+    datasets : dict
+        Its other datasets, by path below it: their ``shape``, ``dtype`` and ``path``.
+    problems : tuple of Problem
+        What was found wrong (those datasets and elements are left out, or served as
+        plain datasets).
+    """
+
+    root: str
+    groups: tuple[str, ...] = ("",)
+    elements: dict[str, ElementInfo] = field(default_factory=dict)
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()

@@ -73,9 +73,11 @@ class _Ctx:
         an h5py File each time: 20 us per element of fifty thousand)."""
         return _fileno(self.f["/"])
 
-    def note(self, path: str, message: str, assumed: str, *, minor: bool = False) -> None:
-        """Record a departure from H5MD (once per path and message)."""
-        problem = Problem(path, message, assumed, minor)
+    def note(self, path: str, message: str, assumed: str, *, minor: bool = False,
+             departure: bool = True) -> None:
+        """Record a departure from H5MD (once per path and message); ``departure=False``:
+        a problem where H5MD leaves the file free (see :class:`Problem`)."""
+        problem = Problem(path, message, assumed, minor, departure=departure)
         if problem not in self.problems:
             self.problems.append(problem)
 

@@ -2,14 +2,15 @@
 
 :func:`scan` walks ``/h5md``, ``/particles`` (also flat or pre-1.0 ``/trajectory``
 layouts), ``/observables``, ``/connectivity`` and ``/parameters``, and names the root
-groups H5MD does not define; :func:`objects_below` and :func:`scan_free_form` walk one
-part. Failures h5py raises on structures no check anticipated become one
+groups H5MD does not define; :func:`objects_below`, :func:`scan_free_form` and
+:func:`free_form` walk one part. Failures h5py raises on structures no check anticipated become one
 :class:`~h5mdx.errors.H5MDFormatError`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +27,13 @@ from h5mdx.format.h5md._meta import (
     _version,
     _vmd_structure,
 )
-from h5mdx.format.h5md._model import ElementInfo, FileInfo, ParticlesGroupInfo, Problem
+from h5mdx.format.h5md._model import (
+    ElementInfo,
+    FileInfo,
+    FreeFormInfo,
+    ParticlesGroupInfo,
+    Problem,
+)
 from h5mdx.format.h5md._observables import _H5MD_ROOTS, _observables
 from h5mdx.format.h5md._opening import open_h5md
 from h5mdx.format.h5md._particles import _particles_group
@@ -75,20 +82,20 @@ def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
 
 #: What is assumed of a group of a free-form root that looks like an element but cannot
 #: be read as one: no departure from H5MD (which does not define the group), so
-#: ``strict=True`` does not refuse the file for it.
+#: ``strict=True`` does not refuse the file for it (:attr:`Problem.departure`).
 NOT_AN_ELEMENT = "its datasets served as they are"
 
 
-def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
-                       allow_external: bool = False
-                       ) -> tuple[dict[str, ElementInfo], tuple[Problem, ...]]:
-    """The H5MD elements below a root group H5MD does not define.
+def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
+              allow_external: bool = False, info: FileInfo | None = None) -> FreeFormInfo:
+    """What a root group H5MD does not define holds: its groups, elements and datasets.
 
     H5MD leaves such groups free-form, and writers keep time series there in H5MD's
     element layout: RMPCDMD's ``/fields`` (fortran_h5md's ``value`` with a fixed-interval
     ``step`` and ``time``). A group below ``/<root>`` holding a ``value`` dataset and a
     ``step`` or a ``time``, and nothing else, is described as the element it is (one
-    holding other datasets or groups keeps them all, served as they are).
+    holding other datasets or groups keeps them all, served as they are). One walk of
+    the group finds all three.
 
     Parameters
     ----------
@@ -98,36 +105,92 @@ def free_form_elements(source: str | os.PathLike[str] | h5py.File, root: str, *,
         The root group's name (an entry of :attr:`FileInfo.other_groups`).
     allow_external : bool, default False
         As for :func:`scan`.
+    info : FileInfo, optional
+        The file's :func:`scan`: its H5MD version and creator decide the rules its
+        elements are read by (H5MD 1.0's; ESPResSo's steps). Without it, H5MD 1.1's.
 
     Returns
     -------
-    elements : dict of ElementInfo
-        By path below ``/<root>`` (``"cylindrical_shell_histogram"``).
-    problems : tuple of Problem
-        What was found wrong with them. An element that cannot be described is not among
-        ``elements`` (its datasets are plain datasets of :func:`scan_free_form`).
+    FreeFormInfo
+        An element that cannot be described is not among ``elements``: its datasets are
+        among ``datasets``, with a problem that is no departure
+        (:attr:`Problem.departure`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import h5py, numpy as np
+    >>> name = os.path.join(tempfile.mkdtemp(), "fields.h5")
+    >>> with h5py.File(name, "w") as f:
+    ...     f.create_group("h5md").attrs["version"] = [1, 1]
+    ...     _ = f.create_dataset("observables/e/value", data=np.zeros(3))
+    ...     _ = f.create_dataset("fields/rho/value", data=np.zeros((3, 8)))
+    ...     _ = f.create_dataset("fields/rho/step", data=10)
+    ...     _ = f.create_dataset("fields/grid/x", data=np.arange(8.0))
+    >>> found = free_form(name, "fields")
+    >>> found.groups, list(found.elements), list(found.datasets)
+    (('', 'grid'), ['rho'], ['grid/x'])
+    >>> found.elements["rho"].shape
+    (3, 8)
     """
     if not isinstance(source, h5py.File):
         with open_h5md(source) as f:
-            return free_form_elements(f, root, allow_external=allow_external)
+            return free_form(f, root, allow_external=allow_external, info=info)
     c = _Ctx(source, allow_external=allow_external, live=_live(source))
-    found: list[tuple[str, h5py.Group]] = []
+    if info is not None:
+        c.version, c.creator = info.version, str(info.creator.get("name") or "")
+    groups: list[tuple[str, h5py.Group]] = []
+    # names only: a dataset held open while an element's is refreshed (a live file: HDF5's
+    # H5Drefresh) reads the chunks of another afterwards (steps [0, 1, 2, 3] read [0, 1, 0, 1])
+    datasets: list[str] = []
+    elements: dict[str, ElementInfo] = {}
+    try:
+        grp = _get(c, source, root, "/") if _has(source, root) else None
+    except H5MDFormatError as err:
+        c.left_out(err, f"/{root}")
+        grp = None
+    if not isinstance(grp, h5py.Group):
+        return FreeFormInfo(root, (), problems=tuple(c.problems))
 
     def visit(name: str, obj: h5py.HLObject) -> None:
-        if isinstance(obj, h5py.Group) and _laid_out_as_element(obj):
-            found.append((name, obj))
+        if isinstance(obj, h5py.Group):
+            groups.append((name, obj))
+        elif isinstance(obj, h5py.Dataset):
+            datasets.append(name)
 
-    elements: dict[str, ElementInfo] = {}
-    grp = source.get(root) if _has(source, root) else None
-    if isinstance(grp, h5py.Group):
-        grp.visititems(visit)  # as _parameters: no link followed, each object once
-    for name, obj in found:
+    # visititems (H5Ovisit) visits every object once, a group before what it holds, and
+    # follows no soft or external link: no cycle, no other file is walked
+    grp.visititems(visit)
+    for name, obj in groups:
+        if _laid_out_as_element(obj) and not _within(name, elements):
+            path = f"/{root}/{name}"
+            try:
+                elements[name] = _element(c, name.rpartition("/")[2], obj, path)
+            except H5MDFormatError as err:
+                c.note(err.h5path or path, err.problem, NOT_AN_ELEMENT, departure=False)
+    plain: dict[str, dict[str, Any]] = {}
+    for name in datasets:
+        if _within(name, elements):
+            continue  # the element's value, step, time
         path = f"/{root}/{name}"
         try:
-            elements[name] = _element(c, name.rpartition("/")[2], obj, path)
+            obj = _get(c, grp, name, path)
+            _check_dataset(c, obj, path)
+            _check_declared(c, obj, path)
         except H5MDFormatError as err:
-            c.note(err.h5path or path, err.problem, NOT_AN_ELEMENT)
-    return elements, tuple(c.problems)
+            c.left_out(err, path)
+            continue
+        plain[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": path}
+    return FreeFormInfo(
+        root, ("", *(n for n, _ in groups if not _within(n, elements))), elements, plain,
+        tuple(c.problems))
+
+
+def _within(name: str, elements: Mapping[str, Any]) -> bool:
+    """Whether ``name`` (a path below a free-form root) is an element of ``elements`` or
+    lies inside one."""
+    parts = name.split("/")
+    return any("/".join(parts[:k]) in elements for k in range(1, len(parts) + 1))
 
 
 #: What an element group holds (H5MD 1.1, section "Time-dependent data").
