@@ -220,3 +220,57 @@ def test_refresh_opens_the_file_as_it_was_opened(tmp_path):
     again = h5mdx.engine.live.refresh(ds)
     with again:
         assert again.chunks["time"] == (8,) * 5 and "velocity" in again
+
+
+def _linked_twice(path):
+    """A file written for SWMR whose box (time-dependent edges in chunks of 2 frames) is
+    one group linked into two particles groups."""
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1], dtype=np.int32)
+        for name in ("a", "b"):
+            g = f.create_group(f"particles/{name}")
+            g.create_dataset("position/value", data=np.arange(48.0).reshape(8, 2, 3) + 1,
+                             maxshape=(None, 2, 3), chunks=(2, 2, 3))
+            if name == "a":
+                g.create_dataset("position/step", data=np.arange(8) * 10, maxshape=(None,),
+                                 chunks=(2,))
+                box = g.create_group("box")
+                box.attrs["dimension"] = 3
+                box.attrs["boundary"] = np.array([b"periodic"] * 3)
+                box.create_dataset("edges/value", data=np.arange(24.0).reshape(8, 3) + 1,
+                                   maxshape=(None, 3), chunks=(2, 3))
+                box["edges/step"] = g["position/step"]
+            else:
+                g["position/step"] = f["particles/a/position/step"]
+                g["box"] = f["particles/a/box"]
+
+
+def test_a_dataset_read_through_two_handles_of_a_live_file(tmp_path, monkeypatch):
+    """HDF5's refresh of a dataset (H5Drefresh, 1.10 to 2.0) corrupts every open handle of
+    it where two are open: a box linked into two particles groups, opened live, read its
+    second group's edges as "can't insert duplicate key", and a second handle of a step
+    dataset read [0, 1, 0, 1] for [0, 1, 2, 3]. The arrays of a process share one handle
+    per dataset, and a handle is refreshed only where it is the one open."""
+    from h5mdx.format.h5md import refresh_alone
+
+    path = tmp_path / "linked.h5"
+    _linked_twice(path)
+    with xr.open_datatree(path, engine="h5md") as tree:
+        want = tree["particles/a"].box_edges.values
+    assert want[:, 0].tolist() == [1.0, 4.0, 7.0, 10.0, 13.0, 16.0, 19.0, 22.0]
+    for direct in ("1", "0"):
+        monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
+        with xr.open_datatree(path, engine="h5md", swmr=True) as tree:
+            for name in ("a", "b", "a", "b"):
+                np.testing.assert_array_equal(tree[f"particles/{name}"].box_edges.values, want)
+
+    with h5py.File(path, "r", swmr=True) as f:
+        one = f["particles/a/position/step"]
+        assert refresh_alone(one)
+        two = f["particles/b/position/step"]  # the same dataset, linked twice
+        assert not refresh_alone(two)  # a second handle: not refreshed
+        np.testing.assert_array_equal(one[()], np.arange(8) * 10)
+        np.testing.assert_array_equal(two[()], np.arange(8) * 10)
+        del two
+        assert refresh_alone(one)
+        np.testing.assert_array_equal(one[()], np.arange(8) * 10)

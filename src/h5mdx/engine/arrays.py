@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ from h5mdx.format import direct as _direct
 from h5mdx.format import reader_cache as _readers
 from h5mdx.format import scratch as _scratch
 from h5mdx.format.chunk_index import locate_chunks
-from h5mdx.format.h5md import ensure_filters
+from h5mdx.format.h5md import ensure_filters, refresh_alone
 
 
 class H5MDArray(BackendArray):
@@ -305,14 +306,16 @@ class H5MDArray(BackendArray):
         """
         f = self.manager.acquire(needs_lock=False)
         held = self._open
-        if held is not None and held[0] is f and f.id.valid:
+        if held is not None and held[0] is f and f.id.valid and held[1].id.valid:
             dset = held[1]
         else:
             dset = f[self.path]
             ensure_filters(dset)  # this process may not have loaded hdf5plugin (a worker)
+            if f.swmr_mode:
+                dset = _live_handle(dset)
             self._open = (f, dset)
         if f.swmr_mode:
-            dset.refresh()  # a live file: see the chunks written since open
+            refresh_alone(dset)  # a live file: see the chunks written since open
         return dset
 
     def _read_direct(self, key: tuple) -> np.ndarray | None:
@@ -444,6 +447,30 @@ class H5MDArray(BackendArray):
                 return _readers.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
+
+
+#: The one handle of each dataset of a live (SWMR) file that the arrays of this process
+#: read through, by (HDF5's number of the file, the dataset's address): HDF5's refresh
+#: corrupts every handle of a dataset where two are open (see
+#: :func:`~h5mdx.format.h5md.refresh_alone`), and two arrays read one dataset where it is
+#: linked twice (a box shared by two particles groups) or the file is opened twice.
+_LIVE_HANDLES: weakref.WeakValueDictionary[tuple[int, ...], h5py.Dataset] = (
+    weakref.WeakValueDictionary())
+
+
+def _live_handle(dset: h5py.Dataset) -> h5py.Dataset:
+    """The handle of ``dset``'s dataset the arrays of this process share (``dset`` where
+    none is open); the caller holds the HDF5 lock."""
+    try:
+        info = h5py.h5g.get_objinfo(dset.id, b".")
+        key = (*(int(x) for x in info.fileno), *(int(x) for x in info.objno))
+    except (OSError, RuntimeError, ValueError, TypeError):
+        return dset
+    shared = _LIVE_HANDLES.get(key)
+    if shared is not None and shared.id.valid:
+        return shared
+    _LIVE_HANDLES[key] = dset
+    return dset
 
 
 class _DirectReadFailed(H5MDReadError):

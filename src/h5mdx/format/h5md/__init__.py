@@ -40,7 +40,12 @@ from h5mdx.format.h5md._model import (
     Sampling,
 )
 from h5mdx.format.h5md._opening import is_h5md, open_h5md
-from h5mdx.format.h5md._storage import compression_name, ensure_filters, scalar_text
+from h5mdx.format.h5md._storage import (
+    compression_name,
+    ensure_filters,
+    refresh_alone,
+    scalar_text,
+)
 
 # used by the engine and layout tools (not part of the documented API)
 from h5mdx.format.h5md._storage import object_address as object_address
@@ -65,6 +70,7 @@ __all__ = [
     "objects_below",
     "open_h5md",
     "reference_paths",
+    "refresh_alone",
     "scalar_text",
     "scan",
 ]

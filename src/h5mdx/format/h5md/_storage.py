@@ -626,10 +626,44 @@ def _chunk_row_stored(value: Any, k: int) -> bool:
 
 def _refresh(c: _Ctx, dset: h5py.Dataset) -> None:
     if c.live:
-        try:
-            dset.refresh()
-        except (OSError, RuntimeError, ValueError, AttributeError):
-            pass
+        refresh_alone(dset)
+
+
+def refresh_alone(dset: h5py.Dataset) -> bool:
+    """Refresh ``dset`` of a live (SWMR) file where it is the one open handle of its dataset.
+
+    HDF5's ``H5Drefresh`` (1.10 to 2.0) corrupts every open handle of a dataset where
+    there is more than one, also through another ``h5py.File`` of the same file: their
+    reads then find the wrong chunks (a step dataset ``[0, 1, 2, 3]`` in chunks of 2 read
+    ``[0, 1, 0, 1]``), or fail. Where another is open, ``dset`` reads what that handle's
+    last refresh saw.
+
+    Returns
+    -------
+    bool
+        Whether it was refreshed.
+    """
+    try:
+        me = object_address(dset)
+        # the open datasets of the file, also those opened through its other Files; the
+        # list holds a reference to each, dropped before the refresh (which reopens the
+        # handle: a reference dropped after it closed the reopened one)
+        handles = h5py.h5f.get_obj_ids(dset.file.id, h5py.h5f.OBJ_DATASET)
+        alone = sum(1 for i in handles if _same_object(i, me)) <= 1
+        del handles
+        if not alone:
+            return False
+        dset.refresh()
+    except (OSError, RuntimeError, ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def _same_object(oid: Any, address: tuple[int, ...]) -> bool:
+    try:
+        return tuple(int(x) for x in h5py.h5g.get_objinfo(oid, b".").objno) == address
+    except (OSError, RuntimeError, ValueError, TypeError):
+        return False
 
 
 def _never_written(c: _Ctx, obj: h5py.HLObject) -> bool:
