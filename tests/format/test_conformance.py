@@ -861,6 +861,22 @@ def test_base_file_is_conformant(tmp_path):
         np.testing.assert_array_equal(ds.time, TIMES)
 
 
+def test_a_plain_open_reads_the_only_particles_group_with_positions(tmp_path):
+    """A particles group of species alone beside the trajectory's: a plain open reads the
+    one with positions (it asked for group=, where VMD's structure module took the group
+    with positions for its atoms); two with positions still need group=."""
+    path = _base(str(tmp_path / "ions.h5md"))
+    with h5py.File(path, "r+") as f:
+        f.create_dataset("/particles/ions/species", data=np.arange(POS.shape[1]))
+    with xr.open_dataset(path, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position, POS)
+        assert ds.attrs["h5md_group"] == G
+    with h5py.File(path, "r+") as f:
+        f.copy(f[G], "/particles/solvent")
+    with pytest.raises(ValueError, match=r"several particles groups"):
+        xr.open_dataset(path, engine="h5md")
+
+
 def test_several_particle_groups(tmp_path):
     path = _base(str(tmp_path / "two.h5md"))
     with h5py.File(path, "r+") as f:

@@ -48,10 +48,13 @@ __all__ = ["H5MDBackendEntrypoint"]
 
 
 def _default_group(info: FileInfo, listing: str) -> str:
-    """The group a plain open reads: the only particles group; without one, the
-    observables (the only group of them where none lie directly under /observables)."""
-    if len(info.particles) == 1:
-        return next(iter(info.particles.values())).group
+    """The group a plain open reads: the only particles group, or the only one with
+    positions (as VMD's structure module finds its atoms, :mod:`h5mdx.engine.topology`);
+    without one, the observables (the only group of them where none lie directly under
+    /observables)."""
+    with_positions = [pg for pg in info.particles.values() if "position" in pg.elements]
+    if len(info.particles) == 1 or len(with_positions) == 1:
+        return (with_positions or list(info.particles.values()))[0].group
     if info.particles:
         raise ValueError(
             f"{info.filename} has several particles groups; choose one with group=... "
