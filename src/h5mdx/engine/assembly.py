@@ -62,7 +62,7 @@ class _Report:
 
     def add(self, problem: Problem) -> None:
         """Record ``problem``; with ``strict`` raise it as an :class:`H5MDFormatError`
-        (where it is a departure from H5MD: :attr:`Problem.departure`)."""
+        (where it is a departure from H5MD: ``Problem.departure``)."""
         if self.strict and problem.departure:
             raise H5MDFormatError(self.filename, problem.path, problem.message)
         if problem not in self.problems:

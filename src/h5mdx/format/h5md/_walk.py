@@ -82,7 +82,7 @@ def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
 
 #: What is assumed of a group of a free-form root that looks like an element but cannot
 #: be read as one: no departure from H5MD (which does not define the group), so
-#: ``strict=True`` does not refuse the file for it (:attr:`Problem.departure`).
+#: ``strict=True`` does not refuse the file for it (:class:`Problem`, its ``departure``).
 NOT_AN_ELEMENT = "its datasets served as they are"
 
 
@@ -114,7 +114,7 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
     FreeFormInfo
         An element that cannot be described is not among ``elements``: its datasets are
         among ``datasets``, with a problem that is no departure
-        (:attr:`Problem.departure`).
+        (:class:`Problem`, its ``departure``).
 
     Examples
     --------
