@@ -1553,3 +1553,25 @@ def test_free_form_elements_are_read_by_the_files_rules(tmp_path, capsys):
     problems = {p["path"]: p for p in json.loads(capsys.readouterr().out)["problems"]}
     assert problems["/fields/broken/value"]["departure"] is False
     assert problems["/fields/cylindrical_shell_histogram/step"]["minor"] is True
+
+    only = tmp_path / "only_fields.h5"  # departures in /fields alone: the particles open
+    with h5py.File(only, "w") as f:
+        h5md = f.create_group("h5md")
+        h5md.attrs["version"] = np.array([1, 1], dtype=np.int32)
+        h5md.create_group("author").attrs["name"] = "me"
+        h5md.create_group("creator").attrs.update(name="me", version="1")
+        g = f.create_group("particles/all")
+        g["position"] = np.zeros((4, 3))
+        box = g.create_group("box")
+        box.attrs["dimension"] = np.int32(3)
+        box.attrs["boundary"] = np.array([b"none"] * 3)
+        f.create_group("fields/x").update(value=np.arange(3.0), time=np.arange(3.0))
+    assert scan(only).problems == ()
+    with xr.open_dataset(only, engine="h5md", strict=True) as ds:
+        assert ds.position.shape == (4, 3)
+    with pytest.raises(H5MDFormatError, match=r"/fields/x"):
+        xr.open_dataset(only, engine="h5md", group="fields", strict=True)
+    assert main(["info", str(only)]) == 0
+    assert ("1 problem(s) (strict=True refuses an open of the groups they are in)"
+            in capsys.readouterr().out)
+

@@ -274,3 +274,104 @@ def test_a_dataset_read_through_two_handles_of_a_live_file(tmp_path, monkeypatch
         del two
         assert refresh_alone(one)
         np.testing.assert_array_equal(one[()], np.arange(8) * 10)
+
+
+_GROWER = """
+import sys, h5py, numpy as np
+path = sys.argv[1]
+with h5py.File(path, "w", libver="latest") as f:
+    f.create_group("h5md").attrs["version"] = np.array([1, 1])
+    f["h5md"].create_group("author").attrs["name"] = "t"
+    g = f.create_group("particles/trajectory")
+    box = g.create_group("box")
+    box.attrs["dimension"] = 3
+    box.attrs["boundary"] = np.array([b"none"] * 3)
+    v = g.create_dataset("position/value", shape=(0, 20000, 3), maxshape=(None, 20000, 3),
+                         chunks=(2, 20000, 3), dtype="f8")
+    s = g.create_dataset("position/step", shape=(0,), maxshape=(None,), chunks=(2,), dtype="i8")
+    f.swmr_mode = True
+    n = 0
+    def grow(k):
+        global n
+        for i in range(n, n + k):
+            v.resize(i + 1, axis=0); v[i] = i; v.flush()
+            s.resize(i + 1, axis=0); s[i] = i * 10; s.flush()
+        n += k
+    grow(4)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        grow(int(line))
+        print("ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_a_second_open_of_a_live_file_sees_new_frames(tmp_path, monkeypatch, direct):
+    """A Dataset of a live file that was read holds no HDF5 handle that keeps a later open
+    (or ``live.refresh``) of the file from seeing the frames written since (it saw 4 of 8:
+    its handles were second handles, never refreshed)."""
+    monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
+    path = tmp_path / "grows.h5"
+    proc = subprocess.Popen([sys.executable, "-c", _GROWER, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with xr.open_dataset(path, engine="h5md", swmr=True) as first:
+            assert first.position[:, 0, 0].values.tolist() == [0, 1, 2, 3]  # partly: lazy
+            proc.stdin.write("4\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "ok"
+            with xr.open_dataset(path, engine="h5md", swmr=True) as second:
+                assert second.sizes["time"] == 8
+                second = h5mdx.engine.live.refresh(second)
+                assert second.position[:, 0, 0].values.tolist() == list(range(8))
+                second.close()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_closing_one_live_dataset_fails_no_read_of_another(tmp_path, monkeypatch):
+    """Two Datasets of one live file, one read in a thread while the other is closed: the
+    close invalidated a handle the other's arrays read through (they shared one per
+    dataset), and its reads failed with "invalid dataset identifier"."""
+    import threading
+
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    path = tmp_path / "two.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1], dtype=np.int32)
+        f.create_group("h5md/author").attrs["name"] = "me"
+        g = f.create_group("particles/trajectory")
+        g.create_dataset("position/value", data=np.zeros((40, 500, 3)),
+                         maxshape=(None, 500, 3), chunks=(1, 500, 3))
+        g.create_dataset("position/step", data=np.arange(40), maxshape=(None,), chunks=(8,))
+        box = g.create_group("box")
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = np.array([b"none"] * 3)
+    failed: list[BaseException] = []
+    for _ in range(60):
+        one = xr.open_dataset(path, engine="h5md", swmr=True, cache=False)
+        assert one.position[0].values.shape == (500, 3)
+        two = xr.open_dataset(path, engine="h5md", swmr=True, cache=False)
+        stop = threading.Event()
+
+        def read(two=two, stop=stop):
+            i = 0
+            while not stop.is_set():
+                try:
+                    assert two.position[i % 40].values.shape == (500, 3)
+                except Exception as err:  # noqa: BLE001 - what the test looks for
+                    failed.append(err)
+                    return
+                i += 1
+
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.005)
+        one.close()
+        time.sleep(0.005)
+        stop.set()
+        t.join()
+        two.close()
+    assert not failed, failed[:2]

@@ -295,9 +295,13 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
         out.extend(_line(el, "  ", name=key, width=wide) for key, el in elements.items())
     problems = _problems(info, other)
     if problems:
-        refused = (" (strict=True refuses the file)" if any(p.departure for p in problems)
-                   else " (none a departure from H5MD: strict=True reads the file)")
-        out.append(f"conformance: {len(problems)} problem(s){refused}")
+        if any(p.departure for p in info.problems):
+            refused = "strict=True refuses the file"
+        elif any(p.departure for p in problems):  # in groups H5MD does not define alone
+            refused = "strict=True refuses an open of the groups they are in"
+        else:
+            refused = "none a departure from H5MD: strict=True reads the file"
+        out.append(f"conformance: {len(problems)} problem(s) ({refused})")
         for p in problems:
             out.append(f"  {p.path}: {p.message}")
             out.append(f"      assumed: {p.assumed}" + ("  (minor: not warned)" if p.minor else

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-import weakref
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -289,7 +288,9 @@ class H5MDArray(BackendArray):
         with self.lock:
             try:
                 dset = self._dataset()
-                return self._read(dset, key)
+                data = self._read(dset, key)
+                del dset  # closed under the lock (a live file's: see _dataset)
+                return data
             except H5MDReadError:  # the file itself (replaced since it was opened)
                 raise
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
@@ -302,20 +303,27 @@ class H5MDArray(BackendArray):
         """The h5py dataset, looked up once per open file (the caller holds the HDF5 lock).
 
         The file manager hands out the same ``h5py.File`` until it closes or evicts it; a
-        new one is looked up again.
+        new one is looked up again. A live (SWMR) file's is looked up for each read and
+        not kept: HDF5's refresh corrupts every open handle of a dataset where two are open
+        (:func:`~h5mdx.format.h5md.refresh_alone`), so that no handle of this process may
+        outlive its read (the caller drops it before it lets go of the lock). A handle kept
+        between reads was refreshed no more once a second one was open (another Dataset of
+        the file: a later open or ``live.refresh`` saw no new frame), and one shared
+        between the Datasets of a file was closed under a read of one by the close of
+        another.
         """
         f = self.manager.acquire(needs_lock=False)
-        held = self._open
-        if held is not None and held[0] is f and f.id.valid and held[1].id.valid:
-            dset = held[1]
-        else:
+        if f.swmr_mode:
             dset = f[self.path]
             ensure_filters(dset)  # this process may not have loaded hdf5plugin (a worker)
-            if f.swmr_mode:
-                dset = _live_handle(dset)
-            self._open = (f, dset)
-        if f.swmr_mode:
             refresh_alone(dset)  # a live file: see the chunks written since open
+            return dset
+        held = self._open
+        if held is not None and held[0] is f and f.id.valid and held[1].id.valid:
+            return held[1]
+        dset = f[self.path]
+        ensure_filters(dset)  # this process may not have loaded hdf5plugin (a worker)
+        self._open = (f, dset)
         return dset
 
     def _read_direct(self, key: tuple) -> np.ndarray | None:
@@ -447,30 +455,6 @@ class H5MDArray(BackendArray):
                 return _readers.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
-
-
-#: The one handle of each dataset of a live (SWMR) file that the arrays of this process
-#: read through, by (HDF5's number of the file, the dataset's address): HDF5's refresh
-#: corrupts every handle of a dataset where two are open (see
-#: :func:`~h5mdx.format.h5md.refresh_alone`), and two arrays read one dataset where it is
-#: linked twice (a box shared by two particles groups) or the file is opened twice.
-_LIVE_HANDLES: weakref.WeakValueDictionary[tuple[int, ...], h5py.Dataset] = (
-    weakref.WeakValueDictionary())
-
-
-def _live_handle(dset: h5py.Dataset) -> h5py.Dataset:
-    """The handle of ``dset``'s dataset the arrays of this process share (``dset`` where
-    none is open); the caller holds the HDF5 lock."""
-    try:
-        info = h5py.h5g.get_objinfo(dset.id, b".")
-        key = (*(int(x) for x in info.fileno), *(int(x) for x in info.objno))
-    except (OSError, RuntimeError, ValueError, TypeError):
-        return dset
-    shared = _LIVE_HANDLES.get(key)
-    if shared is not None and shared.id.valid:
-        return shared
-    _LIVE_HANDLES[key] = dset
-    return dset
 
 
 class _DirectReadFailed(H5MDReadError):

@@ -644,11 +644,17 @@ def refresh_alone(dset: h5py.Dataset) -> bool:
         Whether it was refreshed.
     """
     try:
+        fid = dset.file.id
+        # one dataset open in the file (the usual case): no handle to compare, and the
+        # cost of a read does not grow with the datasets open
+        if h5py.h5f.get_obj_count(fid, h5py.h5f.OBJ_DATASET) <= 1:
+            dset.refresh()
+            return True
         me = object_address(dset)
         # the open datasets of the file, also those opened through its other Files; the
         # list holds a reference to each, dropped before the refresh (which reopens the
         # handle: a reference dropped after it closed the reopened one)
-        handles = h5py.h5f.get_obj_ids(dset.file.id, h5py.h5f.OBJ_DATASET)
+        handles = h5py.h5f.get_obj_ids(fid, h5py.h5f.OBJ_DATASET)
         alone = sum(1 for i in handles if _same_object(i, me)) <= 1
         del handles
         if not alone:
