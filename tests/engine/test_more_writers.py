@@ -885,7 +885,7 @@ def test_an_external_particles_group_beside_a_stray_dataset_is_no_flat_group(tmp
         np.testing.assert_array_equal(ds.position.values, pos)
 
 
-def test_root_groups_are_walked_only_where_served(tmp_path):
+def test_root_groups_are_walked_only_where_served(tmp_path, capsys):
     """A problem inside a root group H5MD does not define warned at every open of the
     particles and made strict=True refuse a conformant file; its datasets were walked at
     every open (audit40 #3 #4 #10)."""
@@ -914,6 +914,16 @@ def test_root_groups_are_walked_only_where_served(tmp_path):
     with top:
         np.testing.assert_array_equal(top.ok.values, np.arange(4.0))
         assert "refs" not in top
+    # h5mdx info lists what the open warns of (it listed the references as readable, and
+    # neither problem)
+    from h5mdx.cli import main
+
+    assert main(["info", "--json", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["other_groups"]["analysis"]) == {"ok", "sub/n"}
+    said = {p["path"]: p["problem"] for p in data["problems"]}
+    assert said["/analysis/refs"] == "object references, which h5mdx does not follow"
+    assert "a soft link to /analysis/ok" in said["/analysis/link"]
 
 
 def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):

@@ -33,7 +33,13 @@ from h5mdx.engine.assembly import (
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _scan_with
 from h5mdx.errors import H5MDFormatError
-from h5mdx.format.h5md import ElementInfo, FileInfo, free_form, scaled_unit
+from h5mdx.format.h5md import (
+    ElementInfo,
+    FileInfo,
+    dataset_problem,
+    free_form,
+    scaled_unit,
+)
 from h5mdx.format.text import unit_text
 
 
@@ -207,8 +213,9 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
         attrs = {sub: {k: _plain(v) for k, v in g.attrs.items()} for sub, g in groups.items()}
-        for g in groups.values():
-            _note_free_form_links(b, g, root)
+        if names is None:  # /parameters (free_form noted those of the others)
+            for g in groups.values():
+                _note_free_form_links(b, g, root)
     # outside the lock: the builder takes it where it reads (an element of strings)
     by_group: dict[str, dict[str, ElementInfo]] = {}
     for name, el in elements.items():
@@ -286,8 +293,9 @@ def _element_hint(b: _Builder, root: str, sub: str) -> str:
 
 
 def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
-    """Note the soft and external links of a group of ``/<root>`` (``/parameters``, or a
-    root group H5MD does not define): they are not followed."""
+    """Note the soft and external links of a group of ``/parameters``: they are not
+    followed (:func:`~h5mdx.format.h5md.free_form` notes those of the other free-form
+    roots)."""
     for name in grp:
         link = grp.get(name, getlink=True)
         if isinstance(link, h5py.SoftLink):
@@ -300,21 +308,9 @@ def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
                       f"/{root}", "left out")
 
 
-def _parameter_problem(dset: h5py.Dataset) -> str | None:
-    """Why a parameter dataset cannot be served, or None."""
-    dtype = dset.dtype
-    if dset.shape is None:
-        return "an empty dataset (null dataspace) holds no value"
-    if h5py.check_ref_dtype(dtype) is not None:
-        return "object references, which h5mdx does not follow"
-    if h5py.check_vlen_dtype(dtype) is not None and h5py.check_string_dtype(dtype) is None:
-        return f"variable-length data ({h5py.check_vlen_dtype(dtype)} sequences)"
-    return None
-
-
 def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
     """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
-    problem = _parameter_problem(dset)
+    problem = dataset_problem(dset)
     if problem is not None:
         raise H5MDFormatError(b.info.filename, path, problem)
     attrs = {k: _plain(v) for k, v in dset.attrs.items()}

@@ -48,6 +48,7 @@ from h5mdx.format.h5md._storage import (
 )
 
 # used by the engine and layout tools (not part of the documented API)
+from h5mdx.format.h5md._storage import dataset_problem as dataset_problem
 from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute

@@ -427,6 +427,20 @@ def _check_dataset(c: _Ctx, dset: h5py.Dataset, where: str) -> None:
         )
 
 
+def dataset_problem(dset: h5py.Dataset) -> str | None:
+    """Why a dataset of ``/parameters`` or of a root group H5MD does not define cannot be
+    served as a variable, or None: a null dataspace, object references, variable-length
+    sequences other than strings."""
+    dtype = dset.dtype
+    if dset.shape is None:
+        return "an empty dataset (null dataspace) holds no value"
+    if h5py.check_ref_dtype(dtype) is not None:
+        return "object references, which h5mdx does not follow"
+    if h5py.check_vlen_dtype(dtype) is not None and h5py.check_string_dtype(dtype) is None:
+        return f"variable-length data ({h5py.check_vlen_dtype(dtype)} sequences)"
+    return None
+
+
 def _asked_once(cache: dict[tuple[int, ...], int | None], dset: h5py.Dataset,
                 ask: Callable[[], Any]) -> int | None:
     """``int(ask())`` for ``dset``, kept in ``cache`` by its address (None where HDF5

@@ -37,7 +37,14 @@ from h5mdx.format.h5md._model import (
 from h5mdx.format.h5md._observables import _H5MD_ROOTS, _observables
 from h5mdx.format.h5md._opening import open_h5md
 from h5mdx.format.h5md._particles import _particles_group
-from h5mdx.format.h5md._storage import _check_dataset, _check_declared, _Ctx, _get, _has
+from h5mdx.format.h5md._storage import (
+    _check_dataset,
+    _check_declared,
+    _Ctx,
+    _get,
+    _has,
+    dataset_problem,
+)
 
 
 def _other_groups(c: _Ctx) -> tuple[str, ...]:
@@ -177,13 +184,40 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
             obj = _get(c, grp, name, path)
             _check_dataset(c, obj, path)
             _check_declared(c, obj, path)
+            problem = dataset_problem(obj)
         except H5MDFormatError as err:
             c.left_out(err, path)
             continue
+        if problem is not None:
+            c.note(path, problem, "left out")
+            continue
         plain[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": path}
-    return FreeFormInfo(
-        root, ("", *(n for n, _ in groups if not _within(n, elements))), elements, plain,
-        tuple(c.problems))
+    served = [("", grp), *((n, g) for n, g in groups if not _within(n, elements))]
+    for _, g in served:
+        _note_links(c, g, root)
+    return FreeFormInfo(root, tuple(n for n, _ in served), elements, plain, tuple(c.problems))
+
+
+def _note_links(c: _Ctx, grp: h5py.Group, root: str) -> None:
+    """Note the soft and external links of a group of ``/<root>``: not followed (a walk of
+    the group visits each object once, by its hard links)."""
+    try:
+        names = list(grp)
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return
+    for name in names:
+        try:
+            link = grp.get(name, getlink=True)
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+            continue
+        if isinstance(link, h5py.SoftLink):
+            what = f"a soft link to {link.path}"
+        elif isinstance(link, h5py.ExternalLink):
+            what = f"an external link to {link.filename}:{link.path}"
+        else:
+            continue
+        c.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in /{root}",
+               "left out")
 
 
 def _within(name: str, elements: Mapping[str, Any]) -> bool:
