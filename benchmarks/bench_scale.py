@@ -406,7 +406,7 @@ def breakdown(path: str, repeats: int) -> dict[str, float]:
     from h5mdx.analysis.plan import READ_STEP_BYTES  # as --read-step-kib set it
     from h5mdx.analysis.qcp import prepare, warm_up
     from h5mdx.engine.frames import frame_reader
-    from h5mdx.format.direct import scratch_buffers
+    from h5mdx.format.scratch import scratch_buffers
 
     warm_up()
     with h5py.File(path, "r") as f:
