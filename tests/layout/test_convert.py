@@ -605,6 +605,34 @@ def test_a_psf_converted_file_carries_its_topology(tmp_path):
                                       ref.select_atoms("name CA and resid 1:50").indices)
 
 
+def test_chains_numbering_residues_alike_are_said_to_lose_their_resnames(tmp_path):
+    """VMD's structure module holds one resname per residue number: two chains numbered
+    alike with other residues left the names out without a word. The convert says so,
+    naming the output and a residue; the names and residue numbers written read back."""
+    import MDAnalysis as mda
+
+    ref = universe(d.PSF, [d.DCD])
+    two = mda.Merge(ref.atoms, ref.atoms)  # two chains, residues numbered 1..214 each
+    two.segments.segids = ["A", "B"]
+    two.residues[214:].resnames = ["GLY"] * 214
+    out = tmp_path / "two.h5md"
+    with pytest.warns(UserWarning, match=r"two\.h5md \[/parameters/vmd_structure/resname\]: "
+                      r"\d+ residue number\(s\) stand for residues of other resnames "
+                      r"\(resid 1: 'GLY', 'MET'\).*resname left out"):
+        convert(two, [], out, progress=False)
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert "resname" not in ds.coords
+        np.testing.assert_array_equal(ds.resid.values, two.atoms.resids)
+        np.testing.assert_array_equal(ds.name.values, two.atoms.names)
+    # one name per number: written, and no warning
+    two.residues[214:].resnames = ref.residues.resnames
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        convert(two, [], tmp_path / "same.h5md", progress=False)
+    with xr.open_dataset(tmp_path / "same.h5md", engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.resname.values, two.atoms.resnames)
+
+
 def test_a_zstd_file_reads_through_h5py_in_a_fresh_process(tmp_path):
     """h5py decodes hdf5plugin's filters only once hdf5plugin is imported: the engine
     imports it where a file needs it (found by an audit: the h5py path failed)."""

@@ -238,7 +238,8 @@ def _span(values: np.ndarray | None) -> str:
 
 
 def from_atoms(per_atom: Mapping[str, np.ndarray], pairs: np.ndarray | None = None,
-               species: np.ndarray | None = None) -> tuple[np.ndarray, VMDStructure] | None:
+               species: np.ndarray | None = None, note: Note | None = None,
+               ) -> tuple[np.ndarray, VMDStructure] | None:
     """The species of atoms and the module that describes them, from per-atom arrays.
 
     Parameters
@@ -252,6 +253,10 @@ def from_atoms(per_atom: Mapping[str, np.ndarray], pairs: np.ndarray | None = No
     species : array of int, optional
         The atoms' species, where they have them (a file's): the properties per species
         are those that are one value per species (``name`` must be).
+    note : callable, optional
+        Called ``note(path, problem, assumed)`` for each property the module cannot hold
+        and leaves out: a ``resname`` or ``chainID`` that is not one value per ``resid``
+        (the chains or segments of a PSF or PDB that number their residues alike).
 
     Returns
     -------
@@ -274,7 +279,7 @@ def from_atoms(per_atom: Mapping[str, np.ndarray], pairs: np.ndarray | None = No
     for k in ("charge", "segid"):
         if per_atom.get(k) is not None and len(per_atom[k]) == n:
             data[k] = np.asarray(per_atom[k])
-    data.update(_residues(per_atom, n))
+    data.update(_residues(per_atom, n, note))
     if pairs is not None and len(pairs):
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         data["bond_from"], data["bond_to"] = (pairs[:, 0] + 1).astype(np.int32), \
@@ -325,9 +330,10 @@ def _of_species(per_atom: Mapping[str, np.ndarray], n: int,
 _DATASET = {"chainID": "chain"}
 
 
-def _residues(per_atom: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+def _residues(per_atom: Mapping[str, np.ndarray], n: int,
+              note: Note | None = None) -> dict[str, np.ndarray]:
     """``resid`` per atom and the tables per residue it indexes (``resname``,
-    ``chain``), those that are one value per ``resid``."""
+    ``chain``), those that are one value per ``resid`` (the others noted)."""
     resid = per_atom.get("resid")
     if resid is None or len(resid) != n or np.asarray(resid).dtype.kind not in "iu" or (
             n and int(np.min(resid)) < 0):
@@ -344,6 +350,17 @@ def _residues(per_atom: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarra
         table[resid] = values
         if (table[resid] == values).all():  # one per resid: the table reads back as given
             out[_DATASET.get(key, key)] = table
+        elif note is not None:
+            bad = np.flatnonzero(table[resid] != values)
+            first = int(resid[bad[0]])
+            names = sorted({str(v) for v in values[resid == first]})
+            count = len(np.unique(resid[bad]))
+            note(f"{STRUCTURE_PATH}/{_DATASET.get(key, key)}",
+                 f"{count} residue number(s) stand for residues of other {key}s (resid "
+                 f"{first}: {', '.join(repr(v) for v in names[:4])}): VMD's structure "
+                 f"module holds one {key} per residue number, and chains or segments here "
+                 "number their residues alike",
+                 f"{key} left out (select by it with topology= the original topology file)")
     return out
 
 

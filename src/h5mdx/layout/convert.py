@@ -276,11 +276,12 @@ def _bonds_among(atoms: Any) -> np.ndarray | None:
     return local[(local >= 0).all(axis=1)]
 
 
-def _vmd_structure(atoms: Any) -> tuple[np.ndarray, Any] | None:
+def _vmd_structure(atoms: Any, out: str | os.PathLike[str] = "") -> tuple[np.ndarray, Any] | None:
     """The species and VMD's structure module of ``atoms`` whose topology names them
     (a PSF, PDB, GRO: :func:`h5mdx.format.vmd_structure.from_atoms`), so that the
     written file selects atoms by name, residue or segment without the topology file,
-    and VMD shows them; None without names."""
+    and VMD shows them; None without names. What the module cannot hold is warned about
+    (naming ``out``)."""
     from h5mdx.format.vmd_structure import from_atoms
 
     per_atom: dict[str, np.ndarray] = {}
@@ -292,7 +293,11 @@ def _vmd_structure(atoms: Any) -> tuple[np.ndarray, Any] | None:
         except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not in this topology
             continue
         per_atom[coord] = values.astype(str) if values.dtype == object else values
-    return from_atoms(per_atom, _bonds_among(atoms))
+    def note(path: str, problem: str, assumed: str) -> None:
+        warnings.warn(f"{os.fspath(out)} [{path}]: {problem}; {assumed}", UserWarning,
+                      stacklevel=5)
+
+    return from_atoms(per_atom, _bonds_among(atoms), note=note)
 
 
 def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
@@ -484,13 +489,13 @@ def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
 
 def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
             layout: Layout, group: str, static: dict[str, Any], verify: bool,
-            atoms: Any) -> Any:
+            atoms: Any, out: str | os.PathLike[str] = "") -> Any:
     """An H5MD or a Zarr writer of the elements (an H5MD file also holds GROMACS'
     topology module of ``atoms``, where they have one: :func:`_module_topology`, else
     VMD's structure module, where their topology names them: :func:`_vmd_structure`)."""
     topology, bonds = _module_topology(atoms)
     structure = None
-    found = _vmd_structure(atoms) if topology is None else None
+    found = _vmd_structure(atoms, out) if topology is None else None
     if found is not None:  # species one per name, type and mass, as the module holds them
         species, structure = found
         static = {**static, "species": (species, None, {
@@ -645,7 +650,8 @@ def convert(
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
-        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms)
+        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms,
+                         out)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:

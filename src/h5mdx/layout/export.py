@@ -664,12 +664,13 @@ def to_h5md(
     _warn_box_members(path, [s.name for s in specs] + list(static))
     check_steps_increase(steps, os.fspath(path))  # before any output exists
     module = _module(ds)
+    structure = None if module is not None else _structure(ds, static, path)  # the species
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
                         author=author, author_email=author_email, with_time=with_time,
                         dimension=_dimension(ds), topology=module,
-                        structure=None if module is not None else _structure(ds, static)) as w:
+                        structure=structure) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
@@ -703,7 +704,7 @@ def _module(ds: xr.Dataset) -> Any:
     return module_of(coords, str(ds.attrs.get("system_name", "")))
 
 
-def _structure(ds: xr.Dataset, static: dict[str, Any]) -> Any:
+def _structure(ds: xr.Dataset, static: dict[str, Any], path: Any = "") -> Any:
     """VMD's structure module of the Dataset's atoms, from the per-atom coordinates the
     module gave them (a file of VMD's plugin's, or one ``h5mdx convert`` wrote), by their
     ``species`` (:func:`h5mdx.format.vmd_structure.from_atoms`; ``static`` gets the
@@ -715,7 +716,12 @@ def _structure(ds: xr.Dataset, static: dict[str, Any]) -> Any:
     per_atom = {k: ds[k].values for k in (*PER_SPECIES, *PER_ATOM, *PER_RESIDUE.values())
                 if k in ds.coords and ds[k].dims == (ATOM_DIM,)}
     species = static.get("species")
-    found = from_atoms(per_atom, None, None if species is None else np.asarray(species[0]))
+    def note(where: str, problem: str, assumed: str) -> None:  # what the module cannot hold
+        warnings.warn(f"{os.fspath(path)} [{where}]: {problem}; {assumed}", UserWarning,
+                      stacklevel=4)
+
+    found = from_atoms(per_atom, None, None if species is None else np.asarray(species[0]),
+                       note=note)
     if found is None:
         return None
     codes, structure = found
