@@ -924,6 +924,23 @@ def test_root_groups_are_walked_only_where_served(tmp_path, capsys):
     said = {p["path"]: p["problem"] for p in data["problems"]}
     assert said["/analysis/refs"] == "object references, which h5mdx does not follow"
     assert "a soft link to /analysis/ok" in said["/analysis/link"]
+    assert not any(p["departure"] for p in data["problems"])
+
+    # what H5MD leaves free (references, sequences, links in /parameters and the groups
+    # it does not define) is warned about, never refused by strict=True: those files are
+    # H5MD, and strict=True refused them
+    with h5py.File(path, "r+") as f:
+        seq = f.create_dataset("parameters/seq", (2,), dtype=h5py.vlen_dtype(np.int32))
+        seq[0], seq[1] = np.arange(3, dtype=np.int32), np.arange(1, dtype=np.int32)
+        f["parameters/t"] = 300.0
+        f["parameters/also"] = h5py.SoftLink("/parameters/t")
+    for group, served, left in (("analysis", "ok", "[/analysis/refs]"),
+                                ("parameters", "t", "[/parameters/seq]")):
+        with pytest.warns(H5MDConformanceWarning) as said:
+            ds = xr.open_dataset(path, engine="h5md", group=group, strict=True)
+        assert any(left in str(w.message) for w in said)
+        with ds:
+            assert served in ds
 
 
 def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):

@@ -68,9 +68,10 @@ class _Report:
         if problem not in self.problems:
             self.problems.append(problem)
 
-    def note(self, path: str, message: str, assumed: str) -> None:
-        """Record a problem found while assembling the Dataset."""
-        self.add(Problem(path, message, assumed))
+    def note(self, path: str, message: str, assumed: str, *, departure: bool = True) -> None:
+        """Record a problem found while assembling the Dataset (``departure=False``: where
+        H5MD leaves the file free, warned but never refused)."""
+        self.add(Problem(path, message, assumed, departure=departure))
 
     def scanned(self, info: FileInfo, under: str | None = None) -> None:
         """Take the problems of the scan: all, or those of ``under`` and the whole file."""

@@ -230,8 +230,13 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             sub, _, leaf = name.rpartition("/")
             if sub not in out:
                 continue  # another group, or one reached only through a link not followed
+            dset = grp[name]
+            unservable = dataset_problem(dset)
+            if unservable is not None:  # H5MD leaves these groups free: no departure
+                b.report.note(meta["path"], unservable, "left out", departure=False)
+                continue
             try:
-                value = _parameter(b, grp[name], leaf, meta["path"])
+                value = _parameter(b, dset, leaf, meta["path"])
             except H5MDFormatError as err:
                 b.report.note(meta["path"], err.problem, "left out")
                 continue
@@ -242,13 +247,13 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                 new = f"{leaf}_dataset"
                 b.report.note(meta["path"], f"a dataset named {leaf!r} clashes with the "
                               "coordinate or dimension of that name of the elements of its "
-                              "group", f"served as {new!r}")
+                              "group", f"served as {new!r}", departure=False)
                 leaf = new
             try:
                 out[sub][leaf] = value
             except ValueError as err:  # its axes clash with another parameter's names
                 b.report.note(meta["path"], f"it does not fit beside the other parameters "
-                              f"of its group: {err}", "left out")
+                              f"of its group: {err}", "left out", departure=False)
     return out
 
 
@@ -305,14 +310,11 @@ def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
         else:
             continue
         b.report.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in "
-                      f"/{root}", "left out")
+                      f"/{root}", "left out", departure=False)
 
 
 def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
     """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
-    problem = dataset_problem(dset)
-    if problem is not None:
-        raise H5MDFormatError(b.info.filename, path, problem)
     attrs = {k: _plain(v) for k, v in dset.attrs.items()}
     try:  # as an element's (a one-element string array too)
         unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))

@@ -188,8 +188,8 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
         except H5MDFormatError as err:
             c.left_out(err, path)
             continue
-        if problem is not None:
-            c.note(path, problem, "left out")
+        if problem is not None:  # H5MD leaves the group free: no departure
+            c.note(path, problem, "left out", departure=False)
             continue
         plain[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": path}
     served = [("", grp), *((n, g) for n, g in groups if not _within(n, elements))]
@@ -217,7 +217,7 @@ def _note_links(c: _Ctx, grp: h5py.Group, root: str) -> None:
         else:
             continue
         c.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in /{root}",
-               "left out")
+               "left out", departure=False)
 
 
 def _within(name: str, elements: Mapping[str, Any]) -> bool:
