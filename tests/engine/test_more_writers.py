@@ -934,6 +934,12 @@ def test_root_groups_are_walked_only_where_served(tmp_path, capsys):
         seq[0], seq[1] = np.arange(3, dtype=np.int32), np.arange(1, dtype=np.int32)
         f["parameters/t"] = 300.0
         f["parameters/also"] = h5py.SoftLink("/parameters/t")
+    with warnings.catch_warnings():  # nor warned at an open of another group
+        warnings.simplefilter("error")
+        xr.open_dataset(path, engine="h5md", strict=True).close()
+    assert main(["info", "--json", str(path)]) == 0
+    said = {p["path"]: p for p in json.loads(capsys.readouterr().out)["problems"]}
+    assert said["/parameters/seq"]["departure"] is False  # listed by info (it was not)
     for group, served, left in (("analysis", "ok", "[/analysis/refs]"),
                                 ("parameters", "t", "[/parameters/seq]")):
         with pytest.warns(H5MDConformanceWarning) as said:

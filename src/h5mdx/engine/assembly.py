@@ -78,7 +78,7 @@ class _Report:
         # /particles read as one particles group (Sarkas): its problems are that group's
         flat = any(pg.path == "/particles" for pg in info.particles.values())
         for problem in info.problems:
-            if self.strict or under is None or any(
+            if (self.strict and problem.departure) or under is None or any(
                     _concerns(path, under, flat)
                     for path in (problem.path, *problem.shared_by)):
                 self.add(problem)

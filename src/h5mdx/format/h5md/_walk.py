@@ -273,8 +273,12 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
         try:
             _check_dataset(c, obj, obj.name)
             _check_declared(c, obj, obj.name)
+            problem = dataset_problem(obj)
         except H5MDFormatError as err:
             c.left_out(err, obj.name)
+            continue
+        if problem is not None:  # H5MD leaves the group free: no departure
+            c.note(obj.name, problem, "left out", departure=False)
             continue
         params[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": obj.name}
     return params
