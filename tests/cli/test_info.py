@@ -287,3 +287,18 @@ def test_info_counts_a_large_connectivity_tree_rather_than_scanning_it(
     assert main(["info", "--json", path]) == 0
     elements = json.loads(capsys.readouterr().out)["connectivity"]
     assert "particles_group/water_3/formula" in elements and len(elements) == 13
+
+
+def test_info_lists_the_links_of_parameters(tmp_path, capsys):
+    """A soft link in /parameters is warned about at an open of /parameters: h5mdx info
+    lists it too (audit62: it listed those of the other free-form roots alone)."""
+    import h5py
+
+    path = tmp_path / "links.h5md"
+    write_h5md(path, {"g": {"position": {"value": np.zeros((2, 3, 3)), "step": np.arange(2)}}})
+    with h5py.File(path, "a") as f:
+        f["parameters/x"] = 1.0
+        f["parameters/alias"] = h5py.SoftLink("/parameters/x")
+    main(["info", str(path)])
+    out = capsys.readouterr().out
+    assert "/parameters/alias: a soft link to /parameters/x" in out

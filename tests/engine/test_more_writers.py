@@ -1608,3 +1608,41 @@ def test_free_form_elements_are_read_by_the_files_rules(tmp_path, capsys):
     assert ("1 problem(s) (strict=True refuses an open of the groups they are in)"
             in capsys.readouterr().out)
 
+
+
+def test_free_form_problems_warned_at_the_open_of_their_own_group(tmp_path):
+    """A reference and a soft link in /fields/a/b and /parameters/sub/deep are warned
+    about at an open of that group alone, not of the groups above it (audit62: the opens
+    of /fields, /fields/a, /parameters and /parameters/sub warned of them too)."""
+    import warnings as _w
+
+    path = tmp_path / "free.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1], dtype=np.int32)
+        f.create_group("h5md/author").attrs["name"] = "me"
+        g = f.create_group("particles/trajectory")
+        g.create_dataset("position/value", data=np.zeros((4, 5, 3)))
+        box = g.create_group("box")
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = np.array([b"none"] * 3)
+        f["fields/x"] = np.arange(3.0)
+        f["fields/a/y"] = np.arange(2.0)
+        f["fields/a/b/ref"] = np.array([f["h5md"].ref], dtype=h5py.ref_dtype)
+        f["fields/a/b/soft"] = h5py.SoftLink("/fields/x")
+        f["parameters/x"] = 1.0
+        f["parameters/sub/y"] = 2.0
+        f["parameters/sub/deep/ref"] = np.array([f["h5md"].ref], dtype=h5py.ref_dtype)
+
+    def warned(group):
+        with _w.catch_warnings(record=True) as caught:
+            _w.simplefilter("always")
+            xr.open_dataset(path, engine="h5md", group=group).close()
+        return sorted(str(c.message).split("[")[1].split("]")[0] for c in caught
+                      if issubclass(c.category, h5mdx.errors.H5MDConformanceWarning))
+
+    assert warned("/fields") == []
+    assert warned("/fields/a") == []
+    assert warned("/fields/a/b") == ["/fields/a/b/ref", "/fields/a/b/soft"]
+    assert warned("/parameters") == []
+    assert warned("/parameters/sub") == []
+    assert warned("/parameters/sub/deep") == ["/parameters/sub/deep/ref"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import h5mdx.layout.export
 from h5mdx.cli import layout as _cli_layout
 from h5mdx.cli import main
 from h5mdx.format.writer import H5MDWriter
@@ -827,3 +828,20 @@ def test_errors_of_the_command_line_name_its_options(tmp_path, capsys):
         assert f"h5mdx rechunk: error: {said}" in capsys.readouterr().err
     assert main(["convert", d.PSF, d.DCD, str(tmp_path / "c.h5md"), "--start", "200"]) == 1
     assert "no frames to write: the trajectory has 98 frames" in capsys.readouterr().err
+
+
+def test_a_resname_warning_points_at_the_caller(tmp_path):
+    """The warning that VMD's structure module cannot hold a resname names the line that
+    called convert or to_h5md (audit62: it named convert.py's _writer and export.py's
+    _structure)."""
+    ref = universe(d.PSF, [d.DCD])
+    two = mda.Merge(ref.atoms, ref.atoms)
+    two.residues[214:].resnames = ["GLY"] * 214
+    with pytest.warns(UserWarning, match="resname left out") as caught:
+        convert(two, [], tmp_path / "two.h5md", progress=False)
+    assert [w.filename for w in caught if "resname" in str(w.message)] == [__file__]
+    with xr.open_dataset(tmp_path / "two.h5md", engine="h5md") as ds:
+        ds = ds.assign_coords(resname=("atom", two.atoms.resnames))
+        with pytest.warns(UserWarning, match="resname left out") as caught:
+            h5mdx.layout.export.to_h5md(ds, tmp_path / "again.h5md")
+    assert [w.filename for w in caught if "resname" in str(w.message)] == [__file__]

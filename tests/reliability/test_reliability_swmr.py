@@ -375,3 +375,32 @@ def test_closing_one_live_dataset_fails_no_read_of_another(tmp_path, monkeypatch
         t.join()
         two.close()
     assert not failed, failed[:2]
+
+
+def test_a_failed_live_read_keeps_no_handle(tmp_path, monkeypatch):
+    """A read of a live file that fails holds no HDF5 handle through its exception (kept
+    by the caller, or as IPython's last): a later open saw 4 of 8 frames while it lived,
+    its handle made the scan's a second handle, never refreshed (audit62)."""
+    from h5mdx.engine.arrays import H5MDArray
+
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    path = tmp_path / "grows.h5"
+    proc = subprocess.Popen([sys.executable, "-c", _GROWER, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with xr.open_dataset(path, engine="h5md", swmr=True) as first:
+            raw = first.position.variable._data
+            while not isinstance(raw, H5MDArray):
+                raw = raw.array
+            with pytest.raises(h5mdx.errors.H5MDReadError) as failed:
+                raw._read_locked((np.array([3, 1]), slice(None), slice(None)))  # not sorted
+            proc.stdin.write("4\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "ok"
+            with xr.open_dataset(path, engine="h5md", swmr=True) as second:
+                assert second.sizes["time"] == 8
+            del failed
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)

@@ -10,6 +10,7 @@ fill value into NaN. LAMMPS' bounds are served as edges and offset by ``_BoundsA
 from __future__ import annotations
 
 import threading
+import traceback
 import warnings
 import zlib
 from collections.abc import Callable
@@ -286,18 +287,24 @@ class H5MDArray(BackendArray):
     def _read_locked(self, key: tuple) -> np.ndarray:
         """Read through h5py, holding the HDF5 lock."""
         with self.lock:
+            dset = None
             try:
                 dset = self._dataset()
-                data = self._read(dset, key)
-                del dset  # closed under the lock (a live file's: see _dataset)
-                return data
-            except H5MDReadError:  # the file itself (replaced since it was opened)
+                return self._read(dset, key)
+            except H5MDReadError as err:  # the file itself (replaced since it was opened)
+                _let_go(err)
                 raise
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+                _let_go(err)
                 raise H5MDReadError(
                     self._filename(), self.path,
                     f"reading {_describe_key(key, self.shape)} failed: {err}",
                 ) from err
+            except BaseException as err:  # an interrupt
+                _let_go(err)
+                raise
+            finally:
+                dset = None  # closed under the lock (a live file's: see _dataset)
 
     def _dataset(self) -> h5py.Dataset:
         """The h5py dataset, looked up once per open file (the caller holds the HDF5 lock).
@@ -395,7 +402,11 @@ class H5MDArray(BackendArray):
             missing = reader.missing(box)
             if missing:
                 with self.lock:
-                    located = locate_chunks(self._dataset(), missing)
+                    try:
+                        located = locate_chunks(self._dataset(), missing)
+                    except BaseException as err:
+                        _let_go(err)  # the dataset, held by the traceback's frames
+                        raise
                 reader.add_locations(located)
             return then(reader)
         except _direct.NotAllocated:
@@ -455,6 +466,15 @@ class H5MDArray(BackendArray):
                 return _readers.plan_cached(self._dataset(), filename, self.path)
             except (OSError, RuntimeError, KeyError, ValueError, TypeError):
                 return None  # h5py's own read reports the problem with its context
+
+
+def _let_go(err: BaseException) -> None:
+    """Clear the locals of the frames ``err``'s traceback holds (those that have
+    returned), so that the h5py dataset a failed read looked up closes now, under the
+    HDF5 lock, not when the exception goes (IPython keeps the last one): a live file's
+    handle kept open made the next read's and a later open's handles second handles,
+    which :func:`~h5mdx.format.h5md.refresh_alone` does not refresh (no new frame seen)."""
+    traceback.clear_frames(err.__traceback__)
 
 
 class _DirectReadFailed(H5MDReadError):

@@ -106,6 +106,11 @@ def _concerns(path: str, group_path: str, flat: bool = False) -> bool:
     ``/particles`` itself concerns the opens of particles only where ``flat`` (``/particles``
     read as one particles group, as Sarkas writes it), every open otherwise (the particles
     left out: no open of them would say so)."""
+    if path.startswith("/parameters/") and (group_path == "/parameters"
+                                            or group_path.startswith("/parameters/")):
+        # each group of /parameters is a Dataset of its own: a problem of a dataset or
+        # link concerns the open of the group that holds it, not of those above it
+        return path.rpartition("/")[0] == group_path.rstrip("/") or path == group_path
     if path.strip("/").split("/")[0] not in ("particles", "observables", "parameters",
                                              "connectivity") or (
             path.rstrip("/") == "/particles" and not flat):

@@ -192,9 +192,8 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         if root != "parameters":  # walked now, where served: its problems said here
             found = free_form(f, root, allow_external=b.allow_external, info=b.info)
             params, elements, names = found.datasets, found.elements, found.groups
-            where = f"/{root}" + (f"/{only}" if only else "")
-            for problem in found.problems:
-                if only is None or problem.path.startswith(f"{where}/"):
+            for problem in found.problems:  # those of the group opened, not its subgroups'
+                if only is None or _served_in(problem.path, root, names) == only:
                     b.report.add(problem)
         grp = f.get(root)
         if not isinstance(grp, h5py.Group):
@@ -213,9 +212,6 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
         attrs = {sub: {k: _plain(v) for k, v in g.attrs.items()} for sub, g in groups.items()}
-        if names is None:  # /parameters (free_form noted those of the others)
-            for g in groups.values():
-                _note_free_form_links(b, g, root)
     # outside the lock: the builder takes it where it reads (an element of strings)
     by_group: dict[str, dict[str, ElementInfo]] = {}
     for name, el in elements.items():
@@ -254,7 +250,16 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             except ValueError as err:  # its axes clash with another parameter's names
                 b.report.note(meta["path"], f"it does not fit beside the other parameters "
                               f"of its group: {err}", "left out", departure=False)
+        dset = None  # closed under the lock (a live file's: see H5MDArray._dataset)
     return out
+
+
+def _served_in(path: str, root: str, groups: tuple[str, ...]) -> str:
+    """The group of ``groups`` (relative to ``/<root>``, ``""`` for it) whose Dataset
+    serves what lies at ``path``: the deepest that holds it."""
+    rel = path[len(root) + 2:] if path.startswith(f"/{root}/") else ""
+    return max((g for g in groups if not g or rel == g or rel.startswith(f"{g}/")),
+               key=len, default="")
 
 
 def _free_form_elements(b: _Builder, elements: dict[str, ElementInfo], where: str
@@ -295,22 +300,6 @@ def _element_hint(b: _Builder, root: str, sub: str) -> str:
     parent, _, leaf = sub.rpartition("/")
     return (f" (it is an H5MD element: the variable {leaf!r} of group "
             f"{'/'.join(p for p in (root, parent) if p)!r})")
-
-
-def _note_free_form_links(b: _Builder, grp: h5py.Group, root: str) -> None:
-    """Note the soft and external links of a group of ``/parameters``: they are not
-    followed (:func:`~h5mdx.format.h5md.free_form` notes those of the other free-form
-    roots)."""
-    for name in grp:
-        link = grp.get(name, getlink=True)
-        if isinstance(link, h5py.SoftLink):
-            what = f"a soft link to {link.path}"
-        elif isinstance(link, h5py.ExternalLink):
-            what = f"an external link to {link.filename}:{link.path}"
-        else:
-            continue
-        b.report.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in "
-                      f"/{root}", "left out", departure=False)
 
 
 def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:

@@ -294,8 +294,9 @@ def _vmd_structure(atoms: Any, out: str | os.PathLike[str] = "") -> tuple[np.nda
             continue
         per_atom[coord] = values.astype(str) if values.dtype == object else values
     def note(path: str, problem: str, assumed: str) -> None:
+        # note < _residues < from_atoms < _vmd_structure < _writer < convert < its caller
         warnings.warn(f"{os.fspath(out)} [{path}]: {problem}; {assumed}", UserWarning,
-                      stacklevel=5)
+                      stacklevel=7)
 
     return from_atoms(per_atom, _bonds_among(atoms), note=note)
 
@@ -650,8 +651,7 @@ def convert(
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
-        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms,
-                         out)
+        writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms, out)
         nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:

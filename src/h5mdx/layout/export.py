@@ -717,8 +717,10 @@ def _structure(ds: xr.Dataset, static: dict[str, Any], path: Any = "") -> Any:
                 if k in ds.coords and ds[k].dims == (ATOM_DIM,)}
     species = static.get("species")
     def note(where: str, problem: str, assumed: str) -> None:  # what the module cannot hold
+        # note < _residues < from_atoms < _structure < to_h5md < its caller (as the
+        # other warnings of to_h5md)
         warnings.warn(f"{os.fspath(path)} [{where}]: {problem}; {assumed}", UserWarning,
-                      stacklevel=4)
+                      stacklevel=6)
 
     found = from_atoms(per_atom, None, None if species is None else np.asarray(species[0]),
                        note=note)

@@ -261,14 +261,19 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
     if not isinstance(grp, h5py.Group):
         return params
     found: list[tuple[str, h5py.Dataset]] = []
+    groups: list[h5py.Group] = [grp]
 
     def visit(name: str, obj: h5py.HLObject) -> None:
         if isinstance(obj, h5py.Dataset):
             found.append((name, obj))
+        elif isinstance(obj, h5py.Group):
+            groups.append(obj)
 
     # visititems (H5Ovisit) visits every object once and does not follow soft or
     # external links, so cycles and links to other files are not walked
     grp.visititems(visit)
+    for g in groups:  # noted, as an open of the group warns of them (h5mdx info lists them)
+        _note_links(c, g, root)
     for name, obj in found:
         try:
             _check_dataset(c, obj, obj.name)
