@@ -1646,3 +1646,27 @@ def test_free_form_problems_warned_at_the_open_of_their_own_group(tmp_path):
     assert warned("/parameters") == []
     assert warned("/parameters/sub") == []
     assert warned("/parameters/sub/deep") == ["/parameters/sub/deep/ref"]
+
+
+def test_an_element_hdf5_cannot_read_is_served_as_datasets(tmp_path, monkeypatch):
+    """A group of a free-form root laid out as an element whose read fails inside h5py
+    (a structure no check anticipated) is served as its datasets, with a note, not a
+    bare traceback out of the open."""
+    from h5mdx.format.h5md import _walk, free_form
+
+    path = tmp_path / "rmpcdmd.h5"
+    _rmpcdmd(path)
+
+    def failing(*args, **kwargs):
+        raise OSError("Can't read data (wrong B-tree signature)")
+
+    monkeypatch.setattr(_walk, "_element", failing)
+    found = free_form(path, "fields")
+    assert found.elements == {}
+    assert "cylindrical_shell_histogram/value" in found.datasets
+    (problem,) = [p for p in found.problems if "cannot read it as an element" in p.message]
+    assert "wrong B-tree signature" in problem.message and not problem.departure
+    with pytest.warns(H5MDConformanceWarning, match="cannot read it as an element"):
+        with xr.open_dataset(path, engine="h5md",
+                             group="fields/cylindrical_shell_histogram") as ds:
+            assert "value" in ds

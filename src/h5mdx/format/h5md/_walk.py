@@ -3,8 +3,9 @@
 :func:`scan` walks ``/h5md``, ``/particles`` (also flat or pre-1.0 ``/trajectory``
 layouts), ``/observables``, ``/connectivity`` and ``/parameters``, and names the root
 groups H5MD does not define; :func:`objects_below`, :func:`scan_free_form` and
-:func:`free_form` walk one part. Failures h5py raises on structures no check anticipated become one
-:class:`~h5mdx.errors.H5MDFormatError`.
+:func:`free_form` walk one part. Failures h5py raises on structures no check anticipated
+become one :class:`~h5mdx.errors.H5MDFormatError` (in :func:`free_form`, a group that
+looks like an element and is read as datasets).
 """
 
 from __future__ import annotations
@@ -175,6 +176,9 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
                 elements[name] = _element(c, name.rpartition("/")[2], obj, path)
             except H5MDFormatError as err:
                 c.note(err.h5path or path, err.problem, NOT_AN_ELEMENT, departure=False)
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+                c.note(path, f"HDF5 cannot read it as an element ({type(err).__name__}: "
+                       f"{err})", NOT_AN_ELEMENT, departure=False)
     plain: dict[str, dict[str, Any]] = {}
     for name in datasets:
         if _within(name, elements):
