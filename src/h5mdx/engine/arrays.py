@@ -287,7 +287,6 @@ class H5MDArray(BackendArray):
     def _read_locked(self, key: tuple) -> np.ndarray:
         """Read through h5py, holding the HDF5 lock."""
         with self.lock:
-            dset = None
             try:
                 dset = self._dataset()
                 return self._read(dset, key)

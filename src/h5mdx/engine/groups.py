@@ -36,7 +36,6 @@ from h5mdx.errors import H5MDFormatError
 from h5mdx.format.h5md import (
     ElementInfo,
     FileInfo,
-    dataset_problem,
     free_form,
     scaled_unit,
 )
@@ -226,11 +225,7 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             sub, _, leaf = name.rpartition("/")
             if sub not in out:
                 continue  # another group, or one reached only through a link not followed
-            dset = grp[name]
-            unservable = dataset_problem(dset)
-            if unservable is not None:  # H5MD leaves these groups free: no departure
-                b.report.note(meta["path"], unservable, "left out", departure=False)
-                continue
+            dset = grp[name]  # (the scan and free_form left out what cannot be served)
             try:
                 value = _parameter(b, dset, leaf, meta["path"])
             except H5MDFormatError as err:

@@ -48,11 +48,9 @@ from h5mdx.format.h5md._storage import (
 )
 
 # used by the engine and layout tools (not part of the documented API)
-from h5mdx.format.h5md._storage import dataset_problem as dataset_problem
 from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute
-from h5mdx.format.h5md._walk import NOT_AN_ELEMENT as NOT_AN_ELEMENT
 from h5mdx.format.h5md._walk import free_form, objects_below, scan, scan_free_form
 
 __all__ = [

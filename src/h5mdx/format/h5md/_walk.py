@@ -147,10 +147,6 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
     c = _Ctx(source, allow_external=allow_external, live=_live(source))
     if info is not None:
         c.version, c.creator = info.version, str(info.creator.get("name") or "")
-    groups: list[tuple[str, h5py.Group]] = []
-    # names only: a dataset held open while an element's is refreshed (a live file: HDF5's
-    # H5Drefresh) reads the chunks of another afterwards (steps [0, 1, 2, 3] read [0, 1, 0, 1])
-    datasets: list[str] = []
     elements: dict[str, ElementInfo] = {}
     try:
         grp = _get(c, source, root, "/") if _has(source, root) else None
@@ -159,16 +155,7 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
         grp = None
     if not isinstance(grp, h5py.Group):
         return FreeFormInfo(root, (), problems=tuple(c.problems))
-
-    def visit(name: str, obj: h5py.HLObject) -> None:
-        if isinstance(obj, h5py.Group):
-            groups.append((name, obj))
-        elif isinstance(obj, h5py.Dataset):
-            datasets.append(name)
-
-    # visititems (H5Ovisit) visits every object once, a group before what it holds, and
-    # follows no soft or external link: no cycle, no other file is walked
-    grp.visititems(visit)
+    groups, datasets = _below(grp)
     for name, obj in groups:
         if _laid_out_as_element(obj) and not _within(name, elements):
             path = f"/{root}/{name}"
@@ -179,11 +166,41 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
             except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
                 c.note(path, f"HDF5 cannot read it as an element ({type(err).__name__}: "
                        f"{err})", NOT_AN_ELEMENT, departure=False)
-    plain: dict[str, dict[str, Any]] = {}
-    for name in datasets:
-        if _within(name, elements):
-            continue  # the element's value, step, time
-        path = f"/{root}/{name}"
+    plain = _plain_datasets(c, grp, [n for n in datasets if not _within(n, elements)])
+    served = [("", grp), *((n, g) for n, g in groups if not _within(n, elements))]
+    for _, g in served:
+        _note_links(c, g, root)
+    return FreeFormInfo(root, tuple(n for n, _ in served), elements, plain, tuple(c.problems))
+
+
+def _below(grp: h5py.Group) -> tuple[list[tuple[str, h5py.Group]], list[str]]:
+    """The groups below ``grp`` (path below it, group) and the paths of its datasets.
+
+    Datasets by name only: a dataset held open while an element's is refreshed (a live
+    file: HDF5's H5Drefresh) reads the chunks of another afterwards (steps [0, 1, 2, 3]
+    read [0, 1, 0, 1]).
+    """
+    groups: list[tuple[str, h5py.Group]] = []
+    datasets: list[str] = []
+
+    def visit(name: str, obj: h5py.HLObject) -> None:
+        if isinstance(obj, h5py.Group):
+            groups.append((name, obj))
+        elif isinstance(obj, h5py.Dataset):
+            datasets.append(name)
+
+    # visititems (H5Ovisit) visits every object once, a group before what it holds, and
+    # follows no soft or external link: no cycle, no other file is walked
+    grp.visititems(visit)
+    return groups, datasets
+
+
+def _plain_datasets(c: _Ctx, grp: h5py.Group, names: list[str]) -> dict[str, Any]:
+    """The datasets ``names`` below ``grp`` that can be served as they are, by name, with
+    their shape, dtype and path; the others noted (those H5MD leaves free: no departure)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        path = f"{grp.name}/{name}"
         try:
             obj = _get(c, grp, name, path)
             _check_dataset(c, obj, path)
@@ -192,14 +209,11 @@ def free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
         except H5MDFormatError as err:
             c.left_out(err, path)
             continue
-        if problem is not None:  # H5MD leaves the group free: no departure
+        if problem is not None:
             c.note(path, problem, "left out", departure=False)
             continue
-        plain[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": path}
-    served = [("", grp), *((n, g) for n, g in groups if not _within(n, elements))]
-    for _, g in served:
-        _note_links(c, g, root)
-    return FreeFormInfo(root, tuple(n for n, _ in served), elements, plain, tuple(c.problems))
+        out[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": path}
+    return out
 
 
 def _note_links(c: _Ctx, grp: h5py.Group, root: str) -> None:
@@ -258,39 +272,15 @@ def _live(f: h5py.File) -> bool:
 def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
     """The datasets below ``/<root>`` (``/parameters``, or another free-form group), by
     path below it, with their shape, dtype and path."""
-    params: dict[str, Any] = {}
     if not _has(c.f, root):
-        return params
+        return {}
     grp = _get(c, c.f, root, "/")
     if not isinstance(grp, h5py.Group):
-        return params
-    found: list[tuple[str, h5py.Dataset]] = []
-    groups: list[h5py.Group] = [grp]
-
-    def visit(name: str, obj: h5py.HLObject) -> None:
-        if isinstance(obj, h5py.Dataset):
-            found.append((name, obj))
-        elif isinstance(obj, h5py.Group):
-            groups.append(obj)
-
-    # visititems (H5Ovisit) visits every object once and does not follow soft or
-    # external links, so cycles and links to other files are not walked
-    grp.visititems(visit)
-    for g in groups:  # noted, as an open of the group warns of them (h5mdx info lists them)
+        return {}
+    groups, datasets = _below(grp)
+    for g in (grp, *(g for _, g in groups)):  # noted, as an open of the group warns of them
         _note_links(c, g, root)
-    for name, obj in found:
-        try:
-            _check_dataset(c, obj, obj.name)
-            _check_declared(c, obj, obj.name)
-            problem = dataset_problem(obj)
-        except H5MDFormatError as err:
-            c.left_out(err, obj.name)
-            continue
-        if problem is not None:  # H5MD leaves the group free: no departure
-            c.note(obj.name, problem, "left out", departure=False)
-            continue
-        params[name] = {"shape": obj.shape, "dtype": str(obj.dtype), "path": obj.name}
-    return params
+    return _plain_datasets(c, grp, datasets)
 
 
 def scan(
