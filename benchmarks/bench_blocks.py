@@ -62,7 +62,7 @@ def _run(path: str, select: np.ndarray | None, frames_per_block: int) -> np.ndar
 
 def measure(args: argparse.Namespace, path: str) -> list[dict[str, Any]]:
     from h5mdx.engine.chunking import time_block
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     shape = (args.frames, N_ATOMS, 3)
     blocks = {mib: time_block(shape, 4, CHUNKS[args.layout](N_ATOMS), mib)

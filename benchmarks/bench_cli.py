@@ -5,7 +5,7 @@ interpreter started, h5mdx imported, the file opened, a local cluster started wh
 scheduler has one, the RMSD computed and written): ``wall`` is what the user waits for,
 ``compute`` the seconds the command itself reports for the RMSD (its ``rmsd: ... in X s``
 line: warm-up of the kernel included, the start of the interpreter and of a cluster not).
-The N-process h5py read floor (:func:`h5mdx.examples.floor_reader`, N = the cores) is
+The N-process h5py read floor (:func:`h5mdx.floor.floor_reader`, N = the cores) is
 timed in the same rounds; ``auto`` is the default (``--scheduler auto``), and the table
 says what it chose.
 
@@ -86,7 +86,7 @@ def _floor_timer(into: list[float], floor: Callable[[], tuple[float, int]]
 def layout_rows(path: str, layout: str, cores: int, selections: dict[str, str | None],
                 repeats: int) -> list[dict[str, Any]]:
     """Medians of ``repeats`` interleaved rounds of every scheduler and the floor."""
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     rows = []
     with floor_reader(path, cores) as floor:

@@ -25,7 +25,7 @@ log and the workers' task stream:
   that any tool reaching it through ``distributed`` could give, even one whose tasks
   read at the floor.
 
-Each round times the floor (``h5mdx.examples.floor_reader``: N processes, each reading
+Each round times the floor (``h5mdx.floor.floor_reader``: N processes, each reading
 one slab with h5py) and then the compute, 0.2 s apart, for each selection
 (``--selections``: 214 C-alpha-like indices, all atoms). Every figure is the median over
 ``--repeats`` rounds, after one warm-up. The file is ``bench_scale``'s synthetic
@@ -123,7 +123,7 @@ def empty_compute(client: Any, blocks: tuple[int, ...], gather: bool = False) ->
 
 def run(path: str, n: int, selections: list[str], repeats: int) -> list[dict[str, Any]]:
     """Rows of medians for each selection with ``n`` workers, the floor in the same rounds."""
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     picks = {"ca": bs.ca_indices(), "all": None}
     rows = []

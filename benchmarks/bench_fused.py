@@ -6,7 +6,7 @@ shared machine; this benchmark compares within one. A ``distributed`` LocalClust
 single-threaded worker processes (the layout h5mdx recommends) and dask's threaded
 scheduler with N threads compute the RMSD with the fused read forced on and forced off,
 alternately, each round also timing the N-process h5py read floor
-(:func:`h5mdx.examples.floor_reader`). A round runs floor, on, off (or floor, off, on: the
+(:func:`h5mdx.floor.floor_reader`). A round runs floor, on, off (or floor, off, on: the
 order alternates), so each ratio compares timings of the same spell.
 
 ``--switch mapped`` turns ``H5MDX_MAPPED_READ`` on and off instead: on, every task runs the
@@ -157,7 +157,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--switch", choices=sorted(SWITCHES), default="fused")

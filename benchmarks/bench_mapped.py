@@ -18,7 +18,7 @@ three ways:
   (:meth:`~h5mdx.analysis.qcp.PreparedQCP.from_file`: 1 MiB of frames a ``pread``);
 - ``mapped``: the kernel on the worker's slab of a mapping of the file made once per
   worker, ``--step-mib`` at a time;
-- the N-process h5py read floor (:func:`h5mdx.examples.floor_reader`).
+- the N-process h5py read floor (:func:`h5mdx.floor.floor_reader`).
 
 The order rotates from round to round. Every figure is a median of ``--repeats`` rounds
 after one untimed round; ratios are medians of the rounds' ratios. The RMSD of the two ways
@@ -63,7 +63,7 @@ from bench_scale import (  # noqa: E402 - the benchmark next to this one
     versions_text,
 )
 
-from h5mdx.examples import _ping, _slabs, floor_reader  # noqa: E402
+from h5mdx.floor import _ping, floor_reader, frame_slabs  # noqa: E402
 
 #: Linux fills the page tables of a mapping as it is made (no fault per page); 0 elsewhere.
 MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -170,7 +170,7 @@ def every_slab(pool: Executor, way: str, parts: list[tuple[int, int]],
 def measure(path: str, frames: int, mode: str, n: int, select: np.ndarray | None,
             step_mib: float, repeats: int, window_mib: float = 64.0) -> dict[str, Any]:
     """The floor and every way in the same rounds; then the ways' RMSD compared."""
-    parts = _slabs(frames, 1, n)  # the floor's split of a contiguous dataset
+    parts = frame_slabs(frames, 1, n)  # the floor's split of a contiguous dataset
     with floor_reader(path, n) as floor, workers(mode, n, path, select, step_mib,
                                                   window_mib) as pool:
         timers: dict[str, Callable[[], float]] = {"floor": lambda: floor()[0]}

@@ -6,7 +6,7 @@ block per HDF5 chunk, as the studies this project comes from did) or ``chunks={}
 engine's blocks, ~128 MiB) and computes ``h5mdx.rmsd`` gets one task per run of whole
 blocks, as large as a lazy open's tasks (``h5mdx.analysis.plan._open_block_ends``); each
 task costs ``distributed`` a few ms. Each round times the N-process h5py read floor
-(``h5mdx.examples.floor_reader``) and then each open (the file opened, the RMSD of all
+(``h5mdx.floor.floor_reader``) and then each open (the file opened, the RMSD of all
 atoms computed on a ``LocalCluster`` of ``--workers`` single-threaded processes, the
 default client); ratios are the floor's time over the run's, medians over ``--repeats``
 rounds after one warm-up. The file is ``bench_scale``'s synthetic trajectory (``--frames``
@@ -121,7 +121,7 @@ def run(path: str, n: int, repeats: int, zarr: str | None = None,
     import xarray as xr
 
     import h5mdx
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
     from h5mdx.parallel import local_cluster
 
     opens = {name: (path, "h5md", chunks, {}) for name, chunks in OPENS.items()}

@@ -8,7 +8,7 @@ with a warm page cache, median of ``--repeats`` runs after a warm-up:
 
 1. the I/O floor: 2 processes reading the position dataset with plain h5py, each one
    half of the frames, whole chunks a few MiB at a time into a buffer it keeps
-   (``h5mdx.examples.floor_reader``, the floor of ``bench_scale.py`` and ``h5mdx example``);
+   (``h5mdx.floor.floor_reader``, the floor of ``bench_scale.py`` and ``h5mdx example``);
 2. h5mdx: ``open_dataset`` with the PSF topology and ``h5mdx.rmsd`` of the C-alpha atoms
    on a LocalCluster of 2 worker processes (its documented configuration). The floor and
    h5mdx are timed in the same rounds, in turn (``bench_scale.interleaved``); "vs floor"
@@ -235,7 +235,7 @@ def main() -> None:
     from bench_scale import _timed, interleaved, round_ratios
 
     import h5mdx
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
     from h5mdx.parallel import local_cluster
 
     topology, u, frames = adk()

@@ -13,7 +13,7 @@ For every layout and N in ``--workers`` (default 1, 2, 4, 8, 16 up to the cores)
 
 1. the read floor: N processes each read 1/N of the frames (a slab of whole chunks) with
    plain h5py, ~4 MiB of whole chunks at a time into one buffer each keeps
-   (:func:`h5mdx.examples.floor_reader`, the floor ``h5mdx example`` reports; one call
+   (:func:`h5mdx.floor.floor_reader`, the floor ``h5mdx example`` reports; one call
    into a new array would time the kernel's page faults too: the breakdown's
    ``h5py one call, new array``);
 2. h5mdx: ``h5mdx.rmsd(ds.position, select=indices)`` computed on each
@@ -265,7 +265,7 @@ def paired_runs(args: argparse.Namespace, path: str, n: int,
     ``ratios`` are its round-by-round ratios to the floor, and ``vs floor`` is their
     median. Returns the floor's row and the h5mdx rows.
     """
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     selections = {"ca": ca_indices(), "all": None}
     with floor_reader(path, n) as read, schedulers(args.schedulers, n) as configs:
@@ -685,7 +685,7 @@ def layout_runs(args: argparse.Namespace, layout: str,
 
     ``saved(entry)`` is called with what is measured so far after each N.
     """
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     path = os.path.join(args.data, f"scale-{layout}-{args.frames}.h5md")
     t0 = time.perf_counter()

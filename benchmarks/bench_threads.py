@@ -7,7 +7,7 @@ processes reached 590,000-720,000. This benchmark takes the read apart, per layo
 order rotating), each against the T-process h5py read floor of its own round:
 
 ``floor``
-    T processes read their slab with h5py (:func:`h5mdx.examples.floor_reader`).
+    T processes read their slab with h5py (:func:`h5mdx.floor.floor_reader`).
 ``pread, processes`` / ``pread+qcp, processes``
     T processes read their spans' bytes with ``os.preadv`` (100 frames a read, runs of
     adjacent chunks located from the chunk index), each into one buffer it keeps: the
@@ -72,7 +72,7 @@ from bench_scale import (  # noqa: E402
 
 from h5mdx.analysis.rmsd import FUSED_READ_ENV  # noqa: E402
 from h5mdx.engine.frames import READ_AHEAD_ENV  # noqa: E402
-from h5mdx.examples import _slabs  # noqa: E402
+from h5mdx.floor import frame_slabs  # noqa: E402
 
 # ------------------------------------------------------------------- plain reads
 _LOCAL = threading.local()
@@ -190,7 +190,7 @@ def _process_read(path: str, lo: int, hi: int, how: str = "pread") -> int:
 def pread_timers(path: str, n: int) -> Iterator[dict[str, Callable[[], float]]]:
     """Timers of the plain-read variants with ``n`` threads or processes."""
     table = span_table(path)
-    parts = _slabs(len(table), 1, n)  # the floor's split, in spans instead of frames
+    parts = frame_slabs(len(table), 1, n)  # the floor's split, in spans instead of frames
     kernel = _qcp_kernel(path)
     shared = os.open(path, os.O_RDONLY)
     with cf.ThreadPoolExecutor(n) as threads, cf.ProcessPoolExecutor(
@@ -285,7 +285,7 @@ def _stack(*patches: Any) -> Iterator[None]:
 
 # ------------------------------------------------------------------------ the run
 def run_n(path: str, n: int, repeats: int, frames: int) -> dict[str, Any]:
-    from h5mdx.examples import floor_reader
+    from h5mdx.floor import floor_reader
 
     with floor_reader(path, n) as floor, pread_timers(path, n) as plain:
         timers: dict[str, Callable[[], float]] = {"floor": lambda: floor()[0]}

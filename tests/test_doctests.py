@@ -22,6 +22,8 @@ MODULES = [
     "h5mdx.layout._atomic",
     "h5mdx.mpi.decompose",
     "h5mdx.bench.grid",
+    "h5mdx.floor",
+    "h5mdx.examples.trajectory",
     "h5mdx.timing.report",
     "h5mdx._subprocess",
     "h5mdx.parallel.schedulers",

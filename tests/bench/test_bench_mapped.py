@@ -18,7 +18,7 @@ def test_every_way_gives_the_rmsd_of_h5mdx(bench_mapped, tmp_path, mode):
     with xr.open_dataset(path, engine="h5md") as ds:
         expected = h5mdx.rmsd(ds.position, select=select).values
     with bench_mapped.workers(mode, 2, path, select, 0.25, 0.5) as pool:
-        parts = bench_mapped._slabs(90, 1, 2)
+        parts = bench_mapped.frame_slabs(90, 1, 2)
         for way in bench_mapped.WAYS:
             got = np.concatenate(list(pool.map(
                 bench_mapped._slab, [way] * 2, *zip(*parts, strict=True), [True] * 2)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -19,20 +18,8 @@ pytest.importorskip("distributed")
 pytest.importorskip("matplotlib")
 
 from h5mdx.cli import main  # noqa: E402
-from h5mdx.examples import (  # noqa: E402
-    _SLAB,
-    _adk_source,
-    _byte_spans,
-    _floor_slabs,
-    _read_slab,
-    _read_spans,
-    _slabs,
-    build_adk_trajectory,
-    floor_reader,
-    perturbed_frames,
-    read_floor,
-    source_index,
-)
+from h5mdx.examples import build_adk_trajectory, perturbed_frames, source_index  # noqa: E402
+from h5mdx.examples.trajectory import _adk_source  # noqa: E402
 from h5mdx.testing import adk_example, assert_rmsd_close  # noqa: E402
 
 FRAMES = 300
@@ -155,73 +142,6 @@ def test_source_index_goes_back_and_forth():
     assert np.abs(np.diff(idx)).max() == 1  # no jumps
 
 
-def test_read_floor_and_slabs(tmp_path):
-    assert _slabs(1000, 100, 2) == [(0, 500), (500, 1000)]
-    assert _slabs(250, 100, 2) == [(0, 200), (200, 250)]
-    assert _slabs(50, 100, 4) == [(0, 50)]
-    path = build_adk_trajectory(tmp_path / "adk.h5md", 200, progress=False)
-    nbytes = 200 * 3341 * 3 * 4
-    for workers in (1, 2):
-        floor = read_floor(path, workers=workers, repeats=1)
-        assert floor["bytes"] == nbytes and floor["frames"] == 200
-        assert floor["gb_per_s"] == pytest.approx(nbytes / floor["seconds"] / 1e9)
-
-
-@pytest.mark.parametrize("chunks", [(100, 3341, 3), None], ids=["c100", "contig"])
-def test_floor_gives_every_process_a_slab_of_its_own(tmp_path, chunks):
-    """Every layout splits among the floor's processes (a contiguous one did not)."""
-    src = build_adk_trajectory(tmp_path / "adk.h5md", 1000, progress=False)
-    path = tmp_path / "copy.h5md"
-    with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
-        g.create_dataset(POSITION, data=f[POSITION][:], chunks=chunks)
-    for workers in (1, 2, 4):
-        slabs = _floor_slabs(str(path), workers)
-        assert len(slabs) == workers
-        assert slabs[0][0] == 0 and slabs[-1][1] == 1000
-        assert all(b == c for (_, b), (c, _) in itertools.pairwise(slabs))
-        if chunks:
-            assert all(a % 100 == 0 for a, _ in slabs)
-
-
-def test_floor_reads_the_file_in_whole_chunks_into_one_buffer(tmp_path):
-    path = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False)
-    with h5py.File(path, "r") as f:
-        frames = f[POSITION][:]
-    _SLAB.clear()
-    assert _read_slab(str(path), 0, 250) == frames.nbytes
-    buf = _SLAB["buffer"]
-    assert buf.shape == (100, 3341, 3)  # one chunk of 100 frames (~4 MiB) at a time
-    np.testing.assert_array_equal(buf[:50], frames[200:250])  # the last piece it read
-    assert _read_slab(str(path), 40, 140) == 100 * 3341 * 3 * 4
-    assert _SLAB["buffer"] is buf  # the same buffer, not a new array per read
-    np.testing.assert_array_equal(buf, frames[40:140])
-    # kept open, the readers time one read per call, the same bytes every time
-    with floor_reader(path, workers=2) as read:
-        timings = [read() for _ in range(3)] + [read(raw=True) for _ in range(2)]
-    assert all(sec > 0 and nbytes == frames.nbytes for sec, nbytes in timings)
-
-
-@pytest.mark.parametrize("chunks", [(100, 3341, 3), None], ids=["c100", "contig"])
-def test_raw_reads_cover_the_positions_bytes(tmp_path, chunks):
-    """The raw reads (os.preadv, no HDF5) of each slab are the bytes of its frames: the
-    whole dataset once, every layout."""
-    src = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False)
-    path = tmp_path / "copy.h5md"
-    with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
-        frames = f[POSITION][:]
-        g.create_dataset(POSITION, data=frames, chunks=chunks)
-    slabs = _floor_slabs(str(path), 2)
-    spans = _byte_spans(str(path), slabs)
-    raw = b""
-    with open(path, "rb") as fh:
-        for slab in spans:
-            for offset, n in slab:
-                fh.seek(offset)
-                raw += fh.read(n)
-    assert raw == frames.tobytes()
-    assert sum(_read_spans(str(path), slab) for slab in spans) == frames.nbytes
-
-
 def test_cli_refuses_a_selection_mdanalysis_cannot_use(tmp_path, capsys):
     assert main(["example", "--out", str(tmp_path), "--select", "protein and ("]) == 2
     err = capsys.readouterr().err
@@ -240,7 +160,7 @@ def test_outputs_are_staged_and_stale_stages_removed(tmp_path):
     end (an interrupted rerun left new series beside an old report); a stage left by a
     process that is gone is removed by the next run, and one interrupted (Ctrl-C) goes
     at once."""
-    from h5mdx.examples import _STAGE, _staged
+    from h5mdx.examples.run import _STAGE, _staged
 
     dead = tmp_path / f"{_STAGE}999999999"
     dead.mkdir()

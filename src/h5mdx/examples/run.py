@@ -1,0 +1,285 @@
+"""The example's run: the RMSD and the read floor in paired rounds, then the outputs.
+
+:func:`run_example` builds (or reuses) the trajectory, times the RMSD on a local cluster
+against the read floor and raw reads of the same bytes (:mod:`h5mdx.floor`) in paired
+rounds, runs it once more with per-task timing, times MDAnalysis on a sample, and writes
+the outputs into a staging directory, published together when all were written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from h5mdx.examples.report import (
+    ExampleResult,
+    _plural,
+    _what,
+    machine_description,
+    plot_rmsd,
+    write_report,
+)
+from h5mdx.examples.trajectory import (
+    DEFAULT_FRAMES,
+    SYNTHETIC,
+    build_adk_trajectory,
+    describe_file,
+    is_cached,
+)
+from h5mdx.floor import floor_figures, floor_reader
+
+__all__ = ["ROUNDS", "mdanalysis_sample_rate", "run_example"]
+
+
+def mdanalysis_sample_rate(path: str | os.PathLike[str], topology: str, select: str = "name CA",
+                           frames: int = 300) -> dict[str, Any]:
+    """Time MDAnalysis' ``RMSD`` on the first ``frames`` frames of ``path``.
+
+    Only ``RMSD.run`` is timed (not building the Universe), serially, as
+    MDAnalysis runs by default.
+
+    Parameters
+    ----------
+    path : path-like
+        The H5MD file (read by MDAnalysis' own H5MD reader).
+    topology : str
+        Topology file.
+    select : str, default "name CA"
+        Atom selection.
+    frames : int, default 300
+        Frames to run on (capped at the trajectory's length).
+
+    Returns
+    -------
+    dict
+        ``version, frames, seconds, frames_per_s`` and ``rmsd`` (numpy array, Å).
+    """
+    from h5mdx._optional import import_optional
+
+    mda = import_optional("MDAnalysis", "the MDAnalysis comparison")
+    from MDAnalysis.analysis import rms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(topology, os.fspath(path))
+        n = min(int(frames), u.trajectory.n_frames)
+        analysis = rms.RMSD(u, select=select)
+        t0 = time.perf_counter()
+        analysis.run(stop=n)
+        seconds = time.perf_counter() - t0
+    return {"version": mda.__version__, "frames": n, "seconds": seconds,
+            "frames_per_s": n / seconds, "rmsd": np.asarray(analysis.results.rmsd[:, 2])}
+
+
+#: Rounds of the example's timed comparison: each times the read floor and the RMSD once.
+ROUNDS = 5
+
+
+def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
+              rounds: int = ROUNDS) -> tuple[Any, dict[str, Any], int, dict[str, float]]:
+    """The RMSD and the read floor in paired rounds, then one run with per-task timing.
+
+    The cluster (modules imported and kernel loaded on each worker) and the floor's reader
+    processes start first; one untimed pass of each opens the file everywhere and warms the page cache.
+    Then each of ``rounds`` rounds times one plain-h5py read of the positions
+    (:func:`floor_reader`) and one RMSD on the cluster, back to back (their order
+    alternating), so that both see the same spell of a shared machine; a last RMSD
+    runs under :func:`h5mdx.timing.capture` (with the progress bar) for
+    ``out/timing.csv``.
+
+    Returns the result, the paired timings (``floor``: :func:`read_floor`'s dict from the
+    median floor read; ``rmsd_seconds``, ``floor_seconds``: each round's), the number of
+    selected atoms and the warm-up per worker.
+    """
+    import MDAnalysis as mda
+    import xarray as xr
+
+    import h5mdx  # noqa: F401 - registers the engine and the ds.md accessor
+    from h5mdx.parallel.schedulers import compute as _progress
+    from h5mdx.parallel.schedulers import scheduler_context
+    from h5mdx.parallel.workers import warm_up_seconds
+    from h5mdx.testing import adk_topology
+    from h5mdx.timing import capture
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        n_selected = int(mda.Universe(adk_topology()).select_atoms(select).n_atoms)
+    with xr.open_dataset(path, engine="h5md", topology=adk_topology()) as ds, \
+            scheduler_context("distributed", workers) as client, \
+            floor_reader(path, workers) as read:
+        warm = warm_up_seconds(client)  # scheduler_context loaded the kernel on each worker
+        lazy = ds.md.rmsd(0, select=select)
+
+        def rmsd_once() -> float:
+            t0 = time.perf_counter()
+            future = client.compute(lazy)
+            future.result()
+            seconds = time.perf_counter() - t0
+            future.release()  # forgotten before the next round asks for the same keys
+            return seconds
+
+        # one untimed pass each: every worker opens the file and locates its chunks, the
+        # readers open it too, the page cache is warm; the rounds measure the steady state
+        _, nbytes = read()
+        read(raw=True)
+        rmsd_once()
+        floor_t: list[float] = []
+        raw_t: list[float] = []
+        rmsd_t: list[float] = []
+        for r in range(max(1, rounds)):
+            if r % 2:
+                rmsd_t.append(rmsd_once())
+                floor_t.append(read()[0])
+                raw_t.append(read(raw=True)[0])
+            else:
+                raw_t.append(read(raw=True)[0])
+                floor_t.append(read()[0])
+                rmsd_t.append(rmsd_once())
+        with capture(backend="distributed", client=client, n_workers=workers,
+                     meta={"file": path, "selection": select, "warmup": warm}) as run:
+            result = _progress(client, lazy, progress)
+        run.save(os.path.join(out, "timing.csv"))
+    n = int(result.sizes["time"])
+    floor = floor_figures(workers, n, nbytes, float(np.median(floor_t)))
+    raw = floor_figures(workers, n, nbytes, float(np.median(raw_t)))
+    return result, {"floor": floor, "raw": raw, "floor_seconds": floor_t,
+                    "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
+
+
+#: The directory, in the output directory, where a run writes its outputs before they
+#: take their names together (by process: one killed leaves it, the next run removes it)
+_STAGE = ".example-partial-"
+
+
+@contextlib.contextmanager
+def _staged(out: str) -> Iterator[str]:
+    """A fresh staging directory in ``out`` for the block, removed where it ends in an
+    exception (Ctrl-C included); those of processes no longer running go first."""
+    from h5mdx.layout._atomic import pid_alive
+
+    for name in os.listdir(out):
+        if name.startswith(_STAGE) and name[len(_STAGE):].isdigit():
+            pid = int(name[len(_STAGE):])
+            if pid != os.getpid() and not pid_alive(pid):
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    stage = os.path.join(out, f"{_STAGE}{os.getpid()}")
+    shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(stage)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _publish(res: ExampleResult, out: str) -> None:
+    """Move the staged outputs into ``out`` (each a rename, after all were written), and
+    point ``res`` at them."""
+    stage = res.out
+    for name in sorted(os.listdir(stage)):  # every file: timing.csv's timing.meta.json too
+        os.replace(os.path.join(stage, name), os.path.join(out, name))
+    res.files = {key: os.path.join(out, os.path.basename(p)) for key, p in res.files.items()}
+    shutil.rmtree(stage, ignore_errors=True)
+    res.out = out
+
+
+def _ratios(read_seconds: list[float], paired: dict[str, Any]) -> list[float]:
+    """Each round's RMSD speed over its read: the read's seconds over the RMSD's."""
+    return [r / t for r, t in zip(read_seconds, paired["rmsd_seconds"], strict=True)]
+
+
+def run_example(
+    out: str | os.PathLike[str] = "h5mdx-example",
+    frames: int = DEFAULT_FRAMES,
+    *,
+    workers: int = 2,
+    select: str = "name CA",
+    mda_frames: int = 300,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+    argv: Sequence[str] | None = None,
+) -> ExampleResult:
+    """Build (or reuse) the example trajectory, time the RMSD, compare, write the report.
+
+    Parameters
+    ----------
+    out : path-like, default "h5mdx-example"
+        Output directory (created); the trajectory is cached there as
+        ``adk-<frames>.h5md``.
+    frames : int, default 30,000
+        Frames of the trajectory.
+    workers : int, default 2
+        Worker processes of the local dask cluster (and h5py readers of the floor).
+    select : str, default "name CA"
+        MDAnalysis selection for the RMSD.
+    mda_frames : int, default 300
+        Frames MDAnalysis runs on (0: skip the comparison).
+    progress : bool, default True
+        Progress bars.
+    echo : callable, default print
+        Receives a line for each step as it starts.
+    argv : sequence of str, optional
+        The command's options, shown in the report to reproduce it.
+
+    Returns
+    -------
+    ExampleResult
+    """
+    from h5mdx.analysis.series import write_series
+    from h5mdx.testing import adk_topology
+    from h5mdx.timing.records import load
+
+    out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"adk-{frames}.h5md")
+    t0 = time.perf_counter()
+    cached = is_cached(path, frames)
+    build_adk_trajectory(path, frames, progress=progress)
+    built = None if cached else time.perf_counter() - t0
+    n_frames, n_atoms, nbytes, chunks = describe_file(path)
+    echo(f"trajectory: {path}  {n_frames:,} frames x {n_atoms:,} atoms, {nbytes / 1e9:.2f} GB, "
+         f"chunks {chunks}, uncompressed "
+         + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
+    echo(f"machine: {machine_description()}")
+    echo(f"trajectory: {SYNTHETIC}")
+    echo(f"{_what(select)} ({select!r}) on a local dask.distributed cluster of "
+         f"{_plural(workers, 'worker process', 'worker processes')} against the h5py "
+         f"read floor ({workers} h5py reader process(es)) and raw reads of the same bytes: "
+         f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
+    with _staged(out) as stage:  # the outputs appear together, or the last run's stay
+        result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, progress)
+        files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
+                 "rmsd": os.path.join(stage, "rmsd.csv"),
+                 "timing": os.path.join(stage, "timing.csv")}
+        write_series(files["rmsd"], result)
+        plot_rmsd(result, files["rmsd_plot"], select=select)
+        records, _ = load(files["timing"])
+        mda = None
+        if mda_frames > 0:
+            echo(f"MDAnalysis RMSD on the first {min(mda_frames, n_frames)} frames ...")
+            mda = mdanalysis_sample_rate(path, adk_topology(), select, mda_frames)
+        res = ExampleResult(out=stage, trajectory=path, n_frames=n_frames, n_atoms=n_atoms,
+                            n_selected=n_selected, nbytes=nbytes, chunks=chunks,
+                            built_seconds=built, workers=workers, select=select,
+                            seconds=float(np.median(paired["rmsd_seconds"])), rmsd=result,
+                            floor=paired["floor"], mda=mda, records=records, warmup=warm,
+                            files=files, ratios=_ratios(paired["floor_seconds"], paired),
+                            raw=paired["raw"],
+                            raw_ratios=_ratios(paired["raw_seconds"], paired),
+                            rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
+                            argv=list(argv or []))
+        res.files["rounds"] = os.path.join(stage, "rounds.json")
+        with open(res.files["rounds"], "w", encoding="utf-8") as fh:
+            json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
+                       "workers": workers, "select": select}, fh, indent=1)
+        res.files.update(write_report(res))
+        _publish(res, out)
+    return res
