@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -58,11 +59,19 @@ print("done", flush=True)
 """
 
 
+@contextlib.contextmanager
 def _writer(path, n_frames, pause):
-    return subprocess.Popen(
+    """The writer process for the block: killed at its end if still running, its pipe
+    closed (left open, it was a ResourceWarning in a later test)."""
+    with subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(WRITER), str(path), str(n_frames), str(pause)],
         stdout=subprocess.PIPE, text=True,
-    )
+    ) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def _record(section, data):
@@ -74,8 +83,7 @@ def _record(section, data):
 
 def test_swmr_reader_sees_growing_file(tmp_path, adk_positions):
     path = tmp_path / "live.h5md"
-    proc = _writer(path, N_FRAMES, 0.05)
-    try:
+    with _writer(path, N_FRAMES, 0.05) as proc:
         assert proc.stdout.readline().strip() == "ready"
         seen = []
         ds = None
@@ -96,10 +104,6 @@ def test_swmr_reader_sees_growing_file(tmp_path, adk_positions):
             time.sleep(0.1)
         ds.close()
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     distinct = sorted(set(seen))
     assert seen[-1] == N_FRAMES
     assert len(distinct) >= 3, seen  # it really was read while growing
@@ -109,8 +113,7 @@ def test_swmr_reader_sees_growing_file(tmp_path, adk_positions):
 
 def test_live_rmsd_equals_finished_file(tmp_path):
     path = tmp_path / "live_rmsd.h5md"
-    proc = _writer(path, N_FRAMES, 0.03)
-    try:
+    with _writer(path, N_FRAMES, 0.03) as proc:
         assert proc.stdout.readline().strip() == "ready"
         partial = None
         for ds in h5mdx.engine.live.follow(path, interval=0.05, timeout=30, chunks={}):
@@ -118,10 +121,6 @@ def test_live_rmsd_equals_finished_file(tmp_path):
                 partial = rmsd(ds.position, 0).compute()
                 break
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert partial is not None and partial.sizes["time"] >= 10
     with xr.open_dataset(path, engine="h5md", chunks={}) as done:
         full = rmsd(done.position, 0).compute()
@@ -179,18 +178,13 @@ def test_a_file_being_written_opened_without_swmr_says_so(tmp_path):
     """A writer holds the file: the error says to open it with swmr=True (it said the
     file was truncated or corrupt)."""
     path = tmp_path / "live.h5md"
-    proc = _writer(path, N_FRAMES, 0.05)
-    try:
+    with _writer(path, N_FRAMES, 0.05) as proc:
         assert proc.stdout.readline().strip() == "ready"
         with pytest.raises((H5MDFormatError, H5MDReadError)) as err:
             xr.open_dataset(path, engine="h5md")
         text = str(err.value)
         assert "swmr=True" in text and "truncated or corrupt" not in text
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_refresh_opens_the_file_as_it_was_opened(tmp_path):
