@@ -355,3 +355,24 @@ def test_summary_counts_particles_without_a_position(tmp_path):
     assert "(no time series: the file's data copied as stored)" in stats.summary()
     with h5py.File(tmp_path / "fixed.h5md") as f:
         np.testing.assert_array_equal(f["particles/all/position"][()], np.ones((6, 3)))
+
+
+def test_verify_takes_a_dataset_of_no_values(tmp_path, capsys):
+    """A dataset of HDF5's null dataspace (``h5py.Empty``, e.g. a parameter set to
+    nothing) is copied, and --verify compares it: it failed with a bare TypeError from
+    inside the checksums ('NoneType' object is not iterable; found by an audit)."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        f["parameters"].create_dataset("unset", data=h5py.Empty("f8"))
+    assert rechunk(src, tmp_path / "out.h5md", verify=True).verified
+    with h5py.File(tmp_path / "out.h5md") as f:
+        assert f["parameters/unset"].shape is None
+    assert _cli_layout.run(argparse.Namespace(
+        command="rechunk", input=str(src), output=str(tmp_path / "cli.h5md"),
+        buffer_mib=64.0, progress=False, frames_per_chunk=None, chunk_mib=None,
+        contiguous=False, compression=None, overwrite=False, verify=True, json=False)) == 0
+    assert "verified" in capsys.readouterr().out

@@ -71,7 +71,8 @@ def array_digest(array: Any, *, block_bytes: int = BLOCK_BYTES, dtype: Any = Non
     ----------
     array : array-like
         Anything with ``shape``, ``dtype``, numpy-style slicing and, optionally,
-        ``chunks`` (an h5py dataset, a Zarr array, a numpy array).
+        ``chunks`` (an h5py dataset, a Zarr array, a numpy array); an h5py dataset of
+        HDF5's null dataspace (``shape`` None, ``h5py.Empty``) has a digest of its own.
     block_bytes : int, optional
         Size of the blocks read at a time (bounds memory).
     dtype : dtype-like, optional
@@ -83,6 +84,9 @@ def array_digest(array: Any, *, block_bytes: int = BLOCK_BYTES, dtype: Any = Non
     """
     h = new_digest()
     dtype = np.dtype(array.dtype if dtype is None else dtype)
+    if array.shape is None:  # HDF5's null dataspace (h5py.Empty): no values
+        h.update(b"null")
+        return h.hexdigest()
     shape = tuple(array.shape)
     if shape == ():
         h.update(np.asarray(array[()], dtype=dtype).tobytes())
