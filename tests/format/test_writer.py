@@ -438,6 +438,37 @@ def test_writers_refuse_steps_that_do_not_increase_and_a_missing_time(tmp_path, 
         np.testing.assert_array_equal(f["particles/trajectory/position/step"][()], [0, 10])
 
 
+def test_to_h5md_keeps_the_topology_a_converted_file_holds(tmp_path):
+    """A file ``convert`` wrote holds its topology (VMD's structure module from a PSF,
+    GROMACS' module and /connectivity/bonds from a TPR); ``to_h5md`` of it lost the bonds
+    (no variable of the Dataset), the module's masses and charges (served as elements, not
+    coordinates: ``ds.md.rmsd(weights="mass")`` failed on the copy) and GROMACS' atomic
+    numbers, silently (found by an audit). A selection keeps the bonds among its atoms."""
+    from MDAnalysisTests.datafiles import DCD, PSF, TPR, XTC
+
+    from h5mdx.engine.topology import load_universe
+    from h5mdx.layout.convert import convert
+
+    for top, traj in ((PSF, DCD), (TPR, XTC)):
+        src = tmp_path / f"{Path(top).stem}.h5md"
+        convert(top, [traj], src, progress=False, stop=3)
+        whole, part = tmp_path / f"{src.stem}-all.h5md", tmp_path / f"{src.stem}-part.h5md"
+        with xr.open_dataset(src, engine="h5md") as ds:
+            to_h5md(ds, whole)
+            to_h5md(ds.isel(atom=slice(10, 60)), part)
+        u, copy = load_universe(src), load_universe(whole)
+        assert len(u.bonds) and np.array_equal(copy.bonds.indices, u.bonds.indices)
+        for attr in ("names", "masses", "charges", "resids"):
+            np.testing.assert_array_equal(getattr(copy.atoms, attr), getattr(u.atoms, attr))
+        if top == TPR:
+            np.testing.assert_array_equal(copy.atoms.elements, u.atoms.elements)
+        kept = u.atoms[10:60]
+        among = kept.bonds.atomgroup_intersection(kept, strict=True)
+        assert len(load_universe(part).bonds) == len(among) > 0
+        with xr.open_dataset(whole, engine="h5md") as back:
+            assert back.md.rmsd(select="name CA", weights="mass").shape == (3,)
+
+
 def test_to_h5md_keeps_a_fixed_box_and_the_author(tmp_path):
     """A box without ``time`` is written as H5MD's fixed ``box/edges`` with its boundary
     (it became a per-particle dataset, and the box non-periodic), and the author stays."""

@@ -248,17 +248,25 @@ def _module_topology(atoms: Any) -> tuple[Any, np.ndarray | None]:
             coords[coord] = np.asarray(getattr(atoms, attr))
         except (AttributeError, ValueError):  # MDAnalysis' NoDataError: not a TPR's atoms
             return None, None
-    try:
-        from MDAnalysis.guesser.tables import SYMB2Z
-
-        coords["species"] = np.array([SYMB2Z.get(str(e).capitalize(), 0)
-                                      for e in atoms.elements], dtype=np.int32)
-    except (AttributeError, ValueError, ImportError):
-        pass
+    numbers = _atomic_numbers(atoms)
+    if numbers is not None:
+        coords["species"] = numbers
     module = module_of(coords)
     if module is None:
         return None, None
     return module, _bonds_among(atoms)
+
+
+def _atomic_numbers(atoms: Any) -> np.ndarray | None:
+    """The atomic numbers of MDAnalysis ``atoms`` from their elements (0 for none: a
+    virtual site); None where the topology gives no elements."""
+    try:
+        from MDAnalysis.guesser.tables import SYMB2Z
+
+        return np.array([SYMB2Z.get(str(e).capitalize(), 0) for e in atoms.elements],
+                        dtype=np.int32)
+    except (AttributeError, ValueError, ImportError):  # MDAnalysis' NoDataError: none
+        return None
 
 
 def _bonds_among(atoms: Any) -> np.ndarray | None:

@@ -663,13 +663,12 @@ def to_h5md(
     _warn_without_units(path, specs, time_unit if with_time else "")
     _warn_box_members(path, [s.name for s in specs] + list(static))
     check_steps_increase(steps, os.fspath(path))  # before any output exists
-    module = _module(ds)
-    structure = None if module is not None else _structure(ds, static, path)  # the species
+    module, bonds, structure = _topology(ds, static, path)  # structure: the species too
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
         with H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                         boundary=boundary, static=static, time_unit=time_unit,
                         author=author, author_email=author_email, with_time=with_time,
-                        dimension=_dimension(ds), topology=module,
+                        dimension=_dimension(ds), topology=module, bonds=bonds,
                         structure=structure) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
             for a in range(0, n_frames, block):
@@ -686,12 +685,54 @@ def to_h5md(
     return os.fspath(path)
 
 
-def _module(ds: xr.Dataset) -> Any:
+def _topology(ds: xr.Dataset, static: dict[str, Any], path: Any = "") -> tuple[Any, Any, Any]:
+    """GROMACS' topology module of the Dataset's atoms and their bonds (written to
+    ``/connectivity/bonds``), else VMD's structure module holding the bonds, as ``h5mdx
+    convert`` writes them: ``(module, bonds, None)`` or ``(None, None, structure)``.
+
+    The bonds, and the atomic numbers of the module, are no variables of the Dataset: they
+    come from the topology attached at open (the file's own module, or ``topology=``),
+    for the atoms the Dataset holds (:func:`_topology_atoms`)."""
+    from h5mdx.layout.convert import _bonds_among
+
+    atoms = _topology_atoms(ds)
+    bonds = None if atoms is None else _bonds_among(atoms)
+    module = _module(ds, atoms)
+    if module is not None:
+        return module, bonds, None
+    return None, None, _structure(ds, static, path, bonds)
+
+
+def _topology_atoms(ds: xr.Dataset) -> Any:
+    """The MDAnalysis atoms of the topology attached at open that the Dataset holds: its
+    ``atom`` coordinate, their indices in it (after ``isel``, a ``select=``); None without
+    a topology, or where the coordinate does not index it."""
+    from h5mdx.engine.topology import attached_topology, load_universe
+    from h5mdx.errors import H5MDError
+
+    topology = attached_topology(ds)
+    if topology is None or ATOM_DIM not in ds.coords:
+        return None
+    try:
+        universe = load_universe(topology, str(ds.attrs.get("h5md_group") or "") or None)
+    except (H5MDError, OSError, ValueError):  # a topology gone or changed since the open
+        return None
+    atoms = np.asarray(ds[ATOM_DIM].values)
+    n = len(universe.atoms)
+    if atoms.dtype.kind not in "iu" or not atoms.size or atoms.min() < 0 \
+            or atoms.max() >= n or np.unique(atoms).size != atoms.size:
+        return None
+    return universe.atoms[atoms]
+
+
+def _module(ds: xr.Dataset, atoms: Any = None) -> Any:
     """GROMACS' topology module of the Dataset's atoms, from the per-atom coordinates a
     module gave them (``name``, ``resname``, ``resid``, ``segid``, ``moltype``,
-    ``molnum``, with ``mass`` and ``charge``), where it reads back as they are
-    (:func:`h5mdx.engine.topology.module_of`); None otherwise."""
+    ``molnum``, with ``mass`` and ``charge``; the atomic numbers from ``species`` where it
+    holds them, else from the elements of the topology's ``atoms``), where it reads back
+    as they are (:func:`h5mdx.engine.topology.module_of`); None otherwise."""
     from h5mdx.engine.topology import module_of
+    from h5mdx.layout.convert import _atomic_numbers
 
     if ATOM_DIM not in ds.dims:
         return None
@@ -701,28 +742,33 @@ def _module(ds: xr.Dataset) -> Any:
     species = ds.coords.get("species")  # atomic numbers (not an element's type codes)
     if species is not None and species.attrs.get("long_name") == "atomic number":
         coords["species"] = species.values
+    elif atoms is not None and (numbers := _atomic_numbers(atoms)) is not None:
+        coords["species"] = numbers
     return module_of(coords, str(ds.attrs.get("system_name", "")))
 
 
-def _structure(ds: xr.Dataset, static: dict[str, Any], path: Any = "") -> Any:
+def _structure(ds: xr.Dataset, static: dict[str, Any], path: Any = "",
+               bonds: Any = None) -> Any:
     """VMD's structure module of the Dataset's atoms, from the per-atom coordinates the
-    module gave them (a file of VMD's plugin's, or one ``h5mdx convert`` wrote), by their
-    ``species`` (:func:`h5mdx.format.vmd_structure.from_atoms`; ``static`` gets the
+    module gave them (a file of VMD's plugin's, or one ``h5mdx convert`` wrote) and its
+    ``mass`` and ``charge``, by their ``species``, with ``bonds`` (0-based indices among
+    the atoms) (:func:`h5mdx.format.vmd_structure.from_atoms`; ``static`` gets the
     species where the Dataset has none); None without names."""
     from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES, from_atoms
 
     if ATOM_DIM not in ds.dims:
         return None
+    # coordinates, and the elements the engine serves as variables (``mass``, ``charge``)
     per_atom = {k: ds[k].values for k in (*PER_SPECIES, *PER_ATOM, *PER_RESIDUE.values())
-                if k in ds.coords and ds[k].dims == (ATOM_DIM,)}
+                if k in ds.variables and ds[k].dims == (ATOM_DIM,)}
     species = static.get("species")
     def note(where: str, problem: str, assumed: str) -> None:  # what the module cannot hold
-        # note < _residues < from_atoms < _structure < to_h5md < its caller (as the
-        # other warnings of to_h5md)
+        # note < _residues < from_atoms < _structure < _topology < to_h5md < its caller
+        # (as the other warnings of to_h5md)
         warnings.warn(f"{os.fspath(path)} [{where}]: {problem}; {assumed}", UserWarning,
-                      stacklevel=6)
+                      stacklevel=7)
 
-    found = from_atoms(per_atom, None, None if species is None else np.asarray(species[0]),
+    found = from_atoms(per_atom, bonds, None if species is None else np.asarray(species[0]),
                        note=note)
     if found is None:
         return None
