@@ -376,3 +376,30 @@ def test_verify_takes_a_dataset_of_no_values(tmp_path, capsys):
         buffer_mib=64.0, progress=False, frames_per_chunk=None, chunk_mib=None,
         contiguous=False, compression=None, overwrite=False, verify=True, json=False)) == 0
     assert "verified" in capsys.readouterr().out
+
+
+def test_a_copy_to_zarr_keeps_the_root_groups_h5md_does_not_define(tmp_path):
+    """The groups of a root group H5MD leaves free (RMPCDMD's ``/fields``: an element of
+    fixed-interval sampling and plain datasets), which the engine opens, are copied to the
+    store as they open; they were left out, silently (found by an audit). One named as an
+    array of the store's root (the first particles group's ``time``) is left out, with a
+    warning naming it: it failed naming the hidden temporary store."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((6, 4, 3)), "step": np.arange(6)}}})
+    with h5py.File(src, "a") as f:
+        write_element(f.create_group("fields"), "rho", np.arange(48.0).reshape(6, 8),
+                      step=10, time=0.5)
+        f.create_dataset("fields/grid/x", data=np.arange(8.0))
+        f.create_dataset("extra/y", data=np.arange(3))
+        f.create_dataset("time/z", data=np.arange(2))
+    with pytest.warns(UserWarning, match=r"\[/time\]: its name is an array"):
+        stats = rechunk(src, tmp_path / "out.zarr", verify=True)
+    assert stats.verified
+    for group in ("fields", "fields/grid", "extra"):
+        with xr.open_dataset(src, engine="h5md", group=group) as ds, \
+                xr.open_dataset(tmp_path / "out.zarr", engine="zarr", group=group) as z:
+            assert set(ds.variables) == set(z.variables)
+            for name in ds.variables:
+                np.testing.assert_array_equal(z[name].values, ds[name].values)

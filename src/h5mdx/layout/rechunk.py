@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 import time as _time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from h5mdx.format.compression import compression_kwargs
 from h5mdx.format.h5md import (
     ElementInfo,
     FileInfo,
+    free_form,
     object_address,
     open_h5md,
     reference_paths,
@@ -391,7 +393,8 @@ def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
 def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, ElementInfo]]]:
     """(H5MD group, Zarr group, elements to verify by digest) of every group copied: the
     particles groups (the first at the root), the observables and the connectivity with
-    their subgroups, and the groups of ``/parameters``."""
+    their subgroups, the groups of ``/parameters``, and those of the root groups H5MD
+    does not define (:func:`_free_form_groups`)."""
     groups: list[tuple[str, str | None, dict[str, ElementInfo]]] = []
     for i, pg in enumerate(info.particles.values()):
         els = {n: e for n, e in pg.elements.items()}
@@ -408,6 +411,23 @@ def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, Elemen
     for sub in info.parameter_groups:
         path = f"parameters/{sub}".rstrip("/")
         groups.append((path, path, {}))
+    return groups + _free_form_groups(info)
+
+
+def _free_form_groups(info: FileInfo) -> list[tuple[str, str, dict[str, ElementInfo]]]:
+    """(H5MD group, Zarr group, elements) of each group that holds data in the root groups
+    H5MD does not define (RMPCDMD's ``/fields``: :func:`~h5mdx.format.h5md.free_form`),
+    as the engine opens them: its elements and datasets directly under it (they were left
+    out of a copy to Zarr, silently: found by an audit)."""
+    groups: list[tuple[str, str, dict[str, ElementInfo]]] = []
+    for root in info.other_groups:
+        found = free_form(info.filename, root, info=info)
+        for sub in found.groups:
+            els = {n.rpartition("/")[2]: e for n, e in found.elements.items()
+                   if n.rpartition("/")[0] == sub}
+            if els or any(n.rpartition("/")[0] == sub for n in found.datasets):
+                path = f"{root}/{sub}".rstrip("/")
+                groups.append((path, path, els))
     return groups
 
 
@@ -441,6 +461,22 @@ def _verify_zarr(ds: Any, src: str, store: str, dst: str, els: dict[str, Element
                             "from the input")
 
 
+def _taken(store: str, zgroup: str) -> bool:
+    """Whether the path ``zgroup`` of the Zarr ``store`` passes through an array (a root
+    group H5MD does not define named as a variable of the first particles group, which
+    the store holds at its root: ``/time``)."""
+    import zarr
+
+    node: Any = zarr.open_group(store, mode="r")
+    for part in zgroup.split("/"):
+        node = node.get(part)
+        if node is None:
+            return False
+        if not isinstance(node, zarr.Group):
+            return True
+    return False
+
+
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
                   verify: bool, n_frames: int, n_atoms: int,
                   buffer_mib: float = 64.0, progress: bool = False,
@@ -453,6 +489,11 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
     names: list[str] = []
     with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:
         for h5group, zgroup, els in _zarr_groups(info):
+            if names and zgroup is not None and _taken(tmp, zgroup):
+                warnings.warn(f"{src} [/{h5group}]: its name is an array of the Zarr store's "
+                              "root (the first particles group's); left out of "
+                              f"{os.path.basename(dst)}", UserWarning, stacklevel=2)
+                continue
             # blocks of about buffer_mib (whole HDF5 chunks): dask holds a few at a time
             with xr.open_dataset(src, engine="h5md", group=h5group, chunks={},
                                  chunk_mib=buffer_mib) as ds:
