@@ -403,3 +403,27 @@ def test_a_copy_to_zarr_keeps_the_root_groups_h5md_does_not_define(tmp_path):
             assert set(ds.variables) == set(z.variables)
             for name in ds.variables:
                 np.testing.assert_array_equal(z[name].values, ds[name].values)
+
+
+def test_verify_compares_variable_length_strings_by_their_text(tmp_path):
+    """A variable-length string array (h5py's default for a list of str: a parameter, an
+    observable of labels) failed ``--verify`` of every copy: its digest covered the
+    addresses in memory of the strings read, not their text (found by an audit)."""
+    from h5mdx.format.checksums import dataset_checksums
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        f["parameters"].create_dataset("names", data=["Ar", "Kr"], dtype=h5py.string_dtype())
+        label = f.create_group("observables/label")
+        label.create_dataset("value", data=["a", "bb", "c"], dtype=h5py.string_dtype())
+        label.create_dataset("step", data=np.arange(3))
+    assert rechunk(src, tmp_path / "out.h5md", verify=True).verified
+    with h5py.File(src, "a") as f:  # a string changed: the digest differs
+        f["parameters/names"][1] = "Xe"
+    paths = ["parameters/names", "observables/label/value"]
+    before, after = dataset_checksums(tmp_path / "out.h5md", paths), dataset_checksums(src, paths)
+    assert before["parameters/names"] != after["parameters/names"]
+    assert before["observables/label/value"] == after["observables/label/value"]

@@ -36,6 +36,28 @@ def new_digest() -> Any:
     return hashlib.blake2b(digest_size=16)
 
 
+def _values_bytes(values: np.ndarray) -> Any:
+    """The bytes a digest covers: the array's own (C order), or for an array of objects
+    (HDF5's variable-length strings, read as bytes) each object's, after its length.
+    ``tobytes`` of such an array gives the objects' addresses in memory, which differ from
+    one read to the next: ``rechunk --verify`` failed on every copy of a
+    variable-length string array (found by an audit).
+
+    >>> a = np.array([b"Ar", b"Kr"], dtype=object)
+    >>> _values_bytes(a) == _values_bytes(np.array([b"Ar", b"K" + b"r"], dtype=object))
+    True
+    """
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind != "O":
+        return values  # its own bytes, not a copy of them (a block of 64 MiB otherwise)
+    out = bytearray()
+    for v in values.ravel().tolist():
+        data = v.encode("utf-8") if isinstance(v, str) else \
+            v if isinstance(v, bytes) else np.ascontiguousarray(v).tobytes()
+        out += len(data).to_bytes(8, "little") + data
+    return bytes(out)
+
+
 class Digests:
     """Running digests of arrays written piece by piece, one per name.
 
@@ -55,9 +77,7 @@ class Digests:
             h = self._hash.get(name)
             if h is None:
                 h = self._hash[name] = new_digest()
-            # the array's own bytes, not a copy of them (a block of 64 MiB otherwise)
-            values = np.ascontiguousarray(values)
-            h.update(values.tobytes() if values.dtype.kind == "O" else values)
+            h.update(_values_bytes(values))
 
     def hexdigests(self) -> dict[str, str]:
         """Name -> hex digest of everything added so far."""
@@ -89,7 +109,7 @@ def array_digest(array: Any, *, block_bytes: int = BLOCK_BYTES, dtype: Any = Non
         return h.hexdigest()
     shape = tuple(array.shape)
     if shape == ():
-        h.update(np.asarray(array[()], dtype=dtype).tobytes())
+        h.update(_values_bytes(np.asarray(array[()], dtype=dtype)))
     elif shape[0] and all(shape):
         row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(array.dtype).itemsize)
         step = max(1, block_bytes // row)
@@ -98,7 +118,7 @@ def array_digest(array: Any, *, block_bytes: int = BLOCK_BYTES, dtype: Any = Non
             first = int(chunks[0])
             step = max(first, (step // first) * first)
         for a in range(0, shape[0], step):
-            h.update(np.ascontiguousarray(array[a:a + step], dtype=dtype).tobytes())
+            h.update(_values_bytes(np.asarray(array[a:a + step], dtype=dtype)))
     return h.hexdigest()
 
 
