@@ -427,3 +427,24 @@ def test_verify_compares_variable_length_strings_by_their_text(tmp_path):
     before, after = dataset_checksums(tmp_path / "out.h5md", paths), dataset_checksums(src, paths)
     assert before["parameters/names"] != after["parameters/names"]
     assert before["observables/label/value"] == after["observables/label/value"]
+
+
+def test_a_dataset_of_object_references_points_into_the_copy(tmp_path):
+    """HDF5 copies a dataset of object references to another file as null references:
+    rechunk left them so, silently, where it remade those of attributes (found by an
+    audit). They point to the same paths in the copy, and --verify checks so."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        f["parameters"].create_dataset("group", data=f["particles/all"].ref,
+                                       dtype=h5py.ref_dtype)
+        f["parameters"].create_dataset("several", dtype=h5py.ref_dtype, data=np.array(
+            [f["particles/all/position"].ref, h5py.Reference()], dtype=h5py.ref_dtype))
+    assert rechunk(src, tmp_path / "out.h5md", verify=True).verified
+    with h5py.File(tmp_path / "out.h5md") as f:
+        assert f[f["parameters/group"][()]].name == "/particles/all"
+        first, null = f["parameters/several"][()]
+        assert f[first].name == "/particles/all/position" and not null

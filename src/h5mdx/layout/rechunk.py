@@ -63,7 +63,7 @@ def _addr(obj: Any) -> tuple[Any, ...]:
     return (obj.file.id.fileno, *object_address(obj))
 
 
-def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str, Any]] | None = None) -> None:
+def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str | None, Any]] | None = None) -> None:
     """Copy the attributes of ``src`` to ``dst``; an object reference (H5MD's
     ``particles_group``) is put in ``refs`` as ``(dst path, name, source paths)``, to be
     made once its target exists in the output (:func:`_make_refs`): copied as it is, it
@@ -76,18 +76,27 @@ def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str, Any]] | None = No
         dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
 
 
-def _make_refs(fout: h5py.File, refs: list[tuple[str, str, Any]]) -> None:
-    """Make the object references of ``refs`` in ``fout``, to the same paths."""
+def _refs(fout: h5py.File, paths: Any) -> Any:
+    """Object references in ``fout`` to ``paths`` (a str, or an object array of them; a
+    null reference for None, or a path the output lacks)."""
     def ref(path: str | None) -> Any:
         return fout[path].ref if path is not None and path in fout else h5py.Reference()
 
+    if isinstance(paths, np.ndarray):
+        return np.array([ref(p) for p in paths.ravel()],
+                        dtype=h5py.ref_dtype).reshape(paths.shape)
+    return ref(paths)
+
+
+def _make_refs(fout: h5py.File, refs: list[tuple[str, str | None, Any]]) -> None:
+    """Make the object references of ``refs`` in ``fout``, to the same paths: those of an
+    attribute ``name``, or of a dataset (``name`` None: HDF5 copies the references of a
+    dataset to another file as null ones, silently; found by an audit)."""
     for where, name, paths in refs:
-        if isinstance(paths, np.ndarray):
-            value = np.array([ref(p) for p in paths.ravel()],
-                             dtype=h5py.ref_dtype).reshape(paths.shape)
+        if name is None:
+            fout[where][()] = _refs(fout, paths)
         else:
-            value = ref(paths)
-        fout[where].attrs.create(name, value, dtype=h5py.ref_dtype)
+            fout[where].attrs.create(name, _refs(fout, paths), dtype=h5py.ref_dtype)
 
 
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
@@ -128,7 +137,8 @@ class _Copier:
         self.digests = Digests(enabled=verify)  # of the rechunked datasets, as written
         self.copied: list[tuple[str, str]] = []  # (source path, output path) copied as is
         self.elements: list[str] = []
-        self.refs: list[tuple[str, str, Any]] = []  # object references, made at the end
+        # object references (of attributes, of datasets: name None), made at the end
+        self.refs: list[tuple[str, str | None, Any]] = []
 
     def walk(self, gsrc: h5py.Group, gdst: h5py.Group) -> None:
         for name in gsrc:
@@ -159,7 +169,10 @@ class _Copier:
                                         f"cannot copy it: {err}") from None
                 _copy_attrs(obj, gdst[name], self.refs)
                 self.seen[key] = gdst[name].name
-                if isinstance(obj, h5py.Dataset):
+                if isinstance(obj, h5py.Dataset) and \
+                        h5py.check_ref_dtype(obj.dtype) is h5py.Reference:
+                    self.refs.append((gdst[name].name, None, reference_paths(obj, obj[()])))
+                elif isinstance(obj, h5py.Dataset):
                     self.copied.append((obj.name, gdst[name].name))
 
     def _rechunk(self, src: h5py.Dataset, gdst: h5py.Group, name: str,
@@ -385,6 +398,10 @@ def _verify(copier: _Copier, src: str, tmp: str, dst: str) -> None:
     src_sums = dataset_checksums(src, [s for s, _ in copier.copied])
     out_sums = dataset_checksums(tmp, [d for _, d in copier.copied])
     bad += [d for s, d in copier.copied if src_sums[s] != out_sums[d]]
+    with h5py.File(tmp, "r") as f:  # datasets of object references: to the same paths
+        bad += [where for where, name, paths in copier.refs if name is None and not
+                np.array_equal(np.asarray(reference_paths(f[where], f[where][()]), dtype=object),
+                               np.asarray(paths, dtype=object))]
     if bad:
         raise H5MDReadError(dst, bad[0], "verification failed: the output differs "
                             "from the input")
