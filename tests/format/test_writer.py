@@ -185,6 +185,27 @@ def test_overwrite_replaces_only_an_hdf5_file(tmp_path):
             open(tmp, "wb").close()
 
 
+def test_overwrite_replaces_no_file_with_a_zarr_store(tmp_path, adk_h5md):
+    """--overwrite of a Zarr output replaced a file of that name, whatever it held (a
+    zipped store, notes), where it replaces only a Zarr store (found by an audit); an
+    empty file is replaced, as for an HDF5 output."""
+    from h5mdx.layout.rechunk import rechunk
+
+    kept = tmp_path / "zipped.zarr"
+    kept.write_bytes(b"PK\x03\x04" + bytes(60))
+    with pytest.raises(ValueError, match="is a file, not a Zarr store"):
+        rechunk(adk_h5md, kept, overwrite=True)
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds, \
+            pytest.raises(ValueError, match="is a file, not a Zarr store"):
+        ds.md.to_zarr(kept, overwrite=True)
+    assert kept.read_bytes()[:4] == b"PK\x03\x04" and not partial_files(kept)
+    empty = tmp_path / "empty.zarr"
+    empty.touch()
+    with atomic_output(empty, overwrite=True, directory=True) as tmp:
+        os.mkdir(tmp)
+    assert empty.is_dir()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU],
                          ids=["ctrl-c", "sigterm", "sighup", "sigxcpu"])
 def test_a_signal_python_drops_still_stops_the_write(tmp_path, monkeypatch, sig, request):

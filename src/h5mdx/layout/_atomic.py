@@ -159,8 +159,8 @@ def check_target(
     ValueError
         If the target is one of the inputs, its directory does not exist, or it is a
         file or directory that ``overwrite`` may not replace: a file that is not HDF5
-        (nor empty) for an HDF5 output, any directory for a file output, one that is
-        not a Zarr store (nor empty) for a store.
+        (nor empty) for an HDF5 output, any directory for a file output, a directory that
+        is not a Zarr store (nor empty) or a file (not empty) for a store.
     """
     t = Path(os.path.abspath(os.fspath(target)))
     for i in inputs:
@@ -191,6 +191,10 @@ def check_target(
             f"{os.fspath(target)!r} exists and is not an HDF5 file: h5mdx replaces only a "
             "file of its own kind (H5MD/HDF5), never another, such as a trajectory or a "
             "topology: choose another output name")
+    if directory and t.is_file() and not t.is_symlink() and t.stat().st_size:
+        raise ValueError(f"{os.fspath(target)!r} is a file, not a Zarr store: h5mdx replaces "
+                         "only a Zarr store (a directory) there, never another kind of file: "
+                         "choose another output name")
     if t.is_dir() and not t.is_symlink():
         if not directory:
             raise ValueError(f"{os.fspath(target)!r} is a directory; h5mdx replaces a file "
