@@ -448,3 +448,17 @@ def test_a_dataset_of_object_references_points_into_the_copy(tmp_path):
         assert f[f["parameters/group"][()]].name == "/particles/all"
         first, null = f["parameters/several"][()]
         assert f[first].name == "/particles/all/position" and not null
+
+
+def test_a_reference_of_the_files_own_attributes_points_into_the_copy(tmp_path):
+    """An object reference among the root group's attributes was copied as it was (an
+    address in the input): the copy's could not be opened (found by an audit)."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}})
+    with h5py.File(src, "a") as f:
+        f.attrs.create("main", f["particles/all"].ref, dtype=h5py.ref_dtype)
+    rechunk(src, tmp_path / "out.h5md", verify=True)
+    with h5py.File(tmp_path / "out.h5md") as f:
+        assert f[f.attrs["main"]].name == "/particles/all"

@@ -358,11 +358,11 @@ def rechunk(
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
         with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, written_file(tmp) as fout:
             targets = {_addr(fin[e.value_path]): e for e in elements}
-            _copy_attrs(fin, fout)
             total = main.shape[0] if main is not None else 0
             with progress_bar(total or None, f"rechunk -> {os.path.basename(dst)}",
                               progress) as advance:
                 copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance, verify)
+                _copy_attrs(fin, fout, copier.refs)  # the root's references too
                 copier.walk(fin, fout)
                 _make_refs(fout, copier.refs)
         verified = False
