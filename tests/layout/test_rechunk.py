@@ -462,3 +462,21 @@ def test_a_reference_of_the_files_own_attributes_points_into_the_copy(tmp_path):
     rechunk(src, tmp_path / "out.h5md", verify=True)
     with h5py.File(tmp_path / "out.h5md") as f:
         assert f[f.attrs["main"]].name == "/particles/all"
+
+
+def test_a_file_of_nothing_to_copy_into_zarr_says_so(tmp_path, capsys):
+    """An H5MD file of its /h5md group alone (valid H5MD) copied to Zarr failed with "the
+    writer produced no output at OUT.zarr" (found by an audit): it says what is wrong with
+    the input now, on the command line as one line."""
+    from h5mdx.cli import main
+
+    src = tmp_path / "bare.h5md"
+    with h5py.File(src, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1], dtype=np.int32)
+        f["h5md"].create_group("author").attrs["name"] = "me"
+        f["h5md"].create_group("creator").attrs.update({"name": "me", "version": "0"})
+    with pytest.raises(ValueError, match="bare.h5md: holds no particles"):
+        rechunk(src, tmp_path / "out.zarr")
+    assert main(["rechunk", str(src), str(tmp_path / "out.zarr")]) == 1
+    assert "holds no particles, observables" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.h5md"]

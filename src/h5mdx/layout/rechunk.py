@@ -504,8 +504,12 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
 
     t0 = _time.perf_counter()
     names: list[str] = []
+    groups = _zarr_groups(info)
+    if not groups:  # it failed saying "the writer produced no output" (an audit)
+        raise ValueError(f"{src}: holds no particles, observables, connectivity or "
+                         "parameters: nothing to copy into a Zarr store")
     with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:
-        for h5group, zgroup, els in _zarr_groups(info):
+        for h5group, zgroup, els in groups:
             if names and zgroup is not None and _taken(tmp, zgroup):
                 warnings.warn(f"{src} [/{h5group}]: its name is an array of the Zarr store's "
                               "root (the first particles group's); left out of "
