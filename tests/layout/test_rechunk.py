@@ -480,3 +480,26 @@ def test_a_file_of_nothing_to_copy_into_zarr_says_so(tmp_path, capsys):
     assert main(["rechunk", str(src), str(tmp_path / "out.zarr")]) == 1
     assert "holds no particles, observables" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.h5md"]
+
+
+def test_dimension_scales_stay_attached_in_the_copy(tmp_path):
+    """HDF5's dimension scales (netCDF-4's dimensions: references in the attributes
+    DIMENSION_LIST and REFERENCE_LIST) were copied as they were, addresses in the input:
+    the copy's axes could not be read (found by an audit). They are attached again."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        x = f["parameters"].create_dataset("x", data=np.arange(4.0))
+        x.make_scale("x")
+        grid = f["parameters"].create_dataset("grid", data=np.ones((4, 2)))
+        grid.dims[0].attach_scale(x)
+        grid.dims[0].label = "x"
+    rechunk(src, tmp_path / "out.h5md", verify=True)
+    with h5py.File(tmp_path / "out.h5md") as f:
+        grid = f["parameters/grid"]
+        assert [s.name for s in grid.dims[0].values()] == ["/parameters/x"]
+        assert grid.dims[0].label == "x" and not grid.dims[1].keys()
+        assert f["parameters/x"].is_scale

@@ -63,17 +63,39 @@ def _addr(obj: Any) -> tuple[Any, ...]:
     return (obj.file.id.fileno, *object_address(obj))
 
 
+#: The attributes of HDF5's dimension scales (netCDF-4's dimensions), which hold object
+#: references: made again by attaching the scales in the output (:func:`_make_refs`).
+_DIMENSION_LIST, _REFERENCE_LIST = "DIMENSION_LIST", "REFERENCE_LIST"
+
+
 def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str | None, Any]] | None = None) -> None:
     """Copy the attributes of ``src`` to ``dst``; an object reference (H5MD's
     ``particles_group``) is put in ``refs`` as ``(dst path, name, source paths)``, to be
     made once its target exists in the output (:func:`_make_refs`): copied as it is, it
-    would hold an address in the input file."""
+    would hold an address in the input file. So are the scales attached to a dataset's
+    axes (``DIMENSION_LIST``, with each scale's ``REFERENCE_LIST``: copied as they were,
+    the copy's could not be read; found by an audit)."""
     for name in src.attrs:
         aid = src.attrs.get_id(name)
+        if refs is not None and name in (_DIMENSION_LIST, _REFERENCE_LIST) \
+                and isinstance(src, h5py.Dataset) and _holds_refs(aid.dtype):
+            if name == _DIMENSION_LIST:
+                refs.append((dst.name, name, [reference_paths(src, np.asarray(axis, object))
+                                              for axis in src.attrs[name]]))
+            continue  # a scale's REFERENCE_LIST: made by attaching it
         if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.Reference:
             refs.append((dst.name, name, reference_paths(src, src.attrs[name])))
             continue
         dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+
+
+def _holds_refs(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds object references: variable-length sequences of them
+    (``DIMENSION_LIST``), or a field of them (``REFERENCE_LIST``)."""
+    base = h5py.check_vlen_dtype(dtype)
+    fields = [dtype[n] for n in dtype.names] if dtype.names else []
+    return any(h5py.check_ref_dtype(d) is h5py.Reference for d in (base, *fields)
+               if d is not None)
 
 
 def _refs(fout: h5py.File, paths: Any) -> Any:
@@ -95,6 +117,11 @@ def _make_refs(fout: h5py.File, refs: list[tuple[str, str | None, Any]]) -> None
     for where, name, paths in refs:
         if name is None:
             fout[where][()] = _refs(fout, paths)
+        elif name == _DIMENSION_LIST:  # the scales of each axis, attached again
+            for axis, scales in enumerate(paths):
+                for path in scales.ravel():
+                    if path is not None and path in fout:
+                        fout[where].dims[axis].attach_scale(fout[path])
         else:
             fout[where].attrs.create(name, _refs(fout, paths), dtype=h5py.ref_dtype)
 
