@@ -188,6 +188,33 @@ def test_a_part_that_does_not_fit_is_said_and_left_out(tmp_path, change, said, k
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+@pytest.mark.parametrize("stored", ["references", "sequences"])
+def test_names_of_references_or_sequences_are_left_out_not_served_as_text(tmp_path, stored):
+    """A ``name`` of object references or variable-length numbers (a mutation fuzz,
+    audit65) was served as the text of each Python object ('<HDF5 object reference>',
+    '[0. 1.]') for every atom, in silence; the scan had said it left it out. It is left
+    out, said once, and the other properties are served."""
+    path = tmp_path / "tiny.h5"
+    _tiny(path, **GOOD)
+    with h5py.File(path, "r+") as f:
+        grp = f["parameters/vmd_structure"]
+        del grp["name"]
+        if stored == "references":
+            grp.create_dataset("name", data=np.array([f.ref, f.ref], dtype=h5py.ref_dtype))
+        else:
+            name = grp.create_dataset("name", (2,), dtype=h5py.vlen_dtype(np.float64))
+            name[0], name[1] = np.zeros(1), np.zeros(2)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with xr.open_dataset(path, engine="h5md") as ds:
+            assert "name" not in ds.coords
+            assert ds.type.values.tolist() == ["OW", "HW", "OW"]
+        with xr.open_datatree(path, engine="h5md") as tree:
+            assert "name" not in tree["particles/atoms"].coords
+    said = [str(w.message) for w in record if "vmd_structure/name" in str(w.message)]
+    assert len(said) == 1 and said[0].endswith("left out"), said
+
+
 def test_a_module_of_no_property_is_no_topology(tmp_path):
     """indexOfSpecies alone (the plugin's half_complete_vmd_structure.h5): nothing to
     serve, and a selection still asks for a topology."""

@@ -91,7 +91,7 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
         try:
             values = np.asarray(load(grp, name, STRUCTURE_PATH))
         except H5MDFormatError as err:
-            note(where, f"cannot be read ({err.problem})", "left out")
+            note(err.h5path or where, err.problem, "left out")
             continue
         if values.ndim != 1 or values.dtype.kind not in "biufSUO":
             note(where, f"holds {values.dtype} of shape {values.shape}, not one entry per "

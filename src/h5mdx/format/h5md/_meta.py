@@ -17,7 +17,14 @@ from h5mdx.errors import H5MDFormatError
 from h5mdx.format.gromacs_topology import MODULE as GROMACS_TOPOLOGY
 from h5mdx.format.gromacs_topology import ModuleTopology, read_module
 from h5mdx.format.h5md._sampling import _read_small
-from h5mdx.format.h5md._storage import _attr, _check_dataset, _Ctx, _get, _has
+from h5mdx.format.h5md._storage import (
+    _attr,
+    _check_dataset,
+    _Ctx,
+    _get,
+    _has,
+    dataset_problem,
+)
 from h5mdx.format.schema import SUPPORTED_VERSIONS
 from h5mdx.format.text import decode as _decode
 from h5mdx.format.vmd_structure import STRUCTURE_PATH, VMDStructure, read_structure
@@ -242,12 +249,16 @@ def _vmd_structure(c: _Ctx) -> VMDStructure | None:
 def _load_whole(c: _Ctx, group: h5py.Group, name: str, where: str) -> np.ndarray:
     """A module's dataset ``group[name]`` read whole (``where``: the group's path), or
     H5MDFormatError: not a dataset of this file, too large to read at open time,
-    unreadable."""
+    unreadable, or of what no property is (object references, sequences of numbers:
+    their text would stand for each atom's name)."""
     path = f"{where}/{name}"
     dset = _get(c, group, name, where)
     if not isinstance(dset, h5py.Dataset):
         raise H5MDFormatError(c.filename, path, "must be a dataset")
     _check_dataset(c, dset, path)
+    problem = dataset_problem(dset)
+    if problem is not None:
+        raise H5MDFormatError(c.filename, path, problem)
     return _read_small(c, dset, path)
 
 

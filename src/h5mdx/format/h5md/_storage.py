@@ -75,11 +75,13 @@ class _Ctx:
 
     def note(self, path: str, message: str, assumed: str, *, minor: bool = False,
              departure: bool = True) -> None:
-        """Record a departure from H5MD (once per path and message); ``departure=False``:
-        a problem where H5MD leaves the file free (see :class:`Problem`)."""
-        problem = Problem(path, message, assumed, minor, departure=departure)
-        if problem not in self.problems:
-            self.problems.append(problem)
+        """Record a departure from H5MD (once per path and message: the first note of a
+        problem stands, as a module's reader notes a dataset of ``/parameters`` the scan
+        of it noted); ``departure=False``: a problem where H5MD leaves the file free (see
+        :class:`Problem`)."""
+        if not any((p.path, p.message, p.assumed) == (path, message, assumed)
+                   for p in self.problems):
+            self.problems.append(Problem(path, message, assumed, minor, departure=departure))
 
     def left_out(self, err: H5MDFormatError, path: str) -> None:
         """Record that the part at ``path`` was left out because of ``err``."""
