@@ -942,6 +942,30 @@ def test_external_link_is_left_out_never_followed(tmp_path):
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+@pytest.mark.parametrize("link", [h5py.SoftLink("/nowhere"), h5py.ExternalLink("other.h5", "/")],
+                         ids=["dangling", "external"])
+def test_a_parameters_link_that_cannot_be_followed_leaves_out_parameters_alone(tmp_path, link):
+    """/parameters as a dangling or external link (a mutation fuzz, audit65) refused the
+    whole file, h5mdx info too, where a dangling or external /observables is left out with
+    a warning: /parameters is left out so, the particles open, and strict=True refuses."""
+    from h5mdx.cli import main
+
+    path = _base(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["parameters"] = link
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/\]: 'parameters' is .*; left out"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.position, POS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)
+        with xr.open_datatree(path, engine="h5md") as tree:
+            assert "parameters" not in tree.children
+    assert main(["info", path]) == 0
+    with pytest.raises(H5MDFormatError, match="'parameters'"):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
 # ----------------------------------------------------------------------------- MDAnalysis
 
 

@@ -271,10 +271,15 @@ def _live(f: h5py.File) -> bool:
 
 def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
     """The datasets below ``/<root>`` (``/parameters``, or another free-form group), by
-    path below it, with their shape, dtype and path."""
+    path below it, with their shape, dtype and path; {} (noted) where ``/<root>`` is a link
+    h5mdx does not follow, as an ``/observables`` so is left out."""
     if not _has(c.f, root):
         return {}
-    grp = _get(c, c.f, root, "/")
+    try:
+        grp = _get(c, c.f, root, "/")
+    except H5MDFormatError as err:
+        c.left_out(err, f"/{root}")
+        return {}
     if not isinstance(grp, h5py.Group):
         return {}
     groups, datasets = _below(grp)
