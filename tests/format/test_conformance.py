@@ -942,6 +942,48 @@ def test_external_link_is_left_out_never_followed(tmp_path):
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+@pytest.mark.parametrize(("element", "step"), [
+    ("observables/energy", np.uint64(2**63 + 1)),  # fixed interval: an OverflowError
+    ("observables/energy", np.int64(2**62)),  # fixed interval: 2 * 2**62 wrapped
+    (f"{G}/position", np.arange(3, dtype=np.uint64) + np.uint64(2**63)),  # wrapped
+    (f"{G}/position", np.array([0, 1, 2**63], dtype=np.float64)),
+], ids=["fixed-uint64", "fixed-overflowing", "explicit-uint64", "explicit-float"])
+def test_steps_beyond_64_bit_integers_are_said_not_wrapped(tmp_path, element, step):
+    """Steps no int64 holds (a mutation fuzz, audit65): a fixed interval of uint64 refused
+    the whole file with an OverflowError naming no path; one whose later steps overflow,
+    or explicit uint64 steps beyond 2**63, were served wrapped to negative steps, in
+    silence. The frames are numbered 0..n-1, said; the rest of the file is as stored."""
+    path = _base(str(tmp_path / "huge.h5md"))
+    with h5py.File(path, "r+") as f:
+        for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+            _replace(f[el], "step", STEPS)  # each its own, not hard links
+        _replace(f[element], "step", step)
+        if np.ndim(step) == 0:
+            f[element]["step"].attrs["offset"] = 0
+            _replace(f[element], "time", 0.5)
+    with pytest.warns(H5MDConformanceWarning, match=rf"\[/?{element}/step\]: .*64-bit"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        group = tree["observables" if element.startswith("obs") else "particles/g"]
+        np.testing.assert_array_equal(group.step, np.arange(N_FRAMES))
+        np.testing.assert_array_equal(tree["particles/g"].position, POS)
+        np.testing.assert_array_equal(tree["observables"].energy, ENERGY)
+
+
+def test_float16_steps_are_converted_without_a_numpy_warning(tmp_path):
+    """Whole steps stored as float16 (a mutation fuzz, audit65): the check that they fit
+    int64 compared them with 2**63 in float16, and numpy warned of an overflow."""
+    path = _base(str(tmp_path / "f16.h5md"))
+    with h5py.File(path, "r+") as f:
+        _replace(f[f"{G}/position"], "step", STEPS.astype(np.float16))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with xr.open_dataset(path, engine="h5md") as ds:
+            np.testing.assert_array_equal(ds.step, STEPS)
+    assert all(isinstance(w.message, H5MDConformanceWarning) for w in record), \
+        [str(w.message) for w in record]
+
+
 @pytest.mark.parametrize("link", [h5py.SoftLink("/nowhere"), h5py.ExternalLink("other.h5", "/")],
                          ids=["dangling", "external"])
 def test_a_parameters_link_that_cannot_be_followed_leaves_out_parameters_alone(tmp_path, link):

@@ -51,6 +51,9 @@ def _read_small(c: _Ctx, dset: h5py.Dataset, where: str, n: int | None = None,
 
 _NUMBERED = "frames numbered 0..n-1"
 
+#: The range of the steps served (int64)
+_INT64 = np.iinfo(np.int64)
+
 
 def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
                   ) -> tuple[int, int] | None:
@@ -108,7 +111,13 @@ def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
     if interval.dtype.kind not in "iu" or not isinstance(offset, int):
         c.note(f"{where}/step", "'step' and its 'offset' must be integers", _NUMBERED)
         return None
-    return int(offset) + int(interval) * np.arange(n, dtype=np.int64)
+    first, every = int(offset), int(interval)
+    if not all(_INT64.min <= v <= _INT64.max for v in (every * max(n - 1, 0),
+                                                         first + every * max(n - 1, 0))):
+        c.note(f"{where}/step", f"steps {first} + {every} k of {n} frames do not fit 64-bit "
+               "integers", _NUMBERED)
+        return None
+    return first + every * np.arange(n, dtype=np.int64)
 
 
 def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
@@ -132,7 +141,20 @@ def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.nd
             c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
             return None
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
+    if raw.size and _beyond_int64(raw):
+        c.note(path, f"'step' holds {raw.max()}, beyond 64-bit integers", _NUMBERED)
+        return None
     return raw.astype(np.int64, copy=False)
+
+
+def _beyond_int64(raw: np.ndarray) -> bool:
+    """Whether steps ``raw`` (integers, or floats of whole numbers) hold one no int64
+    holds (compared as Python numbers: a float16 step cannot hold 2**63)."""
+    if raw.dtype.kind == "u":
+        return int(raw.max()) > _INT64.max
+    if raw.dtype.kind == "f":
+        return not -(2.0**63) <= float(raw.min()) <= float(raw.max()) < 2.0**63
+    return False
 
 
 def _unwritten_steps_cut(c: _Ctx, step_ds: h5py.Dataset, raw: np.ndarray, path: str
