@@ -942,6 +942,21 @@ def test_external_link_is_left_out_never_followed(tmp_path):
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+@pytest.mark.parametrize("shape", [(N_FRAMES, 3, 3), (N_FRAMES, 3, 2)], ids=["matrix", "bounds"])
+def test_complex_box_edges_give_no_numpy_warning(tmp_path, shape):
+    """Complex box edges (a mutation fuzz, audit65): the check of the first box matrix
+    (or [lo, hi] bounds) cast them to float, and numpy's ComplexWarning, naming neither
+    the file nor the path, came out of every open and of h5mdx info."""
+    path = _base(str(tmp_path / "complex.h5md"))
+    with h5py.File(path, "r+") as f:
+        _replace(f[f"{G}/box/edges"], "value", np.ones(shape, dtype=np.complex128))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        xr.open_datatree(path, engine="h5md").close()
+    assert all(isinstance(w.message, H5MDConformanceWarning) for w in record), \
+        [str(w.message) for w in record]
+
+
 @pytest.mark.parametrize(("element", "step"), [
     ("observables/energy", np.uint64(2**63 + 1)),  # fixed interval: an OverflowError
     ("observables/energy", np.int64(2**62)),  # fixed interval: 2 * 2**62 wrapped

@@ -198,7 +198,8 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
     if edges is None:
         return None, None
     tail = edges.shape[1:] if edges.time_dependent else edges.shape
-    if dimension == 3 and tail in ((3, 2), (1, 3, 2)):
+    real = edges.dtype.kind in "iuf"  # others (complex) are not cast to probe their form
+    if dimension == 3 and tail in ((3, 2), (1, 3, 2)) and real:
         return _from_bounds(c, grp, edges, path)
     if not edges.time_dependent and edges.shape in ((1, dimension),
                                                     (1, dimension, dimension)):
@@ -210,7 +211,7 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
                f"(…, {dimension}) or (…, {dimension}, {dimension}) for a "
                f"{dimension}-dimensional box", "left out")
         return None, None
-    if tail == (dimension, dimension) and not _valid_matrix(c, grp, edges, path):
+    if tail == (dimension, dimension) and real and not _valid_matrix(c, grp, edges, path):
         return None, None
     return edges, None
 
