@@ -193,7 +193,7 @@ def test_names_of_references_or_sequences_are_left_out_not_served_as_text(tmp_pa
     """A ``name`` of object references or variable-length numbers (a mutation fuzz,
     audit65) was served as the text of each Python object ('<HDF5 object reference>',
     '[0. 1.]') for every atom, in silence; the scan had said it left it out. It is left
-    out, said once, and the other properties are served."""
+    out, said once per open, and the other properties are served."""
     path = tmp_path / "tiny.h5"
     _tiny(path, **GOOD)
     with h5py.File(path, "r+") as f:
@@ -204,15 +204,38 @@ def test_names_of_references_or_sequences_are_left_out_not_served_as_text(tmp_pa
         else:
             name = grp.create_dataset("name", (2,), dtype=h5py.vlen_dtype(np.float64))
             name[0], name[1] = np.zeros(1), np.zeros(2)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        with xr.open_dataset(path, engine="h5md") as ds:
-            assert "name" not in ds.coords
-            assert ds.type.values.tolist() == ["OW", "HW", "OW"]
-        with xr.open_datatree(path, engine="h5md") as tree:
-            assert "name" not in tree["particles/atoms"].coords
-    said = [str(w.message) for w in record if "vmd_structure/name" in str(w.message)]
-    assert len(said) == 1 and said[0].endswith("left out"), said
+    for open_ in (xr.open_dataset, xr.open_datatree):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with open_(path, engine="h5md") as opened:
+                atoms = opened if open_ is xr.open_dataset else opened["particles/atoms"]
+                assert "name" not in atoms.coords
+                assert atoms.type.values.tolist() == ["OW", "HW", "OW"]
+        said = [str(w.message) for w in record if "vmd_structure/name" in str(w.message)]
+        assert len(said) == 1 and said[0].endswith("left out"), said
+
+
+@pytest.mark.parametrize("name", [np.array([[b"O"], [b"H"]]), "group"], ids=["2-d", "group"])
+def test_a_property_the_scan_leaves_out_is_said_at_the_open_of_the_atoms(tmp_path, name):
+    """A ``name`` of shape (2, 1), or a group (a mutation fuzz, audit65): the particles'
+    Dataset came without names and without a warning, where strict=True refused it and
+    a ``name`` of the wrong length is said at that open. Said once, the others served."""
+    path = tmp_path / "tiny.h5"
+    _tiny(path, **{**GOOD, "name": name if not isinstance(name, str) else np.zeros(1)})
+    if isinstance(name, str):
+        with h5py.File(path, "r+") as f:
+            del f["parameters/vmd_structure/name"]
+            f.create_group("parameters/vmd_structure/name")
+    for open_ in (xr.open_dataset, xr.open_datatree):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with open_(path, engine="h5md") as opened:
+                atoms = opened if open_ is xr.open_dataset else opened["particles/atoms"]
+                assert "name" not in atoms.coords and "type" in atoms.coords
+        said = [str(w.message) for w in record if "vmd_structure" in str(w.message)]
+        assert len(said) == 1 and "[/parameters/vmd_structure/name]" in said[0], said
+    with pytest.raises(H5MDFormatError, match="vmd_structure/name"):
+        xr.open_dataset(path, engine="h5md", strict=True)
 
 
 def test_a_module_of_no_property_is_no_topology(tmp_path):

@@ -575,6 +575,9 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     structure = b.info.vmd_structure
     if structure is None:
         return ds
+    for problem in b.info.problems:  # a dataset of the module the scan left out
+        if _of_module(problem.path, structure.path):
+            b.report.add(problem)
     species = ds.variables.get("species")
     values = species.values if species is not None and species.dims == (ATOM_DIM,) else None
     coords = per_atom(structure, values, n_atoms, group, b.report.note)
@@ -587,6 +590,18 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     ds.attrs["topology"] = b.info.filename
     ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     return ds
+
+
+def _of_module(path: str, module: str) -> bool:
+    """Whether a problem at ``path`` concerns a dataset of VMD's structure module at
+    ``module`` (a property the atoms then lack): the module's group (a link of one of its
+    datasets), or one of the datasets it reads."""
+    from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES
+
+    parent, _, name = path.rpartition("/")
+    return path == module or parent == module and name in {
+        *PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "indexOfSpecies", "indexOfSegid",
+        "bond_from", "bond_to"}
 
 
 #: the attribute on per-particle variables of a group whose particle order varies
