@@ -210,6 +210,22 @@ def test_names_indexing_beyond_their_table_are_left_out(gmx_copy, tpr):
         np.testing.assert_array_equal(ds.resname.values, tpr.atoms.resnames)
 
 
+def test_a_name_table_of_references_is_left_out_not_served_as_text(gmx_copy, tpr):
+    """A name table of object references (a mutation fuzz, audit65) named every atom
+    '<HDF5 object reference>', in silence: it is left out, as an unreadable table is."""
+    table = f"{MODULE}/NA+/particle_name_table"
+    with h5py.File(gmx_copy, "r+") as f:
+        del f[table]
+        f.create_dataset(table, data=np.array([f.ref], dtype=h5py.ref_dtype))
+    ds = _opened(gmx_copy,
+                 f"[{table}]: object references, which h5mdx does not follow; left out",
+                 f"[{table}]: is missing or unreadable, so {MODULE}/NA+/particle_name cannot",
+                 "molecule type(s) NA+ lack the name of their atoms; no atom's name served")
+    with ds:
+        assert "name" not in ds.coords
+        np.testing.assert_array_equal(ds.resname.values, tpr.atoms.resnames)
+
+
 def test_a_block_of_a_molecule_type_not_held_leaves_out_the_module(gmx_copy, tpr):
     with h5py.File(gmx_copy, "r+") as f:
         del f[f"{MODULE}/NA+"]
