@@ -207,3 +207,37 @@ def test_by_id_leaves_out_what_is_per_slot(tmp_path):
     with ds, pytest.warns(UserWarning, match=r"by_id: \['species'\] are per slot"):
         ordered = ds.md.by_id()
     assert "species" not in ordered and "position" in ordered
+
+
+def test_absent_particles_survive_a_copy_to_zarr_and_back(tmp_path):
+    """The id's fill value (H5MD's mark of an absent particle) was lost in a copy to Zarr
+    (every encoding cleared): by_id on the store raised "holds id -1 in slots 1, 2"; with
+    one absent slot per frame it would have taken -1 for a particle (helper audit64). It
+    is kept as CF's _FillValue (xarray reads it back as NaN), and to_h5md from the store
+    writes the ids as integers again, the fill value in its place."""
+    orders = np.tile(np.arange(5), (4, 1))
+    orders[1, 3] = orders[2, 0] = orders[2, 4] = -1
+    path = tmp_path / "gcmc.h5"
+    _write(path, orders, fillvalue=-1)
+    store, back = tmp_path / "gcmc.zarr", tmp_path / "back.h5"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        with xr.open_dataset(path, engine="h5md") as ds:
+            want = ds.md.by_id()
+            ds.md.to_zarr(store)
+        with xr.open_dataset(store, engine="zarr") as z:
+            assert np.isnan(z.id.values[2, [0, 4]]).all()  # CF: the fill value's slots
+            got = z.md.by_id()
+            with pytest.warns(UserWarning, match="position written without a unit"):
+                z.md.to_h5md(back)  # the test file has none
+        with h5py.File(back, "r") as f:
+            ids = f["particles/atoms/id/value"]
+            assert ids.dtype.kind == "i" and ids.fillvalue == -1
+            np.testing.assert_array_equal(ids[()], orders)
+        with xr.open_dataset(back, engine="h5md") as again:
+            np.testing.assert_allclose(again.md.by_id().position.values,
+                                       want.position.values)
+    np.testing.assert_array_equal(got.id.values, want.id.values)
+    assert got.id.dtype.kind == "i"
+    np.testing.assert_allclose(got.position.values, want.position.values)
+    assert np.isnan(got.position.values[2, [0, 4]]).all()

@@ -67,7 +67,12 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     values = np.asarray(ids.transpose(TIME_DIM, ATOM_DIM).values)
     source = ids.encoding.get("source", ds.attrs.get("source"))
     path = ids.encoding.get("h5md_path", f"{ds.attrs.get('h5md_group', '')}/id")
-    present = _present(values, ids.encoding.get("_FillValue"), source, path)
+    if values.dtype.kind == "f" and ids.encoding.get("_FillValue") is not None:
+        # decoded by CF (a Zarr store opened by xarray): the fill value's slots are NaN
+        present = ~np.isnan(values)
+        values = np.where(present, values, 0).astype(ids.encoding.get("dtype", np.int64))
+    else:
+        present = _present(values, ids.encoding.get("_FillValue"), source, path)
     every = np.unique(values[present])
     rows, cols = np.nonzero(present)
     at = np.searchsorted(every, values[rows, cols])

@@ -497,6 +497,11 @@ def dataset_to_zarr(
             venc["chunks"] = var.shape
         if name in ds.data_vars:
             venc["compressors"] = compressors
+        fill = var.encoding.get("_FillValue")
+        if fill is not None and var.dtype.kind in "iu":
+            # H5MD's mark of absent particles (an id's -1): kept as CF's _FillValue, which
+            # xarray reads back as NaN (its own encoding set aside below, it was lost)
+            venc["_FillValue"] = fill
         enc[str(name)] = venc
     one_d = [str(name) for name, var in ds.variables.items()
              if var.ndim == 1 and str(var.dims[0]) in block]
@@ -643,6 +648,7 @@ def to_h5md(
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    ds = _cf_encoded(ds)
     if author is None and ds.attrs.get("author_name") not in (None, "unknown"):
         author = str(ds.attrs["author_name"])  # the file's author, as opened
     if author_email is None and ds.attrs.get("author_email"):
@@ -683,6 +689,23 @@ def to_h5md(
                               time.values if with_time else None, time_unit=time_unit,
                               observable=True)
     return os.fspath(path)
+
+
+def _cf_encoded(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its integer variables that CF decoding made floats (NaN where the
+    ``_FillValue`` was: an ``id`` of a Zarr store, or of netCDF, opened by xarray) back
+    in their integers, the fill value in place of NaN: H5MD's ids are integers, and their
+    fill value marks absent particles."""
+    changed = {}
+    for name, var in ds.variables.items():
+        fill, dtype = var.encoding.get("_FillValue"), var.encoding.get("dtype")
+        if fill is None or dtype is None or var.dtype.kind != "f" \
+                or np.dtype(dtype).kind not in "iu":
+            continue
+        back = var.fillna(fill).astype(dtype)
+        back.encoding = dict(var.encoding)
+        changed[name] = back
+    return ds.assign(changed) if changed else ds
 
 
 def _topology(ds: xr.Dataset, static: dict[str, Any], path: Any = "") -> tuple[Any, Any, Any]:
