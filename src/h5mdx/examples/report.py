@@ -251,8 +251,8 @@ def summary_lines(result: ExampleResult) -> list[str]:
     warm = f"  warm-up {100 * split['warmup']:.0f}%" if split["warmup"] > 0 else ""
     lines.append(f"I/O {100 * split['io']:.0f}%  compute {100 * split['compute']:.0f}%{warm}  "
                  f"other {100 * split['other']:.0f}% of the workers' busy time "
-                 f"({_plural(len(result.records), 'task')} on "
-                 f"{_plural(result.workers, 'worker')}, one more run with per-task timing)")
+                 f"({plural(len(result.records), 'task')} on "
+                 f"{plural(result.workers, 'worker')}, one more run with per-task timing)")
     lines.extend(_straggler_text(result.records, result.warmup))
     f = result.files
     if "report" in f:
@@ -261,7 +261,8 @@ def summary_lines(result: ExampleResult) -> list[str]:
     return lines
 
 
-def _plural(n: int, word: str, many: str | None = None) -> str:
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 task"``, ``"2 tasks"``: ``n`` and ``word``, or ``many`` (default ``word + "s"``)."""
     return f"{n} {word if n == 1 else many or word + 's'}"
 
 
@@ -290,7 +291,7 @@ def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
         ("selection", f"{result.select!r} ({result.n_selected} atoms)"),
         ("RMSD", f"{result.seconds:.2f} s, {result.frames_per_s:,.0f} frames/s, "
                  f"{result.gb_per_s:.2f} GB/s on a local dask.distributed cluster of "
-                 f"{_plural(result.workers, 'worker process', 'worker processes')}"),
+                 f"{plural(result.workers, 'worker process', 'worker processes')}"),
         ("read floor (h5py)", f"{fl['seconds']:.2f} s, {fl['frames_per_s']:,.0f} frames/s, "
                               f"{fl['gb_per_s']:.2f} GB/s with {fl['workers']:.0f} reader(s)"),
         ("RMSD / read floor", f"{result.vs_floor:.2f}x ({_rounds_text(result)})"),
@@ -343,7 +344,7 @@ def write_report(result: ExampleResult) -> dict[str, str]:
                        for k, p in {**result.files, **files}.items() if k != "report")
     figures = "\n".join(
         f'<h2>{title}</h2>\n<img src="{name}" alt="{title}" style="max-width:100%">'
-        for title, name in ((_what(result.select), "rmsd.png"),
+        for title, name in ((rmsd_title(result.select), "rmsd.png"),
                             ("Tasks by worker, coloured by phase (the run with per-task "
                              "timing, after the rounds)", "gantt.png"),
                             ("Time per worker and phase", "workers.png")))
@@ -352,7 +353,7 @@ def write_report(result: ExampleResult) -> dict[str, str]:
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
 th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f4;padding:1em}}
 </style></head><body>
-<h1>h5mdx example: {html.escape(_what(result.select))} of adenylate kinase</h1>
+<h1>h5mdx example: {html.escape(rmsd_title(result.select))} of adenylate kinase</h1>
 <p>Measured {html.escape(time.strftime('%Y-%m-%d %H:%M %Z'))} on
 {html.escape(machine_description())}.</p>
 <pre>{html.escape(chr(10).join(summary_lines(result)))}</pre>
@@ -370,7 +371,7 @@ th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f
     return files
 
 
-def _what(select: str) -> str:
+def rmsd_title(select: str) -> str:
     """The RMSD's name in titles: ``C-alpha RMSD`` for ``name CA``, else the selection."""
     return "C-alpha RMSD" if select.strip() == "name CA" else f"RMSD of {select!r}"
 
@@ -397,7 +398,7 @@ def plot_rmsd(rmsd: Any, path: str, zoom: int = 392, *, select: str = "name CA")
     fig = _figure((8.0, 5.0), 100)
     top, bottom = fig.subplots(2, 1)
     top.plot(t, y, lw=0.3)
-    top.set_title(f"{_what(select)} to frame 0, all {y.size:,} frames")
+    top.set_title(f"{rmsd_title(select)} to frame 0, all {y.size:,} frames")
     bottom.plot(t[:zoom], y[:zoom], lw=1)
     bottom.axvspan(t[0], t[min(97, y.size - 1)], color="0.9", label="the DCD's own 98 frames")
     bottom.set_title(f"first {min(zoom, y.size)} frames")

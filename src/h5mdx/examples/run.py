@@ -21,10 +21,10 @@ import numpy as np
 
 from h5mdx.examples.report import (
     ExampleResult,
-    _plural,
-    _what,
     machine_description,
     plot_rmsd,
+    plural,
+    rmsd_title,
     write_report,
 )
 from h5mdx.examples.trajectory import (
@@ -250,8 +250,8 @@ def run_example(
          + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
     echo(f"machine: {machine_description()}")
     echo(f"trajectory: {SYNTHETIC}")
-    echo(f"{_what(select)} ({select!r}) on a local dask.distributed cluster of "
-         f"{_plural(workers, 'worker process', 'worker processes')} against the h5py "
+    echo(f"{rmsd_title(select)} ({select!r}) on a local dask.distributed cluster of "
+         f"{plural(workers, 'worker process', 'worker processes')} against the h5py "
          f"read floor ({workers} h5py reader process(es)) and raw reads of the same bytes: "
          f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
     with _staged(out) as stage:  # the outputs appear together, or the last run's stay
