@@ -746,6 +746,24 @@ def test_a_reference_of_another_file_is_selected_as_mdanalysis_does(adk_h5md, ad
             ds.md.rmsd(protein)
 
 
+
+def test_a_frame_of_another_dataset_with_other_atom_names_is_refused(adk_h5md, adk_universe):
+    """A frame of another Dataset (a crystal structure, a file of its own numbering) is
+    matched by atom index; where it names its atoms (its ``name`` coordinate) and the
+    names differ from the compared atoms', the docs promise a TopologyError. Only a
+    Universe's names were checked: such a frame gave RMSDs to the wrong atoms (24 Å off)
+    in silence. Found by an audit."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        frame = ds.isel(time=[7]).load()
+        want = _mda_rmsd(adk_universe, ref_frame=7)
+        assert_close(ds.md.rmsd(frame.isel(time=0), select="name CA").values, want)
+        perm = np.random.default_rng(1).permutation(ds.sizes["atom"])
+        other = frame.isel(atom=perm).assign_coords(atom=np.arange(ds.sizes["atom"]))
+        with pytest.raises(TopologyError, match=r"another name in it \(atom \d+ is 'CA' "):
+            ds.md.rmsd(other.isel(time=0), select="name CA")
+        with pytest.raises(TopologyError, match="another name in it"):
+            h5mdx.rmsd(ds.position, other.position.isel(time=0), select="backbone")
+
 def test_unusable_arguments_are_one_clear_error(adk_h5md):
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         with pytest.raises(TypeError, match="not True"):

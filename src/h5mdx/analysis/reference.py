@@ -320,6 +320,16 @@ def _names_of(atoms: Any) -> np.ndarray | None:
         return None
 
 
+def _names_on_atom(ref: xr.DataArray) -> np.ndarray | None:
+    """The atom names a reference DataArray carries on ``atom``: those of the MDAnalysis
+    object it was made of, else its own ``name`` coordinate (a frame of another Dataset
+    opened with a topology); None where it has neither."""
+    for key in ("reference_name", "name"):
+        if key in ref.coords and ref[key].dims == (ATOM_DIM,):
+            return np.asarray(ref[key].values).astype(str)
+    return None
+
+
 def _check_names(ref_names: np.ndarray | None, sub: xr.DataArray) -> None:
     """Refuse a reference whose atoms have other names than the compared atoms, where both
     have names (the positions' ``name`` coordinate, from the topology opened with them)."""
@@ -334,9 +344,10 @@ def _check_names(ref_names: np.ndarray | None, sub: xr.DataArray) -> None:
         raise TopologyError(
             f"the reference is not the same atoms: {bad.size} of the {have.size} atoms "
             f"compared have another name in it (atom {int(sub[ATOM_DIM].values[i])} is "
-            f"{have[i]!r} in the positions and {ref_names[i]!r} in the reference); with "
-            "a selection string it is applied to the reference too, in its atom order, "
-            "else the reference's atoms are matched by atom index")
+            f"{str(have[i])!r} in the positions and {str(ref_names[i])!r} in the "
+            "reference); a selection string is applied to a Universe or AtomGroup "
+            "reference too, in its atom order, else the reference's atoms (a DataArray's: "
+            "its atom coordinate) are matched by atom index")
 
 
 def _length_scale(unit: str, to: str, what: str) -> float:
@@ -418,8 +429,7 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                 raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
             ref_da = ref_da.isel({TIME_DIM: 0})
         ref_da = _by_atom(ref_da.transpose(ATOM_DIM, SPATIAL_DIM), sub, "reference")
-        if "reference_name" in ref_da.coords:
-            _check_names(np.asarray(ref_da["reference_name"].values), sub)
+        _check_names(_names_on_atom(ref_da), sub)
         ref = np.asarray(ref_da.values, dtype=np.float64)
         if ref.shape[0] == n_sel:
             return ref
