@@ -776,6 +776,7 @@ def test_unusable_arguments_are_one_clear_error(adk_h5md):
             ds.isel(time=slice(5, 5)).md.rmsd()
 
 
+
 def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5md, tmp_path):
     from h5mdx.analysis.series import write_series
 
@@ -906,6 +907,36 @@ def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md
     assert "\n  selected atoms: id holds their indices in the system they come from, whose " \
            "topology finds them (--topology, topology=)\n" in capsys.readouterr().out
 
+
+
+def test_a_file_of_all_atoms_in_another_order_takes_the_topology_by_its_id(
+        tmp_path, adk_h5md, adk_universe):
+    """to_h5md of ds.isel(atom=perm) keeps each atom's index as its id, as for a selection;
+    opened with the topology of as many atoms the id was ignored and the topology's
+    atoms laid on the file's slots in order: names, masses and selections of other atoms,
+    and a Universe reference selected with the string in another order than the compared
+    atoms (25 Å off, silently). Found by an audit."""
+    import MDAnalysis as mda
+    from MDAnalysisTests.datafiles import CRD
+
+    perm = np.random.default_rng(5).permutation(adk_universe.atoms.n_atoms)
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        ds.isel(atom=perm).md.to_h5md(tmp_path / "perm.h5md")
+    crd = mda.Universe(PSF, CRD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        to_crd = rms.RMSD(adk_universe, crd, select="backbone",
+                          weights="mass").run().results.rmsd[:, 2]
+    with xr.open_dataset(tmp_path / "perm.h5md", engine="h5md", topology=PSF) as p:
+        np.testing.assert_array_equal(p.atom.values, perm)
+        np.testing.assert_array_equal(p["name"].values, adk_universe.atoms.names[perm])
+        assert_close(p.md.rmsd(7, select="name CA").values,
+                     _mda_rmsd(adk_universe, ref_frame=7))
+        assert_close(p.md.rmsd(crd, select="backbone", weights="mass").values, to_crd)
+        # labels that are no permutation of the topology's indices: taken in order, as before
+        p.drop_vars("id").assign_coords(atom=perm + 1).md.to_h5md(tmp_path / "labels.h5md")
+    with xr.open_dataset(tmp_path / "labels.h5md", engine="h5md", topology=PSF) as q:
+        np.testing.assert_array_equal(q.atom.values, np.arange(perm.size))
 
 def test_a_subset_file_with_a_topology_it_does_not_index(tmp_path, adk_h5md, adk_universe):
     """Ids that are not h5mdx's indices of selected atoms (another program's particle

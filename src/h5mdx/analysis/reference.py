@@ -178,7 +178,8 @@ def select_atoms(
     Returns
     -------
     numpy.ndarray or None
-        Integer positions along ``atom`` (None for all atoms).
+        Integer positions along ``atom`` (None for all atoms); those of a selection
+        string in the order of the atoms' indices (MDAnalysis' order).
     """
     if select is None:
         return None
@@ -197,13 +198,16 @@ def select_atoms(
             )
         wanted = select_indices(_universe_of(position, topology), select,
                                 position.encoding.get("source"))
-        where = np.flatnonzero(np.isin(_atom_ids(position), wanted))
+        ids = _atom_ids(position)
+        where = np.flatnonzero(np.isin(ids, wanted))
         if where.size == 0:
             raise TopologyError(
                 f"the selection {select!r} matches no atom of these positions"
                 + _of_file(position)
             )
-        return where
+        # in the topology's order, as MDAnalysis' AtomGroup (and a reference selected with
+        # the string) has them, where the file holds its atoms in another
+        return where[np.argsort(ids[where], kind="stable")]
     sel = np.asarray(select)
     if sel.size == 0:
         raise TopologyError("the selection is empty: no atom to compare")

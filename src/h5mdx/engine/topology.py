@@ -341,8 +341,10 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
     numpy.ndarray or None
         The ``id`` of the group, where ``universe`` is a Universe of more atoms and the
         ``id`` is h5mdx's: distinct 0-based indices into it
-        (``h5mdx.format.schema.INPUT_INDEX_LONG_NAME``). None otherwise (the same
-        system, an AtomGroup, no ``id``): the caller compares the counts.
+        (``h5mdx.format.schema.INPUT_INDEX_LONG_NAME``), or of as many atoms and such an
+        ``id`` that orders them otherwise (``ds.isel(atom=perm).md.to_h5md``). None
+        otherwise (the same system in its order, an AtomGroup, no ``id``): the caller
+        compares the counts.
 
     Raises
     ------
@@ -352,8 +354,8 @@ def input_indices(ds: Any, universe: Any, n_atoms: int, filename: str,
         than the file's: each says how to pass the atoms meant.
     """
     n_top = len(universe.atoms)
-    if n_top <= n_atoms or universe is not getattr(universe, "universe", universe):
-        return None  # the same system (or an AtomGroup: its own atoms, checked after)
+    if n_top < n_atoms or universe is not getattr(universe, "universe", universe):
+        return None  # another system (or an AtomGroup: its own atoms, checked after)
     var = ds.variables.get("id")
     if var is None or var.dims != (ATOM_DIM,) or var.dtype.kind not in "iu":
         return None
@@ -400,11 +402,15 @@ def indices_in(universe: Any, n_atoms: int, ids: Any, long_name: Any, masses: An
         As :func:`input_indices`.
     """
     n_top = len(universe.atoms)
-    if n_top <= n_atoms or universe is not getattr(universe, "universe", universe):
+    if n_top < n_atoms or universe is not getattr(universe, "universe", universe):
         return None
     if ids is None or np.asarray(ids).dtype.kind not in "iu" or np.shape(ids) != (n_atoms,):
         return None
     ids = np.asarray(ids, dtype=np.int64)
+    if n_top == n_atoms and (long_name != INPUT_INDEX_LONG_NAME
+                             or np.array_equal(ids, np.arange(n_atoms))
+                             or not np.array_equal(np.sort(ids), np.arange(n_atoms))):
+        return None  # the same system in its own order (or other labels): counts compared
     said = f"{filename}: the topology {_name(universe)} has {n_top} atoms but " \
            f"{group} has {n_atoms}"
     if long_name != INPUT_INDEX_LONG_NAME:

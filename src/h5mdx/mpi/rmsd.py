@@ -210,13 +210,13 @@ def _select(topology: str | None, select: str | None, weights: str | None,
 def _input_ids(universe: Any, filename: str, group: str | None) -> np.ndarray | None:
     """The file's atoms' indices in ``universe`` where the file holds a selection of its
     atoms (read with h5py, one process at a time: a small ``id`` and ``mass``); None where
-    it holds them all."""
+    it holds them all in the topology's order."""
     from h5mdx.engine.topology import indices_in
     from h5mdx.format.h5md import open_h5md
 
     with open_h5md(filename) as f:
         source = position_source(f, group)
-        if len(universe.atoms) <= source.n_atoms:
+        if len(universe.atoms) < source.n_atoms:
             return None
         elements = source.info.particles[source.group].elements
         found = {}
