@@ -777,6 +777,26 @@ def test_unusable_arguments_are_one_clear_error(adk_h5md):
 
 
 
+def test_a_frame_index_held_in_a_0d_array_and_a_reference_on_other_dims(adk_h5md):
+    """The frame of the largest RMSD, ``series.argmax("time")``, is a 0-d DataArray: it
+    failed with xarray's "Dimensions {'atom', 'spatial'} do not exist" (and a 0-d numpy
+    integer was refused); a DataArray on other dimensions is said so. Found by an audit."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        series = ds.md.rmsd(select="name CA")
+        far = int(series.argmax("time"))
+        want = ds.md.rmsd(far, select="name CA").values
+        for ref in (series.argmax("time"), np.array(far)):
+            got = ds.md.rmsd(ref, select="name CA")
+            np.testing.assert_array_equal(got.values, want)
+            assert got.attrs["reference_frame"] == far
+        parts = [ds.isel(time=slice(0, 40)), ds.isel(time=slice(40, None))]
+        assert_close(h5mdx.rmsd(parts, series.argmax("time"), select="name CA").values, want)
+        with pytest.raises(ValueError, match=r"on \(atom, spatial\), not time on \(\): a "
+                                             "frame index is an integer"):
+            ds.md.rmsd(ds.time.isel(time=5), select="name CA")
+        with pytest.raises(ValueError, match=r"not position on \('atom',\)"):
+            ds.md.rmsd(ds.position.isel(time=2, spatial=0), select="name CA")
+
 def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5md, tmp_path):
     from h5mdx.analysis.series import write_series
 

@@ -381,6 +381,30 @@ def _dataset_positions(reference: xr.Dataset) -> xr.DataArray:
     return reference["position"]
 
 
+def _frame_index(reference: Any) -> Any:
+    """A 0-d integer array or DataArray (``series.argmax("time")``) as the frame index
+    it holds; anything else as given."""
+    if isinstance(reference, (np.ndarray, xr.DataArray)) and reference.ndim == 0 \
+            and reference.dtype.kind in "iu":
+        return int(reference)
+    return reference
+
+
+def _one_frame(reference: xr.DataArray) -> xr.DataArray:
+    """A reference DataArray as one frame on ``(atom, spatial)`` (a one-frame ``time``
+    dropped); a ValueError that names its dimensions otherwise."""
+    if TIME_DIM in reference.dims:
+        if reference.sizes[TIME_DIM] != 1:
+            raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
+        reference = reference.isel({TIME_DIM: 0})
+    if set(reference.dims) != {ATOM_DIM, SPATIAL_DIM}:
+        raise ValueError(
+            f"a reference DataArray must be a frame of positions on ({ATOM_DIM}, "
+            f"{SPATIAL_DIM}), not {reference.name or 'one'} on {reference.dims}"
+            + (": a frame index is an integer" if reference.ndim == 0 else ""))
+    return reference
+
+
 def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
                idx: np.ndarray | None, select: Any = None) -> np.ndarray:
     n_sel = sub.sizes[ATOM_DIM]
@@ -424,14 +448,10 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     if isinstance(reference, xr.Dataset):  # a frame of another Dataset: its positions
         reference = _dataset_positions(reference)
     if isinstance(reference, xr.DataArray):
-        ref_da = reference
+        ref_da = _one_frame(reference)
         ref_unit, unit = ref_da.attrs.get("units"), position.attrs.get("units")
         if ref_unit is not None and unit is not None:  # a frame of another Dataset
             ref_da = ref_da * _length_scale(str(ref_unit), str(unit), "the reference")
-        if TIME_DIM in ref_da.dims:
-            if ref_da.sizes[TIME_DIM] != 1:
-                raise ValueError("a reference DataArray must hold one frame (isel(time=i))")
-            ref_da = ref_da.isel({TIME_DIM: 0})
         ref_da = _by_atom(ref_da.transpose(ATOM_DIM, SPATIAL_DIM), sub, "reference")
         _check_names(_names_on_atom(ref_da), sub)
         ref = np.asarray(ref_da.values, dtype=np.float64)

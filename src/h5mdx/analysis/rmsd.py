@@ -51,6 +51,7 @@ from h5mdx.analysis.qcp import normalize_weights
 from h5mdx.analysis.reference import (
     _centred_reference,
     _check_dims,
+    _frame_index,
     _of_file,
     _weights,
     select_atoms,
@@ -92,7 +93,8 @@ def rmsd(
         of whole frames (each task costs the scheduler a few ms), else one task per
         block.
     reference : int, array_like, xarray.DataArray or MDAnalysis Universe/AtomGroup, default 0
-        A frame index of ``position`` (counted from its first frame), an ``(atom,
+        A frame index of ``position`` (counted from its first frame; an integer, or a
+        0-d integer array or DataArray such as ``series.argmax("time")``), an ``(atom,
         spatial)`` array (of the selected or of all atoms), a one-frame DataArray of
         another Dataset, or the current frame of a Universe or AtomGroup. With a selection
         string, a Universe or AtomGroup is selected with it too, its atoms in order (as
@@ -145,6 +147,7 @@ def rmsd(
     >>> ds = xr.open_dataset("adk.h5md", engine="h5md", topology="adk.psf")  # doctest: +SKIP
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
+    reference = _frame_index(reference)
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
