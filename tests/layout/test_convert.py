@@ -168,6 +168,24 @@ def test_zarr_matches_engine(tmp_path):
     a.close()
 
 
+def test_a_tpr_converted_to_zarr_keeps_the_names_of_its_module(tmp_path):
+    """A TPR's atoms get GROMACS' topology module in an H5MD file; in a Zarr store the
+    coordinates the engine serves from it (the store had no name, resname, resid or segid,
+    where a GRO's atoms get those of VMD's module)."""
+    h5, store = tmp_path / "tpr.h5md", tmp_path / "tpr.zarr"
+    convert(d.TPR, [d.XTC], h5, progress=False)
+    convert(d.TPR, [d.XTC], store, progress=False)
+    u = universe(d.TPR, [d.XTC])
+    with xr.open_dataset(h5, engine="h5md") as a, xr.open_zarr(store) as b:
+        assert {"name", "resname", "resid", "segid", "moltype", "molnum"} <= set(b.coords)
+        assert set(a.coords) == set(b.coords)
+        for name in ("name", "resname", "resid", "segid", "moltype", "molnum"):
+            np.testing.assert_array_equal(a[name].values, b[name].values)
+            assert a[name].attrs == b[name].attrs, name
+        np.testing.assert_array_equal(b["name"].values, u.atoms.names)
+        np.testing.assert_array_equal(b["resid"].values, u.atoms.resids)
+
+
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
     out = tmp_path / "x.h5md"
     calls = []

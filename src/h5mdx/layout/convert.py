@@ -510,6 +510,7 @@ def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
         static = {**static, "species": (species, None, {
             "labels": list(structure.datasets["name"].tolist())})}
     if zarr_out:  # the store holds the coordinates the engine serves from the module
+        from h5mdx.engine.topology import module_coords
         from h5mdx.format.vmd_structure import COORD_ATTRS, per_atom
         from h5mdx.layout.export import ZarrWriter
 
@@ -517,6 +518,8 @@ def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
             k: (v, COORD_ATTRS.get(k, {})) for k, v in per_atom(
                 structure, static["species"][0], len(static["species"][0]), group,
                 lambda *_: None).items() if k not in static}
+        if topology is not None:  # GROMACS' module (a TPR's atoms): its names, residues
+            coords = {k: v for k, v in module_coords(topology).items() if k not in static}
         return ZarrWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
                           static=static, checksum=verify, atom_coords=coords)
     return H5MDWriter(tmp, specs, n_frames=n_frames, layout=layout, group=group,
