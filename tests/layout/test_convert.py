@@ -416,6 +416,31 @@ def test_an_unreadable_input_is_one_message(tmp_path, capsys):
     assert "Exception ignored" not in err and "--format" not in err
 
 
+def test_a_box_the_first_frame_lacks_is_said_and_a_missing_box_is_zeros(tmp_path, capsys):
+    """The first frame decides the elements: the box of later frames (an XYZ file without
+    one, then an XTC) was left out without a word; a frame without a box after boxed ones
+    is written as zeros (MDAnalysis' no box), where the command said NaN."""
+    u = universe(d.COORDINATES_TOPOLOGY, [d.COORDINATES_XTC])
+    u.dimensions = None
+    xyz = tmp_path / "nobox.xyz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with mda.Writer(str(xyz), n_atoms=u.atoms.n_atoms) as w:
+            w.write(u.atoms)
+    stats = convert(d.COORDINATES_TOPOLOGY, [xyz, d.COORDINATES_XTC], tmp_path / "a.h5md",
+                    progress=False)
+    assert "box_edges" not in stats.elements
+    n = len(universe(d.COORDINATES_TOPOLOGY, [d.COORDINATES_XTC]).trajectory)
+    assert f"{n} frames had a box, not written: the first frame written has none" in \
+        " ".join(stats.notes)
+    out = tmp_path / "b.h5md"
+    assert main(["convert", d.COORDINATES_TOPOLOGY, d.COORDINATES_XTC, str(xyz), str(out),
+                 "--no-progress"]) == 0
+    assert "1 frames had no box_edges; written as zeros (no box)" in capsys.readouterr().out
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert (ds.box_edges.values[-1] == 0).all() and (ds.box_edges.values[0] > 0).any()
+
+
 def test_times_restarting_after_one_frame_continue_by_the_readers_dt(tmp_path):
     one = tmp_path / "one.h5md"
     convert(d.GRO, [d.TRR], one, stop=1, progress=False)

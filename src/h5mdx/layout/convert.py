@@ -528,8 +528,11 @@ def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
 
 
 def _frame_arrays(ts: Any, indices: np.ndarray | None, want: dict[str, bool], has_box: bool,
-                  nan: np.ndarray, missing: dict[str, int]) -> dict[str, Any]:
-    """The arrays of one frame; a velocity, force or box the frame lacks counts in ``missing``."""
+                  nan: np.ndarray, missing: dict[str, int],
+                  unwritten: dict[str, int] | None = None) -> dict[str, Any]:
+    """The arrays of one frame; a velocity, force or box the frame lacks counts in ``missing``,
+    one it has that is not written (the first frame lacked it) in ``unwritten``."""
+    unwritten = {} if unwritten is None else unwritten
     arrays: dict[str, Any] = {}
     pos = ts.positions
     arrays["position"] = pos if indices is None else pos[indices]
@@ -541,14 +544,41 @@ def _frame_arrays(ts: Any, indices: np.ndarray | None, want: dict[str, bool], ha
             else:
                 arrays[name] = nan
                 missing[name] += 1
+        elif name in unwritten and getattr(ts, f"has_{attr}"):
+            unwritten[name] += 1
+    d = ts.dimensions
+    boxed = d is not None and bool(np.all(np.asarray(d[:3]) > 0))
     if has_box:
-        d = ts.dimensions
-        if d is None or not np.all(np.asarray(d[:3]) > 0):
+        if not boxed:
             arrays["box_edges"] = np.zeros((3, 3), np.float32)
             missing["box_edges"] += 1
         else:
             arrays["box_edges"] = ts.triclinic_dimensions
+    elif boxed and "box_edges" in unwritten:
+        unwritten["box_edges"] += 1
     return arrays
+
+
+def _unwritten(want: dict[str, bool], has_box: bool, velocities: bool | None,
+               forces: bool | None) -> dict[str, int]:
+    """A count for each element the first frame lacks, so not written, that was not
+    refused (``velocities``/``forces`` False): frames that have it count there."""
+    flags = {"velocity": velocities, "force": forces}
+    counts = {name: 0 for name in ("velocity", "force")
+              if not want[name] and flags[name] is None}
+    if not has_box:
+        counts["box_edges"] = 0
+    return counts
+
+
+def _unwritten_notes(unwritten: dict[str, int]) -> list[str]:
+    """What :func:`_unwritten` counted, said: frames whose velocities, forces or box were
+    not written, because the first frame written has none."""
+    what = {"velocity": "velocities", "force": "forces", "box_edges": "a box"}
+    return [f"{n} frame{'' if n == 1 else 's'} had {what[name]}, not written: the first "
+            f"frame written has none, and it decides the elements written (--start at a "
+            f"frame with {what[name]} to write them)"
+            for name, n in unwritten.items() if n]
 
 
 def _verify(expected: dict[str, str], tmp: str, out: str, zarr_out: bool) -> None:
@@ -659,6 +689,7 @@ def convert(
         static["id"] = id_element(indices)
     steps, observables = _Steps(), _Observables()
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
+    unwritten = _unwritten(want, has_box, velocities, forces)
     t0 = _time.perf_counter()
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
@@ -671,7 +702,7 @@ def convert(
             written = 0
             for ts in frames:
                 raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
-                arrays = _frame_arrays(ts, indices, want, has_box, nan, missing)
+                arrays = _frame_arrays(ts, indices, want, has_box, nan, missing, unwritten)
                 sampled = steps(ts)
                 writer.append(*sampled, **arrays)
                 observables.add(ts, *sampled)
@@ -679,18 +710,17 @@ def convert(
                 advance(1)
             _check_all_read(written, n_frames, trajectories, u, topology, out)
             obs_notes = observables.write(writer, zarr_out, _observable_units(trajectories, u))
-        verified = False
-        if verify:
+        if verify:  # raises where the data read back differ
             _verify(writer.checksums, tmp, out, zarr_out)
-            verified = True
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     return ConvertStats(
         output=out, n_frames=n_frames, n_atoms=n, elements=[s.name for s in specs], seconds=seconds,
-        bytes_written=size, verified=verified, layout=layout.describe(n_frames, specs[0].frame_bytes),
+        bytes_written=size, verified=verify, layout=layout.describe(n_frames, specs[0].frame_bytes),
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in [*early, *caught]))
-        + obs_notes + _unknown_units(u, specs) + _left_behind(trajectories, observables.values),
+        + obs_notes + _unwritten_notes(unwritten) + _unknown_units(u, specs)
+        + _left_behind(trajectories, observables.values),
     )
 
 
