@@ -184,6 +184,16 @@ def test_cli_rechunk(tmp_path, adk_h5md, capsys):
         assert f["particles/trajectory/position/value"].chunks == (26, 3341, 3)
 
 
+def test_an_output_named_as_another_format_is_refused(tmp_path, adk_h5md):
+    """``rechunk IN out.xtc`` wrote an HDF5 file named as an XTC (MDAnalysis then fails on
+    it as one); convert refuses such a name, and so does rechunk, before any work."""
+    for name in ("out.xtc", "out.dcd"):
+        with pytest.raises(ValueError, match=r"named as a \.[a-z]+ file: rechunk writes H5MD"):
+            rechunk(adk_h5md, tmp_path / name, progress=False)
+        assert not (tmp_path / name).exists()
+    rechunk(adk_h5md, tmp_path / "out.h5", progress=False)  # HDF5's own names are taken
+
+
 def test_a_damaged_chunk_names_the_file_the_element_and_the_frames(tmp_path):
     from h5mdx.errors import H5MDReadError
     from h5mdx.layout._atomic import partial_files

@@ -481,9 +481,11 @@ def _element_specs(ts0: Any, n: int, velocities: bool | None, forces: bool | Non
 _OUTPUT_SUFFIXES = (".h5md", ".h5", ".hdf5", ".hdf", ".zarr", "")
 
 
-def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
+def _check_output_name(out: str, zarr_out: bool, trajectories: bool,
+                       command: str = "convert") -> None:
     """Refuse an output named as another format (``out.dcd`` was written as HDF5; and
-    ``h5mdx convert top.gro traj.xtc``, the output forgotten, took the trajectory as it)."""
+    ``h5mdx convert top.gro traj.xtc``, the output forgotten, took the trajectory as it);
+    ``command`` names the writer in the message."""
     if not out:
         raise ValueError("give the output path (out=...)")
     suffix = os.path.splitext(out.rstrip("/"))[1].lower()
@@ -492,7 +494,7 @@ def _check_output_name(out: str, zarr_out: bool, trajectories: bool) -> None:
     hint = "" if trajectories else (
         "; did you forget the output? (h5mdx convert TOPOLOGY [TRAJECTORY ...] OUT.h5md: "
         "the last path is the output)")
-    raise ValueError(f"the output {out!r} is named as a {suffix} file: convert writes "
+    raise ValueError(f"the output {out!r} is named as a {suffix} file: {command} writes "
                      f"H5MD (.h5md, .h5, .hdf5) or Zarr (.zarr){hint}")
 
 

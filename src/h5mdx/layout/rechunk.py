@@ -38,7 +38,7 @@ from h5mdx.format.h5md import (
 )
 from h5mdx.format.writer import Layout, ensure_room, written_file
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
-from h5mdx.layout.convert import ConvertStats, _size, is_zarr_path
+from h5mdx.layout.convert import ConvertStats, _check_output_name, _size, is_zarr_path
 from h5mdx.layout.diagnosis import _frame_bytes
 
 __all__ = ["rechunk", "time_dependent_elements"]
@@ -368,6 +368,7 @@ def rechunk(
         raise ValueError(f"buffer_mib must be a finite number > 0, not {buffer_mib}")
     src = os.fspath(src)
     dst = os.fspath(dst)
+    _check_output_name(dst, is_zarr_path(dst), True, "rechunk")  # not an HDF5 file as .xtc
     info = scan(src)
     elements = time_dependent_elements(info)
     main = next((e for pg in info.particles.values() for n, e in pg.elements.items()
