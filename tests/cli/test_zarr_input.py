@@ -169,3 +169,14 @@ def test_rmsd_of_a_store_without_times_writes_its_series(tmp_path):
     got = np.genfromtxt(out, delimiter=",", names=True)
     np.testing.assert_array_equal(got["time"], np.arange(6) * 10.0)
     assert got["rmsd"][0] < 1e-6 and got["rmsd"][1] > 0.5  # Å: positions of 0-10 Å in nm
+
+
+def test_a_selection_without_topology_says_why_the_stores_names_are_not_used(store, capsys):
+    """A store converted from a PSF holds the atoms' names as coordinates: the refusal of
+    --select without --topology said it held none."""
+    with xr.open_zarr(store) as ds:
+        assert "name" in ds.coords
+    assert main(["rmsd", str(store), "--select", "name CA", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no atom names" not in err
+    assert "is a Zarr store" in err and "needs --topology" in err and "Traceback" not in err

@@ -231,6 +231,18 @@ def _print_written(args: argparse.Namespace) -> None:
             print(f"wrote {written}")
 
 
+def _why_no_names(path: str) -> str:
+    """Why ``path`` gives no atom names to select by: a Zarr store's are coordinates,
+    which selections do not read (it said the store held none)."""
+    from h5mdx.layout.convert import is_zarr_store
+
+    if is_zarr_store(path):
+        return (f"{path} is a Zarr store, whose name, resname, ... coordinates selections "
+                "do not read; the topology file gives them")
+    return (f"{path} holds no atom names (GROMACS' H5MD files hold their topology, and "
+            "files with VMD's structure module; others do not)")
+
+
 def _holds_topology(path: str) -> bool:
     from h5mdx.engine.topology import holds_topology
 
@@ -299,9 +311,8 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(args.select, str) and args.topology is None and not _holds_topology(
             args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
-              f"TPR, ... of the same atoms): {args.trajectory} holds no atom names (GROMACS' "
-              "H5MD files hold their topology, and files with VMD's structure module; "
-              "others do not)", file=sys.stderr)
+              f"TPR, ... of the same atoms): {_why_no_names(args.trajectory)}",
+              file=sys.stderr)
         return 2
     if args.workers is not None and args.workers < 1:
         print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
