@@ -239,3 +239,22 @@ def test_a_delay_at_a_frame_where_no_block_starts_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_delay_without_block(17, 98, args)
+
+
+def test_cli_refuses_an_output_that_is_a_file_before_the_grid(h5md_file, tmp_path, capsys,
+                                                              monkeypatch):
+    """``--out FILE`` ran the whole grid, then failed ('Not a directory: FILE/runs')."""
+    import h5mdx.bench.grid as grid
+    from h5mdx.cli import main
+
+    def no_grid(*args, **kwargs):
+        raise AssertionError("the grid ran")
+
+    monkeypatch.setattr(grid, "run_grid", no_grid)
+    out = tmp_path / "notes.txt"
+    out.write_text("mine")
+    assert main(["bench", h5md_file, "--analysis", "read", "--out", str(out),
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "is a file; the bench writes its records" in err and "Traceback" not in err
+    assert out.read_text() == "mine"

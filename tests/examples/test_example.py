@@ -172,3 +172,13 @@ def test_outputs_are_staged_and_stale_stages_removed(tmp_path):
         (tmp_path / mine / "rmsd.csv").write_text("new")
         raise KeyboardInterrupt
     assert not os.path.exists(mine)
+
+
+def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
+    """``--out FILE`` failed with '[Errno 17] File exists'."""
+    out = tmp_path / "notes.txt"
+    out.write_text("mine")
+    assert main(["example", "--frames", "100", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is a file; the example writes" in err and "Errno" not in err
+    assert out.read_text() == "mine"

@@ -12,6 +12,7 @@ M = 3 is the over-subscription experiment (three blocks per worker).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -93,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown scheduler(s) {bad}; valid options are: {', '.join(SCHEDULERS)}")
     if args.repeats < 1:
         raise ValueError("--repeats must be at least 1")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):  # before the grid
+        raise ValueError(f"--out {args.out!r} is a file; the bench writes its records, "
+                         "figures and report into a directory")
     if args.delay:
         parse_delay(args.delay)  # before the grid, not in its middle
     from h5mdx._optional import import_optional

@@ -13,6 +13,7 @@ task Gantt chart and the per-worker bars.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -59,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"h5mdx example: --workers must be at least 1, not {args.workers}",
               file=sys.stderr)
+        return 2
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"h5mdx example: --out {args.out!r} is a file; the example writes its "
+              "trajectory and report into a directory", file=sys.stderr)
         return 2
     problem = _selection_problem(args.select)
     if problem:
