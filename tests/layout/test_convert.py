@@ -796,6 +796,20 @@ def test_an_h5md_file_mdanalysis_cannot_read_points_to_h5mdx(tmp_path, capsys):
     assert not (tmp_path / "o.h5md").exists()
 
 
+def test_a_topology_of_other_atoms_is_one_line_without_the_h5md_hint(tmp_path, capsys):
+    """The atom counts that differ were said in MDAnalysis' three lines, and of an H5MD
+    trajectory with the hint that h5mdx reads it itself (rechunk does not help there)."""
+    from h5mdx.cli import main
+
+    for traj in (d.COORDINATES_H5MD, d.TRR_multi_frame):
+        assert main(["convert", d.PSF, traj, str(tmp_path / "o.h5md"), "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "same number of atoms!; Topology number of atoms 3341; Trajectory:" in err
+        assert "h5mdx reads" not in err and "rechunk" not in err
+        assert not (tmp_path / "o.h5md").exists()
+
+
 def test_an_h5md_input_without_frames_says_so(tmp_path):
     """convert of an H5MD file whose positions hold no frames: MDAnalysis' error says
     nothing (the message read 'adk.psf with zero.h5md: .'; an audit)."""

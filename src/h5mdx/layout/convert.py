@@ -140,9 +140,10 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
             hint = ("" if unknown or kwargs or "format" not in str(err).lower() else
                     "; where MDAnalysis cannot tell a format from the file name, give it "
                     "(format=, topology_format=; --format, --topology-format)")
-            hint += _h5md_hint(trajs)
-            # some say nothing (an H5MD file of 0 frames)
-            reason = unknown or str(err) or type(err).__name__
+            # not for atoms of another count: no other reader of the file helps there
+            hint += "" if "number of atoms" in str(err) else _h5md_hint(trajs)
+            # some say nothing (an H5MD file of 0 frames); some say it in several lines
+            reason = unknown or _one_line(str(err)) or type(err).__name__
             raise TopologyError(
                 f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {reason}{hint}"
             ) from err
@@ -150,6 +151,16 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
                             "give a trajectory file after it")
     return u
+
+
+def _one_line(message: str) -> str:
+    """MDAnalysis' message of several lines (the atom counts of a topology and a
+    trajectory that differ) in one.
+
+    >>> _one_line("files don't have the same number of atoms!\\nTopology number of atoms 3")
+    "files don't have the same number of atoms!; Topology number of atoms 3"
+    """
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 #: Formats named by a file's suffix that MDAnalysis knows by another name
