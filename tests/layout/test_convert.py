@@ -810,6 +810,24 @@ def test_a_topology_of_other_atoms_is_one_line_without_the_h5md_hint(tmp_path, c
         assert not (tmp_path / "o.h5md").exists()
 
 
+def test_a_directory_or_a_zarr_store_given_as_input_is_said_as_such(tmp_path, capsys):
+    """A directory was "a format ''" MDAnalysis does not know, with its 50 formats listed;
+    a Zarr store written by h5mdx was "format 'ZARR'"."""
+    from h5mdx.cli import main
+
+    store = tmp_path / "adk.zarr"
+    assert main(["convert", d.PSF, d.DCD, str(store), "--stop", "2", "--no-progress"]) == 0
+    capsys.readouterr()
+    (tmp_path / "adir").mkdir()
+    for argv, said in (([d.PSF, str(store)], "is a Zarr store, not a file MDAnalysis reads"),
+                       ([d.PSF, str(tmp_path / "adir")], "is a directory, not a topology"),
+                       ([str(tmp_path / "adir"), d.DCD], "is a directory, not a topology")):
+        assert main(["convert", *argv, str(tmp_path / "o.h5md"), "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert said in err and "formats" not in err and "Traceback" not in err, err
+        assert not (tmp_path / "o.h5md").exists()
+
+
 def test_an_h5md_input_without_frames_says_so(tmp_path):
     """convert of an H5MD file whose positions hold no frames: MDAnalysis' error says
     nothing (the message read 'adk.psf with zero.h5md: .'; an audit)."""

@@ -124,6 +124,8 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
     for t in [topology, *trajs]:
         if isinstance(t, (str, os.PathLike)) and not os.path.exists(t):
             raise FileNotFoundError(f"No such file: {os.fspath(t)!r}")
+        if isinstance(t, (str, os.PathLike)) and os.path.isdir(t):
+            raise TopologyError(_directory_input(os.fspath(t)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -151,6 +153,16 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
                             "give a trajectory file after it")
     return u
+
+
+def _directory_input(path: str) -> str:
+    """What to say of a directory given as a topology or trajectory (MDAnalysis said it
+    knew no format '' of it, and listed its formats)."""
+    if is_zarr_store(path):
+        return (f"{path!r} is a Zarr store, not a file MDAnalysis reads: "
+                f"xr.open_zarr({path!r}).md.to_h5md(OUT) writes it as H5MD, and h5mdx info "
+                "and h5mdx rmsd read it as it is")
+    return f"{path!r} is a directory, not a topology or trajectory file"
 
 
 def _one_line(message: str) -> str:
