@@ -828,6 +828,24 @@ def test_a_directory_or_a_zarr_store_given_as_input_is_said_as_such(tmp_path, ca
         assert not (tmp_path / "o.h5md").exists()
 
 
+def test_an_mdtraj_hdf5_trajectory_is_named_as_such(tmp_path, capsys):
+    """MDTraj's HDF5 file was "no trajectory format 'H5'; give --format: H5MD?" (and with
+    --format H5MD, "object 'particles' doesn't exist"); h5mdx info names the format."""
+    from h5mdx.cli import main
+
+    for name in ("traj.h5", "traj.h5md"):
+        path = tmp_path / name
+        with h5py.File(path, "w") as f:
+            f.attrs["conventions"] = "Pande"
+            f["coordinates"] = np.zeros((2, 3341, 3), np.float32)
+        for extra in ([], ["--format", "H5MD"]):
+            assert main(["convert", d.PSF, str(path), str(tmp_path / "o.h5md"),
+                         "--no-progress", *extra]) == 1
+            err = capsys.readouterr().err
+            assert "it is MDTraj's HDF5 format" in err and "H5MD?" not in err, err
+            assert "'particles' doesn't exist" not in err
+
+
 def test_an_h5md_input_without_frames_says_so(tmp_path):
     """convert of an H5MD file whose positions hold no frames: MDAnalysis' error says
     nothing (the message read 'adk.psf with zero.h5md: .'; an audit)."""

@@ -146,6 +146,9 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
             hint += "" if "number of atoms" in str(err) else _h5md_hint(trajs)
             # some say nothing (an H5MD file of 0 frames); some say it in several lines
             reason = unknown or _one_line(str(err)) or type(err).__name__
+            other = _other_hdf5(trajs)
+            if other is not None:  # MDTraj's file, said as such, not as 'H5MD?'
+                raise TopologyError(f"MDAnalysis cannot read {other}") from err
             raise TopologyError(
                 f"MDAnalysis cannot read {os.fspath(topology)!r}{what}: {reason}{hint}"
             ) from err
@@ -163,6 +166,24 @@ def _directory_input(path: str) -> str:
                 f"xr.open_zarr({path!r}).md.to_h5md(OUT) writes it as H5MD, and h5mdx info "
                 "and h5mdx rmsd read it as it is")
     return f"{path!r} is a directory, not a topology or trajectory file"
+
+
+def _other_hdf5(trajectories: Sequence[str]) -> str | None:
+    """What the scan says of the first input that is an HDF5 file of no H5MD (MDTraj's,
+    MDANSE's: which program reads it); None where there is none."""
+    from h5mdx.errors import H5MDFormatError
+    from h5mdx.format.h5md import scan
+
+    others = [f.filename for f in _h5md_inputs(trajectories)
+              if "h5md" not in f and "particles" not in f]
+    for name in others:
+        try:
+            scan(name)
+        except H5MDFormatError as err:
+            return str(err)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _one_line(message: str) -> str:
