@@ -161,6 +161,29 @@ def test_rechunk_to_zarr(tmp_path, rich_file):
     assert b.position.encoding["chunks"] == (8, 30, 3)
 
 
+@pytest.mark.parametrize("spec, kept", [("gzip:2", "GzipCodec"), ("zstd:7", "ZstdCodec"),
+                                         ("lzf", None), (None, None)])
+def test_a_copy_into_zarr_keeps_the_compression_by_default(tmp_path, adk_h5md, spec, kept):
+    """``--compression`` defaults to "keep the input filters": a gzip (or zstd) file was
+    copied into an uncompressed store; Zarr has no LZF, which gives none."""
+    if spec == "zstd:7":
+        pytest.importorskip("hdf5plugin")
+    src = tmp_path / "in.h5md"
+    rechunk(adk_h5md, src, frames_per_chunk=10, compression=spec)
+    store = tmp_path / "out.zarr"
+    stats = rechunk(src, store, verify=True)
+    assert stats.verified and f"compression {spec or 'none'}".replace("lzf", "none") \
+        in stats.layout
+    with xr.open_zarr(store) as ds:
+        codecs = [type(c).__name__ for c in ds.position.encoding.get("compressors") or ()]
+        assert codecs == ([kept] if kept else []), codecs
+        with xr.open_dataset(adk_h5md, engine="h5md") as a:
+            np.testing.assert_array_equal(ds.position.values, a.position.values)
+    # contiguous, as into HDF5: no compression kept
+    stats = rechunk(src, tmp_path / "one.zarr", contiguous=True)
+    assert "contiguous, compression none" in stats.layout
+
+
 def test_cli_rechunk(tmp_path, adk_h5md, capsys):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")

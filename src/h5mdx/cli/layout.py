@@ -18,6 +18,11 @@ _LAYOUT_HELP = (
 )
 
 
+#: What rechunk's compression is by default
+_KEPT = ("keep the input filters; into Zarr, the positions' gzip, zstd or blosc at their "
+         "level")
+
+
 def _layout_options(p: argparse.ArgumentParser, compression_default: str | None) -> None:
     g = p.add_argument_group("layout")
     m = g.add_mutually_exclusive_group()
@@ -27,7 +32,7 @@ def _layout_options(p: argparse.ArgumentParser, compression_default: str | None)
     m.add_argument("--contiguous", action="store_true", help="no chunks")
     g.add_argument("--compression", default=compression_default, metavar="SPEC",
                    help=f"{COMPRESSION_SYNTAX} "
-                        f"(default: {compression_default or 'keep the input filters'})")
+                        f"(default: {compression_default or _KEPT})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--verify", action="store_true",
                    help="re-read the output and compare per-element checksums")

@@ -13,6 +13,7 @@ memory stays bounded whatever the file size.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time as _time
@@ -378,6 +379,8 @@ def rechunk(
     if n_frames is None:  # the particles' frames, not an observable's sampled more often
         n_frames = max((e.shape[0] for e in elements), default=0)
     if is_zarr_path(dst):
+        if compression is None and not contiguous:  # keep the input's, as HDF5 filters are
+            layout = dataclasses.replace(layout, compression=_kept_for_zarr(src, main))
         return _rechunk_zarr(src, dst, info, layout, overwrite=overwrite, verify=verify,
                              n_frames=n_frames, n_atoms=n_atoms, buffer_mib=buffer_mib,
                              progress=progress, frame_bytes=frame_bytes)
@@ -520,6 +523,32 @@ def _taken(store: str, zgroup: str) -> bool:
         if not isinstance(node, zarr.Group):
             return True
     return False
+
+
+#: Blosc's compressors by the number its HDF5 filter (32001) stores last
+_BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 4: "zlib", 5: "zstd"}
+
+
+def _kept_for_zarr(src: str, main: Any) -> str | None:
+    """The compression of the positions ``main`` of ``src`` as a spec a Zarr store takes
+    (gzip, zstd or blosc at the input's level): a copy into Zarr keeps it, as a copy into
+    HDF5 keeps the filters (the store was written uncompressed); None (no compression)
+    for none, or a filter Zarr has not (LZF)."""
+    if main is None:
+        return None
+    try:
+        with h5py.File(src, "r") as f:
+            filters = dict(f[main.value_path]._filters)
+    except (OSError, KeyError):
+        return None
+    if "gzip" in filters:
+        return f"gzip:{int(filters['gzip'])}"
+    zstd, blosc = tuple(filters.get("32015") or ()), tuple(filters.get("32001") or ())
+    if "32015" in filters:
+        return f"zstd:{int(zstd[0])}" if zstd and 1 <= int(zstd[0]) <= 22 else "zstd"
+    if len(blosc) > 6 and int(blosc[6]) in _BLOSC_NAMES and 0 <= int(blosc[4]) <= 9:
+        return f"blosc:{_BLOSC_NAMES[int(blosc[6])]}:{int(blosc[4])}"
+    return "blosc" if "32001" in filters else None
 
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
