@@ -515,6 +515,23 @@ def test_the_output_forgotten_never_replaces_the_trajectory(tmp_path, capsys):
     convert(d.PSF, [d.DCD], tmp_path / "out.hdf5", stop=2, progress=False)  # HDF5 names
 
 
+def test_an_h5md_trajectory_taken_as_the_output_is_said_to_be_forgotten(tmp_path, capsys):
+    """`h5mdx convert top.pdb traj.h5md` (the output forgotten) said "pass --overwrite to
+    replace it", which wrote the PDB's one frame over the trajectory's five."""
+    import shutil
+
+    traj = tmp_path / "traj.h5md"
+    shutil.copy(d.COORDINATES_H5MD, traj)
+    before = traj.read_bytes()
+    assert main(["convert", d.COORDINATES_TOPOLOGY, str(traj), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "did you forget the output?" in err and "the topology's own frames" in err
+    assert "already exists; pass --overwrite" not in err
+    assert traj.read_bytes() == before
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        convert(d.COORDINATES_TOPOLOGY, [d.COORDINATES_XTC], traj, progress=False)
+
+
 def test_a_topology_without_coordinates_is_a_clear_error(tmp_path, capsys):
     from h5mdx.errors import TopologyError
 

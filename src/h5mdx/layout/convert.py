@@ -542,6 +542,26 @@ def _check_output_name(out: str, zarr_out: bool, trajectories: bool,
                      f"H5MD (.h5md, .h5, .hdf5) or Zarr (.zarr){hint}")
 
 
+def _check_target(out: str, overwrite: bool, inputs: list[str], zarr_out: bool,
+                  trajectories: bool) -> None:
+    """Refuse the output early, before MDAnalysis spends time on the input
+    (:func:`h5mdx.layout._atomic.check_target`); an existing one given with no trajectory
+    may be the trajectory, the output forgotten (``h5mdx convert top.pdb traj.h5md``):
+    said so, where the error advised --overwrite, which wrote the topology's frame over it."""
+    try:
+        check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
+                     hdf5=not zarr_out)
+    except FileExistsError as err:
+        if trajectories:
+            raise
+        raise FileExistsError(
+            f"{out!r} already exists, and with no trajectory given convert writes the "
+            "topology's own frames: did you forget the output? (h5mdx convert TOPOLOGY "
+            "[TRAJECTORY ...] OUT.h5md: the last path is the output); to replace it with "
+            "the topology's frames, pass overwrite=True (--overwrite on the command line)"
+        ) from err
+
+
 def _writer(tmp: str, zarr_out: bool, specs: list[ElementSpec], n_frames: int,
             layout: Layout, group: str, static: dict[str, Any], verify: bool,
             atoms: Any, out: str | os.PathLike[str] = "") -> Any:
@@ -721,8 +741,7 @@ def convert(
     inputs = [os.fspath(t) for t in trajectories]
     if isinstance(topology, (str, os.PathLike)):
         inputs.append(os.fspath(topology))
-    # refuse early, before MDAnalysis spends time on the input
-    check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr_out, hdf5=not zarr_out)
+    _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
     atoms, indices = _atoms(u, select)
