@@ -47,3 +47,18 @@ def test_slurm_script_warns_of_a_trajectory_the_job_will_not_find(tmp_path, monk
                       rf"from {tmp_path}, where the job starts\)"):
         assert main(["slurm-script", "mpi-rmsd", "nope.h5md", "--ntasks", "2"]) == 0
     assert "h5mdx mpi-rmsd nope.h5md" in capsys.readouterr().out
+
+
+def test_slurm_script_refuses_a_time_slurm_does_not_take(tmp_path, monkeypatch, capsys):
+    """--walltime abc was written into the script as '#SBATCH --time=abc' (sbatch refuses
+    it at submission), where rmsd --scheduler slurm checks the same option."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    for bad in ("abc", "25:00:00:00"):
+        assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                     "--walltime", bad]) == 1
+        captured = capsys.readouterr()
+        assert "#SBATCH" not in captured.out
+        assert f"walltime {bad!r} is not a SLURM time" in captured.err
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--time", "1-12"]) == 0
+    assert "#SBATCH --time=1-12" in capsys.readouterr().out

@@ -33,6 +33,7 @@ from h5mdx.parallel.cluster import (
     ENDED_STATES,
     NEVER_STARTS,
     SlurmError,
+    _check_walltime,
     pending_hint,
     reason_key,
 )
@@ -148,8 +149,9 @@ def mpi_rmsd_script(
     workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
     from h5mdx._version import __version__
 
-    directives = _directives(job_name=job_name, ntasks=ntasks, nodes=nodes,
-                             time_limit=time_limit, partition=partition, account=account,
+    directives = _directives(job_name=job_name, ntasks=ntasks, nodes=nodes,  # a SLURM time
+                             time_limit=_check_walltime(time_limit), partition=partition,
+                             account=account,
                              mem_per_cpu=mem_per_cpu)
     directives += [f"--output={log}", f"--chdir={workdir}", *extra_directives]
     command = [
