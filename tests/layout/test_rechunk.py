@@ -184,6 +184,22 @@ def test_a_copy_into_zarr_keeps_the_compression_by_default(tmp_path, adk_h5md, s
     assert "contiguous, compression none" in stats.layout
 
 
+def test_a_zarr_store_as_input_is_said_as_such(tmp_path, adk_h5md, capsys):
+    """``rechunk STORE.zarr OUT.h5md`` said the store "is a directory, not an H5MD file";
+    it names the store and the way to write it as H5MD."""
+    from h5mdx.cli import main
+
+    store = tmp_path / "adk.zarr"
+    rechunk(adk_h5md, store)
+    (tmp_path / "adir").mkdir()
+    for given, said in ((store, "is a Zarr store, not an H5MD file"),
+                        (tmp_path / "adir", "is a directory, not an H5MD file")):
+        assert main(["rechunk", str(given), str(tmp_path / "o.h5md")]) == 1
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+    assert not (tmp_path / "o.h5md").exists()
+
+
 def test_cli_rechunk(tmp_path, adk_h5md, capsys):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")

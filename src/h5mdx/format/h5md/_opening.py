@@ -53,7 +53,7 @@ def open_h5md(
     if not os.path.exists(path):
         raise FileNotFoundError(f"No such file: {path!r}")
     if os.path.isdir(path):
-        raise H5MDFormatError(path, None, "is a directory, not an H5MD file")
+        raise H5MDFormatError(path, None, _directory(path))
     if os.path.getsize(path) == 0:
         raise H5MDFormatError(path, None, "the file is empty (0 bytes), not an H5MD file")
     # A userblock can move the signature to 512, 1024, ... ; h5py handles those, so only
@@ -110,3 +110,12 @@ def is_h5md(path: str | os.PathLike[str]) -> bool:
             return isinstance(f.get(Path.H5MD.value, getlink=False), h5py.Group)
     except Exception:  # noqa: BLE001 - sniffing must never raise
         return False
+
+
+def _directory(path: str) -> str:
+    """What a directory given as an H5MD file is: a Zarr store (``h5mdx convert``'s or
+    ``rechunk``'s), said with what reads it and how to write it as H5MD, or another."""
+    if any(os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zgroup", ".zattrs")):
+        return ("is a Zarr store, not an H5MD file: h5mdx info and h5mdx rmsd read it, "
+                f"xr.open_zarr({path!r}) opens it, and .md.to_h5md(OUT) writes it as H5MD")
+    return "is a directory, not an H5MD file"
