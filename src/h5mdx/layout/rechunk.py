@@ -525,6 +525,8 @@ def _taken(store: str, zgroup: str) -> bool:
     return False
 
 
+#: The registered HDF5 filters of Zstandard and Blosc
+_ZSTD, _BLOSC = 32015, 32001
 #: Blosc's compressors by the number its HDF5 filter (32001) stores last
 _BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 4: "zlib", 5: "zstd"}
 
@@ -538,17 +540,20 @@ def _kept_for_zarr(src: str, main: Any) -> str | None:
         return None
     try:
         with h5py.File(src, "r") as f:
-            filters = dict(f[main.value_path]._filters)
+            kwargs = _source_filters(f[main.value_path])
     except (OSError, KeyError):
         return None
-    if "gzip" in filters:
-        return f"gzip:{int(filters['gzip'])}"
-    zstd, blosc = tuple(filters.get("32015") or ()), tuple(filters.get("32001") or ())
-    if "32015" in filters:
-        return f"zstd:{int(zstd[0])}" if zstd and 1 <= int(zstd[0]) <= 22 else "zstd"
-    if len(blosc) > 6 and int(blosc[6]) in _BLOSC_NAMES and 0 <= int(blosc[4]) <= 9:
-        return f"blosc:{_BLOSC_NAMES[int(blosc[6])]}:{int(blosc[4])}"
-    return "blosc" if "32001" in filters else None
+    code, opts = kwargs.get("compression"), kwargs.get("compression_opts")
+    if code == "gzip":
+        return f"gzip:{int(opts if opts is not None else 4)}"
+    values = tuple(opts or ())
+    if code == _ZSTD:
+        return f"zstd:{int(values[0])}" if values and 1 <= int(values[0]) <= 22 else "zstd"
+    if code == _BLOSC:
+        if len(values) > 6 and int(values[6]) in _BLOSC_NAMES and 0 <= int(values[4]) <= 9:
+            return f"blosc:{_BLOSC_NAMES[int(values[6])]}:{int(values[4])}"
+        return "blosc"
+    return None
 
 
 def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwrite: bool,
