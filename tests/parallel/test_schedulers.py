@@ -270,3 +270,25 @@ def test_ctrl_c_to_the_group_is_one_clean_interrupt(adk_h5md_blocked, scheduler)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "processes"])
+def test_rmsd_timing_records_every_task_on_the_local_schedulers(adk_h5md_blocked, tmp_path,
+                                                                scheduler):
+    """--scheduler processes --timing wrote a header and no row: the pool's processes had
+    started before the capture set the spool variable, so no task recorded its phases."""
+    from h5mdx.parallel.schedulers import compute_rmsd
+    from h5mdx.timing import load
+
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds:
+        result, _, _ = compute_rmsd(ds, select=np.arange(0, 3341, 7), scheduler=scheduler,
+                                    workers=2, frames_per_block=10, progress=False,
+                                    timing=str(tmp_path / "t"))
+    assert result.shape == (98,)
+    df, _ = load(tmp_path / "t" / "timing.csv")
+    assert len(df) == 10
+    assert (df["backend"] == scheduler).all()
+    covered = np.zeros(98, int)
+    for start, stop in zip(df["frame_start"], df["frame_stop"], strict=True):
+        covered[int(start):int(stop)] += 1
+    assert (covered == 1).all()

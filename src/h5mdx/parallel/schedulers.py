@@ -270,6 +270,17 @@ def _warm_up_for(ds: Any, lazy: Any, kernel: str) -> None:
         warm_up(_small_work_kernel(kernel, int(part.sizes.get("time", 0)) * n_atoms))
 
 
+def _capture(timing: str, scheduler: str, client: Any, workers: int, ds: Any,
+             select: Any) -> Any:
+    """The :func:`h5mdx.timing.capture` of :func:`compute_rmsd` (``timing`` made)."""
+    from h5mdx.timing import capture
+
+    os.makedirs(timing, exist_ok=True)
+    first = ds[0] if isinstance(ds, (list, tuple)) else ds
+    return capture(backend=scheduler, client=client, n_workers=workers,
+                   meta={"file": first.attrs.get("source"), "selection": select})
+
+
 def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
                  superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
                  frames_per_block: int | None = None, kernel: str = "auto",
@@ -283,7 +294,13 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
     With ``timing`` (a directory), per-task timing records go to ``timing/timing.csv``.
     ``frames_per_block`` and ``chunk_mib`` as for :func:`h5mdx.rmsd` (None: its defaults).
     """
-    with scheduler_context(scheduler, workers, args, warm=False) as client:
+    with contextlib.ExitStack() as stack:
+        run = None
+        if timing and scheduler == "processes":
+            # the pool's processes take the spool from their environment when they start:
+            # captured after the pool started, their tasks recorded nothing
+            run = stack.enter_context(_capture(timing, scheduler, None, workers, ds, select))
+        client = stack.enter_context(scheduler_context(scheduler, workers, args, warm=False))
         if client is not None:
             workers = client_workers(client) or workers
         options = {"select": select, "weights": weights, "superposition": superposition,
@@ -294,16 +311,11 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
         if scheduler == "threads":
             _warm_up_for(ds, lazy, kernel)
         t0 = time.perf_counter()
-        if timing:
-            from h5mdx.timing import capture
-
-            os.makedirs(timing, exist_ok=True)
-            first = ds[0] if isinstance(ds, (list, tuple)) else ds
-            with capture(backend=scheduler, client=client, n_workers=workers,
-                         meta={"file": first.attrs.get("source"), "selection": select}) as run:
-                result = compute(client, lazy, progress)
-            run.save(os.path.join(timing, "timing.csv"))
-        else:
-            result = compute(client, lazy, progress)
+        if timing and run is None:
+            run = stack.enter_context(_capture(timing, scheduler, client, workers, ds, select))
+        result = compute(client, lazy, progress)
         seconds = time.perf_counter() - t0
+        stack.close()  # last entered first: a capture collects before its cluster closes
+    if run is not None and timing:
+        run.save(os.path.join(timing, "timing.csv"))
     return result, seconds, workers
