@@ -1033,3 +1033,16 @@ def test_to_zarr_of_a_lazily_opened_dataset_keeps_whole_frames(tmp_path, adk_h5m
                           r"write it with ds\.md\.to_zarr"):
             series = store.md.rmsd(select=ca)
         assert np.abs(series.values - expected_ca).max() < ATOL
+
+
+@pytest.mark.parametrize("given", ["no", "False", None, 2])
+def test_superposition_other_than_a_bool_is_refused(adk_h5md, given):
+    """``superposition="no"`` (a truthy string) gave the RMSD after superposition in
+    silence (helper audit66): anything but a bool, 0 or 1 is refused; 0 is False."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        with pytest.raises(TypeError, match="superposition must be True or False"):
+            h5mdx.rmsd(ds.position, select=np.arange(10), superposition=given)
+        centred = h5mdx.rmsd(ds.position, select=np.arange(10), superposition=0).values
+        np.testing.assert_array_equal(
+            centred, h5mdx.rmsd(ds.position, select=np.arange(10), superposition=False).values)
+        assert centred[5] > h5mdx.rmsd(ds.position, select=np.arange(10)).values[5]

@@ -108,7 +108,8 @@ def rmsd(
     weights : None, "mass" or array_like
         Per-atom weights for centring and superposition.
     superposition : bool, default True
-        False gives the RMSD after centring only.
+        False gives the RMSD after centring only (anything but a bool, 0 or 1 is a
+        TypeError).
     topology : str, path-like or MDAnalysis.Universe, optional
         For selection strings and masses; defaults to the topology the ``h5md``
         engine attached when the file was opened with ``topology=``.
@@ -148,6 +149,9 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     reference = _frame_index(reference)
+    if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
+        # a string ("no", "False") is truthy: it superposed in silence
+        raise TypeError(f"superposition must be True or False, not {superposition!r}")
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
