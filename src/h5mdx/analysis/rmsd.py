@@ -62,6 +62,13 @@ from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 __all__ = ["join_parts", "reference_of_parts", "rmsd"]
 
 
+def _check_flag(superposition: Any) -> None:
+    """Refuse a ``superposition`` other than a bool, 0 or 1: a string ("no", "False") is
+    truthy, and superposed in silence."""
+    if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
+        raise TypeError(f"superposition must be True or False, not {superposition!r}")
+
+
 def rmsd(
     position: xr.DataArray | Sequence[xr.DataArray | xr.Dataset],
     reference: Any = 0,
@@ -149,9 +156,7 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     reference = _frame_index(reference)
-    if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
-        # a string ("no", "False") is truthy: it superposed in silence
-        raise TypeError(f"superposition must be True or False, not {superposition!r}")
+    _check_flag(superposition)
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
