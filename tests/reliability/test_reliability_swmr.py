@@ -299,6 +299,27 @@ with h5py.File(path, "w", libver="latest") as f:
 """
 
 
+@contextlib.contextmanager
+def _grower(path):
+    """The _GROWER process for the block, once it said "ready": its input closed at the
+    end (it stops), waited for, its pipes closed (as :func:`_writer`'s)."""
+    with subprocess.Popen([sys.executable, "-c", _GROWER, str(path)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "ready"
+            yield proc
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+
+
+def _grow(proc, frames):
+    """Have the _GROWER process write ``frames`` more frames, and wait until it has."""
+    proc.stdin.write(f"{frames}\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "ok"
+
+
 @pytest.mark.parametrize("direct", ["0", "1"])
 def test_a_second_open_of_a_live_file_sees_new_frames(tmp_path, monkeypatch, direct):
     """A Dataset of a live file that was read holds no HDF5 handle that keeps a later open
@@ -306,23 +327,15 @@ def test_a_second_open_of_a_live_file_sees_new_frames(tmp_path, monkeypatch, dir
     its handles were second handles, never refreshed)."""
     monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
     path = tmp_path / "grows.h5"
-    proc = subprocess.Popen([sys.executable, "-c", _GROWER, str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
+    with _grower(path) as proc:
         with xr.open_dataset(path, engine="h5md", swmr=True) as first:
             assert first.position[:, 0, 0].values.tolist() == [0, 1, 2, 3]  # partly: lazy
-            proc.stdin.write("4\n")
-            proc.stdin.flush()
-            assert proc.stdout.readline().strip() == "ok"
+            _grow(proc, 4)
             with xr.open_dataset(path, engine="h5md", swmr=True) as second:
                 assert second.sizes["time"] == 8
                 second = h5mdx.engine.live.refresh(second)
                 assert second.position[:, 0, 0].values.tolist() == list(range(8))
                 second.close()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=60)
 
 
 def test_closing_one_live_dataset_fails_no_read_of_another(tmp_path, monkeypatch):
@@ -379,22 +392,14 @@ def test_a_failed_live_read_keeps_no_handle(tmp_path, monkeypatch):
 
     monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
     path = tmp_path / "grows.h5"
-    proc = subprocess.Popen([sys.executable, "-c", _GROWER, str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
+    with _grower(path) as proc:
         with xr.open_dataset(path, engine="h5md", swmr=True) as first:
             raw = first.position.variable._data
             while not isinstance(raw, H5MDArray):
                 raw = raw.array
             with pytest.raises(h5mdx.errors.H5MDReadError) as failed:
                 raw._read_locked((np.array([3, 1]), slice(None), slice(None)))  # not sorted
-            proc.stdin.write("4\n")
-            proc.stdin.flush()
-            assert proc.stdout.readline().strip() == "ok"
+            _grow(proc, 4)
             with xr.open_dataset(path, engine="h5md", swmr=True) as second:
                 assert second.sizes["time"] == 8
             del failed
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=60)
