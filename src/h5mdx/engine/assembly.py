@@ -596,12 +596,10 @@ def _of_module(path: str, module: str) -> bool:
     """Whether a problem at ``path`` concerns a dataset of VMD's structure module at
     ``module`` (a property the atoms then lack): the module's group (a link of one of its
     datasets), or one of the datasets it reads."""
-    from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES
+    from h5mdx.format.vmd_structure import DATASETS
 
     parent, _, name = path.rpartition("/")
-    return path == module or parent == module and name in {
-        *PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "indexOfSpecies", "indexOfSegid",
-        "bond_from", "bond_to"}
+    return path == module or parent == module and name in DATASETS
 
 
 #: the attribute on per-particle variables of a group whose particle order varies

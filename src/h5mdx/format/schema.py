@@ -34,10 +34,15 @@ __all__ = [
     "PER_PARTICLE_SCALARS",
     "SUPPORTED_VERSIONS",
     "Path",
+    "ZARR_MARKERS",
 ]
 
 #: The first 8 bytes of every HDF5 file.
 H5MD_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+#: Files at the top of a Zarr group (v3; v2's group and attributes): a directory given as
+#: an H5MD file that holds one is a Zarr store.
+ZARR_MARKERS = ("zarr.json", ".zgroup", ".zattrs")
 
 #: H5MD versions this reader understands (major, minor).
 SUPPORTED_VERSIONS = ((1, 0), (1, 1))

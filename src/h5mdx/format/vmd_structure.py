@@ -35,7 +35,7 @@ import numpy as np
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.gromacs_topology import Load, Note  # the readers' one interface
 
-__all__ = ["COORD_ATTRS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH",
+__all__ = ["COORD_ATTRS", "DATASETS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH",
            "VMDStructure", "bonds", "from_atoms", "per_atom", "read_structure",
            "write_structure"]
 
@@ -51,6 +51,10 @@ PER_ATOM = {"resid": "resid", "charge": "charge", "segid": "segid"}
 #: The properties held per residue (entry ``resid[i]``: atom i's), as :data:`PER_SPECIES`
 #: (``chain`` served as MDAnalysis names it, ``chainID``).
 PER_RESIDUE = {"resname": "resname", "chain": "chainID"}
+
+#: Every dataset of the module h5mdx reads: the properties, the indices into them, the bonds.
+DATASETS = frozenset({*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "indexOfSpecies", "indexOfSegid",
+                      "bond_from", "bond_to"})
 
 #: The attributes of the coordinates served, where they have any.
 COORD_ATTRS = {"resid": {"long_name": "residue number (VMD's structure module)"},
@@ -83,10 +87,8 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
     VMDStructure or None
         None where it holds no property and no bond (``indexOfSpecies`` alone).
     """
-    known = {*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "indexOfSpecies", "indexOfSegid",
-             "bond_from", "bond_to"}
     datasets: dict[str, np.ndarray] = {}
-    for name in sorted(known & set(grp)):
+    for name in sorted(DATASETS & set(grp)):
         where = f"{STRUCTURE_PATH}/{name}"
         try:
             values = np.asarray(load(grp, name, STRUCTURE_PATH))

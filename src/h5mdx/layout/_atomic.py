@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from h5mdx.format.schema import ZARR_MARKERS
+
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
 
 _SUFFIX = ".h5mdx-partial"
@@ -108,10 +110,6 @@ def _clean_stale(target: Path) -> None:
                 os.replace(p, target)
             else:
                 _remove(p)
-
-
-#: Files at the top of a Zarr group (v3; v2's group and attributes).
-ZARR_MARKERS = ("zarr.json", ".zgroup", ".zattrs")
 
 
 def _zarr_or_empty(path: Path) -> bool:

@@ -31,6 +31,7 @@ from h5mdx._progress import progress_bar  # noqa: F401 - used here, and re-expor
 from h5mdx.errors import H5MDReadError, TopologyError
 from h5mdx.format.checksums import dataset_checksums
 from h5mdx.format.h5md import scaled_unit, unit_attribute
+from h5mdx.format.schema import ZARR_MARKERS
 from h5mdx.format.writer import (
     ELEMENT_UNITS,
     ElementSpec,
@@ -40,7 +41,6 @@ from h5mdx.format.writer import (
     id_element,
 )
 from h5mdx.layout._atomic import (
-    ZARR_MARKERS,
     atomic_output,
     check_target,
     raise_if_interrupted,

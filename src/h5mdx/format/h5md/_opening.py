@@ -9,7 +9,7 @@ from typing import Any
 import h5py
 
 from h5mdx.errors import H5MDFormatError, H5MDReadError
-from h5mdx.format.schema import H5MD_SIGNATURE, Path
+from h5mdx.format.schema import H5MD_SIGNATURE, ZARR_MARKERS, Path
 
 #: Trajectory formats people try to open as H5MD (the error then says how to convert).
 _TRAJECTORY_SUFFIXES = frozenset({
@@ -115,7 +115,7 @@ def is_h5md(path: str | os.PathLike[str]) -> bool:
 def _directory(path: str) -> str:
     """What a directory given as an H5MD file is: a Zarr store (``h5mdx convert``'s or
     ``rechunk``'s), said with what reads it and how to write it as H5MD, or another."""
-    if any(os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zgroup", ".zattrs")):
+    if any(os.path.exists(os.path.join(path, m)) for m in ZARR_MARKERS):
         return ("is a Zarr store, not an H5MD file: h5mdx info and h5mdx rmsd read it, "
                 f"xr.open_zarr({path!r}) opens it, and .md.to_h5md(OUT) writes it as H5MD")
     return "is a directory, not an H5MD file"
