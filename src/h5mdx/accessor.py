@@ -70,6 +70,10 @@ class MDAccessor:
                              + _engine_hint(self._ds))
         kwargs.setdefault("topology", self.topology)
         position = self._ds["position"]
+        if isinstance(select, str):
+            from h5mdx.analysis.reference import with_atom_data
+
+            position = with_atom_data(self._ds, position, kwargs["topology"])
         if isinstance(weights, str) and weights == "mass":
             weights = self._masses(position, kwargs["topology"])
         return rmsd(position, reference, select=select, weights=weights,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import h5py
 import numpy as np
@@ -166,6 +167,31 @@ def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
     from h5mdx.cli import main
 
     assert main(["bench", h5md_file, "--analysis", "read", "--select", "name CA"]) == 1
+
+
+def test_a_selection_in_a_file_holding_its_topology_needs_no_topology_option(tmp_path):
+    """A file h5mdx convert wrote holds its atoms' names (VMD's structure module): bench
+    --select runs on it without --topology, the RMSD MDAnalysis' (it was refused: "H5MD
+    files store no atom names")."""
+    mda = pytest.importorskip("MDAnalysis")
+    d = pytest.importorskip("MDAnalysisTests.datafiles")
+    from MDAnalysis.analysis import rms
+
+    from h5mdx.bench.grid import rmsd_workload
+    from h5mdx.cli import main
+
+    path = tmp_path / "adk.h5md"
+    assert main(["convert", d.PSF, d.DCD, str(path), "--no-progress"]) == 0
+    wl = rmsd_workload(path, select="name CA")
+    try:
+        got = np.asarray(wl.build(49).compute())
+    finally:
+        if wl.close is not None:
+            wl.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = rms.RMSD(mda.Universe(d.PSF, d.DCD), select="name CA").run().results.rmsd
+    np.testing.assert_allclose(got.ravel(), want[:, 2], atol=1e-4)
 
 
 def test_cli_rejects_bad_lists():

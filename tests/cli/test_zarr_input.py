@@ -11,6 +11,7 @@ import xarray as xr
 
 import h5mdx
 from h5mdx.cli import main
+from h5mdx.errors import TopologyError
 
 mda = pytest.importorskip("MDAnalysis")
 pytest.importorskip("zarr")
@@ -171,12 +172,55 @@ def test_rmsd_of_a_store_without_times_writes_its_series(tmp_path):
     assert got["rmsd"][0] < 1e-6 and got["rmsd"][1] > 0.5  # Å: positions of 0-10 Å in nm
 
 
-def test_a_selection_without_topology_says_why_the_stores_names_are_not_used(store, capsys):
-    """A store converted from a PSF holds the atoms' names as coordinates: the refusal of
-    --select without --topology said it held none."""
+def _mda_rmsd(select, weights=None):
+    from MDAnalysis.analysis import rms
+
+    u = mda.Universe(d.PSF, d.DCD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rms.RMSD(u, select=select, weights=weights).run().results.rmsd[:, 2]
+
+
+@pytest.mark.parametrize("select, weights", [("name CA", None), ("prop mass > 14", "mass"),
+                                             ("backbone and resid 10-50", None)])
+def test_a_selection_is_made_in_the_stores_own_names(store, tmp_path, select, weights):
+    """A store converted from a PSF holds the atoms' names, residues, masses and charges:
+    --select needs no --topology there (it was refused, the names being coordinates)."""
+    out = tmp_path / "r.csv"
+    argv = ["rmsd", str(store), "--select", select, "--no-progress", "--out", str(out)]
+    assert main(argv + (["--weights", weights] if weights else [])) == 0
+    got = np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+    np.testing.assert_allclose(got, _mda_rmsd(select, weights), atol=1e-4)
+
+
+def test_ds_md_rmsd_selects_in_a_stores_coordinates(store):
+    """``xr.open_zarr`` of the store and ``ds.md.rmsd(select=...)``: the selection is made
+    in the store's name, resname, resid, segid, mass and charge (MDAnalysis' values)."""
     with xr.open_zarr(store) as ds:
-        assert "name" in ds.coords
+        assert ds.md.topology is None and "mass" in ds.data_vars
+        for select, weights in (("name CA", None), ("prop charge < -0.5", "mass"),
+                                ("segid 4AKE and resname ALA", None)):
+            got = ds.md.rmsd(select=select, weights=weights).values
+            np.testing.assert_allclose(got, _mda_rmsd(select, weights), atol=1e-4)
+        with pytest.raises(TopologyError, match="'name XX' matches no atom"):
+            ds.md.rmsd(select="name XX")
+
+
+def test_a_store_without_names_still_needs_a_topology(tmp_path, capsys):
+    """A store whose atoms have no names: --select without --topology says so, before
+    a scheduler starts."""
+    from h5mdx.testing import write_h5md
+
+    src = tmp_path / "plain.h5md"
+    rng = np.random.default_rng(1)
+    write_h5md(src, {"t": {"position": {"value": rng.random((4, 5, 3)), "unit": "nm",
+                                        "step": np.arange(4)}}})
+    store = tmp_path / "plain.zarr"
+    assert main(["rechunk", str(src), str(store)]) == 0
+    capsys.readouterr()
     assert main(["rmsd", str(store), "--select", "name CA", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "holds no atom names" not in err
-    assert "is a Zarr store" in err and "needs --topology" in err and "Traceback" not in err
+    assert "needs --topology" in err and "holds no name coordinate" in err
+    assert "Traceback" not in err and "scheduler" not in err
+    with xr.open_zarr(store) as ds, pytest.raises(TopologyError, match="needs a topology"):
+        ds.md.rmsd(select="name CA")

@@ -22,7 +22,7 @@ from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["select_atoms"]
+__all__ = ["select_atoms", "with_atom_data"]
 
 
 def _user_stacklevel() -> int:
@@ -190,12 +190,8 @@ def select_atoms(
         from h5mdx.engine.topology import select_indices
 
         topology = _topology(position, topology)
-        if topology is None:
-            raise TopologyError(
-                f"select={select!r} needs a topology: open the file with "
-                "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
-                "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
-            )
+        if topology is None:  # the positions' own names, where they carry them (Zarr)
+            return _select_in_coords(position, select)
         wanted = select_indices(_universe_of(position, topology), select,
                                 position.encoding.get("source"))
         ids = _atom_ids(position)
@@ -222,6 +218,38 @@ def select_atoms(
     if idx.size == 0:
         raise TopologyError("the selection is empty: no atom to compare")
     return idx
+
+
+def with_atom_data(ds: xr.Dataset, position: xr.DataArray, topology: Any = None
+                   ) -> xr.DataArray:
+    """``position`` with the per-atom ``mass`` and ``charge`` variables of ``ds`` as
+    coordinates, where no topology is attached: selection strings are then made in the
+    positions' own coordinates (a Zarr copy's names, see
+    :func:`h5mdx.engine.topology.coords_topology`), masses and charges included
+    (``"prop mass > 12"``)."""
+    if _topology(position, topology) is not None or ATOM_DIM not in position.dims:
+        return position
+    extra = {key: ds[key] for key in ("mass", "charge")
+             if key in ds.data_vars and key not in position.coords
+             and ds[key].dims == (ATOM_DIM,)
+             and ds[key].sizes[ATOM_DIM] == position.sizes[ATOM_DIM]}
+    return position.assign_coords(extra) if extra else position
+
+
+def _select_in_coords(position: xr.DataArray, select: str) -> np.ndarray:
+    """Positions along ``atom`` of a selection string made in the positions' own per-atom
+    coordinates (:func:`h5mdx.engine.topology.coords_topology`: a Zarr copy's names), in
+    their order; an error saying how to pass a topology where they have no names."""
+    from h5mdx.engine.topology import coords_topology, select_indices
+
+    universe = coords_topology(position)
+    if universe is None:
+        raise TopologyError(
+            f"select={select!r} needs a topology: open the file with "
+            "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
+            "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
+        )
+    return select_indices(universe, select, position.encoding.get("source"))
 
 
 def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,

@@ -216,6 +216,8 @@ def rmsd_workload(
     """
     import xarray as xr
 
+    from h5mdx.engine.topology import holds_topology
+
     try:
         from h5mdx.analysis.rmsd import rmsd
     except ImportError as err:
@@ -224,9 +226,10 @@ def rmsd_workload(
             "h5mdx bench --analysis read"
         ) from err
     trajectory = os.fspath(trajectory)
-    if select is not None and topology is None:
+    if select is not None and topology is None and not holds_topology(trajectory):
         raise ValueError(f"--select {select!r} needs --topology (a PSF, PDB, GRO, TPR, ... of "
-                         "the same atoms): H5MD files store no atom names")
+                         f"the same atoms): {trajectory} holds no atom names (GROMACS' H5MD "
+                         "files hold their topology, and files with VMD's structure module)")
     value_path, chunks, n_frames = _position_dataset(trajectory)
     if topology is not None or select is not None or rmsd_kwargs:
         # a selection that matches nothing, a topology of other atoms: said before the grid

@@ -232,21 +232,27 @@ def _print_written(args: argparse.Namespace) -> None:
 
 
 def _why_no_names(path: str) -> str:
-    """Why ``path`` gives no atom names to select by: a Zarr store's are coordinates,
-    which selections do not read (it said the store held none)."""
+    """Why ``path`` gives no atom names to select by."""
     from h5mdx.layout.convert import is_zarr_store
 
     if is_zarr_store(path):
-        return (f"{path} is a Zarr store, whose name, resname, ... coordinates selections "
-                "do not read; the topology file gives them")
+        return f"the Zarr store {path} holds no name coordinate"
     return (f"{path} holds no atom names (GROMACS' H5MD files hold their topology, and "
             "files with VMD's structure module; others do not)")
 
 
-def _holds_topology(path: str) -> bool:
+def _holds_names(path: str) -> bool:
+    """Whether ``path`` gives atom names to select by: an H5MD file holding its topology,
+    or a Zarr store whose particles groups have a ``name`` coordinate (a copy of such a
+    file; selections are made in its coordinates)."""
     from h5mdx.engine.topology import holds_topology
+    from h5mdx.layout.convert import is_zarr_store
 
-    return holds_topology(path)
+    if not is_zarr_store(path):
+        return holds_topology(path)
+    from h5mdx.layout.export import zarr_group_holds
+
+    return zarr_group_holds(path, "name")
 
 
 def _one_trajectory(args: argparse.Namespace) -> str | None:
@@ -308,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
 
     if _one_trajectory(args) is None:
         return 2
-    if isinstance(args.select, str) and args.topology is None and not _holds_topology(
+    if isinstance(args.select, str) and args.topology is None and not _holds_names(
             args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
               f"TPR, ... of the same atoms): {_why_no_names(args.trajectory)}",
@@ -350,9 +356,10 @@ def run(args: argparse.Namespace) -> int:
         t_open = time.perf_counter() - t0
         ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
         if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
-            from h5mdx.analysis.reference import select_atoms
+            from h5mdx.analysis.reference import select_atoms, with_atom_data
 
-            select_atoms(ds["position"], args.select, ds.md.topology)
+            topology = ds.md.topology
+            select_atoms(with_atom_data(ds, ds["position"], topology), args.select, topology)
         if not _reference_in_range(opened, args.reference):
             return 2
         scheduler = args.scheduler

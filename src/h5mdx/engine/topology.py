@@ -20,7 +20,7 @@ from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 from h5mdx.format.vmd_structure import STRUCTURE_PATH
 
-__all__ = ["holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
+__all__ = ["coords_topology", "holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
            "module_of", "module_universe", "select_indices", "topology_coords",
            "vmd_universe"]
 
@@ -591,6 +591,32 @@ def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> 
     universe.add_TopologyAttr("segids", np.array(seg_names, dtype=object))
     universe.filename = filename
     return universe
+
+
+#: The per-atom coordinates :func:`coords_topology` builds a Universe from.
+UNIVERSE_COORDS = ("name", "type", "resname", "resid", "segid", "chainID", "mass", "charge",
+                   "radius", "atomicnumber")
+
+
+def coords_topology(position: Any) -> Any:
+    """A Universe (no trajectory) of the atoms of ``position`` built from its own per-atom
+    coordinates (``name``, ``resname``, ``resid``, ...; see :func:`coords_universe`), or
+    None where it has no ``name`` coordinate.
+
+    A Zarr copy of an H5MD file (``h5mdx convert OUT.zarr``, ``ds.md.to_zarr``) holds
+    its atoms' names as coordinates and no topology: selections are made in these. The
+    Universe's atoms are the positions' own, in their order (index ``i``: position ``i``
+    along ``atom``).
+    """
+    coords = {key: np.asarray(position.coords[key].values) for key in UNIVERSE_COORDS
+              if key in position.coords and position.coords[key].dims == (ATOM_DIM,)}
+    if "name" not in coords:
+        return None
+    for key, values in coords.items():  # MDAnalysis keeps text as Python strings
+        if values.dtype.kind in "US":
+            coords[key] = values.astype(str).astype(object)
+    source = position.encoding.get("source") or "the positions' coordinates"
+    return coords_universe(coords, int(position.sizes[ATOM_DIM]), str(source))
 
 
 def _z2symb() -> dict[int, str]:

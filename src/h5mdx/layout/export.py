@@ -165,6 +165,19 @@ def zarr_particles_groups(path: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
+def zarr_group_holds(path: str | os.PathLike[str], name: str) -> bool:
+    """Whether a particles group of a Zarr store h5mdx wrote holds an array ``name``
+    (``"name"``: the atoms' names, which selections are made in); never raises."""
+    zarr = import_optional("zarr", "reading Zarr stores")
+    try:
+        root = zarr.open_group(os.fspath(path), mode="r")
+        groups = [root if not where else root.get(where)
+                  for where in zarr_particles_groups(path).values()]
+        return any(group is not None and name in group for group in groups)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def _check_stored_chunks(path: str, ds: xr.Dataset, group: str | None = None) -> None:
     from h5mdx.errors import H5MDConformanceWarning
 
