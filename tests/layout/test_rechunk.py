@@ -552,3 +552,79 @@ def test_dimension_scales_stay_attached_in_the_copy(tmp_path):
         assert [s.name for s in grid.dims[0].values()] == ["/parameters/x"]
         assert grid.dims[0].label == "x" and not grid.dims[1].keys()
         assert f["parameters/x"].is_scale
+
+
+def _nbit_int32(group, name, data, bits=12):
+    """A chunked int32 dataset of ``bits``-bit precision with HDF5's N-bit filter."""
+    tid = h5py.h5t.STD_I32LE.copy()
+    tid.set_precision(bits)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((4, *data.shape[1:]))
+    dcpl.set_filter(h5py.h5z.FILTER_NBIT, h5py.h5z.FLAG_OPTIONAL)  # H5Pset_nbit
+    dsid = h5py.h5d.create(group.id, name.encode(), tid, h5py.h5s.create_simple(data.shape),
+                           dcpl=dcpl)
+    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
+    return group[name]
+
+
+def test_szip_is_kept_and_n_bit_said(tmp_path):
+    """Keeping the input's filters kept SZIP nor N-bit, in silence: an SZIP-compressed
+    element is SZIP-compressed in the copy (where h5py writes it), an N-bit packed one is
+    copied at its full size with a warning naming the file and the element."""
+    from h5mdx.testing import write_h5md
+
+    if "szip" not in h5py.filters.encode:
+        pytest.skip("this HDF5 cannot write SZIP")
+    rng = np.random.default_rng(3)
+    value = rng.normal(size=(16, 20, 3)).astype(np.float32)
+    image = rng.integers(-500, 500, size=(16, 20, 3)).astype(np.int32)
+    path = write_h5md(tmp_path / "packed.h5md", particles={"g": {
+        "position": dict(value=value, step=np.arange(16), chunks=(4, 20, 3)),
+        "image": dict(value=image, step=np.arange(16), chunks=(4, 20, 3))}})
+    with h5py.File(path, "r+") as f:
+        g = f["particles/g/position"]
+        del g["value"]
+        g.create_dataset("value", data=value, chunks=(4, 20, 3), compression="szip",
+                         compression_opts=("nn", 8))
+        g = f["particles/g/image"]
+        del g["value"]
+        packed = _nbit_int32(g, "value", image)
+        assert packed.id.get_create_plist().get_filter(0)[0] == h5py.h5z.FILTER_NBIT
+    out = tmp_path / "out.h5md"
+    with pytest.warns(UserWarning, match=r"packed.h5md \[/particles/g/image/value\]: N-bit "
+                      r"packed; copied at the full 32 bits"):
+        rechunk(path, out, frames_per_chunk=8)
+    with h5py.File(out) as f:
+        pos, img = f["particles/g/position/value"], f["particles/g/image/value"]
+        assert pos.chunks == (8, 20, 3) and pos.compression == "szip"
+        assert pos.compression_opts == ("nn", 8)
+        np.testing.assert_array_equal(pos[()], value)
+        np.testing.assert_array_equal(img[()], image)
+
+
+def test_szip_an_hdf5_cannot_write_is_said(tmp_path, monkeypatch):
+    """Where h5py cannot write SZIP, the element is copied uncompressed with a warning
+    naming the file and the element (not in silence)."""
+    from h5mdx.testing import write_h5md
+
+    if "szip" not in h5py.filters.decode:
+        pytest.skip("this HDF5 cannot read SZIP")
+    value = np.random.default_rng(4).normal(size=(8, 10, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "szip.h5md", particles={"g": {
+        "position": dict(value=value, step=np.arange(8), chunks=(4, 10, 3))}})
+    if "szip" in h5py.filters.encode:
+        with h5py.File(path, "r+") as f:
+            g = f["particles/g/position"]
+            del g["value"]
+            g.create_dataset("value", data=value, chunks=(4, 10, 3), compression="szip")
+    else:
+        pytest.skip("this HDF5 cannot write the SZIP file to copy")
+    monkeypatch.setattr(h5py.filters, "encode", tuple(
+        c for c in h5py.filters.encode if c != "szip"))
+    out = tmp_path / "out.h5md"
+    with pytest.warns(UserWarning, match=r"szip.h5md \[/particles/g/position/value\]: "
+                      "SZIP-compressed, which this HDF5 cannot write; copied uncompressed"):
+        rechunk(path, out, frames_per_chunk=8)
+    with h5py.File(out) as f:
+        assert f["particles/g/position/value"].compression is None
+        np.testing.assert_array_equal(f["particles/g/position/value"][()], value)

@@ -127,8 +127,28 @@ def _make_refs(fout: h5py.File, refs: list[tuple[str, str | None, Any]]) -> None
             fout[where].attrs.create(name, _refs(fout, paths), dtype=h5py.ref_dtype)
 
 
+#: SZIP's options mask bit of nearest-neighbour coding (HDF5's H5_SZIP_NN_OPTION_MASK)
+_SZIP_NN = 32
+
+
+def _szip(dset: h5py.Dataset, values: tuple[int, ...]) -> dict[str, Any]:
+    """create_dataset keyword arguments of the SZIP filter of ``dset`` (its options mask
+    and pixels per block), where this h5py encodes it; else none, with a warning (the
+    data are copied uncompressed)."""
+    if "szip" in h5py.filters.encode and len(values) >= 2:
+        method = "nn" if values[0] & _SZIP_NN else "ec"
+        return {"compression": "szip", "compression_opts": (method, int(values[1]))}
+    warnings.warn(f"{dset.file.filename} [{dset.name}]: SZIP-compressed, which this HDF5 "
+                  "cannot write; copied uncompressed (pass a compression to rechunk)",
+                  UserWarning, stacklevel=5)
+    return {}
+
+
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
-    """create_dataset keyword arguments that reproduce a dataset's filter pipeline."""
+    """create_dataset keyword arguments that reproduce a dataset's filter pipeline (SZIP
+    where this h5py writes it; N-bit, which packs a datatype of fewer bits than its size,
+    not: the copy holds the values at the full size of their numpy type, with a
+    warning)."""
     out: dict[str, Any] = {}
     plist = dset.id.get_create_plist()
     for i in range(plist.get_nfilters()):
@@ -143,8 +163,12 @@ def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
             out["compression"] = "lzf"
         elif code == _SCALEOFFSET:
             out["scaleoffset"] = dset.scaleoffset
-        elif code in (_SZIP, _NBIT):
-            continue
+        elif code == _SZIP:
+            out.update(_szip(dset, tuple(int(v) for v in values)))
+        elif code == _NBIT:
+            warnings.warn(f"{dset.file.filename} [{dset.name}]: N-bit packed; copied at the "
+                          f"full {dset.dtype.itemsize * 8} bits of its values (the values "
+                          "are the same)", UserWarning, stacklevel=4)
         else:  # a plugin filter (blosc, zstd, ...)
             out["compression"] = int(code)
             out["compression_opts"] = tuple(int(v) for v in values)
