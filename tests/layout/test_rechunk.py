@@ -628,3 +628,30 @@ def test_szip_an_hdf5_cannot_write_is_said(tmp_path, monkeypatch):
     with h5py.File(out) as f:
         assert f["particles/g/position/value"].compression is None
         np.testing.assert_array_equal(f["particles/g/position/value"][()], value)
+
+
+def test_region_references_point_into_the_copy(tmp_path):
+    """Region references (an attribute's, a dataset's) select the same values of the copy:
+    copied as they were, the attribute's read as garbage and the dataset's were null."""
+    from h5mdx.testing import write_h5md
+
+    value = np.random.default_rng(5).normal(size=(8, 10, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "regions.h5md", particles={"g": {
+        "position": dict(value=value, step=np.arange(8), chunks=(4, 10, 3))}})
+    with h5py.File(path, "r+") as f:
+        v = f["particles/g/position/value"]
+        f.create_group("parameters").attrs["frames"] = v.regionref[2:5, 1:3]
+        d = f["parameters"].create_dataset("sel", (3,), dtype=h5py.regionref_dtype)
+        d[0], d[1] = v.regionref[0:1], v.regionref[3:4, ::2]  # d[2]: a null one
+    out = tmp_path / "out.h5md"
+    rechunk(path, out, frames_per_chunk=8)
+    with h5py.File(out) as f:
+        v = f["particles/g/position/value"]
+        assert v.chunks == (8, 10, 3)
+        ref = f["parameters"].attrs["frames"]
+        assert f[ref].name == v.name
+        np.testing.assert_array_equal(v[ref].ravel(), value[2:5, 1:3].ravel())
+        refs = f["parameters/sel"][()]
+        np.testing.assert_array_equal(v[refs[0]].ravel(), value[0:1].ravel())
+        np.testing.assert_array_equal(v[refs[1]].ravel(), value[3:4, ::2].ravel())
+        assert not refs[2]

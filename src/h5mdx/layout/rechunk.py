@@ -87,7 +87,48 @@ def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str | None, Any]] | No
         if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.Reference:
             refs.append((dst.name, name, reference_paths(src, src.attrs[name])))
             continue
+        if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.RegionReference:
+            refs.append((dst.name, name, _Regions.of(src, src.attrs[name])))
+            continue
         dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Regions:
+    """Region references of the input, to be made again in the output: the path of each
+    one's dataset and its selection (a dataspace), None for a null or unreadable one; an
+    object array of them, or one. Copied as they are, an attribute's held addresses in the
+    input (it read as garbage), a dataset's were made null by HDF5."""
+
+    targets: Any
+
+    @classmethod
+    def of(cls, obj: h5py.HLObject, value: Any) -> _Regions:
+        def target(ref: Any) -> tuple[str, Any] | None:
+            try:
+                return (str(obj.file[ref].name), h5py.h5r.get_region(ref, obj.id)) \
+                    if ref else None
+            except (KeyError, OSError, RuntimeError, TypeError, ValueError):
+                return None
+
+        if isinstance(value, np.ndarray):
+            targets = np.empty(value.size, dtype=object)  # of tuples: not a 2-D array
+            targets[:] = [target(r) for r in value.ravel()]
+            return cls(targets.reshape(value.shape))
+        return cls(target(value))
+
+    def refs(self, fout: h5py.File) -> Any:
+        """The region references in ``fout`` to the same datasets and selections."""
+        def ref(target: tuple[str, Any] | None) -> Any:
+            if target is None or target[0] not in fout:
+                return h5py.RegionReference()
+            return h5py.h5r.create(fout.id, target[0].encode(), h5py.h5r.DATASET_REGION,
+                                   target[1])
+
+        if isinstance(self.targets, np.ndarray):
+            return np.array([ref(t) for t in self.targets.ravel()],
+                            dtype=h5py.regionref_dtype).reshape(self.targets.shape)
+        return ref(self.targets)
 
 
 def _holds_refs(dtype: np.dtype) -> bool:
@@ -116,7 +157,13 @@ def _make_refs(fout: h5py.File, refs: list[tuple[str, str | None, Any]]) -> None
     attribute ``name``, or of a dataset (``name`` None: HDF5 copies the references of a
     dataset to another file as null ones, silently; found by an audit)."""
     for where, name, paths in refs:
-        if name is None:
+        if isinstance(paths, _Regions):
+            value = paths.refs(fout)
+            if name is None:
+                fout[where][()] = value
+            else:
+                fout[where].attrs.create(name, value, dtype=h5py.regionref_dtype)
+        elif name is None:
             fout[where][()] = _refs(fout, paths)
         elif name == _DIMENSION_LIST:  # the scales of each axis, attached again
             for axis, scales in enumerate(paths):
@@ -221,9 +268,12 @@ class _Copier:
                                         f"cannot copy it: {err}") from None
                 _copy_attrs(obj, gdst[name], self.refs)
                 self.seen[key] = gdst[name].name
-                if isinstance(obj, h5py.Dataset) and \
-                        h5py.check_ref_dtype(obj.dtype) is h5py.Reference:
+                kind = h5py.check_ref_dtype(obj.dtype) if isinstance(obj, h5py.Dataset) \
+                    else None
+                if kind is h5py.Reference:
                     self.refs.append((gdst[name].name, None, reference_paths(obj, obj[()])))
+                elif kind is h5py.RegionReference:
+                    self.refs.append((gdst[name].name, None, _Regions.of(obj, obj[()])))
                 elif isinstance(obj, h5py.Dataset):
                     self.copied.append((obj.name, gdst[name].name))
 
