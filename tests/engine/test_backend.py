@@ -276,6 +276,28 @@ def test_datatree(mixed_file):
     tree.close()
 
 
+def test_datatree_renamed_time_keeps_its_hdf5_blocks(tmp_path):
+    """A time axis renamed on a parent (``time_observables``, where a child's time does not
+    align) keeps its preferred chunks: ``preferred_chunks`` kept the name ``time``, so
+    ``chunks={}`` served the whole axis as one dask block (found by an audit)."""
+    n = 40
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "energy": dict(value=np.arange(n, dtype=np.float64), step=np.arange(n),
+                       time=np.arange(n) * 0.5, chunks=(8,)),
+        "thermo/t": dict(value=np.ones(3), step=np.arange(3) * 7)})
+    with xr.open_datatree(path, engine="h5md", chunks={}, chunk_mib=64 / 2**20) as tree, \
+            xr.open_dataset(path, engine="h5md", group="observables", chunks={},
+                            chunk_mib=64 / 2**20) as ds:
+        obs = tree["observables"]
+        assert obs.energy.dims == ("time_observables",)
+        assert obs.energy.encoding["preferred_chunks"] == {"time_observables": 8}
+        assert obs.energy.chunks == ds.energy.chunks == ((8,) * 5,)
+        assert obs.step_observables.chunks == ((8,) * 5,)
+        np.testing.assert_array_equal(obs.energy.values, np.arange(n))
+        np.testing.assert_array_equal(obs.time_observables.values, np.arange(n) * 0.5)
+
+
 def test_datatree_without_xarrays_default_indexes_is_the_same(mixed_file):
     """The engine builds every group's indexes itself, so create_default_indexes=False
     (which spares xarray a second build of a tree of ten thousand groups, as

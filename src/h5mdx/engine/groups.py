@@ -389,4 +389,15 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
                 if c not in renames and ds[c].ndim == 1 and ds[c].dims[0] in renames
                 and c not in groups
             }
-            groups[path] = ds.rename({**renames, **extra})
+            groups[path] = _renamed(ds, {**renames, **extra}, renames)
+
+
+def _renamed(ds: xr.Dataset, names: dict[Any, str], dims: dict[Any, str]) -> xr.Dataset:
+    """``ds.rename(names)``, with the dimensions ``dims`` renamed in its variables'
+    ``preferred_chunks`` too (else ``chunks={}`` found none for them: one dask block)."""
+    out = ds.rename(names)
+    for var in out.variables.values():
+        pref = var.encoding.get("preferred_chunks")
+        if pref:
+            var.encoding["preferred_chunks"] = {dims.get(d, d): n for d, n in pref.items()}
+    return out
