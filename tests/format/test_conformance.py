@@ -1558,6 +1558,58 @@ def test_a_time_of_absurd_declared_size_leaves_the_frames(tmp_path):
         np.testing.assert_array_equal(ds.step, STEPS)
 
 
+def test_a_time_not_yet_written_past_the_steps_is_no_time(tmp_path):
+    """GROMACS writes a frame's value, step, then time, into datasets grown 20 frames at a
+    time with fill value -1: a run stopped (or a live file read) before the last time was
+    served with time -1 for that frame, without a warning (found by an audit). Now the
+    frame is left out, as for a ``time`` one short; two short in a finished file, ``time``
+    is ignored; a live file is cut to the frames with times."""
+    path = str(tmp_path / "gmx.h5md")
+    steps, times, values = np.arange(5) * 10, np.arange(5) * 0.5, np.arange(5.0)
+
+    def write(n_times):
+        with h5py.File(path, "w", libver="latest") as f:
+            f.create_group("h5md").attrs["version"] = np.array([1, 1])
+            for role in ("author", "creator"):
+                f.create_group(f"h5md/{role}").attrs["name"] = "GROMACS"
+            f["h5md/creator"].attrs["version"] = "2026"
+            f.create_group(f"{G}/box").attrs["dimension"] = 3
+            f[f"{G}/box"].attrs["boundary"] = np.array([b"none"] * 3)
+            for name, data, n in (("value", values, 5), ("step", steps, 5),
+                                  ("time", times, n_times)):
+                shape = (20, 1, 3) if name == "value" else (20,)
+                dset = f.create_dataset(f"{G}/position/{name}", shape=shape, dtype=data.dtype,
+                                        maxshape=(None, *shape[1:]), fillvalue=-1,
+                                        chunks=shape)
+                dset[:n] = data[:n, None, None] if name == "value" else data[:n]
+
+    write(4)
+    with pytest.warns(H5MDConformanceWarning) as record:  # the step's fill too
+        ds = xr.open_dataset(path, engine="h5md")
+    assert any(re.search(r"position/time\]: 'time' holds its fill value -1.0 from frame 4 on"
+                         r".*the last frame of 'value' left out", str(w.message))
+               for w in record)
+    with ds:
+        np.testing.assert_array_equal(ds.time, times[:4])
+        np.testing.assert_array_equal(ds.step, steps[:4])
+        np.testing.assert_array_equal(ds.position[:, 0, 0], values[:4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", H5MDConformanceWarning)  # the step's fill
+        with xr.open_dataset(path, engine="h5md", swmr=True) as ds:
+            np.testing.assert_array_equal(ds.time, times[:4])
+            np.testing.assert_array_equal(ds.position[:, 0, 0], values[:4])
+        write(3)
+        with xr.open_dataset(path, engine="h5md", swmr=True) as ds:
+            np.testing.assert_array_equal(ds.time, times[:3])
+            np.testing.assert_array_equal(ds.step, steps[:3])
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    assert any(re.search(r"time\]: .* from frame 3 on \(2 frame\(s\)\).*'time' ignored",
+                         str(w.message)) for w in record)
+    with ds:
+        assert ds.sizes["time"] == 5 and (ds.time >= 0).all()
+
+
 def test_creation_properties_are_read_from_the_list_h5py_keeps(tmp_path):
     """The scan reads a dataset's filters, fill value and layout from the creation
     property list h5py keeps for it (HDF5 copies the list at each ask, up to seven per

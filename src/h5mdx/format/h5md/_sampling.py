@@ -230,7 +230,35 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
         c.note(path, f"'time' holds {time[bad[0]]} at frame {int(bad[0])} ({bad.size} "
                "such frame(s))", "'time' ignored")
         return None
-    return time
+    return _unwritten_times_cut(c, time_ds, time, path)
+
+
+def _unwritten_times_cut(c: _Ctx, time_ds: h5py.Dataset, time: np.ndarray, path: str
+                         ) -> np.ndarray | None:
+    """``time`` without its last entries that hold the fill value of ``time_ds`` where it
+    cannot be a time (not above the time before them): frames whose ``time`` was not
+    written yet. GROMACS writes a frame's value, step, then time into datasets grown 20
+    frames at a time with fill value -1: a run stopped (or a live file read) before the
+    time left the fill value as the last frame's time. The caller cuts the frames to the
+    times kept; None where a finished file lacks the times of more than its last frame
+    (noted: the frames are numbered by their steps, as for a ``time`` that short)."""
+    fill = _fill_value(time_ds)
+    written = np.flatnonzero(time != fill) if fill is not None else None
+    if written is None or not written.size:
+        return time
+    keep = int(written[-1]) + 1
+    if keep == time.size or not fill <= time[keep - 1]:
+        return time
+    if c.live:
+        return time[:keep]
+    problem = (f"'time' holds its fill value {fill} from frame {keep} on "
+               f"({time.size - keep} frame(s)), where 'step' is written: times never written")
+    if keep == time.size - 1:
+        c.note(path, f"{problem} (a writer stopped in the middle of a frame)",
+               "the last frame of 'value' left out")
+        return time[:keep]
+    c.note(path, problem, "'time' ignored")
+    return None
 
 
 _NO_STEP = ("time-dependent element has a 'value' but no 'step' (H5MD requires 'step' "
