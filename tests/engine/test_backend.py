@@ -298,6 +298,23 @@ def test_datatree_renamed_time_keeps_its_hdf5_blocks(tmp_path):
         np.testing.assert_array_equal(obs.time_observables.values, np.arange(n) * 0.5)
 
 
+def test_datatree_topology_of_one_group_names_the_group_it_does_not_fit(mixed_file):
+    """A topology passed to ``open_datatree`` of a file of several particles groups that
+    does not fit one of them: the error named the file alone ("the trajectory has 2"),
+    not which group (found by an audit); the group opens with it alone."""
+    import MDAnalysis as mda
+
+    path, _ = mixed_file
+    u = mda.Universe.empty(7, trajectory=True)
+    u.add_TopologyAttr("name", [f"A{i}" for i in range(7)])
+    with pytest.raises(TopologyError, match=r"mixed\.h5md \[/particles/solvent\]: the "
+                       r"topology .* has 7 atoms but the trajectory has 2"):
+        xr.open_datatree(path, engine="h5md", topology=u)
+    with xr.open_datatree(path, engine="h5md", topology=u,
+                          group="particles/trajectory") as tree:
+        assert tree.to_dataset()["name"].values.tolist() == [f"A{i}" for i in range(7)]
+
+
 def test_datatree_without_xarrays_default_indexes_is_the_same(mixed_file):
     """The engine builds every group's indexes itself, so create_default_indexes=False
     (which spares xarray a second build of a tree of ten thousand groups, as

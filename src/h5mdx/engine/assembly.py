@@ -520,10 +520,11 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
         raise TopologyError(f"{filename}: {group} has no per-atom element")
     universe = load_universe(topology, group)
     ids = input_indices(ds, universe, n_atoms, filename, group)
+    where = f"{filename} [{group}]"  # which group: of a tree, another may fit
     if ids is None:
-        tcoords = topology_coords(universe, n_atoms, filename)
+        tcoords = topology_coords(universe, n_atoms, where)
     else:  # a selection's atoms, found in the whole system's topology by their id
-        tcoords = topology_coords(universe.atoms[ids], n_atoms, filename)
+        tcoords = topology_coords(universe.atoms[ids], n_atoms, where)
         ds = ds.assign_coords({ATOM_DIM: xr.Variable((ATOM_DIM,), ids, {
             "long_name": "0-based atom index in the topology (the file's id)",
             SUBSET_OF_ATTR: len(universe.atoms)})})
