@@ -138,6 +138,34 @@ def test_follow_stops_after_timeout(tmp_path):
     assert time.monotonic() - t0 < 5
 
 
+def test_follow_until_reads_the_dataset_before_it_is_closed(tmp_path):
+    """``until`` was asked after the Dataset was closed: one that read its data reopened
+    the file, and held it open after follow() ended (the writer, or a plain open of the
+    finished file in this process, then failed: "file is already open for read-only").
+    Found by an audit."""
+    path = str(tmp_path / "until.h5md")
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        el = f.create_group("particles/g/position")
+        el["value"], el["step"] = np.arange(18.0).reshape(2, 3, 3), np.arange(2)
+        f["particles/g"].create_group("box").attrs.update(
+            {"dimension": 3, "boundary": ["none"] * 3})
+    seen = []
+
+    def until(ds):
+        seen.append(float(ds.position[-1].max()))
+        return True
+
+    for ds in h5mdx.engine.live.follow(path, interval=0.05, timeout=5, until=until):
+        assert h5mdx.engine.live.n_frames(ds) == 2
+    assert seen == [17.0]
+    assert not [fid for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE)
+                if os.path.samefile(fid.name, path)]
+    with h5py.File(path, "r+") as f:  # the writer goes on
+        f["particles/g/position/step"][1] = 5
+    del ds
+
+
 def test_a_file_open_without_swmr_in_this_process_is_named(tmp_path):
     """HDF5 refuses swmr=True for a file this process has open without it: the error
     says so (it blamed the file's format), and follow() raises it at once (it waited

@@ -123,7 +123,8 @@ def follow(
     timeout : float or None, default 60
         Stop after this many seconds without new frames (None: never).
     until : callable, optional
-        Stop after yielding a Dataset for which ``until(ds)`` is true.
+        Stop after yielding a Dataset for which ``until(ds)`` is true (asked when the
+        next Dataset is asked for, before this one is closed: it may read its data).
     min_new_frames : int, default 1
         Yield only when at least this many frames were added.
     **open_kwargs
@@ -152,9 +153,12 @@ def follow(
             last_growth = time.monotonic()
             try:
                 yield ds
+                # asked before the close: a read of the closed Dataset reopened its file
+                # and held it open (found by an audit)
+                done = until is not None and until(ds)
             finally:
                 ds.close()
-            if until is not None and until(ds):
+            if done:
                 return
         elif ds is not None:
             ds.close()
