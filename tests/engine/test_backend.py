@@ -315,6 +315,25 @@ def test_datatree_topology_of_one_group_names_the_group_it_does_not_fit(mixed_fi
         assert tree.to_dataset()["name"].values.tolist() == [f"A{i}" for i in range(7)]
 
 
+def test_datatree_renames_the_step_of_an_element_time_axis_once(tmp_path):
+    """A parent's ``time_pressure`` renamed where a child's does not align with it is
+    ``time_pressure_observables``, and its ``step_pressure`` ``step_pressure_observables``:
+    it was ``step_pressure_pressure_observables`` (found by an audit)."""
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "energy": dict(value=np.arange(4.0), step=np.arange(4)),
+        "pressure": dict(value=np.arange(3.0), step=np.array([0, 5, 9])),
+        "sub/energy": dict(value=np.arange(4.0), step=np.arange(4)),
+        "sub/pressure": dict(value=np.arange(2.0), step=np.array([0, 7]))})
+    with xr.open_datatree(path, engine="h5md") as tree:
+        obs = tree["observables"].to_dataset(inherit=False)
+        assert set(obs.coords) == {"time", "step", "time_pressure_observables",
+                                   "step_pressure_observables"}
+        np.testing.assert_array_equal(obs.step_pressure_observables, [0, 5, 9])
+        assert obs.pressure.dims == ("time_pressure_observables",)
+        np.testing.assert_array_equal(tree["observables/sub"].step_pressure, [0, 7])
+
+
 def test_datatree_without_xarrays_default_indexes_is_the_same(mixed_file):
     """The engine builds every group's indexes itself, so create_default_indexes=False
     (which spares xarray a second build of a tree of ten thousand groups, as

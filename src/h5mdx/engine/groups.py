@@ -371,6 +371,7 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
         ds = groups[path]
         descendants = [groups[p] for p in below[path]]
         renames = {}
+        node = path.rstrip("/").rsplit("/", 1)[-1] or "root"
         for dim in ds.dims:
             for child in descendants:
                 if dim not in child.dims:
@@ -379,12 +380,11 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
                     dim in ds.coords and dim in child.coords
                     and not ds.indexes[dim].equals(child.indexes[dim])
                 ):
-                    node = path.rstrip("/").rsplit("/", 1)[-1] or "root"
                     renames[dim] = f"{dim}_{node}"
                     break
         if renames:
-            extra = {
-                c: f"{c}_{renames[ds[c].dims[0]].split('_', 1)[1]}"
+            extra = {  # the coordinates on them (step_pressure: step_pressure_observables)
+                c: f"{c}_{node}"
                 for c in ds.coords
                 if c not in renames and ds[c].ndim == 1 and ds[c].dims[0] in renames
                 and c not in groups
