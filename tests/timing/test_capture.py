@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 from pathlib import Path
 
 import dask
@@ -302,3 +303,21 @@ def test_a_worker_killed_mid_run_costs_no_wait_after_it(adk_h5md, adk_universe):
     # the delayed task runs 6 s (twice, where its worker was the one killed): no 30 s more
     assert elapsed < 25, elapsed
     assert run.meta["wall"] <= elapsed
+
+
+def test_an_injected_delay_is_slept_once_per_task(monkeypatch):
+    """A task that reads in several parts (h5mdx's RMSD on the threaded scheduler) enters
+    its ``io`` phase more than once: the delay was slept at each, 2 s of a
+    ``49:1.0`` in the docs' straggler example (found by an audit)."""
+    from h5mdx.timing.phases import BlockTimer
+
+    monkeypatch.setenv(DELAY_ENV, "49:0.2")
+    timer = BlockTimer(49, 56)
+    t0 = time.perf_counter()
+    with timer:
+        for _ in range(3):
+            with timer.phase("io"):
+                pass
+        timer.add("io", 0.0)
+    assert 0.2 <= time.perf_counter() - t0 < 0.35
+    assert 0.2 <= timer.phases["io"] < 0.35

@@ -105,12 +105,14 @@ class BlockTimer:
         self.phases[name] = self.phases.get(name, 0.0) + seconds + self._inject(name)
 
     def _inject(self, name: str) -> float:
-        """Sleep the delay ``DELAY_ENV`` injects into phase ``name`` of this task, if any;
-        the seconds slept."""
+        """Sleep the delay ``DELAY_ENV`` injects into phase ``name`` of this task, if any,
+        once per task (a task that read in several parts slept it at each); the seconds
+        slept."""
         if self._delay is None or self._delay[0] != name:
             return 0.0
-        time.sleep(self._delay[1])
-        return self._delay[1]
+        seconds, self._delay = self._delay[1], None
+        time.sleep(seconds)
+        return seconds
 
     def record(self, wall: float | None = None) -> dict[str, Any]:
         """The record of this task as a plain dict."""
