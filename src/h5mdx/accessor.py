@@ -67,7 +67,7 @@ class MDAccessor:
 
         if "position" not in self._ds:
             raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)"
-                             + _engine_hint(self._ds))
+                             + (_engine_hint(self._ds) or _holds(self._ds)))
         kwargs.setdefault("topology", self.topology)
         position = self._ds["position"]
         if isinstance(select, str):
@@ -170,6 +170,16 @@ def _fixed_along(values: xr.DataArray, keep: str) -> xr.DataArray:
             f"{other}; pick the masses to weigh by (e.g. weights=ds.{values.name}.isel("
             f"{other[0]}=0)), or open the parts with data_vars='minimal'")
     return first.drop_vars([c for c in first.coords if c not in first.dims])
+
+
+def _holds(ds: xr.Dataset) -> str:
+    """What a Dataset opened from a file holds instead of positions, naming the file and
+    its group (``h5mdx rmsd FILE --group observables`` said neither); "" for others."""
+    source, group = ds.encoding.get("source"), ds.attrs.get("h5md_group")
+    if not isinstance(source, str) or not ds.data_vars:
+        return ""
+    where = f"{source} [{group}]" if group else source
+    return f": {where} holds {', '.join(map(str, ds.data_vars))}, no position"
 
 
 def _engine_hint(ds: xr.Dataset) -> str:

@@ -27,6 +27,7 @@ import h5mdx.engine.arrays
 from h5mdx._machine import usable_cpus
 from h5mdx.cli import main as cli_main
 from h5mdx.errors import TopologyError
+from h5mdx.testing import write_h5md
 from h5mdx.timing.phases import SPOOL_ENV, read_spool
 
 ATOL = 1e-4  # Angstrom; float32 positions
@@ -437,6 +438,19 @@ def test_argument_errors(memory_position):
         h5mdx.rmsd(memory_position.assign_attrs(topology=None), weights="mass")
     with pytest.raises(ValueError, match="needs a 'position' variable"):
         xr.Dataset({"velocity": memory_position}).md.rmsd()
+
+
+def test_rmsd_of_a_group_without_positions_names_the_file_and_group(tmp_path):
+    """``h5mdx rmsd FILE --group observables`` (``ds.md.rmsd`` of the observables) said
+    only "needs a 'position' variable", not of which file and group (found by an audit)."""
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "energy": dict(value=np.arange(2.0), step=np.arange(2))})
+    with xr.open_dataset(path, engine="h5md", group="observables") as ds:
+        with pytest.raises(ValueError, match=r"needs a 'position' variable on \(time, atom, "
+                           r"spatial\): .*obs\.h5md \[/observables\] holds energy, no "
+                           r"position$"):
+            ds.md.rmsd()
 
 
 def test_first_hour_mistakes_are_one_clear_error(adk_h5md, adk_universe):
