@@ -321,3 +321,20 @@ def test_an_injected_delay_is_slept_once_per_task(monkeypatch):
         timer.add("io", 0.0)
     assert 0.2 <= time.perf_counter() - t0 < 0.35
     assert 0.2 <= timer.phases["io"] < 0.35
+
+
+def test_a_process_pool_started_before_the_capture_says_so(frames_file):
+    """A pool of the user's own, started before capture('processes'), never sees the spool
+    variable: its tasks spooled nothing and the records were empty, without a word (an
+    audit); it now warns, naming the pool."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        [f.result() for f in [pool.submit(int) for _ in range(2)]]  # its processes up
+        with pytest.warns(UserWarning, match="a process pool started before capture"):
+            with capture(backend="processes", n_workers=2) as run:
+                dask.compute(arr, scheduler="processes", pool=pool)
+    assert len(run.scheduler_records) >= N_FRAMES // FPB and len(run.records) == 0

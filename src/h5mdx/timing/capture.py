@@ -9,7 +9,9 @@ Two sources are merged into one row per task:
   ``H5MDX_TIMING_SPOOL``. :func:`capture` points that variable at a fresh
   directory for the duration of the ``with`` block: in ``os.environ`` for the
   local schedulers (threads share it, the processes scheduler starts its pool
-  per ``compute`` and inherits it) and, with a ``distributed`` client, on
+  per ``compute`` and inherits it; a pool of your own, started before the block,
+  does not, and :func:`capture` warns that it recorded no task) and, with a
+  ``distributed`` client, on
   every worker through ``client.run``. The spooled record also carries the key
   of the dask task that produced it (see
   :func:`~h5mdx.timing.phases.current_task_key`).
@@ -422,6 +424,9 @@ def _check_where_it_ran(run: TimingRun) -> None:
             "is the default takes a plain .compute(); pass its client and backend="
             "'distributed', or compute with scheduler=...)", UserWarning, stacklevel=5)
         return
+    if not run.spooled and not run.all_tasks:
+        warnings.warn(_untimed_message(run), UserWarning, stacklevel=5)
+        return
     pids = {int(r["pid"]) for r in run.spooled if r.get("pid") is not None}
     here = os.getpid()
     if backend in _CLIENT_BACKENDS or backend == "processes":
@@ -435,6 +440,19 @@ def _check_where_it_ran(run: TimingRun) -> None:
             "captured, so their records carry the wrong scheduler (compute with the "
             "scheduler you capture: .compute(scheduler=...), or pass capture(backend=...) "
             "the one that runs it)", UserWarning, stacklevel=5)
+
+
+def _untimed_message(run: TimingRun) -> str:
+    """Why ``run`` has scheduler records but no in-task one (its records are empty)."""
+    why = ("its tasks timed nothing (only tasks that use BlockTimer, as h5mdx.rmsd's do, "
+           "give rows; capture(all_tasks=True) gives the others rows too)")
+    if run.backend == "processes":
+        why += (", or they ran in a process pool started before capture() (a pool of your "
+                "own, passed as pool= or dask.config 'pool'), whose processes never see the "
+                f"{SPOOL_ENV} variable it sets: start the pool inside the with block, or "
+                "let the processes scheduler start its own")
+    return (f"capture({run.backend!r}) saw {len(run.scheduler_records)} task(s) run but "
+            f"recorded none: {why}")
 
 
 #: Seconds the scheduler tries to reach a worker when collecting records: a worker killed
