@@ -284,3 +284,31 @@ def test_cli_refuses_an_output_that_is_a_file_before_the_grid(h5md_file, tmp_pat
     err = capsys.readouterr().err
     assert "is a file; the bench writes its records" in err and "Traceback" not in err
     assert out.read_text() == "mine"
+
+
+def test_a_second_bench_into_the_same_out_asks_and_leaves_no_stale_run(h5md_file, tmp_path,
+                                                                       capsys):
+    """A second bench into the --out of a first replaced its records and report in silence
+    and left the first's other runs in runs/ (and their figures) beside its own (found by
+    an audit): it is refused without --overwrite, and with it only its own files stay."""
+    from h5mdx.cli import main
+
+    out = tmp_path / "o"
+    first = ["bench", h5md_file, "--analysis", "read", "--scheduler", "threads",
+             "--workers", "1,2", "--blocks-per-worker", "1", "--repeats", "1",
+             "--out", str(out), "--no-progress"]
+    assert main(first) == 0
+    assert (out / "runs" / "threads-n2-m1-r0.parquet").exists()
+    second = [*first[:7], "1", *first[8:]]  # --workers 1
+    capsys.readouterr()
+    assert main(second) == 1
+    err = capsys.readouterr().err
+    assert "holds the results of an earlier bench" in err and "--overwrite" in err
+    (out / "gantt-mine.png").write_bytes(b"mine")  # no bench's: kept
+    assert main([*second, "--overwrite"]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["threads-n1-m1-r0.parquet"]
+    assert sorted(p.name for p in out.glob("*.png")) == [
+        "gantt-mine.png", "gantt-threads-n1-m1-r0.png", "scaling.png",
+        "workers-threads-n1-m1-r0.png"]
+    df, _ = rec.load(out / "records.parquet")
+    assert set(df["run_id"]) == {"threads-n1-m1-r0"}

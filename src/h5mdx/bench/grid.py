@@ -607,6 +607,7 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
     from h5mdx.timing.records import save
 
     out = Path(out)
+    earlier = _earlier_files(out)  # before its records.parquet, which names them, is replaced
     (out / "runs").mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     for meta in result.metas:
@@ -635,5 +636,23 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
     files.update({f"plot:{k}": str(out / v) for k, v in images.items()})
     (out / "report.md").write_text(render_report(result, images), encoding="utf-8")
     files["report"] = str(out / "report.md")
+    written = {Path(f).resolve() for f in files.values()}
+    for path in earlier:  # left beside the new ones, they passed for this bench's
+        if path.resolve() not in written:
+            path.unlink(missing_ok=True)
     result.files = files
     return files
+
+
+def _earlier_files(out: Path) -> list[Path]:
+    """The run records and figures an earlier bench wrote to ``out``, by the runs its
+    ``records.parquet`` names (none where there is none: no other file is touched)."""
+    from h5mdx.timing.records import load
+
+    try:
+        _, meta = load(out / "records.parquet")
+    except (OSError, ValueError):
+        return []
+    rids = [str(m.get("run_id")) for m in meta.get("runs") or () if isinstance(m, Mapping)]
+    return [out / "scaling.png", *(path for rid in rids for path in (
+        out / "runs" / f"{rid}.parquet", out / f"gantt-{rid}.png", out / f"workers-{rid}.png"))]

@@ -6,7 +6,8 @@ task is captured (I/O and compute split inside the task, start/stop and worker
 from the scheduler). Written to --out: ``runs/<run>.parquet`` (one file per
 run), ``records.parquet`` (all), ``runs.csv``, ``speedup.csv``, figures
 (speed-up/efficiency, task Gantt chart, time per worker) and ``report.md``.
-M = 3 is the over-subscription experiment (three blocks per worker).
+M = 3 is the over-subscription experiment (three blocks per worker). An --out that
+holds an earlier bench's results is refused unless --overwrite, which replaces them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="comma-separated blocks per worker M (default 1,3)")
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (default 3)")
     p.add_argument("--out", default="h5mdx-bench", help="output directory (default h5mdx-bench)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier bench in --out")
     p.add_argument("--delay", metavar="FRAME:SECONDS[:PHASE]",
                    help="inject a straggler: sleep in the block starting at FRAME")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
@@ -78,6 +81,21 @@ def _warn_delay_without_block(frame: int, n_frames: int, args: argparse.Namespac
                   f"nothing sleeps; the blocks start at: {listing}", UserWarning, stacklevel=2)
 
 
+#: What an earlier bench left in its --out (:func:`h5mdx.bench.grid.write_outputs`).
+_EARLIER = ("records.parquet", "report.md", "runs")
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds an earlier bench's results, unless ``overwrite``: a
+    second bench replaced its records and report and left its other runs' files in
+    runs/ beside the new ones (found by an audit)."""
+    found = [name for name in _EARLIER if os.path.exists(os.path.join(out, name))]
+    if found and not overwrite:
+        raise ValueError(f"--out {out!r} holds the results of an earlier bench "
+                         f"({', '.join(found)}); pass --overwrite to replace them, or give "
+                         "another --out")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the grid, print the summary table and the advice; return the exit code."""
     from h5mdx.bench.grid import (
@@ -97,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):  # before the grid
         raise ValueError(f"--out {args.out!r} is a file; the bench writes its records, "
                          "figures and report into a directory")
+    _check_out(args.out, args.overwrite)
     if args.delay:
         parse_delay(args.delay)  # before the grid, not in its middle
     from h5mdx._optional import import_optional
