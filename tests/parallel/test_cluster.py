@@ -409,9 +409,20 @@ def test_straggler_summary_flags_the_slow_rank():
     assert "load imbalance" in text and any(line.startswith("advice:") for line in lines)
 
 
+def test_straggler_summary_states_the_rule_it_applies():
+    """Of two ranks, 0.65 s and 1.05 s, the slower is a straggler (> 1.5 x the other's
+    0.65 s): the summary said its rule was "> 1.5 x median" (of both, 0.85 s: 1.275 s,
+    which 1.05 s is not above) beside "1.050 s > 0.975 s" (found by an audit)."""
+    text = straggler_summary(_rank_records([0.5, 0.9]))
+    assert ("stragglers (a task is a straggler when > 1.5x the median of the other tasks "
+            "and > 50 ms longer, warm-up excluded): rank 1 (1.050 s > 0.975 s, slow in io)"
+            in text)
+
+
 def test_straggler_summary_clean_run():
     text = straggler_summary(_rank_records([0.1, 0.11]))
-    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
+    rule = ("a task is a straggler when > 1.5x the median of the other tasks and > 50 ms "
+            "longer, warm-up excluded")
     assert f"stragglers ({rule}): none" in text
     assert "STRAGGLER" not in text
     assert straggler_summary(pd.DataFrame()) == "no timing records"

@@ -302,17 +302,24 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     -------
     str
         Lines: a header, the :func:`task_table` (one line per rank or task), the
-        stragglers by the default rule (duration without warm-up > 1.5 x median
-        and > 50 ms longer) with their slow phase, load imbalance, R_comp/IO and
+        stragglers by the default rule (duration without warm-up > 1.5 x the median
+        of the other tasks and > 50 ms longer; :func:`~h5mdx.timing.stragglers.straggler_rule`)
+        with their slow phase, load imbalance, R_comp/IO and
         the advice of :func:`h5mdx.timing.stragglers.advice`.
     """
-    from h5mdx.timing.stragglers import advice, flag_stragglers, load_imbalance, ratios
+    from h5mdx.timing.stragglers import (
+        advice,
+        flag_stragglers,
+        load_imbalance,
+        ratios,
+        straggler_rule,
+    )
 
     df = records
     if df.empty:
         return "no timing records"
     flagged = flag_stragglers(df)
-    rule = "duration > 1.5 x median and > 50 ms longer, warm-up excluded"
+    rule = straggler_rule()  # the rule flag_stragglers applies, in its words
     backend = ", ".join(sorted(set(map(str, df["backend"]))))
     n = int(df["n_workers"].max())
     wall = float(df["t_stop"].max() - df["t_start"].min())
