@@ -338,3 +338,27 @@ def test_a_process_pool_started_before_the_capture_says_so(frames_file):
             with capture(backend="processes", n_workers=2) as run:
                 dask.compute(arr, scheduler="processes", pool=pool)
     assert len(run.scheduler_records) >= N_FRAMES // FPB and len(run.records) == 0
+
+
+def test_a_cluster_of_workers_in_this_process_is_no_other_scheduler(frames_file):
+    """With LocalCluster(processes=False) (a notebook's usual cluster) the workers run in
+    this process: capture(client=client) warned that the tasks 'ran in this process, not on
+    the distributed scheduler' of every run on it (found by an audit). Only a compute that
+    did not go to the cluster (its scheduler saw no task) warns."""
+    import warnings
+
+    distributed = pytest.importorskip("distributed")
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with capture(client=client) as run:
+                client.compute(arr, sync=True)
+        df = _check_records(run, 2, "distributed")
+        assert set(df["worker"]) <= set(client.scheduler_info()["workers"])
+        with pytest.warns(UserWarning, match="tasks ran in this process, not on the distrib"):
+            with capture(client=client) as run:
+                dask.compute(arr, scheduler="threads", num_workers=2)

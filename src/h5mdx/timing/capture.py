@@ -429,7 +429,11 @@ def _check_where_it_ran(run: TimingRun) -> None:
         return
     pids = {int(r["pid"]) for r in run.spooled if r.get("pid") is not None}
     here = os.getpid()
-    if backend in _CLIENT_BACKENDS or backend == "processes":
+    if backend in _CLIENT_BACKENDS:
+        # a cluster's workers may run in this process (LocalCluster(processes=False)):
+        # then only the scheduler, which saw no task, tells that they ran elsewhere
+        wrong = (here in pids and here not in run.pid_to_worker) or not run.scheduler_records
+    elif backend == "processes":
         wrong = here in pids
     else:  # threads, synchronous: this process
         wrong = bool(pids) and pids != {here}
