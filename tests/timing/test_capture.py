@@ -362,3 +362,36 @@ def test_a_cluster_of_workers_in_this_process_is_no_other_scheduler(frames_file)
         with pytest.warns(UserWarning, match="tasks ran in this process, not on the distrib"):
             with capture(client=client) as run:
                 dask.compute(arr, scheduler="threads", num_workers=2)
+
+
+def _sleeping_block(i, seconds):
+    import time
+
+    from h5mdx.timing.phases import BlockTimer
+
+    with BlockTimer(i, i + 1, kind="sleep") as timer, timer.phase("compute"):
+        time.sleep(seconds)
+    return i
+
+
+def test_waits_of_a_worker_of_two_threads_are_per_thread(frames_file):
+    """A distributed worker of two threads runs two tasks side by side: t_wait was the
+    worker's idle time as a whole, so the thread that started second had no wait for the
+    time it sat idle, and per thread waits and tasks did not add up to the run (found by an
+    audit). Each thread now adds up: its waits and tasks span the run's start to its last
+    task's end."""
+    distributed = pytest.importorskip("distributed")
+    tasks = [dask.delayed(_sleeping_block)(i, s) for i, s in enumerate((0.3, 0.1, 0.1, 0.1))]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        client.submit(int).result()  # the worker up
+        with capture(client=client) as run:
+            client.compute(tasks, sync=True)
+    df = run.records
+    thread = {r["frame_start"]: r["thread"] for r in run.spooled}
+    lanes = df.groupby(df["frame_start"].map(thread))
+    assert lanes.ngroups == 2
+    for _, lane in lanes:
+        spent = lane["t_wait"].sum() + lane["wall"].sum()
+        assert spent == pytest.approx(lane["t_stop"].max() - run.t_run_start, abs=1e-6)

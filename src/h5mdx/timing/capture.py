@@ -29,9 +29,10 @@ address) whose time window contains it, the narrowest such window winning.
 
 ``t_wait`` of a task is the time its worker sat idle before the task started:
 from the end of the worker's previous task (timed or not), or from the start of
-the run (entering the ``with`` block) for its first task. Per worker, the
-waits and the busy times of its tasks add up to the time from the run's start to
-the end of its last task. (pmda's "wait" instead counts from the start of the
+the run (entering the ``with`` block) for its first task; for a ``distributed``
+worker of several threads, the time the task's thread sat idle. Per worker (per
+thread of such a worker), the waits and the busy times of its tasks add up to the
+time from the run's start to the end of its last task. (pmda's "wait" instead counts from the start of the
 run for every block; that is ``t_start - run.t_run_start`` here.)
 """
 
@@ -610,8 +611,9 @@ def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None) -> dic
 
 
 def _set_waits(rows: list[dict[str, Any]],
-               intervals: Mapping[str, list[tuple[float, float, int]]], t0: float) -> None:
-    """``t_wait`` of each row: the worker's idle time since its previous task (or ``t0``)."""
+               intervals: Mapping[Any, list[tuple[float, float, int]]], t0: float) -> None:
+    """``t_wait`` of each row: the idle time of its worker (of its thread, for a worker
+    of several threads: one key of ``intervals``) since its previous task (or ``t0``)."""
     for ivs in intervals.values():
         last = t0
         for start, stop, idx in sorted(ivs):
@@ -640,9 +642,12 @@ def _merge(run: TimingRun) -> Any:
     rows = [_task_row(run, rec, s, slurm) for rec, s in pairs]
     # Untimed tasks: their intervals count for the workers' idle time, and rows if asked.
     others = [s for s in run.scheduler_records if id(s) not in matched_ids]
-    intervals: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for i, row in enumerate(rows):
-        intervals[row["worker"]].append((row["t_start"], row["t_stop"], i))
+    # idle time per thread of a worker: a distributed worker may run tasks side by side
+    lanes = run.backend in _CLIENT_BACKENDS
+    intervals: dict[tuple[str, Any], list[tuple[float, float, int]]] = defaultdict(list)
+    for i, (row, (rec, _)) in enumerate(zip(rows, pairs, strict=True)):
+        lane = rec.get("thread") if lanes else None
+        intervals[(row["worker"], lane)].append((row["t_start"], row["t_stop"], i))
     for s in others:
         if not np.isfinite(s["sched_start"]):
             continue
@@ -650,7 +655,8 @@ def _merge(run: TimingRun) -> Any:
         if run.all_tasks:
             idx = len(rows)
             rows.append(_untimed_row(run, s, slurm))
-        intervals[str(s["worker"])].append((s["sched_start"], s["sched_stop"], idx))
+        lane = s.get("worker_id") if lanes else None
+        intervals[(str(s["worker"]), lane)].append((s["sched_start"], s["sched_stop"], idx))
     _set_waits(rows, intervals, run.t_run_start)
     if not rows:
         from h5mdx.timing.records import empty
