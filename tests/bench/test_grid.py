@@ -312,3 +312,28 @@ def test_a_second_bench_into_the_same_out_asks_and_leaves_no_stale_run(h5md_file
         "workers-threads-n1-m1-r0.png"]
     df, _ = rec.load(out / "records.parquet")
     assert set(df["run_id"]) == {"threads-n1-m1-r0"}
+
+
+def test_a_client_that_fails_to_start_leaves_no_cluster_running(h5md_file, monkeypatch):
+    """bench --scheduler distributed: where the Client failed to connect to the cluster it
+    had just started, the cluster's worker processes were left running (the cluster was
+    closed only by a client that had started; found by an audit)."""
+    distributed = pytest.importorskip("distributed")
+    import h5mdx.parallel.local as local
+
+    made = []
+    real = local.local_cluster
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    def no_client(*args, **kwargs):
+        raise OSError("the client timed out")
+
+    monkeypatch.setattr(local, "local_cluster", spy)
+    monkeypatch.setattr(distributed, "Client", no_client)
+    with pytest.raises(OSError, match="the client timed out"):
+        run_grid(read_workload(h5md_file), schedulers=["distributed"], workers=[1],
+                 repeats=1, progress=False)
+    assert len(made) == 1 and made[0].status.name == "closed"

@@ -23,12 +23,13 @@ each scheduler and N, one untimed run warms up imports, pools and the page cache
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -491,34 +492,23 @@ def _run_mpi(backend: str, n: int, workload: Workload, run_id: str,
     return records, meta
 
 
-class _cluster:
-    """A LocalCluster + Client for ``distributed`` (None for the local schedulers)."""
+@contextlib.contextmanager
+def _cluster(scheduler: str, n_workers: int) -> Iterator[Any]:
+    """A LocalCluster + Client for ``distributed`` (None for the local schedulers), both
+    closed with the block, and the cluster also where its client fails to start (its
+    worker processes were left running)."""
+    if scheduler != "distributed":
+        yield None
+        return
+    from h5mdx._optional import import_optional
 
-    def __init__(self, scheduler: str, n_workers: int) -> None:
-        self.scheduler = scheduler
-        self.n = n_workers
-        self.cluster: Any = None
-        self.client: Any = None
+    import_optional("distributed", "h5mdx bench --scheduler distributed")
+    from distributed import Client
 
-    def __enter__(self) -> Any:
-        if self.scheduler != "distributed":
-            return None
-        from h5mdx._optional import import_optional
+    from h5mdx.parallel.local import local_cluster
 
-        import_optional("distributed", "h5mdx bench --scheduler distributed")
-        from distributed import Client
-
-        from h5mdx.parallel.local import local_cluster
-
-        self.cluster = local_cluster(self.n)
-        self.client = Client(self.cluster)
-        return self.client
-
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+    with local_cluster(n_workers) as cluster, Client(cluster) as client:
+        yield client
 
 
 def _fmt(x: Any, spec: str = ".3g") -> str:
