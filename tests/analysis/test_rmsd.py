@@ -686,6 +686,19 @@ def test_cli_select_needs_topology(adk_h5md, capsys):
     assert "--workers must be at least 1, not 0" in capsys.readouterr().err
 
 
+def test_cli_slurm_options_need_the_slurm_scheduler(adk_h5md, tmp_path, capsys):
+    """--jobs, --cores, --walltime (the SLURM group) with another scheduler were ignored and
+    the RMSD ran locally, not a word said (found by an audit): refused before the run."""
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", adk_h5md, "--scheduler", "threads", "--jobs", "3", "--cores",
+                     "4", "--walltime", "00:10:00", "--out", str(out), "--no-progress"]) == 2
+    assert ("--jobs, --cores, --walltime apply to --scheduler slurm, not threads: add "
+            "--scheduler slurm, or leave them out") in capsys.readouterr().err
+    assert not out.exists()
+    assert cli_main(["rmsd", adk_h5md, "--timeout", "30", "--out", str(out)]) == 2
+    assert "--wait-timeout applies to --scheduler slurm, not auto" in capsys.readouterr().err
+
+
 def test_cli_rejects_bad_chunk_size(adk_h5md, capsys):
     assert cli_main(["rmsd", adk_h5md, "--chunk-mib", "-1", "--scheduler", "threads"]) == 2
     assert "--chunk-mib must be positive" in capsys.readouterr().err

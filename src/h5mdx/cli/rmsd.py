@@ -309,6 +309,32 @@ def _reference_in_range(opened: Any, reference: int) -> bool:
     return False
 
 
+#: The options of the SLURM group (``--scheduler slurm``) that default to None.
+_SLURM_OPTIONS = ("jobs", "cores", "memory", "walltime", "queue", "account", "interface",
+                  "job_log_dir")
+
+
+def _options_apply(args: argparse.Namespace) -> bool:
+    """Whether ``--workers`` is possible and the SLURM options given go with
+    ``--scheduler slurm`` (said on stderr where not): with another scheduler they were
+    ignored, and the run was local (found by an audit)."""
+    if args.workers is not None and args.workers < 1:
+        print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return False
+    from h5mdx.parallel.cluster import DEFAULT_TIMEOUT
+
+    given = [name for name in _SLURM_OPTIONS if getattr(args, name, None) is not None]
+    if getattr(args, "wait_timeout", DEFAULT_TIMEOUT) != DEFAULT_TIMEOUT:
+        given.append("wait_timeout")
+    if given and args.scheduler != "slurm":
+        names = ", ".join("--" + name.replace("_", "-") for name in given)
+        verb = "applies" if len(given) == 1 else "apply"
+        print(f"h5mdx rmsd: {names} {verb} to --scheduler slurm, not {args.scheduler}: add "
+              "--scheduler slurm, or leave them out", file=sys.stderr)
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     import h5mdx  # noqa: F401 - registers the ds.md accessor
 
@@ -320,8 +346,7 @@ def run(args: argparse.Namespace) -> int:
               f"TPR, ... of the same atoms): {_why_no_names(args.trajectory)}",
               file=sys.stderr)
         return 2
-    if args.workers is not None and args.workers < 1:
-        print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+    if not _options_apply(args):
         return 2
     chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
     if chunk_mib is not None and chunk_mib <= 0:
