@@ -90,6 +90,21 @@ def test_save_load_roundtrip(tmp_path, suffix):
         assert (tmp_path / "t.meta.json").exists()
 
 
+def test_loading_parquet_without_pyarrow_names_the_fix(tmp_path, monkeypatch):
+    """save() named the missing pyarrow and how to install it; load() raised a bare
+    ModuleNotFoundError (found by an audit)."""
+    import sys
+
+    from h5mdx.errors import MissingDependencyError
+
+    path = rec.save(rec.to_frame(_rows()), tmp_path / "t.parquet", {"run_id": "r1"})
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(MissingDependencyError, match="'pyarrow' is needed for timing "
+                                                     "records in Parquet.*pip install"):
+        rec.load(path)
+
+
 def test_save_accepts_meta_path_order_and_rejects_suffix(tmp_path):
     df = rec.to_frame(_rows())
     path = rec.save(df, {"run_id": "r1"}, tmp_path / "a.parquet")

@@ -479,8 +479,9 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     path = Path(path)
     meta: dict[str, Any] = {}
     if path.suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
+        from h5mdx._optional import import_optional
 
+        pq = import_optional("pyarrow.parquet", "timing records in Parquet")
         table = pq.read_table(path)
         raw = (table.schema.metadata or {}).get(_META_KEY)
         if raw:
