@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
 import warnings
 
 import h5py
@@ -337,3 +342,31 @@ def test_a_client_that_fails_to_start_leaves_no_cluster_running(h5md_file, monke
         run_grid(read_workload(h5md_file), schedulers=["distributed"], workers=[1],
                  repeats=1, progress=False)
     assert len(made) == 1 and made[0].status.name == "closed"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_ctrl_c_ends_a_processes_run_at_once(h5md_file, tmp_path):
+    """Ctrl-C during a run of bench --scheduler processes waited for the running tasks
+    (a --delay of a minute: a minute) before it exited, as dask's own pool does (found by
+    an audit): its workers now end at once, as those of h5mdx rmsd."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the timed run's spool appears
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "h5mdx", "bench", h5md_file, "--analysis", "read",
+         "--scheduler", "processes", "--workers", "2", "--blocks-per-worker", "1",
+         "--repeats", "1", "--out", str(tmp_path / "o"), "--no-progress", "--delay", "0:60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("h5mdx-spool-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3.0)  # the timed run's pool has taken the blocks: one sleeps a minute
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert time.monotonic() - t0 < 20
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

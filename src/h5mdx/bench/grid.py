@@ -14,9 +14,10 @@ Anything else is a ``Workload(build, n_frames)`` whose tasks use
 :class:`~h5mdx.timing.phases.BlockTimer`.
 
 Scheduler details: ``threads`` and ``processes`` are dask's local schedulers
-(the processes scheduler starts a new pool for every run -- its start-up is part
-of the measured time -- and is given ``chunksize=1`` so that every block can go
-to a different process); ``distributed`` uses a ``LocalCluster`` of N
+(the processes scheduler gets a new pool for every run, made as dask makes it, whose
+workers end at once on Ctrl-C or SIGTERM -- its start-up is part of the measured
+time -- and is given ``chunksize=1`` so that every block can go to a different
+process); ``distributed`` uses a ``LocalCluster`` of N
 single-threaded worker processes per N, started once. Before the timed runs of
 each scheduler and N, one untimed run warms up imports, pools and the page cache.
 """
@@ -290,7 +291,13 @@ def _compute(obj: Any, scheduler: str, n_workers: int, client: Any) -> Any:
     if scheduler == "distributed":
         return client.compute(obj, sync=True)
     if scheduler == "processes":
-        return dask.compute(obj, scheduler="processes", num_workers=n_workers, chunksize=1)
+        from h5mdx.parallel.schedulers import process_pool
+
+        # a pool per run, as dask's own, but whose workers end at once with Ctrl-C or
+        # SIGTERM: dask's waited for their tasks (a --delay's minutes) before it exited
+        with process_pool(n_workers) as pool:
+            return dask.compute(obj, scheduler="processes", num_workers=n_workers,
+                                chunksize=1, pool=pool)
     return dask.compute(obj, scheduler=scheduler, num_workers=n_workers)
 
 

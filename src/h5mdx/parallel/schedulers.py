@@ -24,7 +24,7 @@ from h5mdx._signals import interrupts_deferred
 from h5mdx.timing.capture import client_workers
 
 __all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_scheduler",
-           "quiet_logging", "scheduler_context"]
+           "process_pool", "quiet_logging", "scheduler_context"]
 
 #: Every scheduler h5mdx runs on: dask's local schedulers, a local cluster of worker
 #: processes, SLURM workers (dask-jobqueue), a dask cluster inside an MPI job (dask-mpi)
@@ -132,7 +132,7 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None,
         with dask.config.set(scheduler="threads", num_workers=workers):
             yield None
     elif scheduler == "processes":
-        with _process_pool(workers) as pool, dask.config.set(
+        with process_pool(workers) as pool, dask.config.set(
                 scheduler="processes", num_workers=workers, chunksize=1, pool=pool):
             yield None
     elif scheduler == "distributed":
@@ -163,7 +163,7 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None,
 
 
 @contextlib.contextmanager
-def _process_pool(workers: int) -> Iterator[Any]:
+def process_pool(workers: int) -> Iterator[Any]:
     """The worker processes of the processes scheduler, made as dask makes them, and
     ended with the block: at once where it ends in an exception (Ctrl-C, SIGTERM), for
     dask's own pool waits for the tasks running (minutes) and its workers outlived a
