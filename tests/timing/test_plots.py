@@ -82,6 +82,23 @@ def test_gantt_of_mpi_ranks_draws_their_wait(tmp_path):
     assert [t.get_text() for t in bars.get_xticklabels()] == ["rank 0", "rank 1"]
 
 
+def test_gantt_outlines_a_straggler_rank_whole(tmp_path):
+    """An MPI rank's bar holds its wait (at the barriers, the gather): a straggler rank
+    that had waited got an outline and a label that stopped short of its bar's end by
+    that wait (found by an audit)."""
+    rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 3, "worker": f"rank-{r}",
+             "rank": r, "task_key": f"r{r}", "kind": "rmsd", "frame_start": 50 * r,
+             "frame_stop": 50 * r + 50, "t_start": 10.0, "t_stop": 13.0 if r < 2 else 13.5,
+             "t_io": 2.0 if r == 2 else 0.5, "t_compute": 0.4,
+             "t_wait": 1.0 if r == 2 else 2.0, "t_comm_gather": 0.1} for r in (0, 1, 2)]
+    fig = plot_gantt(rec.to_frame(rows), "m")
+    ax = fig.axes[0]
+    (outline,) = [p for p in ax.patches if not p.get_fill()]
+    assert outline.get_x() == 0.0 and outline.get_width() == pytest.approx(3.5)
+    assert [t.get_text() for t in ax.texts] == ["io"]
+    assert ax.texts[0].xy[0] == pytest.approx(3.5)
+
+
 def test_scaling_plot(saved, tmp_path):
     table = speedup(run_table(saved))
     fig = plot_scaling(table, tmp_path / "s.png", figsize=(8, 3), dpi=100)

@@ -227,12 +227,13 @@ def plot_gantt(
             seen.add(phase)
             start += float(length)
         if flagged.at[i, "is_straggler"]:
-            s0 = float(sel.at[i, "t_start"]) - t0
-            ax.barh(y, float(ph.at[i, "busy"]), left=s0, height=0.8, fill=False,
+            # the whole bar: a rank's holds its wait too (a dask task's wall is its busy time)
+            s0, span = float(sel.at[i, "t_start"]) - t0, float(sel.at[i, "wall"])
+            ax.barh(y, span, left=s0, height=0.8, fill=False,
                     edgecolor="red", linewidth=2,
                     label="straggler" if "straggler" not in seen else None)
             seen.add("straggler")
-            ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + float(ph.at[i, "busy"]), y),
+            ax.annotate(str(flagged.at[i, "slow_phase"]), (s0 + span, y),
                         xytext=(3, 0), textcoords="offset points", va="center",
                         color="red", fontsize="small")
     ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers], sel))
