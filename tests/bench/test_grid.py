@@ -81,6 +81,8 @@ def test_run_grid(h5md_file, tmp_path):
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "| scheduler | N | M |" in report and "| threads | 2 | 3 | 6 | 2 |" in report
+    # the file's layout, not the first run's dask blocks (48 frames) as if every run's
+    assert "- frames: 48; HDF5 layout: {'hdf5_chunks': [4, 500, 3]}\n" in report
     assert "![speed-up and efficiency](scaling.png)" in report
     assert "## Advice" in report
 

@@ -566,12 +566,15 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
     header, rows = summary_rows(result)
     versions = meta.get("versions", {})
     machine = meta.get("machine", {})
+    # the file's layout; the dask blocks differ by run (n_frames / (N M), said below): the
+    # first run's, shown here, passed for every run's (found by an audit)
+    hdf5 = {k: v for k, v in (meta.get("layout") or {}).items() if k != "dask_time_chunk"}
     lines = [
         "# h5mdx bench report",
         "",
         f"- analysis: {meta.get('analysis', '?')} on `{meta.get('file')}`"
         + (f" (selection `{meta['selection']}`)" if meta.get("selection") else ""),
-        f"- frames: {_n_frames(result)}; HDF5 layout: {meta.get('layout', {})}",
+        f"- frames: {_n_frames(result)}; HDF5 layout: {hdf5}",
         f"- machine: {machine.get('hostname')} ({machine.get('cpu_count')} CPUs); "
         + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
         f"- runs: {len(result.metas)}; started {meta.get('timestamp')}",
