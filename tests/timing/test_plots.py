@@ -51,6 +51,22 @@ def test_per_worker_bars(saved, tmp_path):
                                          + saved.loc[saved.run_id == "n2", "t_wait"].sum())
 
 
+def test_per_worker_title_is_clear_of_the_legend(saved):
+    """The title of a bench's run ('... processes, N=2, run processes-n2-m1-r1') ran under
+    the legend at the right of the default figure, its end hidden (found by an audit)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    df = saved.assign(run_id=saved["run_id"].str.replace("n2", "processes-n2-m1-r1"),
+                      backend="processes")
+    fig = plot_per_worker(df, "processes-n2-m1-r1")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    title = fig.axes[0].title
+    assert not title.get_window_extent(renderer).overlaps(
+        fig.legends[0].get_window_extent(renderer))
+    assert title.get_text().endswith("N=2\nrun processes-n2-m1-r1")
+
+
 def test_gantt_marks_straggler(saved, tmp_path):
     fig = plot_gantt(saved, "n2", tmp_path / "g.png")
     _check_png(tmp_path / "g.png", 1000, 450)

@@ -154,7 +154,8 @@ def plot_per_worker(
                   ha="right")
     ax.set_ylabel("time (s)")
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
-    ax.set_title(f"Time per worker and phase — {backend}, N={n}, run {sel['run_id'].iloc[0]}")
+    # the run on a line of its own: on one line the title ran under the legend beside it
+    ax.set_title(f"Time per worker and phase — {backend}, N={n}\nrun {sel['run_id'].iloc[0]}")
     _legend_outside(fig, ax)
     return _finish(fig, path)
 
