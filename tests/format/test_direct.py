@@ -1008,6 +1008,54 @@ def test_edge_chunks_stored_unfiltered_are_read_through_h5py(tmp_path, shuffle):
         direct.plan_direct(f["particles/all/position/value"])
 
 
+_SECOND_HDF5 = """
+import ctypes, shutil, sys
+import h5py, numpy as np, xarray as xr
+from h5mdx.format import direct
+from h5mdx.testing import write_h5md
+
+path, copy = sys.argv[1], sys.argv[2]
+with open("/proc/self/maps") as maps:
+    libs = [line.split()[-1] for line in maps if "/libhdf5" in line and "_hl" not in line]
+if not libs:
+    sys.exit(77)  # HDF5 linked into h5py itself: no library to copy
+values = np.arange(10 * 5 * 3, dtype="<f4").reshape(10, 5, 3)
+write_h5md(path, {"all": {"position": {"value": np.zeros((1, 1, 3)), "step": np.arange(10)}}})
+set_opts = ctypes.CDLL(libs[0]).H5Pset_chunk_opts
+set_opts.argtypes = (ctypes.c_int64, ctypes.c_uint)
+with h5py.File(path, "a", libver="latest") as f:
+    grp = f["particles/all/position"]
+    del grp["value"]
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((4, 5, 3))
+    dcpl.set_shuffle()
+    assert set_opts(dcpl.id, direct._DONT_FILTER_PARTIAL_CHUNKS) >= 0
+    dset = h5py.Dataset(h5py.h5d.create(grp.id, b"value", h5py.h5t.IEEE_F32LE,
+                                        h5py.h5s.create_simple(values.shape), dcpl))
+    dset[...] = values
+shutil.copy(libs[0], copy)
+ctypes.CDLL(copy)  # a second HDF5 in the process, as netCDF4's wheel brings
+with xr.open_dataset(path, engine="h5md") as ds:
+    np.testing.assert_array_equal(ds.position.values, values)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps")
+def test_edge_chunks_stored_unfiltered_with_another_hdf5_loaded(tmp_path):
+    """Whether partial edge chunks are stored unfiltered is asked of h5py's own HDF5: with
+    a second copy of HDF5 loaded (netCDF4's wheel brings one), the first ``libhdf5`` of
+    the process' maps was asked, which knows no identifier of h5py's and could not tell,
+    and the raw edge chunks were unshuffled: wrong values, without an error (an audit)."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", _SECOND_HDF5, str(tmp_path / "edge.h5md"),
+                          str(tmp_path / "libhdf5_copy.so")], capture_output=True, text=True,
+                         timeout=120)
+    if run.returncode == 77:
+        pytest.skip("h5py has no HDF5 library of its own to copy")
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 def test_a_read_of_an_unallocated_chunk_leaves_the_others_direct(tmp_path, monkeypatch):
     """One read that touched a chunk never written (a writer that stopped early) sent
     every later read of the dataset through h5py, frames fully stored too (an audit).

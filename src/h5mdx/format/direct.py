@@ -820,10 +820,21 @@ _DONT_FILTER_PARTIAL_CHUNKS = 0x0002
 @functools.cache
 def _hdf5_library() -> Any:
     """The HDF5 library h5py runs on, through ctypes, for a call h5py does not wrap
-    (``H5Pget_chunk_opts``); None where it cannot be found."""
+    (``H5Pget_chunk_opts``); None where it cannot be found.
+
+    First the symbol as h5py's own extension module resolves it (``dlsym`` on its handle
+    searches the libraries it was linked with): a process may hold another copy of
+    HDF5 (netCDF4's wheel brings its own), listed before h5py's in the process' maps,
+    which knows none of h5py's identifiers and so could not tell.
+    """
     import ctypes
     import glob
 
+    from h5py import h5p
+
+    with contextlib.suppress(OSError, AttributeError):  # Windows: a module's own exports
+        lib = ctypes.CDLL(h5p.__file__)
+        return _with_chunk_opts(lib)
     paths: list[str] = []
     with contextlib.suppress(OSError):  # Linux: the copy this process loaded
         with open("/proc/self/maps") as maps:
@@ -839,14 +850,21 @@ def _hdf5_library() -> Any:
         if "_hl" in os.path.basename(path):  # the high-level library, not HDF5's own
             continue
         try:
-            lib = ctypes.CDLL(path)
-            call = lib.H5Pget_chunk_opts
+            return _with_chunk_opts(ctypes.CDLL(path))
         except (OSError, AttributeError):
             continue
-        call.argtypes = (ctypes.c_int64, ctypes.POINTER(ctypes.c_uint))
-        call.restype = ctypes.c_int
-        return lib
     return None
+
+
+def _with_chunk_opts(lib: Any) -> Any:
+    """``lib`` (a ``ctypes.CDLL``) with ``H5Pget_chunk_opts`` typed; AttributeError where
+    it has no such function."""
+    import ctypes
+
+    call = lib.H5Pget_chunk_opts
+    call.argtypes = (ctypes.c_int64, ctypes.POINTER(ctypes.c_uint))
+    call.restype = ctypes.c_int
+    return lib
 
 
 def _partial_chunks_unfiltered(plist: Any) -> bool | None:
