@@ -388,6 +388,50 @@ def test_external_and_virtual_fall_back(tmp_path):
             direct.plan_direct(f["v"])
 
 
+def _int12_at_bit2() -> h5py.h5t.TypeID:
+    t = h5py.h5t.STD_I16LE.copy()
+    t.set_precision(12)
+    t.set_offset(2)
+    return t
+
+
+def _float64_unnormalized() -> h5py.h5t.TypeID:
+    t = h5py.h5t.IEEE_F64LE.copy()
+    t.set_norm(h5py.h5t.NORM_NONE)
+    return t
+
+
+def _float32_biased() -> h5py.h5t.TypeID:
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_ebias(100)
+    return t
+
+
+@pytest.mark.parametrize("stored", [_int12_at_bit2, _float64_unnormalized, _float32_biased])
+@pytest.mark.parametrize("chunks", [None, (5, 4)])
+def test_stored_types_numpy_lays_out_otherwise_fall_back(tmp_path, stored, chunks):
+    """h5py serves a stored type as numpy's nearest (HDF5 converts the values): a 12-bit
+    integer at bit 2 as int16, a float of another normalisation or exponent bias as
+    float64. Their bytes read directly were taken for the values: wrong values (a float32
+    of another bias read 8 bytes an element, past its data; an audit). They are read
+    through h5py."""
+    path = str(tmp_path / "t.h5")
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if chunks:
+            dcpl.set_chunk(chunks)
+        dset = h5py.Dataset(h5py.h5d.create(f.id, b"x", stored(),
+                                            h5py.h5s.create_simple((20, 4)), dcpl))
+        dset[...] = (np.arange(80).reshape(20, 4) * 3 - 50).astype(dset.dtype)
+        want = dset[()]
+    got, used = _read_direct(path, (slice(None), slice(None)))
+    assert not used
+    with h5py.File(path, "r") as f, pytest.raises(direct.Unsupported, match="stored type"):
+        direct.plan_direct(f["x"])
+    assert reader_cache.why_not_direct(path, "/x").startswith("the stored type")
+    np.testing.assert_array_equal(want, np.arange(80).reshape(20, 4) * 3 - 50)
+
+
 def test_box_of_rejects_wide_overreads():
     assert direct.box_of((slice(0, 100, 10),), (100,)) is None
     assert direct.box_of((np.array([0, 99]),), (100,)) is None

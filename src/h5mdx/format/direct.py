@@ -760,6 +760,11 @@ def plan_direct(dset: h5py.Dataset) -> DirectReader:
     dtype = dset.dtype
     if dtype.kind not in "biuf" or dtype.hasobject or dtype.itemsize not in (1, 2, 4, 8):
         raise Unsupported(f"dtype {dtype}")
+    if dset.id.get_type() != h5py.h5t.py_create(dtype, logical=True):
+        # numpy's nearest type, which HDF5 converts the stored values to: another
+        # precision, bit offset, exponent bias or size (a float32 of another bias reads
+        # as float64), whose bytes are not the values
+        raise Unsupported(f"the stored type is not {dtype} as numpy lays it out")
     if dset.is_virtual:
         raise Unsupported("virtual dataset")
     if dset.external:
