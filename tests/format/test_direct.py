@@ -6,6 +6,7 @@ import contextlib
 import gc
 import math
 import os
+import shutil
 import sys
 import threading
 
@@ -627,6 +628,35 @@ def test_rewritten_file_is_replanned(tmp_path):
                                            "step": np.arange(30)}}})
     with xr.open_dataset(path, engine="h5md") as ds:
         np.testing.assert_array_equal(ds.position.values, v2)
+
+
+def test_a_file_rewritten_in_place_with_its_size_and_time_is_replanned(tmp_path):
+    """A reader planned outside an open (``why_not_direct``; a dask worker's) was kept by
+    the file's device, inode, size and modification time: the file rewritten in place
+    (the same inode) with another layout of the same size, its time set back (``cp -p``
+    over it), was read at the old chunks' offsets: the velocities served as the positions
+    (an audit). The change time, which nothing sets back, is in the key now."""
+    path = str(tmp_path / "r.h5md")
+    values = _values("<f4")
+
+    def write(first: str, position: np.ndarray) -> None:
+        elements = {"position": {"value": position, "step": np.arange(SHAPE[0])},
+                    "velocity": {"value": -position, "step": np.arange(SHAPE[0])}}
+        if first != "position":
+            elements = dict(reversed(elements.items()))
+        written = str(tmp_path / f"{first}.h5md")
+        write_h5md(written, {"all": elements})
+        shutil.copyfile(written, path)  # truncated and written over: the same inode
+
+    write("position", values)
+    assert reader_cache.why_not_direct(path, "/particles/all/position/value") is None
+    before = os.stat(path)
+    write("velocity", values + 1000)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert reader_cache.file_stamp(path) == (before.st_dev, before.st_ino, before.st_size,
+                                             before.st_mtime_ns)
+    with xr.open_dataset(path, engine="h5md", group="all") as ds:
+        np.testing.assert_array_equal(ds.position.values, values + 1000)
 
 
 def test_chunks_stored_without_an_optional_filter(tmp_path):
