@@ -37,3 +37,22 @@ def test_digest_sees_values_and_dtype_not_layout(tmp_path):
     y = x.copy()
     y[49, 3, 2] += 1
     assert array_digest(y) != sums["chunked"]
+
+
+def test_digest_of_big_endian_values_equals_the_native_ones(tmp_path):
+    """The digest covered the bytes in the array's byte order: an HDF5 dataset of
+    big-endian floats and its Zarr copy (little-endian) differed, and ``rechunk
+    OUT.zarr --verify`` of such a file said "the Zarr copy differs from the input"
+    (an audit)."""
+    from h5mdx.layout.rechunk import rechunk
+    from h5mdx.testing import write_h5md
+
+    x = np.random.default_rng(1).normal(size=(30, 8, 3)).astype(">f4")
+    assert array_digest(x) == array_digest(x.astype("<f4"))
+    assert array_digest(x) != array_digest(x.astype("<f8"))
+    src = str(tmp_path / "big.h5md")
+    write_h5md(src, {"all": {"position": {"value": x, "step": np.arange(30),
+                                          "chunks": (5, 8, 3)}}})
+    assert dataset_checksums(src, ["particles/all/position/value"]) == {
+        "particles/all/position/value": array_digest(x.astype("<f4"))}
+    assert rechunk(src, str(tmp_path / "copy.zarr"), verify=True).verified
