@@ -23,7 +23,7 @@ tool: every rank
 
 Rank 0 writes the time series and one timing record per rank (the common
 schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A failure of the
-start-up that every rank meets alike (a bad selection, a file that is not H5MD)
+start-up that every rank meets alike (a bad option or selection, a file that is not H5MD)
 is reported once, by rank 0, naming the ranks, and every rank exits with status 1.
 A rank that fails alone prints its rank and the reason and aborts the whole job
 (``MPI_Abort``) so that ``mpirun`` exits non-zero at once instead of hanging in a
@@ -263,11 +263,12 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     MPIRMSDResult or None
         The RMSD series and the timing records on rank 0; None on other ranks.
     """
-    options.check()
     require_parallel_h5py()
     if comm is None:
         comm = comm_world()
     rank = comm.Get_rank()
+    # every rank checks the same options: a bad one is reported once, by rank 0
+    _together(comm, _Timer(), "check", options.check)
     run_id = comm.bcast(options.run_id or uuid.uuid4().hex[:12], root=0)
     timer = _Timer()
     comm.Barrier()
