@@ -408,6 +408,55 @@ def test_mpi_rmsd_matches_mdanalysis(n, layout, options, expect, layouts, mda_rm
     assert f"on {n} rank(s)" in proc.stdout
 
 
+@pytest.fixture(scope="session")
+def adk_lzf64(tmp_path_factory, adk_positions):
+    """adk with lzf in (64, n_atoms, 3) chunks: lzf cannot shrink the first chunk, which
+    HDF5 stores without the filter (its filter mask says so)."""
+    from h5mdx.testing import write_h5md
+
+    path = tmp_path_factory.mktemp("adk") / "adk_lzf64.h5md"
+    n = len(adk_positions)
+    return write_h5md(path, {"trajectory": {"position": {
+        "value": adk_positions, "step": np.arange(n), "time": np.arange(n) * 1.0,
+        "unit": "Angstrom", "chunks": (64, adk_positions.shape[1], 3),
+        "compression": "lzf"}}})
+
+
+def test_a_chunk_stored_without_its_filter_is_found(adk_lzf64, adk_h5md):
+    from h5mdx.mpi.io import skips_a_filter
+
+    with h5py.File(adk_lzf64) as f:
+        dset = f["particles/trajectory/position/value"]
+        masks = [dset.id.get_chunk_info(i).filter_mask for i in range(2)]
+        assert masks == [1, 0]
+        assert skips_a_filter(dset)
+    with h5py.File(adk_h5md) as f:  # no filter
+        assert not skips_a_filter(f["particles/trajectory/position/value"])
+
+
+@pytest.mark.mpi
+def test_collective_reads_of_chunks_stored_without_their_filter(adk_lzf64, mda_rmsd,
+                                                                tmp_path):
+    """--collective on an lzf file whose first chunk lzf could not shrink: HDF5 1.10's
+    collective reads ran lzf on the raw chunk and every rank failed ('Invalid data for LZF
+    decompression', as if the file were corrupt; found by an audit). The ranks read it
+    independently, say so once, and the records say what ran."""
+    require_mpi()
+    import json
+
+    from h5mdx.testing import adk_topology
+
+    out = tmp_path / "out"
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", adk_lzf64, "--topology", adk_topology(),
+                                "--select", SELECT, "--out", str(out), "--collective"))
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
+    assert proc.stderr.count("reading independently instead of --collective") == 1, \
+        proc.stderr
+    meta = json.loads((out / "timing.meta.json").read_text())
+    assert meta["options"]["collective"] is False
+
+
 @pytest.mark.mpi
 def test_a_delay_makes_the_rank_that_starts_at_its_frame_a_straggler(layouts, tmp_path):
     """``H5MDX_TIMING_DELAY`` (``h5mdx bench --delay``) slows the rank whose frames start

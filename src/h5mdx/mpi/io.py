@@ -30,6 +30,7 @@ __all__ = [
     "open_parallel",
     "position_source",
     "rank_blocks",
+    "skips_a_filter",
 ]
 
 #: Advice printed when HDF5's file locking fails (common on Lustre/GPFS/NFS).
@@ -174,6 +175,28 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
             f"positions must have shape (time, atom, spatial), got {el.shape}",
         )
     return PositionSource(info=info, group=name, element=el)
+
+
+def skips_a_filter(dset: h5py.Dataset) -> bool:
+    """Whether a chunk of ``dset`` is stored without one of its filters.
+
+    HDF5 stores a chunk that an optional filter could not shrink (lzf or gzip of
+    incompressible data) as it is and says so in the chunk's filter mask. Collective
+    MPI-IO reads of HDF5 1.10 run the filters on such a chunk anyway, and fail
+    (``Invalid data for LZF decompression``); independent reads honour the mask.
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+
+    Returns
+    -------
+    bool
+    """
+    dsid = dset.id
+    if dset.chunks is None or dsid.get_create_plist().get_nfilters() == 0:
+        return False
+    return any(dsid.get_chunk_info(i).filter_mask for i in range(dsid.get_num_chunks()))
 
 
 def rank_blocks(source: PositionSource, n_ranks: int) -> list[Block]:

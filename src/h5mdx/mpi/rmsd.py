@@ -48,7 +48,14 @@ import numpy as np
 from h5mdx.engine.chunking import READ_STEP_BYTES, read_step
 from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
-from h5mdx.mpi.io import PositionSource, SlabReader, open_parallel, position_source, rank_blocks
+from h5mdx.mpi.io import (
+    PositionSource,
+    SlabReader,
+    open_parallel,
+    position_source,
+    rank_blocks,
+    skips_a_filter,
+)
 from h5mdx.timing.phases import injected_delay
 from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
 from h5mdx.timing.report import task_table
@@ -443,6 +450,8 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     sel_reader = SlabReader(dset, idx)
     reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
     blocks = rank_blocks(source, comm.Get_size())
+    if options.collective and skips_a_filter(dset):
+        _independent_reads(options, source, comm)
     reader = SlabReader(
         dset, idx if options.selected_only else None, collective=options.collective
     )
@@ -451,6 +460,21 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     kernel = prepare(reference, masses, options.superposition, atoms=pick)
     step = _step_frames(source, reader.n_sel, reader.dtype.itemsize, options.read_mib)
     return _Job(f, source, blocks, blocks[comm.Get_rank()], reader, kernel, step)
+
+
+def _independent_reads(options: MPIRMSDOptions, source: PositionSource, comm: Any) -> None:
+    """Turn ``--collective`` off (every rank alike; rank 0 says so) for positions with a
+    chunk stored without its filter, which collective reads fail on
+    (:func:`~h5mdx.mpi.io.skips_a_filter`); the records say what ran."""
+    options.collective = False
+    if comm.Get_rank() == 0:
+        import warnings
+
+        warnings.warn(
+            f"{options.trajectory} [{source.element.value_path}]: some chunks are stored "
+            "without their compression filter (it could not shrink them), which HDF5's "
+            "collective reads cannot read; reading independently instead of --collective",
+            stacklevel=2)
 
 
 def _read_and_compute(options: MPIRMSDOptions, job: _Job, timer: _Timer) -> np.ndarray:
