@@ -226,7 +226,8 @@ def test_locking_failure_gives_advice(monkeypatch, tmp_path):
     monkeypatch.setattr(mio, "require_parallel_h5py", lambda: None)
     monkeypatch.setattr(mio, "open_h5md", locked)
     monkeypatch.delenv("HDF5_USE_FILE_LOCKING", raising=False)
-    one_rank = SimpleNamespace(rank=0, bcast=lambda value, root=0: value)
+    one_rank = SimpleNamespace(rank=0, bcast=lambda value, root=0: value,
+                               allgather=lambda value: [value])
     with pytest.raises(OSError, match="HDF5_USE_FILE_LOCKING=FALSE"):
         mio.open_parallel(tmp_path / "x.h5md", comm=one_rank)
 
@@ -636,6 +637,34 @@ def test_a_file_open_for_writing_is_refused_on_every_rank(layouts, tmp_path):
     assert "HDF5 cannot lock the file" in proc.stderr, proc.stderr
     assert "another process has it open for writing" in proc.stderr
     assert not (tmp_path / "out" / "rmsd.csv").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("has_it", [0, 1], ids=["rank-0-only", "rank-1-only"])
+def test_a_file_only_some_ranks_see_is_refused_on_every_rank(layouts, tmp_path, has_it):
+    """One path, a file on one node's /tmp only: the ranks that saw it waited forever in the
+    collective MPI-IO open for the one that failed before it (found by an audit). Every
+    rank now refuses it, naming what each rank sees, and the job exits 1."""
+    import shutil
+
+    require_mpi()
+    seen, unseen = tmp_path / "node-a", tmp_path / "node-b"
+    seen.mkdir()
+    unseen.mkdir()
+    shutil.copy(layouts["chunk10"], seen / "t.h5md")
+    size = (seen / "t.h5md").stat().st_size
+    code = ("import os, sys; from mpi4py import MPI; from h5mdx.cli import main; "
+            "os.chdir(sys.argv[1] if MPI.COMM_WORLD.rank == int(sys.argv[3]) else sys.argv[2]); "
+            "sys.exit(main(['mpi-rmsd', 't.h5md', '-q']))")
+    proc = mpirun(2, [sys.executable, "-c", code, str(seen), str(unseen), str(has_it)],
+                  timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    lines = _error_lines(proc.stderr)
+    views = {has_it: f"{size} bytes", 1 - has_it: "No such file or directory"}
+    assert lines == [f"h5mdx mpi-rmsd: all 2 ranks failed: H5MDReadError: t.h5md: the ranks "
+                     f"do not see the same file (rank(s) 0: {views[0]}; rank(s) 1: "
+                     f"{views[1]}); put it on a file system every rank (every node) sees, "
+                     "such as the shared scratch"], proc.stderr
 
 
 @pytest.mark.mpi

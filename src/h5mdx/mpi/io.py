@@ -63,6 +63,7 @@ def open_parallel(path: str | os.PathLike[str], comm: Any) -> h5py.File:
         If the file cannot be opened; locking failures carry :data:`LOCKING_HINT`.
     """
     require_parallel_h5py()
+    _same_file_on_every_rank(path, comm)
     _refuse_a_writer(path, comm)
     try:
         return open_h5md(path, driver="mpio", comm=comm)
@@ -71,6 +72,29 @@ def open_parallel(path: str | os.PathLike[str], comm: Any) -> h5py.File:
         if "lock" in text and "HDF5_USE_FILE_LOCKING" not in os.environ:
             raise OSError(f"{os.fspath(path)}: {LOCKING_HINT} ({err})") from err
         raise
+
+
+def _same_file_on_every_rank(path: str | os.PathLike[str], comm: Any) -> None:
+    """Refuse, on every rank, a path the ranks do not all see alike (as a file of one size).
+
+    The MPI-IO open is collective: a rank that failed before it (no such file on its node,
+    a node-local ``/tmp``) left the others waiting in it forever, with no message.
+    """
+    try:
+        st = os.stat(path)
+        seen = "a directory" if os.path.isdir(path) else f"{st.st_size} bytes"
+    except OSError as err:
+        seen = err.strerror or type(err).__name__
+    views = comm.allgather(seen)
+    if len(set(views)) == 1:
+        return  # alike: the open fails alike, or not at all
+    ranks: dict[str, list[int]] = {}
+    for rank, view in enumerate(views):
+        ranks.setdefault(view, []).append(rank)
+    told = "; ".join(f"rank(s) {', '.join(map(str, r))}: {view}" for view, r in ranks.items())
+    raise H5MDReadError(os.fspath(path), None,
+                        f"the ranks do not see the same file ({told}); put it on a file "
+                        "system every rank (every node) sees, such as the shared scratch")
 
 
 def _refuse_a_writer(path: str | os.PathLike[str], comm: Any) -> None:
