@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from h5mdx.cli import build_parser, main
@@ -62,3 +64,18 @@ def test_slurm_script_refuses_a_time_slurm_does_not_take(tmp_path, monkeypatch, 
         assert f"walltime {bad!r} is not a SLURM time" in captured.err
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--time", "1-12"]) == 0
     assert "#SBATCH --time=1-12" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spelling", [["-qo", "res"], ["--ou", "res"], ["-q", "-ores"]])
+def test_slurm_script_keeps_an_out_however_spelt(spelling, tmp_path, monkeypatch, capsys):
+    """mpi-rmsd takes -qo DIR and --ou DIR as --out DIR; the script did not see them, added
+    its default --out after them, which won: the job wrote elsewhere and --submit found no
+    records in DIR (found by an audit)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", *spelling]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("mpirun"))
+    words = shlex.split(line)
+    args = build_parser().parse_args(words[words.index("mpi-rmsd"):])
+    assert args.out == "res"
+    assert "h5mdx-mpi-rmsd-" not in line

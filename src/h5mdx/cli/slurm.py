@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     """Print or submit the script."""
     from h5mdx.parallel.batch import (
         DEFAULT_LOG,
+        _has_out,
         default_out_dir,
         mpi_rmsd_script,
         straggler_summary,
@@ -124,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ntasks is None:
         raise ValueError("--ntasks N is required: the number of MPI ranks of the job")
     program_ns = _program_namespace(args.program, rest)
+    if program_ns.out is not None and not _has_out(rest):
+        # spelt so that the script did not see it (-qo DIR, --ou DIR): its default --out
+        # came last and won, and --submit looked for the records in DIR
+        rest = [*rest, "--out", program_ns.out]
     chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
     _warn_missing_inputs(program_ns, chdir)
     log = args.log or DEFAULT_LOG
