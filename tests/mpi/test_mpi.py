@@ -459,6 +459,39 @@ def test_collective_reads_of_chunks_stored_without_their_filter(adk_lzf64, mda_r
 
 
 @pytest.mark.mpi
+def test_mass_weights_without_a_topology_take_the_files_masses(adk_universe, adk_positions,
+                                                               tmp_path):
+    """h5mdx rmsd --weights mass takes the file's own mass element; mpi-rmsd refused it
+    ('mass weights need a topology'; found by an audit)."""
+    require_mpi()
+    from MDAnalysis.analysis.rms import RMSD
+
+    from h5mdx.testing import write_h5md
+
+    n = len(adk_positions)
+    path = write_h5md(tmp_path / "mass.h5md", {"trajectory": {
+        "position": {"value": adk_positions, "step": np.arange(n), "unit": "Angstrom",
+                     "chunks": (10, adk_positions.shape[1], 3)},
+        "mass": {"value": adk_universe.atoms.masses.astype(np.float64)}}})
+    out = tmp_path / "out"
+    proc = mpirun(3, h5mdx_argv("mpi-rmsd", str(path), "--weights", "mass", "--out", str(out)))
+    assert proc.returncode == 0, proc.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = RMSD(adk_universe, weights="mass").run().results.rmsd[:, 2]
+    np.testing.assert_allclose(_read_rmsd(out), expected, rtol=0, atol=1e-4)
+    unweighted = RMSD(adk_universe).run().results.rmsd[:, 2]
+    assert np.abs(expected - unweighted).max() > 0.01  # the weights matter
+    # a file without masses says what to pass, once
+    none = write_h5md(tmp_path / "none.h5md", {"trajectory": {"position": {
+        "value": adk_positions[:3], "step": np.arange(3)}}})
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(none), "--weights", "mass"))
+    assert proc.returncode == 1, proc.stderr
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and "mass weights need masses: pass --topology FILE" in lines[0]
+
+
+@pytest.mark.mpi
 def test_a_delay_makes_the_rank_that_starts_at_its_frame_a_straggler(layouts, tmp_path):
     """``H5MDX_TIMING_DELAY`` (``h5mdx bench --delay``) slows the rank whose frames start
     at its frame, in its phase, as it slows a dask task (the MPI path ignored it)."""

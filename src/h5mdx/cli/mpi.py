@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="collective MPI-IO transfers (default: independent)")
     p.add_argument("--topology-on-root", action="store_true",
                    help="rank 0 reads the topology and broadcasts the selection")
-    p.add_argument("--weights", choices=("mass",), default=None, help="mass-weighted RMSD")
+    p.add_argument("--weights", choices=("mass",), default=None, help="mass-weighted RMSD (the topology's masses, else the file's mass element)")
     p.add_argument("--no-superposition", dest="superposition", action="store_false",
                    help="centre only, do not rotate")
     p.add_argument("--no-convert-units", dest="convert_units", action="store_false",

@@ -137,7 +137,8 @@ class MPIRMSDOptions:
 
     def check(self) -> None:
         """Raise ValueError on inconsistent options. A selection or mass weights without
-        a topology take the trajectory's own, where it holds one (GROMACS' module)."""
+        a topology take the trajectory's own, where it holds one (GROMACS' module); mass
+        weights without either take the file's ``mass`` element, as ``h5mdx rmsd`` does."""
         if self.read not in READ_MODES:
             raise ValueError(f"read must be one of {READ_MODES}, got {self.read!r}")
         if not self.read_mib > 0:
@@ -155,8 +156,6 @@ class MPIRMSDOptions:
             raise ValueError(
                 f"a selection ({self.select!r}) needs a topology: pass --topology FILE"
             )
-        if self.weights == "mass" and self.topology is None:
-            raise ValueError("mass weights need a topology: pass --topology FILE")
         if self.out is not None:  # before the run, not after it
             from h5mdx.analysis.series import check_outputs
 
@@ -200,7 +199,7 @@ def _select(topology: str | None, select: str | None, weights: str | None,
     of selected atoms (h5mdx's ``id``) finds them in a topology of the whole system, as
     the h5md engine does: the selection and masses are then of those atoms."""
     if topology is None:
-        return None, None, None
+        return None, _file_masses(filename, group) if weights == "mass" else None, None
     from h5mdx.engine.topology import load_universe, select_indices
 
     u = load_universe(topology, group)  # VMD's structure module: per group
@@ -212,6 +211,21 @@ def _select(topology: str | None, select: str | None, weights: str | None,
         all_masses = np.asarray(atoms.atoms.masses, dtype=np.float64)
         masses = all_masses[idx] if idx is not None else all_masses
     return idx, masses, len(atoms.atoms)
+
+
+def _file_masses(filename: str, group: str | None) -> np.ndarray:
+    """The masses of the file's ``mass`` element (one per atom), for mass weights without a
+    topology, as ``h5mdx rmsd`` takes them."""
+    from h5mdx.format.h5md import open_h5md
+
+    with open_h5md(filename) as f:
+        source = position_source(f, group)
+        el = source.info.particles[source.group].elements.get("mass")
+        if el is None or el.time_dependent or el.shape != (source.n_atoms,):
+            raise ValueError(
+                f"{filename}: mass weights need masses: pass --topology FILE (/particles/"
+                f"{source.group} has no mass element of one mass per atom)")
+        return np.asarray(f[el.value_path][()], dtype=np.float64)
 
 
 def _input_ids(universe: Any, filename: str, group: str | None) -> np.ndarray | None:
