@@ -194,6 +194,14 @@ def test_position_source_errors(tmp_path):
         assert position_source(f, "particles/b").group == "b"
         with pytest.raises(H5MDFormatError, match="groups with positions"):
             position_source(f, "c")
+    # one static frame: it has positions, but no trajectory (it said 'no particles group
+    # has positions'; found by an audit)
+    path = write_h5md(tmp_path / "static.h5md", {"a": {"position": {"value": np.zeros((3, 3))}}})
+    with h5py.File(path) as f, pytest.raises(H5MDFormatError) as err:
+        position_source(f)
+    assert err.value.problem == ("no particles group has time-dependent positions "
+                                 "(/particles/a/position: one time-independent frame, no "
+                                 "trajectory to compare)")
 
 
 # ----------------------------------------------------------------------------- errors without MPI

@@ -185,7 +185,13 @@ def position_source(f: h5py.File, group: str | None = None) -> PositionSource:
     elif len(candidates) == 1:
         name = next(iter(candidates))
     elif not candidates:
-        raise H5MDFormatError(f.filename, "/particles", "no particles group has positions")
+        static = [pg.elements["position"].path for pg in info.particles.values()
+                  if "position" in pg.elements]
+        raise H5MDFormatError(
+            f.filename, "/particles",
+            "no particles group has time-dependent positions"
+            + (f" ({', '.join(static)}: one time-independent frame, no trajectory to "
+               "compare)" if static else ""))
     else:
         raise H5MDFormatError(
             f.filename, "/particles",
