@@ -79,3 +79,40 @@ def test_slurm_script_keeps_an_out_however_spelt(spelling, tmp_path, monkeypatch
     args = build_parser().parse_args(words[words.index("mpi-rmsd"):])
     assert args.out == "res"
     assert "h5mdx-mpi-rmsd-" not in line
+
+
+@pytest.mark.parametrize(("state", "code", "records_job", "rc"), [
+    ("FAILED", 1, "4241", 1),  # an earlier run's records, left in --out
+    ("COMPLETED", 0, "4242", 0),
+])
+def test_slurm_script_submit_summarises_only_this_jobs_records(state, code, records_job, rc,
+                                                               tmp_path, monkeypatch, capsys):
+    """A job that failed before its run wrote nothing, and --submit printed the straggler
+    summary of the records an earlier run left in --out, as this job's (found by an
+    audit)."""
+    from types import SimpleNamespace
+
+    import h5mdx.parallel.batch as batch
+    from h5mdx.mpi.decompose import Block
+    from h5mdx.mpi.rmsd import _record, save_records
+    from h5mdx.timing.records import run_metadata
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    monkeypatch.setenv("SLURM_JOB_ID", records_job)
+    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 1)
+    record = _record("run", comm, Block(0, 0, 5), 0.0, 1.0, {"io": 1.0}, 100)
+    save_records([record], tmp_path / "res",
+                 run_metadata(backend="mpi-io", n_workers=1, run_id="run", file="x.h5md"))
+    monkeypatch.setattr(batch, "submit", lambda script, cwd=None: "4242")
+    monkeypatch.setattr(batch, "wait_for_job", lambda job_id, timeout=None: batch.JobResult(
+        job_id, state, code, "", 1.0, {}))
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "1", "--out", "res",
+                 "--submit"]) == rc
+    captured = capsys.readouterr()
+    if rc:
+        assert "stragglers" not in captured.out
+        assert (f"the timing records in {tmp_path / 'res'} are not job 4242's but an earlier "
+                "run's") in captured.err
+    else:
+        assert "stragglers" in captured.out and "not job" not in captured.err

@@ -173,6 +173,11 @@ def run(args: argparse.Namespace) -> int:
     from h5mdx.timing.records import load
 
     records, meta = load(timing)
+    if not records["slurm_job_id"].astype(str).eq(job_id).all():  # an earlier run's
+        print(f"h5mdx slurm-script: the timing records in {out} are not job {job_id}'s but "
+              f"an earlier run's (the job did not finish its run; see {log_path})",
+              file=sys.stderr)
+        return 1
     print(f"timing records: {timing}")
     print(straggler_summary(records, meta))
     return 0 if result.ok or (result.state == "ENDED") else 1
