@@ -327,6 +327,10 @@ def test_options_are_checked():
         MPIRMSDOptions("x.h5md", read="chunk").check()
     with pytest.raises(ValueError, match="read_mib must be positive"):
         MPIRMSDOptions("x.h5md", read_mib=0).check()
+    # inf failed later, in every rank's open: "OverflowError: cannot convert float infinity
+    # to integer", naming no option (found by an audit)
+    with pytest.raises(ValueError, match=r"read_mib must be positive and finite, got inf"):
+        MPIRMSDOptions("x.h5md", read_mib=float("inf")).check()
 
 
 def test_commands_and_environment(monkeypatch):

@@ -141,8 +141,8 @@ class MPIRMSDOptions:
         weights without either take the file's ``mass`` element, as ``h5mdx rmsd`` does."""
         if self.read not in READ_MODES:
             raise ValueError(f"read must be one of {READ_MODES}, got {self.read!r}")
-        if not self.read_mib > 0:
-            raise ValueError(f"read_mib must be positive, got {self.read_mib!r}")
+        if not 0 < self.read_mib < float("inf"):
+            raise ValueError(f"read_mib must be positive and finite, got {self.read_mib!r}")
         if self.out_format not in ("csv", "nc"):
             raise ValueError(f"out_format must be 'csv' or 'nc', got {self.out_format!r}")
         if self.weights not in (None, "mass"):
