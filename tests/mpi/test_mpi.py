@@ -447,6 +447,50 @@ def test_a_chunk_stored_without_its_filter_is_found(adk_lzf64, adk_h5md):
         assert not skips_a_filter(f["particles/trajectory/position/value"])
 
 
+def test_chunks_stored_without_their_filter_are_found_in_one_pass(tmp_path, monkeypatch):
+    """The masks come from one pass over the chunk index (HDF5's chunk_iter, or the
+    B-tree read from the file): HDF5 1.10's chunk-by-chunk look-up, which every rank ran,
+    takes time quadratic in the chunks (0.65 s for 8,000; minutes for a trajectory of a
+    chunk per frame). The look-up, the last resort, finds the same chunks."""
+    import h5mdx.mpi.io as mpi_io
+
+    class Counted:  # a dataset whose chunk look-ups are counted
+        def __init__(self, dset, calls):
+            self._dset, self._calls = dset, calls
+
+        def __getattr__(self, name):
+            return getattr(self._dset, name)
+
+        @property
+        def id(self):
+            outer = self
+
+            class Id:
+                def __getattr__(self, name):
+                    if name in ("get_chunk_info", "get_chunk_info_by_coord"):
+                        outer._calls.append(name)
+                    return getattr(outer._dset.id, name)
+            return Id()
+
+    path = tmp_path / "lzf.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=(300, 10, 3), chunks=(1, 10, 3), dtype="f4",
+                             compression="lzf")
+        d[:150] = 0.0  # shrinks: filtered
+        d[150:] = np.random.default_rng(0).random((150, 10, 3))  # does not: stored raw
+        f.create_dataset("y", data=np.zeros((300, 10, 3), "f4"), chunks=(1, 10, 3),
+                         compression="lzf")
+    with h5py.File(path) as f:
+        calls: list[str] = []
+        assert mpi_io.skips_a_filter(Counted(f["x"], calls))
+        assert not mpi_io.skips_a_filter(Counted(f["y"], calls))
+        if mpi_io.index_all_chunks(f["x"]) is not None or mpi_io.chunk_tree(f["x"]):
+            assert len(calls) < 10, len(calls)  # not one a chunk
+        monkeypatch.setattr(mpi_io, "index_all_chunks", lambda dset: None)
+        monkeypatch.setattr(mpi_io, "chunk_tree", lambda dset: None)
+        assert mpi_io.skips_a_filter(f["x"]) and not mpi_io.skips_a_filter(f["y"])
+
+
 @pytest.mark.mpi
 def test_collective_reads_of_chunks_stored_without_their_filter(adk_lzf64, mda_rmsd,
                                                                 tmp_path):

@@ -11,6 +11,7 @@ skip the call and the other ranks would hang.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError, H5MDReadError
+from h5mdx.format.chunk_index import chunk_tree, index_all_chunks
 from h5mdx.format.h5md import ElementInfo, FileInfo, open_h5md, scan
 from h5mdx.mpi import require_parallel_h5py
 from h5mdx.mpi.decompose import Block, atom_runs, chunk_aligned_blocks
@@ -226,6 +228,15 @@ def skips_a_filter(dset: h5py.Dataset) -> bool:
     dsid = dset.id
     if dset.chunks is None or dsid.get_create_plist().get_nfilters() == 0:
         return False
+    located = index_all_chunks(dset)  # HDF5 >= 1.12.3: one pass over the index
+    if located is not None:
+        return any(mask for _, _, mask in located.values())
+    tree = chunk_tree(dset)  # the version-1 B-tree read from the file (pyfive)
+    if tree is not None:
+        with contextlib.suppress(OSError, ValueError):
+            return bool(tree.arrays(0, dset.shape[0])[1][:, 2].any())
+    # HDF5 1.10 looks each chunk up from the start of its index: quadratic in the chunks
+    # (0.65 s for 8,000), where the two above take milliseconds
     return any(dsid.get_chunk_info(i).filter_mask for i in range(dsid.get_num_chunks()))
 
 
