@@ -18,7 +18,12 @@ pytest.importorskip("distributed")
 pytest.importorskip("matplotlib")
 
 from h5mdx.cli import main  # noqa: E402
-from h5mdx.examples import build_adk_trajectory, perturbed_frames, source_index  # noqa: E402
+from h5mdx.examples import (  # noqa: E402
+    build_adk_trajectory,
+    perturbed_frames,
+    source_index,
+    summary_lines,
+)
 from h5mdx.examples.trajectory import _adk_source  # noqa: E402
 from h5mdx.testing import adk_example, assert_rmsd_close  # noqa: E402
 
@@ -182,3 +187,34 @@ def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is a file; the example writes" in err and "Errno" not in err
     assert out.read_text() == "mine"
+
+
+def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, **kw):
+    """An ExampleResult of made-up figures: two tasks of 1 s, ``io`` and ``compute`` s each."""
+    from h5mdx.examples import ExampleResult
+    from h5mdx.floor import floor_figures
+    from h5mdx.timing import records as rec
+
+    rows = [{"run_id": "r", "backend": "distributed", "n_workers": 2, "worker": f"w{i}",
+             "task_key": f"k{i}", "kind": "rmsd", "frame_start": 500 * i,
+             "frame_stop": 500 * (i + 1), "t_start": 1.0, "t_stop": 2.0, "t_io": io,
+             "t_compute": compute} for i in range(2)]
+    nbytes = n_frames * 3341 * 12
+    floor = floor_figures(2, n_frames, nbytes, seconds)
+    return ExampleResult(out="out", trajectory="adk.h5md", n_frames=n_frames, n_atoms=3341,
+                         n_selected=214, nbytes=nbytes, chunks=(100, 3341, 3),
+                         built_seconds=None, workers=2, select="name CA", seconds=seconds,
+                         rmsd=None, floor=floor, mda=None, records=rec.to_frame(rows), **kw)
+
+
+def test_the_busy_time_split_adds_up_to_100_percent():
+    """Each share was rounded alone: 33.5% + 33.5% + 33% showed as 34% + 34% + 33% = 101%
+    (and 99% elsewhere); the largest remainders are rounded up now."""
+    from h5mdx.examples.report import _html_rows
+
+    lines = summary_lines(_result(io=0.335, compute=0.335))
+    line = next(x for x in lines if x.startswith("I/O "))
+    shares = [int(p) for p in re.findall(r"(\d+)%", line)]
+    assert sum(shares) == 100 and shares == [34, 33, 33]
+    row = dict(_html_rows(_result(io=0.335, compute=0.335)))["busy time split"]
+    assert row == "io 34%, compute 33%, warmup 0%, other 33%"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import html
+import math
 import os
 import platform
 import shlex
@@ -48,6 +49,30 @@ def timing_split(records: Any) -> dict[str, float]:
     out = {name: v / total for name, v in parts.items()}
     out["other"] = max(0.0, 1.0 - sum(out.values()))
     out["busy"] = total
+    return out
+
+
+#: The parts of :func:`timing_split`, in the order they are shown.
+_PARTS = ("io", "compute", "warmup", "other")
+
+
+def _percents(split: dict[str, float]) -> dict[str, int]:
+    """:func:`timing_split`'s fractions in whole percent that add up to 100.
+
+    Each is rounded down, then those with the largest remainders up, one percent each
+    (each rounded alone, they showed 99% or 101% in all).
+
+    Examples
+    --------
+    >>> _percents({"io": 0.335, "compute": 0.335, "warmup": 0.0, "other": 0.33, "busy": 1.0})
+    {'io': 34, 'compute': 33, 'warmup': 0, 'other': 33}
+    """
+    exact = {k: 100 * split[k] for k in _PARTS}
+    out = {k: math.floor(v) for k, v in exact.items()}
+    if split["busy"] > 0:
+        short = max(0, 100 - sum(out.values()))
+        for k in sorted(_PARTS, key=lambda k: out[k] - exact[k])[:short]:
+            out[k] += 1
     return out
 
 
@@ -248,9 +273,10 @@ def summary_lines(result: ExampleResult) -> list[str]:
     if result.mda is not None:
         lines.append(_mda_text(result))
     split = timing_split(result.records)
-    warm = f"  warm-up {100 * split['warmup']:.0f}%" if split["warmup"] > 0 else ""
-    lines.append(f"I/O {100 * split['io']:.0f}%  compute {100 * split['compute']:.0f}%{warm}  "
-                 f"other {100 * split['other']:.0f}% of the workers' busy time "
+    pct = _percents(split)
+    warm = f"  warm-up {pct['warmup']}%" if split["warmup"] > 0 else ""
+    lines.append(f"I/O {pct['io']}%  compute {pct['compute']}%{warm}  "
+                 f"other {pct['other']}% of the workers' busy time "
                  f"({plural(len(result.records), 'task')} on "
                  f"{plural(result.workers, 'worker')}, one more run with per-task timing)")
     lines.extend(_straggler_text(result.records, result.warmup))
@@ -306,8 +332,8 @@ def _html_rows(result: ExampleResult) -> list[tuple[str, str]]:
         rows.append(("MDAnalysis", _mda_text(result)))
     rows.append(("versions", _versions()))
     rows.append(("reproduce", shlex.join(["h5mdx", "example", *result.argv])))
-    rows.append(("busy time split", ", ".join(f"{k} {100 * split[k]:.0f}%" for k in
-                                              ("io", "compute", "warmup", "other"))))
+    pct = _percents(split)
+    rows.append(("busy time split", ", ".join(f"{k} {pct[k]}%" for k in _PARTS)))
     texts = _straggler_text(result.records, result.warmup)
     rows.extend((name, text.split(": ", 1)[1])
                 for name, text in zip(("stragglers", "warm-up"), texts, strict=True))
