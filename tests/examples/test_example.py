@@ -218,3 +218,23 @@ def test_the_busy_time_split_adds_up_to_100_percent():
     assert sum(shares) == 100 and shares == [34, 33, 33]
     row = dict(_html_rows(_result(io=0.335, compute=0.335)))["busy time split"]
     assert row == "io 34%, compute 33%, warmup 0%, other 33%"
+
+
+def test_the_seconds_shown_give_the_rates_shown():
+    """Two decimals showed 0.0384 s as 0.04 s beside 13,017 frames/s (500 / 0.04 = 12,500)
+    and a raw read of 0.0037 s as 0.00 s beside its 135,000 frames/s; three significant
+    figures at least now."""
+    from h5mdx.examples.report import _html_rows
+    from h5mdx.floor import floor_figures
+
+    raw = floor_figures(2, 500, 500 * 3341 * 12, 0.00367)
+    res = _result(seconds=0.03841, n_frames=500, raw=raw, raw_ratios=[0.1])
+    first = summary_lines(res)[0]
+    secs, rate, gbs = re.match(r"rmsd  500 frames  in ([\d.]+) s  ([\d,]+) frames/s  "
+                               r"([\d.]+) GB/s", first).groups()
+    assert secs == "0.0384" and rate == "13,017" and gbs == "0.522"
+    assert 500 / float(secs) == pytest.approx(float(rate.replace(",", "")), rel=2e-3)
+    rows = dict(_html_rows(res))
+    assert rows["RMSD"].startswith("0.0384 s, 13,017 frames/s, 0.522 GB/s")
+    assert rows["raw reads (os.preadv)"].startswith("0.00367 s, 136,240 frames/s, 5.46 GB/s")
+    assert "0.0200 GB of positions" in rows["trajectory"]

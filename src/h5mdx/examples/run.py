@@ -21,6 +21,7 @@ import numpy as np
 
 from h5mdx.examples.report import (
     ExampleResult,
+    figure,
     machine_description,
     plot_rmsd,
     plural,
@@ -245,7 +246,7 @@ def run_example(
     build_adk_trajectory(path, frames, progress=progress)
     built = None if cached else time.perf_counter() - t0
     n_frames, n_atoms, nbytes, chunks = describe_file(path)
-    echo(f"trajectory: {path}  {n_frames:,} frames x {n_atoms:,} atoms, {nbytes / 1e9:.2f} GB, "
+    echo(f"trajectory: {path}  {n_frames:,} frames x {n_atoms:,} atoms, {figure(nbytes / 1e9)} GB, "
          f"chunks {chunks}, uncompressed "
          + ("(cached)" if built is None else f"(built in {built:.1f} s)"))
     echo(f"machine: {machine_description()}")
