@@ -18,10 +18,10 @@ from h5mdx.floor import (  # noqa: E402
     _SLAB,
     POSITION,
     _byte_spans,
-    _floor_slabs,
     _read_slab,
     _read_spans,
     floor_reader,
+    floor_slabs,
     frame_slabs,
     read_floor,
 )
@@ -47,7 +47,7 @@ def test_floor_gives_every_process_a_slab_of_its_own(tmp_path, chunks):
     with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
         g.create_dataset(POSITION, data=f[POSITION][:], chunks=chunks)
     for workers in (1, 2, 4):
-        slabs = _floor_slabs(str(path), workers)
+        slabs = floor_slabs(str(path), workers)
         assert len(slabs) == workers
         assert slabs[0][0] == 0 and slabs[-1][1] == 1000
         assert all(b == c for (_, b), (c, _) in itertools.pairwise(slabs))
@@ -82,7 +82,7 @@ def test_raw_reads_cover_the_positions_bytes(tmp_path, chunks):
     with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
         frames = f[POSITION][:]
         g.create_dataset(POSITION, data=frames, chunks=chunks)
-    slabs = _floor_slabs(str(path), 2)
+    slabs = floor_slabs(str(path), 2)
     spans = _byte_spans(str(path), slabs)
     raw = b""
     with open(path, "rb") as fh:
@@ -92,3 +92,12 @@ def test_raw_reads_cover_the_positions_bytes(tmp_path, chunks):
                 raw += fh.read(n)
     assert raw == frames.tobytes()
     assert sum(_read_spans(str(path), slab) for slab in spans) == frames.nbytes
+
+
+def test_the_floor_counts_the_processes_that_read(tmp_path):
+    """98 frames are one chunk: one process reads it, whatever the workers asked for (the
+    floor said '3 h5py reader(s)' for what one had read)."""
+    path = build_adk_trajectory(tmp_path / "adk.h5md", 98, progress=False)
+    assert floor_slabs(path, 3) == [(0, 98)]
+    floor = read_floor(path, workers=3, repeats=1)
+    assert floor["workers"] == 1 and floor["frames"] == 98

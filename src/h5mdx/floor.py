@@ -19,7 +19,8 @@ import numpy as np
 
 from h5mdx._signals import interrupts_deferred
 
-__all__ = ["POSITION", "floor_figures", "floor_reader", "frame_slabs", "read_floor"]
+__all__ = ["POSITION", "floor_figures", "floor_reader", "floor_slabs", "frame_slabs",
+           "read_floor"]
 
 #: The positions the floor reads: those of the default particles group of h5mdx's writers.
 POSITION = "particles/trajectory/position/value"
@@ -138,8 +139,11 @@ def frame_slabs(n_frames: int, chunk: int, workers: int) -> list[tuple[int, int]
     return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
-def _floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
+def floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
     """The floor's slabs of the positions of ``path``: one per reading process.
+
+    Fewer than ``workers`` where the positions have fewer chunks: the processes that
+    read are as many as the slabs (the figures of :func:`floor_figures` count them).
 
     Chunked: split at chunk boundaries, as the RMSD's blocks are. Contiguous: any frame
     is a boundary (a contiguous dataset is not one chunk of all its frames: read as one,
@@ -187,7 +191,7 @@ def floor_reader(path: str | os.PathLike[str], workers: int = 1
 
     path = os.fspath(path)
     workers = max(1, workers)
-    slabs = _floor_slabs(path, workers)
+    slabs = floor_slabs(path, workers)
     spans: list[list[tuple[int, int]]] = []  # located at the first raw read, not before
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
                              initializer=_ignore_interrupts) as pool:
@@ -234,7 +238,7 @@ def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
     seconds, nbytes = min(times)
     with h5py.File(os.fspath(path), "r") as f:
         n_frames = f[POSITION].shape[0]
-    return floor_figures(workers, n_frames, nbytes, seconds)
+    return floor_figures(len(floor_slabs(os.fspath(path), workers)), n_frames, nbytes, seconds)
 
 
 def floor_figures(workers: int, n_frames: int, nbytes: int, seconds: float
@@ -244,7 +248,7 @@ def floor_figures(workers: int, n_frames: int, nbytes: int, seconds: float
     Parameters
     ----------
     workers : int
-        Reading processes.
+        Processes that read (those with a slab, :func:`floor_slabs`).
     n_frames, nbytes : int
         Frames and bytes read.
     seconds : float

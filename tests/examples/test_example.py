@@ -238,3 +238,16 @@ def test_the_seconds_shown_give_the_rates_shown():
     assert rows["RMSD"].startswith("0.0384 s, 13,017 frames/s, 0.522 GB/s")
     assert rows["raw reads (os.preadv)"].startswith("0.00367 s, 136,240 frames/s, 5.46 GB/s")
     assert "0.0200 GB of positions" in rows["trajectory"]
+
+
+def test_the_floor_counts_the_readers_of_a_file_of_one_chunk(tmp_path):
+    """98 frames are one chunk: one h5py process and one raw reader read them; with two
+    workers the example said '2 h5py reader(s)' and '2 process(es)'."""
+    from h5mdx.examples import run_example
+
+    said: list[str] = []
+    res = run_example(tmp_path, 98, workers=2, mda_frames=0, progress=False, echo=said.append)
+    assert res.floor["workers"] == 1 and res.raw["workers"] == 1
+    assert any("read floor (1 h5py reader process(es))" in line for line in said)
+    first = summary_lines(res)[0]
+    assert "with 1 h5py reader(s)" in first
