@@ -44,6 +44,13 @@ FIX_SLURM_LOCAL = (
     "bash scripts/setup.sh --slurm && bash scripts/slurm-local.sh start"
 )
 
+#: What a probe that ran past its timeout says (:func:`_run`), and the fix for it: the
+#: package is there (a slow file system, a loaded machine, an MPI that hangs as it starts)
+_NO_ANSWER = "no answer within"
+FIX_TIMEOUT = ("h5mdx doctor --timeout 120 (more time for the probe); if it never answers, "
+               "MPI may hang as it starts: run the python -c 'import h5py' or "
+               "'from mpi4py import MPI' of this check by hand")
+
 _H5PY_PROBE = """
 import json, h5py
 cfg = h5py.get_config()
@@ -146,7 +153,7 @@ def _run(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
     try:
         proc = run(cmd, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {timeout:g} s"
+        return None, "", f"{_NO_ANSWER} {timeout:g} s"
     except OSError as err:
         return None, "", str(err)
     return proc.returncode, proc.stdout, proc.stderr
@@ -207,6 +214,10 @@ def _package_check(name: str, dist: str, module: str, fix: str) -> Check:
 
 
 def _h5py_checks(probe: dict[str, Any] | None, error: str) -> list[Check]:
+    if probe is None and error.startswith(_NO_ANSWER):  # not a missing h5py: a slow one
+        return [Check("h5py", "missing", f"importing it gave {error}", FIX_TIMEOUT),
+                Check("h5py MPI", "missing", "unknown (importing h5py gave no answer)",
+                      FIX_TIMEOUT)]
     if probe is None:
         return [
             Check("h5py", "missing", f"cannot be imported: {error}", "pip install h5py"),
@@ -225,7 +236,8 @@ def _mpi4py_check(probe: dict[str, Any] | None, error: str) -> Check:
     if importlib.util.find_spec("mpi4py") is None:
         return Check("mpi4py", "missing", "not installed", fix)
     if probe is None:
-        return Check("mpi4py", "missing", f"installed but MPI does not initialise: {error}", fix)
+        return Check("mpi4py", "missing", f"installed but MPI does not initialise: {error}",
+                     FIX_TIMEOUT if error.startswith(_NO_ANSWER) else fix)
     return Check(
         "mpi4py",
         "ok",
@@ -240,7 +252,9 @@ def _mpirun_check(timeout: float) -> Check:
         return Check("mpirun", "missing", "not on PATH", fix)
     rc, out, err = _run([exe, "--version"], timeout)
     if rc != 0:
-        return Check("mpirun", "missing", f"{exe} does not run: {_last_line(err)}", fix)
+        slow = rc is None and err.startswith(_NO_ANSWER)
+        return Check("mpirun", "missing", f"{exe} does not run: {_last_line(err)}",
+                     FIX_TIMEOUT if slow else fix)
     first = next((line for line in out.splitlines() if line.strip()), "").strip()
     return Check("mpirun", "ok", f"{exe} ({first})")
 

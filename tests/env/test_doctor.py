@@ -220,3 +220,25 @@ def test_chunk_index_check_matches_this_h5py(report):
     assert h5py.version.hdf5_version in check.detail
     assert "pyfive" in check.detail  # CI installs it
     assert ("no chunk iteration" in check.detail) != hasattr(h5py.h5d.DatasetID, "chunk_iter")
+
+
+def test_a_probe_past_its_timeout_asks_for_more_time_not_an_install(tmp_path, monkeypatch):
+    """An interpreter that does not answer in time has h5py (and mpi4py) all the same: the
+    fix was 'pip install h5py' (and 'pip install mpi4py'), which changes nothing; with
+    --timeout 0 every installed h5py was 'missing'."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    rep = doctor.run_checks(python=str(fake), timeout=1.0)
+    for name in ("h5py", "h5py MPI"):
+        assert rep[name].status == "missing" and rep[name].fix == doctor.FIX_TIMEOUT
+    assert rep["h5py"].detail == "importing it gave no answer within 1 s"
+    if rep["mpi4py"].detail != "not installed":
+        assert rep["mpi4py"].fix == doctor.FIX_TIMEOUT
+    assert "fix: h5mdx doctor --timeout 120" in rep.format()
+    fake_mpirun = tmp_path / "mpirun"
+    fake_mpirun.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake_mpirun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    check = doctor._mpirun_check(1.0)
+    assert check.status == "missing" and check.fix == doctor.FIX_TIMEOUT
