@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from h5mdx._machine import cpu_description
-from h5mdx._subprocess import allow_run_as_root, run
+from h5mdx._subprocess import RUN_AS_ROOT_ENV, allow_run_as_root, run
 from h5mdx.timing.report import render_table
 
 __all__ = ["Check", "Report", "run_checks"]
@@ -256,6 +256,12 @@ def _mpirun_check(timeout: float) -> Check:
         return Check("mpirun", "missing", f"{exe} does not run: {_last_line(err)}",
                      FIX_TIMEOUT if slow else fix)
     first = next((line for line in out.splitlines() if line.strip()), "").strip()
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if "Open MPI" in first and as_root and not all(os.environ.get(k) for k in RUN_AS_ROOT_ENV):
+        # 'mpirun --version' answers as root; 'mpirun -n 2 ...' refuses to start there
+        allow = " ".join(f"{k}={v}" for k, v in RUN_AS_ROOT_ENV.items())
+        return Check("mpirun", "ok", f"{exe} ({first}); as root it starts ranks only with "
+                     f"export {allow} (h5mdx's own mpirun commands set them)")
     return Check("mpirun", "ok", f"{exe} ({first})")
 
 

@@ -242,3 +242,26 @@ def test_a_probe_past_its_timeout_asks_for_more_time_not_an_install(tmp_path, mo
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     check = doctor._mpirun_check(1.0)
     assert check.status == "missing" and check.fix == doctor.FIX_TIMEOUT
+
+
+def test_mpirun_as_root_names_the_variables_it_needs(tmp_path, monkeypatch):
+    """As root, 'mpirun --version' answers but 'mpirun -n 2 ...' refuses to start without
+    Open MPI's run-as-root variables: the check said only 'ok'."""
+    from h5mdx._subprocess import RUN_AS_ROOT_ENV
+
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\necho 'mpirun (Open MPI) 4.1.4'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    for name in RUN_AS_ROOT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    check = doctor._mpirun_check(10.0)
+    assert check.status == "ok"
+    assert check.detail == (f"{fake} (mpirun (Open MPI) 4.1.4); as root it starts ranks only "
+                            "with export OMPI_ALLOW_RUN_AS_ROOT=1 "
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (h5mdx's own mpirun commands "
+                            "set them)")
+    for name, value in RUN_AS_ROOT_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert doctor._mpirun_check(10.0).detail == f"{fake} (mpirun (Open MPI) 4.1.4)"
