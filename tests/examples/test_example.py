@@ -189,8 +189,9 @@ def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
     assert out.read_text() == "mine"
 
 
-def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, **kw):
-    """An ExampleResult of made-up figures: two tasks of 1 s, ``io`` and ``compute`` s each."""
+def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, warmup=0.0, **kw):
+    """An ExampleResult of made-up figures: two tasks of 1 s, ``io``, ``compute`` and
+    ``warmup`` s each."""
     from h5mdx.examples import ExampleResult
     from h5mdx.floor import floor_figures
     from h5mdx.timing import records as rec
@@ -198,7 +199,7 @@ def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, **kw):
     rows = [{"run_id": "r", "backend": "distributed", "n_workers": 2, "worker": f"w{i}",
              "task_key": f"k{i}", "kind": "rmsd", "frame_start": 500 * i,
              "frame_stop": 500 * (i + 1), "t_start": 1.0, "t_stop": 2.0, "t_io": io,
-             "t_compute": compute} for i in range(2)]
+             "t_compute": compute, "t_warmup": warmup} for i in range(2)]
     nbytes = n_frames * 3341 * 12
     floor = floor_figures(2, n_frames, nbytes, seconds)
     return ExampleResult(out="out", trajectory="adk.h5md", n_frames=n_frames, n_atoms=3341,
@@ -218,6 +219,11 @@ def test_the_busy_time_split_adds_up_to_100_percent():
     assert sum(shares) == 100 and shares == [34, 33, 33]
     row = dict(_html_rows(_result(io=0.335, compute=0.335)))["busy time split"]
     assert row == "io 34%, compute 33%, warmup 0%, other 33%"
+    # the warm-up line shows the warm-up's share as the split does (1.4% is 2% there)
+    lines = summary_lines(_result(io=0.501, compute=0.301, warmup=0.014))
+    assert next(x for x in lines if x.startswith("I/O ")).startswith(
+        "I/O 50%  compute 30%  warm-up 2%  other 18%")
+    assert "in 2 task(s) (2% of the work)" in lines[-1]
 
 
 def test_the_seconds_shown_give_the_rates_shown():

@@ -215,6 +215,7 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
         text = (f"stragglers: {len(slow)} of {len(flagged)} tasks (median "
                 f"{float(flagged['duration'].median()):.3f} s): {items}{more} ({rule})")
     warm = warmup_summary(records)
+    share = _percents(timing_split(records))["warmup"]  # as the busy-time split shows it
     parts = []
     if before:
         parts.append(f"modules imported and kernel loaded on {len(before)} worker(s) before "
@@ -223,7 +224,7 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
         parts.append("one untimed pass first (workers open the file, page cache warm)")
     if warm["n_tasks"]:
         parts.append(f"kernel load and chunk lookup {figure(warm['seconds'])} s in "
-                     f"{warm['n_tasks']:.0f} task(s) ({100 * warm['fraction']:.0f}% of the "
+                     f"{warm['n_tasks']:.0f} task(s) ({share}% of the "
                      "work), kept apart from stragglers")
     return text, "warm-up: " + ("; ".join(parts) if parts else "none recorded")
 
