@@ -250,10 +250,30 @@ def test_the_floor_counts_the_readers_of_a_file_of_one_chunk(tmp_path):
     """98 frames are one chunk: one h5py process and one raw reader read them; with two
     workers the example said '2 h5py reader(s)' and '2 process(es)'."""
     from h5mdx.examples import run_example
+    from h5mdx.layout._atomic import _host
 
+    # and a build of another size killed outright left its partial file: it goes
+    dead = tmp_path / f".adk-20000.h5md.{_host()}.999999999.0b62.h5mdx-partial"
+    dead.write_bytes(b"\0" * 1000)
     said: list[str] = []
     res = run_example(tmp_path, 98, workers=2, mda_frames=0, progress=False, echo=said.append)
+    assert not dead.exists()
     assert res.floor["workers"] == 1 and res.raw["workers"] == 1
     assert any("read floor (1 h5py reader process(es))" in line for line in said)
     first = summary_lines(res)[0]
     assert "with 1 h5py reader(s)" in first
+
+
+def test_partial_files_of_killed_builds_go_whatever_their_size(tmp_path):
+    """A build killed outright (SIGKILL) left .adk-20000.h5md....h5mdx-partial (361 MB at
+    20,000 frames): a run of another size into the same --out kept it for good."""
+    from h5mdx.examples.trajectory import remove_dead_builds
+    from h5mdx.layout._atomic import _host
+
+    dead = tmp_path / f".adk-20000.h5md.{_host()}.999999999.0b62.h5mdx-partial"
+    alive = tmp_path / f".adk-500.h5md.{_host()}.{os.getpid()}.77aa.h5mdx-partial"
+    other = tmp_path / ".notes.txt"
+    for p in (dead, alive, other):
+        p.write_bytes(b"x")
+    assert remove_dead_builds(str(tmp_path)) == ["adk-20000.h5md", "adk-500.h5md"]
+    assert not dead.exists() and alive.exists() and other.exists()

@@ -34,6 +34,7 @@ from h5mdx.examples.trajectory import (
     build_adk_trajectory,
     describe_file,
     is_cached,
+    remove_dead_builds,
 )
 from h5mdx.floor import floor_figures, floor_reader, floor_slabs
 
@@ -242,6 +243,7 @@ def run_example(
     out = os.fspath(out)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"adk-{frames}.h5md")
+    remove_dead_builds(out)  # a killed build of another size left its partial file
     t0 = time.perf_counter()
     cached = is_cached(path, frames)
     build_adk_trajectory(path, frames, progress=progress)

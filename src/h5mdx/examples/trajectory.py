@@ -22,7 +22,7 @@ import numpy as np
 from h5mdx.floor import POSITION as _POSITION
 
 __all__ = ["DEFAULT_FRAMES", "SYNTHETIC", "build_adk_trajectory", "describe_file",
-           "is_cached", "perturbed_frames", "source_index"]
+           "is_cached", "perturbed_frames", "remove_dead_builds", "source_index"]
 
 #: Default number of frames of the example trajectory (~1.2 GB).
 DEFAULT_FRAMES = 30_000
@@ -190,6 +190,30 @@ def build_adk_trajectory(
                               position=perturbed_frames(source, a, b))
                 advance(b - a)
     return path
+
+
+def remove_dead_builds(out: str) -> list[str]:
+    """Remove the partial trajectories that builds killed in ``out`` left, of any frame count.
+
+    A build killed outright (SIGKILL, a closed session) leaves its hidden
+    ``.adk-N.h5md.HOST.PID.*.h5mdx-partial`` file (1.2 GB at the default size); the next
+    build of the same ``N`` removes it, a run of another size left it for good. Those of
+    processes still running (another build) stay.
+
+    Returns
+    -------
+    list of str
+        The trajectories whose leftovers were looked at (``adk-N.h5md`` in ``out``).
+    """
+    from pathlib import Path
+
+    from h5mdx.layout._atomic import _SUFFIX, _clean_stale
+
+    targets = sorted({name[1:].split(".h5md.", 1)[0] + ".h5md" for name in os.listdir(out)
+                      if name.startswith(".adk-") and name.endswith(_SUFFIX)})
+    for target in targets:
+        _clean_stale(Path(out) / target)  # this host's dead processes only
+    return targets
 
 
 def describe_file(path: str) -> tuple[int, int, int, tuple[int, ...]]:
