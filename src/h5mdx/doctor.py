@@ -34,10 +34,13 @@ Status = Literal["ok", "missing", "info"]
 FIX_MPI_DEBIAN = ("apt-get install openmpi-bin libopenmpi-dev libhdf5-openmpi-dev (Debian/"
                   "Ubuntu; in a clone of h5mdx: bash scripts/setup.sh --mpi), or load your "
                   "site's MPI module")
+# h5py is installed where its MPI is missing: a plain 'pip install h5py' keeps it as it is
+# ('Requirement already satisfied'), and pip's cache would give back a serial build
 FIX_H5PY_MPI = (
-    "CC=mpicc HDF5_MPI=ON pip install --no-binary=h5py h5py mpi4py (against a parallel "
-    "HDF5; in a clone of h5mdx: bash scripts/setup.sh --mpi); with conda: "
-    "conda install -c conda-forge 'h5py=*=mpi_openmpi*' openmpi mpi4py"
+    "CC=mpicc HDF5_MPI=ON pip install --force-reinstall --no-deps --no-cache-dir "
+    "--no-binary=h5py h5py && pip install mpi4py (against a parallel HDF5: on Debian add "
+    "HDF5_PKGCONFIG_NAME=hdf5-openmpi; in a clone of h5mdx: bash scripts/setup.sh --mpi); "
+    "with conda: conda install -c conda-forge 'h5py=*=mpi_openmpi*' openmpi mpi4py"
 )
 FIX_SLURM_LOCAL = (
     "load your site's SLURM module; for a local test cluster, in a clone of h5mdx: "

@@ -265,3 +265,16 @@ def test_mpirun_as_root_names_the_variables_it_needs(tmp_path, monkeypatch):
     for name, value in RUN_AS_ROOT_ENV.items():
         monkeypatch.setenv(name, value)
     assert doctor._mpirun_check(10.0).detail == f"{fake} (mpirun (Open MPI) 4.1.4)"
+
+
+def test_the_fix_for_a_serial_h5py_rebuilds_the_installed_one():
+    """'h5py MPI' is missing where a serial h5py is installed: the fix 'CC=mpicc HDF5_MPI=ON
+    pip install --no-binary=h5py h5py mpi4py' answered 'Requirement already satisfied: h5py'
+    and changed nothing; it reinstalls h5py from source now, past pip's cache of wheels."""
+    checks = doctor._h5py_checks({"version": "3.16.0", "hdf5": "1.14.6", "mpi": False,
+                                  "chunk_iter": True}, "")
+    fix = checks[1].fix
+    assert checks[1].status == "missing" and fix == doctor.FIX_H5PY_MPI
+    command = fix.split(" (")[0]
+    assert command.startswith("CC=mpicc HDF5_MPI=ON pip install --force-reinstall --no-deps "
+                              "--no-cache-dir --no-binary=h5py h5py && pip install mpi4py")
