@@ -189,7 +189,8 @@ def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
     assert out.read_text() == "mine"
 
 
-def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, warmup=0.0, **kw):
+def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, warmup=0.0, select="name CA",
+            **kw):
     """An ExampleResult of made-up figures: two tasks of 1 s, ``io``, ``compute`` and
     ``warmup`` s each."""
     from h5mdx.examples import ExampleResult
@@ -204,7 +205,7 @@ def _result(seconds=0.5, n_frames=1000, io=0.25, compute=0.25, warmup=0.0, **kw)
     floor = floor_figures(2, n_frames, nbytes, seconds)
     return ExampleResult(out="out", trajectory="adk.h5md", n_frames=n_frames, n_atoms=3341,
                          n_selected=214, nbytes=nbytes, chunks=(100, 3341, 3),
-                         built_seconds=None, workers=2, select="name CA", seconds=seconds,
+                         built_seconds=None, workers=2, select=select, seconds=seconds,
                          rmsd=None, floor=floor, mda=None, records=rec.to_frame(rows), **kw)
 
 
@@ -277,3 +278,18 @@ def test_partial_files_of_killed_builds_go_whatever_their_size(tmp_path):
         p.write_bytes(b"x")
     assert remove_dead_builds(str(tmp_path)) == ["adk-20000.h5md", "adk-500.h5md"]
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_the_report_escapes_the_selection_in_its_figure_titles(tmp_path):
+    """A selection such as 'name CA and prop mass < 14' (h5mdx example accepts it) went
+    into report.html's figure titles as it is: '<h2>RMSD of 'name CA and prop mass < 14'...'
+    and alt="..." unescaped (a double quote in it ended the attribute)."""
+    from h5mdx.examples import write_report
+
+    select = 'name CA and prop mass < 14 and not name "X"'
+    res = _result(select=select)
+    res.out = str(tmp_path)
+    page = open(write_report(res)["report"], encoding="utf-8").read()
+    assert "mass < 14" not in page and 'name "X"' not in page
+    title = "RMSD of &#x27;name CA and prop mass &lt; 14 and not name &quot;X&quot;&#x27;"
+    assert f"<h2>{title}</h2>" in page and f'alt="{title}"' in page

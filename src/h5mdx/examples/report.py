@@ -378,8 +378,9 @@ def write_report(result: ExampleResult) -> dict[str, str]:
     links = " · ".join(f'<a href="{html.escape(os.path.basename(p))}">'
                        f"{html.escape(os.path.basename(p))}</a>"
                        for k, p in {**result.files, **files}.items() if k != "report")
-    figures = "\n".join(
-        f'<h2>{title}</h2>\n<img src="{name}" alt="{title}" style="max-width:100%">'
+    figures = "\n".join(  # the selection's title escaped: 'prop z < 30', quotes
+        f'<h2>{html.escape(title)}</h2>\n<img src="{name}" alt="{html.escape(title)}" '
+        'style="max-width:100%">'
         for title, name in ((rmsd_title(result.select), "rmsd.png"),
                             ("Tasks by worker, coloured by phase (the run with per-task "
                              "timing, after the rounds)", "gantt.png"),
