@@ -278,3 +278,12 @@ def test_the_fix_for_a_serial_h5py_rebuilds_the_installed_one():
     command = fix.split(" (")[0]
     assert command.startswith("CC=mpicc HDF5_MPI=ON pip install --force-reinstall --no-deps "
                               "--no-cache-dir --no-binary=h5py h5py && pip install mpi4py")
+
+
+def test_mpi_rmsd_s_hint_for_a_serial_h5py_rebuilds_the_installed_one():
+    """mpi-rmsd's error for a serial h5py gave the fix doctor had, which pip answers with
+    'Requirement already satisfied' (found by an audit): it gives doctor's rebuild now."""
+    from h5mdx.mpi import PARALLEL_H5PY_HINT
+
+    rebuild = doctor.FIX_H5PY_MPI.split(" && ")[0]
+    assert rebuild in PARALLEL_H5PY_HINT and "HDF5_PKGCONFIG_NAME=hdf5-openmpi" in PARALLEL_H5PY_HINT

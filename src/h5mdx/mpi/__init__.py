@@ -36,11 +36,14 @@ __all__ = [
     "require_parallel_h5py",
 ]
 
-#: What to do when h5py has no MPI support.
+#: What to do when h5py has no MPI support: rebuild the h5py installed (a plain
+#: ``pip install --no-binary=h5py h5py`` answers 'Requirement already satisfied', and
+#: pip's cache would give back the serial build).
 PARALLEL_H5PY_HINT = (
-    "h5py is not built with MPI: CC=mpicc HDF5_MPI=ON pip install --no-binary=h5py h5py "
-    "(against a parallel HDF5), conda install -c conda-forge 'h5py=*=mpi_openmpi*', or in "
-    "a clone of h5mdx bash scripts/setup.sh --mpi"
+    "h5py is not built with MPI: CC=mpicc HDF5_MPI=ON pip install --force-reinstall "
+    "--no-deps --no-cache-dir --no-binary=h5py h5py (against a parallel HDF5: on Debian add "
+    "HDF5_PKGCONFIG_NAME=hdf5-openmpi), conda install -c conda-forge "
+    "'h5py=*=mpi_openmpi*', or in a clone of h5mdx bash scripts/setup.sh --mpi"
 )
 
 #: Environment variables that MPI launchers (Open MPI, MPICH/Hydra, PMIx, SLURM) set.
