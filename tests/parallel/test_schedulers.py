@@ -193,19 +193,22 @@ def _slow_rmsd(path, scheduler: str) -> subprocess.Popen:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
-@pytest.mark.parametrize("scheduler", ["processes", "distributed"])
-def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, scheduler):
-    """``kill PID`` (or a batch system ending the job) unwinds h5mdx rmsd as Ctrl-C does:
-    exit 143, and no worker process outlives it (with the processes scheduler they lived
-    on, holding its output pipes; found by an audit)."""
+@pytest.mark.parametrize("scheduler, sig", [("processes", signal.SIGTERM),
+                                            ("distributed", signal.SIGTERM),
+                                            ("processes", signal.SIGHUP)])
+def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, scheduler, sig):
+    """``kill PID`` (or a batch system ending the job, or a closed terminal's SIGHUP)
+    unwinds h5mdx rmsd as Ctrl-C does: exit 128 + the signal, and no worker process
+    outlives it (with the processes scheduler they lived on, holding its output pipes; a
+    hang-up killed h5mdx alone; found by audits)."""
     proc = _slow_rmsd(adk_h5md_blocked, scheduler)
     try:
         time.sleep(2.0)  # the workers have taken their blocks
         workers = _children(proc.pid)
         assert len(workers) >= 2
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 143, err
+        assert proc.returncode == 128 + sig, err
         assert "h5mdx: terminated" in err
         deadline = time.monotonic() + 20
         alive = workers

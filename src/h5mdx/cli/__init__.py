@@ -57,28 +57,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Terminated(SystemExit):
-    """SIGTERM received (``kill PID``, a batch system ending the job)."""
+    """SIGTERM or SIGHUP received (``kill PID``, a batch system ending the job, the
+    terminal or ssh session closed); ``code`` is the exit status, 128 + the signal."""
 
 
 @contextlib.contextmanager
 def _terminate_as_exit() -> Iterator[None]:
-    """SIGTERM unwinds the command as Ctrl-C does: the ``with`` blocks close what they
-    opened (the worker processes of the processes scheduler or a local cluster, SLURM
-    jobs, temporary outputs). By default it killed this process alone, and the worker
-    processes lived on, holding its output pipes."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """SIGTERM and SIGHUP unwind the command as Ctrl-C does: the ``with`` blocks close
+    what they opened (the worker processes of the processes scheduler or a local cluster,
+    SLURM jobs, temporary outputs). By default the signal killed this process alone, and
+    the worker processes lived on, holding its output pipes; a closed terminal (SIGHUP)
+    left the example's staged outputs and leaked semaphores (found by an audit)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signals = [sig for sig in (getattr(signal, n, None) for n in ("SIGTERM", "SIGHUP"))
+               if sig is not None and signal.getsignal(sig) is signal.SIG_DFL]
 
     def handler(signum: int, frame: object) -> None:
         raise _Terminated(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in signals:
+        signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig in signals:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 #: Exit codes of the writers stopped by a signal, and the signal's name: a batch system's
@@ -133,9 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("h5mdx: interrupted", file=sys.stderr)
         return 130
-    except _Terminated:
-        print("h5mdx: terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except _Terminated as stop:
+        code = int(stop.code) if isinstance(stop.code, int) else 128 + signal.SIGTERM
+        print("h5mdx: terminated" + (" (hang-up)" if code == 128 + getattr(
+            signal, "SIGHUP", -128) else ""), file=sys.stderr)
+        return code
     except SystemExit as stop:  # a writer stopped by a signal (h5mdx.layout._atomic)
         name = _SIGNAL_EXITS.get(stop.code) if isinstance(stop.code, int) else None
         if name is not None:
