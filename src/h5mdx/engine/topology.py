@@ -600,7 +600,7 @@ UNIVERSE_COORDS = ("name", "type", "resname", "resid", "segid", "chainID", "mass
 
 def coords_topology(position: Any) -> Any:
     """A Universe (no trajectory) of the atoms of ``position`` built from its own per-atom
-    coordinates (``name``, ``resname``, ``resid``, ...; see :func:`coords_universe`), or
+    coordinates (``name``, ``resname``, ``resid``, ...; see ``coords_universe``), or
     None where it has no ``name`` coordinate.
 
     A Zarr copy of an H5MD file (``h5mdx convert OUT.zarr``, ``ds.md.to_zarr``) holds
