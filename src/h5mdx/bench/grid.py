@@ -513,8 +513,14 @@ def _cluster(scheduler: str, n_workers: int) -> Iterator[Any]:
     from distributed import Client
 
     from h5mdx.parallel.local import local_cluster
+    from h5mdx.parallel.workers import warm_up_workers
 
     with local_cluster(n_workers) as cluster, Client(cluster) as client:
+        # every worker imports the task's modules and loads the kernel before any timed
+        # run, as h5mdx rmsd's workers do: a worker that had run no task of the untimed
+        # warm-up imported them when it first took another's output, 0.3-0.9 s of one
+        # timed run of tasks of milliseconds (S(2) = 0.05 in notebook 02; an audit)
+        warm_up_workers(client)
         yield client
 
 
