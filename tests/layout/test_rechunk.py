@@ -630,6 +630,37 @@ def test_szip_an_hdf5_cannot_write_is_said(tmp_path, monkeypatch):
         np.testing.assert_array_equal(f["particles/g/position/value"][()], value)
 
 
+def test_szip_of_more_values_than_a_new_chunk_holds_is_dropped_and_said(tmp_path):
+    """SZIP keeps blocks of its pixels per block (32 here), more values than a chunk of 2
+    frames of 2 atoms holds (12): HDF5 refuses to create such a dataset, and the rechunk
+    failed ('pixels per block greater than total number of elements in the chunk') where
+    it copied before; it is copied uncompressed, with a warning, the values equal."""
+    from h5mdx.testing import write_h5md
+
+    if "szip" not in h5py.filters.encode:
+        pytest.skip("this HDF5 cannot write SZIP")
+    value = np.random.default_rng(6).normal(size=(8, 2, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "szip32.h5md", particles={"g": {
+        "position": dict(value=value, step=np.arange(8), chunks=(8, 2, 3))}})
+    with h5py.File(path, "r+") as f:
+        g = f["particles/g/position"]
+        del g["value"]
+        g.create_dataset("value", data=value, chunks=(8, 2, 3), compression="szip",
+                         compression_opts=("nn", 32))
+    out = tmp_path / "out.h5md"
+    with pytest.warns(UserWarning, match=r"szip32.h5md \[/particles/g/position/value\]: "
+                      r"SZIP-compressed in blocks of 32 values, more than a chunk of "
+                      r"\(2, 2, 3\) holds; copied uncompressed"):
+        rechunk(path, out, frames_per_chunk=2)
+    with h5py.File(out) as f:
+        pos = f["particles/g/position/value"]
+        assert pos.chunks == (2, 2, 3) and pos.compression is None
+        np.testing.assert_array_equal(pos[()], value)
+    rechunk(path, tmp_path / "kept.h5md", frames_per_chunk=8)  # 48 values: SZIP kept
+    with h5py.File(tmp_path / "kept.h5md") as f:
+        assert f["particles/g/position/value"].compression_opts == ("nn", 32)
+
+
 def test_region_references_point_into_the_copy(tmp_path):
     """Region references (an attribute's, a dataset's) select the same values of the copy:
     copied as they were, the attribute's read as garbage and the dataset's were null."""

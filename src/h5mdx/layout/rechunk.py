@@ -191,6 +191,24 @@ def _szip(dset: h5py.Dataset, values: tuple[int, ...]) -> dict[str, Any]:
     return {}
 
 
+def _fitting(filters: dict[str, Any], dset: h5py.Dataset, chunks: tuple[int, ...]
+             ) -> dict[str, Any]:
+    """``filters`` (:func:`_source_filters` of ``dset``) for chunks of shape ``chunks``:
+    without SZIP, with a warning, where a chunk holds fewer values than its pixels per
+    block, which HDF5 refuses ('pixels per block greater than total number of elements in
+    the chunk': a rechunk to smaller chunks failed where SZIP had been dropped)."""
+    if filters.get("compression") != "szip":
+        return filters
+    block = int(filters["compression_opts"][1])  # (method, pixels per block)
+    if math.prod(chunks) >= block:
+        return filters
+    warnings.warn(f"{dset.file.filename} [{dset.name}]: SZIP-compressed in blocks of "
+                  f"{block} values, more than a chunk of {chunks} holds; copied "
+                  "uncompressed (pass a compression to rechunk, or larger chunks)",
+                  UserWarning, stacklevel=4)
+    return {k: v for k, v in filters.items() if k not in ("compression", "compression_opts")}
+
+
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
     """create_dataset keyword arguments that reproduce a dataset's filter pipeline (SZIP
     where this h5py writes it; N-bit, which packs a datatype of fewer bits than its size,
@@ -290,7 +308,7 @@ class _Copier:
             chunk = self.layout.frames(frame_bytes, n, small=small)
             kwargs["chunks"] = (chunk, *src.shape[1:])
             if self.layout.compression is None:
-                kwargs.update(_source_filters(src))
+                kwargs.update(_fitting(_source_filters(src), src, kwargs["chunks"]))
             else:
                 kwargs.update(compression_kwargs(self.layout.compression))
             maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
