@@ -101,3 +101,14 @@ def test_the_floor_counts_the_processes_that_read(tmp_path):
     assert floor_slabs(path, 3) == [(0, 98)]
     floor = read_floor(path, workers=3, repeats=1)
     assert floor["workers"] == 1 and floor["frames"] == 98
+
+
+def test_the_floor_of_no_workers_asked_is_one_process_s(tmp_path):
+    """floor_reader starts one process where asked for none (workers=0), and the floor
+    said so; since the floor counts the slabs, read_floor(workers=0) raised
+    ZeroDivisionError from floor_slabs."""
+    path = build_adk_trajectory(tmp_path / "adk.h5md", 98, progress=False)
+    assert floor_slabs(path, 0) == [(0, 98)]
+    floor = read_floor(path, workers=0, repeats=1)
+    assert floor["workers"] == 1 and floor["frames"] == 98
+    assert floor["bytes"] == 98 * 3341 * 3 * 4

@@ -153,7 +153,8 @@ def floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
     with h5py.File(path, "r") as f:
         d = f[POSITION]
         n_frames, chunk = d.shape[0], d.chunks[0] if d.chunks else 1
-    return frame_slabs(n_frames, chunk, workers)
+    # one process at least, as floor_reader starts (read_floor(workers=0) divided by 0)
+    return frame_slabs(n_frames, chunk, max(1, workers))
 
 
 @contextlib.contextmanager
