@@ -489,6 +489,10 @@ def test_chunks_stored_without_their_filter_are_found_in_one_pass(tmp_path, monk
         monkeypatch.setattr(mpi_io, "index_all_chunks", lambda dset: None)
         monkeypatch.setattr(mpi_io, "chunk_tree", lambda dset: None)
         assert mpi_io.skips_a_filter(f["x"]) and not mpi_io.skips_a_filter(f["y"])
+        # more chunks than it looks up one by one (seconds, minutes): not known, at once
+        calls.clear()
+        assert mpi_io.skips_a_filter(Counted(f["x"], calls), lookup_chunks=299) is None
+        assert not calls
 
 
 @pytest.mark.mpi

@@ -169,7 +169,8 @@ def select_atoms(
     position : xarray.DataArray
         Positions; its ``atom`` coordinate holds 0-based topology indices.
     select : None, str, array of int or array of bool
-        None (all atoms), an MDAnalysis selection string (needs a topology),
+        None (all atoms), an MDAnalysis selection string (in the topology, or without
+        one in the positions' own ``name``, ``resname``, ... coordinates),
         integer atom indices (values of the ``atom`` coordinate, as MDAnalysis'
         ``AtomGroup.indices``), or a boolean mask on ``atom``.
     topology : str, path-like or MDAnalysis.Universe, optional

@@ -108,7 +108,8 @@ def rmsd(
         MDAnalysis' ``rms.RMSD``); otherwise DataArrays and MDAnalysis objects are matched
         to the compared atoms by atom index. Atom names, where both have them, must agree.
     select : None, str, AtomGroup, array of int or array of bool
-        Atoms to compare: an MDAnalysis selection string (needs a topology), an
+        Atoms to compare: an MDAnalysis selection string (in the topology, or without
+        one in the positions' own ``name``, ``resname``, ... coordinates), an
         MDAnalysis AtomGroup (its indices), atom indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
         on a Dataset of all atoms, their positions) or a boolean mask on ``atom``. Only
         these atoms are read.

@@ -464,8 +464,10 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     sel_reader = SlabReader(dset, idx)
     reference = np.asarray(sel_reader.read(ref_index, ref_index + 1)[0], dtype=np.float64)
     blocks = rank_blocks(source, comm.Get_size())
-    if options.collective and skips_a_filter(dset):
-        _independent_reads(options, source, comm)
+    if options.collective:
+        skips = skips_a_filter(dset)
+        if skips is not False:
+            _independent_reads(options, source, comm, known=skips is not None)
     reader = SlabReader(
         dset, idx if options.selected_only else None, collective=options.collective
     )
@@ -476,19 +478,23 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     return _Job(f, source, blocks, blocks[comm.Get_rank()], reader, kernel, step)
 
 
-def _independent_reads(options: MPIRMSDOptions, source: PositionSource, comm: Any) -> None:
+def _independent_reads(options: MPIRMSDOptions, source: PositionSource, comm: Any,
+                       known: bool = True) -> None:
     """Turn ``--collective`` off (every rank alike; rank 0 says so) for positions with a
-    chunk stored without its filter, which collective reads fail on
-    (:func:`~h5mdx.mpi.io.skips_a_filter`); the records say what ran."""
+    chunk stored without its filter, which collective reads fail on, or where that is not
+    ``known`` (too many chunks to look up one by one: :func:`~h5mdx.mpi.io.skips_a_filter`);
+    the records say what ran."""
     options.collective = False
     if comm.Get_rank() == 0:
         import warnings
 
-        warnings.warn(
-            f"{options.trajectory} [{source.element.value_path}]: some chunks are stored "
-            "without their compression filter (it could not shrink them), which HDF5's "
-            "collective reads cannot read; reading independently instead of --collective",
-            stacklevel=2)
+        why = ("some chunks are stored without their compression filter (it could not "
+               "shrink them), which HDF5's collective reads cannot read" if known else
+               "this HDF5 cannot tell at little cost whether a chunk is stored without "
+               "its compression filter, which HDF5's collective reads cannot read (HDF5 "
+               ">= 1.12.3, or pyfive for this file's index, can)")
+        warnings.warn(f"{options.trajectory} [{source.element.value_path}]: {why}; "
+                      "reading independently instead of --collective", stacklevel=2)
 
 
 def _read_and_compute(options: MPIRMSDOptions, job: _Job, timer: _Timer) -> np.ndarray:
