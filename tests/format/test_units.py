@@ -177,3 +177,16 @@ def test_converted_times_select_as_written(tmp_path):
         assert ds.time.attrs["units"] == "ps"
         assert list(ds.time.values) == [0.0, 0.003, 0.006, 0.009]
         assert ds.sel(time=0.009).step.item() == 3
+
+
+@pytest.mark.parametrize(("unit", "factor", "base"), [
+    ("g mol-1", 1.0, "u"), ("g/mol", 1.0, "u"), ("amu", 1.0, "u"), ("Da", 1.0, "u"),
+    ("amu nm2 ps-2", 1.0, "kJ mol-1"), ("u Angstrom2 ps-2", 0.01, "kJ mol-1"),
+    ("g mol-1 nm ps-1", 10.0, "u Angstrom ps-1"),
+])
+def test_md_mass_units_convert_exactly(unit, factor, base):
+    """u is g/mol per particle, as MD programs mean it: a mass of 12 g/mol is 12 u (not
+    12.0000000042, CODATA's u being 3.5e-10 below g/mol since the 2019 SI) and GROMACS'
+    u nm2 ps-2 is exactly its kJ/mol."""
+    assert conversion(unit) == (factor, base)
+    assert 12.0 * conversion("g mol-1")[0] == 12.0

@@ -28,6 +28,7 @@ __all__ = ["BASE_UNITS", "base_factor", "conversion", "parse_unit", "scaled"]
 
 _NA = 6.02214076e23
 _E = 1.602176634e-19
+_U = 1e-3 / _NA
 
 #: dimension vector: exponents of (length m, mass kg, time s, charge C, temperature K)
 Dims = tuple[int, int, int, int, int]
@@ -66,14 +67,15 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "ps": (1e-12, _T),
     "fs": (1e-15, _T),
     "AKMA": (4.888821e-14, _T),
-    # mass
+    # mass: u is g/mol per particle, as MD programs define it (GROMACS: kJ/mol is exactly
+    # u nm2 ps-2), not CODATA's 1.66053906660e-27 kg, 3.5e-10 less since the 2019 SI
     "kg": (1.0, _M),
     "g": (1e-3, _M),
-    "u": (1.66053906660e-27, _M),
-    "amu": (1.66053906660e-27, _M),
-    "Da": (1.66053906660e-27, _M),
-    "dalton": (1.66053906660e-27, _M),
-    "Dalton": (1.66053906660e-27, _M),
+    "u": (_U, _M),
+    "amu": (_U, _M),
+    "Da": (_U, _M),
+    "dalton": (_U, _M),
+    "Dalton": (_U, _M),
     # charge
     "C": (1.0, _Q),
     "e": (_E, _Q),
