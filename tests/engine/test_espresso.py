@@ -101,6 +101,32 @@ def test_by_id_gives_a_slot_to_every_particle_of_the_file(tmp_path):
             ds.md.by_id()
 
 
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "dask"])
+def test_by_id_orders_an_element_sampled_on_its_own_time_axis(tmp_path, chunks):
+    """A velocity written every other frame (its own ``time_velocity``) follows the ids of
+    the frames of its steps; it was left out as 'per slot, not per particle'. One sampled
+    at a step without an id frame is left out, saying so."""
+    path = tmp_path / "every_other.h5"
+    moved = _write(path, ORDERS)
+    slots = np.take_along_axis(moved, ORDERS[..., None], axis=1)
+    with h5py.File(path, "r+") as f:
+        g = f["particles/atoms"].create_group("velocity")
+        g["value"], g["step"], g["time"] = -slots[::2], [0, 20], [0.0, 0.2]
+        g = f["particles/atoms"].create_group("force")
+        g["value"], g["step"], g["time"] = slots[:2], [0, 5], [0.0, 0.05]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md", chunks=chunks)
+    with ds, pytest.warns(UserWarning, match=r"\['force'\] are sampled at steps of which "
+                          "'id' has no frame"):
+        ordered = ds.md.by_id()
+    assert ordered.velocity.dims == ("time_velocity", "atom", "spatial")
+    assert (chunks is None) == (ordered.velocity.chunks is None)
+    np.testing.assert_allclose(ordered.velocity.values, -moved[::2])
+    np.testing.assert_allclose(ordered.position.values, moved)
+    assert "force" not in ordered
+
+
 def test_slots_grown_without_a_fill_value_are_absent_by_id(tmp_path):
     """ESPResSo 5 (its HighFive writer) sets no fill value and grows the particle axis as
     particles come: the slots of earlier frames never written read as id 0 at the origin.

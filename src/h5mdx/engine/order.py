@@ -18,7 +18,7 @@ import xarray as xr
 
 from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
-from h5mdx.format.schema import ATOM_DIM, TIME_DIM
+from h5mdx.format.schema import ATOM_DIM, STEP_COORD, TIME_DIM
 
 __all__ = ["by_id"]
 
@@ -42,8 +42,11 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     xarray.Dataset
         Every variable on ``time`` and ``atom`` with its slots in increasing ``id``,
         without the ``particle_order`` mark; ``id`` becomes the ids in that order, on
-        ``atom`` alone. Variables on ``atom`` but not on ``time`` (a topology's names, a
-        mass per slot) are per slot, not per particle: they are left out, with a warning.
+        ``atom`` alone. A variable sampled on a time axis of its own (``time_velocity``:
+        velocities every 10th frame) follows the ids of the frames of its steps; where
+        ``id`` has no frame of one of them, it is left out, with a warning. Variables on
+        ``atom`` but on no time axis (a topology's names, a mass per slot) are per slot,
+        not per particle: they are left out, with a warning.
 
     Raises
     ------
@@ -80,29 +83,62 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     slots[rows, at] = cols
     if np.count_nonzero(slots >= 0) != rows.size:  # two slots of a frame wrote one place
         raise _twice(values, present, source, path)
-    held = slots >= 0
-    index = xr.DataArray(np.where(held, slots, 0), dims=(TIME_DIM, ATOM_DIM))
-    mask = None if held.all() else xr.DataArray(held, dims=(TIME_DIM, ATOM_DIM))
+    # the frames of id at each time axis's frames (a velocity every 10th frame: its own)
+    frames = {str(d): _frames(ds, str(d)) for d in ds.dims if _on_time(str(d))}
     # per slot, not per particle: they cannot follow the particles (a topology's names,
     # a fixed mass per slot where the order changes); left out, said once
-    static = sorted(str(n) for n, v in ds.variables.items()
-                    if ATOM_DIM in v.dims and TIME_DIM not in v.dims and n not in (ATOM_DIM, "id"))
+    static = sorted(str(n) for n, v in ds.variables.items() if ATOM_DIM in v.dims
+                    and not any(map(_on_time, v.dims)) and n not in (ATOM_DIM, "id"))
     if static:
         warnings.warn(f"by_id: {static} are per slot, not per particle, and cannot follow the "
                       "particles: left out", UserWarning, stacklevel=3)
-    base = ds.drop_vars(static)
+    unmatched = sorted(str(n) for n, v in ds.data_vars.items() if ATOM_DIM in v.dims
+                       and any(_on_time(d) and frames[str(d)] is None for d in v.dims))
+    if unmatched:
+        warnings.warn(f"by_id: {unmatched} are sampled at steps of which 'id' has no frame, "
+                      "so the particles they hold are unknown: left out", UserWarning,
+                      stacklevel=3)
+    base = ds.drop_vars([*static, *unmatched])
     out = base.drop_dims(ATOM_DIM) if every.size != values.shape[1] else base.copy()
-    for name, var in ds.data_vars.items():
-        if name == "id" or TIME_DIM not in var.dims or ATOM_DIM not in var.dims:
+    for name, var in base.data_vars.items():
+        tdim = next((str(d) for d in var.dims if _on_time(d)), None)
+        if name == "id" or tdim is None or ATOM_DIM not in var.dims:
             continue
-        moved = var.drop_vars(ATOM_DIM, errors="ignore").isel({ATOM_DIM: index})
-        if mask is not None:
-            moved = moved.where(mask)
-        moved.attrs = {k: v for k, v in var.attrs.items() if k != PARTICLE_ORDER_ATTR}
-        moved.encoding = dict(var.encoding)
-        out[name] = moved.transpose(*var.dims)
+        out[name] = _moved(var, tdim, slots[frames[tdim]])
     out["id"] = xr.Variable((ATOM_DIM,), every, dict(ids.attrs))
     return out
+
+
+def _on_time(dim: Any) -> bool:
+    """Whether ``dim`` is a time axis: ``time``, or an element's own ``time_<name>``."""
+    return dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_")
+
+
+def _frames(ds: xr.Dataset, tdim: str) -> np.ndarray | None:
+    """The frames of ``time`` (those of ``id``) at the frames of time axis ``tdim``,
+    matched by step; None where ``id`` has no frame of one of its steps."""
+    if tdim == TIME_DIM:
+        return np.arange(ds.sizes[TIME_DIM])
+    own = ds.coords.get(STEP_COORD + tdim[len(TIME_DIM):])
+    main = ds.coords.get(STEP_COORD)
+    if own is None or main is None:
+        return None
+    where = {int(s): i for i, s in enumerate(np.asarray(main.values))}
+    found = [where.get(int(s)) for s in np.asarray(own.values)]
+    return None if None in found else np.array(found, dtype=np.int64)
+
+
+def _moved(var: xr.DataArray, tdim: str, slots: np.ndarray) -> xr.DataArray:
+    """``var`` (on ``tdim`` and ``atom``) with slot ``j`` of frame ``t`` taken from slot
+    ``slots[t, j]`` (-1: absent, NaN), without the ``particle_order`` mark."""
+    held = slots >= 0
+    index = xr.DataArray(np.where(held, slots, 0), dims=(tdim, ATOM_DIM))
+    moved = var.drop_vars(ATOM_DIM, errors="ignore").isel({ATOM_DIM: index})
+    if not held.all():
+        moved = moved.where(xr.DataArray(held, dims=(tdim, ATOM_DIM)))
+    moved.attrs = {k: v for k, v in var.attrs.items() if k != PARTICLE_ORDER_ATTR}
+    moved.encoding = dict(var.encoding)
+    return moved.transpose(*var.dims)
 
 
 def _present(values: np.ndarray, fill: Any, source: Any, path: str) -> np.ndarray:
