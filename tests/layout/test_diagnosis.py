@@ -160,3 +160,32 @@ def test_the_chunk_cache_named_is_this_hdf5s(tmp_path, adk_positions, monkeypatc
         assert ("a whole 1.1 MiB chunk for every frame" in comp.message) is said, comp.message
         if said:
             assert "does not fit HDF5's chunk cache (1.0 MiB here)" in comp.message
+
+
+def test_one_fix_for_elements_that_need_other_frames_per_chunk(tmp_path):
+    """Float positions and double velocities, both split: each element's fix named its own
+    --frames-per-chunk (4 and 2), two commands writing one output, either one undoing the
+    other. One command now, with rechunk's default (about 4 MiB for each element), and the
+    file it writes is good throughout."""
+    n_frames, n_atoms = 4, 60_000
+    path = tmp_path / "two.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        g = f.create_group("particles/trajectory")
+        for name, dtype in (("position", np.float32), ("velocity", np.float64)):
+            write_element(g, name, np.zeros((n_frames, n_atoms, 3), dtype),
+                          step=np.arange(n_frames), time=np.arange(n_frames),
+                          chunks=(1, n_atoms // 2, 3))
+    found = diagnose(path, min_bytes=0)
+    assert {f.code for f in found} == {"split-frames", "small-chunks"}
+    assert {f.fix for f in found} == {
+        f"h5mdx rechunk {path} {tmp_path / 'two.rechunked.h5md'}"}
+    assert render_findings(found)[-1] == f"fix: {found[0].fix}"
+    from h5mdx.cli import main
+
+    assert main([*shlex.split(found[0].fix)[1:], "--no-progress"]) == 0
+    done = diagnose(tmp_path / "two.rechunked.h5md", min_bytes=0)
+    assert [(f.element.rpartition("/")[2], f.severity) for f in done] == [
+        ("position", "ok"), ("velocity", "ok")]
+    assert "chunks of 4 whole frames" in done[0].message
+    assert "chunks of 2 whole frames" in done[1].message

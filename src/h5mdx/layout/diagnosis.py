@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
@@ -175,11 +175,15 @@ def read_cost(shape: tuple[int, ...], itemsize: int, chunks: tuple[int, ...] | N
     return t
 
 
-def _fix(info: FileInfo, frames: int, compression: str | None) -> str:
+def _fix(info: FileInfo, frames: int | None, compression: str | None) -> str:
+    """The ``h5mdx rechunk`` command; ``frames`` None: rechunk's default, about 4 MiB of
+    whole frames for each element (each element's recommended chunks)."""
     src = info.filename
     stem, _ext = os.path.splitext(src)
     dst = f"{stem}.rechunked.h5md"
-    cmd = f"h5mdx rechunk {shlex.quote(src)} {shlex.quote(dst)} --frames-per-chunk {frames}"
+    cmd = f"h5mdx rechunk {shlex.quote(src)} {shlex.quote(dst)}"
+    if frames is not None:
+        cmd += f" --frames-per-chunk {frames}"
     if compression is not None:
         cmd += f" --compression {compression}"
     return cmd
@@ -206,10 +210,9 @@ def _large_chunks(el: ElementInfo, chunk_bytes: int, cost: float, fix: str | Non
         cost=cost, fix=fix)
 
 
-def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
-    n = el.shape[0]
-    fb = _frame_bytes(el)
-    rec = recommended_frames(fb, n)
+def _advice(el: ElementInfo) -> tuple[int, str | None, float]:
+    """What the fix of ``el`` would be: its recommended frames per chunk, the compression
+    to change to (None: kept) and the share of space its compression saves."""
     codec = _codec(el)
     saved = 1.0 - el.storage_size / el.nbytes if codec and el.storage_size and el.nbytes else 0.0
     keep = None
@@ -217,6 +220,14 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
         # compression that saves little is not worth its read time
         keep = "none" if saved < 0.2 else (
             "lzf" if codec == "gzip" and not el.shuffled else None)
+    return recommended_frames(_frame_bytes(el), el.shape[0]), keep, saved
+
+
+def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
+    n = el.shape[0]
+    fb = _frame_bytes(el)
+    rec, keep, saved = _advice(el)
+    codec = _codec(el)
     good_t = read_cost(el.shape, el.dtype.itemsize, (rec, *el.shape[1:]),
                        None if keep == "none" else (keep or _cost_codec(codec, el)))
     t = read_cost(el.shape, el.dtype.itemsize, el.chunks, _cost_codec(codec, el))
@@ -303,12 +314,34 @@ def diagnose(info: FileInfo | str | os.PathLike[str], *,
     if not isinstance(info, FileInfo):
         info = scan(info)
     out: list[Finding] = []
+    fixed: list[ElementInfo] = []
     for pg in info.particles.values():
         for el in pg.elements.values():
             if (el.time_dependent and len(el.shape) >= 2 and el.nbytes >= min_bytes
                     and el.shape[0] > 1):
-                out.extend(_diagnose_element(info, el))
-    return out
+                found = _diagnose_element(info, el)
+                out.extend(found)
+                if any(f.fix for f in found):
+                    fixed.append(el)
+    return _one_fix(info, out, fixed)
+
+
+def _one_fix(info: FileInfo, findings: list[Finding], fixed: list[ElementInfo]
+             ) -> list[Finding]:
+    """``findings`` with one command for the file where its elements' fixes differ:
+    rechunk's options apply to every element, so two commands (``--frames-per-chunk 69``
+    for float positions, ``34`` for double velocities) wrote one output each undoing the
+    other. Frames per chunk that differ become rechunk's default (about 4 MiB of whole
+    frames for each element, each element's recommendation); lzf wins over no compression
+    (an element compressed for little saving is then said again, uncompressed at once)."""
+    advice = [_advice(el)[:2] for el in fixed]
+    if len({_fix(info, frames, keep) for frames, keep in advice}) < 2:
+        return findings
+    frames = {frames for frames, _keep in advice}
+    keeps = {keep for _frames, keep in advice} - {None}
+    fix = _fix(info, frames.pop() if len(frames) == 1 else None,
+               "lzf" if "lzf" in keeps else keeps.pop() if keeps else None)
+    return [replace(f, fix=fix) if f.fix else f for f in findings]
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:
