@@ -127,6 +127,30 @@ def test_by_id_orders_an_element_sampled_on_its_own_time_axis(tmp_path, chunks):
     assert "force" not in ordered
 
 
+def test_by_id_with_an_id_sampled_more_often_than_the_positions(tmp_path):
+    """An id written every step and positions every other one: id on its own ``time_id``
+    was refused ('by_id needs a time-dependent id'); the positions now follow the ids of
+    their steps, by hand: sorted slot by slot with numpy."""
+    path = tmp_path / "id_every_step.h5"
+    moved = _write(path, ORDERS)
+    with h5py.File(path, "r+") as f:
+        pos = f["particles/atoms/position"]
+        slots = pos["value"][::2]
+        for name in ("value", "step", "time"):
+            del pos[name]
+        pos["value"], pos["step"], pos["time"] = slots, [0, 20], [0.0, 0.2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert ds.id.dims == ("time_id", "atom")
+        ordered = ds.md.by_id()
+    by_hand = np.take_along_axis(slots, np.argsort(ORDERS[::2], axis=1)[..., None], axis=1)
+    np.testing.assert_allclose(ordered.position.values, by_hand)
+    np.testing.assert_allclose(ordered.position.values, moved[::2])
+    assert ordered.id.dims == ("atom",) and "time_id" not in ordered.dims
+
+
 def test_slots_grown_without_a_fill_value_are_absent_by_id(tmp_path):
     """ESPResSo 5 (its HighFive writer) sets no fill value and grows the particle axis as
     particles come: the slots of earlier frames never written read as id 0 at the origin.

@@ -35,7 +35,8 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     Parameters
     ----------
     ds : xarray.Dataset
-        A particles group with a time-dependent ``id`` on ``(time, atom)``.
+        A particles group with a time-dependent ``id`` on ``(time, atom)`` (or on a time
+        axis of its own, ``time_id``, where it is sampled at other steps).
 
     Returns
     -------
@@ -64,10 +65,11 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
         frame is taken for particle 0, the others as absent.
     """
     ids = ds.get("id")
-    if ids is None or TIME_DIM not in ids.dims or ATOM_DIM not in ids.dims:
-        raise ValueError("by_id needs a time-dependent 'id' on (time, atom) (H5MD's id "
-                         "element of a particles group)")
-    values = np.asarray(ids.transpose(TIME_DIM, ATOM_DIM).values)
+    tid = None if ids is None else next((str(d) for d in ids.dims if _on_time(d)), None)
+    if ids is None or tid is None or ATOM_DIM not in ids.dims:
+        raise ValueError("by_id needs a time-dependent 'id' on (time, atom) or (time_id, "
+                         "atom) (H5MD's id element of a particles group)")
+    values = np.asarray(ids.transpose(tid, ATOM_DIM).values)
     source = ids.encoding.get("source", ds.attrs.get("source"))
     path = ids.encoding.get("h5md_path", f"{ds.attrs.get('h5md_group', '')}/id")
     if values.dtype.kind == "f" and ids.encoding.get("_FillValue") is not None:
@@ -84,7 +86,7 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     if np.count_nonzero(slots >= 0) != rows.size:  # two slots of a frame wrote one place
         raise _twice(values, present, source, path)
     # the frames of id at each time axis's frames (a velocity every 10th frame: its own)
-    frames = {str(d): _frames(ds, str(d)) for d in ds.dims if _on_time(str(d))}
+    frames = {str(d): _frames(ds, str(d), tid) for d in ds.dims if _on_time(str(d))}
     # per slot, not per particle: they cannot follow the particles (a topology's names,
     # a fixed mass per slot where the order changes); left out, said once
     static = sorted(str(n) for n, v in ds.variables.items() if ATOM_DIM in v.dims
@@ -106,7 +108,7 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
             continue
         out[name] = _moved(var, tdim, slots[frames[tdim]])
     out["id"] = xr.Variable((ATOM_DIM,), every, dict(ids.attrs))
-    return out
+    return out if tid == TIME_DIM else out.drop_dims(tid)  # id's own axis, now unused
 
 
 def _on_time(dim: Any) -> bool:
@@ -114,13 +116,13 @@ def _on_time(dim: Any) -> bool:
     return dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_")
 
 
-def _frames(ds: xr.Dataset, tdim: str) -> np.ndarray | None:
-    """The frames of ``time`` (those of ``id``) at the frames of time axis ``tdim``,
+def _frames(ds: xr.Dataset, tdim: str, tid: str) -> np.ndarray | None:
+    """The frames of ``id`` (on time axis ``tid``) at the frames of time axis ``tdim``,
     matched by step; None where ``id`` has no frame of one of its steps."""
-    if tdim == TIME_DIM:
-        return np.arange(ds.sizes[TIME_DIM])
+    if tdim == tid:
+        return np.arange(ds.sizes[tid])
     own = ds.coords.get(STEP_COORD + tdim[len(TIME_DIM):])
-    main = ds.coords.get(STEP_COORD)
+    main = ds.coords.get(STEP_COORD + tid[len(TIME_DIM):])
     if own is None or main is None:
         return None
     where = {int(s): i for i, s in enumerate(np.asarray(main.values))}
