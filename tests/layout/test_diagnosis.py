@@ -189,3 +189,24 @@ def test_one_fix_for_elements_that_need_other_frames_per_chunk(tmp_path):
         ("position", "ok"), ("velocity", "ok")]
     assert "chunks of 4 whole frames" in done[0].message
     assert "chunks of 2 whole frames" in done[1].message
+
+
+def test_frames_larger_than_a_chunk_split_into_good_chunks_are_not_flagged(tmp_path):
+    """A 5.7 MiB frame (500,000 atoms) stored in two chunks of 2.9 MiB, one frame each:
+    a frame reads only its own bytes (1.01x the read time of one-frame chunks), and was
+    flagged with a rechunk; a half-frame chunk of many frames still is."""
+    n_atoms = 500_000
+    path = tmp_path / "big_frames.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        g = f.create_group("particles/trajectory")
+        write_element(g, "position", np.zeros((3, n_atoms, 3), np.float32),
+                      step=np.arange(3), time=np.arange(3), chunks=(1, n_atoms // 2, 3))
+    found = diagnose(path, min_bytes=0)
+    assert [(f.severity, f.code) for f in found] == [("ok", "good")]
+    assert found[0].cost == pytest.approx(1.0, abs=0.02)
+    assert found[0].fix is None
+    assert found[0].message.startswith("chunks of one frame in 2 parts (2.9 MiB)")
+    split = diagnose(_file(tmp_path / "half.h5md", (N_FRAMES, N_ATOMS // 2 + 1, 3)),
+                     min_bytes=0)
+    assert "split-frames" in [f.code for f in split]

@@ -244,7 +244,10 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
                                                             strict=False))
     fix = _fix(info, rec, keep)
     severity = "problem" if cost >= 2.0 else "warning"
-    if per_frame > 1:
+    # frames larger than a good chunk, split into good chunks of one frame each: a frame
+    # reads only its own bytes, in a few lookups (a 5.7 MiB frame in two chunks: 1.01x)
+    whole = el.chunks[0] == 1 and chunk_bytes >= GOOD_RANGE[0] and rec == 1
+    if per_frame > 1 and not whole:
         out.append(Finding(
             severity, "split-frames", where,
             f"each frame is spread over {per_frame} chunks of {el.chunks}; reading one frame "
@@ -288,8 +291,10 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
         out.append(Finding("warning" if keep else "info", "compression", where, msg,
                            cost=cost, fix=_fix(info, rec, keep) if keep else None))
     if not out:
+        what = (f"{el.chunks[0]} whole frame{'s' if el.chunks[0] != 1 else ''}" if not whole
+                else f"one frame in {per_frame} parts")
         out.append(Finding("ok", "good", where,
-                           f"chunks of {el.chunks[0]} whole frames ({_human(chunk_bytes)}): "
+                           f"chunks of {what} ({_human(chunk_bytes)}): "
                            "a good layout for reading", cost=cost))
     return out
 
