@@ -178,6 +178,12 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _default_hangup() -> None:
+    """A hang-up ends the child as in a terminal: under nohup (a CI runner) this test
+    process, and so its children, ignore SIGHUP, and h5mdx leaves an ignored one so."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _slow_rmsd(path, scheduler: str) -> subprocess.Popen:
     """h5mdx rmsd on 2 workers whose first block sleeps a minute, once both workers run."""
     env = {**os.environ, "H5MDX_TIMING_DELAY": "0:60:io"}
@@ -185,7 +191,7 @@ def _slow_rmsd(path, scheduler: str) -> subprocess.Popen:
         [sys.executable, "-m", "h5mdx", "rmsd", str(path), "--scheduler",
          scheduler, "--workers", "2", "--frames-per-block", "10", "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=_default_hangup)
     deadline = time.monotonic() + 60
     while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
