@@ -20,9 +20,9 @@ from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
 from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 from h5mdx.format.vmd_structure import STRUCTURE_PATH
 
-__all__ = ["coords_topology", "holds_topology", "indices_in", "input_indices", "load_universe", "module_coords",
-           "module_of", "module_universe", "select_indices", "topology_coords",
-           "vmd_universe"]
+__all__ = ["coords_topology", "holds_topology", "indices_in", "input_indices", "load_universe",
+           "module_coords", "module_of", "module_universe", "select_indices",
+           "topology_coords", "vmd_universe"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -575,8 +575,7 @@ def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> 
         atom_resindex=np.cumsum(starts) - 1,
         residue_segindex=np.array([seg_index[s] for s in segids.tolist()], dtype=np.int64),
         trajectory=False)
-    for attr, key in (("names", "name"), ("types", "type"), ("masses", "mass"),
-                      ("charges", "charge"), ("radii", "radius"), ("chainIDs", "chainID")):
+    for attr, key in _ATOM_ATTRS:
         if key in coords:
             universe.add_TopologyAttr(attr, coords[key])
     if "atomicnumber" in coords and coords["atomicnumber"].dtype.kind in "iu":
@@ -593,9 +592,16 @@ def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> 
     return universe
 
 
-#: The per-atom coordinates :func:`coords_topology` builds a Universe from.
-UNIVERSE_COORDS = ("name", "type", "resname", "resid", "segid", "chainID", "mass", "charge",
-                   "radius", "atomicnumber")
+#: The per-atom coordinates ``coords_universe`` takes as they are: (AtomGroup attribute,
+#: coordinate name).
+_ATOM_ATTRS = (("names", "name"), ("types", "type"), ("masses", "mass"),
+               ("charges", "charge"), ("radii", "radius"), ("chainIDs", "chainID"))
+
+#: Every per-atom coordinate ``coords_universe`` reads, and so
+#: :func:`coords_topology` builds a Universe from: those above, the residues' and
+#: segments', and atomic numbers (as elements).
+UNIVERSE_COORDS = (*(key for _, key in _ATOM_ATTRS), "resname", "resid", "segid",
+                   "atomicnumber")
 
 
 def coords_topology(position: Any) -> Any:
