@@ -554,6 +554,16 @@ def test_dimension_scales_stay_attached_in_the_copy(tmp_path):
         assert f["parameters/x"].is_scale
 
 
+def _szip_positions(path, value, chunks, opts=None):
+    """Store ``value`` SZIP-compressed (``opts``: h5py's (method, pixels per block), its
+    default where None) as the positions of particles group g of ``path``."""
+    with h5py.File(path, "r+") as f:
+        g = f["particles/g/position"]
+        del g["value"]
+        g.create_dataset("value", data=value, chunks=chunks, compression="szip",
+                         **({} if opts is None else {"compression_opts": opts}))
+
+
 def _nbit_int32(group, name, data, bits=12):
     """A chunked int32 dataset of ``bits``-bit precision with HDF5's N-bit filter."""
     tid = h5py.h5t.STD_I32LE.copy()
@@ -581,11 +591,8 @@ def test_szip_is_kept_and_n_bit_said(tmp_path):
     path = write_h5md(tmp_path / "packed.h5md", particles={"g": {
         "position": dict(value=value, step=np.arange(16), chunks=(4, 20, 3)),
         "image": dict(value=image, step=np.arange(16), chunks=(4, 20, 3))}})
+    _szip_positions(path, value, (4, 20, 3), ("nn", 8))
     with h5py.File(path, "r+") as f:
-        g = f["particles/g/position"]
-        del g["value"]
-        g.create_dataset("value", data=value, chunks=(4, 20, 3), compression="szip",
-                         compression_opts=("nn", 8))
         g = f["particles/g/image"]
         del g["value"]
         packed = _nbit_int32(g, "value", image)
@@ -612,13 +619,9 @@ def test_szip_an_hdf5_cannot_write_is_said(tmp_path, monkeypatch):
     value = np.random.default_rng(4).normal(size=(8, 10, 3)).astype(np.float32)
     path = write_h5md(tmp_path / "szip.h5md", particles={"g": {
         "position": dict(value=value, step=np.arange(8), chunks=(4, 10, 3))}})
-    if "szip" in h5py.filters.encode:
-        with h5py.File(path, "r+") as f:
-            g = f["particles/g/position"]
-            del g["value"]
-            g.create_dataset("value", data=value, chunks=(4, 10, 3), compression="szip")
-    else:
+    if "szip" not in h5py.filters.encode:
         pytest.skip("this HDF5 cannot write the SZIP file to copy")
+    _szip_positions(path, value, (4, 10, 3))
     monkeypatch.setattr(h5py.filters, "encode", tuple(
         c for c in h5py.filters.encode if c != "szip"))
     out = tmp_path / "out.h5md"
@@ -642,11 +645,7 @@ def test_szip_of_more_values_than_a_new_chunk_holds_is_dropped_and_said(tmp_path
     value = np.random.default_rng(6).normal(size=(8, 2, 3)).astype(np.float32)
     path = write_h5md(tmp_path / "szip32.h5md", particles={"g": {
         "position": dict(value=value, step=np.arange(8), chunks=(8, 2, 3))}})
-    with h5py.File(path, "r+") as f:
-        g = f["particles/g/position"]
-        del g["value"]
-        g.create_dataset("value", data=value, chunks=(8, 2, 3), compression="szip",
-                         compression_opts=("nn", 32))
+    _szip_positions(path, value, (8, 2, 3), ("nn", 32))
     out = tmp_path / "out.h5md"
     with pytest.warns(UserWarning, match=r"szip32.h5md \[/particles/g/position/value\]: "
                       r"SZIP-compressed in blocks of 32 values, more than a chunk of "
