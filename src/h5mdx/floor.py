@@ -234,12 +234,11 @@ def read_floor(path: str | os.PathLike[str], workers: int = 1, repeats: int = 2
     dict
         ``workers, frames, bytes, seconds, frames_per_s, gb_per_s`` (GB = 1e9 bytes).
     """
+    slabs = floor_slabs(os.fspath(path), workers)  # one a reading process, all the frames
     with floor_reader(path, workers) as read:
         times = [read() for _ in range(repeats + 1)][1:]
     seconds, nbytes = min(times)
-    with h5py.File(os.fspath(path), "r") as f:
-        n_frames = f[POSITION].shape[0]
-    return floor_figures(len(floor_slabs(os.fspath(path), workers)), n_frames, nbytes, seconds)
+    return floor_figures(len(slabs), slabs[-1][1] if slabs else 0, nbytes, seconds)
 
 
 def floor_figures(workers: int, n_frames: int, nbytes: int, seconds: float

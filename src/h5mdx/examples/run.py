@@ -85,7 +85,7 @@ def mdanalysis_sample_rate(path: str | os.PathLike[str], topology: str, select: 
 ROUNDS = 5
 
 
-def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
+def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, progress: bool,
               rounds: int = ROUNDS) -> tuple[Any, dict[str, Any], int, dict[str, float]]:
     """The RMSD and the read floor in paired rounds, then one run with per-task timing.
 
@@ -97,7 +97,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
     runs under :func:`h5mdx.timing.capture` (with the progress bar) for
     ``out/timing.csv``.
 
-    Returns the result, the paired timings (``floor``: :func:`read_floor`'s dict from the
+    ``readers``: the floor's reading processes (:func:`floor_slabs`), counted once by the
+    caller, which says them first. Returns the result, the paired timings (``floor``: :func:`read_floor`'s dict from the
     median floor read; ``rmsd_seconds``, ``floor_seconds``: each round's), the number of
     selected atoms and the warm-up per worker.
     """
@@ -150,7 +151,6 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, progress: bool,
             result = _progress(client, lazy, progress)
         run.save(os.path.join(out, "timing.csv"))
     n = int(result.sizes["time"])
-    readers = len(floor_slabs(path, workers))  # fewer where there are fewer chunks
     floor = floor_figures(readers, n, nbytes, float(np.median(floor_t)))
     raw = floor_figures(readers, n, nbytes, float(np.median(raw_t)))
     return result, {"floor": floor, "raw": raw, "floor_seconds": floor_t,
@@ -260,7 +260,8 @@ def run_example(
          f"read floor ({readers} h5py reader process(es)) and raw reads of the same bytes: "
          f"{ROUNDS} rounds timing all three, then one run with per-task timing ...")
     with _staged(out) as stage:  # the outputs appear together, or the last run's stay
-        result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, progress)
+        result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, readers,
+                                                     progress)
         files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
                  "rmsd": os.path.join(stage, "rmsd.csv"),
                  "timing": os.path.join(stage, "timing.csv")}
