@@ -49,6 +49,7 @@ from h5mdx.format.schema import (
     SPATIAL_DIM,
     SPATIAL_LABELS,
     TIME_DIM,
+    is_time_dim,
 )
 
 
@@ -747,7 +748,7 @@ def _same_time_blocks(variables: Mapping[str, xr.Variable]) -> None:
     for var in sorted(variables.values(), key=lambda v: v.size * v.dtype.itemsize,
                       reverse=True):
         for dim, n in (var.encoding.get("preferred_chunks") or {}).items():
-            if dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_"):
+            if is_time_dim(dim):
                 block.setdefault(str(dim), int(n))
     for var in variables.values():
         on = [d for d in var.dims if d in block]

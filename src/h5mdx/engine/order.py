@@ -18,7 +18,7 @@ import xarray as xr
 
 from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
-from h5mdx.format.schema import ATOM_DIM, STEP_COORD, TIME_DIM
+from h5mdx.format.schema import ATOM_DIM, STEP_COORD, TIME_DIM, is_time_dim
 
 __all__ = ["by_id"]
 
@@ -65,7 +65,7 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
         frame is taken for particle 0, the others as absent.
     """
     ids = ds.get("id")
-    tid = None if ids is None else next((str(d) for d in ids.dims if _on_time(d)), None)
+    tid = None if ids is None else next((str(d) for d in ids.dims if is_time_dim(d)), None)
     if ids is None or tid is None or ATOM_DIM not in ids.dims:
         raise ValueError("by_id needs a time-dependent 'id' on (time, atom) or (time_id, "
                          "atom) (H5MD's id element of a particles group)")
@@ -86,16 +86,16 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     if np.count_nonzero(slots >= 0) != rows.size:  # two slots of a frame wrote one place
         raise _twice(values, present, source, path)
     # the frames of id at each time axis's frames (a velocity every 10th frame: its own)
-    frames = {str(d): _frames(ds, str(d), tid) for d in ds.dims if _on_time(str(d))}
+    frames = {str(d): _frames(ds, str(d), tid) for d in ds.dims if is_time_dim(str(d))}
     # per slot, not per particle: they cannot follow the particles (a topology's names,
     # a fixed mass per slot where the order changes); left out, said once
     static = sorted(str(n) for n, v in ds.variables.items() if ATOM_DIM in v.dims
-                    and not any(map(_on_time, v.dims)) and n not in (ATOM_DIM, "id"))
+                    and not any(map(is_time_dim, v.dims)) and n not in (ATOM_DIM, "id"))
     if static:
         warnings.warn(f"by_id: {static} are per slot, not per particle, and cannot follow the "
                       "particles: left out", UserWarning, stacklevel=3)
     unmatched = sorted(str(n) for n, v in ds.data_vars.items() if ATOM_DIM in v.dims
-                       and any(_on_time(d) and frames[str(d)] is None for d in v.dims))
+                       and any(is_time_dim(d) and frames[str(d)] is None for d in v.dims))
     if unmatched:
         warnings.warn(f"by_id: {unmatched} are sampled at steps of which 'id' has no frame, "
                       "so the particles they hold are unknown: left out", UserWarning,
@@ -103,17 +103,12 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
     base = ds.drop_vars([*static, *unmatched])
     out = base.drop_dims(ATOM_DIM) if every.size != values.shape[1] else base.copy()
     for name, var in base.data_vars.items():
-        tdim = next((str(d) for d in var.dims if _on_time(d)), None)
+        tdim = next((str(d) for d in var.dims if is_time_dim(d)), None)
         if name == "id" or tdim is None or ATOM_DIM not in var.dims:
             continue
         out[name] = _moved(var, tdim, slots[frames[tdim]])
     out["id"] = xr.Variable((ATOM_DIM,), every, dict(ids.attrs))
     return out if tid == TIME_DIM else out.drop_dims(tid)  # id's own axis, now unused
-
-
-def _on_time(dim: Any) -> bool:
-    """Whether ``dim`` is a time axis: ``time``, or an element's own ``time_<name>``."""
-    return dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_")
 
 
 def _frames(ds: xr.Dataset, tdim: str, tid: str) -> np.ndarray | None:

@@ -35,6 +35,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Path",
     "ZARR_MARKERS",
+    "is_time_dim",
 ]
 
 #: The first 8 bytes of every HDF5 file.
@@ -107,3 +108,13 @@ BOX_VECTOR_DIM = "box_vector"
 STEP_COORD = "step"
 SPATIAL_LABELS = ("x", "y", "z")
 BOX_VECTOR_LABELS = ("a", "b", "c")
+
+
+def is_time_dim(dim: object) -> bool:
+    """Whether ``dim`` is a time axis: ``time``, or an element's own ``time_<name>`` (an
+    element sampled at other steps than the positions).
+
+    >>> is_time_dim("time_velocity"), is_time_dim("atom")
+    (True, False)
+    """
+    return dim == TIME_DIM or str(dim).startswith(f"{TIME_DIM}_")
