@@ -58,7 +58,10 @@ def test_outputs_exist(example_run, capsys):
     for name in ("report.html", "rmsd.png", "gantt.png", "workers.png", "rmsd.csv",
                  "timing.csv", f"adk-{FRAMES}.h5md"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temporary files left
+    from h5mdx.examples.run import _MANIFEST
+
+    # no temporary files left; the list of the files published stays
+    assert [p for p in os.listdir(out) if p.startswith(".")] == [_MANIFEST]
     page = (out / "report.html").read_text(encoding="utf-8")
     for name in ("rmsd.png", "gantt.png", "workers.png", "rmsd.csv", "timing.csv"):
         assert f'"{name}"' in page  # relative links
@@ -293,3 +296,33 @@ def test_the_report_escapes_the_selection_in_its_figure_titles(tmp_path):
     assert "mass < 14" not in page and 'name "X"' not in page
     title = "RMSD of &#x27;name CA and prop mass &lt; 14 and not name &quot;X&quot;&#x27;"
     assert f"<h2>{title}</h2>" in page and f'alt="{title}"' in page
+
+
+def test_cli_refuses_to_replace_files_it_did_not_write(tmp_path, capsys):
+    """``h5mdx example --out .`` replaced a report.html or rmsd.csv of the user's own (an
+    audit); now refused before any work, unless --overwrite."""
+    (tmp_path / "report.html").write_text("<p>my notes</p>")
+    (tmp_path / "rmsd.csv").write_text("mine")
+    (tmp_path / "notes.txt").write_text("not an output name")
+    assert main(["example", "--frames", "100", "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "holds rmsd.csv, report.html, which the example would replace" in err
+    assert "pass --overwrite" in err and "give another --out" in err and "(out=)" not in err
+    assert (tmp_path / "report.html").read_text() == "<p>my notes</p>"
+    assert (tmp_path / "rmsd.csv").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "report.html", "rmsd.csv"]
+
+
+def test_an_earlier_runs_outputs_are_its_own(example_run, tmp_path):
+    """The run lists what it published; those files are replaced by the next run without
+    --overwrite, as are those of a run that wrote no list (known by its report)."""
+    from h5mdx.examples.run import _MANIFEST, OUTPUTS, foreign_outputs
+
+    _, out = example_run
+    assert sorted(json.loads((out / _MANIFEST).read_text())["files"]) == sorted(OUTPUTS)
+    assert foreign_outputs(out) == []
+    (tmp_path / "report.html").write_text((out / "report.html").read_text())
+    (tmp_path / "rmsd.csv").write_text("an earlier version's")
+    assert foreign_outputs(tmp_path) == []  # no list: the report says whose they are
+    (tmp_path / _MANIFEST).write_text(json.dumps({"files": ["report.html"]}))
+    assert foreign_outputs(tmp_path) == ["rmsd.csv"]

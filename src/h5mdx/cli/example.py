@@ -46,6 +46,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--mda-frames", type=_non_negative, default=300,
                    help="frames MDAnalysis runs on for the comparison (0: skip)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in --out of the names the example writes "
+                        "(report.html, rmsd.csv, ...) that an earlier run did not write")
     p.set_defaults(func=run)
     return p
 
@@ -72,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     argv = ["--out", args.out, "--frames", str(args.frames), "--workers", str(args.workers),
             "--select", args.select, "--mda-frames", str(args.mda_frames)]
     result = run_example(args.out, args.frames, workers=args.workers, select=args.select,
-                         mda_frames=args.mda_frames, progress=not args.no_progress, argv=argv)
+                         mda_frames=args.mda_frames, progress=not args.no_progress, argv=argv,
+                         overwrite=args.overwrite)
     print()
     print("\n".join(summary_lines(result)))
     return 0

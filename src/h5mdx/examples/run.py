@@ -38,7 +38,7 @@ from h5mdx.examples.trajectory import (
 )
 from h5mdx.floor import floor_figures, floor_reader, floor_slabs
 
-__all__ = ["ROUNDS", "mdanalysis_sample_rate", "run_example"]
+__all__ = ["OUTPUTS", "ROUNDS", "foreign_outputs", "mdanalysis_sample_rate", "run_example"]
 
 
 def mdanalysis_sample_rate(path: str | os.PathLike[str], topology: str, select: str = "name CA",
@@ -157,6 +157,40 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
                     "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
 
 
+#: The files a run publishes into its output directory (:func:`_run_rmsd`'s, the series',
+#: the rounds' and :func:`write_report`'s)
+OUTPUTS = ("rmsd.csv", "rmsd.png", "timing.csv", "timing.meta.json", "rounds.json",
+           "gantt.png", "workers.png", "report.html")
+
+#: The list, in the output directory, of the files the last run published: the next run
+#: replaces those, and refuses to replace files of the same names it did not write
+_MANIFEST = ".h5mdx-example.json"
+
+
+def foreign_outputs(out: str | os.PathLike[str]) -> list[str]:
+    """The files in ``out`` that a run would replace but no earlier run wrote.
+
+    An earlier run is known by its list of published files; a run of a version that
+    wrote no list, by its ``report.html``.
+    """
+    out = os.fspath(out)
+    present = [name for name in OUTPUTS if os.path.lexists(os.path.join(out, name))]
+    try:
+        with open(os.path.join(out, _MANIFEST), encoding="utf-8") as fh:
+            ours = set(json.load(fh)["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ours = set(OUTPUTS) if _is_our_report(os.path.join(out, "report.html")) else set()
+    return [name for name in present if name not in ours]
+
+
+def _is_our_report(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "<title>h5mdx example report</title>" in fh.read(4096)
+    except OSError:
+        return False
+
+
 #: The directory, in the output directory, where a run writes its outputs before they
 #: take their names together (by process: one killed leaves it, the next run removes it)
 _STAGE = ".example-partial-"
@@ -187,7 +221,10 @@ def _publish(res: ExampleResult, out: str) -> None:
     """Move the staged outputs into ``out`` (each a rename, after all were written), and
     point ``res`` at them."""
     stage = res.out
-    for name in sorted(os.listdir(stage)):  # every file: timing.csv's timing.meta.json too
+    names = sorted(os.listdir(stage))  # every file: timing.csv's timing.meta.json too
+    with open(os.path.join(out, _MANIFEST), "w", encoding="utf-8") as fh:
+        json.dump({"files": names}, fh)  # before them: the next run knows them as its own
+    for name in names:
         os.replace(os.path.join(stage, name), os.path.join(out, name))
     res.files = {key: os.path.join(out, os.path.basename(p)) for key, p in res.files.items()}
     shutil.rmtree(stage, ignore_errors=True)
@@ -209,6 +246,7 @@ def run_example(
     progress: bool = True,
     echo: Callable[[str], None] = print,
     argv: Sequence[str] | None = None,
+    overwrite: bool = False,
 ) -> ExampleResult:
     """Build (or reuse) the example trajectory, time the RMSD, compare, write the report.
 
@@ -231,16 +269,31 @@ def run_example(
         Receives a line for each step as it starts.
     argv : sequence of str, optional
         The command's options, shown in the report to reproduce it.
+    overwrite : bool, default False
+        Replace files in ``out`` of the names the run writes (:data:`OUTPUTS`) that an
+        earlier run did not write; without it such files are refused before any work.
 
     Returns
     -------
     ExampleResult
+
+    Raises
+    ------
+    FileExistsError
+        ``out`` holds files of the run's output names that are not an earlier run's,
+        and ``overwrite`` is False.
     """
     from h5mdx.analysis.series import write_series
     from h5mdx.testing import adk_topology
     from h5mdx.timing.records import load
 
     out = os.fspath(out)
+    foreign = [] if overwrite or not os.path.isdir(out) else foreign_outputs(out)
+    if foreign:
+        raise FileExistsError(f"{out!r} holds {', '.join(foreign)}, which the example would "
+                              "replace and an earlier run did not write; pass "
+                              "overwrite=True (--overwrite on the command line) to replace "
+                              "them, or give another --out (out=)")
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"adk-{frames}.h5md")
     remove_dead_builds(out)  # a killed build of another size left its partial file
