@@ -217,9 +217,12 @@ def _advice(el: ElementInfo) -> tuple[int, str | None, float]:
     saved = 1.0 - el.storage_size / el.nbytes if codec and el.storage_size and el.nbytes else 0.0
     keep = None
     if codec is not None:
-        # compression that saves little is not worth its read time
+        # compression that saves little is not worth its read time; gzip without the
+        # shuffle is best rewritten with it (h5mdx's gzip adds it): on adk's coordinates
+        # it inflates 2.7x faster and saves 19% where unshuffled saves 7%, while lzf (the
+        # advice before) saves nothing and so was flagged again as not worth it
         keep = "none" if saved < 0.2 else (
-            "lzf" if codec == "gzip" and not el.shuffled else None)
+            "gzip" if codec == "gzip" and not el.shuffled else None)
     return recommended_frames(_frame_bytes(el), el.shape[0]), keep, saved
 
 
@@ -286,8 +289,9 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
                     f"{codec} adds it)")
         if keep == "none":
             msg += "; for so little saving, store it uncompressed"
-        elif keep == "lzf":
-            msg += "; lzf (or blosc with hdf5plugin) decompresses several times faster"
+        elif keep == "gzip":
+            msg += ("; rewritten with the shuffle it reads about 3x faster and saves more "
+                    "(lzf, which needs no shuffle, barely compresses coordinates)")
         out.append(Finding("warning" if keep else "info", "compression", where, msg,
                            cost=cost, fix=_fix(info, rec, keep) if keep else None))
     if not out:
@@ -337,15 +341,16 @@ def _one_fix(info: FileInfo, findings: list[Finding], fixed: list[ElementInfo]
     rechunk's options apply to every element, so two commands (``--frames-per-chunk 69``
     for float positions, ``34`` for double velocities) wrote one output each undoing the
     other. Frames per chunk that differ become rechunk's default (about 4 MiB of whole
-    frames for each element, each element's recommendation); lzf wins over no compression
-    (an element compressed for little saving is then said again, uncompressed at once)."""
+    frames for each element, each element's recommendation); gzip wins over no
+    compression (an element compressed for little saving is then said again, uncompressed
+    at once)."""
     advice = [_advice(el)[:2] for el in fixed]
     if len({_fix(info, frames, keep) for frames, keep in advice}) < 2:
         return findings
     frames = {frames for frames, _keep in advice}
     keeps = {keep for _frames, keep in advice} - {None}
     fix = _fix(info, frames.pop() if len(frames) == 1 else None,
-               "lzf" if "lzf" in keeps else keeps.pop() if keeps else None)
+               "gzip" if "gzip" in keeps else keeps.pop() if keeps else None)
     return [replace(f, fix=fix) if f.fix else f for f in findings]
 
 
