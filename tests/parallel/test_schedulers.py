@@ -301,3 +301,22 @@ def test_rmsd_timing_records_every_task_on_the_local_schedulers(adk_h5md_blocked
     for start, stop in zip(df["frame_start"], df["frame_stop"], strict=True):
         covered[int(start):int(stop)] += 1
     assert (covered == 1).all()
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "processes"])
+def test_an_interrupted_run_leaves_no_empty_timing_directory(adk_h5md_blocked, tmp_path,
+                                                             monkeypatch, scheduler):
+    """``h5mdx rmsd --timing DIR`` stopped by Ctrl-C (or a failed task) left an empty DIR,
+    made before the run (audit70); it is made when the records are saved."""
+    from h5mdx.parallel import schedulers
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schedulers, "compute", interrupted)
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds, \
+            pytest.raises(KeyboardInterrupt):
+        schedulers.compute_rmsd(ds, select=np.arange(0, 3341, 7), scheduler=scheduler,
+                                workers=2, frames_per_block=10, progress=False,
+                                timing=str(tmp_path / "t"))
+    assert os.listdir(tmp_path) == []

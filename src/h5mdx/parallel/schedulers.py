@@ -272,10 +272,9 @@ def _warm_up_for(ds: Any, lazy: Any, kernel: str) -> None:
 
 def _capture(timing: str, scheduler: str, client: Any, workers: int, ds: Any,
              select: Any) -> Any:
-    """The :func:`h5mdx.timing.capture` of :func:`compute_rmsd` (``timing`` made)."""
+    """The :func:`h5mdx.timing.capture` of :func:`compute_rmsd`."""
     from h5mdx.timing import capture
 
-    os.makedirs(timing, exist_ok=True)
     first = ds[0] if isinstance(ds, (list, tuple)) else ds
     return capture(backend=scheduler, client=client, n_workers=workers,
                    meta={"file": first.attrs.get("source"), "selection": select})
@@ -317,5 +316,7 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
         seconds = time.perf_counter() - t0
         stack.close()  # last entered first: a capture collects before its cluster closes
     if run is not None and timing:
+        # made here, not before the run: one interrupted or failed left it empty (audit70)
+        os.makedirs(timing, exist_ok=True)
         run.save(os.path.join(timing, "timing.csv"))
     return result, seconds, workers
