@@ -980,3 +980,27 @@ def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
     proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(path)), timeout=120)
     assert proc.returncode != 0
     assert "the positions have no frames" in proc.stderr, proc.stderr
+
+
+@pytest.mark.mpi
+def test_dask_mpi_refusals_are_said_once(layouts):
+    """Every rank checks the options before dask-mpi starts: a refusal was printed once
+    per rank (an audit); rank 0 says it once, and names the ranks of one that only some
+    ranks gave."""
+    require_mpi()
+    pytest.importorskip("dask_mpi")
+    proc = mpirun(3, h5mdx_argv("rmsd", layouts["chunk10"], "--scheduler", "dask-mpi",
+                                "--select", "name CA"), timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count("h5mdx rmsd: --select 'name CA' needs --topology") == 1, \
+        proc.stderr
+    code = ("import sys\nfrom h5mdx.mpi import comm_world\n"
+            "from h5mdx.mpi.launch import refused_on_any_rank\n"
+            "rank = comm_world().Get_rank()\n"
+            "refused = refused_on_any_rank('cannot see F\\n' if rank else None)\n"
+            "print(f'rank {rank} refused {refused}')\n")
+    proc = mpirun(3, ["-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("cannot see F") == 1 and "(ranks 1-2 of 3) cannot see F" in \
+        proc.stderr
+    assert sorted(proc.stdout.split("\n"))[-3:] == [f"rank {r} refused True" for r in range(3)]

@@ -335,30 +335,58 @@ def _options_apply(args: argparse.Namespace) -> bool:
     return True
 
 
-def run(args: argparse.Namespace) -> int:
-    import h5mdx  # noqa: F401 - registers the ds.md accessor
-
+def _refused(args: argparse.Namespace) -> bool:
+    """Check the options and the outputs before any work; print why where refused."""
     if _one_trajectory(args) is None:
-        return 2
+        return True
     if isinstance(args.select, str) and args.topology is None and not _holds_names(
             args.trajectory):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
               f"TPR, ... of the same atoms): {_why_no_names(args.trajectory)}",
               file=sys.stderr)
-        return 2
+        return True
     if not _options_apply(args):
-        return 2
+        return True
     chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
     if chunk_mib is not None and chunk_mib <= 0:
         print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
-        return 2
+        return True
     try:  # before the run, not after hours of it
         check_outputs(args.out, args.plot, args.timing)
     except (ValueError, PermissionError) as err:
         print(f"h5mdx rmsd: {err}", file=sys.stderr)
-        return 2
+        return True
+    return False
+
+
+def _refused_by_a_rank(args: argparse.Namespace) -> bool:
+    """:func:`_refused` on every rank of a dask-mpi job, said once by rank 0 (each rank
+    printed the same refusal)."""
+    import contextlib
+    import io
+
+    from h5mdx.mpi import launched_ranks
+
+    if launched_ranks() < 2:
+        return _refused(args)
+    from h5mdx.mpi.launch import refused_on_any_rank
+
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        refused = _refused(args)
+    if not refused:
+        sys.stderr.write(said.getvalue())  # notes of a check that passed
+    return refused_on_any_rank(said.getvalue() if refused else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    import h5mdx  # noqa: F401 - registers the ds.md accessor
+
     if args.scheduler == "dask-mpi":
-        return _run_dask_mpi(args)
+        return 2 if _refused_by_a_rank(args) else _run_dask_mpi(args)
+    if _refused(args):
+        return 2
+    chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
     from h5mdx.mpi import launched_ranks
 
     if (ranks := launched_ranks()) > 1:  # each rank would run the whole RMSD alone

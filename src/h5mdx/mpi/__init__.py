@@ -33,6 +33,7 @@ __all__ = [
     "has_parallel_h5py",
     "launched_by_mpirun",
     "launched_ranks",
+    "ranks_phrase",
     "require_parallel_h5py",
 ]
 
@@ -106,3 +107,35 @@ def launched_ranks() -> int:
         except (KeyError, ValueError):
             continue
     return 1
+
+
+def ranks_phrase(ranks: list[int], size: int) -> str:
+    """The ranks of a job of ``size`` ranks in words: ``all 4 ranks``, ``rank 2 of 4``,
+    ``ranks 0-2, 5 of 8``.
+
+    Parameters
+    ----------
+    ranks : list of int
+        Ranks, ascending.
+    size : int
+        Ranks of the job.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> ranks_phrase([0, 1, 2, 5], 8), ranks_phrase([3], 4), ranks_phrase([0, 1], 2)
+    ('ranks 0-2, 5 of 8', 'rank 3 of 4', 'all 2 ranks')
+    """
+    if len(ranks) == size:
+        return f"all {size} ranks"
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {text} of {size}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,12 +34,13 @@ import numpy as np
 
 from h5mdx._optional import import_optional
 from h5mdx.analysis.series import write_outputs
-from h5mdx.mpi import comm_world
+from h5mdx.mpi import comm_world, ranks_phrase
 
 __all__ = [
     "MIN_RANKS",
     "dask_mpi_client",
     "quiet_distributed_logging",
+    "refused_on_any_rank",
     "rmsd_dask_mpi",
     "worker_ranks",
 
@@ -49,6 +51,39 @@ MIN_RANKS = 3
 
 #: Loggers that print connection-closed tracebacks when a cluster shuts down.
 _NOISY_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def refused_on_any_rank(message: str | None) -> bool:
+    """Whether any rank of the job refused to start: each rank's ``message`` (None where
+    it did not refuse), said once by rank 0.
+
+    Every rank checks the same options before dask-mpi starts, and refused them with the
+    same line, once per rank (an audit). A line every rank gave is said as it is; one
+    that only some ranks gave (a file that only they cannot see) names them.
+
+    Parameters
+    ----------
+    message : str or None
+        What this rank would print (its lines, ending in a newline).
+
+    Returns
+    -------
+    bool
+        True where some rank refused: every rank then leaves.
+    """
+    comm = comm_world()
+    seen = comm.allgather(message)
+    if comm.Get_rank() == 0:
+        by_text: dict[str, list[int]] = {}
+        for rank, text in enumerate(seen):
+            if text is not None:
+                by_text.setdefault(text, []).append(rank)
+        for text, ranks in by_text.items():
+            size = len(seen)
+            sys.stderr.write(text if len(ranks) == size
+                             else f"({ranks_phrase(ranks, size)}) {text}")
+        sys.stderr.flush()
+    return any(text is not None for text in seen)
 
 
 def quiet_distributed_logging(level: str = "error") -> None:

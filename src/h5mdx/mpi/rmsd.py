@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx.engine.chunking import READ_STEP_BYTES, read_step
-from h5mdx.mpi import comm_world, launched_by_mpirun, require_parallel_h5py
+from h5mdx.mpi import comm_world, launched_by_mpirun, ranks_phrase, require_parallel_h5py
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import (
     PositionSource,
@@ -417,21 +417,8 @@ def _report(seen: list[str | None], size: int) -> None:
         if text is not None:
             by_text.setdefault(text, []).append(rank)
     for text, ranks in by_text.items():
-        who = (f"all {size} ranks" if len(seen) == size and len(ranks) == size
-               else f"rank {_spans(ranks)} of {size}" if len(ranks) == 1
-               else f"ranks {_spans(ranks)} of {size}")
+        who = ranks_phrase(ranks, size) if len(seen) == size else f"rank 0 of {size}"
         print(f"h5mdx mpi-rmsd: {who} failed: {text}", file=sys.stderr, flush=True)
-
-
-def _spans(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5]`` as ``"0-2, 5"``."""
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
