@@ -157,8 +157,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
                     "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
 
 
-#: The files a run publishes into its output directory (:func:`_run_rmsd`'s, the series',
-#: the rounds' and :func:`write_report`'s)
+#: The files a run publishes into its output directory (the RMSD's timing records, the
+#: series, the rounds and :func:`write_report`'s)
 OUTPUTS = ("rmsd.csv", "rmsd.png", "timing.csv", "timing.meta.json", "rounds.json",
            "gantt.png", "workers.png", "report.html")
 
