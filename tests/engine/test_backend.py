@@ -298,21 +298,39 @@ def test_datatree_renamed_time_keeps_its_hdf5_blocks(tmp_path):
         np.testing.assert_array_equal(obs.time_observables.values, np.arange(n) * 0.5)
 
 
-def test_datatree_topology_of_one_group_names_the_group_it_does_not_fit(mixed_file):
+def test_datatree_topology_of_one_group_opens_the_others_without_it(mixed_file):
     """A topology passed to ``open_datatree`` of a file of several particles groups that
-    does not fit one of them: the error named the file alone ("the trajectory has 2"),
-    not which group (found by an audit); the group opens with it alone."""
+    fits one of them (a protein's, beside its solvent's): the whole tree was refused (an
+    audit). The groups it fits take it; the others open without it, said once by group;
+    a topology that fits no group is still an error, naming a group."""
     import MDAnalysis as mda
+
+    from h5mdx.errors import H5MDConformanceWarning
 
     path, _ = mixed_file
     u = mda.Universe.empty(7, trajectory=True)
     u.add_TopologyAttr("name", [f"A{i}" for i in range(7)])
-    with pytest.raises(TopologyError, match=r"mixed\.h5md \[/particles/solvent\]: the "
-                       r"topology .* has 7 atoms but the trajectory has 2"):
-        xr.open_datatree(path, engine="h5md", topology=u)
+    with pytest.warns(H5MDConformanceWarning) as said, \
+            xr.open_datatree(path, engine="h5md", topology=u) as tree:
+        assert tree["particles/trajectory"]["name"].values.tolist() == [
+            f"A{i}" for i in range(7)]
+        solvent = tree["particles/solvent"].to_dataset()
+        assert "name" not in solvent.coords and "topology" not in solvent.attrs
+        assert solvent.sizes["atom"] == 2
+        np.testing.assert_array_equal(solvent.position.values, np.zeros((3, 2, 3)))
+    lines = [str(w.message) for w in said if "topology" in str(w.message)]
+    assert len(lines) == 1 and lines[0].startswith(f"{path} [/particles/solvent]: has 2 "
+                                                   "atoms, the topology ")
+    assert lines[0].endswith(" 7; opened without the topology")
     with xr.open_datatree(path, engine="h5md", topology=u,
                           group="particles/trajectory") as tree:
         assert tree.to_dataset()["name"].values.tolist() == [f"A{i}" for i in range(7)]
+    with pytest.raises(TopologyError, match=r"mixed\.h5md \[/particles/solvent\]: the "
+                       r"topology .* has 7 atoms but the trajectory has 2"):
+        xr.open_datatree(path, engine="h5md", topology=u, group="particles/solvent")
+    wrong = mda.Universe.empty(5, trajectory=True)
+    with pytest.raises(TopologyError, match=r"has 5 atoms but the trajectory has"):
+        xr.open_datatree(path, engine="h5md", topology=wrong)
 
 
 def test_datatree_renames_the_step_of_an_element_time_axis_once(tmp_path):

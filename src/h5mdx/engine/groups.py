@@ -36,6 +36,7 @@ from h5mdx.errors import H5MDFormatError
 from h5mdx.format.h5md import (
     ElementInfo,
     FileInfo,
+    ParticlesGroupInfo,
     free_form,
     scaled_unit,
 )
@@ -120,6 +121,23 @@ def open_groups(
     return out
 
 
+def _particles_fitting(b: _Builder, pg: ParticlesGroupInfo, topology: Any, drop: set[str],
+                       misfits: list[Exception]) -> xr.Dataset:
+    """The Dataset of ``pg``, with ``topology`` where its atoms are the group's: a file's
+    groups differ in atoms (a protein's and its solvent's), and a topology of one of them
+    refused the whole tree (an audit). One it does not fit opens without it, said once;
+    the error goes to ``misfits``."""
+    from h5mdx.engine.topology import AtomCountError
+
+    try:
+        return _particles_dataset(b, pg, topology=topology, select=None, drop=drop)
+    except AtomCountError as err:
+        misfits.append(err)
+        b.report.note(pg.path, f"has {err.n_atoms} atoms, the topology {err.topology} "
+                      f"{err.n_topology}", "opened without the topology", departure=False)
+        return _particles_dataset(b, pg, topology=None, select=None, drop=drop)
+
+
 def _connectivity_walked(root: str | None) -> bool | str:
     """What of ``/connectivity`` an open of the subtree of ``root`` (None: the whole file)
     walks (``scan(deep_connectivity=..., connectivity_subtree=True)``): all of it for the
@@ -138,9 +156,10 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         "/": lambda: xr.Dataset(attrs=_file_attrs(info))}
     if info.particles:
         makers["/particles"] = xr.Dataset
+    misfits: list[Exception] = []  # groups the topology does not fit, opened without it
     for pg in info.particles.values():
         makers[f"/{pg.group}"] = functools.partial(
-            _particles_dataset, b, pg, topology=topology, select=None, drop=drop)
+            _particles_fitting, b, pg, topology, drop, misfits)
     for kind, elements, subs in (("observables", info.observables, info.observable_groups),
                                  ("connectivity", info.connectivity,
                                   info.connectivity_groups)):
@@ -156,6 +175,8 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         return root is None or path == "/" or path == root or path.startswith(f"{root}/")
 
     out = {path: make() for path, make in makers.items() if wanted(path)}
+    if misfits and len(misfits) == sum(f"/{pg.group}" in out for pg in info.particles.values()):
+        raise misfits[0]  # it fits no group: a wrong topology, not one of a group
     for free in free_roots:  # walked only where root is one or below one
         if root is None or f"{root}/".startswith(f"/{free}/"):
             for sub, params in _free_form_datasets(b, free).items():

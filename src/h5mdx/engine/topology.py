@@ -140,6 +140,16 @@ def load_universe(topology: str | os.PathLike[str] | Any, group: str | None = No
     return _universe(os.path.abspath(path), os.path.getmtime(path), group)
 
 
+class AtomCountError(TopologyError):
+    """A topology of another number of atoms than the trajectory's (a group of a tree
+    opened with a topology that fits another of its groups is opened without it)."""
+
+    def __init__(self, message: str, topology: str = "", n_topology: int = 0,
+                 n_atoms: int = 0) -> None:
+        super().__init__(message)
+        self.topology, self.n_topology, self.n_atoms = topology, n_topology, n_atoms
+
+
 def topology_coords(universe: Any, n_atoms: int, filename: str) -> dict[str, np.ndarray]:
     """Per-atom arrays of the topology, checked against the trajectory's atom count.
 
@@ -159,15 +169,14 @@ def topology_coords(universe: Any, n_atoms: int, filename: str) -> dict[str, np.
 
     Raises
     ------
-    TopologyError
-        If the atom counts differ.
+    AtomCountError
+        If the atom counts differ (a :class:`~h5mdx.errors.TopologyError`).
     """
     n_top = len(universe.atoms)
     if n_top != n_atoms:
-        raise TopologyError(
+        raise AtomCountError(
             f"{filename}: the topology {_name(universe)} has {n_top} atoms but the trajectory "
-            f"has {n_atoms}; they must describe the same system"
-        )
+            f"has {n_atoms}; they must describe the same system", _name(universe), n_top, n_atoms)
     coords: dict[str, np.ndarray] = {}
     for coord, attr in TOPOLOGY_ATTRS:
         try:
