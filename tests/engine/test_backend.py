@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import time
 import warnings
 
 import cloudpickle
@@ -1158,31 +1159,40 @@ def test_file_replaced_after_the_cache_closed_it_is_refused(tmp_path):
     assert first.shape == (2, 4, 3)
 
 
-def _rewrite_in_place(src, dst):
-    """Copy ``src`` over ``dst`` through the same inode (cp, a rerun writing the name)."""
+def _rewrite_in_place(src, dst, same_time=False):
+    """Copy ``src`` over ``dst`` through the same inode (cp, a rerun writing the name);
+    ``same_time``: its modification time set back (cp -p, rsync -t)."""
+    then = os.stat(dst)
     shutil.copyfile(src, dst)
     st = os.stat(dst)
-    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock
+    os.utime(dst, ns=(st.st_atime_ns, then.st_mtime_ns if same_time
+                      else st.st_mtime_ns + 1_000_000))  # a coarse clock
 
 
+@pytest.mark.parametrize("same_time", [False, True])
 @pytest.mark.parametrize("direct", ["1", "0"])
-def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, direct):
+def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, direct,
+                                                         same_time):
     """A file rewritten through the same inode while a Dataset of it is open: its reads
     served the new bytes under the old coordinates (direct reads), or garbage through the
     old chunk index; an open of it in the meantime shared HDF5's stale open and described
-    the old frames. Both are refused now (found by an audit)."""
+    the old frames. Both are refused now (found by an audit); so are those of a file of
+    the same size whose modification time was set back (``cp -p``), by its change time."""
     monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
     rng = np.random.default_rng(5)
     a, b, path = tmp_path / "a.h5md", tmp_path / "b.h5md", tmp_path / "t.h5md"
     write_h5md(a, {"t": {"position": {"value": rng.random((10, 4, 3)), "step": np.arange(10),
                                       "chunks": (2, 4, 3)}}})
-    write_h5md(b, {"t": {"position": {"value": rng.random((12, 4, 3)), "step": np.arange(12),
-                                      "chunks": (3, 4, 3)}}})
+    write_h5md(b, {"t": {"position": {"value": rng.random((10 if same_time else 12, 4, 3)),
+                                      "step": np.arange(10 if same_time else 12),
+                                      "chunks": (2 if same_time else 3, 4, 3)}}})
+    assert a.stat().st_size == b.stat().st_size or not same_time
     shutil.copyfile(a, path)
     old = xr.open_dataset(path, engine="h5md")
     try:
         assert old.position[:2].values.shape == (2, 4, 3)
-        _rewrite_in_place(b, path)
+        time.sleep(0.01)  # a change time after the open's
+        _rewrite_in_place(b, path, same_time)
         with pytest.raises(H5MDReadError, match=r"t\.h5md \[\S+position/value\]: was "
                            "rewritten since it was opened"):
             old.position.load()

@@ -72,7 +72,7 @@ class H5MDArray(BackendArray):
         lock: Any = HDF5_LOCK,
         full_atom_chunks: bool = False,
         filename: str | None = None,
-        stamp: tuple[int, int, int, int] | None = None,
+        stamp: tuple[int, int, int, int, int] | None = None,
     ) -> None:
         self.manager = manager
         self.stamp = stamp
@@ -145,9 +145,10 @@ class H5MDArray(BackendArray):
         now = _readers.file_stamp(self.filename)
         if now is not None and now[:2] == self.stamp[:2] and now[2:] != self.stamp[2:]:
             raise H5MDReadError(
-                self.filename, self.path, "was rewritten since it was opened (its size or "
-                f"modification time changed: {self.stamp[2:]} -> {now[2:]}, as (bytes, "
-                "ns)); the data read would not be those the Dataset describes: open it again"
+                self.filename, self.path, "was rewritten since it was opened (its size, "
+                f"modification or change time changed: {self.stamp[2:]} -> {now[2:]}, as "
+                "(bytes, ns, ns)); the data read would not be those the Dataset describes: "
+                "open it again"
                 f"{_LIVE_HINT}")
 
     def _getitem(self, key: tuple) -> np.ndarray:

@@ -24,7 +24,7 @@ from h5mdx.format.h5md import FileInfo, scan
 from h5mdx.format.h5md import open_h5md as _open_file
 
 
-def _file_state(stamp: tuple[int, int, int, int] | None) -> tuple[int, int] | None:
+def _file_state(stamp: tuple[int, int, int, int, int] | None) -> tuple[int, int] | None:
     """``(size, modification time in ns)`` of a file's stamp
     (:func:`h5mdx.format.reader_cache.file_stamp`): what a file replaced or rewritten under the
     same name changes. Not the inode: some network and FUSE file systems number a file
@@ -32,12 +32,12 @@ def _file_state(stamp: tuple[int, int, int, int] | None) -> tuple[int, int] | No
     return None if stamp is None else (stamp[2], stamp[3])
 
 
-#: (device, inode) -> the state (:func:`_file_state`) of each file this process opened,
-#: as it was at its latest open
-_OPENED: dict[tuple[int, int], tuple[int, int]] = {}
+#: (device, inode) -> the size, modification and change times of each file this process
+#: opened, as they were at its latest open
+_OPENED: dict[tuple[int, int], tuple[int, ...]] = {}
 
 
-def _stale_handle(filename: str, stamp: tuple[int, int, int, int]) -> None:
+def _stale_handle(filename: str, stamp: tuple[int, int, int, int, int]) -> None:
     """Refuse to open a file rewritten in place while this process holds it open
     (``stamp``: the file's now).
 
@@ -47,7 +47,7 @@ def _stale_handle(filename: str, stamp: tuple[int, int, int, int]) -> None:
     index. Where the file changed since (same inode, another size or time), only closing
     the other Dataset lets HDF5 read it afresh.
     """
-    key, now = (stamp[0], stamp[1]), (stamp[2], stamp[3])
+    key, now = (stamp[0], stamp[1]), stamp[2:]  # in this process: the change time too
     then = _OPENED.get(key)
     if then is not None and then != now:
         for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE):
@@ -103,7 +103,7 @@ def _manager(filename: str, swmr: bool) -> CachingFileManager:
 
 #: The stamp (:func:`h5mdx.format.reader_cache.file_stamp`) of the file each file manager of
 #: this process opened, taken as it did; None for a live file.
-_STAMPS: weakref.WeakKeyDictionary[CachingFileManager, tuple[int, int, int, int] | None] = (
+_STAMPS: weakref.WeakKeyDictionary[CachingFileManager, tuple[int, int, int, int, int] | None] = (
     weakref.WeakKeyDictionary())
 
 

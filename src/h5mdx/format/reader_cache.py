@@ -43,7 +43,7 @@ UNPLANNED: Any = object()
 #: files on disk. A dropped reader closes once no read holds it; the next read plans again.
 MAX_READERS = 256
 
-#: (file, dataset) -> (the file's stamp (:func:`_planned_stamp`), its reader or None, why
+#: (file, dataset) -> (the file's stamp (:func:`file_stamp`), its reader or None, why
 #: None: what only HDF5 reads)
 _CACHE: OrderedDict[tuple[str, str],
                     tuple[tuple[int, ...], DirectReader | None, str | None]] = OrderedDict()
@@ -116,23 +116,14 @@ def hold(filename: str) -> Callable[[], None]:
     return release
 
 
-def file_stamp(filename: str) -> tuple[int, int, int, int] | None:
-    """``(device, inode, size, mtime_ns)`` of ``filename``, or None if it cannot be stat'ed.
+def file_stamp(filename: str) -> tuple[int, int, int, int, int] | None:
+    """``(device, inode, size, mtime_ns, ctime_ns)`` of ``filename``, or None if it cannot
+    be stat'ed.
 
-    A file rewritten since has another stamp.
+    A file rewritten since has another stamp: one rewritten in place with the same size
+    keeps its modification time where that is set back (``cp -p``, ``touch -r``,
+    ``os.utime``), but its change time (``st_ctime_ns``) cannot be set back.
     """
-    try:
-        st = os.stat(filename)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _planned_stamp(filename: str) -> tuple[int, int, int, int, int] | None:
-    """:func:`file_stamp` and the time of the inode's last change (``st_ctime_ns``): the
-    key of a reader kept. A file rewritten in place with the same size keeps its
-    modification time where that is set back (``cp -p``, ``touch -r``, ``os.utime``); its
-    change time cannot be set back. None if it cannot be stat'ed."""
     try:
         st = os.stat(filename)
     except OSError:
@@ -167,7 +158,7 @@ def _entry(filename: str, path: str) -> tuple | None:
         entry = _CACHE.get((filename, path))
         if entry is not None:
             _CACHE.move_to_end((filename, path))
-    if entry is None or entry[0] != _planned_stamp(filename):
+    if entry is None or entry[0] != file_stamp(filename):
         return None
     return entry
 
@@ -182,7 +173,7 @@ def plan_cached(dset: h5py.Dataset, filename: str, path: str) -> DirectReader | 
     A reader this replaces (the file changed on disk) is not closed here: a thread may be
     reading through it still. Its descriptor closes with it, once no one holds it.
     """
-    stamp = _planned_stamp(filename)
+    stamp = file_stamp(filename)
     held = _held_file(dset)
     if held is not None and (stamp is None or stamp[:2] != held):
         # replaced or deleted since HDF5 opened it: its offsets are not those of the
