@@ -365,3 +365,23 @@ def test_atoms_far_from_the_origin_keep_small_rmsds_exact(adk_positions, adk_mas
         got = rmsd_qcp(frames[0], frames, weights=weights, kernel=kernel)
         want = [kabsch_rmsd(frames[0], y, weights) for y in frames]
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("shift", [1e5, 1e6])
+def test_atoms_very_far_from_the_origin_keep_every_rmsd_exact(adk_universe,
+                                                                   adk_positions, kernel,
+                                                                   shift):
+    """Frames ~0.1-1 Å from the reference with atoms 1e5-1e6 Å from the origin (float64):
+    the compiled kernel's one-pass sum of |y|^2 trusted RMSDs its cancellation had made
+    up to 6e-4 Å wrong (C-alpha at +1e6 Å: 2.4333 Å for 2.4331; the check re-summed only
+    square RMSDs under 4096 eps sum|y|^2/n, found by an audit). Both kernels now agree with
+    Kabsch to 1e-6 Å."""
+    ca = adk_universe.select_atoms("name CA").indices
+    base = adk_positions[0, ca].astype(np.float64)
+    rng = np.random.default_rng(7)
+    frames = np.stack([base + rng.normal(scale=s, size=base.shape)
+                       for s in np.geomspace(0.01, 3.0, 12)] + [adk_positions[21, ca]]) + shift
+    got = rmsd_qcp(base + shift, frames, kernel=kernel)
+    want = [kabsch_rmsd(base, y - shift) for y in frames]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -112,7 +112,12 @@ _WIDE = _wide_vectors()
 _LANES = 24 if _WIDE else 12
 #: A square RMSD below ``_CANCEL * sum w |y|^2 / n`` may be round-off of the one-pass
 #: G_b (:func:`_qcp_rmsd`): such frames are summed again, centred first (:func:`_centred_sums`).
-_CANCEL = 4096 * 2.220446049250313e-16
+#: The round-off is ~10-30 eps sum w |y|^2 / n, so a square RMSD just above the bound is
+#: off by ~30 / (_CANCEL / eps) of itself: 4096 eps left 6e-4 Å in frames ~2 Å from the
+#: reference with atoms 1e6 Å from the origin; 2^24 eps keeps it under 1e-6 Å there, and
+#: re-sums only frames within 0.06 Å of the reference where the atoms lie within 1000 Å
+#: of the origin (adk: 0.001 Å, the reference frame alone).
+_CANCEL = 2.0 ** 24 * 2.220446049250313e-16
 
 #: Two frames a pass over the reference (:func:`_pair_sums`) where 512-bit vectors give
 #: the 2 x 5 sums x 24 lanes their 30 registers: the reference's layout (9 doubles an
@@ -352,8 +357,8 @@ def _qcp_rmsd(r, g_a, rs, wsum, n, check):  # pragma: no cover - compiled
         return -1.0
     v = 2.0 * (e0 - lam) / n
     # G_b's one-pass form (sum w |y|^2 - W |c|^2) cancels away ~1e-16 of sum w |y|^2: a
-    # square RMSD within a few thousand times that (a frame near the reference, atoms far
-    # from the origin) is not to be trusted
+    # square RMSD within _CANCEL of it (a frame near the reference, atoms far from the
+    # origin) is not to be trusted
     if check and v < _CANCEL * r[12] / n:
         return -2.0
     return np.sqrt(v) if v > 0.0 else 0.0
