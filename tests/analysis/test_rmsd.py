@@ -1073,3 +1073,39 @@ def test_superposition_other_than_a_bool_is_refused(adk_h5md, given):
         np.testing.assert_array_equal(
             centred, h5mdx.rmsd(ds.position, select=np.arange(10), superposition=False).values)
         assert centred[5] > h5mdx.rmsd(ds.position, select=np.arange(10)).values[5]
+
+
+def test_parts_in_other_units_join_in_the_first_parts_units(adk_positions, expected_ca,
+                                                            tmp_path):
+    """A run in two files opened on their own, the first in nm and ns, the second in Å and
+    ps: the second part's RMSD was joined as it was, 10x too large under the first's
+    "nm" (frame 40: 3.95 "nm"), and its times 1000x (found by an audit). Now the series
+    is in the first part's units throughout; a part without a unit is taken to be in the
+    first's, with a warning."""
+    n = len(adk_positions)
+    first = write_h5md(tmp_path / "a.h5md", {"all": {"position": dict(
+        value=adk_positions[:40] / 10, step=np.arange(40), time=np.arange(40) * 1e-3,
+        unit="nm", time_unit="ns")}})
+    second = write_h5md(tmp_path / "b.h5md", {"all": {"position": dict(
+        value=adk_positions[40:], step=np.arange(40, n), time=np.arange(40, n) * 1.0,
+        unit="Angstrom")}})
+    bare = write_h5md(tmp_path / "c.h5md", {"all": {"position": dict(
+        value=adk_positions[40:] / 10, step=np.arange(40, n), time=np.arange(40, n) * 1e-3,
+        unit=None, time_unit="ns")}})
+    with xr.open_dataset(first, engine="h5md", topology=PSF) as a, \
+            xr.open_dataset(second, engine="h5md", topology=PSF) as b, \
+            xr.open_dataset(bare, engine="h5md", topology=PSF) as c:
+        for ref in (0, 50):
+            got = h5mdx.rmsd([a.position, b.position], ref, select="name CA").compute()
+            want = h5mdx.rmsd([a.position, c.position.assign_attrs(units="nm")], ref,
+                              select="name CA").values
+            assert got.attrs["units"] == "nm" and got.name == "rmsd"
+            assert got["time"].attrs["units"] == "ns"
+            np.testing.assert_allclose(got["time"].values, np.arange(n) * 1e-3, rtol=1e-12)
+            assert_close(got.values, want)
+            if ref == 0:
+                assert_close(got.values * 10, expected_ca)
+        with pytest.warns(RuntimeWarning, match="part 1 of the trajectory has its RMSD in "
+                                                "no unit, the first part in nm"):
+            got = h5mdx.rmsd([a.position, c.position], select="name CA").values
+        assert_close(got * 10, expected_ca)

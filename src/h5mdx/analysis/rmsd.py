@@ -15,6 +15,7 @@ computes :mod:`h5mdx.analysis.blocks`'s, and how frames are cut into tasks
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -53,6 +54,7 @@ from h5mdx.analysis.reference import (
     _check_dims,
     _frame_index,
     _of_file,
+    _user_stacklevel,
     _weights,
     select_atoms,
 )
@@ -257,11 +259,57 @@ def reference_of_parts(positions: Sequence[xr.DataArray],
 
 def join_parts(series: Sequence[xr.DataArray], frame: int | None) -> xr.DataArray:
     """The RMSD series of a trajectory's parts as one, along ``time`` (``frame``: the
-    reference frame of them all, as :func:`reference_of_parts` gave it)."""
+    reference frame of them all, as :func:`reference_of_parts` gave it). A part whose RMSD
+    or time is in another unit than the first part's (files opened on their own keep their
+    units) is converted to the first's."""
+    series = [series[0], *(_in_units_of(s, series[0], k)
+                           for k, s in enumerate(series[1:], start=1))]
     out = xr.concat(series, dim=TIME_DIM, combine_attrs="override")
     if frame is not None:
         out.attrs["reference_frame"] = frame
     return out
+
+
+def _unit_factor(have: str, want: str, what: str) -> float:
+    """The factor that takes values in ``have`` to ``want`` (1 where they are the same);
+    a ValueError naming ``what`` where they are not of one dimension."""
+    if have == want:
+        return 1.0
+    from h5mdx.format.units import conversion
+
+    a, b = conversion(have), conversion(want)
+    if a is None or b is None or a[1] != b[1]:
+        raise ValueError(f"{what} is in {have!r} and the first part's in {want!r}: h5mdx "
+                         "cannot convert one to the other")
+    return a[0] / b[0]
+
+
+def _in_units_of(part: xr.DataArray, first: xr.DataArray, k: int) -> xr.DataArray:
+    """The RMSD series of part ``k`` in the length and time units of the ``first`` part's
+    (concatenated as they are, a part in Å after one in nm was labelled nm, 10x too large);
+    where only one of them names a unit, it is taken to be the other's, with a warning."""
+    from h5mdx.format.units import scaled
+
+    for name, have, want in (
+            ("RMSD", part.attrs.get("units"), first.attrs.get("units")),
+            ("time", *(x[TIME_DIM].attrs.get("units") if TIME_DIM in x.coords else None
+                       for x in (part, first)))):
+        if have is None and want is None or have == want:
+            continue
+        if have is None or want is None:
+            warnings.warn(f"part {k} of the trajectory has its {name} in "
+                          f"{have or 'no unit'!s}, the first part in {want or 'no unit'!s}: "
+                          "taken to be the same unit", RuntimeWarning,
+                          stacklevel=_user_stacklevel())
+            continue
+        factor = _unit_factor(str(have), str(want), f"part {k}'s {name}")
+        if name == "RMSD":
+            part = scaled(part, factor).assign_attrs({**part.attrs, "units": want})
+        else:
+            time = part[TIME_DIM]
+            part = part.assign_coords({TIME_DIM: (TIME_DIM, scaled(time.values, factor),
+                                                  {**time.attrs, "units": want})})
+    return part
 
 
 def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
