@@ -1109,3 +1109,19 @@ def test_parts_in_other_units_join_in_the_first_parts_units(adk_positions, expec
                                                 "no unit, the first part in nm"):
             got = h5mdx.rmsd([a.position, c.position], select="name CA").values
         assert_close(got * 10, expected_ca)
+
+
+def test_cli_summary_of_a_file_without_units(adk_positions, expected_ca, tmp_path, capsys):
+    """A file whose positions name no unit: the summary said "rmsd (): first ...", as if
+    the unit had been lost; it now says the values are in the file's own, unnamed unit
+    (found by an audit)."""
+    path = write_h5md(tmp_path / "bare.h5md", {"all": {"position": dict(
+        value=adk_positions, step=1, time=1.0, unit=None, time_unit=None)}})
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", path, "--topology", PSF, "--select", "name CA", "--scheduler",
+                     "threads", "--workers", "2", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert (f"rmsd (the file's length unit, which it does not name): first "
+            f"{expected_ca[0]:.4f}, last {expected_ca[-1]:.4f}") in text
+    assert "rmsd ()" not in text
+    assert_close(np.genfromtxt(out, delimiter=",", names=True)["rmsd"], expected_ca)

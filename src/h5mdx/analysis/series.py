@@ -157,10 +157,17 @@ def plot_series(result: Any, plot: str) -> None:
     ax = fig.add_subplot()
     x = result["time"].values if "time" in result.coords else np.arange(result.size)
     ax.plot(x, result.values, lw=1, marker="o" if result.size < 2 else None)
-    ax.set_xlabel(f"time ({result['time'].attrs.get('units', '')})"
-                  if "time" in result.coords else "frame")
-    ax.set_ylabel(f"RMSD ({result.attrs.get('units', '')})")
+    ax.set_xlabel(_label("time", result["time"].attrs) if "time" in result.coords
+                  else "frame")
+    ax.set_ylabel(_label("RMSD", result.attrs))
     sel = result.attrs.get("selection")
     ax.set_title(f"RMSD{f' of {sel}' if sel else ''}")
     fig.tight_layout()
     fig.savefig(plot)
+
+
+def _label(name: str, attrs: dict) -> str:
+    """An axis label: ``name (unit)``, or ``name`` alone where no unit is known (not
+    ``RMSD ()``)."""
+    unit = attrs.get("units")
+    return f"{name} ({unit})" if unit else name

@@ -202,12 +202,16 @@ def _summary(result: Any) -> str:
     >>> print(_summary(xr.DataArray([0.0, 2.0, float("nan")], dims="time",
     ...                             attrs={"units": "nm"})))
     rmsd (nm): first 0.0000, last nan, mean 1.0000, max 2.0000 (frame 1); 1 of 3 frames without a value
+    >>> print(_summary(xr.DataArray([0.0, 2.0], dims="time")))
+    rmsd (the file's length unit, which it does not name): first 0.0000, last 2.0000, mean 1.0000, max 2.0000 (frame 1)
     """
     import numpy as np
 
     values = np.asarray(result.values, dtype=np.float64)
-    unit = result.attrs.get("units", "")
-    unit = {"Angstrom": "Å", "nm": "nm"}.get(str(unit), str(unit))
+    unit = str(result.attrs.get("units") or "")
+    # "rmsd ():" said nothing of a file without units: its own length unit, unknown
+    unit = {"Angstrom": "Å", "": "the file's length unit, which it does not name"}.get(
+        unit, unit)
     ok = np.flatnonzero(np.isfinite(values))
     if ok.size == 0:
         return "rmsd: no frame has a value (NaN: absent atoms)"
