@@ -1125,3 +1125,13 @@ def test_cli_summary_of_a_file_without_units(adk_positions, expected_ca, tmp_pat
             f"{expected_ca[0]:.4f}, last {expected_ca[-1]:.4f}") in text
     assert "rmsd ()" not in text
     assert_close(np.genfromtxt(out, delimiter=",", names=True)["rmsd"], expected_ca)
+
+
+def test_an_unknown_kernel_is_refused_when_the_series_is_made(adk_h5md):
+    """kernel="fast" gave a lazy series that failed only at compute time, inside every
+    task (on a cluster's workers, after the graph was sent; found by an audit)."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        for position in (ds.position, ds.position.chunk({"time": 10})):
+            with pytest.raises(ValueError, match="kernel must be 'auto', 'numpy' or "
+                                                 "'numba', not 'fast'"):
+                h5mdx.rmsd(position, select="name CA", kernel="fast")

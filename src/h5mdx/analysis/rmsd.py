@@ -64,11 +64,14 @@ from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 __all__ = ["join_parts", "reference_of_parts", "rmsd"]
 
 
-def _check_flag(superposition: Any) -> None:
-    """Refuse a ``superposition`` other than a bool, 0 or 1: a string ("no", "False") is
-    truthy, and superposed in silence."""
+def _check_options(superposition: Any, kernel: Any) -> None:
+    """Refuse a ``superposition`` other than a bool, 0 or 1 (a string, "no" or "False", is
+    truthy, and superposed in silence), and an unknown ``kernel`` here, not in every task
+    at compute time."""
     if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
         raise TypeError(f"superposition must be True or False, not {superposition!r}")
+    if kernel not in ("auto", "numpy", "numba"):
+        raise ValueError(f"kernel must be 'auto', 'numpy' or 'numba', not {kernel!r}")
 
 
 def rmsd(
@@ -159,7 +162,7 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     reference = _frame_index(reference)
-    _check_flag(superposition)
+    _check_options(superposition, kernel)
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
