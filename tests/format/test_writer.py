@@ -715,3 +715,24 @@ def _tiled(tmp_path, adk_h5md):
     write_h5md(out, {"trajectory": {"position": {"value": pos, "step": np.arange(len(pos)),
                                                  "unit": "Angstrom"}}})
     return str(out)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_contiguous_writer_after_a_failure_raises_the_failure(tmp_path, error):
+    """A failure inside ``with H5MDWriter(..., Layout(contiguous=True))`` became the
+    writer's own "ValueError: 3 frames written but 25 announced" at its close (audit77);
+    the failure is raised now, and the file is closed (it opens again)."""
+    pos, box = _frames()
+    specs = [ElementSpec("position", pos.shape[1:], np.float32, "Angstrom"),
+             ElementSpec("box_edges", (3, 3), np.float32, "Angstrom")]
+    path = tmp_path / "c.h5md"
+    with pytest.raises(error) as caught:
+        with H5MDWriter(path, specs, layout=Layout(contiguous=True), n_frames=25) as w:
+            for i in range(3):
+                w.append(i, 0.5 * i, position=pos[i], box_edges=box[i])
+            raise error("failed at frame 3")
+    assert str(caught.value) == "failed at frame 3"
+    assert caught.value.__context__ is None
+    assert w.file is None
+    with h5py.File(path, "r") as f:  # closed: no h5py handle left open on it
+        assert f["particles/trajectory/position/value"].shape == (25, 11, 3)

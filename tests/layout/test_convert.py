@@ -955,3 +955,37 @@ def test_a_resname_warning_points_at_the_caller(tmp_path):
         with pytest.warns(UserWarning, match="resname left out") as caught:
             h5mdx.layout.export.to_h5md(ds, tmp_path / "again.h5md")
     assert [w.filename for w in caught if "resname" in str(w.message)] == [__file__]
+
+
+@pytest.mark.parametrize("failure", ["truncated", "interrupt"])
+def test_a_contiguous_write_that_fails_raises_its_own_error(tmp_path, monkeypatch, failure):
+    """With --contiguous, a read error or a Ctrl-C while converting came out as "ValueError:
+    .x.h5md.HOST.PID.RND.h5mdx-partial: 0 frames written but 98 announced for contiguous
+    storage" (the writer's count, at its close after the failure; audit77): the failure
+    itself is raised now, and nothing is left."""
+    import h5mdx.layout.convert as module
+    from h5mdx.errors import H5MDReadError
+
+    out = tmp_path / "out.h5md"
+    if failure == "truncated":
+        data = open(d.XTC, "rb").read()
+        short = tmp_path / "short.xtc"
+        short.write_bytes(data[: len(data) * 6 // 10])
+        n = len(mda.Universe(d.GRO, str(short)).trajectory)
+        with pytest.raises(H5MDReadError, match=rf"short.xtc: MDAnalysis read \d+ of the {n} "):
+            convert(d.GRO, [short], out, contiguous=True, progress=False)
+    else:
+        original = module._frame_arrays
+        seen = []
+
+        def interrupted(*args, **kwargs):
+            seen.append(1)
+            if len(seen) == 25:
+                raise KeyboardInterrupt
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, "_frame_arrays", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            convert(d.PSF, [d.DCD], out, contiguous=True, progress=False)
+        assert len(seen) == 25
+    assert not out.exists() and not partial_files(out)

@@ -778,7 +778,16 @@ class H5MDWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is not None and self.file is not None:
-            # do not write more after a failure; just release the file
-            self._fill = 0
-        self.close()
+        if exc_type is None:
+            self.close()
+            return
+        if self.file is None:
+            return
+        # after a failure (an interrupt, a read error, a full disk), write no more and
+        # count no frames: the failure is the error, not "0 frames written but N
+        # announced" of a contiguous file, nor one of closing it
+        f, self.file = self.file, None
+        self._fill = 0
+        if self._own:
+            with contextlib.suppress(OSError):
+                _close_written(f, self.filename)
