@@ -989,3 +989,20 @@ def test_a_contiguous_write_that_fails_raises_its_own_error(tmp_path, monkeypatc
             convert(d.PSF, [d.DCD], out, contiguous=True, progress=False)
         assert len(seen) == 25
     assert not out.exists() and not partial_files(out)
+
+
+def test_a_universe_is_not_converted_over_the_files_it_reads(tmp_path):
+    """convert(Universe(top, 'a.h5md'), [], 'a.h5md', overwrite=True) replaced its own
+    input (its /parameters and what convert does not copy lost): only files given by name
+    counted as inputs (audit77). The Universe's topology and trajectory files (each of a
+    chain) are inputs now; a Universe built in memory converts as before."""
+    a, b = tmp_path / "a.h5md", tmp_path / "b.h5md"
+    convert(d.PSF, [d.DCD], a, stop=3, progress=False)
+    convert(d.PSF, [d.DCD], b, start=3, stop=5, progress=False)
+    before = _sha(b)
+    for u in (universe(d.PSF, [str(b)]), universe(d.PSF, [str(a), str(b)])):
+        with pytest.raises(ValueError, match=r"b.h5md' is also an input"):
+            convert(u, [], b, overwrite=True, progress=False)
+    assert _sha(b) == before and not partial_files(b)
+    merged = mda.Merge(universe(d.PSF, [d.DCD]).atoms)
+    assert convert(merged, [], tmp_path / "m.h5md", progress=False).n_frames == 1

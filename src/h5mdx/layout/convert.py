@@ -158,6 +158,25 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
     return u
 
 
+def _inputs(topology: Any, trajectories: Sequence[Any]) -> list[str]:
+    """The files convert reads, which it never writes over: those named, or those the
+    Universe given reads."""
+    inputs = [os.fspath(t) for t in trajectories]
+    if isinstance(topology, (str, os.PathLike)):
+        return [*inputs, os.fspath(topology)]
+    return [*inputs, *_universe_files(topology)]
+
+
+def _universe_files(u: Any) -> list[str]:
+    """The files a Universe reads: its topology's and its trajectory's (each one of a
+    chain); none for one built in memory."""
+    traj = getattr(u, "trajectory", None)
+    chain = getattr(traj, "filenames", None)  # a ChainReader's, as an array
+    files = [getattr(u, "filename", None),
+             *(list(chain) if chain is not None else [getattr(traj, "filename", None)])]
+    return [str(os.fspath(f)) for f in files if isinstance(f, (str, os.PathLike))]
+
+
 def _directory_input(path: str) -> str:
     """What to say of a directory given as a topology or trajectory (MDAnalysis said it
     knew no format '' of it, and listed its formats)."""
@@ -738,9 +757,7 @@ def convert(
     check_group_name(group)
     zarr_out = is_zarr_path(out)
     _check_output_name(out, zarr_out, bool(trajectories))
-    inputs = [os.fspath(t) for t in trajectories]
-    if isinstance(topology, (str, os.PathLike)):
-        inputs.append(os.fspath(topology))
+    inputs = _inputs(topology, trajectories)
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_whole_frames(u, out)
