@@ -1006,3 +1006,30 @@ def test_a_universe_is_not_converted_over_the_files_it_reads(tmp_path):
     assert _sha(b) == before and not partial_files(b)
     merged = mda.Merge(universe(d.PSF, [d.DCD]).atoms)
     assert convert(merged, [], tmp_path / "m.h5md", progress=False).n_frames == 1
+
+
+def test_a_trz_files_energies_are_written_as_observables(tmp_path):
+    """MDAnalysis gives a TRZ's pressure, energies and temperature as arrays of one value
+    (``ts.data['pressure']`` is ``array([2062131.5])``): convert wrote only scalars and
+    dropped them without a word (audit77). They are written as one-value observables now,
+    read back alike by the h5md engine and MDAnalysis; the pressure tensor (6 values a
+    frame) is noted as left out."""
+    u = universe(d.TRZ_psf, [d.TRZ])
+    names = ("pressure", "total_energy", "potential_energy", "kinetic_energy", "temperature")
+    want = {k: np.array([ts.data[k][0] for ts in u.trajectory]) for k in names}
+    out = tmp_path / "trz.h5md"
+    stats = convert(d.TRZ_psf, [d.TRZ], out, progress=False)
+    assert "observable 'pressure_tensor' left out: 6 values a frame (shape (1, 6)); convert " \
+           "writes those of one value" in stats.notes
+    with xr.open_dataset(out, engine="h5md", group="observables") as obs:
+        for k in names:
+            np.testing.assert_array_equal(obs[k].values, want[k])
+        assert "pressure_tensor" not in obs
+    back = universe(d.TRZ_psf, [str(out)])
+    np.testing.assert_array_equal([ts.data["pressure"] for ts in back.trajectory],
+                                  want["pressure"])
+    # a PDB's per-atom occupancy is no observable, and no note
+    pdb = convert(d.PDB_multiframe, [], tmp_path / "nmr.h5md", progress=False)
+    assert not [n for n in pdb.notes if "observable" in n]
+    with h5py.File(tmp_path / "nmr.h5md") as f:
+        assert "observables" not in f

@@ -388,15 +388,20 @@ def _static(atoms: Any) -> dict[str, tuple[Any, str | None, dict[str, Any]]]:
 
 class _Observables:
     """The numbers a trajectory reader gives per frame besides step and time (MDAnalysis'
-    ``ts.data``: a TRR's ``lambda``), written as ``/observables/<name>`` on the frames'
-    steps and times, as MDAnalysis' H5MDWriter does. Scalars only (a PDB's per-atom
-    occupancy is no per-frame value); one a frame lacks is left out."""
+    ``ts.data``: a TRR's ``lambda``, a TRZ's energies, which it gives as arrays of one
+    value), written as ``/observables/<name>`` on the frames' steps and times, as
+    MDAnalysis' H5MDWriter does. One value per frame only: a PDB's per-atom occupancy is
+    no per-frame value, and other arrays (a TRZ's pressure tensor) are noted as left out
+    (``n_atoms``: the atoms' count, which tells per-atom arrays); one a frame lacks is
+    left out."""
 
     SKIP = frozenset({"step", "time", "dt", "time_offset"})
 
-    def __init__(self) -> None:
+    def __init__(self, n_atoms: int | None = None) -> None:
         self.values: dict[str, list[Any]] = {}
         self.left_out: set[str] = set()
+        self.not_one: dict[str, tuple[int, ...]] = {}
+        self.n_atoms = n_atoms
         self.steps: list[int] = []
         self.times: list[float] = []
 
@@ -405,10 +410,15 @@ class _Observables:
         for key, value in getattr(ts, "data", {}).items():
             if key in self.SKIP or key in self.left_out:
                 continue
-            if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "biuf":
+            if np.asarray(value).dtype.kind not in "biuf":
+                continue
+            if np.size(value) != 1:  # an array: per atom, or several values a frame
+                shape = np.shape(value)
+                if shape and shape[0] != self.n_atoms:
+                    self.not_one.setdefault(str(key), shape)
                 continue
             got = self.values.setdefault(str(key), [])
-            got.append(value)
+            got.append(np.asarray(value).reshape(()))  # a TRZ's (1,) arrays: the value
         for key in [k for k, got in self.values.items() if len(got) != n + 1]:
             self.left_out.add(key)  # missing from a frame, or new after the first
             del self.values[key]
@@ -419,6 +429,9 @@ class _Observables:
         """Write them (H5MD), each with its unit in ``units`` (an H5MD input's); the notes
         on what was left out."""
         notes = [f"observable {k!r} left out: not in every frame" for k in sorted(self.left_out)]
+        notes += [f"observable {k!r} left out: {int(np.prod(shape))} values a frame "
+                  f"(shape {shape}); convert writes those of one value"
+                  for k, shape in sorted(self.not_one.items()) if k not in self.values]
         if zarr_out and self.values:
             return [*notes, f"observables {sorted(self.values)} not written (a Zarr output "
                     "holds the particles group only)"]
@@ -769,7 +782,7 @@ def convert(
     static = _static(atoms)
     if indices is not None:  # H5MD's id: which atoms of the input these are
         static["id"] = id_element(indices)
-    steps, observables = _Steps(), _Observables()
+    steps, observables = _Steps(), _Observables(n)
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     unwritten = _unwritten(want, has_box, velocities, forces)
     t0 = _time.perf_counter()
