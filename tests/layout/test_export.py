@@ -170,3 +170,47 @@ def test_text_that_is_not_ascii_is_written_as_utf8(tmp_path, adk_h5md):
         with xr.open_dataset(out, engine="h5md") as back:
             np.testing.assert_array_equal(back.label.values, labels)
             assert back.tag.values[1, 0] == "é"
+
+
+def test_zarr_writer_chunks_the_box_as_the_h5md_writer_does(tmp_path):
+    """``h5mdx convert OUT.zarr`` stored the box (36 bytes a frame) in chunks of the
+    positions' frames: a file for every frame or two (the GRO/TRR of adk with
+    --frames-per-chunk 2: five chunks of 2 frames, where the H5MD file has one of 10;
+    audit77). The box's chunks hold whole blocks of at least 64 KiB now, as in H5MD, and
+    appends across them keep every value."""
+    import MDAnalysis as mda
+    import xarray as xr
+    from MDAnalysisTests import datafiles as d
+
+    from h5mdx.format.writer import ElementSpec, Layout
+    from h5mdx.layout import export
+    from h5mdx.layout.convert import convert
+
+    rng = np.random.default_rng(3)
+    x = rng.random((95, 7, 3)).astype(np.float32)
+    box = rng.random((95, 3, 3)).astype(np.float32)
+    specs = [ElementSpec("position", (7, 3), np.float32, "nm"),
+             ElementSpec("box_edges", (3, 3), np.float32, "nm")]
+    for n_frames, chunk in ((None, 10 * -(-65536 // 360)), (95, 95)):
+        store = tmp_path / f"w{n_frames}.zarr"
+        with export.ZarrWriter(store, specs, n_frames=n_frames,
+                               layout=Layout(frames_per_chunk=10)) as w:
+            for i in range(95):
+                w.append(i, 0.5 * i, position=x[i], box_edges=box[i])
+        root = zarr.open_group(str(store), mode="r")
+        assert root["position"].chunks == (10, 7, 3)
+        assert root["box_edges"].chunks == (chunk, 3, 3)
+        with xr.open_zarr(store) as ds:
+            np.testing.assert_array_equal(ds.position.values, x)
+            np.testing.assert_array_equal(ds.box_edges.values, box)
+    h5, store = tmp_path / "adk.h5md", tmp_path / "adk.zarr"
+    convert(d.GRO, [d.TRR], h5, frames_per_chunk=2, progress=False)
+    convert(d.GRO, [d.TRR], store, frames_per_chunk=2, progress=False, verify=True)
+    root = zarr.open_group(str(store), mode="r")
+    with h5py.File(h5) as f:
+        assert root["box_edges"].chunks == f["particles/trajectory/box/edges/value"].chunks
+    assert root["box_edges"].nchunks_initialized == 1
+    u = mda.Universe(d.GRO, d.TRR)
+    with xr.open_zarr(store) as ds:
+        np.testing.assert_allclose(ds.box_edges.values,
+                                   [ts.triclinic_dimensions for ts in u.trajectory])

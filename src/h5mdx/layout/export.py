@@ -304,6 +304,8 @@ class ZarrWriter:
             _check_one_chunk(self.block * big.frame_bytes, self.store)
         else:
             self.block = self.layout.frames(big.frame_bytes, n_frames)
+        self.chunks = {n: (self._chunk_frames(s, big.frame_bytes), *s.frame_shape)
+                       for n, s in self.specs.items()}
         self.compressors = zarr_compressors(self.layout.compression)
         self.time_unit = time_unit
         has_box = "box_edges" in self.specs
@@ -326,6 +328,17 @@ class ZarrWriter:
         self.n_written = 0
         self.closed = False
         self._digests = Digests(enabled=checksum)
+
+    def _chunk_frames(self, spec: ElementSpec, big_bytes: int) -> int:
+        """Frames per chunk of ``spec``: the block's, or for an element of smaller frames
+        (the box) whole blocks of at least ``SMALL_CHUNK_BYTES``, as
+        :class:`~h5mdx.format.writer.H5MDWriter` chunks it (a box of 36 bytes a frame in
+        chunks of the positions' frames took a file for each frame or two)."""
+        if self.layout.contiguous or spec.frame_bytes >= big_bytes:
+            return self.block
+        want = self.layout.frames(spec.frame_bytes, self.n_frames, small=True)
+        frames = self.block * max(1, math.ceil(want / self.block))
+        return min(frames, max(1, int(self.n_frames))) if self.n_frames else frames
 
     @property
     def checksums(self) -> dict[str, str]:
@@ -399,10 +412,9 @@ class ZarrWriter:
         ds = self._dataset(n, first)
         with _quiet_zarr():
             if first:
-                enc: dict[str, dict[str, Any]] = {}
-                for name, spec in self.specs.items():
-                    enc[name] = {"chunks": (self.block, *spec.frame_shape),
-                                 "compressors": self.compressors}
+                enc: dict[str, dict[str, Any]] = {
+                    name: {"chunks": chunks, "compressors": self.compressors}
+                    for name, chunks in self.chunks.items()}
                 for c in (TIME_DIM, STEP_COORD):
                     # appends rewrite the last (small) chunk: one small read and write
                     enc[c] = {"chunks": _time_chunk(self.n_frames)}
