@@ -1033,3 +1033,17 @@ def test_a_trz_files_energies_are_written_as_observables(tmp_path):
     assert not [n for n in pdb.notes if "observable" in n]
     with h5py.File(tmp_path / "nmr.h5md") as f:
         assert "observables" not in f
+
+
+def test_an_output_named_in_capitals_zarr_is_a_zarr_store(tmp_path):
+    """``h5mdx convert adk.psf adk.dcd OUT.ZARR`` wrote an HDF5 file named OUT.ZARR (the
+    suffix was matched in lower case only, and ".ZARR" passed as a Zarr name; audit77):
+    it writes a Zarr store now, as OUT.zarr does."""
+    out = tmp_path / "OUT.ZARR"
+    stats = convert(d.PSF, [d.DCD], out, stop=3, progress=False)
+    assert out.is_dir() and not h5py.is_hdf5(out)
+    want = universe(d.PSF, [d.DCD]).trajectory
+    with xr.open_zarr(out) as ds:
+        np.testing.assert_array_equal(ds.position.values,
+                                      [ts.positions for ts in want[:3]])
+    assert stats.n_frames == 3

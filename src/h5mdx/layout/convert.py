@@ -90,9 +90,10 @@ class ConvertStats:
 
 
 def is_zarr_path(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a Zarr store (``*.zarr``, or an existing Zarr directory)."""
+    """Whether ``path`` names a Zarr store (``*.zarr`` in any case, ``OUT.ZARR`` too, or an
+    existing Zarr directory)."""
     p = os.fspath(path).rstrip("/")
-    if p.endswith(".zarr"):
+    if p.lower().endswith(".zarr"):
         return True
     return os.path.isdir(p) and any(os.path.exists(os.path.join(p, m)) for m in ZARR_MARKERS)
 
