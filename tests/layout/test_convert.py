@@ -1047,3 +1047,16 @@ def test_an_output_named_in_capitals_zarr_is_a_zarr_store(tmp_path):
         np.testing.assert_array_equal(ds.position.values,
                                       [ts.positions for ts in want[:3]])
     assert stats.n_frames == 3
+
+
+def test_a_selection_error_names_the_topology(tmp_path, capsys):
+    """``--select`` that matches nothing, or does not parse, said neither the file nor its
+    atoms ("the selection 'name CA and resname XYZ' matches no atoms"; audit77)."""
+    out = str(tmp_path / "q.h5md")
+    assert main(["convert", d.GRO, d.XTC, out, "--select", "name CA and resname XYZ"]) == 1
+    assert (f"error: the selection 'name CA and resname XYZ' matches none of the atoms of "
+            f"{d.GRO} (47681 atoms)") in capsys.readouterr().err
+    assert main(["convert", d.GRO, d.XTC, out, "--select", "nme CA"]) == 1
+    assert (f"error: cannot use the selection 'nme CA' on {d.GRO} (47681 atoms): Unknown "
+            "selection token: 'nme'") in capsys.readouterr().err
+    assert not os.path.exists(out) and not partial_files(out)

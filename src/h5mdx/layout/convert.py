@@ -500,12 +500,15 @@ def _reader_dt(ts: Any) -> float:
 def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
     """The atoms to write, and their indices (None: all atoms, in order)."""
     if select:
+        # the topology it selects in, named (the error said neither file nor atoms)
+        of = f"{getattr(u, 'filename', None) or 'the Universe'} ({u.atoms.n_atoms} atoms)"
         try:
             atoms = u.select_atoms(select)
         except Exception as err:  # MDAnalysis SelectionError and friends
-            raise TopologyError(f"cannot use the selection {select!r}: {err}") from err
+            raise TopologyError(f"cannot use the selection {select!r} on {of}: {err}"
+                                ) from err
         if atoms.n_atoms == 0:
-            raise TopologyError(f"the selection {select!r} matches no atoms")
+            raise TopologyError(f"the selection {select!r} matches none of the atoms of {of}")
     else:
         atoms = u.atoms
     indices = None if atoms.n_atoms == u.atoms.n_atoms and not select else atoms.indices
