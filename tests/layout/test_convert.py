@@ -1060,3 +1060,20 @@ def test_a_selection_error_names_the_topology(tmp_path, capsys):
     assert (f"error: cannot use the selection 'nme CA' on {d.GRO} (47681 atoms): Unknown "
             "selection token: 'nme'") in capsys.readouterr().err
     assert not os.path.exists(out) and not partial_files(out)
+
+
+def test_an_h5md_file_read_through_a_universe_is_reported_left_behind(tmp_path):
+    """convert(Universe(top, 'in.h5md'), [], out) said nothing of the /parameters it did
+    not copy (the notes looked at the files given by name only; audit77); it says what
+    convert(top, ['in.h5md'], out) says."""
+    import shutil
+
+    src = tmp_path / "cobro_in.h5md"
+    shutil.copy(d.H5MD_xvf, src)
+    with h5py.File(src, "r+") as f:
+        f["parameters/temperature"] = 300.0
+    named = convert(d.TPR_xvf, [str(src)], tmp_path / "a.h5md", progress=False)
+    given = convert(universe(d.TPR_xvf, [str(src)]), [], tmp_path / "b.h5md", progress=False)
+    left = [n for n in given.notes if "/parameters not copied" in n]
+    assert len(left) == 1 and str(src) in left[0]
+    assert given.notes == named.notes

@@ -819,7 +819,7 @@ def convert(
         steps_renumbered=steps.renumbered, missing={k: v for k, v in missing.items() if v},
         notes=list(dict.fromkeys(f"MDAnalysis: {w.message}" for w in [*early, *caught]))
         + obs_notes + _unwritten_notes(unwritten) + _unknown_units(u, specs)
-        + _left_behind(trajectories, observables.values),
+        + _left_behind(list(dict.fromkeys(inputs)), observables.values),
     )
 
 
