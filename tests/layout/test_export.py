@@ -214,3 +214,37 @@ def test_zarr_writer_chunks_the_box_as_the_h5md_writer_does(tmp_path):
     with xr.open_zarr(store) as ds:
         np.testing.assert_allclose(ds.box_edges.values,
                                    [ts.triclinic_dimensions for ts in u.trajectory])
+
+
+def test_zarr_writer_refuses_what_the_h5md_writer_refuses(tmp_path):
+    """ZarrWriter ("the same interface as H5MDWriter") wrote steps 0, 10, 5, 5 as they came
+    (a store whose ``time`` goes back), and an element left out was a bare KeyError
+    (audit77); it refuses both as H5MDWriter does, and a missing time, before writing."""
+    import xarray as xr
+
+    from h5mdx.format.writer import ElementSpec, Layout
+    from h5mdx.layout import export
+
+    specs = [ElementSpec("position", (2, 3), np.float32, "nm")]
+    frame = np.ones((2, 3), np.float32)
+    store = tmp_path / "w.zarr"
+    with pytest.raises(ValueError, match=r"w.zarr: step 5 after step 10: H5MD's steps "):
+        with export.ZarrWriter(store, specs, layout=Layout(frames_per_chunk=2)) as w:
+            for s in (0, 10, 5):
+                w.append(s, s * 0.1, position=frame)
+    with pytest.raises(ValueError, match=r"step 3 after step 3"):
+        with export.ZarrWriter(tmp_path / "x.zarr", specs) as w:
+            w.extend([1, 2, 3, 3], [0.1, 0.2, 0.3, 0.3], position=np.stack([frame] * 4))
+    two = [*specs, ElementSpec("velocity", (2, 3), np.float32, "nm ps-1")]
+    with pytest.raises(ValueError, match=r"elements missing: \['velocity'\], unexpected: \[\]"):
+        with export.ZarrWriter(tmp_path / "y.zarr", two) as w:
+            w.append(0, 0.0, position=frame)
+    with pytest.raises(ValueError, match="time is None"):
+        with export.ZarrWriter(tmp_path / "z.zarr", specs) as w:
+            w.extend([0, 1], None, position=np.stack([frame] * 2))
+    good = tmp_path / "good.zarr"
+    with export.ZarrWriter(good, specs, layout=Layout(frames_per_chunk=2)) as w:
+        w.extend([0, 10, 20], [0.0, 1.0, 2.0], position=np.stack([frame] * 3))
+    with xr.open_zarr(good) as ds:
+        np.testing.assert_array_equal(ds.step.values, [0, 10, 20])
+        np.testing.assert_array_equal(ds.time.values, [0.0, 1.0, 2.0])

@@ -326,6 +326,7 @@ class ZarrWriter:
         self._time = np.empty(self.block, dtype=np.float64)
         self._fill = 0
         self.n_written = 0
+        self._last_step: int | None = None
         self.closed = False
         self._digests = Digests(enabled=checksum)
 
@@ -345,8 +346,16 @@ class ZarrWriter:
         """Array name -> hex digest of everything written (``checksum=True`` only)."""
         return self._digests.hexdigests()
 
-    def append(self, step: int, time: float, **frames: Any) -> None:
-        """Add one frame (see :meth:`h5mdx.format.writer.H5MDWriter.append`)."""
+    def append(self, step: int, time: float | None, **frames: Any) -> None:
+        """Add one frame (see :meth:`h5mdx.format.writer.H5MDWriter.append`).
+
+        Raises
+        ------
+        ValueError
+            As H5MDWriter's: for elements missing or unexpected, a step that does not
+            increase, or no time.
+        """
+        self._check_frame(step, time, frames)
         i = self._fill
         self._step[i], self._time[i] = step, time
         for name, spec in self.specs.items():
@@ -355,12 +364,26 @@ class ZarrWriter:
         if self._fill == self.block:
             self._flush()
 
+    def _check_frame(self, step: int, time: Any, frames: Mapping[str, Any]) -> None:
+        """Refuse a frame as :class:`~h5mdx.format.writer.H5MDWriter` does (a step that
+        went back was written, and the store's ``time`` with it)."""
+        if set(frames) != set(self.specs):
+            raise ValueError(f"{self.store}: elements missing: "
+                             f"{sorted(set(self.specs) - set(frames))}, unexpected: "
+                             f"{sorted(set(frames) - set(self.specs))}")
+        if time is None:
+            raise ValueError(f"{self.store}: time is None; a Zarr store holds a time for "
+                             "each frame")
+        check_steps_increase([step], self.store, after=self._last_step)
+        self._last_step = int(step)
+
     def extend(self, step: Any, time: Any, **blocks: Any) -> None:
         """Add a block of frames (leading axis = frames)."""
         step = np.asarray(step).reshape(-1)
-        time = np.asarray(time).reshape(-1)
+        times: Any = [None] * step.size if time is None \
+            else np.asarray(time, np.float64).reshape(-1)
         for i in range(step.size):
-            self.append(int(step[i]), float(time[i]), **{k: v[i] for k, v in blocks.items()})
+            self.append(int(step[i]), times[i], **{k: v[i] for k, v in blocks.items()})
 
     def _dataset(self, n: int, first: bool) -> xr.Dataset:
         data: dict[str, xr.Variable] = {}
