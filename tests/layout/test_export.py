@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -248,3 +250,29 @@ def test_zarr_writer_refuses_what_the_h5md_writer_refuses(tmp_path):
     with xr.open_zarr(good) as ds:
         np.testing.assert_array_equal(ds.step.values, [0, 10, 20])
         np.testing.assert_array_equal(ds.time.values, [0.0, 1.0, 2.0])
+
+
+def test_an_output_named_as_the_other_kind_is_refused(tmp_path, adk_h5md):
+    """``ds.md.to_h5md("out.zarr")`` wrote an HDF5 file named as a Zarr store (which
+    xr.open_zarr refuses, and h5mdx's tools take for a store), and ``ds.md.to_zarr(
+    "out.h5md")`` a store the h5md engine refuses (audit77): both are refused before
+    anything is written, naming the writer to use; the right names write as before."""
+    import xarray as xr
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        part = ds.isel(time=slice(0, 3))
+        for name in ("out.zarr", "OUT.ZARR"):
+            with pytest.raises(ValueError, match=rf"'{tmp_path / name}' is named as a Zarr "
+                                                 r"store: to_h5md writes H5MD .*md.to_zarr"):
+                part.md.to_h5md(tmp_path / name)
+        for name in ("out.h5md", "out.h5"):
+            with pytest.raises(ValueError, match=r"is named as an H5MD file: to_zarr writes "
+                                                 r"a Zarr store .*md.to_h5md"):
+                part.md.to_zarr(tmp_path / name)
+        assert os.listdir(tmp_path) == []
+        part.md.to_h5md(tmp_path / "out.h5md")
+        part.md.to_zarr(tmp_path / "out.zarr")
+        with xr.open_zarr(tmp_path / "out.zarr") as z, \
+                xr.open_dataset(tmp_path / "out.h5md", engine="h5md") as h:
+            np.testing.assert_array_equal(z.position.values, part.position.values)
+            np.testing.assert_array_equal(h.position.values, part.position.values)

@@ -613,10 +613,31 @@ def to_zarr(
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    _check_kind_named(store, zarr=True)
     with atomic_output(store, overwrite=overwrite, inputs=_sources(ds), directory=True) as tmp:
         dataset_to_zarr(ds, tmp, layout=layout, progress=progress,
                         description=f"to {os.path.basename(os.fspath(store))}")
     return os.fspath(store)
+
+
+#: The suffixes of an H5MD (HDF5) file's name
+_H5MD_SUFFIXES = (".h5md", ".h5", ".hdf5", ".hdf")
+
+
+def _check_kind_named(path: str | os.PathLike[str], *, zarr: bool) -> None:
+    """Refuse an output named as the other kind (``ds.md.to_h5md("out.zarr")`` wrote an
+    HDF5 file that ``xr.open_zarr`` refuses and h5mdx's tools take for a store by its
+    name; ``to_zarr`` of ``out.h5md`` a store the h5md engine refuses)."""
+    from h5mdx.layout.convert import is_zarr_path
+
+    name = os.fspath(path)
+    suffix = os.path.splitext(name.rstrip("/"))[1].lower()
+    if zarr and suffix in _H5MD_SUFFIXES:
+        raise ValueError(f"the output {name!r} is named as an H5MD file: to_zarr writes a "
+                         f"Zarr store (.zarr); ds.md.to_h5md({name!r}) writes H5MD")
+    if not zarr and is_zarr_path(name):
+        raise ValueError(f"the output {name!r} is named as a Zarr store: to_h5md writes "
+                         f"H5MD (.h5md, .h5, .hdf5); ds.md.to_zarr({name!r}) writes Zarr")
 
 
 def _compute_with_bar(writes: Any, description: str) -> None:
@@ -696,6 +717,7 @@ def to_h5md(
     """
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
+    _check_kind_named(path, zarr=False)
     ds = _cf_encoded(ds)
     if author is None and ds.attrs.get("author_name") not in (None, "unknown"):
         author = str(ds.attrs["author_name"])  # the file's author, as opened
