@@ -1077,3 +1077,29 @@ def test_an_h5md_file_read_through_a_universe_is_reported_left_behind(tmp_path):
     left = [n for n in given.notes if "/parameters not copied" in n]
     assert len(left) == 1 and str(src) in left[0]
     assert given.notes == named.notes
+
+
+def test_a_trr_damaged_in_its_middle_fails_instead_of_writing_its_first_frames(tmp_path):
+    """MDAnalysis counts an XTC's or TRR's frames by scanning it, and stops without a word
+    at a frame it cannot read: adk's TRR of 10 frames, 4000 bytes garbled in its middle,
+    converted as its first 5 frames with exit 0 (audit77). convert refuses it, saying
+    how much follows the last frame counted; whole files convert as before."""
+    from h5mdx.errors import H5MDReadError
+
+    data = bytearray(open(d.TRR, "rb").read())
+    half = len(data) // 2
+    data[half:half + 4000] = bytes((b * 7 + 13) % 256 for b in data[half:half + 4000])
+    bad = tmp_path / "garbled.trr"
+    bad.write_bytes(bytes(data))
+    counted = universe(d.GRO, [str(bad)]).trajectory.n_frames
+    assert counted == 5  # of 10
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"garbled.trr: \d+ bytes follow its frame 5, "
+                                            r"which ends at byte \d+: the file is damaged"):
+        convert(d.GRO, [bad], out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    # after a whole file too (the chain's readers are each checked)
+    with pytest.raises(H5MDReadError, match="garbled.trr"):
+        convert(d.GRO, [d.XTC, bad], out, progress=False)
+    stats = convert(d.GRO, [d.TRR, d.XTC], out, progress=False, start=3)
+    assert stats.n_frames == 17

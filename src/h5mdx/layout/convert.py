@@ -852,8 +852,10 @@ def _release_quietly(err: BaseException) -> None:
 
 def _check_whole_frames(u: Any, out: str) -> None:
     """Raise where a DCD file ends inside a frame: MDAnalysis counts its frames from the
-    file's size and reads the whole ones, so a cut file converted without a word."""
+    file's size and reads the whole ones, so a cut file converted without a word; and
+    where an XTC or TRR file holds more after its last frame (:func:`_check_xdr_end`)."""
     for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
+        _check_xdr_end(reader, out)
         dcd = getattr(reader, "_file", None)
         sizes = [getattr(dcd, name, None) for name in ("_header_size", "_firstframesize",
                                                         "_framesize")]
@@ -869,6 +871,34 @@ def _check_whole_frames(u: Any, out: str) -> None:
                 f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames; nothing written to {out}")
+
+
+def _check_xdr_end(reader: Any, out: str) -> None:
+    """Raise where an XTC or TRR file goes on after the last frame MDAnalysis counts: it
+    counts them by scanning the file and stops, without a word, at a damaged frame (a TRR
+    of 10 frames garbled in its middle read as its first 5, and converted with exit 0).
+    The last frame is read to find where it ends; where that read fails, the frames'
+    count says so as they are written (:func:`_check_all_read`)."""
+    xdr: Any = getattr(reader, "_xdr", None)
+    name = getattr(reader, "filename", None)
+    if not hasattr(xdr, "_bytes_tell") or not name or not os.path.isfile(name) \
+            or not reader.n_frames:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reader[reader.n_frames - 1]
+        end = int(xdr._bytes_tell())
+    except Exception:  # MDAnalysis raises many kinds of errors; said later
+        return
+    extra = os.path.getsize(name) - end
+    if extra > 0:
+        raise H5MDReadError(
+            name, None,
+            f"{extra} bytes follow its frame {reader.n_frames}, which ends at byte {end}: "
+            f"the file is damaged or cut there (MDAnalysis counts the frames up to a "
+            f"frame it cannot read, and reads only the {reader.n_frames} before); nothing "
+            f"written to {out}")
 
 
 #: the quantity MDAnalysis' reader states the unit of, for each element written
