@@ -1103,3 +1103,55 @@ def test_a_trr_damaged_in_its_middle_fails_instead_of_writing_its_first_frames(t
         convert(d.GRO, [d.XTC, bad], out, progress=False)
     stats = convert(d.GRO, [d.TRR, d.XTC], out, progress=False, start=3)
     assert stats.n_frames == 17
+
+
+def test_partial_converts_the_frames_before_a_damaged_or_cut_end(tmp_path, capsys):
+    """A run that crashed while writing leaves a file cut inside a frame: convert refused
+    it with no way to take the whole frames before the cut. ``partial=True``
+    (``--partial``) converts them, with a warning naming the file and what was left;
+    the refusal names the option."""
+    from h5mdx.cli import main
+    from h5mdx.errors import H5MDReadError
+
+    cut = tmp_path / "cut.dcd"
+    cut.write_bytes(open(d.DCD, "rb").read()[:500_000])
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"pass partial=True \(--partial on the command "
+                                            r"line\) to convert the 12 frames before it"):
+        convert(d.PSF, [cut], out, progress=False)
+    with pytest.warns(UserWarning, match=r"cut.dcd: the file ends \d+ bytes into frame 13 "
+                                         r".*; the 12 frames before it are converted"):
+        stats = convert(d.PSF, [cut], out, progress=False, partial=True)
+    want = np.stack([ts.positions.copy() for ts in mda.Universe(d.PSF, d.DCD).trajectory[:12]])
+    with xr.open_dataset(out, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.position.values, want)
+    assert stats.n_frames == 12
+    data = open(d.XTC, "rb").read()
+    short = tmp_path / "short.xtc"
+    short.write_bytes(data[: len(data) * 6 // 10])
+    read = sum(1 for _ in _frames_read(d.GRO, short))
+    assert 0 < read < len(mda.Universe(d.GRO, str(short)).trajectory)
+    assert main(["convert", d.GRO, str(short), str(out), "--overwrite", "--no-progress"]) == 1
+    assert "pass --partial to convert the" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match=rf"short.xtc: MDAnalysis read {read} of the \d+ "
+                      rf"frames .*; the {read} frames read are converted"):
+        assert main(["convert", d.GRO, str(short), str(out), "--overwrite", "--no-progress",
+                     "--partial"]) == 0
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert ds.sizes["time"] == read
+    with pytest.raises(H5MDReadError, match="nothing written"):  # contiguous: all or none
+        convert(d.GRO, [short], tmp_path / "c.h5md", progress=False, partial=True,
+                contiguous=True)
+
+
+def _frames_read(topology, path):
+    """The frames MDAnalysis yields of ``path`` before it stops at a read error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(topology, str(path))
+        try:
+            for ts in u.trajectory:
+                yield ts.frame
+        except (OSError, EOFError, ValueError):
+            return
+

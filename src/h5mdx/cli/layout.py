@@ -56,6 +56,9 @@ def add_parser(subparsers: Any) -> None:
                    help="trajectory file(s), then the output (.h5md or .zarr); with only OUT "
                         "the topology's own frames are converted")
     c.add_argument("--select", help="MDAnalysis selection of the atoms to write")
+    c.add_argument("--partial", action="store_true",
+                   help="convert the frames before a damaged or cut end of an input (a run "
+                        "that crashed while writing), with a warning, instead of refusing it")
     c.add_argument("--start", type=int, help="first frame to convert (default: 0)")
     c.add_argument("--stop", type=int, help="frame to stop before (default: the end)")
     c.add_argument("--step", type=int, help="convert every STEP-th frame (default: 1)")
@@ -110,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         stats = convert(args.topology, trajs, out, select=args.select, start=args.start,
                         stop=args.stop, step=args.step, velocities=args.velocities,
                         forces=args.forces, group=args.group, progress=progress,
-                        format=args.fmt, topology_format=args.topology_format, **layout)
+                        format=args.fmt, topology_format=args.topology_format,
+                        partial=args.partial, **layout)
     else:
         from h5mdx.layout.rechunk import rechunk
 

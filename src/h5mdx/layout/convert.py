@@ -20,7 +20,7 @@ import sys
 import time as _time
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -718,6 +718,7 @@ def convert(
     verify: bool = False,
     format: str | None = None,
     topology_format: str | None = None,
+    partial: bool = False,
 ) -> ConvertStats:
     """Convert a trajectory MDAnalysis reads into an H5MD 1.1 file or a Zarr store.
 
@@ -752,6 +753,10 @@ def convert(
     format, topology_format : str, optional
         MDAnalysis' ``format`` and ``topology_format`` of :class:`MDAnalysis.core.universe.Universe`,
         where it cannot tell them from the file names (``"LAMMPSDUMP"``, ``"DATA"``).
+    partial : bool, default False
+        Convert the frames MDAnalysis reads of an input that ends inside a frame or is
+        damaged after them (a run that crashed while writing), with a warning; without
+        it such an input is refused, before anything is written.
 
     Returns
     -------
@@ -763,6 +768,9 @@ def convert(
         If ``out`` exists and ``overwrite`` is False.
     TopologyError
         If MDAnalysis cannot read the input or the selection is empty.
+    H5MDReadError
+        If an input ends inside a frame, or is damaged after the frames MDAnalysis reads,
+        and ``partial`` is False.
     ValueError
         If velocities/forces are required but absent, or the layout is invalid.
     """
@@ -777,7 +785,7 @@ def convert(
     inputs = _inputs(topology, trajectories)
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
-    _check_whole_frames(u, out)
+    _check_whole_frames(u, out, partial)
     atoms, indices = _atoms(u, select)
     frames, ts0, early = _frames(u, start, stop, step)
     n_frames = len(frames)
@@ -793,22 +801,18 @@ def convert(
     with atomic_output(out, overwrite=overwrite, inputs=inputs, directory=zarr_out,
                        hdf5=not zarr_out) as tmp:
         writer = _writer(tmp, zarr_out, specs, n_frames, layout, group, static, verify, atoms, out)
-        nan = np.full((n, 3), np.nan, dtype=np.float32)
         bar = progress_bar(n_frames, f"convert -> {os.path.basename(out)}", progress)
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
             # MDAnalysis warns per frame (e.g. "no dt information"); report them once
             warnings.simplefilter("always")
-            written = 0
-            for ts in frames:
-                raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
-                arrays = _frame_arrays(ts, indices, want, has_box, nan, missing, unwritten)
-                sampled = steps(ts)
-                writer.append(*sampled, **arrays)
-                observables.add(ts, *sampled)
-                written += 1
-                advance(1)
-            _check_all_read(written, n_frames, trajectories, u, topology, out)
+            written = _write_frames(frames, writer, advance, steps, observables,
+                                    (indices, want, has_box, missing, unwritten, n))
+            short = _check_all_read(written, n_frames, trajectories, u, topology, out,
+                                    partial and not layout.contiguous)
+            n_frames = written
             obs_notes = observables.write(writer, zarr_out, _observable_units(trajectories, u))
+        if short:  # outside the warnings MDAnalysis gave, which go to the notes
+            warnings.warn(short, UserWarning, stacklevel=2)
         if verify:  # raises where the data read back differ
             _verify(writer.checksums, tmp, out, zarr_out)
         seconds = _time.perf_counter() - t0
@@ -823,18 +827,41 @@ def convert(
     )
 
 
+def _write_frames(frames: Any, writer: Any, advance: Callable[[int], Any], steps: _Steps,
+                  observables: _Observables, selected: tuple[Any, ...]) -> int:
+    """Append every frame of ``frames`` to ``writer`` (``selected``: the atoms' indices,
+    what :func:`_frame_arrays` takes of each frame and the atoms' number); the number
+    written."""
+    indices, want, has_box, missing, unwritten, n = selected
+    nan = np.full((n, 3), np.nan, dtype=np.float32)
+    written = 0
+    for ts in frames:
+        raise_if_interrupted()  # a Ctrl-C Python dropped in a callback
+        arrays = _frame_arrays(ts, indices, want, has_box, nan, missing, unwritten)
+        sampled = steps(ts)
+        writer.append(*sampled, **arrays)
+        observables.add(ts, *sampled)
+        written += 1
+        advance(1)
+    return written
+
+
 def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u: Any,
-                    topology: Any, out: str) -> None:
+                    topology: Any, out: str, partial: bool) -> str | None:
     """Raise where MDAnalysis gave fewer frames than it announced: it ends a trajectory
-    at a read error (a truncated or damaged file) instead of raising it."""
+    at a read error (a truncated or damaged file) instead of raising it. With
+    ``partial``, return the warning that the frames read are written instead."""
     if written == n_frames:
-        return
+        return None
     source = (", ".join(os.fspath(t) for t in trajectories)
               or str(getattr(u.trajectory, "filename", None) or topology))
-    raise H5MDReadError(
-        source, None,
-        f"MDAnalysis read {written} of the {n_frames} frames it announced: the trajectory "
-        f"is truncated or damaged after frame {written}; nothing written to {out}")
+    problem = (f"MDAnalysis read {written} of the {n_frames} frames it announced: the "
+               f"trajectory is truncated or damaged after frame {written}")
+    if partial:
+        return f"{source}: {problem}; the {written} frames read are converted (partial=True)"
+    raise H5MDReadError(source, None, f"{problem}; nothing written to {out}: pass "
+                        "partial=True (--partial on the command line) to convert the "
+                        f"{written} frames before it (into chunked storage)")
 
 
 def _release_quietly(err: BaseException) -> None:
@@ -850,55 +877,73 @@ def _release_quietly(err: BaseException) -> None:
         sys.unraisablehook = hook
 
 
-def _check_whole_frames(u: Any, out: str) -> None:
-    """Raise where a DCD file ends inside a frame: MDAnalysis counts its frames from the
-    file's size and reads the whole ones, so a cut file converted without a word; and
-    where an XTC or TRR file holds more after its last frame (:func:`_check_xdr_end`)."""
+def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
+    """Raise where an input file ends inside a frame or holds more after the last frame
+    MDAnalysis reads (:func:`_damaged_end`); with ``partial``, warn that the frames before
+    it are converted instead (a run that crashed while writing its last frame)."""
     for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
-        _check_xdr_end(reader, out)
-        dcd = getattr(reader, "_file", None)
-        sizes = [getattr(dcd, name, None) for name in ("_header_size", "_firstframesize",
-                                                        "_framesize")]
-        name = getattr(reader, "filename", None)
-        if None in sizes or not name or not os.path.isfile(name) or not reader.n_frames:
+        problem = _damaged_end(reader)
+        if problem is None:
             continue
-        header, first, frame = (int(x) for x in sizes)  # type: ignore[arg-type]  # no None
-        whole = header + first + (int(reader.n_frames) - 1) * frame
-        extra = os.path.getsize(name) - whole
-        if 0 < extra < frame:
-            raise H5MDReadError(
-                name, None,
-                f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
+        name = getattr(reader, "filename", None)
+        if partial:
+            warnings.warn(f"{name}: {problem}; the {reader.n_frames} frames before it are "
+                          "converted (partial=True)", UserWarning, stacklevel=3)
+            continue
+        raise H5MDReadError(
+            name, None, f"{problem}; nothing written to {out}: pass partial=True (--partial "
+            f"on the command line) to convert the {reader.n_frames} frames before it")
+
+
+def _damaged_end(reader: Any) -> str | None:
+    """What is wrong with the end of a reader's file (None: nothing): a DCD file that
+    ends inside a frame (MDAnalysis counts its frames from the file's size and reads the
+    whole ones, so a cut file converted without a word), an XTC or TRR file that holds
+    more after its last frame (:func:`_xdr_end`)."""
+    problem = _xdr_end(reader)
+    if problem is not None:
+        return problem
+    dcd = getattr(reader, "_file", None)
+    sizes = [getattr(dcd, name, None) for name in ("_header_size", "_firstframesize",
+                                                    "_framesize")]
+    name = getattr(reader, "filename", None)
+    if None in sizes or not name or not os.path.isfile(name) or not reader.n_frames:
+        return None
+    header, first, frame = (int(x) for x in sizes)  # type: ignore[arg-type]  # no None
+    whole = header + first + (int(reader.n_frames) - 1) * frame
+    extra = os.path.getsize(name) - whole
+    if 0 < extra < frame:
+        return (f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
-                f"only the {reader.n_frames} whole frames; nothing written to {out}")
+                f"only the {reader.n_frames} whole frames")
+    return None
 
 
-def _check_xdr_end(reader: Any, out: str) -> None:
-    """Raise where an XTC or TRR file goes on after the last frame MDAnalysis counts: it
-    counts them by scanning the file and stops, without a word, at a damaged frame (a TRR
-    of 10 frames garbled in its middle read as its first 5, and converted with exit 0).
-    The last frame is read to find where it ends; where that read fails, the frames'
-    count says so as they are written (:func:`_check_all_read`)."""
+def _xdr_end(reader: Any) -> str | None:
+    """Where an XTC or TRR file goes on after the last frame MDAnalysis counts, what
+    follows (None: nothing). MDAnalysis counts the frames by scanning the file and stops,
+    without a word, at a damaged frame (a TRR of 10 frames garbled in its middle read as
+    its first 5, and converted with exit 0). The last frame is read to find where it
+    ends; where that read fails, the frames' count says so as they are written
+    (:func:`_check_all_read`)."""
     xdr: Any = getattr(reader, "_xdr", None)
     name = getattr(reader, "filename", None)
     if not hasattr(xdr, "_bytes_tell") or not name or not os.path.isfile(name) \
             or not reader.n_frames:
-        return
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             reader[reader.n_frames - 1]
         end = int(xdr._bytes_tell())
     except Exception:  # MDAnalysis raises many kinds of errors; said later
-        return
+        return None
     extra = os.path.getsize(name) - end
     if extra > 0:
-        raise H5MDReadError(
-            name, None,
-            f"{extra} bytes follow its frame {reader.n_frames}, which ends at byte {end}: "
-            f"the file is damaged or cut there (MDAnalysis counts the frames up to a "
-            f"frame it cannot read, and reads only the {reader.n_frames} before); nothing "
-            f"written to {out}")
+        return (f"{extra} bytes follow its frame {reader.n_frames}, which ends at byte "
+                f"{end}: the file is damaged or cut there (MDAnalysis counts the frames up "
+                f"to a frame it cannot read, and reads only the {reader.n_frames} before)")
+    return None
 
 
 #: the quantity MDAnalysis' reader states the unit of, for each element written
