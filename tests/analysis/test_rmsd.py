@@ -1135,3 +1135,14 @@ def test_an_unknown_kernel_is_refused_when_the_series_is_made(adk_h5md):
             with pytest.raises(ValueError, match="kernel must be 'auto', 'numpy' or "
                                                  "'numba', not 'fast'"):
                 h5mdx.rmsd(position, select="name CA", kernel="fast")
+
+
+def test_a_block_of_a_fraction_of_frames_is_refused(adk_h5md):
+    """frames_per_block=2.5 ran blocks of 2 frames in silence (audit78); a whole number
+    of frames, numpy's too, is taken as before."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        for bad in (2.5, "10", True):
+            with pytest.raises(TypeError, match="frames_per_block must be a whole number"):
+                h5mdx.rmsd(ds.position, select="name CA", frames_per_block=bad)
+        got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=np.int64(10))
+        assert got.chunks == ((10,) * 9 + (8,),)
