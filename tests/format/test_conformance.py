@@ -545,6 +545,40 @@ def _gromacs_chunk_ahead(f):
         grp["value"].attrs["unit"] = unit
 
 
+def _fixed_as_arrays_of_one(f):
+    """Fixed-interval sampling with its interval written as an array of one entry, not a
+    scalar, beside its ``offset``: read as one explicit step it numbered the frames 0..n-1
+    and dropped the times (or, beside 2 frames, dropped the last frame; found by an
+    audit)."""
+    pos = f[f"{G}/position"]
+    for name, interval, offset in (("step", [10], np.int64(0)), ("time", [0.5], 0.0)):
+        del pos[name]
+        pos.create_dataset(name, data=np.array(interval)).attrs["offset"] = offset
+    pos["time"].attrs["unit"] = "ps"
+
+
+def _check_fixed_as_arrays_of_one(ds):
+    _check_steps_and_times(ds)
+    np.testing.assert_array_equal(ds.box_edges, EDGES)
+    assert "step_box_edges" not in ds  # the same steps as the box's own
+
+
+@pytest.mark.parametrize("offset", [np.nan, "x", np.array([1, 2])])
+def test_a_step_of_one_entry_with_an_unusable_offset_is_one_problem(tmp_path, offset):
+    """A step of one entry whose ``offset`` is no number is not taken for a fixed interval:
+    one warning (frames numbered), not "read as fixed-interval" and then numbered."""
+    path = _base(str(tmp_path / "one.h5md"))
+    with h5py.File(path, "r+") as f:
+        _replace(f[f"{G}/position"], "step", np.array([10]))
+        f[f"{G}/position/step"].attrs["offset"] = offset
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        np.testing.assert_array_equal(ds.step, [0, 1, 2])
+    [found] = _matching(record, path, f"{G}/position/step")
+    assert "'step' has shape (1,) but 'value' has 3 frames" in found
+
+
 def _box_behind(f):
     """GROMACS' writer (src/gromacs/fileio/h5md/h5md.cpp) links the box's step and time to
     the position's and writes the box's frame after the position's: a run stopped in
@@ -710,6 +744,9 @@ TROUBLES = {
         _gromacs_chunk_ahead, f"{G}/position/step", r"holds its fill value -1 from frame 3 "
         r"on \(17 frame\(s\)\): allocated but never written.*the 3 frame\(s\) before",
         _check_stopped_mid_frame),
+    "fixed step and time as arrays of one": Trouble(
+        _fixed_as_arrays_of_one, f"{G}/position/step", "an array of one entry with an "
+        "'offset' attribute.*read as fixed-interval sampling", _check_fixed_as_arrays_of_one),
     "box a frame behind its linked step": Trouble(
         _box_behind, f"{G}/box/edges/step", "'step' has 3 entries but 'value' has 2 frames; "
         "the first 2 steps used", _check_box_behind),
@@ -1082,7 +1119,9 @@ def wild_files(tmp_path_factory, adk_h5md, adk_pyh5md):
     files["pyh5md"] = adk_pyh5md
     files["znh5md"] = _znh5md_file(str(tmp / "znh5md.h5"))
     for kind in TROUBLES:
-        if kind != "positions not vectors":  # no 3-D positions to compare
+        # no 3-D positions to compare; MDAnalysis reads step[k] for frame k (no fixed
+        # interval): it stops after the one entry
+        if kind not in ("positions not vectors", "fixed step and time as arrays of one"):
             files[f"trouble: {kind}"] = _trouble_file(tmp, kind)
     return files
 
@@ -1221,6 +1260,34 @@ def test_departures_that_cost_no_data_are_minor(tmp_path, mutate, hpath, message
     [problem] = scan(path).problems
     assert problem.minor and problem.path == hpath and message in problem.message
     with pytest.raises(H5MDFormatError, match=re.escape(message)):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
+@pytest.mark.parametrize("step_offset, time_offset", [
+    (np.array([100]), np.array([2.0])), (100.0, 2.0), (np.array([100.0]), np.float32(2.0)),
+], ids=["arrays of one", "float step offset", "array of one float"])
+def test_fixed_sampling_offsets_of_other_forms_are_minor(tmp_path, step_offset, time_offset):
+    """A fixed interval's ``offset`` as an array of one value, or a step's as a float of a
+    whole number, says the same as H5MD's scalar: read quietly (refused by strict). Each
+    numbered the frames 0..n-1 and dropped the times (found by an audit)."""
+    path = _base(str(tmp_path / "fixed.h5md"))
+    with h5py.File(path, "r+") as f:
+        pos = f[f"{G}/position"]
+        del pos["step"], pos["time"]
+        pos.create_dataset("step", data=np.int64(10)).attrs["offset"] = step_offset
+        pos.create_dataset("time", data=0.5).attrs["offset"] = time_offset
+        for where in (f"{G}/box/edges", "observables/energy"):
+            _replace(f[where], "step", pos["step"])
+            _replace(f[where], "time", pos["time"])
+    with _no_warning_open(path) as ds:
+        np.testing.assert_array_equal(ds.step, [100, 110, 120])
+        assert ds.step.dtype == np.int64
+        np.testing.assert_array_equal(ds.time, [2.0, 2.5, 3.0])
+        np.testing.assert_array_equal(ds.position, POS)
+    problems = scan(path).problems
+    assert problems and all(p.minor for p in problems), problems
+    with pytest.raises(H5MDFormatError, match=re.escape(f"[{G}/position/step]: the 'offset' "
+                                                        "of 'step'")):
         xr.open_dataset(path, engine="h5md", strict=True)
 
 

@@ -104,17 +104,72 @@ def _sampling_dataset(c: _Ctx, grp: h5py.Group, name: str, where: str) -> h5py.D
     return obj
 
 
+def _fixed_form(c: _Ctx, ds: h5py.Dataset, name: str, n: int, where: str) -> bool:
+    """Whether ``ds`` (a ``step`` or ``time``) samples at a fixed interval: a scalar (H5MD
+    1.1), or, noted, an array of one number with a numeric ``offset`` attribute beside a
+    ``value`` of other than one frame (the interval written as an array: read as one
+    explicit entry, it left the other frames without steps or times)."""
+    if ds.shape == ():
+        return True
+    if ds.shape != (1,) or n == 1 or ds.dtype.kind not in "iuf" or _number(
+            _attr(ds, "offset")) is None:
+        return False
+    c.note(f"{where}/{name}", f"{name!r} is an array of one entry with an 'offset' "
+           f"attribute, not a scalar, beside {n} frames of 'value'",
+           "read as fixed-interval sampling, its entry the interval")
+    return True
+
+
+def _number(raw: object) -> int | float | None:
+    """``raw`` (an attribute as read) as one finite number, also where it is held in an
+    array of one value; None where it is not one (a bool, a string, several values)."""
+    value = raw[0] if isinstance(raw, list) and len(raw) == 1 else raw
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+def _fixed_offset(c: _Ctx, ds: h5py.Dataset, name: str, where: str) -> int | float | None:
+    """The ``offset`` of fixed-interval ``step`` or ``time`` ``ds`` (0 where it has none):
+    an integer for a step (a float of a whole number within int64 converted), a finite
+    number for a time; one held in an array of one value read. Both noted as minor (no
+    value in doubt); None where it is none of these.
+    """
+    raw = _attr(ds, "offset")
+    if raw is None:
+        return 0
+    value = _number(raw)
+    if value is None or (name == "step" and isinstance(value, float) and (
+            value != int(value) or abs(value) >= 2.0**63)):
+        return None
+    path = f"{where}/{name}"
+    if value is not raw:
+        c.note(path, f"the 'offset' of {name!r} is an array of one value ({raw!r}), not a "
+               "scalar", f"offset {value!r} read", minor=True)
+    if name == "step" and isinstance(value, float):
+        c.note(path, f"the 'offset' of 'step' is {value!r}, not an integer",
+               "converted to an integer", minor=True)
+        value = int(value)
+    return value
+
+
 def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
     """Steps of fixed-interval sampling (scalar ``step`` with an ``offset``), or None."""
-    interval = _read_small(c, step_ds, f"{where}/step")
-    offset = _attr(step_ds, "offset", 0) or 0
-    if interval.dtype.kind not in "iu" or not isinstance(offset, int):
-        c.note(f"{where}/step", "'step' and its 'offset' must be integers", _NUMBERED)
+    path = f"{where}/step"
+    interval = _read_small(c, step_ds, path).reshape(())
+    offset = _fixed_offset(c, step_ds, "step", where)
+    whole = interval.dtype.kind == "f" and bool(np.isfinite(interval)) and float(
+        interval) == round(float(interval)) and abs(float(interval)) < 2.0**63
+    if (interval.dtype.kind not in "iu" and not whole) or not isinstance(offset, int):
+        c.note(path, "'step' and its 'offset' must be integers", _NUMBERED)
         return None
+    if whole:
+        c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
     first, every = int(offset), int(interval)
     if not all(_INT64.min <= v <= _INT64.max for v in (every * max(n - 1, 0),
                                                          first + every * max(n - 1, 0))):
-        c.note(f"{where}/step", f"steps {first} + {every} k of {n} frames do not fit 64-bit "
+        c.note(path, f"steps {first} + {every} k of {n} frames do not fit 64-bit "
                "integers", _NUMBERED)
         return None
     return first + every * np.arange(n, dtype=np.int64)
@@ -191,6 +246,17 @@ def _only_fill(c: _Ctx, dset: h5py.Dataset, start: int, path: str) -> bool:
     return bool(np.all(tail == fill))
 
 
+def _fixed_times(c: _Ctx, time_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
+    """Times of fixed-interval sampling (scalar ``time`` with an ``offset``), or None."""
+    t_raw = _read_small(c, time_ds, f"{where}/time").reshape(())
+    t_off = _fixed_offset(c, time_ds, "time", where)
+    if t_off is None or not math.isfinite(float(t_raw)):
+        c.note(f"{where}/time", "'time' and its 'offset' must be finite numbers",
+               "'time' ignored")
+        return None
+    return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+
+
 def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
     """Times of the frames (fixed or explicit), or None (absent or unusable: noted)."""
     if time_ds is None:
@@ -199,14 +265,8 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
     if time_ds.dtype.kind not in "iuf":
         c.note(path, f"'time' must be numeric, not {time_ds.dtype}", "'time' ignored")
         return None
-    if time_ds.shape == ():
-        t_raw = _read_small(c, time_ds, path)
-        t_off = _attr(time_ds, "offset", 0.0) or 0.0
-        if not isinstance(t_off, (int, float)) or not math.isfinite(float(t_raw)) \
-                or not math.isfinite(t_off):
-            c.note(path, "'time' and its 'offset' must be finite numbers", "'time' ignored")
-            return None
-        return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+    if _fixed_form(c, time_ds, "time", n, where):
+        return _fixed_times(c, time_ds, n, where)
     if time_ds.ndim != 1:
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
@@ -312,11 +372,12 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
                    time_ds: h5py.Dataset | None, n_frames: int, where: str,
                    key: tuple) -> Sampling:
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
+    fixed = step_ds is not None and _fixed_form(c, step_ds, "step", n_frames, where)
     if step_ds is None:
         if not _has(grp, "step"):
             c.note(where, _NO_STEP, f"no step: {_NUMBERED}{_left_beside(grp)}")
         step = None
-    elif step_ds.shape == ():
+    elif fixed:
         step = _fixed_steps(c, step_ds, n_frames, where)
     else:
         step = _explicit_steps(c, step_ds, n_frames, where)
@@ -329,14 +390,14 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
         if time_ds is None:
             c.note(where, "H5MD 1.0 asks for a 'time' beside 'step'", "frames timed by "
                    "their steps", minor=True)
-        if step_ds.shape == ():
+        if fixed:
             c.note(f"{where}/step", "fixed-interval sampling (a scalar 'step' with an "
                    "offset) is H5MD 1.1's, not 1.0's", "read as H5MD 1.1 defines it",
                    minor=True)
     if step is None:
         kind, step = "implicit", np.arange(n, dtype=np.int64)
     else:
-        kind = "fixed" if step_ds is not None and step_ds.shape == () else "explicit"
+        kind = "fixed" if fixed else "explicit"
         back = np.flatnonzero(np.diff(step) <= 0)
         if back.size:  # H5MD: the steps of successive frames increase
             i = int(back[0]) + 1
