@@ -1291,6 +1291,38 @@ def test_fixed_sampling_offsets_of_other_forms_are_minor(tmp_path, step_offset, 
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+def _version_string(f):
+    f["h5md"].attrs["version"] = "1.0"
+
+
+def _version_dataset(f):
+    """H5MD's drafts before 1.0: "'version' is a dimension [2] integer dataset"."""
+    del f["h5md"].attrs["version"]
+    f["h5md"].create_dataset("version", data=np.array([1, 0], dtype=np.int32))
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (_version_string, "the H5MD version is the string '1.0'"),
+    (_version_dataset, "the H5MD version is a dataset /h5md/version"),
+])
+def test_a_version_as_text_or_dataset_is_that_version(tmp_path, mutate, message):
+    """A version written as the text "1.0", or as a dataset, is H5MD 1.0: it was read as
+    1.1 ("cannot understand", "no 'version' attribute") and served as h5md_version 1.1
+    (found by an audit). A minor departure: strict refuses it."""
+    path = _base(str(tmp_path / "version.h5md"))
+    with h5py.File(path, "r+") as f:
+        mutate(f)
+    with _no_warning_open(path) as ds:
+        assert ds.attrs["h5md_version"] == "1.0"
+        np.testing.assert_array_equal(ds.step, STEPS)
+    info = scan(path)
+    assert info.version == (1, 0)
+    [problem] = info.problems
+    assert problem.minor and problem.path == "/h5md" and message in problem.message
+    with pytest.raises(H5MDFormatError, match=re.escape(message)):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
 def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
     """The group's ``time`` comes from an element whose file gives its sampling, not from
     one numbered 0..n-1 because it has no ``step`` (found by an audit)."""

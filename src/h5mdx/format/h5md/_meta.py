@@ -7,6 +7,7 @@ message for HDF5 files of other formats (MDTraj's, MDANSE's).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,24 +78,52 @@ def _other_format(c: _Ctx) -> str:
     return "(open generic HDF5/netCDF files with engine='h5netcdf')"
 
 
+#: A version written as text: ``"1.0"``, ``"1 1"``, ``"1,1"``
+_VERSION_TEXT = re.compile(r"^\s*v?(\d+)\s*[.,\s]\s*(\d+)\s*$")
+
+
+def _version_dataset(c: _Ctx, h5md: h5py.Group) -> Any:
+    """The H5MD version of a file that keeps it as a dataset ``/h5md/version`` (H5MD's
+    drafts before 1.0: "a dimension [2] integer dataset"), noted as a minor departure;
+    None where there is no such small dataset."""
+    try:
+        obj = _get(c, h5md, "version", "/h5md") if _has(h5md, "version") else None
+        if not isinstance(obj, h5py.Dataset) or (obj.size or 0) > 4:
+            return None
+        raw = _decode(_read_small(c, obj, "/h5md/version"))
+    except H5MDFormatError:
+        return None
+    c.note("/h5md", "the H5MD version is a dataset /h5md/version (H5MD's drafts before "
+           "1.0), not an attribute", f"{raw!r} read from the dataset", minor=True)
+    return raw
+
+
 def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     if h5md is None:
         return 1, 1
     raw = _attr(h5md, "version")
     if raw is None:
+        raw = _version_dataset(c, h5md)
+    if raw is None:
         c.note("/h5md", "the /h5md group has no 'version' attribute", "read as H5MD 1.1")
         return 1, 1
+    text = _VERSION_TEXT.match(raw) if isinstance(raw, str) else None
+    if text is not None:  # "1.0": the version the writer meant, as text
+        c.note("/h5md", f"the H5MD version is the string {raw!r}, not two integers (H5MD: "
+               "[major, minor])", f"read as H5MD {int(text[1])}.{int(text[2])}", minor=True)
+        raw = [int(text[1]), int(text[2])]
     try:
         major, minor = (int(v) for v in list(np.ravel(raw))[:2])
     except (TypeError, ValueError, OverflowError):
         c.note("/h5md", f"cannot understand H5MD version {raw!r}", "read as H5MD 1.1")
         return 1, 1
     values = list(np.ravel(raw))
-    if _array_typed(h5md, "version"):
+    if text is None and _array_typed(h5md, "version"):
         c.note("/h5md", "the H5MD version is one value of an array type in a "
                "scalar dataspace (VOTCA writes it so), not a dataspace of 2 integers",
                f"read as H5MD {major}.{minor}", minor=True)
-    elif len(values) != 2 or not all(isinstance(v, (int, np.integer)) for v in values):
+    elif text is None and (len(values) != 2
+                           or not all(isinstance(v, (int, np.integer)) for v in values)):
         c.note("/h5md", f"the H5MD version is {raw!r}, not two integers (H5MD: [major, "
                "minor])", f"read as H5MD {major}.{minor}", minor=True)
     if (major, minor) in SUPPORTED_VERSIONS:
