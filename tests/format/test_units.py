@@ -51,6 +51,10 @@ from h5mdx.testing import write_h5md
         ("10-1 nm", 1.0, "Angstrom"),
         ("kB K", 1.380649e-23 * 6.02214076e23 / 1e3, "kJ mol-1"),
         ("Eh", 2625.4996394799, "kJ mol-1"),
+        # UDUNITS' product (CF's unit strings): it was "unknown unit 'nm.ps-1'" (an audit)
+        ("nm.ps-1", 10.0, "Angstrom ps-1"),
+        ("kJ.mol-1.nm-1", 0.1, "kJ mol-1 Angstrom-1"),
+        ("1.5 nm", 15.0, "Angstrom"),  # a number's "." is no product
     ],
 )
 def test_conversion(unit, factor, base):

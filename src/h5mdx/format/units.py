@@ -2,8 +2,8 @@
 
 H5MD stores units as strings of space-separated factors with integer
 exponents, e.g. ``"nm ps-1"`` or ``"kJ mol-1 nm-1"``; some writers use
-``"eV/Angstrom"`` instead. :func:`parse_unit` turns such a string into a
-scale factor to SI and a dimension vector, and :func:`conversion` gives the
+``"eV/Angstrom"`` instead, or UDUNITS' ``"nm.ps-1"``. :func:`parse_unit` turns such a
+string into a scale factor to SI and a dimension vector, and :func:`conversion` gives the
 factor that converts a unit into the base unit of the same dimension:
 Å (length), ps (time), Å/ps (velocity), kJ/(mol·Å) (force), kJ/mol (energy),
 u (mass), e (charge) — the base units of MDAnalysis — and K (temperature).
@@ -128,6 +128,10 @@ BASE_UNITS: dict[Dims, str] = {
 
 _TOKEN = re.compile(r"^([A-Za-zÅ\u00b5\u03bc_]+)(?:\^|\*\*)?([+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+#: A "." between units (UDUNITS' product, ``"nm.ps-1"``): after a unit symbol and its
+#: power, before a unit symbol
+_UDUNITS_PRODUCT = re.compile(
+    r"([A-Za-zÅ\u00b5\u03bc_](?:\^)?[+-]?\d*)\.(?=[A-Za-zÅ\u00b5\u03bc])")
 #: A power of a number as the H5MD units module writes it: ``10+3`` is 1000, ``10-9`` 1e-9.
 _POWER_OF = re.compile(r"^(\d+)([+-]\d+)$")
 
@@ -247,7 +251,8 @@ def parse_unit(unit: str) -> tuple[float, Dims]:
     Parameters
     ----------
     unit : str
-        For example ``"nm ps-1"``, ``"kJ mol-1 nm-1"`` or ``"eV/Angstrom"``.
+        For example ``"nm ps-1"``, ``"kJ mol-1 nm-1"``, ``"eV/Angstrom"`` or UDUNITS'
+        ``"nm.ps-1"``.
 
     Returns
     -------
@@ -264,6 +269,9 @@ def parse_unit(unit: str) -> tuple[float, Dims]:
     text = unit.strip().replace("(", " ").replace(")", " ")
     # a power written apart from its unit (pint's "nanometer ** 2", "nm ^ -1") joins it
     text = re.sub(r"\s*(\*\*|\^)\s*", "^", text)
+    # UDUNITS' product of units "kJ.mol-1" (CF's unit strings): a "." after a unit and
+    # its power, before a unit (never within a number: "1.5 nm")
+    text = _UDUNITS_PRODUCT.sub(r"\1 ", text)
     if not text:
         return 1.0, _ONE
     numerator, *denominators = text.split("/")
