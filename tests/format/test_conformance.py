@@ -528,6 +528,18 @@ def _grown_ahead(f):
     value.attrs["unit"] = "nm"
 
 
+def _grown_ahead_with_fill(f):
+    """As :func:`_grown_ahead`, the value created with a fill value of its own (NaN): its
+    17 frames never written read as 20 frames numbered 0..19, NaN after the third, and the
+    times dropped (found by an audit)."""
+    pos = f[f"{G}/position"]
+    del pos["value"]
+    value = pos.create_dataset("value", shape=(20, N_ATOMS, 3), maxshape=(None, N_ATOMS, 3),
+                               dtype="f8", chunks=(1, N_ATOMS, 3), fillvalue=np.nan)
+    value[:N_FRAMES] = POS
+    value.attrs["unit"] = "nm"
+
+
 def _gromacs_chunk_ahead(f):
     """GROMACS grows 'value', 'step' and 'time' a chunk (20 frames) at a time, with fill
     value -1 (``writeData`` in ``src/gromacs/fileio/h5md_util.cpp``): 3 frames written of
@@ -740,6 +752,9 @@ TROUBLES = {
     "value grown ahead": Trouble(_grown_ahead, f"{G}/position/value",
                                  "declares 20 frames but stores none after frame 2.*its first "
                                  "3 frames read", _check_steps_and_times),
+    "value grown ahead, with a fill value": Trouble(
+        _grown_ahead_with_fill, f"{G}/position/value", "declares 20 frames but stores none "
+        "after frame 2.*its first 3 frames read", _check_steps_and_times),
     "GROMACS's chunk of frames ahead": Trouble(
         _gromacs_chunk_ahead, f"{G}/position/step", r"holds its fill value -1 from frame 3 "
         r"on \(17 frame\(s\)\): allocated but never written.*the 3 frame\(s\) before",

@@ -586,7 +586,7 @@ def _frames_stored(c: _Ctx, value: h5py.Dataset, n_steps: int | None) -> int | N
     or to its ``n_steps`` steps where more; None where its chunks are all stored (or it
     cannot tell)."""
     frames = int(value.shape[0])
-    if c.live or not value.chunks or frames == 0 or _fill_value(value) is not None:
+    if c.live or not value.chunks or frames == 0:
         return None
     expected, stored = _chunk_count(c, value, value.shape)
     rows = math.ceil(frames / int(value.chunks[0]))
