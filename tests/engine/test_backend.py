@@ -1297,9 +1297,17 @@ def test_wrong_keywords_are_the_callers_error_not_the_files(adk_h5md, tmp_path, 
              ({"topology": 123}, TypeError, "topology= takes a topology file's path"),
              ({"convert_units": "no"}, TypeError, "convert_units= takes True or False"),
              ({"select": [1, 2]}, TypeError, "select= at open takes an MDAnalysis")]
-    for kwargs, err, message in cases:
+    # a string was taken for True: allow_external="no" followed external links, swmr="no"
+    # opened in SWMR mode, strict="false" refused the file (another audit)
+    flags = [({"allow_external": "no"}, TypeError, "allow_external= takes True or False"),
+             ({"swmr": "no"}, TypeError, "swmr= takes True or False"),
+             ({"strict": "false"}, TypeError, "strict= takes True or False")]
+    for kwargs, err, message in cases + flags:
         with pytest.raises(err, match=message):
             xr.open_dataset(adk_h5md, engine="h5md", **kwargs)
+    for kwargs, err, message in flags:
+        with pytest.raises(err, match=message):
+            xr.open_datatree(adk_h5md, engine="h5md", **kwargs)
     with pytest.raises(TypeError, match="chunk_mib= takes"):
         xr.open_datatree(adk_h5md, engine="h5md", chunk_mib="big")
     pytest.importorskip("MDAnalysis")

@@ -113,17 +113,20 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
 
 
 def _checked_keywords(topology: Any, convert_units: Any, chunk_mib: Any,
-                      select: Any = None) -> Any:
+                      select: Any = None, flags: Mapping[str, Any] | None = None) -> Any:
     """The open's keywords, checked before the file is read (a wrong type failed deep
     inside, reported as a file that cannot be assembled); the topology's path with ``~``
-    expanded, as the file's is."""
+    expanded, as the file's is. ``flags``: the other switches by name (``swmr``,
+    ``allow_external``, ``strict``), True or False as ``convert_units`` (a string was
+    taken for True: ``allow_external="no"`` followed external links)."""
     if isinstance(topology, (str, os.PathLike)):
         topology = os.path.expanduser(os.fspath(topology))
     elif topology is not None and not hasattr(topology, "atoms"):
         raise TypeError("topology= takes a topology file's path or an MDAnalysis Universe, "
                         f"not {type(topology).__name__}")
-    if not isinstance(convert_units, (bool, np.bool_)):
-        raise TypeError(f"convert_units= takes True or False, not {convert_units!r}")
+    for name, value in {"convert_units": convert_units, **(flags or {})}.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name}= takes True or False, not {value!r}")
     if isinstance(chunk_mib, (bool, np.bool_)) or not isinstance(
             chunk_mib, (int, float, np.integer, np.floating)):
         raise TypeError(f"chunk_mib= takes a number of MiB, not {chunk_mib!r}")
@@ -296,7 +299,8 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         """
         _no_other_keywords("open_dataset", kwargs)
         filename = _normalize_path(filename_or_obj)
-        topology = _checked_keywords(topology, convert_units, chunk_mib, select)
+        topology = _checked_keywords(topology, convert_units, chunk_mib, select, {
+            "swmr": swmr, "allow_external": allow_external, "strict": strict})
         return _open_one(
             filename,
             group=group,
@@ -357,7 +361,8 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         group = kwargs.pop("group", None)
         _no_other_keywords("open_groups", kwargs)
         filename = _normalize_path(filename_or_obj)
-        topology = _checked_keywords(topology, convert_units, chunk_mib)
+        topology = _checked_keywords(topology, convert_units, chunk_mib, None, {
+            "swmr": swmr, "allow_external": allow_external, "strict": strict})
         groups = open_groups(
             filename,
             drop_variables=drop_variables,
