@@ -1338,6 +1338,29 @@ def test_a_version_as_text_or_dataset_is_that_version(tmp_path, mutate, message)
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+def test_datasets_beside_a_timed_value_are_said_to_be_left_out(tmp_path):
+    """H5MD's time-averaged data (its discussion of extensions) keeps a mean's ``error``
+    and ``count`` beside ``value``, ``step`` and ``time``: they were left out in silence.
+    Warned once, naming them; H5MD does not forbid them, so strict opens the file."""
+    path = _base(str(tmp_path / "averaged.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["observables/energy/error"] = ENERGY / 10
+        f["observables/energy/count"] = np.array([50, 50, 50])
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md", group="observables")
+    with ds:
+        np.testing.assert_array_equal(ds.energy, ENERGY)
+        np.testing.assert_array_equal(ds.step, STEPS)
+    [found] = _matching(record, path, "/observables/energy")
+    assert "'count', 'error'" in found and found.endswith("left out"), found
+    with pytest.warns(H5MDConformanceWarning, match="left out"):
+        ds = xr.open_dataset(path, engine="h5md", group="observables", strict=True)
+    with ds:
+        np.testing.assert_array_equal(ds.energy, ENERGY)
+    with _no_warning_open(path) as ds:  # the particles: nothing of theirs to say
+        np.testing.assert_array_equal(ds.position, POS)
+
+
 def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
     """The group's ``time`` comes from an element whose file gives its sampling, not from
     one numbered 0..n-1 because it has no ``step`` (found by an audit)."""

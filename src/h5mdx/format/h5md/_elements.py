@@ -14,7 +14,7 @@ import numpy as np
 
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.h5md._model import ElementInfo, Sampling
-from h5mdx.format.h5md._sampling import _NUMBERED, _read_small, _sampling
+from h5mdx.format.h5md._sampling import _NUMBERED, _beside_value, _read_small, _sampling
 from h5mdx.format.h5md._storage import (
     MAX_SMALL_READ,
     _check_dataset,
@@ -218,6 +218,7 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str,
     if not c.live:
         _check_written(c, value, f"{path}/value", frames)
     sampling = _sampling(c, obj, int(value.shape[0]) if frames is None else frames, path)
+    _note_beside(c, obj, path)
     unit = _unit_attr(c, value, f"{path}/value")
     if unit is None and "unit" in obj.attrs:
         unit = _unit_attr(c, obj, path)
@@ -226,6 +227,18 @@ def _element(c: _Ctx, name: str, obj: h5py.HLObject, path: str,
                    f"unit {unit!r} read from the group")
     return _dataset_info(c, name, path, value, time_dependent=True, sampling=sampling, unit=unit,
                          link_path=f"{path}/value", group=obj)
+
+
+def _note_beside(c: _Ctx, grp: h5py.Group, path: str) -> None:
+    """Note the datasets beside the ``value``, ``step`` and ``time`` of time-dependent
+    element ``grp`` (H5MD's time-averaged data keeps its ``error`` and ``count`` there):
+    left out (they were, in silence). H5MD does not forbid them: no departure. An element
+    without ``step`` names them in the note of its missing step."""
+    names = _beside_value(grp) if _has(grp, "step") else []
+    if names:
+        c.note(path, f"datasets beside 'value', 'step' and 'time': "
+               f"{', '.join(repr(n) for n in names)} (H5MD's time-averaged data keeps its "
+               "'error' and 'count' so)", "left out", departure=False)
 
 
 def _plain_element(c: _Ctx, name: str, dset: h5py.Dataset, path: str,

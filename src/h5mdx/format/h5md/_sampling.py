@@ -353,16 +353,22 @@ def _sampling(c: _Ctx, grp: h5py.Group, n_frames: int, where: str) -> Sampling:
     return sampling
 
 
-def _left_beside(grp: h5py.Group) -> str:
-    """The datasets of element group ``grp`` other than ``value``, ``step`` and ``time``,
-    which are left out, as words to add to a note (H5MD-NOMAD's ensemble averages keep
-    their axis there: ``bins``, ``times``, with no ``step``); "" where none."""
+def _beside_value(grp: h5py.Group) -> list[str]:
+    """The datasets of element group ``grp`` other than ``value``, ``step`` and ``time``
+    (hard links), sorted: H5MD-NOMAD's ensemble averages keep their axis there (``bins``,
+    ``times``, with no ``step``), time-averaged data its ``error`` and ``count``."""
     try:
-        names = sorted(k for k in grp if k not in ("value", "step", "time")
-                       and isinstance(grp.get(k, getlink=True), h5py.HardLink)
-                       and isinstance(grp[k], h5py.Dataset))
+        return sorted(k for k in grp if k not in ("value", "step", "time")
+                      and isinstance(grp.get(k, getlink=True), h5py.HardLink)
+                      and isinstance(grp[k], h5py.Dataset))
     except (OSError, KeyError, RuntimeError, ValueError):
-        return ""
+        return []
+
+
+def _left_beside(grp: h5py.Group) -> str:
+    """The datasets of :func:`_beside_value`, which are left out, as words to add to a
+    note; "" where none."""
+    names = _beside_value(grp)
     if not names:
         return ""
     return f"; beside 'value', {', '.join(repr(n) for n in names)} left out"
