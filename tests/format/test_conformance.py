@@ -839,6 +839,36 @@ def test_particles_open_quietly_beside_a_malformed_observable(tmp_path):
         _check_particles_fine(ds)
 
 
+def test_an_observables_group_opens_quietly_above_a_troubled_nested_one(tmp_path):
+    """A group nested in an observables group is a Dataset of its own: the open of
+    /observables/thermo warned of /observables/thermo/box/volume, which it does not hold
+    (found by an audit). The open of the nested group, and the tree, warn once."""
+    path = _base(str(tmp_path / "nested.h5md"))
+    with h5py.File(path, "r+") as f:
+        thermo = f.create_group("observables/thermo")
+        thermo["pressure/value"] = ENERGY
+        thermo["pressure/step"], thermo["pressure/time"] = f[f"{G}/position/step"], f[
+            f"{G}/position/time"]
+        thermo["box/volume/value"] = ENERGY  # no step: frames numbered
+    hpath = "/observables/thermo/box/volume"
+    with _no_warning_open(path, group="observables/thermo") as ds:
+        assert list(ds.data_vars) == ["pressure"]
+        np.testing.assert_array_equal(ds.step, STEPS)
+    with _no_warning_open(path, group="observables") as ds:
+        np.testing.assert_array_equal(ds.energy, ENERGY)
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md", group="observables/thermo/box")
+    with ds:
+        np.testing.assert_array_equal(ds.volume, ENERGY)
+    assert len(_matching(record, path, hpath)) == 1
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    tree.close()
+    assert len(_matching(record, path, hpath)) == 1
+    with pytest.raises(H5MDFormatError, match=re.escape(hpath)):  # strict: the whole file
+        xr.open_dataset(path, engine="h5md", group="observables/thermo", strict=True)
+
+
 def test_malformed_observable_leaves_the_rest_of_the_tree(tmp_path):
     path = _trouble_file(tmp_path, "malformed observable")
     with pytest.warns(H5MDConformanceWarning, match=r"\[/observables/energy\].*left out"):

@@ -74,13 +74,17 @@ class _Report:
         H5MD leaves the file free, warned but never refused)."""
         self.add(Problem(path, message, assumed, departure=departure))
 
-    def scanned(self, info: FileInfo, under: str | None = None) -> None:
-        """Take the problems of the scan: all, or those of ``under`` and the whole file."""
+    def scanned(self, info: FileInfo, under: str | None = None, subtree: bool = True) -> None:
+        """Take the problems of the scan: all, or those of ``under`` and the whole file;
+        ``subtree=False`` (an open of one group as a Dataset): not those of the
+        observables or connectivity groups nested in ``under``, each a Dataset of its
+        own."""
         # /particles read as one particles group (Sarkas): its problems are that group's
         flat = any(pg.path == "/particles" for pg in info.particles.values())
         for problem in info.problems:
             if (self.strict and problem.departure) or under is None or any(
                     _concerns(path, under, flat)
+                    and (subtree or _of_its_own_elements(path, under, info))
                     for path in (problem.path, *problem.shared_by)):
                 self.add(problem)
 
@@ -118,6 +122,21 @@ def _concerns(path: str, group_path: str, flat: bool = False) -> bool:
         return True
     return (path == group_path or path.startswith(group_path.rstrip("/") + "/")
             or group_path.startswith(path.rstrip("/") + "/"))
+
+
+def _of_its_own_elements(path: str, group_path: str, info: FileInfo) -> bool:
+    """Whether a problem at ``path`` below the observables or connectivity group
+    ``group_path`` is of that group's own elements, not of a group nested in it (the
+    deepest of the file's groups on the way to ``path`` is ``group_path``); True for any
+    other path."""
+    root, _, rest = path.strip("/").partition("/")
+    groups = {"observables": info.observable_groups,
+              "connectivity": info.connectivity_groups}.get(root)
+    if groups is None or not path.startswith(group_path.rstrip("/") + "/"):
+        return True
+    owner = max((g for g in groups if rest == g or rest.startswith(f"{g}/")), key=len,
+                default="")
+    return f"/{root}/{owner}".rstrip("/") == group_path.rstrip("/")
 
 
 #: String datasets up to this size (bytes) are read at open time; larger ones are left out.

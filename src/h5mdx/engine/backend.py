@@ -164,7 +164,8 @@ def _open_one(
             "connectivity/") and sought[len("connectivity/"):])
         kind, name = _resolve_group(info, group)
         report.scanned(info, info.particles[name].path if kind == "particles" else
-                       f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))
+                       f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"),
+                       subtree=False)
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report, allow_external=allow_external)
         if kind == "particles":
