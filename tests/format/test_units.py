@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import h5py
 import numpy as np
 import pytest
@@ -194,3 +196,26 @@ def test_md_mass_units_convert_exactly(unit, factor, base):
     u nm2 ps-2 is exactly its kJ/mol."""
     assert conversion(unit) == (factor, base)
     assert 12.0 * conversion("g mol-1")[0] == 12.0
+
+
+def test_box_edges_without_a_unit_beside_converted_positions_are_said_so(tmp_path):
+    """Positions in nm, box edges without a unit: convert_units=True scaled the positions
+    to Angstrom (x10) and served the edges as stored, in silence: a box a tenth of the
+    system's size (found by an audit). Warned once; H5MD's units are optional, so strict
+    reads it; without convert_units there is nothing to say."""
+    path = str(tmp_path / "mixed.h5md")
+    write_h5md(path, {"g": {"position": {"value": np.ones((2, 3, 3)), "step": np.arange(2),
+                                         "unit": "nm"}}},
+               box={"g": {"edges": {"value": np.array([5.0, 6.0, 7.0])}}})
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md", convert_units=True)
+    with ds:
+        np.testing.assert_array_equal(ds.position, np.full((2, 3, 3), 10.0))
+        np.testing.assert_array_equal(ds.box_edges, [5.0, 6.0, 7.0])
+    [said] = [str(w.message) for w in record if "/particles/g/box/edges" in str(w.message)]
+    assert "no unit, the positions 'nm'" in said and said.endswith("box edges left unconverted")
+    with pytest.warns(H5MDConformanceWarning, match="box edges left unconverted"):
+        xr.open_dataset(path, engine="h5md", convert_units=True, strict=True).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        xr.open_dataset(path, engine="h5md").close()

@@ -363,12 +363,30 @@ def _tail_dims(el: ElementInfo, name: str, first: tuple[str, ...], *, particles:
     return tuple(dims)
 
 
+def _note_edges_without_unit(b: _Builder, edges: ElementInfo,
+                             position: ElementInfo | None) -> None:
+    """Note box ``edges`` without a unit beside positions whose unit ``convert_units``
+    converts: the positions are scaled (nm to Angstrom: x10), the edges served as stored,
+    in silence they no longer matched. H5MD's units are optional: no departure."""
+    unit = position.unit if position is not None else None
+    if edges.unit is not None or unit is None or not b.convert_units:
+        return
+    factor, base, problem = _units.base_factor(unit)
+    if problem is None and factor != 1.0:
+        b.report.note(edges.path, f"the box edges have no unit, the positions {unit!r}: "
+                      f"with convert_units=True the positions are in {base!r}, the edges "
+                      "as stored", "box edges left unconverted", departure=False)
+
+
 def _box_variables(b: _Builder, box: BoxInfo, main: Sampling | None, drop: set[str],
-                   variables: dict[str, xr.Variable], coords: dict[str, xr.Variable]) -> None:
-    """Add ``box_edges`` (and the ``box_vector``/``spatial`` coordinates) of ``box``."""
+                   variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
+                   position: ElementInfo | None = None) -> None:
+    """Add ``box_edges`` (and the ``box_vector``/``spatial`` coordinates) of ``box``
+    (``position``: the group's positions, whose unit the edges' is compared with)."""
     attrs = {"boundary": list(box.boundary), "dimension": box.dimension}
     if box.edges is not None and "box_edges" not in drop:
         el = box.edges
+        _note_edges_without_unit(b, el, position)
         first = _time_dims(b, el, "box_edges", main, coords)
         tail = el.shape[len(first):]
         box_dims = (SPATIAL_DIM,) if len(tail) == 1 else (BOX_VECTOR_DIM, SPATIAL_DIM)
@@ -447,7 +465,8 @@ def _particles_dataset(
 
     _mark_particle_order(b, pg, variables)
     if pg.box is not None:
-        _box_variables(b, pg.box, main, drop, variables, coords)
+        _box_variables(b, pg.box, main, drop, variables, coords,
+                       pg.elements.get("position"))
     if SPATIAL_DIM not in coords and any(SPATIAL_DIM in v.dims for v in variables.values()):
         size = next(v.sizes[SPATIAL_DIM] for v in variables.values() if SPATIAL_DIM in v.dims)
         if size <= 3:
