@@ -66,6 +66,14 @@ def test_external_link_needs_opt_in(tmp_path):
     tree.close()
     with pytest.raises(H5MDFormatError, match="allow_external"):
         xr.open_datatree(path, engine="h5md", strict=True)
+    # a string is truthy: scan(path, allow_external="no") followed the link (an audit)
+    from h5mdx.format.h5md import free_form, scan, scan_free_form
+
+    for call in (lambda: scan(path, allow_external="no"),
+                 lambda: free_form(path, "particles", allow_external="no"),
+                 lambda: scan_free_form(path, "particles", allow_external="no")):
+        with pytest.raises(TypeError, match="allow_external= takes True or False, not 'no'"):
+            call()
 
 
 def test_soft_link_through_external_link(tmp_path):

@@ -57,6 +57,12 @@ class _Ctx:
     stored_chunks: dict[tuple[int, ...], int | None] = field(default_factory=dict)
     storage_sizes: dict[tuple[int, ...], int | None] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # a string is truthy: scan(path, allow_external="no") followed external links
+        if not isinstance(self.allow_external, (bool, np.bool_)):
+            raise TypeError(
+                f"allow_external= takes True or False, not {self.allow_external!r}")
+
     @property
     def filename(self) -> str:
         return self.f.filename
