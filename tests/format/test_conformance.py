@@ -557,6 +557,27 @@ def _gromacs_chunk_ahead(f):
         grp["value"].attrs["unit"] = unit
 
 
+def _gromacs_nothing_written_yet(f):
+    """A GROMACS file as it starts: 'value', 'step' and 'time' of 20 frames allocated with
+    fill value -1, none written yet; read as 20 frames of step -1 and positions -1, said
+    only as steps that do not increase (audit76)."""
+    for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
+        grp = f[el]
+        unit = grp["value"].attrs["unit"]
+        for name in ("value", "step", "time"):
+            data = grp[name][()]
+            del grp[name]
+            grp.create_dataset(name, shape=(20, *data.shape[1:]), dtype=data.dtype,
+                               maxshape=(None, *data.shape[1:]), fillvalue=-1,
+                               chunks=(20, *data.shape[1:]))
+        grp["value"].attrs["unit"] = unit
+
+
+def _check_no_frames(ds):
+    assert ds.sizes["time"] == 0 and ds.position.shape == (0, *POS.shape[1:])
+    assert ds.step.values.tolist() == [] and ds.time.values.tolist() == []
+
+
 def _fixed_as_arrays_of_one(f):
     """Fixed-interval sampling with its interval written as an array of one entry, not a
     scalar, beside its ``offset``: read as one explicit step it numbered the frames 0..n-1
@@ -759,6 +780,9 @@ TROUBLES = {
         _gromacs_chunk_ahead, f"{G}/position/step", r"holds its fill value -1 from frame 3 "
         r"on \(17 frame\(s\)\): allocated but never written.*the 3 frame\(s\) before",
         _check_stopped_mid_frame),
+    "GROMACS's chunk allocated, nothing written yet": Trouble(
+        _gromacs_nothing_written_yet, f"{G}/position/step", r"holds only its fill value -1 "
+        r"\(20 frame\(s\)\): allocated but never written.*no frames read", _check_no_frames),
     "fixed step and time as arrays of one": Trouble(
         _fixed_as_arrays_of_one, f"{G}/position/step", "an array of one entry with an "
         "'offset' attribute.*read as fixed-interval sampling", _check_fixed_as_arrays_of_one),
