@@ -1333,3 +1333,25 @@ def test_opening_does_not_walk_the_chunk_index_for_object_ids(adk_h5md, monkeypa
     with xr.open_datatree(adk_h5md, engine="h5md"):
         pass
     assert calls == []
+
+
+def test_a_dropped_element_warns_of_nothing(tmp_path):
+    """``drop_variables=["velocity"]`` of a file whose velocity is broken (a 'step' of
+    other length than its 'value') still warned of it, though it was not read (audit76);
+    its problems are left out with it. strict=True refuses the file as before (the file
+    departs from H5MD whatever is read of it)."""
+    rng = np.random.default_rng(4)
+    path = write_h5md(tmp_path / "v.h5md", {"g": {
+        "position": dict(value=rng.random((6, 4, 3)), step=np.arange(6)),
+        "velocity": dict(value=rng.random((6, 4, 3)), step=np.arange(6))}})
+    with h5py.File(path, "r+") as f:
+        del f["particles/g/velocity/step"]
+        f["particles/g/velocity/step"] = np.array([3, 2, 1, 0, 5, 4])
+    with pytest.warns(H5MDConformanceWarning, match=r"velocity/step\]"):
+        xr.open_dataset(path, engine="h5md").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md", drop_variables=["velocity"]) as ds:
+            assert "velocity" not in ds and ds.position.shape == (6, 4, 3)
+    with pytest.raises(H5MDFormatError, match=r"velocity/step"):
+        xr.open_dataset(path, engine="h5md", drop_variables=["velocity"], strict=True)

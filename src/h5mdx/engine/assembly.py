@@ -74,18 +74,25 @@ class _Report:
         H5MD leaves the file free, warned but never refused)."""
         self.add(Problem(path, message, assumed, departure=departure))
 
-    def scanned(self, info: FileInfo, under: str | None = None, subtree: bool = True) -> None:
+    def scanned(self, info: FileInfo, under: str | None = None, subtree: bool = True,
+                dropped: Iterable[str] = ()) -> None:
         """Take the problems of the scan: all, or those of ``under`` and the whole file;
         ``subtree=False`` (an open of one group as a Dataset): not those of the
         observables or connectivity groups nested in ``under``, each a Dataset of its
-        own."""
+        own; nor, unless strict, those of the elements at paths ``dropped`` alone (an
+        element left out with ``drop_variables``: it warned of what it was not read)."""
         # /particles read as one particles group (Sarkas): its problems are that group's
         flat = any(pg.path == "/particles" for pg in info.particles.values())
+        gone = tuple(f"{path.rstrip('/')}/" for path in dropped)
         for problem in info.problems:
+            paths = (problem.path, *problem.shared_by)
+            if gone and not self.strict and all(f"{path.rstrip('/')}/".startswith(gone)
+                                                for path in paths):
+                continue
             if (self.strict and problem.departure) or under is None or any(
                     _concerns(path, under, flat)
                     and (subtree or _of_its_own_elements(path, under, info))
-                    for path in (problem.path, *problem.shared_by)):
+                    for path in paths):
                 self.add(problem)
 
     def emit(self) -> None:

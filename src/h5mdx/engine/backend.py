@@ -163,9 +163,10 @@ def _open_one(
         info = _scan_with(manager, lock, allow_external, deep_connectivity=sought.startswith(
             "connectivity/") and sought[len("connectivity/"):])
         kind, name = _resolve_group(info, group)
-        report.scanned(info, info.particles[name].path if kind == "particles" else
-                       f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"),
-                       subtree=False)
+        where = (info.particles[name].path if kind == "particles" else
+                 f"/{name}" if kind == "other" else f"/{kind}/{name}".rstrip("/"))
+        report.scanned(info, where, subtree=False, dropped=[
+            f"{where}/box/edges" if v == "box_edges" else f"{where}/{v}" for v in drop])
         b = _Builder(info, manager, convert_units=convert_units, chunk_mib=chunk_mib, lock=lock,
                      report=report, allow_external=allow_external)
         if kind == "particles":
