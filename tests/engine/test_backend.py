@@ -1355,3 +1355,30 @@ def test_a_dropped_element_warns_of_nothing(tmp_path):
             assert "velocity" not in ds and ds.position.shape == (6, 4, 3)
     with pytest.raises(H5MDFormatError, match=r"velocity/step"):
         xr.open_dataset(path, engine="h5md", drop_variables=["velocity"], strict=True)
+
+
+def test_a_time_that_goes_back_is_said_once(tmp_path):
+    """Steps that increase with a time that goes back (0, 0.5, 0.0) were served in
+    silence: the Dataset's time index is then not monotonic, and ``.sel(time=slice(...))``
+    fails far from the cause (audit76). One warning names the frame; the frames stay in
+    the order stored; strict=True does not refuse it (H5MD asks only the steps to
+    increase); steps and times that both go back are said once, of the steps."""
+    pos = np.zeros((3, 2, 3))
+    path = write_h5md(tmp_path / "t.h5md", {"g": {"position": dict(
+        value=pos, step=np.array([0, 10, 20]), time=np.array([0.0, 0.5, 0.0]))}})
+    with pytest.warns(H5MDConformanceWarning) as said, \
+            xr.open_dataset(path, engine="h5md") as ds:
+        assert ds.time.values.tolist() == [0.0, 0.5, 0.0]
+    lines = [str(w.message) for w in said if "/time]" in str(w.message)]
+    assert lines == [f"{path} [/particles/g/position/time]: 'time' goes back: frame 2 has "
+                     "time 0 after 0.5 (1 such frame(s)); the time index is not monotonic; "
+                     "frames kept in the order stored"]
+    with pytest.warns(H5MDConformanceWarning, match="'time' goes back"):
+        xr.open_dataset(path, engine="h5md", strict=True).close()
+    both = write_h5md(tmp_path / "b.h5md", {"g": {"position": dict(
+        value=pos, step=np.array([0, 10, 0]), time=np.array([0.0, 0.5, 0.0]))}})
+    with pytest.warns(H5MDConformanceWarning) as said:
+        xr.open_dataset(both, engine="h5md").close()
+    text = [str(w.message) for w in said]
+    assert any("'step' does not increase" in t for t in text)
+    assert not any("'time' goes back" in t for t in text)

@@ -414,6 +414,7 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
             c.note(f"{where}/step", "fixed-interval sampling (a scalar 'step' with an "
                    "offset) is H5MD 1.1's, not 1.0's", "read as H5MD 1.1 defines it",
                    minor=True)
+    back = np.zeros(0, np.intp)
     if step is None:
         kind, step = "implicit", np.arange(n, dtype=np.int64)
     else:
@@ -424,4 +425,21 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
             c.note(f"{where}/step", f"'step' does not increase: frame {i} has step "
                    f"{int(step[i])} after {int(step[i - 1])} ({back.size} such frame(s))",
                    "frames kept in the order stored")
+    if not back.size:  # a run appended from its start: said of its steps
+        _note_time_back(c, time, where)
     return Sampling(kind, step, time, time_unit if time is not None else None, key)
+
+
+def _note_time_back(c: _Ctx, time: np.ndarray | None, where: str) -> None:
+    """Note a ``time`` that goes back (a run restarted from an earlier time, appended):
+    the frames are served in the order stored, so the ``time`` index of the Dataset is
+    not monotonic and ``.sel(time=...)`` refuses slices of it. H5MD asks only the steps
+    to increase: no departure."""
+    if time is None or time.size < 2:
+        return
+    back = np.flatnonzero(np.diff(time) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        c.note(f"{where}/time", f"'time' goes back: frame {i} has time {time[i]:g} after "
+               f"{time[i - 1]:g} ({back.size} such frame(s)); the time index is not "
+               "monotonic", "frames kept in the order stored", departure=False)
