@@ -57,6 +57,11 @@ from h5mdx.testing import write_h5md
         ("nm.ps-1", 10.0, "Angstrom ps-1"),
         ("kJ.mol-1.nm-1", 0.1, "kJ mol-1 Angstrom-1"),
         ("1.5 nm", 15.0, "Angstrom"),  # a number's "." is no product
+        # a power of ten written with ^ or ** ("unknown unit '10^-9'", audit76)
+        ("10^-9 m", 10.0, "Angstrom"),
+        ("10**-12 s", 1.0, "ps"),
+        ("10^3 nm", 1e4, "Angstrom"),
+        ("100 nm", 1000.0, "Angstrom"),  # a number, not 10 to the power 0
     ],
 )
 def test_conversion(unit, factor, base):

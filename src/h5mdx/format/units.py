@@ -132,8 +132,9 @@ _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 #: power, before a unit symbol
 _UDUNITS_PRODUCT = re.compile(
     r"([A-Za-zÅ\u00b5\u03bc_](?:\^)?[+-]?\d*)\.(?=[A-Za-zÅ\u00b5\u03bc])")
-#: A power of a number as the H5MD units module writes it: ``10+3`` is 1000, ``10-9`` 1e-9.
-_POWER_OF = re.compile(r"^(\d+)([+-]\d+)$")
+#: A power of a number as the H5MD units module writes it: ``10+3`` is 1000, ``10-9`` 1e-9
+#: (and as others do: ``10^-9``, ``10**-9``).
+_POWER_OF = re.compile(r"^(\d+)(?:(?:\^|\*\*)([+-]?\d+)|([+-]\d+))$")
 
 
 #: pint base dimension -> (position, sign) in the dimension vector (current: charge/time)
@@ -220,7 +221,8 @@ def _parse_product(text: str, sign: int) -> tuple[float, list[int]]:
             if seen_unit:  # "nm 2", "nm*2": a power written apart, or a misplaced factor
                 raise H5MDUnitError(f"a number ({token}) after a unit: write a power as "
                                     "nm2, nm^2 or nm**2, a factor before the units")
-            value = (float(power_of.group(1)) ** int(power_of.group(2)) if power_of
+            value = (float(power_of.group(1)) ** int(power_of.group(2) or power_of.group(3))
+                     if power_of
                      else float(token))
             factor *= value ** sign
             continue
