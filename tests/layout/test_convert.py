@@ -1155,3 +1155,22 @@ def _frames_read(topology, path):
         except (OSError, EOFError, ValueError):
             return
 
+
+
+@pytest.mark.parametrize("traj", ["XTC", "TRR"])
+def test_a_selection_by_position_is_made_in_the_first_frame_of_an_xtc(tmp_path, traj):
+    """The end check of an XTC or TRR (``_xdr_end``) reads its last frame: a selection by
+    position was then made in the last frame (GRO + XTC, 'prop z < 30': 25151 atoms for
+    the first frame's 25231, an audit). The Universe is put back at its first frame."""
+    out = tmp_path / "sel.h5md"
+    convert(d.GRO, [getattr(d, traj)], out, select="prop z < 30", progress=False)
+    u = mda.Universe(d.GRO, getattr(d, traj))
+    want = u.select_atoms("prop z < 30")
+    pos = np.stack([want.positions.copy() for _ in u.trajectory])
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert ds.sizes["atom"] == want.n_atoms
+        np.testing.assert_array_equal(ds.position.values, pos)
+    given = mda.Universe(d.GRO, [getattr(d, traj)] * 2)  # a chain of readers, given as is
+    convert(given, [], tmp_path / "chain.h5md", select="prop z < 30", progress=False)
+    with xr.open_dataset(tmp_path / "chain.h5md", engine="h5md") as ds:
+        assert ds.sizes["atom"] == want.n_atoms

@@ -880,8 +880,14 @@ def _release_quietly(err: BaseException) -> None:
 def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
     """Raise where an input file ends inside a frame or holds more after the last frame
     MDAnalysis reads (:func:`_damaged_end`); with ``partial``, warn that the frames before
-    it are converted instead (a run that crashed while writing its last frame)."""
-    for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
+    it are converted instead (a run that crashed while writing its last frame).
+
+    The Universe is left at the frame it was at: :func:`_xdr_end` reads the last frames,
+    and a selection by position (``around``, ``prop z < 30``) was then made in the last
+    frame, not the first (an audit)."""
+    at = u.trajectory.ts.frame
+    readers = getattr(u.trajectory, "readers", None) or [u.trajectory]
+    for reader in readers:
         problem = _damaged_end(reader)
         if problem is None:
             continue
@@ -893,6 +899,10 @@ def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
         raise H5MDReadError(
             name, None, f"{problem}; nothing written to {out}: pass partial=True (--partial "
             f"on the command line) to convert the {reader.n_frames} frames before it")
+    if any(getattr(r, "_xdr", None) is not None and r.n_frames for r in readers):
+        with warnings.catch_warnings():  # said as the frame was first read
+            warnings.simplefilter("ignore")
+            u.trajectory[at]  # a ChainReader's Timestep is its readers': each moved it
 
 
 def _damaged_end(reader: Any) -> str | None:
