@@ -376,11 +376,19 @@ def _refused_by_a_rank(args: argparse.Namespace) -> bool:
     from h5mdx.mpi.launch import refused_on_any_rank
 
     said = io.StringIO()
-    with contextlib.redirect_stderr(said):
-        refused = _refused(args)
+    failed: BaseException | None = None
+    try:
+        with contextlib.redirect_stderr(said):
+            refused = _refused(args)
+    except BaseException as err:  # raised after the others heard: they waited for it (hung)
+        failed, refused = err, True
     if not refused:
         sys.stderr.write(said.getvalue())  # notes of a check that passed
-    return refused_on_any_rank(said.getvalue() if refused else None)
+    # a rank that raised says its own error after (h5mdx.cli.main): "" tells the others
+    refused = refused_on_any_rank(said.getvalue() if refused else None)
+    if failed is not None:
+        raise failed
+    return refused
 
 
 def run(args: argparse.Namespace) -> int:

@@ -64,7 +64,8 @@ def refused_on_any_rank(message: str | None) -> bool:
     Parameters
     ----------
     message : str or None
-        What this rank would print (its lines, ending in a newline).
+        What this rank would print (its lines, ending in a newline); ``""`` where it
+        refused and says why itself (an error it raises after this call).
 
     Returns
     -------
@@ -76,7 +77,7 @@ def refused_on_any_rank(message: str | None) -> bool:
     if comm.Get_rank() == 0:
         by_text: dict[str, list[int]] = {}
         for rank, text in enumerate(seen):
-            if text is not None:
+            if text:
                 by_text.setdefault(text, []).append(rank)
         for text, ranks in by_text.items():
             size = len(seen)
