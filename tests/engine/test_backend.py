@@ -1206,6 +1206,36 @@ def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, 
             np.testing.assert_array_equal(new.position.values, want.position.values)
 
 
+@pytest.mark.parametrize("change", ["chmod", "same mode", "hard link"])
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_file_whose_attributes_change_while_open_still_reads(tmp_path, monkeypatch, direct,
+                                                              change):
+    """chmod, chown or a hard link move a file's change time alone: an open Dataset
+    refused every read of it as "rewritten since it was opened", and any new open of it
+    as "rewritten while another Dataset of it is open" (an audit), though its bytes were
+    the same. Its bytes sampled at the open tell it from a rewrite (cp -p, refused by
+    the test above): it reads as before."""
+    monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
+    values = np.random.default_rng(6).random((10, 4, 3))
+    path = tmp_path / "t.h5md"
+    write_h5md(path, {"t": {"position": {"value": values, "step": np.arange(10),
+                                         "chunks": (2, 4, 3)}}})
+    with xr.open_dataset(path, engine="h5md") as old:
+        np.testing.assert_array_equal(old.position[:2].values, values[:2])
+        before = path.stat()
+        time.sleep(0.01)  # a change time after the open's
+        if change == "hard link":
+            os.link(path, tmp_path / "backup.h5md")
+        else:
+            path.chmod(0o600 if change == "chmod" else before.st_mode & 0o7777)
+        if path.stat().st_ctime_ns == before.st_ctime_ns:
+            pytest.skip("the file system's change time is coarser than 10 ms")
+        np.testing.assert_array_equal(old.position.values, values)
+        with xr.open_dataset(path, engine="h5md") as again:
+            np.testing.assert_array_equal(again.position.values, values)
+        np.testing.assert_array_equal(old.position[3:].values, values[3:])
+
+
 def test_a_file_replaced_by_one_of_the_same_size_and_time_reads_as_opened(tmp_path):
     """A file replaced (a new inode) by one of the same size and modification time
     (cp -p, rsync -t): once another Dataset of the new file had planned its direct reads,

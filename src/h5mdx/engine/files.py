@@ -20,6 +20,7 @@ from xarray.backends import CachingFileManager
 
 from h5mdx.errors import H5MDReadError
 from h5mdx.format import reader_cache as _readers
+from h5mdx.format import samples as _samples
 from h5mdx.format.h5md import FileInfo, scan
 from h5mdx.format.h5md import open_h5md as _open_file
 
@@ -49,7 +50,10 @@ def _stale_handle(filename: str, stamp: tuple[int, int, int, int, int]) -> None:
     """
     key, now = (stamp[0], stamp[1]), stamp[2:]  # in this process: the change time too
     then = _OPENED.get(key)
-    if then is not None and then != now:
+    # a chmod, chown or hard link moves the change time alone: the bytes sampled at the
+    # last open tell it from a rewrite with the modification time set back (cp -p)
+    if then is not None and then != now and not _samples.attributes_only(
+            filename, (*key, *then), stamp):
         for fid in h5py.h5f.get_obj_ids(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_FILE):
             try:  # a POSIX descriptor only where the driver is sec2 (MPI-IO's is not)
                 if fid.get_access_plist().get_driver() != h5py.h5fd.SEC2:
@@ -64,6 +68,7 @@ def _stale_handle(filename: str, stamp: tuple[int, int, int, int, int]) -> None:
                     "this process, and HDF5 opens a file once per process: this open would "
                     "read that one's stale metadata. Close the other Dataset (ds.close()) "
                     "and open it again")
+    _samples.note(filename, stamp)
     _OPENED[key] = now
 
 
