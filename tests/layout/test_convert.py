@@ -1035,6 +1035,18 @@ def test_a_trz_files_energies_are_written_as_observables(tmp_path):
         assert "observables" not in f
 
 
+def test_a_selections_per_atom_values_are_no_observable_left_out(tmp_path):
+    """A PDB's occupancy and tempfactor are per-atom arrays of all its atoms: with a
+    selection they were taken for several values a frame and noted "observable
+    'occupancy' left out: 47681 values a frame (shape (47681,))" (an audit). No note
+    now, as without the selection."""
+    stats = convert(d.PDB, [], tmp_path / "ca.h5md", select="name CA", progress=False)
+    assert not [n for n in stats.notes if "observable" in n], stats.notes
+    with h5py.File(tmp_path / "ca.h5md") as f:
+        assert "observables" not in f
+        assert f["particles/trajectory/position/value"].shape[1] == 214
+
+
 def test_an_output_named_in_capitals_zarr_is_a_zarr_store(tmp_path):
     """``h5mdx convert adk.psf adk.dcd OUT.ZARR`` wrote an HDF5 file named OUT.ZARR (the
     suffix was matched in lower case only, and ".ZARR" passed as a Zarr name; audit77):

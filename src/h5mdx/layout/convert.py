@@ -794,7 +794,7 @@ def convert(
     static = _static(atoms)
     if indices is not None:  # H5MD's id: which atoms of the input these are
         static["id"] = id_element(indices)
-    steps, observables = _Steps(), _Observables(n)
+    steps, observables = _Steps(), _Observables(u.atoms.n_atoms)  # per-atom: all atoms
     missing = {"velocity": 0, "force": 0, "box_edges": 0}
     unwritten = _unwritten(want, has_box, velocities, forces)
     t0 = _time.perf_counter()
