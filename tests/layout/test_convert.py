@@ -773,6 +773,19 @@ def test_observables_the_reader_gives_are_written(tmp_path):
         assert f["observables/lambda/value"].attrs["unit"] == "kcal mol-1"
     zarr = convert(d.TPR_xvf, [d.TRR_xvf], tmp_path / "trr.zarr", progress=False)
     assert any("observables ['lambda'] not written" in n for n in zarr.notes)
+    # a Universe of two H5MD files whose units differ: the first file's unit was given to
+    # the second's values too (only its filename was looked at; audit77); now none, as
+    # for the two files given by name
+    other = tmp_path / "units_kj.h5md"
+    shutil.copy(d.H5MD_xvf, other)
+    with h5py.File(other, "r+") as f:
+        f["observables/lambda/value"].attrs["unit"] = "kJ mol-1"
+    for given in ((mda.Universe(d.TPR_xvf, [str(src), str(other)]), []),
+                  (d.TPR_xvf, [str(src), str(other)])):
+        out2 = tmp_path / "two.h5md"
+        convert(*given, out2, progress=False, overwrite=True)
+        with h5py.File(out2) as f:
+            assert "unit" not in f["observables/lambda/value"].attrs
 
 
 def test_a_reader_that_knows_no_units_is_noted(tmp_path):

@@ -1007,7 +1007,8 @@ def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
     import h5py
 
     found: dict[str, set[str]] = {}
-    for f in _h5md_inputs(list(trajectories) or [getattr(u.trajectory, "filename", None)]):
+    # a Universe's: every file of its chain (the first alone gave its units to all)
+    for f in _h5md_inputs(list(trajectories) or _universe_files(u)):
         for name, el in f.get("observables", {}).items():
             try:
                 unit = scaled_unit(unit_attribute(el["value"]),
