@@ -1142,7 +1142,9 @@ def test_a_block_of_a_fraction_of_frames_is_refused(adk_h5md):
     of frames, numpy's too, is taken as before."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         for bad in (2.5, "10", True):
-            with pytest.raises(TypeError, match="frames_per_block must be a whole number"):
-                h5mdx.rmsd(ds.position, select="name CA", frames_per_block=bad)
+            for position in (ds.position, ds.position.chunk({"time": 10})):  # dask too
+                with pytest.raises(TypeError, match="frames_per_block must be a whole "
+                                                    "number"):
+                    h5mdx.rmsd(position, select="name CA", frames_per_block=bad)
         got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=np.int64(10))
         assert got.chunks == ((10,) * 9 + (8,),)

@@ -64,14 +64,20 @@ from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 __all__ = ["join_parts", "reference_of_parts", "rmsd"]
 
 
-def _check_options(superposition: Any, kernel: Any) -> None:
+def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None) -> None:
     """Refuse a ``superposition`` other than a bool, 0 or 1 (a string, "no" or "False", is
-    truthy, and superposed in silence), and an unknown ``kernel`` here, not in every task
-    at compute time."""
+    truthy, and superposed in silence), an unknown ``kernel`` here, not in every task at
+    compute time, and a ``frames_per_block`` that is no whole number (dask-backed
+    positions, which it does not apply to, took 2.5 in silence)."""
     if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
         raise TypeError(f"superposition must be True or False, not {superposition!r}")
     if kernel not in ("auto", "numpy", "numba"):
         raise ValueError(f"kernel must be 'auto', 'numpy' or 'numba', not {kernel!r}")
+    if frames_per_block is not None and (isinstance(frames_per_block, (bool, np.bool_))
+                                         or not isinstance(frames_per_block,
+                                                           (int, np.integer))):
+        raise TypeError(f"frames_per_block must be a whole number of frames, not "
+                        f"{frames_per_block!r}")
 
 
 def rmsd(
@@ -162,7 +168,7 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     reference = _frame_index(reference)
-    _check_options(superposition, kernel)
+    _check_options(superposition, kernel, frames_per_block)
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
