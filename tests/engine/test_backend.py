@@ -1412,3 +1412,21 @@ def test_a_time_that_goes_back_is_said_once(tmp_path):
     text = [str(w.message) for w in said]
     assert any("'step' does not increase" in t for t in text)
     assert not any("'time' goes back" in t for t in text)
+
+
+def test_a_group_whose_elements_were_all_left_out_says_why(tmp_path):
+    """An observables group holding only an element of compound values (left out: h5mdx
+    reads numeric and string elements) was opened as "no group 'observables'", as if the
+    file had none; the error now names what was left out and why."""
+    path = write_h5md(tmp_path / "c.h5md", {"g": {"position": dict(
+        value=np.zeros((3, 2, 3)), step=np.arange(3))}})
+    with h5py.File(path, "r+") as f:
+        g = f.create_group("observables/thermo")
+        g.create_dataset("value", data=np.zeros(3, np.dtype([("e", "f8"), ("t", "f8")])))
+        g.create_dataset("step", data=np.arange(3))
+    with pytest.raises(ValueError, match=r"has no group 'observables' that h5mdx reads "
+                       r"\(/observables/thermo/value: unsupported dtype .*left out\); "
+                       r"available: 'particles/g'"):
+        xr.open_dataset(path, engine="h5md", group="observables")
+    with pytest.raises(ValueError, match=r"has no group 'nope'; available"):
+        xr.open_dataset(path, engine="h5md", group="nope")

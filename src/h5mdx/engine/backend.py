@@ -109,7 +109,13 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
         return "parameters", g[len("parameters/"):]
     if g.partition("/")[0] in info.other_groups:
         return "other", g
-    raise ValueError(f"{info.filename} has no group {group!r}; available: {listing}")
+    # a group whose every element was left out (compound values, ...): it was "no group"
+    left = [p for p in info.problems if f"{p.path.rstrip('/')}/".startswith(f"/{g}/")]
+    why = ("; ".join(f"{p.path}: {p.message}, {p.assumed}" for p in left[:3])
+           + (f"; and {len(left) - 3} more" if len(left) > 3 else ""))
+    raise ValueError(f"{info.filename} has no group {group!r}"
+                     + (f" that h5mdx reads ({why})" if left else "")
+                     + f"; available: {listing}")
 
 
 def _checked_keywords(topology: Any, convert_units: Any, chunk_mib: Any,
