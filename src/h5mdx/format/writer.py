@@ -53,6 +53,7 @@ __all__ = [
     "ElementSpec",
     "H5MDWriter",
     "Layout",
+    "check_element_names",
     "check_group_name",
     "check_steps_increase",
     "compression_kwargs",
@@ -165,6 +166,28 @@ class Layout:
             frames = min(frames, int(n_frames))
         return max(1, frames)
 
+    def element_frames(self, frame_bytes: int, block: int, n_frames: int | None, *,
+                       small: bool) -> int:
+        """Frames per chunk of an element written in blocks of ``block`` frames (those of
+        the largest element, :meth:`frames`): whole blocks, so that a flush writes whole
+        chunks; for an element of ``small`` frames (the box) as many blocks as make
+        :meth:`frames`' chunk of it; never more than ``n_frames`` (where known) but one.
+
+        Parameters
+        ----------
+        frame_bytes : int
+            Bytes of one frame of the element.
+        block : int
+            Frames a flush writes.
+        n_frames : int or None
+            Number of frames, if known.
+        small : bool
+            The element's frames are smaller than the largest element's.
+        """
+        frames = self.frames(frame_bytes, n_frames, small=small)
+        frames = block * max(1, math.ceil(frames / block))
+        return min(frames, max(1, n_frames)) if n_frames is not None else frames
+
     def describe(self, n_frames: int | None = None, frame_bytes: int | None = None) -> str:
         """A short text such as ``"chunks of 100 frames, gzip:1"`` (``n_frames``: the
         frames written, which chunks never exceed; ``frame_bytes``: the bytes of one
@@ -241,6 +264,21 @@ def _stored_dtype(dtype: np.dtype) -> np.dtype:
     if dtype.kind != "U":
         return dtype
     return h5py.string_dtype("utf-8", max(1, dtype.itemsize))
+
+
+def check_element_names(given: Iterable[str], specs: Iterable[str], where: str = "") -> None:
+    """Refuse a frame whose elements are not the writer's ``specs``, naming the missing
+    and the unexpected ones (``where``: the output, said first where given).
+
+    Raises
+    ------
+    ValueError
+    """
+    given, specs = set(given), set(specs)
+    if given != specs:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(f"{prefix}elements missing: {sorted(specs - given)}, "
+                         f"unexpected: {sorted(given - specs)}")
 
 
 def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
@@ -544,10 +582,8 @@ class H5MDWriter:
                 shape = (int(n_frames or 0), *spec.frame_shape)
                 maxshape = None
             else:
-                frames = self.layout.frames(spec.frame_bytes, self.n_frames, small=small)
-                frames = self.block * max(1, math.ceil(frames / self.block))
-                if n_frames is not None:
-                    frames = min(frames, max(1, n_frames))
+                frames = self.layout.element_frames(spec.frame_bytes, self.block, n_frames,
+                                                    small=small)
                 kwargs["chunks"] = (frames, *spec.frame_shape)
                 kwargs.update(compression_kwargs(self.layout.compression))
                 shape = (0, *spec.frame_shape)
@@ -722,10 +758,7 @@ class H5MDWriter:
         check_steps_increase(steps, self.filename, after=self._last_step)
 
     def _check_names(self, given: Mapping[str, Any]) -> None:
-        if set(given) != set(self.specs):
-            missing = sorted(set(self.specs) - set(given))
-            extra = sorted(set(given) - set(self.specs))
-            raise ValueError(f"elements missing: {missing}, unexpected: {extra}")
+        check_element_names(given, self.specs)
 
     def _flush(self) -> None:
         n = self._fill

@@ -38,6 +38,7 @@ from h5mdx.format.writer import (
     ElementSpec,
     H5MDWriter,
     Layout,
+    check_element_names,
     check_group_name,
     check_steps_increase,
     id_element,
@@ -337,9 +338,10 @@ class ZarrWriter:
         chunks of the positions' frames took a file for each frame or two)."""
         if self.layout.contiguous or spec.frame_bytes >= big_bytes:
             return self.block
-        want = self.layout.frames(spec.frame_bytes, self.n_frames, small=True)
-        frames = self.block * max(1, math.ceil(want / self.block))
-        return min(frames, max(1, int(self.n_frames))) if self.n_frames else frames
+        # n_frames 0 (not known ahead): no bound, as the block has none
+        return self.layout.element_frames(spec.frame_bytes, self.block,
+                                          int(self.n_frames) if self.n_frames else None,
+                                          small=True)
 
     @property
     def checksums(self) -> dict[str, str]:
@@ -367,10 +369,7 @@ class ZarrWriter:
     def _check_frame(self, step: int, time: Any, frames: Mapping[str, Any]) -> None:
         """Refuse a frame as :class:`~h5mdx.format.writer.H5MDWriter` does (a step that
         went back was written, and the store's ``time`` with it)."""
-        if set(frames) != set(self.specs):
-            raise ValueError(f"{self.store}: elements missing: "
-                             f"{sorted(set(self.specs) - set(frames))}, unexpected: "
-                             f"{sorted(set(frames) - set(self.specs))}")
+        check_element_names(frames, self.specs, str(self.store))
         if time is None:
             raise ValueError(f"{self.store}: time is None; a Zarr store holds a time for "
                              "each frame")
