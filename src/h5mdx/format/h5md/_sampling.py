@@ -26,6 +26,7 @@ from h5mdx.format.h5md._storage import (
     _get,
     _has,
     _refresh,
+    _storage_size,
     _unit_attr,
 )
 
@@ -223,7 +224,7 @@ def _unwritten_steps_cut(c: _Ctx, step_ds: h5py.Dataset, raw: np.ndarray, path: 
     if fill is None or raw.ndim != 1 or not raw.size:
         return raw
     written = np.flatnonzero(raw != fill)
-    if not written.size and raw.size > 1 and (fill < 0 or _unallocated(step_ds)):
+    if not written.size and raw.size > 1 and (fill < 0 or _storage_size(c, step_ds) == 0):
         # steps increase: not one written yet (a fill of 0 may be steps written as 0)
         c.note(path, f"'step' holds only its fill value {fill} ({raw.size} frame(s)): "
                "allocated but never written (GROMACS grows its datasets a chunk at a "
@@ -238,14 +239,6 @@ def _unwritten_steps_cut(c: _Ctx, step_ds: h5py.Dataset, raw: np.ndarray, path: 
            f"({raw.size - keep} frame(s)): allocated but never written (GROMACS grows its "
            "datasets a chunk at a time)", f"the {keep} frame(s) before them read")
     return raw[:keep]
-
-
-def _unallocated(dset: h5py.Dataset) -> bool:
-    """Whether ``dset`` stores no bytes (no chunk written)."""
-    try:
-        return dset.id.get_storage_size() == 0
-    except (OSError, RuntimeError, ValueError):
-        return False
 
 
 def _only_fill(c: _Ctx, dset: h5py.Dataset, start: int, path: str) -> bool:
