@@ -203,10 +203,6 @@ def _read_step(source: xr.DataArray, process_threads: int | None = None) -> int 
 def _block_frames(position: xr.DataArray, frames_per_block: int | None,
                   chunk_mib: float | None, workers: int | None) -> int:
     if frames_per_block is not None:
-        if isinstance(frames_per_block, (bool, np.bool_)) or not isinstance(
-                frames_per_block, (int, np.integer)):  # 2.5 ran blocks of 2 in silence
-            raise TypeError(f"frames_per_block must be a whole number of frames, not "
-                            f"{frames_per_block!r}")
         if frames_per_block < 1:
             raise ValueError("frames_per_block must be at least 1")
         return int(frames_per_block)
