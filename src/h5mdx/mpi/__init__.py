@@ -33,6 +33,7 @@ __all__ = [
     "has_parallel_h5py",
     "launched_by_mpirun",
     "launched_ranks",
+    "ranks_by_text",
     "ranks_phrase",
     "require_parallel_h5py",
 ]
@@ -139,3 +140,28 @@ def ranks_phrase(ranks: list[int], size: int) -> str:
             spans.append([r, r])
     text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
     return f"{'rank' if len(ranks) == 1 else 'ranks'} {text} of {size}"
+
+
+def ranks_by_text(seen: list[str | None]) -> dict[str, list[int]]:
+    """Each distinct text of ``seen`` (one entry a rank, as an ``allgather`` gives them;
+    None or "" where a rank has none) and the ranks that gave it, ascending: what a job
+    says once, naming its ranks.
+
+    Parameters
+    ----------
+    seen : list of str or None
+
+    Returns
+    -------
+    dict of str to list of int
+
+    Examples
+    --------
+    >>> ranks_by_text(["bad file", None, "bad file", ""])
+    {'bad file': [0, 2]}
+    """
+    by_text: dict[str, list[int]] = {}
+    for rank, text in enumerate(seen):
+        if text:
+            by_text.setdefault(text, []).append(rank)
+    return by_text

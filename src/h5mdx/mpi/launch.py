@@ -34,7 +34,7 @@ import numpy as np
 
 from h5mdx._optional import import_optional
 from h5mdx.analysis.series import write_outputs
-from h5mdx.mpi import comm_world, ranks_phrase
+from h5mdx.mpi import comm_world, ranks_by_text, ranks_phrase
 
 __all__ = [
     "MIN_RANKS",
@@ -75,11 +75,7 @@ def refused_on_any_rank(message: str | None) -> bool:
     comm = comm_world()
     seen = comm.allgather(message)
     if comm.Get_rank() == 0:
-        by_text: dict[str, list[int]] = {}
-        for rank, text in enumerate(seen):
-            if text:
-                by_text.setdefault(text, []).append(rank)
-        for text, ranks in by_text.items():
+        for text, ranks in ranks_by_text(seen).items():
             size = len(seen)
             sys.stderr.write(text if len(ranks) == size
                              else f"({ranks_phrase(ranks, size)}) {text}")

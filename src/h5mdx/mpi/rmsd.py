@@ -46,7 +46,13 @@ from typing import Any
 import numpy as np
 
 from h5mdx.engine.chunking import READ_STEP_BYTES, read_step
-from h5mdx.mpi import comm_world, launched_by_mpirun, ranks_phrase, require_parallel_h5py
+from h5mdx.mpi import (
+    comm_world,
+    launched_by_mpirun,
+    ranks_by_text,
+    ranks_phrase,
+    require_parallel_h5py,
+)
 from h5mdx.mpi.decompose import Block
 from h5mdx.mpi.io import (
     PositionSource,
@@ -412,11 +418,7 @@ def _attempt(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any],
 def _report(seen: list[str | None], size: int) -> None:
     """One line per distinct failure, naming its ranks (``seen``: one entry per rank, or
     one entry for a failure of rank 0's that every rank shares)."""
-    by_text: dict[str, list[int]] = {}
-    for rank, text in enumerate(seen):
-        if text is not None:
-            by_text.setdefault(text, []).append(rank)
-    for text, ranks in by_text.items():
+    for text, ranks in ranks_by_text(seen).items():
         who = ranks_phrase(ranks, size) if len(seen) == size else f"rank 0 of {size}"
         print(f"h5mdx mpi-rmsd: {who} failed: {text}", file=sys.stderr, flush=True)
 
