@@ -57,10 +57,15 @@ def note(filename: str, stamp: tuple[int, ...] | None) -> None:
             _SAMPLES.move_to_end(stamp)
             return
     got = _sample(filename, stamp[2])
-    if got is None:
-        return
+    if got is not None:
+        _keep(stamp, got)
+
+
+def _keep(stamp: tuple[int, ...], digest: bytes) -> None:
+    """Keep ``digest`` under ``stamp``, dropping the least recently kept beyond ``_MAX``."""
     with _LOCK:
-        _SAMPLES[stamp] = got
+        _SAMPLES[stamp] = digest
+        _SAMPLES.move_to_end(stamp)
         while len(_SAMPLES) > _MAX:
             _SAMPLES.popitem(last=False)
 
@@ -75,6 +80,5 @@ def attributes_only(filename: str, then: tuple[int, ...], now: tuple[int, ...]) 
         before = _SAMPLES.get(then)
     if before is None or _sample(filename, now[2]) != before:
         return False
-    with _LOCK:
-        _SAMPLES[now] = before
+    _keep(now, before)
     return True
