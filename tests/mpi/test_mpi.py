@@ -591,6 +591,18 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
     assert "not started by mpirun" in proc.stderr
     np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
     assert "--out DIR" not in proc.stdout
+    # the reference frame is said as an index from the first frame, as h5mdx.rmsd says it
+    # (it was -1 as given, where h5mdx.rmsd of the parts of a run said 97)
+    out = tmp_path / "nc"
+    proc = subprocess.run(
+        h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--reference", "-1", "--format", "nc",
+                   "--out", str(out)), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import xarray as xr
+
+    with xr.open_dataarray(out / "rmsd.nc") as da:
+        assert da.attrs["reference_frame"] == 97 and float(da[97]) < 1e-5 < float(da[0])
+        assert da.attrs["selection"] == "all" and da.attrs["units"] == "Angstrom"
     # without --out nothing is written: the summary says how to keep the series (as
     # h5mdx rmsd does; found by an audit)
     proc = subprocess.run(h5mdx_argv("mpi-rmsd", layouts["chunk10"]), env=env,

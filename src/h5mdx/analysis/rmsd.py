@@ -345,6 +345,6 @@ def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, sel
     attrs["superposition"] = int(bool(superposition))  # netCDF attributes hold no bools
     attrs["weights"] = weights if isinstance(weights, str) else (
         "none" if weights is None else "given")
-    if isinstance(reference, (int, np.integer)):
-        attrs["reference_frame"] = int(reference)
+    if isinstance(reference, (int, np.integer)):  # as an index from the first frame (-1: n-1)
+        attrs["reference_frame"] = int(reference) % max(int(position.sizes[TIME_DIM]), 1)
     return attrs

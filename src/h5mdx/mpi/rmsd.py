@@ -634,9 +634,10 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
         coords["time"] = ("time", result.time, {"units": result.time_unit or ""})
     if result.step is not None:
         coords["step"] = ("time", result.step)
-    da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd",
-                      attrs={"units": result.unit or "", "select": options.select or "all",
-                             "reference_frame": options.reference, "backend": BACKEND})
+    attrs: dict[str, Any] = {"units": result.unit} if result.unit else {}
+    attrs.update(selection=options.select or "all", backend=BACKEND,  # as h5mdx.rmsd says
+                 reference_frame=options.reference % max(len(result.rmsd), 1))
+    da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd", attrs=attrs)
     path = write_series(out / f"rmsd.{'nc' if options.out_format == 'nc' else 'csv'}", da)
     files["rmsd"] = str(path)
     meta = _metadata(options, len(result.records), result.records[0]["run_id"], result.chunks)
