@@ -1360,6 +1360,29 @@ def test_fixed_sampling_offsets_of_other_forms_are_minor(tmp_path, step_offset, 
         xr.open_dataset(path, engine="h5md", strict=True)
 
 
+def test_step_and_time_as_columns_are_read_as_such(tmp_path):
+    """``step`` and ``time`` stored as columns, shape ``(n, 1)``, hold one per frame as
+    ``(n,)`` would: read quietly (refused by strict). The frames were numbered 0..n-1 and
+    the times dropped (found by an audit)."""
+    path = _base(str(tmp_path / "columns.h5md"))
+    with h5py.File(path, "r+") as f:
+        pos = f[f"{G}/position"]
+        _replace(pos, "step", STEPS.reshape(-1, 1))
+        _replace(pos, "time", TIMES.reshape(-1, 1))
+        for where in (f"{G}/box/edges", "observables/energy"):
+            _replace(f[where], "step", pos["step"])
+            _replace(f[where], "time", pos["time"])
+    with _no_warning_open(path) as ds:
+        np.testing.assert_array_equal(ds.step, STEPS)
+        np.testing.assert_array_equal(ds.time, TIMES)
+        np.testing.assert_array_equal(ds.position, POS)
+    problems = scan(path).problems
+    assert {p.path for p in problems} == {f"{G}/position/step", f"{G}/position/time"}
+    assert all(p.minor for p in problems), problems
+    with pytest.raises(H5MDFormatError, match=re.escape("'step' has shape (3, 1), not (3,)")):
+        xr.open_dataset(path, engine="h5md", strict=True)
+
+
 def _version_string(f):
     f["h5md"].attrs["version"] = "1.0"
 

@@ -176,10 +176,20 @@ def _fixed_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
     return first + every * np.arange(n, dtype=np.int64)
 
 
+def _column(c: _Ctx, dset: h5py.Dataset, name: str, path: str) -> bool:
+    """Whether ``dset`` (a ``step`` or ``time``) is a column, shape ``(m, 1)``: one entry
+    per row, as some writers store what H5MD says is of shape ``(m,)`` (noted)."""
+    if dset.shape is None or dset.ndim != 2 or dset.shape[1] != 1:
+        return False
+    c.note(path, f"'{name}' has shape {dset.shape}, not ({dset.shape[0]},)",
+           f"read as one {name} per row", minor=True)
+    return True
+
+
 def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
     """Steps of explicit sampling (one per frame), or None where unusable (noted)."""
     path = f"{where}/step"
-    if step_ds.shape is None or step_ds.ndim != 1:
+    if step_ds.shape is None or (step_ds.ndim != 1 and not _column(c, step_ds, "step", path)):
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames", _NUMBERED)
         return None
     if step_ds.dtype.kind not in "iuf":
@@ -191,7 +201,7 @@ def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.nd
                _NUMBERED)
         return None
     raw = _unwritten_steps_cut(c, step_ds, _read_small(c, step_ds, path, rows[1],
-                                                      start=rows[0]), path)
+                                                      start=rows[0]).reshape(-1), path)
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
             c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
@@ -274,7 +284,7 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
         return None
     if _fixed_form(c, time_ds, "time", n, where):
         return _fixed_times(c, time_ds, n, where)
-    if time_ds.ndim != 1:
+    if time_ds.ndim != 1 and not _column(c, time_ds, "time", path):
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
         return None
@@ -287,8 +297,8 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
                "'time' ignored")
         return None
     try:
-        time = _read_small(c, time_ds, path, rows[1], start=rows[0]).astype(np.float64,
-                                                                             copy=False)
+        time = _read_small(c, time_ds, path, rows[1], start=rows[0]).reshape(-1).astype(
+            np.float64, copy=False)
     except H5MDFormatError as err:  # its declared size absurd: the frames stay, untimed
         c.note(path, err.problem, "'time' ignored")
         return None
