@@ -266,6 +266,34 @@ def test_stale_partials_of_dead_processes_are_removed(tmp_path):
     assert not stale.exists()
 
 
+def test_outputs_of_long_names_are_written_and_too_long_ones_refused(tmp_path):
+    """A name of 230 characters fits the file system (255) but its temporary name, the
+    name and 40 more, did not: every write failed with "File name too long" naming the
+    hidden file. It is now written (its temporary name shortened, found again for
+    cleaning), and a name longer than the file system takes is refused up front (found by
+    an audit)."""
+    import socket
+
+    name = "r" * 225 + ".h5md"
+    target = tmp_path / name
+    with atomic_output(target) as tmp:
+        assert len(os.path.basename(tmp)) <= 255
+        open(tmp, "w").close()
+        assert partial_files(target) == [Path(tmp)]
+    assert os.listdir(tmp_path) == [name]
+    host = socket.gethostname().split(".")[0]
+    stale = Path(tmp).parent / os.path.basename(tmp).replace(f".{host}.{os.getpid()}.",
+                                                            f".{host}.999999999.")
+    stale.write_text("half")
+    with atomic_output(target, overwrite=True, directory=True) as tmp:  # a store
+        os.mkdir(tmp)
+    assert not stale.exists() and (tmp_path / name).is_dir()
+    with pytest.raises(ValueError, match=r"is 261 bytes long, longer than the 255 the "
+                                         "file system"):
+        with atomic_output(tmp_path / ("s" * 256 + ".h5md")):
+            pass
+
+
 def _store(path, text):
     path.mkdir()
     (path / "zarr.json").write_text(text)

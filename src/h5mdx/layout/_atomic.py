@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
+import hashlib
 import os
 import shutil
 import signal
@@ -34,10 +36,31 @@ def _host() -> str:
     return socket.gethostname().split(".")[0].replace(".", "_") or "host"
 
 
+def _name_max(directory: Path) -> int:
+    """The longest file name the file system of ``directory`` takes (255 where unknown)."""
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf on Windows
+        return 255
+
+
+def _stem(target: Path) -> str:
+    """The target's name as its temporary names start (``.STEM.HOST.PID.RANDOM``): the
+    name itself, or, where the temporary name would be longer than the file system takes
+    (a target name of over 200 characters), its start and a digest of the whole."""
+    # ".", "." HOST, "." PID (at most 10 digits), "." RANDOM (8), the suffix
+    room = _name_max(target.parent) - (len(_host()) + 22 + len(_SUFFIX))
+    if len(target.name.encode()) <= room:
+        return target.name
+    digest = hashlib.sha1(target.name.encode()).hexdigest()[:12]
+    head = target.name.encode()[:max(room - len(digest) - 1, 1)].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
 def partial_files(target: str | os.PathLike[str]) -> list[Path]:
     """Leftover temporary outputs of ``target`` (from any process)."""
     t = Path(target)
-    return sorted(t.parent.glob(f".{t.name}.*{_SUFFIX}"))
+    return sorted(t.parent.glob(f".{glob.escape(_stem(t))}.*{_SUFFIX}"))
 
 
 def pid_alive(pid: int) -> bool:
@@ -101,7 +124,7 @@ def _clean_stale(target: Path) -> None:
     aside to put its new one in place, and died before it did, is put back."""
     host = _host()
     for p in partial_files(target):
-        parts = p.name[len(target.name) + 2: -len(_SUFFIX)].split(".")
+        parts = p.name[len(_stem(target)) + 2: -len(_SUFFIX)].split(".")
         # .NAME.HOST.PID.RANDOM.h5mdx-partial
         if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not pid_alive(
             int(parts[1])
@@ -155,7 +178,8 @@ def check_target(
     FileExistsError
         If the target exists and ``overwrite`` is False.
     ValueError
-        If the target is one of the inputs, its directory does not exist, or it is a
+        If the target is one of the inputs, its directory does not exist, its name is
+        longer than the file system takes, or it is a
         file or directory that ``overwrite`` may not replace: a file that is not HDF5
         (nor empty) for an HDF5 output, any directory for a file output, a directory that
         is not a Zarr store (nor empty) or a file (not empty) for a store.
@@ -173,6 +197,10 @@ def check_target(
             )
     if not t.parent.is_dir():
         raise ValueError(f"the output directory {str(t.parent)!r} does not exist")
+    if len(t.name.encode()) > _name_max(t.parent):
+        raise ValueError(f"the output name {t.name[:40]!r}... is {len(t.name.encode())} "
+                         f"bytes long, longer than the {_name_max(t.parent)} the file system "
+                         f"of {str(t.parent)!r} takes: choose a shorter name")
     if (t.exists() or t.is_symlink()) and not overwrite:
         raise FileExistsError(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
@@ -376,7 +404,7 @@ def atomic_output(
     t = check_target(target, overwrite=overwrite, inputs=inputs, directory=directory,
                      hdf5=hdf5)
     _clean_stale(t)
-    tmp = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
+    tmp = t.parent / f".{_stem(t)}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_SUFFIX}"
     try:
         with _signals_raise():
             yield str(tmp)
@@ -391,7 +419,7 @@ def atomic_output(
                     "(--overwrite) to replace it"
                 )
             if directory and t.is_dir() and not t.is_symlink():
-                old = t.parent / f".{t.name}.{_host()}.{os.getpid()}.{_OLD}{_SUFFIX}"
+                old = t.parent / f".{_stem(t)}.{_host()}.{os.getpid()}.{_OLD}{_SUFFIX}"
                 _swap(t, tmp, old)
                 raise_if_interrupted()  # the new store is whole and in place
             else:
