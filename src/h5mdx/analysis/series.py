@@ -94,6 +94,10 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
 def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF.
 
+    The CSV's ``frame`` is the result's ``frame`` coordinate where it has one (the frame
+    index in the file), else the row's index in the series: for a series of selected
+    frames (``ds.isel(time=...)``) the ``step`` and ``time`` columns say which they are.
+
     Parameters
     ----------
     path : path-like
