@@ -138,3 +138,16 @@ def test_dask_wait_is_outside_wall():
 
 def test_empty_frame_validates():
     rec.validate(rec.empty())
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_slurm_job_id_beside_none_builds_and_roundtrips(tmp_path, suffix):
+    # a SLURM run's records joined with a local run's: one job id, one None. pandas 3's
+    # Series.map made the None a NaN, which to_frame and load refused
+    pytest.importorskip("pyarrow")
+    rows = _rows(2)
+    rows[0]["slurm_job_id"] = "4242"
+    df = rec.to_frame(rows)
+    assert df["slurm_job_id"].tolist() == ["4242", None]
+    back, _ = rec.load(rec.save(df, tmp_path / f"mixed{suffix}", {}))
+    assert back["slurm_job_id"].tolist() == ["4242", None]

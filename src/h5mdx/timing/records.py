@@ -161,9 +161,11 @@ def _coerce(df: pd.DataFrame) -> pd.DataFrame:
         s = out[col]
         if kind == _STR:
             if col in _NULLABLE_STR:
-                out[col] = s.astype(object).where(s.notna(), None).map(
-                    lambda v: v if v is None else str(v)
-                )
+                # built as objects: ``Series.map`` infers pandas 3's ``str`` dtype, whose
+                # missing value is NaN, so a None beside a job id became NaN and failed
+                # validate (found by an audit)
+                out[col] = pd.Series([str(v) if ok else None for v, ok in zip(
+                    s, s.notna(), strict=True)], index=s.index, dtype=object)
             else:
                 out[col] = s.astype(str)
             out[col] = out[col].astype(object)
