@@ -459,3 +459,14 @@ def test_a_run_of_a_few_ms_gets_no_advice_but_that():
     said = advice(_run(io=0.0005, compute=0.0002, n_tasks=2))
     assert len(said) == 1 and said[0].startswith("The run's tasks worked 3.4 ms in all: "
                                                  "too short to judge"), said
+
+
+def test_tasks_without_a_stop_time_do_not_hide_a_straggler():
+    # 3 tasks of 0.401 s, one of 1.401 s, and three whose stop time is unknown: sorted
+    # last, the NaNs had made every other task's median NaN, and nothing was flagged
+    df = _run(n_tasks=4, slow={3: ("io", 1.0)})
+    unknown = df.iloc[:3].assign(task_key=["u0", "u1", "u2"], t_stop=np.nan, wall=np.nan)
+    flagged = flag_stragglers(pd.concat([df, unknown], ignore_index=True))
+    assert flagged["is_straggler"].tolist() == [i == 3 for i in range(7)]
+    np.testing.assert_allclose(flagged["threshold"], 1.5 * 0.401)
+    assert flagged.loc[3, "slow_phase"] == "io"

@@ -258,11 +258,22 @@ def flag_stragglers(
 def _others_median(d: np.ndarray) -> np.ndarray:
     """For each entry of ``d``, the median of the others (NaN for a lone one).
 
+    Unknown (NaN) entries, tasks without a stop time, are no one's others: sorted last,
+    they had made the median of the known ones NaN, and no task a straggler (an audit).
+    Their own value is the median of the known ones.
+
     Examples
     --------
     >>> _others_median(np.array([1.0, 2.0, 10.0]))
     array([6. , 5.5, 1.5])
+    >>> _others_median(np.array([1.0, 2.0, 10.0, np.nan]))
+    array([6. , 5.5, 1.5, 2. ])
     """
+    known = ~np.isnan(d)
+    if not known.all():
+        out = np.full(d.size, np.median(d[known]) if known.any() else np.nan)
+        out[known] = _others_median(d[known])
+        return out
     n = d.size
     if n < 2:
         return np.full(n, np.nan)
