@@ -470,3 +470,12 @@ def test_tasks_without_a_stop_time_do_not_hide_a_straggler():
     assert flagged["is_straggler"].tolist() == [i == 3 for i in range(7)]
     np.testing.assert_allclose(flagged["threshold"], 1.5 * 0.401)
     assert flagged.loc[3, "slow_phase"] == "io"
+
+
+def test_a_group_key_unknown_for_some_tasks_still_judges_them():
+    # by a column that dask tasks leave empty (rank, slurm_job_id): groupby dropped the
+    # NaN keys, and those tasks got no threshold and were never flagged
+    df = _run(slow={5: ("io", 1.0)})
+    flagged = flag_stragglers(df, by=("run_id", "rank"))
+    assert flagged["is_straggler"].tolist() == [i == 5 for i in range(8)]
+    np.testing.assert_allclose(flagged["threshold"], 1.5 * 0.401)

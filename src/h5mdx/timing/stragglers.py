@@ -230,7 +230,8 @@ def flag_stragglers(
     if df.empty:
         out.index = index
         return out
-    for idx in df.groupby(list(by), sort=False).groups.values():
+    # dropna=False: a task whose group key is unknown (rank of a dask task) is still judged
+    for idx in df.groupby(list(by), sort=False, dropna=False).indices.values():
         d = ph.loc[idx, "duration"]
         others = _others_median(d.to_numpy(dtype=float))
         if rule == "median":
