@@ -151,3 +151,14 @@ def test_slurm_job_id_beside_none_builds_and_roundtrips(tmp_path, suffix):
     assert df["slurm_job_id"].tolist() == ["4242", None]
     back, _ = rec.load(rec.save(df, tmp_path / f"mixed{suffix}", {}))
     assert back["slurm_job_id"].tolist() == ["4242", None]
+
+
+def test_csv_keeps_every_digit_of_short_phases_and_unix_times(tmp_path):
+    # "%.9f" wrote 1.234567e-06 s as 0.000001235 and cut unix times to nanoseconds
+    rows = _rows(2)
+    rows[0].update(t_io=1.234567e-6, t_compute=3.3e-11, t_start=1.7e9 + 0.123456789012,
+                   t_stop=1.7e9 + 0.5)
+    df = rec.to_frame(rows)
+    back, _ = rec.load(rec.save(df, tmp_path / "short.csv", {}))
+    for col in ("t_io", "t_compute", "t_start", "t_stop", "wall"):
+        assert back[col].tolist() == df[col].tolist(), col
