@@ -162,3 +162,14 @@ def test_csv_keeps_every_digit_of_short_phases_and_unix_times(tmp_path):
     back, _ = rec.load(rec.save(df, tmp_path / "short.csv", {}))
     for col in ("t_io", "t_compute", "t_start", "t_stop", "wall"):
         assert back[col].tolist() == df[col].tolist(), col
+
+
+def test_csv_reads_back_an_empty_host_or_kind(tmp_path):
+    # an empty text field read as NaN: save wrote host '' and kind '', load refused them
+    rows = _rows(2)
+    rows[0].update(host="", kind="")
+    rows[1].update(host="node1")
+    df = rec.to_frame(rows)
+    back, _ = rec.load(rec.save(df, tmp_path / "empty.csv", {}))
+    assert back["host"].iloc[0] == "" and back["kind"].tolist() == ["", "rmsd"]
+    assert back["slurm_job_id"].tolist() == [None, None]

@@ -498,6 +498,11 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
             keep_default_na=False,
             na_values=[""],
         )
+        # save let no text column but slurm_job_id be missing: an empty field of the
+        # others is an empty name ('' host or kind), not a missing one (an audit)
+        for col in (c for c, kind in COLUMNS.items() if kind == _STR
+                    and c not in _NULLABLE_STR and c in df):
+            df[col] = df[col].fillna("")
         side = _sidecar(path)
         if side.exists():
             meta = json.loads(side.read_text(encoding="utf-8"))
