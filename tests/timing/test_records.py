@@ -173,3 +173,17 @@ def test_csv_reads_back_an_empty_host_or_kind(tmp_path):
     back, _ = rec.load(rec.save(df, tmp_path / "empty.csv", {}))
     assert back["host"].iloc[0] == "" and back["kind"].tolist() == ["", "rmsd"]
     assert back["slurm_job_id"].tolist() == [None, None]
+
+
+def test_load_of_a_file_that_is_not_timing_records_names_it(tmp_path):
+    # an RMSD series, and records whose n_workers is not a number: the error said what
+    # was wrong (or only pandas' 'Unable to parse string') but not in which file
+    series = tmp_path / "rmsd.csv"
+    series.write_text("frame,rmsd\n0,0.0\n1,0.5\n")
+    with pytest.raises(ValueError, match=r"rmsd\.csv: invalid timing records: missing "
+                                         r"column\(s\): run_id"):
+        rec.load(series)
+    bad = tmp_path / "bad.csv"
+    rec.to_frame(_rows(1)).assign(n_workers="two").to_csv(bad, index=False)
+    with pytest.raises(ValueError, match=r"bad\.csv: invalid timing records: .*'two'"):
+        rec.load(bad)

@@ -478,6 +478,12 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     (pandas.DataFrame, dict)
         The validated records and the run's metadata (empty if none was stored).
         Records written before ``t_warmup`` existed get ``t_warmup = 0.0``.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, for a suffix other than those, or a file that does not hold
+        timing records (see :func:`validate`).
     """
     path = Path(path)
     meta: dict[str, Any] = {}
@@ -510,7 +516,11 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise ValueError(
             f"cannot read timing records from {path.name!r}: expected .parquet or .csv"
         )
-    df = _coerce(_fill_zero_default(df))
-    validate(df)
+    try:
+        df = _coerce(_fill_zero_default(df))
+        validate(df)
+    except (ValueError, TypeError) as err:  # which file, not only what is wrong in it
+        what = str(err).removeprefix("invalid timing records: ")
+        raise ValueError(f"{path}: invalid timing records: {what}") from err
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra], meta
