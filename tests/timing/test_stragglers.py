@@ -479,3 +479,19 @@ def test_a_group_key_unknown_for_some_tasks_still_judges_them():
     flagged = flag_stragglers(df, by=("run_id", "rank"))
     assert flagged["is_straggler"].tolist() == [i == 5 for i in range(8)]
     np.testing.assert_allclose(flagged["threshold"], 1.5 * 0.401)
+
+
+def test_mpi_run_time_is_not_lengthened_by_another_host_s_clock():
+    # 1 rank for 1.9 s; 2 ranks for 1.0 s, the second on a node whose clock is 0.3 s ahead:
+    # the span of their records (1.3 s) made S(2) = 1.46 instead of 1.9
+    def ranks(run_id, n, wall, skew):
+        return [{"run_id": run_id, "backend": "mpi-io", "n_workers": n, "worker": f"rank-{r}",
+                 "rank": r, "host": f"node{r}", "task_key": f"{run_id}-{r}", "kind": "rmsd",
+                 "t_start": 100.0 + skew * r, "t_stop": 100.0 + skew * r + wall,
+                 "t_io": wall / 2, "t_compute": wall / 2, "t_wait": 0.0} for r in range(n)]
+
+    df = rec.to_frame(ranks("one", 1, 1.9, 0.0) + ranks("two", 2, 1.0, 0.3))
+    np.testing.assert_allclose(run_table(df)["wall"], [1.9, 1.0])
+    table = speedup(run_table(df))
+    np.testing.assert_allclose(table["S"], [1.0, 1.9])
+    np.testing.assert_allclose(table["E"], [1.0, 0.95])
