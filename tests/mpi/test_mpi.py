@@ -1037,3 +1037,16 @@ def test_a_rank_whose_checks_raise_does_not_leave_the_others_waiting():
     proc = mpirun(3, ["-c", code], timeout=60)
     assert proc.returncode != 0
     assert proc.stderr.count("h5mdx rmsd: error: rank 1 cannot read x.h5md") == 1, proc.stderr
+
+
+def test_the_summary_s_run_time_is_the_longest_rank_whatever_the_nodes_clocks(capsys):
+    """Two ranks of 1.0 s on nodes whose clocks are 0.3 s apart: the summary said 1.300 s
+    (the span of their start and stop times) and 77 frames/s."""
+    from h5mdx.mpi import rmsd as m
+
+    recs = [{"rank": r, "frame_start": 50 * r, "frame_stop": 50 * r + 50,
+             "t_start": 100.0 + 0.3 * r, "t_stop": 101.0 + 0.3 * r, "wall": 1.0,
+             "t_io": 0.4, "t_compute": 0.4} for r in range(2)]
+    res = SimpleNamespace(records=recs, rmsd=np.linspace(0.0, 1.0, 100), unit=None, files={})
+    m._summary(res, None)
+    assert "RMSD of 100 frames on 2 rank(s) in 1.000 s (100 frames/s;" in capsys.readouterr().out
