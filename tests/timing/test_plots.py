@@ -157,3 +157,16 @@ def test_a_figure_is_shown_in_a_fresh_notebook(saved):
         assert data["image/png"][:4] == b"\x89PNG"
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_gantt_of_a_run_joined_from_parts_with_repeated_labels():
+    # one run's records concatenated from two parts (labels 0..5 twice): .at raised
+    # "unhashable type: 'Series'"; each task's bar is now at its own start
+    part = _records("n2", 2, slow=3)
+    whole = pd.concat([part.iloc[:3], part.iloc[3:].set_axis(range(3))])
+    ax = plot_gantt(whole).axes[0]
+    t0 = part["t_start"].min()
+    bars = [p for p in ax.patches if p.get_fill() and p.get_width() > 1e-9]  # no slivers
+    starts = sorted(round(p.get_x(), 6) for p in bars)
+    want = sorted(round(x, 6) for t in part["t_start"] - t0 for x in (t, t + 0.1))
+    assert starts == want  # io, then compute, from each task's start

@@ -203,7 +203,8 @@ def plot_gantt(
     -------
     matplotlib.figure.Figure
     """
-    sel = _one_run(df, run_id)
+    # by position: a run's records joined from parts repeat their labels, and .at failed
+    sel = _one_run(df, run_id).reset_index(drop=True)
     flagged = flag_stragglers(sel, rule=rule, factor=factor)
     ph = _phase_table(sel)
     t0 = float(sel["t_start"].min())
