@@ -495,3 +495,22 @@ def test_mpi_run_time_is_not_lengthened_by_another_host_s_clock():
     table = speedup(run_table(df))
     np.testing.assert_allclose(table["S"], [1.0, 1.9])
     np.testing.assert_allclose(table["E"], [1.0, 0.95])
+
+
+def test_a_worker_s_threads_warming_up_side_by_side_count_once():
+    # worker A runs two threads, each of whose first task loads the kernel (0.5 s) at the
+    # same time; worker B warms up twice, one task after the other (0.3 s + 0.3 s). The
+    # sums per worker (A: 1.0 s) took 1.0 s off a 2.5 s run: t_N 1.5 s instead of 1.9 s
+    rows = []
+    for lane in range(2):
+        rows += [{"task_key": f"a{lane}", "worker": "A", "t_start": 100.0, "t_stop": 101.5,
+                  "t_warmup": 0.5},
+                 {"task_key": f"b{lane}", "worker": "A", "t_start": 101.5, "t_stop": 102.5,
+                  "t_warmup": 0.0}]
+    rows += [{"task_key": f"c{i}", "worker": "B", "t_start": 100.0 + i, "t_stop": 101.0 + i,
+              "t_warmup": 0.3} for i in range(2)]
+    df = rec.to_frame([{**r, "run_id": "r", "backend": "distributed", "n_workers": 2,
+                        "kind": "rmsd", "t_io": 0.1, "t_compute": 0.1} for r in rows])
+    runs = run_table(df)
+    np.testing.assert_allclose(runs[["wall", "warmup"]].to_numpy(), [[2.5, 0.6]])
+    np.testing.assert_allclose(speedup(runs)["t_N"], [1.9])
