@@ -510,3 +510,11 @@ def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason)
                    {"JobState": "COMPLETED", "ExitCode": "0:0"}])
     monkeypatch.setattr(batch, "job_info", lambda jid: next(states))
     assert batch.wait_for_job("43", poll=0.01).state == "COMPLETED"
+
+
+def test_straggler_summary_of_ranks_on_nodes_whose_clocks_differ():
+    """Ranks of 0.35 s and 0.45 s; the second node's clock 0.3 s ahead: the header said
+    0.750 s (the span of their start and stop times) for a run of 0.45 s."""
+    df = _rank_records([0.2, 0.3])
+    df.loc[1, ["t_start", "t_stop"]] += 0.3
+    assert "0.450 s (the longest rank)" in straggler_summary(df).splitlines()[0]
