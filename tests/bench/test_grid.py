@@ -393,3 +393,29 @@ def test_every_worker_of_the_distributed_grid_is_warmed_up_before_it_is_timed():
         from h5mdx.parallel.workers import warm_up_seconds
 
         assert all(s > 0 for s in warm_up_seconds(client).values())
+
+
+def test_the_report_says_stragglers_are_counted_over_every_repeat():
+    """One straggler in each of 3 repeats of 2 tasks: the row read '2 tasks ... 3
+    stragglers' beside medians, with nothing to say the 3 was over the repeats."""
+    import pandas as pd
+
+    from h5mdx.bench.grid import BenchResult, render_report
+    from h5mdx.timing.stragglers import run_table, speedup
+
+    frames, metas = [], []
+    for rep in range(3):
+        rid = f"threads-n2-m1-r{rep}"
+        frames.append(rec.to_frame([
+            {"run_id": rid, "backend": "threads", "n_workers": 2, "worker": f"w{w}",
+             "task_key": f"{rid}-{w}", "kind": "read", "frame_start": 10 * w,
+             "frame_stop": 10 * w + 10, "t_start": 10.0,
+             "t_stop": 10.0 + (1.0 if w else 0.3), "t_io": 0.1, "t_compute": 0.1}
+            for w in range(2)]))
+        metas.append({"run_id": rid, "blocks_per_worker": 1, "repeat": rep})
+    records = pd.concat(frames, ignore_index=True)
+    runs = run_table(records, metas)
+    report = render_report(BenchResult(records, runs, speedup(runs), metas, []))
+    assert "| threads | 2 | 1 | 2 | 3 | 1.000 |  |  | 1.54 | 3 | 1 |" in report
+    assert ("tasks, imbalance and R_comp/IO are medians over the runs, stragglers the tasks "
+            "flagged in all of them.") in report

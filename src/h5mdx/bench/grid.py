@@ -587,7 +587,9 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
         "",
         "S(N) = t_1 / t_N and E(N) = S(N) / N use t_N, the median wall time of the repeats "
         "less the warm-up (loading the kernel: reported beside, not counted as work);",
-        "M is the number of blocks per worker (frames per block = n_frames / (N M)).",
+        "M is the number of blocks per worker (frames per block = n_frames / (N M));",
+        "tasks, imbalance and R_comp/IO are medians over the runs, stragglers the tasks "
+        "flagged in all of them.",
         "",
         render_table(rows, header, fmt="markdown"),
         "",
