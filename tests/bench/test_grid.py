@@ -419,3 +419,17 @@ def test_the_report_says_stragglers_are_counted_over_every_repeat():
     assert "| threads | 2 | 1 | 2 | 3 | 1.000 |  |  | 1.54 | 3 | 1 |" in report
     assert ("tasks, imbalance and R_comp/IO are medians over the runs, stragglers the tasks "
             "flagged in all of them.") in report
+
+
+def test_the_report_of_records_without_frames_says_none():
+    """Records whose tasks give no frame range (frame_stop all NA): render_report raised
+    'int() argument must be ... not NAType' from the frames line."""
+    from h5mdx.bench.grid import BenchResult, render_report
+    from h5mdx.timing.stragglers import run_table, speedup
+
+    records = rec.to_frame([{"run_id": "threads-n1-m1-r0", "backend": "threads",
+                             "n_workers": 1, "worker": "w0", "task_key": "k", "kind": "x",
+                             "t_start": 1.0, "t_stop": 2.0}])
+    runs = run_table(records)
+    report = render_report(BenchResult(records, runs, speedup(runs), [], []))
+    assert "- frames: None; HDF5 layout: {}" in report

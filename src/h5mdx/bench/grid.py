@@ -563,7 +563,10 @@ def _n_frames(result: BenchResult) -> int | None:
             return int(meta["n_frames"])
     records = result.records
     if len(records) and "frame_stop" in records:
-        return int(records["frame_stop"].max())
+        import pandas as pd
+
+        stop = records["frame_stop"].max()  # NA where no record gives its frames
+        return None if pd.isna(stop) else int(stop)
     return None
 
 def render_report(result: BenchResult, images: Mapping[str, str] | None = None) -> str:
