@@ -514,3 +514,27 @@ def test_a_worker_s_threads_warming_up_side_by_side_count_once():
     runs = run_table(df)
     np.testing.assert_allclose(runs[["wall", "warmup"]].to_numpy(), [[2.5, 0.6]])
     np.testing.assert_allclose(speedup(runs)["t_N"], [1.9])
+
+
+def test_ranks_given_no_frames_do_not_make_the_working_ranks_stragglers():
+    # 4 ranks, 2 of them without a chunk (frames 98-98: 0.2 s of opening after the warm-up)
+    # and 2 that worked 0.6 s: the working ranks' median of the others was 0.2 s, and both
+    # were called stragglers 'slow in compute: look at the CPU'
+    ranks = _run(n_workers=4, n_tasks=4, io=0.1, compute=0.3, backend="mpi-io")
+    ranks["rank"] = [0, 1, 2, 3]
+    ranks["t_warmup"] = 0.5
+    ranks["t_init_traj"] = 0.2
+    ranks.loc[[2, 3], ["frame_start", "frame_stop"]] = 98
+    ranks.loc[[2, 3], ["t_io", "t_compute"]] = 0.0
+    ranks["t_stop"] = ranks["t_start"] + [1.101, 1.101, 0.701, 0.701]
+    ranks["wall"] = ranks["t_stop"] - ranks["t_start"]
+    flagged = flag_stragglers(ranks)
+    assert not flagged["is_straggler"].any()
+    np.testing.assert_allclose(flagged["threshold"], 1.5 * 0.601)
+    np.testing.assert_allclose(flagged["duration"], [0.601, 0.601, 0.201, 0.201])
+    # a working rank slower than the other one still is one
+    ranks.loc[1, ["t_stop", "wall"]] += 1.0
+    ranks.loc[1, "t_io"] += 1.0
+    flagged = flag_stragglers(ranks)
+    assert flagged["is_straggler"].tolist() == [False, True, False, False]
+    assert flagged.loc[1, "slow_phase"] == "io"

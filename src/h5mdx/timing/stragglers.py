@@ -13,7 +13,8 @@ duration
     worker's first task pays once; see :func:`warmup_summary`).
 straggler
     ``rule="median"`` (default): a task whose duration exceeds ``factor`` (1.5)
-    times the median duration of the *other* tasks of the same run and kind, *and*
+    times the median duration of the *other* tasks of the same run and kind (tasks
+    given no frames, MPI ranks left without a chunk, are judged with no one), *and*
     exceeds that median by at least ``min_excess`` (default 0.05 s), so that the
     scheduling jitter of millisecond tasks is not reported. Leaving the task out of
     its own median changes nothing for many tasks; of two, a median that held the
@@ -231,8 +232,11 @@ def flag_stragglers(
         out.index = index
         return out
     # dropna=False: a task whose group key is unknown (rank of a dask task) is still judged
+    # a task given no frames (an MPI rank left without a chunk) only opened the files: no
+    # one's peer, its short time made every rank that worked a straggler (an audit)
+    empty = (df["frame_stop"] <= df["frame_start"]).fillna(False).to_numpy(dtype=bool)
     for idx in df.groupby(list(by), sort=False, dropna=False).indices.values():
-        d = ph.loc[idx, "duration"]
+        d = ph.loc[idx, "duration"].mask(empty[idx])
         others = _others_median(d.to_numpy(dtype=float))
         if rule == "median":
             threshold = factor * others
@@ -245,7 +249,7 @@ def flag_stragglers(
         out.loc[idx, "is_straggler"] = slow.to_numpy()
         if not slow.any():
             continue
-        medians = ph.loc[idx, list(SLOW_PHASES)].median()
+        medians = ph.loc[idx[~empty[idx]], list(SLOW_PHASES)].median()
         excess = ph.loc[idx[slow.to_numpy()], list(SLOW_PHASES)] - medians
         out.loc[excess.index, "slow_phase"] = [
             str(row.idxmax()) if row.notna().any() else "other"
