@@ -538,3 +538,13 @@ def test_ranks_given_no_frames_do_not_make_the_working_ranks_stragglers():
     flagged = flag_stragglers(ranks)
     assert flagged["is_straggler"].tolist() == [False, True, False, False]
     assert flagged.loc[1, "slow_phase"] == "io"
+
+
+def test_a_run_that_only_warmed_up_has_no_speed_up_rather_than_an_error():
+    # N=4's 0.2 s were all warm-up: t_N = 0, and speedup raised ZeroDivisionError
+    runs = pd.DataFrame({"backend": ["threads"] * 3, "n_workers": [1, 2, 4],
+                         "wall": [1.0, 0.5, 0.2], "warmup": [0.1, 0.1, 0.2]})
+    table = speedup(runs)
+    np.testing.assert_allclose(table["t_N"], [0.9, 0.4, 0.0])
+    np.testing.assert_allclose(table["S"], [1.0, 2.25, np.nan])
+    np.testing.assert_allclose(table["E"], [1.0, 1.125, np.nan])
