@@ -395,3 +395,21 @@ def test_waits_of_a_worker_of_two_threads_are_per_thread(frames_file):
     for _, lane in lanes:
         spent = lane["t_wait"].sum() + lane["wall"].sum()
         assert spent == pytest.approx(lane["t_stop"].max() - run.t_run_start, abs=1e-6)
+
+
+def test_local_workers_default_to_the_cpus_dask_uses(monkeypatch):
+    """A job given 3 of a node's 64 cores: dask's threads scheduler runs 3 threads, but
+    the records said n_workers = 64 (os.cpu_count), and the load imbalance divided the
+    work by 64."""
+    import dask.system
+
+    from h5mdx.timing.capture import _count_workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(dask.system, "CPU_COUNT", 3)
+    with dask.config.set(num_workers=None):
+        assert _count_workers("threads", None) == 3
+        assert _count_workers("processes", None) == 3
+        assert _count_workers("synchronous", None) == 1
+    with dask.config.set(num_workers=2):
+        assert _count_workers("threads", None) == 2

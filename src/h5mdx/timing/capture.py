@@ -251,7 +251,8 @@ def capture(
         The client the computation runs on.
     n_workers : int, optional
         Number of workers, for the records (default: the client's worker count, or
-        dask's ``num_workers`` setting / the CPU count for local schedulers).
+        dask's ``num_workers`` setting / the CPUs its local schedulers use, within the
+        process's affinity and cgroup limits).
     run_id : str, optional
         Identifier of the run (default: a random one).
     meta : mapping, optional
@@ -360,13 +361,17 @@ def client_workers(client: Any) -> int:
 
 
 def _count_workers(backend: str, client: Any) -> int:
-    """The client's workers, or dask's ``num_workers`` (else the CPUs) of a local scheduler."""
+    """The client's workers, or dask's ``num_workers`` (else the CPUs it uses) of a local
+    scheduler."""
     if backend in _CLIENT_BACKENDS:
         return client_workers(client)
     import dask
+    import dask.system
 
+    # dask's pools take CPU_COUNT (affinity and cgroup limits): os.cpu_count() said 64
+    # workers of a job given 4 cores, and the load imbalance divided by 64 (an audit)
     return 1 if backend == "synchronous" else int(
-        dask.config.get("num_workers", None) or os.cpu_count() or 1
+        dask.config.get("num_workers", None) or dask.system.CPU_COUNT or 1
     )
 
 
