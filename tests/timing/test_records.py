@@ -187,3 +187,15 @@ def test_load_of_a_file_that_is_not_timing_records_names_it(tmp_path):
     rec.to_frame(_rows(1)).assign(n_workers="two").to_csv(bad, index=False)
     with pytest.raises(ValueError, match=r"bad\.csv: invalid timing records: .*'two'"):
         rec.load(bad)
+
+
+def test_validate_names_the_rows_of_bad_times():
+    # a host whose clock stepped back: the error said 't_stop before t_start in some rows'
+    df = rec.to_frame(_rows(6))
+    df.loc[1, "t_stop"] = 0.0
+    df.loc[[2, 3, 4, 5], "t_io"] = -1.0
+    with pytest.raises(ValueError) as err:
+        rec.validate(df)
+    assert ("negative durations in column(s): t_io (rows 2, 3, 4 and 1 more: tasks "
+            "('rmsd-abc', 2), ('rmsd-abc', 3), ('rmsd-abc', 4))") in str(err.value)
+    assert "t_stop before t_start (row 1: task ('rmsd-abc', 1))" in str(err.value)

@@ -289,11 +289,23 @@ def validate(df: pd.DataFrame) -> None:
         durations = df[["wall", *PHASES]]
         if (durations < 0).any().any():
             cols = [c for c in durations if (durations[c] < 0).any()]
-            problems.append(f"negative durations in column(s): {', '.join(cols)}")
+            problems.append(f"negative durations in column(s): {', '.join(cols)} "
+                            f"({_which((durations < 0).any(axis=1), df)})")
         if (df["t_stop"] < df["t_start"]).any():
-            problems.append("t_stop before t_start in some rows")
+            problems.append("t_stop before t_start "
+                            f"({_which(df['t_stop'] < df['t_start'], df)})")
     if problems:
         raise ValueError("invalid timing records: " + "; ".join(problems))
+
+
+def _which(bad: pd.Series, df: pd.DataFrame, most: int = 3) -> str:
+    """The rows where ``bad`` holds, by position and task key (the first ``most``): a
+    clock that stepped back on one host is found by them (an audit: 'in some rows')."""
+    rows = np.flatnonzero(bad.to_numpy(dtype=bool))
+    more = f" and {len(rows) - most} more" if len(rows) > most else ""
+    keys = ", ".join(str(df["task_key"].iloc[i]) for i in rows[:most])
+    return (f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:most]))}{more}: "
+            f"task{'s' if len(rows) > 1 else ''} {keys}")
 
 
 def busy(df: pd.DataFrame) -> pd.Series:
