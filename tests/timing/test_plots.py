@@ -170,3 +170,16 @@ def test_gantt_of_a_run_joined_from_parts_with_repeated_labels():
     starts = sorted(round(p.get_x(), 6) for p in bars)
     want = sorted(round(x, 6) for t in part["t_start"] - t0 for x in (t, t + 0.1))
     assert starts == want  # io, then compute, from each task's start
+
+
+def test_per_worker_bars_of_mpi_ranks_are_in_rank_order():
+    # 12 ranks: sorted by their names the bars ran rank 0, 1, 10, 11, 2, ..., so the
+    # studies' per-rank figure put rank 10 third; rank r's io here is 0.1 * (r + 1)
+    rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 12, "worker": f"rank-{r}",
+             "rank": r, "task_key": f"m-{r}", "kind": "rmsd", "t_start": 5.0,
+             "t_stop": 5.0 + 0.1 * (r + 1), "t_io": 0.1 * (r + 1), "t_wait": 0.0}
+            for r in range(12)]
+    ax = plot_per_worker(rec.to_frame(rows)).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"rank {r}" for r in range(12)]
+    io = [p.get_height() for p in ax.patches[:12]]  # the first phase drawn
+    assert [round(h, 6) for h in io] == [round(0.1 * (r + 1), 6) for r in range(12)]

@@ -134,6 +134,9 @@ def plot_per_worker(
     """
     sel = _one_run(df, run_id)
     pw = per_worker(sel).droplevel("run_id")
+    if sel["rank"].notna().all():  # ranks in their order: by name, rank-10 came before 2
+        first_rank = sel.groupby(sel["worker"].astype(str))["rank"].min()
+        pw = pw.loc[sorted(pw.index, key=lambda w: (int(first_rank[str(w)]), str(w)))]
     fig = _figure(figsize, dpi)
     ax = fig.add_subplot()
     x = np.arange(len(pw))
