@@ -183,3 +183,14 @@ def test_per_worker_bars_of_mpi_ranks_are_in_rank_order():
     assert [t.get_text() for t in ax.get_xticklabels()] == [f"rank {r}" for r in range(12)]
     io = [p.get_height() for p in ax.patches[:12]]  # the first phase drawn
     assert [round(h, 6) for h in io] == [round(0.1 * (r + 1), 6) for r in range(12)]
+
+
+def test_gantt_rows_of_mpi_ranks_are_in_rank_order():
+    # ranks leave the barrier together; the rows went by start time, so a node whose
+    # clock ran behind put its ranks (2, 3) first
+    rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 4, "worker": f"rank-{r}",
+             "rank": r, "task_key": f"m-{r}", "kind": "rmsd",
+             "t_start": 5.0 - (0.01 if r >= 2 else 0.0), "t_stop": 6.0, "t_io": 0.5,
+             "t_wait": 0.0} for r in range(4)]
+    ax = plot_gantt(rec.to_frame(rows)).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r}" for r in range(4)]

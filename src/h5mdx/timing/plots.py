@@ -211,8 +211,11 @@ def plot_gantt(
     flagged = flag_stragglers(sel, rule=rule, factor=factor)
     ph = _phase_table(sel)
     t0 = float(sel["t_start"].min())
+    # MPI ranks in rank order (they start together, and on several nodes' clocks);
+    # dask workers by their first task
+    by = "rank" if sel["rank"].notna().all() else "t_start"
     workers = sorted(sel["worker"].unique(), key=lambda w: sel.loc[sel["worker"] == w,
-                                                                     "t_start"].min())
+                                                                     by].min())
     row_of = {w: i for i, w in enumerate(workers)}
     fig = _figure(figsize, dpi)
     ax = fig.add_subplot()
