@@ -1209,3 +1209,20 @@ def test_names_that_moved_out_of_direct_are_still_found_there():
     assert empty is scratch.empty and direct.scratch_buffers is scratch.scratch_buffers
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         direct.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("chunks", [{}, None])
+def test_long_strides_of_no_atom_keep_the_frames_taken(tmp_path, chunks):
+    """Every 5th frame of no atom (``atom=slice(0, 0)``) from gzip chunks came back with
+    every frame between the first and last taken: 16 frames for 4 (a reshape of the
+    dask block failed); now the frames taken, as h5py's."""
+    values = np.arange(20 * 4 * 3, dtype=np.float32).reshape(20, 4, 3)
+    path = write_h5md(tmp_path / "g.h5", {"all": {"position": dict(
+        value=values, step=1, time=1.0, chunks=(5, 4, 3), compression="gzip")}})
+    with xr.open_dataset(path, engine="h5md", chunks=chunks) as ds:
+        for key in (dict(time=slice(None, None, 5), atom=slice(0, 0)),
+                    dict(time=slice(3, 17, 6), atom=slice(2, 2), spatial=1)):
+            got = ds.position.isel(key)
+            want = values[key["time"], key["atom"], key.get("spatial", slice(None))]
+            assert got.shape == want.shape
+            assert got.values.shape == want.shape, key

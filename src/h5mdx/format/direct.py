@@ -475,8 +475,9 @@ class DirectReader:
         is kept decoded for the next read (a frame loop), unless ``keep`` is False (a
         caller that will not come back for the others).
         """
-        if any(s.stop <= s.start for s in box):
-            return np.empty(tuple(max(0, s.stop - s.start) for s in box), dtype=self.dtype)
+        if any(s.stop <= s.start for s in box):  # every ``step``-th row, even of none
+            return np.empty((len(range(box[0].start, box[0].stop, step)),
+                             *(max(0, s.stop - s.start) for s in box[1:])), dtype=self.dtype)
         if self._by_rows:
             if all((t.start, t.stop) == (0, n) for t, n in zip(box[1:], self.shape[1:],
                                                                strict=True)):
