@@ -162,6 +162,42 @@ def test_bad_options_are_explained(kwargs, match):
         slurm_options(interface=None, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        # dask-jobqueue failed these with "TypeError: not all arguments converted during
+        # string formatting" while formatting #SBATCH --mem
+        ({"memory": "-1"}, "memory '-1' is -1 bytes per job: give at least 1 MiB"),
+        ({"memory": "0"}, "memory '0' is 0 bytes"),
+        ({"memory": "4"}, "memory '4' is 4 bytes .*a bare number is bytes"),
+        ({"memory": 4}, "memory 4 is 4 bytes"),
+        ({"memory": "4 gigs"}, "memory '4 gigs' is not a size: .*memory='4GiB'"),
+        # taken as 2 cores and 2 processes in silence
+        ({"cores": 2.5}, "cores must be a whole number, not 2.5"),
+        ({"cores": 2, "processes": 1.5}, "processes must be a whole number, not 1.5"),
+        ({"processes": "x"}, "processes must be a whole number, not 'x'"),
+    ],
+)
+def test_bad_memory_and_fractions_are_explained(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        slurm_options(interface=None, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        job_script_preview(interface=None, **kwargs)
+
+
+def test_memory_of_the_config_is_checked_too():
+    with dask.config.set({"jobqueue.slurm.memory": "-1"}), \
+            pytest.raises(ValueError, match="memory '-1' is -1 bytes"):
+        slurm_options(interface=None)
+
+
+@pytest.mark.parametrize(("memory", "mem"), [("4GB", "4G"), ("4 GiB", "4G"), ("4G", "4G"),
+                                             ("1.5GiB", "2G"), (4 * 2**30, "4G"),
+                                             ("1MiB", "1M")])
+def test_memory_sizes_are_accepted(memory, mem):
+    assert f"#SBATCH --mem={mem}" in job_script_preview(interface=None, memory=memory)
+
+
 @pytest.mark.parametrize("walltime", ["30", "10:00", "00:30:00", "1-00", "1-12:00", "2-00:00:00"])
 def test_slurm_time_formats_are_accepted(walltime):
     assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime

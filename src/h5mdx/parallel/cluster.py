@@ -267,6 +267,41 @@ def _check_walltime(walltime: Any) -> str | None:
     return text
 
 
+#: The least memory per job :func:`slurm_options` takes: a bare number is bytes to dask
+#: (``"4"`` is 4 bytes, not 4 GiB), and under 1 KiB dask-jobqueue failed formatting
+#: ``#SBATCH --mem`` with "not all arguments converted during string formatting".
+MIN_MEMORY_BYTES = 1 << 20
+
+
+def _whole(value: Any, what: str) -> int:
+    """``value`` as a whole number, or a ValueError naming ``what`` (2.5 cores was
+    taken as 2 in silence)."""
+    try:
+        number = int(value)
+        whole = not isinstance(value, bool) and number == float(value)
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise ValueError(f"{what} must be a whole number, not {value!r}")
+    return number
+
+
+def _check_memory(memory: Any) -> None:
+    """Refuse a memory per job that is no size (``"4 gigs"``), or less than
+    :data:`MIN_MEMORY_BYTES` (``"-1"``, ``"0"``, ``"4"``: bytes)."""
+    from dask.utils import parse_bytes
+
+    example = "e.g. memory='4GiB' (--memory 4GiB)"
+    try:
+        size = parse_bytes(memory) if isinstance(memory, str) else _whole(memory, "memory")
+    except ValueError:
+        raise ValueError(f"memory {memory!r} is not a size: give a number with a unit, "
+                         f"{example}") from None
+    if size < MIN_MEMORY_BYTES:
+        raise ValueError(f"memory {memory!r} is {size} bytes per job: give at least 1 MiB, "
+                         f"with a unit (a bare number is bytes), {example}")
+
+
 def slurm_options(
     *,
     cores: int | None = None,
@@ -352,18 +387,16 @@ def slurm_options(
     Raises
     ------
     ValueError
-        For impossible values (no cores, more processes than cores, a malformed
-        walltime, given or in the config).
+        For impossible values (no cores, more processes than cores, a fraction of a
+        core, a memory that is no size or under 1 MiB, a malformed walltime, given or
+        in the config).
     """
-    cores = _first(cores, _config("cores", config_name), 1)
-    try:
-        cores = int(cores)
-    except (TypeError, ValueError):
-        raise ValueError(f"cores must be a whole number, not {cores!r}") from None
+    cores = _whole(_first(cores, _config("cores", config_name), 1), "cores")
     if cores < 1:
         raise ValueError(f"cores must be at least 1, not {cores}")
     # dask-jobqueue's own default would be about sqrt(cores) processes of several threads
-    processes = int(_first(processes, _config("processes", config_name), cores))
+    processes = _whole(_first(processes, _config("processes", config_name), cores),
+                       "processes")
     if not 1 <= processes <= cores:
         raise ValueError(
             f"processes={processes} must be between 1 and cores={cores}: each worker process "
@@ -371,6 +404,7 @@ def slurm_options(
         )
     memory = _first(memory, _config("memory", config_name),
                     f"{DEFAULT_MEMORY_PER_CORE_GIB * cores}GiB")
+    _check_memory(memory)
     # checked here (given or configured) so that a typo fails before any job is submitted
     _check_walltime(_first(walltime, _config("walltime", config_name)))
     if interface is _AUTO:
