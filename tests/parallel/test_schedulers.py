@@ -320,3 +320,43 @@ def test_an_interrupted_run_leaves_no_empty_timing_directory(adk_h5md_blocked, t
                                 workers=2, frames_per_block=10, progress=False,
                                 timing=str(tmp_path / "t"))
     assert os.listdir(tmp_path) == []
+
+
+def _second_task_kills_its_worker(real):
+    """``schedulers.compute`` whose RMSD task 1 ends its worker process (``os._exit``),
+    as a worker killed by the system for its memory would end."""
+    import dask.array as da
+
+    def compute(client, result, enabled):
+        data = result.data
+        graph = dict(data.__dask_graph__())
+        graph[(data.name, 1)] = (os._exit, 3)
+        dying = da.Array(graph, data.name, data.chunks, dtype=data.dtype)
+        return real(client, result.copy(data=dying), enabled)
+
+    return compute
+
+
+@pytest.mark.parametrize(("scheduler", "match"), [
+    ("distributed", r"adk_blocked\.h5md \[/particles/trajectory/position\]: computing "
+                    r"the RMSD of frames 10-19 failed: each of the \d+ workers that ran it "
+                    r"died \(killed, out of memory, or crashed"),
+    ("processes", r"adk_blocked\.h5md: a worker process ended abruptly \(killed, out of "
+                  r"memory, or crashed"),
+])
+def test_a_worker_that_dies_under_a_task_is_named_by_file_and_frames(
+        adk_h5md_blocked, monkeypatch, scheduler, match):
+    """A worker process that died under a task reached the command line as distributed's
+    KilledWorker naming only the task's key ('rmsd-<token>', 1), or the process pool's
+    BrokenProcessPool naming nothing; both were bare tracebacks (neither is an error
+    the command line reports in one line)."""
+    pytest.importorskip("distributed")
+    from h5mdx.errors import H5MDReadError
+    from h5mdx.parallel import schedulers
+
+    monkeypatch.setattr(schedulers, "compute",
+                        _second_task_kills_its_worker(schedulers.compute))
+    with xr.open_dataset(adk_h5md_blocked, engine="h5md") as ds, \
+            pytest.raises(H5MDReadError, match=match):
+        schedulers.compute_rmsd(ds, select=np.arange(0, 3341, 7), scheduler=scheduler,
+                                workers=2, frames_per_block=10, progress=False)

@@ -374,6 +374,24 @@ def _dask_tasks(name: str, plan: tuple[da.Array, np.ndarray | None],
                     meta=np.array((), dtype=np.float64))
 
 
+def task_frames(graph: Any, key: Any) -> tuple[str | None, str | None, int, int] | None:
+    """The file, element and frames ``[start, stop)`` of the RMSD task ``key`` of
+    ``graph`` (a task of :func:`_lazy_tasks` or :func:`_dask_tasks`; the file and
+    element None for a dask block's), or None for any other key.
+
+    What an error about the task (its worker died under it) names.
+    """
+    try:
+        task = graph[key]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(task, tuple) or len(task) < 8 or task[0] not in (_lazy_block,
+                                                                       _dask_block):
+        return None
+    filename, h5path = task[-1] if task[0] is _lazy_block else (None, None)
+    return filename, h5path, int(task[6]), int(task[7])
+
+
 def _chunk_grid(source: xr.DataArray) -> tuple[int, int] | None:
     """``(stored frame of source's frame 0, frames per stored chunk)`` where ``source``
     is stored in chunks of several frames and starts at a known frame; None elsewhere

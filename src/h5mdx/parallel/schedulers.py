@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from h5mdx._signals import interrupts_deferred
+from h5mdx.errors import H5MDReadError
 from h5mdx.timing.capture import client_workers
 
 __all__ = ["ALIASES", "SCHEDULERS", "canonical", "compute", "compute_rmsd", "local_scheduler",
@@ -280,6 +281,38 @@ def _capture(timing: str, scheduler: str, client: Any, workers: int, ds: Any,
                    meta={"file": first.attrs.get("source"), "selection": select})
 
 
+def _worker_died(err: BaseException, lazy: Any, ds: Any) -> H5MDReadError | None:
+    """A worker process that died under an RMSD task, said as the file and frames of the
+    task: ``distributed``'s ``KilledWorker`` (the task and the last worker are known)
+    and the processes scheduler's ``BrokenProcessPool`` (neither is). Both reached the
+    command line as a bare traceback naming a task key, or nothing at all. None for any
+    other error."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from h5mdx.analysis.plan import task_frames
+
+    dist = sys.modules.get("distributed")
+    killed = dist is not None and isinstance(err, dist.KilledWorker)
+    if not killed and not isinstance(err, BrokenProcessPool):
+        return None
+    parts = ds if isinstance(ds, (list, tuple)) else [ds]
+    files = [str(p["position"].encoding.get("source") or p.attrs.get("source") or "")
+             for p in parts if "position" in p]
+    how = "killed, out of memory, or crashed: see the workers' logs"
+    if not killed:
+        return H5MDReadError(", ".join(f for f in files if f) or None, None,
+                             f"a worker process ended abruptly ({how}) while computing "
+                             "the RMSD; the frames it held are not known")
+    task = task_frames(lazy.data.__dask_graph__(), err.task)  # type: ignore[attr-defined]
+    filename, h5path, start, stop = task or (None, None, 0, 0)
+    frames = f"frames {start}-{stop - 1}" if task else f"task {err.task!r}"  # type: ignore[attr-defined]
+    worker = getattr(err.last_worker, "address", err.last_worker)  # type: ignore[attr-defined]
+    return H5MDReadError(filename or ", ".join(f for f in files if f) or None, h5path,
+                         f"computing the RMSD of {frames} failed: each of the "
+                         f"{err.allowed_failures + 1} workers that ran it died "  # type: ignore[attr-defined]
+                         f"({how}; the last, {worker})")
+
+
 def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = None,
                  superposition: bool = True, scheduler: str = "distributed", workers: int = 2,
                  frames_per_block: int | None = None, kernel: str = "auto",
@@ -312,7 +345,13 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
         t0 = time.perf_counter()
         if timing and run is None:
             run = stack.enter_context(_capture(timing, scheduler, client, workers, ds, select))
-        result = compute(client, lazy, progress)
+        try:
+            result = compute(client, lazy, progress)
+        except Exception as err:
+            died = _worker_died(err, lazy, ds)
+            if died is None:
+                raise
+            raise died from err
         seconds = time.perf_counter() - t0
         stack.close()  # last entered first: a capture collects before its cluster closes
     if run is not None and timing:
