@@ -9,6 +9,7 @@ Every value is compared with MDAnalysis 2.x.
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 import warnings
@@ -1148,3 +1149,26 @@ def test_a_block_of_a_fraction_of_frames_is_refused(adk_h5md):
                     h5mdx.rmsd(position, select="name CA", frames_per_block=bad)
         got = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=np.int64(10))
         assert got.chunks == ((10,) * 9 + (8,),)
+
+
+@pytest.mark.parametrize(("option", "bad", "match"), [
+    ("frames_per_block", 0, "frames_per_block must be at least 1, not 0"),
+    ("frames_per_block", -3, "frames_per_block must be at least 1, not -3"),
+    ("chunk_mib", 0, "chunk_mib must be positive and finite, not 0"),
+    ("chunk_mib", -1.0, "chunk_mib must be positive and finite, not -1.0"),
+    ("chunk_mib", float("nan"), "chunk_mib must be positive and finite, not nan"),
+    ("chunk_mib", float("inf"), "chunk_mib must be positive and finite, not inf"),
+    ("chunk_mib", "5", "chunk_mib must be positive and finite, not '5'"),
+])
+def test_blocks_of_no_frames_are_refused_on_every_path(adk_h5md, option, bad, match):
+    """frames_per_block=0 or -3 and chunk_mib=0, -1, nan or "5" were taken in silence for
+    dask-backed positions (which they do not apply to), and chunk_mib="5" failed on a
+    lazy open as "'>' not supported between instances of 'str' and 'int'"."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds, \
+            xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, chunks={}) as opened:
+        for position in (ds.position, ds.position.chunk({"time": 10}), opened.position):
+            with pytest.raises(ValueError, match=re.escape(match)):
+                h5mdx.rmsd(position, select="name CA", **{option: bad})
+        got = h5mdx.rmsd(ds.position.chunk({"time": 10}), select="name CA", chunk_mib=1)
+        want = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=7)
+        np.testing.assert_allclose(got.values, want.values, rtol=0, atol=1e-6)

@@ -202,12 +202,9 @@ def _read_step(source: xr.DataArray, process_threads: int | None = None) -> int 
 
 def _block_frames(position: xr.DataArray, frames_per_block: int | None,
                   chunk_mib: float | None, workers: int | None) -> int:
+    # both checked by rmsd._check_options, which every path here passes first
     if frames_per_block is not None:
-        if frames_per_block < 1:
-            raise ValueError("frames_per_block must be at least 1")
         return int(frames_per_block)
-    if chunk_mib is not None and not chunk_mib > 0:
-        raise ValueError(f"chunk_mib must be positive, not {chunk_mib!r}")
     pref = position.encoding.get("preferred_chunks", {}).get(TIME_DIM)
     chunks = _stored_chunks(position)
     # a task that streams its block from the file holds one read at a time: a large block

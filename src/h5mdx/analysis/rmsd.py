@@ -64,11 +64,14 @@ from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 __all__ = ["join_parts", "reference_of_parts", "rmsd"]
 
 
-def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None) -> None:
+def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None,
+                   chunk_mib: Any = None) -> None:
     """Refuse a ``superposition`` other than a bool, 0 or 1 (a string, "no" or "False", is
     truthy, and superposed in silence), an unknown ``kernel`` here, not in every task at
-    compute time, and a ``frames_per_block`` that is no whole number (dask-backed
-    positions, which it does not apply to, took 2.5 in silence)."""
+    compute time, a ``frames_per_block`` that is no whole number or under 1, and a
+    ``chunk_mib`` that is no positive number (dask-backed positions, which they do not
+    apply to, took 2.5, 0, -3 and "5" in silence; a lazy open's ``chunk_mib="5"`` failed
+    comparing a str with an int)."""
     if not isinstance(superposition, (bool, np.bool_, int)) or superposition not in (0, 1):
         raise TypeError(f"superposition must be True or False, not {superposition!r}")
     if kernel not in ("auto", "numpy", "numba"):
@@ -78,6 +81,12 @@ def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None
                                                            (int, np.integer))):
         raise TypeError(f"frames_per_block must be a whole number of frames, not "
                         f"{frames_per_block!r}")
+    if frames_per_block is not None and frames_per_block < 1:
+        raise ValueError(f"frames_per_block must be at least 1, not {frames_per_block}")
+    if chunk_mib is not None and (isinstance(chunk_mib, (bool, np.bool_))
+                                  or not isinstance(chunk_mib, (int, float, np.number))
+                                  or not 0 < chunk_mib < np.inf):
+        raise ValueError(f"chunk_mib must be positive and finite, not {chunk_mib!r}")
 
 
 def rmsd(
@@ -168,7 +177,7 @@ def rmsd(
     >>> h5mdx.rmsd(ds.position, select="name CA").compute()  # doctest: +SKIP
     """
     reference = _frame_index(reference)
-    _check_options(superposition, kernel, frames_per_block)
+    _check_options(superposition, kernel, frames_per_block, chunk_mib)
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
