@@ -842,6 +842,41 @@ def test_the_result_says_how_it_was_computed_and_odd_outputs_are_refused(adk_h5m
         np.testing.assert_array_equal(back, r)
 
 
+@pytest.mark.parametrize("name", ["r.nc", "r.csv"])
+def test_a_series_that_fails_to_compute_leaves_the_file_there_as_it_was(
+        adk_h5md_fletcher, tmp_path, name):
+    """write_series of a lazy series whose read failed (a damaged chunk) left the .nc
+    written before replaced by one of NaN RMSD values, which read back without an
+    error; the series is now computed first and the file renamed into place."""
+    import shutil
+
+    import h5py
+
+    from h5mdx.analysis.series import write_series
+    from h5mdx.errors import H5MDReadError
+
+    damaged = tmp_path / "damaged.h5md"
+    shutil.copy(adk_h5md_fletcher, damaged)
+    with h5py.File(damaged, "r") as f:
+        offset = f["particles/trajectory/position/value"].id.get_chunk_info(3).byte_offset
+    with open(damaged, "r+b") as fh:  # frames 30-39 fail their Fletcher-32 checksum
+        fh.seek(offset + 64)
+        fh.write(b"\xff" * 64)
+    with xr.open_dataset(adk_h5md_fletcher, engine="h5md") as ds:
+        good = h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 7)).compute()
+    path = write_series(tmp_path / name, good)
+    before = path.read_bytes()
+    with xr.open_dataset(damaged, engine="h5md") as ds, \
+            pytest.raises(H5MDReadError, match="damaged.h5md"):
+        write_series(path, h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 7)))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["damaged.h5md", name])
+    if name.endswith(".nc"):
+        with xr.open_dataarray(path) as back:
+            np.testing.assert_array_equal(back.values, good.values)
+            assert np.isfinite(back.values).all()
+
+
 def test_reference_without_positions_for_some_atoms_warns(adk_positions):
     """An absent particle (NaN) in the reference frame makes every RMSD NaN: said at
     once, naming the frame and the count (the CLI alone said it, after the run)."""

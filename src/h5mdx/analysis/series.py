@@ -103,18 +103,36 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     path : path-like
         Output file: ``.nc`` writes netCDF, ``.csv`` or ``.txt`` (or no suffix) CSV.
     result : xarray.DataArray
-        The computed series (e.g. from :func:`h5mdx.rmsd`).
+        The series (e.g. from :func:`h5mdx.rmsd`); a lazy one is computed before the
+        file is written.
 
     Returns
     -------
     pathlib.Path
-        The file written.
+        The file written: written beside it, then renamed over it, so that a failed
+        write or computation leaves a file already there as it was.
     """
     path = _series_path(path)
+    # computed before any file is touched, and written beside the file, then renamed
+    # over it: a lazy series whose task failed (a damaged chunk) left the previous .nc
+    # replaced by one of NaN RMSD values that read back without an error
+    result = result.compute()
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        _write(tmp, result)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _write(path: Path, result: Any) -> None:
+    """Write the computed series ``result`` to ``path`` (see :func:`write_series`)."""
     if path.suffix.lower() == ".nc":
         result.to_netcdf(path)
-        return path
+        return
     frames = result["frame"].values if "frame" in result.coords else None
     cols = {"frame": np.arange(result.sizes["time"]) if frames is None else np.asarray(frames)}
     for name in ("time", "step"):
@@ -124,7 +142,6 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     fmt = ["%d" if np.issubdtype(v.dtype, np.integer) else "%.10g" for v in cols.values()]
     np.savetxt(path, np.column_stack([v.astype(np.float64) for v in cols.values()]),
                delimiter=",", header=",".join(cols), comments="", fmt=fmt)
-    return path
 
 
 def write_outputs(result: Any, out: str | None, plot: str | None) -> None:
