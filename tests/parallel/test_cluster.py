@@ -367,6 +367,21 @@ def test_mpi_rmsd_script_text(tmp_path):
         assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
 
 
+@pytest.mark.parametrize("memory", ["4GiB", "4 GB", "2.5G", "-1", "lots"])
+def test_mpi_rmsd_script_refuses_a_memory_sbatch_would_refuse(memory):
+    """--mem-per-cpu 4GiB (dask's spelling, which --memory takes) was written into the
+    script as is, to fail only at sbatch; SLURM takes a whole number with K/M/G/T."""
+    with pytest.raises(ValueError, match=f"--mem-per-cpu {re.escape(repr(memory))} is not "
+                                         "a SLURM memory size: .*e.g. 2G"):
+        mpi_rmsd_script(["t.h5md"], ntasks=2, mem_per_cpu=memory)
+
+
+@pytest.mark.parametrize("memory", ["2G", "512M", "4096", "1t", " 2G"])
+def test_mpi_rmsd_script_takes_slurm_memory_sizes(memory):
+    lines = _lines(mpi_rmsd_script(["t.h5md"], ntasks=2, mem_per_cpu=memory))
+    assert f"#SBATCH --mem-per-cpu={memory.strip()}" in lines
+
+
 def test_mpi_rmsd_script_keeps_given_out_and_uses_this_h5mdx():
     script = mpi_rmsd_script(["t.h5md", "-o", "res"], ntasks=2)
     command = _lines(script)[-1]

@@ -18,6 +18,7 @@ Only the standard library is imported at module level; pandas is imported by
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -139,13 +140,15 @@ def mpi_rmsd_script(
     Raises
     ------
     ValueError
-        If ``ntasks`` or ``nodes`` is below 1.
+        If ``ntasks`` or ``nodes`` is below 1, ``time_limit`` is no SLURM time, or
+        ``mem_per_cpu`` no SLURM memory size.
     """
     ntasks = int(ntasks)
     if ntasks < 1:
         raise ValueError(f"--ntasks must be at least 1, not {ntasks}")
     if nodes is not None and int(nodes) < 1:
         raise ValueError(f"--nodes must be at least 1, not {nodes}")
+    mem_per_cpu = _check_slurm_memory(mem_per_cpu)
     workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
     from h5mdx._version import __version__
 
@@ -182,6 +185,22 @@ def mpi_rmsd_script(
         "",
     ]
     return "\n".join(lines)
+
+
+#: A size sbatch takes for ``--mem-per-cpu``: a whole number, in megabytes without a suffix.
+_SLURM_MEMORY = re.compile(r"^\d+[KMGTkmgt]?$")
+
+
+def _check_slurm_memory(memory: str | None) -> str | None:
+    """``memory`` as sbatch takes it, or a ValueError before the script is written
+    (``"4GiB"`` or ``"4 GB"``, dask's spelling, failed only at ``sbatch``)."""
+    if memory is None:
+        return None
+    text = str(memory).strip()
+    if not _SLURM_MEMORY.match(text):
+        raise ValueError(f"--mem-per-cpu {memory!r} is not a SLURM memory size: a whole "
+                         "number with K, M, G or T (megabytes without), e.g. 2G")
+    return text
 
 
 def _directives(*, job_name: str, ntasks: int, nodes: int | None, time_limit: str | None,
