@@ -198,9 +198,28 @@ def test_memory_sizes_are_accepted(memory, mem):
     assert f"#SBATCH --mem={mem}" in job_script_preview(interface=None, memory=memory)
 
 
-@pytest.mark.parametrize("walltime", ["30", "10:00", "00:30:00", "1-00", "1-12:00", "2-00:00:00"])
+@pytest.mark.parametrize("walltime", ["30", "00:30:00", "1-00", "1-12:00", "2-00:00:00",
+                                      "25:00:00"])
 def test_slurm_time_formats_are_accepted(walltime):
     assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime
+
+
+@pytest.mark.parametrize(("walltime", "said"), [
+    ("1:00", "walltime '1:00' is 1 min 0 s (SLURM reads M:SS); for 1 h write '1:00:00'"),
+    ("10:30", "walltime '10:30' is 10 min 30 s (SLURM reads M:SS); for 10 h 30 min write "
+              "'10:30:00'"),
+])
+def test_a_walltime_of_minutes_and_seconds_is_said_as_slurm_reads_it(walltime, said):
+    """walltime='1:00' (meant as an hour) went to SLURM, which reads M:SS: the workers'
+    jobs ended after one minute, in the middle of the run."""
+    with pytest.warns(UserWarning, match=re.escape(said)) as caught:
+        assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime
+    assert len(caught) == 1 and caught[0].filename == __file__
+    with pytest.warns(UserWarning, match=re.escape(said)):
+        script = job_script_preview(interface=None, walltime=walltime)
+    assert f"#SBATCH -t {walltime}" in _lines(script)
+    with pytest.warns(UserWarning, match=re.escape(said)):
+        mpi_rmsd_script(["t.h5md"], ntasks=2, time_limit=walltime)
 
 
 def _fake_run(stdout, returncode=0, stderr=""):

@@ -50,6 +50,7 @@ import subprocess
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -264,6 +265,15 @@ def _check_walltime(walltime: Any) -> str | None:
             f"walltime {walltime!r} is not a SLURM time: use 'MM', 'HH:MM:SS', 'D-HH' or "
             "'D-HH:MM:SS', e.g. walltime='00:30:00' (--walltime 00:30:00)"
         )
+    short = re.fullmatch(r"(\d+):(\d{1,2})", text)
+    if short:  # "1:00" for an hour: the jobs, and their workers, end after a minute
+        minutes, seconds = (int(g) for g in short.groups())
+        from h5mdx.analysis.reference import _user_stacklevel
+
+        hours = f"{minutes} h" + (f" {seconds} min" if seconds else "")
+        warnings.warn(f"walltime {text!r} is {minutes} min {seconds} s (SLURM reads "
+                      f"M:SS); for {hours} write '{minutes}:{seconds:02d}:00'",
+                      UserWarning, stacklevel=_user_stacklevel())
     return text
 
 
@@ -406,7 +416,7 @@ def slurm_options(
                     f"{DEFAULT_MEMORY_PER_CORE_GIB * cores}GiB")
     _check_memory(memory)
     # checked here (given or configured) so that a typo fails before any job is submitted
-    _check_walltime(_first(walltime, _config("walltime", config_name)))
+    checked = _check_walltime(_first(walltime, _config("walltime", config_name)))
     if interface is _AUTO:
         interface = _first(_config("interface", config_name),
                            os.environ.get(INTERFACE_ENV) or None)
@@ -436,7 +446,7 @@ def slurm_options(
         "config_name": config_name,
     }
     given = {
-        "walltime": None if walltime is None else _check_walltime(walltime),
+        "walltime": None if walltime is None else checked,
         "queue": queue,
         "account": account,
         "python": python,
