@@ -588,3 +588,23 @@ def test_straggler_summary_of_ranks_on_nodes_whose_clocks_differ():
     df = _rank_records([0.2, 0.3])
     df.loc[1, ["t_start", "t_stop"]] += 0.3
     assert "0.450 s (the longest rank)" in straggler_summary(df).splitlines()[0]
+
+
+@pytest.mark.parametrize("jobs", [0, -1])
+def test_a_client_of_no_worker_job_is_refused(monkeypatch, capsys, adk_h5md, jobs):
+    """slurm_client(jobs=0) (h5mdx rmsd --scheduler slurm --jobs 0) submitted no job,
+    waited for none of its 0 workers, and the computation then waited for a worker
+    forever; it is refused before anything reaches SLURM."""
+    def submitted(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(cluster, "slurm", submitted)
+    with pytest.raises(ValueError, match=rf"jobs \(--jobs\) must be at least 1, not {jobs}: "
+                                         "without a worker job"):
+        with cluster.slurm_client(jobs=jobs, interface=None):
+            pass
+    from h5mdx.cli import main
+
+    assert main(["rmsd", adk_h5md, "--scheduler", "slurm", "--jobs", str(jobs),
+                 "--no-progress"]) == 1
+    assert f"--jobs) must be at least 1, not {jobs}" in capsys.readouterr().err

@@ -857,9 +857,16 @@ def slurm_client(jobs: int = 1, *, timeout: float = DEFAULT_TIMEOUT,
     ------
     WorkerTimeoutError
         If the workers do not come in time (the jobs are cancelled first).
+    ValueError
+        If ``jobs`` is no whole number of at least 1.
     """
     from h5mdx._optional import import_optional
 
+    # jobs=0 submitted nothing, waited for no worker, and the computation on the client
+    # then waited for one forever
+    if _whole(jobs, "jobs (--jobs)") < 1:
+        raise ValueError(f"jobs (--jobs) must be at least 1, not {jobs}: without a worker "
+                         "job the computation would wait for a worker forever")
     distributed = import_optional("distributed", "dask workers as SLURM jobs")
     cluster = slurm(jobs=jobs, **kwargs)
     try:
