@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -206,8 +207,8 @@ def test_slurm_time_formats_are_accepted(walltime):
 
 @pytest.mark.parametrize(("walltime", "said"), [
     ("1:00", "walltime '1:00' is 1 min 0 s (SLURM reads M:SS); for 1 h write '1:00:00'"),
-    ("10:30", "walltime '10:30' is 10 min 30 s (SLURM reads M:SS); for 10 h 30 min write "
-              "'10:30:00'"),
+    ("2:30", "walltime '2:30' is 2 min 30 s (SLURM reads M:SS); for 2 h 30 min write "
+             "'2:30:00'"),
 ])
 def test_a_walltime_of_minutes_and_seconds_is_said_as_slurm_reads_it(walltime, said):
     """walltime='1:00' (meant as an hour) went to SLURM, which reads M:SS: the workers'
@@ -220,6 +221,15 @@ def test_a_walltime_of_minutes_and_seconds_is_said_as_slurm_reads_it(walltime, s
     assert f"#SBATCH -t {walltime}" in _lines(script)
     with pytest.warns(UserWarning, match=re.escape(said)):
         mpi_rmsd_script(["t.h5md"], ntasks=2, time_limit=walltime)
+
+
+@pytest.mark.parametrize("walltime", ["5:00", "10:30", "30:00"])
+def test_a_walltime_of_minutes_a_worker_job_may_ask_for_is_taken_quietly(walltime):
+    """"30:00" is half an hour as SLURM users write it: said only where so short a job
+    is surely an hour misread (up to 4 minutes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime
 
 
 def _fake_run(stdout, returncode=0, stderr=""):

@@ -266,7 +266,9 @@ def _check_walltime(walltime: Any) -> str | None:
             "'D-HH:MM:SS', e.g. walltime='00:30:00' (--walltime 00:30:00)"
         )
     short = re.fullmatch(r"(\d+):(\d{1,2})", text)
-    if short:  # "1:00" for an hour: the jobs, and their workers, end after a minute
+    # "1:00" for an hour: the jobs, and their workers, end after a minute; "30:00" and
+    # "10:30" are taken as minutes and seconds, as SLURM users write them, in silence
+    if short and int(short.group(1)) <= _HOURS_OR_MINUTES:
         minutes, seconds = (int(g) for g in short.groups())
         from h5mdx.analysis.reference import _user_stacklevel
 
@@ -275,6 +277,11 @@ def _check_walltime(walltime: Any) -> str | None:
                       f"M:SS); for {hours} write '{minutes}:{seconds:02d}:00'",
                       UserWarning, stacklevel=_user_stacklevel())
     return text
+
+
+#: Up to how many minutes a walltime of ``M:SS`` is said to be minutes ("1:00" is
+#: 1 min to SLURM, not 1 h): no dask worker job is asked for so short a time on purpose.
+_HOURS_OR_MINUTES = 4
 
 
 #: The least memory per job :func:`slurm_options` takes: a bare number is bytes to dask
