@@ -121,3 +121,19 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
             assert_rmsd_close(got.values, expected_ca, atol=1e-4)
         assert set(depths) == {depth}, (workers, fpb)
         assert steps == {step}, (workers, fpb)
+
+
+def test_the_local_schedulers_count_the_cpus_dask_runs(monkeypatch):
+    """Without ``num_workers``, dask's pools run ``dask.system.CPU_COUNT`` (the process's
+    affinity and cgroup limits); the plan took ``os.cpu_count()``, and under taskset or a
+    SLURM job's cgroup cut blocks for CPUs no task ran on (found by an audit)."""
+    import os
+
+    import dask.system
+
+    monkeypatch.setattr(dask.system, "CPU_COUNT", 3)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    with dask.config.set(scheduler="threads", num_workers=None):
+        assert plan._threads_by_host() == {"": [3]}
+    with dask.config.set(scheduler="processes", num_workers=None):
+        assert plan._worker_count(plan._threads_by_host()) == 3

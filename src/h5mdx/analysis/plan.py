@@ -7,13 +7,13 @@ and the dask graph of tasks over a lazy open or over dask blocks.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from typing import Any
 
 import dask
 import dask.array as da
+import dask.system
 import numpy as np
 import xarray as xr
 from dask.highlevelgraph import HighLevelGraph
@@ -286,7 +286,9 @@ def _threads_by_host() -> dict[str, list[int]] | None:
     if scheduler not in (None, "threads", "threading", "processes", "multiprocessing"):
         return None
     workers = dask.config.get("num_workers", None)
-    n = int(workers) if workers else (os.cpu_count() or 0)
+    # dask's pools run CPU_COUNT (the process's affinity and cgroup limits), not
+    # os.cpu_count(): under taskset, blocks were cut for CPUs no task ran on
+    n = int(workers) if workers else int(dask.system.CPU_COUNT or 0)
     if not n:
         return None
     return {"": [1] * n if scheduler in ("processes", "multiprocessing") else [n]}
