@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -199,3 +200,28 @@ def test_validate_names_the_rows_of_bad_times():
     assert ("negative durations in column(s): t_io (rows 2, 3, 4 and 1 more: tasks "
             "('rmsd-abc', 2), ('rmsd-abc', 3), ('rmsd-abc', 4))") in str(err.value)
     assert "t_stop before t_start (row 1: task ('rmsd-abc', 1))" in str(err.value)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_load_leaves_out_records_of_impossible_times_and_keeps_the_others(tmp_path, suffix):
+    """One record whose stop came before its start (a host's clock stepped back) made
+    load refuse the whole file; the others are read, the one left out with a warning
+    naming the file and the task (found by an audit)."""
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    df = rec.to_frame(_rows(4))
+    path = tmp_path / f"timing{suffix}"
+    rec.save(df, path, {"backend": "dask-threads"})
+    bad = df.copy()
+    bad.loc[2, "t_stop"] = bad.loc[2, "t_start"] - 0.5
+    bad.to_csv(path, index=False) if suffix == ".csv" else bad.to_parquet(path)
+    with pytest.warns(UserWarning, match=re.escape(
+            f"{path}: 1 of 4 timing record(s) left out, their times impossible") + ".*"
+            + re.escape("row 2: task ('rmsd-abc', 2)")):
+        got, _ = rec.load(path)
+    assert list(got["task_key"]) == [t for i, t in enumerate(df["task_key"]) if i != 2]
+    np.testing.assert_array_equal(got["t_start"], df["t_start"].drop(index=2))
+    bad["t_stop"] = bad["t_start"] - 1.0  # every record: no timing records in the file
+    bad.to_csv(path, index=False) if suffix == ".csv" else bad.to_parquet(path)
+    with pytest.raises(ValueError, match="invalid timing records: t_stop before t_start"):
+        rec.load(path)

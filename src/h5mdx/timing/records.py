@@ -67,6 +67,7 @@ import os
 import platform
 import socket
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -477,6 +478,24 @@ def save(
     return path
 
 
+def _without_bad_times(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``df`` without the records whose times cannot be (a negative duration, a stop
+    before its start: a clock that stepped back on a host), with one warning naming the
+    file and them; the other records of the file stay usable (it was refused whole)."""
+    cols = [c for c in ("wall", *PHASES, "t_start", "t_stop") if c in df]
+    if len(cols) < len(PHASES) + 3 or not all(pd.api.types.is_float_dtype(df[c])
+                                              for c in cols):
+        return df  # validate says what is wrong with the columns
+    bad = (df[["wall", *PHASES]] < 0).any(axis=1) | (df["t_stop"] < df["t_start"])
+    if not bad.any() or bad.all():
+        return df  # none to leave out, or nothing left: validate refuses the file
+    warnings.warn(f"{path}: {int(bad.sum())} of {len(df)} timing record(s) left out, "
+                  f"their times impossible (a negative duration or a stop before its "
+                  f"start: a clock that stepped back?): {_which(bad, df)}", UserWarning,
+                  stacklevel=3)
+    return df[~bad.to_numpy()].reset_index(drop=True)
+
+
 def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Read records and metadata written by :func:`save`.
 
@@ -489,7 +508,9 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     -------
     (pandas.DataFrame, dict)
         The validated records and the run's metadata (empty if none was stored).
-        Records written before ``t_warmup`` existed get ``t_warmup = 0.0``.
+        Records written before ``t_warmup`` existed get ``t_warmup = 0.0``; records
+        whose times are impossible (a negative duration, a stop before its start) are
+        left out with a warning naming them.
 
     Raises
     ------
@@ -530,6 +551,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
         )
     try:
         df = _coerce(_fill_zero_default(df))
+        df = _without_bad_times(df, path)
         validate(df)
     except (ValueError, TypeError) as err:  # which file, not only what is wrong in it
         what = str(err).removeprefix("invalid timing records: ")
