@@ -302,3 +302,21 @@ def test_info_lists_the_links_of_parameters(tmp_path, capsys):
     main(["info", str(path)])
     out = capsys.readouterr().out
     assert "/parameters/alias: a soft link to /parameters/x" in out
+
+
+def test_the_time_range_is_printed_as_the_json_holds_it(tmp_path, capsys):
+    """A microsecond run's last time, 1234567.5 ps, printed with ``:g``'s 6 digits read
+    1.23457e+06 (not the JSON's value; two runs' ends alike); a float32 time is printed
+    as its shortest digits (0.1), the noise of ``offset + i * interval`` cut (0.3)."""
+    path = write_h5md(tmp_path / "long.h5md", {"all": {
+        "position": dict(value=np.zeros((3, 2, 3), np.float32), step=np.array([0, 5, 9]),
+                         time=np.array([0.1, 1000.0, 1234567.5], np.float32), unit="nm"),
+        "velocity": dict(value=np.zeros((3, 2, 3), np.float32), step=10, time=0.1,
+                         time_offset=0.1 + 0.2, unit="nm ps-1")}})
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "steps 0..9, t 0.1..1234567.5 ps (explicit)" in out, out
+    assert "steps 0..20, t 0.3..0.5 ps (fixed)" in out, out
+    assert main(["info", "--json", path]) == 0
+    pos = json.loads(capsys.readouterr().out)["particles"]["all"]["elements"]["position"]
+    assert pos["sampling"]["time_last"] == 1234567.5

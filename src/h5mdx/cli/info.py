@@ -8,6 +8,8 @@ import json
 import os
 from typing import Any
 
+import numpy as np
+
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import (
     BoxInfo,
@@ -45,6 +47,20 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def _time(t: Any) -> str:
+    """A time as the text prints it: the fewest digits, 6 to 12, that give it back (as a
+    float32 where it is one: 0.1, not 0.10000000149), 12 at most (the float noise of
+    ``offset + i * interval`` cut), where ``:g``'s 6 printed 1234567.5 ps as 1.23457e+06
+    (the JSON's value rounded, two runs' ends alike)."""
+    t = float(t)
+    single = abs(t) < 3e38 and float(np.float32(t)) == t
+    for digits in range(6, 12):
+        text = f"{t:.{digits}g}"
+        if float(text) == t or (single and float(np.float32(float(text))) == t):
+            return text
+    return f"{t:.12g}"
 
 
 def element_dict(el: ElementInfo) -> dict[str, Any]:
@@ -181,7 +197,8 @@ def _line(el: ElementInfo, indent: str, name: str | None = None, width: int = 12
         s = el.sampling
         samp = f"steps {int(s.step[0])}..{int(s.step[-1])}" if s.step.size else "no frames"
         if s.time is not None and s.time.size:
-            samp += f", t {s.time[0]:g}..{s.time[-1]:g} {s.time_unit or ''}".rstrip()
+            samp += (f", t {_time(s.time[0])}..{_time(s.time[-1])} "
+                     f"{s.time_unit or ''}").rstrip()
         samp += f" ({s.kind})"
     return (f"{indent}{name or el.name:<{width}} {shape:<16} {str(el.dtype):<8} chunks "
             f"{chunks:<14} {comp:<8} {unit:<22} {samp}").rstrip()
@@ -407,8 +424,8 @@ def _render_zarr_group(d: dict[str, Any], indent: str) -> list[str]:
         out.append(f"{indent}{name:<12} {shape:<16} {v['dtype']:<8} chunks {chunks:<14} "
                    f"{codecs:<12} {v['unit'] or '-'}".rstrip())
     if "time_first" in d:
-        out.append(f"{indent[:-2]}frames: {d['n_frames']}, t {d['time_first']:g}.."
-                   f"{d['time_last']:g} {d.get('time_unit') or ''}".rstrip())
+        out.append(f"{indent[:-2]}frames: {d['n_frames']}, t {_time(d['time_first'])}.."
+                   f"{_time(d['time_last'])} {d.get('time_unit') or ''}".rstrip())
     for name, m in d.get("missing_chunks", {}).items():
         out.append(f"warning: {name} stores {m['stored']} of its {m['expected']} chunks (a "
                    f"copy or a write that did not finish?); the frames of the others read "
