@@ -226,6 +226,23 @@ def _advice(el: ElementInfo) -> tuple[int, str | None, float]:
     return recommended_frames(_frame_bytes(el), el.shape[0]), keep, saved
 
 
+def _chunk_share(el: ElementInfo, rec: int, keep: str | None, t: float, cost: float
+                 ) -> tuple[float, str]:
+    """The read time of ``el``'s chunks (``t`` per frame) over that of ``rec``-frame chunks
+    compressed as ``el`` is: the chunks' own share, which their findings' severity follows;
+    and the words that say it, with the whole ``cost`` apart where the fix changes the
+    compression too (1-frame chunks of gzip saving 17% were a problem, '8.3x the read time
+    of 34-frame chunks', when 34-frame gzip chunks read only 1.06x faster)."""
+    same = read_cost(el.shape, el.dtype.itemsize, (rec, *el.shape[1:]),
+                     _cost_codec(_codec(el), el))
+    share = t / same
+    words = f"about {share:.1f}x the read time of {rec}-frame chunks"
+    if keep is not None:
+        words += (f" ({cost:.1f}x that of the fix's layout, which changes the compression "
+                  "too)")
+    return share, words
+
+
 def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
     n = el.shape[0]
     fb = _frame_bytes(el)
@@ -235,6 +252,7 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
                        None if keep == "none" else (keep or _cost_codec(codec, el)))
     t = read_cost(el.shape, el.dtype.itemsize, el.chunks, _cost_codec(codec, el))
     cost = t / good_t
+    share, than = _chunk_share(el, rec, keep, t, cost)
     out: list[Finding] = []
     where = el.path
     if el.chunks is None:
@@ -246,7 +264,7 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
     per_frame = math.prod(math.ceil(s / c) for s, c in zip(el.shape[1:], el.chunks[1:],
                                                             strict=False))
     fix = _fix(info, rec, keep)
-    severity = "problem" if cost >= 2.0 else "warning"
+    severity = "problem" if share >= 2.0 else "warning"
     # frames larger than a good chunk, split into good chunks of one frame each: a frame
     # reads only its own bytes, in a few lookups (a 5.7 MiB frame in two chunks: 1.01x)
     whole = el.chunks[0] == 1 and chunk_bytes >= GOOD_RANGE[0] and rec == 1
@@ -255,18 +273,18 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
             severity, "split-frames", where,
             f"each frame is spread over {per_frame} chunks of {el.chunks}; reading one frame "
             f"reads {el.chunks[0]} frames of data ({_human(per_frame * chunk_bytes)}); "
-            f"reads take about {cost:.1f}x the time of chunks of {rec} whole frames",
+            f"{than}",
             cost=cost, fix=fix))
     if chunk_bytes < GOOD_RANGE[0] and el.chunks[0] < n:
         n_chunks = math.ceil(n / el.chunks[0]) * per_frame
         out.append(Finding(
-            "warning" if per_frame == 1 and cost < 2.0 else severity, "small-chunks", where,
+            "warning" if per_frame == 1 and share < 2.0 else severity, "small-chunks", where,
             f"chunks of {_human(chunk_bytes)} ({el.chunks[0]} frame"
             f"{'s' if el.chunks[0] != 1 else ''} each, {n_chunks} chunks): each chunk is a "
             "separate HDF5 lookup, and readers that follow the chunks (xarray chunks={} with "
             "other engines, one dask task per chunk) make one task per "
             f"{'frame' if el.chunks[0] == 1 else f'{el.chunks[0]} frames'}; h5mdx's engine "
-            f"groups them into blocks; about {cost:.1f}x the read time of {rec}-frame chunks",
+            f"groups them into blocks; {than}",
             cost=cost, fix=fix))
     if chunk_bytes > 4 * GOOD_RANGE[1] and el.chunks[0] > 1:
         out.append(_large_chunks(el, chunk_bytes, cost, fix))
