@@ -224,3 +224,34 @@ def test_box_edges_without_a_unit_beside_converted_positions_are_said_so(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("error", H5MDConformanceWarning)
         xr.open_dataset(path, engine="h5md").close()
+
+
+@pytest.mark.parametrize("unit, factor, base", [
+    ("\u212b", 1.0, "Angstrom"),  # the Angstrom sign, not the letter Å
+    ("A\u030a", 1.0, "Angstrom"),  # A and a combining ring (decomposed, as macOS writes)
+    ("nm\u00b2", 100.0, "Angstrom2"),
+    ("nm ps\u207b\u00b9", 10.0, "Angstrom ps-1"),
+    ("kJ\u00b7mol\u207b\u00b9", 1.0, "kJ mol-1"),
+    ("nm ps\u22121", 10.0, "Angstrom ps-1"),  # the minus sign U+2212
+    ("\u212a", 1.0, "K"),  # the Kelvin sign
+])
+def test_unicode_forms_of_units_convert(unit, factor, base):
+    """Unit strings typed with Unicode's own forms were 'unknown' and left unconverted
+    (positions in 'Å' served as Å beside others converted from nm); now read as the
+    ASCII H5MD writes."""
+    got = conversion(unit)
+    assert got is not None and got[1] == base
+    assert got[0] == pytest.approx(factor, rel=1e-12)
+
+
+def test_positions_in_the_angstrom_sign_open_converted(tmp_path):
+    path = write_h5md(tmp_path / "a.h5md", {"all": {"position": dict(
+        value=np.full((2, 1, 3), 1.5, np.float32), step=1, time=1.0, unit="nm"),
+        "velocity": dict(value=np.full((2, 1, 3), 2.0, np.float32), step=1, time=1.0,
+                         unit="\u212b ps\u207b\u00b9")}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", H5MDConformanceWarning)
+        with xr.open_dataset(path, engine="h5md", convert_units=True) as ds:
+            np.testing.assert_allclose(ds.position, 15.0)
+            np.testing.assert_allclose(ds.velocity, 2.0)
+            assert ds.velocity.attrs["units"] == "Angstrom ps-1"

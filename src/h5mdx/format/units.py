@@ -19,6 +19,7 @@ never converted. A temperature stays a temperature: ``K`` is not ``k_B T``.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Any
 
@@ -268,7 +269,11 @@ def parse_unit(unit: str) -> tuple[float, Dims]:
     H5MDUnitError
         If a factor of the string is not a known unit.
     """
-    text = unit.strip().replace("(", " ").replace(")", " ")
+    # Unicode's compatibility forms as the ASCII H5MD writes: the Angstrom sign U+212B
+    # and a decomposed A + ring (macOS file names) as Å, superscripts (nm², ps⁻¹) as
+    # powers, the Kelvin sign as K, and the minus sign U+2212 as '-'
+    text = unicodedata.normalize("NFKC", unit).replace("\u2212", "-")
+    text = text.strip().replace("(", " ").replace(")", " ")
     # a power written apart from its unit (pint's "nanometer ** 2", "nm ^ -1") joins it
     text = re.sub(r"\s*(\*\*|\^)\s*", "^", text)
     # UDUNITS' product of units "kJ.mol-1" (CF's unit strings): a "." after a unit and
