@@ -251,3 +251,23 @@ def test_small_chunks_are_costed_apart_from_the_compression_the_fix_drops(tmp_pa
     assert small.cost > 5  # the whole cost, against the fix's uncompressed chunks
     comp = next(f for f in found if f.code == "compression")
     assert "store it uncompressed" in comp.message and comp.fix == small.fix
+
+
+def test_a_compressor_outside_the_cost_table_is_still_compression(tmp_path):
+    """Bitshuffle with LZ4 (filter 32008, hdf5plugin's default) on noisy coordinates saves
+    about 12%: the diagnosis knew only gzip, lzf, blosc and zstd and called it 'a good
+    layout for reading'; it is now a compression finding, costed, and the fix drops it."""
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    noisy = np.round(np.random.default_rng(0).random((N_FRAMES, N_ATOMS, 3)) * 10, 2)
+    filt = hdf5plugin.Bitshuffle()
+    info = _file(tmp_path / "bshuf.h5md", (N_FRAMES, N_ATOMS, 3), filt.filter_id,
+                 filt.filter_options, noisy.astype(np.float32))
+    el = info.particles["trajectory"].elements["position"]
+    saved = 1 - el.storage_size / el.nbytes
+    assert 0.05 < saved < 0.2
+    found = diagnose(info, min_bytes=0)
+    assert [f.code for f in found] == ["compression"], found
+    comp = found[0]
+    assert comp.message.startswith(f"bitshuffle compression saves {saved:.0%} of the space")
+    assert "store it uncompressed" in comp.message
+    assert comp.fix.endswith("--compression none") and comp.cost > 2
