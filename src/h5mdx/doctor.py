@@ -324,12 +324,18 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
         The interpreter whose h5py and mpi4py are probed (default: the running one). Package
         versions are read from the running interpreter's metadata.
     timeout : float, optional
-        Seconds allowed for each probe subprocess.
+        Seconds allowed for each probe subprocess (positive).
 
     Returns
     -------
     Report
         The checks and the usable paths (``mpi-io``, ``dask-mpi``, ``slurm``).
+
+    Raises
+    ------
+    ValueError
+        If ``timeout`` is not a positive number (every probe then reported its package
+        missing).
 
     Examples
     --------
@@ -337,6 +343,8 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
     >>> report["h5py"].status
     'ok'
     """
+    if not 0 < timeout < float("inf"):  # -5 or NaN: every probe 'gave no answer'
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout:g}")
     python = python or sys.executable
     with ThreadPoolExecutor(max_workers=4) as pool:
         h5py_future = pool.submit(_python_probe, python, _H5PY_PROBE, timeout)

@@ -287,3 +287,17 @@ def test_mpi_rmsd_s_hint_for_a_serial_h5py_rebuilds_the_installed_one():
 
     rebuild = doctor.FIX_H5PY_MPI.split(" && ")[0]
     assert rebuild in PARALLEL_H5PY_HINT and "HDF5_PKGCONFIG_NAME=hdf5-openmpi" in PARALLEL_H5PY_HINT
+
+
+@pytest.mark.parametrize("timeout", ["-5", "0", "nan"])
+def test_a_timeout_that_is_no_time_is_refused_not_reported_as_missing_packages(
+        timeout, capsys):
+    """``--timeout -5`` (or 0, nan) made every probe 'give no answer': h5py, h5py MPI,
+    mpi4py and mpirun all 'missing', installed as they are, and exit 0 (nan: a ValueError
+    of subprocess). It is now one clear line, before any probe."""
+    assert main(["doctor", "--timeout", timeout]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("h5mdx doctor: error: --timeout must be a positive number of "
+                           f"seconds, not {float(timeout):g}")
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        doctor.run_checks(timeout=float(timeout))

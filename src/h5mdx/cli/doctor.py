@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
               f"layout diagnosis of a file is part of h5mdx info: h5mdx info {args.file}",
               file=sys.stderr)
         return 2
+    if not 0 < args.timeout < float("inf"):
+        print(f"h5mdx doctor: error: --timeout must be a positive number of seconds, not "
+              f"{args.timeout:g}", file=sys.stderr)
+        return 2
     report = run_checks(timeout=args.timeout)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
