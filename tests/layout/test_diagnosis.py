@@ -271,3 +271,35 @@ def test_a_compressor_outside_the_cost_table_is_still_compression(tmp_path):
     assert comp.message.startswith(f"bitshuffle compression saves {saved:.0%} of the space")
     assert "store it uncompressed" in comp.message
     assert comp.fix.endswith("--compression none") and comp.cost > 2
+
+
+def test_the_one_fix_does_not_decompress_an_element_whose_compression_pays(tmp_path):
+    """Positions deflated after the shuffle for 34% beside velocities for 13%, both in
+    one-frame chunks: the velocities' '--compression none' became the file's one fix, and
+    rechunk wrote the positions uncompressed too. The fix now keeps the compression
+    (rechunk keeps each element's filters) and the velocities' finding says why."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "mixed.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        g = f.create_group("particles/trajectory")
+        for name, data in (("position", np.round(rng.random((N_FRAMES, N_ATOMS, 3)) * 10, 2)),
+                           ("velocity", rng.normal(size=(N_FRAMES, N_ATOMS, 3)))):
+            write_element(g, name, data.astype(np.float32), step=np.arange(N_FRAMES),
+                          time=np.arange(N_FRAMES), chunks=(1, N_ATOMS, 3),
+                          compression="gzip", shuffle=True)
+    found = diagnose(path, min_bytes=0)
+    fixes = {f.fix for f in found if f.fix}
+    assert fixes == {f"h5mdx rechunk {path} {tmp_path / 'mixed.rechunked.h5md'} "
+                     f"--frames-per-chunk {N_FRAMES}"}, found
+    vel = next(f for f in found if f.code == "compression" and "velocity" in f.element)
+    assert "store it uncompressed (not in the fix: rechunk's --compression applies to " \
+           "every element, and /particles/trajectory/position saves its space)" in vel.message
+    assert not any("that of the fix's layout" in f.message for f in found)
+    from h5mdx.cli import main
+
+    assert main([*shlex.split(fixes.pop())[1:], "--no-progress"]) == 0
+    with h5py.File(tmp_path / "mixed.rechunked.h5md") as f:
+        pos = f["particles/trajectory/position/value"]
+        assert pos.chunks == (N_FRAMES, N_ATOMS, 3) and pos.compression == "gzip"
+        assert pos.id.get_storage_size() < 0.8 * pos.nbytes
