@@ -255,3 +255,26 @@ def test_positions_in_the_angstrom_sign_open_converted(tmp_path):
             np.testing.assert_allclose(ds.position, 15.0)
             np.testing.assert_allclose(ds.velocity, 2.0)
             assert ds.velocity.attrs["units"] == "Angstrom ps-1"
+
+
+def test_a_latin1_unit_is_read_as_latin1_with_a_warning(tmp_path):
+    """A unit stored as Latin-1 bytes (b'\\xc5' for Å, b'\\xb5m ps-1' for µm/ps, as older
+    writers do) was decoded as UTF-8 with the bad byte replaced: unit '\\ufffd', left
+    unconverted beside converted elements. Now read as Latin-1, said once, converted."""
+    path = write_h5md(tmp_path / "l1.h5md", {"all": {
+        "position": dict(value=np.full((2, 1, 3), 1.5, np.float32), step=1, time=1.0),
+        "velocity": dict(value=np.full((2, 1, 3), 2.0, np.float32), step=1, time=1.0)}})
+    with h5py.File(path, "a") as f:
+        f["particles/all/position/value"].attrs["unit"] = np.bytes_(b"\xc5")
+        f["particles/all/velocity/value"].attrs["unit"] = np.bytes_(b"\xb5m ps-1")
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md", convert_units=True)
+    said = [str(w.message) for w in record]
+    assert any("position/value]: the 'unit' attribute b'\\xc5' is not UTF-8 text; read "
+               "as Latin-1: 'Å'" in m for m in said), said
+    assert any("velocity/value]" in m and "Latin-1: 'µm ps-1'" in m for m in said), said
+    with ds:
+        np.testing.assert_allclose(ds.position, 1.5)
+        assert ds.position.attrs["units"] == "Angstrom"
+        np.testing.assert_allclose(ds.velocity, 2.0e4)
+        assert ds.velocity.attrs["units"] == "Angstrom ps-1"

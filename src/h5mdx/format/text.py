@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode", "unit_text"]
+__all__ = ["decode", "is_utf8", "unit_text"]
 
 
 def decode(value: Any) -> Any:
@@ -31,15 +31,30 @@ def decode(value: Any) -> Any:
     return value
 
 
+def is_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-8 text."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def unit_text(value: Any) -> str | None:
     """The text of a ``unit`` attribute as read, decoded (a one-element string array is
-    accepted); None where there is none.
+    accepted; bytes that are not UTF-8 read as Latin-1); None where there is none.
 
     Raises
     ------
     ValueError
         Where it is anything else (a number, several strings).
     """
+    if isinstance(value, np.ndarray) and value.dtype.kind == "S" and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes) and not is_utf8(value):
+        # Latin-1's Å (0xC5) and µ (0xB5), as older writers store them: each byte one
+        # character, where UTF-8 'replace' made the unit '\ufffd' (never converted)
+        value = value.decode("latin-1")
     value = decode(value)
     if isinstance(value, list) and len(value) == 1:
         value = value[0]

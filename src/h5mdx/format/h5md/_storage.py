@@ -20,7 +20,7 @@ from h5mdx.errors import H5MDFormatError
 from h5mdx.format.chunk_index import chunk_grid
 from h5mdx.format.h5md._model import Problem, Sampling
 from h5mdx.format.text import decode as _decode
-from h5mdx.format.text import unit_text
+from h5mdx.format.text import is_utf8, unit_text
 
 #: How many declared elements of a dataset may lack stored data (never written,
 #: e.g. a writer that died after a resize) before :func:`scan` refuses the file. Opening
@@ -112,10 +112,17 @@ def _no_attrs(obj: h5py.HLObject) -> bool:
 
 
 def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
+    raw = _raw_attr(obj, name, default)
+    return default if raw is default else _decode(raw)
+
+
+def _raw_attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
+    """The attribute ``name`` of ``obj`` as h5py reads it (bytes undecoded), else
+    ``default``."""
     try:
         if name not in obj.attrs:
             return default
-        return _decode(obj.attrs[name])
+        return obj.attrs[name]
     except (OSError, TypeError, ValueError, KeyError, RuntimeError):
         return default
 
@@ -123,7 +130,7 @@ def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
 def unit_attribute(obj: h5py.HLObject) -> str | None:
     """The ``unit`` attribute of ``obj`` as text (:func:`unit_text`); None where it has
     none. Raises ValueError where it is not text."""
-    return unit_text(_attr(obj, "unit"))
+    return unit_text(_raw_attr(obj, "unit"))
 
 
 def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
@@ -142,11 +149,22 @@ def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
     except ValueError as err:
         c.note(where, str(err), "unit ignored")
         return None
+    _note_latin1(c, obj, where, unit)
     try:
         return scaled_unit(unit, _attr(obj, "unit_factor"))
     except ValueError as err:
         c.note(where, str(err), f"unit_factor ignored: unit {unit!r}")
         return unit
+
+
+def _note_latin1(c: _Ctx, obj: h5py.HLObject, where: str, unit: str | None) -> None:
+    """Note a ``unit`` attribute whose bytes are not UTF-8 (read as Latin-1)."""
+    raw = _raw_attr(obj, "unit")
+    if isinstance(raw, np.ndarray) and raw.dtype.kind == "S" and raw.size == 1:
+        raw = raw.reshape(-1)[0]
+    if isinstance(raw, bytes) and not is_utf8(raw):
+        c.note(where, f"the 'unit' attribute {bytes(raw)!r} is not UTF-8 text",
+               f"read as Latin-1: {unit!r}")
 
 
 def scaled_unit(unit: str | None, factor: Any) -> str | None:
