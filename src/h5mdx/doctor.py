@@ -281,8 +281,29 @@ def _slurm_checks(timeout: float) -> list[Check]:
     if rc != 0:
         detail = "sinfo does not answer: " + (_last_line(err) or f"exit code {rc}")
         return [commands, Check("SLURM cluster", "missing", detail, FIX_SLURM_LOCAL)]
-    states = ", ".join(line.strip() for line in out.splitlines() if line.strip())
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    states = ", ".join(" ".join(line) for line in lines)
+    if not any(_usable_partition(line) for line in lines):
+        # 'sinfo' answers for a cluster whose partitions are down or whose nodes are all
+        # down or drained: jobs would wait forever, where the check said ok
+        detail = (f"answers, but no partition is up with nodes that take jobs (partition "
+                  f"avail nodes state: {states or 'none'})")
+        return [commands, Check("SLURM cluster", "missing", detail, FIX_SLURM_LOCAL)]
     return [commands, Check("SLURM cluster", "ok", f"answers (partition avail nodes state: {states})")]
+
+
+#: node states of sinfo's %T in which a node takes no job (a trailing '*': not responding;
+#: powered down nodes are started for a job, reserved ones take the reservation's)
+_NO_JOBS = ("down", "drain", "drained", "draining", "fail", "failing", "future", "inval")
+
+
+def _usable_partition(fields: list[str]) -> bool:
+    """Whether a line of ``sinfo -h -o '%P %a %D %T'`` is a partition that is up with
+    nodes in a state that takes jobs (idle, mixed, allocated, completing...)."""
+    if len(fields) < 4 or fields[1] != "up":
+        return False
+    state = fields[3].rstrip("*~#!%$@^-+").lower()
+    return not fields[3].endswith("*") and state not in _NO_JOBS
 
 
 def _chunk_index_check(probe: dict[str, Any] | None) -> Check:

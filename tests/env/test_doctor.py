@@ -301,3 +301,30 @@ def test_a_timeout_that_is_no_time_is_refused_not_reported_as_missing_packages(
                            f"seconds, not {float(timeout):g}")
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         doctor.run_checks(timeout=float(timeout))
+
+
+@pytest.mark.parametrize("listed, usable", [
+    ("debug* up 1 idle", True),
+    ("debug* up 1 mixed\nlong up 2 down", True),
+    ("debug* up 1 idle~", True),  # powered down: started for a job
+    ("debug* up 1 down*", False),
+    ("debug* up 2 drained", False),
+    ("debug* down 1 idle", False),
+    ("", False),
+])
+def test_a_cluster_without_a_partition_that_takes_jobs_is_not_usable(
+        listed, usable, monkeypatch, tmp_path):
+    """'sinfo' answering was taken for a usable cluster: partitions down, nodes down or
+    drained, or none at all gave 'SLURM cluster ok' and 'slurm path usable', where a job
+    would wait forever."""
+    for name in ("sinfo", "sbatch"):
+        exe = tmp_path / name
+        exe.write_text(f"#!/bin/sh\nprintf '%s\\n' '{listed}'\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    check = doctor._slurm_checks(10.0)[1]
+    assert (check.status == "ok") is usable, check
+    if not usable:
+        assert check.detail.startswith("answers, but no partition is up with nodes that "
+                                       "take jobs"), check
+        assert check.fix == doctor.FIX_SLURM_LOCAL
