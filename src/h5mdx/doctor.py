@@ -306,11 +306,14 @@ def _usable_partition(fields: list[str]) -> bool:
     return not fields[3].endswith("*") and state not in _NO_JOBS
 
 
-def _chunk_index_check(probe: dict[str, Any] | None) -> Check:
-    """How lock-free reads find the chunks of a dataset (:mod:`h5mdx.format.chunk_index`)."""
+def _chunk_index_check(probe: dict[str, Any] | None, error: str = "") -> Check:
+    """How lock-free reads find the chunks of a dataset (:mod:`h5mdx.format.chunk_index`);
+    ``error``: why the h5py probe gave nothing."""
     name = "chunk index"
-    if probe is None:
-        return Check(name, "info", "unknown (h5py cannot be imported)")
+    if probe is None:  # a probe past its timeout is no h5py that cannot be imported
+        why = ("importing h5py gave no answer" if error.startswith(_NO_ANSWER)
+               else "h5py cannot be imported")
+        return Check(name, "info", f"unknown ({why})")
     pyfive = _installed("pyfive", "pyfive")
     tree = f"pyfive {pyfive} finds chunk B-trees (read as reads need them)"
     if probe.get("chunk_iter"):
@@ -398,7 +401,7 @@ def run_checks(*, python: str | None = None, timeout: float = 30.0) -> Report:
             _package_check("numba", "numba", "numba", "pip install numba"),
             # the kernel's layout follows the vectors LLVM uses on this CPU (docs/performance.md)
             Check("RMSD kernel", "info", _kernel_layout()),
-            _chunk_index_check(h5py_probe),
+            _chunk_index_check(h5py_probe, h5py_error),
         ]
     ok = {c.name: c.ok for c in checks}
     paths = {
