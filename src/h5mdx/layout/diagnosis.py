@@ -295,7 +295,8 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
         level = f" level {el.compression_opts}" if codec == "gzip" and el.compression_opts else ""
         dec = fb / _DECOMPRESS_BW.get(_cost_codec(codec, el) or "", 1e9)
         ratio = (dec + fb / _GOOD_BW) / (fb / _GOOD_BW)
-        msg = (f"{codec}{level} compression saves {saved:.0%} of the space "
+        msg = (f"{codec}{level} compression saves "  # not '-0%' where it adds bytes
+               f"{f'{saved:.0%} of the space' if saved >= 0.005 else 'no space'} "
                f"({_human(el.nbytes)} stored in {_human(el.storage_size)}) but costs about "
                f"{ratio:.0f}x the serial read time of uncompressed data (decompression); "
                "with many parallel readers the cost is shared")
