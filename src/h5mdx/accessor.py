@@ -83,11 +83,16 @@ class MDAccessor:
         """``"mass"`` where the positions or a topology give masses, else the Dataset's
         own ``mass`` on ``atom`` (the file's element); without any, a TopologyError that
         names the file."""
-        from h5mdx.analysis.reference import _topology  # where rmsd looks for a topology
+        # where rmsd looks for a topology, and the masses it gives
+        from h5mdx.analysis.reference import _topology, topology_masses
 
-        if "mass" in position.coords or _topology(position, topology) is not None:
+        if "mass" in position.coords:
             return "mass"
         mass = self._ds.get("mass")
+        topology = _topology(position, topology)
+        if topology is not None and (mass is None
+                                     or topology_masses(position, topology) is not None):
+            return "mass"  # the topology's masses (or its error, without the file's)
         if mass is not None and "atom" in mass.dims and mass.ndim > 1:
             mass = _fixed_along(mass, "atom")
         if mass is not None and mass.dims == ("atom",) and "atom" in position.dims \

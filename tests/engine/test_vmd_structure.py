@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import h5mdx  # noqa: F401 - registers ds.md
+import h5mdx  # registers ds.md
 from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError, TopologyError
 from vmd_files import header, particles_group, write_adk_vmd  # tests/ is on sys.path
 
@@ -285,3 +285,31 @@ def test_to_h5md_keeps_a_topology_passed_at_open(adk_h5md, adk_universe, tmp_pat
                                       adk_universe.select_atoms("name CA").indices)
         np.testing.assert_array_equal(ca.resid.values,
                                       adk_universe.select_atoms("name CA").resids)
+
+
+def test_mass_weights_from_the_files_masses_where_the_module_has_none(
+        tmp_path, adk_universe, adk_positions):
+    """A structure module without ``mass`` beside the group's own ``mass`` element:
+    ``weights="mass"`` took the module as the topology and failed with MDAnalysis'
+    bare NoDataError ("This Universe does not contain mass information"). It takes the
+    file's masses now, as MDAnalysis weighs by the PSF's; positions alone say what to
+    pass. Found by an audit."""
+    from MDAnalysis.analysis import rms
+
+    path = write_adk_vmd(tmp_path / "adk_vmd.h5", adk_universe, adk_positions)
+    with h5py.File(path, "r+") as f:
+        del f["parameters/vmd_structure/mass"]
+        f["particles/atoms/mass"] = adk_universe.atoms.masses
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = adk_universe.copy()
+        u.load_new(adk_positions[:5].copy())
+        want = rms.RMSD(u, select="name CA", weights="mass").run().results.rmsd[:, 2]
+    with xr.open_dataset(path, engine="h5md") as ds:
+        ds = ds.isel(time=slice(0, 5))
+        assert "mass" not in ds.position.coords and ds.attrs["topology"] == str(path)
+        got = ds.md.rmsd(select="name CA", weights="mass").compute(scheduler="sync")
+        np.testing.assert_allclose(got.values, want, rtol=0, atol=2e-5)
+        with pytest.raises(TopologyError, match=r"the topology .*adk_vmd.h5' has none .*"
+                           r"weights=ds.mass"):
+            h5mdx.rmsd(ds.position, weights="mass")

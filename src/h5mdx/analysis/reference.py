@@ -22,7 +22,7 @@ from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["select_atoms", "with_atom_data"]
+__all__ = ["select_atoms", "topology_masses", "with_atom_data"]
 
 
 def _user_stacklevel() -> int:
@@ -270,9 +270,14 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
                 "weights='mass' needs masses: open the file with topology=..., pass an array, "
                 "or use the file's own masses (ds.md.rmsd(weights='mass') or weights=ds.mass)"
             )
-        masses = np.asarray(_universe_of(position, topology).atoms.masses, dtype=np.float64)
-        m = masses[_atom_ids(position)]
-        return m if idx is None else m[idx]
+        masses = topology_masses(position, topology)
+        if masses is None:
+            raise TopologyError(
+                f"weights='mass' needs masses: the topology {_label(topology)} has none "
+                f"(MDAnalysis holds no masses of its atoms){_of_file(position)}; pass the "
+                "masses as weights=<array, or DataArray on atom> (the file's own: "
+                "weights=ds.mass)")
+        return masses if idx is None else masses[idx]
     if isinstance(weights, xr.DataArray) and weights.dims == (ATOM_DIM,) \
             and ATOM_DIM in weights.coords and ATOM_DIM in position.coords:
         chosen = position if idx is None else position.isel({ATOM_DIM: idx})
@@ -291,6 +296,37 @@ def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
     raise ValueError(f"weights has {w.size} entries{dims}; expected {n_sel}, one per atom"
                      + (" (select one row along the other dimensions)" if dims and
                         weights.ndim > 1 else ""))
+
+
+def topology_masses(position: xr.DataArray, topology: Any) -> np.ndarray | None:
+    """The masses the topology gives the atoms of ``position`` (by their ``atom``
+    indices); None where it holds none (MDAnalysis' ``NoDataError``: a file's own VMD
+    structure or GROMACS module without masses, a Universe built without them).
+
+    Parameters
+    ----------
+    position : xarray.DataArray
+        Positions; its ``atom`` coordinate holds 0-based topology indices.
+    topology : str, path-like or MDAnalysis.Universe
+        The topology (see :func:`select_atoms`).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        float64 masses, one per atom of ``position``.
+    """
+    atoms = _universe_of(position, topology).atoms
+    try:
+        masses = atoms.masses
+    except (AttributeError, ValueError):  # MDAnalysis' NoDataError subclasses both
+        return None
+    return np.asarray(masses, dtype=np.float64)[_atom_ids(position)]
+
+
+def _label(topology: Any) -> str:
+    """How a message names a topology: its file, else ``given``."""
+    name = topology if isinstance(topology, str) else getattr(topology, "filename", None)
+    return repr(str(name)) if name else "given"
 
 
 def _by_atom(values: xr.DataArray, sub: xr.DataArray, what: str) -> xr.DataArray:
