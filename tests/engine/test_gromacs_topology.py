@@ -362,3 +362,27 @@ def test_to_h5md_writes_the_module_again(gmx, tpr, tmp_path):
         # VMD's structure module keeps their names and residues instead
         np.testing.assert_array_equal(water.name.values, sol.names.astype(str))
         np.testing.assert_array_equal(water.resid.values, sol.resids)
+
+
+def test_to_h5md_of_atoms_whose_names_share_a_species_says_the_names_are_not_written(
+        tmp_path, tpr):
+    """A file ``h5mdx convert`` wrote of a TPR's atoms has species by atom type; three
+    of its waters (molecules renumbered: no GROMACS module) written with ds.md.to_h5md
+    lost their names, residues and segments without a word (HW1 and HW2 share a type,
+    and VMD's structure module holds one name per species). The loss is said now,
+    naming the file, the module and a species. Found by an audit."""
+    from h5mdx.layout.convert import convert
+
+    path = tmp_path / "adk_water.h5md"
+    convert(TPR, XTC, path, stop=2, progress=False)
+    ids = tpr.select_atoms("resname SOL and resid 300-302").indices
+    out = tmp_path / "waters.h5md"
+    with xr.open_dataset(path, engine="h5md") as ds:
+        assert list(ds.name.values[ids[:3]]) == ["OW", "HW1", "HW2"]
+        assert ds.species.values[ids[1]] == ds.species.values[ids[2]]
+        with pytest.warns(UserWarning, match=r"waters\.h5md \[/parameters/vmd_structure\]: "
+                          r"the atoms' names are not one per species \(species \d+: 'HW1', "
+                          r"'HW2'\).* no names, residues or segments written"):
+            ds.isel(atom=ids).md.to_h5md(out)
+    with xr.open_dataset(out, engine="h5md", topology=tpr.atoms[ids]) as back:
+        np.testing.assert_array_equal(back.name.values, tpr.atoms[ids].names.astype(str))

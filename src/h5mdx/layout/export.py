@@ -863,11 +863,35 @@ def _structure(ds: xr.Dataset, static: dict[str, Any], path: Any = "",
     found = from_atoms(per_atom, bonds, None if species is None else np.asarray(species[0]),
                        note=note)
     if found is None:
+        if species is not None and "name" in per_atom:
+            _warn_names_not_per_species(path, np.asarray(species[0]), per_atom["name"])
         return None
     codes, structure = found
     if species is None:
         static["species"] = (codes, None, {"labels": structure.datasets["name"].tolist()})
     return structure
+
+
+def _warn_names_not_per_species(path: Any, species: np.ndarray, names: Any) -> None:
+    """Say that the atoms' names (and residues, segments) are not written: VMD's
+    structure module holds one name per species, and atoms of one species of the Dataset
+    have several (the waters' HW1 and HW2 of one atom type, a selection of a TPR file's
+    atoms that GROMACS' module cannot hold)."""
+    names = np.asarray(names).astype(str)
+    if species.shape != names.shape:
+        return
+    for sp in np.unique(species):
+        differ = np.unique(names[species == sp])
+        if differ.size > 1:
+            break
+    else:
+        return
+    warnings.warn(
+        f"{os.fspath(path)} [/parameters/vmd_structure]: the atoms' names are not one per "
+        f"species (species {sp}: {', '.join(repr(n) for n in differ[:4].tolist())}), and "
+        "VMD's structure module holds one name per species; no names, residues or "
+        "segments written: select in the written file with topology= the original "
+        "topology (u.atoms[ids] of the atoms written)", UserWarning, stacklevel=5)
 
 
 def _warn_box_members(path: Any, names: list[str]) -> None:
