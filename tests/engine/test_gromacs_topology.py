@@ -386,3 +386,24 @@ def test_to_h5md_of_atoms_whose_names_share_a_species_says_the_names_are_not_wri
             ds.isel(atom=ids).md.to_h5md(out)
     with xr.open_dataset(out, engine="h5md", topology=tpr.atoms[ids]) as back:
         np.testing.assert_array_equal(back.name.values, tpr.atoms[ids].names.astype(str))
+
+
+def test_a_name_ends_at_its_first_nul_as_gromacs_reads_it(gmx_copy, tpr):
+    """Fixed-size name tables read as C strings (H5T_C_S1, as GROMACS reads its own): a
+    table entry with bytes after its NUL (b"NA\\x00\\x7f", an unzeroed buffer) is "NA";
+    h5mdx served "NA\\x00\\x7f", and select="name NA" missed the ion. Found by an audit."""
+    table = f"{MODULE}/NA+/particle_name_table"
+    with h5py.File(gmx_copy, "r+") as f:
+        assert f[table][()].tolist() == [b"NA"]
+        del f[table]
+        f[table] = np.array([b"NA\x00\x7f"], dtype="S4")
+        names = f[MODULE].attrs["molecule_block_names"]
+        f[MODULE].attrs["molecule_block_names"] = np.array(
+            [n + b"\x00\x01" if n == b"SOL" else n for n in names.tolist()],
+            dtype=f"S{names.dtype.itemsize + 2}")
+    with xr.open_dataset(gmx_copy, engine="h5md", select="name NA") as ds:
+        want = tpr.select_atoms("name NA")
+        np.testing.assert_array_equal(ds.name.values, want.names.astype(str))
+        np.testing.assert_array_equal(ds.segid.values, want.segids.astype(str))
+    with xr.open_dataset(gmx_copy, engine="h5md") as ds:
+        np.testing.assert_array_equal(ds.segid.values, tpr.atoms.segids.astype(str))

@@ -313,3 +313,15 @@ def test_mass_weights_from_the_files_masses_where_the_module_has_none(
         with pytest.raises(TopologyError, match=r"the topology .*adk_vmd.h5' has none .*"
                            r"weights=ds.mass"):
             h5mdx.rmsd(ds.position, weights="mass")
+
+
+def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
+    """Fixed-length names of a C writer that copies them into an unzeroed buffer
+    (b"O\\x00\\x7fq"): VMD's plugin reads them as C strings (H5T_C_S1), "O"; h5mdx served
+    "O\\x00\\x7fq", so that select="name O" picked one atom of two. Found by an audit."""
+    path = tmp_path / "tiny.h5"
+    _tiny(path, **{**GOOD, "name": np.array([b"O\x00\x7fq", b"H"], dtype="S4"),
+                   "resname": np.array([b"SOL\x00\x01", b"ION"], dtype="S5")})
+    with xr.open_dataset(path, engine="h5md", select="name O") as ds:
+        assert ds.name.values.tolist() == ["O", "O"]
+        assert ds.resname.values.tolist() == ["SOL", "ION"]

@@ -34,7 +34,7 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError
-from h5mdx.format.text import decode, unit_text
+from h5mdx.format.text import c_string, decode, unit_text
 
 __all__ = ["MODULE", "MODULE_PATH", "MoleculeType", "ModuleTopology", "module_from_atoms",
            "read_module", "write_module"]
@@ -150,7 +150,7 @@ def _names_and_counts(grp: h5py.Group, where: str,
              f"{counts.tolist()!r} do not fit together (as many names as counts, counts "
              "integers >= 0)", "the module left out")
         return None
-    return tuple((str(decode(n)), int(c)) for n, c in zip(names.tolist(), counts.tolist(),
+    return tuple((c_string(n), int(c)) for n, c in zip(names.tolist(), counts.tolist(),
                                                      strict=True))
 
 
@@ -200,7 +200,7 @@ def _strings(grp: h5py.Group, index: str, table: str, where: str, load: Load,
     if tab.dtype.kind not in "SOU":
         note(f"{where}/{table}", f"must hold strings, not {tab.dtype}", "left out")
         return None
-    text = np.array([str(decode(v)).rstrip("\x00") for v in tab.tolist()], dtype=str)
+    text = np.array([c_string(v) for v in tab.tolist()], dtype=str)
     return text[idx.astype(np.intp)] if idx.size else np.array([], dtype=str)
 
 

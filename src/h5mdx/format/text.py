@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode", "is_utf8", "unit_text"]
+__all__ = ["c_string", "decode", "is_utf8", "unit_text"]
 
 
 def decode(value: Any) -> Any:
@@ -38,6 +38,14 @@ def is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def c_string(value: Any) -> str:
+    """An entry of a string table as C readers (VMD's plugin, GROMACS) read it: text up
+    to its first NUL, as HDF5 converts a fixed-length string to a C string (a writer
+    that copies names into an unzeroed buffer leaves bytes after the NUL, which are no
+    part of the name); UTF-8, bad bytes replaced."""
+    return str(decode(value)).split("\x00", 1)[0]
 
 
 def unit_text(value: Any) -> str | None:

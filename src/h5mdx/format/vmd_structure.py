@@ -34,6 +34,7 @@ import numpy as np
 
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.gromacs_topology import Load, Note  # the readers' one interface
+from h5mdx.format.text import c_string
 
 __all__ = ["COORD_ATTRS", "DATASETS", "PER_ATOM", "PER_RESIDUE", "PER_SPECIES", "STRUCTURE_PATH",
            "VMDStructure", "bonds", "from_atoms", "per_atom", "read_structure",
@@ -100,9 +101,7 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
                  "species, atom, residue or bond", "left out")
             continue
         if values.dtype.kind in "SO":
-            values = np.array([v.decode("utf-8", "replace").rstrip("\x00")
-                               if isinstance(v, bytes) else str(v) for v in values.tolist()],
-                              dtype=str)
+            values = np.array([c_string(v) for v in values.tolist()], dtype=str)
         datasets[name] = values
     served = {*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "bond_from", "bond_to"}
     return VMDStructure(STRUCTURE_PATH, datasets) if served & set(datasets) else None
