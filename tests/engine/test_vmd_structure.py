@@ -325,3 +325,26 @@ def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
     with xr.open_dataset(path, engine="h5md", select="name O") as ds:
         assert ds.name.values.tolist() == ["O", "O"]
         assert ds.resname.values.tolist() == ["SOL", "ION"]
+
+
+def test_convert_keeps_negative_residue_numbers(tmp_path, adk_universe):
+    """A topology numbering its first residues -2, -1, 0 (a PDB's leader peptide):
+    ``h5mdx convert`` wrote no resid, resname or chain at all, without a word, so that
+    select="resid 5" failed on the written file. resid is written as given now (VMD
+    reads it per atom); resname and chain, which VMD reads as resname[resid], are left
+    out with a warning naming the file and the dataset. Found by an audit."""
+    from h5mdx.layout.convert import convert
+
+    u = adk_universe.copy()
+    resids = u.residues.resids.copy()
+    resids[:3] = [-2, -1, 0]
+    u.residues.resids = resids
+    out = tmp_path / "negative.h5"
+    with pytest.warns(UserWarning, match=r"negative\.h5 \[/parameters/vmd_structure/resid\]"
+                      r": residue numbers down to -2: .*resid written as given, resname"):
+        convert(u, [], out, stop=1, progress=False)
+    with xr.open_dataset(out, engine="h5md", select="resid -1 or resid 5") as ds:
+        want = u.select_atoms("resid -1 or resid 5")
+        np.testing.assert_array_equal(ds.resid.values, want.resids)
+        np.testing.assert_array_equal(ds.name.values, want.names.astype(str))
+        assert "resname" not in ds.coords

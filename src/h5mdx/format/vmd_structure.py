@@ -265,9 +265,9 @@ def from_atoms(per_atom: Mapping[str, np.ndarray], pairs: np.ndarray | None = No
         The species (``species``, else 0-based, numbered in order of first appearance:
         one per distinct ``name``, ``type`` and ``mass``, so that those are per species
         as the module holds them) and the module, which :func:`per_atom` reads back as
-        given: ``resid`` as given where they are not negative, with ``resname`` and
-        ``chainID`` per residue where every atom of a ``resid`` has the same (else left
-        out); None without names, or where ``species`` do not give them.
+        given: ``resid`` as given, with ``resname`` and ``chainID`` per residue where
+        no ``resid`` is negative and every atom of a ``resid`` has the same (else left
+        out, noted); None without names, or where ``species`` do not give them.
     """
     names = per_atom.get("name")
     if names is None:
@@ -336,11 +336,13 @@ def _residues(per_atom: Mapping[str, np.ndarray], n: int,
     """``resid`` per atom and the tables per residue it indexes (``resname``,
     ``chain``), those that are one value per ``resid`` (the others noted)."""
     resid = per_atom.get("resid")
-    if resid is None or len(resid) != n or np.asarray(resid).dtype.kind not in "iu" or (
-            n and int(np.min(resid)) < 0):
+    if resid is None or len(resid) != n or np.asarray(resid).dtype.kind not in "iu":
         return {}
     resid = np.asarray(resid, dtype=np.int64)
     out = {"resid": resid.astype(np.int32)}
+    if n and int(resid.min()) < 0:  # resid as given; no table row for a negative one
+        _negative(per_atom, n, int(resid.min()), note)
+        return out
     size = int(resid.max()) + 1 if n else 0
     for key in ("resname", "chainID"):
         values = per_atom.get(key)
@@ -363,6 +365,20 @@ def _residues(per_atom: Mapping[str, np.ndarray], n: int,
                  "number their residues alike",
                  f"{key} left out (select by it with topology= the original topology file)")
     return out
+
+
+def _negative(per_atom: Mapping[str, np.ndarray], n: int, lowest: int,
+              note: Note | None) -> None:
+    """Note the tables per residue left out where residue numbers are negative (a PDB's
+    -2, -1, 0 before the first residue): VMD reads ``resname[resid[i]]``."""
+    left = [k for k in ("resname", "chainID") if per_atom.get(k) is not None
+            and len(per_atom[k]) == n]
+    if left and note is not None:
+        said = ", ".join(left)
+        note(f"{STRUCTURE_PATH}/resid", f"residue numbers down to {lowest}: VMD's "
+             f"structure module holds {said} per residue number, indexed by resid from 0",
+             f"resid written as given, {said} left out (select by {said} with topology= "
+             "the original topology file)")
 
 
 def write_structure(parameters: h5py.Group, structure: VMDStructure) -> None:
