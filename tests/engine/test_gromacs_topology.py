@@ -407,3 +407,23 @@ def test_a_name_ends_at_its_first_nul_as_gromacs_reads_it(gmx_copy, tpr):
         np.testing.assert_array_equal(ds.segid.values, want.segids.astype(str))
     with xr.open_dataset(gmx_copy, engine="h5md") as ds:
         np.testing.assert_array_equal(ds.segid.values, tpr.atoms.segids.astype(str))
+
+
+def test_a_module_left_out_is_named_when_the_file_is_passed_as_topology(gmx_copy, tpr):
+    """The file itself as topology= (or load_universe, --topology) where its module was
+    left out: the error was MDAnalysis' "MDAnalysis cannot read this topology: Unable to
+    open object (object 'trajectory' doesn't exist)", about a group nobody named. It
+    names the module's problem and what to pass now. Found by an audit."""
+    from h5mdx.engine.topology import load_universe
+
+    with h5py.File(gmx_copy, "r+") as f:
+        del f[f"{MODULE}/NA+"]
+    said = (rf"copy\.h5md: its topology cannot be read: {MODULE}/NA\+: a molecule block "
+            r"names this molecule type, which the module does not hold .*; pass topology= "
+            "a file MDAnalysis reads")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TopologyError, match=said):
+            load_universe(gmx_copy)
+        with pytest.raises(TopologyError, match=said):
+            xr.open_dataset(gmx_copy, engine="h5md", topology=gmx_copy)

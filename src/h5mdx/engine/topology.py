@@ -39,6 +39,7 @@ TOPOLOGY_ATTRS = (
 @lru_cache(maxsize=16)
 def _universe(path: str, mtime: float, group: str | None = None) -> Any:
     mda = import_optional("MDAnalysis", "topologies and atom selections")
+    unusable = ""
     if is_h5md(path):  # its own topology, where GROMACS wrote one (or VMD's structure)
         info = scan(path, deep_connectivity=False)  # the bonds are in /connectivity itself
         if info.topology is not None:
@@ -47,14 +48,33 @@ def _universe(path: str, mtime: float, group: str | None = None) -> Any:
             return universe
         if info.vmd_structure is not None:
             return vmd_universe(info, group)
+        unusable = _unusable_module(info)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return mda.Universe(path)
         except Exception as err:  # MDAnalysis raises many kinds of errors
+            if unusable:  # not MDAnalysis' words on an H5MD file (no 'trajectory' group)
+                raise TopologyError(unusable) from err
             error = TopologyError(f"{path}: MDAnalysis cannot read this topology: {err}")
             error.unexpected = True
             raise error from err
+
+
+def _unusable_module(info: FileInfo) -> str:
+    """The message for an H5MD file whose topology module the scan left out (GROMACS'
+    module with blocks that name no molecule type it holds, VMD's structure without a
+    property): what was wrong with it, and what to pass; "" where it has none."""
+    from h5mdx.format.gromacs_topology import MODULE_PATH
+
+    said = [p for p in info.problems
+            if p.path == MODULE_PATH or p.path.startswith((MODULE_PATH + "/",
+                                                            STRUCTURE_PATH))]
+    if not said:
+        return ""
+    return (f"{info.filename}: its topology cannot be read: {said[0].path}: "
+            f"{said[0].message}; pass topology= a file MDAnalysis reads (the run's TPR, "
+            "a PSF, GRO, PDB)")
 
 
 #: The key of the ``atom`` coordinate's ``encoding`` that holds a Universe passed as
