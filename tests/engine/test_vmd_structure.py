@@ -215,9 +215,10 @@ def test_names_of_references_or_sequences_are_left_out_not_served_as_text(tmp_pa
         assert len(said) == 1 and said[0].endswith("left out"), said
 
 
-@pytest.mark.parametrize("name", [np.array([[b"O"], [b"H"]]), "group"], ids=["2-d", "group"])
+@pytest.mark.parametrize("name", [np.array([[b"O", b"O"], [b"H", b"H"]]), "group"],
+                         ids=["2-d", "group"])
 def test_a_property_the_scan_leaves_out_is_said_at_the_open_of_the_atoms(tmp_path, name):
-    """A ``name`` of shape (2, 1), or a group (a mutation fuzz, audit65): the particles'
+    """A ``name`` of shape (2, 2), or a group (a mutation fuzz, audit65): the particles'
     Dataset came without names and without a warning, where strict=True refused it and
     a ``name`` of the wrong length is said at that open. Said once, the others served."""
     path = tmp_path / "tiny.h5"
@@ -348,3 +349,30 @@ def test_convert_keeps_negative_residue_numbers(tmp_path, adk_universe):
         np.testing.assert_array_equal(ds.resid.values, want.resids)
         np.testing.assert_array_equal(ds.name.values, want.names.astype(str))
         assert "resname" not in ds.coords
+
+
+def test_the_module_as_espresso_writes_it_one_column_a_dataset(tmp_path):
+    """ESPResSo's Python H5MD writer creates every dataset of the module with shape
+    (rows, 1), maxshape (None, 1): indexOfSpecies int64, name 'S30', resid, charge.
+    VMD's plugin reads them a row an entry; h5mdx left out every one ("not one entry
+    per species, atom, residue or bond"), so the file had no names at all. They are
+    read as the plugin reads them, without a warning. Found by an audit."""
+    path = tmp_path / "espresso.h5"
+    _tiny(path)
+    with h5py.File(path, "r+") as f:
+        grp = f["parameters/vmd_structure"]
+        for name, values, dtype in (("indexOfSpecies", [7, 8], "int64"),
+                                    ("name", [b"O", b"H"], "S30"),
+                                    ("resid", [0, 0, 1], "int64"),
+                                    ("charge", [-0.8, 0.4, 0.4], "f8"),
+                                    ("resname", [b"SOL", b"ION"], "S30")):
+            dset = grp.create_dataset(name, (1, 1), maxshape=(None, 1), dtype=dtype)
+            dset.resize((len(values), 1))
+            dset[:, 0] = values
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md", select="name O", strict=True) as ds:
+            assert ds.name.values.tolist() == ["O", "O"]
+            assert ds.resid.values.tolist() == [0, 1]
+            assert ds.resname.values.tolist() == ["SOL", "ION"]
+            np.testing.assert_allclose(ds.charge.values, [-0.8, 0.4])

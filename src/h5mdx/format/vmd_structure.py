@@ -18,10 +18,11 @@ write it. Each dataset holds one entry per *species*, per *atom* or per *residue
 :func:`read_structure` reads the datasets; :func:`per_atom` expands them to one entry per
 atom of a particles group, given its ``species``; :func:`bonds` gives the bonds as 0-based
 pairs. The reader is tolerant: a dataset that is absent, unreadable or of another length
-leaves out that one property, noted. :func:`from_atoms` finds the module (and the species)
-of atoms described per atom, and :func:`write_structure` writes it as the plugin reads it
-(``h5mdx convert`` of a trajectory whose topology names its atoms). This module knows h5py
-and numpy only.
+leaves out that one property, noted; one of shape ``(rows, 1)`` (ESPResSo's Python
+writer creates every dataset so) is read a row an entry, as the plugin reads it.
+:func:`from_atoms` finds the module (and the species) of atoms described per atom, and
+:func:`write_structure` writes it as the plugin reads it (``h5mdx convert`` of a
+trajectory whose topology names its atoms). This module knows h5py and numpy only.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
         except H5MDFormatError as err:
             note(err.h5path or where, err.problem, "left out")
             continue
+        if values.ndim == 2 and values.shape[1] == 1:  # ESPResSo's writer: (rows, 1),
+            values = values[:, 0]  # one entry a row, as VMD's plugin reads them
         if values.ndim != 1 or values.dtype.kind not in "biufSUO":
             note(where, f"holds {values.dtype} of shape {values.shape}, not one entry per "
                  "species, atom, residue or bond", "left out")
