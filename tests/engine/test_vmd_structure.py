@@ -376,3 +376,47 @@ def test_the_module_as_espresso_writes_it_one_column_a_dataset(tmp_path):
             assert ds.resid.values.tolist() == [0, 1]
             assert ds.resname.values.tolist() == ["SOL", "ION"]
             np.testing.assert_allclose(ds.charge.values, [-0.8, 0.4])
+
+
+def _per_frame_species(path, species):
+    """ESPResSo's layout: /particles/atoms/species a time series (value, step, time)
+    beside the structure module's names per species."""
+    frames = len(species)
+    with h5py.File(path, "w") as f:
+        header(f)
+        g = particles_group(f, "atoms", np.random.default_rng(3).random(
+            (frames, species.shape[1], 3)).astype(np.float32), np.zeros(1, np.int32))
+        del g["species"]
+        el = g.create_group("species")
+        el["value"] = species
+        el["step"] = np.arange(frames, dtype=np.int32) * 10
+        el["time"] = np.arange(frames, dtype=np.float64)
+        vmd = f.create_group("parameters/vmd_structure")
+        vmd["indexOfSpecies"] = np.array([7, 8], dtype=np.int32)
+        vmd["name"] = np.array([b"O", b"H"])
+
+
+def test_species_stored_per_frame_give_the_atoms_their_names(tmp_path):
+    """ESPResSo writes species per frame; VMD's plugin names the atoms by the first
+    frame's. h5mdx served no names ("has no species of integers, one per atom") and
+    load_universe failed. The first frame's species name the atoms where the last
+    frame's agree (two frames read); species that change still leave the names out,
+    said. Found by an audit."""
+    from h5mdx.engine.topology import load_universe
+
+    path = tmp_path / "espresso.h5"
+    _per_frame_species(path, np.tile(np.array([7, 8, 8, 7], dtype=np.int32), (3, 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_dataset(path, engine="h5md", select="name O") as ds:
+            assert ds.name.values.tolist() == ["O", "O"]
+            np.testing.assert_array_equal(ds.atom.values, [0, 3])
+    assert load_universe(path).atoms.names.tolist() == ["O", "H", "H", "O"]
+    changing = tmp_path / "changing.h5"
+    _per_frame_species(changing, np.array([[7, 8, 8, 7]] * 2 + [[7, 8, 8, 8]],
+                                          dtype=np.int32))
+    with pytest.warns(H5MDConformanceWarning, match=r"\[/particles/atoms/species\]: "
+                      r"/parameters/vmd_structure holds name per species.* no name"):
+        ds = xr.open_dataset(changing, engine="h5md")
+    with ds:
+        assert "name" not in ds.coords

@@ -625,9 +625,8 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     for problem in b.info.problems:  # a dataset of the module the scan left out
         if _of_module(problem.path, structure.path):
             b.report.add(problem)
-    species = ds.variables.get("species")
-    values = species.values if species is not None and species.dims == (ATOM_DIM,) else None
-    coords = per_atom(structure, values, n_atoms, group, b.report.note)
+    coords = per_atom(structure, _fixed_species(ds.variables.get("species")), n_atoms, group,
+                      b.report.note)
     bonds(structure, n_atoms, b.report.note)  # said here: the Universe's leave them out
     coords = {k: v for k, v in coords.items() if k not in ds.variables}
     if not coords:
@@ -637,6 +636,19 @@ def _with_vmd_structure(b: _Builder, ds: xr.Dataset, n_atoms: int, group: str) -
     ds.attrs["topology"] = b.info.filename
     ds[ATOM_DIM].attrs["topology"] = ds.attrs["topology"]
     return ds
+
+
+def _fixed_species(species: xr.Variable | None) -> np.ndarray | None:
+    """The ``species`` of a group's atoms, one per atom: a time series (ESPResSo writes
+    them per frame, and VMD's plugin reads the first frame's) where its first and last
+    frames agree (those two read); None otherwise."""
+    if species is None or species.dims == (ATOM_DIM,):
+        return None if species is None else species.values
+    if species.ndim != 2 or species.dims[1] != ATOM_DIM \
+            or not str(species.dims[0]).startswith(TIME_DIM) or not species.shape[0]:
+        return None
+    first, last = species[0].values, species[-1].values
+    return first if np.array_equal(first, last) else None
 
 
 def _of_module(path: str, module: str) -> bool:

@@ -535,11 +535,7 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     name = _vmd_group(info, group)
     pg = info.particles[name]
     n = _group_atoms(pg)
-    species = None
-    el = pg.elements.get("species")
-    if el is not None and not el.time_dependent:
-        with open_h5md(info.filename) as f:
-            species = np.asarray(f[el.value_path][()]) if el.data is None else el.data
+    species = _group_species(info, pg.elements.get("species"))
 
     def ignore(*_: Any) -> None:  # the open that attached them warned already
         return None
@@ -553,6 +549,25 @@ def vmd_universe(info: FileInfo, group: str | None = None) -> Any:
     if pairs is not None and len(pairs):
         universe.add_TopologyAttr("bonds", [tuple(p) for p in pairs.tolist()])
     return universe
+
+
+def _group_species(info: FileInfo, el: Any) -> np.ndarray | None:
+    """A particles group's ``species`` element, one per atom: per frame (ESPResSo's,
+    also with a trailing axis of length 1) the first frame's where the last frame's
+    agree, as the h5md engine serves the structure module's properties."""
+    if el is None:
+        return None
+    if not el.time_dependent:
+        if el.data is not None:
+            return np.asarray(el.data)
+        with open_h5md(info.filename) as f:
+            return np.asarray(f[el.value_path][()])
+    if len(el.shape) not in (2, 3) or not el.shape[0] or (len(el.shape) == 3
+                                                            and el.shape[2] != 1):
+        return None
+    with open_h5md(info.filename) as f:
+        first, last = (np.asarray(f[el.value_path][i]).reshape(-1) for i in (0, -1))
+    return first if np.array_equal(first, last) else None
 
 
 def _vmd_group(info: FileInfo, group: str | None) -> str:
