@@ -316,6 +316,27 @@ def test_mass_weights_from_the_files_masses_where_the_module_has_none(
             h5mdx.rmsd(ds.position, weights="mass")
 
 
+
+def test_mpi_mass_weights_from_the_files_masses_where_the_module_has_none(
+        tmp_path, adk_universe, adk_positions):
+    """The MPI program's selection and masses (``h5mdx mpi-rmsd --topology FILE``, the
+    file itself, whose structure module has no mass) failed the same way, with
+    MDAnalysis' NoDataError: they are the file's masses of the selected atoms now."""
+    from h5mdx.mpi.rmsd import _select
+
+    path = write_adk_vmd(tmp_path / "adk_vmd.h5", adk_universe, adk_positions[:2])
+    with h5py.File(path, "r+") as f:
+        del f["parameters/vmd_structure/mass"]
+        f["particles/atoms/mass"] = adk_universe.atoms.masses
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idx, masses, n = _select(path, "name CA", "mass", path, "atoms")
+    ca = adk_universe.select_atoms("name CA")
+    np.testing.assert_array_equal(idx, ca.indices)
+    np.testing.assert_allclose(masses, ca.masses)
+    assert n == adk_universe.atoms.n_atoms
+
+
 def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
     """Fixed-length names of a C writer that copies them into an unzeroed buffer
     (b"O\\x00\\x7fq"): VMD's plugin reads them as C strings (H5T_C_S1), "O"; h5mdx served

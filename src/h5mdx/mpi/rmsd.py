@@ -214,8 +214,11 @@ def _select(topology: str | None, select: str | None, weights: str | None,
     idx = select_indices(atoms, select, filename) if select else None
     masses = None
     if weights == "mass":
-        all_masses = np.asarray(atoms.atoms.masses, dtype=np.float64)
-        masses = all_masses[idx] if idx is not None else all_masses
+        try:
+            all_masses = np.asarray(atoms.atoms.masses, dtype=np.float64)
+        except (AttributeError, ValueError):  # NoDataError: a topology without masses
+            all_masses = _file_masses(filename, group)  # (a structure module's), as h5mdx
+        masses = all_masses[idx] if idx is not None else all_masses  # rmsd takes them
     return idx, masses, len(atoms.atoms)
 
 
