@@ -441,3 +441,31 @@ def test_species_stored_per_frame_give_the_atoms_their_names(tmp_path):
         ds = xr.open_dataset(changing, engine="h5md")
     with ds:
         assert "name" not in ds.coords
+
+
+def test_numbers_stored_as_floats_or_text(tmp_path):
+    """VMD's plugin reads indexOfSpecies and resid as integers (H5T_NATIVE_INT), mass
+    as floats. indexOfSpecies of whole floats [7.0, 8.0] left every name out ('absent
+    or not integers'); resid of floats served float residue numbers and left the
+    resnames out ('resid (none) do not index'); a mass of booleans or text was served
+    as the atoms' masses (True, '12'). Whole floats are read as integers now, noted;
+    a mass that is no number is left out, noted. Found by an audit."""
+    path = tmp_path / "tiny.h5"
+    _tiny(path, **{**GOOD, "indexOfSpecies": np.array([7.0, 8.0]),
+                   "resid": np.array([0.0, 0.0, 1.0]), "mass": np.array([b"16", b"1"])})
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(path, engine="h5md")
+    said = sorted(str(w.message).split(" [", 1)[1] for w in record
+                  if "vmd_structure" in str(w.message))
+    assert said == [
+        "/parameters/vmd_structure/indexOfSpecies]: holds float64 of whole numbers, not "
+        "integers; read as the integers they are, as VMD's plugin reads them",
+        "/parameters/vmd_structure/mass]: holds <U2, not numbers (VMD's plugin reads "
+        "mass as such); left out",
+        "/parameters/vmd_structure/resid]: holds float64 of whole numbers, not integers; "
+        "read as the integers they are, as VMD's plugin reads them"]
+    with ds:
+        assert ds.name.values.tolist() == ["O", "H", "O"]
+        assert ds.resid.values.tolist() == [0, 0, 1] and ds.resid.dtype.kind == "i"
+        assert ds.resname.values.tolist() == ["SOL", "SOL", "ION"]
+        assert "mass" not in ds.coords

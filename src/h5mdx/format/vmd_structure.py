@@ -105,9 +105,34 @@ def read_structure(grp: h5py.Group, load: Load, note: Note) -> VMDStructure | No
             continue
         if values.dtype.kind in "SO":
             values = np.array([c_string(v) for v in values.tolist()], dtype=str)
-        datasets[name] = values
+        read = _numbers(name, values, where, note)
+        if read is not None:
+            datasets[name] = read
     served = {*PER_SPECIES, *PER_ATOM, *PER_RESIDUE, "bond_from", "bond_to"}
     return VMDStructure(STRUCTURE_PATH, datasets) if served & set(datasets) else None
+
+
+#: The datasets of numbers, with the kinds of numpy dtype each may hold.
+_NUMBERS = {"mass": "iuf", "radius": "iuf", "charge": "iuf", "atomicnumber": "iu",
+            "resid": "iu", "indexOfSpecies": "iu", "indexOfSegid": "iu", "bond_from": "iu",
+            "bond_to": "iu"}
+
+
+def _numbers(name: str, values: np.ndarray, where: str, note: Note) -> np.ndarray | None:
+    """``values`` of a dataset of numbers (:data:`_NUMBERS`) as VMD's plugin reads them
+    (H5T_NATIVE_INT, H5T_NATIVE_FLOAT): whole numbers stored as floats as integers
+    (noted); None (noted) where they are no such numbers (text, booleans)."""
+    kinds = _NUMBERS.get(name)
+    if kinds is None or values.dtype.kind in kinds:
+        return values
+    if kinds == "iu" and values.dtype.kind == "f" and np.isfinite(values).all() \
+            and (values == np.round(values)).all():
+        note(where, f"holds {values.dtype} of whole numbers, not integers", "read as the "
+             "integers they are, as VMD's plugin reads them")
+        return values.astype(np.int64)
+    note(where, f"holds {values.dtype}, not {'integers' if kinds == 'iu' else 'numbers'} "
+         f"(VMD's plugin reads {name} as such)", "left out")
+    return None
 
 
 def per_atom(structure: VMDStructure, species: np.ndarray | None, n_atoms: int,
