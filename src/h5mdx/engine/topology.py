@@ -602,12 +602,13 @@ def coords_universe(coords: Mapping[str, np.ndarray], n: int, filename: str) -> 
     the coordinates the engine serves (``name``, ``type``, ``resname``, ``resid``,
     ``segid``, ``chainID``, ``mass``, ``charge``, ``radius``; ``atomicnumber`` as
     ``elements``). A residue
-    starts where ``resid`` or ``segid`` changes (one residue without either); a segment
-    per ``segid`` (one, ``SYSTEM``, without)."""
+    starts where ``resid``, ``resname`` or ``segid`` changes (as MDAnalysis' PDB parser
+    splits them: residues of one number and insertion codes; one residue without any);
+    a segment per ``segid`` (one, ``SYSTEM``, without)."""
     mda = import_optional("MDAnalysis", "topologies and atom selections")
     starts = np.zeros(n, dtype=bool)
     starts[:1] = True
-    for key in ("resid", "segid"):
+    for key in ("resid", "resname", "segid"):
         if key in coords:
             starts[1:] |= coords[key][1:] != coords[key][:-1]
     first = np.flatnonzero(starts)
