@@ -427,3 +427,17 @@ def test_a_module_left_out_is_named_when_the_file_is_passed_as_topology(gmx_copy
             load_universe(gmx_copy)
         with pytest.raises(TopologyError, match=said):
             xr.open_dataset(gmx_copy, engine="h5md", topology=gmx_copy)
+
+
+def test_a_selection_by_atom_types_says_the_module_holds_none(gmx):
+    """GROMACS' module holds no atom types: select="type opls_135" was refused as an
+    "invalid selection ...: 'Topology' object has no attribute 'types'", though the
+    selection is valid. The error says the topology does not hold the atoms' types
+    and what to pass; a selection of bad syntax is still called invalid. Found by an
+    audit."""
+    with pytest.raises(TopologyError, match=r"adk_water\.h5md: the selection 'type "
+                       r"opls_135' needs the atoms' types, which the topology "
+                       r"'.*adk_water\.h5md' does not hold; pass topology= a file"):
+        xr.open_dataset(gmx, engine="h5md", select="type opls_135")
+    with pytest.raises(TopologyError, match=r"invalid selection 'name CA and'"):
+        xr.open_dataset(gmx, engine="h5md", select="name CA and")

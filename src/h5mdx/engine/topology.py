@@ -6,6 +6,7 @@ MDAnalysis is imported lazily: opening files without ``topology=`` never needs i
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from functools import lru_cache
@@ -679,6 +680,18 @@ def _z2symb() -> dict[int, str]:
     return dict(Z2SYMB)
 
 
+def _missing_attribute(err: Exception) -> str | None:
+    """The atom property a selection needed and the Universe lacks, from MDAnalysis'
+    error (``'Topology' object has no attribute 'types'``, a NoDataError's ``does not
+    contain resid information``); None for other errors (a selection's syntax)."""
+    text = str(err)
+    if isinstance(err, AttributeError) and "'Topology' object" in text:
+        found = re.search(r"has no attribute '(\w+)'", text)
+    else:
+        found = re.search(r"does not contain (\w+) information", text)
+    return found.group(1) if found else None
+
+
 def _name(universe: Any) -> str:
     return repr(getattr(universe, "filename", None) or "given")
 
@@ -710,6 +723,12 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
     try:
         group = universe.select_atoms(selection)
     except Exception as err:
+        missing = _missing_attribute(err)
+        if missing is not None:  # a selection by what this topology does not hold
+            raise TopologyError(
+                f"{where}the selection {selection!r} needs the atoms' {missing}, which the "
+                f"topology {_name(universe)} does not hold; pass topology= a file that does "
+                "(a PSF, PDB, the run's TPR)") from err
         raise TopologyError(f"{where}invalid selection {selection!r}: {err}") from err
     if len(group) == 0:
         raise TopologyError(f"{where}the selection {selection!r} matches no atom")
