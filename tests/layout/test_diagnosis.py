@@ -113,6 +113,32 @@ def test_gzip_without_the_byte_shuffle_is_named(tmp_path, adk_positions):
         min_bytes=0)[-1].message
 
 
+def test_gzip_without_the_shuffle_is_left_where_the_shuffle_would_grow_it(tmp_path):
+    """Values of two decimals spread over 0..10 nm deflate better without the shuffle
+    (gzip saved 52% without it, 37% with): the advice to rewrite with it grew the file
+    from 11.0 to 14.5 MiB (found by an audit). A probe of the first chunk measures both,
+    and the finding says so instead of giving the fix."""
+    x = np.round(np.random.default_rng(0).random((N_FRAMES, N_ATOMS, 3)) * 10, 2
+                 ).astype(np.float32)
+    path = tmp_path / "rounded.h5md"
+    found = diagnose(_file(path, (10, N_ATOMS, 3), "gzip", 4, x), min_bytes=0)
+    comp = next(f for f in found if f.code == "compression")
+    assert comp.fix is None and comp.severity == "info", comp
+    assert "which would not make it smaller (gzip of its first 10 frames saves" in comp.message
+    assert not any("--compression" in (f.fix or "") for f in found), found  # kept as is
+    # what the probe says holds for the whole file: with the shuffle it is larger
+    with h5py.File(path, "a") as f:
+        f.create_dataset("shuffled", data=x, chunks=(10, N_ATOMS, 3), compression="gzip",
+                         compression_opts=4, shuffle=True)
+        plain = f["particles/trajectory/position/value"].id.get_storage_size()
+        assert f["shuffled"].id.get_storage_size() > 1.2 * plain
+    from h5mdx.format.deflate_probe import gzip_savings
+
+    probe = gzip_savings(path, "/particles/trajectory/position/value", 4, 10)
+    assert probe is not None and probe.frames == 10
+    assert probe.plain == pytest.approx(1 - plain / x.nbytes, abs=0.01)
+
+
 def test_the_fix_for_gzip_without_the_shuffle_is_not_flagged_again(tmp_path, adk_positions):
     """Coordinates of an XTC's precision (0.01 Å) deflated without the shuffle save 36%:
     the fix was lzf, which saves 6% of them, so the rechunked file was flagged again
