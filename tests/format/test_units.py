@@ -244,6 +244,19 @@ def test_unicode_forms_of_units_convert(unit, factor, base):
     assert got[0] == pytest.approx(factor, rel=1e-12)
 
 
+@pytest.mark.parametrize("unit, factor, base", [
+    ("Angstroms", 1.0, "Angstrom"), ("Ångström", 1.0, "Angstrom"),
+    ("ångström2", 1.0, "Angstrom2"), ("KJ/mol", 1.0, "kJ mol-1"),
+    ("kj/mol", 1.0, "kJ mol-1"), ("Kcal/mol", 4.184, "kJ mol-1"),
+])
+def test_units_as_writers_spell_them_convert(unit, factor, base):
+    """Spellings of units by hand and by other writers were 'unknown' and left
+    unconverted (found by an audit)."""
+    got = conversion(unit)
+    assert got is not None and got[1] == base
+    assert got[0] == pytest.approx(factor, rel=1e-12)
+
+
 def test_positions_in_the_angstrom_sign_open_converted(tmp_path):
     path = write_h5md(tmp_path / "a.h5md", {"all": {"position": dict(
         value=np.full((2, 1, 3), 1.5, np.float32), step=1, time=1.0, unit="nm"),

@@ -58,6 +58,11 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     "bohr": (5.29177210903e-11, _L),
     "Bohr": (5.29177210903e-11, _L),
     "ANGSTROM": (1e-10, _L),
+    # as other writers spell them (pint reads "angstroms", not these)
+    "Angstroms": (1e-10, _L),
+    "Ångström": (1e-10, _L),
+    "Ångstrom": (1e-10, _L),
+    "ångström": (1e-10, _L),
     # time
     "s": (1.0, _T),
     "second": (1.0, _T),
@@ -83,6 +88,10 @@ _SYMBOLS: dict[str, tuple[float, Dims]] = {
     # energy
     "J": (1.0, _ENERGY),
     "kJ": (1e3, _ENERGY),
+    "KJ": (1e3, _ENERGY),  # kilojoules as written by hand (KJ/mol, kj/mol), no kelvin joule
+    "kj": (1e3, _ENERGY),
+    "Kcal": (4184.0, _ENERGY),
+    "KCal": (4184.0, _ENERGY),
     "cal": (4.184, _ENERGY),
     "kcal": (4184.0, _ENERGY),
     "eV": (_E, _ENERGY),
@@ -127,7 +136,7 @@ BASE_UNITS: dict[Dims, str] = {
     (-1, 0, 0, 0, 0): "Angstrom-1",
 }
 
-_TOKEN = re.compile(r"^([A-Za-zÅ\u00b5\u03bc_]+)(?:\^|\*\*)?([+-]?\d+)?$")
+_TOKEN = re.compile(r"^([A-Za-zÅåö\u00b5\u03bc_]+)(?:\^|\*\*)?([+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 #: A "." between units (UDUNITS' product, ``"nm.ps-1"``): after a unit symbol and its
 #: power, before a unit symbol
