@@ -100,8 +100,9 @@ class Finding:
 
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KiB") else f"{n:.1f} {unit}"
+        digits = 0 if unit in ("B", "KiB") else 1
+        if abs(round(n, digits)) < 1024 or unit == "TiB":  # not '1024.0 KiB' for 1 MiB - 1
+            return f"{n:.{digits}f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
 
