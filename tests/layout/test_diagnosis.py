@@ -226,6 +226,8 @@ def test_one_fix_for_elements_that_need_other_frames_per_chunk(tmp_path):
                           chunks=(1, n_atoms // 2, 3))
     found = diagnose(path, min_bytes=0)
     assert {f.code for f in found} == {"split-frames", "small-chunks"}
+    split = next(f for f in found if f.code == "split-frames")  # not 'reads 1 frames'
+    assert "reading one frame looks up 2 chunks;" in split.message, split.message
     assert {f.fix for f in found} == {
         f"h5mdx rechunk {path} {tmp_path / 'two.rechunked.h5md'}"}
     assert render_findings(found)[-1] == f"fix: {found[0].fix}"

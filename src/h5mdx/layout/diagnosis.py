@@ -281,8 +281,9 @@ def _diagnose_element(info: FileInfo, el: ElementInfo) -> list[Finding]:
         out.append(Finding(
             severity, "split-frames", where,
             f"each frame is spread over {per_frame} chunks of {el.chunks}; reading one frame "
-            f"reads {el.chunks[0]} frames of data ({_human(per_frame * chunk_bytes)}); "
-            f"{than}",
+            + (f"looks up {per_frame} chunks" if el.chunks[0] == 1 else  # not '1 frames'
+               f"reads {el.chunks[0]} frames of data ({_human(per_frame * chunk_bytes)})")
+            + f"; {than}",
             cost=cost, fix=fix))
     if chunk_bytes < GOOD_RANGE[0] and el.chunks[0] < n:
         n_chunks = math.ceil(n / el.chunks[0]) * per_frame
