@@ -980,6 +980,13 @@ def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md
         np.testing.assert_array_equal(part.atom.values, first50.indices)
         np.testing.assert_array_equal(chosen.atom.values, first50.indices)
         np.testing.assert_array_equal(chosen.position.values, part.position.values)
+    # given to rmsd, not at open, the whole system's topology finds no ids: the error
+    # says where to give it
+    with xr.open_dataset(tmp_path / "ca.h5md", engine="h5md") as plain, \
+            pytest.raises(TopologyError, match=r"has 3341 atoms but the positions come from "
+                          r"a trajectory of 214; .*; for a file of selected atoms, open it "
+                          r"with the whole system's topology"):
+        h5mdx.rmsd(plain.position, select="name CA", topology=PSF)
     out = tmp_path / "ca.csv"
     assert cli_main(["rmsd", str(tmp_path / "ca.h5md"), "--topology", PSF, "--select",
                      "name CA", "--no-progress", "--out", str(out)]) == 0

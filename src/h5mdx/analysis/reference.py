@@ -118,8 +118,12 @@ def _universe_of(position: xr.DataArray, topology: Any) -> Any:
         n_file = int(ids.size)  # no sign of a selection: all the file's atoms
     name = getattr(universe, "filename", None) or topology
     if n_file is not None and n_top != n_file:
+        hint = ("; for a file of selected atoms, open it with the whole system's topology "
+                "(xr.open_dataset(..., engine='h5md', topology=...) finds its atoms by their "
+                "id) or pass their AtomGroup (u.atoms[ids])") if n_top > n_file else ""
         raise TopologyError(f"the topology {name} has {n_top} atoms but the positions come "
-                            f"from a trajectory of {n_file}; they must describe the same system")
+                            f"from a trajectory of {n_file}; they must describe the same "
+                            f"system{hint}")
     if ids.size and int(ids.max()) >= n_top:
         raise TopologyError(f"the topology {name} has {n_top} atoms, fewer than the atom "
                             f"indices of the positions (up to {int(ids.max())})")
