@@ -349,6 +349,15 @@ def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
         assert ds.resname.values.tolist() == ["SOL", "ION"]
 
 
+def test_a_name_of_latin1_bytes_is_read_as_latin1(tmp_path):
+    """A name stored in Latin-1 (b"C\xe91", an older writer's) was served as "C\ufffd1",
+    which no selection can name; now "Cé1" (found by an audit)."""
+    path = tmp_path / "latin1.h5"
+    _tiny(path, **{**GOOD, "name": np.array([b"C\xe91", b"H"], dtype="S4")})
+    with xr.open_dataset(path, engine="h5md", select="name Cé1") as ds:
+        assert ds.name.values.tolist() == ["Cé1", "Cé1"]
+
+
 def test_convert_keeps_negative_residue_numbers(tmp_path, adk_universe):
     """A topology numbering its first residues -2, -1, 0 (a PDB's leader peptide):
     ``h5mdx convert`` wrote no resid, resname or chain at all, without a word, so that

@@ -44,7 +44,11 @@ def c_string(value: Any) -> str:
     """An entry of a string table as C readers (VMD's plugin, GROMACS) read it: text up
     to its first NUL, as HDF5 converts a fixed-length string to a C string (a writer
     that copies names into an unzeroed buffer leaves bytes after the NUL, which are no
-    part of the name); UTF-8, bad bytes replaced."""
+    part of the name); UTF-8, or Latin-1 where the bytes are no UTF-8 (a name such as
+    ``b"C\xe91"``, an older writer's, is ``"Cé1"``, not ``"C\ufffd1"``)."""
+    if isinstance(value, (bytes, np.bytes_)):
+        raw = bytes(value).split(b"\x00", 1)[0]
+        return raw.decode("utf-8" if is_utf8(raw) else "latin-1")
     return str(decode(value)).split("\x00", 1)[0]
 
 
