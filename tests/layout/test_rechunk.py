@@ -685,3 +685,27 @@ def test_region_references_point_into_the_copy(tmp_path):
         np.testing.assert_array_equal(v[refs[0]].ravel(), value[0:1].ravel())
         np.testing.assert_array_equal(v[refs[1]].ravel(), value[3:4, ::2].ravel())
         assert not refs[2]
+
+
+def test_the_summary_says_whose_chunks_it_gives(tmp_path):
+    """A float32 position and a float64 velocity, rechunked to about 4 MiB of whole
+    frames, get 34- and 17-frame chunks: the summary said only "chunks of 34 frames"
+    (found by an audit); it now says they are the positions'."""
+    from h5mdx.testing import write_h5md
+
+    x = np.arange(40 * 10000 * 3, dtype=np.float32).reshape(40, 10000, 3)
+    src = write_h5md(tmp_path / "multi.h5", {"all": {
+        "position": dict(value=x, step=1, time=1.0, unit="nm", chunks=(1, 10000, 3)),
+        "velocity": dict(value=x.astype(np.float64), step=1, time=1.0, unit="nm ps-1",
+                         chunks=(1, 10000, 3))}})
+    stats = rechunk(src, tmp_path / "out.h5", compression="none", progress=False)
+    assert stats.layout.startswith("chunks of 34 frames (3.89 MiB) for the positions, as "
+                                   "many MiB of whole frames for each other element"), stats
+    with h5py.File(tmp_path / "out.h5") as f:
+        assert f["particles/all/position/value"].chunks == (34, 10000, 3)
+        assert f["particles/all/velocity/value"].chunks == (17, 10000, 3)
+        np.testing.assert_array_equal(f["particles/all/velocity/value"][17:19], x[17:19])
+    alone = write_h5md(tmp_path / "one.h5", {"all": {"position": dict(
+        value=x, step=1, time=1.0, unit="nm", chunks=(1, 10000, 3))}})
+    assert "for the positions" not in rechunk(alone, tmp_path / "one.out.h5",
+                                              progress=False).layout

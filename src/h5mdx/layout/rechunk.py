@@ -496,6 +496,11 @@ def rechunk(
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     described = layout.describe(n_frames, frame_bytes)
+    if frames_per_chunk is None and not contiguous and main is not None and any(
+            len(e.shape) > 2 and _frame_bytes(e) != frame_bytes for e in elements):
+        # the frames of the positions' chunks, not of a float64 velocity's (half as many)
+        described = described.replace(" MiB), ", " MiB) for the positions, as many MiB of "
+                                      "whole frames for each other element, ", 1)
     return ConvertStats(output=dst, n_frames=n_frames, n_atoms=n_atoms,
                         elements=copier.elements, seconds=seconds, bytes_written=size,
                         layout=described if compression is not None or contiguous
