@@ -360,3 +360,30 @@ def test_a_worker_that_dies_under_a_task_is_named_by_file_and_frames(
             pytest.raises(H5MDReadError, match=match):
         schedulers.compute_rmsd(ds, select=np.arange(0, 3341, 7), scheduler=scheduler,
                                 workers=2, frames_per_block=10, progress=False)
+
+
+def test_a_cluster_that_fails_to_close_does_not_hide_the_runs_error(monkeypatch):
+    """Closing a local cluster whose nanny was restarting a worker killed under a task
+    failed with distributed's "can only join a started process" (a flaky CI run), and
+    that AssertionError replaced the error naming the file and the task's frames."""
+    pytest.importorskip("distributed")
+    from h5mdx.errors import H5MDReadError
+    from h5mdx.parallel import local, schedulers
+
+    real = local.local_cluster
+
+    def failing_close(*args, **kwargs):
+        cluster = real(*args, **kwargs)
+        close = cluster.close
+
+        def close_then_fail(*a, **k):
+            close(*a, **k)
+            raise AssertionError("can only join a started process")
+
+        cluster.close = close_then_fail
+        return cluster
+
+    monkeypatch.setattr(local, "local_cluster", failing_close)
+    with pytest.raises(H5MDReadError, match="the run's own error"), \
+            schedulers.scheduler_context("distributed", 1, warm=False):
+        raise H5MDReadError("t.h5md", None, "the run's own error")

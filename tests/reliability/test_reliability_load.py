@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -69,6 +70,16 @@ def _fds():
     return len(os.listdir("/proc/self/fd"))
 
 
+def _open_on(path):
+    """This process's descriptors open on ``path``."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own, closed by now
+            if os.path.samefile(os.readlink(f"/proc/self/fd/{fd}"), path):
+                fds.append(int(fd))
+    return fds
+
+
 def test_open_close_500_no_leaks(adk_h5md, adk_positions):
     proc = psutil.Process()
 
@@ -86,7 +97,9 @@ def test_open_close_500_no_leaks(adk_h5md, adk_positions):
     growth = (rss1 - rss0) / 2**20
     _record("load", {"open_close_cycles": 500, "fds_before": fd0, "fds_after": fd1,
                      "rss_growth_mib": round(growth, 2)})
-    assert fd1 == fd0
+    # fewer is not a leak: a cluster left by an earlier test may close a socket meanwhile
+    assert fd1 <= fd0, f"{fd1 - fd0} file descriptors more after 500 open/close cycles"
+    assert _open_on(adk_h5md) == []
     assert growth < 25, f"RSS grew by {growth:.1f} MiB over 500 open/close cycles"
 
 

@@ -103,6 +103,26 @@ def _hushed_teardown() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _error_kept(manager: Any) -> Iterator[Any]:
+    """Enter ``manager`` (a cluster, a client); where the block raises, a failure of the
+    manager's own exit does not replace the block's error. Closing a local cluster whose
+    nanny was restarting a worker killed under a task failed with distributed's
+    "can only join a started process", and that AssertionError reached the user in place
+    of the error naming the file and the task's frames."""
+    value = manager.__enter__()
+    try:
+        yield value
+    except BaseException as err:
+        try:
+            manager.__exit__(type(err), err, err.__traceback__)
+        except Exception as close_err:  # the block's error says what went wrong
+            logging.getLogger(__name__).debug("closing %r after %r failed: %r", manager,
+                                              err, close_err)
+        raise
+    manager.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
 def quiet_logging() -> Iterator[None]:
     """Silence the INFO logs of distributed, tornado and asyncio while a cluster runs."""
     loggers = [logging.getLogger(n) for n in _CLUSTER_LOGGERS]
@@ -143,8 +163,9 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None,
         distributed = import_optional("distributed", "--scheduler distributed")
         # the workers log a failed task with its traceback ("Compute Failed"); the error
         # itself reaches this process, which reports it in one line
-        with quiet_logging(), local_cluster(workers, silence_logs=logging.CRITICAL) \
-                as cluster, distributed.Client(cluster) as client:
+        with quiet_logging(), _error_kept(local_cluster(
+                workers, silence_logs=logging.CRITICAL)) as cluster, \
+                _error_kept(distributed.Client(cluster)) as client:
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)
@@ -153,7 +174,8 @@ def scheduler_context(scheduler: str, workers: int, args: Any = None,
     elif scheduler == "slurm":
         from h5mdx.parallel import cluster as slurm_cluster
 
-        with quiet_logging(), slurm_cluster.slurm_client_from_args(args, workers) as client:
+        with quiet_logging(), \
+                _error_kept(slurm_cluster.slurm_client_from_args(args, workers)) as client:
             from h5mdx.parallel.workers import warm_up_workers
 
             warm_up_workers(client)  # as a local cluster's: loading is not the first task's
