@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["c_string", "decode", "is_utf8", "unit_text"]
+__all__ = ["c_string", "decode", "is_utf8", "one_string", "text_of", "unit_text"]
 
 
 def decode(value: Any) -> Any:
@@ -40,6 +40,21 @@ def is_utf8(raw: bytes) -> bool:
     return True
 
 
+def text_of(raw: bytes) -> str:
+    """``raw`` decoded: UTF-8, or Latin-1 where the bytes are no UTF-8 (each byte one
+    character: older writers' ``b"\xc5"`` is ``"Å"``, where UTF-8 ``replace`` gave
+    ``"\ufffd"``)."""
+    return raw.decode("utf-8" if is_utf8(raw) else "latin-1")
+
+
+def one_string(value: Any) -> Any:
+    """The element of a one-element bytes array (an attribute some writers store as
+    ``[b"nm"]``); ``value`` itself otherwise."""
+    if isinstance(value, np.ndarray) and value.dtype.kind == "S" and value.size == 1:
+        return value.reshape(-1)[0]
+    return value
+
+
 def c_string(value: Any) -> str:
     """An entry of a string table as C readers (VMD's plugin, GROMACS) read it: text up
     to its first NUL, as HDF5 converts a fixed-length string to a C string (a writer
@@ -47,8 +62,7 @@ def c_string(value: Any) -> str:
     part of the name); UTF-8, or Latin-1 where the bytes are no UTF-8 (a name such as
     ``b"C\xe91"``, an older writer's, is ``"Cé1"``, not ``"C\ufffd1"``)."""
     if isinstance(value, (bytes, np.bytes_)):
-        raw = bytes(value).split(b"\x00", 1)[0]
-        return raw.decode("utf-8" if is_utf8(raw) else "latin-1")
+        return text_of(bytes(value).split(b"\x00", 1)[0])
     return str(decode(value)).split("\x00", 1)[0]
 
 
@@ -61,13 +75,9 @@ def unit_text(value: Any) -> str | None:
     ValueError
         Where it is anything else (a number, several strings).
     """
-    if isinstance(value, np.ndarray) and value.dtype.kind == "S" and value.size == 1:
-        value = value.reshape(-1)[0]
-    if isinstance(value, bytes) and not is_utf8(value):
-        # Latin-1's Å (0xC5) and µ (0xB5), as older writers store them: each byte one
-        # character, where UTF-8 'replace' made the unit '\ufffd' (never converted)
-        value = value.decode("latin-1")
-    value = decode(value)
+    value = one_string(value)
+    # Latin-1's Å (0xC5) and µ (0xB5), as older writers store them, are converted
+    value = decode(text_of(value) if isinstance(value, bytes) else value)
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if value is None or isinstance(value, str):

@@ -20,7 +20,7 @@ from h5mdx.errors import H5MDFormatError
 from h5mdx.format.chunk_index import chunk_grid
 from h5mdx.format.h5md._model import Problem, Sampling
 from h5mdx.format.text import decode as _decode
-from h5mdx.format.text import is_utf8, unit_text
+from h5mdx.format.text import is_utf8, one_string, unit_text
 
 #: How many declared elements of a dataset may lack stored data (never written,
 #: e.g. a writer that died after a resize) before :func:`scan` refuses the file. Opening
@@ -159,9 +159,7 @@ def _unit_attr(c: _Ctx, obj: h5py.HLObject, where: str) -> str | None:
 
 def _note_latin1(c: _Ctx, obj: h5py.HLObject, where: str, unit: str | None) -> None:
     """Note a ``unit`` attribute whose bytes are not UTF-8 (read as Latin-1)."""
-    raw = _raw_attr(obj, "unit")
-    if isinstance(raw, np.ndarray) and raw.dtype.kind == "S" and raw.size == 1:
-        raw = raw.reshape(-1)[0]
+    raw = one_string(_raw_attr(obj, "unit"))
     if isinstance(raw, bytes) and not is_utf8(raw):
         c.note(where, f"the 'unit' attribute {bytes(raw)!r} is not UTF-8 text",
                f"read as Latin-1: {unit!r}")
