@@ -287,16 +287,21 @@ def validate(df: pd.DataFrame) -> None:
         bad = sorted(set(df["backend"]) - set(BACKENDS))
         if bad:
             problems.append(f"unknown backend(s) {bad}; valid options are: {', '.join(BACKENDS)}")
-        durations = df[["wall", *PHASES]]
-        if (durations < 0).any().any():
-            cols = [c for c in durations if (durations[c] < 0).any()]
+        negative, backwards = _impossible_times(df)
+        if negative.any().any():
+            cols = [c for c in negative if negative[c].any()]
             problems.append(f"negative durations in column(s): {', '.join(cols)} "
-                            f"({_which((durations < 0).any(axis=1), df)})")
-        if (df["t_stop"] < df["t_start"]).any():
-            problems.append("t_stop before t_start "
-                            f"({_which(df['t_stop'] < df['t_start'], df)})")
+                            f"({_which(negative.any(axis=1), df)})")
+        if backwards.any():
+            problems.append(f"t_stop before t_start ({_which(backwards, df)})")
     if problems:
         raise ValueError("invalid timing records: " + "; ".join(problems))
+
+
+def _impossible_times(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """Where the times of ``df``'s records cannot be: (negative, by duration column:
+    ``wall`` and the phases; backwards, by row: a stop before its start)."""
+    return df[["wall", *PHASES]] < 0, df["t_stop"] < df["t_start"]
 
 
 def _which(bad: pd.Series, df: pd.DataFrame, most: int = 3) -> str:
@@ -486,7 +491,8 @@ def _without_bad_times(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     if len(cols) < len(PHASES) + 3 or not all(pd.api.types.is_float_dtype(df[c])
                                               for c in cols):
         return df  # validate says what is wrong with the columns
-    bad = (df[["wall", *PHASES]] < 0).any(axis=1) | (df["t_stop"] < df["t_start"])
+    negative, backwards = _impossible_times(df)
+    bad = negative.any(axis=1) | backwards
     if not bad.any() or bad.all():
         return df  # none to leave out, or nothing left: validate refuses the file
     warnings.warn(f"{path}: {int(bad.sum())} of {len(df)} timing record(s) left out, "
