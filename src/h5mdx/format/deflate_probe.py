@@ -35,7 +35,7 @@ class GzipSavings:
     shuffled: float
 
 
-def gzip_savings(path: str | os.PathLike[str], value_path: str, level: int = 4,
+def gzip_savings(path: str | os.PathLike[str], value_path: str, level: int | None = 4,
                  frames: int | None = None) -> GzipSavings | None:
     """gzip's savings on the first frames of the dataset ``value_path``, with and without
     the byte shuffle; None where they cannot be read (the diagnosis then says what it
@@ -47,8 +47,9 @@ def gzip_savings(path: str | os.PathLike[str], value_path: str, level: int = 4,
         The HDF5 file.
     value_path : str
         The dataset (frames along its first axis).
-    level : int, default 4
-        The deflate level.
+    level : int or None, default 4
+        The deflate level (the dataset's ``compression_opts``); 4 where it is None or no
+        deflate level (0-9).
     frames : int, optional
         Frames to compress at once, as one chunk holds them (default: as many as fit
         :data:`PROBE_BYTES`); at most those.

@@ -378,7 +378,7 @@ def _probe_file(path: str, value_path: str, level: Any, frames: int | None,
     """:func:`~h5mdx.format.deflate_probe.gzip_savings`, once per file version (``stamp``):
     the findings, the one fix and the list of elements worth their compression ask."""
     del stamp  # the cache key only
-    return gzip_savings(path, value_path, level if isinstance(level, int) else 4, frames)
+    return gzip_savings(path, value_path, level, frames)
 
 
 def diagnose(info: FileInfo | str | os.PathLike[str], *,
