@@ -324,9 +324,9 @@ def test_the_time_range_is_printed_as_the_json_holds_it(tmp_path, capsys):
 
 def test_sizes_just_under_a_unit_are_said_in_the_next():
     """1 MiB less a byte printed as '1024.0 KiB' (found by an audit)."""
-    from h5mdx.cli.info import _human
+    from h5mdx.format.text import human_bytes
     from h5mdx.layout.diagnosis import _human as diagnosis_human
 
-    assert [_human(n) for n in (1023, 2**20 - 1, 2**30 - 2**10, 1536)] == [
+    assert [human_bytes(n) for n in (1023, 2**20 - 1, 2**30 - 2**10, 1536)] == [
         "1023 B", "1.0 MiB", "1.0 GiB", "1.5 KiB"]
     assert [diagnosis_human(n) for n in (2**20 - 100, 2**20 + 2**19)] == ["1.0 MiB", "1.5 MiB"]

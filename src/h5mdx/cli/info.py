@@ -24,6 +24,7 @@ from h5mdx.format.h5md import (
     scan,
 )
 from h5mdx.format.schema import INPUT_INDEX_LONG_NAME
+from h5mdx.format.text import human_bytes
 from h5mdx.format.vmd_structure import PER_ATOM, PER_RESIDUE, PER_SPECIES, VMDStructure
 
 
@@ -39,15 +40,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        digits = 0 if unit in ("B",) else 1
-        if abs(round(n, digits)) < 1024 or unit == "TiB":  # not '1024.0 KiB' for 1 MiB - 1
-            return f"{n:.{digits}f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _time(t: Any) -> str:
@@ -260,7 +252,7 @@ def render(info: FileInfo, unwalked: dict[str, tuple[int, int]] | None = None) -
     """The human-readable report of ``h5mdx info``; ``unwalked``: the groups below
     ``/connectivity`` not scanned, with their (groups, datasets) counts."""
     out = [
-        f"{info.filename}  ({_human(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
+        f"{info.filename}  ({human_bytes(info.file_size)}, H5MD {info.version[0]}.{info.version[1]}, "
         f"creator {_joined(info.creator.get('name', '?'), info.creator.get('version'))})",
     ]
     if info.program:  # H5MD-NOMAD: the MD program, where the creator is a library
@@ -437,7 +429,7 @@ def _render_zarr_group(d: dict[str, Any], indent: str) -> list[str]:
 def render_zarr(d: dict[str, Any]) -> str:
     """The human-readable report of ``h5mdx info STORE.zarr``."""
     creator = d["attrs"].get("creator_name")
-    out = [f"{d['store']}  ({_human(d['store_size'])}, Zarr store"
+    out = [f"{d['store']}  ({human_bytes(d['store_size'])}, Zarr store"
            + (f", creator {_joined(creator, d['attrs'].get('creator_version'))}"
               if creator else "") + ")"]
     groups = d.get("groups") or {}

@@ -1,4 +1,5 @@
-"""Attribute values as Python values: bytes and numpy strings decoded, one place.
+"""Attribute values as Python values: bytes and numpy strings decoded, one place; and
+sizes in bytes as people read them (:func:`human_bytes`).
 
 Both :mod:`h5mdx.format.h5md` and :mod:`h5mdx.format.gromacs_topology` read
 attributes and string tables written by many programs (fixed-length ``S`` strings,
@@ -11,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["c_string", "decode", "is_utf8", "one_string", "text_of", "unit_text"]
+__all__ = ["c_string", "decode", "human_bytes", "is_utf8", "one_string", "text_of",
+           "unit_text"]
 
 
 def decode(value: Any) -> Any:
@@ -83,3 +85,15 @@ def unit_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise ValueError(f"the 'unit' attribute must be a string, not {value!r}")
+
+
+def human_bytes(n: float, *, kib_digits: int = 1) -> str:
+    """``n`` bytes in binary units, ``"3.5 MiB"``: bytes whole, KiB to ``kib_digits``
+    decimals, larger units to one. A size that rounds to 1024 of a unit is written in the
+    next (1 MiB - 1 byte is ``"1.0 MiB"``, not ``"1024.0 KiB"``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        digits = {"B": 0, "KiB": kib_digits}.get(unit, 1)
+        if abs(round(n, digits)) < 1024 or unit == "TiB":
+            return f"{n:.{digits}f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover

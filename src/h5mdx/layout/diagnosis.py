@@ -29,6 +29,7 @@ from typing import Any
 
 from h5mdx.format.deflate_probe import GzipSavings, gzip_savings
 from h5mdx.format.h5md import ElementInfo, FileInfo, compression_name, scan
+from h5mdx.format.text import human_bytes
 
 __all__ = [
     "Finding",
@@ -99,12 +100,8 @@ class Finding:
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        digits = 0 if unit in ("B", "KiB") else 1
-        if abs(round(n, digits)) < 1024 or unit == "TiB":  # not '1024.0 KiB' for 1 MiB - 1
-            return f"{n:.{digits}f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
+    """A size as the advice gives it: whole KiB."""
+    return human_bytes(n, kib_digits=0)
 
 
 def _frame_bytes(el: ElementInfo) -> int:
