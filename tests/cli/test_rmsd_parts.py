@@ -13,7 +13,7 @@ from MDAnalysis.analysis import rms
 from MDAnalysisTests.datafiles import PSF
 
 from h5mdx.cli import main
-from h5mdx.cli.parts import expand, open_parts
+from h5mdx.cli.parts import NotOneTrajectory, expand, open_parts
 
 ATOL = 1e-4  # Angstrom; float32 positions
 
@@ -101,3 +101,31 @@ def test_files_that_are_not_one_trajectory_are_refused(parts, tmp_path, capsys, 
            "few.h5md 100" in err
     assert main(["rmsd", str(tmp_path / "run-*.h5md"), "--no-progress"]) == 2
     assert "No file matches" in capsys.readouterr().err
+
+
+def test_an_empty_part_is_no_seam(parts, tmp_path, adk_h5md):
+    """A part without frames (a run stopped before its first) between two others: the
+    frame repeated at the seam was kept twice (99 frames, step 40 twice) and parts in the
+    wrong order around it were taken (an audit). The RMSD is MDAnalysis' of the parts
+    read by its ChainReader, the repeated frames left out."""
+    import MDAnalysis as mda
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        empty = ds.isel(time=slice(0, 0)).md.to_h5md(tmp_path / "empty.h5md")
+    given = [parts[0], empty, parts[1], empty, parts[2]]
+    with open_parts(given) as opened:
+        assert [ds.sizes["time"] for ds in opened] == [40, 0, 30, 0, 28]
+        np.testing.assert_array_equal(np.concatenate([ds.step.values for ds in opened]),
+                                      np.arange(1, 99))
+    out = tmp_path / "rmsd.csv"
+    assert main(["rmsd", *given, "--topology", PSF, "--select", "name CA",
+                 "--no-progress", "--out", str(out)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chained = mda.Universe(PSF, list(parts))  # 40 + 31 + 29 frames
+        want = rms.RMSD(chained, select="name CA").run().results.rmsd[:, 2]
+    got = _series(out)
+    assert got.size == 98 and np.abs(got - np.delete(want, [40, 71])).max() < ATOL
+    with pytest.raises(NotOneTrajectory, match="run-1.h5md begins at step 1, before the "
+                       r"last of .*run-2.h5md \(70\)"):
+        open_parts([parts[1], empty, parts[0]])

@@ -70,8 +70,11 @@ def open_parts(paths: list[str], **kwargs: Any) -> Parts:
         for path in paths:
             parts.append(xr.open_dataset(path, engine="h5md", **kwargs))
         _same_atoms(parts, paths)
-        for i in range(1, len(parts)):
-            parts[i] = _after(parts[i - 1], parts[i], paths[i - 1], paths[i])
+        last = 0  # the last part with frames: an empty part (a run stopped before its
+        for i in range(1, len(parts)):  # first frame) is no seam (found by an audit)
+            parts[i] = _after(parts[last], parts[i], paths[last], paths[i])
+            if parts[i].sizes.get("time") or not parts[last].sizes.get("time"):
+                last = i
     except BaseException:
         parts.close()
         raise
