@@ -129,3 +129,32 @@ def test_an_empty_part_is_no_seam(parts, tmp_path, adk_h5md):
     with pytest.raises(NotOneTrajectory, match="run-1.h5md begins at step 1, before the "
                        r"last of .*run-2.h5md \(70\)"):
         open_parts([parts[1], empty, parts[0]])
+
+
+def test_a_part_without_times_times_the_series_by_step(parts, tmp_path, expected_ca):
+    """A part whose file has no time (pyh5md writes none; a stopped writer's is ignored)
+    among parts timed in ps: h5mdx rmsd failed, "cannot parse unit 'step'" (an audit).
+    Now the series is timed by the steps of every part, with a warning."""
+    import h5py
+
+    import h5mdx
+
+    untimed = str(shutil.copy(parts[1], tmp_path / "run-2.h5md"))
+    with h5py.File(untimed, "a") as f:
+        for element in f["particles/trajectory"].values():
+            if isinstance(element, h5py.Group) and "time" in element:
+                del element["time"]
+    given = [parts[0], untimed, parts[2]]
+    with open_parts(given, topology=PSF) as opened:
+        assert opened[1].time.attrs["units"] == "step" != opened[0].time.attrs["units"]
+        with pytest.warns(RuntimeWarning, match="part 1 of the trajectory has no times"):
+            series = h5mdx.rmsd(list(opened), 0, select="name CA").compute()
+    np.testing.assert_array_equal(series.time.values, np.arange(1, 99))
+    np.testing.assert_array_equal(series.step.values, np.arange(1, 99))
+    assert series.time.attrs["units"] == "step"
+    assert np.abs(series.values - expected_ca).max() < ATOL
+    out = tmp_path / "rmsd.csv"
+    with pytest.warns(RuntimeWarning, match="no times"):
+        assert main(["rmsd", *given, "--topology", PSF, "--select", "name CA",
+                     "--no-progress", "--out", str(out)]) == 0
+    assert np.abs(_series(out) - expected_ca).max() < ATOL

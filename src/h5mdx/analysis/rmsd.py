@@ -280,12 +280,36 @@ def join_parts(series: Sequence[xr.DataArray], frame: int | None) -> xr.DataArra
     reference frame of them all, as :func:`reference_of_parts` gave it). A part whose RMSD
     or time is in another unit than the first part's (files opened on their own keep their
     units) is converted to the first's."""
+    series = _timed_by_step(series)
     series = [series[0], *(_in_units_of(s, series[0], k)
                            for k, s in enumerate(series[1:], start=1))]
     out = xr.concat(series, dim=TIME_DIM, combine_attrs="override")
     if frame is not None:
         out.attrs["reference_frame"] = frame
     return out
+
+
+#: The unit of the time of frames a file gives no time: their steps (h5mdx.engine)
+_STEP_UNIT = "step"
+
+
+def _timed_by_step(series: Sequence[xr.DataArray]) -> list[xr.DataArray]:
+    """The parts' RMSD series, each timed by its steps where one part has no times (its
+    time is its steps, in unit ``step``) and another has them, with a warning: their
+    times cannot be joined (``'step'`` is no unit of time; it failed as "cannot parse
+    unit 'step'", an audit). As they are where every part has times, or none."""
+    units = [s[TIME_DIM].attrs.get("units") if TIME_DIM in s.coords else None
+             for s in series]
+    if _STEP_UNIT not in units or all(u == _STEP_UNIT for u in units) or not all(
+            "step" in s.coords for s in series):
+        return list(series)
+    k, timed = units.index(_STEP_UNIT), next(u for u in units if u != _STEP_UNIT)
+    warnings.warn(f"part {k} of the trajectory has no times (its frames are timed by their "
+                  f"steps), another has them (in {timed or 'no unit'}): the series is timed "
+                  "by the steps of every part", RuntimeWarning, stacklevel=_user_stacklevel())
+    attrs = dict(series[k][TIME_DIM].attrs)
+    return [s.assign_coords({TIME_DIM: (TIME_DIM, np.asarray(s["step"].values, np.float64),
+                                        attrs)}) for s in series]
 
 
 def _unit_factor(have: str, want: str, what: str) -> float:
