@@ -19,6 +19,7 @@ Its modules, each building on those above it (an import contract in pyproject.to
 - ``_storage``: what is asked of one HDF5 object (attributes, filters, stored data);
 - ``_opening``: :func:`open_h5md`, :func:`is_h5md`;
 - ``_sampling``: an element's ``step`` and ``time``;
+- ``_decimals``: times as the decimals a writer gave (a float32 0.1 as 0.1);
 - ``_elements``: one element as an :class:`ElementInfo`;
 - ``_box``: the box of a particles group;
 - ``_particles``, ``_observables``, ``_meta``: a particles group, the observables,

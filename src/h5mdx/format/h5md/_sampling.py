@@ -14,6 +14,7 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError
+from h5mdx.format.h5md._decimals import fixed_decimals, widened
 from h5mdx.format.h5md._model import Sampling
 from h5mdx.format.h5md._storage import (
     MAX_SMALL_READ,
@@ -271,7 +272,9 @@ def _fixed_times(c: _Ctx, time_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
         c.note(f"{where}/time", "'time' and its 'offset' must be finite numbers",
                "'time' ignored")
         return None
-    return float(t_off) + float(t_raw) * np.arange(n, dtype=np.float64)
+    interval = float(widened(t_raw.reshape(1))[0])  # a float32 0.1 as 0.1
+    times = fixed_decimals(float(t_off), interval, n)  # 0.3, not 0.30000000000000004
+    return float(t_off) + interval * np.arange(n, dtype=np.float64) if times is None else times
 
 
 def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
@@ -297,17 +300,18 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
                "'time' ignored")
         return None
     try:
-        time = _read_small(c, time_ds, path, rows[1], start=rows[0]).reshape(-1).astype(
-            np.float64, copy=False)
+        raw = _read_small(c, time_ds, path, rows[1], start=rows[0]).reshape(-1)
     except H5MDFormatError as err:  # its declared size absurd: the frames stay, untimed
         c.note(path, err.problem, "'time' ignored")
         return None
+    time = raw.astype(np.float64, copy=False)
     bad = np.flatnonzero(~np.isfinite(time))
     if bad.size:
         c.note(path, f"'time' holds {time[bad[0]]} at frame {int(bad[0])} ({bad.size} "
                "such frame(s))", "'time' ignored")
         return None
-    return _unwritten_times_cut(c, time_ds, time, path)
+    kept = _unwritten_times_cut(c, time_ds, time, path)  # compared as stored, then
+    return None if kept is None else widened(raw[:kept.size])  # a float32 0.1 as 0.1
 
 
 def _unwritten_times_cut(c: _Ctx, time_ds: h5py.Dataset, time: np.ndarray, path: str
