@@ -158,3 +158,20 @@ def test_a_part_without_times_times_the_series_by_step(parts, tmp_path, expected
         assert main(["rmsd", *given, "--topology", PSF, "--select", "name CA",
                      "--no-progress", "--out", str(out)]) == 0
     assert np.abs(_series(out) - expected_ca).max() < ATOL
+
+
+def test_a_pattern_takes_its_files_in_the_order_of_their_numbers(adk_h5md, tmp_path,
+                                                                   expected_ca):
+    """'run-*.h5md' over run-1 .. run-11 took run-10 and run-11 before run-2 (the order of
+    their letters) and was refused as out of order (an audit)."""
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        for i, a in enumerate(range(0, 98, 9)):
+            ds.isel(time=slice(a, a + 9)).md.to_h5md(tmp_path / f"run-{i + 1}.h5md")
+    pattern = str(tmp_path / "run-*.h5md")
+    assert [p.rsplit("/", 1)[1] for p in expand([pattern])] == [
+        f"run-{i}.h5md" for i in range(1, 12)]
+    out = tmp_path / "rmsd.csv"
+    assert main(["rmsd", pattern, "--topology", PSF, "--select", "name CA",
+                 "--no-progress", "--out", str(out)]) == 0
+    got = _series(out)
+    assert got.size == 98 and np.abs(got - expected_ca).max() < ATOL

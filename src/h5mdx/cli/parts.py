@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from typing import Any
 
 __all__ = ["NotOneTrajectory", "Parts", "expand", "open_parts"]
@@ -31,7 +32,10 @@ class Parts(list):
 
 def expand(given: list[str]) -> list[str]:
     """The files named by ``given``, in its order: a name that is no file but a pattern
-    (``'run-*.h5md'``, quoted from the shell) stands for the files it matches, sorted.
+    (``'run-*.h5md'``, quoted from the shell) stands for the files it matches, sorted by
+    name with the numbers in them compared as numbers (``run-2`` before ``run-10``: in
+    the order of their letters, run-10 came first, and the parts were refused as out of
+    order; an audit).
 
     >>> expand(["a.h5md", "b.h5md"])
     ['a.h5md', 'b.h5md']
@@ -41,11 +45,16 @@ def expand(given: list[str]) -> list[str]:
         if os.path.exists(name) or not glob.has_magic(name):
             out.append(name)
             continue
-        matches = sorted(glob.glob(os.path.expanduser(name)))
+        matches = sorted(glob.glob(os.path.expanduser(name)), key=_numbered)
         if not matches:
             raise FileNotFoundError(f"No file matches {name!r}")
         out.extend(matches)
     return out
+
+
+def _numbered(name: str) -> list[Any]:
+    """A sort key of ``name`` that orders the numbers in it by value."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def open_parts(paths: list[str], **kwargs: Any) -> Parts:
