@@ -431,3 +431,38 @@ def test_a_failed_live_read_keeps_no_handle(tmp_path, monkeypatch):
             with xr.open_dataset(path, engine="h5md", swmr=True) as second:
                 assert second.sizes["time"] == 8
             del failed
+
+
+def _run_file(path, positions):
+    """A finished run's file, written beside ``path`` and renamed over it."""
+    tmp = f"{path}.tmp"
+    with h5py.File(tmp, "w", libver="latest") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        el = f.create_group("particles/all/position")
+        el.create_dataset("value", data=positions, maxshape=(None, *positions.shape[1:]))
+        el.create_dataset("step", data=np.arange(len(positions)) * 10, maxshape=(None,))
+    os.replace(tmp, path)
+
+
+def test_follow_yields_a_new_run_written_over_the_file(tmp_path, adk_positions):
+    """A new run renamed over the file (or the file written again, shorter) was yielded
+    only once it held more frames than the old one, as if they were appended: a run of 3
+    frames never, one of 6 after one of 5 as 'one new frame' (an audit)."""
+    import warnings
+
+    path = str(tmp_path / "run.h5md")
+    _run_file(path, adk_positions[:5, :10])
+    frames = h5mdx.engine.live.follow(path, interval=0.01, timeout=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", h5mdx.errors.H5MDConformanceWarning)
+        np.testing.assert_array_equal(next(frames).position.values, adk_positions[:5, :10])
+        _run_file(path, adk_positions[10:13, :10])
+        with pytest.warns(RuntimeWarning, match="the file holds 3 frames, 5 before: another "
+                          "run, whose frames are yielded from its first"):
+            ds = next(frames)
+        np.testing.assert_array_equal(ds.position.values, adk_positions[10:13, :10])
+        _run_file(path, adk_positions[20:26, :10])
+        with pytest.warns(RuntimeWarning, match="the file was replaced: another run"):
+            ds = next(frames)
+        np.testing.assert_array_equal(ds.position.values, adk_positions[20:26, :10])
+    frames.close()

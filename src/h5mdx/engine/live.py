@@ -103,6 +103,32 @@ def refresh(ds: xr.Dataset, **open_kwargs: Any) -> xr.Dataset:
     return xr.open_dataset(source, **kwargs)
 
 
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """The ``(device, inode)`` of ``path``; None where it cannot be told."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _another_run(path: str | os.PathLike[str], ds: xr.Dataset, seen: int,
+                 identity: tuple[int, int] | None) -> tuple[int, tuple[int, int] | None]:
+    """``(seen, identity)`` for :func:`follow`'s next look: the frames seen set back to 0,
+    with a warning, where the file at ``path`` is another one (replaced: a new run
+    written beside it and renamed over it) or holds fewer frames (truncated, or written
+    again). Such a file was yielded only once it held more frames than the old one, as
+    if those were appended (an audit)."""
+    now = _identity(path)
+    shrank = n_frames(ds) < seen
+    if seen and (shrank or None not in (now, identity) and now != identity):
+        what = f"holds {n_frames(ds)} frames, {seen} before" if shrank else "was replaced"
+        warnings.warn(f"follow({os.fspath(path)!r}): the file {what}: another run, whose "
+                      "frames are yielded from its first", RuntimeWarning, stacklevel=3)
+        seen = 0
+    return seen, now
+
+
 def follow(
     path: str | os.PathLike[str],
     *,
@@ -135,9 +161,13 @@ def follow(
     xarray.Dataset
         The frames written so far. Each Dataset is closed when the next one is
         produced (or the generator ends): load what you need before asking for more.
+        A file replaced (a new run renamed over it) or holding fewer frames than the
+        last one yielded is another run: it is yielded as soon as it holds
+        ``min_new_frames``, with a :class:`RuntimeWarning`.
     """
     kwargs = {"engine": "h5md", "swmr": True, **open_kwargs}
     seen = 0
+    identity: tuple[int, int] | None = None  # the file's (device, inode) at the last look
     last_growth = time.monotonic()
     failed: Exception | None = None  # why the last look found no Dataset
     while True:
@@ -148,6 +178,8 @@ def follow(
             if "without swmr=True already" in str(err):
                 raise  # this process holds the file open otherwise: no wait mends that
             ds, failed = None, err  # not created yet, or the writer has not finished its header
+        if ds is not None:
+            seen, identity = _another_run(path, ds, seen, identity)
         if ds is not None and n_frames(ds) >= seen + min_new_frames:
             seen = n_frames(ds)
             last_growth = time.monotonic()
