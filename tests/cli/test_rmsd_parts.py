@@ -175,3 +175,25 @@ def test_a_pattern_takes_its_files_in_the_order_of_their_numbers(adk_h5md, tmp_p
                  "--no-progress", "--out", str(out)]) == 0
     got = _series(out)
     assert got.size == 98 and np.abs(got - expected_ca).max() < ATOL
+
+
+def test_parts_opened_alone_say_their_repeated_frame(parts, adk_universe):
+    """Parts opened each on its own, given to h5mdx.rmsd: the frame that ends one and
+    begins the next is in the series twice (100 frames, where h5mdx rmsd of the files
+    gives 98), which was said nowhere (an audit)."""
+    import h5mdx
+
+    opened = [xr.open_dataset(p, engine="h5md", topology=PSF) for p in parts]
+    try:
+        with pytest.warns(RuntimeWarning) as said:
+            series = h5mdx.rmsd(opened, 0, select="name CA")
+        seams = [str(w.message) for w in said if "begins with the frame" in str(w.message)]
+        assert len(seams) == 2 and "part 1 of the trajectory" in seams[0]
+        assert "(step 40)" in seams[0] and "(step 70)" in seams[1]
+        assert series.sizes["time"] == 100
+        with open_parts(parts, topology=PSF) as cut, warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # nothing repeated: no warning
+            assert h5mdx.rmsd(list(cut), 0, select="name CA").sizes["time"] == 98
+    finally:
+        for ds in opened:
+            ds.close()

@@ -354,6 +354,26 @@ def _in_units_of(part: xr.DataArray, first: xr.DataArray, k: int) -> xr.DataArra
     return part
 
 
+def _note_repeated_seams(positions: Sequence[xr.DataArray]) -> None:
+    """Warn where a part begins with the step the part before it (with frames) ends with:
+    a run continued from its last frame, whose frame is then in the series twice, and
+    the frames after it one further on than ``h5mdx rmsd`` of the same files counts them
+    (it keeps that frame once); it was said nowhere (an audit)."""
+    last = None  # the last step of the parts so far
+    for k, part in enumerate(positions):
+        steps = part.coords.get("step")
+        if steps is None or steps.dims != (TIME_DIM,) or not steps.size:
+            continue
+        values = np.asarray(steps.values)
+        if last is not None and values[0] == last:
+            warnings.warn(f"part {k} of the trajectory begins with the frame the part before "
+                          f"it ends with (step {values[0]}): that frame is in the series "
+                          "twice (h5mdx rmsd of the files keeps it once; "
+                          "part.isel(time=slice(1, None)) leaves it out)", RuntimeWarning,
+                          stacklevel=_user_stacklevel())
+        last = values[-1]
+
+
 def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
                    **options: Any) -> xr.DataArray:
     """The RMSD of a trajectory in parts (see :func:`rmsd`): one lazy series per part,
@@ -361,6 +381,7 @@ def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
     positions = [p["position"] if isinstance(p, xr.Dataset) else p for p in parts]
     if not positions:
         raise ValueError("no positions: the list of parts is empty")
+    _note_repeated_seams(positions)
     ref, frame = reference_of_parts(positions, reference)
     return join_parts([rmsd(p, ref, **options) for p in positions], frame)
 
