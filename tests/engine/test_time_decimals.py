@@ -81,3 +81,25 @@ def test_decimals_round_back_to_what_is_stored():
     assert widened(np.array([1.5, 0.1])).tolist() == [1.5, 0.1]  # float64 as it is
     assert fixed_decimals(0.0, 0.002, 4).tolist() == [0.0, 0.002, 0.004, 0.006]
     assert fixed_decimals(0.1 + 0.2, 0.1, 2) is None  # 17 decimals: computed as floats
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_times_in_ns_are_the_decimals_in_ps(tmp_path, dtype):
+    """Times in ns (LAMMPS' units nano) converted to ps by multiplying: 0.0041 ns was
+    4.1000000000000005 ps, which ds.sel(time=4.1) missed (an audit)."""
+    path = tmp_path / "ns.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        el = f.create_group("particles/all/position")
+        el["value"] = np.arange(18, dtype=np.float32).reshape(3, 2, 3)
+        el["step"] = np.array([41, 49, 51])
+        el["time"] = np.array([0.0041, 0.0049, 0.0051], dtype=dtype)
+        el["time"].attrs["unit"] = "ns"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_dataset(path, engine="h5md", convert_units=True)
+    with ds:
+        assert ds.time.attrs["units"] == "ps"
+        assert ds.time.values.tolist() == [4.1, 4.9, 5.1]
+        assert int(ds.sel(time=4.9).step) == 49
+        np.testing.assert_array_equal(ds.sel(time=slice(4.1, 4.9)).step.values, [41, 49])

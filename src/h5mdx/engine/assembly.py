@@ -300,7 +300,7 @@ class _Builder:
         }
         if sampling.time is not None:
             scale, unit = self._unit(sampling.time_unit, f"{where}/time")
-            time = _units.scaled(sampling.time, scale)
+            time = _units.scaled(sampling.time, scale, decimals=True)
             attrs = {"long_name": "simulation time"}
             if unit is not None:
                 attrs["units"] = unit

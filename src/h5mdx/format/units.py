@@ -18,10 +18,13 @@ never converted. A temperature stays a temperature: ``K`` is not ``k_B T``.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from h5mdx.errors import H5MDUnitError
 
@@ -333,21 +336,49 @@ def conversion(unit: str) -> tuple[float, str] | None:
     return ratio, base
 
 
-def scaled(values: Any, factor: float) -> Any:
+def scaled(values: Any, factor: float, *, decimals: bool = False) -> Any:
     """``values * factor``, divided by the inverse where that is a whole number: 9 fs is
     then 0.009 ps, as ``ds.sel(time=0.009)`` expects, not 0.009000000000000001.
+
+    ``decimals``: a float array multiplied by a power of ten (ns or us to ps) gives each
+    value as the shortest decimal consistent with it, shifted: 0.0041 ns is 4.1 ps, not
+    4.1000000000000005 (which ``ds.sel(time=4.1)`` missed; an audit).
 
     Examples
     --------
     >>> float(scaled(9.0, 1e-3))
     0.009
+    >>> scaled(np.array([0.0041, 0.0049]), 1e3, decimals=True).tolist()
+    [4.1, 4.9]
     """
     if factor in (0.0, 1.0):
         return values * factor if factor == 0.0 else values
     inverse = 1.0 / factor
     if inverse > 1.0 and abs(inverse - round(inverse)) <= 1e-9 * inverse:
         return values / round(inverse)
+    if decimals and isinstance(values, np.ndarray) and values.dtype.kind == "f" and \
+            factor > 1.0 and factor == 10.0 ** round(math.log10(factor)):
+        return _shifted(values, factor)
     return values * factor
+
+
+def _shifted(values: np.ndarray, factor: float) -> np.ndarray:
+    """``values * factor`` (a power of ten ``10**k``), each value's shortest decimal of up
+    to 15 decimals (``n / 10**d``) shifted by ``k`` places and rounded once; the product
+    where a value has no such decimal."""
+    k = round(math.log10(factor))
+    out = values * factor
+    todo = np.flatnonzero(np.isfinite(out) & (out != np.round(out)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for d in range(1, 16):
+            if not todo.size:
+                break
+            n = np.round(values[todo] * 10.0**d)
+            hit = (n / 10.0**d == values[todo]) & (np.abs(n) < 2.0**53)
+            moved = n / 10.0 ** (d - k) if d >= k else n * 10.0 ** (k - d)
+            out[todo[hit]] = moved[hit]
+            todo = todo[~hit]
+    return out
 
 
 def base_factor(unit: str) -> tuple[float, str, str | None]:
