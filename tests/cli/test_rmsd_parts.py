@@ -197,3 +197,26 @@ def test_parts_opened_alone_say_their_repeated_frame(parts, adk_universe):
     finally:
         for ds in opened:
             ds.close()
+
+
+def test_a_part_timed_in_ns_joins_in_ps_as_its_decimals(parts, tmp_path):
+    """Part 1's times in ns, joined to part 0's in ps (files opened without converting
+    units keep theirs), were multiplied into float noise (0.0041 ns as
+    4.1000000000000005 ps), which series.sel(time=...) missed (an audit)."""
+    import h5py
+
+    import h5mdx
+
+    first = str(shutil.copy(parts[0], tmp_path / "run-1.h5md"))
+    second = str(shutil.copy(parts[1], tmp_path / "run-2.h5md"))
+    for path, times, unit in ((first, np.arange(1, 41) / 10, "ps"),
+                              (second, np.arange(40, 71) / 1e4, "ns")):
+        with h5py.File(path, "a") as f:
+            time = f["particles/trajectory/position/time"]
+            time[...], time.attrs["unit"] = times, unit
+    with open_parts([first, second], convert_units=False) as opened:
+        assert opened[1].time.attrs["units"] == "ns"
+        series = h5mdx.rmsd(list(opened), 0).compute()
+    assert series.time.attrs["units"] == "ps"
+    np.testing.assert_array_equal(series.time.values, np.arange(1, 71) / 10)
+    assert int(series.sel(time=4.1).step) == 41

@@ -349,7 +349,7 @@ def _in_units_of(part: xr.DataArray, first: xr.DataArray, k: int) -> xr.DataArra
             part = scaled(part, factor).assign_attrs({**part.attrs, "units": want})
         else:
             time = part[TIME_DIM]
-            part = part.assign_coords({TIME_DIM: (TIME_DIM, scaled(time.values, factor),
+            part = part.assign_coords({TIME_DIM: (TIME_DIM, scaled(time.values, factor, decimals=True),
                                                   {**time.attrs, "units": want})})
     return part
 

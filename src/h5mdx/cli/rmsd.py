@@ -158,7 +158,7 @@ def _canonical_units(result: Any) -> Any:
     if "time" in out.coords:
         t_factor, t_attrs = scale(out["time"].attrs, "time")
         if t_factor != 1.0:
-            out = out.assign_coords(time=("time", scaled(out["time"].values, t_factor),
+            out = out.assign_coords(time=("time", scaled(out["time"].values, t_factor, decimals=True),
                                           t_attrs))
     return out.rename(result.name)
 
