@@ -220,3 +220,35 @@ def test_a_part_timed_in_ns_joins_in_ps_as_its_decimals(parts, tmp_path):
     assert series.time.attrs["units"] == "ps"
     np.testing.assert_array_equal(series.time.values, np.arange(1, 71) / 10)
     assert int(series.sel(time=4.1).step) == 41
+
+
+@pytest.mark.parametrize("how", ["renumbered", "no steps"])
+def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expected_ca, how):
+    """Parts whose steps begin at 0 again (a run restarted with its step count reset) or
+    that have no steps (frames numbered 0..n-1) were refused as out of order ('begins at
+    step 0, before the last of ...'), though their times follow (an audit). Now their
+    times order them, the repeated frame kept once; a wrong order is still refused."""
+    import h5py
+
+    given = []
+    for i, path in enumerate(parts):
+        copy = str(shutil.copy(path, tmp_path / f"run-{i + 1}.h5md"))
+        with h5py.File(copy, "a") as f:
+            for element in f["particles/trajectory"].values():
+                if isinstance(element, h5py.Group) and "step" in element:
+                    if how == "no steps":
+                        del element["step"]
+                    else:
+                        element["step"][...] = np.arange(element["step"].shape[0])
+        given.append(copy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the files' missing steps
+        with open_parts(given) as opened:
+            assert [ds.sizes["time"] for ds in opened] == [40, 30, 28]
+        with pytest.raises(NotOneTrajectory, match="run-1.h5md begins at step 0"):
+            open_parts([given[1], given[0]])
+        out = tmp_path / "rmsd.csv"
+        assert main(["rmsd", *given, "--topology", PSF, "--select", "name CA",
+                     "--no-progress", "--out", str(out)]) == 0
+    got = _series(out)
+    assert got.size == 98 and np.abs(got - expected_ca).max() < ATOL

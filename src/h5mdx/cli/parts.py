@@ -64,7 +64,8 @@ def open_parts(paths: list[str], **kwargs: Any) -> Parts:
     Each part is read on its own, as a file alone is (an ``open_mfdataset`` of them is
     dask-backed, and its reads go through dask's getter tasks: 1.3-1.7x slower for the
     RMSD). A frame that ends one file and begins the next (the same step: a run continued
-    from its last frame) is kept once, in the first.
+    from its last frame) is kept once, in the first. Where a part's steps start anew (a
+    step count reset, or a file without steps), the parts' times order them.
 
     Raises
     ------
@@ -108,6 +109,10 @@ def _after(before: Any, part: Any, before_path: str, path: str) -> Any:
     if not before.sizes.get("time") or not part.sizes.get("time"):
         return part
     last, first = before[what].values[-1], part[what].values[0]
+    if first < last and what == "step":  # steps numbered anew: the times may follow
+        by_time = _times_of(before, part)
+        if by_time is not None:
+            last, first = by_time
     if first == last:
         return part.isel(time=slice(1, None))
     if first < last:
@@ -116,3 +121,18 @@ def _after(before: Any, part: Any, before_path: str, path: str) -> Any:
             "give the files in the order of their frames (a run continued from a "
             "checkpoint overlaps its previous part: cut it with h5mdx convert --start)")
     return part
+
+
+def _times_of(before: Any, part: Any) -> tuple[float, float] | None:
+    """The last time of ``before`` and the first of ``part`` where both parts have times
+    in one unit and ``part``'s do not go back: their steps numbered anew (a run
+    restarted from step 0, or frames numbered 0..n-1 for want of steps) do not order
+    the parts, their times do (they were refused as out of order; an audit). None
+    otherwise."""
+    if "time" not in before.coords or "time" not in part.coords:
+        return None
+    units = [ds["time"].attrs.get("units") for ds in (before, part)]
+    if units[0] != units[1] or units[0] == "step":  # "step": a file without times
+        return None
+    last, first = float(before["time"].values[-1]), float(part["time"].values[0])
+    return (last, first) if first >= last else None
