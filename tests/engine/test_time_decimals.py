@@ -52,14 +52,15 @@ def test_float32_times_are_selected_by_their_decimals(adk_dt):
     np.testing.assert_array_equal(frame, u.trajectory[2].positions)
 
 
-def test_fixed_interval_times_hold_no_float_noise(tmp_path):
+@pytest.mark.parametrize("offset", [0.2, np.float32(0.2)])
+def test_fixed_interval_times_hold_no_float_noise(tmp_path, offset):
     path = tmp_path / "fixed.h5md"
     with h5py.File(path, "w") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])
         el = f.create_group("particles/all/position")
         el["value"] = np.arange(30, dtype=np.float32).reshape(5, 2, 3)
         el["step"], el["time"] = 10, np.float32(0.1)
-        el["step"].attrs["offset"], el["time"].attrs["offset"] = 0, 0.2
+        el["step"].attrs["offset"], el["time"].attrs["offset"] = 0, offset
         el["time"].attrs["unit"] = "ps"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -273,8 +273,11 @@ def _fixed_times(c: _Ctx, time_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
                "'time' ignored")
         return None
     interval = float(widened(t_raw.reshape(1))[0])  # a float32 0.1 as 0.1
-    times = fixed_decimals(float(t_off), interval, n)  # 0.3, not 0.30000000000000004
-    return float(t_off) + interval * np.arange(n, dtype=np.float64) if times is None else times
+    offset = float(t_off)
+    if abs(offset) < 1e38 and float(np.float32(offset)) == offset:  # a float32 attribute's
+        offset = float(widened(np.array([offset], np.float32))[0])
+    times = fixed_decimals(offset, interval, n)  # 0.3, not 0.30000000000000004
+    return offset + interval * np.arange(n, dtype=np.float64) if times is None else times
 
 
 def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
