@@ -995,6 +995,36 @@ def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
 
 
 @pytest.mark.mpi
+def test_what_the_scan_assumed_of_the_positions_is_warned_once(layouts, mda_rmsd, tmp_path):
+    """A ``step`` and ``time`` of 90 entries beside 98 frames: the engine warns that the
+    frames are numbered 0..n-1 and the time left out; mpi-rmsd wrote steps 0..97 and no
+    word (an audit). Now rank 0 warns, once each, naming the file and the path."""
+    require_mpi()
+    import shutil
+
+    from h5mdx.testing import adk_topology
+
+    path = tmp_path / "short_step.h5md"
+    shutil.copy(layouts["chunk10"], path)
+    with h5py.File(path, "a") as f:
+        g = f["particles/trajectory/position"]
+        for name in ("step", "time"):
+            kept = g[name][:90]
+            del g[name]
+            g[name] = kept
+    out = tmp_path / "out"
+    proc = mpirun(3, h5mdx_argv("mpi-rmsd", str(path), "--topology", adk_topology(),
+                                "--select", SELECT, "--out", str(out), "--quiet"))
+    assert proc.returncode == 0, proc.stderr
+    for part in ("step", "time"):
+        said = [ln for ln in proc.stderr.splitlines()
+                if f"[/particles/trajectory/position/{part}]" in ln]
+        assert len(said) == 1 and str(path) in said[0] and "has 98 frames" in said[0], \
+            proc.stderr
+    np.testing.assert_allclose(_read_rmsd(out), mda_rmsd(0, None), rtol=0, atol=1e-4)
+
+
+@pytest.mark.mpi
 def test_dask_mpi_refusals_are_said_once(layouts):
     """Every rank checks the options before dask-mpi starts: a refusal was printed once
     per rank (an audit); rank 0 says it once, and names the ranks of one that only some

@@ -431,6 +431,8 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     """Find the positions in the open file ``f``, read the reference frame and find this
     rank's block."""
     source = position_source(f, options.group)
+    if comm.Get_rank() == 0:
+        _warn_problems(source, options.trajectory)
     if n_top is not None and n_top != source.n_atoms:
         from h5mdx.errors import TopologyError
 
@@ -468,6 +470,23 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
     kernel = prepare(reference, masses, options.superposition, atoms=pick)
     step = _step_frames(source, reader.n_sel, reader.dtype.itemsize, options.read_mib)
     return _Job(f, source, blocks, blocks[comm.Get_rank()], reader, kernel, step)
+
+
+def _warn_problems(source: PositionSource, trajectory: str) -> None:
+    """Warn, once, of what the scan of the file assumed to read its positions (no
+    ``step``: frames numbered 0..n-1; a ``time`` of other length: ignored), as the h5md
+    engine does: the series went out with those steps and times and no word (an audit)."""
+    import warnings
+
+    from h5mdx.errors import H5MDConformanceWarning
+
+    own = source.element.path.rstrip("/")
+    for p in source.info.problems:
+        if p.minor or not any(path == own or path.startswith(own + "/")
+                              for path in (p.path, *p.shared_by)):
+            continue
+        warnings.warn(H5MDConformanceWarning(f"{trajectory} [{p.path}]: {p.message}; "
+                                             f"{p.assumed}"), stacklevel=2)
 
 
 def _independent_reads(options: MPIRMSDOptions, source: PositionSource, comm: Any,
