@@ -225,3 +225,45 @@ def test_load_leaves_out_records_of_impossible_times_and_keeps_the_others(tmp_pa
     bad.to_csv(path, index=False) if suffix == ".csv" else bad.to_parquet(path)
     with pytest.raises(ValueError, match="invalid timing records: t_stop before t_start"):
         rec.load(path)
+
+
+_FAIL_HALF_WAY = """
+import os, resource, signal, sys
+from pathlib import Path
+from h5mdx.timing import records as rec
+
+path = Path(sys.argv[1])
+rows = [{"run_id": "r1", "backend": "threads", "n_workers": 2, "worker": f"thread-{i % 2}",
+         "task_key": f"('rmsd-abc', {i})", "kind": "rmsd", "frame_start": 10 * i,
+         "frame_stop": 10 * i + 10, "t_start": 100.0 + i, "t_stop": 100.5 + i,
+         "t_io": 0.2, "t_compute": 0.25, "t_wait": 0.01 * i, "bytes_read": 1000 * i}
+        for i in range(20000)]
+rec.save(rec.to_frame(rows[:3]), path, {"run_id": "r1"})
+size = max(os.path.getsize(p) for p in path.parent.iterdir())
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full disk: the write fails (EFBIG)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4 * size, 4 * size))
+try:
+    rec.save(rec.to_frame(rows), path, {"run_id": "r1", "second": True})
+except OSError as err:
+    print("failed:", err)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_save_that_fails_half_way_leaves_the_earlier_records(tmp_path, suffix):
+    """Records written over earlier ones when the disk fills half-way: the earlier file
+    was left torn (the first rows of the new records, cut mid-line: an audit); now the
+    new records are written beside it and renamed over it, so it stays as it was."""
+    import subprocess
+    import sys
+
+    path = tmp_path / f"timing{suffix}"
+    proc = subprocess.run([sys.executable, "-c", _FAIL_HALF_WAY, str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "File too large" in proc.stdout, proc.stdout + proc.stderr
+    back, meta = rec.load(path)
+    pd.testing.assert_frame_equal(back, rec.to_frame(_rows()))
+    assert meta == {"run_id": "r1"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [path.name, "timing.meta.json"] if suffix == ".csv" else [path.name])

@@ -62,13 +62,14 @@ see :func:`run_metadata`) is stored in the Parquet key-value metadata under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import socket
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -471,16 +472,32 @@ def save(
         table = pa.Table.from_pandas(df, preserve_index=False)
         kv = dict(table.schema.metadata or {})
         kv[_META_KEY] = text.encode()
-        pq.write_table(table.replace_schema_metadata(kv), path)
+        with _replacing(path) as tmp:
+            pq.write_table(table.replace_schema_metadata(kv), tmp)
     elif path.suffix == ".csv":
         # floats as repr, which reads back exactly: "%.9f" kept 4 digits of a 1.2 us phase
-        df.to_csv(path, index=False)
-        _sidecar(path).write_text(text + "\n", encoding="utf-8")
+        with _replacing(path) as tmp, _replacing(_sidecar(path)) as tmp_meta:
+            df.to_csv(tmp, index=False)
+            tmp_meta.write_text(text + "\n", encoding="utf-8")
     else:
         raise ValueError(
             f"cannot save timing records as {path.name!r}: use a .parquet or .csv file name"
         )
     return path
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A file beside ``path`` to write, renamed over ``path`` when the block succeeds and
+    removed when it fails: a write that failed half-way (a full disk) left a torn
+    ``timing.csv`` in place of the good one (an audit)."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
 
 
 def _without_bad_times(df: pd.DataFrame, path: Path) -> pd.DataFrame:
