@@ -112,3 +112,30 @@ def test_the_floor_of_no_workers_asked_is_one_process_s(tmp_path):
     floor = read_floor(path, workers=0, repeats=1)
     assert floor["workers"] == 1 and floor["frames"] == 98
     assert floor["bytes"] == 98 * 3341 * 3 * 4
+
+
+def test_raw_reads_read_every_byte_they_count(tmp_path, monkeypatch):
+    """One os.preadv reads what it can (nothing past the end of the file, at most 2 GiB on
+    Linux): _read_spans counted the bytes it was asked for as read, the bytes of a
+    truncated file too, and took a buffer of a contiguous slab's size (an audit). Now it
+    reads each span to its end in pieces of _RAW_PIECE, and says where the file ends."""
+    import h5mdx.floor as floor
+
+    src = build_adk_trajectory(tmp_path / "adk.h5md", 250, progress=False)
+    path = tmp_path / "contig.h5md"
+    with h5py.File(src, "r") as f, h5py.File(path, "w") as g:
+        frames = f[POSITION][:]
+        g.create_dataset(POSITION, data=frames, chunks=None)
+    (span,), = _byte_spans(str(path), [(0, 250)])
+    monkeypatch.setattr(floor, "_RAW_PIECE", 2**20, raising=False)
+    _SLAB.clear()
+    assert _read_spans(str(path), [span]) == frames.nbytes
+    assert _SLAB["raw"].size == 2**20  # pieces of 1 MiB, the last of the positions
+    tail = frames.nbytes % 2**20 or 2**20
+    np.testing.assert_array_equal(_SLAB["raw"][:tail],
+                                  np.frombuffer(frames.tobytes()[-tail:], dtype=np.uint8))
+    with open(path, "r+b") as fh:  # the file cut in the middle of the positions
+        fh.truncate(span[0] + span[1] // 2)
+    with pytest.raises(OSError, match=r"contig\.h5md: .* bytes of the positions at byte "
+                                      r"\d+ lie past the end of the file"):
+        _read_spans(str(path), [span])

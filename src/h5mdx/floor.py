@@ -71,17 +71,34 @@ def _read_slab(path: str, start: int, stop: int) -> int:
     return (stop - start) * frame_bytes
 
 
+#: The most bytes of one raw read (a contiguous slab is read in pieces of this size).
+_RAW_PIECE = 64 * 2**20
+
+
 def _read_spans(path: str, spans: list[tuple[int, int]]) -> int:
     """Read the byte ``spans`` (offset, length) of ``path`` with ``os.preadv`` into one
-    buffer this process keeps, no HDF5: what the file system hands over at best."""
-    need = max((n for _, n in spans), default=0)
+    buffer this process keeps, no HDF5: what the file system hands over at best.
+
+    Each span is read to its last byte, at most ``_RAW_PIECE`` bytes at a time: one
+    ``preadv`` hands over what it can (Linux at most 2 GiB less 4 KiB, nothing past the
+    end of the file), and the bytes it did not were counted as read, and a contiguous
+    slab took a buffer of its size (an audit).
+    """
+    need = min(max((n for _, n in spans), default=0), _RAW_PIECE)
     buf = _SLAB.get("raw")
     if buf is None or buf.size < need:
         buf = _SLAB["raw"] = np.empty(need, dtype=np.uint8)
+    view = memoryview(buf)  # type: ignore[arg-type]
     fd = os.open(path, os.O_RDONLY)
     try:
         for offset, n in spans:
-            os.preadv(fd, [memoryview(buf)[:n]], offset)  # type: ignore[arg-type]
+            done = 0
+            while done < n:
+                got = os.preadv(fd, [view[:min(n - done, buf.size)]], offset + done)
+                if got == 0:
+                    raise OSError(f"{path}: {n - done} bytes of the positions at byte "
+                                  f"{offset + done} lie past the end of the file (truncated?)")
+                done += got
     finally:
         os.close(fd)
     return sum(n for _, n in spans)
