@@ -433,3 +433,31 @@ def test_the_report_of_records_without_frames_says_none():
     runs = run_table(records)
     report = render_report(BenchResult(records, runs, speedup(runs), [], []))
     assert "- frames: None; HDF5 layout: {}" in report
+
+
+def test_mpi_backends_refuse_an_rmsd_they_would_not_compute_before_any_run(
+        adk_h5md_blocked, h5md_file, tmp_path):
+    """rmsd_workload(..., reference=5, weights="mass") on threads and mpi-io: mpirun ran
+    h5mdx mpi-rmsd with reference 0 and no weights, and the grid set the two side by side
+    as one computation (an audit); --analysis read failed at mpi-io after the threads'
+    runs. Both are refused before any run now; the defaults pass."""
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.bench import grid
+    from h5mdx.bench.grid import rmsd_workload
+
+    workload = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA", reference=5,
+                             weights="mass")
+    with pytest.raises(ValueError, match=r"the mpi-io backend\(s\) run the RMSD with "
+                                         r"reference=0, no weights and superposition, not "
+                                         r"reference=5, weights='mass'"):
+        run_grid(workload, schedulers=["threads", "mpi-io"], workers=[1], repeats=1,
+                 out=tmp_path / "bench", progress=False)
+    assert not (tmp_path / "bench").exists()  # no run, no partial results
+    with pytest.raises(ValueError, match="runs the rmsd analysis only"):
+        run_grid(read_workload(h5md_file), schedulers=["threads", "dask-mpi"], workers=[1],
+                 repeats=1, out=tmp_path / "read", progress=False)
+    assert not (tmp_path / "read").exists()
+    same = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA", reference=0,
+                         superposition=True, kernel="numpy")
+    grid._check_mpi_workload(same, ["threads", "mpi-io", "dask-mpi"])  # as the MPI ones do

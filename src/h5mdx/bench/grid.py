@@ -353,6 +353,7 @@ def run_grid(
     if not workers or min(workers) < 1 or not blocks or min(blocks) < 1 or repeats < 1:
         raise ValueError("workers, blocks-per-worker and repeats must be positive integers")
     _check_mpi_backends(schedulers)
+    _check_mpi_workload(workload, schedulers)
     total = sum(len(workers) * (1 if s in MPI_BACKENDS else len(blocks)) * repeats
                 for s in schedulers)
     frames: list[Any] = []
@@ -457,6 +458,34 @@ def _check_mpi_backends(schedulers: Sequence[str]) -> None:
                 f"the {backend} backend needs {' and '.join(missing)}: pip install "
                 f"{' '.join(m.replace('_', '-') for m in missing)} (and an MPI build of h5py "
                 "for mpi-io), or leave it out of --scheduler")
+
+
+#: Arguments of :func:`h5mdx.rmsd` that change the series, and their defaults: the MPI
+#: backends run the RMSD with these defaults (``h5mdx mpi-rmsd``, ``rmsd_dask_mpi``).
+_MPI_RMSD_DEFAULTS = {"reference": 0, "weights": None, "superposition": True}
+
+
+def _check_mpi_workload(workload: Workload, schedulers: Sequence[str]) -> None:
+    """Refuse, before any run, a workload the MPI backends would not run as the dask
+    schedulers do: another analysis than the RMSD (refused after the other schedulers
+    had run), or an RMSD of another reference, weights or superposition, which they
+    left out: the grid timed two computations side by side as one (an audit)."""
+    mpi = [s for s in schedulers if s in MPI_BACKENDS]
+    if not mpi:
+        return
+    meta = workload.meta
+    if meta.get("analysis") != "rmsd":
+        raise ValueError(f"the {mpi[0]} backend runs the rmsd analysis only (--analysis rmsd)")
+    given = meta.get("rmsd_kwargs") or {}
+    other = {k: v for k, v in given.items()
+             if k in _MPI_RMSD_DEFAULTS and v != repr(_MPI_RMSD_DEFAULTS[k])}
+    if other:
+        said = ", ".join(f"{k}={v}" for k, v in other.items())
+        raise ValueError(
+            f"the {' and '.join(mpi)} backend(s) run the RMSD with reference=0, no weights "
+            f"and superposition, not {said}: the grid would time another computation "
+            "beside the dask schedulers'; leave them out of the workload or the MPI "
+            "backends out of schedulers")
 
 
 def _child_error(stderr: str) -> str:
