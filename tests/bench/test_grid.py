@@ -274,6 +274,31 @@ def test_a_delay_at_a_frame_where_no_block_starts_is_warned():
         _warn_delay_without_block(17, 98, args)
 
 
+@pytest.mark.parametrize(("frame", "who", "starts"), [
+    (49, "the mpi-io runs", "mpi-io N=2: 0, 50"),
+    (50, "the dask schedulers' runs", "N=2 M=1: 0, 49"),
+])
+def test_a_delay_where_no_mpi_rank_block_starts_is_warned(adk_h5md_blocked, tmp_path,
+                                                         monkeypatch, frame, who, starts):
+    """The mpi-io ranks' blocks are cut at the chunks (98 frames in chunks of 10, 2 ranks:
+    0-50, 50-98), the dask blocks at 98 / (N M) (0-49, 49-98): --delay 49 slept in the
+    threads runs and in no mpi-io run, in silence (an audit). Each is said now."""
+    import h5mdx.bench.grid as grid
+    from h5mdx.cli import main
+
+    def no_grid(*args, **kwargs):
+        raise ValueError("no grid")  # the warnings are said before the grid; stop there
+
+    monkeypatch.setattr(grid, "run_grid", no_grid)
+    with pytest.warns(UserWarning) as seen:
+        assert main(["bench", adk_h5md_blocked, "--scheduler", "threads,mpi-io", "--workers", "2",
+              "--blocks-per-worker", "1", "--delay", f"{frame}:0.1",
+              "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+    said = [str(w.message) for w in seen if "--delay" in str(w.message)]
+    assert said == [f"--delay {frame}:0.1: no block of {who} starts at frame {frame}, so "
+                    f"nothing sleeps in them; the blocks start at: {starts}"]
+
+
 def test_cli_refuses_an_output_that_is_a_file_before_the_grid(h5md_file, tmp_path, capsys,
                                                               monkeypatch):
     """``--out FILE`` ran the whole grid, then failed ('Not a directory: FILE/runs')."""

@@ -64,21 +64,39 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _warn_delay_without_block(frame: int, n_frames: int, args: argparse.Namespace) -> None:
-    """Warn where no block of any run starts at ``frame``: the delay sleeps only in the
-    task whose block starts there, so it would inject nothing (found by an audit)."""
+def _warn_delay_without_block(frame: int, n_frames: int, args: argparse.Namespace,
+                              chunk_frames: int | None = None) -> None:
+    """Warn where no block of the runs of a scheduler starts at ``frame``: the delay
+    sleeps only in the task (or MPI rank) whose block starts there, so it would inject
+    nothing into them (found by an audit). The mpi-io ranks' blocks are cut at the
+    file's chunks (``chunk_frames``), not at ``n_frames / (N M)``: a delay at 49 of 98
+    frames in chunks of 10 slept in the dask runs and in no mpi-io run, in silence, and
+    one at 50 was said to sleep nowhere (an audit)."""
     import warnings
 
-    from h5mdx.bench.grid import frames_per_block
+    from h5mdx.bench.grid import MPI_BACKENDS, frames_per_block
+    from h5mdx.mpi.decompose import chunk_aligned_blocks
 
-    starts = {(n, m): range(0, n_frames, frames_per_block(n_frames, n, m))
-              for n in args.workers for m in args.blocks_per_worker}
-    if any(frame in r for r in starts.values()):
+    schedulers = getattr(args, "scheduler", None) or ["threads"]
+    starts: dict[str, dict[str, range | list[int]]] = {}
+    if any(s not in MPI_BACKENDS for s in schedulers):
+        starts["dask"] = {f"N={n} M={m}": range(0, n_frames, frames_per_block(n_frames, n, m))
+                          for n in args.workers for m in args.blocks_per_worker}
+    if "mpi-io" in schedulers:
+        starts["mpi-io"] = {f"mpi-io N={n}": [b.start for b in chunk_aligned_blocks(
+            n_frames, n, chunk_frames) if b.n_frames] for n in args.workers}
+    missed = [kind for kind, runs in starts.items()
+              if not any(frame in r for r in runs.values())]
+    if not missed:
         return
-    listing = "; ".join(f"N={n} M={m}: {', '.join(map(str, r[:8]))}"
-                        + (", ..." if len(r) > 8 else "") for (n, m), r in starts.items())
-    warnings.warn(f"--delay {args.delay}: no block of any run starts at frame {frame}, so "
-                  f"nothing sleeps; the blocks start at: {listing}", UserWarning, stacklevel=2)
+    runs = {k: r for kind in missed for k, r in starts[kind].items()}
+    listing = "; ".join(f"{k}: {', '.join(map(str, r[:8]))}" + (", ..." if len(r) > 8 else "")
+                        for k, r in runs.items())
+    who = ("any run" if len(missed) == len(starts)
+           else "the mpi-io runs" if missed == ["mpi-io"] else "the dask schedulers' runs")
+    warnings.warn(f"--delay {args.delay}: no block of {who} starts at frame {frame}, so "
+                  f"nothing sleeps{'' if who == 'any run' else ' in them'}; the blocks "
+                  f"start at: {listing}", UserWarning, stacklevel=2)
 
 
 #: What an earlier bench left in its --out (:func:`h5mdx.bench.grid.write_outputs`).
@@ -131,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
         workload = read_workload(args.trajectory)
     env = {DELAY_ENV: args.delay} if args.delay else None
     if args.delay:
-        _warn_delay_without_block(parse_delay(args.delay)[0], workload.n_frames, args)
+        chunks = (workload.meta.get("layout") or {}).get("hdf5_chunks")
+        _warn_delay_without_block(parse_delay(args.delay)[0], workload.n_frames, args,
+                                  chunks[0] if chunks else None)
     result = run_grid(
         workload,
         schedulers=args.scheduler,
