@@ -30,6 +30,28 @@ def h5md_file(tmp_path_factory):
     return str(path)
 
 
+def test_workloads_take_the_trajectory_not_a_groups_single_structure(h5md_file, tmp_path):
+    """A file whose first particles group holds one time-independent structure (500
+    atoms) beside a trajectory of 48 frames: the read workload read the structure's 500
+    rows as 500 frames, and the RMSD's blocks were cut for 500 frames (an audit)."""
+    import shutil
+
+    from h5mdx.bench.grid import rmsd_workload
+
+    path = tmp_path / "with_structure.h5md"
+    shutil.copy(h5md_file, path)
+    with h5py.File(path, "a") as f:
+        frames = f["particles/all/position/value"][:]
+        f.create_group("particles/a_structure")["position"] = frames[0]
+    wl = read_workload(path)
+    assert wl.n_frames == 48 and wl.meta["dataset"] == "/particles/all/position/value"
+    x = frames.astype(np.float64).reshape(48, -1)
+    np.testing.assert_allclose(wl.build(10).compute(scheduler="sync"),
+                               np.sqrt((x * x).sum(axis=1)))
+    rw = rmsd_workload(path)
+    assert rw.n_frames == 48 and rw.meta["layout"]["dataset"] == "/particles/all/position/value"
+
+
 def test_frames_per_block():
     assert frames_per_block(98, 1, 1) == 98
     assert frames_per_block(98, 2, 3) == 17

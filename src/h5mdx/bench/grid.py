@@ -134,10 +134,14 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
     except (OSError, ValueError):
         info = None
     if info is not None:
-        for group in info.particles.values():
-            el = group.elements.get("position")
-            if el is not None:
-                return el.value_path, el.chunks, int(el.shape[0])
+        # time-dependent positions first: a group's time-independent position (one
+        # structure, shape (atoms, 3)) was taken for a trajectory of as many frames as
+        # atoms when its group came first (an audit)
+        found = [el for el in (g.elements.get("position") for g in info.particles.values())
+                 if el is not None]
+        if found:
+            el = min(found, key=lambda el: not el.time_dependent)  # the first of them
+            return el.value_path, el.chunks, int(el.shape[0])
     with h5py.File(path, "r") as f:
         names: list[str] = []
         f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset)
