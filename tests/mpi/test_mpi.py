@@ -1025,6 +1025,20 @@ def test_what_the_scan_assumed_of_the_positions_is_warned_once(layouts, mda_rmsd
 
 
 @pytest.mark.mpi
+def test_a_reference_out_of_range_names_the_file_once(layouts):
+    """--reference 98 of 98 frames: 'reference frame 98 is out of range for 98 frames',
+    naming no file (an audit); now once, with the file, the path and the range."""
+    require_mpi()
+    path = layouts["chunk10"]
+    proc = mpirun(2, h5mdx_argv("mpi-rmsd", path, "--reference", "98"), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert _error_lines(proc.stderr) == [
+        f"h5mdx mpi-rmsd: all 2 ranks failed: IndexError: {path} [/particles/trajectory/"
+        "position/value]: reference frame 98 is out of range for 98 frames (0 to 97, or "
+        "-98 to -1 from the end)"], proc.stderr
+
+
+@pytest.mark.mpi
 def test_dask_mpi_refusals_are_said_once(layouts):
     """Every rank checks the options before dask-mpi starts: a refusal was printed once
     per rank (an audit); rank 0 says it once, and names the ranks of one that only some

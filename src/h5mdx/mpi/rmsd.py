@@ -449,9 +449,10 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
         raise H5MDFormatError(options.trajectory, source.element.path,
                               "the positions have no frames: there is no RMSD to compute")
     if not -source.n_frames <= ref_index < source.n_frames:
-        raise IndexError(
-            f"reference frame {ref_index} is out of range for {source.n_frames} frames"
-        )
+        raise IndexError(  # naming the file and its positions (an audit)
+            f"{options.trajectory} [{source.element.value_path}]: reference frame "
+            f"{ref_index} is out of range for {source.n_frames} frames (0 to "
+            f"{source.n_frames - 1}, or -{source.n_frames} to -1 from the end)")
     ref_index %= source.n_frames
     from h5mdx.analysis.qcp import prepare
 
