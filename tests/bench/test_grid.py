@@ -161,6 +161,27 @@ def test_a_failed_mpirun_says_what_its_ranks_said():
     assert _child_error("mpirun: command line wrong\n") == "mpirun: command line wrong"
 
 
+@pytest.mark.mpi
+def test_a_failed_mpi_io_run_says_what_rank_0_said_for_all_ranks(tmp_path):
+    """mpi-rmsd reports a failure of every rank once, as 'all 2 ranks failed: ...': the
+    bench's error gave Open MPI's closing lines instead ('Process name: [[...]]; Exit
+    code: 1; ---'; an audit)."""
+    from infra import require_mpi
+
+    require_mpi()
+    from h5mdx.bench import grid
+
+    bad = tmp_path / "not_h5md.h5md"
+    bad.write_text("not HDF5\n")
+    workload = grid.Workload(lambda fpb: None, 98, {"analysis": "rmsd", "file": str(bad)})
+    with pytest.raises(ChildProcessError) as err:
+        grid._run_mpi("mpi-io", 2, workload, "mpi-io-n2-r0", None)
+    assert str(err.value) == (
+        f"mpi-io with N=2 failed (exit 1): h5mdx mpi-rmsd: all 2 ranks failed: "
+        f"H5MDFormatError: {bad}: not an HDF5 file (no HDF5 signature): H5MD files are "
+        "HDF5 files")
+
+
 def test_run_grid_rejects_unknown_scheduler(h5md_file):
     with pytest.raises(ValueError, match="valid options are: threads, processes, distributed"):
         run_grid(read_workload(h5md_file), schedulers=["mpi"], progress=False)

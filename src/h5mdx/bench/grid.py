@@ -496,7 +496,11 @@ def _child_error(stderr: str) -> str:
     """What a failed ``mpirun`` said: its ranks' error lines (each once), else its last
     lines; never a traceback cut in the middle."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    said = [ln for ln in lines if re.search(r"(: error: |rank \d+ of \d+ failed: )", ln)]
+    # a rank's own line ('rank 1 of 4 failed: '), or rank 0's for several ('all 4 ranks
+    # failed: ', 'ranks 0-2, 5 of 8 failed: '), which fell to Open MPI's closing lines
+    # ('Process name: ...', 'Exit code: 1': an audit)
+    said = [ln for ln in lines if re.search(
+        r"(: error: |\branks? [\d, -]+ of \d+ failed: |\ball \d+ ranks failed: )", ln)]
     if not said:
         said = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^"))][-3:]
     return "; ".join(dict.fromkeys(said)) or "(no message)"
