@@ -139,3 +139,18 @@ def test_raw_reads_read_every_byte_they_count(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=r"contig\.h5md: .* bytes of the positions at byte "
                                       r"\d+ lie past the end of the file"):
         _read_spans(str(path), [span])
+
+
+def test_a_file_without_the_floors_positions_is_said_with_its_path(tmp_path):
+    """Positions in /particles/all: read_floor raised h5py's bare KeyError ('Unable to
+    open object (component not found)') from deep inside h5o (an audit)."""
+    from h5mdx.errors import H5MDFormatError
+    from h5mdx.testing import write_h5md
+
+    pos = np.zeros((4, 5, 3), dtype=np.float32)
+    path = str(write_h5md(tmp_path / "all.h5md", {"all": {"position": {
+        "value": pos, "step": np.arange(4)}}}))
+    with pytest.raises(H5MDFormatError, match=r"all\.h5md \[/particles/trajectory/position/"
+                                              r"value\]: the read floor reads the positions "
+                                              r"of /particles/trajectory"):
+        read_floor(path, workers=1, repeats=1)

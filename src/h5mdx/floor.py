@@ -168,7 +168,14 @@ def floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
     layout stayed flat from 1 to 16 cores).
     """
     with h5py.File(path, "r") as f:
-        d = f[POSITION]
+        d = f.get(POSITION)
+        if not isinstance(d, h5py.Dataset) or d.ndim != 3:
+            # h5py's KeyError ('component not found') from deep in h5o (an audit)
+            from h5mdx.errors import H5MDFormatError
+
+            raise H5MDFormatError(path, f"/{POSITION}", "the read floor reads the "
+                                  "positions of /particles/trajectory, as h5mdx's writers "
+                                  "name them: (time, atom, spatial) positions are not here")
         n_frames, chunk = d.shape[0], d.chunks[0] if d.chunks else 1
     # one process at least, as floor_reader starts (read_floor(workers=0) divided by 0)
     return frame_slabs(n_frames, chunk, max(1, workers))
