@@ -1039,6 +1039,33 @@ def test_a_reference_out_of_range_names_the_file_once(layouts):
 
 
 @pytest.mark.mpi
+def test_a_damaged_chunk_on_one_rank_closes_the_file_before_mpi_ends(tmp_path):
+    """On one rank a read error goes up as it is; the file stayed open, and h5py closed it
+    after MPI was finalised: two 'Can't decrement id ref count' tracebacks and Open MPI's
+    'MPI_File_close() function was called after MPI_FINALIZE ... will now abort' (an
+    audit). Now the error line alone, status 1."""
+    require_mpi()
+    from h5mdx.mpi import _LAUNCHER_VARS
+    from h5mdx.testing import write_h5md
+
+    pos = np.random.default_rng(0).random((30, 20, 3)).astype(np.float32)
+    path = write_h5md(tmp_path / "damaged.h5md", {"trajectory": {"position": {
+        "value": pos, "step": np.arange(30), "chunks": (10, 20, 3), "compression": "gzip"}}})
+    with h5py.File(path, "r") as f:
+        info = f["particles/trajectory/position/value"].id.get_chunk_info_by_coord((20, 0, 0))
+    with open(path, "r+b") as fh:  # garble the chunk of frames 20-29
+        fh.seek(info.byte_offset + 8)
+        fh.write(b"\xff" * 32)
+    env = {k: v for k, v in mpi_env().items() if k not in _LAUNCHER_VARS}
+    proc = subprocess.run(h5mdx_argv("mpi-rmsd", str(path), "--read", "frame"), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{path} [/particles/trajectory/position/value]: reading frames 20-20 failed" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr and "MPI_FINALIZE" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.mpi
 def test_dask_mpi_refusals_are_said_once(layouts):
     """Every rank checks the options before dask-mpi starts: a refusal was printed once
     per rank (an audit); rank 0 says it once, and names the ranks of one that only some

@@ -319,7 +319,12 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
     job = _together(comm, timer, "init_traj", _open, options, comm, f, idx, masses, n_top,
                     on_fail=f.close)
     # 3 + 4. read and compute
-    rmsd = _read_and_compute(options, job, timer)
+    try:
+        rmsd = _read_and_compute(options, job, timer)
+    except BaseException:
+        if comm.Get_size() == 1:  # the error goes up as it is (several ranks: an abort):
+            job.file.close()  # closed before MPI ends, not by h5py after it (an audit)
+        raise
     # 5. wait and gather
     with timer.phase("wait"):
         comm.Barrier()
