@@ -526,6 +526,6 @@ def test_mpi_backends_refuse_an_rmsd_they_would_not_compute_before_any_run(
         run_grid(read_workload(h5md_file), schedulers=["threads", "dask-mpi"], workers=[1],
                  repeats=1, out=tmp_path / "read", progress=False)
     assert not (tmp_path / "read").exists()
-    same = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA", reference=0,
-                         superposition=True, kernel="numpy")
+    same = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA",
+                         reference=np.int64(0), superposition=True, kernel="numpy")
     grid._check_mpi_workload(same, ["threads", "mpi-io", "dask-mpi"])  # as the MPI ones do

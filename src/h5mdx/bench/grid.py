@@ -257,8 +257,23 @@ def rmsd_workload(
     meta = {"analysis": "rmsd", "file": trajectory, "topology": topology,
             "layout": {"hdf5_chunks": None if chunks is None else list(chunks),
                        "dataset": value_path},
-            "selection": select, "rmsd_kwargs": {k: repr(v) for k, v in rmsd_kwargs.items()}}
+            "selection": select, "rmsd_kwargs": {k: repr(v) for k, v in rmsd_kwargs.items()},
+            # what the MPI backends would not compute (compared by value, not by text:
+            # reference=np.int64(0) is their reference 0)
+            "mpi_rmsd_differs": {k: repr(v) for k, v in rmsd_kwargs.items()
+                                 if k in _MPI_RMSD_DEFAULTS and not _is_default(k, v)}}
     return Workload(build, n_frames, meta, close)
+
+
+def _is_default(name: str, value: Any) -> bool:
+    """Whether ``value`` of the RMSD argument ``name`` is the MPI backends' default."""
+    default = _MPI_RMSD_DEFAULTS[name]
+    if default is None or isinstance(value, str):
+        return value is default
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):  # an array: no default
+        return False
 
 
 @dataclass
@@ -480,9 +495,7 @@ def _check_mpi_workload(workload: Workload, schedulers: Sequence[str]) -> None:
     meta = workload.meta
     if meta.get("analysis") != "rmsd":
         raise ValueError(f"the {mpi[0]} backend runs the rmsd analysis only (--analysis rmsd)")
-    given = meta.get("rmsd_kwargs") or {}
-    other = {k: v for k, v in given.items()
-             if k in _MPI_RMSD_DEFAULTS and v != repr(_MPI_RMSD_DEFAULTS[k])}
+    other = meta.get("mpi_rmsd_differs") or {}
     if other:
         said = ", ".join(f"{k}={v}" for k, v in other.items())
         raise ValueError(
