@@ -1121,3 +1121,13 @@ def test_the_summary_s_run_time_is_the_longest_rank_whatever_the_nodes_clocks(ca
     res = SimpleNamespace(records=recs, rmsd=np.linspace(0.0, 1.0, 100), unit=None, files={})
     m._summary(res, None)
     assert "RMSD of 100 frames on 2 rank(s) in 1.000 s (100 frames/s;" in capsys.readouterr().out
+
+
+def test_times_in_ns_are_the_decimals_the_engine_gives():
+    """mpi-rmsd's times in ns, put in ps, held float noise (0.0041 ns: 4.1000000000000005
+    ps in the .nc output) where the h5md engine gives 4.1 (found by an audit)."""
+    from h5mdx.mpi.rmsd import _in_base_unit
+
+    times, unit = _in_base_unit(np.array([0.0, 0.0041, 0.0049]), "ns", "t.h5md",
+                                decimals=True)
+    assert unit == "ps" and times.tolist() == [0.0, 4.1, 4.9]

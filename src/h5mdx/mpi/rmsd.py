@@ -594,7 +594,8 @@ def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
     times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
     time_unit = None if sampling is None else sampling.time_unit
     if options.convert_units and times is not None and time_unit:
-        times, time_unit = _in_base_unit(times, time_unit, options.trajectory)
+        times, time_unit = _in_base_unit(times, time_unit, options.trajectory,
+                                         decimals=True)
     return MPIRMSDResult(
         rmsd=result,
         frames=np.arange(source.n_frames),
@@ -608,9 +609,12 @@ def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
     )
 
 
-def _in_base_unit(values: np.ndarray, unit: str, trajectory: str) -> tuple[np.ndarray, str]:
+def _in_base_unit(values: np.ndarray, unit: str, trajectory: str, *, decimals: bool = False
+                  ) -> tuple[np.ndarray, str]:
     """``values`` in h5mdx's base unit for ``unit``; as they are, with a warning, where the
-    unit cannot be read (the run is done: its result is not thrown away for a label)."""
+    unit cannot be read (the run is done: its result is not thrown away for a label).
+    ``decimals``: as :func:`h5mdx.format.units.scaled`'s, for times (0.0041 ns is 4.1 ps,
+    as the h5md engine gives it, not 4.1000000000000005)."""
     import warnings
 
     from h5mdx.format.units import base_factor, scaled
@@ -618,7 +622,7 @@ def _in_base_unit(values: np.ndarray, unit: str, trajectory: str) -> tuple[np.nd
     factor, base, problem = base_factor(unit)
     if problem is not None:
         warnings.warn(f"{trajectory}: {problem}; the series is left in {unit!r}", stacklevel=2)
-    return scaled(values, factor), base
+    return scaled(values, factor, decimals=decimals), base
 
 
 def _metadata(options: MPIRMSDOptions, n_ranks: int, run_id: str,
