@@ -91,7 +91,7 @@ def test_task_table_of_dask_tasks():
                                 "io", "compute", "wait", "gather", "total", "job"]
     first = lines[1].split()
     # no rank: the worker's name; unknown phases and job: "-"; no warm-up: 0
-    assert first[0] == "thread-1000" and first[2] == "0-10"
+    assert first[0] == "thread-1000" and first[2] == "0-9"
     assert first[3:6] == ["-", "-", "0.000"] and first[6:8] == ["0.125", "0.250"]
     assert first[-2:] == ["0.500", "-"]
 
@@ -100,7 +100,7 @@ def test_task_table_columns_and_flag():
     df = _dask_records()
     df["is_straggler"] = [False, True]
     lines = task_table(df, ("frames", "io", "flag")).splitlines()
-    assert lines == ["frames     io", "0-10    0.125", "10-20   0.125  STRAGGLER"]
+    assert lines == ["frames     io", "0-9     0.125", "10-19   0.125  STRAGGLER"]
     records = df.to_dict("records")
     assert task_table(records, ("frames", "io")) == task_table(df, ("frames", "io"))
     with pytest.raises(ValueError, match="unknown column"):
@@ -109,7 +109,7 @@ def test_task_table_columns_and_flag():
 
 def test_task_table_markdown():
     text = task_table(_dask_records(), ("frames", "total"), fmt="markdown")
-    assert text.splitlines()[1:] == ["|:---|---:|", "| 0-10 | 0.500 |", "| 10-20 | 0.500 |"]
+    assert text.splitlines()[1:] == ["|:---|---:|", "| 0-9 | 0.500 |", "| 10-19 | 0.500 |"]
 
 
 def test_task_table_names_distributed_workers_whole():

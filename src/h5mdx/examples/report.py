@@ -200,6 +200,7 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
 
     ``before`` is the warm-up per worker done before the timed run, if any.
     """
+    from h5mdx.timing.report import frame_range
     from h5mdx.timing.stragglers import flag_stragglers, straggler_rule, warmup_summary
 
     flagged = flag_stragglers(records)
@@ -209,7 +210,7 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
         text = f"stragglers: none of {len(flagged)} tasks ({rule})"
     else:
         worst = slow.sort_values("duration", ascending=False)
-        items = ", ".join(f"frames {r.frame_start}-{r.frame_stop} {r.duration:.2f} s "
+        items = ", ".join(f"frames {frame_range(r.frame_start, r.frame_stop)} {r.duration:.2f} s "
                           f"({r.slow_phase})" for r in worst.head(3).itertuples())
         more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
         text = (f"stragglers: {len(slow)} of {len(flagged)} tasks (median "

@@ -31,7 +31,8 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["FORMATS", "TASK_COLUMNS", "render_table", "straggler_summary", "task_table"]
+__all__ = ["FORMATS", "TASK_COLUMNS", "frame_range", "render_table", "straggler_summary",
+           "task_table"]
 
 #: The formats of :func:`render_table`.
 FORMATS = ("text", "markdown", "rich")
@@ -192,8 +193,23 @@ def _rich(names: list[str] | None, cells: list[list[str]], aligns: list[str],
 
 
 def _frames(r: Mapping[str, Any]) -> str:
-    start, stop = r.get("frame_start"), r.get("frame_stop")
-    return "" if _is_missing(start) else f"{start}-{stop}"
+    """The frames of a record, first and last (``frame_stop`` is one past the last), as
+    errors name them: "0-9"; the table said "0-10" (an audit); "none" where it had none."""
+    start: Any = r.get("frame_start")
+    stop: Any = r.get("frame_stop")
+    return "" if _is_missing(start) or _is_missing(stop) else frame_range(int(start), int(stop))
+
+
+def frame_range(start: int, stop: int) -> str:
+    """Frames ``start`` to ``stop`` (one past the last) as people say them: ``"0-9"``,
+    ``"5"`` for one frame, ``"none"`` for none.
+
+    >>> frame_range(0, 10), frame_range(5, 6), frame_range(3, 3)
+    ('0-9', '5', 'none')
+    """
+    if stop <= start:
+        return "none"
+    return f"{start}" if stop == start + 1 else f"{start}-{stop - 1}"
 
 
 def _who(r: Mapping[str, Any]) -> str:
