@@ -466,3 +466,33 @@ def test_follow_yields_a_new_run_written_over_the_file(tmp_path, adk_positions):
             ds = next(frames)
         np.testing.assert_array_equal(ds.position.values, adk_positions[20:26, :10])
     frames.close()
+
+
+def test_a_live_file_replaced_under_its_name_is_refused_at_its_reopen(tmp_path, adk_positions):
+    """A Dataset opened with swmr=True keeps no state of its file (it grows): a new run
+    renamed over it was read through the first run's shapes when xarray's file cache
+    (or a worker process) opened it again by name (an audit). Now another inode, or
+    fewer bytes, is refused; a file that grew in place still reads."""
+    import warnings
+
+    paths = [str(tmp_path / f"run{i}.h5md") for i in range(2)]
+    _run_file(paths[0], adk_positions[:5, :10])
+    _run_file(paths[1], adk_positions[:4, :12])
+    with warnings.catch_warnings(), xr.set_options(file_cache_maxsize=1):
+        warnings.simplefilter("ignore", h5mdx.errors.H5MDConformanceWarning)
+        live = xr.open_dataset(paths[0], engine="h5md", swmr=True)
+        other = xr.open_dataset(paths[1], engine="h5md", swmr=True)
+        try:
+            first = live.position[:2].values  # xarray keeps no copy of it
+            other.position[:1].load()  # the cache closes the first file
+            # a part again (a whole load is kept in memory): the file reopened as it was
+            np.testing.assert_array_equal(live.position[:3].values, adk_positions[:3, :10])
+            other.position[:1].load()
+            _run_file(paths[0], adk_positions[20:26, :10])  # a new run, as large or larger
+            with pytest.raises(H5MDReadError, match=r"run0\.h5md: was replaced since it was "
+                               r"opened with swmr=True \(another file took its name"):
+                live.position[:3].load()
+        finally:
+            live.close()
+            other.close()
+    np.testing.assert_array_equal(first, adk_positions[:2, :10])

@@ -11,6 +11,7 @@ and releases its direct readers (``_Closer``).
 from __future__ import annotations
 
 import os
+import socket
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -77,15 +78,43 @@ _LIVE_HINT = ("; a file a program is still writing changes so: open it with swmr
               "where it is written in SWMR mode, or once the writer has finished")
 
 
+def _live_state(stamp: tuple[int, int, int, int, int] | None
+                ) -> tuple[str, int, int, int] | None:
+    """``(host, device, inode, size)`` of a live file (opened with ``swmr=True``) at its
+    open: SWMR writes it in place and it only grows, so another inode on the same host, or
+    fewer bytes anywhere, is another file (its inode is not compared on other hosts,
+    whose mounts may number it otherwise)."""
+    return None if stamp is None else (socket.gethostname(), *stamp[:3])
+
+
+def _check_live(filename: str, live: tuple[str, int, int, int],
+                stamp: tuple[int, int, int, int, int]) -> None:
+    """Refuse a live file replaced since it was opened (see :func:`_live_state`): a new run
+    renamed over it was read through the first run's shapes and paths when xarray's
+    file cache, or a worker process, opened it again by name (an audit)."""
+    host, dev, ino, size = live
+    replaced = host == socket.gethostname() and (dev, ino) != (stamp[0], stamp[1])
+    if replaced or stamp[2] < size:
+        what = "another file took its name" if replaced else (
+            f"it holds {stamp[2]} bytes, {size} when opened")
+        raise H5MDReadError(
+            filename, None, f"was replaced since it was opened with swmr=True ({what}; "
+            "a file written in SWMR mode only grows, in place): the data read would not be "
+            "those the Dataset describes: open it again (h5mdx.engine.live.refresh)")
+
+
 def _opener(filename: str, mode: str = "r", swmr: bool = False,
-            state: tuple[int, int] | None = None) -> h5py.File:
+            state: tuple[int, int] | None = None,
+            live: tuple[str, int, int, int] | None = None) -> h5py.File:
     """Open ``filename`` for a :class:`CachingFileManager`, the first time or again after
     xarray's file cache closed it (or on a worker): a file no longer the one first opened
-    (``state``, see :func:`_file_state`; None: a live file, which grows) is refused, not
-    read under the old coordinates, and so is a file rewritten while this process holds
-    it open elsewhere."""
+    (``state``, see :func:`_file_state`; ``live`` for a live file, which grows: see
+    :func:`_live_state`) is refused, not read under the old coordinates, and so is a file
+    rewritten while this process holds it open elsewhere."""
     stamp = _readers.file_stamp(filename)
     now = _file_state(stamp)
+    if live is not None and stamp is not None:
+        _check_live(filename, live, stamp)
     if state is not None and now is not None and now != state:
         raise H5MDReadError(
             filename, None, "was replaced or rewritten since it was opened (its size or "
@@ -98,10 +127,12 @@ def _opener(filename: str, mode: str = "r", swmr: bool = False,
 
 def _manager(filename: str, swmr: bool) -> CachingFileManager:
     # a live file (SWMR) grows while it is read: only a plain file is held to its state
-    stamp = None if swmr else _readers.file_stamp(filename)
-    state = _file_state(stamp)
+    stamp = _readers.file_stamp(filename)
+    live = _live_state(stamp) if swmr else None
+    stamp = None if swmr else stamp
     manager = CachingFileManager(_opener, filename, mode="r",
-                                 kwargs={"swmr": swmr, "state": state})
+                                 kwargs={"swmr": swmr, "state": _file_state(stamp),
+                                         "live": live})
     _STAMPS[manager] = stamp
     return manager
 
