@@ -1199,3 +1199,15 @@ def test_a_selection_by_position_is_made_in_the_first_frame_of_an_xtc(tmp_path, 
     convert(given, [], tmp_path / "chain.h5md", select="prop z < 30", progress=False)
     with xr.open_dataset(tmp_path / "chain.h5md", engine="h5md") as ds:
         assert ds.sizes["atom"] == want.n_atoms
+
+
+def test_an_atom_group_as_topology_is_refused_by_name(tmp_path):
+    """convert(u.select_atoms(...), out=...) failed with 'expected str, bytes or
+    os.PathLike object, not AtomGroup', raised while the error was being worded; now a
+    TypeError says what to give, and nothing is written."""
+    u = mda.Universe(d.PSF, d.DCD)
+    out = tmp_path / "ca.h5md"
+    with pytest.raises(TypeError, match=r"not an AtomGroup \(214 atoms\).*select="):
+        convert(u.select_atoms("name CA"), out=out, progress=False)
+    assert not out.exists() and not os.listdir(tmp_path)
+

@@ -120,6 +120,8 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         if format or topology_format:
             raise ValueError("format= and topology_format= apply to files, not a Universe")
         return topology
+    if not isinstance(topology, (str, os.PathLike)):
+        raise TypeError(_not_a_topology(topology))
     kwargs = {k: v for k, v in (("format", format), ("topology_format", topology_format)) if v}
     trajs = [os.fspath(t) for t in trajectories]
     for t in [topology, *trajs]:
@@ -157,6 +159,19 @@ def _universe(topology: Any, trajectories: Sequence[Any], *, format: str | None 
         raise TopologyError(f"{os.fspath(topology)!r} holds no coordinates MDAnalysis reads: "
                             "give a trajectory file after it")
     return u
+
+
+def _not_a_topology(topology: Any) -> str:
+    """What to say of a topology that is neither a file nor a Universe (an AtomGroup,
+    given for the atoms to write, failed with 'expected str, bytes or os.PathLike object,
+    not AtomGroup' from the message of the error that said so)."""
+    if hasattr(topology, "universe") and hasattr(topology, "indices"):
+        return (f"convert takes a topology file or a Universe, not an "
+                f"{type(topology).__name__} ({len(topology.indices)} atoms): give its "
+                "Universe and select the atoms with select= (convert(ag.universe, out=..., "
+                "select='protein'); --select on the command line)")
+    return (f"convert takes a topology file (a path) or an MDAnalysis Universe, not "
+            f"{type(topology).__name__}")
 
 
 def _inputs(topology: Any, trajectories: Sequence[Any]) -> list[str]:
@@ -768,6 +783,9 @@ def convert(
         If ``out`` exists and ``overwrite`` is False.
     TopologyError
         If MDAnalysis cannot read the input or the selection is empty.
+    TypeError
+        If ``topology`` is neither a path nor a Universe (an AtomGroup: give its Universe
+        and ``select``).
     H5MDReadError
         If an input ends inside a frame, or is damaged after the frames MDAnalysis reads,
         and ``partial`` is False.
