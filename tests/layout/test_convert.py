@@ -1211,3 +1211,26 @@ def test_an_atom_group_as_topology_is_refused_by_name(tmp_path):
         convert(u.select_atoms("name CA"), out=out, progress=False)
     assert not out.exists() and not os.listdir(tmp_path)
 
+
+@pytest.mark.filterwarnings("ignore:Reader has no dt information")
+def test_a_universe_in_memory_is_not_noted_as_unconverted(tmp_path):
+    """A Universe loaded in memory holds what the DCD reader gave, converted to
+    MDAnalysis' units (its times from AKMA): the note said MDAnalysis did not know the
+    length and time units of the DCD and wrote them as read. The values are MDAnalysis'
+    all the same, as written."""
+    ref = mda.Universe(d.PSF_TRICLINIC, d.DCD_TRICLINIC)
+    u = mda.Universe(d.PSF_TRICLINIC, d.DCD_TRICLINIC, in_memory=True)
+    stats = convert(u, out=tmp_path / "mem.h5md", progress=False)
+    assert not any("does not know" in n for n in stats.notes), stats.notes
+    with xr.open_dataset(tmp_path / "mem.h5md", engine="h5md") as ds:
+        for i, ts in enumerate(ref.trajectory):
+            np.testing.assert_allclose(ds.position[i].values, ts.positions, atol=1e-6)
+            np.testing.assert_allclose(ds.box_edges[i].values, ts.triclinic_dimensions,
+                                       atol=1e-5)
+            # MDAnalysis' MemoryReader times: i * dt (the DCD's offset of 1 dt is lost)
+            assert float(ds.time[i]) == pytest.approx(u.trajectory[i].time)
+    # a GRO file in memory: its time is unknown to MDAnalysis, its lengths converted
+    gro = convert(mda.Universe(d.GRO, in_memory=True), out=tmp_path / "gro.h5md",
+                  progress=False)
+    [note] = [n for n in gro.notes if "does not know" in n]
+    assert "does not know the time units" in note and note.endswith("length from nm"), note

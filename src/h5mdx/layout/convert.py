@@ -987,8 +987,11 @@ _MDA_UNITS = {"length": "Angstrom", "time": "ps", "velocity": "Angstrom/ps",
 def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
     """A note where MDAnalysis' reader does not know some of the input's units (a LAMMPS
     dump: none; a GRO file: the time's): those quantities are written as read, under the
-    units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps); the others were converted."""
-    units = getattr(u.trajectory, "units", None) or {}
+    units MDAnalysis assumes (Å, Å/ps, kJ/(mol Å), ps); the others were converted.
+
+    A Universe in memory (``in_memory=True``, ``transfer_to_memory()``) holds what the
+    reader of its file gave: the units are that reader's (:func:`_reader_units`)."""
+    units = _reader_units(u.trajectory)
     quantities = {_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT} | {"time"}
     unknown = sorted(q for q in quantities if q in units and units[q] is None)
     if not unknown:
@@ -1001,6 +1004,25 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
             f"{getattr(u.trajectory, 'filename', 'the input')}: those values are written as "
             f"read, labelled in MDAnalysis' units ({labels}); check them against the units "
             f"the simulation used{converted}"]
+
+
+def _reader_units(reader: Any) -> dict[str, Any]:
+    """The units ``reader`` converted from (None: one it does not know); for MDAnalysis'
+    MemoryReader, which states none, those of the reader of the file it was filled from
+    (none where MDAnalysis cannot tell it from the name: then nothing is said). The
+    note said a DCD loaded in memory was written as read, its lengths and times
+    unconverted, where the DCD reader had converted its times from AKMA (an audit)."""
+    from MDAnalysis.coordinates.memory import MemoryReader
+
+    if not isinstance(reader, MemoryReader):
+        return dict(getattr(reader, "units", None) or {})
+    from MDAnalysis.coordinates.core import get_reader_for
+
+    name = getattr(reader, "filename", None)
+    try:
+        return dict(get_reader_for(name).units) if name else {}
+    except (ValueError, TypeError, AttributeError):  # a format named by no suffix
+        return {}
 
 
 def _h5md_inputs(trajectories: Sequence[Any]) -> Iterator[Any]:
