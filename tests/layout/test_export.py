@@ -309,3 +309,20 @@ def test_a_zarr_copy_selects_residues_of_insertion_codes_by_their_names(tmp_path
         for sel in ("resname ALA", "resname ASN", "resname GLY and name CA"):
             np.testing.assert_array_equal(own.select_atoms(sel).indices,
                                           u.select_atoms(sel).indices)
+
+
+def test_one_frame_without_its_axis_is_said_as_such(tmp_path, adk_h5md):
+    """``ds.isel(time=2).md.to_h5md(OUT)`` said only that the Dataset had no variable on
+    'time' and 'atom' (it has the positions, of one frame); now the error says a frame was
+    taken without its axis and how to keep it, and the selection it gives writes it."""
+    import xarray as xr
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        t = float(ds.time[2])
+        with pytest.raises(ValueError, match=r"one frame at time .*isel\(time=\[0\]\)"):
+            ds.isel(time=2).md.to_h5md(tmp_path / "one.h5md")
+        assert os.listdir(tmp_path) == []
+        ds.sel(time=[t]).md.to_h5md(tmp_path / "one.h5md")
+        with xr.open_dataset(tmp_path / "one.h5md", engine="h5md") as back:
+            assert back.sizes["time"] == 1 and float(back.time[0]) == t
+            np.testing.assert_array_equal(back.position[0].values, ds.position[2].values)

@@ -1019,11 +1019,23 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
             # a selection of atoms (isel(atom=[...])): H5MD's id keeps which ones
             static["id"] = id_element(atoms)
     if not specs:
-        raise ValueError(
-            "the Dataset has no variable on 'time' and 'atom' to write as a trajectory"
-            + (f" (only observables: {[s.name for s in observables]}; to_h5md writes a "
-               "particles group with them)" if observables else ""))
+        raise ValueError(_no_trajectory(ds, observables))
     return specs, static, boundary, own, observables
+
+
+def _no_trajectory(ds: xr.Dataset, observables: list[ElementSpec]) -> str:
+    """Why a Dataset without time-dependent particle variables cannot be written: one frame
+    taken without its axis (``ds.isel(time=0)``, ``ds.sel(time=t)``) is said as such, with
+    the selection that keeps it (the error said only that no variable was on 'time')."""
+    text = "the Dataset has no variable on 'time' and 'atom' to write as a trajectory"
+    if observables:
+        return (f"{text} (only observables: {[s.name for s in observables]}; to_h5md writes "
+                "a particles group with them)")
+    if TIME_DIM in ds.coords and ds[TIME_DIM].ndim == 0:
+        return (f"{text}: it holds the one frame at time {ds[TIME_DIM].values}, selected "
+                "without its axis (ds.isel(time=0), ds.sel(time=t)); keep the axis to write "
+                "it as a trajectory of one frame: ds.isel(time=[0]), ds.sel(time=[t])")
+    return text
 
 
 def _dimension(ds: xr.Dataset) -> int | None:
