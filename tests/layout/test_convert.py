@@ -1234,3 +1234,31 @@ def test_a_universe_in_memory_is_not_noted_as_unconverted(tmp_path):
                   progress=False)
     [note] = [n for n in gro.notes if "does not know" in n]
     assert "does not know the time units" in note and note.endswith("length from nm"), note
+
+
+def test_an_xyz_file_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(tmp_path):
+    """MDAnalysis counts an XYZ file's frames as its lines over a frame's, rounded down: a
+    file of 10 frames cut inside frame 7 read as 6, and convert wrote them with exit 0 (an
+    audit). Now it is refused, nothing written; partial=True converts the 6 frames, and a
+    whole file, or one ending in blank lines, converts as before."""
+    from h5mdx.errors import H5MDReadError
+
+    data = open(d.XYZ, "rb").read()
+    cut = tmp_path / "cut.xyz"
+    cut.write_bytes(data[: int(len(data) * 0.65)])
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"cut.xyz: 644 lines follow its frame 6, of the "
+                                            r"1286 lines of a frame: the file is cut inside "
+                                            r"frame 7 .*partial=True"):
+        convert(d.XYZ_psf, [cut], out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    with pytest.warns(UserWarning, match="cut inside frame 7"):
+        stats = convert(d.XYZ_psf, [cut], out, progress=False, partial=True)
+    assert stats.n_frames == 6
+    blank = tmp_path / "blank.xyz"
+    blank.write_bytes(data + b"\n\n")
+    u = mda.Universe(d.XYZ_psf, d.XYZ)
+    convert(d.XYZ_psf, [blank], out, progress=False, overwrite=True)
+    with xr.open_dataset(out, engine="h5md") as ds:
+        assert ds.sizes["time"] == 10
+        np.testing.assert_allclose(ds.position[9].values, u.trajectory[9].positions)

@@ -928,7 +928,7 @@ def _damaged_end(reader: Any) -> str | None:
     ends inside a frame (MDAnalysis counts its frames from the file's size and reads the
     whole ones, so a cut file converted without a word), an XTC or TRR file that holds
     more after its last frame (:func:`_xdr_end`)."""
-    problem = _xdr_end(reader)
+    problem = _xdr_end(reader) or _text_end(reader)
     if problem is not None:
         return problem
     dcd = getattr(reader, "_file", None)
@@ -945,6 +945,34 @@ def _damaged_end(reader: Any) -> str | None:
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames")
     return None
+
+
+def _text_end(reader: Any) -> str | None:
+    """Where an XYZ file holds more than whole frames after its last one, what follows
+    (None: nothing, or blank lines). MDAnalysis counts an XYZ file's frames as its lines
+    over the lines of one frame, rounded down, and notes where each starts: a file cut
+    inside frame 7 read as 6 frames, converted with exit 0 (an audit). A compressed file
+    (``.xyz.bz2``) is not checked: its offsets are not the file's."""
+    name = getattr(reader, "filename", None)
+    if type(reader).__name__ != "XYZReader" or not name or not os.path.isfile(name) \
+            or getattr(reader, "compression", None):
+        return None
+    n = int(reader.n_frames)  # counts the frames, and notes their offsets, at first use
+    offsets = getattr(reader, "_offsets", None)
+    if not isinstance(offsets, list) or len(offsets) <= n:
+        return None
+    try:
+        with open(name, "rb") as fh:
+            fh.seek(int(offsets[n]))
+            rest = fh.read()
+    except OSError:
+        return None
+    lines = rest.strip().count(b"\n") + 1 if rest.strip() else 0
+    if not lines:
+        return None
+    return (f"{lines} lines follow its frame {n}, of the {reader.n_atoms + 2} lines of a "
+            f"frame: the file is cut inside frame {n + 1} (MDAnalysis counts its whole "
+            f"frames, and reads only the {n} before)")
 
 
 def _xdr_end(reader: Any) -> str | None:
