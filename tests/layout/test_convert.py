@@ -1262,3 +1262,34 @@ def test_an_xyz_file_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(
     with xr.open_dataset(out, engine="h5md") as ds:
         assert ds.sizes["time"] == 10
         np.testing.assert_allclose(ds.position[9].values, u.trajectory[9].positions)
+
+
+@pytest.mark.filterwarnings("ignore:Reader has no dt information")
+def test_a_frame_mdanalysis_fails_to_read_is_named_with_its_file(tmp_path):
+    """A LAMMPS dump cut inside its second frame failed with MDAnalysis' bare 'IndexError:
+    list index out of range', an Amber TRJ cut inside the frame after the 7 MDAnalysis
+    counts with 'ValueError: FixedcolumnEntry(16,24,'F'): Failed to read&convert' (an
+    audit): neither named the file or the frame. Now an H5MDReadError does, nothing is
+    written, and partial=True converts the frames before it, with a warning."""
+    from h5mdx.errors import H5MDReadError
+
+    cases = ((d.LAMMPS_image_vf, d.LAMMPSDUMP_image_vf, "cut.lammpstrj", "LAMMPSDUMP",
+              r"frame 2 of the 2 to convert \(IndexError: list index out of range\)", 1),
+             (d.PRM, d.TRJ, "cut.trj", None, r"frame 8, after the 7 it counts, "
+              r"\(ValueError: FixedcolumnEntry", 7))
+    for top, traj, name, fmt, said, before in cases:
+        cut = tmp_path / name
+        data = open(traj, "rb").read()
+        cut.write_bytes(data[: int(len(data) * 0.65)])
+        out = tmp_path / f"{name}.h5md"
+        with pytest.raises(H5MDReadError, match=rf"{name}: MDAnalysis cannot read {said}.*"
+                                                rf"convert the {before} frames before it"):
+            convert(top, [cut], out, progress=False, format=fmt)
+        assert not out.exists() and not partial_files(out)
+        with pytest.warns(UserWarning, match=rf"{name}: .*partial=True"):
+            stats = convert(top, [cut], out, progress=False, format=fmt, partial=True)
+        assert stats.n_frames == before
+        u = mda.Universe(top, traj, format=fmt) if fmt else mda.Universe(top, traj)
+        with xr.open_dataset(out, engine="h5md") as ds:
+            np.testing.assert_allclose(ds.position[before - 1].values,
+                                       u.trajectory[before - 1].positions, atol=1e-5)

@@ -823,10 +823,11 @@ def convert(
         with writer, bar as advance, warnings.catch_warnings(record=True) as caught:
             # MDAnalysis warns per frame (e.g. "no dt information"); report them once
             warnings.simplefilter("always")
-            written = _write_frames(frames, writer, advance, steps, observables,
+            reads = _FramesRead(frames, out, partial and not layout.contiguous)
+            written = _write_frames(reads, writer, advance, steps, observables,
                                     (indices, want, has_box, missing, unwritten, n))
             short = _check_all_read(written, n_frames, trajectories, u, topology, out,
-                                    partial and not layout.contiguous)
+                                    partial and not layout.contiguous) or reads.problem
             n_frames = written
             obs_notes = observables.write(writer, zarr_out, _observable_units(trajectories, u))
         if short:  # outside the warnings MDAnalysis gave, which go to the notes
@@ -862,6 +863,53 @@ def _write_frames(frames: Any, writer: Any, advance: Callable[[int], Any], steps
         written += 1
         advance(1)
     return written
+
+
+class _FramesRead:
+    """The Timesteps of ``frames``, read by MDAnalysis. Where its reader fails on one (a
+    LAMMPS dump or a DL_POLY HISTORY cut inside a frame: 'list index out of range', 'could
+    not broadcast input array from shape (0,) into shape (3,)'; an Amber TRJ cut inside
+    the frame after the 7 it counts: 'FixedcolumnEntry(16,24,'F'): Failed to read&convert',
+    said with neither file nor frame), an H5MDReadError names the file and the frame; with
+    ``partial`` the frames end there, and :attr:`problem` holds the warning to give."""
+
+    def __init__(self, frames: Any, out: str, partial: bool) -> None:
+        self.frames, self.out, self.partial = frames, out, partial
+        self.problem: str | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.frames)
+        k = 0
+        while True:
+            try:
+                ts = next(it)
+            except StopIteration:
+                return
+            except Exception as err:  # MDAnalysis' readers raise many kinds of errors
+                self._failed(err, k)
+                return
+            k += 1
+            yield ts
+
+    def _failed(self, err: Exception, k: int) -> None:
+        """Raise for ``err``, MDAnalysis' error reading frame ``k`` (0-based); with
+        ``partial``, note the warning instead."""
+        traj = self.frames.trajectory
+        reader = getattr(traj, "active_reader", traj)  # a chain's: the file read
+        name = getattr(reader, "filename", None) or getattr(traj, "filename", None)
+        n = len(self.frames)
+        which = (f"frame {k + 1} of the {n} to convert" if k < n else
+                 f"frame {k + 1}, after the {n} it counts,")
+        problem = (f"MDAnalysis cannot read {which} ({type(err).__name__}: "
+                   f"{_one_line(str(err)) or 'no message'}): the file is damaged or cut there")
+        if self.partial:
+            self.problem = f"{name}: {problem}; the {k} frames before it are converted " \
+                "(partial=True)"
+            return
+        raise H5MDReadError(
+            None if name is None else str(name), None,
+            f"{problem}; nothing written to {self.out}: pass partial=True (--partial on the "
+            f"command line) to convert the {k} frames before it") from err
 
 
 def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u: Any,
