@@ -1293,3 +1293,31 @@ def test_a_frame_mdanalysis_fails_to_read_is_named_with_its_file(tmp_path):
         with xr.open_dataset(out, engine="h5md") as ds:
             np.testing.assert_allclose(ds.position[before - 1].values,
                                        u.trajectory[before - 1].positions, atol=1e-5)
+
+
+def test_a_trz_file_cut_inside_a_frame_is_refused_naming_its_whole_frames(tmp_path):
+    """MDAnalysis counts no frame of a TRZ file whose size is not whole frames: one cut
+    inside frame 4 failed with 'no frames to write: the trajectory has 0 frames', and
+    after a whole TRZ it was left out of the copy without a word, 6 frames written of the
+    9 (an audit). Now both are refused, partial=True too (MDAnalysis reads none of it),
+    naming the bytes that hold its whole frames; a copy of those converts them."""
+    from h5mdx.errors import H5MDReadError
+
+    data = open(d.TRZ, "rb").read()
+    cut = tmp_path / "cut.trz"
+    cut.write_bytes(data[: int(len(data) * 0.65)])
+    out = tmp_path / "out.h5md"
+    said = (r"cut.trz: the file ends 176991 bytes into frame 4 .* a copy of its first "
+            r"590188 bytes holds the 3 whole frames; nothing written")
+    for trajs, partial in (([cut], False), ([d.TRZ, cut], False), ([d.TRZ, cut], True)):
+        with pytest.raises(H5MDReadError, match=said):
+            convert(d.TRZ_psf, trajs, out, progress=False, partial=partial)
+        assert not out.exists() and not partial_files(out)
+    whole = tmp_path / "whole.trz"
+    whole.write_bytes(data[:590188])
+    assert convert(d.TRZ_psf, [whole], out, progress=False).n_frames == 3
+    u = mda.Universe(d.TRZ_psf, d.TRZ)
+    with xr.open_dataset(out, engine="h5md") as ds:
+        for i in range(3):
+            np.testing.assert_allclose(ds.position[i].values, u.trajectory[i].positions,
+                                       atol=1e-5)

@@ -958,13 +958,14 @@ def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
         if problem is None:
             continue
         name = getattr(reader, "filename", None)
-        if partial:
+        if partial and reader.n_frames:
             warnings.warn(f"{name}: {problem}; the {reader.n_frames} frames before it are "
                           "converted (partial=True)", UserWarning, stacklevel=3)
             continue
-        raise H5MDReadError(
-            name, None, f"{problem}; nothing written to {out}: pass partial=True (--partial "
-            f"on the command line) to convert the {reader.n_frames} frames before it")
+        # none before it that MDAnalysis reads (a cut TRZ file): partial=True cannot help
+        fix = (f": pass partial=True (--partial on the command line) to convert the "
+               f"{reader.n_frames} frames before it") if reader.n_frames else ""
+        raise H5MDReadError(name, None, f"{problem}; nothing written to {out}{fix}")
     if any(getattr(r, "_xdr", None) is not None and r.n_frames for r in readers):
         with warnings.catch_warnings():  # said as the frame was first read
             warnings.simplefilter("ignore")
@@ -976,7 +977,7 @@ def _damaged_end(reader: Any) -> str | None:
     ends inside a frame (MDAnalysis counts its frames from the file's size and reads the
     whole ones, so a cut file converted without a word), an XTC or TRR file that holds
     more after its last frame (:func:`_xdr_end`)."""
-    problem = _xdr_end(reader) or _text_end(reader)
+    problem = _xdr_end(reader) or _text_end(reader) or _trz_end(reader)
     if problem is not None:
         return problem
     dcd = getattr(reader, "_file", None)
@@ -993,6 +994,27 @@ def _damaged_end(reader: Any) -> str | None:
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames")
     return None
+
+
+def _trz_end(reader: Any) -> str | None:
+    """Where a TRZ file ends inside a frame, what to say (None: it does not). MDAnalysis
+    counts a TRZ file's frames from its size and counts none where the size is not whole
+    frames: a cut file read as 0 frames, said as 'the trajectory has 0 frames', and one
+    after another trajectory was left out of the copy without a word (an audit)."""
+    header, frame = getattr(reader, "_headerdtype", None), getattr(reader, "_dtype", None)
+    name = getattr(reader, "filename", None)
+    if type(reader).__name__ != "TRZReader" or header is None or frame is None or not name \
+            or not os.path.isfile(name):
+        return None
+    body = os.path.getsize(name) - int(header.itemsize)
+    if body <= 0 or not body % int(frame.itemsize):
+        return None
+    whole, extra = divmod(body, int(frame.itemsize))
+    return (f"the file ends {extra} bytes into frame {whole + 1} (of {frame.itemsize} "
+            f"bytes): it was cut while written or copied; MDAnalysis reads no frame of a "
+            f"TRZ file that is not whole frames: a copy of its first "
+            f"{int(header.itemsize) + whole * int(frame.itemsize)} bytes holds the {whole} "
+            f"whole frames")
 
 
 def _text_end(reader: Any) -> str | None:
