@@ -35,7 +35,9 @@ FORMATS = {
     "h5md": (d.COORDINATES_TOPOLOGY, [d.COORDINATES_H5MD]),
     "ncdf": (d.PRMncdf, [d.NCDF]),
     "pdb-multiframe": (d.PDB_multiframe, []),
-    "gro-multiframe": (d.two_water_gro_multiframe, []),
+    # a GRO file of one frame, with velocities: MDAnalysis reads no more (a GRO file of
+    # several frames is refused: test_a_gro_file_of_several_frames_is_refused)
+    "gro": (d.GRO_velocity, []),
 }
 
 
@@ -1321,3 +1323,24 @@ def test_a_trz_file_cut_inside_a_frame_is_refused_naming_its_whole_frames(tmp_pa
         for i in range(3):
             np.testing.assert_allclose(ds.position[i].values, u.trajectory[i].positions,
                                        atol=1e-5)
+
+
+def test_a_gro_file_of_several_frames_is_refused(tmp_path):
+    """MDAnalysis' GRO reader reads a file's first frame alone: MDAnalysisTests' GRO file
+    of 2 frames (the second's first atom at (12.30, 16.28, 11.13) Å, in a box of 120 Å)
+    was converted as its first frame, exit 0 (an audit). Now it is refused, naming the
+    frames and the way to convert them; partial=True converts the first frame."""
+    from h5mdx.errors import H5MDReadError
+
+    out = tmp_path / "out.h5md"
+    with pytest.raises(H5MDReadError, match=r"two_water_gro_multiframe.gro: the file holds 2 "
+                                            r"frames \(18 lines, of 9 a frame\).*first frame "
+                                            r"only: .*gmx trjconv"):
+        convert(d.two_water_gro_multiframe, [], out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    with pytest.warns(UserWarning, match="holds 2 frames.*partial=True"):
+        stats = convert(d.two_water_gro_multiframe, [], out, progress=False, partial=True)
+    assert stats.n_frames == 1
+    with xr.open_dataset(out, engine="h5md") as ds:
+        np.testing.assert_allclose(ds.position[0, 0].values, [2.30, 6.28, 1.13], atol=1e-5)
+    assert convert(d.GRO, [], tmp_path / "one.h5md", progress=False).n_frames == 1

@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
         "convert",
         usage="%(prog)s [-h] [options] topology [TRAJ ...] OUT",
         help="convert any trajectory MDAnalysis reads to H5MD (or Zarr: OUT.zarr)",
-        description="Convert a trajectory (DCD, XTC, TRR, NetCDF, H5MD, multi-frame PDB/GRO, "
+        description="Convert a trajectory (DCD, XTC, TRR, NetCDF, H5MD, multi-frame PDB, "
                     "...) to H5MD 1.1, or to Zarr when OUT ends in .zarr. Several trajectory "
                     "files are concatenated in order. " + _LAYOUT_HELP,
     )

@@ -1,7 +1,8 @@
 """Convert any trajectory MDAnalysis reads into H5MD (or Zarr), streaming.
 
 :func:`convert` reads frames with MDAnalysis (DCD, XTC, TRR, NetCDF, H5MD,
-multi-frame PDB/GRO, ...; several trajectory files are concatenated in order)
+multi-frame PDB, ...; several trajectory files are concatenated in order; not a GRO
+file of several frames, of which MDAnalysis reads the first alone)
 and writes them through :class:`h5mdx.format.writer.H5MDWriter` (or
 :class:`h5mdx.layout.export.ZarrWriter` for an output ending in ``.zarr``). Memory holds
 one output chunk of frames. The output appears under its name only when it is
@@ -977,7 +978,7 @@ def _damaged_end(reader: Any) -> str | None:
     ends inside a frame (MDAnalysis counts its frames from the file's size and reads the
     whole ones, so a cut file converted without a word), an XTC or TRR file that holds
     more after its last frame (:func:`_xdr_end`)."""
-    problem = _xdr_end(reader) or _text_end(reader) or _trz_end(reader)
+    problem = _xdr_end(reader) or _text_end(reader) or _trz_end(reader) or _gro_end(reader)
     if problem is not None:
         return problem
     dcd = getattr(reader, "_file", None)
@@ -994,6 +995,30 @@ def _damaged_end(reader: Any) -> str | None:
                 f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
                 f"only the {reader.n_frames} whole frames")
     return None
+
+
+def _gro_end(reader: Any) -> str | None:
+    """Where a GRO file holds more frames than its first, what to say (None: one frame).
+    MDAnalysis' GRO reader reads a file's first frame alone: a GRO file of 2 frames was
+    converted as 1, with exit 0 (an audit)."""
+    from MDAnalysis.lib.util import anyopen
+
+    name = getattr(reader, "filename", None)
+    if type(reader).__name__ != "GROReader" or not name or not os.path.isfile(name):
+        return None
+    per_frame = int(reader.n_atoms) + 3  # the title, the atoms' count, the atoms, the box
+    try:
+        with anyopen(name, "rt") as fh:
+            lines = sum(1 for line in fh if line.strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+    if lines <= per_frame:
+        return None
+    return (f"the file holds {lines // per_frame} frames ({lines} lines, of {per_frame} a "
+            "frame), and "
+            "MDAnalysis' GRO reader reads its first frame only: write the frames as a "
+            f"trajectory (gmx trjconv -f {os.path.basename(name)} -o frames.xtc) and convert "
+            "that, with the GRO file as the topology")
 
 
 def _trz_end(reader: Any) -> str | None:
