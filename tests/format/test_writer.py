@@ -764,3 +764,34 @@ def test_a_contiguous_writer_after_a_failure_raises_the_failure(tmp_path, error)
     assert w.file is None
     with h5py.File(path, "r") as f:  # closed: no h5py handle left open on it
         assert f["particles/trajectory/position/value"].shape == (25, 11, 3)
+
+
+def test_a_frame_of_another_shape_is_refused_not_broadcast(tmp_path):
+    """A box given as its 3 lengths, to an element declared as the (3, 3) matrix of box
+    vectors, was broadcast into 3 equal rows ([[10, 20, 30]] * 3, a flat box) and one
+    xyz into every atom's position, without a word; a frame of 5 atoms for 4 said only
+    numpy's 'could not broadcast input array from shape (5,3) into shape (4,3)' (an
+    audit). Both writers now refuse them naming the element and its shape; nothing of
+    them is written."""
+    from h5mdx.layout.export import ZarrWriter
+
+    spec = [ElementSpec("position", (4, 3), np.float32, "Angstrom"),
+            ElementSpec("box_edges", (3, 3), np.float32, "Angstrom")]
+    box = np.diag([10.0, 20.0, 30.0])
+    for writer, out in ((H5MDWriter, tmp_path / "w.h5md"), (ZarrWriter, tmp_path / "w.zarr")):
+        with writer(out, spec) as w:
+            with pytest.raises(ValueError, match=r"box_edges: a frame of shape \(3,\), not "
+                                                 r"\(3, 3\)"):
+                w.append(0, 0.0, position=np.zeros((4, 3)), box_edges=[10.0, 20.0, 30.0])
+            with pytest.raises(ValueError, match=r"position: a frame of shape \(3,\), not "
+                                                 r"\(4, 3\)"):
+                w.append(0, 0.0, position=np.zeros(3), box_edges=box)
+            with pytest.raises(ValueError, match=r"position: (a frame|frames) of shape \(5, 3\), "
+                                                 r"not \(4, 3\)"):
+                w.extend([0], [0.0], position=np.zeros((1, 5, 3)), box_edges=box[None])
+            w.append(0, 0.0, position=np.ones((4, 3)), box_edges=box)
+        with (xr.open_zarr(out) if writer is ZarrWriter
+              else xr.open_dataset(out, engine="h5md")) as ds:
+            assert ds.sizes["time"] == 1
+            np.testing.assert_array_equal(ds.box_edges[0].values, box)
+            np.testing.assert_array_equal(ds.position[0].values, np.ones((4, 3)))

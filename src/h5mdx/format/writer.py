@@ -54,6 +54,7 @@ __all__ = [
     "H5MDWriter",
     "Layout",
     "check_element_names",
+    "check_frame_shapes",
     "check_group_name",
     "check_steps_increase",
     "compression_kwargs",
@@ -279,6 +280,30 @@ def check_element_names(given: Iterable[str], specs: Iterable[str], where: str =
         prefix = f"{where}: " if where else ""
         raise ValueError(f"{prefix}elements missing: {sorted(specs - given)}, "
                          f"unexpected: {sorted(given - specs)}")
+
+
+def check_frame_shapes(frames: Mapping[str, Any], specs: Mapping[str, ElementSpec],
+                       where: str = "", *, block: bool = False) -> None:
+    """Refuse a frame (``block``: a block of frames, leading axis = frames) of an element
+    whose shape is not the element's: numpy broadcast it into the frame without a word (a
+    box given as its 3 lengths was written as a (3, 3) matrix of 3 equal rows; one
+    position for every atom), or said only 'could not broadcast input array from shape
+    (5,3) into shape (4,3)' (``where``: the output, said first where given).
+
+    Raises
+    ------
+    ValueError
+    """
+    for name, values in frames.items():
+        shape = tuple(np.shape(values))
+        got = shape[1:] if block else shape
+        want = tuple(specs[name].frame_shape)
+        if got != want or (block and not shape):
+            prefix = f"{where}: " if where else ""
+            what = "frames" if block else "a frame"
+            raise ValueError(f"{prefix}{name}: {what} of shape {got}, not {want}: give each "
+                             f"frame whole, as the element was declared (ElementSpec"
+                             f"({name!r}, {want}, ...))")
 
 
 def _create_value(grp: h5py.Group, spec: ElementSpec, shape: tuple[int, ...],
@@ -655,9 +680,10 @@ class H5MDWriter:
         Every element given at construction must be passed.
         """
         self._check_names(frames)
+        check_frame_shapes(frames, self.specs, self.filename)
         self._check_sampling(np.array([step], dtype=np.int64), time)
         i = self._fill
-        for name, arr in frames.items():  # a frame of the wrong shape fails here, first
+        for name, arr in frames.items():
             self._buf[name][i] = _stored(arr)
         self._buf_step[i] = step
         self._buf_time[i] = np.nan if time is None else time
@@ -669,6 +695,7 @@ class H5MDWriter:
     def extend(self, step: Any, time: Any, **blocks: Any) -> None:
         """Add a block of frames (leading axis = frames) for every element."""
         self._check_names(blocks)
+        check_frame_shapes(blocks, self.specs, self.filename, block=True)
         step = np.asarray(step, dtype=np.int64).reshape(-1)
         n = step.size
         self._check_sampling(step, time)

@@ -39,6 +39,7 @@ from h5mdx.format.writer import (
     H5MDWriter,
     Layout,
     check_element_names,
+    check_frame_shapes,
     check_group_name,
     check_steps_increase,
     id_element,
@@ -370,6 +371,7 @@ class ZarrWriter:
         """Refuse a frame as :class:`~h5mdx.format.writer.H5MDWriter` does (a step that
         went back was written, and the store's ``time`` with it)."""
         check_element_names(frames, self.specs, str(self.store))
+        check_frame_shapes(frames, self.specs, str(self.store))
         if time is None:
             raise ValueError(f"{self.store}: time is None; a Zarr store holds a time for "
                              "each frame")
