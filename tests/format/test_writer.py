@@ -795,3 +795,36 @@ def test_a_frame_of_another_shape_is_refused_not_broadcast(tmp_path):
             assert ds.sizes["time"] == 1
             np.testing.assert_array_equal(ds.box_edges[0].values, box)
             np.testing.assert_array_equal(ds.position[0].values, np.ones((4, 3)))
+
+
+def test_a_step_that_is_no_integer_is_refused(tmp_path):
+    """A step coordinate made float with NaN (frames without a step, after xr.concat or
+    reindex) was written by to_h5md as step -9223372036854775808, or refused as 'step
+    -9223372036854775808 after step 0'; fractional steps were cut to integers ([0, 1.5,
+    2.7] written as [0, 1, 2]) (an audit). Now each writer refuses a step that is no
+    integer, naming it, and writes nothing of the block; whole steps given as floats are
+    written as they are."""
+    from h5mdx.layout.export import ZarrWriter
+
+    spec = [ElementSpec("position", (2, 3), np.float32, "Angstrom")]
+    zeros = np.zeros((2, 2, 3))
+    for writer, out in ((H5MDWriter, tmp_path / "w.h5md"), (ZarrWriter, tmp_path / "w.zarr")):
+        with writer(out, spec) as w:
+            with pytest.raises(ValueError, match=r"step nan \(the 1st given\) is no integer"):
+                w.append(np.nan, 0.0, position=zeros[0])
+            with pytest.raises(ValueError, match=r"step 1.5 \(the 2nd given\) is no integer"):
+                w.extend([0.0, 1.5], [0.0, 1.0], position=zeros)
+            w.extend([0.0, 2.0], [0.0, 1.0], position=zeros)
+        with (xr.open_zarr(out) if writer is ZarrWriter
+              else xr.open_dataset(out, engine="h5md")) as ds:
+            np.testing.assert_array_equal(ds.step.values, [0, 2])
+    u = pytest.importorskip("MDAnalysisTests.datafiles")
+    from h5mdx.layout.convert import convert
+
+    convert(u.GRO, [u.XTC], tmp_path / "x.h5md", progress=False, stop=4)
+    with xr.open_dataset(tmp_path / "x.h5md", engine="h5md") as ds:
+        for steps in ([0.0, np.nan, 200.0, 300.0], [0.0, 0.5, 1.5, 2.7]):
+            bad = ds.assign_coords(step=("time", np.array(steps)))
+            with pytest.raises(ValueError, match=rf"step {steps[1]} \(the 2nd given\)"):
+                to_h5md(bad, tmp_path / "bad.h5md")
+            assert not (tmp_path / "bad.h5md").exists()

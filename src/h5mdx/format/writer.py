@@ -341,9 +341,20 @@ def check_steps_increase(steps: Any, where: str, *, after: int | None = None) ->
     Raises
     ------
     ValueError
-        Naming ``where``, the step and the one it follows.
+        Naming ``where``, the step and the one it follows; or a step that is no integer
+        (NaN, a fraction).
     """
-    steps = np.asarray(steps, dtype=np.int64).reshape(-1)
+    raw = np.asarray(steps).reshape(-1)
+    if raw.dtype.kind == "f":  # NaN was said as step -9223372036854775808, 1.5 taken as 1
+        bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw))
+                             | (np.abs(raw) >= 2.0**63))
+        if bad.size:
+            raise ValueError(
+                f"{where}: step {raw[bad[0]]} (the {_ordinal(int(bad[0]) + 1)} given) is no "
+                "integer: H5MD's steps count integration steps (a step coordinate made float "
+                "with NaN where frames lacked it, by xr.concat or reindex? give each frame "
+                "its step)")
+    steps = raw.astype(np.int64)
     if not steps.size:
         return
     if after is not None and steps[0] <= after:
@@ -356,6 +367,12 @@ def check_steps_increase(steps: Any, where: str, *, after: int | None = None) ->
     raise ValueError(f"{where}: step {at} after step {prev}: H5MD's steps increase strictly "
                      "(sort the frames by step, e.g. ds.sortby('step'), and drop repeated "
                      "ones, e.g. ds.drop_duplicates('time'))")
+
+
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``22nd``..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def check_group_name(group: str) -> str:
@@ -681,7 +698,7 @@ class H5MDWriter:
         """
         self._check_names(frames)
         check_frame_shapes(frames, self.specs, self.filename)
-        self._check_sampling(np.array([step], dtype=np.int64), time)
+        self._check_sampling(np.asarray([step]), time)
         i = self._fill
         for name, arr in frames.items():
             self._buf[name][i] = _stored(arr)
@@ -696,9 +713,9 @@ class H5MDWriter:
         """Add a block of frames (leading axis = frames) for every element."""
         self._check_names(blocks)
         check_frame_shapes(blocks, self.specs, self.filename, block=True)
+        self._check_sampling(np.asarray(step).reshape(-1), time)
         step = np.asarray(step, dtype=np.int64).reshape(-1)
         n = step.size
-        self._check_sampling(step, time)
         time = np.full(n, np.nan) if time is None else \
             np.asarray(time, dtype=np.float64).reshape(-1)
         if time.size != n or any(np.shape(b)[0] != n for b in blocks.values()):

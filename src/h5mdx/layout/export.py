@@ -379,12 +379,17 @@ class ZarrWriter:
         self._last_step = int(step)
 
     def extend(self, step: Any, time: Any, **blocks: Any) -> None:
-        """Add a block of frames (leading axis = frames)."""
+        """Add a block of frames (leading axis = frames); none of them where one is
+        refused (a step, an element's shape), as :class:`~h5mdx.format.writer.H5MDWriter`
+        does."""
         step = np.asarray(step).reshape(-1)
+        check_element_names(blocks, self.specs, str(self.store))
+        check_frame_shapes(blocks, self.specs, str(self.store), block=True)
+        check_steps_increase(step, self.store, after=self._last_step)
         times: Any = [None] * step.size if time is None \
             else np.asarray(time, np.float64).reshape(-1)
         for i in range(step.size):
-            self.append(int(step[i]), times[i], **{k: v[i] for k, v in blocks.items()})
+            self.append(step[i], times[i], **{k: v[i] for k, v in blocks.items()})
 
     def _dataset(self, n: int, first: bool) -> xr.Dataset:
         data: dict[str, xr.Variable] = {}
