@@ -1344,3 +1344,28 @@ def test_a_gro_file_of_several_frames_is_refused(tmp_path):
     with xr.open_dataset(out, engine="h5md") as ds:
         np.testing.assert_allclose(ds.position[0, 0].values, [2.30, 6.28, 1.13], atol=1e-5)
     assert convert(d.GRO, [], tmp_path / "one.h5md", progress=False).n_frames == 1
+
+
+@pytest.mark.filterwarnings("ignore:Reader has no dt information")
+def test_a_universe_read_without_unit_conversion_is_refused(tmp_path):
+    """Universe(GRO, TRR, convert_units=False) gives the TRR's values in nm: convert wrote
+    them labelled 'Angstrom' (a first atom at 5.43 'Angstrom' where it is at 54.25 Å;
+    velocities and box likewise 10 times too small), and MDAnalysis read the copy so (an
+    audit). Now it is refused, naming the file's units; a file already in MDAnalysis'
+    units for what is written (an Amber NetCDF: Å and ps, no forces) converts as before."""
+    u = mda.Universe(d.GRO, d.TRR, convert_units=False)
+    out = tmp_path / "out.h5md"
+    with pytest.raises(ValueError, match=r"adk_oplsaa.trr: its reader was opened with "
+                                         r"convert_units=False.*\(length in nm, velocity in "
+                                         r"nm/ps\)"):
+        convert(u, out=out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    chain = mda.Universe(d.GRO, [d.XTC, d.TRR], convert_units=False)
+    with pytest.raises(ValueError, match="convert_units=False"):
+        convert(chain, out=out, progress=False)
+    ref = mda.Universe(d.PRMncdf, d.NCDF)
+    convert(mda.Universe(d.PRMncdf, d.NCDF, convert_units=False), out=out, progress=False)
+    with xr.open_dataset(out, engine="h5md") as ds:
+        np.testing.assert_allclose(ds.position[3].values, ref.trajectory[3].positions,
+                                   atol=1e-5)
+        assert float(ds.time[3]) == pytest.approx(ref.trajectory[3].time)

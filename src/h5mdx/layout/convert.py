@@ -791,7 +791,9 @@ def convert(
         If an input ends inside a frame, or is damaged after the frames MDAnalysis reads,
         and ``partial`` is False.
     ValueError
-        If velocities/forces are required but absent, or the layout is invalid.
+        If velocities/forces are required but absent, the layout is invalid, or the
+        Universe given reads its file with ``convert_units=False`` (in units other than
+        MDAnalysis').
     """
     if isinstance(trajectories, (str, os.PathLike)):
         trajectories = [trajectories]
@@ -804,6 +806,7 @@ def convert(
     inputs = _inputs(topology, trajectories)
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
+    _check_units_converted(u, out)
     _check_whole_frames(u, out, partial)
     atoms, indices = _atoms(u, select)
     frames, ts0, early = _frames(u, start, stop, step)
@@ -942,6 +945,42 @@ def _release_quietly(err: BaseException) -> None:
         gc.collect()
     finally:
         sys.unraisablehook = hook
+
+
+#: The quantities a reader's ``units`` names, with MDAnalysis' kind of unit and base unit
+_BASE_UNITS = (("length", "length", "Angstrom"), ("time", "time", "ps"),
+               ("velocity", "speed", "Angstrom/ps"), ("force", "force", "kJ/(mol*Angstrom)"))
+
+
+def _check_units_converted(u: Any, out: str) -> None:
+    """Refuse a Universe whose reader was opened with ``convert_units=False``, where its
+    file's units are not MDAnalysis': its values are then in the file's units, and were
+    written labelled as MDAnalysis' (a TRR's positions in nm as 'Angstrom', 10 times too
+    small, an audit)."""
+    from MDAnalysis.units import get_conversion_factor
+
+    ts = u.trajectory.ts  # velocities and forces count where the trajectory has them
+    held = {"velocity": ts.has_velocities, "force": ts.has_forces}
+    for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
+        if getattr(reader, "convert_units", True):
+            continue
+        units = getattr(reader, "units", None) or {}
+        native = []
+        for quantity, kind, base in _BASE_UNITS:
+            unit = units.get(quantity) if held.get(quantity, True) else None
+            try:
+                same = unit is None or get_conversion_factor(kind, unit, base) == 1
+            except (KeyError, ValueError, TypeError):  # a unit MDAnalysis does not know
+                same = False
+            if not same:
+                native.append(f"{quantity} in {unit}")
+        if native:
+            raise ValueError(
+                f"{getattr(reader, 'filename', None) or 'the Universe'}: its reader was "
+                f"opened with convert_units=False, so MDAnalysis gives its values in the "
+                f"file's units ({', '.join(native)}), and convert writes them labelled in "
+                "MDAnalysis' (Angstrom, ps, Angstrom/ps, kJ/(mol*Angstrom)): open the "
+                f"Universe without convert_units=False; nothing written to {out}")
 
 
 def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
