@@ -1369,3 +1369,20 @@ def test_a_universe_read_without_unit_conversion_is_refused(tmp_path):
         np.testing.assert_allclose(ds.position[3].values, ref.trajectory[3].positions,
                                    atol=1e-5)
         assert float(ds.time[3]) == pytest.approx(ref.trajectory[3].time)
+
+
+@pytest.mark.filterwarnings("ignore:Reader has no dt information")
+def test_a_single_frame_universe_is_written_as_it_holds_its_frame(tmp_path):
+    """A CRD file's Universe given a box (u.dimensions = ...) and moved: convert read the
+    file again as it iterated its one frame, and wrote the file's positions with a box of
+    zeros (the box element decided before, from the Universe's frame) (an audit). Now
+    the frame the Universe holds is written, as MDAnalysis' writers write it."""
+    u = mda.Universe(d.CRD)
+    u.dimensions = [50.0, 60.0, 70.0, 90.0, 90.0, 90.0]
+    u.atoms.translate([1.0, 2.0, 3.0])
+    want = u.atoms.positions.copy()
+    stats = convert(u, out=tmp_path / "moved.h5md", progress=False)
+    assert stats.missing == {}
+    with xr.open_dataset(tmp_path / "moved.h5md", engine="h5md") as ds:
+        np.testing.assert_allclose(ds.position[0].values, want)
+        np.testing.assert_allclose(ds.box_edges[0].values, np.diag([50.0, 60.0, 70.0]))

@@ -546,7 +546,20 @@ def _frames(u: Any, start: int | None, stop: int | None, step: int | None
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         ts0 = u.trajectory[first]
+    if _single_frame(u.trajectory):
+        # its frame as the Universe holds it: iterating a single-frame reader reads its
+        # file again, and the box set (u.dimensions = ...) or the atoms moved since were
+        # lost, the box written as zeros (an audit); MDAnalysis' writers write it so
+        frames = [ts0]
     return frames, ts0, said
+
+
+def _single_frame(reader: Any) -> bool:
+    """Whether ``reader`` is one of MDAnalysis' single-frame readers (a PDB, GRO, CRD
+    file's: ``SingleFrameReaderBase``)."""
+    from MDAnalysis.coordinates.base import SingleFrameReaderBase
+
+    return isinstance(reader, SingleFrameReaderBase)
 
 
 def _element_specs(ts0: Any, n: int, velocities: bool | None, forces: bool | None
