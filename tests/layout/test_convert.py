@@ -1386,3 +1386,32 @@ def test_a_single_frame_universe_is_written_as_it_holds_its_frame(tmp_path):
     with xr.open_dataset(tmp_path / "moved.h5md", engine="h5md") as ds:
         np.testing.assert_allclose(ds.position[0].values, want)
         np.testing.assert_allclose(ds.box_edges[0].values, np.diag([50.0, 60.0, 70.0]))
+
+
+def test_an_h5md_input_scaled_by_a_unit_factor_is_refused(tmp_path):
+    """H5MD-NOMAD's unit_factor scales the values stored; MDAnalysis' H5MD reader ignores
+    it: cobrotoxin.h5md with unit_factor 10 on its positions (the first atom at 323.1 Å,
+    as h5mdx reads it) was converted with the atom at 32.3 Å, without a word (an audit).
+    Now it is refused, naming the file, the dataset and what writes it right, which does."""
+    import shutil
+
+    from h5mdx.errors import H5MDUnitError
+
+    src = tmp_path / "scaled.h5md"
+    shutil.copy(d.H5MD_xvf, src)
+    os.chmod(src, 0o644)
+    with h5py.File(src, "r+") as f:
+        f["particles/trajectory/position/value"].attrs["unit_factor"] = 10.0
+    out = tmp_path / "out.h5md"
+    said = (r"scaled.h5md \[/particles/trajectory/position/value\]: values in units of "
+            r"unit_factor 10.0 .* MDAnalysis' H5MD reader ignores")
+    with pytest.raises(H5MDUnitError, match=said):
+        convert(d.TPR_xvf, [src], out, progress=False)
+    with pytest.raises(H5MDUnitError, match=said):
+        convert(mda.Universe(d.TPR_xvf, str(src)), out=out, progress=False)
+    assert not out.exists() and not partial_files(out)
+    with xr.open_dataset(src, engine="h5md", convert_units=True) as ds:
+        ds.md.to_h5md(out)
+    want = mda.Universe(d.TPR_xvf, d.H5MD_xvf).atoms.positions * 10
+    np.testing.assert_allclose(mda.Universe(d.TPR_xvf, str(out)).atoms.positions, want,
+                               rtol=1e-6)

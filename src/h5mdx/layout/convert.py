@@ -800,6 +800,9 @@ def convert(
     TypeError
         If ``topology`` is neither a path nor a Universe (an AtomGroup: give its Universe
         and ``select``).
+    H5MDUnitError
+        If an H5MD input scales its particles' values by a ``unit_factor`` (which
+        MDAnalysis' reader ignores).
     H5MDReadError
         If an input ends inside a frame, or is damaged after the frames MDAnalysis reads,
         and ``partial`` is False.
@@ -820,6 +823,7 @@ def convert(
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     _check_units_converted(u, out)
+    _check_unit_factors(inputs, out)
     _check_whole_frames(u, out, partial)
     atoms, indices = _atoms(u, select)
     frames, ts0, early = _frames(u, start, stop, step)
@@ -994,6 +998,37 @@ def _check_units_converted(u: Any, out: str) -> None:
                 f"file's units ({', '.join(native)}), and convert writes them labelled in "
                 "MDAnalysis' (Angstrom, ps, Angstrom/ps, kJ/(mol*Angstrom)): open the "
                 f"Universe without convert_units=False; nothing written to {out}")
+
+
+def _check_unit_factors(inputs: Sequence[str], out: str) -> None:
+    """Refuse an H5MD input whose particles' values are scaled by H5MD-NOMAD's
+    ``unit_factor``, which MDAnalysis' H5MD reader ignores: positions stored in units of
+    10 nm were written 10 times too small (323.1 Å read by h5mdx, 32.3 Å written; an
+    audit)."""
+    import h5py
+
+    from h5mdx.errors import H5MDUnitError
+
+    for f in _h5md_inputs(inputs):
+        found: list[tuple[str, Any]] = []
+
+        def visit(name: str, obj: Any, found: list[tuple[str, Any]] = found) -> None:
+            factor = obj.attrs.get("unit_factor") if isinstance(obj, h5py.Dataset) else None
+            if factor is not None and np.size(factor) == 1 and float(np.ravel(factor)[0]) != 1:
+                found.append((name, factor))
+
+        with contextlib.suppress(OSError, KeyError, TypeError, ValueError):
+            particles = f.get("particles")
+            if isinstance(particles, h5py.Group):
+                particles.visititems(visit)
+        if found:
+            path, factor = found[0]
+            raise H5MDUnitError(
+                f"{f.filename} [/particles/{path}]: values in units of unit_factor "
+                f"{float(np.ravel(factor)[0])!r} x the unit (H5MD-NOMAD's), which MDAnalysis' "
+                f"H5MD reader ignores: convert would write them that many times off; nothing "
+                f"written to {out}. h5mdx reads the factor: xr.open_dataset(IN, engine='h5md', "
+                "convert_units=True).md.to_h5md(OUT) writes the file in MDAnalysis' units")
 
 
 def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
