@@ -1415,3 +1415,26 @@ def test_an_h5md_input_scaled_by_a_unit_factor_is_refused(tmp_path):
     want = mda.Universe(d.TPR_xvf, d.H5MD_xvf).atoms.positions * 10
     np.testing.assert_allclose(mda.Universe(d.TPR_xvf, str(out)).atoms.positions, want,
                                rtol=1e-6)
+
+
+def test_a_lammps_dcd_is_noted_for_the_units_it_is_read_in(tmp_path):
+    """A DCD beside a LAMMPS data file was read as CHARMM's (times in AKMA) and its times
+    written 48.9 times too large for LAMMPS' 'real' style (0, 24.44, 48.89 ps for 0,
+    0.5, 1 ps), and with format='LAMMPS' in 'real' units whatever the run's style,
+    without a word (an audit). Now a note says each, and what to give."""
+    plain = convert(d.LAMMPSdata2, [d.LAMMPSdcd2], tmp_path / "a.h5md", progress=False)
+    [note] = [n for n in plain.notes if "ifabp_apo_100mM.dcd" in n]
+    assert "read as CHARMM's DCD (times in AKMA" in note and "format='LAMMPS'" in note
+    lammps = convert(d.LAMMPSdata2, [d.LAMMPSdcd2], tmp_path / "b.h5md", progress=False,
+                     format="LAMMPS")
+    [note] = [n for n in lammps.notes if "ifabp_apo_100mM.dcd" in n]
+    assert "in LAMMPS' 'real' style" in note and "timeunit='ps'" in note
+    with xr.open_dataset(tmp_path / "a.h5md", engine="h5md") as a, \
+            xr.open_dataset(tmp_path / "b.h5md", engine="h5md") as b:
+        np.testing.assert_allclose(a.time.values[:3], [0.0, 24.444105, 48.88821], rtol=1e-6)
+        np.testing.assert_allclose(b.time.values[:3], [0.0, 0.5, 1.0], rtol=1e-6)
+    u = mda.Universe(d.LAMMPSdata2, d.LAMMPSdcd2, format="LAMMPS", timeunit="ps")
+    assert not any("LAMMPS" in n for n in convert(u, out=tmp_path / "c.h5md",
+                                                  progress=False).notes)
+    assert not any("LAMMPS" in n for n in convert(d.PSF, [d.DCD], tmp_path / "d.h5md",
+                                                  progress=False).notes)

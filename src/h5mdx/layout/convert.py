@@ -46,6 +46,12 @@ from h5mdx.layout._atomic import (
     check_target,
     raise_if_interrupted,
 )
+from h5mdx.layout._input_checks import (
+    check_unit_factors,
+    check_units_converted,
+    check_whole_frames,
+    h5md_inputs,
+)
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "is_zarr_store", "progress_bar"]
 
@@ -210,7 +216,7 @@ def _other_hdf5(trajectories: Sequence[str]) -> str | None:
     from h5mdx.errors import H5MDFormatError
     from h5mdx.format.h5md import scan
 
-    others = [f.filename for f in _h5md_inputs(trajectories)
+    others = [f.filename for f in h5md_inputs(trajectories)
               if "h5md" not in f and "particles" not in f]
     for name in others:
         try:
@@ -279,7 +285,7 @@ def _h5md_hint(trajectories: Sequence[str]) -> str:
     import h5py
 
     h5md, empty = [], []
-    for f in _h5md_inputs(trajectories):
+    for f in h5md_inputs(trajectories):
         with contextlib.suppress(OSError, TypeError):
             if "h5md" in f or "particles" in f:
                 h5md.append(f.filename)
@@ -822,9 +828,9 @@ def convert(
     inputs = _inputs(topology, trajectories)
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
-    _check_units_converted(u, out)
-    _check_unit_factors(inputs, out)
-    _check_whole_frames(u, out, partial)
+    check_units_converted(u, out)
+    check_unit_factors(inputs, out)
+    check_whole_frames(u, out, partial)
     atoms, indices = _atoms(u, select)
     frames, ts0, early = _frames(u, start, stop, step)
     n_frames = len(frames)
@@ -964,226 +970,6 @@ def _release_quietly(err: BaseException) -> None:
         sys.unraisablehook = hook
 
 
-#: The quantities a reader's ``units`` names, with MDAnalysis' kind of unit and base unit
-_BASE_UNITS = (("length", "length", "Angstrom"), ("time", "time", "ps"),
-               ("velocity", "speed", "Angstrom/ps"), ("force", "force", "kJ/(mol*Angstrom)"))
-
-
-def _check_units_converted(u: Any, out: str) -> None:
-    """Refuse a Universe whose reader was opened with ``convert_units=False``, where its
-    file's units are not MDAnalysis': its values are then in the file's units, and were
-    written labelled as MDAnalysis' (a TRR's positions in nm as 'Angstrom', 10 times too
-    small, an audit)."""
-    from MDAnalysis.units import get_conversion_factor
-
-    ts = u.trajectory.ts  # velocities and forces count where the trajectory has them
-    held = {"velocity": ts.has_velocities, "force": ts.has_forces}
-    for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
-        if getattr(reader, "convert_units", True):
-            continue
-        units = getattr(reader, "units", None) or {}
-        native = []
-        for quantity, kind, base in _BASE_UNITS:
-            unit = units.get(quantity) if held.get(quantity, True) else None
-            try:
-                same = unit is None or get_conversion_factor(kind, unit, base) == 1
-            except (KeyError, ValueError, TypeError):  # a unit MDAnalysis does not know
-                same = False
-            if not same:
-                native.append(f"{quantity} in {unit}")
-        if native:
-            raise ValueError(
-                f"{getattr(reader, 'filename', None) or 'the Universe'}: its reader was "
-                f"opened with convert_units=False, so MDAnalysis gives its values in the "
-                f"file's units ({', '.join(native)}), and convert writes them labelled in "
-                "MDAnalysis' (Angstrom, ps, Angstrom/ps, kJ/(mol*Angstrom)): open the "
-                f"Universe without convert_units=False; nothing written to {out}")
-
-
-def _check_unit_factors(inputs: Sequence[str], out: str) -> None:
-    """Refuse an H5MD input whose particles' values are scaled by H5MD-NOMAD's
-    ``unit_factor``, which MDAnalysis' H5MD reader ignores: positions stored in units of
-    10 nm were written 10 times too small (323.1 Å read by h5mdx, 32.3 Å written; an
-    audit)."""
-    import h5py
-
-    from h5mdx.errors import H5MDUnitError
-
-    for f in _h5md_inputs(inputs):
-        found: list[tuple[str, Any]] = []
-
-        def visit(name: str, obj: Any, found: list[tuple[str, Any]] = found) -> None:
-            factor = obj.attrs.get("unit_factor") if isinstance(obj, h5py.Dataset) else None
-            if factor is not None and np.size(factor) == 1 and float(np.ravel(factor)[0]) != 1:
-                found.append((name, factor))
-
-        with contextlib.suppress(OSError, KeyError, TypeError, ValueError):
-            particles = f.get("particles")
-            if isinstance(particles, h5py.Group):
-                particles.visititems(visit)
-        if found:
-            path, factor = found[0]
-            raise H5MDUnitError(
-                f"{f.filename} [/particles/{path}]: values in units of unit_factor "
-                f"{float(np.ravel(factor)[0])!r} x the unit (H5MD-NOMAD's), which MDAnalysis' "
-                f"H5MD reader ignores: convert would write them that many times off; nothing "
-                f"written to {out}. h5mdx reads the factor: xr.open_dataset(IN, engine='h5md', "
-                "convert_units=True).md.to_h5md(OUT) writes the file in MDAnalysis' units")
-
-
-def _check_whole_frames(u: Any, out: str, partial: bool) -> None:
-    """Raise where an input file ends inside a frame or holds more after the last frame
-    MDAnalysis reads (:func:`_damaged_end`); with ``partial``, warn that the frames before
-    it are converted instead (a run that crashed while writing its last frame).
-
-    The Universe is left at the frame it was at: :func:`_xdr_end` reads the last frames,
-    and a selection by position (``around``, ``prop z < 30``) was then made in the last
-    frame, not the first (an audit)."""
-    at = u.trajectory.ts.frame
-    readers = getattr(u.trajectory, "readers", None) or [u.trajectory]
-    for reader in readers:
-        problem = _damaged_end(reader)
-        if problem is None:
-            continue
-        name = getattr(reader, "filename", None)
-        if partial and reader.n_frames:
-            warnings.warn(f"{name}: {problem}; the {reader.n_frames} frames before it are "
-                          "converted (partial=True)", UserWarning, stacklevel=3)
-            continue
-        # none before it that MDAnalysis reads (a cut TRZ file): partial=True cannot help
-        fix = (f": pass partial=True (--partial on the command line) to convert the "
-               f"{reader.n_frames} frames before it") if reader.n_frames else ""
-        raise H5MDReadError(name, None, f"{problem}; nothing written to {out}{fix}")
-    if any(getattr(r, "_xdr", None) is not None and r.n_frames for r in readers):
-        with warnings.catch_warnings():  # said as the frame was first read
-            warnings.simplefilter("ignore")
-            u.trajectory[at]  # a ChainReader's Timestep is its readers': each moved it
-
-
-def _damaged_end(reader: Any) -> str | None:
-    """What is wrong with the end of a reader's file (None: nothing): a DCD file that
-    ends inside a frame (MDAnalysis counts its frames from the file's size and reads the
-    whole ones, so a cut file converted without a word), an XTC or TRR file that holds
-    more after its last frame (:func:`_xdr_end`)."""
-    problem = _xdr_end(reader) or _text_end(reader) or _trz_end(reader) or _gro_end(reader)
-    if problem is not None:
-        return problem
-    dcd = getattr(reader, "_file", None)
-    sizes = [getattr(dcd, name, None) for name in ("_header_size", "_firstframesize",
-                                                    "_framesize")]
-    name = getattr(reader, "filename", None)
-    if None in sizes or not name or not os.path.isfile(name) or not reader.n_frames:
-        return None
-    header, first, frame = (int(x) for x in sizes)  # type: ignore[arg-type]  # no None
-    whole = header + first + (int(reader.n_frames) - 1) * frame
-    extra = os.path.getsize(name) - whole
-    if 0 < extra < frame:
-        return (f"the file ends {extra} bytes into frame {reader.n_frames + 1} (of "
-                f"{frame} bytes): it was cut while written or copied; MDAnalysis reads "
-                f"only the {reader.n_frames} whole frames")
-    return None
-
-
-def _gro_end(reader: Any) -> str | None:
-    """Where a GRO file holds more frames than its first, what to say (None: one frame).
-    MDAnalysis' GRO reader reads a file's first frame alone: a GRO file of 2 frames was
-    converted as 1, with exit 0 (an audit)."""
-    from MDAnalysis.lib.util import anyopen
-
-    name = getattr(reader, "filename", None)
-    if type(reader).__name__ != "GROReader" or not name or not os.path.isfile(name):
-        return None
-    per_frame = int(reader.n_atoms) + 3  # the title, the atoms' count, the atoms, the box
-    try:
-        with anyopen(name, "rt") as fh:
-            lines = sum(1 for line in fh if line.strip())
-    except (OSError, UnicodeDecodeError):
-        return None
-    if lines <= per_frame:
-        return None
-    return (f"the file holds {lines // per_frame} frames ({lines} lines, of {per_frame} a "
-            "frame), and "
-            "MDAnalysis' GRO reader reads its first frame only: write the frames as a "
-            f"trajectory (gmx trjconv -f {os.path.basename(name)} -o frames.xtc) and convert "
-            "that, with the GRO file as the topology")
-
-
-def _trz_end(reader: Any) -> str | None:
-    """Where a TRZ file ends inside a frame, what to say (None: it does not). MDAnalysis
-    counts a TRZ file's frames from its size and counts none where the size is not whole
-    frames: a cut file read as 0 frames, said as 'the trajectory has 0 frames', and one
-    after another trajectory was left out of the copy without a word (an audit)."""
-    header, frame = getattr(reader, "_headerdtype", None), getattr(reader, "_dtype", None)
-    name = getattr(reader, "filename", None)
-    if type(reader).__name__ != "TRZReader" or header is None or frame is None or not name \
-            or not os.path.isfile(name):
-        return None
-    body = os.path.getsize(name) - int(header.itemsize)
-    if body <= 0 or not body % int(frame.itemsize):
-        return None
-    whole, extra = divmod(body, int(frame.itemsize))
-    return (f"the file ends {extra} bytes into frame {whole + 1} (of {frame.itemsize} "
-            f"bytes): it was cut while written or copied; MDAnalysis reads no frame of a "
-            f"TRZ file that is not whole frames: a copy of its first "
-            f"{int(header.itemsize) + whole * int(frame.itemsize)} bytes holds the {whole} "
-            f"whole frames")
-
-
-def _text_end(reader: Any) -> str | None:
-    """Where an XYZ file holds more than whole frames after its last one, what follows
-    (None: nothing, or blank lines). MDAnalysis counts an XYZ file's frames as its lines
-    over the lines of one frame, rounded down, and notes where each starts: a file cut
-    inside frame 7 read as 6 frames, converted with exit 0 (an audit). A compressed file
-    (``.xyz.bz2``) is not checked: its offsets are not the file's."""
-    name = getattr(reader, "filename", None)
-    if type(reader).__name__ != "XYZReader" or not name or not os.path.isfile(name) \
-            or getattr(reader, "compression", None):
-        return None
-    n = int(reader.n_frames)  # counts the frames, and notes their offsets, at first use
-    offsets = getattr(reader, "_offsets", None)
-    if not isinstance(offsets, list) or len(offsets) <= n:
-        return None
-    try:
-        with open(name, "rb") as fh:
-            fh.seek(int(offsets[n]))
-            rest = fh.read()
-    except OSError:
-        return None
-    lines = rest.strip().count(b"\n") + 1 if rest.strip() else 0
-    if not lines:
-        return None
-    return (f"{lines} lines follow its frame {n}, of the {reader.n_atoms + 2} lines of a "
-            f"frame: the file is cut inside frame {n + 1} (MDAnalysis counts its whole "
-            f"frames, and reads only the {n} before)")
-
-
-def _xdr_end(reader: Any) -> str | None:
-    """Where an XTC or TRR file goes on after the last frame MDAnalysis counts, what
-    follows (None: nothing). MDAnalysis counts the frames by scanning the file and stops,
-    without a word, at a damaged frame (a TRR of 10 frames garbled in its middle read as
-    its first 5, and converted with exit 0). The last frame is read to find where it
-    ends; where that read fails, the frames' count says so as they are written
-    (:func:`_check_all_read`)."""
-    xdr: Any = getattr(reader, "_xdr", None)
-    name = getattr(reader, "filename", None)
-    if not hasattr(xdr, "_bytes_tell") or not name or not os.path.isfile(name) \
-            or not reader.n_frames:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            reader[reader.n_frames - 1]
-        end = int(xdr._bytes_tell())
-    except Exception:  # MDAnalysis raises many kinds of errors; said later
-        return None
-    extra = os.path.getsize(name) - end
-    if extra > 0:
-        return (f"{extra} bytes follow its frame {reader.n_frames}, which ends at byte "
-                f"{end}: the file is damaged or cut there (MDAnalysis counts the frames up "
-                f"to a frame it cannot read, and reads only the {reader.n_frames} before)")
-    return None
-
-
 #: the quantity MDAnalysis' reader states the unit of, for each element written
 _READER_UNIT = {"position": "length", "box_edges": "length", "velocity": "velocity",
                 "force": "force"}
@@ -1201,11 +987,12 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
 
     A Universe in memory (``in_memory=True``, ``transfer_to_memory()``) holds what the
     reader of its file gave: the units are that reader's (:func:`_reader_units`)."""
+    lammps = _lammps_dcd_notes(u)
     units = _reader_units(u.trajectory)
     quantities = {_READER_UNIT[s.name] for s in specs if s.name in _READER_UNIT} | {"time"}
     unknown = sorted(q for q in quantities if q in units and units[q] is None)
     if not unknown:
-        return []
+        return lammps
     known = sorted(q for q in quantities if units.get(q) is not None)
     labels = ", ".join(f"{q} as {_MDA_UNITS.get(q, '?')}" for q in unknown)
     converted = ("; converted: " + ", ".join(f"{q} from {units[q]}" for q in known)
@@ -1213,7 +1000,44 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
     return [f"MDAnalysis does not know the {', '.join(unknown)} units of "
             f"{getattr(u.trajectory, 'filename', 'the input')}: those values are written as "
             f"read, labelled in MDAnalysis' units ({labels}); check them against the units "
-            f"the simulation used{converted}"]
+            f"the simulation used{converted}", *lammps]
+
+
+def _lammps_dcd_notes(u: Any) -> list[str]:
+    """A note for each LAMMPS DCD read in MDAnalysis' default units, those of LAMMPS'
+    'real' style (Å, fs): a DCD does not say its units, and a run in another style
+    (metal: ps) had its times written 1000 times too small without a word (an audit)."""
+    notes = []
+    for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
+        units = getattr(reader, "units", None) or {}
+        name = getattr(reader, "filename", None) or "a DCD"
+        if getattr(reader, "format", None) == "DCD" and _lammps_topology(u):
+            notes.append(
+                f"{name}: read as CHARMM's DCD (times in AKMA, 48.9 fs), beside a LAMMPS "
+                "data file: a DCD LAMMPS wrote keeps its times in LAMMPS' units, so its "
+                "times are off (48.9 times too large for the 'real' style); give "
+                "format='LAMMPS' (--format LAMMPS) for LAMMPS' DCD reader")
+        if getattr(reader, "format", None) == "LAMMPS" and hasattr(reader, "_file") \
+                and units.get("time") == "fs" and units.get("length") == "Angstrom":
+            notes.append(
+                f"{name}: a LAMMPS DCD does not say "
+                "its units; MDAnalysis reads it in LAMMPS' 'real' style (lengths in "
+                "Angstrom, times in fs, converted to ps): for a run in another style, "
+                "convert a Universe opened with its units (mda.Universe(TOP, DCD, "
+                "format='LAMMPS', timeunit='ps') for 'metal')")
+    return notes
+
+
+def _lammps_topology(u: Any) -> bool:
+    """Whether the Universe's topology is a LAMMPS data file (by its name, as MDAnalysis
+    tells its format)."""
+    from MDAnalysis.lib.util import guess_format
+
+    name = getattr(u, "filename", None)
+    try:
+        return bool(name) and guess_format(name) == "DATA"
+    except (ValueError, TypeError):  # a name MDAnalysis tells no format from
+        return False
 
 
 def _reader_units(reader: Any) -> dict[str, Any]:
@@ -1235,22 +1059,6 @@ def _reader_units(reader: Any) -> dict[str, Any]:
         return {}
 
 
-def _h5md_inputs(trajectories: Sequence[Any]) -> Iterator[Any]:
-    """Each input that is an HDF5 file, open (read-only); those that cannot be read skip."""
-    import h5py
-
-    for t in trajectories:
-        if not isinstance(t, (str, os.PathLike)):
-            continue
-        try:
-            if not h5py.is_hdf5(t):
-                continue
-            with h5py.File(t, "r") as f:
-                yield f
-        except OSError:
-            continue
-
-
 def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
     """The units of the observables of H5MD inputs (MDAnalysis gives their values alone,
     as stored): the files given, else the Universe's; one they give otherwise is left out."""
@@ -1258,7 +1066,7 @@ def _observable_units(trajectories: Sequence[Any], u: Any) -> dict[str, str]:
 
     found: dict[str, set[str]] = {}
     # a Universe's: every file of its chain (the first alone gave its units to all)
-    for f in _h5md_inputs(list(trajectories) or _universe_files(u)):
+    for f in h5md_inputs(list(trajectories) or _universe_files(u)):
         for name, el in f.get("observables", {}).items():
             try:
                 unit = scaled_unit(unit_attribute(el["value"]),
@@ -1279,7 +1087,7 @@ def _left_behind(trajectories: Sequence[Any], copied: Iterable[str] = ()) -> lis
     ``copied``; ``h5mdx rechunk`` copies a file whole)."""
     copied = set(copied)
     notes = []
-    for f in _h5md_inputs(trajectories):
+    for f in h5md_inputs(trajectories):
         notes.append(f"{f.filename} is H5MD already: h5mdx rechunk copies it to a new layout "
                      "(or to Zarr) 10-20x faster than convert, which reads it through "
                      "MDAnalysis frame by frame")
