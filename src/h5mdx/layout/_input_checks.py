@@ -82,7 +82,14 @@ def check_unit_factors(inputs: Sequence[str], out: str) -> None:
                 f"{float(np.ravel(factor)[0])!r} x the unit (H5MD-NOMAD's), which MDAnalysis' "
                 f"H5MD reader ignores: convert would write them that many times off; nothing "
                 f"written to {out}. h5mdx reads the factor: xr.open_dataset(IN, engine='h5md', "
-                "convert_units=True).md.to_h5md(OUT) writes the file in MDAnalysis' units")
+                "convert_units=True).md.to_h5md(OUT) writes the file in MDAnalysis' units (after "
+                "import h5mdx)")
+
+
+def frames_before(k: int) -> str:
+    """``"the frame"`` or ``"the k frames"``, of frames before a damaged one ("the 1
+    frames before it", an audit)."""
+    return "the frame" if k == 1 else f"the {k} frames"
 
 
 def check_whole_frames(u: Any, out: str, partial: bool) -> None:
@@ -101,12 +108,12 @@ def check_whole_frames(u: Any, out: str, partial: bool) -> None:
             continue
         name = getattr(reader, "filename", None)
         if partial and reader.n_frames:
-            warnings.warn(f"{name}: {problem}; the {reader.n_frames} frames before it are "
-                          "converted (partial=True)", UserWarning, stacklevel=3)
+            warnings.warn(f"{name}: {problem}; {frames_before(reader.n_frames)} before it "
+                          f"{'is' if reader.n_frames == 1 else 'are'} converted (partial=True)", UserWarning, stacklevel=3)
             continue
         # none before it that MDAnalysis reads (a cut TRZ file): partial=True cannot help
-        fix = (f": pass partial=True (--partial on the command line) to convert the "
-               f"{reader.n_frames} frames before it") if reader.n_frames else ""
+        fix = (": pass partial=True (--partial on the command line) to convert "
+               f"{frames_before(reader.n_frames)} before it") if reader.n_frames else ""
         raise H5MDReadError(name, None, f"{problem}; nothing written to {out}{fix}")
     if any(getattr(r, "_xdr", None) is not None and r.n_frames for r in readers):
         with warnings.catch_warnings():  # said as the frame was first read

@@ -50,6 +50,7 @@ from h5mdx.layout._input_checks import (
     check_unit_factors,
     check_units_converted,
     check_whole_frames,
+    frames_before,
     h5md_inputs,
 )
 
@@ -205,7 +206,8 @@ def _directory_input(path: str) -> str:
     knew no format '' of it, and listed its formats)."""
     if is_zarr_store(path):
         return (f"{path!r} is a Zarr store, not a file MDAnalysis reads: "
-                f"xr.open_zarr({path!r}).md.to_h5md(OUT) writes it as H5MD, and h5mdx info "
+                f"xr.open_zarr({path!r}).md.to_h5md(OUT) writes it as H5MD (after import "
+                "h5mdx, which gives Datasets .md), and h5mdx info "
                 "and h5mdx rmsd read it as it is")
     return f"{path!r} is a directory, not a topology or trajectory file"
 
@@ -930,13 +932,13 @@ class _FramesRead:
         problem = (f"MDAnalysis cannot read {which} ({type(err).__name__}: "
                    f"{_one_line(str(err)) or 'no message'}): the file is damaged or cut there")
         if self.partial:
-            self.problem = f"{name}: {problem}; the {k} frames before it are converted " \
-                "(partial=True)"
+            self.problem = f"{name}: {problem}; {frames_before(k)} before it " \
+                f"{'is' if k == 1 else 'are'} converted (partial=True)"
             return
         raise H5MDReadError(
             None if name is None else str(name), None,
             f"{problem}; nothing written to {self.out}: pass partial=True (--partial on the "
-            f"command line) to convert the {k} frames before it") from err
+            f"command line) to convert {frames_before(k)} before it") from err
 
 
 def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u: Any,
@@ -951,10 +953,11 @@ def _check_all_read(written: int, n_frames: int, trajectories: Sequence[Any], u:
     problem = (f"MDAnalysis read {written} of the {n_frames} frames it announced: the "
                f"trajectory is truncated or damaged after frame {written}")
     if partial:
-        return f"{source}: {problem}; the {written} frames read are converted (partial=True)"
+        read = "the frame read is" if written == 1 else f"the {written} frames read are"
+        return f"{source}: {problem}; {read} converted (partial=True)"
     raise H5MDReadError(source, None, f"{problem}; nothing written to {out}: pass "
-                        "partial=True (--partial on the command line) to convert the "
-                        f"{written} frames before it (into chunked storage)")
+                        "partial=True (--partial on the command line) to convert "
+                        f"{frames_before(written)} before it (into chunked storage)")
 
 
 def _release_quietly(err: BaseException) -> None:

@@ -117,5 +117,6 @@ def _directory(path: str) -> str:
     ``rechunk``'s), said with what reads it and how to write it as H5MD, or another."""
     if any(os.path.exists(os.path.join(path, m)) for m in ZARR_MARKERS):
         return ("is a Zarr store, not an H5MD file: h5mdx info and h5mdx rmsd read it, "
-                f"xr.open_zarr({path!r}) opens it, and .md.to_h5md(OUT) writes it as H5MD")
+                f"xr.open_zarr({path!r}) opens it, and .md.to_h5md(OUT) writes it as H5MD "
+                "(after import h5mdx, which gives Datasets .md)")
     return "is a directory, not an H5MD file"
