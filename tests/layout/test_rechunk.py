@@ -709,3 +709,31 @@ def test_the_summary_says_whose_chunks_it_gives(tmp_path):
         value=x, step=1, time=1.0, unit="nm", chunks=(1, 10000, 3))}})
     assert "for the positions" not in rechunk(alone, tmp_path / "one.out.h5",
                                               progress=False).layout
+
+
+def test_an_external_link_reaches_its_file_from_a_copy_in_another_directory(tmp_path):
+    """HDF5 finds a relative external link's file next to the file that holds the link: a
+    copy into another directory kept the name as it was, and its link dangled."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    with h5py.File(tmp_path / "in" / "forces.h5", "w") as f:
+        f["data"] = np.arange(6.0)
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in" / "run.h5md", {"all": {
+        "position": {"value": np.arange(24.0).reshape(2, 4, 3), "step": np.arange(2)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        f["parameters/forces"] = h5py.ExternalLink("forces.h5", "/data")
+        f["parameters/elsewhere"] = h5py.ExternalLink("/no/such/file.h5", "/data")
+    out = tmp_path / "out" / "copy.h5md"
+    rechunk(src, out, frames_per_chunk=1)
+    with h5py.File(out) as f:
+        np.testing.assert_array_equal(f["parameters/forces"][()], np.arange(6.0))
+        assert f["parameters"].get("forces", getlink=True).filename == "../in/forces.h5"
+        assert f["parameters"].get("elsewhere", getlink=True).filename == "/no/such/file.h5"
+    same_dir = tmp_path / "in" / "copy.h5md"  # next to the input: the name as it was
+    rechunk(src, same_dir)
+    with h5py.File(same_dir) as f:
+        assert f["parameters"].get("forces", getlink=True).filename == "forces.h5"
+        np.testing.assert_array_equal(f["parameters/forces"][()], np.arange(6.0))

@@ -241,6 +241,26 @@ def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
     return out
 
 
+def _external_target(filename: str, src: str, dst: str) -> str:
+    """The file name an external link of ``src`` to ``filename`` takes in ``dst``: HDF5
+    looks for a relative one next to the file holding the link, so a copy into another
+    directory points to the same file by a name relative to ``dst`` (kept as it was, the
+    copy's link dangled: its data unreachable, silently; found by an audit). Absolute
+    names, and names of no file next to ``src`` (found through ``HDF5_EXT_PREFIX`` or the
+    working directory), are kept."""
+    if os.path.isabs(filename):
+        return filename
+    src_dir = os.path.dirname(os.path.abspath(src))
+    dst_dir = os.path.dirname(os.path.abspath(dst))
+    target = os.path.join(src_dir, filename)
+    if os.path.samefile(src_dir, dst_dir) or not os.path.exists(target):
+        return filename
+    try:
+        return os.path.relpath(target, dst_dir)
+    except ValueError:  # another drive (Windows)
+        return os.path.abspath(target)
+
+
 class _Copier:
     def __init__(self, fin: h5py.File, fout: h5py.File, layout: Layout,
                  targets: dict[tuple[int, int], ElementInfo], buffer_bytes: int,
@@ -264,7 +284,9 @@ class _Copier:
                 gdst[name] = h5py.SoftLink(link.path)
                 continue
             if isinstance(link, h5py.ExternalLink):
-                gdst[name] = h5py.ExternalLink(link.filename, link.path)
+                target = _external_target(link.filename, self.fin.filename,
+                                          self.fout.filename)
+                gdst[name] = h5py.ExternalLink(target, link.path)
                 continue
             obj = gsrc[name]
             key = _addr(obj)
