@@ -737,3 +737,31 @@ def test_an_external_link_reaches_its_file_from_a_copy_in_another_directory(tmp_
     with h5py.File(same_dir) as f:
         assert f["parameters"].get("forces", getlink=True).filename == "forces.h5"
         np.testing.assert_array_equal(f["parameters/forces"][()], np.arange(6.0))
+
+
+@pytest.mark.parametrize("input_chunks", [None, (1, 1, 3)])
+def test_an_element_of_no_particles_is_copied(tmp_path, input_chunks):
+    """A particles group of no particles, ``value`` (frames, 0, 3), is copied with its
+    frames' steps: the copy failed with h5py's bare 'All chunk dimensions must be
+    positive'."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.arange(30.0).reshape(5, 2, 3), "step": np.arange(5)}}})
+    with h5py.File(src, "a") as f:
+        g = f.create_group("particles/none/position")
+        g.create_dataset("value", shape=(5, 0, 3), dtype="f4", chunks=input_chunks,
+                         maxshape=(None, None, 3) if input_chunks else None)
+        g["step"] = np.arange(5) * 10
+        g["value"].attrs["unit"] = "nm"
+    out = tmp_path / "out.h5md"
+    stats = rechunk(src, out, frames_per_chunk=2, verify=True)
+    assert "/particles/none/position" in stats.elements
+    with h5py.File(out) as f:
+        assert f["particles/none/position/value"].shape == (5, 0, 3)
+        assert f["particles/none/position/value"].dtype == np.float32
+        assert f["particles/none/position/value"].attrs["unit"] == "nm"
+        np.testing.assert_array_equal(f["particles/none/position/step"][()], np.arange(5) * 10)
+        np.testing.assert_array_equal(f["particles/all/position/value"][()],
+                                      np.arange(30.0).reshape(5, 2, 3))
+        assert f["particles/all/position/value"].chunks == (2, 2, 3)

@@ -328,12 +328,11 @@ class _Copier:
         else:
             small = not el.path.startswith("/particles/") or el.name == "box_edges"
             chunk = self.layout.frames(frame_bytes, n, small=small)
-            kwargs["chunks"] = (chunk, *src.shape[1:])
+            kwargs["chunks"], maxshape = _frame_chunks(src, chunk)
             if self.layout.compression is None:
                 kwargs.update(_fitting(_source_filters(src), src, kwargs["chunks"]))
             else:
                 kwargs.update(compression_kwargs(self.layout.compression))
-            maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
         if el.fillvalue is not None:
             kwargs["fillvalue"] = src.fillvalue
         if chunk is None:  # HDF5 allocates it whole at the first write
@@ -374,6 +373,20 @@ class _Copier:
                 self.advance(b - a)
         self.elements.append(el.path)
         return dst.name
+
+
+def _frame_chunks(src: h5py.Dataset, frames: int
+                  ) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+    """Chunks of ``frames`` whole frames of ``src`` and the copy's maximum shape (the
+    input's, resizable in time where the input was not chunked). An axis of no values
+    (an element of no particles, ``(frames, 0, 3)``) gets chunks of 1 and no limit:
+    HDF5 takes no chunk of 0, nor one past a fixed limit of 0 (the copy failed with a
+    bare 'All chunk dimensions must be positive'; found by an audit)."""
+    maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
+    chunks = (frames, *(max(1, int(s)) for s in src.shape[1:]))
+    maxshape = (maxshape[0], *(None if s == 0 else m
+                               for s, m in zip(src.shape[1:], maxshape[1:], strict=True)))
+    return chunks, maxshape
 
 
 #: Input chunks one read may span at most: a read of 64 MiB of one-frame chunks of 10
