@@ -116,3 +116,41 @@ def test_slurm_script_submit_summarises_only_this_jobs_records(state, code, reco
                 "run's") in captured.err
     else:
         assert "stragglers" in captured.out and "not job" not in captured.err
+
+
+def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeypatch):
+    """sbatch splits an #SBATCH line at whitespace and ends it at an unquoted '#', and
+    takes double quotes and backslashes: '--chdir=/work/my run' was written as it is, and
+    sbatch refused the script ('Invalid directive found in batch script: run'); a '#' cut
+    the log's name short."""
+    import shutil
+    import subprocess
+
+    run_dir = tmp_path / 'my "run" #2'
+    run_dir.mkdir()
+    monkeypatch.chdir(run_dir)
+    (run_dir / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--job-name", "my job", "--log", "log #%j.out"]) == 0
+    script = capsys.readouterr().out
+    words = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            # sbatch's rules for these lines: POSIX shell words, '#' starts a comment
+            for word in shlex.split(line[len("#SBATCH "):], comments=True):
+                key, _, value = word.partition("=")
+                words[key] = value
+    assert words["--chdir"] == str(run_dir)
+    assert words["--job-name"] == "my job"
+    assert words["--output"] == "log #%j.out"
+    if shutil.which("sbatch"):  # SLURM's own parser (--test-only: never a job)
+        path = tmp_path / "job.sh"
+        path.write_text(script)
+        said = subprocess.run(["sbatch", "-vv", "--test-only", str(path)], check=False,
+                              capture_output=True, text=True, timeout=60).stderr
+        assert "Invalid directive" not in said
+        assert f"chdir               : {run_dir}\n" in said
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--job-name", "a\nb"]) != 0
+    captured = capsys.readouterr()
+    assert "holds a line break" in captured.err and "#SBATCH" not in captured.out
