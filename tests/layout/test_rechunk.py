@@ -765,3 +765,38 @@ def test_an_element_of_no_particles_is_copied(tmp_path, input_chunks):
         np.testing.assert_array_equal(f["particles/all/position/value"][()],
                                       np.arange(30.0).reshape(5, 2, 3))
         assert f["particles/all/position/value"].chunks == (2, 2, 3)
+
+
+def test_a_virtual_dataset_reads_its_sources_from_a_copy_in_another_directory(tmp_path):
+    """HDF5 looks for a virtual dataset's relative source files next to its file: copied as
+    it was into another directory, the copy read the fill value (-1) in place of every
+    mapped value, silently."""
+    from h5mdx.testing import write_h5md
+
+    (tmp_path / "in" / "parts").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    for i in range(2):
+        with h5py.File(tmp_path / "in" / "parts" / f"p{i}.h5", "w") as f:
+            f["x"] = np.arange(5.0) + 10 * i
+    src = write_h5md(tmp_path / "in" / "run.h5md", {"all": {
+        "position": {"value": np.arange(24.0).reshape(2, 4, 3), "step": np.arange(2)}}},
+        parameters={"seed": 1})
+    layout = h5py.VirtualLayout((8,), "f8")
+    layout[0:5] = h5py.VirtualSource("parts/p0.h5", "x", shape=(5,))  # the whole source
+    layout[5:8] = h5py.VirtualSource("parts/p1.h5", "x", shape=(5,))[1:4]  # a part of it
+    with h5py.File(src, "a") as f:
+        f["parameters"].create_virtual_dataset("joined", layout, fillvalue=-1)
+        f["parameters/joined"].attrs["unit"] = "nm"
+    want = np.array([0, 1, 2, 3, 4, 11, 12, 13], dtype=float)
+    out = tmp_path / "out" / "copy.h5md"
+    assert rechunk(src, out, verify=True).verified
+    with h5py.File(out) as f:
+        joined = f["parameters/joined"]
+        np.testing.assert_array_equal(joined[()], want)
+        assert joined.is_virtual and joined.fillvalue == -1 and joined.attrs["unit"] == "nm"
+        assert [m.file_name for m in joined.virtual_sources()] == ["../in/parts/p0.h5",
+                                                                   "../in/parts/p1.h5"]
+    same_dir = tmp_path / "in" / "copy.h5md"
+    rechunk(src, same_dir)
+    with h5py.File(same_dir) as f:
+        np.testing.assert_array_equal(f["parameters/joined"][()], want)

@@ -261,6 +261,47 @@ def _external_target(filename: str, src: str, dst: str) -> str:
         return os.path.abspath(target)
 
 
+def _relocated_virtual(src: Any, gdst: h5py.Group, name: str, dst_file: str) -> bool:
+    """Make the virtual dataset ``src`` as ``name`` in ``gdst`` with its source files
+    named relative to ``dst_file`` (:func:`_external_target`), where a relative name
+    changes; False (nothing made) otherwise. HDF5 looks for a relative source file next
+    to the virtual dataset's file: copied as it was into another directory, the copy read
+    the fill value in place of every mapped value, silently (found by an audit)."""
+    if not isinstance(src, h5py.Dataset) or not src.is_virtual:
+        return False
+    maps = src.virtual_sources()
+    names = [m.file_name if m.file_name == "." else
+             _external_target(m.file_name, src.file.filename, dst_file) for m in maps]
+    spaces = [_source_space(m, src.file.filename) for m in maps]
+    if names == [m.file_name for m in maps] or any(sp is None for sp in spaces):
+        return False  # as it is: nothing relative to change, or a source missing already
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    fill = np.zeros((1,), dtype=src.dtype)
+    src.id.get_create_plist().get_fill_value(fill)
+    dcpl.set_fill_value(fill)
+    for m, file_name, space in zip(maps, names, spaces, strict=True):
+        dcpl.set_virtual(m.vspace, file_name.encode(), m.dset_name.encode(), space)
+    h5py.h5d.create(gdst.id, name.encode(), src.id.get_type(), src.id.get_space(), dcpl=dcpl)
+    return True
+
+
+def _source_space(m: Any, vds_file: str) -> Any:
+    """The source dataspace of the mapping ``m`` of a virtual dataset of ``vds_file``,
+    with its selection: HDF5 stores a whole-dataset selection without the source's
+    extent (read back as a scalar), so that one is taken from the source dataset; None
+    where it cannot be opened."""
+    if m.src_space.get_select_type() != h5py.h5s.SEL_ALL \
+            or m.src_space.get_select_npoints() == m.vspace.get_select_npoints():
+        return m.src_space
+    path = m.file_name if m.file_name == "." or os.path.isabs(m.file_name) else \
+        os.path.join(os.path.dirname(os.path.abspath(vds_file)), m.file_name)
+    try:
+        with h5py.File(vds_file if path == "." else path, "r") as f:
+            return f[m.dset_name].id.get_space()
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 class _Copier:
     def __init__(self, fin: h5py.File, fout: h5py.File, layout: Layout,
                  targets: dict[tuple[int, int], ElementInfo], buffer_bytes: int,
@@ -302,7 +343,8 @@ class _Copier:
                 self.seen[key] = self._rechunk(obj, gdst, name, self.targets[key])
             else:  # datasets and named datatypes copied as they are, their attributes apart
                 try:
-                    self.fin.copy(obj, gdst, name=name, without_attrs=True)
+                    if not _relocated_virtual(obj, gdst, name, self.fout.filename):
+                        self.fin.copy(obj, gdst, name=name, without_attrs=True)
                 except OSError as err:
                     raise H5MDReadError(self.fin.filename, obj.name,
                                         f"cannot copy it: {err}") from None
