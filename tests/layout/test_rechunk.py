@@ -800,3 +800,29 @@ def test_a_virtual_dataset_reads_its_sources_from_a_copy_in_another_directory(tm
     rechunk(src, same_dir)
     with h5py.File(same_dir) as f:
         np.testing.assert_array_equal(f["parameters/joined"][()], want)
+
+
+def test_an_attribute_of_no_value_does_not_stop_a_copy_into_zarr(tmp_path):
+    """An attribute of HDF5's null dataspace (``h5py.Empty``) on an element reached the
+    Dataset's attrs as h5py's Empty object: the copy into Zarr failed with xarray's bare
+    'TypeError: Invalid attribute in Dataset.attrs.' and wrote nothing."""
+    import zarr
+
+    from h5mdx.testing import write_h5md
+
+    positions = np.arange(24.0).reshape(2, 4, 3)
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": positions, "step": np.arange(2), "unit": "nm"}}})
+    with h5py.File(src, "a") as f:
+        f["particles/all/position/value"].attrs["unset"] = h5py.Empty("f8")
+        f["particles/all/position/value"].attrs["origin"] = "md"
+        f["particles/all/position"].attrs["also_unset"] = h5py.Empty("i4")
+    out = tmp_path / "out.zarr"
+    assert rechunk(src, out, verify=True).verified
+    position = zarr.open_group(out, mode="r")["position"]
+    np.testing.assert_array_equal(position[...], positions)
+    assert position.attrs["units"] == "nm" and position.attrs["origin"] == "md"
+    assert "unset" not in position.attrs and "also_unset" not in position.attrs
+    rechunk(src, tmp_path / "copy.h5md")  # HDF5 keeps it, as it is
+    with h5py.File(tmp_path / "copy.h5md") as f:
+        assert isinstance(f["particles/all/position/value"].attrs["unset"], h5py.Empty)

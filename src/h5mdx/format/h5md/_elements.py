@@ -130,6 +130,8 @@ def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:
             value = dset.attrs[name]
         except (OSError, RuntimeError, KeyError, TypeError, ValueError):
             continue
+        if isinstance(value, h5py.Empty):  # no value (null dataspace): none to give
+            continue
         if isinstance(value, h5py.Reference) or (
                 isinstance(value, np.ndarray) and value.dtype.kind == "O"
                 and any(isinstance(v, h5py.Reference) for v in value.ravel())):
