@@ -154,3 +154,32 @@ def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeyp
                  "--job-name", "a\nb"]) != 0
     captured = capsys.readouterr()
     assert "holds a line break" in captured.err and "#SBATCH" not in captured.out
+
+
+@pytest.mark.parametrize(("log", "name"), [
+    ("%x-%j.out", "rmsd run-4242.out"),
+    ("logs/%u_%8j_100%%.log", "logs/{user}_00004242_100%.log"),
+    ("h5mdx-mpi-rmsd-%j.out", "h5mdx-mpi-rmsd-4242.out"),
+])
+def test_slurm_script_submit_reads_the_log_sbatch_names(log, name, tmp_path, monkeypatch,
+                                                        capsys):
+    """--submit looked for the job's output with only %j replaced: --log %x-%j.out (the
+    job's name) made it print nothing of the job and name '%x-4242.out', a file that
+    does not exist."""
+    import getpass
+
+    import h5mdx.parallel.batch as batch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    (tmp_path / "logs").mkdir()
+    written = tmp_path / name.format(user=getpass.getuser())
+    written.write_text("the job's own words\n")
+    monkeypatch.setattr(batch, "submit", lambda script, cwd=None: "4242")
+    monkeypatch.setattr(batch, "wait_for_job", lambda job_id, timeout=None: batch.JobResult(
+        job_id, "FAILED", 1, "", 1.0, {}))
+    main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "1", "--job-name", "rmsd run",
+          "--log", log, "--submit"])
+    out = capsys.readouterr().out
+    assert "the job's own words" in out
+    assert f"output in {written}" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -109,6 +110,34 @@ def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
                           UserWarning, stacklevel=2)
 
 
+#: sbatch's file name patterns known at submission: %j (job id), %A (an array's job
+#: id: the job's own otherwise), %x (job name), %u (user name), %% (a %); a number between
+#: the % and the letter pads with zeros (%5j)
+_LOG_PATTERN = re.compile(r"%(\d*)([jAxu%])")
+
+
+def _log_name(log: str, job_id: str, job_name: str) -> str:
+    """The name sbatch gives the job's output ``log`` (``--output``): only ``%j`` was
+    replaced, so ``--log %x-%j.out`` made --submit look for ``%x-4242.out``, print no
+    output of the job and name a file that does not exist (found by an audit)."""
+    import getpass
+
+    def one(m: re.Match[str]) -> str:
+        width, letter = m.group(1), m.group(2)
+        if letter == "%":
+            return "%"
+        if letter == "x":
+            return job_name
+        if letter == "u":
+            try:
+                return getpass.getuser()
+            except (KeyError, OSError):
+                return m.group(0)
+        return job_id.zfill(int(width)) if width else job_id
+
+    return _LOG_PATTERN.sub(one, log)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print or submit the script."""
     from h5mdx.parallel.batch import (
@@ -156,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"submitted SLURM job {job_id} ({args.ntasks} rank(s)); waiting for it to end",
           file=sys.stderr, flush=True)
     result = wait_for_job(job_id, timeout=args.wait_timeout)
-    log_path = Path(chdir) / log.replace("%j", job_id)
+    log_path = Path(chdir) / _log_name(log, job_id, args.job_name or "h5mdx-mpi-rmsd")
     if log_path.is_file():
         sys.stdout.write(log_path.read_text(encoding="utf-8", errors="replace"))
     state = result.state + (f" (exit code {result.exit_code})"
