@@ -826,3 +826,15 @@ def test_an_attribute_of_no_value_does_not_stop_a_copy_into_zarr(tmp_path):
     rechunk(src, tmp_path / "copy.h5md")  # HDF5 keeps it, as it is
     with h5py.File(tmp_path / "copy.h5md") as f:
         assert isinstance(f["particles/all/position/value"].attrs["unset"], h5py.Empty)
+
+
+def test_the_summary_of_elements_chunked_alike_names_one_chunking(tmp_path):
+    """MDAnalysis' cobrotoxin file (float32 positions, velocities and forces, box edges in
+    time): every element got 3-frame chunks, and the summary said 'for the positions, as
+    many MiB of whole frames for each other element', counting the box's edges."""
+    out = tmp_path / "out.h5md"
+    stats = rechunk(d.H5MD_xvf, out)
+    assert stats.layout == "chunks of 3 frames (0.666 MiB), compression kept"
+    with h5py.File(out) as f:
+        for name in ("position", "velocity", "force"):
+            assert f[f"particles/trajectory/{name}/value"].chunks == (3, 19385, 3)

@@ -573,8 +573,8 @@ def rechunk(
         seconds = _time.perf_counter() - t0
         size = _size(tmp)
     described = layout.describe(n_frames, frame_bytes)
-    if frames_per_chunk is None and not contiguous and main is not None and any(
-            len(e.shape) > 2 and _frame_bytes(e) != frame_bytes for e in elements):
+    if frames_per_chunk is None and not contiguous and main is not None \
+            and _chunked_otherwise(layout, main, elements):
         # the frames of the positions' chunks, not of a float64 velocity's (half as many)
         described = described.replace(" MiB), ", " MiB) for the positions, as many MiB of "
                                       "whole frames for each other element, ", 1)
@@ -583,6 +583,18 @@ def rechunk(
                         layout=described if compression is not None or contiguous
                         else described.replace("compression none", "compression kept"),
                         verified=verified)
+
+
+def _chunked_otherwise(layout: Layout, main: ElementInfo, elements: list[ElementInfo]
+                       ) -> bool:
+    """Whether a per-particle element gets chunks of another number of frames than the
+    positions ``main`` (a float64 velocity beside float32 positions). Any element of
+    other frame bytes counted, the box's edges too, whose chunks follow their own rule:
+    the summary of a copy of MDAnalysis' files said each other element had its own
+    chunks where all had the positions' (found by an audit)."""
+    want = layout.frames(_frame_bytes(main), main.shape[0])
+    return any(layout.frames(_frame_bytes(e), e.shape[0]) != want for e in elements
+               if e.path.startswith("/particles/") and e.name != "box_edges")
 
 
 @contextlib.contextmanager
