@@ -838,3 +838,45 @@ def test_the_summary_of_elements_chunked_alike_names_one_chunking(tmp_path):
     with h5py.File(out) as f:
         for name in ("position", "velocity", "force"):
             assert f[f"particles/trajectory/{name}/value"].chunks == (3, 19385, 3)
+
+
+def test_a_rounding_scale_offset_filter_is_not_applied_again_to_other_chunks(tmp_path):
+    """HDF5's scale-offset filter rounds each chunk from its own minimum: kept for the new
+    chunks, it rounded the already-rounded values again, changing them silently (an
+    observable 0.66666667 stored at 3 decimals in chunks of 2 became 0.66633333)."""
+    from h5mdx.testing import write_h5md
+
+    rng = np.random.default_rng(5)
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": rng.normal(size=(8, 5, 3)) * 10, "step": np.arange(8)}}})
+    with h5py.File(src, "a") as f:
+        for name, data, opts in (("energy", np.linspace(0.0, 1.0, 8), 3),
+                                 ("count", np.arange(8) * 1000 + 3, 0)):  # lossless
+            g = f.create_group(f"observables/{name}")
+            g.create_dataset("value", data=data, chunks=(2,), scaleoffset=opts or True)
+            g["step"] = np.arange(8)
+        del f["particles/all/position/value"]
+        f["particles/all/position"].create_dataset(
+            "value", data=rng.normal(size=(8, 5, 3)) * 10, chunks=(1, 5, 3),
+            maxshape=(None, 5, 3), scaleoffset=2)
+        want = {p: f[p][()] for p in ("observables/energy/value", "observables/count/value",
+                                      "particles/all/position/value")}
+    out = tmp_path / "out.h5md"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rechunk(src, out, frames_per_chunk=4)
+    with h5py.File(out) as f:
+        for path, values in want.items():
+            np.testing.assert_array_equal(f[path][()], values, err_msg=path)
+        assert f["particles/all/position/value"].chunks == (4, 5, 3)
+        assert f["particles/all/position/value"].scaleoffset is None
+        assert f["observables/count/value"].scaleoffset == 0  # lossless: kept
+    said = sorted(str(w.message).partition(" [")[2] for w in caught)
+    assert said == [
+        "/observables/energy/value]: stored with HDF5's scale-offset filter (3 decimals), "
+        "which rounds each chunk from its own minimum: applied again to chunks of (8,), not "
+        "(2,), it would change the values; copied without it (the values are the same)",
+        "/particles/all/position/value]: stored with HDF5's scale-offset filter (2 "
+        "decimals), which rounds each chunk from its own minimum: applied again to chunks "
+        "of (4, 5, 3), not (1, 5, 3), it would change the values; copied without it (the "
+        "values are the same)"]

@@ -209,6 +209,28 @@ def _fitting(filters: dict[str, Any], dset: h5py.Dataset, chunks: tuple[int, ...
     return {k: v for k, v in filters.items() if k not in ("compression", "compression_opts")}
 
 
+def _unrounded(filters: dict[str, Any], dset: h5py.Dataset, chunks: tuple[int, ...]
+               ) -> dict[str, Any]:
+    """``filters`` without HDF5's scale-offset filter, with a warning, where it rounds
+    (floating-point values to some decimals, integers to some bits) and the chunks
+    change: it rounds each chunk from that chunk's own minimum, so applied again to other
+    chunks it changes values already rounded, silently (a float64 0.66666667 stored with
+    ``scaleoffset=3`` in chunks of 2 values became 0.66633333 in a copy of chunks of 4;
+    found by an audit). Kept where lossless (integers at their automatic bits) or where
+    the chunks are the input's."""
+    digits = filters.get("scaleoffset")
+    if digits is None or tuple(chunks) == dset.chunks or (
+            dset.dtype.kind in "iu" and int(digits) == 0):
+        return filters
+    what = f"{digits} decimals" if dset.dtype.kind == "f" else f"{digits} bits"
+    warnings.warn(f"{dset.file.filename} [{dset.name}]: stored with HDF5's scale-offset "
+                  f"filter ({what}), which rounds each chunk from its own minimum: applied "
+                  f"again to chunks of {tuple(chunks)}, not {dset.chunks}, it would change "
+                  "the values; copied without it (the values are the same)", UserWarning,
+                  stacklevel=4)
+    return {k: v for k, v in filters.items() if k != "scaleoffset"}
+
+
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
     """create_dataset keyword arguments that reproduce a dataset's filter pipeline (SZIP
     where this h5py writes it; N-bit, which packs a datatype of fewer bits than its size,
@@ -372,7 +394,8 @@ class _Copier:
             chunk = self.layout.frames(frame_bytes, n, small=small)
             kwargs["chunks"], maxshape = _frame_chunks(src, chunk)
             if self.layout.compression is None:
-                kwargs.update(_fitting(_source_filters(src), src, kwargs["chunks"]))
+                kwargs.update(_unrounded(_fitting(_source_filters(src), src, kwargs["chunks"]),
+                                         src, kwargs["chunks"]))
             else:
                 kwargs.update(compression_kwargs(self.layout.compression))
         if el.fillvalue is not None:
