@@ -183,3 +183,25 @@ def test_slurm_script_submit_reads_the_log_sbatch_names(log, name, tmp_path, mon
     out = capsys.readouterr().out
     assert "the job's own words" in out
     assert f"output in {written}" in out
+
+
+def test_slurm_script_says_a_chdir_that_is_no_directory(tmp_path, monkeypatch, capsys):
+    """--submit with a --chdir that does not exist failed with a bare '[Errno 2] No such
+    file or directory: DIR', naming no option; the script was written without a word."""
+    import h5mdx.parallel.batch as batch
+
+    submitted = []
+    monkeypatch.setattr(batch, "submit", lambda script, cwd=None: submitted.append(cwd))
+    missing = tmp_path / "nope"
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--chdir",
+                 str(missing), "--submit"]) != 0
+    assert f"--chdir {missing}: no such directory, where the job would start" in \
+        capsys.readouterr().err
+    assert submitted == []
+    with pytest.warns(UserWarning) as caught:  # and of the trajectory, not there either
+        assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--chdir",
+                     str(missing)]) == 0
+    assert str(caught[0].message) == (f"--chdir {missing}: no such directory, where the job "
+                                      "would start; the job will fail unless it exists when "
+                                      "it runs")
+    assert f"#SBATCH --chdir={missing}" in capsys.readouterr().out

@@ -97,6 +97,22 @@ def _program_namespace(program: str, argv: list[str]) -> argparse.Namespace:
     return parser.parse_args([program, *argv])
 
 
+def _check_chdir(chdir: str, submit: bool) -> None:
+    """Refuse (``--submit``) or warn of a ``--chdir`` that is no directory: --submit
+    failed with a bare '[Errno 2] No such file or directory: DIR', naming no option, and
+    a script's job starts elsewhere (SLURM falls back to /tmp), its relative paths lost
+    (found by an audit)."""
+    if os.path.isdir(chdir):
+        return
+    said = f"--chdir {chdir}: no such directory, where the job would start"
+    if submit:
+        raise ValueError(said)
+    import warnings
+
+    warnings.warn(f"{said}; the job will fail unless it exists when it runs", UserWarning,
+                  stacklevel=3)
+
+
 def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
     """Warn of a trajectory or topology the job will not find from its directory: the job
     would fail in the queue, after its wait (found by an audit)."""
@@ -159,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         # came last and won, and --submit looked for the records in DIR
         rest = [*rest, "--out", program_ns.out]
     chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
+    _check_chdir(chdir, args.submit)
     _warn_missing_inputs(program_ns, chdir)
     log = args.log or DEFAULT_LOG
     script = mpi_rmsd_script(
