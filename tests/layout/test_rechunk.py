@@ -880,3 +880,28 @@ def test_a_rounding_scale_offset_filter_is_not_applied_again_to_other_chunks(tmp
         "decimals), which rounds each chunk from its own minimum: applied again to chunks "
         "of (4, 5, 3), not (1, 5, 3), it would change the values; copied without it (the "
         "values are the same)"]
+
+
+def test_an_attribute_zarr_cannot_hold_is_left_out_of_a_zarr_copy_and_said(tmp_path):
+    """A complex-valued attribute of an element failed the whole copy into Zarr with
+    xarray's bare 'TypeError: Invalid attribute in Dataset.attrs.'; now it alone is left
+    out, with a warning naming the file, the group and the variable."""
+    import zarr
+
+    from h5mdx.testing import write_h5md
+
+    positions = np.arange(24.0).reshape(2, 4, 3)
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": positions, "step": np.arange(2), "unit": "nm"}}})
+    with h5py.File(src, "a") as f:
+        f["particles/all/position/value"].attrs["phase"] = 1 + 2j
+        f["particles/all/position/value"].attrs["origin"] = "md"
+    out = tmp_path / "out.zarr"
+    with pytest.warns(UserWarning, match=r"in\.h5md \[/particles/all, variable position\]: "
+                      r"attribute 'phase' \(\(1\+2j\)\) is of a type Zarr's metadata cannot "
+                      r"hold; left out of the Zarr store"):
+        assert rechunk(src, out, verify=True).verified
+    position = zarr.open_group(out, mode="r")["position"]
+    np.testing.assert_array_equal(position[...], positions)
+    assert position.attrs["units"] == "nm" and position.attrs["origin"] == "md"
+    assert "phase" not in position.attrs

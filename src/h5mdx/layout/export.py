@@ -487,6 +487,34 @@ def zarr_checksums(store: str | os.PathLike[str], names: Iterable[str],
     return {name: array_digest(root[name], block_bytes=block_bytes) for name in names}
 
 
+def _json_attrs(ds: xr.Dataset) -> None:
+    """Leave out of ``ds`` (a copy), with a warning each, the attributes Zarr's JSON
+    metadata cannot hold (a complex number, from an HDF5 attribute of a complex type):
+    one such attribute failed the whole copy with xarray's bare 'TypeError: Invalid
+    attribute in Dataset.attrs.' (found by an audit)."""
+    import json
+
+    def kept(owner: str, attrs: Mapping[Any, Any]) -> dict[Any, Any]:
+        out = {}
+        for name, value in attrs.items():
+            plain = value.tolist() if isinstance(value, np.ndarray) else \
+                value.item() if isinstance(value, np.generic) else value
+            try:
+                json.dumps(plain, allow_nan=True)
+            except (TypeError, ValueError):
+                warnings.warn(f"{ds.attrs.get('source', 'the dataset')} [{owner}]: attribute "
+                              f"{name!r} ({value!r}) is of a type Zarr's metadata cannot "
+                              "hold; left out of the Zarr store", UserWarning, stacklevel=4)
+                continue
+            out[name] = value
+        return out
+
+    group = str(ds.attrs.get("h5md_group", "/"))
+    ds.attrs = kept(group, ds.attrs)
+    for name, var in ds.variables.items():
+        var.attrs = kept(f"{group}, variable {name}", var.attrs)
+
+
 def dataset_to_zarr(
     ds: xr.Dataset,
     store: str | os.PathLike[str],
@@ -565,6 +593,7 @@ def dataset_to_zarr(
     out = ds.copy()
     for v in out.variables.values():
         v.encoding = {}
+    _json_attrs(out)
     out = out.chunk({d: n for d, n in chunks.items()})
     # written from memory (8 bytes a frame): dask's blocks of the positions would
     # each write part of one of their chunks
