@@ -905,3 +905,12 @@ def test_an_attribute_zarr_cannot_hold_is_left_out_of_a_zarr_copy_and_said(tmp_p
     np.testing.assert_array_equal(position[...], positions)
     assert position.attrs["units"] == "nm" and position.attrs["origin"] == "md"
     assert "phase" not in position.attrs
+
+
+def test_the_progress_bar_counts_the_frames_of_every_element_it_reports(tmp_path, capsys):
+    """The bar's total was the positions' frames, but the velocities' and forces' frames
+    advanced it too: a copy of MDAnalysis' cobrotoxin file (3 frames of each) ended at
+    '9/3 frames'."""
+    rechunk(d.H5MD_xvf, tmp_path / "out.h5md", progress=True)
+    out = capsys.readouterr().out
+    assert "9/9 frames" in out and "/3 frames" not in out
