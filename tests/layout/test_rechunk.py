@@ -914,3 +914,40 @@ def test_the_progress_bar_counts_the_frames_of_every_element_it_reports(tmp_path
     rechunk(d.H5MD_xvf, tmp_path / "out.h5md", progress=True)
     out = capsys.readouterr().out
     assert "9/9 frames" in out and "/3 frames" not in out
+
+
+def test_blosc_leaves_variable_length_strings_uncompressed_and_says_so(tmp_path):
+    """hdf5plugin's Blosc filter divides by zero on variable-length data: a rechunk
+    --compression blosc of a file with a string observable killed the process (SIGFPE,
+    no message). Run in a child process: before, it died."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("hdf5plugin")
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.arange(24.0).reshape(2, 4, 3), "step": np.arange(2)}}})
+    with h5py.File(src, "a") as f:
+        g = f.create_group("observables/label")
+        g.create_dataset("value", data=np.array(["a", "bb", "ccc"], dtype=object),
+                         dtype=h5py.string_dtype())
+        g["step"] = np.arange(3)
+    out = tmp_path / "out.h5md"
+    code = ("import warnings; from h5mdx.layout.rechunk import rechunk\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            f"    rechunk({str(src)!r}, {str(out)!r}, compression='blosc', verify=True)\n"
+            "print(*[str(x.message) for x in w], sep='\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("[/observables/label/value]: variable-length data, which HDF5's Blosc filter "
+            "cannot compress (it crashes); copied uncompressed") in done.stdout
+    with h5py.File(out) as f:
+        assert f["observables/label/value"].asstr()[()].tolist() == ["a", "bb", "ccc"]
+        assert f["observables/label/value"].compression is None
+        plist = f["particles/all/position/value"].id.get_create_plist()
+        assert 32001 in [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]  # Blosc
+        np.testing.assert_array_equal(f["particles/all/position/value"][()],
+                                      np.arange(24.0).reshape(2, 4, 3))

@@ -231,6 +231,21 @@ def _unrounded(filters: dict[str, Any], dset: h5py.Dataset, chunks: tuple[int, .
     return {k: v for k, v in filters.items() if k != "scaleoffset"}
 
 
+def _new_filters(spec: str, dset: h5py.Dataset) -> dict[str, Any]:
+    """create_dataset keyword arguments of the compression ``spec`` for a copy of
+    ``dset``: none, with a warning, for Blosc on variable-length data (strings), on
+    which hdf5plugin's Blosc filter divides by zero and kills the process (SIGFPE: a
+    rechunk --compression blosc of a file with a string observable died without a word;
+    found by an audit)."""
+    kwargs = compression_kwargs(spec)
+    if kwargs.get("compression") != _BLOSC or h5py.check_vlen_dtype(dset.dtype) is None:
+        return kwargs
+    warnings.warn(f"{dset.file.filename} [{dset.name}]: variable-length data, which "
+                  "HDF5's Blosc filter cannot compress (it crashes); copied uncompressed "
+                  "(gzip, lzf or zstd compress it)", UserWarning, stacklevel=4)
+    return {}
+
+
 def _source_filters(dset: h5py.Dataset) -> dict[str, Any]:
     """create_dataset keyword arguments that reproduce a dataset's filter pipeline (SZIP
     where this h5py writes it; N-bit, which packs a datatype of fewer bits than its size,
@@ -397,7 +412,7 @@ class _Copier:
                 kwargs.update(_unrounded(_fitting(_source_filters(src), src, kwargs["chunks"]),
                                          src, kwargs["chunks"]))
             else:
-                kwargs.update(compression_kwargs(self.layout.compression))
+                kwargs.update(_new_filters(self.layout.compression, src))
         if el.fillvalue is not None:
             kwargs["fillvalue"] = src.fillvalue
         if chunk is None:  # HDF5 allocates it whole at the first write
