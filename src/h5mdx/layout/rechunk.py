@@ -309,9 +309,11 @@ def _relocated_virtual(src: Any, gdst: h5py.Group, name: str, dst_file: str) -> 
     maps = src.virtual_sources()
     names = [m.file_name if m.file_name == "." else
              _external_target(m.file_name, src.file.filename, dst_file) for m in maps]
+    if names == [m.file_name for m in maps]:
+        return False  # nothing relative to change
     spaces = [_source_space(m, src.file.filename) for m in maps]
-    if names == [m.file_name for m in maps] or any(sp is None for sp in spaces):
-        return False  # as it is: nothing relative to change, or a source missing already
+    if any(sp is None for sp in spaces):
+        return False  # as it is: a source missing already
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     fill = np.zeros((1,), dtype=src.dtype)
     src.id.get_create_plist().get_fill_value(fill)
