@@ -205,3 +205,17 @@ def test_slurm_script_says_a_chdir_that_is_no_directory(tmp_path, monkeypatch, c
                                       "would start; the job will fail unless it exists when "
                                       "it runs")
     assert f"#SBATCH --chdir={missing}" in capsys.readouterr().out
+
+
+def test_slurm_script_names_mpirun_args_it_cannot_split(tmp_path, monkeypatch, capsys):
+    """--mpirun-args with an unclosed quote failed saying only 'No closing quotation'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--mpirun-args", "--bind-to 'none"]) != 0
+    captured = capsys.readouterr()
+    assert "--mpirun-args \"--bind-to 'none\": No closing quotation" in captured.err
+    assert "#SBATCH" not in captured.out
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--mpirun-args", "--bind-to 'core x'"]) == 0
+    assert "mpirun -n 2 --bind-to 'core x' " in capsys.readouterr().out

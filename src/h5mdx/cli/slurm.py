@@ -126,6 +126,17 @@ def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
                           UserWarning, stacklevel=2)
 
 
+def _mpirun_args(text: str | None) -> list[str]:
+    """The words of ``--mpirun-args``, split as the shell does; a ValueError naming the
+    option where they cannot be (an unclosed quote said only 'No closing quotation';
+    found by an audit)."""
+    try:
+        return shlex.split(text or "")
+    except ValueError as err:
+        raise ValueError(f"--mpirun-args {text!r}: {err} (the launcher's options are split "
+                         "as the shell splits words)") from None
+
+
 #: sbatch's file name patterns known at submission: %j (job id), %A (an array's job
 #: id: the job's own otherwise), %x (job name), %u (user name), %% (a %); a number between
 #: the % and the letter pads with zeros (%5j)
@@ -192,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         extra_directives=args.directives or (),
         prologue=args.prologue or (),
         mpirun=args.mpirun or "mpirun",
-        mpirun_args=shlex.split(args.mpirun_args or ""),
+        mpirun_args=_mpirun_args(args.mpirun_args),
     )
     if not args.submit:
         sys.stdout.write(script)
