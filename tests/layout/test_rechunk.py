@@ -951,3 +951,24 @@ def test_blosc_leaves_variable_length_strings_uncompressed_and_says_so(tmp_path)
         assert 32001 in [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]  # Blosc
         np.testing.assert_array_equal(f["particles/all/position/value"][()],
                                       np.arange(24.0).reshape(2, 4, 3))
+
+
+def test_a_hard_link_to_the_root_stays_a_link_to_the_root(tmp_path):
+    """A hard link back to the file's root (/parameters/root -> /) was copied as a new
+    group holding a second walk of the file, under which the particles were rechunked;
+    /particles became a link into it."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.arange(18.0).reshape(3, 2, 3), "step": np.arange(3)}}},
+        parameters={"seed": 1})
+    with h5py.File(src, "a") as f:
+        f["parameters/root"] = f["/"]
+    out = tmp_path / "out.h5md"
+    stats = rechunk(src, out, verify=True)
+    assert stats.elements == ["/particles/all/position"]
+    with h5py.File(out) as f:
+        assert f["parameters/root"] == f["/"]
+        assert f["particles/all/position/value"].name == "/particles/all/position/value"
+        np.testing.assert_array_equal(f["particles/all/position/value"][()],
+                                      np.arange(18.0).reshape(3, 2, 3))

@@ -611,6 +611,7 @@ def rechunk(
                               progress) as advance:
                 copier = _Copier(fin, fout, layout, targets, buffer_bytes, advance, verify)
                 _copy_attrs(fin, fout, copier.refs)  # the root's references too
+                copier.seen[_addr(fin)] = "/"  # a hard link back to the root: to the root
                 copier.walk(fin, fout)
                 _make_refs(fout, copier.refs)
         verified = False
