@@ -972,3 +972,26 @@ def test_a_hard_link_to_the_root_stays_a_link_to_the_root(tmp_path):
         assert f["particles/all/position/value"].name == "/particles/all/position/value"
         np.testing.assert_array_equal(f["particles/all/position/value"][()],
                                       np.arange(18.0).reshape(3, 2, 3))
+
+
+def test_metadata_of_no_value_is_not_read_as_text_nor_copied_into_zarr(tmp_path):
+    """An /h5md/author 'email' or /h5md/creator 'version' attribute of no value (h5py's
+    Empty) was read as the text "Empty(dtype=dtype('S1'))", served as the Dataset's
+    author_email and written as such into a Zarr copy."""
+    import zarr
+
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"all": {
+        "position": {"value": np.ones((3, 2, 3)), "step": np.arange(3)}}})
+    with h5py.File(src, "a") as f:
+        f["h5md/author"].attrs["email"] = h5py.Empty("S1")
+        f["h5md/creator"].attrs["version"] = h5py.Empty("S1")
+    out = tmp_path / "out.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # creator 'version' missing: H5MD requires one
+        rechunk(src, out, verify=True)
+    attrs = dict(zarr.open_group(out, mode="r").attrs)
+    assert attrs["author_name"] == "h5mdx tests"
+    assert "author_email" not in attrs and "creator_version" not in attrs
+    assert not any("Empty" in str(v) for v in attrs.values())

@@ -118,13 +118,16 @@ def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
 
 def _raw_attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
     """The attribute ``name`` of ``obj`` as h5py reads it (bytes undecoded), else
-    ``default``."""
+    ``default``: also for one of no value (HDF5's null dataspace, h5py's ``Empty``),
+    which was read as the text "Empty(dtype=dtype('S1'))" (an empty
+    ``/h5md/author/email`` became that author e-mail; found by an audit)."""
     try:
         if name not in obj.attrs:
             return default
-        return obj.attrs[name]
+        value = obj.attrs[name]
     except (OSError, TypeError, ValueError, KeyError, RuntimeError):
         return default
+    return default if isinstance(value, h5py.Empty) else value
 
 
 def unit_attribute(obj: h5py.HLObject) -> str | None:
