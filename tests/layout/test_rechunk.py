@@ -995,3 +995,30 @@ def test_metadata_of_no_value_is_not_read_as_text_nor_copied_into_zarr(tmp_path)
     assert attrs["author_name"] == "h5mdx tests"
     assert "author_email" not in attrs and "creator_version" not in attrs
     assert not any("Empty" in str(v) for v in attrs.values())
+
+
+def test_json_statistics_redirected_from_a_terminal_hold_no_progress_bar(tmp_path):
+    """Run from a terminal (stderr a tty) with stdout redirected, 'h5mdx rechunk IN OUT
+    --json > stats.json' drew its progress bar into the file, before the JSON: the file
+    was no JSON ('rechunk -> out.h5md ━━━ 3/3 frames' on its first line)."""
+    import json
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    if sys.platform == "win32":
+        pytest.skip("no pseudo-terminal on Windows")
+    main_fd, tty_fd = pty.openpty()
+    try:
+        with open(tmp_path / "stats.json", "w") as stats:
+            done = subprocess.run(
+                [sys.executable, "-m", "h5mdx", "rechunk", d.H5MD_xvf,
+                 str(tmp_path / "out.h5md"), "--json"],
+                stdout=stats, stderr=tty_fd, timeout=300, check=False)
+    finally:
+        os.close(tty_fd)
+        os.close(main_fd)
+    assert done.returncode == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["n_frames"] == 3 and stats["n_atoms"] == 19385

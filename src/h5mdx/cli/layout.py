@@ -105,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         "overwrite": args.overwrite,
         "verify": args.verify,
     }
-    progress = args.progress and sys.stderr.isatty()
+    # the bars are drawn on stdout: asked of stderr, a run from a terminal with stdout
+    # redirected (--json > stats.json) wrote the bar into the file, before the JSON
+    progress = args.progress and sys.stdout.isatty()
     if args.command == "convert":
         from h5mdx.layout.convert import convert
 
