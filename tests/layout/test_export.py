@@ -326,3 +326,22 @@ def test_one_frame_without_its_axis_is_said_as_such(tmp_path, adk_h5md):
         with xr.open_dataset(tmp_path / "one.h5md", engine="h5md") as back:
             assert back.sizes["time"] == 1 and float(back.time[0]) == t
             np.testing.assert_array_equal(back.position[0].values, ds.position[2].values)
+
+
+def test_a_variable_of_python_objects_is_refused_by_name_before_writing(tmp_path, adk_h5md):
+    """A string variable of dtype object on 'time' failed deep in the writer with h5py's
+    "Object dtype dtype('O') has no native HDF5 equivalent" (an audit); now a ValueError
+    names it and the fix, nothing is written, and the fix writes it."""
+    import xarray as xr
+
+    with xr.open_dataset(adk_h5md, engine="h5md") as ds:
+        ds = ds.isel(time=slice(0, 3))
+        ds["label"] = ("time", np.array(["a0", "b1", "c2"], dtype=object))
+        with pytest.raises(ValueError, match=r"variable 'label' holds Python objects .*"
+                                             r"ds\['label'\]\.astype\(str\)"):
+            ds.md.to_h5md(tmp_path / "w.h5md")
+        assert os.listdir(tmp_path) == []
+        ds["label"] = ds["label"].astype(str)
+        ds.md.to_h5md(tmp_path / "w.h5md")
+    with h5py.File(tmp_path / "w.h5md", "r") as f:  # an observable: a value per frame
+        assert [v.decode() for v in f["observables/label/value"][()]] == ["a0", "b1", "c2"]

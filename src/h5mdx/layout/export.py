@@ -1024,6 +1024,7 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
     own: list[str] = []
     for name, var in ds.data_vars.items():
         name = str(name)
+        _refuse_objects(name, var)
         if name == "box_edges":  # on time, on its own time axis, or fixed
             boundary = [str(b) for b in np.ravel(var.attrs.get("boundary", ["periodic"] * 3))]
         other = [d for d in var.dims if str(d).startswith(TIME_DIM) and d != TIME_DIM]
@@ -1057,6 +1058,17 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
     if not specs:
         raise ValueError(_no_trajectory(ds, observables))
     return specs, static, boundary, own, observables
+
+
+def _refuse_objects(name: str, var: xr.DataArray) -> None:
+    """Refuse a variable of Python objects, before anything is written: h5py failed deep
+    in the writer with "Object dtype dtype('O') has no native HDF5 equivalent" (an audit),
+    naming neither the variable nor what to do."""
+    if var.dtype.kind == "O":
+        raise ValueError(
+            f"variable {name!r} holds Python objects (dtype object), which HDF5 does not "
+            f"store: give its strings as text (ds[{name!r}] = ds[{name!r}].astype(str)) or "
+            f"its numbers as numbers, or leave it out (ds.drop_vars({name!r}))")
 
 
 def _no_trajectory(ds: xr.Dataset, observables: list[ElementSpec]) -> str:
