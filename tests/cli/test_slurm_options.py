@@ -131,7 +131,8 @@ def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeyp
     monkeypatch.chdir(run_dir)
     (run_dir / "x.h5md").touch()
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
-                 "--job-name", "my job", "--log", "log #%j.out"]) == 0
+                 "--job-name", "my job", "--log", "log #%j.out",
+                 "--sbatch=--comment=a b", "--sbatch=--exclusive"]) == 0
     script = capsys.readouterr().out
     words = {}
     for line in script.splitlines():
@@ -143,6 +144,7 @@ def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeyp
     assert words["--chdir"] == str(run_dir)
     assert words["--job-name"] == "my job"
     assert words["--output"] == "log #%j.out"
+    assert words["--comment"] == "a b" and "--exclusive" in words  # --sbatch's too
     if shutil.which("sbatch"):  # SLURM's own parser (--test-only: never a job)
         path = tmp_path / "job.sh"
         path.write_text(script)
@@ -154,6 +156,11 @@ def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeyp
                  "--job-name", "a\nb"]) != 0
     captured = capsys.readouterr()
     assert "holds a line break" in captured.err and "#SBATCH" not in captured.out
+    # a line break in --sbatch began a line of shell in the script (an audit)
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--sbatch=--comment=x\nrm -rf ~"]) != 0
+    captured = capsys.readouterr()
+    assert "holds a line break" in captured.err and "rm -rf" not in captured.out
 
 
 @pytest.mark.parametrize(("log", "name"), [

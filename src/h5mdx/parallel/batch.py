@@ -157,7 +157,7 @@ def mpi_rmsd_script(
                              account=account,
                              mem_per_cpu=mem_per_cpu)
     directives += [f"--output={_sbatch_word(log)}", f"--chdir={_sbatch_word(workdir)}",
-                   *extra_directives]
+                   *(_extra_directive(d) for d in extra_directives)]
     command = [
         shlex.quote(mpirun), "-n", str(ntasks), *map(shlex.quote, mpirun_args),
         *map(shlex.quote, h5mdx or h5mdx_command()), "mpi-rmsd",
@@ -235,6 +235,21 @@ def _sbatch_word(value: str) -> str:
     if not re.search(r"[\s\"'\\#]", text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _extra_directive(text: str) -> str:
+    """A directive given by the user (``--sbatch``) as an ``#SBATCH`` line takes it: the
+    value of ``--option=value`` as one word (``--comment=a b`` was split by sbatch), and
+    no line break (one ended the line and began a line of shell in the script; an
+    audit). Raises ValueError for a line break."""
+    text = str(text).strip()
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"--sbatch {text!r} holds a line break, which no #SBATCH line "
+                         "can hold")
+    option, eq, value = text.partition("=")
+    if eq and option.startswith("-") and not re.search(r"\s", option):
+        return f"{option}={_sbatch_word(value)}"
+    return text
 
 
 def default_out_dir(job_id: str, chdir: str | os.PathLike[str] | None = None) -> Path:
