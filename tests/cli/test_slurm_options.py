@@ -226,3 +226,20 @@ def test_slurm_script_names_mpirun_args_it_cannot_split(tmp_path, monkeypatch, c
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
                  "--mpirun-args", "--bind-to 'core x'"]) == 0
     assert "mpirun -n 2 --bind-to 'core x' " in capsys.readouterr().out
+
+
+def test_slurm_script_takes_a_launcher_with_its_options(tmp_path, monkeypatch, capsys):
+    """--mpirun "srun --mpi=pmix" was quoted as one command name ('srun --mpi=pmix' -n 2
+    ...: 'command not found' in the job; an audit); a launcher at a path with a space
+    stays one word."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--mpirun", "srun --mpi=pmix"]) == 0
+    assert "\nsrun --mpi=pmix -n 2 " in capsys.readouterr().out
+    launcher = tmp_path / "my mpi" / "mpirun"
+    launcher.parent.mkdir()
+    launcher.touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
+                 "--mpirun", str(launcher)]) == 0
+    assert f"\n'{launcher}' -n 2 " in capsys.readouterr().out

@@ -126,7 +126,7 @@ def mpi_rmsd_script(
     prologue : sequence of str
         Shell lines before ``mpirun`` (``"module load openmpi"``).
     mpirun : str, optional
-        The MPI launcher.
+        The MPI launcher: a path, or a command with its options (``"srun --mpi=pmix"``).
     mpirun_args : sequence of str
         Options of the launcher (``["--bind-to", "none"]``).
     h5mdx : sequence of str, optional
@@ -159,7 +159,8 @@ def mpi_rmsd_script(
     directives += [f"--output={_sbatch_word(log)}", f"--chdir={_sbatch_word(workdir)}",
                    *(_extra_directive(d) for d in extra_directives)]
     command = [
-        shlex.quote(mpirun), "-n", str(ntasks), *map(shlex.quote, mpirun_args),
+        *map(shlex.quote, _launcher(mpirun)), "-n", str(ntasks),
+        *map(shlex.quote, mpirun_args),
         *map(shlex.quote, h5mdx or h5mdx_command()), "mpi-rmsd",
         *map(shlex.quote, rmsd_args),
     ]
@@ -235,6 +236,18 @@ def _sbatch_word(value: str) -> str:
     if not re.search(r"[\s\"'\\#]", text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _launcher(mpirun: str) -> list[str]:
+    """The words of the MPI launcher: ``"srun --mpi=pmix"`` was quoted as one command
+    name, and the job failed with 'command not found' (an audit); a path that exists
+    is one word, spaces and all."""
+    if os.path.exists(mpirun) or not re.search(r"\s", mpirun.strip()):
+        return [mpirun]
+    try:
+        return shlex.split(mpirun)
+    except ValueError as err:
+        raise ValueError(f"--mpirun {mpirun!r} cannot be split into words ({err})") from None
 
 
 def _extra_directive(text: str) -> str:
