@@ -41,7 +41,8 @@ def _slurm_options(parser: argparse.ArgumentParser) -> None:
                                           "(repeatable)")
     g.add_argument("--prologue", action="append", default=None, metavar="LINE",
                    help='a shell line before mpirun, e.g. "module load openmpi" (repeatable)')
-    g.add_argument("--mpirun", metavar="CMD", help="MPI launcher (default mpirun)")
+    g.add_argument("--mpirun", metavar="CMD",
+                   help='MPI launcher, with its options (default mpirun; "srun --mpi=pmix")')
     g.add_argument("--mpirun-args", metavar="ARGS",
                    help='options of the launcher, e.g. "--bind-to none"')
     s = parser.add_argument_group("submission")
