@@ -158,6 +158,15 @@ def test_advice_sentences():
     assert advice(_run(io=0.01, compute=1.0))[0].startswith("Compute bound")
     assert "No timing records" in advice(rec.empty())[0]
     assert "mpi-rmsd" in io_bound[0]  # dask tasks: parallel HDF5 is the other way
+    # schedulers whose ratios differ in kind are said apart: one ratio of them all said
+    # 'Balanced: R_comp/IO = 1.2' of threads at 3 and mpi-io at 0.1 (an audit)
+    mixed = pd.concat([_run("a", io=0.1, compute=0.25),
+                       _run("b", io=1.0, compute=0.1, backend="mpi-io")], ignore_index=True)
+    assert advice(mixed)[0].startswith("R_comp/IO differs by scheduler: mpi-io 0.1 (I/O "
+                                       "bound), threads 2.5 (balanced)")
+    alike = pd.concat([_run("a", io=1.0, compute=0.3),
+                       _run("b", io=1.0, compute=0.1, backend="mpi-io")], ignore_index=True)
+    assert advice(alike)[0].startswith("I/O bound: R_comp/IO = 0.2")
 
 
 def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
