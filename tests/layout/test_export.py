@@ -345,3 +345,21 @@ def test_a_variable_of_python_objects_is_refused_by_name_before_writing(tmp_path
         ds.md.to_h5md(tmp_path / "w.h5md")
     with h5py.File(tmp_path / "w.h5md", "r") as f:  # an observable: a value per frame
         assert [v.decode() for v in f["observables/label/value"][()]] == ["a0", "b1", "c2"]
+
+
+def test_to_h5md_says_the_observables_of_its_file_it_leaves_out(tmp_path):
+    """to_h5md of a file's Dataset left the file's /observables out in silence (the
+    engine opens them as a group of their own; an audit); now a warning names them."""
+    import warnings
+
+    import xarray as xr
+    from MDAnalysisTests.datafiles import H5MD_energy
+
+    with xr.open_dataset(H5MD_energy, engine="h5md") as ds, \
+            pytest.warns(UserWarning, match=r"the observables of .*cu\.h5md \(atoms/energy\) "
+                                            r"are not in the Dataset and are not written"):
+        ds.md.to_h5md(tmp_path / "w.h5md")
+    with xr.open_dataset(tmp_path / "w.h5md", engine="h5md") as ds, \
+            warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file without observables: no word
+        ds.md.to_h5md(tmp_path / "again.h5md")

@@ -773,6 +773,7 @@ def to_h5md(
              else np.arange(n_frames, dtype=np.int64))
     _warn_without_units(path, specs, time_unit if with_time else "")
     _warn_box_members(path, [s.name for s in specs] + list(static))
+    _warn_observables_left(path, ds)
     check_steps_increase(steps, os.fspath(path))  # before any output exists
     module, bonds, structure = _topology(ds, static, path)  # structure: the species too
     with atomic_output(path, overwrite=overwrite, inputs=_sources(ds), hdf5=True) as tmp:
@@ -1092,6 +1093,47 @@ def _dimension(ds: xr.Dataset) -> int | None:
     if "box_edges" in ds and ds["box_edges"].attrs.get("dimension") is not None:
         return int(ds["box_edges"].attrs["dimension"])
     return int(ds.sizes[SPATIAL_DIM]) if SPATIAL_DIM in ds.sizes else None
+
+
+def _warn_observables_left(path: Any, ds: xr.Dataset) -> None:
+    """Warn where a source file of ``ds`` holds observables the Dataset does not: the engine
+    opens them as a group of their own, and ``to_h5md`` of a file's Dataset left them out
+    in silence (an audit)."""
+    from h5mdx.format.h5md import open_h5md
+
+    for source in _sources(ds):
+        try:
+            with open_h5md(source) as f:
+                names = _observable_names(f.get("observables"))
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError):
+            continue  # not an HDF5 file (a Zarr store, a DCD): nothing to say
+        left = [n for n in names if n.rsplit("/", 1)[-1] not in ds.variables]
+        if left:
+            warnings.warn(
+                f"{os.fspath(path)}: the observables of {source} ({', '.join(left)}) are not "
+                "in the Dataset and are not written (xr.open_dataset(..., "
+                "group='observables') opens them; h5mdx rechunk copies a whole file)",
+                UserWarning, stacklevel=3)
+
+
+def _observable_names(group: Any) -> list[str]:
+    """The observables under ``group`` (``/observables``), by their paths in it: a
+    time-dependent one is the group of its ``value``, in subgroups too; a
+    time-independent one its dataset."""
+    names: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if not hasattr(obj, "shape"):
+            return
+        parent, _, leaf = name.rpartition("/")
+        if leaf == "value":
+            names.append(parent)
+        elif "value" not in obj.parent:  # not the step or time of an element
+            names.append(name)
+
+    if group is not None and hasattr(group, "visititems"):
+        group.visititems(visit)
+    return sorted(names)
 
 
 def _sources(ds: xr.Dataset) -> list[str]:
