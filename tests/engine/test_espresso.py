@@ -151,6 +151,33 @@ def test_by_id_with_an_id_sampled_more_often_than_the_positions(tmp_path):
     assert ordered.id.dims == ("atom",) and "time_id" not in ordered.dims
 
 
+def test_by_id_matches_a_step_stored_twice_frame_by_frame(tmp_path):
+    """A restarted run appended: id every 10 steps (0, 10, 20 | 10, 20, 30), positions
+    every 20 (0, 20 | 20, 30), each frame in its own order. The first step 20 of the
+    positions took the order of the second run's id frame (a step-to-frame lookup where
+    the last frame won): its particles came out swapped. Now the k-th frame of a step
+    takes the k-th id frame of that step."""
+    orders = np.array([[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]])
+    by_id = np.random.default_rng(1).random((6, 3, 3))  # frame, particle by id, xyz
+    slots = np.take_along_axis(by_id, orders[..., None], axis=1)
+    steps = np.array([0, 10, 20, 10, 20, 30])
+    taken = [0, 2, 4, 5]  # the id frames at the positions' steps
+    path = tmp_path / "restarted.h5"
+    write_h5md(path, {"atoms": {
+        "id": {"value": orders.astype(np.int32), "step": steps, "time": steps * 0.1},
+        "position": {"value": slots[taken], "step": steps[taken],
+                     "time": steps[taken] * 0.1}}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParticleOrderWarning)
+        warnings.simplefilter("ignore", H5MDConformanceWarning)  # the steps go back
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds:
+        assert ds.id.dims == ("time_id", "atom")
+        np.testing.assert_array_equal(ds.step.values, [0, 20, 20, 30])
+        ordered = ds.md.by_id()
+    np.testing.assert_allclose(ordered.position.values, by_id[taken])
+
+
 def test_slots_grown_without_a_fill_value_are_absent_by_id(tmp_path):
     """ESPResSo 5 (its HighFive writer) sets no fill value and grows the particle axis as
     particles come: the slots of earlier frames never written read as id 0 at the origin.

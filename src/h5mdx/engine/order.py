@@ -113,16 +113,28 @@ def by_id(ds: xr.Dataset) -> xr.Dataset:
 
 def _frames(ds: xr.Dataset, tdim: str, tid: str) -> np.ndarray | None:
     """The frames of ``id`` (on time axis ``tid``) at the frames of time axis ``tdim``,
-    matched by step; None where ``id`` has no frame of one of its steps."""
+    matched by step; None where ``id`` has no frame of one of its steps. A step stored
+    twice (a restarted run appended) is matched occurrence by occurrence: the k-th frame
+    of a step takes the k-th frame of ``id`` at that step (the last where ``id`` has
+    fewer); each took the last before, the order of the other run's frame (an audit)."""
     if tdim == tid:
         return np.arange(ds.sizes[tid])
     own = ds.coords.get(STEP_COORD + tdim[len(TIME_DIM):])
     main = ds.coords.get(STEP_COORD + tid[len(TIME_DIM):])
     if own is None or main is None:
         return None
-    where = {int(s): i for i, s in enumerate(np.asarray(main.values))}
-    found = [where.get(int(s)) for s in np.asarray(own.values)]
-    return None if None in found else np.array(found, dtype=np.int64)
+    where: dict[int, list[int]] = {}
+    for i, s in enumerate(np.asarray(main.values)):
+        where.setdefault(int(s), []).append(i)
+    seen: dict[int, int] = {}
+    found = []
+    for s in map(int, np.asarray(own.values)):
+        frames = where.get(s)
+        if frames is None:
+            return None
+        found.append(frames[min(seen.get(s, 0), len(frames) - 1)])
+        seen[s] = seen.get(s, 0) + 1
+    return np.array(found, dtype=np.int64)
 
 
 def _moved(var: xr.DataArray, tdim: str, slots: np.ndarray) -> xr.DataArray:
