@@ -261,6 +261,32 @@ def test_observables(mixed_file):
         np.testing.assert_array_equal(th.step.values, [0, 15, 30, 45])
 
 
+def test_equal_times_keep_their_unit_and_other_units_get_their_own_axis(tmp_path):
+    """Observables at the same steps and time values: ``a``'s time without a unit,
+    ``b``'s in fs, ``c``'s in ps. The shared axis took ``a``'s sampling (the first by
+    name): the times lost their unit, and ``c``'s ps shared the axis of ``b``'s fs. Now
+    the shared axis has the unit one of them gives, and times in another unit are an axis
+    of their own. A particles group likewise (positions' time without a unit)."""
+    path = tmp_path / "units.h5md"
+    same = dict(step=np.arange(3), time=np.arange(3.0))
+    write_h5md(path, {"g": {
+        "position": dict(value=np.zeros((3, 2, 3)), time_unit=None, **same),
+        "velocity": dict(value=np.ones((3, 2, 3)), time_unit="ps", **same)}},
+        observables={name: dict(value=np.arange(3.0) + i, time_unit=unit, **same)
+                     for i, (name, unit) in enumerate((("a", None), ("b", "fs"),
+                                                       ("c", "ps")))})
+    with xr.open_datatree(path, engine="h5md") as tree:
+        obs = tree["observables"]
+        assert obs.a.dims == obs.b.dims == ("time",)
+        assert obs.time.attrs["units"] == "fs"
+        assert obs.c.dims == ("time_c",) and obs.time_c.attrs["units"] == "ps"
+        np.testing.assert_array_equal(obs.c.values, [2.0, 3.0, 4.0])
+        np.testing.assert_array_equal(obs.time_c.values, [0.0, 1.0, 2.0])
+        g = tree["particles/g"]
+        assert g.velocity.dims == g.position.dims == ("time", "atom", "spatial")
+        assert g.time.attrs["units"] == "ps"
+
+
 def test_datatree(mixed_file):
     path, data = mixed_file
     tree = xr.open_datatree(path, engine="h5md")

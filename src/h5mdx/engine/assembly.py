@@ -321,9 +321,10 @@ def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sa
         return None
     for name, chosen in tds:
         if name == preferred:
-            if chosen.time is None:  # its times where another element on its steps has them
-                chosen = next((o for _, o in tds if o.time is not None and o.same_as(chosen)),
-                              chosen)
+            # its times (or their unit) where another element on its steps has them
+            for _, other in tds:
+                if other.same_as(chosen):
+                    chosen = _fuller(chosen, other)
             return chosen
     # the sampling most elements share
     groups: list[tuple[Sampling, int]] = []
@@ -331,14 +332,23 @@ def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sa
         for i, (s, n) in enumerate(groups):
             if s.same_as(sampling):
                 # the group's times come from a sampling that has them
-                groups[i] = (sampling if s.time is None and sampling.time is not None
-                             else s, n + 1)
+                groups[i] = (_fuller(s, sampling), n + 1)
                 break
         else:
             groups.append((sampling, 1))
     # a sampling the file gives beats frames numbered for want of one (another element's
     # problem); then the most elements; ties go to the sampling with the most frames
     return max(groups, key=lambda sn: (sn[0].kind != "implicit", sn[1], sn[0].step.size))[0]
+
+
+def _fuller(sampling: Sampling, other: Sampling) -> Sampling:
+    """Of two samplings of the same frames, the one that says more: ``other`` where it has
+    times and ``sampling`` none, or the unit of equal times that ``sampling`` leaves
+    unsaid (the shared axis took the first element's, and lost the unit: an audit)."""
+    if other.time is not None and (sampling.time is None or (
+            sampling.time_unit is None and other.time_unit is not None)):
+        return other
+    return sampling
 
 
 def _time_dims(b: _Builder, el: ElementInfo, name: str, main: Sampling | None,

@@ -87,6 +87,8 @@ class Sampling:
         Equal steps given by the file are the same frames even where only one of the two
         has times (pyh5md's ``step_from=`` links another element's ``step`` and writes no
         ``time``): the element without times follows the frames of the one with them.
+        Equal times in two units (``fs`` and ``ps``) are not the same times; equal times
+        of which only one has a unit are (the other's unit left unsaid).
         """
         if self.key == other.key and self.step.shape == other.step.shape:
             return True  # (one linked step of fewer frames: a writer stopped between two)
@@ -96,6 +98,8 @@ class Sampling:
             # the same steps; numbered frames (implicit) only match numbered frames
             return (self.time is None and other.time is None) or (
                 "implicit" not in (self.kind, other.kind))
+        if None not in (self.time_unit, other.time_unit) and self.time_unit != other.time_unit:
+            return False
         return bool(np.array_equal(self.time, other.time))
 
 
