@@ -478,6 +478,23 @@ def test_parameters_keep_their_groups_and_units(tmp_path):
         xr.open_dataset(path, engine="h5md", group="parameters/nope")
 
 
+def test_a_group_attribute_named_as_a_file_attribute_is_kept(tmp_path):
+    """The tree's nodes leave out the file's attributes, said once at the root; a group's
+    own attribute of one of those names (``source``, ``creator_name``) was left out too,
+    in silence. Now only a value equal to the root's is."""
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        f["parameters"].attrs["source"] = "charmm36.ff"
+        f["parameters/thermostat"].attrs["creator_name"] = "charmm-gui"
+    with xr.open_datatree(path, engine="h5md") as tree:
+        assert tree.attrs["source"] == path
+        assert tree["parameters"].attrs == {"program": "md", "ensemble": "NVT",
+                                            "source": "charmm36.ff"}
+        assert tree["parameters/thermostat"].attrs == {"kind": "nose-hoover",
+                                                       "creator_name": "charmm-gui"}
+        assert tree["particles/g"].attrs == {"h5md_group": "/particles/g"}
+
+
 def test_a_bad_parameter_leaves_the_rest(tmp_path):
     path = _nested_parameters(str(tmp_path / "par.h5md"))
     with h5py.File(path, "r+") as f:

@@ -110,15 +110,24 @@ def open_groups(
     report.emit()
     out = {path: _drop_coordinates(ds, drop) for path, ds in out.items()}
     _dealign(out)
-    file_attrs = set(out["/"].attrs)
+    file_attrs = out["/"].attrs
     for path, ds in out.items():
-        if path != "/":
-            ds.attrs = {k: v for k, v in ds.attrs.items() if k not in file_attrs}
+        if path != "/":  # the file's, said once at the root; a group's own of that name kept
+            ds.attrs = {k: v for k, v in ds.attrs.items()
+                        if k not in file_attrs or not _same_value(v, file_attrs[k])}
     close = _Closer(manager, filename)
     for ds in out.values():
         ds.set_close(close)
         _set_unlimited_dims(ds, b.growable)
     return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two attribute values are equal (arrays too)."""
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except (TypeError, ValueError):
+        return False
 
 
 def _particles_fitting(b: _Builder, pg: ParticlesGroupInfo, topology: Any, drop: set[str],
