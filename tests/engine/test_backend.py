@@ -495,6 +495,26 @@ def test_a_group_attribute_named_as_a_file_attribute_is_kept(tmp_path):
         assert tree["particles/g"].attrs == {"h5md_group": "/particles/g"}
 
 
+def test_parameter_attributes_of_no_value_or_references_are_plain(tmp_path):
+    """/parameters attributes of HDF5's null dataspace were served as h5py's ``Empty``
+    object, object references as h5py's ``Reference`` (neither written by to_netcdf or
+    to_zarr). Now one of no value is absent and a reference is the path it points to, as
+    an element's attributes are."""
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        group = f["particles/g"]
+        f["parameters"].attrs["none"] = h5py.Empty("f8")
+        f["parameters/thermostat"].attrs["group"] = group.ref
+        f["parameters/cutoff"].attrs["of"] = group.ref
+        f["parameters/cutoff"].attrs["none"] = h5py.Empty("S1")
+    with xr.open_datatree(path, engine="h5md") as tree:
+        assert tree["parameters"].attrs == {"program": "md", "ensemble": "NVT"}
+        assert tree["parameters/thermostat"].attrs == {"kind": "nose-hoover",
+                                                       "group": "/particles/g"}
+        assert tree["parameters"].cutoff.attrs == {"units": "nm", "of": "/particles/g"}
+        tree.to_netcdf(tmp_path / "par.nc", engine="h5netcdf")
+
+
 def test_a_bad_parameter_leaves_the_rest(tmp_path):
     path = _nested_parameters(str(tmp_path / "par.h5md"))
     with h5py.File(path, "r+") as f:

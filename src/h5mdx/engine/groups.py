@@ -38,6 +38,7 @@ from h5mdx.format.h5md import (
     FileInfo,
     ParticlesGroupInfo,
     free_form,
+    reference_paths,
     scaled_unit,
 )
 from h5mdx.format.text import unit_text
@@ -240,7 +241,7 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                           (only is None or name == only))
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
-        attrs = {sub: {k: _plain(v) for k, v in g.attrs.items()} for sub, g in groups.items()}
+        attrs = {sub: _plain_attrs(g) for sub, g in groups.items()}
     # outside the lock: the builder takes it where it reads (an element of strings)
     by_group: dict[str, dict[str, ElementInfo]] = {}
     for name, el in elements.items():
@@ -329,7 +330,7 @@ def _element_hint(b: _Builder, root: str, sub: str) -> str:
 
 def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
     """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
-    attrs = {k: _plain(v) for k, v in dset.attrs.items()}
+    attrs = _plain_attrs(dset)
     try:  # as an element's (a one-element string array too)
         unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))
     except ValueError as err:
@@ -365,6 +366,33 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
     elif scale != 1.0:
         arr = arr * scale
     return xr.Variable(dims, arr, attrs, encoding)
+
+
+def _plain_attrs(obj: h5py.HLObject) -> dict[str, Any]:
+    """The attributes of ``obj`` as plain values: text decoded, object references as the
+    paths they point to (``""`` for a null one), as an element's are; one of no value
+    (HDF5's null dataspace) or that h5py cannot read left out. They were served as
+    h5py's ``Empty`` and ``Reference`` objects, which no writer takes (an audit)."""
+    out: dict[str, Any] = {}
+    try:
+        names = list(obj.attrs)
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+        return out
+    for name in names:
+        try:
+            value = obj.attrs[name]
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+            continue
+        if isinstance(value, h5py.Empty):
+            continue
+        if isinstance(value, h5py.Reference) or (
+                isinstance(value, np.ndarray) and value.dtype.kind == "O"
+                and any(isinstance(v, h5py.Reference) for v in value.ravel())):
+            paths = reference_paths(obj, value)
+            value = ([p or "" for p in paths.ravel()] if isinstance(paths, np.ndarray)
+                     else paths or "")
+        out[name] = _plain(value)
+    return out
 
 
 def _plain(value: Any) -> Any:
