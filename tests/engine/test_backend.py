@@ -379,6 +379,27 @@ def test_datatree_renames_the_step_of_an_element_time_axis_once(tmp_path):
         np.testing.assert_array_equal(tree["observables/sub"].step_pressure, [0, 7])
 
 
+def test_datatree_child_times_of_equal_values_keep_their_own_unit(tmp_path):
+    """/observables/a has times 0, 1, 2 ps; /observables/sub/b the same numbers in fs,
+    /observables/sub2/c no times (its steps 0, 1, 2 serve). The children's ``time``
+    aligned with the parent's, and xarray keeps one of aligned coordinates, the parent's:
+    b's times read as ps, c's steps as a simulation time in ps. Now the parent's axis is
+    renamed where the attributes differ, as where the values do."""
+    same = dict(value=np.arange(3.0), step=np.arange(3))
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "a": dict(time=np.arange(3.0), time_unit="ps", **same),
+        "sub/b": dict(time=np.arange(3.0), time_unit="fs", **same),
+        "sub2/c": same})
+    with xr.open_datatree(path, engine="h5md") as tree:
+        assert tree["observables"].time_observables.attrs["units"] == "ps"
+        assert tree["observables/sub"].time.attrs["units"] == "fs"
+        assert tree["observables/sub2"].time.attrs["units"] == "step"
+        for node in ("sub", "sub2"):
+            np.testing.assert_array_equal(tree[f"observables/{node}"].time.values,
+                                          [0.0, 1.0, 2.0])
+
+
 def test_datatree_without_xarrays_default_indexes_is_the_same(mixed_file):
     """The engine builds every group's indexes itself, so create_default_indexes=False
     (which spares xarray a second build of a tree of ten thousand groups, as

@@ -9,7 +9,7 @@ align with an ancestor's are renamed ``<dim>_<node>``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import h5py
@@ -436,7 +436,10 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
                     continue
                 if child.sizes[dim] != ds.sizes[dim] or (
                     dim in ds.coords and dim in child.coords
-                    and not ds.indexes[dim].equals(child.indexes[dim])
+                    and (not ds.indexes[dim].equals(child.indexes[dim])
+                         # equal values, other attrs (times in fs, in ps): xarray keeps
+                         # the parent's alone, the child's unit was lost (an audit)
+                         or not _same_attrs(ds[dim].attrs, child[dim].attrs))
                 ):
                     renames[dim] = f"{dim}_{node}"
                     break
@@ -448,6 +451,11 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
                 and c not in groups
             }
             groups[path] = _renamed(ds, {**renames, **extra}, renames)
+
+
+def _same_attrs(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
+    """Whether two coordinates' attributes are the same (array values too)."""
+    return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
 
 
 def _renamed(ds: xr.Dataset, names: dict[Any, str], dims: dict[Any, str]) -> xr.Dataset:
