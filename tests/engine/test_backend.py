@@ -536,6 +536,35 @@ def test_parameter_attributes_of_no_value_or_references_are_plain(tmp_path):
         tree.to_netcdf(tmp_path / "par.nc", engine="h5netcdf")
 
 
+def test_parameters_hard_linked_twice_are_served_under_each_name(tmp_path):
+    """A group of /parameters hard-linked under a second name (``alias``), and a dataset
+    in two groups: HDF5's visit of objects gave one name of each, and the other was left
+    out in silence (here the whole group ``thermostat``, reached first as ``alias``).
+    Now each name is a node, as h5py reads it; a link back to a group above is no cycle.
+    A root group H5MD does not define likewise."""
+    path = _nested_parameters(str(tmp_path / "par.h5md"))
+    with h5py.File(path, "r+") as f:
+        par = f["parameters"]
+        par["alias"] = par["thermostat"]
+        par["thermostat/coupling/cutoff"] = par["cutoff"]
+        par["thermostat/coupling/up"] = par["thermostat"]  # a cycle
+        f["fields/a/rho"] = np.arange(3.0)
+        f["fields/b"] = f["fields/a"]
+    with xr.open_datatree(path, engine="h5md") as tree:
+        par = tree["parameters"]
+        assert set(par.children) == {"alias", "thermostat"}
+        for node in ("thermostat", "alias"):
+            assert par[node].attrs == {"kind": "nose-hoover"}
+            assert float(par[node].tau) == 0.5
+            coupling = par[f"{node}/coupling"]
+            assert set(coupling.children) == set()
+            assert float(coupling.strength) == 2.0
+            assert float(coupling.cutoff) == pytest.approx(1.2)
+            assert coupling.cutoff.attrs == {"units": "nm"}
+        np.testing.assert_array_equal(tree["fields/a"].rho, [0.0, 1.0, 2.0])
+        np.testing.assert_array_equal(tree["fields/b"].rho, [0.0, 1.0, 2.0])
+
+
 def test_a_bad_parameter_leaves_the_rest(tmp_path):
     path = _nested_parameters(str(tmp_path / "par.h5md"))
     with h5py.File(path, "r+") as f:

@@ -38,6 +38,7 @@ from h5mdx.format.h5md import (
     FileInfo,
     ParticlesGroupInfo,
     free_form,
+    groups_below,
     reference_paths,
     scaled_unit,
 )
@@ -229,13 +230,8 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
         if not isinstance(grp, h5py.Group):
             return {}
         groups: dict[str, h5py.Group] = {"": grp}
-        if names is None:
-            def visit(name: str, obj: h5py.HLObject) -> None:
-                if isinstance(obj, h5py.Group):
-                    groups[name] = obj
-
-            # visititems (H5Ovisit) visits every object once, without following soft links
-            grp.visititems(visit)
+        if names is None:  # each name of a group hard-linked twice (as the scan's)
+            groups.update((name, g) for name, g in groups_below(grp) if g is not None)
         else:
             groups.update((name, grp[name]) for name in names if name and
                           (only is None or name == only))

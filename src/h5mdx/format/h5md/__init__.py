@@ -52,7 +52,13 @@ from h5mdx.format.h5md._storage import (
 from h5mdx.format.h5md._storage import object_address as object_address
 from h5mdx.format.h5md._storage import scaled_unit as scaled_unit
 from h5mdx.format.h5md._storage import unit_attribute as unit_attribute
-from h5mdx.format.h5md._walk import free_form, objects_below, scan, scan_free_form
+from h5mdx.format.h5md._walk import (
+    free_form,
+    groups_below,
+    objects_below,
+    scan,
+    scan_free_form,
+)
 
 __all__ = [
     "BoxInfo",
@@ -66,6 +72,7 @@ __all__ = [
     "compression_name",
     "ensure_filters",
     "free_form",
+    "groups_below",
     "is_h5md",
     "objects_below",
     "open_h5md",

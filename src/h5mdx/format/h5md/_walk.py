@@ -44,7 +44,9 @@ from h5mdx.format.h5md._storage import (
     _Ctx,
     _get,
     _has,
+    _link_type,
     dataset_problem,
+    object_address,
 )
 
 
@@ -182,17 +184,58 @@ def _below(grp: h5py.Group) -> tuple[list[tuple[str, h5py.Group]], list[str]]:
     """
     groups: list[tuple[str, h5py.Group]] = []
     datasets: list[str] = []
-
-    def visit(name: str, obj: h5py.HLObject) -> None:
-        if isinstance(obj, h5py.Group):
-            groups.append((name, obj))
-        elif isinstance(obj, h5py.Dataset):
+    for name, obj in groups_below(grp):
+        if obj is None:
             datasets.append(name)
-
-    # visititems (H5Ovisit) visits every object once, a group before what it holds, and
-    # follows no soft or external link: no cycle, no other file is walked
-    grp.visititems(visit)
+        else:
+            groups.append((name, obj))
     return groups, datasets
+
+
+def groups_below(grp: h5py.Group) -> list[tuple[str, h5py.Group | None]]:
+    """What ``grp`` holds by hard links, at every depth: (path below it, the group), or
+    (path, None) for a dataset; a group before what it holds, by name.
+
+    Every name of an object hard-linked twice is given (a dataset of two groups, a group
+    of two names): HDF5's visit of objects gave one of them, the others left out in
+    silence (an audit). Soft and external links are not followed, nor a hard link back
+    to a group on the way to it (a cycle).
+
+    Parameters
+    ----------
+    grp : h5py.Group
+        The group walked (``/parameters``, or a root group H5MD does not define).
+
+    Returns
+    -------
+    list of (str, h5py.Group or None)
+        Each group and dataset below ``grp``, by its path below it.
+    """
+    out: list[tuple[str, h5py.Group | None]] = []
+
+    def walk(group: h5py.Group, prefix: str, above: frozenset[tuple[int, ...]]) -> None:
+        try:
+            names = list(group)
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+            return
+        for name in names:
+            if _link_type(group, name) != h5py.h5l.TYPE_HARD:
+                continue  # soft and external links: noted where the group is served
+            try:
+                kind = group.get(name, getclass=True)
+                if kind is h5py.Dataset:  # by name, not opened
+                    out.append((prefix + name, None))
+                    continue
+                obj = group.get(name) if kind is h5py.Group else None
+                addr = object_address(obj) if obj is not None else None
+            except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+                continue
+            if obj is not None and addr is not None and addr not in above:
+                out.append((prefix + name, obj))
+                walk(obj, f"{prefix}{name}/", above | {addr})
+
+    walk(grp, "", frozenset({object_address(grp)}))
+    return out
 
 
 def _plain_datasets(c: _Ctx, grp: h5py.Group, names: list[str]) -> dict[str, Any]:
