@@ -1165,6 +1165,29 @@ def test_observables_only_in_subgroups_name_them(tmp_path):
         np.testing.assert_array_equal(ds.energy, [0.0, 1.0])
 
 
+def test_an_observables_group_of_two_names_is_no_cycle(tmp_path):
+    """A group of /observables hard-linked under a second name was refused at that name
+    as "links back to a group that contains it (a cycle)" and left out: each group walked
+    counted as one on the way. Now only a link back to a group above is a cycle."""
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "thermo/t": dict(value=np.arange(3.0), step=np.arange(3) * 7, unit="K")})
+    with h5py.File(path, "r+") as f:
+        f["observables/copy"] = f["observables/thermo"]
+        f["observables/thermo/up"] = f["observables"]  # a cycle
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    assert sorted(str(w.message).split(" [")[1].split("]")[0] for w in record) == [
+        "/observables/copy/up", "/observables/thermo/up"]
+    with tree:
+        assert set(tree["observables"].children) == {"copy", "thermo"}
+        for node in ("copy", "thermo"):
+            t = tree[f"observables/{node}"]
+            np.testing.assert_array_equal(t.t.values, [0.0, 1.0, 2.0])
+            np.testing.assert_array_equal(t.step.values, [0, 7, 14])
+            assert t.t.attrs == {"units": "K"}
+
+
 def test_connectivity_groups_are_served(tmp_path):
     """/connectivity (H5MD 1.1): time-independent and time-dependent tuples of particles,
     directly or in a group per particles group, as DataTree nodes and group= targets."""

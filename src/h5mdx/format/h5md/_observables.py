@@ -32,8 +32,11 @@ def _observables(
     below it, and the groups that hold them (``deep=False``: the groups below ``grp`` by
     name, without walking them; ``within``, a group's path below ``root``: only the
     children on the way to it, and its own elements, are read; with ``subtree``, those
-    of every group below it too)."""
-    seen.add(_addr(grp))
+    of every group below it too); ``seen``: the addresses of the groups on the way to
+    ``grp`` (a link back to one is a cycle)."""
+    # the groups on the way here, not every group walked: a group of two names (hard
+    # links) was "a cycle" at its second name, and left out (an audit)
+    seen = {*seen, _addr(grp)}
     where = None  # grp.name: asked at the first child, not at each (7 us)
     if within is not None and prefix == f"{within}/":  # the group sought: its elements
         within, deep = None, subtree
