@@ -189,3 +189,35 @@ def test_engine_source_never_unpickles_or_evaluates(name):
             for kw in node.keywords:
                 if kw.arg == "allow_pickle":
                     assert isinstance(kw.value, ast.Constant) and kw.value.value is False
+
+
+@pytest.mark.parametrize("how", ["external link", "soft link through one"])
+def test_parameters_in_another_file_are_not_served_without_opt_in(tmp_path, how):
+    """/parameters an external link (or a soft link through one): the scan left it out
+    and warned so, but the tree served its groups and attributes from the other file all
+    the same (``thermostat``, ``cutoff``). Now nothing of it without allow_external; with
+    it, all of it; and an open of the group says what to pass."""
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["parameters/force_field/epsilon"] = np.array([0.1, 0.2])
+        f["parameters"].attrs["thermostat"] = "nose-hoover"
+        f["parameters/force_field"].attrs["cutoff"] = 1.2
+    path = _base(tmp_path / "par.h5md")
+    with h5py.File(path, "a") as f:
+        if how == "external link":
+            f["parameters"] = h5py.ExternalLink(str(other), "/parameters")
+        else:
+            f["hidden"] = h5py.ExternalLink(str(other), "/")
+            f["parameters"] = h5py.SoftLink("/hidden/parameters")
+    with pytest.warns(H5MDConformanceWarning, match="allow_external=True"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        assert "parameters" not in tree.children
+        np.testing.assert_array_equal(tree["particles/g"].position.values,
+                                      np.arange(24.0).reshape(4, 2, 3))
+    with xr.open_datatree(path, engine="h5md", allow_external=True) as tree:
+        assert tree["parameters"].attrs == {"thermostat": "nose-hoover"}
+        assert tree["parameters/force_field"].attrs == {"cutoff": 1.2}
+        np.testing.assert_array_equal(tree["parameters/force_field"].epsilon, [0.1, 0.2])
+    with pytest.raises(H5MDFormatError, match=r"\[/parameters\].*allow_external=True"):
+        xr.open_dataset(path, engine="h5md", group="parameters/force_field")

@@ -227,7 +227,7 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                 if only is None or _served_in(problem.path, root, names) == only:
                     b.report.add(problem)
         grp = f.get(root)
-        if not isinstance(grp, h5py.Group):
+        if not isinstance(grp, h5py.Group) or _elsewhere(grp, f, b.allow_external):
             return {}
         groups: dict[str, h5py.Group] = {"": grp}
         if names is None:  # each name of a group hard-linked twice (as the scan's)
@@ -276,6 +276,13 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
     return out
 
 
+def _elsewhere(grp: h5py.Group, f: h5py.File, allow_external: bool) -> bool:
+    """Whether ``grp`` lies in another file than ``f`` (reached through an external
+    link) where ``allow_external`` does not allow it: the scan left it out, said so, and
+    its groups and attributes were served all the same (an audit)."""
+    return not allow_external and grp.file.filename != f.filename
+
+
 def _served_in(path: str, root: str, groups: tuple[str, ...]) -> str:
     """The group of ``groups`` (relative to ``/<root>``, ``""`` for it) whose Dataset
     serves what lies at ``path``: the deepest that holds it."""
@@ -301,6 +308,14 @@ def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
     """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error)."""
     found = _free_form_datasets(b, root, only=sub)
     if sub not in found:
+        with b.lock:
+            f = b.manager.acquire(needs_lock=False)
+            grp = f.get(root)
+            elsewhere = isinstance(grp, h5py.Group) and _elsewhere(grp, f, b.allow_external)
+        if elsewhere:
+            raise H5MDFormatError(b.info.filename, f"/{root}", (
+                "a link to a group of another file, not followed: pass allow_external=True "
+                "to read it"))
         found = _free_form_datasets(b, root)  # for the listing
         listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
         raise ValueError(f"{b.info.filename} has no group {group!r}"
