@@ -1188,6 +1188,25 @@ def test_an_observables_group_of_two_names_is_no_cycle(tmp_path):
             assert t.t.attrs == {"units": "K"}
 
 
+@pytest.mark.parametrize("root", ["observables", "connectivity", "parameters"])
+def test_a_root_group_stored_as_a_dataset_is_said_left_out(tmp_path, root):
+    """/observables (/connectivity, /parameters) stored as a dataset, not a group: the
+    tree left it out without a word. Now one warning names it; strict refuses it."""
+    path = write_h5md(tmp_path / "root.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}})
+    with h5py.File(path, "r+") as f:
+        f[root] = np.arange(3.0)
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(path, engine="h5md")
+    assert [str(w.message) for w in record] == [
+        f"{path} [/{root}]: a dataset of shape (3,), not the group H5MD requires; left out"]
+    with tree:
+        assert set(tree.children) == {"particles"}
+        np.testing.assert_array_equal(tree["particles/g"].position.values, np.zeros((2, 1, 3)))
+    with pytest.raises(H5MDFormatError, match=rf"\[/{root}\]: a dataset"):
+        xr.open_datatree(path, engine="h5md", strict=True)
+
+
 def test_connectivity_groups_are_served(tmp_path):
     """/connectivity (H5MD 1.1): time-independent and time-dependent tuples of particles,
     directly or in a group per particles group, as DataTree nodes and group= targets."""

@@ -324,6 +324,8 @@ def _parameters(c: _Ctx, root: str = "parameters") -> dict[str, Any]:
         c.left_out(err, f"/{root}")
         return {}
     if not isinstance(grp, h5py.Group):
+        if root == "parameters":
+            _not_a_group(c, root, grp)
         return {}
     groups, datasets = _below(grp)
     for g in (grp, *(g for _, g in groups)):  # noted, as an open of the group warns of them
@@ -539,7 +541,17 @@ def _element_tree(c: _Ctx, root: str, deep: bool | str = True, subtree: bool = F
         within = deep.strip("/") if isinstance(deep, str) else None
         _observables(c, grp, "", elements, groups, set(), f"/{root}", bool(deep),
                      within or None, subtree)
+    else:  # it was left out in silence (an audit)
+        _not_a_group(c, root, grp)
     return elements, groups
+
+
+def _not_a_group(c: _Ctx, root: str, obj: Any) -> None:
+    """Note ``/<root>`` (``observables``, ``connectivity``, ``parameters``), which H5MD
+    makes a group, found as a dataset (or another object): left out."""
+    what = f"a dataset of shape {obj.shape}" if isinstance(obj, h5py.Dataset) else \
+        f"a {type(obj).__name__}"
+    c.note(f"/{root}", f"{what}, not the group H5MD requires", "left out")
 
 
 def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
