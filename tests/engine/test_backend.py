@@ -1207,6 +1207,30 @@ def test_a_root_group_stored_as_a_dataset_is_said_left_out(tmp_path, root):
         xr.open_datatree(path, engine="h5md", strict=True)
 
 
+def test_observables_and_connectivity_groups_keep_their_attributes(tmp_path):
+    """The attributes of a group of observables or connectivity (a writer's description,
+    a subgroup's ``particles_group``) were left out of its DataTree node, as those of the
+    groups of /parameters are not. Now served, references as paths; ``h5md_group``
+    stays the engine's."""
+    path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
+        "e": dict(value=np.arange(2.0), step=np.arange(2)),
+        "g/t": dict(value=np.arange(3.0), step=np.arange(3))})
+    with h5py.File(path, "r+") as f:
+        f["observables"].attrs["description"] = "thermo output"
+        f["observables"].attrs["h5md_group"] = "mine"
+        f["observables/g"].attrs["particles_group"] = f["particles/g"].ref
+        f["connectivity/bonds"] = np.array([[0, 1]])
+        f["connectivity"].attrs["kind"] = "bonds"
+    with xr.open_datatree(path, engine="h5md") as tree:
+        assert tree["observables"].attrs == {"h5md_group": "/observables",
+                                             "description": "thermo output"}
+        assert tree["observables/g"].attrs == {"h5md_group": "/observables/g",
+                                               "particles_group": "/particles/g"}
+        assert tree["connectivity"].attrs == {"h5md_group": "/connectivity", "kind": "bonds"}
+        np.testing.assert_array_equal(tree["observables/g"].t.values, [0.0, 1.0, 2.0])
+
+
 def test_connectivity_groups_are_served(tmp_path):
     """/connectivity (H5MD 1.1): time-independent and time-dependent tuples of particles,
     directly or in a group per particles group, as DataTree nodes and group= targets."""

@@ -149,6 +149,19 @@ def _particles_fitting(b: _Builder, pg: ParticlesGroupInfo, topology: Any, drop:
         return _particles_dataset(b, pg, topology=None, select=None, drop=drop)
 
 
+def _with_own_attrs(b: _Builder, sub: str, drop: set[str], kind: str) -> xr.Dataset:
+    """The Dataset of the group ``/<kind>/<sub>`` of observables or connectivity, with the
+    group's own attributes (H5MD defines none; writers add theirs), as those of
+    ``/parameters`` are: they were left out (an audit). ``h5md_group`` stays the
+    engine's."""
+    ds = _observables_dataset(b, sub, drop, kind)
+    with b.lock:
+        grp = b.manager.acquire(needs_lock=False).get(f"/{kind}/{sub}".rstrip("/"))
+        own = _plain_attrs(grp) if isinstance(grp, h5py.Group) else {}
+    ds.attrs = {**ds.attrs, **own, "h5md_group": ds.attrs["h5md_group"]}
+    return ds
+
+
 def _connectivity_walked(root: str | None) -> bool | str:
     """What of ``/connectivity`` an open of the subtree of ``root`` (None: the whole file)
     walks (``scan(deep_connectivity=..., connectivity_subtree=True)``): all of it for the
@@ -176,10 +189,9 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
                                   info.connectivity_groups)):
         # a subtree of /connectivity is scanned alone: the others' elements are not seen
         if elements or (subs and root is not None and root.startswith("/connectivity/")):
-            makers[f"/{kind}"] = functools.partial(_observables_dataset, b, "", drop, kind)
-            for sub in subs:
-                makers[f"/{kind}/{sub}"] = functools.partial(
-                    _observables_dataset, b, sub, drop, kind)
+            for sub in ("", *subs):
+                makers[f"/{kind}/{sub}".rstrip("/")] = functools.partial(
+                    _with_own_attrs, b, sub, drop, kind)
     free_roots = ("parameters", *info.other_groups)
 
     def wanted(path: str) -> bool:
