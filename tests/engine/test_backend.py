@@ -1229,6 +1229,14 @@ def test_observables_and_connectivity_groups_keep_their_attributes(tmp_path):
                                                "particles_group": "/particles/g"}
         assert tree["connectivity"].attrs == {"h5md_group": "/connectivity", "kind": "bonds"}
         np.testing.assert_array_equal(tree["observables/g"].t.values, [0.0, 1.0, 2.0])
+    # an open of one of them as a Dataset likewise (beside the file's attributes)
+    for group, own in (("observables", {"description": "thermo output"}),
+                       ("observables/g", {"particles_group": "/particles/g"}),
+                       ("connectivity", {"kind": "bonds"})):
+        with xr.open_dataset(path, engine="h5md", group=group) as ds:
+            assert ds.attrs["h5md_group"] == f"/{group}"
+            assert {k: ds.attrs[k] for k in own} == own
+            assert ds.attrs["source"] == str(path)
 
 
 def test_connectivity_groups_are_served(tmp_path):

@@ -39,6 +39,7 @@ from h5mdx.format.h5md import (
     ParticlesGroupInfo,
     Problem,
     Sampling,
+    reference_paths,
     scalar_text,
 )
 from h5mdx.format.schema import (
@@ -706,6 +707,41 @@ def _mark_particle_order(b: _Builder, pg: ParticlesGroupInfo,
         stacklevel=2)
 
 
+def _plain_attrs(obj: h5py.HLObject) -> dict[str, Any]:
+    """The attributes of ``obj`` as plain values: text decoded, object references as the
+    paths they point to (``""`` for a null one), as an element's are; one of no value
+    (HDF5's null dataspace) or that h5py cannot read left out. They were served as
+    h5py's ``Empty`` and ``Reference`` objects, which no writer takes (an audit)."""
+    out: dict[str, Any] = {}
+    try:
+        names = list(obj.attrs)
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+        return out
+    for name in names:
+        try:
+            value = obj.attrs[name]
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+            continue
+        if isinstance(value, h5py.Empty):
+            continue
+        if isinstance(value, h5py.Reference) or (
+                isinstance(value, np.ndarray) and value.dtype.kind == "O"
+                and any(isinstance(v, h5py.Reference) for v in value.ravel())):
+            paths = reference_paths(obj, value)
+            value = ([p or "" for p in paths.ravel()] if isinstance(paths, np.ndarray)
+                     else paths or "")
+        out[name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SO":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value.tolist()]
+    return value
+
+
 def _file_attrs(info: FileInfo) -> dict[str, Any]:
     attrs: dict[str, Any] = {"h5md_version": f"{info.version[0]}.{info.version[1]}"}
     for k, v in info.author.items():
@@ -724,9 +760,16 @@ def _file_attrs(info: FileInfo) -> dict[str, Any]:
 def _observables_dataset(b: _Builder, prefix: str, drop: set[str],
                          root: str = "observables") -> xr.Dataset:
     """The elements directly under ``/<root>/<prefix>`` (``root``: ``observables`` or
-    ``connectivity``)."""
-    return _elements_dataset(b, b.info.elements_under(root, prefix),
-                             f"/{root}/{prefix}".rstrip("/"), drop)
+    ``connectivity``), with the group's own attributes (H5MD defines none; writers add
+    theirs), as those of ``/parameters`` are: they were left out (an audit);
+    ``h5md_group`` stays the engine's."""
+    where = f"/{root}/{prefix}".rstrip("/")
+    ds = _elements_dataset(b, b.info.elements_under(root, prefix), where, drop)
+    with b.lock:
+        grp = b.manager.acquire(needs_lock=False).get(where)
+        own = _plain_attrs(grp) if isinstance(grp, h5py.Group) else {}
+    ds.attrs = {**ds.attrs, **own, "h5md_group": where}
+    return ds
 
 
 def _elements_dataset(b: _Builder, elements: dict[str, ElementInfo], where: str,

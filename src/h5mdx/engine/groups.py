@@ -27,6 +27,7 @@ from h5mdx.engine.assembly import (
     _file_attrs,
     _observables_dataset,
     _particles_dataset,
+    _plain_attrs,
     _Report,
     _set_unlimited_dims,
 )
@@ -39,7 +40,6 @@ from h5mdx.format.h5md import (
     ParticlesGroupInfo,
     free_form,
     groups_below,
-    reference_paths,
     scaled_unit,
 )
 from h5mdx.format.text import unit_text
@@ -149,19 +149,6 @@ def _particles_fitting(b: _Builder, pg: ParticlesGroupInfo, topology: Any, drop:
         return _particles_dataset(b, pg, topology=None, select=None, drop=drop)
 
 
-def _with_own_attrs(b: _Builder, sub: str, drop: set[str], kind: str) -> xr.Dataset:
-    """The Dataset of the group ``/<kind>/<sub>`` of observables or connectivity, with the
-    group's own attributes (H5MD defines none; writers add theirs), as those of
-    ``/parameters`` are: they were left out (an audit). ``h5md_group`` stays the
-    engine's."""
-    ds = _observables_dataset(b, sub, drop, kind)
-    with b.lock:
-        grp = b.manager.acquire(needs_lock=False).get(f"/{kind}/{sub}".rstrip("/"))
-        own = _plain_attrs(grp) if isinstance(grp, h5py.Group) else {}
-    ds.attrs = {**ds.attrs, **own, "h5md_group": ds.attrs["h5md_group"]}
-    return ds
-
-
 def _connectivity_walked(root: str | None) -> bool | str:
     """What of ``/connectivity`` an open of the subtree of ``root`` (None: the whole file)
     walks (``scan(deep_connectivity=..., connectivity_subtree=True)``): all of it for the
@@ -191,7 +178,7 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         if elements or (subs and root is not None and root.startswith("/connectivity/")):
             for sub in ("", *subs):
                 makers[f"/{kind}/{sub}".rstrip("/")] = functools.partial(
-                    _with_own_attrs, b, sub, drop, kind)
+                    _observables_dataset, b, sub, drop, kind)
     free_roots = ("parameters", *info.other_groups)
 
     def wanted(path: str) -> bool:
@@ -389,41 +376,6 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
     elif scale != 1.0:
         arr = arr * scale
     return xr.Variable(dims, arr, attrs, encoding)
-
-
-def _plain_attrs(obj: h5py.HLObject) -> dict[str, Any]:
-    """The attributes of ``obj`` as plain values: text decoded, object references as the
-    paths they point to (``""`` for a null one), as an element's are; one of no value
-    (HDF5's null dataspace) or that h5py cannot read left out. They were served as
-    h5py's ``Empty`` and ``Reference`` objects, which no writer takes (an audit)."""
-    out: dict[str, Any] = {}
-    try:
-        names = list(obj.attrs)
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError):
-        return out
-    for name in names:
-        try:
-            value = obj.attrs[name]
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
-            continue
-        if isinstance(value, h5py.Empty):
-            continue
-        if isinstance(value, h5py.Reference) or (
-                isinstance(value, np.ndarray) and value.dtype.kind == "O"
-                and any(isinstance(v, h5py.Reference) for v in value.ravel())):
-            paths = reference_paths(obj, value)
-            value = ([p or "" for p in paths.ravel()] if isinstance(paths, np.ndarray)
-                     else paths or "")
-        out[name] = _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray) and value.dtype.kind in "SO":
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value.tolist()]
-    return value
 
 
 def _below(paths: Iterable[str]) -> dict[str, list[str]]:
