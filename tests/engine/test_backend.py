@@ -1239,6 +1239,25 @@ def test_observables_and_connectivity_groups_keep_their_attributes(tmp_path):
             assert ds.attrs["source"] == str(path)
 
 
+@pytest.mark.parametrize(("group", "variable", "of"), [
+    ("observables/temperature", "temperature", "observables"),
+    ("observables/thermo/energy", "energy", "observables/thermo"),
+    ("particles/trajectory/velocity", "velocity", "particles/trajectory"),
+])
+def test_a_group_that_is_an_element_says_where_it_is_served(mixed_file, group, variable,
+                                                            of):
+    """``group=`` naming an element (a variable of a group, not a group) was told only "no
+    group"; now the error says which variable of which group it is, for open_dataset and
+    open_datatree alike."""
+    path, _ = mixed_file
+    hint = (f"no group '{group}' (it is an H5MD element: the variable '{variable}' of "
+            f"group '{of}')")
+    for opener in (xr.open_dataset, xr.open_datatree):
+        with pytest.raises(ValueError) as err:
+            opener(path, engine="h5md", group=group)
+        assert hint in str(err.value)
+
+
 def test_connectivity_groups_are_served(tmp_path):
     """/connectivity (H5MD 1.1): time-independent and time-dependent tuples of particles,
     directly or in a group per particles group, as DataTree nodes and group= targets."""

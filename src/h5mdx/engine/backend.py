@@ -40,7 +40,7 @@ from h5mdx.engine.assembly import (
 from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR as PARTICLE_ORDER_ATTR
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _normalize_path, _scan_with
-from h5mdx.engine.groups import _free_form_group, open_groups
+from h5mdx.engine.groups import _element_of, _free_form_group, open_groups
 from h5mdx.errors import H5MDFormatError
 from h5mdx.format.h5md import FileInfo, is_h5md
 
@@ -114,7 +114,7 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     why = ("; ".join(f"{p.path}: {p.message}, {p.assumed}" for p in left[:3])
            + (f"; and {len(left) - 3} more" if len(left) > 3 else ""))
     raise ValueError(f"{info.filename} has no group {group!r}"
-                     + (f" that h5mdx reads ({why})" if left else "")
+                     + (f" that h5mdx reads ({why})" if left else _element_of(info, g))
                      + f"; available: {listing}")
 
 

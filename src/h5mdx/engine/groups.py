@@ -197,7 +197,8 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         groups = [*(p for p in makers if p != "/"),
                   *(f"/{r}" for r in free_roots if r != "parameters" or info.parameters)]
         free, _, sub = root.lstrip("/").partition("/")
-        hint = _element_hint(b, free, sub) if free in info.other_groups else ""
+        hint = (_element_hint(b, free, sub) if free in info.other_groups
+                else _element_of(info, root))
         raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; its "
                          f"groups: {', '.join(groups)}")
     return out
@@ -321,6 +322,26 @@ def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
                          f"{_element_hint(b, root, sub)}; the groups of "
                          f"/{root}: {listing or 'none'}")
     return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+
+
+def _element_of(info: FileInfo, path: str) -> str:
+    """Where ``path`` (a group sought) is an element of the observables, connectivity or a
+    particles group, which is a variable, not a group: a hint naming the variable and
+    the group serving it (``group="observables/temperature"`` was told only "no group");
+    else ""."""
+    root, _, rest = path.strip("/").partition("/")
+    elements: dict[str, Any] = {}
+    if root in ("observables", "connectivity"):
+        elements = dict(info.observables if root == "observables" else info.connectivity)
+    pg = info.particles_group(rest.rpartition("/")[0]) if root == "particles" else None
+    if pg is not None:
+        root, rest = f"particles/{pg}", rest.rpartition("/")[2]
+        elements = dict(info.particles[pg].elements)
+    if rest not in elements:
+        return ""
+    parent, _, leaf = rest.rpartition("/")
+    return (f" (it is an H5MD element: the variable {leaf!r} of group "
+            f"{'/'.join(p for p in (root, parent) if p)!r})")
 
 
 def _element_hint(b: _Builder, root: str, sub: str) -> str:
