@@ -1188,6 +1188,31 @@ def test_an_observables_group_of_two_names_is_no_cycle(tmp_path):
             assert t.t.attrs == {"units": "K"}
 
 
+def test_groups_linked_over_and_over_end_the_walk(tmp_path, monkeypatch):
+    """Since each name of a group hard-linked twice is served, groups linked under two
+    names in a chain of n levels have 2**n paths: 30 levels did not end. The walks stop
+    at a number of groups (/observables: with a warning), each group served once."""
+    from h5mdx.format.h5md import _observables, _walk
+
+    monkeypatch.setattr(_observables, "MAX_GROUPS", 60)
+    monkeypatch.setattr(_walk, "MAX_NAMES", 60)
+    path = write_h5md(tmp_path / "chain.h5md", {"g": {"position": dict(
+        value=np.zeros((2, 1, 3)), step=np.arange(2))}})
+    with h5py.File(path, "r+") as f:
+        for root in ("observables", "parameters"):
+            chain = [f.create_group(f"{root}/g{i}") for i in range(30)]
+            for upper, lower in zip(chain, chain[1:]):
+                upper["a"] = upper["b"] = lower
+            chain[-1]["e"] = np.arange(3.0)
+    with pytest.warns(H5MDConformanceWarning, match=r"more than 60 groups below "
+                                                    r"/observables"):
+        tree = xr.open_datatree(path, engine="h5md")
+    with tree:
+        nodes = [node.path for node in tree.subtree]
+    assert 60 <= sum(p.startswith("/observables/") for p in nodes) <= 200
+    assert "/parameters/g29" in nodes and sum(p.startswith("/parameters/") for p in nodes) <= 100
+
+
 @pytest.mark.parametrize("root", ["observables", "connectivity", "parameters"])
 def test_a_root_group_stored_as_a_dataset_is_said_left_out(tmp_path, root):
     """/observables (/connectivity, /parameters) stored as a dataset, not a group: the

@@ -57,6 +57,10 @@ def _observables(
                     c.filename, path, "element has 'step'/'time' but no 'value' dataset"
                 )
             if subgroup:
+                if len(groups) >= MAX_GROUPS:  # groups hard-linked in a chain: 2**n paths
+                    raise H5MDFormatError(
+                        c.filename, path, f"more than {MAX_GROUPS} groups below {root} "
+                        "(groups linked under several names, over and over)")
                 if _addr(obj) in seen:
                     raise H5MDFormatError(
                         c.filename, path, "links back to a group that contains it (a cycle)"
@@ -69,6 +73,10 @@ def _observables(
                 out[key] = _element(c, child, obj, path)
         except H5MDFormatError as err:
             c.left_out(err, path)
+
+
+#: Most groups :func:`_observables` walks below ``/observables`` or ``/connectivity``.
+MAX_GROUPS = 2_000
 
 
 #: The root groups H5MD defines (``trajectory``: its drafts' particles, before 1.0).

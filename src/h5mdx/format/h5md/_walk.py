@@ -10,8 +10,9 @@ looks like an element and is read as datasets).
 
 from __future__ import annotations
 
+import collections
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -192,9 +193,14 @@ def _below(grp: h5py.Group) -> tuple[list[tuple[str, h5py.Group]], list[str]]:
     return groups, datasets
 
 
+#: Most names :func:`groups_below` gives: groups hard-linked under two names in a chain
+#: of n levels have 2**n paths.
+MAX_NAMES = 4_000
+
+
 def groups_below(grp: h5py.Group) -> list[tuple[str, h5py.Group | None]]:
     """What ``grp`` holds by hard links, at every depth: (path below it, the group), or
-    (path, None) for a dataset; a group before what it holds, by name.
+    (path, None) for a dataset; a group before what it holds, level by level.
 
     Every name of an object hard-linked twice is given (a dataset of two groups, a group
     of two names): HDF5's visit of objects gave one of them, the others left out in
@@ -212,30 +218,47 @@ def groups_below(grp: h5py.Group) -> list[tuple[str, h5py.Group | None]]:
         Each group and dataset below ``grp``, by its path below it.
     """
     out: list[tuple[str, h5py.Group | None]] = []
-
-    def walk(group: h5py.Group, prefix: str, above: frozenset[tuple[int, ...]]) -> None:
-        try:
-            names = list(group)
-        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-            return
-        for name in names:
-            if _link_type(group, name) != h5py.h5l.TYPE_HARD:
-                continue  # soft and external links: noted where the group is served
-            try:
-                kind = group.get(name, getclass=True)
-                if kind is h5py.Dataset:  # by name, not opened
-                    out.append((prefix + name, None))
-                    continue
-                obj = group.get(name) if kind is h5py.Group else None
-                addr = object_address(obj) if obj is not None else None
-            except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-                continue
-            if obj is not None and addr is not None and addr not in above:
+    walked: set[tuple[int, ...]] = set()
+    # level by level: where the names run out (groups named over and over, links in a
+    # chain: 2**n paths), the shallow ones are given
+    todo = collections.deque([(grp, "", frozenset({object_address(grp)}))])
+    while todo and len(out) < MAX_NAMES:
+        group, prefix, above = todo.popleft()
+        for name, obj, addr in _hard_members(group):
+            if len(out) >= MAX_NAMES:
+                break
+            if obj is None:
+                out.append((prefix + name, None))
+            elif addr not in above:
                 out.append((prefix + name, obj))
-                walk(obj, f"{prefix}{name}/", above | {addr})
-
-    walk(grp, "", frozenset({object_address(grp)}))
+                if addr not in walked or len(out) < MAX_NAMES // 2:  # past half the names,
+                    walked.add(addr)  # a group's second name is served, not walked again
+                    todo.append((obj, f"{prefix}{name}/", above | {addr}))
     return out
+
+
+def _hard_members(group: h5py.Group) -> Iterator[tuple[str, h5py.Group | None, Any]]:
+    """``(name, group, its address)`` of the groups ``group`` holds by hard links, and
+    ``(name, None, None)`` of its datasets (by name, not opened); soft and external links
+    are noted where the group is served."""
+    try:
+        names = list(group)
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return
+    for name in names:
+        if _link_type(group, name) != h5py.h5l.TYPE_HARD:
+            continue
+        try:
+            kind = group.get(name, getclass=True)
+            if kind is h5py.Dataset:
+                yield name, None, None
+                continue
+            obj = group.get(name) if kind is h5py.Group else None
+            addr = object_address(obj) if obj is not None else None
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+            continue
+        if obj is not None and addr is not None:
+            yield name, obj, addr
 
 
 def _plain_datasets(c: _Ctx, grp: h5py.Group, names: list[str]) -> dict[str, Any]:
