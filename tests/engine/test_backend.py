@@ -274,10 +274,11 @@ def test_equal_times_keep_their_unit_and_other_units_get_their_own_axis(tmp_path
         "velocity": dict(value=np.ones((3, 2, 3)), time_unit="ps", **same)}},
         observables={name: dict(value=np.arange(3.0) + i, time_unit=unit, **same)
                      for i, (name, unit) in enumerate((("a", None), ("b", "fs"),
-                                                       ("c", "ps")))})
+                                                       ("c", "ps"), ("d", "femtosecond")))})
     with xr.open_datatree(path, engine="h5md") as tree:
         obs = tree["observables"]
         assert obs.a.dims == obs.b.dims == ("time",)
+        assert obs.d.dims == ("time",)  # fs spelled out is fs: no axis of its own
         assert obs.time.attrs["units"] == "fs"
         assert obs.c.dims == ("time_c",) and obs.time_c.attrs["units"] == "ps"
         np.testing.assert_array_equal(obs.c.values, [2.0, 3.0, 4.0])

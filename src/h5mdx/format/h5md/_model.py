@@ -19,6 +19,18 @@ from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.vmd_structure import VMDStructure
 
 
+@functools.lru_cache(maxsize=64)
+def _same_unit(a: str, b: str) -> bool:
+    """Whether units ``a`` and ``b`` are one: the same text, or spellings of one unit
+    (``ps`` and ``picosecond``, which were two time axes)."""
+    if a == b:
+        return True
+    from h5mdx.format.units import base_factor
+
+    (fa, ba, pa), (fb, bb, pb) = base_factor(a), base_factor(b)
+    return pa is None and pb is None and ba == bb and math.isclose(fa, fb, rel_tol=1e-12)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One way a file departs from H5MD, and what h5mdx assumed to read it anyway.
@@ -98,7 +110,8 @@ class Sampling:
             # the same steps; numbered frames (implicit) only match numbered frames
             return (self.time is None and other.time is None) or (
                 "implicit" not in (self.kind, other.kind))
-        if None not in (self.time_unit, other.time_unit) and self.time_unit != other.time_unit:
+        if None not in (self.time_unit, other.time_unit) and not _same_unit(
+                str(self.time_unit), str(other.time_unit)):
             return False
         return bool(np.array_equal(self.time, other.time))
 
