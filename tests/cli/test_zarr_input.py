@@ -224,3 +224,47 @@ def test_a_store_without_names_still_needs_a_topology(tmp_path, capsys):
     assert "Traceback" not in err and "scheduler" not in err
     with xr.open_zarr(store) as ds, pytest.raises(TopologyError, match="needs a topology"):
         ds.md.rmsd(select="name CA")
+
+
+@pytest.fixture(scope="module")
+def ca_with_fill(tmp_path_factory):
+    """``convert --select "name CA"`` to H5MD, its ``id`` given HDF5's fill value -1 (H5MD's
+    mark of an absent particle, as other writers set it), and its Zarr copy by rechunk:
+    the copy keeps -1 as CF's ``_FillValue``, which xarray's decoding reads as floats."""
+    import h5py
+
+    where = tmp_path_factory.mktemp("fill")
+    src = where / "ca.h5md"
+    assert main(["convert", d.PSF, d.DCD, str(src), "--select", "name CA",
+                 "--no-progress"]) == 0
+    with h5py.File(src, "r+") as f:
+        group = f["particles/trajectory"]
+        ids, attrs = group["id"][()], dict(group["id"].attrs)
+        del group["id"]
+        group.create_dataset("id", data=ids, fillvalue=-1).attrs.update(attrs)
+    store = where / "ca.zarr"
+    assert main(["rechunk", str(src), str(store)]) == 0
+    return store
+
+
+def _rmsd_with_psf(store, out):
+    assert main(["rmsd", str(store), "--topology", d.PSF, "--select", "resid 1:50",
+                 "--weights", "mass", "--scheduler", "threads", "--no-progress",
+                 "--out", str(out)]) == 0
+    return np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1)
+
+
+def test_an_id_with_a_fill_value_stays_integer_and_finds_the_atoms(ca_with_fill, tmp_path):
+    """open_zarr_store serves such an ``id`` as the h5md engine does: int64, -1 in its
+    encoding (CF decoding gave float64 [4., 21., ...], and h5mdx rmsd with the whole
+    system's PSF refused the store: "the topology has 3341 atoms; the store has 214")."""
+    from h5mdx.layout.export import open_zarr_store
+
+    want = _mda_rmsd("name CA and resid 1:50", "mass")
+    with open_zarr_store(ca_with_fill) as ds:
+        assert ds["id"].dtype == np.int64 and ds["id"].encoding["_FillValue"] == -1
+        u = mda.Universe(d.PSF, d.DCD)
+        np.testing.assert_array_equal(ds["id"].values, u.select_atoms("name CA").indices)
+        assert "_FillValue" not in ds["id"].attrs
+    np.testing.assert_allclose(_rmsd_with_psf(ca_with_fill, tmp_path / "r.csv"), want,
+                               atol=1e-4)

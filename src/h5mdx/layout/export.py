@@ -104,7 +104,9 @@ def _time_chunk(n_frames: int | None) -> tuple[int]:
 def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
                     group: str | None = None) -> xr.Dataset:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, without dask,
-    as ``xr.open_dataset(path, engine="zarr")`` opens it.
+    as ``xr.open_dataset(path, engine="zarr")`` opens it, but for integers with a fill
+    value (H5MD's ``id``, -1 for absent particles): integers, as the h5md engine serves
+    them, the fill value in their encoding, where CF decoding makes them floats.
 
     ``group`` opens one of its groups (``"particles/solvent"``: a store copied from a file
     of several particles groups holds the first at its root, the others there; see
@@ -124,10 +126,10 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
     group = (group or "").strip("/") or None
     try:
         if group is None:
-            ds = xr.open_dataset(path, engine="zarr", chunks=None)
+            ds = _open_integers_kept(path)
         else:  # the root's coordinates on axes of the group's sizes (stored at the root);
             # not a tree: a group of other frames or atoms does not line up with the root
-            ds = xr.open_dataset(path, engine="zarr", group=group, chunks=None)
+            ds = _open_integers_kept(path, group=group)
             with xr.open_dataset(path, engine="zarr", chunks=None) as root:
                 shared = {k: v.variable.load() for k, v in root.coords.items()
                           if k not in ds.variables
@@ -141,6 +143,30 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
         var.encoding.setdefault("source", ds.encoding.get("source", os.fspath(path)))
     if check_chunks:
         _check_stored_chunks(os.fspath(path), ds, group)
+    return ds
+
+
+def _open_integers_kept(path: str | os.PathLike[str], **kwargs: Any) -> xr.Dataset:
+    """``xr.open_dataset(path, engine="zarr", chunks=None)``, its integers with a
+    ``_FillValue`` (H5MD's ``id``, -1 for absent particles) kept integers, the fill value
+    in their encoding, as the h5md engine serves them: CF's decoding made them floats
+    (NaN for -1), and a store of selected atoms then had no ``id`` to find them in the
+    whole system's topology (found by an audit)."""
+    ds = xr.open_dataset(path, engine="zarr", chunks=None, **kwargs)
+    names = [str(name) for name, var in ds.variables.items()
+             if var.dtype.kind == "f" and var.encoding.get("_FillValue") is not None
+             and np.dtype(var.encoding.get("dtype", var.dtype)).kind in "iu"
+             and "scale_factor" not in var.encoding and "add_offset" not in var.encoding]
+    if not names:
+        return ds
+    ds.close()
+    ds = xr.open_dataset(path, engine="zarr", chunks=None,
+                         mask_and_scale={name: False for name in names}, **kwargs)
+    for name in names:
+        var = ds.variables[name]
+        fill = var.attrs.pop("_FillValue", None)
+        if fill is not None:
+            var.encoding["_FillValue"] = fill
     return ds
 
 
