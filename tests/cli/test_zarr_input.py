@@ -268,3 +268,19 @@ def test_an_id_with_a_fill_value_stays_integer_and_finds_the_atoms(ca_with_fill,
         assert "_FillValue" not in ds["id"].attrs
     np.testing.assert_allclose(_rmsd_with_psf(ca_with_fill, tmp_path / "r.csv"), want,
                                atol=1e-4)
+
+
+def test_a_copy_of_an_opened_store_keeps_its_id_integer(ca_with_fill, tmp_path):
+    """``xr.open_zarr(store).md.to_zarr(copy)``: the id CF decoding made float64 is
+    written as int64 again, its fill value kept (the copy stored float64 ids, and
+    h5mdx rmsd with the whole system's PSF refused it)."""
+    copy = tmp_path / "copy.zarr"
+    with xr.open_zarr(ca_with_fill) as ds:
+        assert ds["id"].dtype == np.float64  # xarray's decoding, as the user sees it
+        ds.md.to_zarr(copy)
+    import zarr
+
+    stored = zarr.open_group(str(copy), mode="r")["id"]
+    assert stored.dtype == np.int64 and stored.attrs["_FillValue"] == -1
+    np.testing.assert_allclose(_rmsd_with_psf(copy, tmp_path / "r.csv"),
+                               _mda_rmsd("name CA and resid 1:50", "mass"), atol=1e-4)

@@ -576,6 +576,9 @@ def dataset_to_zarr(
     """
     layout = layout or Layout()
     compressors = zarr_compressors(layout.compression)
+    # integers CF decoding made floats (an id of a store opened by xr.open_zarr) written
+    # as integers again: as floats, the copy's id no longer found its atoms in a topology
+    ds = _cf_encoded(ds)
     enc: dict[str, dict[str, Any]] = {}
     # per time dimension: output chunk of the largest variable ("base") and the dask
     # block, a multiple of it that also holds whole chunks of the small variables
