@@ -284,3 +284,17 @@ def test_a_copy_of_an_opened_store_keeps_its_id_integer(ca_with_fill, tmp_path):
     assert stored.dtype == np.int64 and stored.attrs["_FillValue"] == -1
     np.testing.assert_allclose(_rmsd_with_psf(copy, tmp_path / "r.csv"),
                                _mda_rmsd("name CA and resid 1:50", "mass"), atol=1e-4)
+
+
+def test_to_zarr_of_selected_atoms_writes_their_id(adk_h5md, tmp_path):
+    """``ds.md.to_zarr`` of a ``select=`` (or ``isel(atom=...)``) writes H5MD's ``id``
+    of the atoms kept, as ``to_h5md`` does: h5mdx rmsd with the whole system's PSF finds
+    them (it refused: "the topology has 3341 atoms; the store has 214")."""
+    store = tmp_path / "ca.zarr"
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=d.PSF, select="name CA") as ds:
+        ds.md.to_zarr(store)
+    with xr.open_zarr(store) as z:
+        np.testing.assert_array_equal(z["id"].values,
+                                      mda.Universe(d.PSF, d.DCD).select_atoms("name CA").indices)
+    np.testing.assert_allclose(_rmsd_with_psf(store, tmp_path / "r.csv"),
+                               _mda_rmsd("name CA and resid 1:50", "mass"), atol=1e-4)

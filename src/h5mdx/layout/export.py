@@ -678,10 +678,26 @@ def to_zarr(
     layout = Layout(frames_per_chunk=frames_per_chunk, chunk_mib=chunk_mib,
                     contiguous=contiguous, compression=compression)
     _check_kind_named(store, zarr=True)
+    ds = _with_selection_id(ds)
     with atomic_output(store, overwrite=overwrite, inputs=_sources(ds), directory=True) as tmp:
         dataset_to_zarr(ds, tmp, layout=layout, progress=progress,
                         description=f"to {os.path.basename(os.fspath(store))}")
     return os.fspath(store)
+
+
+def _with_selection_id(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with H5MD's ``id`` of its atoms where it holds a selection of them (an
+    ``atom`` coordinate of indices other than 0, 1, ...: ``isel(atom=...)``, a
+    ``select=``) and no ``id``, as :func:`to_h5md` writes it: without it, ``h5mdx rmsd
+    STORE --topology`` the whole system's topology refused the store ("has 3341 atoms;
+    the store has 214"; found by an audit)."""
+    if ATOM_DIM not in ds.coords or "id" in ds.variables or ds[ATOM_DIM].ndim != 1:
+        return ds
+    atoms = np.asarray(ds[ATOM_DIM].values)
+    if atoms.dtype.kind not in "iu" or np.array_equal(atoms, np.arange(atoms.size)):
+        return ds
+    values, _unit, attrs = id_element(atoms)
+    return ds.assign(id=xr.Variable((ATOM_DIM,), values, attrs))
 
 
 #: The suffixes of an H5MD (HDF5) file's name
