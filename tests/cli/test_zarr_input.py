@@ -298,3 +298,22 @@ def test_to_zarr_of_selected_atoms_writes_their_id(adk_h5md, tmp_path):
                                       mda.Universe(d.PSF, d.DCD).select_atoms("name CA").indices)
     np.testing.assert_allclose(_rmsd_with_psf(store, tmp_path / "r.csv"),
                                _mda_rmsd("name CA and resid 1:50", "mass"), atol=1e-4)
+
+
+def test_rmsd_says_a_stores_missing_step_chunk(store, tmp_path, capsys):
+    """A store that lost its ``step`` chunk reads every step as 0 (Zarr's fill value):
+    h5mdx rmsd says so before the run (it wrote step 0 for every frame to the series,
+    silently)."""
+    import shutil
+
+    from h5mdx.errors import H5MDConformanceWarning
+
+    lost = tmp_path / "lost.zarr"
+    shutil.copytree(store, lost)
+    shutil.rmtree(lost / "step" / "c")
+    out = tmp_path / "r.csv"
+    with pytest.warns(H5MDConformanceWarning,
+                      match=r"lost\.zarr \[step\]: stores 0 of its 1 chunks .* read as 0"):
+        assert main(["rmsd", str(lost), "--scheduler", "threads", "--no-progress",
+                     "--out", str(out)]) == 0
+    assert (np.genfromtxt(out, delimiter=",", names=True)["step"] == 0).all()

@@ -104,7 +104,9 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
             raise ValueError(f"the Zarr store {path} has no particles group {group!r}; it "
                              f"has: {', '.join(map(repr, groups)) or 'none'}")
         where = groups[name]
-    ds = open_zarr_store(path, group=where)
+    # chunks missing (a copy that did not finish) said before the run: the frames of a
+    # missing chunk of step read as 0, and of time as NaN, in the series written
+    ds = open_zarr_store(path, group=where, check_chunks=True)
     if topology is not None:
         from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, topology_label
 
