@@ -317,3 +317,12 @@ def test_rmsd_says_a_stores_missing_step_chunk(store, tmp_path, capsys):
         assert main(["rmsd", str(lost), "--scheduler", "threads", "--no-progress",
                      "--out", str(out)]) == 0
     assert (np.genfromtxt(out, delimiter=",", names=True)["step"] == 0).all()
+
+
+def test_dask_mpi_refuses_a_store_before_its_cluster(store, capsys):
+    """--scheduler dask-mpi reads H5MD files: a store is refused before the cluster
+    starts, saying what runs it (under mpirun the client rank's engine refused it after,
+    saying "h5mdx rmsd reads it")."""
+    assert main(["rmsd", str(store), "--scheduler", "dask-mpi", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler dask-mpi reads H5MD files, not Zarr stores" in err, err

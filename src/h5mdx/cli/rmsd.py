@@ -282,6 +282,14 @@ def _one_trajectory(args: argparse.Namespace) -> str | None:
                   "(h5mdx convert joins trajectories into one file)", file=sys.stderr)
             return None
     args.trajectory = args.parts[0]
+    if args.scheduler == "dask-mpi" and is_zarr_store(args.trajectory):
+        # said before the cluster starts: the client rank's h5md engine refused the store
+        # after it, saying "h5mdx rmsd reads it" (found by an audit)
+        print(f"h5mdx rmsd: --scheduler dask-mpi reads H5MD files, not Zarr stores "
+              f"({args.trajectory}): run h5mdx rmsd without mpirun (--scheduler "
+              "distributed, threads or processes), or on the H5MD file it was copied from",
+              file=sys.stderr)
+        return None
     return args.trajectory
 
 
