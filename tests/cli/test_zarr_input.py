@@ -326,3 +326,28 @@ def test_dask_mpi_refuses_a_store_before_its_cluster(store, capsys):
     assert main(["rmsd", str(store), "--scheduler", "dask-mpi", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "--scheduler dask-mpi reads H5MD files, not Zarr stores" in err, err
+
+
+def test_a_rechunked_store_selects_without_the_file_it_was_copied_from(tmp_path, capsys):
+    """rechunk of a file holding its own topology (VMD's structure module) recorded that
+    file's path as the store's topology: selections on the store read the file, not the
+    store's own names, and failed once it was moved ("No such topology file"), or took
+    another file's atoms where one replaced it. They are made in the store's names."""
+    import os
+
+    src = tmp_path / "adk.h5md"
+    assert main(["convert", d.PSF, d.DCD, str(src), "--no-progress"]) == 0
+    store = tmp_path / "adk.zarr"
+    assert main(["rechunk", str(src), str(store), "--frames-per-chunk", "10"]) == 0
+    os.rename(src, tmp_path / "moved.h5md")
+    out = tmp_path / "r.csv"
+    argv = ["rmsd", str(store), "--select", "name CA", "--weights", "mass",
+            "--scheduler", "threads", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    want = _mda_rmsd("name CA", "mass")
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
+                               want, atol=1e-4)
+    with xr.open_zarr(store) as ds:
+        assert ds.md.topology is None
+        np.testing.assert_allclose(ds.md.rmsd(select="name CA", weights="mass").values,
+                                   want, atol=1e-4)

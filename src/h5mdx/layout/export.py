@@ -541,6 +541,22 @@ def _json_attrs(ds: xr.Dataset) -> None:
         var.attrs = kept(f"{group}, variable {name}", var.attrs)
 
 
+def _drop_own_topology(out: xr.Dataset, sources: list[str]) -> None:
+    """Leave out of ``out`` (a copy) the ``topology`` attributes that name the H5MD file it
+    is copied from (a file holding its own topology: VMD's structure module, GROMACS'):
+    the store holds the atoms' names, residues and masses as coordinates, where its
+    selections are made. Kept, they made the store read its selections from that file by
+    its path: refused where the file was moved or deleted ("No such topology file"),
+    another file's atoms where it was replaced (found by an audit)."""
+    copied = {os.path.realpath(s) for s in sources}
+    owners = [out.attrs] + ([out.variables[ATOM_DIM].attrs] if ATOM_DIM in out.variables
+                            else [])
+    for attrs in owners:
+        topology = attrs.get("topology")
+        if isinstance(topology, str) and os.path.realpath(topology) in copied:
+            del attrs["topology"]
+
+
 def dataset_to_zarr(
     ds: xr.Dataset,
     store: str | os.PathLike[str],
@@ -623,6 +639,7 @@ def dataset_to_zarr(
     for v in out.variables.values():
         v.encoding = {}
     _json_attrs(out)
+    _drop_own_topology(out, _sources(ds))
     out = out.chunk({d: n for d, n in chunks.items()})
     # written from memory (8 bytes a frame): dask's blocks of the positions would
     # each write part of one of their chunks
