@@ -351,3 +351,19 @@ def test_a_rechunked_store_selects_without_the_file_it_was_copied_from(tmp_path,
         assert ds.md.topology is None
         np.testing.assert_allclose(ds.md.rmsd(select="name CA", weights="mass").values,
                                    want, atol=1e-4)
+
+
+def test_a_store_opened_by_h5mdx_is_read_as_zarr(store, adk_h5md):
+    """open_zarr_store names the store in each variable's encoding ("source", for the
+    errors): the RMSD took it for an HDF5 file and ran a reader thread beside zarr's own
+    I/O threads, which made a worker slower where measured for xr.open_zarr (see
+    h5mdx.analysis.rmsd); it reads the store's chunks of whole frames as Zarr."""
+    from h5mdx.analysis.plan import _zarr_frames
+    from h5mdx.layout.export import open_zarr_store
+
+    with open_zarr_store(store) as ds:
+        assert _zarr_frames(ds["position"])
+        np.testing.assert_allclose(ds.md.rmsd(select="name CA").values,
+                                   _mda_rmsd("name CA"), atol=1e-4)
+    with xr.open_dataset(adk_h5md, engine="h5md") as h5md:  # HDF5's own reads
+        assert not _zarr_frames(h5md["position"])

@@ -171,8 +171,10 @@ def _zarr_frames(source: xr.DataArray) -> bool:
     chunks of whole frames: any run of whole chunks is then read and decoded once."""
     enc = source.encoding
     chunks = _stored_chunks(source)
-    if "source" in enc or "preferred_chunks" not in enc or chunks is None \
-            or len(chunks) != source.ndim:
+    # HDF5's (the h5md engine's) by their keys, not by a "source": open_zarr_store names
+    # the store there, and h5mdx rmsd STORE ran a reader thread beside zarr's own
+    if "h5md_path" in enc or "chunksizes" in enc or "preferred_chunks" not in enc \
+            or chunks is None or len(chunks) != source.ndim:
         return False
     return all(c >= n for d, c, n in zip(source.dims, chunks, source.shape, strict=True)
                if d != TIME_DIM)
