@@ -367,3 +367,29 @@ def test_a_store_opened_by_h5mdx_is_read_as_zarr(store, adk_h5md):
                                    _mda_rmsd("name CA"), atol=1e-4)
     with xr.open_dataset(adk_h5md, engine="h5md") as h5md:  # HDF5's own reads
         assert not _zarr_frames(h5md["position"])
+
+
+def test_a_store_copied_with_its_files_path_selects_in_its_own_names(tmp_path, capsys):
+    """A store rechunked before the copy left out the file's path keeps
+    topology=<the H5MD file> on its atoms: h5mdx rmsd selects in the store's own names
+    (it failed "No such topology file" once the file was moved)."""
+    import os
+
+    import zarr
+
+    src = tmp_path / "adk.h5md"
+    assert main(["convert", d.PSF, d.DCD, str(src), "--no-progress"]) == 0
+    store = tmp_path / "old.zarr"
+    assert main(["rechunk", str(src), str(store), "--frames-per-chunk", "10"]) == 0
+    with warnings.catch_warnings():  # zarr's note on the names' string dtype
+        warnings.simplefilter("ignore")
+        root = zarr.open_group(str(store), mode="r+")  # as rechunk wrote it before
+        assert root.attrs["source"] == str(src)
+        root.attrs["topology"] = root["atom"].attrs["topology"] = str(src)
+        zarr.consolidate_metadata(str(store))
+    os.rename(src, tmp_path / "moved.h5md")
+    out = tmp_path / "r.csv"
+    assert main(["rmsd", str(store), "--select", "name CA", "--scheduler", "threads",
+                 "--no-progress", "--out", str(out)]) == 0, capsys.readouterr().err
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
+                               _mda_rmsd("name CA"), atol=1e-4)

@@ -141,6 +141,9 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
                               f"cannot open it{where} as a Zarr store: {err}") from err
     for var in ds.variables.values():  # errors reading them can name the store
         var.encoding.setdefault("source", ds.encoding.get("source", os.fspath(path)))
+    if isinstance(ds.attrs.get("source"), str) and "name" in ds.coords:
+        # a store copied before dataset_to_zarr left the file's path out: its own names
+        _drop_own_topology(ds, [ds.attrs["source"]])
     if check_chunks:
         _check_stored_chunks(os.fspath(path), ds, group)
     return ds
