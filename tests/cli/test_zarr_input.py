@@ -393,3 +393,38 @@ def test_a_store_copied_with_its_files_path_selects_in_its_own_names(tmp_path, c
                  "--no-progress", "--out", str(out)]) == 0, capsys.readouterr().err
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
                                _mda_rmsd("name CA"), atol=1e-4)
+
+
+def test_select_in_a_group_without_names_asks_for_a_topology(tmp_path, capsys):
+    """A store of two groups, only one with names (a file's VMD structure module): --select
+    on the other says before the run that its group holds no names (it passed the check,
+    another group having them, and failed after with the Python API's advice, "open the
+    file with xr.open_dataset(..., engine='h5md', topology=...)")."""
+    import h5py
+
+    src = tmp_path / "two.h5md"
+    assert main(["convert", d.PSF, d.DCD, str(src), "--no-progress"]) == 0
+    with h5py.File(src, "r+") as f:
+        position = f["particles/trajectory/position"]
+        other = f.create_group("particles/other/position")
+        other["value"] = position["value"][()][:, ::-1]
+        other["value"].attrs["unit"] = "Angstrom"
+        other["step"], other["time"] = position["step"][()], position["time"][()]
+        other["time"].attrs["unit"] = "ps"
+        f.copy(f["particles/trajectory/box"], "particles/other/box")
+    store = tmp_path / "two.zarr"
+    from h5mdx.errors import H5MDConformanceWarning
+
+    with pytest.warns(H5MDConformanceWarning, match="no name, type, mass for /particles/other"):
+        assert main(["rechunk", str(src), str(store)]) == 0
+    capsys.readouterr()
+    assert main(["rmsd", str(store), "--group", "other", "--select", "name CA",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "needs --topology" in err, err
+    assert "the particles group 'other' of the Zarr store" in err, err
+    out = tmp_path / "r.csv"
+    assert main(["rmsd", str(store), "--group", "trajectory", "--select", "name CA",
+                 "--scheduler", "threads", "--no-progress", "--out", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
+                               _mda_rmsd("name CA"), atol=1e-4)

@@ -237,17 +237,18 @@ def _print_written(args: argparse.Namespace) -> None:
             print(f"wrote {written}")
 
 
-def _why_no_names(path: str) -> str:
-    """Why ``path`` gives no atom names to select by."""
+def _why_no_names(path: str, group: str | None = None) -> str:
+    """Why ``path`` (its particles ``group``) gives no atom names to select by."""
     from h5mdx.layout.convert import is_zarr_store
 
     if is_zarr_store(path):
-        return f"the Zarr store {path} holds no name coordinate"
+        where = f"particles group {group!r} of the Zarr store" if group else "Zarr store"
+        return f"the {where} {path} holds no name coordinate"
     return (f"{path} holds no atom names (GROMACS' H5MD files hold their topology, and "
             "files with VMD's structure module; others do not)")
 
 
-def _holds_names(path: str) -> bool:
+def _holds_names(path: str, group: str | None = None) -> bool:
     """Whether ``path`` gives atom names to select by: an H5MD file holding its topology,
     or a Zarr store whose particles groups have a ``name`` coordinate (a copy of such a
     file; selections are made in its coordinates)."""
@@ -258,7 +259,7 @@ def _holds_names(path: str) -> bool:
         return holds_topology(path)
     from h5mdx.layout.export import zarr_group_holds
 
-    return zarr_group_holds(path, "name")
+    return zarr_group_holds(path, "name", group)
 
 
 def _one_trajectory(args: argparse.Namespace) -> str | None:
@@ -354,9 +355,9 @@ def _refused(args: argparse.Namespace) -> bool:
     if _one_trajectory(args) is None:
         return True
     if isinstance(args.select, str) and args.topology is None and not _holds_names(
-            args.trajectory):
+            args.trajectory, args.group):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
-              f"TPR, ... of the same atoms): {_why_no_names(args.trajectory)}",
+              f"TPR, ... of the same atoms): {_why_no_names(args.trajectory, args.group)}",
               file=sys.stderr)
         return True
     if not _options_apply(args):

@@ -196,14 +196,19 @@ def zarr_particles_groups(path: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
-def zarr_group_holds(path: str | os.PathLike[str], name: str) -> bool:
-    """Whether a particles group of a Zarr store h5mdx wrote holds an array ``name``
-    (``"name"``: the atoms' names, which selections are made in); never raises."""
+def zarr_group_holds(path: str | os.PathLike[str], name: str,
+                     group: str | None = None) -> bool:
+    """Whether a particles group of a Zarr store h5mdx wrote (``group``, by its name, where
+    given) holds an array ``name`` (``"name"``: the atoms' names, which selections are
+    made in); never raises."""
     zarr = import_optional("zarr", "reading Zarr stores")
     try:
         root = zarr.open_group(os.fspath(path), mode="r")
-        groups = [root if not where else root.get(where)
-                  for where in zarr_particles_groups(path).values()]
+        found = zarr_particles_groups(path)
+        if group is not None:
+            key = group.strip("/").removeprefix("particles/")
+            found = {key: found[key]} if key in found else found  # the open says so
+        groups = [root if not where else root.get(where) for where in found.values()]
         return any(group is not None and name in group for group in groups)
     except (OSError, ValueError, KeyError, TypeError):
         return False
