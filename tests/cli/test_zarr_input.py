@@ -428,3 +428,25 @@ def test_select_in_a_group_without_names_asks_for_a_topology(tmp_path, capsys):
                  "--scheduler", "threads", "--no-progress", "--out", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out, delimiter=",", skiprows=1, usecols=-1),
                                _mda_rmsd("name CA"), atol=1e-4)
+
+
+def test_a_store_without_consolidated_metadata_opens_without_xarrays_note(tmp_path):
+    """A store whose consolidated metadata is gone (copied by hand, or written by another
+    tool) opens as well; h5mdx info and rmsd printed xarray's 5-line RuntimeWarning about
+    it (an audit)."""
+    import json
+    import shutil
+    import warnings
+
+    from h5mdx.layout.export import open_zarr_store
+
+    path = tmp_path / "plain.zarr"
+    assert main(["convert", d.PSF, d.DCD, str(path), "--stop", "3", "--no-progress"]) == 0
+    meta = json.loads((path / "zarr.json").read_text())
+    meta.pop("consolidated_metadata", None)
+    (path / "zarr.json").write_text(json.dumps(meta))
+    shutil.rmtree(path / ".zmetadata", ignore_errors=True)  # a version 2 store's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with open_zarr_store(path) as ds:
+            assert ds.sizes["time"] == 3 and ds["position"].shape == (3, 3341, 3)

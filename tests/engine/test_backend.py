@@ -1202,7 +1202,7 @@ def test_groups_linked_over_and_over_end_the_walk(tmp_path, monkeypatch):
     with h5py.File(path, "r+") as f:
         for root in ("observables", "parameters"):
             chain = [f.create_group(f"{root}/g{i}") for i in range(30)]
-            for upper, lower in zip(chain, chain[1:]):
+            for upper, lower in zip(chain[:-1], chain[1:], strict=True):
                 upper["a"] = upper["b"] = lower
             chain[-1]["e"] = np.arange(3.0)
     with pytest.warns(H5MDConformanceWarning, match=r"more than 60 groups below "

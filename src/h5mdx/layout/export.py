@@ -125,16 +125,10 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
     import_optional("zarr", "reading Zarr stores")  # xarray would only list its engines
     group = (group or "").strip("/") or None
     try:
-        if group is None:
-            ds = _open_integers_kept(path)
-        else:  # the root's coordinates on axes of the group's sizes (stored at the root);
-            # not a tree: a group of other frames or atoms does not line up with the root
-            ds = _open_integers_kept(path, group=group)
-            with xr.open_dataset(path, engine="zarr", chunks=None) as root:
-                shared = {k: v.variable.load() for k, v in root.coords.items()
-                          if k not in ds.variables
-                          and all(ds.sizes.get(d) == n for d, n in v.sizes.items())}
-            ds = ds.assign_coords(shared)
+        # quiet: a store without consolidated metadata (copied by hand) opens as well,
+        # with xarray's 5-line note of it, printed by h5mdx info and rmsd (an audit)
+        with _quiet_zarr():
+            ds = _open_store(path, group)
     except (OSError, ValueError, KeyError) as err:
         where = f" [{group}]" if group else ""
         raise H5MDFormatError(os.fspath(path), None,
@@ -147,6 +141,20 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
     if check_chunks:
         _check_stored_chunks(os.fspath(path), ds, group)
     return ds
+
+
+def _open_store(path: str | os.PathLike[str], group: str | None) -> xr.Dataset:
+    """The store (its ``group``) for :func:`open_zarr_store`."""
+    if group is None:
+        return _open_integers_kept(path)
+    # the root's coordinates on axes of the group's sizes (stored at the root); not a
+    # tree: a group of other frames or atoms does not line up with the root
+    ds = _open_integers_kept(path, group=group)
+    with xr.open_dataset(path, engine="zarr", chunks=None) as root:
+        shared = {k: v.variable.load() for k, v in root.coords.items()
+                  if k not in ds.variables
+                  and all(ds.sizes.get(d) == n for d, n in v.sizes.items())}
+    return ds.assign_coords(shared)
 
 
 def _open_integers_kept(path: str | os.PathLike[str], **kwargs: Any) -> xr.Dataset:
