@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import h5py
 import numpy as np
 import xarray as xr
 
@@ -1197,21 +1198,17 @@ def _warn_observables_left(path: Any, ds: xr.Dataset) -> None:
 def _observable_names(group: Any) -> list[str]:
     """The observables under ``group`` (``/observables``), by their paths in it: a
     time-dependent one is the group of its ``value``, in subgroups too; a
-    time-independent one its dataset."""
-    names: list[str] = []
+    time-independent one its dataset. Every name of a hard-linked one, as the engine
+    serves them (:func:`~h5mdx.format.h5md.groups_below`)."""
+    from h5mdx.format.h5md import groups_below
 
-    def visit(name: str, obj: Any) -> None:
-        if not hasattr(obj, "shape"):
-            return
-        parent, _, leaf = name.rpartition("/")
-        if leaf == "value":
-            names.append(parent)
-        elif "value" not in obj.parent:  # not the step or time of an element
-            names.append(name)
-
-    if group is not None and hasattr(group, "visititems"):
-        group.visititems(visit)
-    return sorted(names)
+    if not isinstance(group, h5py.Group):
+        return []
+    datasets = [path for path, obj in groups_below(group) if obj is None]
+    elements = {path.rpartition("/")[0] for path in datasets
+                if path.rpartition("/")[2] == "value"}
+    return sorted(elements | {path for path in datasets  # not an element's step or time
+                              if path.rpartition("/")[0] not in elements})
 
 
 def _sources(ds: xr.Dataset) -> list[str]:
