@@ -651,7 +651,9 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     Returns
     -------
     dict
-        ``{"rmsd": path, "timing": path}``.
+        ``{"rmsd": path, "timing": path}``, and ``"removed"``: the series an earlier run
+        left in ``out`` in the other format (``rmsd.csv`` beside a new ``rmsd.nc``), which
+        would otherwise be read as this run's.
     """
     assert options.out is not None
     out = Path(options.out)
@@ -670,8 +672,13 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     attrs.update(selection=options.select or "all", backend=BACKEND,  # as h5mdx.rmsd says
                  reference_frame=options.reference % max(len(result.rmsd), 1))
     da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd", attrs=attrs)
-    path = write_series(out / f"rmsd.{'nc' if options.out_format == 'nc' else 'csv'}", da)
+    fmt, other = ("nc", "csv") if options.out_format == "nc" else ("csv", "nc")
+    path = write_series(out / f"rmsd.{fmt}", da)
     files["rmsd"] = str(path)
+    stale = out / f"rmsd.{other}"
+    if stale.is_file():  # an earlier run's series in the other format: not this run's
+        stale.unlink()
+        files["removed"] = str(stale)
     meta = _metadata(options, len(result.records), result.records[0]["run_id"], result.chunks)
     files["timing"] = save_records(result.records, out, meta)
     return files
@@ -743,6 +750,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     print(task_table(recs, ("rank", "frames", "init_top", "warmup", "init_traj", "io",
                             "compute", "wait", "gather", "total")))
     for kind, path in res.files.items():
-        print(f"wrote {kind}: {path}")
+        print(f"removed {path}: an earlier run's series, in the other format" if kind == "removed"
+              else f"wrote {kind}: {path}")
     if not res.files:  # as h5mdx rmsd says it
         print("the series and the per-rank timings: --out DIR")
