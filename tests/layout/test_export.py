@@ -364,3 +364,39 @@ def test_to_h5md_says_the_observables_of_its_file_it_leaves_out(tmp_path):
             warnings.catch_warnings():
         warnings.simplefilter("error")  # a file without observables: no word
         ds.md.to_h5md(tmp_path / "again.h5md")
+
+
+def _zarr_codecs(store):
+    """Array path -> names of its compressors, for every array of a Zarr store."""
+    out = {}
+
+    def walk(group, prefix=""):
+        for name, arr in group.arrays():
+            out[prefix + name] = [type(c).__name__ for c in arr.compressors]
+        for name, sub in group.groups():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(zarr.open_group(str(store), mode="r"))
+    return out
+
+
+@pytest.mark.parametrize("spec, codec", [("none", []), ("gzip:3", ["GzipCodec"])])
+def test_every_array_of_a_zarr_output_has_the_compression_asked(tmp_path, spec, codec):
+    """compression='none' (or gzip) reached the frames only: a converted store's species,
+    mass, charge, names, time and step, and to_zarr's coordinates, kept Zarr's default
+    zstd. Now every array of the store holds the compression asked."""
+    import xarray as xr
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    from h5mdx.layout.convert import convert
+    from h5mdx.layout.export import to_zarr
+
+    convert(PSF, DCD, tmp_path / "c.zarr", stop=3, compression=spec, progress=False)
+    got = _zarr_codecs(tmp_path / "c.zarr")
+    assert {"position", "species", "mass", "charge", "name", "time", "step"} <= set(got)
+    assert got == {k: codec for k in got}
+    with xr.open_dataset(tmp_path / "c.zarr", engine="zarr") as ds:
+        to_zarr(ds, tmp_path / "copy.zarr", compression=spec)
+    got = _zarr_codecs(tmp_path / "copy.zarr")
+    assert {"position", "mass", "name", "time", "atom"} <= set(got)
+    assert got == {k: codec for k in got}

@@ -484,12 +484,15 @@ class ZarrWriter:
         ds = self._dataset(n, first)
         with _quiet_zarr():
             if first:
+                # every array the compression asked for (Zarr's default, zstd, for those
+                # not named: a store of compression none kept it on species, mass, time)
                 enc: dict[str, dict[str, Any]] = {
-                    name: {"chunks": chunks, "compressors": self.compressors}
-                    for name, chunks in self.chunks.items()}
+                    str(name): {"compressors": self.compressors} for name in ds.variables}
+                for name, chunks in self.chunks.items():
+                    enc[name]["chunks"] = chunks
                 for c in (TIME_DIM, STEP_COORD):
                     # appends rewrite the last (small) chunk: one small read and write
-                    enc[c] = {"chunks": _time_chunk(self.n_frames)}
+                    enc[c]["chunks"] = _time_chunk(self.n_frames)
                 ds.to_zarr(self.store, mode="w-", encoding=enc)
             else:
                 ds.to_zarr(self.store, append_dim=TIME_DIM)
@@ -639,8 +642,8 @@ def dataset_to_zarr(
             block[d] = max(block[d], b * k)
         elif var.ndim:
             venc["chunks"] = var.shape
-        if name in ds.data_vars:
-            venc["compressors"] = compressors
+        # every array, coordinates too (Zarr's default, zstd, where none was named)
+        venc["compressors"] = compressors
         fill = var.encoding.get("_FillValue")
         if fill is not None and var.dtype.kind in "iu":
             # H5MD's mark of absent particles (an id's -1): kept as CF's _FillValue, which
