@@ -1022,3 +1022,77 @@ def test_json_statistics_redirected_from_a_terminal_hold_no_progress_bar(tmp_pat
     assert done.returncode == 0
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["n_frames"] == 3 and stats["n_atoms"] == 19385
+
+
+def _fixed_text(where, name, value, size, pad, cset, dataset=False):
+    """A fixed-length string attribute (or dataset of two) of HDF5 padding ``pad``."""
+    t = h5py.h5t.C_S1.copy()
+    t.set_size(size)
+    t.set_strpad(pad)
+    t.set_cset(cset)
+    if dataset:
+        d = h5py.h5d.create(where.id, name.encode(), t, h5py.h5s.create_simple((2,)))
+        d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([value, b"x"], f"S{size}"), mtype=t)
+        return
+    a = h5py.h5a.create(where.id, name.encode(), t, h5py.h5s.create(h5py.h5s.SCALAR))
+    a.write(np.array(value, f"S{size}"), mtype=t)
+
+
+def _order_and_text(path):
+    """Names in the order HDF5 lists them, and (padding, cset, value) of the text."""
+    with h5py.File(path) as f:
+        pos = f["particles/trajectory/position/value"]
+        g = f["parameters"]
+        text = {k: (g.attrs.get_id(k).get_type().get_strpad(),
+                    g.attrs.get_id(k).get_type().get_cset(), g.attrs[k])
+                for k in ("nulltermed", "spaced", "padded")}
+        text["ds"] = (g["spaced_ds"].id.get_type().get_strpad(), g["spaced_ds"][0])
+        text["vlen"] = (f.attrs.get_id("ascii").get_type().get_cset(), f.attrs["ascii"])
+        return (list(f), list(f.attrs), list(g), list(g.attrs), list(pos.attrs)), text
+
+
+def test_a_copy_keeps_the_creation_order_and_the_padding_of_text(tmp_path):
+    """rechunk listed a copy's groups and attributes in alphabetical order where the input
+    tracked their creation order (track_order=True), and wrote its NULLTERM and SPACEPAD
+    text attributes NULLPAD, an ASCII one UTF-8; now the copy keeps all of them."""
+    src, dst = tmp_path / "in.h5md", tmp_path / "out.h5md"
+    pos = np.arange(6 * 4 * 3, dtype=np.float32).reshape(6, 4, 3)
+    with h5py.File(src, "w", track_order=True) as f:
+        f.attrs["zeta"] = 1
+        f.attrs.create("ascii", "plain", dtype=h5py.string_dtype("ascii"))
+        h5md = f.create_group("h5md")
+        h5md.attrs["version"] = np.array([1, 1], np.int32)
+        h5md.create_group("author").attrs["name"] = "me"
+        h5md.create_group("creator").attrs.update({"name": "test", "version": "1"})
+        traj = f.create_group("particles/trajectory")
+        traj.create_group("box").attrs.update({"dimension": 3, "boundary": ["none"] * 3})
+        el = traj.create_group("position")
+        el.create_dataset("step", data=np.arange(6))
+        el.create_dataset("time", data=np.arange(6.0))
+        v = el.create_dataset("value", data=pos, chunks=(1, 4, 3), track_order=True)
+        v.attrs["zz"], v.attrs["aa"] = 1, 2
+        g = f.create_group("parameters", track_order=True)
+        for k in ("zeta", "alpha", "mid"):
+            g.attrs[k] = 1
+            g.create_dataset(k, data=1)
+        _fixed_text(g, "nulltermed", b"abc", 8, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII)
+        _fixed_text(g, "spaced", b"abc", 8, h5py.h5t.STR_SPACEPAD, h5py.h5t.CSET_UTF8)
+        _fixed_text(g, "padded", b"abc", 8, h5py.h5t.STR_NULLPAD, h5py.h5t.CSET_UTF8)
+        _fixed_text(g, "spaced_ds", b"ab", 4, h5py.h5t.STR_SPACEPAD, h5py.h5t.CSET_ASCII,
+                    dataset=True)
+    rechunk(src, dst, frames_per_chunk=3, progress=False)
+    order, text = _order_and_text(dst)
+    assert order == (["h5md", "particles", "parameters"],
+                     ["zeta", "ascii"],
+                     ["zeta", "alpha", "mid", "spaced_ds"],
+                     ["zeta", "alpha", "mid", "nulltermed", "spaced", "padded"],
+                     ["zz", "aa"])
+    assert order == _order_and_text(src)[0]
+    assert text == {"nulltermed": (h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII, b"abc"),
+                    "spaced": (h5py.h5t.STR_SPACEPAD, h5py.h5t.CSET_UTF8, b"abc"),
+                    "padded": (h5py.h5t.STR_NULLPAD, h5py.h5t.CSET_UTF8, b"abc"),
+                    "ds": (h5py.h5t.STR_SPACEPAD, b"ab"),
+                    "vlen": (h5py.h5t.CSET_ASCII, "plain")}
+    with h5py.File(dst) as f:
+        assert f["particles/trajectory/position/value"].chunks == (3, 4, 3)
+        np.testing.assert_array_equal(f["particles/trajectory/position/value"][()], pos)

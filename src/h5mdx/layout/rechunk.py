@@ -90,7 +90,33 @@ def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str | None, Any]] | No
         if refs is not None and h5py.check_ref_dtype(aid.dtype) is h5py.RegionReference:
             refs.append((dst.name, name, _Regions.of(src, src.attrs[name])))
             continue
-        dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+        dst.attrs.create(name, src.attrs[name], dtype=_same_type(aid))
+
+
+def _same_type(oid: Any) -> Any:
+    """The type to create a copy of the attribute or dataset ``oid`` with: its own HDF5
+    type for text (numpy's dtype made a NULLTERM or SPACEPAD fixed-length string
+    NULLPAD), else its numpy dtype."""
+    tid = oid.get_type()
+    return h5py.Datatype(tid) if tid.get_class() == h5py.h5t.STRING else oid.dtype
+
+
+def _group_like(src: h5py.Group, gdst: h5py.Group, name: str) -> h5py.Group:
+    """A new group ``name`` in ``gdst`` made with the creation properties of ``src``: its
+    order of links and attributes tracked where the source's is (h5py's default, names in
+    alphabetical order, reordered a file written with ``track_order=True``)."""
+    lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+    lcpl.set_char_encoding(h5py.h5t.CSET_UTF8)
+    return h5py.Group(h5py.h5g.create(gdst.id, name.encode(), lcpl=lcpl,
+                                      gcpl=src.id.get_create_plist()))
+
+
+def _tracks_order(fin: h5py.File) -> bool:
+    """Whether the root group of ``fin`` tracks the creation order of its links or
+    attributes (``h5py.File(..., track_order=True)``)."""
+    gcpl = fin["/"].id.get_create_plist()
+    return bool((gcpl.get_link_creation_order() | gcpl.get_attr_creation_order())
+                & h5py.h5p.CRT_ORDER_TRACKED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,7 +400,7 @@ class _Copier:
                 gdst[name] = self.fout[self.seen[key]]  # a hard link to the same object
                 continue
             if isinstance(obj, h5py.Group):
-                g = gdst.create_group(name)
+                g = _group_like(obj, gdst, name)
                 _copy_attrs(obj, g, self.refs)
                 self.seen[key] = g.name
                 self.walk(obj, g)
@@ -419,7 +445,9 @@ class _Copier:
             kwargs["fillvalue"] = src.fillvalue
         if chunk is None:  # HDF5 allocates it whole at the first write
             ensure_room(self.fout.filename, n * frame_bytes)
-        dst = gdst.create_dataset(name, shape=src.shape, maxshape=maxshape, dtype=src.dtype,
+        dst = gdst.create_dataset(name, shape=src.shape, maxshape=maxshape,
+                                  dtype=_same_type(src.id), track_order=bool(
+                                      src.id.get_create_plist().get_attr_creation_order()),
                                   **kwargs)
         _copy_attrs(src, dst, self.refs)
         # blocks of whole output chunks, aligned to input chunks when cheap
@@ -604,7 +632,8 @@ def rechunk(
     t0 = _time.perf_counter()
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
-        with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, written_file(tmp) as fout:
+        with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, \
+                written_file(tmp, track_order=_tracks_order(fin)) as fout:
             targets = {_addr(fin[e.value_path]): e for e in elements}
             total = sum(e.shape[0] for e in elements if _reported(e))
             with progress_bar(total or None, f"rechunk -> {os.path.basename(dst)}",
