@@ -436,11 +436,40 @@ def test_a_box_the_first_frame_lacks_is_said_and_a_missing_box_is_zeros(tmp_path
     assert f"{n} frames had a box, not written: the first frame written has none" in \
         " ".join(stats.notes)
     out = tmp_path / "b.h5md"
-    assert main(["convert", d.COORDINATES_TOPOLOGY, d.COORDINATES_XTC, str(xyz), str(out),
-                 "--no-progress"]) == 0
-    assert "1 frames had no box_edges; written as zeros (no box)" in capsys.readouterr().out
+    n_all = n + 1
+    with pytest.warns(UserWarning, match=rf"test\.xtc, .*nobox\.xyz: 1 of {n_all} frames have no box; "
+                      r"their /particles/trajectory/box/edges are written as zeros"):
+        assert main(["convert", d.COORDINATES_TOPOLOGY, d.COORDINATES_XTC, str(xyz), str(out),
+                     "--no-progress"]) == 0
+    assert "had no box" not in capsys.readouterr().out  # the warning, not a second note
     with xr.open_dataset(out, engine="h5md") as ds:
         assert (ds.box_edges.values[-1] == 0).all() and (ds.box_edges.values[0] > 0).any()
+
+
+def test_a_library_convert_says_how_many_frames_had_no_box(tmp_path):
+    """Frames without a box are written as zeros; only the command line said so, and
+    convert(...) called from Python wrote them in silence. Now it warns once, naming the
+    input and how many frames; MDAnalysis reads those frames back as having no box."""
+    from MDAnalysis.coordinates.memory import MemoryReader
+
+    src = universe(d.PSF, [d.DCD])
+    pos = np.stack([ts.positions.copy() for ts in src.trajectory[:4]])
+    dims = np.array([[50, 50, 50, 90, 90, 90]] * 4, dtype=np.float32)
+    dims[[1, 3]] = 0
+    u = mda.Universe(d.PSF, pos, format=MemoryReader, dimensions=dims)
+    out = tmp_path / "some boxes.h5md"
+    with pytest.warns(UserWarning) as got:
+        stats = convert(u, out=out, progress=False)
+    said = [str(w.message) for w in got if "no box" in str(w.message)]
+    assert said == [f"{d.PSF}: 2 of 4 frames have no box; their /particles/trajectory/box/"
+                    "edges are written as zeros, MDAnalysis' mark of no box (its readers give "
+                    "such a frame no dimensions); do not take them as a box"]
+    assert stats.missing == {"box_edges": 2}
+    with h5py.File(out) as f:
+        edges = f["particles/trajectory/box/edges/value"][()]
+    np.testing.assert_array_equal(edges[:, 0, 0], [50, 0, 50, 0])
+    back = universe(d.PSF, [str(out)])
+    assert [ts.dimensions is None for ts in back.trajectory] == [False, True, False, True]
 
 
 def test_times_restarting_after_one_frame_continue_by_the_readers_dt(tmp_path):

@@ -400,3 +400,26 @@ def test_every_array_of_a_zarr_output_has_the_compression_asked(tmp_path, spec, 
     got = _zarr_codecs(tmp_path / "copy.zarr")
     assert {"position", "mass", "name", "time", "atom"} <= set(got)
     assert got == {k: codec for k in got}
+
+
+def test_to_h5md_says_how_many_frames_have_no_box(tmp_path):
+    """A Dataset whose box_edges are zeros in some frames (MDAnalysis' no box, as convert
+    writes frames without a box) was written by to_h5md without a word; now one warning
+    names the Dataset's file and how many frames, and the values are kept as they are."""
+    import xarray as xr
+
+    from h5mdx.testing import write_h5md
+
+    edges = np.stack([np.eye(3) * 30.0, np.zeros((3, 3)), np.zeros((3, 3)), np.eye(3) * 31.0])
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {
+        "position": {"value": np.ones((4, 2, 3)), "step": np.arange(4), "time": np.arange(4.0),
+                     "unit": "nm"}}},
+        box={"trajectory": {"dimension": 3, "boundary": ["periodic"] * 3, "edges": {
+            "value": edges, "step": np.arange(4), "time": np.arange(4.0), "unit": "nm"}}})
+    with xr.open_dataset(src, engine="h5md") as ds, \
+            pytest.warns(UserWarning, match=r"in\.h5md: 2 of 4 frames have no box \(box_edges "
+                                            r"all zero\); written to .*out\.h5md as zeros") as got:
+        ds.md.to_h5md(tmp_path / "out.h5md", frames_per_chunk=1)
+    assert len(got) == 1
+    with h5py.File(tmp_path / "out.h5md") as f:
+        np.testing.assert_array_equal(f["particles/trajectory/box/edges/value"][()], edges)

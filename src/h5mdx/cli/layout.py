@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                   "restart at 0); later steps and times continue from the previous ones")
         for note in getattr(stats, "notes", []):
             print(f"note: {note}")
-        for name, count in stats.missing.items():  # a box as zeros: MDAnalysis' no box
-            written = "zeros (no box)" if name == "box_edges" else "NaN"
-            print(f"note: {count} frames had no {name}; written as {written}")
+        for name, count in stats.missing.items():  # a box as zeros: convert warns
+            if name != "box_edges":
+                print(f"note: {count} frames had no {name}; written as NaN")
     return 0

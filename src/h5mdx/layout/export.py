@@ -865,10 +865,12 @@ def to_h5md(
                         dimension=_dimension(ds), topology=module, bonds=bonds,
                         structure=structure) as w:
             block = w.block * max(1, math.ceil(16 / max(1, w.block)))
+            no_box = 0  # frames whose box_edges are all zero: MDAnalysis' mark of no box
             for a in range(0, n_frames, block):
                 raise_if_interrupted()
                 sub = ds[timed].isel({TIME_DIM: slice(a, a + block)}).transpose(TIME_DIM, ...)
                 sub = sub.compute()
+                no_box += _zero_boxes(sub)
                 w.extend(steps[a:a + block], time.values[a:a + block],
                          **{n: sub[n].values for n in timed})
             _write_own_sampling(w, ds, own)
@@ -876,7 +878,21 @@ def to_h5md(
                 w.add_element(spec, ds[spec.name].transpose(TIME_DIM, ...).variable, steps,
                               time.values if with_time else None, time_unit=time_unit,
                               observable=True)
+    if no_box:
+        names = ", ".join(_sources(ds)) or "the Dataset"
+        warnings.warn(f"{names}: {no_box} of {n_frames} frames have no box (box_edges all "
+                      f"zero); written to {os.fspath(path)} as zeros, MDAnalysis' mark of no "
+                      "box (its readers give such a frame no dimensions); do not take them "
+                      "as a box", UserWarning, stacklevel=2)
     return os.fspath(path)
+
+
+def _zero_boxes(sub: xr.Dataset) -> int:
+    """How many frames of ``sub`` (time first) have a ``box_edges`` of zeros only."""
+    if "box_edges" not in sub.data_vars or sub["box_edges"].ndim < 2:
+        return 0
+    edges = np.asarray(sub["box_edges"].values)
+    return int((edges.reshape(edges.shape[0], -1) == 0).all(axis=1).sum())
 
 
 def _cf_encoded(ds: xr.Dataset) -> xr.Dataset:
