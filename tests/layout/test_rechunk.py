@@ -1096,3 +1096,24 @@ def test_a_copy_keeps_the_creation_order_and_the_padding_of_text(tmp_path):
     with h5py.File(dst) as f:
         assert f["particles/trajectory/position/value"].chunks == (3, 4, 3)
         np.testing.assert_array_equal(f["particles/trajectory/position/value"][()], pos)
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o600])
+def test_a_file_replaced_with_overwrite_keeps_its_permissions(tmp_path, mode):
+    """rechunk --overwrite (as convert and to_h5md) replaced a group-writable file with
+    one of the umask's mode (0644): the group could no longer write it. Now the new
+    file has the permission bits of the one it replaces."""
+    import os
+    import stat
+
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.arange(24, dtype=np.float32).reshape(4, 2, 3), "step": np.arange(4)}}})
+    out = tmp_path / "shared out.h5md"
+    rechunk(src, out, frames_per_chunk=4, progress=False)
+    os.chmod(out, mode)
+    rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -356,6 +357,17 @@ def _swap(target: Path, new: Path, old: Path) -> None:
     _remove(old)
 
 
+def _keep_mode(target: Path, tmp: Path) -> None:
+    """Give the new file ``tmp`` the permission bits of the file ``target`` it replaces
+    (a group-writable file replaced with --overwrite came back with the umask's mode,
+    0644: the group could no longer write it)."""
+    try:
+        if target.is_file() and tmp.is_file():
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+    except OSError:  # not ours to change (another owner's file): the umask's mode then
+        pass
+
+
 @contextlib.contextmanager
 def atomic_output(
     target: str | os.PathLike[str],
@@ -425,6 +437,7 @@ def atomic_output(
             else:
                 if directory and t.exists():
                     t.unlink()
+                _keep_mode(t, tmp)
                 os.replace(tmp, t)
             _fsync(t.parent)
     except OSError as err:
