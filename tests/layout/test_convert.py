@@ -1471,3 +1471,16 @@ def test_a_lammps_dcd_is_noted_for_the_units_it_is_read_in(tmp_path):
                                                   progress=False).notes)
     assert not any("LAMMPS" in n for n in convert(d.PSF, [d.DCD], tmp_path / "d.h5md",
                                                   progress=False).notes)
+
+
+@pytest.mark.parametrize("frames, seconds, shown", [
+    (1, 2.07, "0.48 frames/s"), (3, 0.5, "6 frames/s"), (130, 1.0, "130 frames/s"),
+    (0, 0.71, "0 frames/s")])
+def test_the_summary_shows_a_slow_rate_that_is_not_zero(frames, seconds, shown):
+    """A frame copied in 2 s (a small Zarr store: the store's files take the time) was
+    summed up as '0 frames/s'; a rate under 10 now shows two significant digits."""
+    from h5mdx.layout.convert import ConvertStats
+
+    stats = ConvertStats(output="o.zarr", n_frames=frames, n_atoms=5, elements=["position"],
+                         seconds=seconds, bytes_written=0, layout="chunks of 1 frame")
+    assert stats.summary().endswith(f"{seconds:.2f} s, {shown}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import sys
 import time as _time
@@ -85,7 +86,7 @@ class ConvertStats:
         frames = f"{self.n_frames} frame{'' if self.n_frames == 1 else 's'}"
         text = (f"wrote {self.output}: {frames} x {self.n_atoms} atoms "
                 f"({what}), {mib:.1f} MiB, {self.layout}; "
-                f"{self.seconds:.2f} s, {self.frames_per_second:.0f} frames/s")
+                f"{self.seconds:.2f} s, {_rate(self.frames_per_second)} frames/s")
         if self.verified:
             text += "; verified"
         return text
@@ -95,6 +96,13 @@ class ConvertStats:
         d = asdict(self)
         d["frames_per_second"] = self.frames_per_second
         return d
+
+
+def _rate(per_second: float) -> str:
+    """Frames a second as the summary shows them: whole from 10 up, else 2 significant
+    digits (a frame written in 2 s read "0 frames/s")."""
+    return f"{per_second:.0f}" if per_second >= 10 or per_second == 0 \
+        or not math.isfinite(per_second) else f"{per_second:.2g}"
 
 
 def is_zarr_path(path: str | os.PathLike[str]) -> bool:
