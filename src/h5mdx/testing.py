@@ -150,8 +150,8 @@ def write_h5md(
     Returns
     -------
     str
-        The path written (atomically: a file already there, even one still open, is
-        replaced).
+        The path written (atomically: a file already there, even one still open for
+        reading, is replaced; one another process writes is refused).
     """
     from h5mdx.layout._atomic import atomic_output
 

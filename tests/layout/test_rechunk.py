@@ -1117,3 +1117,35 @@ def test_a_file_replaced_with_overwrite_keeps_its_permissions(tmp_path, mode):
     assert stat.S_IMODE(out.stat().st_mode) == mode
     with h5py.File(out) as f:
         assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+
+
+def test_a_file_another_process_writes_is_not_replaced(tmp_path):
+    """--overwrite replaced an HDF5 file another process held open for writing: that
+    process went on writing into the file no longer named, and its frames were lost
+    without a word. Now the replacement is refused, naming the file, and it is kept."""
+    import subprocess
+    import sys
+
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.zeros((4, 2, 3), np.float32), "step": np.arange(4)}}})
+    out = tmp_path / "busy.h5md"
+    rechunk(src, out, frames_per_chunk=4, progress=False)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, h5py; f = h5py.File(sys.argv[1], 'a'); "
+         "print('open', flush=True); sys.stdin.read()", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(ValueError, match=r"busy\.h5md' is open for writing in another "
+                                             r"process"):
+            rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)
+    finally:
+        holder.communicate("")
+    with h5py.File(out) as f:  # the file as it was
+        assert f["particles/trajectory/position/value"].chunks == (4, 2, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy.h5md", "in.h5md"]
+    rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)  # closed: replaced
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)

@@ -218,6 +218,8 @@ def check_target(
             f"{os.fspath(target)!r} exists and is not an HDF5 file: h5mdx replaces only a "
             "file of its own kind (H5MD/HDF5), never another, such as a trajectory or a "
             "topology: choose another output name")
+    if hdf5 and t.is_file():
+        _refuse_if_written(t, target)
     if directory and t.is_file() and not t.is_symlink() and t.stat().st_size:
         raise ValueError(f"{os.fspath(target)!r} is a file, not a Zarr store: h5mdx replaces "
                          "only a Zarr store (a directory) there, never another kind of file: "
@@ -230,6 +232,31 @@ def check_target(
             raise ValueError(f"{os.fspath(target)!r} is a directory but not a Zarr store; "
                              "h5mdx replaces only a Zarr store: choose another output name")
     return t
+
+
+def _refuse_if_written(path: Path, target: str | os.PathLike[str]) -> None:
+    """Refuse to replace an HDF5 file another process holds open for writing: HDF5 holds
+    an exclusive lock (``flock``) on it. Replaced, that process went on writing into the
+    file no longer named, and what it wrote was lost without a word."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): HDF5 does not lock there either
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(
+            f"{os.fspath(target)!r} is open for writing in another process (HDF5 holds its "
+            "lock): replaced, what that process goes on writing would be lost; close it "
+            "there first, or choose another output name") from None
+    except OSError:  # a file system without locks: nothing to tell
+        pass
+    finally:
+        os.close(fd)  # releases the shared lock taken
 
 
 def _replaceable_file(path: Path) -> bool:
@@ -438,6 +465,8 @@ def atomic_output(
                 if directory and t.exists():
                     t.unlink()
                 _keep_mode(t, tmp)
+                if hdf5 and t.is_file():  # a writer that opened it meanwhile
+                    _refuse_if_written(t, target)
                 os.replace(tmp, t)
             _fsync(t.parent)
     except OSError as err:
