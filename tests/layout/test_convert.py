@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import h5mdx.errors
 import h5mdx.layout.export
 from h5mdx.cli import layout as _cli_layout
 from h5mdx.cli import main
@@ -409,13 +410,14 @@ def test_an_unreadable_input_is_one_message(tmp_path, capsys):
 
     from h5mdx.cli import main
 
-    empty = tmp_path / "empty.h5md"
-    empty.write_bytes(b"")
-    assert main(["convert", d.PSF, str(empty), str(tmp_path / "o.h5md"), "--no-progress"]) == 1
+    broken = tmp_path / "broken.h5md"  # not HDF5 (an empty file is said as empty)
+    broken.write_bytes(b"not an HDF5 file\n" * 8)
+    assert main(["convert", d.PSF, str(broken), str(tmp_path / "o.h5md"), "--no-progress"]) == 1
     gc.collect()
     err = capsys.readouterr().err
-    assert "MDAnalysis cannot read" in err and "empty.h5md" in err
+    assert "MDAnalysis cannot read" in err and "broken.h5md" in err
     assert "Exception ignored" not in err and "--format" not in err
+    assert err.count("\n") <= 2, err
 
 
 def test_a_box_the_first_frame_lacks_is_said_and_a_missing_box_is_zeros(tmp_path, capsys):
@@ -1484,3 +1486,27 @@ def test_the_summary_shows_a_slow_rate_that_is_not_zero(frames, seconds, shown):
     stats = ConvertStats(output="o.zarr", n_frames=frames, n_atoms=5, elements=["position"],
                          seconds=seconds, bytes_written=0, layout="chunks of 1 frame")
     assert stats.summary().endswith(f"{seconds:.2f} s, {shown}")
+
+
+def test_an_empty_trajectory_file_is_named_and_left_out_with_partial(tmp_path):
+    """An empty XTC (a run stopped before its first frame) among the trajectories failed
+    with MDAnalysis' 'XDR read error = endoffile', naming every file. Now the empty file is
+    named; with partial=True it is left out with a warning and the others' frames written."""
+    empty = tmp_path / "run 2 é.xtc"
+    empty.write_bytes(b"")
+    out = tmp_path / "o.h5md"
+    with pytest.raises(h5mdx.errors.H5MDReadError,
+                       match=r"run 2 é\.xtc: the file is empty \(0 bytes\): it holds no frames; "
+                             r"nothing written to .*o\.h5md: pass partial=True"):
+        convert(d.GRO, [d.XTC, empty], out, progress=False)
+    assert not out.exists()
+    with pytest.raises(h5mdx.errors.H5MDReadError, match=r"run 2 é\.xtc: the file is empty"):
+        convert(d.GRO, [empty], out, partial=True, progress=False)
+    with pytest.warns(UserWarning, match=r"run 2 é\.xtc: the file is empty \(0 bytes\): it "
+                                         r"holds no frames and is left out \(partial=True\)"):
+        stats = convert(d.GRO, [d.XTC, empty], out, partial=True, progress=False)
+    ref = universe(d.GRO, [d.XTC])
+    assert stats.n_frames == len(ref.trajectory) == 10
+    with h5py.File(out) as f:
+        np.testing.assert_allclose(f["particles/trajectory/position/value"][-1],
+                                   ref.trajectory[-1].positions, atol=1e-4)

@@ -16,11 +16,33 @@ import numpy as np
 
 from h5mdx.errors import H5MDReadError
 
-__all__ = ["check_unit_factors", "check_units_converted", "check_whole_frames", "h5md_inputs"]
+__all__ = ["check_unit_factors", "check_units_converted", "check_whole_frames", "h5md_inputs",
+           "without_empty"]
 
 #: The quantities a reader's ``units`` names, with MDAnalysis' kind of unit and base unit
 _BASE_UNITS = (("length", "length", "Angstrom"), ("time", "time", "ps"),
                ("velocity", "speed", "Angstrom/ps"), ("force", "force", "kJ/(mol*Angstrom)"))
+
+
+def without_empty(trajectories: Sequence[Any], out: str, partial: bool) -> list[Any]:
+    """The trajectories but those of 0 bytes (a run that stopped before its first frame),
+    each said in a warning, with ``partial``; without it an empty one is refused, naming
+    it, before anything is written. MDAnalysis said only 'XDR read error = endoffile' of
+    an empty XTC among others, naming them all."""
+    empty = [t for t in trajectories if isinstance(t, (str, os.PathLike))
+             and os.path.isfile(t) and os.path.getsize(t) == 0]
+    if not empty:
+        return list(trajectories)
+    kept = [t for t in trajectories if t not in empty]
+    if partial and kept:
+        for t in empty:
+            warnings.warn(f"{os.fspath(t)}: the file is empty (0 bytes): it holds no frames "
+                          "and is left out (partial=True)", UserWarning, stacklevel=3)
+        return kept
+    fix = (": pass partial=True (--partial on the command line) to convert the frames of "
+           "the others" if kept else "")
+    raise H5MDReadError(os.fspath(empty[0]), None, "the file is empty (0 bytes): it holds "
+                        f"no frames; nothing written to {out}{fix}")
 
 
 def check_units_converted(u: Any, out: str) -> None:

@@ -53,6 +53,7 @@ from h5mdx.layout._input_checks import (
     check_whole_frames,
     frames_before,
     h5md_inputs,
+    without_empty,
 )
 
 __all__ = ["ConvertStats", "convert", "is_zarr_path", "is_zarr_store", "progress_bar"]
@@ -837,6 +838,7 @@ def convert(
     _check_output_name(out, zarr_out, bool(trajectories))
     inputs = _inputs(topology, trajectories)
     _check_target(out, overwrite, inputs, zarr_out, bool(trajectories))
+    trajectories = without_empty(trajectories, out, partial)
     u = _universe(topology, list(trajectories), format=format, topology_format=topology_format)
     check_units_converted(u, out)
     check_unit_factors(inputs, out)
