@@ -1149,3 +1149,29 @@ def test_a_file_another_process_writes_is_not_replaced(tmp_path):
     rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)  # closed: replaced
     with h5py.File(out) as f:
         assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+
+
+def test_a_copy_keeps_the_user_block_of_its_input(tmp_path):
+    """A file with a user block (another program's header before HDF5's signature, as a
+    MATLAB v7.3 file has) was copied without it: the copy began with the signature. Now
+    the copy has a user block as large, holding the same bytes."""
+    from h5mdx.testing import write_h5md
+
+    plain = write_h5md(tmp_path / "plain.h5md", {"trajectory": {"position": {
+        "value": np.arange(24, dtype=np.float32).reshape(4, 2, 3), "step": np.arange(4)}}})
+    src, out = tmp_path / "with header.h5md", tmp_path / "out.h5md"
+    with h5py.File(plain) as fin, h5py.File(src, "w", userblock_size=512) as f:
+        for name in fin:
+            fin.copy(fin[name], f, name=name)
+        for k, v in fin.attrs.items():
+            f.attrs[k] = v
+    header = b"MYPROGRAM trajectory header v2\n".ljust(512, b"\0")
+    with open(src, "r+b") as fh:
+        fh.write(header)
+    rechunk(src, out, frames_per_chunk=2, progress=False)
+    assert out.read_bytes()[:512] == header
+    with h5py.File(out) as f:
+        assert f.userblock_size == 512
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+        np.testing.assert_array_equal(f["particles/trajectory/position/value"][()],
+                                      np.arange(24, dtype=np.float32).reshape(4, 2, 3))

@@ -111,12 +111,27 @@ def _group_like(src: h5py.Group, gdst: h5py.Group, name: str) -> h5py.Group:
                                       gcpl=src.id.get_create_plist()))
 
 
-def _tracks_order(fin: h5py.File) -> bool:
-    """Whether the root group of ``fin`` tracks the creation order of its links or
-    attributes (``h5py.File(..., track_order=True)``)."""
+def _file_like(fin: h5py.File) -> dict[str, Any]:
+    """``h5py.File`` keywords of a copy of ``fin``: its root group's creation order
+    tracked where the input's is (links or attributes), and its user block (the bytes
+    before HDF5's signature, another program's header) as large."""
     gcpl = fin["/"].id.get_create_plist()
-    return bool((gcpl.get_link_creation_order() | gcpl.get_attr_creation_order())
-                & h5py.h5p.CRT_ORDER_TRACKED)
+    kwargs: dict[str, Any] = {"track_order": bool(
+        (gcpl.get_link_creation_order() | gcpl.get_attr_creation_order())
+        & h5py.h5p.CRT_ORDER_TRACKED)}
+    if fin.userblock_size:
+        kwargs["userblock_size"] = fin.userblock_size
+    return kwargs
+
+
+def _copy_userblock(src: str, tmp: str) -> None:
+    """Copy the user block of ``src`` into the copy ``tmp``, made as large and closed
+    (a copy's user block was lost: the input's header, the copy's signature at 0)."""
+    with h5py.File(tmp, "r") as f:
+        size = int(f.userblock_size)
+    if size:
+        with open(src, "rb") as fin, open(tmp, "r+b") as fout:
+            fout.write(fin.read(size))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -633,7 +648,7 @@ def rechunk(
     buffer_bytes = int(buffer_mib * 2**20)
     with atomic_output(dst, overwrite=overwrite, inputs=[src], hdf5=True) as tmp:
         with open_h5md(src, rdcc_nbytes=buffer_bytes // 2) as fin, \
-                written_file(tmp, track_order=_tracks_order(fin)) as fout:
+                written_file(tmp, **_file_like(fin)) as fout:
             targets = {_addr(fin[e.value_path]): e for e in elements}
             total = sum(e.shape[0] for e in elements if _reported(e))
             with progress_bar(total or None, f"rechunk -> {os.path.basename(dst)}",
@@ -643,6 +658,7 @@ def rechunk(
                 copier.seen[_addr(fin)] = "/"  # a hard link back to the root: to the root
                 copier.walk(fin, fout)
                 _make_refs(fout, copier.refs)
+        _copy_userblock(src, tmp)
         verified = False
         if verify:
             with _verifying(dst, progress):
