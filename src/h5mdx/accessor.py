@@ -49,7 +49,10 @@ class MDAccessor:
             frame of a Universe or AtomGroup (selected with ``select`` as MDAnalysis'
             ``rms.RMSD`` does; see :func:`h5mdx.rmsd`).
         select : None, str, AtomGroup, array of int or array of bool
-            Atoms to compare (selection strings use the attached topology).
+            Atoms to compare (selection strings use the attached topology). A selection
+            by position (``around``, ``prop z``, ``sphzone``, ...) is made once, on the
+            reference's positions (frame ``reference``, with the Dataset's box there;
+            a Universe's current frame), as MDAnalysis' ``rms.RMSD`` does.
         weights : None, "mass" or array_like
             Per-atom weights. ``"mass"`` takes the masses of the topology where there is
             one, else the file's own ``mass`` element (which ``h5mdx convert`` writes).
@@ -74,6 +77,8 @@ class MDAccessor:
             from h5mdx.analysis.reference import with_atom_data
 
             position = with_atom_data(self._ds, position, kwargs["topology"])
+            if "box_edges" in self._ds.variables:  # for a selection by distance
+                kwargs.setdefault("box", self._ds["box_edges"])
         if isinstance(weights, str) and weights == "mass":
             weights = self._masses(position, kwargs["topology"])
         return rmsd(position, reference, select=select, weights=weights,

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from h5mdx._optional import import_optional
 from h5mdx.analysis.qcp import center
 from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["select_atoms", "topology_masses", "with_atom_data"]
+__all__ = ["select_atoms", "selection_frame", "topology_masses", "with_atom_data"]
 
 
 def _user_stacklevel() -> int:
@@ -164,7 +165,8 @@ def _positions_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def select_atoms(
-    position: xr.DataArray, select: Any, topology: Any = None
+    position: xr.DataArray, select: Any, topology: Any = None, reference: Any = 0,
+    box: xr.DataArray | None = None,
 ) -> np.ndarray | None:
     """Positions along ``atom`` chosen by ``select``.
 
@@ -179,6 +181,14 @@ def select_atoms(
         ``AtomGroup.indices``), or a boolean mask on ``atom``.
     topology : str, path-like or MDAnalysis.Universe, optional
         Defaults to the topology the ``h5md`` engine attached (``topology=``).
+    reference : int, array_like, xarray.DataArray or Dataset, MDAnalysis Universe, default 0
+        The RMSD's reference (as :func:`h5mdx.analysis.rmsd.rmsd` takes it): a selection
+        by position (``around``, ``point``, ``sphzone``, ``cyzone``, ``isolayer``,
+        ``prop x/y/z``) is made once, on its positions (see :func:`selection_frame`).
+    box : xarray.DataArray, optional
+        The box (``ds.box_edges``) of a selection by distance at a frame index
+        ``reference``; periodic where its ``boundary`` is. Without one, distances are
+        not periodic.
 
     Returns
     -------
@@ -195,11 +205,13 @@ def select_atoms(
         from h5mdx.engine.topology import select_indices
 
         topology = _topology(position, topology)
-        if topology is None:  # the positions' own names, where they carry them (Zarr)
-            return _select_in_coords(position, select)
-        wanted = select_indices(_universe_of(position, topology), select,
-                                position.encoding.get("source"))
         ids = _atom_ids(position)
+        if topology is None:  # the positions' own names, where they carry them (Zarr)
+            return _select_in_coords(position, select, reference, box)
+        universe = _universe_of(position, topology)
+        wanted = select_indices(universe, select, position.encoding.get("source"),
+                                frame=lambda: selection_frame(position, reference, ids,
+                                                              len(universe.atoms), box))
         where = np.flatnonzero(np.isin(ids, wanted))
         if where.size == 0:
             raise TopologyError(
@@ -241,20 +253,169 @@ def with_atom_data(ds: xr.Dataset, position: xr.DataArray, topology: Any = None
     return position.assign_coords(extra) if extra else position
 
 
-def _select_in_coords(position: xr.DataArray, select: str) -> np.ndarray:
+def _select_in_coords(position: xr.DataArray, select: str, reference: Any = 0,
+                      box: xr.DataArray | None = None) -> np.ndarray:
     """Positions along ``atom`` of a selection string made in the positions' own per-atom
     coordinates (:func:`h5mdx.engine.topology.coords_topology`: a Zarr copy's names), in
-    their order; an error saying how to pass a topology where they have no names."""
+    their order, by position on the reference's frame (as with a topology); an error
+    saying how to pass a topology where they have no names."""
     from h5mdx.engine.topology import coords_topology, select_indices
 
     universe = coords_topology(position)
+    n = int(position.sizes[ATOM_DIM])
+    if universe is None and _by_position(select, n):  # no names needed, positions alone
+        universe = _nameless_universe(position)
     if universe is None:
         raise TopologyError(
             f"select={select!r} needs a topology: open the file with "
             "xr.open_dataset(..., engine='h5md', topology='system.psf') and use "
             "ds.md.rmsd(...), or pass topology= to h5mdx.rmsd"
         )
-    return select_indices(universe, select, position.encoding.get("source"))
+    return select_indices(universe, select, position.encoding.get("source"),
+                          frame=lambda: selection_frame(position, reference, np.arange(n),
+                                                        n, box))
+
+
+def _by_position(select: str, n: int) -> bool:
+    """Whether ``select`` is a selection by position alone, which needs no atom names
+    (``prop z < 0``, ``point 0 0 0 10``): made on atoms of no property but positions."""
+    from h5mdx.engine.topology import needs_positions
+
+    mda = import_optional("MDAnalysis", "atom selections")
+    try:
+        mda.Universe.empty(max(n, 1), trajectory=False).select_atoms(select)
+    except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and others
+        return needs_positions(err)
+    return False
+
+
+def _nameless_universe(position: xr.DataArray) -> Any:
+    """A Universe of the atoms of ``position`` without any property (one residue, one
+    segment), for selections by position alone."""
+    mda = import_optional("MDAnalysis", "atom selections")
+    universe = mda.Universe.empty(int(position.sizes[ATOM_DIM]), trajectory=False)
+    universe.filename = position.encoding.get("source") or "the positions"
+    return universe
+
+
+def selection_frame(position: xr.DataArray, reference: Any, ids: np.ndarray, n: int,
+                    box: xr.DataArray | None = None) -> tuple[np.ndarray, Any]:
+    """The frame a selection by position is made on: the RMSD's reference's.
+
+    As MDAnalysis' ``rms.RMSD`` makes a selection once, on the frame its Universe is at
+    when the RMSD is made: a frame index's frame of ``position`` (with that frame of
+    ``box``), a Universe's or AtomGroup's current frame (its box), a frame of another
+    Dataset (its ``box_edges``), a DataArray or array of all the atoms (a ``box`` without
+    time). Positions in the positions' unit are converted to Angstrom, as MDAnalysis
+    takes them (without a unit, taken to be Angstrom).
+
+    Parameters
+    ----------
+    position : xarray.DataArray
+        The positions on ``(time, atom, spatial)``.
+    reference : Any
+        The RMSD's reference.
+    ids : numpy.ndarray
+        The topology index of each atom of ``position``.
+    n : int
+        The topology's atom count.
+    box : xarray.DataArray, optional
+        The positions' box (``ds.box_edges``).
+
+    Returns
+    -------
+    tuple
+        Positions in Angstrom of the ``n`` atoms of the topology (NaN for those not in
+        ``position``), and MDAnalysis' box ``[a, b, c, alpha, beta, gamma]`` or None.
+    """
+    reference = _frame_index(reference)
+    if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
+        atoms = reference.atoms
+        if len(atoms) != n:
+            raise TopologyError(
+                f"a selection by position is made on the reference's positions; the "
+                f"reference holds {len(atoms)} atoms, the topology {n}: pass a reference "
+                "of the same atoms, a frame index, or the atoms' indices as select=")
+        dims = getattr(reference, "dimensions", None)
+        return np.asarray(atoms.positions, dtype=np.float64), _mda_box(dims)
+    xyz, unit, edges = _frame_of(position, reference, box)
+    full = np.full((n, 3), np.nan)
+    full[ids] = xyz * _length_scale(str(unit), "Angstrom", "the reference") \
+        if unit is not None else xyz
+    return full, _box_dimensions(edges)
+
+
+def _frame_of(position: xr.DataArray, reference: Any, box: xr.DataArray | None
+              ) -> tuple[np.ndarray, Any, xr.DataArray | None]:
+    """The reference's positions of every atom of ``position`` (in their order), their
+    unit and the box of that frame (None where there is none)."""
+    n_atoms = position.sizes[ATOM_DIM]
+    held: int | None = None
+    fixed = box if box is not None and TIME_DIM not in box.dims else None
+    if isinstance(reference, (int, np.integer)) and not isinstance(reference, bool):
+        n_frames = position.sizes[TIME_DIM]
+        if not -n_frames <= int(reference) < n_frames:
+            raise IndexError(f"reference frame {reference} out of range for {n_frames} "
+                             f"frames{_of_file(position)}")
+        frame = position.isel({TIME_DIM: int(reference)}).transpose(ATOM_DIM, SPATIAL_DIM)
+        import dask
+
+        xyz = np.asarray(frame.compute(scheduler=dask.get).values, dtype=np.float64)
+        if box is not None and TIME_DIM in box.dims:
+            fixed = box.isel({TIME_DIM: int(reference)})
+        return xyz, position.attrs.get("units"), fixed
+    if isinstance(reference, xr.Dataset):
+        fixed = reference.get("box_edges")
+        reference = _dataset_positions(reference)
+    if isinstance(reference, xr.DataArray):
+        ref_da = _one_frame(reference).transpose(ATOM_DIM, SPATIAL_DIM)
+        if ATOM_DIM in ref_da.coords and ATOM_DIM in position.coords \
+                and np.isin(position[ATOM_DIM].values, ref_da[ATOM_DIM].values).all():
+            ref_da = ref_da.sel({ATOM_DIM: position[ATOM_DIM].values})
+        if ref_da.sizes[ATOM_DIM] == n_atoms:
+            return (np.asarray(ref_da.values, dtype=np.float64),
+                    ref_da.attrs.get("units", position.attrs.get("units")), fixed)
+        held = ref_da.sizes[ATOM_DIM]
+    else:
+        ref = np.asarray(reference, dtype=np.float64) if np.ndim(reference) else None
+        if ref is not None and ref.shape == (n_atoms, 3):
+            return ref, position.attrs.get("units"), fixed
+        held = None if ref is None or ref.ndim != 2 else ref.shape[0]
+    raise TopologyError(
+        "a selection by position is made on the reference's positions, and this reference "
+        + (f"holds {held} atoms, not all the {n_atoms} of the positions" if held is not None
+           else "gives none")
+        + ": pass a frame index (reference=0), a frame of all the atoms, or the atoms' "
+        "indices as select=")
+
+
+def _box_dimensions(edges: xr.DataArray | None) -> np.ndarray | None:
+    """MDAnalysis' box of one frame's ``box_edges`` (in Angstrom): None where there is
+    none, its boundary is not periodic, or its edges are not usable (zero, NaN)."""
+    if edges is not None and TIME_DIM in edges.dims:  # a frame's box: one time, or none
+        edges = edges.isel({TIME_DIM: 0}) if edges.sizes[TIME_DIM] == 1 else None
+    if edges is None:
+        return None
+    boundary = edges.attrs.get("boundary")
+    if boundary is not None and not any(str(b) == "periodic" for b in np.ravel(boundary)):
+        return None
+    values = np.asarray(edges.values, dtype=np.float64)
+    unit = edges.attrs.get("units")
+    if unit is not None:
+        values = values * _length_scale(str(unit), "Angstrom", "the box")
+    if values.shape == (3, 3):
+        from MDAnalysis.lib.mdamath import triclinic_box
+
+        return _mda_box(triclinic_box(*values))
+    return _mda_box(np.r_[values, 90.0, 90.0, 90.0] if values.shape == (3,) else None)
+
+
+def _mda_box(dims: Any) -> np.ndarray | None:
+    """MDAnalysis' box, None where it is none or not usable (zero or NaN edges)."""
+    if dims is None:
+        return None
+    dims = np.asarray(dims, dtype=np.float64)
+    return dims if dims.shape == (6,) and np.all(dims[:3] > 0) else None
 
 
 def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,

@@ -100,6 +100,7 @@ def rmsd(
     kernel: str = "auto",
     frames_per_block: int | None = None,
     chunk_mib: float | None = None,
+    box: xr.DataArray | None = None,
 ) -> xr.DataArray:
     """RMSD of every frame to a reference after optimal superposition (QCP), lazily.
 
@@ -132,7 +133,13 @@ def rmsd(
         one in the positions' own ``name``, ``resname``, ... coordinates), an
         MDAnalysis AtomGroup (its indices), atom indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
         on a Dataset of all atoms, their positions) or a boolean mask on ``atom``. Only
-        these atoms are read.
+        these atoms are read. A selection by position (``around``, ``point``,
+        ``sphzone``, ``cyzone``, ``isolayer``, ``prop x/y/z``) is made once, as
+        MDAnalysis' ``rms.RMSD`` makes it on the frame its Universe is at: on the
+        reference's positions (the frame ``reference`` of ``position``, the current
+        frame of a Universe reference, a frame of another Dataset, an array of all the
+        atoms), in Angstrom (converted from the positions' unit), periodic where ``box``
+        (or a reference Universe's or Dataset's box) is.
     weights : None, "mass" or array_like
         Per-atom weights for centring and superposition.
     superposition : bool, default True
@@ -160,6 +167,10 @@ def rmsd(
         Target block size in MiB of whole frames (then shared out as above), in place of
         the default above. Larger blocks mean fewer tasks, each costing the scheduler a
         few ms (``benchmarks/bench_tasks.py``); smaller ones, finer load balance.
+    box : xarray.DataArray, optional
+        The box of a selection by distance (``ds.box_edges``, which ``ds.md.rmsd``
+        passes): taken at the reference frame, periodic where its ``boundary`` is;
+        without one, distances are not periodic.
 
     Returns
     -------
@@ -181,11 +192,11 @@ def rmsd(
     if isinstance(position, (list, tuple)):
         return _rmsd_of_parts(position, reference, select=select, weights=weights,
                               superposition=superposition, topology=topology, kernel=kernel,
-                              frames_per_block=frames_per_block, chunk_mib=chunk_mib)
+                              frames_per_block=frames_per_block, chunk_mib=chunk_mib, box=box)
     position = cast(xr.DataArray, position)
     _check_dims(position)
     position, dask_blocks = _opened_lazily(position)
-    idx = select_atoms(position, select, topology)
+    idx = select_atoms(position, select, topology, reference, box)
     w = _weights(position, weights, idx, topology)
     sub = (position if idx is None else position.isel({ATOM_DIM: idx})).transpose(
         TIME_DIM, ATOM_DIM, SPATIAL_DIM)

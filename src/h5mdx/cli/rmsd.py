@@ -324,6 +324,22 @@ def _reference_in_range(opened: Any, reference: int) -> bool:
     return False
 
 
+def _check_selection(opened: Any, select: str, reference: int) -> None:
+    """Make ``--select`` on the first part as the RMSD will (a selection by position on
+    the reference frame, of the part that holds it), so that a bad one is said before a
+    scheduler starts."""
+    from h5mdx.analysis.reference import select_atoms, with_atom_data
+    from h5mdx.analysis.rmsd import reference_of_parts
+
+    ds = opened[0] if isinstance(opened, list) else opened
+    topology = ds.md.topology
+    ref = reference
+    if isinstance(opened, list):  # the frame of the part that holds it, as compute_rmsd
+        ref = reference_of_parts([p["position"] for p in opened], reference)[0]
+    select_atoms(with_atom_data(ds, ds["position"], topology), select, topology, ref,
+                 ds.get("box_edges"))
+
+
 #: The options of the SLURM group (``--scheduler slurm``) that default to None.
 _SLURM_OPTIONS = ("jobs", "cores", "memory", "walltime", "queue", "account", "interface",
                   "job_log_dir")
@@ -431,13 +447,10 @@ def run(args: argparse.Namespace) -> int:
     with opened:
         t_open = time.perf_counter() - t0
         ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
-        if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
-            from h5mdx.analysis.reference import select_atoms, with_atom_data
-
-            topology = ds.md.topology
-            select_atoms(with_atom_data(ds, ds["position"], topology), args.select, topology)
         if not _reference_in_range(opened, args.reference):
             return 2
+        if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
+            _check_selection(opened, args.select, args.reference)
         scheduler = args.scheduler
         if scheduler == AUTO:
             scheduler, why = local_scheduler(ds)

@@ -22,8 +22,8 @@ from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
 from h5mdx.format.vmd_structure import STRUCTURE_PATH
 
 __all__ = ["coords_topology", "holds_topology", "indices_in", "input_indices", "load_universe",
-           "module_coords", "module_of", "module_universe", "select_indices",
-           "topology_coords", "vmd_universe"]
+           "module_coords", "module_of", "module_universe", "needs_positions",
+           "select_indices", "topology_coords", "vmd_universe", "with_frame"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -696,7 +696,65 @@ def _name(universe: Any) -> str:
     return repr(getattr(universe, "filename", None) or "given")
 
 
-def select_indices(universe: Any, selection: str, filename: str | None = None) -> np.ndarray:
+#: The words of MDAnalysis' errors for a selection by position on atoms without them: a
+#: distance selection (``around``, ``point``, ``sphzone``, ``isolayer``: "AtomGroup has no
+#: attribute dimensions"), ``cyzone`` ("This Universe has no coordinates"), ``prop z``
+#: ("does not contain positions information").
+_NO_POSITIONS = ("attribute dimensions", "has no coordinates", "positions information")
+
+#: A frame for a selection by position: the positions in Angstrom of the atoms of the
+#: topology (of an AtomGroup: in its order), NaN for atoms without one, and MDAnalysis'
+#: box ``[a, b, c, alpha, beta, gamma]`` or None (distances then not periodic).
+Frame = tuple[np.ndarray, Any]
+
+
+def needs_positions(err: Exception) -> bool:
+    """Whether MDAnalysis' error says that a selection needs the atoms' positions (a
+    selection by distance or ``prop x``/``y``/``z`` on a Universe without a trajectory)."""
+    return any(words in str(err) for words in _NO_POSITIONS)
+
+
+def _bare(universe: Any) -> Any:
+    """``universe`` (or an AtomGroup) without its trajectory: a selection on it fails
+    where it needs positions instead of taking those of the frame the Universe is at."""
+    whole = getattr(universe, "universe", universe)
+    if not hasattr(whole, "_topology") or not hasattr(whole, "trajectory"):
+        return universe
+    bare = _new_universe(whole._topology)
+    return bare if universe is whole else bare.atoms[universe.indices]
+
+
+def _new_universe(topology: Any, *args: Any, **kwargs: Any) -> Any:
+    """A Universe of an MDAnalysis ``Topology`` that guesses nothing (no types or masses
+    the topology does not hold, MDAnalysis >= 2.8), without MDAnalysis' notes."""
+    mda = import_optional("MDAnalysis", "topologies and atom selections")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return mda.Universe(topology, *args, to_guess=(), **kwargs)
+        except TypeError:  # pragma: no cover - MDAnalysis 2.7 has no to_guess
+            return mda.Universe(topology, *args, **kwargs)
+
+
+def with_frame(universe: Any, frame: Frame) -> Any:
+    """A new Universe of the topology of ``universe`` (a Universe or AtomGroup, left as
+    it is) at one frame (MDAnalysis' ``MemoryReader``): the atoms of ``universe`` that
+    have a position in ``frame``, as an AtomGroup of that Universe."""
+    from MDAnalysis.coordinates.memory import MemoryReader
+
+    xyz, box = frame
+    whole = getattr(universe, "universe", universe)
+    group = universe.atoms
+    full = np.zeros((len(whole.atoms), 3), dtype=np.float32)
+    present = ~np.isnan(xyz).any(axis=1)
+    full[group.indices[present]] = xyz[present]
+    new = _new_universe(whole._topology, full[None], format=MemoryReader,
+                        dimensions=None if box is None else np.asarray(box, np.float32))
+    return new.atoms[group.indices[present]]
+
+
+def select_indices(universe: Any, selection: str, filename: str | None = None,
+                   frame: Any = None) -> np.ndarray:
     """0-based atom indices of an MDAnalysis selection.
 
     Parameters
@@ -708,6 +766,13 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
         An MDAnalysis selection string, e.g. ``"name CA"``.
     filename : str, optional
         The trajectory file (for the error message).
+    frame : callable, optional
+        Called without arguments where the selection is by position (``around``,
+        ``point``, ``sphzone``, ``cyzone``, ``isolayer``, ``prop z``): the frame to make
+        it on (``Frame``: positions in Angstrom, the box or None). The selection is
+        then made on a new Universe at that frame (``universe`` is left as it is), of the
+        atoms with a position there; a Universe's own trajectory is never used. Without
+        it a selection by position is a TopologyError.
 
     Returns
     -------
@@ -721,15 +786,12 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
     """
     where = f"{filename}: " if filename else ""
     try:
-        group = universe.select_atoms(selection)
+        group = (universe if frame is None else _bare(universe)).select_atoms(selection)
     except Exception as err:
-        missing = _missing_attribute(err)
-        if missing is not None:  # a selection by what this topology does not hold
-            raise TopologyError(
-                f"{where}the selection {selection!r} needs the atoms' {missing}, which the "
-                f"topology {_name(universe)} does not hold; pass topology= a file that does "
-                "(a PSF, PDB, the run's TPR)") from err
-        raise TopologyError(f"{where}invalid selection {selection!r}: {err}") from err
+        if frame is not None and needs_positions(err):
+            group = _select_on_frame(universe, selection, frame(), where)
+        else:
+            _selection_error(err, universe, selection, where, frame is None)
     if len(group) == 0:
         raise TopologyError(f"{where}the selection {selection!r} matches no atom")
     indices = np.asarray(group.indices, dtype=np.int64)
@@ -740,3 +802,31 @@ def select_indices(universe: Any, selection: str, filename: str | None = None) -
         sorter = np.argsort(order, kind="stable")
         indices = sorter[np.searchsorted(order, indices, sorter=sorter)]
     return np.sort(indices)
+
+
+def _select_on_frame(universe: Any, selection: str, frame: Frame, where: str) -> Any:
+    """The atoms a selection by position picks at ``frame`` (see :func:`with_frame`)."""
+    atoms = with_frame(universe, frame)
+    try:
+        return atoms.select_atoms(selection)
+    except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and others
+        _selection_error(err, universe, selection, where, False)
+        raise  # pragma: no cover - _selection_error raises
+
+
+def _selection_error(err: Exception, universe: Any, selection: str, where: str,
+                     frameless: bool) -> None:
+    """Raise the TopologyError that says why MDAnalysis refused ``selection``."""
+    if frameless and needs_positions(err):
+        raise TopologyError(
+            f"{where}the selection {selection!r} selects by position, and there is no frame "
+            "to make it on here: select after opening (ds.md.rmsd(select=...) and "
+            "h5mdx rmsd --select make it on the reference frame), or pass the atoms' "
+            "indices (an AtomGroup)") from err
+    missing = _missing_attribute(err)
+    if missing is not None:  # a selection by what this topology does not hold
+        raise TopologyError(
+            f"{where}the selection {selection!r} needs the atoms' {missing}, which the "
+            f"topology {_name(universe)} does not hold; pass topology= a file that does "
+            "(a PSF, PDB, the run's TPR)") from err
+    raise TopologyError(f"{where}invalid selection {selection!r}: {err}") from err

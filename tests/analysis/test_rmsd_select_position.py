@@ -1,0 +1,191 @@
+"""Selections by position (``around``, ``prop z``, ``point``, ...) in ``select=``: made once,
+on the reference's frame, in Angstrom, periodic where a box is, as MDAnalysis'
+``rms.RMSD`` makes them on the frame its Universe is at. Every series is compared with
+MDAnalysis 2.x on the adk PSF/DCD."""
+
+from __future__ import annotations
+
+import warnings
+
+import MDAnalysis as mda
+import numpy as np
+import pytest
+import xarray as xr
+from MDAnalysis.analysis import rms
+from MDAnalysis.transformations.boxdimensions import set_dimensions
+from MDAnalysisTests.datafiles import DCD, PSF
+
+import h5mdx
+from h5mdx.analysis.reference import select_atoms
+from h5mdx.errors import TopologyError
+
+ATOL = 1e-4  # Angstrom; float32 positions
+
+
+def _universe(box=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+    if box is not None:
+        u.trajectory.add_transformations(set_dimensions(box))
+    return u
+
+
+def _mda_rmsd(select, ref_frame, box=None):
+    """MDAnalysis' RMSD with the selection made at ``ref_frame`` (the frame its Universe
+    is at when the RMSD is made), in Angstrom, and the atoms it selected."""
+    u = _universe(box)
+    u.trajectory[ref_frame]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = rms.RMSD(u, select=select, ref_frame=ref_frame).run()
+    return run.results.rmsd[:, 2], run.mobile_atoms.indices
+
+
+@pytest.fixture(scope="module")
+def adk_nm(tmp_path_factory):
+    """adk written by MDAnalysis' H5MDWriter in nm (the unit of GROMACS' files)."""
+    path = tmp_path_factory.mktemp("adk_nm") / "adk_nm.h5md"
+    u = _universe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with mda.Writer(str(path), n_atoms=u.atoms.n_atoms, lengthunit="nm") as w:
+            for _ts in u.trajectory:
+                w.write(u.atoms)
+    return str(path)
+
+
+@pytest.mark.parametrize("select", ["around 5 resid 1", "prop z < 0"])
+@pytest.mark.parametrize("ref_frame", [0, 40])
+def test_selection_by_position_is_mdanalysis(adk_nm, select, ref_frame):
+    """Failed with "AtomGroup has no attribute dimensions" (the topology has no frame)."""
+    expected, atoms = _mda_rmsd(select, ref_frame)
+    with xr.open_dataset(adk_nm, engine="h5md", topology=PSF, chunks={}) as ds:
+        assert ds.position.attrs["units"] == "nm"
+        got = ds.md.rmsd(ref_frame, select=select).compute()
+        idx = select_atoms(ds.position, select, reference=ref_frame)
+    assert got.attrs["n_atoms"] == atoms.size
+    np.testing.assert_array_equal(np.asarray(ds.atom.values)[idx], atoms)
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)  # nm -> Angstrom
+
+
+@pytest.mark.parametrize("select", ["point 0 0 0 10", "sphzone 10 resid 1",
+                                    "cyzone 10 5 -5 resid 1", "isolayer 2 5 resid 1"])
+def test_other_selections_by_position(adk_nm, select):
+    expected, _ = _mda_rmsd(select, 0)
+    with xr.open_dataset(adk_nm, engine="h5md", topology=PSF) as ds:
+        got = ds.md.rmsd(select=select).compute()
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)
+
+
+def test_selection_by_distance_is_periodic_in_the_box(adk_positions):
+    """A box of 35 Angstrom: ``around`` across its faces, as MDAnalysis with that box."""
+    box = [35.0, 35.0, 35.0, 90.0, 90.0, 90.0]
+    select = "around 3 resid 1"
+    expected, atoms = _mda_rmsd(select, 0, box)
+    plain, plain_atoms = _mda_rmsd(select, 0)
+    assert atoms.size != plain_atoms.size  # the box matters here
+    position = xr.DataArray(adk_positions, dims=("time", "atom", "spatial"),
+                            attrs={"units": "Angstrom"})
+    edges = xr.DataArray(np.full((adk_positions.shape[0], 3), 3.5), dims=("time", "spatial"),
+                         attrs={"units": "nm", "boundary": ["periodic"] * 3})
+    got = h5mdx.rmsd(position, select=select, topology=PSF, box=edges).compute()
+    assert got.attrs["n_atoms"] == atoms.size
+    np.testing.assert_allclose(got.values, expected, atol=ATOL)
+    edges.attrs["boundary"] = ["none"] * 3  # not periodic: the distances as they are
+    got = h5mdx.rmsd(position, select=select, topology=PSF, box=edges).compute()
+    np.testing.assert_allclose(got.values, plain, atol=ATOL)
+
+
+def test_universe_passed_is_not_moved(adk_nm):
+    """A Universe with a trajectory as topology: the selection is made on the reference
+    frame of the positions, not on the frame the Universe is at, which stays as it is."""
+    expected, _ = _mda_rmsd("around 5 resid 1", 0)
+    u = _universe()
+    u.trajectory[30]
+    with xr.open_dataset(adk_nm, engine="h5md", topology=u) as ds:
+        got = ds.md.rmsd(select="around 5 resid 1").compute()
+    assert u.trajectory.ts.frame == 30
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)
+
+
+def test_universe_reference_gives_the_frame(adk_nm):
+    """A Universe as the reference: the selection is made on its current frame (MDAnalysis'
+    RMSD makes it on the reference's and on the mobile Universe's: both at frame 20;
+    h5mdx takes the positions of a Universe reference at its current frame)."""
+    ref = _universe()
+    ref.trajectory[20]
+    u = _universe()
+    u.trajectory[20]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = rms.RMSD(u, ref, select="around 5 resid 1",
+                            ref_frame=20).run().results.rmsd[:, 2]
+    with xr.open_dataset(adk_nm, engine="h5md", topology=PSF) as ds:
+        got = ds.md.rmsd(ref, select="around 5 resid 1").compute()
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)
+
+
+def test_in_the_positions_own_names(adk_positions, adk_universe):
+    """Without a topology (a Zarr copy's names): the same selection, on the same frame."""
+    expected, _ = _mda_rmsd("around 5 resid 1", 0)
+    position = xr.DataArray(
+        adk_positions, dims=("time", "atom", "spatial"), attrs={"units": "Angstrom"},
+        coords={"name": ("atom", adk_universe.atoms.names.astype(str)),
+                "resname": ("atom", adk_universe.atoms.resnames.astype(str)),
+                "resid": ("atom", adk_universe.atoms.resids),
+                "segid": ("atom", adk_universe.atoms.segids.astype(str))})
+    got = h5mdx.rmsd(position, select="around 5 resid 1").compute()
+    np.testing.assert_allclose(got.values, expected, atol=ATOL)
+    bare = position.drop_vars(["name", "resname", "resid", "segid"])
+    expected, _ = _mda_rmsd("prop z < 0", 0)
+    got = h5mdx.rmsd(bare, select="prop z < 0").compute()  # positions alone: no names
+    np.testing.assert_allclose(got.values, expected, atol=ATOL)
+    with pytest.raises(TopologyError, match="needs a topology"):
+        h5mdx.rmsd(bare, select="around 5 resid 1")
+
+
+def test_reference_without_all_atoms_is_a_clear_error(adk_nm, adk_positions):
+    with xr.open_dataset(adk_nm, engine="h5md", topology=PSF) as ds:
+        with pytest.raises(TopologyError, match="holds 10 atoms, not all the 3341"):
+            ds.md.rmsd(adk_positions[0, :10] / 10, select="around 5 resid 1")
+
+
+def test_selection_by_position_at_open_is_a_clear_error(adk_nm):
+    with pytest.raises(TopologyError, match="selects by position"):
+        xr.open_dataset(adk_nm, engine="h5md", topology=PSF, select="around 5 resid 1")
+
+
+@pytest.fixture(scope="module")
+def adk_boxed(tmp_path_factory, adk_positions):
+    """adk in nm in a fixed periodic box of 3.5 nm (written with h5mdx.testing)."""
+    from h5mdx.testing import write_h5md
+
+    path = tmp_path_factory.mktemp("adk_boxed") / "adk_boxed.h5md"
+    return write_h5md(
+        path, {"all": {"position": {"value": adk_positions / 10, "step": 1, "time": 1.0,
+                                    "unit": "nm"}}},
+        box={"all": {"dimension": 3, "edges": {"value": np.full(3, 3.5), "unit": "nm"}}})
+
+
+def test_accessor_takes_the_files_box(adk_boxed):
+    expected, atoms = _mda_rmsd("around 3 resid 1", 5, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
+    with xr.open_dataset(adk_boxed, engine="h5md", topology=PSF) as ds:
+        got = ds.md.rmsd(5, select="around 3 resid 1").compute()
+    assert got.attrs["n_atoms"] == atoms.size
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)
+
+
+def test_cli_select_by_position(adk_boxed, tmp_path, capsys):
+    from h5mdx.cli import main as cli_main
+
+    expected, _ = _mda_rmsd("around 3 resid 1", 40, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", adk_boxed, "--topology", PSF, "--select", "around 3 resid 1",
+                     "--reference", "40", "--scheduler", "threads", "--workers", "1",
+                     "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    with open(out) as fh:
+        header = fh.readline().strip().split(",")
+        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
+    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
