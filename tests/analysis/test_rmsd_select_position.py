@@ -189,3 +189,26 @@ def test_cli_select_by_position(adk_boxed, tmp_path, capsys):
         header = fh.readline().strip().split(",")
         rows = np.array([[float(v) for v in line.split(",")] for line in fh])
     np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+
+
+def test_atomgroup_of_another_system_is_refused(adk_nm, adk_universe):
+    """An AtomGroup's indices were taken as they are, whatever its Universe: those of a
+    Universe of 214 C-alphas picked the first 50 atoms of adk."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ca_only = mda.Merge(adk_universe.select_atoms("name CA"))
+    renamed = _universe()
+    renamed.atoms[:10].names = "XX"  # the same count, other atoms
+    with xr.open_dataset(adk_nm, engine="h5md", topology=PSF) as ds:
+        with pytest.raises(TopologyError, match="Universe of 214 atoms.*system of 3341"):
+            ds.md.rmsd(select=ca_only.atoms[:50])
+        with pytest.raises(TopologyError, match="atom 0 is 'XX' there and 'N'"):
+            ds.md.rmsd(select=renamed.atoms[:20])
+        ordered = _universe().atoms[[30, 10, 20, 5]]  # the same system: its atoms, in order
+        got = ds.md.rmsd(select=ordered).compute()
+        np.testing.assert_allclose(got.values, ds.md.rmsd(select=[30, 10, 20, 5]).values)
+    expected = _universe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = rms.RMSD(expected.atoms[[30, 10, 20, 5]]).run().results.rmsd[:, 2]
+    np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)

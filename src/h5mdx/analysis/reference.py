@@ -199,6 +199,7 @@ def select_atoms(
     if select is None:
         return None
     if hasattr(select, "indices") and hasattr(select, "select_atoms"):  # an AtomGroup
+        _check_group(position, select, _topology(position, topology))
         select = np.asarray(select.indices)
     n = position.sizes[ATOM_DIM]
     if isinstance(select, str):
@@ -235,6 +236,39 @@ def select_atoms(
     if idx.size == 0:
         raise TopologyError("the selection is empty: no atom to compare")
     return idx
+
+
+def _check_group(position: xr.DataArray, group: Any, topology: Any) -> None:
+    """Refuse an AtomGroup as ``select=`` whose Universe is not the positions' system: of
+    another atom count than the topology (without one, than the file), or whose atoms
+    have other names there; its indices would pick other atoms (they were taken as they
+    are)."""
+    whole = getattr(group, "universe", None)
+    n_group = len(whole.atoms) if whole is not None else None
+    universe = None
+    if topology is not None:
+        universe = _universe_of(position, topology)
+        universe = getattr(universe, "universe", universe)
+        n_top: int | None = len(universe.atoms)
+    else:
+        shape = position.encoding.get("original_shape")
+        n_top = int(shape[1]) if shape is not None and len(shape) >= 2 else None
+    where = _of_file(position)
+    if n_group is not None and n_top is not None and n_group != n_top:
+        raise TopologyError(
+            f"select= is an AtomGroup of a Universe of {n_group} atoms, and the positions"
+            f"{where} are of a system of {n_top}: its indices would pick other atoms; select "
+            "in a Universe of the same system (ds.md.topology, or the topology file), or "
+            "pass a selection string")
+    theirs = _names_of(group)
+    ours = None if universe is None else _names_of(universe.atoms[group.indices])
+    if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
+        i = int(np.flatnonzero(theirs != ours)[0])
+        raise TopologyError(
+            f"select= is an AtomGroup of another system than the positions'{where}: its "
+            f"atom {int(group.indices[i])} is {str(theirs[i])!r} there and {str(ours[i])!r} in the "
+            "topology; select in a Universe of the same system (ds.md.topology), or pass "
+            "a selection string")
 
 
 def with_atom_data(ds: xr.Dataset, position: xr.DataArray, topology: Any = None

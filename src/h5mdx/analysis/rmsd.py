@@ -131,7 +131,8 @@ def rmsd(
     select : None, str, AtomGroup, array of int or array of bool
         Atoms to compare: an MDAnalysis selection string (in the topology, or without
         one in the positions' own ``name``, ``resname``, ... coordinates), an
-        MDAnalysis AtomGroup (its indices), atom indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
+        MDAnalysis AtomGroup of the same system (its indices; one of a Universe of
+        another atom count, or of other atom names, is refused), atom indices (values of the ``atom`` coordinate, as MDAnalysis' ``AtomGroup.indices``;
         on a Dataset of all atoms, their positions) or a boolean mask on ``atom``. Only
         these atoms are read. A selection by position (``around``, ``point``,
         ``sphzone``, ``cyzone``, ``isolayer``, ``prop x/y/z``) is made once, as
