@@ -212,3 +212,20 @@ def test_atomgroup_of_another_system_is_refused(adk_nm, adk_universe):
         warnings.simplefilter("ignore")
         expected = rms.RMSD(expected.atoms[[30, 10, 20, 5]]).run().results.rmsd[:, 2]
     np.testing.assert_allclose(got.values * 10, expected, atol=ATOL)
+
+
+def test_cli_select_by_position_alone_needs_no_topology(adk_nm, tmp_path, capsys):
+    """Was refused: "--select 'prop z < 0' needs --topology" (no names are needed)."""
+    from h5mdx.cli import main as cli_main
+
+    expected, _ = _mda_rmsd("prop z < 0", 0)
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", adk_nm, "--select", "prop z < 0", "--scheduler", "threads",
+                     "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    with open(out) as fh:
+        header = fh.readline().strip().split(",")
+        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
+    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+    assert cli_main(["rmsd", adk_nm, "--select", "around 5 resid 1", "--no-progress"]) == 2
+    assert "needs --topology" in capsys.readouterr().err

@@ -248,6 +248,14 @@ def _why_no_names(path: str, group: str | None = None) -> str:
             "files with VMD's structure module; others do not)")
 
 
+def _by_position_alone(select: str) -> bool:
+    """Whether ``select`` selects by position alone (``prop z < 0``, ``point 0 0 0 10``):
+    made on the reference frame's positions, it needs no atom names."""
+    from h5mdx.analysis.reference import _by_position
+
+    return _by_position(select, 1)
+
+
 def _holds_names(path: str, group: str | None = None) -> bool:
     """Whether ``path`` gives atom names to select by: an H5MD file holding its topology,
     or a Zarr store whose particles groups have a ``name`` coordinate (a copy of such a
@@ -371,7 +379,7 @@ def _refused(args: argparse.Namespace) -> bool:
     if _one_trajectory(args) is None:
         return True
     if isinstance(args.select, str) and args.topology is None and not _holds_names(
-            args.trajectory, args.group):
+            args.trajectory, args.group) and not _by_position_alone(args.select):
         print(f"h5mdx rmsd: --select {args.select!r} needs --topology (a PSF, PDB, GRO, "
               f"TPR, ... of the same atoms): {_why_no_names(args.trajectory, args.group)}",
               file=sys.stderr)
