@@ -229,3 +229,40 @@ def test_cli_select_by_position_alone_needs_no_topology(adk_nm, tmp_path, capsys
     np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
     assert cli_main(["rmsd", adk_nm, "--select", "around 5 resid 1", "--no-progress"]) == 2
     assert "needs --topology" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def boxed_parts(tmp_path_factory, adk_positions):
+    """adk in nm in a periodic box of 3.5 nm stored per frame, in two files (0-49, 50-97)."""
+    from h5mdx.testing import write_h5md
+
+    d = tmp_path_factory.mktemp("boxed_parts")
+    paths = []
+    for k, frames in enumerate((slice(0, 50), slice(50, 98))):
+        xyz = adk_positions[frames] / 10
+        first = frames.start
+        paths.append(write_h5md(
+            d / f"part{k}.h5md",
+            {"all": {"position": {"value": xyz, "step": 1, "step_offset": first,
+                                  "time": 1.0, "time_offset": float(first), "unit": "nm"}}},
+            box={"all": {"dimension": 3, "edges": {
+                "value": np.full((len(xyz), 3), 3.5), "step": 1, "step_offset": first,
+                "time": 1.0, "time_offset": float(first), "unit": "nm"}}}))
+    return paths
+
+
+def test_parts_take_the_box_of_the_reference_frame(boxed_parts, tmp_path, capsys):
+    """A trajectory in parts with a box per frame: the selection by distance was made
+    without the box (the reference a frame of positions alone), not as on one file."""
+    from h5mdx.cli import main as cli_main
+
+    expected, _ = _mda_rmsd("around 3 resid 1", 60, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", *boxed_parts, "--topology", PSF, "--select", "around 3 resid 1",
+                     "--reference", "60", "--scheduler", "threads", "--workers", "1",
+                     "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    with open(out) as fh:
+        header = fh.readline().strip().split(",")
+        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
+    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)

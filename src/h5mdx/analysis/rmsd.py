@@ -257,22 +257,23 @@ def rmsd(
                                             superposition))
 
 
-def reference_of_parts(positions: Sequence[xr.DataArray],
+def reference_of_parts(positions: Sequence[xr.DataArray | xr.Dataset],
                        reference: Any) -> tuple[Any, int | None]:
     """The reference of a trajectory in parts, for each part's RMSD.
 
     Parameters
     ----------
-    positions : sequence of xarray.DataArray
-        The parts' positions, in the order of their frames.
+    positions : sequence of xarray.DataArray or xarray.Dataset
+        The parts' positions (or the Datasets that hold them, whose frame then carries
+        its box too), in the order of their frames.
     reference : Any
         As :func:`rmsd` takes it; an integer is a frame of all the parts together.
 
     Returns
     -------
     tuple
-        The reference for each part (a frame index made the one-frame DataArray of the
-        part that holds it; anything else as given), and that frame's index (None where
+        The reference for each part (a frame index made that frame of the part that
+        holds it, a DataArray or Dataset as the parts are; anything else as given), and that frame's index (None where
         the reference is no frame index).
     """
     if not isinstance(reference, (int, np.integer)):
@@ -394,7 +395,9 @@ def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
     if not positions:
         raise ValueError("no positions: the list of parts is empty")
     _note_repeated_seams(positions)
-    ref, frame = reference_of_parts(positions, reference)
+    # Datasets: the reference a frame of one (its box, for a selection by distance)
+    whole = all(isinstance(p, xr.Dataset) for p in parts)
+    ref, frame = reference_of_parts(list(parts) if whole else positions, reference)
     return join_parts([rmsd(p, ref, **options) for p in positions], frame)
 
 

@@ -343,7 +343,7 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
     topology = ds.md.topology
     ref = reference
     if isinstance(opened, list):  # the frame of the part that holds it, as compute_rmsd
-        ref = reference_of_parts([p["position"] for p in opened], reference)[0]
+        ref = reference_of_parts(opened, reference)[0]
     select_atoms(with_atom_data(ds, ds["position"], topology), select, topology, ref,
                  ds.get("box_edges"))
 

@@ -276,7 +276,9 @@ def _rmsd_of_parts(parts: Sequence[Any], reference: Any, options: dict[str, Any]
     part alone would be, to one reference, joined along time."""
     from h5mdx.analysis.rmsd import join_parts, reference_of_parts
 
-    ref, frame = reference_of_parts([p["position"] for p in parts], reference)
+    # a frame index: that frame of the part that holds it, a Dataset (its box too, for a
+    # selection by distance, made on that frame in every part)
+    ref, frame = reference_of_parts(list(parts), reference)
     return join_parts([p.md.rmsd(ref, **options) for p in parts], frame)
 
 
