@@ -1134,3 +1134,29 @@ def test_times_in_ns_are_the_decimals_the_engine_gives():
     times, unit = _in_base_unit(np.array([0.0, 0.0041, 0.0049]), "ns", "t.h5md",
                                 decimals=True)
     assert unit == "ps" and times.tolist() == [0.0, 4.1, 4.9]
+
+
+def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions):
+    """h5mdx rmsd --scheduler dask-mpi made a selection by distance without the file's
+    box (h5mdx.rmsd of the positions alone), unlike the other schedulers."""
+    import MDAnalysis as mda
+    from MDAnalysis.analysis import rms
+    from MDAnalysis.transformations.boxdimensions import set_dimensions
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    from h5mdx.mpi.launch import file_rmsd
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(
+        tmp_path / "boxed.h5md",
+        {"all": {"position": {"value": adk_positions / 10, "step": 1, "time": 1.0,
+                              "unit": "nm"}}},
+        box={"all": {"dimension": 3, "edges": {"value": np.full(3, 3.5), "unit": "nm"}}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+        u.trajectory.add_transformations(set_dimensions([35.0, 35.0, 35.0, 90.0, 90.0, 90.0]))
+        expected = rms.RMSD(u, select="around 3 resid 1").run().results.rmsd[:, 2]
+    got = file_rmsd(path, topology=PSF, group=None, convert_units=True,
+                    select="around 3 resid 1", reference=0)
+    np.testing.assert_allclose(got.values, expected, atol=1e-4)

@@ -210,6 +210,23 @@ def worker_ranks(client: Any) -> dict[str, int]:
     return out
 
 
+def file_rmsd(trajectory: str, *, topology: str | None, group: str | None,
+              convert_units: bool, select: Any = None, **options: Any) -> Any:
+    """The RMSD of ``trajectory`` as :func:`rmsd_dask_mpi` computes it on its cluster (on
+    the current dask scheduler): the file opened lazily (no dask chunks: each task reads
+    its own block of the selected atoms, timed as t_io inside the task, h5mdx.rmsd's
+    preferred path), a selection by distance made in the file's box at the reference
+    frame, as ``h5mdx rmsd`` makes it with its other schedulers."""
+    import xarray as xr
+
+    from h5mdx.analysis.rmsd import rmsd
+
+    with xr.open_dataset(trajectory, engine="h5md", topology=topology, group=group,
+                         convert_units=convert_units) as ds:
+        box = ds.get("box_edges") if isinstance(select, str) else None
+        return rmsd(ds["position"], select=select, box=box, **options).compute()
+
+
 def rmsd_dask_mpi(
     trajectory: str,
     *,
@@ -291,10 +308,7 @@ def rmsd_dask_mpi(
     with dask_mpi_client(interface=interface, comm=comm) as client:
         if client is None:
             return None
-        import xarray as xr
-
         from h5mdx.analysis.qcp import warm_up
-        from h5mdx.analysis.rmsd import rmsd
         from h5mdx.timing import capture
 
         # every worker loads the kernel now, as h5mdx's other clusters do when they
@@ -307,14 +321,11 @@ def rmsd_dask_mpi(
             os.makedirs(timing, exist_ok=True)
         with capture(backend="dask-mpi", client=client, n_workers=n_workers, run_id=run_id,
                      meta=meta) as run:
-            # lazily indexed (no dask chunks): each task reads its own block of the
-            # selected atoms, timed as t_io inside the task (h5mdx.rmsd's preferred path)
-            with xr.open_dataset(trajectory, engine="h5md", topology=topology, group=group,
-                                 convert_units=convert_units) as ds:
-                result = rmsd(ds["position"], reference=reference, select=select,
-                              weights=weights, superposition=superposition,
-                              frames_per_block=frames_per_block, chunk_mib=chunk_mib,
-                              kernel=kernel).compute()
+            result = file_rmsd(trajectory, topology=topology, group=group,
+                               convert_units=convert_units, reference=reference,
+                               select=select, weights=weights, superposition=superposition,
+                               frames_per_block=frames_per_block, chunk_mib=chunk_mib,
+                               kernel=kernel)
         ranks = worker_ranks(client)
     frame = run.records.copy()
     frame["rank"] = frame["worker"].map(ranks).astype("Int64")
