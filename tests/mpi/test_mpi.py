@@ -1160,3 +1160,29 @@ def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions
     got = file_rmsd(path, topology=PSF, group=None, convert_units=True,
                     select="around 3 resid 1", reference=0)
     np.testing.assert_allclose(got.values, expected, atol=1e-4)
+
+
+def test_mpi_rmsd_selection_by_position_on_the_reference_frame(tmp_path, adk_positions):
+    """mpi-rmsd --select 'around 3 resid 1' failed ("AtomGroup has no attribute
+    dimensions"); now made on the reference frame, in Angstrom, in the file's box."""
+    import MDAnalysis as mda
+    from MDAnalysis.transformations.boxdimensions import set_dimensions
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    from h5mdx.mpi.rmsd import _select
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(
+        tmp_path / "boxed.h5md",
+        {"all": {"position": {"value": adk_positions / 10, "step": 1, "time": 1.0,
+                              "unit": "nm"}}},
+        box={"all": {"dimension": 3, "edges": {"value": np.full(3, 3.5), "unit": "nm"}}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+        u.trajectory.add_transformations(set_dimensions([35.0, 35.0, 35.0, 90.0, 90.0, 90.0]))
+    for select, frame in (("around 3 resid 1", 5), ("prop z < 0", 40)):
+        u.trajectory[frame]
+        idx, masses, n = _select(PSF, select, None, path, None, frame)
+        np.testing.assert_array_equal(idx, u.select_atoms(select).indices)
+        assert masses is None and n == 3341

@@ -199,11 +199,13 @@ class _Timer:
 
 
 def _select(topology: str | None, select: str | None, weights: str | None,
-            filename: str, group: str | None = None
+            filename: str, group: str | None = None, reference: int = 0
             ) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
     """(indices or None, masses or None, the topology's atoms in the file or None). A file
     of selected atoms (h5mdx's ``id``) finds them in a topology of the whole system, as
-    the h5md engine does: the selection and masses are then of those atoms."""
+    the h5md engine does: the selection and masses are then of those atoms. A selection
+    by position is made on the ``reference`` frame (:func:`_file_frame`), as h5mdx rmsd
+    makes it."""
     if topology is None:
         return None, _file_masses(filename, group) if weights == "mass" else None, None
     from h5mdx.engine.topology import load_universe, select_indices
@@ -211,7 +213,8 @@ def _select(topology: str | None, select: str | None, weights: str | None,
     u = load_universe(topology, group)  # VMD's structure module: per group
     ids = _input_ids(u, filename, group)
     atoms = u if ids is None else u.atoms[ids]
-    idx = select_indices(atoms, select, filename) if select else None
+    idx = select_indices(atoms, select, filename, frame=lambda: _file_frame(
+        filename, group, reference, len(atoms.atoms))) if select else None
     masses = None
     if weights == "mass":
         try:
@@ -220,6 +223,43 @@ def _select(topology: str | None, select: str | None, weights: str | None,
             all_masses = _file_masses(filename, group)  # (a structure module's), as h5mdx
         masses = all_masses[idx] if idx is not None else all_masses  # rmsd takes them
     return idx, masses, len(atoms.atoms)
+
+
+def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The frame ``reference`` of the file's positions in Angstrom (MDAnalysis' unit; in
+    the file's own without a unit) and its box as MDAnalysis takes it (None where the
+    file has none, or not periodic): what a selection by position is made on."""
+    from h5mdx.format.h5md import open_h5md
+    from h5mdx.format.units import conversion
+
+    with open_h5md(filename) as f:
+        source = position_source(f, group)
+        el = source.element
+        if source.n_atoms != n_atoms:
+            raise ValueError(f"{filename} [{el.path}]: {source.n_atoms} atoms, the topology "
+                             f"{n_atoms}: a selection by position needs them all")
+        frame = reference % max(source.n_frames, 1)
+        xyz = np.asarray(f[el.value_path][frame], dtype=np.float64)
+        box = source.info.particles[source.group].box
+        edges = None
+        if box is not None and box.edges is not None and "periodic" in box.boundary:
+            e = box.edges
+            edges = np.asarray(e.data if e.data is not None else (
+                f[e.value_path][frame] if e.time_dependent else f[e.value_path][()]),
+                dtype=np.float64)
+            scale = conversion(e.unit) if e.unit else None
+            edges = edges * (scale[0] if scale else 1.0)
+    scale = conversion(el.unit) if el.unit else None
+    xyz = xyz * (scale[0] if scale else 1.0)
+    if edges is not None and edges.shape == (3, 3):
+        from MDAnalysis.lib.mdamath import triclinic_box
+
+        edges = np.asarray(triclinic_box(*edges), dtype=np.float64)
+    elif edges is not None and edges.shape == (3,):
+        edges = np.r_[edges, 90.0, 90.0, 90.0]
+    usable = edges is not None and edges.shape == (6,) and bool(np.all(edges[:3] > 0))
+    return xyz, edges if usable else None
 
 
 def _file_masses(filename: str, group: str | None) -> np.ndarray:
@@ -363,7 +403,7 @@ def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
     (timed as ``init_top``; with ``topology_on_root`` the other ranks' time until rank 0
     sends it is ``wait``)."""
     args = (options.topology, options.select, options.weights, options.trajectory,
-            options.group)
+            options.group, options.reference)
     if not options.topology_on_root:
         return _together(comm, timer, "init_top", _select, *args)
     payload = failure = None
