@@ -266,3 +266,16 @@ def test_parts_take_the_box_of_the_reference_frame(boxed_parts, tmp_path, capsys
         header = fh.readline().strip().split(",")
         rows = np.array([[float(v) for v in line.split(",")] for line in fh])
     np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+
+
+def test_atomgroup_of_another_system_without_topology(adk_positions, adk_universe):
+    """Without a topology (a Zarr copy's names), the AtomGroup's names are checked against
+    the positions' own: another system's atoms of the same count were taken by index."""
+    position = xr.DataArray(adk_positions[:5], dims=("time", "atom", "spatial"),
+                            coords={"name": ("atom", adk_universe.atoms.names.astype(str))})
+    renamed = _universe()
+    renamed.atoms[:10].names = "XX"
+    with pytest.raises(TopologyError, match="atom 0 is 'XX' there and 'N' in the positions'"):
+        h5mdx.rmsd(position, select=renamed.atoms[:20])
+    got = h5mdx.rmsd(position, select=_universe().atoms[:20]).compute()
+    np.testing.assert_allclose(got.values, h5mdx.rmsd(position, select=np.arange(20)).values)

@@ -261,14 +261,29 @@ def _check_group(position: xr.DataArray, group: Any, topology: Any) -> None:
             "in a Universe of the same system (ds.md.topology, or the topology file), or "
             "pass a selection string")
     theirs = _names_of(group)
-    ours = None if universe is None else _names_of(universe.atoms[group.indices])
+    ours, in_ours = _own_names(position, group, universe)
     if theirs is not None and ours is not None and not np.array_equal(theirs, ours):
         i = int(np.flatnonzero(theirs != ours)[0])
         raise TopologyError(
             f"select= is an AtomGroup of another system than the positions'{where}: its "
-            f"atom {int(group.indices[i])} is {str(theirs[i])!r} there and {str(ours[i])!r} in the "
-            "topology; select in a Universe of the same system (ds.md.topology), or pass "
-            "a selection string")
+            f"atom {int(group.indices[i])} is {str(theirs[i])!r} there and {str(ours[i])!r} "
+            f"in {in_ours}; select in a Universe of the same system (ds.md.topology), or "
+            "pass a selection string")
+
+
+def _own_names(position: xr.DataArray, group: Any, universe: Any
+               ) -> tuple[np.ndarray | None, str]:
+    """The names of the atoms of ``group`` (by index) in the topology, else in the
+    positions' own ``name`` coordinate (a Zarr copy's), and where they come from."""
+    if universe is not None:
+        return _names_of(universe.atoms[group.indices]), "the topology"
+    if "name" not in position.coords or position["name"].dims != (ATOM_DIM,):
+        return None, ""
+    try:
+        at = _positions_of(_atom_ids(position), np.asarray(group.indices, dtype=np.int64))
+    except IndexError:  # said by the selection itself, next
+        return None, ""
+    return np.asarray(position["name"].values).astype(str)[at], "the positions' names"
 
 
 def with_atom_data(ds: xr.Dataset, position: xr.DataArray, topology: Any = None
