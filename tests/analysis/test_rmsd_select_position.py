@@ -279,3 +279,25 @@ def test_atomgroup_of_another_system_without_topology(adk_positions, adk_univers
         h5mdx.rmsd(position, select=renamed.atoms[:20])
     got = h5mdx.rmsd(position, select=_universe().atoms[:20]).compute()
     np.testing.assert_allclose(got.values, h5mdx.rmsd(position, select=np.arange(20)).values)
+
+
+def test_atomgroup_of_the_whole_system_and_a_file_of_selected_atoms(tmp_path):
+    """A file of selected atoms (h5mdx convert --select): opened with only the topology it
+    holds, its atoms are 0..213, and an AtomGroup of the whole system (whose indices picked
+    other atoms of it, in silence) is refused; opened with the whole system's topology,
+    the group picks its atoms by their index, as MDAnalysis does."""
+    from h5mdx.layout.convert import convert
+
+    path = tmp_path / "ca.h5md"
+    convert(PSF, [DCD], path, select="name CA", progress=False)
+    group = _universe().select_atoms("resid 1-20 and name CA")
+    with xr.open_dataset(path, engine="h5md") as ds:
+        with pytest.raises(TopologyError, match="Universe of 3341 atoms.*system of 214"):
+            ds.md.rmsd(select=group)
+    with xr.open_dataset(path, engine="h5md", topology=PSF) as ds:
+        got = ds.md.rmsd(select=group).compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = rms.RMSD(group).run().results.rmsd[:, 2]
+    assert got.sizes["time"] == 98
+    np.testing.assert_allclose(got.values, expected, atol=ATOL)
