@@ -336,7 +336,9 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         **kwargs: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file as ``{path: Dataset}`` (see :func:`open_groups`);
-        ``group=``: those of that group's subtree, with paths relative to it.
+        ``group=``: those of that group's subtree, with paths relative to it, the file's
+        attributes (``h5md_version``, ``author_*``, ``creator_*``, ``source``) at its root
+        as at the whole file's.
 
         Parameters
         ----------
@@ -385,8 +387,14 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
         if group is None or not group.strip("/"):
             return groups
         root = "/" + group.strip("/")
-        return {path[len(root):] or "/": ds for path, ds in groups.items()
-                if path == root or path.startswith(root + "/")}
+        out = {path[len(root):] or "/": ds for path, ds in groups.items()
+               if path == root or path.startswith(root + "/")}
+        # the file's attributes are said at the root of the tree, the whole file's or a
+        # subtree's (they were lost with the file's node: group="observables" had no
+        # h5md_version, author, creator, source); the group's own of those names kept
+        top = out["/"]
+        top.attrs = {**groups["/"].attrs, **top.attrs}
+        return out
 
     def open_datatree(  # type: ignore[override]
         self,

@@ -1,0 +1,48 @@
+"""xr.open_datatree(..., engine="h5md"): subtrees, /parameters, attributes, links."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5mdx.testing import write_h5md
+
+FILE_ATTRS = {"h5md_version": "1.1", "author_name": "h5mdx tests",
+              "creator_name": "h5mdx.testing", "creator_version": "0"}
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A particles group, observables with a subgroup, /parameters with a subgroup."""
+    frames = {"step": np.arange(3), "time": np.arange(3.0)}
+    path = write_h5md(
+        tmp_path / "small.h5",
+        {"all": {"position": {"value": np.arange(36, dtype="f4").reshape(3, 4, 3), **frames}}},
+        observables={"energy": {"value": np.arange(3.0), **frames},
+                     "sub/temp": {"value": np.arange(3.0) + 300, **frames}},
+        parameters={"a": 1.5},
+    )
+    with h5py.File(path, "a") as f:
+        f["parameters"].create_group("run").create_dataset("b", data=2.5)
+        f["observables"].attrs["note"] = "obs"
+    return path
+
+
+@pytest.mark.parametrize("group", ["observables", "particles", "particles/all", "parameters",
+                                   "parameters/run", "observables/sub"])
+def test_a_subtree_root_holds_the_file_attributes(small, group):
+    """group= below the root gave a tree whose root lacked the file's attributes
+    (h5md_version, author, creator, source), which the whole tree's root has."""
+    with xr.open_datatree(small, engine="h5md") as whole:
+        assert {k: whole.attrs[k] for k in FILE_ATTRS} == FILE_ATTRS
+    with xr.open_datatree(small, engine="h5md", group=group) as tree:
+        assert {k: tree.attrs.get(k) for k in FILE_ATTRS} == FILE_ATTRS
+        assert tree.attrs["source"] == str(small)
+        if group == "observables":  # the group's own kept beside them
+            assert tree.attrs["note"] == "obs"
+            assert tree.attrs["h5md_group"] == "/observables"
+            with xr.open_dataset(small, engine="h5md", group=group) as ds:
+                assert tree.attrs == ds.attrs
+                np.testing.assert_array_equal(tree["energy"].values, ds["energy"].values)
