@@ -46,3 +46,29 @@ def test_a_subtree_root_holds_the_file_attributes(small, group):
             with xr.open_dataset(small, engine="h5md", group=group) as ds:
                 assert tree.attrs == ds.attrs
                 np.testing.assert_array_equal(tree["energy"].values, ds["energy"].values)
+
+
+def test_an_element_of_parameters_is_one_variable(small):
+    """A group of /parameters laid out as an H5MD element (value, step, time) was served
+    as three unrelated variables of a group of their own; it is one variable along time,
+    with its step, as the observables are (and the other root groups' elements)."""
+    with h5py.File(small, "a") as f:
+        el = f["parameters"].create_group("thermostat")
+        el["value"] = np.array([300.0, 301.0, 302.0])
+        el["value"].attrs["unit"] = "K"
+        el["step"] = np.array([0, 10, 20])
+        el["time"] = np.array([0.0, 0.5, 1.0])
+    with xr.open_datatree(small, engine="h5md") as tree:
+        assert "thermostat" not in tree["parameters"].children
+        par = tree["parameters"]
+        np.testing.assert_array_equal(par["thermostat"].values, [300.0, 301.0, 302.0])
+        assert par["thermostat"].dims == ("time",)
+        assert par["thermostat"].attrs["units"] == "K"
+        np.testing.assert_array_equal(par["step"].values, [0, 10, 20])
+        np.testing.assert_array_equal(par["time"].values, [0.0, 0.5, 1.0])
+        assert float(par["a"]) == 1.5
+    with xr.open_dataset(small, engine="h5md", group="parameters") as ds:
+        np.testing.assert_array_equal(ds["thermostat"].values, [300.0, 301.0, 302.0])
+    with pytest.raises(ValueError, match="it is an H5MD element: the variable 'thermostat' "
+                       "of group 'parameters'"):
+        xr.open_dataset(small, engine="h5md", group="parameters/thermostat")

@@ -135,6 +135,10 @@ def test_rechunk_to_zarr(tmp_path, rich_file):
     with h5py.File(rich_file, "r+") as f:
         f["particles/all/name"] = np.array([b"CA", b"N"] * 15)
         f["parameters/thermostat_group/tau"] = 0.5
+        # an element of /parameters (value, step, time): one variable of /parameters
+        f["parameters/ramp/value"] = np.array([300.0, 310.0, 320.0])
+        f["parameters/ramp/step"] = np.array([0, 5, 10])
+        f["parameters/ramp/time"] = np.array([0.0, 0.5, 1.0])
     store = tmp_path / "rich.zarr"
     with pytest.warns(H5MDConformanceWarning, match=r"\[/parameters/alias\].*soft link"):
         stats = rechunk(rich_file, store, frames_per_chunk=8, verify=True)
@@ -157,6 +161,10 @@ def test_rechunk_to_zarr(tmp_path, rich_file):
             assert a[name].attrs == b[name].attrs
             np.testing.assert_array_equal(a[name].values, b[name].values)
         a.close()
+    b = xr.open_zarr(store, group="parameters")
+    np.testing.assert_array_equal(b.ramp.values, [300.0, 310.0, 320.0])
+    assert b.ramp.dims == ("time",)
+    np.testing.assert_array_equal(b.step.values, [0, 5, 10])
     b = xr.open_zarr(store)
     assert b.position.encoding["chunks"] == (8, 30, 3)
 

@@ -39,7 +39,6 @@ from h5mdx.format.h5md import (
     FileInfo,
     ParticlesGroupInfo,
     free_form,
-    groups_below,
     scaled_unit,
 )
 from h5mdx.format.text import unit_text
@@ -212,29 +211,26 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                         only: str | None = None) -> dict[str, xr.Dataset]:
     """``/parameters`` (or ``/<root>``, a root group H5MD does not define) and each group
     under it (or only ``only``) as a Dataset, by path relative to it (``""`` for the
-    group itself): its datasets as variables (string scalars as attributes), its
-    attributes as the Dataset's. A ``unit`` attribute is served as ``units``, converted
+    group itself): its elements (a group laid out as one: :func:`free_form`) and datasets
+    as variables (string scalars as attributes), its attributes as the Dataset's. A ``unit`` attribute is served as ``units``, converted
     with ``convert_units`` as elements' are."""
     elements: dict[str, ElementInfo] = {}
     with b.lock:
         f = b.manager.acquire(needs_lock=False)
-        params = b.info.parameters
-        names: tuple[str, ...] | None = None  # /parameters: its groups walked below
-        if root != "parameters":  # walked now, where served: its problems said here
-            found = free_form(f, root, allow_external=b.allow_external, info=b.info)
-            params, elements, names = found.datasets, found.elements, found.groups
-            for problem in found.problems:  # those of the group opened, not its subgroups'
-                if only is None or _served_in(problem.path, root, names) == only:
-                    b.report.add(problem)
+        # walked now, where served: its problems said here (/parameters' plain datasets'
+        # were the scan's too: said once); a group of /parameters laid out as an element
+        # (value, step, time) is one, as elsewhere: it was three unrelated variables
+        found = free_form(f, root, allow_external=b.allow_external, info=b.info)
+        params, elements, names = found.datasets, found.elements, found.groups
+        for problem in found.problems:  # those of the group opened, not its subgroups'
+            if only is None or _served_in(problem.path, root, names) == only:
+                b.report.add(problem)
         grp = f.get(root)
         if not isinstance(grp, h5py.Group) or _elsewhere(grp, f, b.allow_external):
             return {}
         groups: dict[str, h5py.Group] = {"": grp}
-        if names is None:  # each name of a group hard-linked twice (as the scan's)
-            groups.update((name, g) for name, g in groups_below(grp) if g is not None)
-        else:
-            groups.update((name, grp[name]) for name in names if name and
-                          (only is None or name == only))
+        groups.update((name, grp[name]) for name in names if name and
+                      (only is None or name == only))
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
         attrs = {sub: _plain_attrs(g) for sub, g in groups.items()}
@@ -347,7 +343,7 @@ def _element_of(info: FileInfo, path: str) -> str:
 def _element_hint(b: _Builder, root: str, sub: str) -> str:
     """Where ``/<root>/<sub>`` is an element of a free-form group (a group of the file,
     but no group of the DataTree), where it is served; else ""."""
-    if root == "parameters" or not sub:
+    if not sub:
         return ""
     with b.lock:
         f = b.manager.acquire(needs_lock=False)

@@ -736,9 +736,6 @@ def _zarr_groups(info: FileInfo) -> list[tuple[str, str | None, dict[str, Elemen
             if direct:
                 path = f"{root}/{sub}".rstrip("/")
                 groups.append((path, path, direct))
-    for sub in info.parameter_groups:
-        path = f"parameters/{sub}".rstrip("/")
-        groups.append((path, path, {}))
     return groups + _free_form_groups(info)
 
 
@@ -746,9 +743,12 @@ def _free_form_groups(info: FileInfo) -> list[tuple[str, str, dict[str, ElementI
     """(H5MD group, Zarr group, elements) of each group that holds data in the root groups
     H5MD does not define (RMPCDMD's ``/fields``: :func:`~h5mdx.format.h5md.free_form`),
     as the engine opens them: its elements and datasets directly under it (they were left
-    out of a copy to Zarr, silently: found by an audit)."""
+    out of a copy to Zarr, silently: found by an audit); ``/parameters``' first, walked
+    so too (a group of it laid out as an element is one, as the engine opens it)."""
     groups: list[tuple[str, str, dict[str, ElementInfo]]] = []
-    for root in info.other_groups:
+    for root in ("parameters", *info.other_groups):
+        if root == "parameters" and not info.parameters:
+            continue
         found = free_form(info.filename, root, info=info)
         for sub in found.groups:
             els = {n.rpartition("/")[2]: e for n, e in found.elements.items()
