@@ -72,3 +72,22 @@ def test_an_element_of_parameters_is_one_variable(small):
     with pytest.raises(ValueError, match="it is an H5MD element: the variable 'thermostat' "
                        "of group 'parameters'"):
         xr.open_dataset(small, engine="h5md", group="parameters/thermostat")
+
+
+def test_a_group_not_found_lists_the_groups_of_parameters(small):
+    """The listing of a group= not found named /parameters but none of its groups, which
+    the tree holds; an element of /parameters is said to be a variable."""
+    with h5py.File(small, "a") as f:
+        f["parameters/run/thermostat/tau"] = 0.5
+        el = f["parameters"].create_group("ramp")
+        el["value"], el["step"] = np.arange(3.0), np.arange(3)
+    listing = ("its groups: /particles, /particles/all, /observables, /observables/sub, "
+               "/parameters, /parameters/run, /parameters/run/thermostat$")
+    for bad in ("nope", "parameters/nope", "observables/nope"):
+        with pytest.raises(ValueError, match=f"has no group '{bad}'; {listing}"):
+            xr.open_datatree(small, engine="h5md", group=bad)
+    with pytest.raises(ValueError, match=r"has no group 'parameters/ramp' \(it is an H5MD "
+                       r"element: the variable 'ramp' of group 'parameters'\)"):
+        xr.open_datatree(small, engine="h5md", group="parameters/ramp")
+    with xr.open_datatree(small, engine="h5md", group="parameters/run/thermostat") as tree:
+        assert float(tree["tau"]) == 0.5

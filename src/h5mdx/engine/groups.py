@@ -193,13 +193,38 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
                 if wanted(path):
                     out[path] = params
     if root is not None and len(out) == 1:  # "/" alone: no group of that path
-        groups = [*(p for p in makers if p != "/"),
-                  *(f"/{r}" for r in free_roots if r != "parameters" or info.parameters)]
+        groups = [*(p for p in makers if p != "/"), *_free_form_nodes(b, free_roots)]
         free, _, sub = root.lstrip("/").partition("/")
-        hint = (_element_hint(b, free, sub) if free in info.other_groups
+        hint = (_element_hint(b, free, sub) if free in ("parameters", *info.other_groups)
                 else _element_of(info, root))
+        listing = ", ".join(groups[:_LISTED])
+        if len(groups) > _LISTED:
+            listing += f" and {len(groups) - _LISTED} more (h5mdx info lists them)"
         raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; its "
-                         f"groups: {', '.join(groups)}")
+                         f"groups: {listing or 'none'}")
+    return out
+
+
+#: The groups the error of a group not found lists at most (the rest counted).
+_LISTED = 30
+
+
+def _free_form_nodes(b: _Builder, roots: Iterable[str]) -> list[str]:
+    """The paths of the nodes the free-form roots ``roots`` give a DataTree: each of their
+    groups that is no element (those of ``/parameters`` were left out of the listing of a
+    group not found)."""
+    out: list[str] = []
+    with b.lock:
+        f = b.manager.acquire(needs_lock=False)
+        for root in roots:
+            try:
+                grp = f.get(root)
+            except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+                continue
+            if not isinstance(grp, h5py.Group) or _elsewhere(grp, f, b.allow_external):
+                continue
+            found = free_form(f, root, allow_external=b.allow_external, info=b.info)
+            out.extend(f"/{root}/{sub}".rstrip("/") for sub in found.groups)
     return out
 
 
