@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from h5mdx.errors import H5MDConformanceWarning
 from h5mdx.testing import write_h5md
 
 FILE_ATTRS = {"h5md_version": "1.1", "author_name": "h5mdx tests",
@@ -91,3 +92,46 @@ def test_a_group_not_found_lists_the_groups_of_parameters(small):
         xr.open_datatree(small, engine="h5md", group="parameters/ramp")
     with xr.open_datatree(small, engine="h5md", group="parameters/run/thermostat") as tree:
         assert float(tree["tau"]) == 0.5
+
+
+def test_a_compound_parameter_is_one_variable_per_field(small):
+    """A compound (structured) dataset of /parameters was served as one variable of a
+    structured dtype, which netCDF and Zarr refuse; it is one variable per field, said
+    once, string fields as text, nested compounds' fields joined, references left out."""
+    dt = np.dtype([("x", "f8"), ("name", "S4"), ("v", "f4", (3,)),
+                   ("inner", [("a", "i2"), ("b", "f4")]), ("r", h5py.ref_dtype)])
+    with h5py.File(small, "a") as f:
+        d = np.zeros(2, dtype=dt)
+        d["x"], d["name"], d["inner"]["a"] = [1.5, 2.5], [b"ab", b"cd"], [5, 6]
+        d["v"] = [[1, 2, 3], [4, 5, 6]]
+        d["r"] = f["parameters"].ref
+        f["parameters"].create_dataset("comp", data=d)
+        f["parameters"].create_dataset("one", data=np.array((7.0, 8), dtype=[("p", "f8"),
+                                                                            ("q", "i4")]))
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    messages = [str(w.message) for w in record]
+    assert any("[/parameters/comp]: a compound dataset of fields x, name, v, inner, r; "
+               "served as one variable per field: comp_x, comp_name, comp_v, comp_inner_a, "
+               "comp_inner_b" in m for m in messages)
+    assert any("[/parameters/comp]: its field 'r' holds object references" in m
+               for m in messages)
+    with tree:
+        par = tree["parameters"]
+        np.testing.assert_array_equal(par["comp_x"].values, [1.5, 2.5])
+        assert par["comp_x"].dims == ("comp_dim_0",)
+        assert par["comp_name"].values.tolist() == ["ab", "cd"]
+        np.testing.assert_array_equal(par["comp_v"].values, [[1, 2, 3], [4, 5, 6]])
+        assert par["comp_v"].dims == ("comp_dim_0", "comp_v_dim_1")
+        np.testing.assert_array_equal(par["comp_inner_a"].values, [5, 6])
+        assert "comp_r" not in par and "comp" not in par
+        assert float(par["one_p"]) == 7.0 and int(par["one_q"]) == 8
+        assert float(par["a"]) == 1.5
+        par.to_dataset().to_netcdf(str(small) + ".nc")  # a structured dtype refused this
+    # H5MD leaves /parameters free: no departure, strict=True warns of it too
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md", strict=True)
+    assert len(record) == 3 and any("[/parameters/comp]: a compound" in str(w.message)
+                                    for w in record)
+    with tree:
+        np.testing.assert_array_equal(tree["parameters/comp_x"].values, [1.5, 2.5])

@@ -282,19 +282,32 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
             if isinstance(value, str):
                 out[sub].attrs[leaf] = value
                 continue
-            if leaf in taken[sub]:  # its elements' step, time
-                new = f"{leaf}_dataset"
-                b.report.note(meta["path"], f"a dataset named {leaf!r} clashes with the "
-                              "coordinate or dimension of that name of the elements of its "
-                              "group", f"served as {new!r}", departure=False)
-                leaf = new
-            try:
-                out[sub][leaf] = value
-            except ValueError as err:  # its axes clash with another parameter's names
-                b.report.note(meta["path"], f"it does not fit beside the other parameters "
-                              f"of its group: {err}", "left out", departure=False)
+            for key, var in (value if isinstance(value, dict) else {leaf: value}).items():
+                _add_parameter(b, out[sub], key, var, meta["path"], taken[sub])
         dset = None  # closed under the lock (a live file's: see H5MDArray._dataset)
     return out
+
+
+def _add_parameter(b: _Builder, ds: xr.Dataset, name: str, var: xr.Variable, path: str,
+                   taken: set[Any]) -> None:
+    """``var`` (the dataset at ``path``, or a field of it) as the variable ``name`` of
+    ``ds``: as ``<name>_dataset`` where its group's elements have a coordinate or dimension
+    of that name; left out, said once, where it clashes with what ``ds`` holds."""
+    if name in taken:  # its elements' step, time
+        new = f"{name}_dataset"
+        b.report.note(path, f"a dataset named {name!r} clashes with the coordinate or "
+                      "dimension of that name of the elements of its group",
+                      f"served as {new!r}", departure=False)
+        name = new
+    if name in ds.variables:  # a compound's field named as another dataset
+        b.report.note(path, f"{name!r} is the name of another variable of its group",
+                      "left out", departure=False)
+        return
+    try:
+        ds[name] = var
+    except ValueError as err:  # its axes clash with another parameter's names
+        b.report.note(path, f"it does not fit beside the other parameters of its group: "
+                      f"{err}", "left out", departure=False)
 
 
 def _elsewhere(grp: h5py.Group, f: h5py.File, allow_external: bool) -> bool:
@@ -380,8 +393,10 @@ def _element_hint(b: _Builder, root: str, sub: str) -> str:
             f"{'/'.join(p for p in (root, parent) if p)!r})")
 
 
-def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Variable | str:
-    """One parameter dataset: a Variable (lazy when large), or the text of a string scalar."""
+def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str
+               ) -> xr.Variable | str | dict[str, xr.Variable]:
+    """One parameter dataset: a Variable (lazy when large), the text of a string scalar,
+    or a compound's fields by name (:func:`_fields`)."""
     attrs = _plain_attrs(dset)
     try:  # as an element's (a one-element string array too)
         unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))
@@ -412,12 +427,43 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str) -> xr.Vari
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     arr = np.asarray(value)
-    if arr.dtype.kind in "SO":  # bytes as UTF-8 (GROMACS' fixed-size strings), not ASCII
-        arr = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                        for v in arr.ravel().tolist()], dtype=str).reshape(arr.shape)
-    elif scale != 1.0:
-        arr = arr * scale
-    return xr.Variable(dims, arr, attrs, encoding)
+    if arr.dtype.names:
+        return _fields(b, arr, leaf, dims, attrs, encoding, path)
+    return xr.Variable(dims, _texts(arr) if arr.dtype.kind in "SO" else
+                       arr * scale if scale != 1.0 else arr, attrs, encoding)
+
+
+def _texts(arr: np.ndarray) -> np.ndarray:
+    """Bytes and objects as str: bytes as UTF-8 (GROMACS' fixed-size strings), not ASCII."""
+    return np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                     for v in arr.ravel().tolist()], dtype=str).reshape(arr.shape)
+
+
+def _fields(b: _Builder, arr: np.ndarray, leaf: str, dims: tuple[str, ...],
+            attrs: dict[str, Any], encoding: dict[str, Any], path: str
+            ) -> dict[str, xr.Variable]:
+    """A compound (structured) parameter as one variable per field, ``<leaf>_<field>``
+    (nested compounds' fields joined so, ``<leaf>_<field>_<inner>``), said once: served
+    as a structured dtype no writer takes (netCDF, Zarr) and few operations do."""
+    out: dict[str, xr.Variable] = {}
+    todo: list[tuple[str, np.ndarray]] = [(leaf, arr)]
+    while todo:
+        name, a = todo.pop(0)
+        if a.dtype.names:
+            todo.extend((f"{name}_{field}", a[field]) for field in a.dtype.names)
+            continue
+        if a.dtype.kind == "O" and any(isinstance(v, h5py.Reference) for v in a.ravel()):
+            b.report.note(path, f"its field {name[len(leaf) + 1:]!r} holds object "
+                          "references, which h5mdx does not follow", "field left out",
+                          departure=False)
+            continue
+        extra = tuple(f"{name}_dim_{i}" for i in range(len(dims), a.ndim))
+        out[name] = xr.Variable(dims + extra, _texts(a) if a.dtype.kind in "SO" else a,
+                                dict(attrs), dict(encoding))
+    b.report.note(path, f"a compound dataset of fields {', '.join(arr.dtype.names or ())}",
+                  f"served as one variable per field: {', '.join(out) or 'none'}",
+                  departure=False)
+    return out
 
 
 def _below(paths: Iterable[str]) -> dict[str, list[str]]:
