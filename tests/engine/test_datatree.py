@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5mdx.errors import H5MDConformanceWarning
+from h5mdx.errors import H5MDConformanceWarning, H5MDFormatError
 from h5mdx.testing import write_h5md
 
 FILE_ATTRS = {"h5md_version": "1.1", "author_name": "h5mdx tests",
@@ -135,3 +135,41 @@ def test_a_compound_parameter_is_one_variable_per_field(small):
                                     for w in record)
     with tree:
         np.testing.assert_array_equal(tree["parameters/comp_x"].values, [1.5, 2.5])
+
+
+def _opaque_attr(obj, name):
+    """An attribute of HDF5's opaque type, which h5py has no conversion for."""
+    kind = h5py.h5t.create(h5py.h5t.OPAQUE, 4)
+    kind.set_tag(b"a tag")
+    h5py.h5a.create(obj.id, name.encode(), kind, h5py.h5s.create(h5py.h5s.SCALAR))
+
+
+def test_an_attribute_that_cannot_be_read_is_warned_about(small):
+    """An attribute h5py cannot read (an opaque one) was left out in silence; it is left
+    out with one warning naming the file, the object and the attribute, and refused with
+    strict=True where H5MD defines the group (not in /parameters, which is free)."""
+    with h5py.File(small, "a") as f:
+        for path in ("parameters", "parameters/a", "observables", "observables/energy/value"):
+            _opaque_attr(f[path], "blob")
+        f["parameters"].attrs["kept"] = 3
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    found = sorted(str(w.message).split(" [", 1)[1] for w in record)
+    why = ("its attribute 'blob' cannot be read (OSError: Unable to read attribute (no "
+           "appropriate function for conversion path)); attribute left out")
+    assert found == sorted(f"{p}]: {why}" for p in (
+        "/observables", "/observables/energy/value", "/parameters", "/parameters/a"))
+    assert all(str(w.message).startswith(f"{small} [") for w in record)
+    with tree:
+        assert tree["parameters"].attrs == {"kept": 3}
+        assert float(tree["parameters/a"]) == 1.5
+        np.testing.assert_array_equal(tree["observables/energy"].values, [0.0, 1.0, 2.0])
+    with pytest.warns(H5MDConformanceWarning) as record:
+        ds = xr.open_dataset(small, engine="h5md", group="parameters")
+    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+        f"/parameters/a]: {why}", f"/parameters]: {why}"]
+    with ds:
+        assert ds.attrs == {"kept": 3}
+    with pytest.raises(H5MDFormatError, match=r"\[/observables/energy/value\]: its attribute "
+                       "'blob' cannot be read"):
+        xr.open_datatree(small, engine="h5md", strict=True)

@@ -33,12 +33,14 @@ from h5mdx.errors import (
 from h5mdx.format import units as _units
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import (
+    ATTRIBUTE_ERRORS,
     BoxInfo,
     ElementInfo,
     FileInfo,
     ParticlesGroupInfo,
     Problem,
     Sampling,
+    attribute_problem,
     reference_paths,
     scalar_text,
 )
@@ -707,20 +709,23 @@ def _mark_particle_order(b: _Builder, pg: ParticlesGroupInfo,
         stacklevel=2)
 
 
-def _plain_attrs(obj: h5py.HLObject) -> dict[str, Any]:
+def _plain_attrs(obj: h5py.HLObject, report: _Report) -> dict[str, Any]:
     """The attributes of ``obj`` as plain values: text decoded, object references as the
     paths they point to (``""`` for a null one), as an element's are; one of no value
-    (HDF5's null dataspace) or that h5py cannot read left out. They were served as
-    h5py's ``Empty`` and ``Reference`` objects, which no writer takes (an audit)."""
+    (HDF5's null dataspace) left out, one that h5py cannot read left out and said to
+    ``report`` (it was in silence). They were served as h5py's ``Empty`` and
+    ``Reference`` objects, which no writer takes (an audit)."""
     out: dict[str, Any] = {}
     try:
         names = list(obj.attrs)
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+    except ATTRIBUTE_ERRORS as err:
+        report.add(attribute_problem(str(obj.name), None, err))
         return out
     for name in names:
         try:
             value = obj.attrs[name]
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+        except ATTRIBUTE_ERRORS as err:
+            report.add(attribute_problem(str(obj.name), name, err))
             continue
         if isinstance(value, h5py.Empty):
             continue
@@ -767,7 +772,7 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str],
     ds = _elements_dataset(b, b.info.elements_under(root, prefix), where, drop)
     with b.lock:
         grp = b.manager.acquire(needs_lock=False).get(where)
-        own = _plain_attrs(grp) if isinstance(grp, h5py.Group) else {}
+        own = _plain_attrs(grp, b.report) if isinstance(grp, h5py.Group) else {}
     ds.attrs = {**ds.attrs, **own, "h5md_group": where}
     return ds
 

@@ -258,7 +258,7 @@ def _free_form_datasets(b: _Builder, root: str = "parameters",
                       (only is None or name == only))
         if only is not None:
             groups = {k: g for k, g in groups.items() if k == only}
-        attrs = {sub: _plain_attrs(g) for sub, g in groups.items()}
+        attrs = {sub: _plain_attrs(g, b.report) for sub, g in groups.items()}
     # outside the lock: the builder takes it where it reads (an element of strings)
     by_group: dict[str, dict[str, ElementInfo]] = {}
     for name, el in elements.items():
@@ -397,7 +397,7 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str
                ) -> xr.Variable | str | dict[str, xr.Variable]:
     """One parameter dataset: a Variable (lazy when large), the text of a string scalar,
     or a compound's fields by name (:func:`_fields`)."""
-    attrs = _plain_attrs(dset)
+    attrs = _plain_attrs(dset, b.report)
     try:  # as an element's (a one-element string array too)
         unit = scaled_unit(unit_text(attrs.pop("unit", None)), attrs.pop("unit_factor", None))
     except ValueError as err:

@@ -42,6 +42,8 @@ from h5mdx.format.h5md._model import (
 )
 from h5mdx.format.h5md._opening import is_h5md, open_h5md
 from h5mdx.format.h5md._storage import (
+    ATTRIBUTE_ERRORS,
+    attribute_problem,
     compression_name,
     ensure_filters,
     refresh_alone,
@@ -61,6 +63,7 @@ from h5mdx.format.h5md._walk import (
 )
 
 __all__ = [
+    "ATTRIBUTE_ERRORS",
     "BoxInfo",
     "ElementInfo",
     "FileInfo",
@@ -69,6 +72,7 @@ __all__ = [
     "scan_free_form",
     "Problem",
     "Sampling",
+    "attribute_problem",
     "compression_name",
     "ensure_filters",
     "free_form",

@@ -13,9 +13,10 @@ import h5py
 import numpy as np
 
 from h5mdx.errors import H5MDFormatError
-from h5mdx.format.h5md._model import ElementInfo, Sampling
+from h5mdx.format.h5md._model import ElementInfo, Problem, Sampling
 from h5mdx.format.h5md._sampling import _NUMBERED, _beside_value, _read_small, _sampling
 from h5mdx.format.h5md._storage import (
+    ATTRIBUTE_ERRORS,
     MAX_SMALL_READ,
     _check_dataset,
     _check_declared,
@@ -33,6 +34,7 @@ from h5mdx.format.h5md._storage import (
     _refresh,
     _storage_size,
     _unit_attr,
+    attribute_problem,
 )
 from h5mdx.format.schema import KNOWN_PARTICLE_ELEMENTS, PER_PARTICLE_SCALARS
 from h5mdx.format.text import decode as _decode
@@ -102,8 +104,8 @@ def _dataset_info(
         storage_size=storage,
         growable=growable,
         # the element group's attributes (H5MD's particles_group) under its value's
-        attrs={**(_other_attrs(group, None) if group is not None else {}),
-               **_other_attrs(dset, dtype)},
+        attrs={**(_other_attrs(group, None, c) if group is not None else {}),
+               **_other_attrs(dset, dtype, c)},
     )
 
 
@@ -114,21 +116,23 @@ _STORAGE_ATTRS = frozenset({"unit", "unit_factor", "DIMENSION_LIST", "REFERENCE_
                             "_FillValue"})
 
 
-def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:
+def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None, c: _Ctx) -> dict[str, Any]:
     """The attributes of an element's ``value`` beyond its unit, as plain values (the
     names of an enum dtype as CF's ``flag_values``/``flag_meanings``); those that cannot
-    be read are skipped."""
+    be read are left out, noted (:func:`attribute_problem`)."""
     out: dict[str, Any] = {}
     try:
         names = [] if _no_attrs(dset) else list(dset.attrs)
-    except (OSError, RuntimeError, KeyError, TypeError):
+    except ATTRIBUTE_ERRORS as err:
+        _note_attribute(c, attribute_problem(str(dset.name), None, err))
         names = []
     for name in names:
         if name in _STORAGE_ATTRS:
             continue
         try:
             value = dset.attrs[name]
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+        except ATTRIBUTE_ERRORS as err:
+            _note_attribute(c, attribute_problem(str(dset.name), name, err))
             continue
         if isinstance(value, h5py.Empty):  # no value (null dataspace): none to give
             continue
@@ -142,6 +146,11 @@ def _other_attrs(dset: h5py.HLObject, dtype: np.dtype | None) -> dict[str, Any]:
         out["flag_values"] = [int(v) for v in enum.values()]
         out["flag_meanings"] = " ".join(str(k) for k in enum)
     return out
+
+
+def _note_attribute(c: _Ctx, problem: Problem) -> None:
+    """Note ``problem`` (an attribute that cannot be read) with the scan's."""
+    c.note(problem.path, problem.message, problem.assumed, departure=problem.departure)
 
 
 def reference_paths(obj: h5py.HLObject, value: Any) -> Any:

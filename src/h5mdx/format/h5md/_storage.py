@@ -111,6 +111,26 @@ def _no_attrs(obj: h5py.HLObject) -> bool:
         return False
 
 
+#: The root groups H5MD defines the content of: an attribute there that cannot be read
+#: is a departure (``strict=True`` refuses it); elsewhere (``/parameters``, the root
+#: groups H5MD does not define) the file is free, and it is warned about only.
+_DEFINED_ROOTS = frozenset({"h5md", "particles", "observables", "connectivity"})
+
+#: What reading an attribute h5py has no conversion for (HDF5's opaque type, ...) raises.
+ATTRIBUTE_ERRORS = (OSError, RuntimeError, KeyError, TypeError, ValueError)
+
+
+def attribute_problem(path: str, name: str | None, err: BaseException) -> Problem:
+    """The problem of the attribute ``name`` of the object at ``path`` that h5py cannot
+    read (``err``; ``name`` None: its attributes cannot be listed): left out, said once
+    naming it and why; these were left out in silence."""
+    what = f"its attribute {name!r} cannot be read" if name is not None else \
+        "its attributes cannot be listed"
+    return Problem(path, f"{what} ({type(err).__name__}: {err})",
+                   "attribute left out" if name is not None else "attributes left out",
+                   departure=path.strip("/").partition("/")[0] in _DEFINED_ROOTS)
+
+
 def _attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
     raw = _raw_attr(obj, name, default)
     return default if raw is default else _decode(raw)
