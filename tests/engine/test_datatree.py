@@ -173,3 +173,33 @@ def test_an_attribute_that_cannot_be_read_is_warned_about(small):
     with pytest.raises(H5MDFormatError, match=r"\[/observables/energy/value\]: its attribute "
                        "'blob' cannot be read"):
         xr.open_datatree(small, engine="h5md", strict=True)
+
+
+def test_a_particles_group_reference_to_no_particles_group_is_warned_about(small):
+    """A connectivity element's particles_group pointing to a group that is no particles
+    group (or a null reference) was served without a word; H5MD requires a reference to a
+    particles group: warned about naming the path, refused with strict=True."""
+    with h5py.File(small, "a") as f:
+        con = f.create_group("connectivity")
+        con["bonds"] = np.array([[0, 1], [1, 2]])
+        con["bonds"].attrs["particles_group"] = f["observables"].ref
+        con["angles"] = np.array([[0, 1, 2]])
+        con["angles"].attrs["particles_group"] = h5py.Reference()  # null
+        con["pairs"] = np.array([[0, 3]])
+        con["pairs"].attrs["particles_group"] = f["particles/all"].ref  # right
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+        "/connectivity/angles]: 'particles_group' is a null or dangling object reference "
+        "(H5MD requires a reference to a particles group); served as stored",
+        "/connectivity/bonds]: 'particles_group' points to /observables, which is no "
+        "particles group h5mdx reads (H5MD requires a reference to a particles group); "
+        "served as stored"]
+    with tree:
+        con = tree["connectivity"]
+        assert con["bonds"].attrs["particles_group"] == "/observables"
+        assert con["pairs"].attrs["particles_group"] == "/particles/all"
+        np.testing.assert_array_equal(con["bonds"].values, [[0, 1], [1, 2]])
+    with pytest.raises(H5MDFormatError, match=r"\[/connectivity/angles\]: 'particles_group' "
+                       "is a null"):
+        xr.open_datatree(small, engine="h5md", strict=True)

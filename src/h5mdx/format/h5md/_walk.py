@@ -602,10 +602,16 @@ def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
         ``connectivity``, with such ``particles_group`` attributes replaced by paths.
     """
     out = dict(connectivity)
+    paths = {pg.path for pg in particles.values()}
     for key, el in connectivity.items():
         named = el.attrs.get("particles_group")
-        if not isinstance(named, str) or named.startswith("/"):
-            continue  # a reference, read as the path it points to (or a path written so)
+        if isinstance(named, str) and (named.startswith("/") or not named):
+            # a reference, read as the path it points to (or a path written so): one to
+            # no particles group was served without a word (an audit)
+            _check_reference(c, el.path, named, paths)
+            continue
+        if not isinstance(named, str):
+            continue
         group = particles.get(named.strip("/").removeprefix("particles/"))
         if group is None:
             c.note(el.path, f"'particles_group' is the string {named!r}, not an object "
@@ -617,6 +623,18 @@ def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
                f"served as {group.path!r}, the particles group it names", minor=True)
         out[key] = replace(el, attrs={**el.attrs, "particles_group": group.path})
     return out
+
+
+def _check_reference(c: _Ctx, path: str, named: str, groups: set[str]) -> None:
+    """Note a connectivity element's ``particles_group`` (the path of its reference,
+    ``""`` for a null or dangling one) that is none of the particles groups ``groups``:
+    H5MD requires a reference to one; served as stored."""
+    if named in groups:
+        return
+    what = (f"points to {named}, which is no particles group h5mdx reads" if named else
+            "is a null or dangling object reference")
+    c.note(path, f"'particles_group' {what} (H5MD requires a reference to a particles "
+           "group)", "served as stored")
 
 
 def _scan(c: _Ctx, deep_connectivity: bool | str = True,
