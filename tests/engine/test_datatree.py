@@ -203,3 +203,32 @@ def test_a_particles_group_reference_to_no_particles_group_is_warned_about(small
     with pytest.raises(H5MDFormatError, match=r"\[/connectivity/angles\]: 'particles_group' "
                        "is a null"):
         xr.open_datatree(small, engine="h5md", strict=True)
+
+
+def test_links_at_the_root_that_serve_nothing_are_warned_about(small, tmp_path):
+    """An external link or a dangling soft link at the file's root (beside H5MD's groups)
+    was left out of the tree without a word, and group= of it said only "no group"; a soft
+    link to a group of the file stays silent (that group is served under its own name)."""
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["fields/rho"] = np.arange(4.0)
+    with h5py.File(small, "a") as f:
+        f["gone"] = h5py.SoftLink("/nowhere")
+        f["fields"] = h5py.ExternalLink(str(other), "/fields")
+        f["alias"] = h5py.SoftLink("/parameters")
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+        f"/fields]: an external link to {other}:/fields, which h5mdx does not follow at "
+        "the file's root; left out",
+        "/gone]: a dangling soft link to /nowhere, which h5mdx does not follow at the "
+        "file's root; left out"]
+    with tree:
+        assert {"/parameters", "/observables"} <= set(tree.groups)
+        assert not {"/gone", "/fields", "/alias"} & set(tree.groups)
+        assert float(tree["parameters/a"]) == 1.5
+    with pytest.raises(ValueError, match=r"has no group 'fields' \(an external link to "
+                       rf"{other}:/fields, which h5mdx does not follow\); its groups: "):
+        xr.open_datatree(small, engine="h5md", group="fields")
+    with xr.open_datatree(small, engine="h5md", group="observables") as sub:  # not said
+        np.testing.assert_array_equal(sub["energy"].values, [0.0, 1.0, 2.0])

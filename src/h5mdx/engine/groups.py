@@ -39,6 +39,7 @@ from h5mdx.format.h5md import (
     FileInfo,
     ParticlesGroupInfo,
     free_form,
+    root_links,
     scaled_unit,
 )
 from h5mdx.format.text import unit_text
@@ -192,10 +193,12 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
                 path = f"/{free}" + (f"/{sub}" if sub else "")
                 if wanted(path):
                     out[path] = params
+    links = _root_links(b, root)
     if root is not None and len(out) == 1:  # "/" alone: no group of that path
         groups = [*(p for p in makers if p != "/"), *_free_form_nodes(b, free_roots)]
         free, _, sub = root.lstrip("/").partition("/")
         hint = (_element_hint(b, free, sub) if free in ("parameters", *info.other_groups)
+                else f" ({links[free]}, which h5mdx does not follow)" if free in links
                 else _element_of(info, root))
         listing = ", ".join(groups[:_LISTED])
         if len(groups) > _LISTED:
@@ -203,6 +206,19 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; its "
                          f"groups: {listing or 'none'}")
     return out
+
+
+def _root_links(b: _Builder, root: str | None) -> dict[str, str]:
+    """The soft and external links at the file's root beside H5MD's groups
+    (:func:`~h5mdx.format.h5md.root_links`), noted where the whole file is opened: they
+    were left out of the tree without a word."""
+    with b.lock:
+        links = root_links(b.manager.acquire(needs_lock=False))
+    if root is None:
+        for name, what in links.items():
+            b.report.note(f"/{name}", f"{what}, which h5mdx does not follow at the "
+                          "file's root", "left out", departure=False)
+    return links
 
 
 #: The groups the error of a group not found lists at most (the rest counted).

@@ -58,6 +58,7 @@ from h5mdx.format.h5md._walk import (
     free_form,
     groups_below,
     objects_below,
+    root_links,
     scan,
     scan_free_form,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "open_h5md",
     "reference_paths",
     "refresh_alone",
+    "root_links",
     "scalar_text",
     "scan",
 ]

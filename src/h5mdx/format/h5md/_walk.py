@@ -63,6 +63,34 @@ def _other_groups(c: _Ctx) -> tuple[str, ...]:
         return ()
 
 
+def root_links(f: h5py.File) -> dict[str, str]:
+    """The external and dangling soft links at the root of ``f`` beside the groups H5MD
+    defines, by name, each as what it is (``"a dangling soft link to /gone"``): no group
+    is served through them (:attr:`FileInfo.other_groups` holds hard links alone), and
+    what they point to is not in the file (a soft link to a group of it is served
+    under that group's own name)."""
+    out: dict[str, str] = {}
+    try:
+        names = [n for n in f if n not in _H5MD_ROOTS]
+    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+        return out
+    for name in names:
+        try:
+            link = f.get(name, getlink=True)
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+            continue
+        if isinstance(link, h5py.SoftLink):
+            try:
+                dangling = f.get(name) is None
+            except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+                dangling = True
+            if dangling:
+                out[name] = f"a dangling soft link to {link.path}"
+        elif isinstance(link, h5py.ExternalLink):
+            out[name] = f"an external link to {link.filename}:{link.path}"
+    return out
+
+
 def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
                    allow_external: bool = False) -> tuple[dict[str, Any], tuple[Problem, ...]]:
     """The datasets below a root group H5MD does not define (or ``/parameters``).
