@@ -232,3 +232,18 @@ def test_links_at_the_root_that_serve_nothing_are_warned_about(small, tmp_path):
         xr.open_datatree(small, engine="h5md", group="fields")
     with xr.open_datatree(small, engine="h5md", group="observables") as sub:  # not said
         np.testing.assert_array_equal(sub["energy"].values, [0.0, 1.0, 2.0])
+
+
+def test_drop_variables_drops_parameters_in_the_tree(small):
+    """drop_variables= left the parameters named in every node of open_datatree, where
+    open_dataset(group="parameters") drops them; now dropped in each node, as elements."""
+    with xr.open_datatree(small, engine="h5md", drop_variables=["a", "b", "energy"]) as tree:
+        assert "a" not in tree["parameters"].variables
+        assert "b" not in tree["parameters/run"].variables
+        assert "energy" not in tree["observables"].variables
+        np.testing.assert_array_equal(tree["observables/sub/temp"].values, [300, 301, 302])
+    with xr.open_datatree(small, engine="h5md", group="parameters",
+                          drop_variables="b") as tree:
+        assert float(tree["a"]) == 1.5 and "b" not in tree["run"].variables
+    with xr.open_dataset(small, engine="h5md", group="parameters", drop_variables="a") as ds:
+        assert "a" not in ds.variables

@@ -110,7 +110,10 @@ def open_groups(
         manager.close()
         raise
     report.emit()
-    out = {path: _drop_coordinates(ds, drop) for path, ds in out.items()}
+    # the parameters (and other free-form variables) named too, as open_dataset drops
+    # them: an open_datatree kept them (xarray's engines drop a name in every group)
+    out = {path: _drop_coordinates(ds, drop).drop_vars([v for v in drop if v in ds.data_vars])
+           for path, ds in out.items()}
     _dealign(out)
     file_attrs = out["/"].attrs
     for path, ds in out.items():
