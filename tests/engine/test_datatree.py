@@ -247,3 +247,24 @@ def test_drop_variables_drops_parameters_in_the_tree(small):
         assert float(tree["a"]) == 1.5 and "b" not in tree["run"].variables
     with xr.open_dataset(small, engine="h5md", group="parameters", drop_variables="a") as ds:
         assert "a" not in ds.variables
+
+
+def test_open_dataset_lists_an_element_of_parameters_as_no_group(small):
+    """open_dataset's listing of the groups of a file (group= not found) named a group
+    of /parameters laid out as an element, which no open finds (it is a variable of the
+    group above it); that group is listed in its place."""
+    with h5py.File(small, "a") as f:
+        f["parameters/run/ramp/value"] = np.arange(3.0)
+        f["parameters/run/ramp/step"] = np.arange(3)
+        f["parameters/deep/ramp/value"] = np.arange(2.0)
+        f["parameters/deep/ramp/step"] = np.arange(2)
+    with pytest.raises(ValueError) as err:
+        xr.open_dataset(small, engine="h5md", group="nope")
+    assert str(err.value).endswith("available: 'particles/all', 'observables', "
+                                   "'observables/sub', 'parameters', 'parameters/deep', "
+                                   "'parameters/run'")
+    with xr.open_dataset(small, engine="h5md", group="parameters/deep") as ds:
+        np.testing.assert_array_equal(ds["ramp"].values, [0.0, 1.0])
+    with xr.open_dataset(small, engine="h5md", group="parameters/run") as ds:
+        np.testing.assert_array_equal(ds["ramp"].values, [0.0, 1.0, 2.0])
+        assert float(ds["b"]) == 2.5

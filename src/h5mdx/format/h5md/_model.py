@@ -296,8 +296,21 @@ class FileInfo:
 
     @property
     def parameter_groups(self) -> list[str]:
-        """The groups of ``/parameters`` that hold datasets, below it (``""``: itself)."""
-        return sorted({name.rpartition("/")[0] for name in self.parameters})
+        """The groups of ``/parameters`` that hold datasets, below it (``""``: itself),
+        as the engine serves them: a group laid out as an element (a ``value`` with a
+        ``step`` or a ``time``, nothing else) is a variable of the group above it, which
+        is listed in its place (it was listed as a group no open found)."""
+        leaves: dict[str, set[str]] = {}
+        for name in self.parameters:
+            sub, _, leaf = name.rpartition("/")
+            leaves.setdefault(sub, set()).add(leaf)
+            while sub:  # the groups on the way hold more than datasets
+                sub = sub.rpartition("/")[0]
+                leaves.setdefault(sub, set()).add("/")
+        elements = {g for g, held in leaves.items() if g and "value" in held
+                    and held & {"step", "time"} and held <= {"value", "step", "time"}}
+        return sorted({g for g, held in leaves.items() if held - {"/"} and g not in elements}
+                      | {g.rpartition("/")[0] for g in elements})
 
 
 @dataclass(frozen=True)
