@@ -268,3 +268,37 @@ def test_open_dataset_lists_an_element_of_parameters_as_no_group(small):
     with xr.open_dataset(small, engine="h5md", group="parameters/run") as ds:
         np.testing.assert_array_equal(ds["ramp"].values, [0.0, 1.0, 2.0])
         assert float(ds["b"]) == 2.5
+
+
+def test_a_group_named_as_a_variable_of_its_parent_is_renamed(small):
+    """A group named as a variable of its parent (/observables/time beside the
+    observables' time coordinate) made xarray refuse the whole file with a bare
+    KeyError; it is served as the node '<name>_group', said once."""
+    with h5py.File(small, "a") as f:
+        t = f["observables"].create_group("time")
+        t["drift/value"], t["drift/step"] = np.array([0.5, 0.25, 0.125]), np.arange(3)
+        t["drift/time"] = np.arange(3.0)
+        t["drift/time"].attrs["unit"] = "ps"  # the observables' time: no dim renamed
+        t.create_group("deeper")["n"] = 4
+        f["parameters/ramp/value"], f["parameters/ramp/step"] = np.arange(3.0), np.arange(3)
+        f["parameters/step/dt"] = 0.002
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+        "/observables/time]: the group's name is that of a variable of /observables; "
+        "served as the node 'time_group'",
+        "/parameters/step]: the group's name is that of a variable of /parameters; served "
+        "as the node 'step_group'"]
+    with tree:
+        np.testing.assert_array_equal(tree["observables/time_group/drift"].values,
+                                      [0.5, 0.25, 0.125])
+        assert tree["observables/time_group"].attrs["h5md_group"] == "/observables/time"
+        np.testing.assert_array_equal(tree["observables/time"].values, [0.0, 1.0, 2.0])
+        assert float(tree["parameters/step_group/dt"]) == 0.002
+        np.testing.assert_array_equal(tree["parameters/step"].values, [0, 1, 2])
+    with pytest.warns(H5MDConformanceWarning, match="served as the node 'time_group'"):
+        sub = xr.open_datatree(small, engine="h5md", group="observables")
+    with sub:
+        assert set(sub.children) == {"sub", "time_group"}
+    with xr.open_datatree(small, engine="h5md", group="observables/time") as alone:
+        np.testing.assert_array_equal(alone["drift"].values, [0.5, 0.25, 0.125])

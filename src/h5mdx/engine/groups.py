@@ -109,12 +109,13 @@ def open_groups(
     except BaseException:
         manager.close()
         raise
-    report.emit()
     # the parameters (and other free-form variables) named too, as open_dataset drops
     # them: an open_datatree kept them (xarray's engines drop a name in every group)
     out = {path: _drop_coordinates(ds, drop).drop_vars([v for v in drop if v in ds.data_vars])
            for path, ds in out.items()}
     _dealign(out)
+    out = _unclashed(out, report)
+    report.emit()
     file_attrs = out["/"].attrs
     for path, ds in out.items():
         if path != "/":  # the file's, said once at the root; a group's own of that name kept
@@ -125,6 +126,31 @@ def open_groups(
         ds.set_close(close)
         _set_unlimited_dims(ds, b.growable)
     return out
+
+
+def _unclashed(groups: dict[str, xr.Dataset], report: _Report) -> dict[str, xr.Dataset]:
+    """``groups`` with each group named as a variable of its parent (``/observables/time``
+    beside the observables' ``time``) served as ``<name>_group``, said once: xarray's
+    DataTree refused the whole file with a bare KeyError ("parent observables already
+    contains a variable named time")."""
+    renames: dict[str, str] = {}  # old path: new path, of each group below a renamed one
+    taken = set(groups)
+    for path in sorted(groups, key=lambda p: p.count("/")):  # a parent before its groups
+        above, _, name = path.rpartition("/")
+        above = above or "/"
+        parent = renames.get(above, above)
+        new = name
+        if path != "/" and above in groups:
+            while new in groups[above].variables or (
+                    new != name and f"{parent.rstrip('/')}/{new}" in taken):
+                new += "_group"
+            if new != name:
+                report.note(path, f"the group's name is that of a variable of {above}",
+                            f"served as the node {new!r}", departure=False)
+        if parent != above or new != name:
+            renames[path] = f"{parent.rstrip('/')}/{new}"
+            taken.add(renames[path])
+    return {renames.get(path, path): ds for path, ds in groups.items()}
 
 
 def _same_value(a: Any, b: Any) -> bool:
