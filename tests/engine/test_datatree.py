@@ -302,3 +302,29 @@ def test_a_group_named_as_a_variable_of_its_parent_is_renamed(small):
         assert set(sub.children) == {"sub", "time_group"}
     with xr.open_datatree(small, engine="h5md", group="observables/time") as alone:
         np.testing.assert_array_equal(alone["drift"].values, [0.5, 0.25, 0.125])
+
+
+def test_h5md_metadata_that_cannot_be_read_is_not_said_missing(small):
+    """An /h5md attribute H5MD requires that h5py cannot read (the author's name, the
+    version) was reported as missing ("has no 'name' attribute", a minor problem no open
+    warned of); it is said to be unreadable, warned about, and refused with strict=True."""
+    from h5mdx.format.h5md import scan
+
+    with h5py.File(small, "a") as f:
+        del f["h5md/author"].attrs["name"]
+        _opaque_attr(f["h5md/author"], "name")
+        del f["h5md"].attrs["version"]
+        _opaque_attr(f["h5md"], "version")
+    why = ("cannot be read (OSError: Unable to read attribute (no appropriate function for "
+           "conversion path))")
+    said = {(p.path, p.message, p.assumed, p.minor) for p in scan(small).problems}
+    assert said == {("/h5md", f"its attribute 'version' {why}", "read as H5MD 1.1", False),
+                    ("/h5md/author", f"its attribute 'name' {why}", "not recorded", False)}
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md")
+    assert len(record) == 2
+    with tree:
+        assert tree.attrs["h5md_version"] == "1.1" and "author_name" not in tree.attrs
+        assert tree.attrs["creator_name"] == "h5mdx.testing"
+    with pytest.raises(H5MDFormatError, match=r"\[/h5md\]: its attribute 'version' cannot"):
+        xr.open_datatree(small, engine="h5md", strict=True)

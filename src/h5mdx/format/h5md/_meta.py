@@ -19,11 +19,13 @@ from h5mdx.format.gromacs_topology import MODULE as GROMACS_TOPOLOGY
 from h5mdx.format.gromacs_topology import ModuleTopology, read_module
 from h5mdx.format.h5md._sampling import _read_small
 from h5mdx.format.h5md._storage import (
+    ATTRIBUTE_ERRORS,
     _attr,
     _check_dataset,
     _Ctx,
     _get,
     _has,
+    attribute_problem,
     dataset_problem,
 )
 from h5mdx.format.schema import SUPPORTED_VERSIONS
@@ -102,6 +104,8 @@ def _version(c: _Ctx, h5md: h5py.Group | None) -> tuple[int, int]:
     if h5md is None:
         return 1, 1
     raw = _attr(h5md, "version")
+    if raw is None and _unreadable(c, h5md, "version", "/h5md", "read as H5MD 1.1"):
+        return 1, 1
     if raw is None:
         raw = _version_dataset(c, h5md)
     if raw is None:
@@ -166,6 +170,20 @@ def _h5md_subgroup(c: _Ctx, parent: h5py.Group, name: str, where: str = "/h5md",
     return grp
 
 
+def _unreadable(c: _Ctx, obj: h5py.HLObject, name: str, where: str, assumed: str) -> bool:
+    """Whether ``obj`` has the attribute ``name`` but h5py cannot read it (an opaque
+    type): noted as such, ``assumed``; it was said to be missing (an audit)."""
+    try:
+        if name not in obj.attrs:
+            return False
+        obj.attrs[name]
+    except ATTRIBUTE_ERRORS as err:
+        problem = attribute_problem(where, name, err)
+        c.note(where, problem.message, assumed, departure=problem.departure)
+        return True
+    return False
+
+
 def _meta_text(value: Any) -> str:
     """An author/creator attribute as text: an array of one string (as some writers
     store every attribute) is that string, not ``"['lammps']"``."""
@@ -185,7 +203,8 @@ def _meta(c: _Ctx, h5md: h5py.Group | None, name: str,
         if grp is None:
             return {}
         found = {k: _meta_text(_attr(grp, k)) for k in keys if _attr(grp, k) is not None}
-        missing = [k for k in _REQUIRED_META[name] if k not in found]
+        missing = [k for k in _REQUIRED_META[name] if k not in found
+                   and not _unreadable(c, grp, k, where, "not recorded")]
         if missing:
             c.note(where, f"{where} has no {' or '.join(repr(k) for k in missing)} "
                    "attribute (H5MD requires it)", "not recorded", minor=True)
