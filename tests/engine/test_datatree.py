@@ -232,6 +232,16 @@ def test_links_at_the_root_that_serve_nothing_are_warned_about(small, tmp_path):
         xr.open_datatree(small, engine="h5md", group="fields")
     with xr.open_datatree(small, engine="h5md", group="observables") as sub:  # not said
         np.testing.assert_array_equal(sub["energy"].values, [0.0, 1.0, 2.0])
+    # opted in, an external link at the root is the way soft links take to the other
+    # file's groups: the dangling one alone is said
+    with h5py.File(small, "a") as f:
+        f["other"] = h5py.SoftLink("/fields/rho")
+    with pytest.warns(H5MDConformanceWarning) as record:
+        tree = xr.open_datatree(small, engine="h5md", allow_external=True)
+    tree.close()
+    assert [str(w.message).split(" [", 1)[1] for w in record] == [
+        "/gone]: a dangling soft link to /nowhere, which h5mdx does not follow at the "
+        "file's root; left out"]
 
 
 def test_drop_variables_drops_parameters_in_the_tree(small):

@@ -239,12 +239,15 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
 
 def _root_links(b: _Builder, root: str | None) -> dict[str, str]:
     """The soft and external links at the file's root beside H5MD's groups
-    (:func:`~h5mdx.format.h5md.root_links`), noted where the whole file is opened: they
-    were left out of the tree without a word."""
+    (:func:`~h5mdx.format.h5md.root_links`), noted where the whole file is opened (an
+    external one only without ``allow_external``, where it is often the way soft links
+    take to the other file's groups): they were left out of the tree without a word."""
     with b.lock:
         links = root_links(b.manager.acquire(needs_lock=False))
     if root is None:
         for name, what in links.items():
+            if b.allow_external and what.startswith("an external"):
+                continue  # opted in: a way to the other file's groups (a soft link's)
             b.report.note(f"/{name}", f"{what}, which h5mdx does not follow at the "
                           "file's root", "left out", departure=False)
     return links
