@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -328,6 +329,29 @@ def test_jobs_that_ended_fail_fast(monkeypatch):
     with pytest.raises(WorkerTimeoutError, match="job 8 is no longer queued") as info:
         wait_for_workers(_cluster("8"), _Client(0), timeout=30.0, poll=0.05)
     assert "read its output" in str(info.value)
+
+
+@pytest.mark.parametrize("reason", ["PartitionTimeLimit", "PartitionConfig,Priority"])
+def test_jobs_that_can_never_start_fail_fast(monkeypatch, reason):
+    """Worker jobs pending for a reason no wait ends (a walltime above the partition's
+    limit) were waited on for the whole timeout (--wait-timeout 3600 for a busy queue: an
+    hour) before the error said why; it says so as soon as SLURM does. A job that waits
+    its turn beside one that can never start is still waited on."""
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {
+        "9": ("PENDING", reason), "10": ("ENDED", "")})
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeoutError, match=rf"0 of 2 workers after \d+ s: job 10 is "
+                       rf"no longer queued.*job 9 is PENDING \({reason}\)") as info:
+        wait_for_workers(_cluster("9", "10"), _Client(0), timeout=30.0, poll=0.05)
+    assert time.monotonic() - t0 < 10.0
+    assert info.value.states["9"] == ("PENDING", reason)
+    assert "partition" in str(info.value)
+    monkeypatch.setattr(cluster, "job_states", lambda ids, timeout=20.0: {
+        "9": ("PENDING", reason), "10": ("PENDING", "Priority")})
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeoutError, match="after 3 s"):
+        wait_for_workers(_cluster("9", "10"), _Client(0), timeout=3.0, poll=0.05)
+    assert time.monotonic() - t0 >= 3.0
 
 
 def test_no_jobs_submitted_message():

@@ -736,6 +736,14 @@ def _processes_per_job(cluster: Any) -> int:
     return max(1, int((spec.get("options") or {}).get("processes") or 1))
 
 
+def _never_gives_workers(state: str, reason: str) -> bool:
+    """Whether a job in ``state`` for ``reason`` will start no (more) worker: it ended,
+    or it pends for a reason no wait ends (:data:`NEVER_STARTS`: a walltime above the
+    partition's limit waited out the whole --wait-timeout, an hour where one was asked for
+    a busy queue, before saying so)."""
+    return state in _GONE or (state == "PENDING" and reason_key(reason) in NEVER_STARTS)
+
+
 def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
                      timeout: float = DEFAULT_TIMEOUT, poll: float = 0.5) -> int:
     """Wait until ``n`` workers have joined, or explain why not.
@@ -761,8 +769,9 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
     Raises
     ------
     WorkerTimeoutError
-        After ``timeout`` s, or as soon as every job has ended while workers are
-        missing, with the jobs' states: ``"0 of 2 workers after 60 s: jobs 12, 13
+        After ``timeout`` s, or as soon as every job has ended or pends for a reason
+        no wait ends (:data:`NEVER_STARTS`) while workers are missing, with the jobs'
+        states: ``"0 of 2 workers after 60 s: jobs 12, 13
         are PENDING (Resources)"`` and what to do about it.
     """
     if n is None:
@@ -778,8 +787,7 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
         if now - last_check >= 2.0:
             last_check = now
             ids = job_ids(cluster)
-            if ids and all(s[0] in _GONE
-                           for s in job_states(ids).values()):
+            if ids and all(_never_gives_workers(*s) for s in job_states(ids).values()):
                 have = client_workers(client)
                 if have < n:
                     break
