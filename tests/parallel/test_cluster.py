@@ -420,7 +420,7 @@ def test_mpi_rmsd_script_text(tmp_path):
         assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
 
 
-@pytest.mark.parametrize("memory", ["4GiB", "4 GB", "2.5G", "-1", "lots"])
+@pytest.mark.parametrize("memory", ["4GiB", "4 GB", "2.5G", "-1", "lots", "2B", "2GBB"])
 def test_mpi_rmsd_script_refuses_a_memory_sbatch_would_refuse(memory):
     """--mem-per-cpu 4GiB (dask's spelling, which --memory takes) was written into the
     script as is, to fail only at sbatch; SLURM takes a whole number with K/M/G/T."""
@@ -429,8 +429,11 @@ def test_mpi_rmsd_script_refuses_a_memory_sbatch_would_refuse(memory):
         mpi_rmsd_script(["t.h5md"], ntasks=2, mem_per_cpu=memory)
 
 
-@pytest.mark.parametrize("memory", ["2G", "512M", "4096", "1t", " 2G"])
+@pytest.mark.parametrize("memory", ["2G", "512M", "4096", "1t", " 2G", "2GB", "512mb",
+                                    "1Tb"])
 def test_mpi_rmsd_script_takes_slurm_memory_sizes(memory):
+    """As sbatch takes them (SLURM's str_to_mbytes): a B after the unit too; ``4GB`` was
+    refused as "not a SLURM memory size", which sbatch 22.05 takes."""
     lines = _lines(mpi_rmsd_script(["t.h5md"], ntasks=2, mem_per_cpu=memory))
     assert f"#SBATCH --mem-per-cpu={memory.strip()}" in lines
 

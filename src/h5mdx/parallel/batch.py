@@ -189,8 +189,10 @@ def mpi_rmsd_script(
     return "\n".join(lines)
 
 
-#: A size sbatch takes for ``--mem-per-cpu``: a whole number, in megabytes without a suffix.
-_SLURM_MEMORY = re.compile(r"^\d+[KMGTkmgt]?$")
+#: A size sbatch takes for ``--mem-per-cpu``: a whole number, in megabytes without a suffix;
+#: K, M, G or T, and a B after it (SLURM's ``str_to_mbytes``: ``4GB`` was refused here
+#: though sbatch takes it).
+_SLURM_MEMORY = re.compile(r"^\d+([KMGTkmgt][Bb]?)?$")
 
 
 def _check_slurm_memory(memory: str | None) -> str | None:
@@ -201,7 +203,7 @@ def _check_slurm_memory(memory: str | None) -> str | None:
     text = str(memory).strip()
     if not _SLURM_MEMORY.match(text):
         raise ValueError(f"--mem-per-cpu {memory!r} is not a SLURM memory size: a whole "
-                         "number with K, M, G or T (megabytes without), e.g. 2G")
+                         "number with K, M, G or T (megabytes without), e.g. 2G or 2GB")
     return text
 
 
