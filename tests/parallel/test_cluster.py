@@ -201,9 +201,19 @@ def test_memory_sizes_are_accepted(memory, mem):
 
 
 @pytest.mark.parametrize("walltime", ["30", "00:30:00", "1-00", "1-12:00", "2-00:00:00",
-                                      "25:00:00"])
+                                      "25:00:00", "UNLIMITED", "infinite"])
 def test_slurm_time_formats_are_accepted(walltime):
+    """SLURM's formats, and its words for no limit, which sbatch takes (on a partition
+    without a limit) and which were refused as 'not a SLURM time'."""
     assert slurm_options(interface=None, walltime=walltime)["walltime"] == walltime
+    assert f"#SBATCH --time={walltime}" in _lines(
+        mpi_rmsd_script(["t.h5md"], ntasks=2, time_limit=walltime))
+
+
+@pytest.mark.parametrize("walltime", ["unlimitedd", "1:2:3:4", "forever", "1-2-3"])
+def test_times_slurm_refuses_are_refused(walltime):
+    with pytest.raises(ValueError, match="not a SLURM time"):
+        slurm_options(interface=None, walltime=walltime)
 
 
 @pytest.mark.parametrize(("walltime", "said"), [

@@ -164,8 +164,11 @@ def pending_hint(reason: str) -> str | None:
     return _REASON_HINTS.get(reason_key(reason))
 
 
+#: SLURM's time formats, and its words for no limit (``UNLIMITED``, ``INFINITE``, any case:
+#: sbatch takes them, where a partition allows it; they were refused as "not a SLURM time").
 _WALLTIME = re.compile(
-    r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$"
+    r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+    r"|(?i:unlimited|infinite))$"
 )
 
 class SlurmError(H5MDError, OSError):
@@ -263,7 +266,7 @@ def _check_walltime(walltime: Any) -> str | None:
     if not _WALLTIME.match(text):
         raise ValueError(
             f"walltime {walltime!r} is not a SLURM time: use 'MM', 'HH:MM:SS', 'D-HH' or "
-            "'D-HH:MM:SS', e.g. walltime='00:30:00' (--walltime 00:30:00)"
+            "'D-HH:MM:SS' (or UNLIMITED), e.g. walltime='00:30:00' (--walltime 00:30:00)"
         )
     short = re.fullmatch(r"(\d+):(\d{1,2})", text)
     # "1:00" for an hour: the jobs, and their workers, end after a minute; "30:00" and
