@@ -118,6 +118,33 @@ def test_run_table_uses_meta_wall():
     assert "blocks_per_worker" in sp
 
 
+def test_runs_of_other_frame_counts_are_other_series():
+    """Runs of 80 frames (8 tasks of 10) and of 800 (the same tasks, 10x the frames and
+    the time) in one table: the 1-worker run of 80 frames was the baseline of them all
+    and the median of N=2 mixed both (S(2) of 3.2 s against 16 s and 1.6 s said 0.36);
+    each number of frames is a series of its own."""
+    small = [_run("s1", n_workers=1), _run("s2", n_workers=2)]
+    big = [_run("b2", n_workers=2, io=1.0, compute=3.0), _run("b4", n_workers=4, io=1.0,
+                                                                compute=3.0)]
+    for part in big:
+        part[["frame_start", "frame_stop"]] *= 10
+    runs = run_table(pd.concat([*small, *big], ignore_index=True),
+                     [{"run_id": r, "wall": w} for r, w in
+                      [("s1", 3.2), ("s2", 1.6), ("b2", 16.0), ("b4", 8.0)]])
+    assert runs.loc[["s1", "s2", "b2", "b4"], "n_frames"].tolist() == [80.0, 80.0, 800.0,
+                                                                        800.0]
+    table = speedup(runs).set_index(["n_frames", "n_workers"])
+    assert table.attrs["by"] == ["backend", "n_frames"]
+    np.testing.assert_allclose(table.loc[(80.0, 2), ["t_N", "S", "E"]], [1.6, 2.0, 1.0])
+    assert table.loc[(800.0, 2), "t_N"] == 16.0
+    assert np.isnan(table.loc[(800.0, 2), "S"])  # no 1-worker run of 800 frames
+    # the metadata's frames win over the records' span; runs of one size: no new series
+    runs = run_table(pd.concat(small, ignore_index=True),
+                     [{"run_id": "s1", "n_frames": 98}, {"run_id": "s2", "n_frames": 98}])
+    assert runs.loc[["s1", "s2"], "n_frames"].tolist() == [98.0, 98.0]
+    assert speedup(runs).attrs["by"] == ["backend"]
+
+
 def test_a_straggler_of_two_tasks_is_found():
     """Two workers, one twice as slow: the median of the *other* task (a median holding
     the task itself flagged one only beyond 3x the other; found by an audit)."""

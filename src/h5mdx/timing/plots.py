@@ -286,7 +286,8 @@ def plot_scaling(
     for key, grp in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(
-            f"M={int(v)}" if c == "blocks_per_worker" and pd.notna(v) else str(v)
+            f"M={int(v)}" if c == "blocks_per_worker" and pd.notna(v)
+            else f"{int(v)} frames" if c == "n_frames" and pd.notna(v) else str(v)
             for c, v in zip(by, key, strict=True)
         ) or "runs"
         grp = grp.sort_values("n_workers")

@@ -36,7 +36,8 @@ R_comp/IO, R_comp/comm
     (or, where that is unknown, of the ``t_transfer`` that ``distributed`` reports).
 S(N), E(N)
     ``S(N) = t_1 / t_N`` and ``E(N) = S(N) / N``, where ``t_N`` is the median wall
-    time of the runs with N workers (same backend and blocks per worker).
+    time of the runs with N workers (same backend and blocks per worker, and the same
+    number of frames where the runs differ in it).
 """
 
 from __future__ import annotations
@@ -446,10 +447,11 @@ def run_table(df: pd.DataFrame,
     Returns
     -------
     pandas.DataFrame
-        Indexed by ``run_id`` with ``backend, n_workers, blocks_per_worker, repeat,
-        n_tasks, wall, warmup, busy, load_imbalance, n_stragglers, R_comp_io,
-        R_comp_comm``. ``warmup``: the most warm-up one worker paid in the run (workers
-        warm up side by side, so the run's wall time holds at most that much of it).
+        Indexed by ``run_id`` with ``backend, n_workers, n_tasks, wall, warmup, busy,
+        blocks_per_worker, repeat, n_frames, load_imbalance, n_stragglers, R_comp_io,
+        R_comp_comm``; times in seconds. ``warmup``: the most warm-up one worker paid in
+        the run (workers warm up side by side, so the run's wall time holds at most that
+        much of it). ``n_frames``: the metadata's, else the span of the tasks' frames.
     """
     g = df.groupby("run_id", sort=False)
     worker_warmup = _worker_warmup(df)
@@ -464,11 +466,14 @@ def run_table(df: pd.DataFrame,
     out["warmup"] = out["warmup"].fillna(0.0)
     out["blocks_per_worker"] = np.nan
     out["repeat"] = np.nan
+    # the frames the run analysed: the span of its tasks' frames (NaN where none says)
+    span = g["frame_stop"].max().astype("Float64") - g["frame_start"].min().astype("Float64")
+    out["n_frames"] = span.astype(float)
     for meta in _run_metas(metas):
         rid = meta.get("run_id")
         if rid not in out.index:
             continue
-        for key in ("wall", "blocks_per_worker", "repeat"):
+        for key in ("wall", "blocks_per_worker", "repeat", "n_frames"):
             if meta.get(key) is not None:
                 out.loc[rid, key] = float(meta[key])
     out["load_imbalance"] = load_imbalance(df)
@@ -492,7 +497,9 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
         or records (then :func:`run_table` is applied first, with ``metas``).
     by : sequence of str, optional
         Columns that define one scaling series (default: ``backend`` and, if
-        present, ``blocks_per_worker``).
+        present, ``blocks_per_worker``; and ``n_frames`` where the runs analysed
+        different numbers of frames: a run of 10,000 frames is no baseline for runs of
+        1,000).
     metas : sequence of dict or mapping, optional
         With records: the runs' metadata, as :func:`h5mdx.timing.records.load` returns it with
         them (``df, meta = load("bench/records.parquet"); speedup(df, metas=meta)``).
@@ -524,6 +531,10 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
         by = ["backend"]
         if "blocks_per_worker" in runs and runs["blocks_per_worker"].notna().any():
             by.append("blocks_per_worker")
+        if "n_frames" in runs and runs["n_frames"].nunique(dropna=True) > 1:
+            # runs of other frames in one series: a t_1 of 1,000 frames over a t_N of
+            # 10,000 said S(2) = 0.2, and their medians mixed both
+            by.append("n_frames")
     by = list(by)
     keys = [*by, "n_workers"]
     g = runs.groupby(keys, dropna=False, sort=True)["wall"]
