@@ -88,12 +88,12 @@ def _dask_records():
 def test_task_table_of_dask_tasks():
     lines = task_table(_dask_records()).splitlines()
     assert lines[0].split() == ["worker", "host", "frames", "init_top", "init_traj", "warmup",
-                                "io", "compute", "wait", "gather", "total", "job"]
+                                "io", "compute", "wait", "gather", "other", "total", "job"]
     first = lines[1].split()
     # no rank: the worker's name; unknown phases and job: "-"; no warm-up: 0
     assert first[0] == "thread-1000" and first[2] == "0-9"
     assert first[3:6] == ["-", "-", "0.000"] and first[6:8] == ["0.125", "0.250"]
-    assert first[-2:] == ["0.500", "-"]
+    assert first[-3:] == ["0.125", "0.500", "-"]  # 0.5 s, 0.375 s of it in phases
 
 
 def test_task_table_columns_and_flag():
@@ -122,3 +122,25 @@ def test_task_table_names_distributed_workers_whole():
     assert [line.split()[0] for line in lines[1:]] == ["127.0.0.1:40247", "127.0.0.1:50247"]
     df["rank"] = [0, 1]
     assert task_table(df).splitlines()[0].split()[0] == "rank"
+
+
+def test_the_columns_of_a_rank_add_up_to_its_total():
+    """An MPI rank of 1.0 s whose phases hold 0.8 s (0.1 s of it its wait for the others):
+    the table showed the phases beside a total 0.2 s longer, nothing saying where it went;
+    its ``other`` holds the rest, and a dask task's wait (idle before it) is not counted."""
+    from h5mdx.timing.report import straggler_summary
+
+    row = {"run_id": "r", "backend": "mpi-io", "n_workers": 1, "worker": "rank-0", "rank": 0,
+           "task_key": "rank-0", "frame_start": 0, "frame_stop": 10, "t_start": 1.0,
+           "t_stop": 2.0, "t_init_top": 0.05, "t_init_traj": 0.05, "t_io": 0.25,
+           "t_compute": 0.25, "t_wait": 0.1, "t_comm_gather": 0.1}
+    header, line = task_table(rec.to_frame([row])).splitlines()
+    cells = dict(zip(header.split(), line.split(), strict=False))
+    assert cells["other"] == "0.200" and cells["total"] == "1.000"
+    parts = ("init_top", "init_traj", "warmup", "io", "compute", "wait", "gather", "other")
+    assert sum(float(cells[c]) for c in parts) == pytest.approx(float(cells["total"]))
+    task = rec.to_frame([{**row, "backend": "threads", "rank": None, "t_wait": 3.0}])
+    header, line = task_table(task).splitlines()
+    assert dict(zip(header.split(), line.split(), strict=False))["other"] == "0.300"
+    assert "idle time before it, not part of its total" in straggler_summary(task)
+    assert "not part of its total" not in straggler_summary(rec.to_frame([row]))

@@ -788,7 +788,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
           f"({n / wall if wall > 0 else float('inf'):,.0f} frames/s{rate}); "
           f"mean {res.rmsd.mean():.4f}{unit}, max {res.rmsd.max():.4f}{unit}")
     print(task_table(recs, ("rank", "frames", "init_top", "warmup", "init_traj", "io",
-                            "compute", "wait", "gather", "total")))
+                            "compute", "wait", "gather", "other", "total")))
     for kind, path in res.files.items():
         print(f"removed {path}: an earlier run's series, in the other format" if kind == "removed"
               else f"wrote {kind}: {path}")

@@ -234,6 +234,27 @@ def _seconds(key: str) -> Any:
     return lambda r: _number(r.get(key))
 
 
+#: The phases that lie inside a record's ``wall`` (``t_wait`` only for an SPMD rank's).
+_INSIDE = ("t_init_top", "t_init_traj", "t_warmup", "t_io", "t_compute", "t_comm_gather")
+
+
+def _other(r: Mapping[str, Any]) -> str:
+    """The seconds of ``wall`` no phase accounts for (0 at least): the table's phases and
+    this add up to its ``total``. The table had no such column, and its phases of an MPI
+    rank fell short of the total they stood beside, with nothing to say by how much."""
+    from h5mdx.timing.records import SPMD_BACKENDS
+
+    wall: Any = r.get("wall")
+    phases = [*_INSIDE, *(("t_wait",) if r.get("backend") in SPMD_BACKENDS else ())]
+    try:
+        wall = float(wall)
+        values: list[Any] = [r.get(p) for p in phases]
+        known = [float(v) for v in values if not _is_missing(v)]
+    except (TypeError, ValueError):
+        return MISSING
+    return MISSING if math.isnan(wall) else format(max(wall - sum(known), 0.0), ".3f")
+
+
 def _host(r: Mapping[str, Any]) -> str:
     host = r.get("host")
     return MISSING if _is_missing(host) else str(host)[:12]
@@ -257,6 +278,7 @@ TASK_COLUMNS: dict[str, tuple[str, Any]] = {
     "compute": (">", _seconds("t_compute")),
     "wait": (">", _seconds("t_wait")),
     "gather": (">", _seconds("t_comm_gather")),
+    "other": (">", _other),  # the part of total no phase accounts for
     "total": (">", _seconds("wall")),
     "job": ("<", _job),
     "flag": ("<", lambda r: "STRAGGLER" if r.get("is_straggler") else ""),
@@ -277,10 +299,13 @@ def task_table(records: Any, columns: Sequence[str] | None = None, *,
         Among :data:`TASK_COLUMNS`: ``rank`` (the MPI rank, else the end of the
         worker's name), ``worker`` (the worker's name, a distributed worker's address
         without ``tcp://``), ``host``, ``frames``, the phases ``init_top``,
-        ``init_traj``, ``warmup``, ``io``, ``compute``, ``wait``, ``gather`` and
-        ``total`` (``wall``) in seconds, ``job`` (the SLURM job id) and ``flag``
-        (``STRAGGLER``). Default: all, with ``rank`` where every record has one (MPI
-        ranks) and ``worker`` where not.
+        ``init_traj``, ``warmup``, ``io``, ``compute``, ``wait``, ``gather``,
+        ``other`` (the part of ``total`` no phase accounts for) and ``total``
+        (``wall``) in seconds, ``job`` (the SLURM job id) and ``flag``
+        (``STRAGGLER``). The phases and ``other`` add up to ``total``; ``wait`` is part
+        of it for an MPI rank (its wait for the others), not for a dask task (its
+        worker's idle time before it). Default: all, with ``rank`` where every record
+        has one (MPI ranks) and ``worker`` where not.
     fmt : str, optional
         As for :func:`render_table`.
 
@@ -351,6 +376,9 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
              + (f", file {meta['file']}" if meta and meta.get("file") else "")]
     order = flagged.sort_values(["rank", "t_start"] if df["rank"].notna().all() else "t_start")
     lines.append(task_table(order))
+    if not df["backend"].isin(SPMD_BACKENDS).all():
+        lines.append("(seconds; a dask task's wait is its worker's idle time before it, "
+                     "not part of its total)")
     slow = flagged[flagged["is_straggler"]]
     if slow.empty:
         lines.append(f"stragglers ({rule}): none")
