@@ -91,6 +91,26 @@ def test_save_load_roundtrip(tmp_path, suffix):
         assert (tmp_path / "t.meta.json").exists()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_saved_records_state_their_units(tmp_path, suffix):
+    """A timing.csv and its sidecar said nowhere that the times are seconds (t_start and
+    t_stop: Unix times) and bytes_read bytes; the metadata saved with them says so, also
+    for metadata of the caller's own (a bench's) that does not."""
+    df = rec.to_frame(_rows())
+    for meta in (rec.run_metadata(backend="threads", n_workers=2, run_id="r1"), {"runs": []}):
+        _, back = rec.load(rec.save(df, tmp_path / f"t{suffix}", meta))
+        units = back["units"]
+        assert units["t_io"] == units["wall"] == units["t_warmup"] == "s"
+        assert units["t_start"] == units["t_stop"] == "s (Unix time)"
+        assert units["bytes_read"] == "bytes"
+        assert {c for c in df.columns if c.startswith("t_")} <= set(units)
+    if suffix == ".csv":
+        side = json.loads((tmp_path / "t.meta.json").read_text())
+        assert side["units"]["t_compute"] == "s"
+    own = {"units": {"t_io": "ms"}}  # metadata that says its units keeps them
+    assert rec.load(rec.save(df, tmp_path / f"u{suffix}", own))[1]["units"] == {"t_io": "ms"}
+
+
 def test_loading_parquet_without_pyarrow_names_the_fix(tmp_path, monkeypatch):
     """save() named the missing pyarrow and how to install it; load() raised a bare
     ModuleNotFoundError (found by an audit)."""
@@ -109,7 +129,7 @@ def test_loading_parquet_without_pyarrow_names_the_fix(tmp_path, monkeypatch):
 def test_save_accepts_meta_path_order_and_rejects_suffix(tmp_path):
     df = rec.to_frame(_rows())
     path = rec.save(df, {"run_id": "r1"}, tmp_path / "a.parquet")
-    assert rec.load(path)[1] == {"run_id": "r1"}
+    assert rec.load(path)[1] == {"run_id": "r1", "units": rec.UNITS}
     with pytest.raises(ValueError, match=r"\.parquet or \.csv"):
         rec.save(df, tmp_path / "a.txt")
 
@@ -264,6 +284,6 @@ def test_a_save_that_fails_half_way_leaves_the_earlier_records(tmp_path, suffix)
     assert "File too large" in proc.stdout, proc.stdout + proc.stderr
     back, meta = rec.load(path)
     pd.testing.assert_frame_equal(back, rec.to_frame(_rows()))
-    assert meta == {"run_id": "r1"}
+    assert meta == {"run_id": "r1", "units": rec.UNITS}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [path.name, "timing.meta.json"] if suffix == ".csv" else [path.name])

@@ -81,6 +81,7 @@ __all__ = [
     "COLUMNS",
     "PHASES",
     "SPMD_BACKENDS",
+    "UNITS",
     "ZERO_DEFAULT_PHASES",
     "busy",
     "empty",
@@ -134,6 +135,19 @@ COLUMNS: dict[str, str] = {
     "wall": _FLOAT,
     **dict.fromkeys(PHASES, _FLOAT),
     "bytes_read": _NINT,
+}
+
+#: The unit of every column that has one, saved with the records (metadata ``units``): a
+#: ``timing.csv`` said nowhere that its times are seconds and its ``t_start`` Unix time.
+UNITS: dict[str, str] = {
+    "t_start": "s (Unix time)",
+    "t_stop": "s (Unix time)",
+    "wall": "s",
+    **dict.fromkeys(PHASES, "s"),
+    "bytes_read": "bytes",
+    "sched_start": "s (Unix time)",
+    "sched_stop": "s (Unix time)",
+    "t_transfer": "s",
 }
 
 _NULLABLE_STR = ("slurm_job_id",)
@@ -389,7 +403,7 @@ def run_metadata(
     -------
     dict
         With keys ``run_id, backend, n_workers, file, layout, selection,
-        versions, machine, timestamp`` and the extra ones.
+        versions, machine, timestamp, units`` (:data:`UNITS`) and the extra ones.
     """
     meta: dict[str, Any] = {
         "run_id": run_id,
@@ -405,6 +419,7 @@ def run_metadata(
             "platform": platform.platform(),
         },
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "units": dict(UNITS),
     }
     meta.update(extra)
     return meta
@@ -432,7 +447,9 @@ def save(
     """Validate and write records to ``.parquet`` or ``.csv`` with the run's metadata.
 
     Parquet files keep the metadata (JSON) in their key-value metadata under
-    ``h5mdx``; CSV files get a sidecar ``<stem>.meta.json``.
+    ``h5mdx``; CSV files get a sidecar ``<stem>.meta.json``. The metadata says the
+    columns' units (``units``, :data:`UNITS`: seconds, Unix times, bytes) unless it
+    says them already.
 
     Parameters
     ----------
@@ -459,6 +476,7 @@ def save(
     if path is None:
         raise ValueError("save(df, path, metadata): no output path given")
     meta = dict(metadata or {})  # type: ignore[arg-type]
+    meta.setdefault("units", dict(UNITS))
     validate(df)
     path = Path(path)  # type: ignore[arg-type]
     path.parent.mkdir(parents=True, exist_ok=True)
