@@ -413,3 +413,29 @@ def test_local_workers_default_to_the_cpus_dask_uses(monkeypatch):
         assert _count_workers("synchronous", None) == 1
     with dask.config.set(num_workers=2):
         assert _count_workers("threads", None) == 2
+
+
+def test_tasks_of_a_worker_that_left_are_said_to_be_missing(frames_file):
+    """A worker retired before the block ended (a SLURM job's walltime, an adaptive
+    cluster scaling down) takes the in-task records it kept in memory: the records held
+    the other worker's tasks only, and nothing said so. A warning says how many tasks
+    are missing and where they ran; ``n_lost`` counts them."""
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        with capture(client=client) as run:
+            blocks = arr.persist()
+            distributed.wait(blocks)
+            held = {w: len(keys) for w, keys in client.has_what().items() if keys}
+            leaving = max(held, key=held.get)
+            client.retire_workers([leaving])  # its results move; its records do not
+        with pytest.warns(RuntimeWarning, match=rf"{held[leaving]} timed task\(s\) ran on 1 "
+                          rf"worker\(s\) that left before the end of the run \({leaving}\)"):
+            df = run.records
+    assert run.n_lost == held[leaving] >= 1
+    assert len(df) + run.n_lost == N_FRAMES // FPB
+    assert leaving not in set(df["worker"])

@@ -109,6 +109,11 @@ class TimingRun:
         self.all_tasks = False
         self.pid_to_worker: dict[int, str] = {}
         self.n_unmatched = 0
+        #: Tasks whose in-task records left with their worker (see :func:`_warn_lost`).
+        self.n_lost = 0
+        #: The distributed workers that gave their in-task records at the end (None for
+        #: the local schedulers, whose records are in the spool directory).
+        self.answered: set[str] | None = None
         self._records: Any = None
 
     @property
@@ -412,9 +417,11 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     name = os.path.basename(spool)  # a memory spool's name (distributed)
     run.spooled = read_spool(spool) + take_records(name)
     if client is not None:
-        for records in _from_live_workers(client, take_records, name).values():
+        run.answered = set()
+        for addr, records in _from_live_workers(client, take_records, name).items():
             if isinstance(records, list):  # a worker that died mid-run returns its error
                 run.spooled.extend(records)
+                run.answered.add(str(addr))
     if check:
         _check_where_it_ran(run)
 
@@ -627,6 +634,32 @@ def _set_waits(rows: list[dict[str, Any]],
             last = max(last, stop)
 
 
+def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
+               others: list[dict[str, Any]]) -> None:
+    """Warn of the timed tasks that have no row because their worker left the cluster
+    before the end of the block (retired, its SLURM job's walltime ended, scaled down,
+    killed), taking the in-task records it kept in memory: the records lacked them, and
+    nothing said so. Such a task is one the scheduler saw finish on a worker that did not
+    answer at the end, of a kind (key prefix) other tasks were timed in, and not run again
+    elsewhere; :attr:`TimingRun.n_lost` counts them."""
+    if run.answered is None or not matched:
+        return
+    timed = {_key_split(s["key"]) for s in matched}
+    done = {s["key"] for s in matched}
+    lost = [s for s in others if str(s["worker"]) not in run.answered
+            and s["key"] not in done and _key_split(s["key"]) in timed]
+    run.n_lost = len({s["key"] for s in lost})
+    if run.n_lost:
+        gone = sorted({str(s["worker"]) for s in lost})
+        warnings.warn(
+            f"{run.n_lost} timed task(s) ran on {len(gone)} worker(s) that left before the "
+            f"end of the run ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): their "
+            "in-task timing records left with them, so the records lack "
+            + ("their phases (all_tasks=True gave them rows without)" if run.all_tasks
+               else "these tasks") + "; keep the workers until the block ends",
+            RuntimeWarning, stacklevel=4)
+
+
 def _merge(run: TimingRun) -> Any:
     import numpy as np
     import pandas as pd
@@ -647,6 +680,7 @@ def _merge(run: TimingRun) -> Any:
     rows = [_task_row(run, rec, s, slurm) for rec, s in pairs]
     # Untimed tasks: their intervals count for the workers' idle time, and rows if asked.
     others = [s for s in run.scheduler_records if id(s) not in matched_ids]
+    _warn_lost(run, [s for _, s in pairs if s is not None], others)
     # idle time per thread of a worker: a distributed worker may run tasks side by side
     lanes = run.backend in _CLIENT_BACKENDS
     intervals: dict[tuple[str, Any], list[tuple[float, float, int]]] = defaultdict(list)
