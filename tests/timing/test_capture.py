@@ -439,3 +439,27 @@ def test_tasks_of_a_worker_that_left_are_said_to_be_missing(frames_file):
     assert run.n_lost == held[leaving] >= 1
     assert len(df) + run.n_lost == N_FRAMES // FPB
     assert leaving not in set(df["worker"])
+
+
+def test_workers_that_join_during_the_block_are_counted(frames_file):
+    """A cluster of one worker that grows to two in the block (SLURM worker jobs that
+    start while the computation runs, an adaptive cluster): the records said n_workers 1
+    for tasks run by two workers, and speed-up tables put the run at N=1. A count given
+    by the caller is kept."""
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x", repeat=3).build(FPB)
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        with capture(client=client) as run:
+            cluster.scale(2)
+            client.wait_for_workers(2)
+            client.compute(arr, sync=True)
+        with capture(client=client, n_workers=1) as given:
+            client.compute(arr, sync=True)
+    df = run.records
+    assert run.n_workers == 2 and run.meta["n_workers"] == 2
+    assert set(df["n_workers"]) == {2} and len(df) == N_FRAMES // FPB
+    assert set(given.records["n_workers"]) == {1} and given.meta["n_workers"] == 1

@@ -38,6 +38,7 @@ run for every block; that is ``t_start - run.t_run_start`` here.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -114,6 +115,9 @@ class TimingRun:
         #: The distributed workers that gave their in-task records at the end (None for
         #: the local schedulers, whose records are in the spool directory).
         self.answered: set[str] | None = None
+        #: Whether ``n_workers`` was counted (not given): then it is the most workers the
+        #: cluster had, at the start or the end, or that ran the block's tasks.
+        self.counted = False
         self._records: Any = None
 
     @property
@@ -255,8 +259,9 @@ def capture(
     client : distributed.Client, optional
         The client the computation runs on.
     n_workers : int, optional
-        Number of workers, for the records (default: the client's worker count, or
-        dask's ``num_workers`` setting / the CPUs its local schedulers use, within the
+        Number of workers, for the records (default: the most workers the client had,
+        at the start or the end of the block, or that ran its tasks; or dask's
+        ``num_workers`` setting / the CPUs its local schedulers use, within the
         process's affinity and cgroup limits).
     run_id : str, optional
         Identifier of the run (default: a random one).
@@ -293,6 +298,7 @@ def capture(
     if (env or {}).get(DELAY_ENV):
         parse_delay(str(dict(env or {})[DELAY_ENV]))  # here, not in every task
     distributed_like = backend in _CLIENT_BACKENDS
+    counted = n_workers is None and distributed_like  # the workers may change in the block
     if n_workers is None:
         n_workers = _count_workers(backend, client)
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -301,6 +307,7 @@ def capture(
         run_metadata(backend=backend, n_workers=int(n_workers), run_id=run_id, **dict(meta or {})),
     )
     run.all_tasks = all_tasks
+    run.counted = counted
     spool = tempfile.mkdtemp(prefix="h5mdx-spool-", dir=spool_dir)
     # distributed workers keep their records in memory (the client takes them at the
     # end): a worker on another node may not see this process's temp dir
@@ -412,6 +419,11 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
         run.scheduler_records = _distributed_rows(
             client.run_on_scheduler(_collect_plugin, name=plugin_name)
         )
+        if run.counted:  # SLURM jobs that started during the block, a cluster scaled up
+            ran = {str(s["worker"]) for s in run.scheduler_records}
+            with contextlib.suppress(Exception):  # a cluster going away: the count so far
+                run.n_workers = max(run.n_workers, len(ran), client_workers(client))
+            run.meta["n_workers"] = run.n_workers
     elif recorder is not None:
         run.scheduler_records = _local_rows(recorder.rows, run.backend)
     name = os.path.basename(spool)  # a memory spool's name (distributed)
