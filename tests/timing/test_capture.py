@@ -463,3 +463,44 @@ def test_workers_that_join_during_the_block_are_counted(frames_file):
     assert run.n_workers == 2 and run.meta["n_workers"] == 2
     assert set(df["n_workers"]) == {2} and len(df) == N_FRAMES // FPB
     assert set(given.records["n_workers"]) == {1} and given.meta["n_workers"] == 1
+
+
+def test_tasks_of_a_worker_that_joins_during_the_block_are_recorded(frames_file, tmp_path):
+    """A worker that joins the cluster while the block runs, started elsewhere with an
+    environment of its own (a SLURM worker job leaving the queue late): the spool variable
+    was set only on the workers there at the start, so its tasks timed into nothing and
+    the records lacked them. Its environment is its own again after the block."""
+    import subprocess
+    import sys
+
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x", repeat=3).build(FPB)
+    env = {k: v for k, v in os.environ.items() if k != SPOOL_ENV}
+    with local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        first = set(client.scheduler_info()["workers"])
+        with capture(client=client) as run:
+            late = subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_worker",
+                 cluster.scheduler_address, "--nthreads", "1", "--no-nanny",
+                 "--local-directory", str(tmp_path)], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                client.wait_for_workers(2, timeout=60)
+                newcomer = (set(client.scheduler_info()["workers"]) - first).pop()
+                client.compute(arr, sync=True, workers=[newcomer])
+            except BaseException:
+                late.kill()
+                raise
+        try:
+            assert client.run(os.environ.get, SPOOL_ENV, workers=[newcomer]) == {
+                newcomer: None}
+        finally:
+            client.retire_workers([newcomer])
+            late.wait(timeout=60)
+    df = run.records
+    assert len(df) == N_FRAMES // FPB and set(df["worker"]) == {newcomer}
+    assert sorted(df["frame_start"]) == list(range(0, N_FRAMES, FPB))

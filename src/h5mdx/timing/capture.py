@@ -194,6 +194,28 @@ def _scheduler_plugin_class() -> Any:
     return TaskRecorder
 
 
+def _spool_plugin(values: Mapping[str, str | None]) -> Any:
+    """A worker plugin that sets ``values`` in the environment of every worker that joins
+    while the block runs, and gives each its own back when it is unregistered.
+    ``client.run`` reaches only the workers there at the start: a SLURM worker job that
+    started during the block, or a worker of an adaptive cluster, timed its tasks into no
+    spool, and the records lacked them."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class SpoolEnviron(WorkerPlugin):
+        def __init__(self, values: Mapping[str, str | None]) -> None:
+            self.values = dict(values)
+            self.old: dict[str, str | None] = {}
+
+        def setup(self, worker: Any) -> None:
+            self.old = _set_env(self.values)
+
+        def teardown(self, worker: Any) -> None:
+            _set_env(self.old)
+
+    return SpoolEnviron(values)
+
+
 def _collect_plugin(dask_scheduler: Any, name: str) -> list[dict[str, Any]]:
     plugin = dask_scheduler.plugins.get(name)
     return [] if plugin is None else list(plugin.records)
@@ -394,6 +416,9 @@ def _start_distributed(stack: ExitStack, run: TimingRun, client: Any,
     by ``stack``); start dask's performance report if asked."""
     old_remote = client.run(_set_env, values)
     stack.callback(_restore_remote, client, old_remote)
+    # workers that join later: after client.run, so that its restore (last) wins on these
+    client.register_plugin(_spool_plugin(values), name=f"{plugin_name}-spool")
+    stack.callback(_unregister_worker_plugin, client, f"{plugin_name}-spool")
     run.pid_to_worker = {int(pid): addr for addr, pid in client.run(_worker_pid).items()}
     client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
     stack.callback(_unregister, client, plugin_name)
@@ -511,6 +536,13 @@ def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) ->
             client.run(_set_env, values, workers=[addr])
         except Exception:  # noqa: BLE001 - a worker that left needs no clean-up
             pass
+
+
+def _unregister_worker_plugin(client: Any, name: str) -> None:
+    try:
+        client.unregister_worker_plugin(name)
+    except Exception:  # noqa: BLE001 - already gone with the workers
+        pass
 
 
 def _unregister(client: Any, name: str) -> None:
