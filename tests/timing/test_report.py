@@ -144,3 +144,19 @@ def test_the_columns_of_a_rank_add_up_to_its_total():
     assert dict(zip(header.split(), line.split(), strict=False))["other"] == "0.300"
     assert "idle time before it, not part of its total" in straggler_summary(task)
     assert "not part of its total" not in straggler_summary(rec.to_frame([row]))
+
+
+def test_a_summary_of_no_work_says_no_imbalance_not_nan():
+    """Tasks of 0 s (a run of a few microseconds): the summary said 'load imbalance
+    (max/mean busy): nan'; it says '-' as every table here does for no value."""
+    from h5mdx.timing.report import straggler_summary
+
+    df = _dask_records()
+    df["t_stop"] = df["t_start"]
+    df["wall"] = 0.0
+    df[["t_io", "t_compute"]] = 0.0
+    line = next(x for x in straggler_summary(df).splitlines() if x.startswith("load"))
+    assert line == "load imbalance (max/mean work): -; R_comp/IO: -"
+    line = next(x for x in straggler_summary(_dask_records()).splitlines()
+                if x.startswith("load"))
+    assert line == "load imbalance (max/mean work): 1.00; R_comp/IO: 2"

@@ -392,7 +392,10 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     imb = load_imbalance(df)
     rat = ratios(df)
     r_io = rat["R_comp_io"].iloc[0] if len(rat) == 1 else None
-    lines.append(f"load imbalance (max/mean busy): {imb.max():.2f}; "
+    # of the work shared out (less warm-up and opening, as load_imbalance takes it); "-"
+    # where there was none: a run of tasks of 0 s said "nan"
+    lines.append(f"load imbalance (max/mean work): "
+                 f"{_number(imb.max() if len(imb) else None, '.2f')}; "
                  f"R_comp/IO: {_number(r_io, '.3g')}")
     for sentence in advice(df):
         lines.append(f"advice: {sentence}")
