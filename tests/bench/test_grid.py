@@ -207,6 +207,28 @@ def test_cli_bench(h5md_file, tmp_path, capsys):
     assert (tmp_path / "o" / "report.md").exists()
 
 
+def test_cli_bench_without_a_one_worker_run_says_why_speedup_is_empty(h5md_file, tmp_path,
+                                                                      capsys):
+    """--workers 2 (no 1-worker run): the table's S(N) and E(N) stood empty, nothing said
+    why; a line says they need a 1-worker run and how to get one."""
+    from h5mdx.cli import main
+
+    assert main(["bench", h5md_file, "--analysis", "read", "--scheduler", "threads",
+                 "--workers", "2", "--blocks-per-worker", "1", "--repeats", "1",
+                 "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert ("S(N) and E(N) are measured against t_1, the time of a 1-worker run: --workers 2 "
+            "has none, so they are left empty (--workers 1,2 gives them)") in text
+    import pandas as pd
+
+    sp = pd.read_csv(tmp_path / "o" / "speedup.csv")
+    assert sp["S"].isna().all()
+    assert main(["bench", h5md_file, "--analysis", "read", "--scheduler", "threads",
+                 "--workers", "1", "--blocks-per-worker", "1", "--repeats", "1",
+                 "--out", str(tmp_path / "o1"), "--no-progress"]) == 0
+    assert "1-worker run" not in capsys.readouterr().out
+
+
 def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
     """bench --select without --topology names the options (it spoke of the Python API
     after the grid had started; found by an audit)."""

@@ -167,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
     header, rows = summary_rows(result)
     print(render_table(rows, header, fmt="rich", title=f"h5mdx bench: {args.analysis} on "
                        f"{args.trajectory}", color=sys.stdout.isatty()))
+    if 1 not in args.workers:  # the columns S(N), E(N) stood empty, nothing said why
+        print("• S(N) and E(N) are measured against t_1, the time of a 1-worker run: "
+              f"--workers {','.join(map(str, args.workers))} has none, so they are left "
+              f"empty (--workers 1,{','.join(map(str, args.workers))} gives them)")
     for sentence in result.advice:
         print(f"• {sentence}")
     print(f"records, figures and report.md written to {args.out}/")
