@@ -606,7 +606,9 @@ def test_walltime_of_the_config_is_checked_too():
         slurm_options(interface=None)
 
 
-@pytest.mark.parametrize("reason", ["PartitionConfig", "PartitionTimeLimit"])
+@pytest.mark.parametrize("reason", ["PartitionConfig", "PartitionTimeLimit",
+                                    "DependencyNeverSatisfied", "BadConstraints",
+                                    "QOSMaxWallDurationPerJobLimit", "AccountNotAllowed"])
 def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason):
     """``slurm-script --submit`` waited without end, saying nothing, on a job asking for
     more CPUs than the partition has (PENDING, PartitionConfig; found by an audit): the
@@ -618,8 +620,11 @@ def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason)
     monkeypatch.setattr(batch, "job_info", lambda jid: polls.append(jid) or {
         "JobState": "PENDING", "Reason": reason})
     monkeypatch.setattr(batch, "_scancel", cancelled.append)
+    # a dependency that can never be met, constraints no node has, a walltime above the
+    # QOS's limit: slurm-script --submit waited on them without end (SLURM's job reason
+    # codes: these wait for nothing that will happen)
     with pytest.raises(SlurmError, match=rf"job 42 can never start as asked: it is PENDING "
-                       rf"\({reason}\): .*; cancelled it"):
+                       rf"\({reason}\): .+; cancelled it"):
         batch.wait_for_job("42", poll=0.01)
     assert polls == ["42"] and cancelled == ["42"]
     # a job waiting its turn is waited on

@@ -127,11 +127,25 @@ _REASON_HINTS = {
     "InvalidAccount": "the account is not valid for you (account=, --account)",
     "InvalidQOS": "the QOS is not valid for you",
     "Dependency": "the jobs wait for other jobs",
+    "DependencyNeverSatisfied": "a job it depends on ended as its dependency cannot "
+                                "accept (--dependency): submit without it",
+    "BadConstraints": "no node has the features asked for (--constraint; sinfo -o "
+                      "'%N %f' lists them)",
+    "AccountNotAllowed": "the account may not use this partition (account=, --account; "
+                         "queue=, --queue)",
+    "QOSMaxWallDurationPerJobLimit": "the walltime is above your QOS's limit per job; ask "
+                                     "for less (walltime=, --walltime)",
+    "QOSMaxCpuPerJobLimit": "the job asks for more CPUs than your QOS allows one job; ask "
+                            "for fewer cores per job (cores=, --cores)",
+    "QOSMaxNodePerJobLimit": "the job asks for more nodes than your QOS allows one job",
 }
 
 #: Pending reasons that no wait ends: the job as asked can never start there.
 NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
-                          "InvalidAccount", "InvalidQOS"})
+                          "InvalidAccount", "InvalidQOS", "AccountNotAllowed",
+                          "DependencyNeverSatisfied", "BadConstraints",
+                          "QOSMaxWallDurationPerJobLimit", "QOSMaxCpuPerJobLimit",
+                          "QOSMaxNodePerJobLimit"})
 
 
 def reason_key(reason: str) -> str:
