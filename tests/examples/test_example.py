@@ -158,6 +158,30 @@ def test_cli_refuses_a_selection_mdanalysis_cannot_use(tmp_path, capsys):
     assert "matches no atoms" in capsys.readouterr().err
 
 
+def test_cli_runs_a_selection_by_position_on_the_reference_frame(tmp_path, capsys):
+    """``--select 'name CA and around 8 resid 1'`` was refused ('AtomGroup has no
+    attribute dimensions': checked on the topology alone), though h5mdx and MDAnalysis
+    both make it on frame 0; it runs now, on the 18 C-alpha atoms it picks there."""
+    import MDAnalysis as mda
+    from MDAnalysis.analysis import rms
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    select = "name CA and around 8 resid 1"
+    assert main(["example", "--frames", "98", "--out", str(tmp_path), "--no-progress",
+                 "--mda-frames", "20", "--select", select]) == 0
+    text = capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(PSF, DCD)
+        expected = rms.RMSD(u, select=select).run().results.rmsd[:, 2]
+    assert u.select_atoms(select).n_atoms == 18
+    table = np.genfromtxt(tmp_path / "rmsd.csv", delimiter=",", names=True)
+    assert_rmsd_close(table["rmsd"], expected, atol=1e-4)
+    assert re.search(r"^MDAnalysis .* same RMSD to \S+ Å$", text, re.M)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "around 8 resid 1&#x27; (18 atoms)</td>" in page
+
+
 def test_cli_rejects_too_few_frames(tmp_path, capsys):
     assert main(["example", "--frames", "10", "--out", str(tmp_path)]) == 2
     assert "--frames must be at least 98" in capsys.readouterr().err

@@ -83,16 +83,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _selection_problem(select: str) -> str | None:
-    """Why MDAnalysis cannot use ``select`` on the example's topology (None: it can)."""
+    """Why MDAnalysis cannot use ``select`` on the example's reference frame (None: it can).
+
+    The topology with the DCD's frames, whose first is the example's frame 0 (the RMSD's
+    reference): a selection by position (``around``, ``prop z``, ...) is made there, by
+    h5mdx and by MDAnalysis; on the topology alone it was refused ('AtomGroup has no
+    attribute dimensions').
+    """
     import warnings
 
     import MDAnalysis as mda
+    from MDAnalysisTests.datafiles import DCD
 
     from h5mdx.testing import adk_topology
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        u = mda.Universe(adk_topology())
+        u = mda.Universe(adk_topology(), DCD)
     try:
         n = u.select_atoms(select).n_atoms
     except Exception as err:  # noqa: BLE001 - MDAnalysis' SelectionError and friends
