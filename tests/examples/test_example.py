@@ -337,6 +337,32 @@ def test_cli_refuses_to_replace_files_it_did_not_write(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "report.html", "rmsd.csv"]
 
 
+def test_cli_refuses_to_replace_a_trajectory_it_did_not_build(tmp_path, capsys):
+    """An adk-98.h5md of the user's own in --out (the adk example converted by hand) was
+    rebuilt in its place without a word; now refused before any work, unless --overwrite;
+    a trajectory an earlier run built of another recipe is rebuilt as before."""
+    import shutil
+
+    mine = tmp_path / "adk-98.h5md"
+    shutil.copyfile(adk_example(), mine)
+    before = mine.read_bytes()
+    assert main(["example", "--frames", "98", "--out", str(tmp_path), "--no-progress",
+                 "--mda-frames", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "holds adk-98.h5md, which the example would replace" in err
+    assert mine.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["adk-98.h5md"]
+    # the example's own file, of an older recipe: not refused (it is rebuilt)
+    from h5mdx.examples.run import foreign_outputs
+    from h5mdx.examples.trajectory import is_example_file
+
+    build_adk_trajectory(tmp_path / "other" / "adk-98.h5md", 98, progress=False)
+    with h5py.File(tmp_path / "other" / "adk-98.h5md", "r+") as f:
+        f.attrs["h5mdx_example"] = '{"recipe": 1}'
+    assert is_example_file(str(tmp_path / "other" / "adk-98.h5md"))
+    assert not is_example_file(str(mine))
+    assert foreign_outputs(tmp_path / "other") == []
+
+
 def test_an_earlier_runs_outputs_are_its_own(example_run, tmp_path):
     """The run lists what it published; those files are replaced by the next run without
     --overwrite, as are those of a run that wrote no list (known by its report)."""

@@ -48,7 +48,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files in --out of the names the example writes "
-                        "(report.html, rmsd.csv, ...) that an earlier run did not write")
+                        "(report.html, rmsd.csv, adk-FRAMES.h5md, ...) that an earlier run "
+                        "did not write")
     p.set_defaults(func=run)
     return p
 

@@ -34,6 +34,7 @@ from h5mdx.examples.trajectory import (
     build_adk_trajectory,
     describe_file,
     is_cached,
+    is_example_file,
     remove_dead_builds,
 )
 from h5mdx.floor import floor_figures, floor_reader, floor_slabs
@@ -269,8 +270,9 @@ def run_example(
     argv : sequence of str, optional
         The command's options, shown in the report to reproduce it.
     overwrite : bool, default False
-        Replace files in ``out`` of the names the run writes (:data:`OUTPUTS`) that an
-        earlier run did not write; without it such files are refused before any work.
+        Replace files in ``out`` of the names the run writes (:data:`OUTPUTS`, and the
+        trajectory ``adk-<frames>.h5md``) that an earlier run did not write; without it
+        such files are refused before any work.
 
     Returns
     -------
@@ -287,14 +289,16 @@ def run_example(
     from h5mdx.timing.records import load
 
     out = os.fspath(out)
+    path = os.path.join(out, f"adk-{frames}.h5md")
     foreign = [] if overwrite or not os.path.isdir(out) else foreign_outputs(out)
+    if not overwrite and os.path.lexists(path) and not is_example_file(path):
+        foreign.append(os.path.basename(path))  # rebuilt in its place: a file of the user's
     if foreign:
         raise FileExistsError(f"{out!r} holds {', '.join(foreign)}, which the example would "
                               "replace and an earlier run did not write; pass "
                               "overwrite=True (--overwrite on the command line) to replace "
                               "them, or give another --out (out=)")
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"adk-{frames}.h5md")
     remove_dead_builds(out)  # a killed build of another size left its partial file
     t0 = time.perf_counter()
     cached = is_cached(path, frames)

@@ -22,7 +22,7 @@ import numpy as np
 from h5mdx.floor import POSITION as _POSITION
 
 __all__ = ["DEFAULT_FRAMES", "SYNTHETIC", "build_adk_trajectory", "describe_file",
-           "is_cached", "perturbed_frames", "remove_dead_builds", "source_index"]
+           "is_cached", "is_example_file", "perturbed_frames", "remove_dead_builds", "source_index"]
 
 #: Default number of frames of the example trajectory (~1.2 GB).
 DEFAULT_FRAMES = 30_000
@@ -123,6 +123,16 @@ def is_cached(path: str, frames: int) -> bool:
             return (f.attrs.get("h5mdx_example") == _recipe(frames)
                     and f[_POSITION].shape[0] == frames)
     except (OSError, KeyError):
+        return False
+
+
+def is_example_file(path: str) -> bool:
+    """Whether ``path`` is a trajectory the example built, of any size or recipe (one
+    that :func:`build_adk_trajectory` may replace); False where it cannot be read."""
+    try:
+        with h5py.File(path, "r") as f:
+            return "h5mdx_example" in f.attrs
+    except OSError:
         return False
 
 
