@@ -292,6 +292,26 @@ def test_the_floor_counts_the_readers_of_a_file_of_one_chunk(tmp_path):
     assert "with 1 h5py reader(s)" in first
 
 
+def test_the_summary_says_how_the_rmsd_read_the_file(tmp_path, monkeypatch):
+    """With H5MDX_DIRECT_READ=0 the RMSD reads through h5py, yet the summary said 'h5mdx
+    reads the chunks itself, past HDF5'; it names the read the run made now."""
+    from h5mdx.examples import run_example
+
+    monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
+    res = run_example(tmp_path, 98, workers=1, mda_frames=0, progress=False,
+                      echo=lambda _: None)
+    line = next(x for x in summary_lines(res) if x.startswith("raw reads"))
+    assert line.endswith("(h5mdx read the positions through h5py here "
+                         "(H5MDX_DIRECT_READ=0), then computed)")
+    assert "past HDF5" not in (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert res.via_h5py == "H5MDX_DIRECT_READ=0"
+    monkeypatch.delenv("H5MDX_DIRECT_READ")
+    res = run_example(tmp_path, 98, workers=1, mda_frames=0, progress=False,
+                      echo=lambda _: None)
+    assert res.via_h5py is None
+    assert "(h5mdx reads the chunks itself, past HDF5, then computes" in summary_lines(res)[1]
+
+
 def test_partial_files_of_killed_builds_go_whatever_their_size(tmp_path):
     """A build killed outright (SIGKILL) left .adk-20000.h5md....h5mdx-partial (361 MB at
     20,000 frames): a run of another size into the same --out kept it for good."""

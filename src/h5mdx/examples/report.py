@@ -147,6 +147,10 @@ class ExampleResult:
     argv : list of str
         The command's options, for the report's "reproduce" line (empty: called from
         Python).
+    via_h5py : str or None
+        Why the RMSD read the positions through h5py (``H5MDX_DIRECT_READ=0``, a filter:
+        :func:`h5mdx.engine.arrays.why_reads_take_turns`); None where it read the chunks
+        itself, past HDF5.
     """
 
     out: str
@@ -171,6 +175,7 @@ class ExampleResult:
     raw_ratios: list[float] = field(default_factory=list)
     rounds: dict[str, list[float]] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
+    via_h5py: str | None = None
 
     @property
     def vs_floor(self) -> float:
@@ -270,8 +275,7 @@ def summary_lines(result: ExampleResult) -> list[str]:
         lines.append(
             f"raw reads of the same bytes (os.preadv, no HDF5, {raw['workers']:.0f} "
             f"process(es)): {raw['frames_per_s']:,.0f} frames/s, {figure(raw['gb_per_s'])} GB/s; "
-            f"the RMSD runs at {_times(result.vs_raw)} of them (h5mdx reads the chunks "
-            "itself, past HDF5, then computes: the copy from the page cache and the kernel)")
+            f"the RMSD runs at {_times(result.vs_raw)} of them ({_read_path(result)})")
     if result.mda is not None:
         lines.append(_mda_text(result))
     split = timing_split(result.records)
@@ -287,6 +291,14 @@ def summary_lines(result: ExampleResult) -> list[str]:
         others = ", ".join(os.path.basename(f[k]) for k in f if k != "report")
         lines.append(f"outputs: {f['report']} (with {others})")
     return lines
+
+
+def _read_path(result: ExampleResult) -> str:
+    """How the RMSD read the positions, beside the raw reads' figures."""
+    if result.via_h5py is None:
+        return ("h5mdx reads the chunks itself, past HDF5, then computes: the copy from the "
+                "page cache and the kernel")
+    return f"h5mdx read the positions through h5py here ({result.via_h5py}), then computed"
 
 
 def figure(x: float) -> str:

@@ -106,6 +106,7 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
     import xarray as xr
 
     import h5mdx  # noqa: F401 - registers the engine and the ds.md accessor
+    from h5mdx.engine.arrays import why_reads_take_turns
     from h5mdx.parallel.schedulers import compute as _progress
     from h5mdx.parallel.schedulers import scheduler_context
     from h5mdx.parallel.workers import warm_up_seconds
@@ -120,6 +121,9 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
         # the atoms the RMSD compares: a selection by position is made on frame 0 (the
         # topology alone has no positions to make it on)
         n_selected = int(lazy.attrs["n_atoms"])
+        # whether the RMSD reads the chunks itself or through h5py (H5MDX_DIRECT_READ=0,
+        # a filter): the summary says which, not the first whatever happened
+        via_h5py = why_reads_take_turns(ds["position"])
 
         def rmsd_once() -> float:
             t0 = time.perf_counter()
@@ -154,7 +158,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
     floor = floor_figures(readers, n, nbytes, float(np.median(floor_t)))
     raw = floor_figures(readers, n, nbytes, float(np.median(raw_t)))
     return result, {"floor": floor, "raw": raw, "floor_seconds": floor_t,
-                    "raw_seconds": raw_t, "rmsd_seconds": rmsd_t}, n_selected, warm
+                    "raw_seconds": raw_t, "rmsd_seconds": rmsd_t, "via_h5py": via_h5py}, \
+        n_selected, warm
 
 
 #: The files a run publishes into its output directory (the RMSD's timing records, the
@@ -336,6 +341,7 @@ def run_example(
                             files=files, ratios=_ratios(paired["floor_seconds"], paired),
                             raw=paired["raw"],
                             raw_ratios=_ratios(paired["raw_seconds"], paired),
+                            via_h5py=paired["via_h5py"],
                             rounds={k: paired[f"{k}_seconds"] for k in ("rmsd", "floor", "raw")},
                             argv=list(argv or []))
         res.files["rounds"] = os.path.join(stage, "rounds.json")
