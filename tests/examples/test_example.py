@@ -254,6 +254,17 @@ def test_the_busy_time_split_adds_up_to_100_percent():
     assert "in 2 task(s) (2% of the work)" in lines[-1]
 
 
+def test_the_straggler_line_of_one_task():
+    """A trajectory of one chunk (98 frames) is one task: the summary said 'stragglers:
+    none of 1 tasks'."""
+    res = _result(n_frames=98)
+    res.records = res.records.iloc[:1]
+    line = next(x for x in summary_lines(res) if x.startswith("stragglers: "))
+    assert line.startswith("stragglers: none of 1 task (a task is a straggler when")
+    assert next(x for x in summary_lines(_result()) if x.startswith("stragglers: ")
+                ).startswith("stragglers: none of 2 tasks (")
+
+
 def test_the_seconds_shown_give_the_rates_shown():
     """Two decimals showed 0.0384 s as 0.04 s beside 13,017 frames/s (500 / 0.04 = 12,500)
     and a raw read of 0.0037 s as 0.00 s beside its 135,000 frames/s; three significant

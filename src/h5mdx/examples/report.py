@@ -212,13 +212,13 @@ def _straggler_text(records: Any, before: dict[str, float] | None = None) -> tup
     slow = flagged[flagged["is_straggler"]]
     rule = straggler_rule()
     if slow.empty:
-        text = f"stragglers: none of {len(flagged)} tasks ({rule})"
+        text = f"stragglers: none of {plural(len(flagged), 'task')} ({rule})"
     else:
         worst = slow.sort_values("duration", ascending=False)
         items = ", ".join(f"frames {frame_range(r.frame_start, r.frame_stop)} {r.duration:.2f} s "
                           f"({r.slow_phase})" for r in worst.head(3).itertuples())
         more = f" and {len(slow) - 3} more" if len(slow) > 3 else ""
-        text = (f"stragglers: {len(slow)} of {len(flagged)} tasks (median "
+        text = (f"stragglers: {len(slow)} of {plural(len(flagged), 'task')} (median "
                 f"{float(flagged['duration'].median()):.3f} s): {items}{more} ({rule})")
     warm = warmup_summary(records)
     share = _percents(timing_split(records))["warmup"]  # as the busy-time split shows it
