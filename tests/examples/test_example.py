@@ -301,6 +301,10 @@ def test_the_floor_counts_the_readers_of_a_file_of_one_chunk(tmp_path):
     assert any("read floor (1 h5py reader process(es))" in line for line in said)
     first = summary_lines(res)[0]
     assert "with 1 h5py reader(s)" in first
+    # rounds.json said only "workers": 2, the cluster's, beside the floor's seconds
+    rounds = json.loads((tmp_path / "rounds.json").read_text())
+    assert rounds["workers"] == 2 and rounds["readers"] == 1 and rounds["frames"] == 98
+    assert len(rounds["seconds"]["floor"]) == 5
 
 
 def test_the_summary_says_how_the_rmsd_read_the_file(tmp_path, monkeypatch):

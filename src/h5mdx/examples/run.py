@@ -346,8 +346,11 @@ def run_example(
                             argv=list(argv or []))
         res.files["rounds"] = os.path.join(stage, "rounds.json")
         with open(res.files["rounds"], "w", encoding="utf-8") as fh:
+            # the floor's and raw reads' processes too: fewer than the workers where the
+            # positions have fewer chunks (a file of one chunk is read by one)
             json.dump({"seconds": res.rounds, "frames": n_frames, "bytes": nbytes,
-                       "workers": workers, "select": select}, fh, indent=1)
+                       "workers": workers, "readers": readers, "select": select}, fh,
+                      indent=1)
         res.files.update(write_report(res))
         _publish(res, out)
     return res
