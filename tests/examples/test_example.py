@@ -265,6 +265,22 @@ def test_the_straggler_line_of_one_task():
                 ).startswith("stragglers: none of 2 tasks (")
 
 
+def test_mdanalysis_faster_than_the_rmsd_is_said_so():
+    """Where the RMSD took longer than MDAnalysis would for all frames (a loaded machine,
+    a small file), the summary said 'h5mdx is 0.50x faster'; now 'h5mdx is 2.00x slower'."""
+    import xarray as xr
+
+    mda = {"version": "2.11.0", "frames": 100, "seconds": 0.1, "frames_per_s": 1000.0,
+           "rmsd": np.full(100, 1.5)}
+    res = _result(seconds=2.0, n_frames=1000)
+    res.mda, res.rmsd = mda, xr.DataArray(np.full(1000, 1.5), dims="time")
+    line = next(x for x in summary_lines(res) if x.startswith("MDAnalysis "))
+    assert "(sampled, extrapolated to all: 1.00 s) -> h5mdx is 2.00x slower; " in line
+    res.seconds = 0.25
+    line = next(x for x in summary_lines(res) if x.startswith("MDAnalysis "))
+    assert "-> h5mdx is 4.00x faster; same RMSD to 0 Å" in line
+
+
 def test_the_seconds_shown_give_the_rates_shown():
     """Two decimals showed 0.0384 s as 0.04 s beside 13,017 frames/s (500 / 0.04 = 12,500)
     and a raw read of 0.0037 s as 0.00 s beside its 135,000 frames/s; three significant
