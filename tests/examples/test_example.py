@@ -320,6 +320,15 @@ def test_the_floor_counts_the_readers_of_a_file_of_one_chunk(tmp_path):
     # rounds.json said only "workers": 2, the cluster's, beside the floor's seconds
     rounds = json.loads((tmp_path / "rounds.json").read_text())
     assert rounds["workers"] == 2 and rounds["readers"] == 1 and rounds["frames"] == 98
+    # every file published is named: timing.meta.json was published but not named
+    from h5mdx.examples.run import _MANIFEST
+
+    published = json.loads((tmp_path / _MANIFEST).read_text())["files"]
+    outputs = next(x for x in summary_lines(res) if x.startswith("outputs: "))
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for name in published:
+        assert name == "report.html" or name in outputs, name
+        assert f'href="{name}"' in page or name == "report.html", name
     assert len(rounds["seconds"]["floor"]) == 5
 
 

@@ -325,7 +325,9 @@ def run_example(
                                                      progress)
         files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
                  "rmsd": os.path.join(stage, "rmsd.csv"),
-                 "timing": os.path.join(stage, "timing.csv")}
+                 "timing": os.path.join(stage, "timing.csv"),
+                 # the run's metadata (machine, versions, warm-up) beside timing.csv
+                 "timing_meta": os.path.join(stage, "timing.meta.json")}
         write_series(files["rmsd"], result)
         plot_rmsd(result, files["rmsd_plot"], select=select)
         records, _ = load(files["timing"])
