@@ -787,7 +787,7 @@ def wait_for_workers(cluster: Any, client: Any, n: int | None = None,
     ------
     WorkerTimeoutError
         After ``timeout`` s, or as soon as every job has ended or pends for a reason
-        no wait ends (:data:`NEVER_STARTS`) while workers are missing, with the jobs'
+        no wait ends (``NEVER_STARTS``) while workers are missing, with the jobs'
         states: ``"0 of 2 workers after 60 s: jobs 12, 13
         are PENDING (Resources)"`` and what to do about it.
     """

@@ -110,7 +110,7 @@ class TimingRun:
         self.all_tasks = False
         self.pid_to_worker: dict[int, str] = {}
         self.n_unmatched = 0
-        #: Tasks whose in-task records left with their worker (see :func:`_warn_lost`).
+        #: Tasks whose in-task records left with their worker (see ``_warn_lost``).
         self.n_lost = 0
         #: The distributed workers that gave their in-task records at the end (None for
         #: the local schedulers, whose records are in the spool directory).
