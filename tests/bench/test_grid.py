@@ -551,3 +551,27 @@ def test_mpi_backends_refuse_an_rmsd_they_would_not_compute_before_any_run(
     same = rmsd_workload(adk_h5md_blocked, topology=PSF, select="name CA",
                          reference=np.int64(0), superposition=True, kernel="numpy")
     grid._check_mpi_workload(same, ["threads", "mpi-io", "dask-mpi"])  # as the MPI ones do
+
+
+def test_the_csv_tables_say_their_units_in_a_sidecar(h5md_file, tmp_path):
+    """runs.csv and speedup.csv held times (wall, busy, t_N, ...) that said no unit, only
+    report.md's table "(s)"; each now has a sidecar <stem>.meta.json with the units, as
+    timing.csv has, and keeps its column names."""
+    import json
+
+    import pandas as pd
+
+    out = tmp_path / "bench"
+    run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1, 2],
+             blocks_per_worker=[1], repeats=1, out=out, progress=False)
+    runs = pd.read_csv(out / "runs.csv", index_col="run_id")
+    units = json.loads((out / "runs.meta.json").read_text())["units"]
+    assert {"wall", "warmup", "busy"} <= set(runs.columns)
+    assert units["wall"] == units["warmup"] == units["busy"] == "s"
+    assert set(units) <= set(runs.columns) | {"run_id"}
+    sp = pd.read_csv(out / "speedup.csv")
+    units = json.loads((out / "speedup.meta.json").read_text())["units"]
+    assert {"t_N", "t_N_min", "t_N_max", "S", "E"} <= set(sp.columns)
+    assert units["t_N"].startswith("s ") and units["t_N_min"] == units["t_N_max"] == "s"
+    assert units["S"].startswith("1 ") and set(units) <= set(sp.columns)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temps

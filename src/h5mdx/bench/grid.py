@@ -678,10 +678,9 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
     combined = {"runs": result.metas, "bench_id": result.metas[0].get("bench_id")
                 if result.metas else None}
     files["records"] = str(save(result.records, out / "records.parquet", combined))
-    result.runs.to_csv(out / "runs.csv")
-    files["runs"] = str(out / "runs.csv")
-    result.speedup.to_csv(out / "speedup.csv", index=False)
-    files["speedup"] = str(out / "speedup.csv")
+    files["runs"] = str(_write_table(result.runs, out / "runs.csv", RUNS_UNITS, index=True))
+    files["speedup"] = str(_write_table(result.speedup, out / "speedup.csv", SPEEDUP_UNITS,
+                                        index=False))
     images: dict[str, str] = {}
     if result.speedup["S"].notna().any():
         plot_scaling(result.speedup, out / "scaling.png")
@@ -703,6 +702,43 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
             path.unlink(missing_ok=True)
     result.files = files
     return files
+
+
+#: The units of ``runs.csv``'s columns that have one, in its sidecar ``runs.meta.json`` as
+#: ``timing.csv``'s (``units``): its times said no unit, only report.md's table "(s)".
+RUNS_UNITS: dict[str, str] = {
+    "wall": "s", "warmup": "s", "busy": "s", "n_frames": "frames",
+    "load_imbalance": "1 (the busiest worker's work / the mean)",
+    "R_comp_io": "1 (compute time / I/O time)", "R_comp_comm": "1 (compute / communication)",
+}
+#: The units of ``speedup.csv``'s columns, in ``speedup.meta.json``.
+SPEEDUP_UNITS: dict[str, str] = {
+    "t_N": "s (median wall time less warm-up)", "t_N_min": "s", "t_N_max": "s",
+    "warmup": "s", "n_frames": "frames", "S": "1 (t_1 / t_N)", "E": "1 (S / n_workers)",
+}
+
+
+def _write_table(table: Any, path: Path, units: Mapping[str, str], *, index: bool) -> Path:
+    """``table`` as CSV at ``path``, with the sidecar ``<stem>.meta.json`` that says its
+    columns' units (``{"units": {column: unit}}``, as :func:`h5mdx.timing.records.save`
+    writes beside ``timing.csv``); each file written under a temporary name, then renamed."""
+    import json
+
+    columns = set(table.columns) | ({table.index.name} if index else set())
+    meta = {"units": {c: u for c, u in units.items() if c in columns}}
+    side = path.with_suffix(".meta.json")
+    for target, write in ((path, lambda tmp: table.to_csv(tmp, index=index)),
+                          (side, lambda tmp: tmp.write_text(
+                              json.dumps(meta, indent=1, sort_keys=True) + "\n",
+                              encoding="utf-8"))):
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            write(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, target)
+    return path
 
 
 def _earlier_files(out: Path) -> list[Path]:

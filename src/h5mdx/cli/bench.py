@@ -4,7 +4,8 @@ For every scheduler x N workers x M blocks per worker x repeat, the analysis
 runs with ``n_frames / (N M)`` frames per dask block and one timing record per
 task is captured (I/O and compute split inside the task, start/stop and worker
 from the scheduler). Written to --out: ``runs/<run>.parquet`` (one file per
-run), ``records.parquet`` (all), ``runs.csv``, ``speedup.csv``, figures
+run), ``records.parquet`` (all), ``runs.csv``, ``speedup.csv`` (times in seconds;
+their units in ``runs.meta.json``, ``speedup.meta.json``), figures
 (speed-up/efficiency, task Gantt chart, time per worker) and ``report.md``.
 M = 3 is the over-subscription experiment (three blocks per worker). An --out that
 holds an earlier bench's results is refused unless --overwrite, which replaces them.
