@@ -37,14 +37,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__.replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--out", default="h5mdx-example", help="output directory")
+    p.add_argument("--out", default="h5mdx-example",
+                   help="output directory (default h5mdx-example)")
     p.add_argument("--frames", type=int, default=DEFAULT_FRAMES,
                    help=f"frames of the trajectory (default {DEFAULT_FRAMES:,}, ~1.2 GB; "
                         "at least 98)")
-    p.add_argument("--workers", type=int, default=2, help="dask worker processes")
-    p.add_argument("--select", default="name CA", help="MDAnalysis atom selection")
+    p.add_argument("--workers", type=int, default=None,
+                   help="dask worker processes, at most the CPUs this process may use "
+                        "(default 2, or 1 on one CPU)")
+    p.add_argument("--select", default="name CA",
+                   help="MDAnalysis atom selection (default 'name CA')")
     p.add_argument("--mda-frames", type=_non_negative, default=300,
-                   help="frames MDAnalysis runs on for the comparison (0: skip)")
+                   help="frames MDAnalysis runs on for the comparison (default 300; 0: skip)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files in --out of the names the example writes "
@@ -61,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"h5mdx example: --frames must be at least 98 (the frames of the adk DCD), "
               f"not {args.frames}", file=sys.stderr)
         return 2
-    if args.workers < 1:
-        print(f"h5mdx example: --workers must be at least 1, not {args.workers}",
-              file=sys.stderr)
+    if _workers_refused(args):
         return 2
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         print(f"h5mdx example: --out {args.out!r} is a file; the example writes its "
@@ -81,6 +83,28 @@ def run(args: argparse.Namespace) -> int:
     print()
     print("\n".join(summary_lines(result)))
     return 0
+
+
+def _workers_refused(args: argparse.Namespace) -> bool:
+    """Whether ``--workers`` is refused (said on stderr); sets its default. The example
+    times the RMSD against the read floor with as many reader processes: more processes
+    than this process's CPUs time their contention, and ``--workers 1000`` on two cores
+    started 1,000 worker processes (found by an audit)."""
+    from h5mdx._machine import usable_cpus
+
+    cpus = usable_cpus()
+    if args.workers is None:
+        args.workers = min(2, cpus)
+    if args.workers < 1:
+        print(f"h5mdx example: --workers must be at least 1, not {args.workers}",
+              file=sys.stderr)
+        return True
+    if args.workers > cpus:
+        print(f"h5mdx example: --workers {args.workers} is more than the {cpus} CPU"
+              f"{'s' if cpus != 1 else ''} this process may use: the example times worker "
+              f"processes against the read floor, so give at most {cpus}", file=sys.stderr)
+        return True
+    return False
 
 
 def _selection_problem(select: str) -> str | None:

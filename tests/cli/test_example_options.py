@@ -1,0 +1,47 @@
+"""``h5mdx example``'s options, checked before anything is built (fast: no trajectory)."""
+
+from __future__ import annotations
+
+import argparse
+
+from h5mdx import _machine
+from h5mdx.cli import example, main
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return example.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(argv)
+
+
+def test_more_workers_than_cpus_are_refused(tmp_path, capsys, monkeypatch):
+    """``--workers 1000`` on two CPUs started 1,000 worker processes; it is refused
+    (exit 2) before anything is built, naming the option and the CPUs."""
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 2)
+    assert main(["example", "--frames", "100", "--out", str(tmp_path / "o"),
+                 "--workers", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("h5mdx example: --workers 1000 is more than the 2 CPUs this "
+                          "process may use") and "give at most 2" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert main(["example", "--frames", "100", "--workers", "0"]) == 2
+    assert capsys.readouterr().err == "h5mdx example: --workers must be at least 1, not 0\n"
+
+
+def test_the_default_workers_fit_the_cpus(monkeypatch):
+    """Without --workers: 2 worker processes, 1 where this process may use one CPU."""
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 8)
+    args = _args()
+    assert not example._workers_refused(args) and args.workers == 2
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 1)
+    args = _args()
+    assert not example._workers_refused(args) and args.workers == 1
+    args = _args("--workers", "1")
+    assert not example._workers_refused(args) and args.workers == 1
+
+
+def test_help_states_the_defaults(capsys):
+    """--out, --workers, --select and --mda-frames said nothing of their defaults."""
+    text = example.add_parser(argparse.ArgumentParser().add_subparsers()).format_help()
+    flat = " ".join(text.split())
+    for said in ("(default h5mdx-example)", "(default 2, or 1 on one CPU)",
+                 "(default 'name CA')", "(default 300; 0: skip)"):
+        assert said in flat
