@@ -575,3 +575,22 @@ def test_the_csv_tables_say_their_units_in_a_sidecar(h5md_file, tmp_path):
     assert units["t_N"].startswith("s ") and units["t_N_min"] == units["t_N_max"] == "s"
     assert units["S"].startswith("1 ") and set(units) <= set(sp.columns)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temps
+
+
+@pytest.mark.parametrize("analysis", ["rmsd", "read"])
+def test_a_directory_or_a_file_not_hdf5_is_said_in_one_line(tmp_path, capsys, analysis):
+    """bench on a directory printed h5py's '[Errno 21] Unable to open file (file read
+    failed: time = ..., filename = ..., buf = 0x...)' over two lines, and on a file that
+    is not HDF5 'Unable to open file (file signature not found)' without its name."""
+    from h5mdx.cli import main
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "junk.h5md").write_bytes(b"x" * 100)
+    for name, said in (("adir", "is a directory, not an H5MD file"),
+                       ("junk.h5md", "not an HDF5 file (no HDF5 signature)")):
+        path = str(tmp_path / name)
+        assert main(["bench", path, "--analysis", analysis, "--out",
+                     str(tmp_path / "o"), "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"h5mdx bench: error: {path}: {said}") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

@@ -125,10 +125,11 @@ def _read_block(
 def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
     import h5py
 
-    from h5mdx.format.h5md import scan
+    from h5mdx.format.h5md import open_h5md, scan
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No such file: {path!r}")
+    # a directory or a file that is not HDF5 said so, not h5py's "[Errno 21] Unable to
+    # open file (file read failed: ...)" or "file signature not found" (found by an audit)
+    open_h5md(path).close()
     try:
         info = scan(path)
     except (OSError, ValueError):
@@ -142,7 +143,7 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
         if found:
             el = min(found, key=lambda el: not el.time_dependent)  # the first of them
             return el.value_path, el.chunks, int(el.shape[0])
-    with h5py.File(path, "r") as f:
+    with open_h5md(path) as f:
         names: list[str] = []
         f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset)
                      and o.ndim >= 1 else None)
