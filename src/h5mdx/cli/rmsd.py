@@ -390,6 +390,11 @@ def _refused(args: argparse.Namespace) -> bool:
     if chunk_mib is not None and chunk_mib <= 0:
         print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
         return True
+    fpb = getattr(args, "frames_per_block", None)
+    if fpb is not None and fpb < 1:  # it was found after the scheduler was chosen (exit 1)
+        print(f"h5mdx rmsd: --frames-per-block must be at least 1, not {fpb}",
+              file=sys.stderr)
+        return True
     try:  # before the run, not after hours of it
         check_outputs(args.out, args.plot, args.timing)
     except (ValueError, PermissionError) as err:

@@ -1,0 +1,29 @@
+"""``h5mdx rmsd``'s option values refused before any work, as usage errors (exit 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from h5mdx.cli import main
+from h5mdx.testing import write_h5md
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rmsd_options") / "t.h5md"
+    pos = np.random.default_rng(3).random((20, 30, 3), dtype=np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(20),
+                                           "time": np.arange(20) * 0.5, "unit": "nm",
+                                           "chunks": (4, 30, 3)}}})
+    return str(path)
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_frames_per_block_below_one_is_a_usage_error(small, capsys, value):
+    """--frames-per-block 0 was refused only after the scheduler was chosen and said,
+    with exit 1 and a --debug hint; it is a usage error now, before any work."""
+    assert main(["rmsd", small, "--frames-per-block", value, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"h5mdx rmsd: --frames-per-block must be at least 1, not {value}\n"
+    assert captured.out == ""
