@@ -238,7 +238,7 @@ def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
         rmsd_workload(h5md_file, select="name CA")
     from h5mdx.cli import main
 
-    assert main(["bench", h5md_file, "--analysis", "read", "--select", "name CA"]) == 1
+    assert main(["bench", h5md_file, "--analysis", "read", "--select", "name CA"]) == 2
 
 
 def test_a_selection_in_a_file_holding_its_topology_needs_no_topology_option(tmp_path):
@@ -377,7 +377,7 @@ def test_cli_refuses_an_output_that_is_a_file_before_the_grid(h5md_file, tmp_pat
     out = tmp_path / "notes.txt"
     out.write_text("mine")
     assert main(["bench", h5md_file, "--analysis", "read", "--out", str(out),
-                 "--no-progress"]) == 1
+                 "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "is a file; the bench writes its records" in err and "Traceback" not in err
     assert out.read_text() == "mine"
@@ -398,7 +398,7 @@ def test_a_second_bench_into_the_same_out_asks_and_leaves_no_stale_run(h5md_file
     assert (out / "runs" / "threads-n2-m1-r0.parquet").exists()
     second = [*first[:7], "1", *first[8:]]  # --workers 1
     capsys.readouterr()
-    assert main(second) == 1
+    assert main(second) == 2
     err = capsys.readouterr().err
     assert "holds the results of an earlier bench" in err and "--overwrite" in err
     (out / "gantt-mine.png").write_bytes(b"mine")  # no bench's: kept
@@ -594,3 +594,42 @@ def test_a_directory_or_a_file_not_hdf5_is_said_in_one_line(tmp_path, capsys, an
         err = capsys.readouterr().err
         assert err.startswith(f"h5mdx bench: error: {path}: {said}") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--scheduler", "threads,foo"], "h5mdx bench: --scheduler: unknown scheduler 'foo'; "
+                                     "valid ones are: threads, processes"),
+    (["--repeats", "0"], "h5mdx bench: --repeats must be at least 1, not 0\n"),
+    (["--repeats", "-2"], "h5mdx bench: --repeats must be at least 1, not -2\n"),
+    (["--delay", "foo"], "h5mdx bench: H5MDX_TIMING_DELAY (--delay) 'foo' is not "
+                         "FRAME:SECONDS[:PHASE]"),
+    (["--analysis", "read", "--topology", "t.psf"], "h5mdx bench: --analysis read reads "
+                                                    "every atom"),
+])
+def test_bad_option_values_are_usage_errors(h5md_file, tmp_path, capsys, monkeypatch,
+                                            options, said):
+    """An unknown scheduler, --repeats 0, a --delay not FRAME:SECONDS: said with exit
+    status 1 and a '--debug for the traceback' hint, as a failure of the run; they are
+    usage errors (exit status 2), one line, and nothing runs."""
+    from h5mdx.bench import grid
+    from h5mdx.cli import main
+
+    monkeypatch.setattr(grid, "run_grid", lambda *a, **k: pytest.fail("the grid ran"))
+    assert main(["bench", h5md_file, *options, "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1 and "--debug" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_scheduler_list_is_a_usage_error(h5md_file, tmp_path, capsys):
+    """--scheduler '' (or ',') ran no run and ended in a traceback from pandas."""
+    from h5mdx.cli import main
+
+    for value in ("", ","):
+        with pytest.raises(SystemExit) as stop:
+            main(["bench", h5md_file, "--scheduler", value, "--out", str(tmp_path / "o")])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument --scheduler: expected names like threads,processes, got {value!r}" \
+            in err and "Traceback" not in err

@@ -253,7 +253,7 @@ def test_a_delay_not_of_the_form_is_refused_at_once(frames_file, capsys):
     path, _ = frames_file
     assert main(["bench", path, "--analysis", "read", "--scheduler", "threads",
                  "--workers", "1", "--delay", "0", "--out", str(Path(path).parent / "b"),
-                 "--no-progress"]) == 1
+                 "--no-progress"]) == 2
     assert "--delay) '0' is not FRAME:SECONDS[:PHASE]" in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -30,7 +31,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def _str_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:  # --scheduler "" ran no run and failed in a traceback (an audit)
+        raise argparse.ArgumentTypeError(f"expected names like threads,processes, got {text!r}")
+    return values
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -115,6 +119,31 @@ def _check_out(out: str, overwrite: bool) -> None:
                          "another --out")
 
 
+def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
+                   parse_delay: Callable[[str], object]) -> str | None:
+    """What is wrong with the options (None: nothing), checked before the grid: these
+    were said with exit status 1 and a --debug hint, as failures of the run (an audit)."""
+    bad = [s for s in args.scheduler if s not in schedulers]
+    if bad:
+        return (f"--scheduler: unknown scheduler{'s' if len(bad) > 1 else ''} "
+                f"{', '.join(map(repr, bad))}; valid ones are: {', '.join(schedulers)}")
+    if args.repeats < 1:
+        return f"--repeats must be at least 1, not {args.repeats}"
+    if args.analysis == "read" and (args.select is not None or args.topology is not None):
+        return "--analysis read reads every atom: --select and --topology apply to " \
+               "--analysis rmsd"
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        return (f"--out {args.out!r} is a file; the bench writes its records, figures and "
+                "report into a directory")
+    try:
+        _check_out(args.out, args.overwrite)
+        if args.delay:
+            parse_delay(args.delay)  # before the grid, not in its middle
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the grid, print the summary table and the advice; return the exit code."""
     from h5mdx.bench.grid import (
@@ -126,17 +155,10 @@ def run(args: argparse.Namespace) -> int:
     )
     from h5mdx.timing.phases import DELAY_ENV, parse_delay
 
-    bad = [s for s in args.scheduler if s not in SCHEDULERS]
-    if bad:
-        raise ValueError(f"unknown scheduler(s) {bad}; valid options are: {', '.join(SCHEDULERS)}")
-    if args.repeats < 1:
-        raise ValueError("--repeats must be at least 1")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):  # before the grid
-        raise ValueError(f"--out {args.out!r} is a file; the bench writes its records, "
-                         "figures and report into a directory")
-    _check_out(args.out, args.overwrite)
-    if args.delay:
-        parse_delay(args.delay)  # before the grid, not in its middle
+    problem = _usage_problem(args, SCHEDULERS, parse_delay)
+    if problem:  # a usage error, as argparse's: exit status 2 and no --debug hint
+        print(f"h5mdx bench: {problem}", file=sys.stderr)
+        return 2
     from h5mdx._optional import import_optional
 
     import_optional("pyarrow", "the bench's records (Parquet)")  # before the grid too
@@ -144,9 +166,6 @@ def run(args: argparse.Namespace) -> int:
     if args.analysis == "rmsd":
         workload = rmsd_workload(args.trajectory, topology=args.topology, select=args.select)
     else:
-        if args.select is not None or args.topology is not None:
-            raise ValueError("--analysis read reads every atom: --select and --topology "
-                             "apply to --analysis rmsd")
         workload = read_workload(args.trajectory)
     env = {DELAY_ENV: args.delay} if args.delay else None
     if args.delay:
