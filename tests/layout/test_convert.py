@@ -980,10 +980,12 @@ def test_errors_of_the_command_line_name_its_options(tmp_path, capsys):
 
     src = str(tmp_path / "a.h5md")
     convert(d.PSF, [d.DCD], src, stop=2, progress=False)
-    for option, said in (("--frames-per-chunk", "--frames-per-chunk must be >= 1, not 0"),
-                         ("--chunk-mib", "--chunk-mib must be a finite number > 0")):
-        assert main(["rechunk", src, str(tmp_path / "b.h5md"), option, "0"]) == 1
-        assert f"h5mdx rechunk: error: {said}" in capsys.readouterr().err
+    for option, said in (("--frames-per-chunk", "--frames-per-chunk: must be >= 1, not 0"),
+                         ("--chunk-mib", "--chunk-mib: must be a finite number > 0")):
+        with pytest.raises(SystemExit) as stop:  # a usage error, said by argparse
+            main(["rechunk", src, str(tmp_path / "b.h5md"), option, "0"])
+        assert stop.value.code == 2
+        assert f"h5mdx rechunk: error: argument {said}" in capsys.readouterr().err
     assert main(["convert", d.PSF, d.DCD, str(tmp_path / "c.h5md"), "--start", "200"]) == 1
     assert "no frames to write: the trajectory has 98 frames" in capsys.readouterr().err
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -18,6 +19,39 @@ _LAYOUT_HELP = (
 )
 
 
+def _frames(text: str) -> int:
+    """A ``--frames-per-chunk``: a whole number >= 1 (a usage error otherwise, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def _mib(text: str) -> float:
+    """A size in MiB: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MiB, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
+    return value
+
+
+def _compression(text: str) -> str:
+    """A ``--compression`` spec, read as the writers read it: checked before any work."""
+    from h5mdx.format.compression import parse_compression
+
+    try:
+        parse_compression(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 #: What rechunk's compression is by default
 _KEPT = ("keep the input filters; into Zarr, the positions' gzip, zstd or blosc at their "
          "level")
@@ -26,11 +60,12 @@ _KEPT = ("keep the input filters; into Zarr, the positions' gzip, zstd or blosc 
 def _layout_options(p: argparse.ArgumentParser, compression_default: str | None) -> None:
     g = p.add_argument_group("layout")
     m = g.add_mutually_exclusive_group()
-    m.add_argument("--frames-per-chunk", type=int, metavar="N", help="frames per chunk")
-    m.add_argument("--chunk-mib", type=float, metavar="M",
+    m.add_argument("--frames-per-chunk", type=_frames, metavar="N", help="frames per chunk")
+    m.add_argument("--chunk-mib", type=_mib, metavar="M",
                    help="target chunk size in MiB (whole frames)")
     m.add_argument("--contiguous", action="store_true", help="no chunks")
     g.add_argument("--compression", default=compression_default, metavar="SPEC",
+                   type=_compression,
                    help=f"{COMPRESSION_SYNTAX} "
                         f"(default: {compression_default or _KEPT})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -87,7 +122,7 @@ def add_parser(subparsers: Any) -> None:
     )
     r.add_argument("input", help="H5MD file")
     r.add_argument("output", help="new H5MD file, or OUT.zarr")
-    r.add_argument("--buffer-mib", type=float, default=64.0,
+    r.add_argument("--buffer-mib", type=_mib, default=64.0,
                    help="MiB of frames read at a time (default 64): with the input's chunk "
                         "cache, about what the copy holds in memory (a few such blocks "
                         "for a Zarr output)")

@@ -1,0 +1,60 @@
+"""``h5mdx convert`` and ``h5mdx rechunk``: layout option values refused as usage errors
+(exit status 2, argparse's line naming the option) before any file is opened."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from h5mdx.cli import main
+from h5mdx.testing import write_h5md
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    path = tmp_path_factory.mktemp("layout_options") / "t.h5md"
+    pos = np.random.default_rng(4).random((12, 20, 3), dtype=np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(12),
+                                           "time": np.arange(12) * 0.5, "unit": "nm",
+                                           "chunks": (4, 20, 3)}}})
+    return str(path)
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--frames-per-chunk", "0"], "argument --frames-per-chunk: must be >= 1, not 0"),
+    (["--frames-per-chunk", "-3"], "argument --frames-per-chunk: must be >= 1, not -3"),
+    (["--chunk-mib", "-1"], "argument --chunk-mib: must be a finite number > 0, not -1"),
+    (["--chunk-mib", "nan"], "argument --chunk-mib: must be a finite number > 0, not nan"),
+    (["--buffer-mib", "0"], "argument --buffer-mib: must be a finite number > 0, not 0"),
+    (["--compression", "gzip:99"], "argument --compression: gzip level must be 0-9"),
+    (["--compression", "brotli"], "argument --compression: unknown compression 'brotli'"),
+])
+def test_rechunk_option_values_are_usage_errors(small, tmp_path, capsys, options, said):
+    """--frames-per-chunk 0, --buffer-mib 0, --compression gzip:99: said with exit status
+    1 and a '(run with --debug for the traceback)' hint, as a failure of the copy."""
+    with pytest.raises(SystemExit) as stop:
+        main(["rechunk", small, str(tmp_path / "o.h5md"), *options])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"h5mdx rechunk: error: {said}" in err and "--debug" not in err
+    assert not (tmp_path / "o.h5md").exists()
+
+
+def test_convert_compression_is_checked_before_the_inputs(tmp_path, capsys):
+    """convert's --compression is read before the topology is: a bad one is a usage
+    error even where the inputs would take minutes to read."""
+    with pytest.raises(SystemExit) as stop:
+        main(["convert", str(tmp_path / "none.psf"), str(tmp_path / "o.h5md"),
+              "--compression", "zstd:0"])
+    assert stop.value.code == 2
+    assert "argument --compression: zstd level must be 1-22" in capsys.readouterr().err
+
+
+def test_good_values_still_pass(small, tmp_path, capsys):
+    assert main(["rechunk", small, str(tmp_path / "o.h5md"), "--frames-per-chunk", "6",
+                 "--compression", "GZIP:1", "--buffer-mib", "0.5", "--no-progress"]) == 0
+    import h5py
+
+    with h5py.File(tmp_path / "o.h5md") as f:
+        v = f["particles/all/position/value"]
+        assert v.chunks == (6, 20, 3) and v.compression == "gzip" and v.compression_opts == 1
