@@ -58,3 +58,28 @@ def test_good_values_still_pass(small, tmp_path, capsys):
     with h5py.File(tmp_path / "o.h5md") as f:
         v = f["particles/all/position/value"]
         assert v.chunks == (6, 20, 3) and v.compression == "gzip" and v.compression_opts == 1
+
+
+@pytest.mark.parametrize("step", ["0", "-1"])
+def test_convert_step_below_one_is_a_usage_error(tmp_path, capsys, step):
+    """--step 0 was refused after the topology and trajectory were read, with exit status 1
+    and a --debug hint."""
+    with pytest.raises(SystemExit) as stop:
+        main(["convert", str(tmp_path / "none.psf"), str(tmp_path / "o.h5md"), "--step", step])
+    assert stop.value.code == 2
+    assert f"argument --step: must be >= 1, not {step}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["convert", "rechunk"])
+def test_contiguous_with_compression_is_a_usage_error(small, tmp_path, capsys, command):
+    """--contiguous --compression gzip: HDF5 compresses chunks only; said by the writer,
+    after the inputs were read, with exit status 1; now one line, exit status 2."""
+    argv = ([command, small, str(tmp_path / "o.h5md")] if command == "rechunk" else
+            [command, str(tmp_path / "none.psf"), str(tmp_path / "o.h5md")])
+    assert main([*argv, "--contiguous", "--compression", "gzip"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"h5mdx {command}: --contiguous and --compression gzip: HDF5 compresses "
+                   "chunked data only; drop --contiguous or --compression\n")
+    assert main([*argv, "--contiguous", "--compression", "none", "--no-progress"]) == (
+        0 if command == "rechunk" else 1)  # convert: no such topology
+    capsys.readouterr()
