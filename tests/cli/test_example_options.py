@@ -45,3 +45,22 @@ def test_help_states_the_defaults(capsys):
     for said in ("(default h5mdx-example)", "(default 2, or 1 on one CPU)",
                  "(default 'name CA')", "(default 300; 0: skip)"):
         assert said in flat
+
+
+def test_frames_beyond_the_free_disk_space_are_refused(tmp_path, capsys, monkeypatch):
+    """--frames 99999999999 (4 PB of positions) started building the trajectory, to fill
+    the disk; a trajectory larger than the free space is refused first (exit 2)."""
+    import shutil
+    from collections import namedtuple
+
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 2)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
+    out = tmp_path / "new" / "ex"  # not there yet: the space of the directory above
+    assert main(["example", "--frames", "99999999999", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("h5mdx example: --frames 99999999999: the trajectory needs "
+                   "4,009,200.0 GB (40,092 bytes a frame), and the disk of "
+                   f"{str(out)!r} has 1.0 GB free; give fewer frames\n")
+    assert not (tmp_path / "new").exists()
+    assert example._space_problem(str(out), 20_000) is None  # 0.8 GB fit in 1 GB

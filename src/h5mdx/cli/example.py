@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="output directory (default h5mdx-example)")
     p.add_argument("--frames", type=int, default=DEFAULT_FRAMES,
                    help=f"frames of the trajectory (default {DEFAULT_FRAMES:,}, ~1.2 GB; "
-                        "at least 98)")
+                        "at least 98; no more than the free disk space in --out holds)")
     p.add_argument("--workers", type=int, default=None,
                    help="dask worker processes, at most the CPUs this process may use "
                         "(default 2, or 1 on one CPU)")
@@ -70,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         print(f"h5mdx example: --out {args.out!r} is a file; the example writes its "
               "trajectory and report into a directory", file=sys.stderr)
+        return 2
+    problem = _space_problem(args.out, args.frames)
+    if problem:
+        print(f"h5mdx example: --frames {args.frames}: {problem}", file=sys.stderr)
         return 2
     problem = _selection_problem(args.select)
     if problem:
@@ -105,6 +109,30 @@ def _workers_refused(args: argparse.Namespace) -> bool:
               f"processes against the read floor, so give at most {cpus}", file=sys.stderr)
         return True
     return False
+
+
+#: Bytes of one frame of the example's positions: 3,341 atoms x 3 float32.
+_FRAME_BYTES = 3341 * 3 * 4
+
+
+def _space_problem(out: str, frames: int) -> str | None:
+    """Why the trajectory of ``frames`` frames cannot be built in ``out`` (None: it can):
+    more bytes than the disk there has free. ``--frames 99999999999`` (4 PB) started
+    building, to fill the disk (found by an audit)."""
+    import shutil
+
+    from h5mdx.examples.trajectory import is_cached
+
+    if is_cached(os.path.join(out, f"adk-{frames}.h5md"), frames):
+        return None
+    where = os.path.abspath(out)
+    while not os.path.isdir(where):  # the nearest directory that exists
+        where = os.path.dirname(where)
+    need, free = frames * _FRAME_BYTES, shutil.disk_usage(where).free
+    if need <= free:
+        return None
+    return (f"the trajectory needs {need / 1e9:,.1f} GB ({_FRAME_BYTES:,} bytes a frame), "
+            f"and the disk of {out!r} has {free / 1e9:,.1f} GB free; give fewer frames")
 
 
 def _selection_problem(select: str) -> str | None:
