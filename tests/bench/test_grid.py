@@ -633,3 +633,21 @@ def test_an_empty_scheduler_list_is_a_usage_error(h5md_file, tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"argument --scheduler: expected names like threads,processes, got {value!r}" \
             in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("analysis", ["rmsd", "read"])
+def test_a_position_without_frames_is_named(tmp_path, capsys, analysis):
+    """A file whose position dataset is a scalar failed with 'tuple index out of range'
+    and a --debug hint; the error names the file, the dataset and its shape."""
+    from h5mdx.cli import main
+
+    path = tmp_path / "scalar.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f.create_group("particles/all/position")["value"] = 1.0
+    assert main(["bench", str(path), "--analysis", analysis, "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"h5mdx bench: error: {path} [/particles/all/position/value]: the position "
+                   "dataset has shape (): no frames to read (H5MD's are (frames, particles, "
+                   "dimension))\n")

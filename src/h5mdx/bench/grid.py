@@ -125,6 +125,7 @@ def _read_block(
 def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
     import h5py
 
+    from h5mdx.errors import H5MDFormatError
     from h5mdx.format.h5md import open_h5md, scan
 
     # a directory or a file that is not HDF5 said so, not h5py's "[Errno 21] Unable to
@@ -140,6 +141,12 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
         # atoms when its group came first (an audit)
         found = [el for el in (g.elements.get("position") for g in info.particles.values())
                  if el is not None]
+        framed = [el for el in found if len(el.shape) >= 1]
+        if found and not framed:  # a position of shape (): "tuple index out of range"
+            raise H5MDFormatError(path, found[0].value_path,
+                                  f"the position dataset has shape {found[0].shape}: no "
+                                  "frames to read (H5MD's are (frames, particles, dimension))")
+        found = framed
         if found:
             el = min(found, key=lambda el: not el.time_dependent)  # the first of them
             return el.value_path, el.chunks, int(el.shape[0])
