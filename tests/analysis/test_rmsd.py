@@ -702,7 +702,7 @@ def test_cli_slurm_options_need_the_slurm_scheduler(adk_h5md, tmp_path, capsys):
 
 def test_cli_rejects_bad_chunk_size(adk_h5md, capsys):
     assert cli_main(["rmsd", adk_h5md, "--chunk-mib", "-1", "--scheduler", "threads"]) == 2
-    assert "--chunk-mib must be positive" in capsys.readouterr().err
+    assert "--chunk-mib must be a positive, finite number of MiB, not -1" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- found by an audit

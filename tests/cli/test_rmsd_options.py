@@ -27,3 +27,13 @@ def test_frames_per_block_below_one_is_a_usage_error(small, capsys, value):
     captured = capsys.readouterr()
     assert captured.err == f"h5mdx rmsd: --frames-per-block must be at least 1, not {value}\n"
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_chunk_mib_not_positive_and_finite_is_a_usage_error(small, capsys, value):
+    """--chunk-mib nan (or inf) passed the check ('must be positive') and failed later with
+    'chunk_mib= must be ...', exit status 1 and a --debug hint."""
+    assert main(["rmsd", small, "--chunk-mib", value, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx rmsd: --chunk-mib must be a positive, finite number of "
+                            f"MiB, not {float(value):g}\n") and captured.out == ""

@@ -387,8 +387,9 @@ def _refused(args: argparse.Namespace) -> bool:
     if not _options_apply(args):
         return True
     chunk_mib = getattr(args, "chunk_mib", None)  # None: h5mdx.rmsd's default blocks
-    if chunk_mib is not None and chunk_mib <= 0:
-        print("h5mdx rmsd: --chunk-mib must be positive", file=sys.stderr)
+    if chunk_mib is not None and not 0 < chunk_mib < float("inf"):  # nan, inf: exit 1
+        print(f"h5mdx rmsd: --chunk-mib must be a positive, finite number of MiB, not "
+              f"{chunk_mib:g}", file=sys.stderr)
         return True
     fpb = getattr(args, "frames_per_block", None)
     if fpb is not None and fpb < 1:  # it was found after the scheduler was chosen (exit 1)
