@@ -1214,3 +1214,26 @@ def test_blocks_of_no_frames_are_refused_on_every_path(adk_h5md, option, bad, ma
         got = h5mdx.rmsd(ds.position.chunk({"time": 10}), select="name CA", chunk_mib=1)
         want = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=7)
         np.testing.assert_allclose(got.values, want.values, rtol=0, atol=1e-6)
+
+
+def test_the_reference_frame_is_named_by_its_step_and_time(adk_h5md, tmp_path):
+    """``reference_frame`` is an index into the positions given: on a slice of the file, 0
+    is the file's frame 10, and nothing said so; the step and time of that frame do."""
+    from h5mdx.analysis.series import write_series
+
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        tail = ds.isel(time=slice(10, None))
+        r = tail.md.rmsd(select="name CA")
+        step10, time10 = int(ds.step[10]), float(ds.time[10])
+        assert r.attrs["reference_frame"] == 0
+        assert r.attrs["reference_step"] == step10 and r.attrs["reference_time"] == time10
+        last = ds.md.rmsd(-1, select="name CA")
+        assert last.attrs["reference_step"] == int(ds.step[97])
+        parts = [ds.isel(time=slice(0, 40)), ds.isel(time=slice(40, None))]
+        joined = h5mdx.rmsd(parts, 50, select="name CA")
+        assert joined.attrs["reference_frame"] == 50
+        assert joined.attrs["reference_step"] == int(ds.step[50])
+        assert joined.attrs["reference_time"] == float(ds.time[50])
+        back = xr.open_dataarray(write_series(tmp_path / "r.nc", r))
+        assert back.attrs["reference_step"] == step10
+        back.close()

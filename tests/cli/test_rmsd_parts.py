@@ -252,3 +252,17 @@ def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expec
                      "--no-progress", "--out", str(out)]) == 0
     got = _series(out)
     assert got.size == 98 and np.abs(got - expected_ca).max() < ATOL
+
+
+def test_the_cli_series_names_the_reference_by_its_step(parts, tmp_path, adk_h5md):
+    """``h5mdx rmsd`` of the parts with --reference 50: the .nc says the reference's step
+    and time (the frame index alone is an index of the frames given)."""
+    out = tmp_path / "r.nc"
+    assert main(["rmsd", *parts, "--topology", PSF, "--select", "name CA", "--reference",
+                 "50", "--out", str(out), "--no-progress", "--scheduler", "threads",
+                 "--workers", "1"]) == 0
+    with xr.open_dataset(adk_h5md, engine="h5md", convert_units=True) as whole, \
+            xr.open_dataarray(out) as back:
+        assert back.attrs["reference_frame"] == 50
+        assert back.attrs["reference_step"] == int(whole.step[50])
+        assert back.attrs["reference_time"] == float(whole.time[50])

@@ -450,3 +450,24 @@ def test_a_store_without_consolidated_metadata_opens_without_xarrays_note(tmp_pa
         warnings.simplefilter("error")
         with open_zarr_store(path) as ds:
             assert ds.sizes["time"] == 3 and ds["position"].shape == (3, 3341, 3)
+
+
+def test_a_stores_reference_time_is_in_the_series_time_unit(tmp_path):
+    """h5mdx rmsd of a Zarr store converts its times to ps (ns here): the reference's time
+    must be converted with them, not left in ns beside a time axis in ps."""
+    import xarray as xr
+
+    from h5mdx.testing import write_h5md
+
+    src = tmp_path / "ns.h5md"
+    xyz = np.random.default_rng(1).random((6, 5, 3))
+    write_h5md(src, {"t": {"position": {"value": xyz, "unit": "nm", "step": np.arange(6) * 5,
+                                        "time": np.arange(6) * 0.002, "time_unit": "ns"}}})
+    store = tmp_path / "ns.zarr"
+    assert main(["rechunk", str(src), str(store)]) == 0
+    out = tmp_path / "r.nc"
+    assert main(["rmsd", str(store), "--reference", "3", "--out", str(out), "--no-progress",
+                 "--scheduler", "threads", "--workers", "1"]) == 0
+    with xr.open_dataarray(out) as back:
+        assert back.time.attrs["units"] == "ps" and float(back.time[3]) == 6.0
+        assert back.attrs["reference_step"] == 15 and back.attrs["reference_time"] == 6.0

@@ -61,7 +61,7 @@ from h5mdx.analysis.reference import (
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["join_parts", "reference_of_parts", "rmsd"]
+__all__ = ["join_parts", "reference_of_frame", "reference_of_parts", "rmsd"]
 
 
 def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None,
@@ -177,7 +177,12 @@ def rmsd(
     -------
     xarray.DataArray
         Lazy float64 ``rmsd`` on ``time`` with the ``time``/``step`` coordinates of
-        ``position`` and its length ``units``. Compute it with ``.compute()`` on any
+        ``position`` and its length ``units``; its attrs say how it was computed
+        (``selection``, ``n_atoms``, ``weights``, ``superposition``) and, for a frame
+        index, ``reference_frame`` (an index into ``position``: on
+        ``ds.isel(time=slice(10, None))`` its 0 is the file's frame 10) with
+        ``reference_step`` and ``reference_time`` (in the unit of ``time``), which
+        name that frame unambiguously. Compute it with ``.compute()`` on any
         dask scheduler: on one machine dask's threads are the fastest where h5mdx reads
         the positions itself (uncompressed, or deflate, LZF, Blosc, LZ4, Zstandard), and
         worker processes where HDF5 must (other filters: it runs one call at a time in a
@@ -299,7 +304,32 @@ def join_parts(series: Sequence[xr.DataArray], frame: int | None) -> xr.DataArra
     out = xr.concat(series, dim=TIME_DIM, combine_attrs="override")
     if frame is not None:
         out.attrs["reference_frame"] = frame
+        out.attrs.update(reference_of_frame(out, frame))
     return out
+
+
+def reference_of_frame(series: xr.DataArray | xr.Dataset, frame: int) -> dict[str, Any]:
+    """``reference_step`` and ``reference_time`` (in the ``time`` coordinate's unit) of the
+    reference frame ``frame`` of ``series`` (an index into its ``time``), where it has
+    ``step`` or ``time`` on ``time``: ``reference_frame`` alone is an index into the
+    positions given, so that on ``ds.isel(time=slice(10, None))`` its 0 is the file's
+    frame 10, which the step and the time say unambiguously."""
+    attrs: dict[str, Any] = {}
+    for name, cast_to in (("step", int), ("time", float)):
+        coord = series.coords.get(name)
+        if coord is None or coord.dims != (TIME_DIM,) or not coord.size:
+            continue
+        one = coord.isel({TIME_DIM: frame}).variable
+        if one.chunks is not None:  # dask's own getter, in this process: a compute with
+            import dask  # the default scheduler imports distributed (0.3-0.4 s)
+
+            one = one.compute(scheduler=dask.get)
+        value = np.asarray(one.values)
+        if name == "time" and coord.attrs.get("units") == _STEP_UNIT:
+            continue  # frames timed by their steps: no time of their own
+        if np.issubdtype(value.dtype, np.number) and np.isfinite(value):
+            attrs[f"reference_{name}"] = cast_to(value)
+    return attrs
 
 
 #: The unit of the time of frames a file gives no time: their steps (h5mdx.engine)
@@ -416,4 +446,6 @@ def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, sel
         "none" if weights is None else "given")
     if isinstance(reference, (int, np.integer)):  # as an index from the first frame (-1: n-1)
         attrs["reference_frame"] = int(reference) % max(int(position.sizes[TIME_DIM]), 1)
+        if position.sizes[TIME_DIM]:
+            attrs.update(reference_of_frame(position, attrs["reference_frame"]))
     return attrs

@@ -143,6 +143,8 @@ def _canonical_units(result: Any) -> Any:
     """The RMSD of a Zarr store (stored in the file's units) in the units ``h5mdx rmsd``
     reports for an H5MD file, which it opens with ``convert_units=True``: Å, and time in
     ps. The RMSD scales with the positions, so the series is converted, not the store."""
+    import numpy as np
+
     from h5mdx.format.units import base_factor, scaled
 
     def scale(attrs: dict, what: str) -> tuple[float, dict]:
@@ -162,6 +164,10 @@ def _canonical_units(result: Any) -> Any:
         if t_factor != 1.0:
             out = out.assign_coords(time=("time", scaled(out["time"].values, t_factor, decimals=True),
                                           t_attrs))
+            if "reference_time" in out.attrs:  # the reference's time in the series' unit
+                out.attrs["reference_time"] = float(scaled(
+                    np.array([out.attrs["reference_time"]], np.float64), t_factor,
+                    decimals=True)[0])
     return out.rename(result.name)
 
 

@@ -712,6 +712,10 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     attrs.update(selection=options.select or "all", backend=BACKEND,  # as h5mdx.rmsd says
                  reference_frame=options.reference % max(len(result.rmsd), 1))
     da = xr.DataArray(result.rmsd, dims=("time",), coords=coords, name="rmsd", attrs=attrs)
+    if len(result.rmsd):  # the reference frame's step and time, as h5mdx.rmsd says them
+        from h5mdx.analysis.rmsd import reference_of_frame
+
+        da.attrs.update(reference_of_frame(da, da.attrs["reference_frame"]))
     fmt, other = ("nc", "csv") if options.out_format == "nc" else ("csv", "nc")
     path = write_series(out / f"rmsd.{fmt}", da)
     files["rmsd"] = str(path)
