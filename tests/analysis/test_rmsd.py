@@ -870,7 +870,9 @@ def test_a_series_that_fails_to_compute_leaves_the_file_there_as_it_was(
             pytest.raises(H5MDReadError, match="damaged.h5md"):
         write_series(path, h5mdx.rmsd(ds.position, select=np.arange(0, 3341, 7)))
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["damaged.h5md", name])
+    sidecar = [] if name.endswith(".nc") else ["r.meta.json"]  # a CSV's units, kept too
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["damaged.h5md", name,
+                                                                 *sidecar])
     if name.endswith(".nc"):
         with xr.open_dataarray(path) as back:
             np.testing.assert_array_equal(back.values, good.values)
@@ -1237,3 +1239,27 @@ def test_the_reference_frame_is_named_by_its_step_and_time(adk_h5md, tmp_path):
         back = xr.open_dataarray(write_series(tmp_path / "r.nc", r))
         assert back.attrs["reference_step"] == step10
         back.close()
+
+
+def test_a_csv_series_states_its_units_in_a_sidecar(adk_h5md, tmp_path):
+    """rmsd.csv said no units (time in ps? RMSD in Å or nm?): its sidecar rmsd.meta.json
+    does, with the series' attrs, and pandas.read_csv reads the same four columns."""
+    import json
+
+    import pandas as pd
+
+    from h5mdx.analysis.series import write_series
+
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, convert_units=True) as ds:
+        r = ds.isel(time=slice(10, None)).md.rmsd(select="name CA").compute()
+    path = write_series(tmp_path / "rmsd.csv", r)
+    table = pd.read_csv(path)
+    assert list(table.columns) == ["frame", "time", "step", "rmsd"]
+    np.testing.assert_allclose(table["rmsd"], r.values, rtol=1e-9)
+    meta = json.loads((tmp_path / "rmsd.meta.json").read_text())
+    assert meta["units"] == {"frame": None, "time": "ps", "step": None, "rmsd": "Angstrom"}
+    assert meta["attrs"]["reference_step"] == int(r.step[0])
+    assert meta["attrs"]["selection"] == "name CA" and meta["attrs"]["n_atoms"] == 214
+    write_series(tmp_path / "rmsd.nc", r)  # netCDF says its units itself: no sidecar
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rmsd.csv", "rmsd.meta.json",
+                                                          "rmsd.nc"]

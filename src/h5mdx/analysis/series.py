@@ -5,13 +5,15 @@ Written by ``h5mdx rmsd``, ``h5mdx mpi-rmsd``, dask-mpi runs and the worked exam
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_outputs", "plot_series", "write_outputs", "write_series"]
+__all__ = ["check_outputs", "plot_series", "series_metadata", "sidecar_path", "write_outputs",
+           "write_series"]
 
 #: Suffixes of the series file (``.nc``: netCDF; the others, or none: CSV).
 SERIES_SUFFIXES = ("", ".nc", ".csv", ".txt", ".dat")
@@ -94,6 +96,12 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
 def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     """Write an RMSD DataArray on ``time`` as CSV (frame, time, step, rmsd) or netCDF.
 
+    A CSV holds the numbers alone (``pandas.read_csv(path)`` reads its four columns); its
+    units (the RMSD's length, the time's) and the series' attrs (the reference frame, its
+    step and time, the selection) go to the sidecar ``<stem>.meta.json`` beside it
+    (:func:`series_metadata`), as ``timing.csv``'s go to ``timing.meta.json``. A netCDF
+    file holds them itself (``units`` of ``rmsd`` and ``time``, the attrs).
+
     The CSV's ``frame`` is the result's ``frame`` coordinate where it has one (the frame
     index in the file), else the row's index in the series: for a series of selected
     frames (``ds.isel(time=...)``) the ``step`` and ``time`` columns say which they are.
@@ -109,8 +117,8 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     Returns
     -------
     pathlib.Path
-        The file written: written beside it, then renamed over it, so that a failed
-        write or computation leaves a file already there as it was.
+        The file written: written beside it, then renamed over it (and its sidecar), so
+        that a failed write or computation leaves a file already there as it was.
     """
     path = _series_path(path)
     # computed before any file is touched, and written beside the file, then renamed
@@ -118,14 +126,43 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     # replaced by one of NaN RMSD values that read back without an error
     result = result.compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    targets = [path] if path.suffix.lower() == ".nc" else [path, sidecar_path(path)]
+    tmps = [p.with_name(f".{p.stem}.{os.getpid()}.tmp{p.suffix}") for p in targets]
     try:
-        _write(tmp, result)
-        os.replace(tmp, path)
+        _write(tmps[0], result)
+        if len(tmps) > 1:  # the CSV's units and attrs, as timing.csv's timing.meta.json
+            tmps[1].write_text(json.dumps(series_metadata(result), indent=1, sort_keys=True)
+                               + "\n", encoding="utf-8")
+        for tmp, target in zip(tmps, targets, strict=True):
+            os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """The sidecar of a CSV series, ``<stem>.meta.json`` beside it (``rmsd.csv``:
+    ``rmsd.meta.json``), as ``timing.csv``'s ``timing.meta.json``."""
+    return Path(path).with_suffix(".meta.json")
+
+
+def series_metadata(result: Any) -> dict[str, Any]:
+    """What a CSV series cannot say in its columns: each column's unit (``units``; None
+    where the file names none) and the series' attrs (``attrs``: the reference frame, its
+    step and time, the selection, the weights, ...), for its sidecar ``<stem>.meta.json``."""
+    def plain(value: Any) -> Any:
+        return value.item() if isinstance(value, np.generic) else \
+            value.tolist() if isinstance(value, np.ndarray) else value
+
+    units: dict[str, Any] = {"frame": None}
+    for name in ("time", "step"):
+        if name in result.coords:
+            units[name] = result[name].attrs.get("units") or None
+    units["rmsd"] = result.attrs.get("units") or None
+    attrs = {str(k): plain(v) for k, v in result.attrs.items()}
+    return {"units": units, "attrs": json.loads(json.dumps(attrs, default=str))}
 
 
 def _write(path: Path, result: Any) -> None:

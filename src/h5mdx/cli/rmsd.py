@@ -62,7 +62,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="QCP implementation: numba where installed (auto), or numpy")
     p.add_argument("--out", default=None, help="write the series to a file: .nc netCDF, else CSV "
                    "(.csv, .txt or no suffix); RMSD in Angstrom, time in ps, where the file "
-                   "says its units")
+                   "says its units (a CSV's units and reference in <stem>.meta.json "
+                   "beside it)")
     p.add_argument("--plot", default=None, help="write a plot of the series (PNG)")
     p.add_argument("--timing", default=None,
                    help="capture per-task timing records into this directory")
@@ -236,8 +237,12 @@ def _summary(result: Any) -> str:
 
 
 def _print_written(args: argparse.Namespace) -> None:
-    """Name the files written: the series, the plot, the timing records."""
-    for written in (args.out, args.plot,
+    """Name the files written: the series (and a CSV's sidecar), the plot, the timing
+    records."""
+    from h5mdx.analysis.series import sidecar_path
+
+    meta = args.out and not str(args.out).lower().endswith(".nc")
+    for written in (args.out, sidecar_path(args.out) if meta else None, args.plot,
                     os.path.join(args.timing, "timing.csv") if args.timing else None):
         if written:
             print(f"wrote {written}")

@@ -164,8 +164,8 @@ def _run_rmsd(path: str, out: str, select: str, workers: int, readers: int, prog
 
 #: The files a run publishes into its output directory (the RMSD's timing records, the
 #: series, the rounds and :func:`write_report`'s)
-OUTPUTS = ("rmsd.csv", "rmsd.png", "timing.csv", "timing.meta.json", "rounds.json",
-           "gantt.png", "workers.png", "report.html")
+OUTPUTS = ("rmsd.csv", "rmsd.meta.json", "rmsd.png", "timing.csv", "timing.meta.json",
+           "rounds.json", "gantt.png", "workers.png", "report.html")
 
 #: The list, in the output directory, of the files the last run published: the next run
 #: replaces those, and refuses to replace files of the same names it did not write
@@ -324,7 +324,8 @@ def run_example(
         result, paired, n_selected, warm = _run_rmsd(path, stage, select, workers, readers,
                                                      progress)
         files = {"rmsd_plot": os.path.join(stage, "rmsd.png"),
-                 "rmsd": os.path.join(stage, "rmsd.csv"),
+                 "rmsd": os.path.join(stage, "rmsd.csv"),  # units: rmsd.meta.json
+                 "rmsd_meta": os.path.join(stage, "rmsd.meta.json"),
                  "timing": os.path.join(stage, "timing.csv"),
                  # the run's metadata (machine, versions, warm-up) beside timing.csv
                  "timing_meta": os.path.join(stage, "timing.meta.json")}

@@ -701,7 +701,7 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     files: dict[str, str] = {}
     import xarray as xr
 
-    from h5mdx.analysis.series import write_series
+    from h5mdx.analysis.series import sidecar_path, write_series
 
     coords: dict[str, Any] = {"frame": ("time", result.frames)}
     if result.time is not None:
@@ -720,6 +720,8 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     path = write_series(out / f"rmsd.{fmt}", da)
     files["rmsd"] = str(path)
     stale = out / f"rmsd.{other}"
+    if fmt == "nc":  # an earlier CSV's sidecar (rmsd.meta.json): not this run's either
+        sidecar_path(stale).unlink(missing_ok=True)
     if stale.is_file():  # an earlier run's series in the other format: not this run's
         stale.unlink()
         files["removed"] = str(stale)
