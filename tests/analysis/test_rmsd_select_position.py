@@ -301,3 +301,23 @@ def test_atomgroup_of_the_whole_system_and_a_file_of_selected_atoms(tmp_path):
         expected = rms.RMSD(group).run().results.rmsd[:, 2]
     assert got.sizes["time"] == 98
     np.testing.assert_allclose(got.values, expected, atol=ATOL)
+
+
+def test_atoms_without_a_position_in_the_reference_frame_are_said(tmp_path):
+    """Atoms with NaN positions at the reference frame match no selection by position:
+    they were left out in silence; a warning names how many and which."""
+    from h5mdx.testing import write_h5md
+
+    xyz = np.random.default_rng(3).random((3, 6, 3)) * 10
+    xyz[0, [1, 4]] = np.nan
+    path = tmp_path / "gaps.h5md"
+    write_h5md(path, {"all": {"position": {"value": xyz, "unit": "Angstrom",
+                                           "step": np.arange(3)}}})
+    with xr.open_dataset(path, engine="h5md") as ds:
+        with pytest.warns(RuntimeWarning, match=r"made on frame 0 \(of .*gaps.h5md\), where "
+                          r"2 of its 6 atoms have no position .*atom indices 1, 4\)"):
+            r = ds.md.rmsd(0, select="prop z < 100")
+        assert r.attrs["n_atoms"] == 4
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ds.md.rmsd(2, select="prop z < 100").attrs["n_atoms"] == 6

@@ -386,12 +386,31 @@ def selection_frame(position: xr.DataArray, reference: Any, ids: np.ndarray, n: 
                 f"reference holds {len(atoms)} atoms, the topology {n}: pass a reference "
                 "of the same atoms, a frame index, or the atoms' indices as select=")
         dims = getattr(reference, "dimensions", None)
-        return np.asarray(atoms.positions, dtype=np.float64), _mda_box(dims)
+        xyz = np.asarray(atoms.positions, dtype=np.float64)
+        _warn_unplaced(xyz, np.asarray(atoms.indices), "the reference's frame")
+        return xyz, _mda_box(dims)
     xyz, unit, edges = _frame_of(position, reference, box)
+    _warn_unplaced(xyz, ids, (f"frame {reference}" if isinstance(reference, (int, np.integer))
+                              else "the reference") + _of_file(position))
     full = np.full((n, 3), np.nan)
     full[ids] = xyz * _length_scale(str(unit), "Angstrom", "the reference") \
         if unit is not None else xyz
     return full, _box_dimensions(edges)
+
+
+def _warn_unplaced(xyz: np.ndarray, ids: np.ndarray, where: str) -> None:
+    """Say so where atoms have no position (NaN) in the frame a selection by position is
+    made on: no distance or coordinate of theirs matches, so the selection left them out
+    in silence, whatever their positions in the other frames."""
+    unplaced = np.flatnonzero(np.isnan(xyz).any(axis=1)) if xyz.size else np.empty(0, int)
+    if unplaced.size:
+        first = ", ".join(str(int(i)) for i in ids[unplaced][:5])
+        warnings.warn(
+            f"a selection by position is made on {where}, where {unplaced.size} of its "
+            f"{xyz.shape[0]} atoms have no position (NaN: absent particles, or a fill "
+            f"value; atom indices {first}{', ...' if unplaced.size > 5 else ''}): the "
+            "selection leaves them out; take a reference frame where they are present, or "
+            "select them by index", RuntimeWarning, stacklevel=_user_stacklevel())
 
 
 def _frame_of(position: xr.DataArray, reference: Any, box: xr.DataArray | None
