@@ -321,3 +321,28 @@ def test_atoms_without_a_position_in_the_reference_frame_are_said(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert ds.md.rmsd(2, select="prop z < 100").attrs["n_atoms"] == 6
+
+
+def test_parts_as_dataarrays_say_they_have_no_box_or_take_box(boxed_parts):
+    """h5mdx.rmsd([DataArray, ...]) of files with a box per frame: the selection by distance
+    was not periodic, in silence (a list of Datasets is). It is said; box= of every frame
+    makes it periodic, as on one file."""
+    box = [35.0, 35.0, 35.0, 90.0, 90.0, 90.0]
+    periodic, _ = _mda_rmsd("around 3 resid 1", 60, box)
+    flat, _ = _mda_rmsd("around 3 resid 1", 60)
+    assert np.abs(periodic - flat).max() > 1e-3  # the box changes the atoms selected
+    opened = [xr.open_dataset(p, engine="h5md", topology=PSF) for p in boxed_parts]
+    try:
+        arrays = [ds.position for ds in opened]
+        with pytest.warns(RuntimeWarning, match="the parts are DataArrays, which carry no "
+                          "box: the selection 'around 3 resid 1' is made without one"):
+            got = h5mdx.rmsd(arrays, 60, select="around 3 resid 1").compute()
+        np.testing.assert_allclose(got.values * 10, flat, atol=ATOL)
+        edges = xr.concat([ds.box_edges for ds in opened], dim="time")
+        got = h5mdx.rmsd(arrays, 60, select="around 3 resid 1", box=edges).compute()
+        np.testing.assert_allclose(got.values * 10, periodic, atol=ATOL)
+        with pytest.raises(ValueError, match="box= has 50 frames, the parts 98 in all"):
+            h5mdx.rmsd(arrays, 60, select="around 3 resid 1", box=opened[0].box_edges)
+    finally:
+        for ds in opened:
+            ds.close()

@@ -171,7 +171,10 @@ def rmsd(
     box : xarray.DataArray, optional
         The box of a selection by distance (``ds.box_edges``, which ``ds.md.rmsd``
         passes): taken at the reference frame, periodic where its ``boundary`` is;
-        without one, distances are not periodic.
+        without one, distances are not periodic. With parts that are DataArrays (which
+        carry no box), the box of every frame of them all (``xr.concat`` of their
+        ``box_edges``) or of one frame; without it a selection by distance says (a
+        warning) that it is not periodic. Parts that are Datasets carry their own.
 
     Returns
     -------
@@ -428,7 +431,39 @@ def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,
     # Datasets: the reference a frame of one (its box, for a selection by distance)
     whole = all(isinstance(p, xr.Dataset) for p in parts)
     ref, frame = reference_of_parts(list(parts) if whole else positions, reference)
+    if not whole:
+        options["box"] = _box_of_parts(options.get("box"), options.get("select"), frame,
+                                       sum(p.sizes.get(TIME_DIM, 0) for p in positions))
     return join_parts([rmsd(p, ref, **options) for p in positions], frame)
+
+
+#: MDAnalysis' selections by distance, periodic where the box is (``prop z`` takes none)
+_BY_DISTANCE = frozenset({"around", "point", "sphzone", "sphlayer", "cyzone", "cylayer",
+                          "isolayer"})
+
+
+def _box_of_parts(box: xr.DataArray | None, select: Any, frame: int | None,
+                  n_frames: int) -> xr.DataArray | None:
+    """The box for each part where the parts are DataArrays (which carry no box): a
+    ``box=`` of every frame of them all taken at the reference ``frame`` (a part's rmsd
+    took a box on ``time`` of another length as no box: not periodic, in silence); without
+    one, a selection by distance is not periodic, which a warning says."""
+    if box is None:
+        words = set(select.replace("(", " ").replace(")", " ").split()) \
+            if isinstance(select, str) else set()
+        if words & _BY_DISTANCE:
+            warnings.warn(f"the parts are DataArrays, which carry no box: the selection "
+                          f"{select!r} is made without one (distances not periodic); pass "
+                          "the parts' Datasets, or box= (ds.box_edges of every frame of "
+                          "them all, or of the reference frame)", RuntimeWarning,
+                          stacklevel=_user_stacklevel())
+        return None
+    if TIME_DIM not in box.dims:
+        return box
+    if box.sizes[TIME_DIM] != n_frames:
+        raise ValueError(f"box= has {box.sizes[TIME_DIM]} frames, the parts {n_frames} in "
+                         "all: give the box of every frame of them all, or of one frame")
+    return box.isel({TIME_DIM: frame}) if frame is not None else None
 
 
 def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, select: Any,
