@@ -1263,3 +1263,25 @@ def test_a_csv_series_states_its_units_in_a_sidecar(adk_h5md, tmp_path):
     write_series(tmp_path / "rmsd.nc", r)  # netCDF says its units itself: no sidecar
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rmsd.csv", "rmsd.meta.json",
                                                           "rmsd.nc"]
+
+
+def test_a_reference_of_another_file_is_named(adk_h5md):
+    """A reference that is no frame index (a frame of another file, a Universe, an array)
+    left the result saying nothing of what the series was compared with."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds, \
+            xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as other:
+        r = ds.md.rmsd(other.isel(time=5), select="name CA")
+        assert r.attrs["reference"] == (f"a frame of {adk_h5md}, step {int(other.step[5])}, "
+                                        f"time {float(other.time[5])}")
+        assert "reference_frame" not in r.attrs
+        arr = ds.md.rmsd(np.zeros((214, 3)), select="name CA")
+        assert arr.attrs["reference"] == "an array of positions"
+        import MDAnalysis as mda
+        from MDAnalysisTests.datafiles import DCD
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            universe = mda.Universe(PSF, DCD)
+        universe.trajectory[3]
+        u = ds.md.rmsd(universe, select="name CA")
+        assert u.attrs["reference"].startswith("frame 3 of the MDAnalysis Universe ")

@@ -185,7 +185,9 @@ def rmsd(
         index, ``reference_frame`` (an index into ``position``: on
         ``ds.isel(time=slice(10, None))`` its 0 is the file's frame 10) with
         ``reference_step`` and ``reference_time`` (in the unit of ``time``), which
-        name that frame unambiguously. Compute it with ``.compute()`` on any
+        name that frame unambiguously; for another reference, ``reference`` says what
+        it was (a frame of another file with its step and time, a Universe's frame, an
+        array). Compute it with ``.compute()`` on any
         dask scheduler: on one machine dask's threads are the fastest where h5mdx reads
         the positions itself (uncompressed, or deflate, LZF, Blosc, LZ4, Zstandard), and
         worker processes where HDF5 must (other filters: it runs one call at a time in a
@@ -483,4 +485,26 @@ def _result_attrs(position: xr.DataArray, sub: xr.DataArray, reference: Any, sel
         attrs["reference_frame"] = int(reference) % max(int(position.sizes[TIME_DIM]), 1)
         if position.sizes[TIME_DIM]:
             attrs.update(reference_of_frame(position, attrs["reference_frame"]))
+    else:  # no frame of these positions: it said nothing of what the reference was
+        attrs["reference"] = _described(reference)
     return attrs
+
+
+def _described(reference: Any) -> str:
+    """What a reference that is no frame index of the positions was, for the result's
+    ``reference`` attr: a frame of another file (its step and time where it has them), a
+    Universe's current frame, or an array."""
+    if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
+        universe = getattr(reference, "universe", reference)
+        ts = getattr(getattr(universe, "trajectory", None), "ts", None)
+        frame = f"frame {ts.frame} " if getattr(ts, "frame", None) is not None else ""
+        return (f"{frame}of the MDAnalysis Universe "
+                f"{getattr(universe, 'filename', None) or '(no file)'}")
+    if isinstance(reference, (xr.DataArray, xr.Dataset)):
+        var = reference["position"] if isinstance(reference, xr.Dataset) \
+            and "position" in reference else reference
+        where = [f"{name} {var.coords[name].values.item()}" for name in ("step", "time")
+                 if name in var.coords and var.coords[name].size == 1]
+        source = var.encoding.get("source") or reference.encoding.get("source")
+        return ", ".join([f"a frame of {source or 'a Dataset in memory'}", *where])
+    return "an array of positions"
