@@ -594,17 +594,18 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
     # the reference frame is said as an index from the first frame, as h5mdx.rmsd says it
     # (it was -1 as given, where h5mdx.rmsd of the parts of a run said 97). Into the same
     # --out: the first run's rmsd.csv is removed, not left to be read as this run's series
-    assert (out / "rmsd.csv").is_file()
+    assert (out / "rmsd.csv").is_file() and (out / "rmsd.meta.json").is_file()
     proc = subprocess.run(
         h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--reference", "-1", "--format", "nc",
                    "--out", str(out)), env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert not (out / "rmsd.csv").exists()
+    assert not (out / "rmsd.csv").exists() and not (out / "rmsd.meta.json").exists()
     assert f"removed {out / 'rmsd.csv'}: an earlier run's series" in proc.stdout
     import xarray as xr
 
     with xr.open_dataarray(out / "rmsd.nc") as da:
         assert da.attrs["reference_frame"] == 97 and float(da[97]) < 1e-5 < float(da[0])
+        assert da.attrs["reference_step"] == int(da.step[97])
         assert da.attrs["selection"] == "all" and da.attrs["units"] == "Angstrom"
     # without --out nothing is written: the summary says how to keep the series (as
     # h5mdx rmsd does; found by an audit)
