@@ -346,3 +346,20 @@ def test_parts_as_dataarrays_say_they_have_no_box_or_take_box(boxed_parts):
     finally:
         for ds in opened:
             ds.close()
+
+
+def test_the_cli_says_unplaced_atoms_once(tmp_path, capsys):
+    """h5mdx rmsd made the selection twice (a check before the scheduler starts, then the
+    run's), and said the warning twice."""
+    from h5mdx.cli import main as cli_main
+    from h5mdx.testing import write_h5md
+
+    xyz = np.random.default_rng(3).random((3, 6, 3)) * 10
+    xyz[0, [1, 4]] = np.nan
+    path = tmp_path / "gaps.h5md"
+    write_h5md(path, {"all": {"position": {"value": xyz, "unit": "Angstrom",
+                                           "step": np.arange(3) * 5}}})
+    with pytest.warns(RuntimeWarning, match="have no position") as said:
+        assert cli_main(["rmsd", str(path), "--select", "prop z < 100", "--no-progress",
+                         "--scheduler", "threads", "--workers", "1"]) == 0
+    assert sum("have no position" in str(w.message) for w in said) == 1

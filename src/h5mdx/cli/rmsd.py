@@ -355,8 +355,12 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
     ref = reference
     if isinstance(opened, list):  # the frame of the part that holds it, as compute_rmsd
         ref = reference_of_parts(opened, reference)[0]
-    select_atoms(with_atom_data(ds, ds["position"], topology), select, topology, ref,
-                 ds.get("box_edges"))
+    import warnings
+
+    with warnings.catch_warnings():  # the run's own selection says them: once, not twice
+        warnings.simplefilter("ignore")
+        select_atoms(with_atom_data(ds, ds["position"], topology), select, topology, ref,
+                     ds.get("box_edges"))
 
 
 #: The options of the SLURM group (``--scheduler slurm``) that default to None.
