@@ -348,9 +348,11 @@ def test_parts_as_dataarrays_say_they_have_no_box_or_take_box(boxed_parts):
             ds.close()
 
 
-def test_the_cli_says_unplaced_atoms_once(tmp_path, capsys):
+def test_the_cli_says_unplaced_atoms_once_and_the_step_of_its_largest_value(tmp_path,
+                                                                            capsys):
     """h5mdx rmsd made the selection twice (a check before the scheduler starts, then the
-    run's), and said the warning twice."""
+    run's), and said the warning twice; and a file without times said "at time 10 step"
+    of its largest value (its frames are timed by their steps)."""
     from h5mdx.cli import main as cli_main
     from h5mdx.testing import write_h5md
 
@@ -363,3 +365,5 @@ def test_the_cli_says_unplaced_atoms_once(tmp_path, capsys):
         assert cli_main(["rmsd", str(path), "--select", "prop z < 100", "--no-progress",
                          "--scheduler", "threads", "--workers", "1"]) == 0
     assert sum("have no position" in str(w.message) for w in said) == 1
+    out = capsys.readouterr().out
+    assert " at step 10 (frame 2)" in out and "at time" not in out

@@ -211,6 +211,9 @@ def _summary(result: Any) -> str:
     >>> print(_summary(xr.DataArray([0.0, 2.0, float("nan")], dims="time",
     ...                             attrs={"units": "nm"})))
     rmsd (nm): first 0.0000, last nan, mean 1.0000, max 2.0000 (frame 1); 1 of 3 frames without a value
+    >>> print(_summary(xr.DataArray([0.0, 2.0], dims="time", coords={"time": (
+    ...     "time", [0.0, 10.0], {"units": "step"})}, attrs={"units": "Angstrom"})))
+    rmsd (Å): first 0.0000, last 2.0000, mean 1.0000, max 2.0000 at step 10 (frame 1)
     >>> print(_summary(xr.DataArray([0.0, 2.0], dims="time")))
     rmsd (the file's length unit, which it does not name): first 0.0000, last 2.0000, mean 1.0000, max 2.0000 (frame 1)
     """
@@ -229,7 +232,9 @@ def _summary(result: Any) -> str:
     if "time" in result.coords:
         t = result["time"].values[top]
         t_unit = result["time"].attrs.get("units", "")
-        when = f" at time {t:g}{f' {t_unit}' if t_unit else ''}"
+        # a file without times: its frames are timed by their steps ("at time 2 step")
+        when = f" at step {t:g}" if t_unit == "step" else \
+            f" at time {t:g}{f' {t_unit}' if t_unit else ''}"
     missing = "" if ok.size == values.size else \
         f"; {values.size - ok.size} of {values.size} frames without a value"
     return (f"rmsd ({unit}): first {values[0]:.4f}, last {values[-1]:.4f}, "
