@@ -595,6 +595,7 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
     # (it was -1 as given, where h5mdx.rmsd of the parts of a run said 97). Into the same
     # --out: the first run's rmsd.csv is removed, not left to be read as this run's series
     assert (out / "rmsd.csv").is_file() and (out / "rmsd.meta.json").is_file()
+    assert f"wrote rmsd_meta: {out / 'rmsd.meta.json'}" in proc.stdout
     proc = subprocess.run(
         h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--reference", "-1", "--format", "nc",
                    "--out", str(out)), env=env, capture_output=True, text=True, timeout=120)

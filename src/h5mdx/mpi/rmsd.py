@@ -719,6 +719,8 @@ def write_outputs(result: MPIRMSDResult, options: MPIRMSDOptions) -> dict[str, s
     fmt, other = ("nc", "csv") if options.out_format == "nc" else ("csv", "nc")
     path = write_series(out / f"rmsd.{fmt}", da)
     files["rmsd"] = str(path)
+    if fmt == "csv":  # its units and reference (write_series)
+        files["rmsd_meta"] = str(sidecar_path(path))
     stale = out / f"rmsd.{other}"
     if fmt == "nc":  # an earlier CSV's sidecar (rmsd.meta.json): not this run's either
         sidecar_path(stale).unlink(missing_ok=True)
