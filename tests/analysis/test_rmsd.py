@@ -1285,3 +1285,18 @@ def test_a_reference_of_another_file_is_named(adk_h5md):
         universe.trajectory[3]
         u = ds.md.rmsd(universe, select="name CA")
         assert u.attrs["reference"].startswith("frame 3 of the MDAnalysis Universe ")
+
+
+def test_blocks_asked_of_dask_backed_positions_are_said_not_to_apply(adk_h5md):
+    """frames_per_block= and chunk_mib= on positions a dask array already cuts (one task
+    per dask chunk) were dropped in silence: 10 frames per task asked, 25 given."""
+    with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
+        position = ds.position.load().chunk({"time": 25})
+        with pytest.warns(RuntimeWarning, match=r"frames_per_block=10 does not apply to "
+                          r"dask-backed positions: one task per dask chunk along time "
+                          r"\(here of 23, 25 frames\)"):
+            r = h5mdx.rmsd(position, select="name CA", frames_per_block=10)
+        assert r.chunks == ((25, 25, 25, 23),)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            h5mdx.rmsd(position, select="name CA")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import dask
@@ -58,7 +59,10 @@ def _compute(result, path, request):
 
 def test_every_path_equals_mdanalysis(adk_h5md_blocked, expected_ca, path, request):
     ds = _open(adk_h5md_blocked, path)
-    lazy = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=20)
+    said = pytest.warns(RuntimeWarning, match="frames_per_block=20 does not apply to "
+                        "dask-backed") if path == "dask-derived" else contextlib.nullcontext()
+    with said:  # a dask operation's blocks are the tasks: 20 frames per task not applied
+        lazy = h5mdx.rmsd(ds.position, select="name CA", frames_per_block=20)
     assert lazy.name == "rmsd"
     assert lazy.dims == ("time",)
     got = _compute(lazy, path, request)

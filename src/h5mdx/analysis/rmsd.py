@@ -222,7 +222,7 @@ def rmsd(
     # ``Variable._data`` is private; xarray has no public way to reach the lazily indexed
     # array (or the dask array) without loading it, and tokenizing it is what identifies
     # the file, element and selection.
-    is_dask = sub.chunks is not None
+    is_dask = _dask_backed(sub, frames_per_block, chunk_mib)
     ends: list[int] = []
     host_threads = process_threads = None
     if not is_dask:
@@ -265,6 +265,21 @@ def rmsd(
     return xr.DataArray(result, dims=(TIME_DIM,), coords=_time_coords(sub), name="rmsd",
                         attrs=_result_attrs(position, sub, reference, select, weights,
                                             superposition))
+
+
+def _dask_backed(sub: xr.DataArray, frames_per_block: Any, chunk_mib: Any) -> bool:
+    """Whether ``sub`` is dask-backed (one task per dask chunk along time); if so, say that
+    ``frames_per_block``/``chunk_mib`` do not apply (they were dropped in silence)."""
+    if sub.chunks is None or (frames_per_block is None and chunk_mib is None):
+        return sub.chunks is not None
+    given = " and ".join(f"{name}={value!r}" for name, value in (
+        ("frames_per_block", frames_per_block), ("chunk_mib", chunk_mib)) if value is not None)
+    sizes = sorted(set(sub.chunks[0])) if sub.chunks else []
+    warnings.warn(f"{given} does not apply to dask-backed positions: one task per dask "
+                  f"chunk along time (here of {', '.join(map(str, sizes[:3]))} frames); "
+                  "rechunk them (position.chunk(time=N)) for other blocks", RuntimeWarning,
+                  stacklevel=_user_stacklevel())
+    return True
 
 
 def reference_of_parts(positions: Sequence[xr.DataArray | xr.Dataset],
