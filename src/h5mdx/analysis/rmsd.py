@@ -512,7 +512,8 @@ def _described(reference: Any) -> str:
     if hasattr(reference, "atoms") and hasattr(reference.atoms, "positions"):
         universe = getattr(reference, "universe", reference)
         ts = getattr(getattr(universe, "trajectory", None), "ts", None)
-        frame = f"frame {ts.frame} " if getattr(ts, "frame", None) is not None else ""
+        index = getattr(ts, "frame", None)
+        frame = f"frame {index} " if index is not None else ""
         return (f"{frame}of the MDAnalysis Universe "
                 f"{getattr(universe, 'filename', None) or '(no file)'}")
     if isinstance(reference, (xr.DataArray, xr.Dataset)):
