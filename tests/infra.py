@@ -391,3 +391,19 @@ def sbatch(
         raise
     job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else ""
     return job_id, proc
+
+
+def random_trajectory(path: os.PathLike | str, frames: int, atoms: int,
+                      frames_per_chunk: int, seed: int) -> str:
+    """A small H5MD file of random positions in nm, ``frames`` x ``atoms``, a step per
+    frame and 0.5 ps between frames, stored in chunks of ``frames_per_chunk`` frames:
+    input for the command line's option checks."""
+    import numpy as np
+
+    from h5mdx.testing import write_h5md
+
+    pos = np.random.default_rng(seed).random((frames, atoms, 3), dtype=np.float32)
+    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(frames),
+                                           "time": np.arange(frames) * 0.5, "unit": "nm",
+                                           "chunks": (frames_per_chunk, atoms, 3)}}})
+    return str(path)

@@ -42,6 +42,23 @@ def _mda_rmsd(select, ref_frame, box=None):
     return run.results.rmsd[:, 2], run.mobile_atoms.indices
 
 
+def _cli_around_is_mdanalysis(files, ref_frame, tmp_path, capsys):
+    """``h5mdx rmsd FILES --select 'around 3 resid 1' --reference REF_FRAME`` writes the
+    series MDAnalysis gives in a 35 Angstrom cubic box."""
+    from h5mdx.cli import main as cli_main
+
+    expected, _ = _mda_rmsd("around 3 resid 1", ref_frame, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
+    out = tmp_path / "rmsd.csv"
+    assert cli_main(["rmsd", *files, "--topology", PSF, "--select", "around 3 resid 1",
+                     "--reference", str(ref_frame), "--scheduler", "threads", "--workers",
+                     "1", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    with open(out) as fh:
+        header = fh.readline().strip().split(",")
+        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
+    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+
+
 @pytest.fixture(scope="module")
 def adk_nm(tmp_path_factory):
     """adk written by MDAnalysis' H5MDWriter in nm (the unit of GROMACS' files)."""
@@ -177,18 +194,7 @@ def test_accessor_takes_the_files_box(adk_boxed):
 
 
 def test_cli_select_by_position(adk_boxed, tmp_path, capsys):
-    from h5mdx.cli import main as cli_main
-
-    expected, _ = _mda_rmsd("around 3 resid 1", 40, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
-    out = tmp_path / "rmsd.csv"
-    assert cli_main(["rmsd", adk_boxed, "--topology", PSF, "--select", "around 3 resid 1",
-                     "--reference", "40", "--scheduler", "threads", "--workers", "1",
-                     "--out", str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    with open(out) as fh:
-        header = fh.readline().strip().split(",")
-        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
-    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+    _cli_around_is_mdanalysis([adk_boxed], 40, tmp_path, capsys)
 
 
 def test_atomgroup_of_another_system_is_refused(adk_nm, adk_universe):
@@ -254,18 +260,7 @@ def boxed_parts(tmp_path_factory, adk_positions):
 def test_parts_take_the_box_of_the_reference_frame(boxed_parts, tmp_path, capsys):
     """A trajectory in parts with a box per frame: the selection by distance was made
     without the box (the reference a frame of positions alone), not as on one file."""
-    from h5mdx.cli import main as cli_main
-
-    expected, _ = _mda_rmsd("around 3 resid 1", 60, [35.0, 35.0, 35.0, 90.0, 90.0, 90.0])
-    out = tmp_path / "rmsd.csv"
-    assert cli_main(["rmsd", *boxed_parts, "--topology", PSF, "--select", "around 3 resid 1",
-                     "--reference", "60", "--scheduler", "threads", "--workers", "1",
-                     "--out", str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    with open(out) as fh:
-        header = fh.readline().strip().split(",")
-        rows = np.array([[float(v) for v in line.split(",")] for line in fh])
-    np.testing.assert_allclose(rows[:, header.index("rmsd")], expected, atol=ATOL)
+    _cli_around_is_mdanalysis(boxed_parts, 60, tmp_path, capsys)
 
 
 def test_atomgroup_of_another_system_without_topology(adk_positions, adk_universe):

@@ -16,18 +16,13 @@ import pytest
 
 from h5mdx.bench.grid import frames_per_block, read_workload, run_grid
 from h5mdx.cli.bench import add_parser, run
-from h5mdx.testing import write_h5md
 from h5mdx.timing import records as rec
+from infra import random_trajectory
 
 
 @pytest.fixture(scope="module")
 def h5md_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bench") / "traj.h5md"
-    pos = np.random.default_rng(2).random((48, 500, 3), dtype=np.float32)
-    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(48),
-                                           "time": np.arange(48) * 0.5, "unit": "nm",
-                                           "chunks": (4, 500, 3)}}})
-    return str(path)
+    return random_trajectory(tmp_path_factory.mktemp("bench") / "traj.h5md", 48, 500, 4, 2)
 
 
 def test_workloads_take_the_trajectory_not_a_groups_single_structure(h5md_file, tmp_path):

@@ -3,21 +3,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from h5mdx.cli import main
-from h5mdx.testing import write_h5md
+from infra import random_trajectory
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    path = tmp_path_factory.mktemp("layout_options") / "t.h5md"
-    pos = np.random.default_rng(4).random((12, 20, 3), dtype=np.float32)
-    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(12),
-                                           "time": np.arange(12) * 0.5, "unit": "nm",
-                                           "chunks": (4, 20, 3)}}})
-    return str(path)
+    return random_trajectory(tmp_path_factory.mktemp("layout_options") / "t.h5md", 12, 20, 4, 4)
 
 
 @pytest.mark.parametrize(("options", "said"), [

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from h5mdx.cli import main
-from h5mdx.testing import write_h5md
+from infra import random_trajectory
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rmsd_options") / "t.h5md"
-    pos = np.random.default_rng(3).random((20, 30, 3), dtype=np.float32)
-    write_h5md(path, {"all": {"position": {"value": pos, "step": np.arange(20),
-                                           "time": np.arange(20) * 0.5, "unit": "nm",
-                                           "chunks": (4, 30, 3)}}})
-    return str(path)
+    return random_trajectory(tmp_path_factory.mktemp("rmsd_options") / "t.h5md", 20, 30, 4, 3)
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

@@ -1138,15 +1138,13 @@ def test_times_in_ns_are_the_decimals_the_engine_gives():
     assert unit == "ps" and times.tolist() == [0.0, 4.1, 4.9]
 
 
-def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions):
-    """h5mdx rmsd --scheduler dask-mpi made a selection by distance without the file's
-    box (h5mdx.rmsd of the positions alone), unlike the other schedulers."""
+def _boxed_adk(tmp_path, adk_positions):
+    """adk's frames in nm in a 3.5 nm cubic box (an H5MD file), and MDAnalysis' Universe
+    of the PSF/DCD in the same box."""
     import MDAnalysis as mda
-    from MDAnalysis.analysis import rms
     from MDAnalysis.transformations.boxdimensions import set_dimensions
     from MDAnalysisTests.datafiles import DCD, PSF
 
-    from h5mdx.mpi.launch import file_rmsd
     from h5mdx.testing import write_h5md
 
     path = write_h5md(
@@ -1158,6 +1156,20 @@ def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions
         warnings.simplefilter("ignore")
         u = mda.Universe(PSF, DCD)
         u.trajectory.add_transformations(set_dimensions([35.0, 35.0, 35.0, 90.0, 90.0, 90.0]))
+    return path, u
+
+
+def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions):
+    """h5mdx rmsd --scheduler dask-mpi made a selection by distance without the file's
+    box (h5mdx.rmsd of the positions alone), unlike the other schedulers."""
+    from MDAnalysis.analysis import rms
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.mpi.launch import file_rmsd
+
+    path, u = _boxed_adk(tmp_path, adk_positions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         expected = rms.RMSD(u, select="around 3 resid 1").run().results.rmsd[:, 2]
     got = file_rmsd(path, topology=PSF, group=None, convert_units=True,
                     select="around 3 resid 1", reference=0)
@@ -1167,22 +1179,11 @@ def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions
 def test_mpi_rmsd_selection_by_position_on_the_reference_frame(tmp_path, adk_positions):
     """mpi-rmsd --select 'around 3 resid 1' failed ("AtomGroup has no attribute
     dimensions"); now made on the reference frame, in Angstrom, in the file's box."""
-    import MDAnalysis as mda
-    from MDAnalysis.transformations.boxdimensions import set_dimensions
-    from MDAnalysisTests.datafiles import DCD, PSF
+    from MDAnalysisTests.datafiles import PSF
 
     from h5mdx.mpi.rmsd import _select
-    from h5mdx.testing import write_h5md
 
-    path = write_h5md(
-        tmp_path / "boxed.h5md",
-        {"all": {"position": {"value": adk_positions / 10, "step": 1, "time": 1.0,
-                              "unit": "nm"}}},
-        box={"all": {"dimension": 3, "edges": {"value": np.full(3, 3.5), "unit": "nm"}}})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        u = mda.Universe(PSF, DCD)
-        u.trajectory.add_transformations(set_dimensions([35.0, 35.0, 35.0, 90.0, 90.0, 90.0]))
+    path, u = _boxed_adk(tmp_path, adk_positions)
     for select, frame in (("around 3 resid 1", 5), ("prop z < 0", 40)):
         u.trajectory[frame]
         idx, masses, n = _select(PSF, select, None, path, None, frame)
