@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -70,25 +70,42 @@ def root_links(f: h5py.File) -> dict[str, str]:
     what they point to is not in the file (a soft link to a group of it is served
     under that group's own name)."""
     out: dict[str, str] = {}
+    for name, link in _links_of(f, skip=_H5MD_ROOTS):
+        if isinstance(link, h5py.ExternalLink):
+            out[name] = _link_text(link)
+            continue
+        try:
+            dangling = f.get(name) is None
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
+            dangling = True
+        if dangling:
+            out[name] = f"a dangling {_link_text(link).removeprefix('a ')}"
+    return out
+
+
+def _links_of(grp: h5py.Group, skip: Collection[str] = ()
+              ) -> Iterator[tuple[str, h5py.SoftLink | h5py.ExternalLink]]:
+    """``(name, link)`` of the soft and external links ``grp`` holds, but for the names
+    ``skip``; names or links that cannot be read are passed over."""
     try:
-        names = [n for n in f if n not in _H5MD_ROOTS]
+        names = [n for n in grp if n not in skip]
     except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-        return out
+        return
     for name in names:
         try:
-            link = f.get(name, getlink=True)
+            link = grp.get(name, getlink=True)
         except (OSError, KeyError, RuntimeError, TypeError, ValueError):
             continue
-        if isinstance(link, h5py.SoftLink):
-            try:
-                dangling = f.get(name) is None
-            except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-                dangling = True
-            if dangling:
-                out[name] = f"a dangling soft link to {link.path}"
-        elif isinstance(link, h5py.ExternalLink):
-            out[name] = f"an external link to {link.filename}:{link.path}"
-    return out
+        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+            yield name, link
+
+
+def _link_text(link: h5py.SoftLink | h5py.ExternalLink) -> str:
+    """A soft or external link in words: ``a soft link to /x``, ``an external link to
+    other.h5:/x``."""
+    if isinstance(link, h5py.SoftLink):
+        return f"a soft link to {link.path}"
+    return f"an external link to {link.filename}:{link.path}"
 
 
 def scan_free_form(source: str | os.PathLike[str] | h5py.File, root: str, *,
@@ -313,23 +330,9 @@ def _plain_datasets(c: _Ctx, grp: h5py.Group, names: list[str]) -> dict[str, Any
 def _note_links(c: _Ctx, grp: h5py.Group, root: str) -> None:
     """Note the soft and external links of a group of ``/<root>``: not followed (a walk of
     the group visits each object once, by its hard links)."""
-    try:
-        names = list(grp)
-    except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-        return
-    for name in names:
-        try:
-            link = grp.get(name, getlink=True)
-        except (OSError, KeyError, RuntimeError, TypeError, ValueError):
-            continue
-        if isinstance(link, h5py.SoftLink):
-            what = f"a soft link to {link.path}"
-        elif isinstance(link, h5py.ExternalLink):
-            what = f"an external link to {link.filename}:{link.path}"
-        else:
-            continue
-        c.note(f"{grp.name}/{name}", f"{what}, which h5mdx does not follow in /{root}",
-               "left out", departure=False)
+    for name, link in _links_of(grp):
+        c.note(f"{grp.name}/{name}", f"{_link_text(link)}, which h5mdx does not follow in "
+               f"/{root}", "left out", departure=False)
 
 
 def _within(name: str, elements: Mapping[str, Any]) -> bool:
