@@ -31,6 +31,11 @@ def small(tmp_path):
     return path
 
 
+def _said(record):
+    """What each warning of ``record`` says after the file's name (``path]: ...``)."""
+    return [str(w.message).split(" [", 1)[1] for w in record]
+
+
 @pytest.mark.parametrize("group", ["observables", "particles", "particles/all", "parameters",
                                    "parameters/run", "observables/sub"])
 def test_a_subtree_root_holds_the_file_attributes(small, group):
@@ -154,7 +159,7 @@ def test_an_attribute_that_cannot_be_read_is_warned_about(small):
         f["parameters"].attrs["kept"] = 3
     with pytest.warns(H5MDConformanceWarning) as record:
         tree = xr.open_datatree(small, engine="h5md")
-    found = sorted(str(w.message).split(" [", 1)[1] for w in record)
+    found = sorted(_said(record))
     why = ("its attribute 'blob' cannot be read (OSError: Unable to read attribute (no "
            "appropriate function for conversion path)); attribute left out")
     assert found == sorted(f"{p}]: {why}" for p in (
@@ -166,7 +171,7 @@ def test_an_attribute_that_cannot_be_read_is_warned_about(small):
         np.testing.assert_array_equal(tree["observables/energy"].values, [0.0, 1.0, 2.0])
     with pytest.warns(H5MDConformanceWarning) as record:
         ds = xr.open_dataset(small, engine="h5md", group="parameters")
-    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+    assert sorted(_said(record)) == [
         f"/parameters/a]: {why}", f"/parameters]: {why}"]
     with ds:
         assert ds.attrs == {"kept": 3}
@@ -189,7 +194,7 @@ def test_a_particles_group_reference_to_no_particles_group_is_warned_about(small
         con["pairs"].attrs["particles_group"] = f["particles/all"].ref  # right
     with pytest.warns(H5MDConformanceWarning) as record:
         tree = xr.open_datatree(small, engine="h5md")
-    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+    assert sorted(_said(record)) == [
         "/connectivity/angles]: 'particles_group' is a null or dangling object reference "
         "(H5MD requires a reference to a particles group); served as stored",
         "/connectivity/bonds]: 'particles_group' points to /observables, which is no "
@@ -218,7 +223,7 @@ def test_links_at_the_root_that_serve_nothing_are_warned_about(small, tmp_path):
         f["alias"] = h5py.SoftLink("/parameters")
     with pytest.warns(H5MDConformanceWarning) as record:
         tree = xr.open_datatree(small, engine="h5md")
-    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+    assert sorted(_said(record)) == [
         f"/fields]: an external link to {other}:/fields, which h5mdx does not follow at "
         "the file's root; left out",
         "/gone]: a dangling soft link to /nowhere, which h5mdx does not follow at the "
@@ -239,7 +244,7 @@ def test_links_at_the_root_that_serve_nothing_are_warned_about(small, tmp_path):
     with pytest.warns(H5MDConformanceWarning) as record:
         tree = xr.open_datatree(small, engine="h5md", allow_external=True)
     tree.close()
-    assert [str(w.message).split(" [", 1)[1] for w in record] == [
+    assert _said(record) == [
         "/gone]: a dangling soft link to /nowhere, which h5mdx does not follow at the "
         "file's root; left out"]
 
@@ -294,7 +299,7 @@ def test_a_group_named_as_a_variable_of_its_parent_is_renamed(small):
         f["parameters/step/dt"] = 0.002
     with pytest.warns(H5MDConformanceWarning) as record:
         tree = xr.open_datatree(small, engine="h5md")
-    assert sorted(str(w.message).split(" [", 1)[1] for w in record) == [
+    assert sorted(_said(record)) == [
         "/observables/time]: the group's name is that of a variable of /observables; "
         "served as the node 'time_group'",
         "/parameters/step]: the group's name is that of a variable of /parameters; served "
