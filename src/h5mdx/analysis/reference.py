@@ -23,7 +23,8 @@ from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["select_atoms", "selection_frame", "topology_masses", "with_atom_data"]
+__all__ = ["mda_dimensions", "select_atoms", "selection_frame", "topology_masses",
+           "with_atom_data"]
 
 
 def _user_stacklevel() -> int:
@@ -471,11 +472,29 @@ def _box_dimensions(edges: xr.DataArray | None) -> np.ndarray | None:
     unit = edges.attrs.get("units")
     if unit is not None:
         values = values * _length_scale(str(unit), "Angstrom", "the box")
-    if values.shape == (3, 3):
+    return mda_dimensions(values)
+
+
+def mda_dimensions(edges: np.ndarray) -> np.ndarray | None:
+    """MDAnalysis' box ``[a, b, c, alpha, beta, gamma]`` of one frame's box edges.
+
+    Parameters
+    ----------
+    edges : numpy.ndarray
+        The edges in Angstrom: the three box vectors, ``(3, 3)`` (a triclinic box), or
+        the three edge lengths, ``(3,)`` (a rectangular box).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        The six numbers MDAnalysis' ``dimensions`` holds; None where the edges are of
+        another shape or not usable (zero or NaN lengths).
+    """
+    if edges.shape == (3, 3):
         from MDAnalysis.lib.mdamath import triclinic_box
 
-        return _mda_box(triclinic_box(*values))
-    return _mda_box(np.r_[values, 90.0, 90.0, 90.0] if values.shape == (3,) else None)
+        return _mda_box(triclinic_box(*edges))
+    return _mda_box(np.r_[edges, 90.0, 90.0, 90.0] if edges.shape == (3,) else None)
 
 
 def _mda_box(dims: Any) -> np.ndarray | None:

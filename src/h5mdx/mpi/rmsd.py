@@ -230,6 +230,7 @@ def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
     """The frame ``reference`` of the file's positions in Angstrom (MDAnalysis' unit; in
     the file's own without a unit) and its box as MDAnalysis takes it (None where the
     file has none, or not periodic): what a selection by position is made on."""
+    from h5mdx.analysis.reference import mda_dimensions
     from h5mdx.format.h5md import open_h5md
     from h5mdx.format.units import conversion
 
@@ -252,14 +253,7 @@ def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
             edges = edges * (scale[0] if scale else 1.0)
     scale = conversion(el.unit) if el.unit else None
     xyz = xyz * (scale[0] if scale else 1.0)
-    if edges is not None and edges.shape == (3, 3):
-        from MDAnalysis.lib.mdamath import triclinic_box
-
-        edges = np.asarray(triclinic_box(*edges), dtype=np.float64)
-    elif edges is not None and edges.shape == (3,):
-        edges = np.r_[edges, 90.0, 90.0, 90.0]
-    usable = edges is not None and edges.shape == (6,) and bool(np.all(edges[:3] > 0))
-    return xyz, edges if usable else None
+    return xyz, None if edges is None else mda_dimensions(edges)
 
 
 def _file_masses(filename: str, group: str | None) -> np.ndarray:
