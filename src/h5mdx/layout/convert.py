@@ -871,7 +871,8 @@ def convert(
             obs_notes = observables.write(writer, zarr_out, _observable_units(trajectories, u))
         if short:  # outside the warnings MDAnalysis gave, which go to the notes
             warnings.warn(short, UserWarning, stacklevel=2)
-        _warn_no_box(trajectories or inputs, missing["box_edges"], n_frames, group)
+        _warn_no_box(trajectories or inputs, missing["box_edges"], n_frames,
+                     f"; their /particles/{group}/box/edges are written as zeros")
         if verify:  # raises where the data read back differ
             _verify(writer.checksums, tmp, out, zarr_out)
         seconds = _time.perf_counter() - t0
@@ -886,17 +887,17 @@ def convert(
     )
 
 
-def _warn_no_box(inputs: Sequence[Any], count: int, n_frames: int, group: str) -> None:
-    """Say that ``count`` frames of ``inputs`` (the trajectories, else the topology) had no
-    box and were written as zeros (said by the command line alone before, so a library
-    call wrote them in silence)."""
+def _warn_no_box(inputs: Sequence[Any], count: int, n_frames: int, written: str) -> None:
+    """Say that ``count`` of ``n_frames`` frames of ``inputs`` (files; none: a Dataset)
+    had no box and were ``written`` as zeros, MDAnalysis' mark of no box, to the caller of
+    :func:`convert` or :func:`~h5mdx.layout.export.to_h5md` (said by the command line
+    alone before, so a library call wrote them in silence)."""
     if not count:
         return
-    names = ", ".join(dict.fromkeys(os.fspath(p) for p in inputs))
-    warnings.warn(f"{names}: {count} of {n_frames} frames have no box; their "
-                  f"/particles/{group}/box/edges are written as zeros, MDAnalysis' mark of "
-                  "no box (its readers give such a frame no dimensions); do not take them "
-                  "as a box", UserWarning, stacklevel=3)
+    names = ", ".join(dict.fromkeys(os.fspath(p) for p in inputs)) or "the Dataset"
+    warnings.warn(f"{names}: {count} of {n_frames} frames have no box{written}, MDAnalysis' "
+                  "mark of no box (its readers give such a frame no dimensions); do not take "
+                  "them as a box", UserWarning, stacklevel=3)
 
 
 def _write_frames(frames: Any, writer: Any, advance: Callable[[int], Any], steps: _Steps,

@@ -879,11 +879,10 @@ def to_h5md(
                               time.values if with_time else None, time_unit=time_unit,
                               observable=True)
     if no_box:
-        names = ", ".join(_sources(ds)) or "the Dataset"
-        warnings.warn(f"{names}: {no_box} of {n_frames} frames have no box (box_edges all "
-                      f"zero); written to {os.fspath(path)} as zeros, MDAnalysis' mark of no "
-                      "box (its readers give such a frame no dimensions); do not take them "
-                      "as a box", UserWarning, stacklevel=2)
+        from h5mdx.layout.convert import _warn_no_box
+
+        _warn_no_box(_sources(ds), no_box, n_frames,
+                     f" (box_edges all zero); written to {os.fspath(path)} as zeros")
     return os.fspath(path)
 
 
