@@ -6,6 +6,9 @@ what is wrong, so that a user can act on it without reading a traceback.
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
+
 __all__ = [
     "H5MDConformanceWarning",
     "H5MDError",
@@ -15,6 +18,7 @@ __all__ = [
     "H5MDUnitError",
     "MissingDependencyError",
     "TopologyError",
+    "user_stacklevel",
 ]
 
 
@@ -109,3 +113,19 @@ class ParticleOrderWarning(UserWarning):
     per-atom analyses such as the RMSD refuse such positions until they are put in one
     order (``ds.md.by_id()``, :func:`h5mdx.engine.order.by_id`).
     """
+
+
+def user_stacklevel(outside: tuple[str, ...] = ("h5mdx",)) -> int:
+    """The ``stacklevel`` that points a warning warned by the caller at the first caller
+    outside the packages ``outside`` (h5mdx; at open also xarray, which calls the engine).
+
+    ``sys._getframe`` because ``warnings.warn(skip_file_prefixes=...)``, the public way,
+    needs Python 3.12 and h5mdx supports 3.10.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] \
+            in outside:
+        frame = frame.f_back
+        level += 1
+    return level

@@ -168,9 +168,21 @@ def test_reference_without_all_atoms_is_a_clear_error(adk_nm, adk_positions):
             ds.md.rmsd(adk_positions[0, :10] / 10, select="around 5 resid 1")
 
 
-def test_selection_by_position_at_open_is_a_clear_error(adk_nm):
-    with pytest.raises(TopologyError, match="selects by position"):
-        xr.open_dataset(adk_nm, engine="h5md", topology=PSF, select="around 5 resid 1")
+@pytest.mark.parametrize("select", ["around 5 resid 1", "prop z < 0"])
+def test_selection_by_position_at_open_is_on_the_files_first_frame(adk_nm, select):
+    """select= at open makes a selection by position on the file's first frame, in
+    Angstrom (the file is in nm), as MDAnalysis does on the Universe at frame 0. Before,
+    a Universe as topology gave the atoms of the frame it was at (here 30), and a topology
+    file refused the selection."""
+    expected = _universe().select_atoms(select).indices  # MDAnalysis, at frame 0
+    u = _universe()
+    u.trajectory[30]
+    assert not np.array_equal(u.select_atoms(select).indices, expected)  # frames differ
+    for topology in (u, PSF):
+        with xr.open_dataset(adk_nm, engine="h5md", topology=topology, select=select) as ds:
+            np.testing.assert_array_equal(ds.atom.values, expected)
+            assert ds.attrs["selection"] == select
+    assert u.trajectory.ts.frame == 30  # the user's Universe is not moved
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +195,28 @@ def adk_boxed(tmp_path_factory, adk_positions):
         path, {"all": {"position": {"value": adk_positions / 10, "step": 1, "time": 1.0,
                                     "unit": "nm"}}},
         box={"all": {"dimension": 3, "edges": {"value": np.full(3, 3.5), "unit": "nm"}}})
+
+
+def test_selection_by_distance_at_open_takes_the_files_box(adk_boxed):
+    """select= at open measures distances in the file's periodic box (3.5 nm), as
+    MDAnalysis does with that box on frame 0."""
+    box = [35.0, 35.0, 35.0, 90.0, 90.0, 90.0]
+    expected = _universe(box).select_atoms("around 3 resid 1").indices
+    unboxed = _universe().select_atoms("around 3 resid 1").indices
+    assert len(expected) > len(unboxed)  # the box brings atoms across its faces
+    with xr.open_dataset(adk_boxed, engine="h5md", topology=PSF,
+                         select="around 3 resid 1") as ds:
+        np.testing.assert_array_equal(ds.atom.values, expected)
+
+
+def test_selection_by_position_at_open_without_frames_is_a_clear_error(tmp_path):
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "empty.h5md", {"all": {"position": {
+        "value": np.zeros((0, 3341, 3), np.float32), "step": 1, "time": 1.0}}})
+    with pytest.raises(TopologyError, match=r"empty.h5md \[/particles/all\]: a selection "
+                       r"by position is made on the first frame .* they hold no frame"):
+        xr.open_dataset(path, engine="h5md", topology=PSF, select="around 5 resid 1")
 
 
 def test_accessor_takes_the_files_box(adk_boxed):

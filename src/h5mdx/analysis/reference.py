@@ -9,9 +9,7 @@ in the dask graph as a small array.
 
 from __future__ import annotations
 
-import sys
 import warnings
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -20,25 +18,15 @@ import xarray as xr
 from h5mdx._optional import import_optional
 from h5mdx.analysis.qcp import center
 from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
+from h5mdx.engine.topology import angstrom_frame, mda_box, warn_unplaced
+from h5mdx.engine.topology import length_scale as _length_scale
+from h5mdx.engine.topology import mda_dimensions as mda_dimensions
 from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
+from h5mdx.errors import user_stacklevel as _user_stacklevel
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
 __all__ = ["mda_dimensions", "select_atoms", "selection_frame", "topology_masses",
            "with_atom_data"]
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first caller outside h5mdx.
-
-    ``sys._getframe`` because ``warnings.warn(skip_file_prefixes=...)``, the public way,
-    needs Python 3.12 and h5mdx supports 3.10.
-    """
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("h5mdx"):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def _centred_reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
@@ -389,29 +377,16 @@ def selection_frame(position: xr.DataArray, reference: Any, ids: np.ndarray, n: 
         dims = getattr(reference, "dimensions", None)
         xyz = np.asarray(atoms.positions, dtype=np.float64)
         _warn_unplaced(xyz, np.asarray(atoms.indices), "the reference's frame")
-        return xyz, _mda_box(dims)
+        return xyz, mda_box(dims)
     xyz, unit, edges = _frame_of(position, reference, box)
     _warn_unplaced(xyz, ids, (f"frame {reference}" if isinstance(reference, (int, np.integer))
                               else "the reference") + _of_file(position))
-    full = np.full((n, 3), np.nan)
-    full[ids] = xyz * _length_scale(str(unit), "Angstrom", "the reference") \
-        if unit is not None else xyz
-    return full, _box_dimensions(edges)
+    return angstrom_frame(xyz, unit, ids, n, edges)
 
 
 def _warn_unplaced(xyz: np.ndarray, ids: np.ndarray, where: str) -> None:
-    """Say so where atoms have no position (NaN) in the frame a selection by position is
-    made on: no distance or coordinate of theirs matches, so the selection left them out
-    in silence, whatever their positions in the other frames."""
-    unplaced = np.flatnonzero(np.isnan(xyz).any(axis=1)) if xyz.size else np.empty(0, int)
-    if unplaced.size:
-        first = ", ".join(str(int(i)) for i in ids[unplaced][:5])
-        warnings.warn(
-            f"a selection by position is made on {where}, where {unplaced.size} of its "
-            f"{xyz.shape[0]} atoms have no position (NaN: absent particles, or a fill "
-            f"value; atom indices {first}{', ...' if unplaced.size > 5 else ''}): the "
-            "selection leaves them out; take a reference frame where they are present, or "
-            "select them by index", RuntimeWarning, stacklevel=_user_stacklevel())
+    """:func:`h5mdx.engine.topology.warn_unplaced`, pointed at the caller outside h5mdx."""
+    warn_unplaced(xyz, ids, where, stacklevel=_user_stacklevel())
 
 
 def _frame_of(position: xr.DataArray, reference: Any, box: xr.DataArray | None
@@ -456,53 +431,6 @@ def _frame_of(position: xr.DataArray, reference: Any, box: xr.DataArray | None
            else "gives none")
         + ": pass a frame index (reference=0), a frame of all the atoms, or the atoms' "
         "indices as select=")
-
-
-def _box_dimensions(edges: xr.DataArray | None) -> np.ndarray | None:
-    """MDAnalysis' box of one frame's ``box_edges`` (in Angstrom): None where there is
-    none, its boundary is not periodic, or its edges are not usable (zero, NaN)."""
-    if edges is not None and TIME_DIM in edges.dims:  # a frame's box: one time, or none
-        edges = edges.isel({TIME_DIM: 0}) if edges.sizes[TIME_DIM] == 1 else None
-    if edges is None:
-        return None
-    boundary = edges.attrs.get("boundary")
-    if boundary is not None and not any(str(b) == "periodic" for b in np.ravel(boundary)):
-        return None
-    values = np.asarray(edges.values, dtype=np.float64)
-    unit = edges.attrs.get("units")
-    if unit is not None:
-        values = values * _length_scale(str(unit), "Angstrom", "the box")
-    return mda_dimensions(values)
-
-
-def mda_dimensions(edges: np.ndarray) -> np.ndarray | None:
-    """MDAnalysis' box ``[a, b, c, alpha, beta, gamma]`` of one frame's box edges.
-
-    Parameters
-    ----------
-    edges : numpy.ndarray
-        The edges in Angstrom: the three box vectors, ``(3, 3)`` (a triclinic box), or
-        the three edge lengths, ``(3,)`` (a rectangular box).
-
-    Returns
-    -------
-    numpy.ndarray or None
-        The six numbers MDAnalysis' ``dimensions`` holds; None where the edges are of
-        another shape or not usable (zero or NaN lengths).
-    """
-    if edges.shape == (3, 3):
-        from MDAnalysis.lib.mdamath import triclinic_box
-
-        return _mda_box(triclinic_box(*edges))
-    return _mda_box(np.r_[edges, 90.0, 90.0, 90.0] if edges.shape == (3,) else None)
-
-
-def _mda_box(dims: Any) -> np.ndarray | None:
-    """MDAnalysis' box, None where it is none or not usable (zero or NaN edges)."""
-    if dims is None:
-        return None
-    dims = np.asarray(dims, dtype=np.float64)
-    return dims if dims.shape == (6,) and np.all(dims[:3] > 0) else None
 
 
 def _weights(position: xr.DataArray, weights: Any, idx: np.ndarray | None,
@@ -669,19 +597,6 @@ def _check_names(ref_names: np.ndarray | None, sub: xr.DataArray) -> None:
             "reference); a selection string is applied to a Universe or AtomGroup "
             "reference too, in its atom order, else the reference's atoms (a DataArray's: "
             "its atom coordinate) are matched by atom index")
-
-
-def _length_scale(unit: str, to: str, what: str) -> float:
-    """The factor that takes lengths in ``unit`` to ``to`` (1 where they are the same)."""
-    if unit == to:
-        return 1.0
-    from h5mdx.format.units import conversion
-
-    have, want = conversion(unit), conversion(to)
-    if have is None or want is None or have[1] != "Angstrom" or want[1] != "Angstrom":
-        raise ValueError(f"{what} is in {unit!r} and the positions in {to!r}: h5mdx cannot "
-                         "convert one to the other as lengths")
-    return have[0] / want[0]
 
 
 def _ambiguous(n: int, idx: np.ndarray | None) -> bool:

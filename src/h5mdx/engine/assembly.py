@@ -519,8 +519,15 @@ def _particles_dataset(
 
 def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
               select: str) -> xr.Dataset:
-    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``)."""
-    from h5mdx.engine.topology import SUBSET_OF_ATTR, load_universe, select_indices
+    """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``);
+    a selection by position (``around``, ``prop z``, ...) on the file's first frame, in
+    Angstrom, in its box (:func:`h5mdx.engine.topology.first_frame`)."""
+    from h5mdx.engine.topology import (
+        SUBSET_OF_ATTR,
+        first_frame,
+        load_universe,
+        select_indices,
+    )
 
     n_atoms = ds.sizes.get(ATOM_DIM)
     if topology is None:
@@ -531,8 +538,12 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
                 f"; the file's {module.path} describes {module.n_atoms} atoms, not the "
                 f"{n_atoms} of {group}" if module is not None else "")
         )
-    indices = select_indices(load_universe(topology, group), select, info.filename)
-    if SUBSET_OF_ATTR in ds[ATOM_DIM].attrs:  # the topology's indices of the atoms held
+    universe = load_universe(topology, group)
+    subset = SUBSET_OF_ATTR in ds[ATOM_DIM].attrs  # the topology's indices of the atoms held
+    ids = ds[ATOM_DIM].values if subset else np.arange(n_atoms or 0)
+    indices = select_indices(universe, select, info.filename, frame=lambda: first_frame(
+        ds, ids, len(universe.atoms), f"{info.filename} [{group}]"))
+    if subset:
         indices = np.flatnonzero(np.isin(ds[ATOM_DIM].values, indices))
         if not indices.size:
             raise TopologyError(f"{info.filename}: the selection {select!r} matches "

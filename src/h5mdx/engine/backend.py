@@ -277,7 +277,10 @@ class H5MDBackendEntrypoint(BackendEntrypoint):
             Adds per-atom coordinates (``name``, ``resname``, ``resid``, ``segid``,
             ``type``, ``mass``, ``charge``).
         select : str, optional
-            MDAnalysis selection restricting the ``atom`` dimension (needs ``topology``).
+            MDAnalysis selection restricting the ``atom`` dimension (needs ``topology``,
+            or a file holding its own). A selection by position (``around``,
+            ``prop z``, ...) is made on the file's first frame, in Å, in that frame's
+            box; a Universe passed as ``topology`` keeps its frame, unused.
         convert_units : bool, default False
             Convert to Å, ps, Å/ps, kJ/(mol·Å), kJ/mol, u, e.
         chunk_mib : float, default 128

@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 
 from h5mdx._optional import import_optional
-from h5mdx.errors import H5MDConformanceWarning, TopologyError
+from h5mdx.errors import H5MDConformanceWarning, TopologyError, user_stacklevel
 from h5mdx.format.gromacs_topology import ModuleTopology
 from h5mdx.format.h5md import FileInfo, is_h5md, open_h5md, scan
-from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME
+from h5mdx.format.schema import ATOM_DIM, INPUT_INDEX_LONG_NAME, TIME_DIM
 from h5mdx.format.vmd_structure import STRUCTURE_PATH
 
-__all__ = ["coords_topology", "holds_topology", "indices_in", "input_indices", "load_universe",
-           "module_coords", "module_of", "module_universe", "needs_positions",
-           "select_indices", "topology_coords", "vmd_universe", "with_frame"]
+__all__ = ["angstrom_frame", "box_dimensions", "coords_topology", "first_frame",
+           "holds_topology", "indices_in", "input_indices", "length_scale", "load_universe",
+           "mda_dimensions", "module_coords", "module_of", "module_universe",
+           "needs_positions", "select_indices", "topology_coords", "vmd_universe",
+           "with_frame"]
 
 #: (coordinate name, AtomGroup attribute) pairs attached when the topology has them.
 TOPOLOGY_ATTRS = (
@@ -734,6 +736,125 @@ def _new_universe(topology: Any, *args: Any, **kwargs: Any) -> Any:
             return mda.Universe(topology, *args, to_guess=(), **kwargs)
         except TypeError:  # pragma: no cover - MDAnalysis 2.7 has no to_guess
             return mda.Universe(topology, *args, **kwargs)
+
+
+def length_scale(unit: str, to: str, what: str) -> float:
+    """The factor that takes lengths in ``unit`` to ``to`` (1 where they are the same)."""
+    if unit == to:
+        return 1.0
+    from h5mdx.format.units import conversion
+
+    have, want = conversion(unit), conversion(to)
+    if have is None or want is None or have[1] != "Angstrom" or want[1] != "Angstrom":
+        raise ValueError(f"{what} is in {unit!r} and the positions in {to!r}: h5mdx cannot "
+                         "convert one to the other as lengths")
+    return have[0] / want[0]
+
+
+def mda_dimensions(edges: np.ndarray) -> np.ndarray | None:
+    """MDAnalysis' box ``[a, b, c, alpha, beta, gamma]`` of one frame's box edges.
+
+    Parameters
+    ----------
+    edges : numpy.ndarray
+        The edges in Angstrom: the three box vectors, ``(3, 3)`` (a triclinic box), or
+        the three edge lengths, ``(3,)`` (a rectangular box).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        The six numbers MDAnalysis' ``dimensions`` holds; None where the edges are of
+        another shape or not usable (zero or NaN lengths).
+    """
+    if edges.shape == (3, 3):
+        from MDAnalysis.lib.mdamath import triclinic_box
+
+        return mda_box(triclinic_box(*edges))
+    return mda_box(np.r_[edges, 90.0, 90.0, 90.0] if edges.shape == (3,) else None)
+
+
+def mda_box(dims: Any) -> np.ndarray | None:
+    """MDAnalysis' box, None where it is none or not usable (zero or NaN edges)."""
+    if dims is None:
+        return None
+    dims = np.asarray(dims, dtype=np.float64)
+    return dims if dims.shape == (6,) and np.all(dims[:3] > 0) else None
+
+
+def box_dimensions(edges: Any) -> np.ndarray | None:
+    """MDAnalysis' box of one frame's ``box_edges`` (a DataArray, in its ``units``): None
+    where there is none, its boundary is not periodic, or its edges are not usable
+    (zero, NaN)."""
+    if edges is not None and TIME_DIM in edges.dims:  # a frame's box: one time, or none
+        edges = edges.isel({TIME_DIM: 0}) if edges.sizes[TIME_DIM] == 1 else None
+    if edges is None:
+        return None
+    boundary = edges.attrs.get("boundary")
+    if boundary is not None and not any(str(b) == "periodic" for b in np.ravel(boundary)):
+        return None
+    values = np.asarray(edges.values, dtype=np.float64)
+    unit = edges.attrs.get("units")
+    if unit is not None:
+        values = values * length_scale(str(unit), "Angstrom", "the box")
+    return mda_dimensions(values)
+
+
+def angstrom_frame(xyz: np.ndarray, unit: Any, ids: np.ndarray, n: int,
+                   edges: Any) -> Frame:
+    """The :data:`Frame` of a selection by position: the positions ``xyz`` (in ``unit``;
+    without one, taken to be Angstrom) of the topology's atoms ``ids`` among its ``n``
+    (NaN for the others), in Angstrom, with the box of one frame's ``box_edges``
+    (:func:`box_dimensions`)."""
+    full = np.full((n, 3), np.nan)
+    full[ids] = xyz * length_scale(str(unit), "Angstrom", "the positions") \
+        if unit is not None else xyz
+    return full, box_dimensions(edges)
+
+
+def warn_unplaced(xyz: np.ndarray, ids: np.ndarray, where: str, stacklevel: int) -> None:
+    """Say so where atoms have no position (NaN) in the frame a selection by position is
+    made on: no distance or coordinate of theirs matches, so the selection left them out
+    in silence, whatever their positions in the other frames."""
+    unplaced = np.flatnonzero(np.isnan(xyz).any(axis=1)) if xyz.size else np.empty(0, int)
+    if unplaced.size:
+        first = ", ".join(str(int(i)) for i in ids[unplaced][:5])
+        warnings.warn(
+            f"a selection by position is made on {where}, where {unplaced.size} of its "
+            f"{xyz.shape[0]} atoms have no position (NaN: absent particles, or a fill "
+            f"value; atom indices {first}{', ...' if unplaced.size > 5 else ''}): the "
+            "selection leaves them out; take a reference frame where they are present, or "
+            "select them by index", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
+def first_frame(ds: Any, ids: np.ndarray, n: int, where: str) -> Frame:
+    """The frame a selection by position at open (``select=``) is made on: the first
+    frame of the positions of ``ds`` as the file holds it (its box that frame's), in
+    Angstrom, of the topology's atoms ``ids`` among its ``n``; the topology's own
+    positions (a Universe's current frame) are never used.
+
+    Raises
+    ------
+    TopologyError
+        Where ``ds`` has no positions, or none in any frame.
+    """
+    position = ds.variables.get("position")
+    if position is None or ATOM_DIM not in position.dims:
+        raise TopologyError(f"{where}: a selection by position is made on the first frame "
+                            "of the positions, and there are none: select the atoms by "
+                            "their properties or indices")
+    box = ds.variables.get("box_edges")
+    if TIME_DIM in position.dims:
+        if position.sizes[TIME_DIM] == 0:
+            raise TopologyError(f"{where}: a selection by position is made on the first "
+                                "frame of the positions, and they hold no frame: select "
+                                "the atoms by their properties or indices")
+        position = position.isel({TIME_DIM: 0})
+        if box is not None and TIME_DIM in box.dims:
+            box = box.isel({TIME_DIM: 0})
+    xyz = np.asarray(position.transpose(ATOM_DIM, ...).values, dtype=np.float64)
+    warn_unplaced(xyz, ids, f"the first frame of {where}",
+                  stacklevel=user_stacklevel(("h5mdx", "xarray")))
+    return angstrom_frame(xyz, position.attrs.get("units"), ids, n, box)
 
 
 def with_frame(universe: Any, frame: Frame) -> Any:

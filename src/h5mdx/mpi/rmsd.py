@@ -230,7 +230,7 @@ def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
     """The frame ``reference`` of the file's positions in Angstrom (MDAnalysis' unit; in
     the file's own without a unit) and its box as MDAnalysis takes it (None where the
     file has none, or not periodic): what a selection by position is made on."""
-    from h5mdx.analysis.reference import mda_dimensions
+    from h5mdx.engine.topology import mda_dimensions
     from h5mdx.format.h5md import open_h5md
     from h5mdx.format.units import conversion
 
