@@ -54,6 +54,21 @@ def test_a_subtree_root_holds_the_file_attributes(small, group):
                 np.testing.assert_array_equal(tree["energy"].values, ds["energy"].values)
 
 
+@pytest.mark.parametrize("group", ["parameters", "parameters/run", "extra"])
+def test_a_parameters_group_opened_alone_holds_the_file_attributes(small, group):
+    """open_dataset(group="parameters") (or a group below it, or a root group H5MD does not
+    define) gave the group's own attributes alone, without the file's (h5md_version,
+    author, creator, source) that a particles or observables group opened alone carries;
+    a group's own attribute of one of those names stays its own."""
+    with h5py.File(small, "a") as f:
+        f.require_group("extra").create_dataset("c", data=1.0)
+        f[group].attrs["creator_name"] = "the group's own"
+        f[group].attrs["kind"] = "nvt"
+    with xr.open_dataset(small, engine="h5md", group=group) as ds:
+        assert ds.attrs == {**FILE_ATTRS, "creator_name": "the group's own", "kind": "nvt",
+                            "source": str(small), "h5md_group": f"/{group}"}
+
+
 def test_an_element_of_parameters_is_one_variable(small):
     """A group of /parameters laid out as an H5MD element (value, step, time) was served
     as three unrelated variables of a group of their own; it is one variable along time,
@@ -174,7 +189,8 @@ def test_an_attribute_that_cannot_be_read_is_warned_about(small):
     assert sorted(_said(record)) == [
         f"/parameters/a]: {why}", f"/parameters]: {why}"]
     with ds:
-        assert ds.attrs == {"kept": 3}
+        assert ds.attrs == {**FILE_ATTRS, "source": str(small), "kept": 3,
+                            "h5md_group": "/parameters"}
     with pytest.raises(H5MDFormatError, match=r"\[/observables/energy/value\]: its attribute "
                        "'blob' cannot be read"):
         xr.open_datatree(small, engine="h5md", strict=True)

@@ -387,7 +387,9 @@ def _free_form_elements(b: _Builder, elements: dict[str, ElementInfo], where: st
 
 def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
                      root: str = "parameters") -> xr.Dataset:
-    """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error)."""
+    """The Dataset of ``/<root>/<sub>`` (``group=`` as given, for the error), with the
+    file's attributes (version, author, creator, ``source``) under the group's own, and
+    ``h5md_group``, as a particles or observables group opened alone has them."""
     found = _free_form_datasets(b, root, only=sub)
     if sub not in found:
         with b.lock:
@@ -403,7 +405,9 @@ def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
         raise ValueError(f"{b.info.filename} has no group {group!r}"
                          f"{_element_hint(b, root, sub)}; the groups of "
                          f"/{root}: {listing or 'none'}")
-    return found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+    ds = found[sub].drop_vars([v for v in drop if v in found[sub].variables])
+    ds.attrs = {**_file_attrs(b.info), **ds.attrs, "h5md_group": f"/{root}/{sub}".rstrip("/")}
+    return ds
 
 
 def _element_of(info: FileInfo, path: str) -> str:
