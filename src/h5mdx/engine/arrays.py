@@ -472,6 +472,35 @@ class H5MDArray(BackendArray):
                 return None  # h5py's own read reports the problem with its context
 
 
+class FieldArray(H5MDArray):
+    """One field of a compound (structured) dataset, read when indexed: through h5py,
+    the field alone (``h5py.Dataset.fields``), never by the direct reads, which read
+    whole records. ``field``: the field's name, and those of the fields within it for a
+    nested compound; a field of a sub-array type adds its axes after the dataset's."""
+
+    def __init__(self, manager: CachingFileManager, path: str, shape: tuple[int, ...],
+                 dtype: np.dtype, *, field: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(manager, path, shape, dtype, **kwargs)
+        self.field = field
+
+    def __dask_tokenize__(self) -> tuple:
+        return (*super().__dask_tokenize__(), self.field)
+
+    def _direct_reader(self) -> _direct.DirectReader | None:
+        return None
+
+    def _read(self, dset: h5py.Dataset, key: tuple) -> np.ndarray:
+        stored = key[:dset.ndim]
+        data = np.asarray(dset.fields(self.field[0])[stored])
+        for name in self.field[1:]:
+            data = data[name]
+        rest = key[dset.ndim:]
+        if rest:  # the axes of a sub-array field, after those the integers dropped
+            kept = sum(not isinstance(k, (int, np.integer)) for k in stored)
+            data = data[(slice(None),) * kept + tuple(rest)]
+        return np.array(data, order="C")  # a view of the records: a copy of its own
+
+
 def _let_go(err: BaseException) -> None:
     """Clear the locals of the frames ``err``'s traceback holds (those that have
     returned), so that the h5py dataset a failed read looked up closes now, under the

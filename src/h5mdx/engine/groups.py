@@ -18,7 +18,7 @@ import xarray as xr
 from xarray.backends.locks import HDF5_LOCK
 from xarray.core import indexing
 
-from h5mdx.engine.arrays import H5MDArray
+from h5mdx.engine.arrays import FieldArray, H5MDArray
 from h5mdx.engine.assembly import (
     _STRUCTURE_ERRORS,
     _Builder,
@@ -461,6 +461,8 @@ def _parameter(b: _Builder, dset: h5py.Dataset, leaf: str, path: str
     dims = tuple(f"{leaf}_dim_{i}" for i in range(dset.ndim))
     encoding = {"source": b.info.filename, "h5md_path": path}
     if dset.shape and dset.size * dset.dtype.itemsize > _PARAMETER_READ_BYTES:
+        if dset.dtype.names:
+            return _lazy_fields(b, dset, leaf, dims, attrs, encoding, path)
         if dset.dtype.kind not in "biufc":
             raise H5MDFormatError(
                 b.info.filename, path,
@@ -512,9 +514,43 @@ def _fields(b: _Builder, arr: np.ndarray, leaf: str, dims: tuple[str, ...],
         extra = tuple(f"{name}_dim_{i}" for i in range(len(dims), a.ndim))
         out[name] = xr.Variable(dims + extra, _texts(a) if a.dtype.kind in "SO" else a,
                                 dict(attrs), dict(encoding))
-    b.report.note(path, f"a compound dataset of fields {', '.join(arr.dtype.names or ())}",
+    _say_fields(b, path, arr.dtype, out)
+    return out
+
+
+def _say_fields(b: _Builder, path: str, dtype: np.dtype, out: dict[str, xr.Variable]) -> None:
+    """Say once how a compound parameter is served: one variable per field."""
+    b.report.note(path, f"a compound dataset of fields {', '.join(dtype.names or ())}",
                   f"served as one variable per field: {', '.join(out) or 'none'}",
                   departure=False)
+
+
+def _lazy_fields(b: _Builder, dset: h5py.Dataset, leaf: str, dims: tuple[str, ...],
+                 attrs: dict[str, Any], encoding: dict[str, Any], path: str
+                 ) -> dict[str, xr.Variable]:
+    """A compound parameter too large to read at open as one variable per field, named
+    as :func:`_fields` names them, each read when indexed (:class:`FieldArray`); a field
+    of text or another kind than numbers is left out, said."""
+    out: dict[str, xr.Variable] = {}
+    todo: list[tuple[tuple[str, ...], np.dtype]] = [((), dset.dtype)]
+    while todo:
+        names, dt = todo.pop(0)
+        if dt.names:
+            todo.extend(((*names, f), dt[f]) for f in dt.names)
+            continue
+        base, sub = dt.subdtype or (dt, ())
+        name = "_".join((leaf, *names))
+        if base.kind not in "biufc":
+            b.report.note(path, f"its field {name[len(leaf) + 1:]!r} is of type {base}, "
+                          f"and the dataset ({dset.size * dset.dtype.itemsize} bytes) too "
+                          "large to read at open", "field left out", departure=False)
+            continue
+        lazy = FieldArray(b.manager, path, (*dset.shape, *sub), base, field=names,
+                          lock=b.lock, filename=b.info.filename)
+        extra = tuple(f"{name}_dim_{i}" for i in range(len(dims), len(dims) + len(sub)))
+        out[name] = xr.Variable(dims + extra, indexing.LazilyIndexedArray(lazy),
+                                dict(attrs), dict(encoding))
+    _say_fields(b, path, dset.dtype, out)
     return out
 
 
