@@ -84,6 +84,19 @@ def test_decimals_round_back_to_what_is_stored():
     assert fixed_decimals(0.1 + 0.2, 0.1, 2) is None  # 17 decimals: computed as floats
 
 
+def test_the_one_search_of_decimals_takes_any_shape():
+    """widened (float32 times) and units.scaled (float64 times shifted by a power of ten)
+    search a value's shortest decimal with one function, shortest_decimals; a 0-d or 2-D
+    array failed in both (IndexError: flat indices taken as rows)."""
+    from h5mdx.format.units import scaled
+
+    raw = np.array([[0.1, 0.2], [20.454828, 3.0]], np.float32)
+    assert widened(raw).tolist() == [[0.1, 0.2], [20.454828, 3.0]]
+    assert widened(np.array(0.1, np.float32)).tolist() == 0.1
+    assert scaled(np.array([[0.0041, 0.0049]]), 1e3, decimals=True).tolist() == [[4.1, 4.9]]
+    assert scaled(np.array(0.0041), 1e3, decimals=True).tolist() == 4.1
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_times_in_ns_are_the_decimals_in_ps(tmp_path, dtype):
     """Times in ns (LAMMPS' units nano) converted to ps by multiplying: 0.0041 ns was

@@ -28,7 +28,8 @@ import numpy as np
 
 from h5mdx.errors import H5MDUnitError
 
-__all__ = ["BASE_UNITS", "base_factor", "conversion", "parse_unit", "scaled"]
+__all__ = ["BASE_UNITS", "as_decimal", "base_factor", "conversion", "parse_unit", "scaled",
+           "shortest_decimals"]
 
 _NA = 6.02214076e23
 _E = 1.602176634e-19
@@ -367,18 +368,60 @@ def _shifted(values: np.ndarray, factor: float) -> np.ndarray:
     to 15 decimals (``n / 10**d``) shifted by ``k`` places and rounded once; the product
     where a value has no such decimal."""
     k = round(math.log10(factor))
-    out = values * factor
-    todo = np.flatnonzero(np.isfinite(out) & (out != np.round(out)))
-    with np.errstate(over="ignore", invalid="ignore"):
-        for d in range(1, 16):
-            if not todo.size:
-                break
-            n = np.round(values[todo] * 10.0**d)
-            hit = (n / 10.0**d == values[todo]) & (np.abs(n) < 2.0**53)
-            moved = n / 10.0 ** (d - k) if d >= k else n * 10.0 ** (k - d)
-            out[todo[hit]] = moved[hit]
-            todo = todo[~hit]
+    out = np.asarray(values * factor)  # of a 0-d array, a 0-d array (numpy gives a scalar)
+    todo = np.isfinite(out) & (out != np.round(out))
+    at, n, d = shortest_decimals(values, np.dtype(np.float64), todo, 1, 15)
+    np.put(out, at, as_decimal(n, d, k))
     return out
+
+
+def shortest_decimals(x: np.ndarray, stored: np.dtype, todo: np.ndarray,
+                      first: np.ndarray | int, tries: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shortest decimal ``n / 10**k`` of each value of ``x`` (float64) where ``todo``:
+    the first ``k`` of ``first``, ``first + 1``, ... (``tries`` of them; ``first`` one
+    for all, or one per value) whose decimal, held as ``stored``, is the value held as
+    ``stored``, with ``n`` a whole number float64 holds exactly (``abs(n) < 2**53``).
+
+    The one search of h5mdx for the decimal a value was written as: float32 times
+    widened (:func:`h5mdx.format.h5md._decimals.widened`), float64 times shifted by a
+    power of ten (:func:`scaled`).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(at, n, k)``: the flat indices of the values found (``np.put`` takes them),
+        their ``n`` (whole float64 numbers) and ``k`` (int64); a value not found is not
+        in ``at``.
+    """
+    x = x.reshape(-1)
+    want = x.astype(stored)
+    starts = np.broadcast_to(np.asarray(first, dtype=np.int64), todo.shape).reshape(-1)
+    at = np.flatnonzero(todo)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        for step in range(tries):
+            if not at.size:
+                break
+            k = starts[at] + step  # decimals kept: round(x * 10**k) / 10**k
+            scale = np.power(10.0, np.abs(k))
+            # a whole number over an exact power of ten: the decimal, rounded once
+            n = np.where(k >= 0, np.round(x[at] * scale), np.round(x[at] / scale))
+            hit = (as_decimal(n, k).astype(stored) == want[at]) & (np.abs(n) < 2.0**53)
+            found.append((at[hit], n[hit], k[hit]))
+            at = at[~hit]
+    if not found:
+        return np.empty(0, np.intp), np.empty(0), np.empty(0, np.int64)
+    ats, ns, ks = zip(*found, strict=True)
+    return np.concatenate(ats), np.concatenate(ns), np.concatenate(ks)
+
+
+def as_decimal(n: np.ndarray, k: np.ndarray, shift: int = 0) -> np.ndarray:
+    """``n / 10**k`` shifted by ``shift`` places (``* 10**shift``), each rounded once: a
+    whole number divided or multiplied by an exact power of ten."""
+    places = k - shift
+    scale = np.power(10.0, np.abs(places))
+    return np.where(places >= 0, n / scale, n * scale)
 
 
 def base_factor(unit: str) -> tuple[float, str, str | None]:

@@ -14,6 +14,8 @@ from decimal import Decimal, InvalidOperation
 
 import numpy as np
 
+from h5mdx.format.units import as_decimal, shortest_decimals
+
 __all__ = ["fixed_decimals", "widened"]
 
 #: Significant decimal digits that tell every float32 (and float16) apart
@@ -37,18 +39,9 @@ def widened(raw: np.ndarray) -> np.ndarray:
     todo = np.isfinite(x) & (x != 0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         exponent = np.floor(np.log10(np.abs(np.where(todo, x, 1.0)))).astype(np.int64)
-        for digits in range(1, _MAX_DIGITS + 1):
-            at = np.flatnonzero(todo)
-            if not at.size:
-                break
-            k = digits - 1 - exponent[at]  # decimals kept: round(x * 10**k) / 10**k
-            scale = np.power(10.0, np.abs(k))
-            # a whole number over an exact power of ten: the decimal, rounded once
-            candidate = np.where(k >= 0, np.round(x[at] * scale) / scale,
-                                 np.round(x[at] / scale) * scale)
-            hit = candidate.astype(raw.dtype) == raw[at]
-            out[at[hit]] = candidate[hit]
-            todo[at[hit]] = False
+    # one significant digit first: 10**exponent is the leading digit's place
+    at, n, k = shortest_decimals(x, raw.dtype, todo, -exponent, _MAX_DIGITS)
+    np.put(out, at, as_decimal(n, k))
     return out
 
 
