@@ -222,12 +222,9 @@ def test_a_part_timed_in_ns_joins_in_ps_as_its_decimals(parts, tmp_path):
     assert int(series.sel(time=4.1).step) == 41
 
 
-@pytest.mark.parametrize("how", ["renumbered", "no steps"])
-def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expected_ca, how):
-    """Parts whose steps begin at 0 again (a run restarted with its step count reset) or
-    that have no steps (frames numbered 0..n-1) were refused as out of order ('begins at
-    step 0, before the last of ...'), though their times follow (an audit). Now their
-    times order them, the repeated frame kept once; a wrong order is still refused."""
+def _restepped(parts, tmp_path, how):
+    """Copies of ``parts`` whose steps begin at 0 in each file ("renumbered": a run
+    restarted with its step count reset) or that have no steps ("no steps")."""
     import h5py
 
     given = []
@@ -241,6 +238,41 @@ def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expec
                     else:
                         element["step"][...] = np.arange(element["step"].shape[0])
         given.append(copy)
+    return given
+
+
+@pytest.mark.parametrize("how", ["renumbered", "no steps"])
+def test_parts_opened_alone_say_their_repeated_frame_by_time(parts, tmp_path, how):
+    """Parts whose steps start anew (or that have none), opened each on its own and given
+    to h5mdx.rmsd: the frame that ends one and begins the next, which h5mdx rmsd of the
+    files keeps once (found by their times), was in the series twice without a word (the
+    warning compared steps alone). It now finds the seams as h5mdx rmsd does."""
+    import h5mdx
+
+    given = _restepped(parts, tmp_path, how)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the files' missing steps
+        opened = [xr.open_dataset(p, engine="h5md") for p in given]
+    try:
+        times = [float(ds.time[-1]) for ds in opened[:2]]
+        with pytest.warns(RuntimeWarning) as said:
+            series = h5mdx.rmsd(opened, 0)
+        seams = [str(w.message) for w in said if "begins with the frame" in str(w.message)]
+        assert len(seams) == 2 and "part 1 of the trajectory" in seams[0]
+        assert f"(time {times[0]})" in seams[0] and f"(time {times[1]})" in seams[1]
+        assert series.sizes["time"] == 100
+    finally:
+        for ds in opened:
+            ds.close()
+
+
+@pytest.mark.parametrize("how", ["renumbered", "no steps"])
+def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expected_ca, how):
+    """Parts whose steps begin at 0 again (a run restarted with its step count reset) or
+    that have no steps (frames numbered 0..n-1) were refused as out of order ('begins at
+    step 0, before the last of ...'), though their times follow (an audit). Now their
+    times order them, the repeated frame kept once; a wrong order is still refused."""
+    given = _restepped(parts, tmp_path, how)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the files' missing steps
         with open_parts(given) as opened:

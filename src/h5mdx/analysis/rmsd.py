@@ -16,7 +16,7 @@ computes :mod:`h5mdx.analysis.blocks`'s, and how frames are cut into tasks
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -61,7 +61,7 @@ from h5mdx.analysis.reference import (
 from h5mdx.analysis.series import write_series  # noqa: F401 - re-exported (its old home)
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
-__all__ = ["join_parts", "reference_of_frame", "reference_of_parts", "rmsd"]
+__all__ = ["join_parts", "reference_of_frame", "reference_of_parts", "rmsd", "seam", "seams"]
 
 
 def _check_options(superposition: Any, kernel: Any, frames_per_block: Any = None,
@@ -417,24 +417,67 @@ def _in_units_of(part: xr.DataArray, first: xr.DataArray, k: int) -> xr.DataArra
     return part
 
 
+def seams(parts: Sequence[Any]) -> Iterator[tuple[int, int]]:
+    """Each part after the first with the part it follows, ``(j, i)``: the last part
+    before it with frames (a part without frames, a run stopped before its first, is no
+    seam: the repeated frame around it was kept twice; an audit). ``parts`` is read as
+    the caller leaves it: a part the caller cut to no frame is then none."""
+    last = 0
+    for i in range(1, len(parts)):
+        yield last, i
+        if parts[i].sizes.get(TIME_DIM) or not parts[last].sizes.get(TIME_DIM):
+            last = i
+
+
+def seam(before: Any, part: Any) -> tuple[str, Any, Any] | None:
+    """How ``part`` (a Dataset or DataArray of a part of a trajectory) follows ``before``:
+    ``(what, last, first)``, the coordinate compared (``step`` where both parts have
+    steps, else ``time``) with the last value of ``before`` and the first of ``part``;
+    None where either holds no frame. Steps numbered anew (a run restarted from step 0,
+    or frames numbered 0..n-1 for want of steps) that go back are compared by time where
+    the times follow (:func:`_times_of`). ``first == last``: the part begins with the
+    frame ``before`` ends with (a run continued from its last frame), which ``h5mdx
+    rmsd`` of the files keeps once; ``first < last``: the parts are not in order."""
+    what = "step" if "step" in part.coords and "step" in before.coords else "time"
+    if not before.sizes.get(TIME_DIM) or not part.sizes.get(TIME_DIM):
+        return None
+    last, first = before[what].values[-1], part[what].values[0]
+    if first < last and what == "step":  # steps numbered anew: the times may follow
+        by_time = _times_of(before, part)
+        if by_time is not None:
+            what, (last, first) = "time", by_time
+    return what, last, first
+
+
+def _times_of(before: Any, part: Any) -> tuple[float, float] | None:
+    """The last time of ``before`` and the first of ``part`` where both parts have times
+    in one unit and ``part``'s do not go back: their steps numbered anew (a run
+    restarted from step 0, or frames numbered 0..n-1 for want of steps) do not order
+    the parts, their times do (they were refused as out of order; an audit). None
+    otherwise."""
+    if TIME_DIM not in before.coords or TIME_DIM not in part.coords:
+        return None
+    units = [ds[TIME_DIM].attrs.get("units") for ds in (before, part)]
+    if units[0] != units[1] or units[0] == "step":  # "step": a file without times
+        return None
+    last, first = float(before[TIME_DIM].values[-1]), float(part[TIME_DIM].values[0])
+    return (last, first) if first >= last else None
+
+
 def _note_repeated_seams(positions: Sequence[xr.DataArray]) -> None:
-    """Warn where a part begins with the step the part before it (with frames) ends with:
-    a run continued from its last frame, whose frame is then in the series twice, and
-    the frames after it one further on than ``h5mdx rmsd`` of the same files counts them
-    (it keeps that frame once); it was said nowhere (an audit)."""
-    last = None  # the last step of the parts so far
-    for k, part in enumerate(positions):
-        steps = part.coords.get("step")
-        if steps is None or steps.dims != (TIME_DIM,) or not steps.size:
-            continue
-        values = np.asarray(steps.values)
-        if last is not None and values[0] == last:
+    """Warn where a part begins with the frame the part before it (with frames) ends with
+    (:func:`seam`, as ``h5mdx rmsd`` of the files finds it): a run continued from its last
+    frame, whose frame is then in the series twice, and the frames after it one further
+    on than ``h5mdx rmsd`` of the same files counts them (it keeps that frame once); it
+    was said nowhere (an audit)."""
+    for j, k in seams(positions):
+        found = seam(positions[j], positions[k])
+        if found is not None and found[1] == found[2]:
             warnings.warn(f"part {k} of the trajectory begins with the frame the part before "
-                          f"it ends with (step {values[0]}): that frame is in the series "
+                          f"it ends with ({found[0]} {found[2]}): that frame is in the series "
                           "twice (h5mdx rmsd of the files keeps it once; "
                           "part.isel(time=slice(1, None)) leaves it out)", RuntimeWarning,
                           stacklevel=_user_stacklevel())
-        last = values[-1]
 
 
 def _rmsd_of_parts(parts: Sequence[xr.DataArray | xr.Dataset], reference: Any,

@@ -75,16 +75,15 @@ def open_parts(paths: list[str], **kwargs: Any) -> Parts:
     """
     import xarray as xr
 
+    from h5mdx.analysis.rmsd import seams
+
     parts = Parts()
     try:
         for path in paths:
             parts.append(xr.open_dataset(path, engine="h5md", **kwargs))
         _same_atoms(parts, paths)
-        last = 0  # the last part with frames: an empty part (a run stopped before its
-        for i in range(1, len(parts)):  # first frame) is no seam (found by an audit)
-            parts[i] = _after(parts[last], parts[i], paths[last], paths[i])
-            if parts[i].sizes.get("time") or not parts[last].sizes.get("time"):
-                last = i
+        for j, i in seams(parts):  # after the last part with frames
+            parts[i] = _after(parts[j], parts[i], paths[j], paths[i])
     except BaseException:
         parts.close()
         raise
@@ -104,15 +103,14 @@ def _same_atoms(parts: Parts, paths: list[str]) -> None:
 
 def _after(before: Any, part: Any, before_path: str, path: str) -> Any:
     """``part`` without its first frame where it repeats the last of ``before``; an error
-    where it begins before that frame (a wrong order, or an overlap)."""
-    what = "step" if "step" in part.coords and "step" in before.coords else "time"
-    if not before.sizes.get("time") or not part.sizes.get("time"):
+    where it begins before that frame (a wrong order, or an overlap): the seam of
+    :func:`h5mdx.analysis.rmsd.seam`."""
+    from h5mdx.analysis.rmsd import seam
+
+    found = seam(before, part)
+    if found is None:
         return part
-    last, first = before[what].values[-1], part[what].values[0]
-    if first < last and what == "step":  # steps numbered anew: the times may follow
-        by_time = _times_of(before, part)
-        if by_time is not None:
-            last, first = by_time
+    what, last, first = found
     if first == last:
         return part.isel(time=slice(1, None))
     if first < last:
@@ -121,18 +119,3 @@ def _after(before: Any, part: Any, before_path: str, path: str) -> Any:
             "give the files in the order of their frames (a run continued from a "
             "checkpoint overlaps its previous part: cut it with h5mdx convert --start)")
     return part
-
-
-def _times_of(before: Any, part: Any) -> tuple[float, float] | None:
-    """The last time of ``before`` and the first of ``part`` where both parts have times
-    in one unit and ``part``'s do not go back: their steps numbered anew (a run
-    restarted from step 0, or frames numbered 0..n-1 for want of steps) do not order
-    the parts, their times do (they were refused as out of order; an audit). None
-    otherwise."""
-    if "time" not in before.coords or "time" not in part.coords:
-        return None
-    units = [ds["time"].attrs.get("units") for ds in (before, part)]
-    if units[0] != units[1] or units[0] == "step":  # "step": a file without times
-        return None
-    last, first = float(before["time"].values[-1]), float(part["time"].values[0])
-    return (last, first) if first >= last else None
