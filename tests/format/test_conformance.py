@@ -856,6 +856,31 @@ def test_scan_lists_problem(tmp_path, kind):
     assert any(p.path.startswith(TROUBLES[kind].path.rstrip("/")) for p in info.problems)
 
 
+@pytest.mark.parametrize("name", ["position", "mass"])
+def test_text_where_numbers_belong_is_said(tmp_path, name):
+    """Positions (or masses) stored as text were served without a word and failed in the
+    first analysis ("could not convert string to float"); they are served as stored, with
+    one warning naming the element and its dtype, strict or not (H5MD does not prescribe
+    their type: no departure)."""
+    path = _base(str(tmp_path / "text.h5md"))
+    with h5py.File(path, "r+") as f:
+        if name == "position":
+            _replace(f[f"{G}/position"], "value", np.full(POS.shape, b"x"))
+        else:
+            f[G]["mass"] = np.array([b"C", b"O", b"H", b"N"])
+    hpath = f"{G}/position" if name == "position" else f"{G}/mass"
+    for strict in (False, True):
+        with pytest.warns(H5MDConformanceWarning) as record:
+            ds = xr.open_dataset(path, engine="h5md", strict=strict)
+        assert _matching(record, path, hpath) == [
+            f"{path} [{hpath}]: {name!r} holds text of dtype |S1, not numbers; served as "
+            "stored (analyses that need its numbers cannot use it)"]
+        with ds:
+            expected = np.full(POS.shape, "x") if name == "position" else ["C", "O", "H", "N"]
+            np.testing.assert_array_equal(ds[name].values, expected)  # as text
+            np.testing.assert_array_equal(ds.box_edges, EDGES)
+
+
 def test_particles_open_quietly_beside_a_malformed_observable(tmp_path):
     """Opening one group warns about that group (and the file), not about the others."""
     path = _trouble_file(tmp_path, "malformed observable")

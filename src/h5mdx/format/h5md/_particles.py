@@ -110,8 +110,16 @@ _VECTORS = ("position", "velocity", "force", "image")
 
 
 def _check_vectors(c: _Ctx, elements: dict[str, ElementInfo]) -> None:
-    """Note vector elements whose frames are not (particles, dimension) of 1-3: served as
-    stored, but an analysis of positions cannot use them (rmsd refuses them later)."""
+    """Note vector elements whose frames are not (particles, dimension) of 1-3, or whose
+    values are not numbers (text, read by the scan as any element is, was served without
+    a word and failed in the first analysis): served as stored, but an analysis of
+    positions cannot use them (rmsd refuses them later)."""
+    for name in (*_VECTORS, "mass", "charge"):
+        el = elements.get(name)
+        if el is not None and not el.in_subgroup and el.dtype.kind not in "iuf":
+            c.note(el.path, f"{name!r} holds {'text' if el.dtype.kind in 'SUO' else 'values'}"
+                   f" of dtype {el.dtype}, not numbers", "served as stored (analyses that "
+                   "need its numbers cannot use it)", departure=False)
     for name in _VECTORS:
         el = elements.get(name)
         if el is None or el.in_subgroup or _components(el) is not None:
