@@ -805,6 +805,22 @@ def test_unusable_arguments_are_one_clear_error(adk_h5md):
 
 
 
+def test_positions_without_frames_or_atoms_name_their_file(tmp_path):
+    """ds.md.rmsd() of a file written before its first frame said "the positions hold no
+    frames (an empty time slice?)", and of a file without atoms "no atoms to compare",
+    from deep in the kernel: neither named the file."""
+    from h5mdx.testing import write_h5md
+
+    for name, shape in (("no_frames", (0, 4, 3)), ("no_atoms", (3, 0, 3))):
+        path = write_h5md(tmp_path / f"{name}.h5md", {"all": {"position": {
+            "value": np.zeros(shape, np.float32), "step": 1, "time": 1.0}}})
+        with xr.open_dataset(path, engine="h5md") as ds:
+            what = "hold no frames" if name == "no_frames" else "hold none"
+            with pytest.raises(ValueError, match=f"the positions \\(of {re.escape(path)}\\) "
+                               f"{what}"):
+                ds.md.rmsd()
+
+
 def test_a_frame_index_held_in_a_0d_array_and_a_reference_on_other_dims(adk_h5md):
     """The frame of the largest RMSD, ``series.argmax("time")``, is a 0-d DataArray: it
     failed with xarray's "Dimensions {'atom', 'spatial'} do not exist" (and a 0-d numpy

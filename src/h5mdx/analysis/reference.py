@@ -63,9 +63,12 @@ def _check_dims(position: xr.DataArray) -> None:
     missing = [d for d in (TIME_DIM, ATOM_DIM, SPATIAL_DIM) if d not in position.dims]
     if missing:
         raise ValueError(
-            f"rmsd needs positions on (time, atom, spatial); {position.name!r} has dims "
-            f"{position.dims} (missing {missing})"
+            f"rmsd needs positions on (time, atom, spatial); {position.name!r}"
+            f"{_of_file(position)} has dims {position.dims} (missing {missing})"
         )
+    if not position.sizes[ATOM_DIM]:
+        raise ValueError(f"rmsd needs atoms to compare; the positions{_of_file(position)} "
+                         "hold none")
     order = position.attrs.get(PARTICLE_ORDER_ATTR)
     if order is not None:
         raise ValueError(
@@ -655,7 +658,9 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     if isinstance(reference, (int, np.integer)):
         n_frames = sub.sizes[TIME_DIM]
         if n_frames == 0:
-            raise ValueError("the positions hold no frames (an empty time slice?)")
+            raise ValueError(f"the positions{_of_file(position)} hold no frames (an empty "
+                             "time slice, or a file written before its first frame): there "
+                             "is no reference frame")
         if not -n_frames <= int(reference) < n_frames:
             raise IndexError(f"reference frame {reference} out of range for {n_frames} "
                              f"frames{_of_file(position)}")
