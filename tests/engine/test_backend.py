@@ -1662,3 +1662,19 @@ def test_a_group_whose_elements_were_all_left_out_says_why(tmp_path):
         xr.open_dataset(path, engine="h5md", group="observables")
     with pytest.raises(ValueError, match=r"has no group 'nope'; available"):
         xr.open_dataset(path, engine="h5md", group="nope")
+
+
+def test_a_file_of_parameters_alone_names_its_groups(tmp_path):
+    """A plain open of a file with neither particles nor observables said "the file has
+    no particles group" alone, where it has /parameters (or /connectivity) to open; it
+    now lists them, and the group= that opens one."""
+    path = tmp_path / "params.h5md"
+    with h5py.File(path, "w") as f:
+        f.create_group("h5md").attrs["version"] = np.array([1, 1])
+        f["parameters/run/dt"] = 0.002
+    with pytest.raises(H5MDFormatError, match=r"params.h5md \[/particles\]: the file has no "
+                       r"particles group and no observables; open one of its groups with "
+                       r"group=...: 'parameters/run'$"):
+        xr.open_dataset(path, engine="h5md")
+    with xr.open_dataset(path, engine="h5md", group="parameters/run") as ds:
+        assert float(ds.dt) == 0.002

@@ -62,7 +62,10 @@ def _default_group(info: FileInfo, listing: str) -> str:
             f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
         )
     if not info.observables:
-        raise H5MDFormatError(info.filename, "/particles", "the file has no particles group")
+        raise H5MDFormatError(info.filename, "/particles", (
+            "the file has no particles group and no observables" + (
+                f"; open one of its groups with group=...: {listing}" if listing != "none"
+                else "")))
     if not info.elements_under("observables") and len(info.observable_groups) == 1:
         return f"observables/{info.observable_groups[0]}"
     return "observables"
