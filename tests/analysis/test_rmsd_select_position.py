@@ -209,13 +209,22 @@ def test_selection_by_distance_at_open_takes_the_files_box(adk_boxed):
         np.testing.assert_array_equal(ds.atom.values, expected)
 
 
-def test_selection_by_position_at_open_without_frames_is_a_clear_error(tmp_path):
+def test_selection_by_position_at_open_without_frames_or_lengths_is_a_clear_error(tmp_path):
+    """A file without frames, or whose positions are in a unit that is no length, gives a
+    TopologyError naming the file and the group (a unit of time was a ValueError from the
+    unit conversion, naming neither)."""
     from h5mdx.testing import write_h5md
 
     path = write_h5md(tmp_path / "empty.h5md", {"all": {"position": {
         "value": np.zeros((0, 3341, 3), np.float32), "step": 1, "time": 1.0}}})
     with pytest.raises(TopologyError, match=r"empty.h5md \[/particles/all\]: a selection "
                        r"by position is made on the first frame .* they hold no frame"):
+        xr.open_dataset(path, engine="h5md", topology=PSF, select="around 5 resid 1")
+    path = write_h5md(tmp_path / "ps.h5md", {"all": {"position": {
+        "value": np.zeros((2, 3341, 3), np.float32), "step": 1, "time": 1.0, "unit": "ps"}}})
+    with pytest.raises(TopologyError, match=r"ps.h5md \[/particles/all\]: a selection by "
+                       r"position is made in Angstrom, and h5mdx cannot convert these "
+                       r"positions to it \(the first frame is in 'ps'"):
         xr.open_dataset(path, engine="h5md", topology=PSF, select="around 5 resid 1")
 
 

@@ -800,14 +800,14 @@ def box_dimensions(edges: Any) -> np.ndarray | None:
 
 
 def angstrom_frame(xyz: np.ndarray, unit: Any, ids: np.ndarray, n: int,
-                   edges: Any) -> Frame:
+                   edges: Any, what: str = "the reference") -> Frame:
     """The :data:`Frame` of a selection by position: the positions ``xyz`` (in ``unit``;
     without one, taken to be Angstrom) of the topology's atoms ``ids`` among its ``n``
     (NaN for the others), in Angstrom, with the box of one frame's ``box_edges``
-    (:func:`box_dimensions`)."""
+    (:func:`box_dimensions`); ``what`` names the positions where their unit is no
+    length."""
     full = np.full((n, 3), np.nan)
-    full[ids] = xyz * length_scale(str(unit), "Angstrom", "the positions") \
-        if unit is not None else xyz
+    full[ids] = xyz * length_scale(str(unit), "Angstrom", what) if unit is not None else xyz
     return full, box_dimensions(edges)
 
 
@@ -854,7 +854,13 @@ def first_frame(ds: Any, ids: np.ndarray, n: int, where: str) -> Frame:
     xyz = np.asarray(position.transpose(ATOM_DIM, ...).values, dtype=np.float64)
     warn_unplaced(xyz, ids, f"the first frame of {where}",
                   stacklevel=user_stacklevel(("h5mdx", "xarray")))
-    return angstrom_frame(xyz, position.attrs.get("units"), ids, n, box)
+    try:
+        return angstrom_frame(xyz, position.attrs.get("units"), ids, n, box,
+                              "the first frame")
+    except ValueError as err:  # a unit that is no length h5mdx converts
+        raise TopologyError(f"{where}: a selection by position is made in Angstrom, and "
+                            f"h5mdx cannot convert these positions to it ({err}): select "
+                            "the atoms by their properties or indices") from err
 
 
 def with_frame(universe: Any, frame: Frame) -> Any:
