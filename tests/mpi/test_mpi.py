@@ -1176,6 +1176,21 @@ def test_dask_mpi_selection_by_distance_in_the_files_box(tmp_path, adk_positions
     np.testing.assert_allclose(got.values, expected, atol=1e-4)
 
 
+def test_mpi_rmsd_selection_by_position_takes_lengths_alone(tmp_path):
+    """mpi-rmsd --select 'around 3 resid 1' on positions in a unit of time took them
+    as lengths (the unit's factor, whatever its dimension); it is the h5md engine's rule
+    now: an error naming the dataset and its unit."""
+    from MDAnalysisTests.datafiles import PSF
+
+    from h5mdx.mpi.rmsd import _select
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "ps.h5md", {"all": {"position": {
+        "value": np.zeros((2, 3341, 3), np.float32), "step": 1, "time": 1.0, "unit": "ps"}}})
+    with pytest.raises(ValueError, match=r"ps.h5md \[/particles/all/position\] is in 'ps'"):
+        _select(PSF, "around 3 resid 1", None, path, None, 0)
+
+
 def test_mpi_rmsd_selection_by_position_on_the_reference_frame(tmp_path, adk_positions):
     """mpi-rmsd --select 'around 3 resid 1' failed ("AtomGroup has no attribute
     dimensions"); now made on the reference frame, in Angstrom, in the file's box."""

@@ -229,10 +229,11 @@ def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The frame ``reference`` of the file's positions in Angstrom (MDAnalysis' unit; in
     the file's own without a unit) and its box as MDAnalysis takes it (None where the
-    file has none, or not periodic): what a selection by position is made on."""
-    from h5mdx.engine.topology import mda_dimensions
+    file has none, or not periodic): what a selection by position is made on. Lengths
+    are put in Angstrom by the h5md engine's rule (``length_scale``): a unit that is no
+    length is an error naming the dataset, not a factor of another dimension."""
+    from h5mdx.engine.topology import length_scale, mda_dimensions
     from h5mdx.format.h5md import open_h5md
-    from h5mdx.format.units import conversion
 
     with open_h5md(filename) as f:
         source = position_source(f, group)
@@ -249,10 +250,10 @@ def _file_frame(filename: str, group: str | None, reference: int, n_atoms: int
             edges = np.asarray(e.data if e.data is not None else (
                 f[e.value_path][frame] if e.time_dependent else f[e.value_path][()]),
                 dtype=np.float64)
-            scale = conversion(e.unit) if e.unit else None
-            edges = edges * (scale[0] if scale else 1.0)
-    scale = conversion(el.unit) if el.unit else None
-    xyz = xyz * (scale[0] if scale else 1.0)
+            if e.unit:
+                edges = edges * length_scale(e.unit, "Angstrom", f"{filename} [{e.path}]")
+    if el.unit:
+        xyz = xyz * length_scale(el.unit, "Angstrom", f"{filename} [{el.path}]")
     return xyz, None if edges is None else mda_dimensions(edges)
 
 
