@@ -617,8 +617,8 @@ def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason)
     from h5mdx.parallel.cluster import SlurmError
 
     polls, cancelled = [], []
-    monkeypatch.setattr(batch, "job_info", lambda jid: polls.append(jid) or {
-        "JobState": "PENDING", "Reason": reason})
+    monkeypatch.setattr(batch, "_query_job", lambda jid: polls.append(jid) or ({
+        "JobState": "PENDING", "Reason": reason}, ""))
     monkeypatch.setattr(batch, "_scancel", cancelled.append)
     # a dependency that can never be met, constraints no node has, a walltime above the
     # QOS's limit: slurm-script --submit waited on them without end (SLURM's job reason
@@ -630,8 +630,41 @@ def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason)
     # a job waiting its turn is waited on
     states = iter([{"JobState": "PENDING", "Reason": "Resources"},
                    {"JobState": "COMPLETED", "ExitCode": "0:0"}])
-    monkeypatch.setattr(batch, "job_info", lambda jid: next(states))
+    monkeypatch.setattr(batch, "_query_job", lambda jid: (next(states), ""))
     assert batch.wait_for_job("43", poll=0.01).state == "COMPLETED"
+
+
+def test_waiting_on_a_job_gives_up_when_slurm_stops_answering(monkeypatch):
+    """slurmctld died while slurm-script --submit waited: scontrol failed at every poll
+    and the wait went on forever, saying nothing. After ``max_failed_polls`` failures in
+    a row it gives up, naming the job, its last state and scontrol's last error; failures
+    between answers of a job still pending or running do not end the wait."""
+    import subprocess
+
+    from h5mdx.parallel import batch
+    from h5mdx.parallel.cluster import SlurmError
+
+    answers = iter(["JobState=PENDING Reason=Resources", "",
+                    "JobState=RUNNING Reason=None", "", "", "", ""])
+    calls = []
+
+    def scontrol(cmd, **kwargs):
+        calls.append(cmd)
+        out = next(answers)
+        err = "" if out else "slurm_load_jobs error: Unable to contact slurm controller"
+        return subprocess.CompletedProcess(cmd, 0 if out else 1, out, err)
+
+    monkeypatch.setattr(batch, "_run", scontrol)
+    monkeypatch.setattr(batch, "_scancel", lambda jid: pytest.fail("cancelled"))
+    with pytest.raises(SlurmError, match=r"gave up waiting for SLURM job 44: SLURM did not "
+                       r"answer 3 poll\(s\) in a row .*the last error: scontrol -o show job "
+                       r"44 failed \(exit status 1\): slurm_load_jobs error: Unable to contact "
+                       r"slurm controller; the job was last seen RUNNING"):
+        batch.wait_for_job("44", poll=0.001, max_failed_polls=3)
+    # a failure between two answers started the count again: 6 polls, not 3
+    assert len(calls) == 6 and calls[0] == ["scontrol", "-o", "show", "job", "44"]
+    answers = iter(["", "JobState=COMPLETED ExitCode=0:0"])
+    assert batch.wait_for_job("45", poll=0.001, max_failed_polls=3).ok
 
 
 def test_straggler_summary_of_ranks_on_nodes_whose_clocks_differ():

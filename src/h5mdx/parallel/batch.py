@@ -309,21 +309,29 @@ class JobResult:
 
 
 def job_info(job_id: str) -> dict[str, str] | None:
-    """The fields of ``scontrol -o show job <id>`` (None once SLURM forgot the job)."""
+    """The fields of ``scontrol -o show job <id>`` (None once SLURM forgot the job; empty
+    when scontrol failed)."""
+    return _query_job(job_id)[0]
+
+
+def _query_job(job_id: str) -> tuple[dict[str, str] | None, str]:
+    """:func:`job_info` and, where scontrol failed (``{}``), what it said."""
+    cmd = f"scontrol -o show job {job_id}"
     try:
         proc = _run(["scontrol", "-o", "show", "job", str(job_id)], timeout=30.0)
     except subprocess.TimeoutExpired:
-        return {}
+        return {}, f"{cmd} did not answer within 30 s"
     if proc.returncode != 0:
         if "Invalid job id" in proc.stderr:
-            return None
-        return {}
+            return None, ""
+        said = (proc.stderr.strip() or proc.stdout.strip()).replace("\n", "; ")
+        return {}, f"{cmd} failed (exit status {proc.returncode}): {said or 'no message'}"
     info: dict[str, str] = {}
     for token in proc.stdout.split():
         key, sep, value = token.partition("=")
         if sep and key not in info:
             info[key] = value
-    return info
+    return info, ("" if info else f"{cmd} printed nothing")
 
 
 def _scancel(job_id: str) -> None:
@@ -383,8 +391,14 @@ def _exit_code(info: Mapping[str, str]) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+#: Polls in a row that SLURM may fail to answer before :func:`wait_for_job` gives up (with
+#: the default poll of 1 s and scontrol's 30 s bound: from one minute to half an hour).
+MAX_FAILED_POLLS = 60
+
+
 def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0,
-                 cancel_on_timeout: bool = True) -> JobResult:
+                 cancel_on_timeout: bool = True,
+                 max_failed_polls: int = MAX_FAILED_POLLS) -> JobResult:
     """Wait until a job ends, polling ``scontrol show job`` (accounting not needed).
 
     Parameters
@@ -397,6 +411,9 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
         Seconds between polls.
     cancel_on_timeout : bool, default True
         Cancel the job when the wait times out or is interrupted (Ctrl-C).
+    max_failed_polls : int, default :data:`MAX_FAILED_POLLS`
+        Give up after this many polls in a row that ``scontrol`` failed (slurmctld down
+        or unreachable); one that answers starts the count again.
 
     Returns
     -------
@@ -411,15 +428,21 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
     SlurmError
         If the job pends for a reason no wait ends (``PartitionConfig`` and the others
         of ``h5mdx.parallel.cluster.NEVER_STARTS``: it asks for more than the partition
-        has or allows; it is cancelled first), with what to do.
+        has or allows; it is cancelled first), with what to do; or if ``scontrol``
+        failed ``max_failed_polls`` times in a row, with its last error (the job is
+        left as it is: SLURM could not be asked to cancel it either).
     """
     t0 = time.monotonic()
     last: dict[str, str] = {}
+    failed = 0
     try:
         while True:
-            info = job_info(job_id)
+            info, error = _query_job(job_id)
             if info is None:  # purged after MinJobAge: it ended, result unknown
                 return JobResult(job_id, "ENDED", None, "", time.monotonic() - t0, last)
+            failed = 0 if info else failed + 1
+            if failed >= max(1, max_failed_polls):  # slurmctld down: no answer will come
+                raise SlurmError(_no_answer(job_id, failed, error, last))
             if info:
                 last = info
                 state = info.get("JobState", "")
@@ -449,3 +472,14 @@ def wait_for_job(job_id: str, *, timeout: float | None = None, poll: float = 1.0
         if cancel_on_timeout:
             _scancel(job_id)
         raise
+
+
+def _no_answer(job_id: str, failed: int, error: str, last: Mapping[str, str]) -> str:
+    """Why :func:`wait_for_job` stopped waiting on a job SLURM no longer answers for."""
+    state = last.get("JobState")
+    return (f"gave up waiting for SLURM job {job_id}: SLURM did not answer {failed} "
+            f"poll(s) in a row (is slurmctld up? sinfo, scontrol ping); the last error: "
+            f"{error}; the job was last seen "
+            + (state if state else "by no poll")
+            + f"; it may still run: see squeue -j {job_id} or sacct -j {job_id} once "
+            "SLURM answers")
