@@ -287,3 +287,12 @@ def test_a_save_that_fails_half_way_leaves_the_earlier_records(tmp_path, suffix)
     assert meta == {"run_id": "r1", "units": rec.UNITS}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [path.name, "timing.meta.json"] if suffix == ".csv" else [path.name])
+
+
+def test_the_wall_time_of_mpi_ranks_is_the_longest_rank_s():
+    """One rule for the run time of MPI ranks (the straggler summary, run_table and
+    mpi-rmsd's summary line take it from here): the longest rank's wall, NaN left out."""
+    from h5mdx.timing.records import spmd_wall
+
+    assert spmd_wall([0.35, 0.45, float("nan")]) == 0.45
+    assert np.isnan(spmd_wall([])) and np.isnan(spmd_wall([float("nan")]))

@@ -63,7 +63,10 @@ from h5mdx.mpi.io import (
     skips_a_filter,
 )
 from h5mdx.timing.phases import injected_delay
-from h5mdx.timing.records import PHASES  # the one record schema, re-exported here
+from h5mdx.timing.records import (
+    PHASES,  # the one record schema, re-exported here
+    spmd_wall,
+)
 from h5mdx.timing.report import task_table
 
 __all__ = ["BACKEND", "PHASES", "READ_MODES", "MPIRMSDOptions", "MPIRMSDResult", "main",
@@ -776,9 +779,7 @@ def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
 
 def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     recs = res.records
-    # the longest rank: the ranks start together at a barrier, and the span of their
-    # t_start/t_stop adds the offsets of the nodes' clocks (an audit)
-    wall = max(float(r["wall"]) for r in recs)
+    wall = spmd_wall(r["wall"] for r in recs)  # the longest rank's
     n = len(res.rmsd)
     unit = f" {res.unit}" if res.unit else ""
     # the reads and the kernel alone: on a short run, opening the topology and loading the

@@ -348,7 +348,7 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
         with their slow phase, load imbalance, R_comp/IO and
         the advice of :func:`h5mdx.timing.stragglers.advice`.
     """
-    from h5mdx.timing.records import SPMD_BACKENDS
+    from h5mdx.timing.records import SPMD_BACKENDS, spmd_wall
     from h5mdx.timing.stragglers import (
         advice,
         flag_stragglers,
@@ -365,9 +365,7 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     backend = ", ".join(sorted(set(map(str, df["backend"]))))
     n = int(df["n_workers"].max())
     if df["backend"].isin(SPMD_BACKENDS).all():
-        # MPI ranks start together at a barrier; their start times come from their nodes'
-        # clocks, whose offsets the span of the records added (an audit)
-        span = f"{float(df['wall'].max()):.3f} s (the longest rank)"
+        span = f"{spmd_wall(df['wall']):.3f} s (the longest rank)"
     else:
         span = f"{float(df['t_stop'].max() - df['t_start'].min()):.3f} s from first start " \
                "to last stop"

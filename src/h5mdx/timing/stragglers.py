@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h5mdx.timing.records import PHASES, SPMD_BACKENDS, busy
+from h5mdx.timing.records import PHASES, SPMD_BACKENDS, busy, spmd_wall
 
 __all__ = [
     "DEFAULT_MIN_EXCESS",
@@ -416,14 +416,13 @@ def _worker_warmup(df: pd.DataFrame) -> pd.Series:
 
 
 def _run_wall(df: pd.DataFrame) -> pd.Series:
-    """Per run, the span from its first start to its last stop; of MPI ranks, their
-    longest ``wall``: each rank's start is its own host's clock, and a node whose clock
-    was 0.3 s ahead lengthened the span of a 1 s run to 1.3 s (an audit). The ranks
-    leave the barrier before ``t_start`` together, so the longest of them is the run."""
+    """Per run, the span from its first start to its last stop; of MPI ranks,
+    :func:`~h5mdx.timing.records.spmd_wall` (their longest ``wall``: their start times
+    come from several hosts' clocks)."""
     by_run = df.groupby("run_id", sort=False)
     span = by_run["t_stop"].max() - by_run["t_start"].min()
     ranks = df["backend"].isin(SPMD_BACKENDS).groupby(df["run_id"], sort=False).all()
-    return span.where(~ranks, by_run["wall"].max())
+    return span.where(~ranks, by_run["wall"].agg(spmd_wall).astype(float))
 
 
 def run_table(df: pd.DataFrame,
