@@ -143,6 +143,39 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, 
     assert ran == []
 
 
+def test_outputs_that_would_overwrite_each_other_are_refused_before_the_run(
+        adk_h5md, tmp_path, capsys, monkeypatch):
+    """--timing T with --out T/timing.csv wrote the series over the timing records (and
+    its sidecar over their timing.meta.json) without a word; --out X --timing X made X
+    the timing directory, then failed to write the series there after the whole run;
+    --out and --plot of one name (no suffix) kept the plot alone. Each is refused before
+    the run, naming the two outputs."""
+    from h5mdx.cli import main
+    from h5mdx.parallel import schedulers
+
+    ran = []
+    monkeypatch.setattr(schedulers, "scheduler_context",
+                        lambda *a, **k: ran.append(True))  # never reached
+    t = tmp_path / "t"
+    for argv, said in (
+            (["--timing", str(t), "--out", str(t / "timing.csv")],
+             f"the series file (--out) and the timing records are the same file, "
+             f"'{t / 'timing.csv'}'"),
+            (["--timing", str(t), "--out", str(t / "timing")],
+             f"the series' sidecar and the timing records' sidecar are the same file, "
+             f"'{t / 'timing.meta.json'}'"),
+            (["--timing", str(t), "--out", str(t)],
+             f"the series file (--out) '{t}' is where the timing records' directory "
+             f"(--timing '{t}') goes"),
+            (["--timing", str(t / "sub"), "--plot", str(t)],
+             f"the plot (--plot) '{t}' is where the timing records' directory"),
+            (["--out", str(tmp_path / "r"), "--plot", str(tmp_path / "r")],
+             "the series file (--out) and the plot (--plot) are the same file")):
+        assert main(["rmsd", str(adk_h5md), "--scheduler", "threads", *argv]) == 2, argv
+        assert said in capsys.readouterr().err, argv
+    assert ran == [] and not t.exists()
+
+
 def test_a_selection_matching_nothing_fails_before_a_scheduler_is_chosen(
         adk_h5md, capsys, monkeypatch):
     """--select matching no atom said "scheduler threads (...)" (and started the cluster)

@@ -91,6 +91,40 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
         if path.exists() and not path.is_dir():
             raise ValueError(f"{str(path)!r} is a file; the timing records need a directory")
         _writable(path / "timing.csv", "the timing records")
+    _check_distinct(out, plot, directory)
+
+
+def _check_distinct(out: str | os.PathLike[str] | None, plot: str | os.PathLike[str] | None,
+                    directory: str | os.PathLike[str] | None) -> None:
+    """Refuse outputs that name the same file, or a file where the timing directory goes:
+    ``--out T/timing.csv --timing T`` wrote the series over the timing records (and its
+    sidecar over their ``timing.meta.json``), ``--out X --timing X`` made X the timing
+    directory and then failed to write the series there, after the whole run."""
+    files: list[tuple[str, Path]] = []
+    if out is not None:
+        files.append(("the series file (--out)", Path(out)))
+        if Path(out).suffix.lower() != ".nc":
+            files.append(("the series' sidecar", sidecar_path(out)))
+    if plot is not None:
+        files.append(("the plot (--plot)", Path(plot)))
+    if directory is not None:
+        files += [("the timing records", Path(directory) / "timing.csv"),
+                  ("the timing records' sidecar", Path(directory) / "timing.meta.json")]
+    seen: dict[str, tuple[str, Path]] = {}
+    for what, path in files:
+        key = os.path.realpath(path)
+        if key in seen and seen[key][0] != what:
+            raise ValueError(f"{seen[key][0]} and {what} are the same file, {str(path)!r}: "
+                             "one would overwrite the other; give them different names")
+        seen.setdefault(key, (what, path))
+    if directory is not None:
+        timing = Path(os.path.realpath(directory))
+        for what, path in files[:-2]:
+            real = Path(os.path.realpath(path))
+            if real == timing or real in timing.parents:
+                raise ValueError(f"{what} {str(path)!r} is where the timing records' "
+                                 f"directory (--timing {str(directory)!r}) goes; give "
+                                 "another name to one of them")
 
 
 def write_series(path: str | os.PathLike[str], result: Any) -> Path:
