@@ -115,6 +115,11 @@ class TimingRun:
         #: The distributed workers that gave their in-task records at the end (None for
         #: the local schedulers, whose records are in the spool directory).
         self.answered: set[str] | None = None
+        #: The workers the scheduler still listed at the end that did not answer within
+        #: :data:`COLLECT_CONNECT_TIMEOUT` (busy, or unreachable): not removed, not left.
+        self.unanswered: set[str] = set()
+        #: The workers the scheduler removed while the block ran (they left the cluster).
+        self.removed: set[str] = set()
         #: Whether ``n_workers`` was counted (not given): then it is the most workers the
         #: cluster had, at the start or the end, or that ran the block's tasks.
         self.counted = False
@@ -177,11 +182,14 @@ def _scheduler_plugin_class() -> Any:
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class TaskRecorder(SchedulerPlugin):
-        """Keep every finished task (unbounded, unlike the dashboard's task stream)."""
+        """Keep every finished task (unbounded, unlike the dashboard's task stream), and
+        the workers the scheduler removed."""
 
         def __init__(self, name: str) -> None:
             self.name = name
             self.records: list[dict[str, Any]] = []
+            #: Workers the scheduler removed while the block ran, and when.
+            self.removed: dict[str, float] = {}
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
             if start == "processing" and finish in ("memory", "erred"):
@@ -190,6 +198,9 @@ def _scheduler_plugin_class() -> Any:
                      "thread": kwargs.get("thread"),
                      "startstops": list(kwargs.get("startstops") or ()), "status": finish}
                 )
+
+        def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+            self.removed.setdefault(str(worker), time.time())
 
     return TaskRecorder
 
@@ -216,9 +227,11 @@ def _spool_plugin(values: Mapping[str, str | None]) -> Any:
     return SpoolEnviron(values)
 
 
-def _collect_plugin(dask_scheduler: Any, name: str) -> list[dict[str, Any]]:
+def _collect_plugin(dask_scheduler: Any, name: str) -> dict[str, Any]:
     plugin = dask_scheduler.plugins.get(name)
-    return [] if plugin is None else list(plugin.records)
+    if plugin is None:
+        return {"records": [], "removed": {}}
+    return {"records": list(plugin.records), "removed": dict(plugin.removed)}
 
 
 def _set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -441,9 +454,9 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     run.meta["t_run_stop"] = run.t_run_stop
     run.meta["wall"] = run.wall
     if client is not None:
-        run.scheduler_records = _distributed_rows(
-            client.run_on_scheduler(_collect_plugin, name=plugin_name)
-        )
+        collected = client.run_on_scheduler(_collect_plugin, name=plugin_name)
+        run.scheduler_records = _distributed_rows(collected["records"])
+        run.removed = set(collected["removed"])
         if run.counted:  # SLURM jobs that started during the block, a cluster scaled up
             ran = {str(s["worker"]) for s in run.scheduler_records}
             with contextlib.suppress(Exception):  # a cluster going away: the count so far
@@ -454,11 +467,13 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     name = os.path.basename(spool)  # a memory spool's name (distributed)
     run.spooled = read_spool(spool) + take_records(name)
     if client is not None:
-        run.answered = set()
+        run.answered, run.unanswered = set(), set()
         for addr, records in _from_live_workers(client, take_records, name).items():
-            if isinstance(records, list):  # a worker that died mid-run returns its error
+            if isinstance(records, list):
                 run.spooled.extend(records)
                 run.answered.add(str(addr))
+            elif str(addr) not in run.removed:  # still in the cluster, but no answer
+                run.unanswered.add(str(addr))
     if check:
         _check_where_it_ran(run)
 
@@ -680,12 +695,16 @@ def _set_waits(rows: list[dict[str, Any]],
 
 def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
                others: list[dict[str, Any]]) -> None:
-    """Warn of the timed tasks that have no row because their worker left the cluster
-    before the end of the block (retired, its SLURM job's walltime ended, scaled down,
-    killed), taking the in-task records it kept in memory: the records lacked them, and
-    nothing said so. Such a task is one the scheduler saw finish on a worker that did not
-    answer at the end, of a kind (key prefix) other tasks were timed in, and not run again
-    elsewhere; :attr:`TimingRun.n_lost` counts them."""
+    """Warn of the timed tasks that have no row because their in-task records were not
+    collected: the records lacked them, and nothing said so. Such a task is one the
+    scheduler saw finish on a worker that gave no records at the end, of a kind (key
+    prefix) other tasks were timed in, and not run again elsewhere;
+    :attr:`TimingRun.n_lost` counts them. Two causes are told apart, by the scheduler's
+    own word: a worker it removed, or no longer lists, *left* the cluster before the end
+    of the block (retired, its SLURM job's walltime ended, scaled down, killed), taking
+    the records it kept in memory; a worker it still lists did not answer within
+    :data:`COLLECT_CONNECT_TIMEOUT` (busy under a task that holds the GIL, or
+    unreachable): it has not left, its records were not collected."""
     if run.answered is None or not matched:
         return
     timed = {_key_split(s["key"]) for s in matched}
@@ -693,14 +712,25 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
     lost = [s for s in others if str(s["worker"]) not in run.answered
             and s["key"] not in done and _key_split(s["key"]) in timed]
     run.n_lost = len({s["key"] for s in lost})
-    if run.n_lost:
-        gone = sorted({str(s["worker"]) for s in lost})
+    silent = [s for s in lost if str(s["worker"]) in run.unanswered]
+    left = [s for s in lost if str(s["worker"]) not in run.unanswered]
+    lack = ("their phases (all_tasks=True gave them rows without)" if run.all_tasks
+            else "these tasks")
+    for group, why, went, fix in (
+            (left, "that left before the end of the run", "left with them",
+             "keep the workers until the block ends"),
+            (silent, f"that did not answer within {COLLECT_CONNECT_TIMEOUT} when asked for "
+             "their records at the end of the run, though the scheduler still lists them "
+             "(busy under a task that holds the GIL, or unreachable)", "were not collected",
+             "let the workers' other work finish before the block ends")):
+        if not group:
+            continue
+        gone = sorted({str(s["worker"]) for s in group})
+        n = len({s["key"] for s in group})
+        where = f"{', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}"
         warnings.warn(
-            f"{run.n_lost} timed task(s) ran on {len(gone)} worker(s) that left before the "
-            f"end of the run ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): their "
-            "in-task timing records left with them, so the records lack "
-            + ("their phases (all_tasks=True gave them rows without)" if run.all_tasks
-               else "these tasks") + "; keep the workers until the block ends",
+            f"{n} timed task(s) ran on {len(gone)} worker(s) {why} ({where}): their "
+            f"in-task timing records {went}, so the records lack {lack}; {fix}",
             RuntimeWarning, stacklevel=4)
 
 
