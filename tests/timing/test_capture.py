@@ -507,6 +507,47 @@ def test_tasks_of_a_worker_that_joins_during_the_block_are_recorded(frames_file,
     assert sorted(df["frame_start"]) == list(range(0, N_FRAMES, FPB))
 
 
+def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
+    """A worker killed after it ran its tasks (their results lost with it; dask runs them
+    again elsewhere): capture(all_tasks=True) gave each such task two rows, an untimed one
+    on the dead worker and the timed one, and the straggler analysis counted two tasks.
+    Each task is one row, its last attempt's, with ``retries`` and the seconds of the
+    earlier attempts in ``t_retried``."""
+    import signal
+
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x", repeat=3).build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        with capture(client=client, all_tasks=True) as run:
+            blocks = arr.persist()
+            distributed.wait(blocks)
+            held = {w: set(keys) for w, keys in client.has_what().items() if keys}
+            victim = max(held, key=lambda w: len(held[w]))
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while victim in client.scheduler_info()["workers"]:
+                assert time.monotonic() < deadline, "the killed worker stayed listed"
+                time.sleep(0.05)
+            assert blocks.sum().compute() > 0  # the lost blocks run again
+    df = run.records
+    validate(df)
+    assert df["task_key"].is_unique
+    timed = df[df["frame_start"].notna()]
+    assert len(timed) == N_FRAMES // FPB
+    again = timed["frame_start"].isin({k[1] * FPB for k in held[victim]})  # (name, block)
+    assert again.sum() == len(held[victim]) >= 1
+    assert (timed.loc[again, "retries"] == 1).all()
+    assert (timed.loc[again, "t_retried"] > 0).all()
+    assert victim not in set(timed.loc[again, "worker"])
+    assert (timed.loc[~again, "retries"] == 0).all()
+    assert (timed.loc[~again, "t_retried"] == 0).all()
+    assert victim in run.removed and run.n_lost == 0
+
+
 def test_a_worker_that_did_not_answer_is_not_said_to_have_left(frames_file, monkeypatch):
     """A worker the scheduler still lists that did not answer the request for its records
     within the collection's bound (busy under a task holding the GIL) was said to have

@@ -26,6 +26,9 @@ Two sources are merged into one row per task:
 Records are joined on the task key. A spooled record whose key is unknown
 is joined to the scheduler record of the same worker (thread, pid or worker
 address) whose time window contains it, the narrowest such window winning.
+A task run more than once (``distributed`` runs it again when a worker is lost
+with its result, or while it ran) is one row, its last attempt's, with
+``retries`` and ``t_retried`` (the earlier attempts and their seconds).
 
 ``t_wait`` of a task is the time its worker sat idle before the task started:
 from the end of the worker's previous task (timed or not), or from the start of
@@ -182,22 +185,42 @@ def _scheduler_plugin_class() -> Any:
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class TaskRecorder(SchedulerPlugin):
-        """Keep every finished task (unbounded, unlike the dashboard's task stream), and
-        the workers the scheduler removed."""
+        """Keep every finished task (unbounded, unlike the dashboard's task stream), every
+        attempt that its worker's removal cut short, and the workers the scheduler
+        removed."""
 
         def __init__(self, name: str) -> None:
             self.name = name
             self.records: list[dict[str, Any]] = []
             #: Workers the scheduler removed while the block ran, and when.
             self.removed: dict[str, float] = {}
+            self.sent: dict[Any, tuple[str, float]] = {}  # key -> (worker, hand-off time)
+            self.scheduler: Any = None
+
+        async def start(self, scheduler: Any) -> None:
+            self.scheduler = scheduler
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-            if start == "processing" and finish in ("memory", "erred"):
+            if finish == "processing" and self.scheduler is not None:
+                ws = getattr(self.scheduler.tasks.get(key), "processing_on", None)
+                if ws is not None:
+                    self.sent[key] = (str(ws.address), time.time())
+            if start != "processing":
+                return
+            sent = self.sent.pop(key, None)
+            if finish in ("memory", "erred"):
                 self.records.append(
                     {"key": str(key), "worker": kwargs.get("worker"),
                      "thread": kwargs.get("thread"),
                      "startstops": list(kwargs.get("startstops") or ()), "status": finish}
                 )
+            elif sent is not None and sent[0] not in self.scheduler.workers:
+                # its worker was removed while it ran: the attempt is lost, the task
+                # goes back to be run again; from its hand-off to now (scheduler's clock)
+                self.records.append(
+                    {"key": str(key), "worker": sent[0], "thread": None,
+                     "startstops": [{"action": "lost", "start": sent[1],
+                                     "stop": time.time()}], "status": "lost"})
 
         def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
             self.removed.setdefault(str(worker), time.time())
@@ -599,6 +622,7 @@ def _distributed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "key": r["key"], "worker": r["worker"], "worker_id": r.get("thread"),
             "sched_start": float(start), "sched_stop": float(stop),
             "t_transfer": float(sum(s["stop"] - s["start"] for s in transfer)),
+            "status": r.get("status", "memory"),
         })
     return out
 
@@ -678,6 +702,7 @@ def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None) -> dic
         "sched_start": s["sched_start"], "sched_stop": s["sched_stop"],
         **{f"t_{p}": nan for p in _KNOWN_PHASES},
         **({"t_transfer": s["t_transfer"]} if "t_transfer" in s else {}),
+        "status": s.get("status", "memory"),
     }
 
 
@@ -710,6 +735,7 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
     timed = {_key_split(s["key"]) for s in matched}
     done = {s["key"] for s in matched}
     lost = [s for s in others if str(s["worker"]) not in run.answered
+            and s.get("status") != "lost"  # cut short by its worker's removal: no record
             and s["key"] not in done and _key_split(s["key"]) in timed]
     run.n_lost = len({s["key"] for s in lost})
     silent = [s for s in lost if str(s["worker"]) in run.unanswered]
@@ -734,6 +760,32 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
             RuntimeWarning, stacklevel=4)
 
 
+def _one_row_per_task(rows: list[dict[str, Any]], n_timed: int,
+                      all_tasks: bool) -> list[dict[str, Any]]:
+    """One row per task key: a task run more than once (its worker lost, the task run
+    again elsewhere) is the row of its last attempt (a timed one first: its phases), with
+    ``retries`` (the earlier attempts) and ``t_retried`` (their seconds, on the workers
+    that ran them: a finished attempt's run, or an attempt cut short from its hand-off to
+    its worker's removal). ``rows[:n_timed]`` are timed, the others untimed (kept if
+    ``all_tasks``, or where they are an attempt of a kept row)."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_key[str(row["task_key"])].append(i)
+    out = []
+    for idxs in by_key.values():
+        final = max(idxs, key=lambda i: (i < n_timed, rows[i].get("status") != "lost",
+                                         rows[i]["t_stop"]))
+        if final >= n_timed and (not all_tasks or rows[final].get("status") == "lost"):
+            continue  # untimed, not asked for; or no attempt of it finished
+        earlier = [rows[i]["wall"] for i in idxs if i != final]
+        row = rows[final]
+        row["retries"] = len(earlier)
+        row["t_retried"] = float(sum(w for w in earlier if w == w))  # NaN left out
+        row.pop("status", None)
+        out.append(row)
+    return out
+
+
 def _merge(run: TimingRun) -> Any:
     import numpy as np
     import pandas as pd
@@ -752,7 +804,9 @@ def _merge(run: TimingRun) -> Any:
             stacklevel=3,
         )
     rows = [_task_row(run, rec, s, slurm) for rec, s in pairs]
-    # Untimed tasks: their intervals count for the workers' idle time, and rows if asked.
+    n_timed = len(rows)
+    # Untimed tasks and attempts: their intervals count for the workers' idle time, and
+    # they give rows (kept if asked, or as an earlier attempt of a task).
     others = [s for s in run.scheduler_records if id(s) not in matched_ids]
     _warn_lost(run, [s for _, s in pairs if s is not None], others)
     # idle time per thread of a worker: a distributed worker may run tasks side by side
@@ -764,13 +818,12 @@ def _merge(run: TimingRun) -> Any:
     for s in others:
         if not np.isfinite(s["sched_start"]):
             continue
-        idx = -1
-        if run.all_tasks:
-            idx = len(rows)
-            rows.append(_untimed_row(run, s, slurm))
+        rows.append(_untimed_row(run, s, slurm))
         lane = s.get("worker_id") if lanes else None
-        intervals[(str(s["worker"]), lane)].append((s["sched_start"], s["sched_stop"], idx))
+        intervals[(str(s["worker"]), lane)].append(
+            (s["sched_start"], s["sched_stop"], len(rows) - 1))
     _set_waits(rows, intervals, run.t_run_start)
+    rows = _one_row_per_task(rows, n_timed, run.all_tasks)
     if not rows:
         from h5mdx.timing.records import empty
 

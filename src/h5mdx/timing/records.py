@@ -52,8 +52,10 @@ started -- since the end of its previous task, or since the start of the run
 for its first task -- and lies *before* ``t_start``. :func:`busy` and
 :func:`phase_sum` take care of the difference.
 
-Extra columns (e.g. ``sched_start``/``sched_stop`` from the scheduler, or
-``t_transfer`` from ``distributed``) are allowed and kept.
+Extra columns (e.g. ``sched_start``/``sched_stop`` from the scheduler,
+``t_transfer`` from ``distributed``, or ``retries`` and ``t_retried`` from
+:func:`h5mdx.timing.capture.capture`: the attempts of a task run again, and their
+seconds) are allowed and kept.
 
 The run's metadata (file, layout, selection, versions, machine, backend, ...;
 see :func:`run_metadata`) is stored in the Parquet key-value metadata under
@@ -164,6 +166,7 @@ UNITS: dict[str, str] = {
     "sched_start": "s (Unix time)",
     "sched_stop": "s (Unix time)",
     "t_transfer": "s",
+    "t_retried": "s",
 }
 
 _NULLABLE_STR = ("slurm_job_id",)
