@@ -393,9 +393,12 @@ def test_waits_of_a_worker_of_two_threads_are_per_thread(frames_file):
     thread = {r["frame_start"]: r["thread"] for r in run.spooled}
     lanes = df.groupby(df["frame_start"].map(thread))
     assert lanes.ngroups == 2
+    # the run's start on the worker's clock: noted as the block began
+    t0 = run.worker_t0[df["worker"].iloc[0]]
+    assert run.t_run_start - 1.0 < t0 <= run.t_run_start
     for _, lane in lanes:
         spent = lane["t_wait"].sum() + lane["wall"].sum()
-        assert spent == pytest.approx(lane["t_stop"].max() - run.t_run_start, abs=1e-6)
+        assert spent == pytest.approx(lane["t_stop"].max() - t0, abs=1e-6)
 
 
 def test_local_workers_default_to_the_cpus_dask_uses(monkeypatch):
@@ -563,10 +566,10 @@ def test_a_worker_that_did_not_answer_is_not_said_to_have_left(frames_file, monk
     real = capture_module._from_live_workers
     silent = []
 
-    def one_silent(client, fn, *args):
+    def one_silent(client, fn, *args):  # (only the records are collected so)
         answers = real(client, fn, *args)
-        if fn is capture_module.take_records:  # as distributed says a connect timeout
-            answers[silent[0]] = OSError(f"Timed out trying to connect to {silent[0]}")
+        # as distributed says a connect timeout
+        answers[silent[0]] = OSError(f"Timed out trying to connect to {silent[0]}")
         return answers
 
     monkeypatch.setattr(capture_module, "_from_live_workers", one_silent)
@@ -585,3 +588,34 @@ def test_a_worker_that_did_not_answer_is_not_said_to_have_left(frames_file, monk
     assert not any("left before the end" in str(w.message) for w in said)
     assert run.unanswered == {silent[0]} and run.removed == set()
     assert run.n_lost == held[silent[0]] and len(df) + run.n_lost == N_FRAMES // FPB
+
+
+def test_a_worker_whose_clock_is_ahead_waits_no_longer_for_it(frames_file):
+    """A worker on a node whose clock is 30 s ahead of the client's: its first task's
+    wait was its start (its clock) less the run's start (the client's clock), 30 s of
+    waiting that never happened. Waits are measured on the worker's clock, from the
+    run's start as that worker noted it."""
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    def clock_ahead(seconds=30.0):
+        import time as _time
+
+        real = _time.time
+        _time.time = lambda: real() + seconds  # as a node whose clock is ahead
+
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        ahead = sorted(client.scheduler_info()["workers"])[0]
+        client.run(clock_ahead, workers=[ahead])
+        with capture(client=client) as run:
+            client.compute(arr, sync=True)
+    df = run.records
+    assert len(df) == N_FRAMES // FPB and ahead in set(df["worker"])
+    assert (df["t_wait"] < 5.0).all(), df[["worker", "t_wait"]]
+    assert run.worker_t0[ahead] > run.t_run_start + 25
+    for worker, own in df.groupby("worker"):  # within the worker's run, on its clock
+        spent = own["t_wait"].sum() + own["wall"].sum()
+        assert 0 < spent <= own["t_stop"].max() - run.worker_t0[worker] + 1e-6

@@ -35,7 +35,11 @@ from the end of the worker's previous task (timed or not), or from the start of
 the run (entering the ``with`` block) for its first task; for a ``distributed``
 worker of several threads, the time the task's thread sat idle. Per worker (per
 thread of such a worker), the waits and the busy times of its tasks add up to the
-time from the run's start to the end of its last task. (pmda's "wait" instead counts from the start of the
+time from the run's start to the end of its last task. Every wait is measured on
+one clock, the worker's: a ``distributed`` worker notes the run's start on its own
+clock (:attr:`TimingRun.worker_t0`; a worker that joins during the block, when it
+joins), so that a node whose clock is ahead of the client's does not add its
+offset to its first task's wait. (pmda's "wait" instead counts from the start of the
 run for every block; that is ``t_start - run.t_run_start`` here.)
 """
 
@@ -123,6 +127,9 @@ class TimingRun:
         self.unanswered: set[str] = set()
         #: The workers the scheduler removed while the block ran (they left the cluster).
         self.removed: set[str] = set()
+        #: Per distributed worker, the run's start on its own clock (when it joined, for a
+        #: worker that joined during the block): its first task's wait counts from there.
+        self.worker_t0: dict[str, float] = {}
         #: Whether ``n_workers`` was counted (not given): then it is the most workers the
         #: cluster had, at the start or the end, or that ran the block's tasks.
         self.counted = False
@@ -242,12 +249,22 @@ def _spool_plugin(values: Mapping[str, str | None]) -> Any:
             self.old: dict[str, str | None] = {}
 
         def setup(self, worker: Any) -> None:
-            self.old = _set_env(self.values)
+            # the run's start on this worker's clock (or when it joined the block)
+            self.old = _set_env({**self.values, T0_ENV: repr(time.time())})
 
         def teardown(self, worker: Any) -> None:
             _set_env(self.old)
 
     return SpoolEnviron(values)
+
+
+#: Where a distributed worker keeps, for the block, the run's start on its own clock.
+T0_ENV = "H5MDX_TIMING_T0"
+
+
+def _take(name: str) -> dict[str, Any]:
+    """A worker's in-task records of the memory spool ``name`` and its :data:`T0_ENV`."""
+    return {"records": take_records(name), "t0": os.environ.get(T0_ENV)}
 
 
 def _collect_plugin(dask_scheduler: Any, name: str) -> dict[str, Any]:
@@ -491,10 +508,12 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
     run.spooled = read_spool(spool) + take_records(name)
     if client is not None:
         run.answered, run.unanswered = set(), set()
-        for addr, records in _from_live_workers(client, take_records, name).items():
-            if isinstance(records, list):
-                run.spooled.extend(records)
+        for addr, got in _from_live_workers(client, _take, name).items():
+            if isinstance(got, dict):  # else the error of a worker that did not answer
+                run.spooled.extend(got["records"])
                 run.answered.add(str(addr))
+                if got["t0"]:
+                    run.worker_t0[str(addr)] = float(got["t0"])
             elif str(addr) not in run.removed:  # still in the cluster, but no answer
                 run.unanswered.add(str(addr))
     if check:
@@ -707,11 +726,14 @@ def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None) -> dic
 
 
 def _set_waits(rows: list[dict[str, Any]],
-               intervals: Mapping[Any, list[tuple[float, float, int]]], t0: float) -> None:
+               intervals: Mapping[tuple[str, Any], list[tuple[float, float, int]]],
+               t0: float, worker_t0: Mapping[str, float]) -> None:
     """``t_wait`` of each row: the idle time of its worker (of its thread, for a worker
-    of several threads: one key of ``intervals``) since its previous task (or ``t0``)."""
-    for ivs in intervals.values():
-        last = t0
+    of several threads: one key ``(worker, thread)`` of ``intervals``) since its previous
+    task, or since the run's start: ``worker_t0`` of the worker (on its clock), else
+    ``t0``."""
+    for (worker, _), ivs in intervals.items():
+        last = worker_t0.get(worker, t0)
         for start, stop, idx in sorted(ivs):
             if idx >= 0:
                 rows[idx]["t_wait"] = max(0.0, start - last)
@@ -822,7 +844,7 @@ def _merge(run: TimingRun) -> Any:
         lane = s.get("worker_id") if lanes else None
         intervals[(str(s["worker"]), lane)].append(
             (s["sched_start"], s["sched_stop"], len(rows) - 1))
-    _set_waits(rows, intervals, run.t_run_start)
+    _set_waits(rows, intervals, run.t_run_start, run.worker_t0)
     rows = _one_row_per_task(rows, n_timed, run.all_tasks)
     if not rows:
         from h5mdx.timing.records import empty
