@@ -108,6 +108,17 @@ def test_speedup_and_efficiency():
     assert np.isnan(t.loc[("processes", 2), "S"])  # no 1-worker run in that series
 
 
+def test_a_baseline_of_no_time_gives_no_speed_up():
+    """A 1-worker run whose time less warm-up is 0 (it only loaded the kernel) said
+    S = 0 and E = 0 for every other N of its series, as if more workers made it
+    infinitely slower; S and E are unknown (NaN) there, as for a t_N of 0."""
+    runs = pd.DataFrame({"backend": ["threads"] * 3, "n_workers": [1, 2, 4],
+                         "wall": [0.5, 0.3, 0.2], "warmup": [0.5, 0.1, 0.1]})
+    t = speedup(runs).set_index("n_workers")
+    assert t["t_N"].tolist() == pytest.approx([0.0, 0.2, 0.1])
+    assert t["S"].isna().all() and t["E"].isna().all()
+
+
 def test_run_table_uses_meta_wall():
     df = pd.concat([_run("a", n_workers=1), _run("b", n_workers=2)], ignore_index=True)
     runs = run_table(df, [{"run_id": "a", "wall": 4.0, "blocks_per_worker": 1},

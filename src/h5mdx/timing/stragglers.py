@@ -512,7 +512,7 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
         ``t_N_min``, ``t_N_max``, ``warmup`` (median, s, reported beside: loading the
         kernel is not work, and a run that pays it would scale better or worse for it),
         ``S`` and ``E``. Series without a 1-worker run get NaN S and E, and so do runs
-        whose time less warm-up is 0.
+        whose time less warm-up is 0, or whose 1-worker run's is.
     """
     if "task_key" in runs.columns:
         if not _run_metas(metas):
@@ -547,8 +547,10 @@ def speedup(runs: pd.DataFrame, by: Sequence[str] | None = None,
         for col in by:
             mask &= (table[col] == row[col]) | (table[col].isna() & pd.isna(row[col]))
         t1 = table.loc[mask, "t_N"]
-        # t_N of 0 (a run that only warmed up): no speed-up, not a ZeroDivisionError
-        s.append(float(t1.iloc[0]) / row["t_N"] if len(t1) and row["t_N"] > 0 else np.nan)
+        # a t_N or a baseline t_1 of 0 (a run that only warmed up): no speed-up, neither a
+        # ZeroDivisionError nor S = 0 (a 1-worker run of no work made every N "0x")
+        ok = len(t1) and row["t_N"] > 0 and float(t1.iloc[0]) > 0
+        s.append(float(t1.iloc[0]) / row["t_N"] if ok else np.nan)
     table["S"] = s
     table["E"] = table["S"] / table["n_workers"]
     table.attrs["by"] = by  # what makes one series (plot_scaling draws one line each)
