@@ -98,6 +98,25 @@ def test_gantt_of_mpi_ranks_draws_their_wait(tmp_path):
     assert [t.get_text() for t in bars.get_xticklabels()] == ["rank 0", "rank 1"]
 
 
+def test_gantt_of_mpi_ranks_on_nodes_whose_clocks_differ():
+    """Two ranks of 3 s; the second's node clock 0.3 s ahead: its bar was drawn 0.3 s
+    after the first's, a start that never happened (the ranks leave a barrier together
+    just before they note t_start). Every rank's bar starts at 0."""
+    rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 2, "worker": f"rank-{r}",
+             "rank": r, "task_key": f"r{r}", "kind": "rmsd", "frame_start": 50 * r,
+             "frame_stop": 50 * r + 50, "t_start": 10.0 + 0.3 * r, "t_stop": 13.0 + 0.3 * r,
+             "t_io": 1.0, "t_compute": 2.0, "t_wait": 0.0, "t_comm_gather": 0.0}
+            for r in (0, 1)]
+    ax = plot_gantt(rec.to_frame(rows), "m").axes[0]
+    starts, ends = {}, {}
+    for bar in ax.patches:
+        y = round(bar.get_y() + bar.get_height() / 2)
+        starts[y] = min(starts.get(y, 99.0), bar.get_x())
+        ends[y] = max(ends.get(y, 0.0), bar.get_x() + bar.get_width())
+    assert starts == {0: 0.0, 1: 0.0} and ends == pytest.approx({0: 3.0, 1: 3.0})
+    assert ax.get_xlabel() == "time since the ranks left the first barrier (s)"
+
+
 def test_gantt_outlines_a_straggler_rank_whole(tmp_path):
     """An MPI rank's bar holds its wait (at the barriers, the gather): a straggler rank
     that had waited got an outline and a label that stopped short of its bar's end by

@@ -185,7 +185,8 @@ def plot_gantt(
     the topology, warm-up (loading the kernel), opening the trajectory, io, compute,
     the wait for the other ranks (MPI ranks only), gather, other (a dask task has only
     warm-up, io and compute), with their measured lengths (their true interleaving is
-    not recorded). Stragglers (see
+    not recorded). A dask task starts at its ``t_start``; every MPI rank at 0, where the
+    ranks leave a barrier together (their ``t_start`` are several nodes' clocks). Stragglers (see
     :func:`~h5mdx.timing.stragglers.flag_stragglers`, which does not count warm-up) get
     a red outline and their slow phase written next to them.
 
@@ -221,9 +222,12 @@ def plot_gantt(
     ax = fig.add_subplot()
     seen: set[str] = set()
     spmd = sel["backend"].isin(SPMD_BACKENDS)
-    for i in sel.index:
+    # an MPI rank starts where every rank does, as they leave a barrier together: its
+    # t_start is its node's clock, and a node 0.3 s ahead drew its rank 0.3 s late
+    left = [0.0 if spmd.at[i] else float(sel.at[i, "t_start"]) - t0 for i in sel.index]
+    for i, x0 in zip(sel.index, left, strict=True):
         y = row_of[sel.at[i, "worker"]]
-        start = float(sel.at[i, "t_start"]) - t0
+        start = x0
         # an MPI rank waits for the others at the gather: part of its span, drawn there
         order = _GANTT_SPMD_ORDER if spmd.at[i] else _GANTT_ORDER
         for phase in order:
@@ -236,7 +240,7 @@ def plot_gantt(
             start += float(length)
         if flagged.at[i, "is_straggler"]:
             # the whole bar: a rank's holds its wait too (a dask task's wall is its busy time)
-            s0, span = float(sel.at[i, "t_start"]) - t0, float(sel.at[i, "wall"])
+            s0, span = x0, float(sel.at[i, "wall"])
             ax.barh(y, span, left=s0, height=0.8, fill=False,
                     edgecolor="red", linewidth=2,
                     label="straggler" if "straggler" not in seen else None)
@@ -246,7 +250,8 @@ def plot_gantt(
                         color="red", fontsize="small")
     ax.set_yticks(range(len(workers)), _worker_labels([str(w) for w in workers], sel))
     ax.invert_yaxis()
-    ax.set_xlabel("time since the first task started (s)")
+    ax.set_xlabel("time since the ranks left the first barrier (s)" if spmd.all()
+                  else "time since the first task started (s)")
     backend, n = sel["backend"].iloc[0], int(sel["n_workers"].iloc[0])
     ax.set_title(f"Tasks by worker — {backend}, N={n}, {len(sel)} tasks, "
                  f"{int(flagged['is_straggler'].sum())} straggler(s)")
