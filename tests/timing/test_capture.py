@@ -551,6 +551,36 @@ def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
     assert victim in run.removed and run.n_lost == 0
 
 
+def test_a_worker_lost_and_started_again_is_not_one_more_worker(frames_file):
+    """A worker of a 2-worker cluster killed during the block, its nanny starting another
+    in its place: the workers that ran the block's tasks were three addresses, and the
+    records said n_workers 3 of a cluster that never had more than 2 (load imbalance
+    and speed-up divided by 3). The count is the most workers at once."""
+    import signal
+
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        with capture(client=client) as run:
+            client.compute(arr, sync=True)
+            victim = sorted(client.scheduler_info()["workers"])[0]
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while victim in client.scheduler_info()["workers"]:
+                assert time.monotonic() < deadline, "the killed worker stayed listed"
+                time.sleep(0.05)
+            client.wait_for_workers(2, timeout=60)  # its nanny's new worker
+            client.compute(arr, sync=True)
+    workers = {str(r["worker"]) for r in run.scheduler_records}
+    assert victim in workers and len(workers) == 3  # three addresses ran tasks ...
+    assert run.n_workers == 2 and run.meta["n_workers"] == 2  # ... two at a time
+    assert set(run.records["n_workers"]) == {2}
+
+
 def test_a_worker_that_did_not_answer_is_not_said_to_have_left(frames_file, monkeypatch):
     """A worker the scheduler still lists that did not answer the request for its records
     within the collection's bound (busy under a task holding the GIL) was said to have

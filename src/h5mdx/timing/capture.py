@@ -45,7 +45,6 @@ run for every block; that is ``t_start - run.t_run_start`` here.)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -131,7 +130,7 @@ class TimingRun:
         #: worker that joined during the block): its first task's wait counts from there.
         self.worker_t0: dict[str, float] = {}
         #: Whether ``n_workers`` was counted (not given): then it is the most workers the
-        #: cluster had, at the start or the end, or that ran the block's tasks.
+        #: cluster had at once while the block ran.
         self.counted = False
         self._records: Any = None
 
@@ -203,9 +202,12 @@ def _scheduler_plugin_class() -> Any:
             self.removed: dict[str, float] = {}
             self.sent: dict[Any, tuple[str, float]] = {}  # key -> (worker, hand-off time)
             self.scheduler: Any = None
+            #: The most workers the cluster had at once while the block ran.
+            self.most = 0
 
         async def start(self, scheduler: Any) -> None:
             self.scheduler = scheduler
+            self.most = len(scheduler.workers)
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
             if finish == "processing" and self.scheduler is not None:
@@ -228,6 +230,9 @@ def _scheduler_plugin_class() -> Any:
                     {"key": str(key), "worker": sent[0], "thread": None,
                      "startstops": [{"action": "lost", "start": sent[1],
                                      "stop": time.time()}], "status": "lost"})
+
+        def add_worker(self, scheduler: Any, worker: str) -> None:
+            self.most = max(self.most, len(scheduler.workers))
 
         def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
             self.removed.setdefault(str(worker), time.time())
@@ -270,8 +275,9 @@ def _take(name: str) -> dict[str, Any]:
 def _collect_plugin(dask_scheduler: Any, name: str) -> dict[str, Any]:
     plugin = dask_scheduler.plugins.get(name)
     if plugin is None:
-        return {"records": [], "removed": {}}
-    return {"records": list(plugin.records), "removed": dict(plugin.removed)}
+        return {"records": [], "removed": {}, "most": 0}
+    return {"records": list(plugin.records), "removed": dict(plugin.removed),
+            "most": max(plugin.most, len(dask_scheduler.workers))}
 
 
 def _set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -334,8 +340,8 @@ def capture(
     client : distributed.Client, optional
         The client the computation runs on.
     n_workers : int, optional
-        Number of workers, for the records (default: the most workers the client had,
-        at the start or the end of the block, or that ran its tasks; or dask's
+        Number of workers, for the records (default: the most workers the client had
+        at once while the block ran, a worker lost and started again counted once; or dask's
         ``num_workers`` setting / the CPUs its local schedulers use, within the
         process's affinity and cgroup limits).
     run_id : str, optional
@@ -498,9 +504,9 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
         run.scheduler_records = _distributed_rows(collected["records"])
         run.removed = set(collected["removed"])
         if run.counted:  # SLURM jobs that started during the block, a cluster scaled up
-            ran = {str(s["worker"]) for s in run.scheduler_records}
-            with contextlib.suppress(Exception):  # a cluster going away: the count so far
-                run.n_workers = max(run.n_workers, len(ran), client_workers(client))
+            # the most at once: a worker lost and started again (a nanny's restart, a new
+            # SLURM job) is not one more, as the addresses that ran tasks counted it
+            run.n_workers = max(run.n_workers, int(collected["most"]))
             run.meta["n_workers"] = run.n_workers
     elif recorder is not None:
         run.scheduler_records = _local_rows(recorder.rows, run.backend)
