@@ -160,3 +160,20 @@ def test_a_summary_of_no_work_says_no_imbalance_not_nan():
     line = next(x for x in straggler_summary(_dask_records()).splitlines()
                 if x.startswith("load"))
     assert line == "load imbalance (max/mean work): 1.00; R_comp/IO: 2"
+
+
+def test_the_summary_says_the_tasks_run_again():
+    """capture() gives a task that dask ran again (its worker lost) one row with
+    ``retries`` and ``t_retried``; the summary said nothing of the time lost so."""
+    from h5mdx.timing.records import to_frame
+    from h5mdx.timing.report import straggler_summary
+
+    rows = [{"run_id": "r", "backend": "distributed", "n_workers": 2, "worker": f"w{i % 2}",
+             "task_key": f"k{i}", "kind": "rmsd", "frame_start": 10 * i,
+             "frame_stop": 10 * i + 10, "t_start": 100.0 + i, "t_stop": 100.5 + i,
+             "t_io": 0.2, "t_compute": 0.3, "t_wait": 0.0, "retries": int(i == 1),
+             "t_retried": 0.25 if i == 1 else 0.0} for i in range(4)]
+    text = straggler_summary(to_frame(rows))
+    assert ("run again: 1 task(s) after their worker was lost, 1 earlier attempt(s) of "
+            "0.250 s in all (in no task's total)") in text.splitlines()
+    assert "run again" not in straggler_summary(to_frame(rows).drop(columns="retries"))

@@ -395,6 +395,11 @@ def straggler_summary(records: Any, meta: Mapping[str, Any] | None = None) -> st
     lines.append(f"load imbalance (max/mean work): "
                  f"{_number(imb.max() if len(imb) else None, '.2f')}; "
                  f"R_comp/IO: {_number(r_io, '.3g')}")
+    if "retries" in df and (df["retries"].fillna(0) > 0).any():  # capture's, distributed
+        again = df[df["retries"].fillna(0) > 0]
+        lines.append(f"run again: {len(again)} task(s) after their worker was lost, "
+                     f"{int(again['retries'].sum())} earlier attempt(s) of "
+                     f"{float(again['t_retried'].sum()):.3f} s in all (in no task's total)")
     for sentence in advice(df):
         lines.append(f"advice: {sentence}")
     return "\n".join(lines)
