@@ -551,6 +551,25 @@ def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
     assert victim in run.removed and run.n_lost == 0
 
 
+def test_a_graph_computed_twice_in_the_block_keeps_both_runs(frames_file):
+    """Computing the same graph twice in one block runs each task twice on workers that
+    stay: two tasks each, not one task run again."""
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        with capture(client=client, all_tasks=True) as run:
+            client.compute(arr, sync=True)
+            client.compute(arr, sync=True)
+    timed = run.records[run.records["frame_start"].notna()]
+    assert len(timed) == 2 * (N_FRAMES // FPB)
+    assert (timed.groupby("task_key").size() == 2).all()
+    assert (timed["retries"] == 0).all() and (timed["t_retried"] == 0).all()
+
+
 def test_a_worker_lost_and_started_again_is_not_one_more_worker(frames_file):
     """A worker of a 2-worker cluster killed during the block, its nanny starting another
     in its place: the workers that ran the block's tasks were three addresses, and the

@@ -788,29 +788,34 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
             RuntimeWarning, stacklevel=4)
 
 
-def _one_row_per_task(rows: list[dict[str, Any]], n_timed: int,
-                      all_tasks: bool) -> list[dict[str, Any]]:
-    """One row per task key: a task run more than once (its worker lost, the task run
-    again elsewhere) is the row of its last attempt (a timed one first: its phases), with
-    ``retries`` (the earlier attempts) and ``t_retried`` (their seconds, on the workers
-    that ran them: a finished attempt's run, or an attempt cut short from its hand-off to
-    its worker's removal). ``rows[:n_timed]`` are timed, the others untimed (kept if
-    ``all_tasks``, or where they are an attempt of a kept row)."""
+def _one_row_per_task(rows: list[dict[str, Any]], n_timed: int, all_tasks: bool,
+                      removed: set[str]) -> list[dict[str, Any]]:
+    """One row per attempt that counts: an attempt lost with its worker (cut short by the
+    worker's removal, or finished on a worker the scheduler then removed, ``removed``)
+    that was run again is no row of its own but a retry of the next attempt of its key,
+    which has ``retries`` (the attempts folded into it) and ``t_retried`` (their seconds,
+    on the workers that ran them). A key computed twice in the block on workers that
+    stayed keeps both rows. ``rows[:n_timed]`` are timed, the others untimed (kept if
+    ``all_tasks``)."""
     by_key: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         by_key[str(row["task_key"])].append(i)
     out = []
     for idxs in by_key.values():
-        final = max(idxs, key=lambda i: (i < n_timed, rows[i].get("status") != "lost",
-                                         rows[i]["t_stop"]))
-        if final >= n_timed and (not all_tasks or rows[final].get("status") == "lost"):
-            continue  # untimed, not asked for; or no attempt of it finished
-        earlier = [rows[i]["wall"] for i in idxs if i != final]
-        row = rows[final]
-        row["retries"] = len(earlier)
-        row["t_retried"] = float(sum(w for w in earlier if w == w))  # NaN left out
-        row.pop("status", None)
-        out.append(row)
+        # attempts in the order they ended, a timed one after an untimed one at a tie
+        idxs.sort(key=lambda i: (rows[i]["t_stop"], i < n_timed))
+        retried: list[float] = []
+        for n, i in enumerate(idxs):
+            row = rows[i]
+            lost = row.get("status") == "lost" or str(row["worker"]) in removed
+            if lost and n < len(idxs) - 1:  # run again after this one
+                retried.append(float(row["wall"]))
+                continue
+            row["retries"] = len(retried)
+            row["t_retried"] = float(sum(w for w in retried if w == w))  # NaN left out
+            retried = []
+            if (i < n_timed or all_tasks) and row.pop("status", None) != "lost":
+                out.append(row)
     return out
 
 
@@ -851,7 +856,7 @@ def _merge(run: TimingRun) -> Any:
         intervals[(str(s["worker"]), lane)].append(
             (s["sched_start"], s["sched_stop"], len(rows) - 1))
     _set_waits(rows, intervals, run.t_run_start, run.worker_t0)
-    rows = _one_row_per_task(rows, n_timed, run.all_tasks)
+    rows = _one_row_per_task(rows, n_timed, run.all_tasks, run.removed)
     if not rows:
         from h5mdx.timing.records import empty
 
