@@ -42,6 +42,7 @@ from h5mdx.timing.report import straggler_summary
 
 __all__ = [
     "ENDED_STATES",
+    "MAX_FAILED_POLLS",
     "JobResult",
     "default_out_dir",
     "h5mdx_command",

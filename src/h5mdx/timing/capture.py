@@ -122,7 +122,7 @@ class TimingRun:
         #: the local schedulers, whose records are in the spool directory).
         self.answered: set[str] | None = None
         #: The workers the scheduler still listed at the end that did not answer within
-        #: :data:`COLLECT_CONNECT_TIMEOUT` (busy, or unreachable): not removed, not left.
+        #: ``COLLECT_CONNECT_TIMEOUT`` (busy, or unreachable): not removed, not left.
         self.unanswered: set[str] = set()
         #: The workers the scheduler removed while the block ran (they left the cluster).
         self.removed: set[str] = set()
