@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 
 import h5py
@@ -1183,3 +1184,41 @@ def test_a_copy_keeps_the_user_block_of_its_input(tmp_path):
         assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
         np.testing.assert_array_equal(f["particles/trajectory/position/value"][()],
                                       np.arange(24, dtype=np.float32).reshape(4, 2, 3))
+
+
+@pytest.mark.parametrize("how", ["swmr", "no_lock"])
+def test_a_file_a_swmr_writer_holds_is_not_replaced(tmp_path, how):
+    """--overwrite refused a file another process held open for writing by HDF5's lock
+    alone, but a SWMR writer (``swmr_mode=True``) releases that lock, and a writer with
+    ``HDF5_USE_FILE_LOCKING=FALSE`` takes none: the file was replaced under them. Now
+    the superblock's file-consistency flags they set are read too."""
+    import subprocess
+    import sys
+
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.zeros((4, 2, 3), np.float32), "step": np.arange(4)}}})
+    out = tmp_path / "live.h5md"
+    with h5py.File(out, "w", libver="latest") as f:
+        f.create_dataset("x", data=np.arange(3.0), chunks=True, maxshape=(None,))
+    swmr = "f.swmr_mode = True; " if how == "swmr" else ""
+    env = dict(os.environ, HDF5_USE_FILE_LOCKING="FALSE") if how == "no_lock" else None
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, h5py; f = h5py.File(sys.argv[1], 'a', "
+         f"libver='latest'); {swmr}print('open', flush=True); sys.stdin.read()", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        what = "a SWMR writer" if how == "swmr" else "a writer"
+        with pytest.raises(ValueError, match=rf"live\.h5md' is marked open for writing by "
+                                             rf"{what} .*`h5clear -s .*live\.h5md`"):
+            rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)
+    finally:
+        holder.communicate("")
+    with h5py.File(out) as f:  # the file as it was
+        np.testing.assert_array_equal(f["x"][()], np.arange(3.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5md", "live.h5md"]
+    rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)  # closed: replaced
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)

@@ -14,6 +14,7 @@ import errno
 import glob
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -235,49 +236,102 @@ def check_target(
 
 
 def _refuse_if_written(path: Path, target: str | os.PathLike[str]) -> None:
-    """Refuse to replace an HDF5 file another process holds open for writing: HDF5 holds
-    an exclusive lock (``flock``) on it. Replaced, that process went on writing into the
-    file no longer named, and what it wrote was lost without a word."""
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): HDF5 does not lock there either
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    """Refuse to replace an HDF5 file another process holds open for writing. Replaced,
+    that process went on writing into the file no longer named, and what it wrote was
+    lost without a word.
+
+    A writer is seen by HDF5's exclusive lock (``flock``) on the file, or by the
+    superblock's file-consistency flags (a file of superblock version 3, ``libver=
+    "latest"``): a SWMR writer (``swmr_mode=True``) releases the lock once it has set
+    them, and so does every writer where file locking is off (``HDF5_USE_FILE_LOCKING=
+    FALSE``, file systems without locks)."""
+    if _locked(path):
         raise ValueError(
             f"{os.fspath(target)!r} is open for writing in another process (HDF5 holds its "
             "lock): replaced, what that process goes on writing would be lost; close it "
-            "there first, or choose another output name") from None
+            "there first, or choose another output name")
+    flags = _consistency_flags(path)
+    if flags & (_WRITE_ACCESS | _SWMR_WRITE_ACCESS):
+        who = "a SWMR writer" if flags & _SWMR_WRITE_ACCESS else "a writer"
+        raise ValueError(
+            f"{os.fspath(target)!r} is marked open for writing by {who} (the file-"
+            "consistency flags of its HDF5 superblock): replaced, what that process goes "
+            "on writing would be lost; close it there first, or choose another output "
+            "name. If no process writes it any more (a writer that crashed leaves this "
+            f"mark), clear the mark with `h5clear -s {shlex.quote(os.fspath(target))}` or "
+            "remove the file")
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds an exclusive ``flock`` on ``path`` (HDF5's lock)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): HDF5 does not lock there either
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
     except OSError:  # a file system without locks: nothing to tell
         pass
     finally:
         os.close(fd)  # releases the shared lock taken
+    return False
+
+
+#: HDF5's signature, at offset 0, 512, 1024, ... (a user block comes first).
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: The superblock's file-consistency flags (superblock versions 2 and 3, its 12th byte):
+#: open for writing; open for writing by a SWMR writer (H5Fpkg.h).
+_WRITE_ACCESS, _SWMR_WRITE_ACCESS = 0x01, 0x04
+
+
+def _superblock_offset(path: Path) -> int | None:
+    """Where ``path``'s HDF5 superblock starts (after a user block), or None where the
+    file holds no HDF5 signature (or cannot be read)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            offset = 0
+            while offset + len(_SIGNATURE) <= size:
+                fh.seek(offset)
+                if fh.read(len(_SIGNATURE)) == _SIGNATURE:
+                    return offset
+                offset = 512 if offset == 0 else offset * 2
+    except OSError:
+        pass
+    return None
+
+
+def _consistency_flags(path: Path) -> int:
+    """The file-consistency flags of ``path``'s superblock (0 where it has none: a
+    superblock of version 0 or 1, which HDF5 never marks, or no HDF5 file)."""
+    offset = _superblock_offset(path)
+    if offset is None:
+        return 0
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset + len(_SIGNATURE))
+            head = fh.read(4)  # version, size of offsets, size of lengths, flags
+    except OSError:
+        return 0
+    return head[3] if len(head) == 4 and head[0] >= 2 else 0
 
 
 def _replaceable_file(path: Path) -> bool:
     """Whether an existing file may be replaced by an output: an HDF5 file (its signature
     at offset 0, 512, 1024, ... as HDF5 looks for it; a user block comes first), or an
     empty one."""
-    sig = b"\x89HDF\r\n\x1a\n"
     try:
-        size = path.stat().st_size
-        if size == 0:
+        if path.stat().st_size == 0:
             return True
-        with open(path, "rb") as fh:
-            offset = 0
-            while offset + len(sig) <= size:
-                fh.seek(offset)
-                if fh.read(len(sig)) == sig:
-                    return True
-                offset = 512 if offset == 0 else offset * 2
+        return _superblock_offset(path) is not None or not os.access(path, os.R_OK)
     except OSError:
         return True  # unreadable here: the write itself will say what is wrong
-    return False
 
 
 def _fsync(path: Path) -> None:
