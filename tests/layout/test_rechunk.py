@@ -1222,3 +1222,47 @@ def test_a_file_a_swmr_writer_holds_is_not_replaced(tmp_path, how):
     rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)  # closed: replaced
     with h5py.File(out) as f:
         assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+
+
+def test_overwrite_through_a_symbolic_link_replaces_its_file_and_keeps_the_link(tmp_path):
+    """--overwrite onto a symbolic link replaced the link with a regular file: the file it
+    pointed to (in another directory, shared by other links) stayed as it was. Now, as
+    with ``cp``, the file the link leads to is replaced, with its mode, and the link
+    stays; no temporary file is left in either directory."""
+    import stat
+
+    from h5mdx.layout._atomic import atomic_output
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.arange(24, dtype=np.float32).reshape(4, 2, 3), "step": np.arange(4)}}})
+    (tmp_path / "data").mkdir()
+    (tmp_path / "work").mkdir()
+    real = tmp_path / "data" / "real.h5md"
+    rechunk(src, real, frames_per_chunk=4, progress=False)
+    os.chmod(real, 0o664)
+    link = tmp_path / "work" / "link.h5md"
+    link.symlink_to(os.path.relpath(real, link.parent))
+    rechunk(src, link, frames_per_chunk=2, overwrite=True, progress=False)
+    assert link.is_symlink() and os.path.samefile(link, real)
+    with h5py.File(real) as f:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+    assert stat.S_IMODE(real.stat().st_mode) == 0o664
+    assert os.listdir(tmp_path / "data") == ["real.h5md"]
+    assert os.listdir(tmp_path / "work") == ["link.h5md"]
+    store = tmp_path / "data" / "store.zarr"  # a link to a store: the store replaced
+    store.mkdir()
+    (store / "zarr.json").write_text("{}")
+    (tmp_path / "work" / "store.zarr").symlink_to(store)
+    with atomic_output(tmp_path / "work" / "store.zarr", overwrite=True,
+                       directory=True) as tmp:
+        os.mkdir(tmp)
+        with open(os.path.join(tmp, "zarr.json"), "w") as fh:
+            fh.write('{"new": 1}')
+    assert (tmp_path / "work" / "store.zarr").is_symlink()
+    assert (store / "zarr.json").read_text() == '{"new": 1}'
+    assert sorted(os.listdir(tmp_path / "data")) == ["real.h5md", "store.zarr"]
+    loop = tmp_path / "work" / "loop.h5md"
+    loop.symlink_to(loop)
+    with pytest.raises(ValueError, match=r"loop\.h5md' is a symbolic link that leads nowhere"):
+        rechunk(src, loop, overwrite=True, progress=False)

@@ -173,7 +173,8 @@ def check_target(
     Returns
     -------
     pathlib.Path
-        The absolute target path.
+        The absolute target path; for a symbolic link, the path of the file (or store) it
+        leads to, which the output replaces, the link kept.
 
     Raises
     ------
@@ -208,6 +209,7 @@ def check_target(
             f"{os.fspath(target)!r} already exists; pass overwrite=True (--overwrite on the "
             "command line) to replace it"
         )
+    t = _followed(t, target)
     if t.exists() and not (t.is_file() or t.is_dir()):
         # os.replace would put the output in place of the node itself (as root, /dev/null)
         raise ValueError(
@@ -233,6 +235,20 @@ def check_target(
             raise ValueError(f"{os.fspath(target)!r} is a directory but not a Zarr store; "
                              "h5mdx replaces only a Zarr store: choose another output name")
     return t
+
+
+def _followed(path: Path, target: str | os.PathLike[str]) -> Path:
+    """The file (or store) a symbolic link ``path`` leads to, through every link: the
+    output replaces it and the link stays, as ``cp`` does (the link was replaced by a
+    regular file); ``path`` itself where it is no link."""
+    if not path.is_symlink():
+        return path
+    real = Path(os.path.realpath(path))
+    if real.is_symlink() or not real.parent.is_dir():
+        raise ValueError(f"{os.fspath(target)!r} is a symbolic link that leads nowhere a file "
+                         f"can be written ({str(real)!r}: a loop of links, or a directory "
+                         "that does not exist): choose another output name")
+    return real
 
 
 def _refuse_if_written(path: Path, target: str | os.PathLike[str]) -> None:
