@@ -1266,3 +1266,45 @@ def test_overwrite_through_a_symbolic_link_replaces_its_file_and_keeps_the_link(
     loop.symlink_to(loop)
     with pytest.raises(ValueError, match=r"loop\.h5md' is a symbolic link that leads nowhere"):
         rechunk(src, loop, overwrite=True, progress=False)
+
+
+def test_compression_applies_to_every_dataset_not_only_the_time_series(tmp_path):
+    """``rechunk --compression gzip`` compressed only the time series' values: step and
+    time, fixed-in-time data (species), /parameters and connectivity kept the input's
+    storage, uncompressed, and ``--compression none`` left their filters on. Now every
+    dataset of rows gets the compression asked (in its own chunks, HDF5's guess for an
+    unchunked one); scalars and small unchunked datasets stay as they are."""
+    from h5mdx.testing import write_h5md
+
+    n, atoms = 520, 600
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {
+        "position": {"value": np.zeros((n, atoms, 3), np.float32),
+                     "step": np.arange(n) * 10, "time": np.arange(n) * 0.5},
+        "species": {"value": np.arange(atoms, dtype=np.int64) % 3}}},
+        parameters={"bonds": np.arange(6000, dtype=np.int64).reshape(3000, 2),
+                    "small": np.arange(4.0), "temperature": 300.0})
+    with h5py.File(src, "a") as f:
+        f.create_dataset("parameters/chunked", data=np.arange(16.0), chunks=(4,),
+                         compression="gzip")
+    out, plain = tmp_path / "out.h5md", tmp_path / "plain.h5md"
+    rechunk(src, out, compression="gzip:4", verify=True, buffer_mib=0.01, progress=False)
+    position = "particles/trajectory/position/"
+    with h5py.File(src) as fin, h5py.File(out) as f:
+        for name in (position + "value", position + "step", position + "time",
+                     "particles/trajectory/species", "parameters/bonds",
+                     "parameters/chunked"):
+            assert (f[name].compression, f[name].compression_opts) == ("gzip", 4), name
+            assert f[name].shuffle, name
+            np.testing.assert_array_equal(f[name][()], fin[name][()])
+        assert f["parameters/chunked"].chunks == (4,)
+        for name in ("parameters/small", "parameters/temperature"):  # kept as they were
+            assert f[name].chunks is None and f[name].compression is None, name
+            np.testing.assert_array_equal(f[name][()], fin[name][()])
+    rechunk(out, plain, compression="none", progress=False)
+    with h5py.File(plain) as f:
+        names = []
+        f.visititems(lambda name, obj: names.append(name)
+                     if isinstance(obj, h5py.Dataset) and obj.compression else None)
+        assert names == []
+        np.testing.assert_array_equal(f["parameters/bonds"][()],
+                                      np.arange(6000).reshape(3000, 2))

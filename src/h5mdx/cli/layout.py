@@ -119,7 +119,8 @@ def add_parser(subparsers: Any) -> None:
         "rechunk",
         help="rewrite an H5MD file with a new chunk layout/compression (or to Zarr)",
         description="Copy an H5MD file keeping every group, attribute and link, with a new "
-                    "layout for its time-dependent elements. " + _LAYOUT_HELP,
+                    "layout for its time-dependent elements (and a --compression for every "
+                    "dataset of rows, step, time and parameters too). " + _LAYOUT_HELP,
     )
     r.add_argument("input", help="H5MD file")
     r.add_argument("output", help="new H5MD file, or OUT.zarr")

@@ -3,7 +3,8 @@
 :func:`rechunk` copies every group, dataset, attribute and link of the input.
 The ``value`` datasets of time-dependent elements (particles, box edges,
 observables) get the new layout (chunks of whole frames, compression); every
-other dataset is copied as it is. An object reachable under several paths
+other dataset is copied as it is, but with the compression asked for where one is
+(:func:`_refilterable`: not scalars and small unchunked datasets). An object reachable under several paths
 (hard links, such as the ``step``/``time`` datasets that MDAnalysis shares
 between elements) stays one object; soft and external links stay links.
 Data moves in blocks of whole output chunks (at most ``buffer_mib``), so
@@ -422,12 +423,15 @@ class _Copier:
             elif isinstance(obj, h5py.Dataset) and key in self.targets:
                 self.seen[key] = self._rechunk(obj, gdst, name, self.targets[key])
             else:  # datasets and named datatypes copied as they are, their attributes apart
-                try:
-                    if not _relocated_virtual(obj, gdst, name, self.fout.filename):
-                        self.fin.copy(obj, gdst, name=name, without_attrs=True)
-                except OSError as err:
-                    raise H5MDReadError(self.fin.filename, obj.name,
-                                        f"cannot copy it: {err}") from None
+                if _refilterable(obj, self.layout):
+                    self._refilter(obj, gdst, name)
+                else:
+                    try:
+                        if not _relocated_virtual(obj, gdst, name, self.fout.filename):
+                            self.fin.copy(obj, gdst, name=name, without_attrs=True)
+                    except OSError as err:
+                        raise H5MDReadError(self.fin.filename, obj.name,
+                                            f"cannot copy it: {err}") from None
                 _copy_attrs(obj, gdst[name], self.refs)
                 self.seen[key] = gdst[name].name
                 kind = h5py.check_ref_dtype(obj.dtype) if isinstance(obj, h5py.Dataset) \
@@ -498,6 +502,60 @@ class _Copier:
                 self.advance(b - a)
         self.elements.append(el.path)
         return dst.name
+
+
+    def _refilter(self, src: h5py.Dataset, gdst: h5py.Group, name: str) -> None:
+        """Copy ``src`` (no time series' values) with the compression asked for, in its
+        own chunks (HDF5's guess for a contiguous one), in blocks of at most the buffer;
+        compared with the input by ``--verify`` as a copy."""
+        kwargs: dict[str, Any] = {"chunks": src.chunks or True,
+                                  **_new_filters(str(self.layout.compression), src)}
+        plist = src.id.get_create_plist()
+        if plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED:
+            kwargs["fillvalue"] = src.fillvalue
+        dst = gdst.create_dataset(name, shape=src.shape, maxshape=src.maxshape,
+                                  dtype=_same_type(src.id),
+                                  track_order=bool(plist.get_attr_creation_order()), **kwargs)
+        row = max(1, src.nbytes // max(1, src.shape[0]))
+        block = max(1, self.buffer_bytes // row)
+        if src.chunks and block > src.chunks[0]:
+            block -= block % src.chunks[0]
+        room = _Room(self.fout.filename, compressed="compression" in kwargs)
+        for a in range(0, src.shape[0], block):
+            raise_if_interrupted()
+            b = min(src.shape[0], a + block)
+            try:
+                values = src[a:b]
+            except OSError as err:
+                raise H5MDReadError(self.fin.filename, src.name,
+                                    f"cannot read rows {a}-{b - 1}: {err}") from None
+            ensure_room(self.fout.filename, room.need(values.nbytes))
+            dst[a:b] = values
+            room.wrote(values.nbytes)
+
+
+#: Datasets smaller than this that HDF5 stores unchunked stay so with a new compression:
+#: a chunk index costs about as much as compression could save.
+_SMALL_BYTES = 4096
+
+
+def _refilterable(obj: Any, layout: Layout) -> bool:
+    """Whether ``obj``, a dataset or named datatype that is no time series' values (a
+    ``step``, ``time``, fixed-in-time data, ``/parameters``, connectivity), is copied with
+    the compression asked for (``rechunk --compression``) rather than as it is: a dataset
+    of one or more rows of fixed-size values (no references, no variable-length data,
+    neither virtual nor external), chunked, or of at least :data:`_SMALL_BYTES` (not
+    for ``none``: an unchunked one has no filters to drop). Before, only the time
+    series were: a "compress everything" copy left the rest as the input had it."""
+    if layout.compression is None or layout.contiguous or not isinstance(obj, h5py.Dataset):
+        return False
+    if not obj.shape or obj.size == 0 or obj.dtype.hasobject or obj.is_virtual \
+            or obj.external:
+        return False
+    wanted = bool(compression_kwargs(layout.compression))
+    if obj.chunks:
+        return wanted or obj.id.get_create_plist().get_nfilters() > 0
+    return wanted and obj.nbytes >= _SMALL_BYTES
 
 
 def _frame_chunks(src: h5py.Dataset, frames: int
@@ -601,8 +659,10 @@ def rechunk(
         The new chunking (see :class:`h5mdx.format.writer.Layout`); default chunks of whole
         frames of about 4 MiB.
     compression : str, optional
-        New compression (``none``, ``gzip[:L]``, ``lzf``, ``blosc``, ``zstd``);
-        default: keep each dataset's filters.
+        New compression (``none``, ``gzip[:L]``, ``lzf``, ``blosc``, ``zstd``), of the
+        time series and of every other dataset of rows (step, time, fixed-in-time data,
+        parameters; not scalars nor small unchunked ones); default: keep each dataset's
+        filters.
     overwrite : bool, default False
         Replace an existing output.
     verify : bool, default False
