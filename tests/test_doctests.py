@@ -26,6 +26,7 @@ MODULES = [
     "h5mdx.examples.trajectory",
     "h5mdx.timing.report",
     "h5mdx._subprocess",
+    "h5mdx._replace",
     "h5mdx.parallel.schedulers",
     "h5mdx.doctor",
     "h5mdx.cli.rmsd",

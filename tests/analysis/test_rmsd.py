@@ -1276,6 +1276,12 @@ def test_a_csv_series_states_its_units_in_a_sidecar(adk_h5md, tmp_path):
     assert meta["units"] == {"frame": None, "time": "ps", "step": None, "rmsd": "Angstrom"}
     assert meta["attrs"]["reference_step"] == int(r.step[0])
     assert meta["attrs"]["selection"] == "name CA" and meta["attrs"]["n_atoms"] == 214
+    # the CSV's digest: a sidecar left beside another CSV (a write stopped between the
+    # two renames) is told from its own
+    from h5mdx._replace import CSV_DIGEST, csv_digest, read_sidecar
+
+    assert meta[CSV_DIGEST] == csv_digest(path)
+    assert read_sidecar(path, tmp_path / "rmsd.meta.json")["units"] == meta["units"]
     write_series(tmp_path / "rmsd.nc", r)  # netCDF says its units itself: no sidecar
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rmsd.csv", "rmsd.meta.json",
                                                           "rmsd.nc"]

@@ -570,6 +570,11 @@ def test_the_csv_tables_say_their_units_in_a_sidecar(h5md_file, tmp_path):
     assert units["t_N"].startswith("s ") and units["t_N_min"] == units["t_N_max"] == "s"
     assert units["S"].startswith("1 ") and set(units) <= set(sp.columns)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temps
+    from h5mdx._replace import CSV_DIGEST, csv_digest  # each pair says it belongs together
+
+    for name in ("runs", "speedup"):
+        side = json.loads((out / f"{name}.meta.json").read_text())
+        assert side[CSV_DIGEST] == csv_digest(out / f"{name}.csv")
 
 
 @pytest.mark.parametrize("analysis", ["rmsd", "read"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -235,6 +236,9 @@ def test_load_leaves_out_records_of_impossible_times_and_keeps_the_others(tmp_pa
     bad = df.copy()
     bad.loc[2, "t_stop"] = bad.loc[2, "t_start"] - 0.5
     bad.to_csv(path, index=False) if suffix == ".csv" else bad.to_parquet(path)
+    # records written by another program: no sidecar (the one left would be said to be
+    # of other contents, test_a_csv_and_a_sidecar_of_other_records_are_told_apart)
+    (tmp_path / "timing.meta.json").unlink(missing_ok=True)
     with pytest.warns(UserWarning, match=re.escape(
             f"{path}: 1 of 4 timing record(s) left out, their times impossible") + ".*"
             + re.escape("row 2: task ('rmsd-abc', 2)")):
@@ -296,3 +300,40 @@ def test_the_wall_time_of_mpi_ranks_is_the_longest_rank_s():
 
     assert spmd_wall([0.35, 0.45, float("nan")]) == 0.45
     assert np.isnan(spmd_wall([])) and np.isnan(spmd_wall([float("nan")]))
+
+
+def test_a_csv_and_a_sidecar_of_other_records_are_told_apart(tmp_path, monkeypatch):
+    """timing.csv and timing.meta.json were renamed into place one after the other: a
+    process stopped between the two renames left the new records beside the old
+    metadata (its units, its run), read back without a word. Now the sidecar records
+    the CSV's digest and is renamed first; load() warns of a pair that does not belong
+    together, naming both files, and leaves that metadata out."""
+    from h5mdx import _replace
+
+    path = tmp_path / "timing.csv"
+    first = rec.to_frame(_rows(3))
+    rec.save(first, path, {"run_id": "r1", "units": {"t_io": "ms"}})
+    side = json.loads((tmp_path / "timing.meta.json").read_text())
+    assert side[_replace.CSV_DIGEST] == _replace.csv_digest(path)
+    back, meta = rec.load(path)  # a pair that belongs together: no warning, no digest
+    assert meta == {"run_id": "r1", "units": {"t_io": "ms"}}
+    real = _replace.os.replace
+    calls = []
+
+    def stop_before_the_csv(src, dst):  # the sidecar lands, then the process "dies"
+        calls.append(os.path.basename(dst))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(_replace.os, "replace", stop_before_the_csv)
+    with pytest.raises(KeyboardInterrupt):
+        rec.save(rec.to_frame(_rows(5)), path, {"run_id": "r2"})
+    monkeypatch.setattr(_replace.os, "replace", real)
+    assert calls == ["timing.meta.json", "timing.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timing.csv", "timing.meta.json"]
+    with pytest.warns(UserWarning, match=r"timing\.meta\.json was written for other contents "
+                                         r"than .*timing\.csv .*metadata \(units, run\) left"):
+        back, meta = rec.load(path)
+    pd.testing.assert_frame_equal(back, first)  # the records as they were
+    assert meta == {}

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from h5mdx._replace import replacing, write_with_sidecar
+
 __all__ = ["check_outputs", "plot_series", "series_metadata", "sidecar_path", "write_outputs",
            "write_series"]
 
@@ -160,19 +162,12 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
     # replaced by one of NaN RMSD values that read back without an error
     result = result.compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    targets = [path] if path.suffix.lower() == ".nc" else [path, sidecar_path(path)]
-    tmps = [p.with_name(f".{p.stem}.{os.getpid()}.tmp{p.suffix}") for p in targets]
-    try:
-        _write(tmps[0], result)
-        if len(tmps) > 1:  # the CSV's units and attrs, as timing.csv's timing.meta.json
-            tmps[1].write_text(json.dumps(series_metadata(result), indent=1, sort_keys=True)
-                               + "\n", encoding="utf-8")
-        for tmp, target in zip(tmps, targets, strict=True):
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp in tmps:
-            tmp.unlink(missing_ok=True)
-        raise
+    if path.suffix.lower() == ".nc":
+        with replacing(path) as tmp:
+            _write(tmp, result)
+    else:  # the CSV's units and attrs, as timing.csv's timing.meta.json, with its digest
+        write_with_sidecar(path, sidecar_path(path), lambda tmp: _write(tmp, result),
+                           series_metadata(result), indent=1, sort_keys=True)
     return path
 
 

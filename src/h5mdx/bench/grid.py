@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx._progress import progress_bar
+from h5mdx._replace import write_with_sidecar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
 from h5mdx.timing.report import render_table
@@ -729,23 +730,13 @@ SPEEDUP_UNITS: dict[str, str] = {
 def _write_table(table: Any, path: Path, units: Mapping[str, str], *, index: bool) -> Path:
     """``table`` as CSV at ``path``, with the sidecar ``<stem>.meta.json`` that says its
     columns' units (``{"units": {column: unit}}``, as :func:`h5mdx.timing.records.save`
-    writes beside ``timing.csv``); each file written under a temporary name, then renamed."""
-    import json
-
+    writes beside ``timing.csv``, with the CSV's digest); both written under temporary
+    names, then renamed (:func:`h5mdx._replace.write_with_sidecar`)."""
     columns = set(table.columns) | ({table.index.name} if index else set())
     meta = {"units": {c: u for c, u in units.items() if c in columns}}
-    side = path.with_suffix(".meta.json")
-    for target, write in ((path, lambda tmp: table.to_csv(tmp, index=index)),
-                          (side, lambda tmp: tmp.write_text(
-                              json.dumps(meta, indent=1, sort_keys=True) + "\n",
-                              encoding="utf-8"))):
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            write(tmp)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, target)
+    write_with_sidecar(path, path.with_suffix(".meta.json"),
+                       lambda tmp: table.to_csv(tmp, index=index), meta, indent=1,
+                       sort_keys=True)
     return path
 
 

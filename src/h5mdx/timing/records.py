@@ -64,19 +64,20 @@ see :func:`run_metadata`) is stored in the Parquet key-value metadata under
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
 import socket
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from h5mdx._replace import read_sidecar, replacing, write_with_sidecar
 
 __all__ = [
     "BACKENDS",
@@ -509,32 +510,18 @@ def save(
         table = pa.Table.from_pandas(df, preserve_index=False)
         kv = dict(table.schema.metadata or {})
         kv[_META_KEY] = text.encode()
-        with _replacing(path) as tmp:
+        with replacing(path) as tmp:
             pq.write_table(table.replace_schema_metadata(kv), tmp)
     elif path.suffix == ".csv":
-        # floats as repr, which reads back exactly: "%.9f" kept 4 digits of a 1.2 us phase
-        with _replacing(path) as tmp, _replacing(_sidecar(path)) as tmp_meta:
-            df.to_csv(tmp, index=False)
-            tmp_meta.write_text(text + "\n", encoding="utf-8")
+        # floats as repr, which reads back exactly: "%.9f" kept 4 digits of a 1.2 us phase;
+        # the sidecar records the CSV's digest: a pair torn by a crash is told on load
+        write_with_sidecar(path, _sidecar(path), lambda tmp: df.to_csv(tmp, index=False),
+                           json.loads(text), sort_keys=True)
     else:
         raise ValueError(
             f"cannot save timing records as {path.name!r}: use a .parquet or .csv file name"
         )
     return path
-
-
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A file beside ``path`` to write, renamed over ``path`` when the block succeeds and
-    removed when it fails: a write that failed half-way (a full disk) left a torn
-    ``timing.csv`` in place of the good one (an audit)."""
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        yield tmp
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
 
 
 def _without_bad_times(df: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -602,9 +589,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
         for col in (c for c, kind in COLUMNS.items() if kind == _STR
                     and c not in _NULLABLE_STR and c in df):
             df[col] = df[col].fillna("")
-        side = _sidecar(path)
-        if side.exists():
-            meta = json.loads(side.read_text(encoding="utf-8"))
+        meta = read_sidecar(path, _sidecar(path))  # {} for one of another CSV, said
     else:
         raise ValueError(
             f"cannot read timing records from {path.name!r}: expected .parquet or .csv"

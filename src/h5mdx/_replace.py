@@ -1,0 +1,116 @@
+"""Small output files replaced whole, and a CSV with its ``.meta.json`` sidecar as a pair.
+
+:func:`replacing` gives a temporary name beside a file, renamed over it when the write
+succeeds and removed when it fails, Ctrl-C included:
+a write stopped half-way never leaves a torn file in place of a good one.
+
+A CSV and its sidecar (``timing.csv`` and ``timing.meta.json``, ``rmsd.csv``,
+``runs.csv``, ``speedup.csv``) are two files, renamed one after the other: a process
+killed between the two renames left a CSV beside the sidecar of another (units that
+were not its own). :func:`write_with_sidecar` records the CSV's digest in the sidecar
+(:data:`CSV_DIGEST`), which is renamed into place first; :func:`read_sidecar` compares
+it with the CSV and leaves a sidecar of other contents out, with a warning.
+
+Only the standard library is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CSV_DIGEST", "csv_digest", "read_sidecar", "replacing", "write_with_sidecar"]
+
+#: The sidecar's key of its CSV's digest (BLAKE2b of 16 bytes, hex, of the file's bytes).
+CSV_DIGEST = "csv_blake2b"
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write, renamed over it when the block succeeds
+    and removed when it fails (an exception, Ctrl-C).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> with replacing(os.path.join(d, "a.txt")) as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> os.listdir(d)
+    ['a.txt']
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+                           f"{target.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def csv_digest(path: str | os.PathLike[str]) -> str:
+    """The digest of a file's bytes a sidecar records (:data:`CSV_DIGEST`)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_with_sidecar(
+    path: str | os.PathLike[str],
+    sidecar: str | os.PathLike[str],
+    write: Callable[[Path], object],
+    meta: Mapping[str, Any],
+    **dumps: Any,
+) -> Path:
+    """Write a CSV with ``write(tmp)`` and its sidecar, the JSON of ``meta`` (and the
+    CSV's digest under :data:`CSV_DIGEST`), each through :func:`replacing`.
+
+    Both are written in full before either is renamed; the sidecar is renamed first, so
+    that a process killed between the two renames leaves a new sidecar beside the old
+    CSV, which :func:`read_sidecar` tells (the digest differs), never an old sidecar of
+    no digest beside a new CSV. ``dumps`` are keyword arguments of :func:`json.dumps`.
+    """
+    with replacing(path) as tmp, replacing(sidecar) as tmp_meta:
+        write(tmp)
+        text = json.dumps({**meta, CSV_DIGEST: csv_digest(tmp)}, **dumps)
+        tmp_meta.write_text(text + "\n", encoding="utf-8")
+    # the sidecar's block ends first: it is renamed before the CSV
+    return Path(path)
+
+
+def read_sidecar(path: str | os.PathLike[str], sidecar: str | os.PathLike[str]
+                 ) -> dict[str, Any]:
+    """The metadata of the CSV ``path`` in its ``sidecar`` (without the digest), or {}
+    where there is none or it was written for other contents (its digest differs: a
+    write stopped between the renames of the two files), with a warning naming both.
+    A sidecar of no digest (written before h5mdx recorded one) is taken as it is."""
+    side = Path(sidecar)
+    if not side.exists():
+        return {}
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        warnings.warn(f"{side}: not the JSON of {Path(path).name}'s metadata ({err}); "
+                      "read without it (no units)", UserWarning, stacklevel=3)
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    recorded = meta.pop(CSV_DIGEST, None)
+    if recorded is not None and recorded != csv_digest(path):
+        warnings.warn(f"{side} was written for other contents than {path} (a write "
+                      "stopped between the renames of the two files, or the CSV edited "
+                      "since?): its metadata (units, run) left out; write both again",
+                      UserWarning, stacklevel=3)
+        return {}
+    return meta
