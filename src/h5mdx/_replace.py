@@ -1,7 +1,8 @@
 """Small output files replaced whole, and a CSV with its ``.meta.json`` sidecar as a pair.
 
 :func:`replacing` gives a temporary name beside a file, renamed over it when the write
-succeeds and removed when it fails, Ctrl-C included:
+succeeds (with the replaced file's permission bits; through a symbolic link, the file
+it leads to is replaced and the link kept) and removed when it fails, Ctrl-C included:
 a write stopped half-way never leaves a torn file in place of a good one.
 
 A CSV and its sidecar (``timing.csv`` and ``timing.meta.json``, ``rmsd.csv``,
@@ -20,22 +21,33 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "read_sidecar", "replacing", "write_with_sidecar"]
+__all__ = ["CSV_DIGEST", "csv_digest", "read_sidecar", "replacing", "sidecar_of",
+           "write_with_sidecar"]
 
 #: The sidecar's key of its CSV's digest (BLAKE2b of 16 bytes, hex, of the file's bytes).
 CSV_DIGEST = "csv_blake2b"
+
+
+def _real(path: Path) -> Path:
+    """``path``, or the file a symbolic link ``path`` leads to (the link is kept)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary file beside ``path`` to write, renamed over it when the block succeeds
     and removed when it fails (an exception, Ctrl-C).
+
+    The new file gets the permission bits of the file it replaces (a group-writable
+    ``timing.csv`` stays so); a ``path`` that is a symbolic link keeps being one, the
+    file it leads to replaced.
 
     Examples
     --------
@@ -46,15 +58,24 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     >>> os.listdir(d)
     ['a.txt']
     """
-    target = Path(path)
+    target = _real(Path(path))
     tmp = target.with_name(f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
                            f"{target.suffix}")
     try:
         yield tmp
+        with contextlib.suppress(OSError):  # another owner's file: the umask's mode then
+            if target.is_file():
+                os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def sidecar_of(path: str | os.PathLike[str]) -> Path:
+    """The sidecar of the CSV ``path``: ``<stem>.meta.json`` beside it, or beside the file
+    it leads to where ``path`` is a symbolic link (where the CSV is written)."""
+    return _real(Path(path)).with_suffix(".meta.json")
 
 
 def csv_digest(path: str | os.PathLike[str]) -> str:
@@ -68,20 +89,20 @@ def csv_digest(path: str | os.PathLike[str]) -> str:
 
 def write_with_sidecar(
     path: str | os.PathLike[str],
-    sidecar: str | os.PathLike[str],
     write: Callable[[Path], object],
     meta: Mapping[str, Any],
     **dumps: Any,
 ) -> Path:
-    """Write a CSV with ``write(tmp)`` and its sidecar, the JSON of ``meta`` (and the
-    CSV's digest under :data:`CSV_DIGEST`), each through :func:`replacing`.
+    """Write a CSV with ``write(tmp)`` and its sidecar (:func:`sidecar_of`), the JSON of
+    ``meta`` (and the CSV's digest under :data:`CSV_DIGEST`), each through
+    :func:`replacing`.
 
     Both are written in full before either is renamed; the sidecar is renamed first, so
     that a process killed between the two renames leaves a new sidecar beside the old
     CSV, which :func:`read_sidecar` tells (the digest differs), never an old sidecar of
     no digest beside a new CSV. ``dumps`` are keyword arguments of :func:`json.dumps`.
     """
-    with replacing(path) as tmp, replacing(sidecar) as tmp_meta:
+    with replacing(path) as tmp, replacing(sidecar_of(path)) as tmp_meta:
         write(tmp)
         text = json.dumps({**meta, CSV_DIGEST: csv_digest(tmp)}, **dumps)
         tmp_meta.write_text(text + "\n", encoding="utf-8")
@@ -89,13 +110,13 @@ def write_with_sidecar(
     return Path(path)
 
 
-def read_sidecar(path: str | os.PathLike[str], sidecar: str | os.PathLike[str]
-                 ) -> dict[str, Any]:
-    """The metadata of the CSV ``path`` in its ``sidecar`` (without the digest), or {}
+def read_sidecar(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of the CSV ``path`` in its sidecar (:func:`sidecar_of`; without the
+    digest), or {}
     where there is none or it was written for other contents (its digest differs: a
     write stopped between the renames of the two files), with a warning naming both.
     A sidecar of no digest (written before h5mdx recorded one) is taken as it is."""
-    side = Path(sidecar)
+    side = sidecar_of(path)
     if not side.exists():
         return {}
     try:

@@ -1281,7 +1281,7 @@ def test_a_csv_series_states_its_units_in_a_sidecar(adk_h5md, tmp_path):
     from h5mdx._replace import CSV_DIGEST, csv_digest, read_sidecar
 
     assert meta[CSV_DIGEST] == csv_digest(path)
-    assert read_sidecar(path, tmp_path / "rmsd.meta.json")["units"] == meta["units"]
+    assert read_sidecar(path)["units"] == meta["units"]
     write_series(tmp_path / "rmsd.nc", r)  # netCDF says its units itself: no sidecar
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rmsd.csv", "rmsd.meta.json",
                                                           "rmsd.nc"]

@@ -337,3 +337,31 @@ def test_a_csv_and_a_sidecar_of_other_records_are_told_apart(tmp_path, monkeypat
         back, meta = rec.load(path)
     pd.testing.assert_frame_equal(back, first)  # the records as they were
     assert meta == {}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_saved_records_keep_the_mode_and_the_link_of_the_file_replaced(tmp_path, suffix):
+    """Records saved again over a group-writable timing.csv came back with the umask's
+    mode (0644: the group could no longer write them), and a timing.csv that was a
+    symbolic link (into a shared results directory) became a regular file, the file it
+    led to left as it was. Now the file the link leads to is replaced, with its mode,
+    and the link stays; a CSV's sidecar is beside that file."""
+    import stat
+
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    real = rec.save(rec.to_frame(_rows(2)), shared / f"timing{suffix}", {"run_id": "r1"})
+    os.chmod(real, 0o664)
+    link = tmp_path / f"timing{suffix}"
+    link.symlink_to(real)
+    rec.save(rec.to_frame(_rows(4)), link, {"run_id": "r2"})
+    assert link.is_symlink() and os.path.samefile(link, real)
+    assert stat.S_IMODE(real.stat().st_mode) == 0o664
+    back, meta = rec.load(real)
+    assert len(back) == 4 and meta["run_id"] == "r2"
+    assert sorted(p.name for p in shared.iterdir()) == sorted(
+        [real.name] + (["timing.meta.json"] if suffix == ".csv" else []))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared", link.name]  # the
+    # sidecar beside the CSV it belongs to, not beside the link

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from h5mdx._replace import replacing, write_with_sidecar
+from h5mdx._replace import replacing, sidecar_of, write_with_sidecar
 
 __all__ = ["check_outputs", "plot_series", "series_metadata", "sidecar_path", "write_outputs",
            "write_series"]
@@ -166,15 +166,16 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
         with replacing(path) as tmp:
             _write(tmp, result)
     else:  # the CSV's units and attrs, as timing.csv's timing.meta.json, with its digest
-        write_with_sidecar(path, sidecar_path(path), lambda tmp: _write(tmp, result),
-                           series_metadata(result), indent=1, sort_keys=True)
+        write_with_sidecar(path, lambda tmp: _write(tmp, result), series_metadata(result),
+                           indent=1, sort_keys=True)
     return path
 
 
 def sidecar_path(path: str | os.PathLike[str]) -> Path:
     """The sidecar of a CSV series, ``<stem>.meta.json`` beside it (``rmsd.csv``:
-    ``rmsd.meta.json``), as ``timing.csv``'s ``timing.meta.json``."""
-    return Path(path).with_suffix(".meta.json")
+    ``rmsd.meta.json``), as ``timing.csv``'s ``timing.meta.json`` (beside the file a
+    symbolic link ``path`` leads to, where the CSV is written)."""
+    return sidecar_of(path)
 
 
 def series_metadata(result: Any) -> dict[str, Any]:

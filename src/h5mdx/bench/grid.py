@@ -734,8 +734,7 @@ def _write_table(table: Any, path: Path, units: Mapping[str, str], *, index: boo
     names, then renamed (:func:`h5mdx._replace.write_with_sidecar`)."""
     columns = set(table.columns) | ({table.index.name} if index else set())
     meta = {"units": {c: u for c, u in units.items() if c in columns}}
-    write_with_sidecar(path, path.with_suffix(".meta.json"),
-                       lambda tmp: table.to_csv(tmp, index=index), meta, indent=1,
+    write_with_sidecar(path, lambda tmp: table.to_csv(tmp, index=index), meta, indent=1,
                        sort_keys=True)
     return path
 

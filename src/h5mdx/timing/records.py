@@ -455,10 +455,6 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def _sidecar(path: Path) -> Path:
-    return path.with_suffix(".meta.json")
-
-
 def save(
     df: pd.DataFrame,
     path: str | os.PathLike[str] | Mapping[str, Any],
@@ -515,8 +511,8 @@ def save(
     elif path.suffix == ".csv":
         # floats as repr, which reads back exactly: "%.9f" kept 4 digits of a 1.2 us phase;
         # the sidecar records the CSV's digest: a pair torn by a crash is told on load
-        write_with_sidecar(path, _sidecar(path), lambda tmp: df.to_csv(tmp, index=False),
-                           json.loads(text), sort_keys=True)
+        write_with_sidecar(path, lambda tmp: df.to_csv(tmp, index=False), json.loads(text),
+                           sort_keys=True)
     else:
         raise ValueError(
             f"cannot save timing records as {path.name!r}: use a .parquet or .csv file name"
@@ -589,7 +585,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
         for col in (c for c, kind in COLUMNS.items() if kind == _STR
                     and c not in _NULLABLE_STR and c in df):
             df[col] = df[col].fillna("")
-        meta = read_sidecar(path, _sidecar(path))  # {} for one of another CSV, said
+        meta = read_sidecar(path)  # {} for one of another CSV, said
     else:
         raise ValueError(
             f"cannot read timing records from {path.name!r}: expected .parquet or .csv"
