@@ -651,3 +651,30 @@ def test_a_position_without_frames_is_named(tmp_path, capsys, analysis):
     assert err == (f"h5mdx bench: error: {path} [/particles/all/position/value]: the position "
                    "dataset has shape (): no frames to read (H5MD's are (frames, particles, "
                    "dimension))\n")
+
+
+def test_a_report_that_fails_half_way_leaves_the_earlier_one(h5md_file, tmp_path,
+                                                             monkeypatch):
+    """report.md was written straight into its file: a write stopped half-way (a full
+    disk) left the earlier bench's report cut short. Now it is written beside it and
+    renamed over it."""
+    from pathlib import Path
+
+    out = tmp_path / "bench"
+    run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1],
+             blocks_per_worker=[1], repeats=1, out=out, progress=False)
+    before = (out / "report.md").read_text()
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        if "report" not in self.name:
+            return real(self, text, *args, **kwargs)
+        real(self, text[:20], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1],
+                 blocks_per_worker=[1], repeats=1, out=out, progress=False)
+    assert (out / "report.md").read_text() == before
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []

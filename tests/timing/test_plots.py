@@ -213,3 +213,40 @@ def test_gantt_rows_of_mpi_ranks_are_in_rank_order():
              "t_wait": 0.0} for r in range(4)]
     ax = plot_gantt(rec.to_frame(rows)).axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r}" for r in range(4)]
+
+
+def test_a_plot_that_fails_half_way_leaves_the_earlier_one(saved, tmp_path, monkeypatch):
+    """A figure was saved straight into its file: a savefig stopped half-way (a full
+    disk, Ctrl-C) left a torn PNG in place of the earlier plot (plot_gantt's and the
+    other timing plots', h5mdx rmsd --plot's). Now it is saved beside it and renamed
+    over it; the earlier plot stays whole and no temporary file is left."""
+    import numpy as np
+    import xarray as xr
+    from matplotlib.figure import Figure
+
+    from h5mdx.analysis.series import plot_series
+
+    series = xr.DataArray(np.array([0.0, 1.5, 2.0]), dims="time",
+                          coords={"time": ("time", [0.0, 1.0, 2.0], {"units": "ps"})},
+                          attrs={"units": "Angstrom"})
+    gantt, rmsd = tmp_path / "g.png", tmp_path / "rmsd.png"
+    plot_gantt(saved, "n2", gantt)
+    plot_series(series, str(rmsd))
+    before = {p: p.read_bytes() for p in (gantt, rmsd)}
+    real = Figure.savefig
+
+    def torn(self, fname, *args, **kwargs):  # half a PNG, then the disk is full
+        real(self, fname, *args, **kwargs)
+        with open(fname, "r+b") as fh:
+            fh.truncate(100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", torn)
+    with pytest.raises(OSError, match="No space left"):
+        plot_gantt(saved, "n1", gantt)
+    with pytest.raises(OSError, match="No space left"):
+        plot_series(series * 2, str(rmsd))
+    assert {p: p.read_bytes() for p in (gantt, rmsd)} == before
+    _check_png(gantt, 1000, 450)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.png", "records.parquet",
+                                                          "rmsd.png"]

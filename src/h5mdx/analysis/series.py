@@ -251,7 +251,8 @@ def plot_series(result: Any, plot: str) -> None:
     sel = result.attrs.get("selection")
     ax.set_title(f"RMSD{f' of {sel}' if sel else ''}")
     fig.tight_layout()
-    fig.savefig(plot)
+    with replacing(plot) as tmp:  # a savefig stopped half-way leaves the earlier plot
+        fig.savefig(tmp, format=Path(plot).suffix[1:].lower() or "png")
 
 
 def _label(name: str, attrs: dict) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx._progress import progress_bar
-from h5mdx._replace import write_with_sidecar
+from h5mdx._replace import replacing, write_with_sidecar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
 from h5mdx.timing.report import render_table
@@ -703,7 +703,8 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
         images[f"tasks of {rid}"] = gantt
         images[f"time per worker of {rid}"] = bars
     files.update({f"plot:{k}": str(out / v) for k, v in images.items()})
-    (out / "report.md").write_text(render_report(result, images), encoding="utf-8")
+    with replacing(out / "report.md") as tmp:  # a write stopped half-way: the earlier one
+        tmp.write_text(render_report(result, images), encoding="utf-8")
     files["report"] = str(out / "report.md")
     written = {Path(f).resolve() for f in files.values()}
     for path in earlier:  # left beside the new ones, they passed for this bench's

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h5mdx._replace import replacing
 from h5mdx.timing.records import SPMD_BACKENDS
 from h5mdx.timing.stragglers import SLOW_PHASES, _phase_table, flag_stragglers, per_worker
 
@@ -80,7 +81,10 @@ def _legend_outside(fig: Any, ax: Any) -> None:
 def _finish(fig: Any, path: str | os.PathLike[str] | None) -> Any:
     if path is not None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=fig.dpi, format="png")
+        # beside it, then renamed over it: a savefig stopped half-way (a full disk,
+        # Ctrl-C) left a torn PNG in place of the earlier plot
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=fig.dpi, format="png")
     return fig
 
 
