@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "read_sidecar", "replacing", "sidecar_of",
+__all__ = ["CSV_DIGEST", "csv_digest", "keep_mode", "read_sidecar", "replacing", "sidecar_of",
            "write_with_sidecar"]
 
 #: The sidecar's key of its CSV's digest (BLAKE2b of 16 bytes, hex, of the file's bytes).
@@ -40,13 +40,31 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+def keep_mode(target: Path, tmp: Path) -> None:
+    """Give the new file ``tmp`` the group and the permission bits of the file ``target``
+    it replaces, where it may: a group-writable file shared in a project's group came
+    back in the user's own group (its members could no longer write it), or with the
+    umask's mode. A group the user is not in, or another owner's file, stays as made."""
+    try:
+        if not (target.is_file() and tmp.is_file()):
+            return
+        old, new = target.stat(), tmp.stat()
+    except OSError:
+        return
+    if new.st_gid != old.st_gid and hasattr(os, "chown"):
+        with contextlib.suppress(OSError):  # before the mode: chown drops setgid bits
+            os.chown(tmp, -1, old.st_gid)
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, stat.S_IMODE(old.st_mode))
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary file beside ``path`` to write, renamed over it when the block succeeds
     and removed when it fails (an exception, Ctrl-C).
 
-    The new file gets the permission bits of the file it replaces (a group-writable
-    ``timing.csv`` stays so); a ``path`` that is a symbolic link keeps being one, the
+    The new file gets the group and permission bits of the file it replaces (a
+    group-writable ``timing.csv`` stays so, :func:`keep_mode`); a ``path`` that is a symbolic link keeps being one, the
     file it leads to replaced.
 
     Examples
@@ -63,9 +81,7 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
                            f"{target.suffix}")
     try:
         yield tmp
-        with contextlib.suppress(OSError):  # another owner's file: the umask's mode then
-            if target.is_file():
-                os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        keep_mode(target, tmp)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

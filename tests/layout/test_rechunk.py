@@ -1308,3 +1308,45 @@ def test_compression_applies_to_every_dataset_not_only_the_time_series(tmp_path)
         assert names == []
         np.testing.assert_array_equal(f["parameters/bonds"][()],
                                       np.arange(6000).reshape(3000, 2))
+
+
+def _other_group():
+    """A group this user may give a file other than its own (any for root), or None."""
+    if not hasattr(os, "chown"):
+        return None
+    if os.geteuid() == 0:
+        return 4242
+    return next((g for g in os.getgroups() if g != os.getegid()), None)
+
+
+def test_a_file_replaced_keeps_its_group(tmp_path):
+    """A file shared in a project's group (chgrp proj, mode 0664) replaced with
+    --overwrite, or a timing.csv saved again, came back in the user's own group, its
+    mode kept: the project's members could no longer write it. Now the new file has
+    the group of the one it replaces (where the user is in that group)."""
+    import stat
+
+    from h5mdx.testing import write_h5md
+    from h5mdx.timing import records as rec
+
+    gid = _other_group()
+    if gid is None:
+        pytest.skip("this user is in no group but its own")
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.arange(24, dtype=np.float32).reshape(4, 2, 3), "step": np.arange(4)}}})
+    out = tmp_path / "shared.h5md"
+    rechunk(src, out, frames_per_chunk=4, progress=False)
+    timing = rec.save(rec.to_frame([{
+        "run_id": "r1", "backend": "threads", "n_workers": 1, "worker": "t0",
+        "task_key": "k", "kind": "rmsd", "t_start": 1.0, "t_stop": 2.0}]),
+        tmp_path / "timing.csv", {"run_id": "r1"})
+    for path in (out, timing):
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o664)
+    rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)
+    rec.save(rec.load(timing)[0], timing, {"run_id": "r2"})
+    for path in (out, timing):
+        assert path.stat().st_gid == gid, path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664, path
+    with h5py.File(out) as f:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)

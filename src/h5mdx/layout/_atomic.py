@@ -18,7 +18,6 @@ import shlex
 import shutil
 import signal
 import socket
-import stat
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from h5mdx._replace import keep_mode
 from h5mdx.format.schema import ZARR_MARKERS
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
@@ -454,17 +454,6 @@ def _swap(target: Path, new: Path, old: Path) -> None:
     _remove(old)
 
 
-def _keep_mode(target: Path, tmp: Path) -> None:
-    """Give the new file ``tmp`` the permission bits of the file ``target`` it replaces
-    (a group-writable file replaced with --overwrite came back with the umask's mode,
-    0644: the group could no longer write it)."""
-    try:
-        if target.is_file() and tmp.is_file():
-            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
-    except OSError:  # not ours to change (another owner's file): the umask's mode then
-        pass
-
-
 @contextlib.contextmanager
 def atomic_output(
     target: str | os.PathLike[str],
@@ -534,7 +523,7 @@ def atomic_output(
             else:
                 if directory and t.exists():
                     t.unlink()
-                _keep_mode(t, tmp)
+                keep_mode(t, tmp)  # its group and permission bits
                 if hdf5 and t.is_file():  # a writer that opened it meanwhile
                     _refuse_if_written(t, target)
                 os.replace(tmp, t)
