@@ -828,3 +828,22 @@ def test_a_step_that_is_no_integer_is_refused(tmp_path):
             with pytest.raises(ValueError, match=rf"step {steps[1]} \(the 2nd given\)"):
                 to_h5md(bad, tmp_path / "bad.h5md")
             assert not (tmp_path / "bad.h5md").exists()
+
+
+def test_a_compressed_writer_compresses_its_bonds_and_fixed_data(tmp_path):
+    """H5MDWriter with a compression gave it to the time series alone: the bonds, step,
+    time and fixed-in-time data were written uncompressed. Now those of at least 4 KiB
+    (step and time always) get it too; a small one stays unchunked."""
+    pos, box = _frames(n=5, atoms=700)
+    path = tmp_path / "c.h5md"
+    bonds = np.stack([np.arange(699), np.arange(1, 700)], axis=1)
+    static = {"mass": (np.full(700, 12.0), "u", {}), "charge": (np.zeros(3), None, {})}
+    _write(path, pos, box, layout=Layout(compression="gzip:2"), bonds=bonds, static=static)
+    with h5py.File(path) as f:
+        for name in ("connectivity/bonds", "particles/trajectory/mass",
+                     "particles/trajectory/position/step", "particles/trajectory/position/time"):
+            assert (f[name].compression, f[name].compression_opts) == ("gzip", 2), name
+        np.testing.assert_array_equal(f["connectivity/bonds"][()], bonds)
+        np.testing.assert_array_equal(f["particles/trajectory/mass"][()], np.full(700, 12.0))
+        small = f["particles/trajectory/charge"]
+        assert small.chunks is None and small.compression is None

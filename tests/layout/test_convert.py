@@ -1512,3 +1512,35 @@ def test_an_empty_trajectory_file_is_named_and_left_out_with_partial(tmp_path):
     with h5py.File(out) as f:
         np.testing.assert_allclose(f["particles/trajectory/position/value"][-1],
                                    ref.trajectory[-1].positions, atol=1e-4)
+
+
+def test_a_compressed_conversion_compresses_step_time_and_fixed_data_too(tmp_path):
+    """convert --compression gzip (and to_h5md) compressed the positions alone: step and
+    time, the fixed-in-time species, masses and charges (and a writer's bonds) were
+    written uncompressed. Now every such dataset of rows of at least 4 KiB gets the
+    compression asked, step and time always; smaller ones stay unchunked."""
+    import h5py
+
+    from h5mdx.layout.convert import convert
+
+    out = tmp_path / "adk.h5md"
+    convert(d.PSF, [d.DCD], out, progress=False, stop=6, compression="gzip:3")
+    seen = {}
+
+    def note(name, obj):
+        if isinstance(obj, h5py.Dataset) and obj.shape and obj.dtype.kind != "O" \
+                and (obj.nbytes >= 4096 or name.endswith(("/step", "/time"))):
+            seen[name] = obj.compression
+
+    with h5py.File(out) as f:
+        f.visititems(note)
+        assert {n for n in seen if n.startswith("particles/")} == {
+            "particles/trajectory/position/value", "particles/trajectory/position/step",
+            "particles/trajectory/position/time", "particles/trajectory/species",
+            "particles/trajectory/mass", "particles/trajectory/charge"}
+        plain = {n for n, c in seen.items() if c != "gzip"
+                 and not n.startswith(("h5md/modules/", "parameters/vmd_structure/"))}
+        assert plain == set()
+        assert f["particles/trajectory/species"].compression_opts == 3
+        n_atoms = f["particles/trajectory/position/value"].shape[1]
+        assert f["particles/trajectory/mass"].shape == (n_atoms,)

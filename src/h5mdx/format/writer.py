@@ -81,6 +81,10 @@ ELEMENT_UNITS = {
 
 #: Frames of ``step``/``time`` per chunk when they are resizable.
 _SAMPLING_CHUNK = 8192
+#: A dataset that is no time series (fixed-in-time data, bonds) smaller than this stays
+#: unchunked and unfiltered with a compression asked: a chunk index costs about as much
+#: as compression could save.
+SMALL_UNCHUNKED_BYTES = 4096
 
 #: Elements written inside the box group, as the h5md engine reads them back: H5MD's
 #: ``edges``, and the members other writers add that it serves as ``box_<name>``
@@ -118,6 +122,18 @@ class Layout:
     chunk_mib: float | None = None
     contiguous: bool = False
     compression: str | None = None
+
+    def other_filters(self, values: np.ndarray) -> dict[str, Any]:
+        """``create_dataset`` keyword arguments of a dataset ``values`` that is no time
+        series (fixed-in-time data, bonds): chunked (HDF5's guess) with the compression,
+        where one is asked and it holds rows of fixed-size values of at least
+        :data:`SMALL_UNCHUNKED_BYTES`; none otherwise. Before, a ``--compression``
+        compressed the time series alone."""
+        kwargs = compression_kwargs(self.compression)
+        if not kwargs or self.contiguous or values.ndim == 0 or values.dtype.hasobject \
+                or values.nbytes < SMALL_UNCHUNKED_BYTES:
+            return {}
+        return {"chunks": True, **kwargs}
 
     def __post_init__(self) -> None:
         given = [
@@ -573,8 +589,9 @@ class H5MDWriter:
                 write_module(self.file["h5md"].require_group("modules"), topology)
             if bonds is not None:
                 conn = self.file.require_group("connectivity")
-                pairs = conn.create_dataset("bonds", data=np.asarray(bonds, dtype=np.int64)
-                                            .reshape(-1, 2))
+                pairs_of = np.asarray(bonds, dtype=np.int64).reshape(-1, 2)
+                pairs = conn.create_dataset("bonds", data=pairs_of,
+                                            **self.layout.other_filters(pairs_of))
                 pairs.attrs["particles_group"] = self.particles.ref
             if structure is not None:
                 write_structure(self.file.require_group("parameters"), structure)
@@ -635,7 +652,8 @@ class H5MDWriter:
                 if self.layout.contiguous:
                     sk = {"shape": (self.n_frames,)}
                 else:
-                    sk = {"shape": (0,), "maxshape": (None,), "chunks": (_SAMPLING_CHUNK,)}
+                    sk = {"shape": (0,), "maxshape": (None,), "chunks": (_SAMPLING_CHUNK,),
+                          **compression_kwargs(self.layout.compression)}
                 step = grp.create_dataset("step", dtype=np.int64, **sk)
                 if self.with_time:
                     time = grp.create_dataset("time", dtype=np.float64, **sk)
@@ -662,7 +680,8 @@ class H5MDWriter:
         arr = _stored(data)
         attrs = dict(attrs or {})
         fill = attrs.pop("_FillValue", None)
-        dset = where.create_dataset(key, data=arr, **({} if fill is None else {"fillvalue": fill}))
+        dset = where.create_dataset(key, data=arr, **self.layout.other_filters(arr),
+                                    **({} if fill is None else {"fillvalue": fill}))
         if unit is not None:
             dset.attrs["unit"] = unit
         for k, v in attrs.items():
@@ -786,7 +805,8 @@ class H5MDWriter:
             self._digests.update(dset.name, block)
         for name, data in (("step", steps), ("time", times)):
             if data is not None:
-                written = grp.create_dataset(name, data=data)
+                written = grp.create_dataset(name, data=data,
+                                             **self.layout.other_filters(data))
                 self._digests.update(written.name, data)
         if times is not None and time_unit is not None:
             grp["time"].attrs["unit"] = time_unit

@@ -38,7 +38,7 @@ from h5mdx.format.h5md import (
     reference_paths,
     scan,
 )
-from h5mdx.format.writer import Layout, ensure_room, written_file
+from h5mdx.format.writer import SMALL_UNCHUNKED_BYTES, Layout, ensure_room, written_file
 from h5mdx.layout._atomic import atomic_output, raise_if_interrupted
 from h5mdx.layout.convert import ConvertStats, _check_output_name, _size, is_zarr_path
 from h5mdx.layout.diagnosis import _frame_bytes
@@ -534,19 +534,15 @@ class _Copier:
             room.wrote(values.nbytes)
 
 
-#: Datasets smaller than this that HDF5 stores unchunked stay so with a new compression:
-#: a chunk index costs about as much as compression could save.
-_SMALL_BYTES = 4096
-
-
 def _refilterable(obj: Any, layout: Layout) -> bool:
     """Whether ``obj``, a dataset or named datatype that is no time series' values (a
     ``step``, ``time``, fixed-in-time data, ``/parameters``, connectivity), is copied with
     the compression asked for (``rechunk --compression``) rather than as it is: a dataset
     of one or more rows of fixed-size values (no references, no variable-length data,
-    neither virtual nor external), chunked, or of at least :data:`_SMALL_BYTES` (not
-    for ``none``: an unchunked one has no filters to drop). Before, only the time
-    series were: a "compress everything" copy left the rest as the input had it."""
+    neither virtual nor external), chunked, or of at least
+    :data:`~h5mdx.format.writer.SMALL_UNCHUNKED_BYTES` (not for ``none``: an unchunked
+    one has no filters to drop). Before, only the time series were: a "compress
+    everything" copy left the rest as the input had it."""
     if layout.compression is None or layout.contiguous or not isinstance(obj, h5py.Dataset):
         return False
     if not obj.shape or obj.size == 0 or obj.dtype.hasobject or obj.is_virtual \
@@ -555,7 +551,7 @@ def _refilterable(obj: Any, layout: Layout) -> bool:
     wanted = bool(compression_kwargs(layout.compression))
     if obj.chunks:
         return wanted or obj.id.get_create_plist().get_nfilters() > 0
-    return wanted and obj.nbytes >= _SMALL_BYTES
+    return wanted and obj.nbytes >= SMALL_UNCHUNKED_BYTES
 
 
 def _frame_chunks(src: h5py.Dataset, frames: int
