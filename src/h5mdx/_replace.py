@@ -18,6 +18,7 @@ Only the standard library is imported.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -30,6 +31,15 @@ from typing import Any
 
 __all__ = ["CSV_DIGEST", "csv_digest", "keep_mode", "read_sidecar", "replacing", "sidecar_of",
            "write_with_sidecar"]
+
+#: Errors only a write gives (a full disk or quota, a read-only file system, a file too
+#: large): whatever raises them, they are the output's.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+class _OutputError(OSError):
+    """An error of a write, said of the file asked for (a sidecar's inside a CSV's
+    block is not said again of the CSV)."""
+
 
 #: The sidecar's key of its CSV's digest (BLAKE2b of 16 bytes, hex, of the file's bytes).
 CSV_DIGEST = "csv_blake2b"
@@ -64,8 +74,9 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     and removed when it fails (an exception, Ctrl-C).
 
     The new file gets the group and permission bits of the file it replaces (a
-    group-writable ``timing.csv`` stays so, :func:`keep_mode`); a ``path`` that is a symbolic link keeps being one, the
-    file it leads to replaced.
+    group-writable ``timing.csv`` stays so, :func:`keep_mode`); a ``path`` that is a
+    symbolic link keeps being one, the file it leads to replaced. An error of the write
+    (a full disk) names ``path``, not the temporary file.
 
     Examples
     --------
@@ -83,6 +94,16 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         keep_mode(target, tmp)
         os.replace(tmp, target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, _OutputError) or (str(tmp) not in str(err)
+                                             and err.errno not in _WRITE_ERRNOS):
+            raise
+        # the file asked for, not the hidden temporary one (nor none: a full disk under
+        # pandas' or matplotlib's writer says only "No space left on device")
+        message = f"cannot write {os.fspath(path)!r}: {err.strerror or err}"
+        raise (_OutputError(err.errno, message) if err.errno else _OutputError(message)) \
+            from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -118,11 +139,11 @@ def write_with_sidecar(
     CSV, which :func:`read_sidecar` tells (the digest differs), never an old sidecar of
     no digest beside a new CSV. ``dumps`` are keyword arguments of :func:`json.dumps`.
     """
-    with replacing(path) as tmp, replacing(sidecar_of(path)) as tmp_meta:
+    with replacing(path) as tmp:
         write(tmp)
         text = json.dumps({**meta, CSV_DIGEST: csv_digest(tmp)}, **dumps)
-        tmp_meta.write_text(text + "\n", encoding="utf-8")
-    # the sidecar's block ends first: it is renamed before the CSV
+        with replacing(sidecar_of(path)) as tmp_meta:  # ends first: renamed before the CSV
+            tmp_meta.write_text(text + "\n", encoding="utf-8")
     return Path(path)
 
 

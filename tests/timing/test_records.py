@@ -365,3 +365,23 @@ def test_saved_records_keep_the_mode_and_the_link_of_the_file_replaced(tmp_path,
         [real.name] + (["timing.meta.json"] if suffix == ".csv" else []))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared", link.name]  # the
     # sidecar beside the CSV it belongs to, not beside the link
+
+
+def test_a_full_disk_names_the_records_file_not_a_temporary_one(tmp_path, monkeypatch):
+    """Records saved on a full disk failed with pandas' bare '[Errno 28] No space left
+    on device' (or naming the hidden temporary file): which output, not said. Now the
+    error names timing.csv; the earlier file stays and no temporary file is left."""
+    path = rec.save(rec.to_frame(_rows(2)), tmp_path / "timing.csv", {"run_id": "r1"})
+    before = path.read_bytes()
+
+    def full(self, where, *args, **kwargs):
+        with open(where, "w") as fh:
+            fh.write("run_id,ba")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    with pytest.raises(OSError, match=r"^\[Errno 28\] cannot write '.*timing\.csv': No space "
+                                      r"left on device$"):
+        rec.save(rec.to_frame(_rows(3)), path, {"run_id": "r2"})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timing.csv", "timing.meta.json"]
