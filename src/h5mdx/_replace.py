@@ -3,7 +3,9 @@
 :func:`replacing` gives a temporary name beside a file, renamed over it when the write
 succeeds (with the replaced file's permission bits; through a symbolic link, the file
 it leads to is replaced and the link kept) and removed when it fails, Ctrl-C included:
-a write stopped half-way never leaves a torn file in place of a good one.
+a write stopped half-way never leaves a torn file in place of a good one. A process
+killed while writing (SIGKILL) leaves only its hidden ``.NAME.HOST.PID.RANDOM.tmp.SUFFIX``
+file, which the next write of the same file on this host removes.
 
 A CSV and its sidecar (``timing.csv`` and ``timing.meta.json``, ``rmsd.csv``,
 ``runs.csv``, ``speedup.csv``) are two files, renamed one after the other: a process
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
+import socket
 import stat
 import uuid
 import warnings
@@ -48,6 +52,35 @@ CSV_DIGEST = "csv_blake2b"
 def _real(path: Path) -> Path:
     """``path``, or the file a symbolic link ``path`` leads to (the link is kept)."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def host_name() -> str:
+    """This host's short name, as temporary names carry it (``.NAME.HOST.PID...``)."""
+    return socket.gethostname().split(".")[0] or "host"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(target: Path) -> None:
+    """Remove the temporary files of ``target`` that processes of this host left when
+    killed (SIGKILL, power loss: no cleanup ran); those of live processes stay."""
+    head = f".{target.stem}.{host_name()}."
+    pattern = f"{glob.escape(head)}*.tmp{glob.escape(target.suffix)}"
+    with contextlib.suppress(OSError):
+        for left in target.parent.glob(pattern):
+            pid = left.name[len(head):].split(".", 1)[0]
+            if pid.isdigit() and not pid_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    left.unlink()
 
 
 def keep_mode(target: Path, tmp: Path) -> None:
@@ -88,8 +121,9 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     ['a.txt']
     """
     target = _real(Path(path))
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-                           f"{target.suffix}")
+    _clean_stale(target)
+    tmp = target.with_name(f".{target.stem}.{host_name()}.{os.getpid()}."
+                           f"{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
     try:
         yield tmp
         keep_mode(target, tmp)

@@ -385,3 +385,23 @@ def test_a_full_disk_names_the_records_file_not_a_temporary_one(tmp_path, monkey
         rec.save(rec.to_frame(_rows(3)), path, {"run_id": "r2"})
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["timing.csv", "timing.meta.json"]
+
+
+def test_temporary_files_of_killed_processes_are_removed_by_the_next_save(tmp_path):
+    """A save killed while writing (SIGKILL, power loss: no cleanup runs) left its hidden
+    temporary file, and every later save of the same file left them where they were.
+    Now the next save on this host removes those of processes no longer running, and
+    keeps those of live ones (still writing)."""
+    from h5mdx._replace import host_name
+
+    host = host_name()
+    dead = [tmp_path / f".timing.{host}.999999999.0b62aa11.tmp.csv",
+            tmp_path / f".timing.meta.{host}.999999999.0b62aa12.tmp.json"]
+    alive = tmp_path / f".timing.{host}.{os.getpid()}.77aa0000.tmp.csv"
+    other = tmp_path / ".timing.otherhost.999999999.0b62aa13.tmp.csv"  # may be alive there
+    for path in (*dead, alive, other):
+        path.write_text("run_id,back")
+    rec.save(rec.to_frame(_rows(2)), tmp_path / "timing.csv", {"run_id": "r1"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [alive.name, other.name, "timing.csv", "timing.meta.json"])
+    assert len(rec.load(tmp_path / "timing.csv")[0]) == 2

@@ -205,7 +205,7 @@ _STAGE = ".example-partial-"
 def _staged(out: str) -> Iterator[str]:
     """A fresh staging directory in ``out`` for the block, removed where it ends in an
     exception (Ctrl-C included); those of processes no longer running go first."""
-    from h5mdx.layout._atomic import pid_alive
+    from h5mdx._replace import pid_alive
 
     for name in os.listdir(out):
         if name.startswith(_STAGE) and name[len(_STAGE):].isdigit():

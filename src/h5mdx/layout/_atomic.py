@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -26,16 +25,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from h5mdx._replace import keep_mode
+from h5mdx._replace import host_name as _host
+from h5mdx._replace import keep_mode, pid_alive
 from h5mdx.format.schema import ZARR_MARKERS
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
 
 _SUFFIX = ".h5mdx-partial"
-
-
-def _host() -> str:
-    return socket.gethostname().split(".")[0].replace(".", "_") or "host"
 
 
 def _name_max(directory: Path) -> int:
@@ -63,17 +59,6 @@ def partial_files(target: str | os.PathLike[str]) -> list[Path]:
     """Leftover temporary outputs of ``target`` (from any process)."""
     t = Path(target)
     return sorted(t.parent.glob(f".{glob.escape(_stem(t))}.*{_SUFFIX}"))
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this machine (one of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 #: How long a failed Zarr write's temporary store is removed again while writes in
