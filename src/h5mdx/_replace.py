@@ -1,8 +1,8 @@
 """Small output files replaced whole, and a CSV with its ``.meta.json`` sidecar as a pair.
 
 :func:`replacing` gives a temporary name beside a file, renamed over it when the write
-succeeds (with the replaced file's permission bits; through a symbolic link, the file
-it leads to is replaced and the link kept) and removed when it fails, Ctrl-C included:
+succeeds (flushed to disk first, with the replaced file's group and permission bits;
+through a symbolic link, the file it leads to is replaced and the link kept) and removed when it fails, Ctrl-C included:
 a write stopped half-way never leaves a torn file in place of a good one. A process
 killed while writing (SIGKILL) leaves only its hidden ``.NAME.HOST.PID.RANDOM.tmp.SUFFIX``
 file, which the next write of the same file on this host removes.
@@ -33,12 +33,13 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "keep_mode", "read_sidecar", "replacing", "sidecar_of",
-           "write_with_sidecar"]
+__all__ = ["CSV_DIGEST", "csv_digest", "host_name", "keep_mode", "pid_alive", "read_sidecar",
+           "replacing", "sidecar_of", "write_with_sidecar"]
 
 #: Errors only a write gives (a full disk or quota, a read-only file system, a file too
 #: large): whatever raises them, they are the output's.
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
 
 class _OutputError(OSError):
     """An error of a write, said of the file asked for (a sidecar's inside a CSV's
@@ -81,6 +82,16 @@ def _clean_stale(target: Path) -> None:
             if pid.isdigit() and not pid_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     left.unlink()
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path``'s bytes to the disk (a file system that cannot: nothing to do)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def keep_mode(target: Path, tmp: Path) -> None:
@@ -127,7 +138,8 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         keep_mode(target, tmp)
-        os.replace(tmp, target)
+        _fsync(tmp)  # on disk before its name: a crash after the rename (power loss) left
+        os.replace(tmp, target)  # an empty file in place of the earlier one (XFS, ext4)
     except OSError as err:
         tmp.unlink(missing_ok=True)
         if isinstance(err, _OutputError) or (str(tmp) not in str(err)

@@ -405,3 +405,32 @@ def test_temporary_files_of_killed_processes_are_removed_by_the_next_save(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [alive.name, other.name, "timing.csv", "timing.meta.json"])
     assert len(rec.load(tmp_path / "timing.csv")[0]) == 2
+
+
+def test_saved_records_reach_the_disk_before_their_name(tmp_path, monkeypatch):
+    """A CSV, its sidecar or a Parquet file was renamed over the earlier one without
+    being flushed: after a crash of the machine (power loss) the rename could be on
+    disk and the bytes not, an empty file in place of the earlier records (XFS, ext4
+    without auto_da_alloc). Now each is flushed (fsync) before its rename."""
+    from h5mdx import _replace
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.path.basename(src)))
+        real_replace(src, dst)
+
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd to tell which file a descriptor is")
+    monkeypatch.setattr(_replace.os, "fsync", fsync)
+    monkeypatch.setattr(_replace.os, "replace", replace)
+    rec.save(rec.to_frame(_rows(2)), tmp_path / "timing.csv", {"run_id": "r1"})
+    names = [name for _, name in events]
+    assert len(events) == 4 and [kind for kind, _ in events] == ["fsync", "replace"] * 2
+    assert names[0] == names[1] and names[2] == names[3]  # each flushed, then renamed
+    assert names[0].startswith(".timing.meta.") and names[2].startswith(".timing.")
