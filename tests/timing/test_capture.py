@@ -668,3 +668,22 @@ def test_a_worker_whose_clock_is_ahead_waits_no_longer_for_it(frames_file):
     for worker, own in df.groupby("worker"):  # within the worker's run, on its clock
         spent = own["t_wait"].sum() + own["wall"].sum()
         assert 0 < spent <= own["t_stop"].max() - run.worker_t0[worker] + 1e-6
+
+
+def test_a_spooled_record_cut_short_is_left_out_with_a_warning(tmp_path):
+    """A spool file whose last line was cut short (a full disk, a worker killed while
+    writing it) failed the whole capture at its end with a bare JSONDecodeError: the
+    run's other records were lost. Now that line is left out with a warning naming the
+    file and the line, and the other records are read."""
+    import json
+
+    from h5mdx.timing.phases import read_spool
+
+    good = {"task_key": "('rmsd-a', 0)", "t_io": 0.5}
+    path = tmp_path / "host-123.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + '{"task_key": "(\'rmsd-a\', 1)", "t_i')
+    (tmp_path / "host-124.jsonl").write_text(json.dumps({**good, "t_io": 0.25}) + "\n")
+    with pytest.warns(UserWarning, match=r"host-123\.jsonl: 1 spooled timing record\(s\) "
+                                         r"unreadable \(line 3: cut short\?\), left out"):
+        records = read_spool(tmp_path)
+    assert records == [good, {**good, "t_io": 0.25}]

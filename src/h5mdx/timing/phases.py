@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -268,10 +269,28 @@ def read_spool(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        One dict per task, in no particular order.
+        One dict per task, in no particular order. A line that holds no record (cut
+        short by a full disk or a worker killed while writing it) is left out, with a
+        warning naming the file and the line.
     """
     records: list[dict[str, Any]] = []
     for path in sorted(Path(directory).glob("*.jsonl")):
-        with open(path, encoding="utf-8") as fh:
-            records.extend(json.loads(line) for line in fh if line.strip())
+        bad: list[int] = []
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if isinstance(record, dict):
+                    records.append(record)
+                else:
+                    bad.append(number)
+        if bad:  # a line cut short (a full disk, a worker killed while writing it)
+            warnings.warn(f"{path}: {len(bad)} spooled timing record(s) unreadable (line "
+                          f"{', '.join(map(str, bad[:3]))}{', ...' if len(bad) > 3 else ''}"
+                          ": cut short?), left out; the other records are read",
+                          UserWarning, stacklevel=2)
     return records
