@@ -27,8 +27,9 @@ trajectory). This module knows h5py and numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 import numpy as np
@@ -367,7 +368,8 @@ def _table(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([index[v] for v in values.tolist()], dtype=np.int32), _fixed_strings(table)
 
 
-def write_module(modules: h5py.Group, module: ModuleTopology) -> None:
+def write_module(modules: h5py.Group, module: ModuleTopology,
+                 filters: Callable[[np.ndarray], Mapping[str, Any]] | None = None) -> None:
     """Write ``module`` into ``modules`` (``/h5md/modules``) as GROMACS' writer lays it out
     (``h5md_topologyutils.cpp``: ``writeMoleculeTypes``, ``writeMoleculeBlocks``).
 
@@ -377,32 +379,38 @@ def write_module(modules: h5py.Group, module: ModuleTopology) -> None:
         The file's ``/h5md/modules`` group.
     module : ModuleTopology
         The topology (:func:`module_from_atoms`).
+    filters : callable, optional
+        ``create_dataset`` keyword arguments of each dataset's values (chunks and a
+        compression: :meth:`h5mdx.format.writer.Layout.other_filters`); none by default.
     """
+    def put(g: h5py.Group, name: str, data: np.ndarray) -> None:
+        g.create_dataset(name, data=data, **(filters(data) if filters else {}))
+
     grp = modules.create_group(MODULE)
     for mt in module.molecule_types.values():
         g = grp.create_group(mt.name)
         p = mt.properties
-        g.create_dataset("id", data=np.arange(1, mt.n_atoms + 1, dtype=np.int64))
+        put(g, "id", np.arange(1, mt.n_atoms + 1, dtype=np.int64))
         if "species" in p:
-            g.create_dataset("species", data=np.asarray(p["species"], dtype=np.int32))
+            put(g, "species", np.asarray(p["species"], dtype=np.int32))
         for prop in ("charge", "mass"):
             if prop in p:
-                g.create_dataset(prop, data=np.asarray(p[prop], dtype=np.float64))
+                put(g, prop, np.asarray(p[prop], dtype=np.float64))
                 g[prop].attrs["unit"] = np.bytes_(module.units.get(prop, ""))
         if "name" in p:
             index, table = _table(p["name"])
-            g.create_dataset("particle_name", data=index)
-            g.create_dataset("particle_name_table", data=table)
+            put(g, "particle_name", index)
+            put(g, "particle_name_table", table)
         g.attrs["particle_count"] = np.int64(mt.n_atoms)
         if "residue_id" in p:
-            g.create_dataset("residue_id", data=np.asarray(p["residue_id"], dtype=np.int32))
+            put(g, "residue_id", np.asarray(p["residue_id"], dtype=np.int32))
         if "resname" in p:
             index, table = _table(p["resname"])
-            g.create_dataset("residue_name", data=index)
-            g.create_dataset("residue_name_table", data=table)
+            put(g, "residue_name", index)
+            put(g, "residue_name_table", table)
             if "residue_id" in p:
                 first = np.unique(p["residue_id"], return_index=True)[1]
-                g.create_dataset("sequence", data=index[first])
+                put(g, "sequence", index[first])
         g.attrs["residue_count"] = np.int32(mt.n_residues)
     grp.attrs["molecule_block_names"] = _fixed_strings([name for name, _ in module.blocks])
     grp.attrs["molecule_block_counts"] = np.array([c for _, c in module.blocks], dtype=np.int32)

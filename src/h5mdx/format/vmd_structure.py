@@ -27,8 +27,9 @@ trajectory whose topology names its atoms). This module knows h5py and numpy onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 import numpy as np
@@ -409,7 +410,8 @@ def _negative(per_atom: Mapping[str, np.ndarray], n: int, lowest: int,
              "the original topology file)")
 
 
-def write_structure(parameters: h5py.Group, structure: VMDStructure) -> None:
+def write_structure(parameters: h5py.Group, structure: VMDStructure,
+                    filters: Callable[[np.ndarray], Mapping[str, Any]] | None = None) -> None:
     """Write the module into ``parameters`` (``/parameters``) as VMD's plugin reads it:
     strings as fixed-length ASCII (UTF-8) bytes, integers as int32.
 
@@ -419,14 +421,18 @@ def write_structure(parameters: h5py.Group, structure: VMDStructure) -> None:
         The file's ``/parameters`` group.
     structure : VMDStructure
         The module (:func:`from_atoms`).
+    filters : callable, optional
+        ``create_dataset`` keyword arguments of each dataset's values (chunks and a
+        compression: :meth:`h5mdx.format.writer.Layout.other_filters`); none by default.
     """
     grp = parameters.create_group(STRUCTURE_PATH.rsplit("/", 1)[1])
     for name, values in structure.datasets.items():
         if values.dtype.kind in "US":
             encoded = [str(v).encode("utf-8") for v in values.tolist()]
             width = max((len(v) for v in encoded), default=1) or 1
-            grp.create_dataset(name, data=np.array(encoded, dtype=f"S{width}"))
+            data = np.array(encoded, dtype=f"S{width}")
         elif values.dtype.kind in "iu":
-            grp.create_dataset(name, data=values.astype(np.int32))
+            data = values.astype(np.int32)
         else:
-            grp.create_dataset(name, data=values)
+            data = values
+        grp.create_dataset(name, data=data, **(filters(data) if filters else {}))

@@ -586,7 +586,8 @@ class H5MDWriter:
             if author_email:
                 _set_text(self.file["h5md/author"].attrs, "email", str(author_email))
             if topology is not None:
-                write_module(self.file["h5md"].require_group("modules"), topology)
+                write_module(self.file["h5md"].require_group("modules"), topology,
+                             self.layout.other_filters)
             if bonds is not None:
                 conn = self.file.require_group("connectivity")
                 pairs_of = np.asarray(bonds, dtype=np.int64).reshape(-1, 2)
@@ -594,7 +595,8 @@ class H5MDWriter:
                                             **self.layout.other_filters(pairs_of))
                 pairs.attrs["particles_group"] = self.particles.ref
             if structure is not None:
-                write_structure(self.file.require_group("parameters"), structure)
+                write_structure(self.file.require_group("parameters"), structure,
+                                self.layout.other_filters)
         except BaseException:
             if self._own:
                 self.file.close()
