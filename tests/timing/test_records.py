@@ -434,3 +434,18 @@ def test_saved_records_reach_the_disk_before_their_name(tmp_path, monkeypatch):
     assert len(events) == 4 and [kind for kind, _ in events] == ["fsync", "replace"] * 2
     assert names[0] == names[1] and names[2] == names[3]  # each flushed, then renamed
     assert names[0].startswith(".timing.meta.") and names[2].startswith(".timing.")
+
+
+def test_a_sidecar_cut_short_is_left_out_with_a_warning(tmp_path):
+    """A timing.meta.json cut short (written by an earlier version straight into place,
+    on a full disk) made load fail with a bare JSONDecodeError, naming no file: the
+    records beside it could not be read. Now its metadata is left out with a warning
+    naming it, and the records are read."""
+    df = rec.to_frame(_rows(3))
+    path = rec.save(df, tmp_path / "timing.csv", {"run_id": "r1"})
+    (tmp_path / "timing.meta.json").write_text('{"run_id": "r1", "uni')
+    with pytest.warns(UserWarning, match=r"timing\.meta\.json: not the JSON of timing\.csv's "
+                                         r"metadata .*read without it"):
+        back, meta = rec.load(path)
+    pd.testing.assert_frame_equal(back, df)
+    assert meta == {}
