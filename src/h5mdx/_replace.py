@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CSV_DIGEST", "csv_digest", "host_name", "keep_mode", "pid_alive", "read_sidecar",
-           "replacing", "sidecar_of", "write_with_sidecar"]
+           "replacing", "sidecar_of", "warn_if_linked", "write_with_sidecar"]
 
 #: Errors only a write gives (a full disk or quota, a read-only file system, a file too
 #: large): whatever raises them, they are the output's.
@@ -94,6 +94,21 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def warn_if_linked(target: Path, shown: str | os.PathLike[str], stacklevel: int = 3) -> None:
+    """Warn where the file ``target`` that a new one replaces has other hard links: the
+    new file takes the name ``shown`` alone, and the other names keep the earlier
+    contents (``cp`` writes in place, and they all changed; a rename cannot)."""
+    try:
+        links = target.stat().st_nlink if target.is_file() else 1
+    except OSError:
+        return
+    if links > 1:
+        warnings.warn(f"{os.fspath(shown)!r} has {links - 1} other hard link(s): the new "
+                      "file replaces this name only, the other names keep the earlier "
+                      "contents (a copy written in place could be left torn)", UserWarning,
+                      stacklevel=stacklevel)
+
+
 def keep_mode(target: Path, tmp: Path) -> None:
     """Give the new file ``tmp`` the group and the permission bits of the file ``target``
     it replaces, where it may: a group-writable file shared in a project's group came
@@ -138,6 +153,7 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         keep_mode(target, tmp)
+        warn_if_linked(target, path)
         _fsync(tmp)  # on disk before its name: a crash after the rename (power loss) left
         os.replace(tmp, target)  # an empty file in place of the earlier one (XFS, ext4)
     except OSError as err:

@@ -1350,3 +1350,25 @@ def test_a_file_replaced_keeps_its_group(tmp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o664, path
     with h5py.File(out) as f:
         assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+
+
+def test_overwrite_of_a_file_with_other_hard_links_says_they_keep_the_old_one(tmp_path):
+    """--overwrite of a file with other hard links (a copy made with cp -l, ln) replaced
+    the name given without a word: the other names kept the earlier contents, where
+    cp, writing in place, changes them all. Now a warning names the file and says so."""
+    from h5mdx.testing import write_h5md
+
+    src = write_h5md(tmp_path / "in.h5md", {"trajectory": {"position": {
+        "value": np.zeros((4, 2, 3), np.float32), "step": np.arange(4)}}})
+    out, other = tmp_path / "out.h5md", tmp_path / "backup.h5md"
+    rechunk(src, out, frames_per_chunk=4, progress=False)
+    os.link(out, other)
+    with pytest.warns(UserWarning, match=r"out\.h5md' has 1 other hard link\(s\): the new "
+                                         r"file replaces this name only"):
+        rechunk(src, out, frames_per_chunk=2, overwrite=True, progress=False)
+    with h5py.File(out) as f, h5py.File(other) as g:
+        assert f["particles/trajectory/position/value"].chunks == (2, 2, 3)
+        assert g["particles/trajectory/position/value"].chunks == (4, 2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rechunk(src, out, frames_per_chunk=1, overwrite=True, progress=False)  # one link

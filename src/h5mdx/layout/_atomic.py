@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from h5mdx._replace import host_name as _host
-from h5mdx._replace import keep_mode, pid_alive
+from h5mdx._replace import keep_mode, pid_alive, warn_if_linked
 from h5mdx.format.schema import ZARR_MARKERS
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
@@ -509,6 +509,7 @@ def atomic_output(
                 if directory and t.exists():
                     t.unlink()
                 keep_mode(t, tmp)  # its group and permission bits
+                warn_if_linked(t, target, stacklevel=4)
                 if hdf5 and t.is_file():  # a writer that opened it meanwhile
                     _refuse_if_written(t, target)
                 os.replace(tmp, t)
