@@ -31,3 +31,21 @@ def test_chunk_mib_not_positive_and_finite_is_a_usage_error(small, capsys, value
     captured = capsys.readouterr()
     assert captured.err == ("h5mdx rmsd: --chunk-mib must be a positive, finite number of "
                             f"MiB, not {float(value):g}\n") and captured.out == ""
+
+
+def test_more_workers_than_cpus_are_refused(small, capsys, monkeypatch):
+    """--workers 1000 on two CPUs ran 1,000 workers; as h5mdx example, h5mdx rmsd refuses
+    more workers than the CPUs this process may use (exit 2), with a local scheduler."""
+    from h5mdx import _machine
+
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 2)
+    assert main(["rmsd", small, "--workers", "3", "--scheduler", "threads",
+                 "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx rmsd: --workers 3 is more than the 2 CPUs this process "
+                            "may use: --scheduler threads runs its workers on this machine "
+                            "(--scheduler slurm elsewhere), so give at most 2\n")
+    assert captured.out == ""
+    assert main(["rmsd", small, "--workers", "2", "--scheduler", "threads",
+                 "--no-progress"]) == 0
+    assert "on threads with 2 workers" in capsys.readouterr().out

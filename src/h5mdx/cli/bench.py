@@ -55,7 +55,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "dask-mpi (the MPI backends run under mpirun; M does not apply to "
                         "them) (default threads,processes)")
     p.add_argument("--workers", type=_int_list, default=[1, 2],
-                   help="comma-separated worker counts N (default 1,2)")
+                   help="comma-separated worker counts N, each at most the CPUs this "
+                        "process may use (default 1,2)")
     p.add_argument("--blocks-per-worker", type=_int_list, default=[1, 3],
                    help="comma-separated blocks per worker M (default 1,3)")
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (default 3)")
@@ -127,6 +128,12 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
     if bad:
         return (f"--scheduler: unknown scheduler{'s' if len(bad) > 1 else ''} "
                 f"{', '.join(map(repr, bad))}; valid ones are: {', '.join(schedulers)}")
+    from h5mdx.cli._usage import workers_problem
+
+    problem = workers_problem(max(args.workers), "the bench times worker processes (and "
+                              "MPI ranks) of this machine")
+    if problem:
+        return problem
     if args.repeats < 1:
         return f"--repeats must be at least 1, not {args.repeats}"
     if args.analysis == "read" and (args.select is not None or args.topology is not None):

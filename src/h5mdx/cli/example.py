@@ -92,23 +92,17 @@ def run(args: argparse.Namespace) -> int:
 def _workers_refused(args: argparse.Namespace) -> bool:
     """Whether ``--workers`` is refused (said on stderr); sets its default. The example
     times the RMSD against the read floor with as many reader processes: more processes
-    than this process's CPUs time their contention, and ``--workers 1000`` on two cores
-    started 1,000 worker processes (found by an audit)."""
+    than this process's CPUs time their contention (:func:`h5mdx.cli._usage.workers_problem`)."""
     from h5mdx._machine import usable_cpus
+    from h5mdx.cli._usage import workers_problem
 
-    cpus = usable_cpus()
     if args.workers is None:
-        args.workers = min(2, cpus)
-    if args.workers < 1:
-        print(f"h5mdx example: --workers must be at least 1, not {args.workers}",
-              file=sys.stderr)
-        return True
-    if args.workers > cpus:
-        print(f"h5mdx example: --workers {args.workers} is more than the {cpus} CPU"
-              f"{'s' if cpus != 1 else ''} this process may use: the example times worker "
-              f"processes against the read floor, so give at most {cpus}", file=sys.stderr)
-        return True
-    return False
+        args.workers = min(2, usable_cpus())
+    problem = workers_problem(args.workers, "the example times worker processes against "
+                                            "the read floor")
+    if problem:
+        print(f"h5mdx example: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 #: Bytes of one frame of the example's positions: 3,341 atoms x 3 float32.

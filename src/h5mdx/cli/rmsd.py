@@ -45,7 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="RMSD after centring only")
     p.add_argument("--group", default=None, help="particles group (default: the only one)")
     p.add_argument("--workers", type=int, default=None,
-                   help="number of workers (default: the cores this process may use; "
+                   help="number of workers (default: the cores this process may use, "
+                        "and at most those with a local scheduler; "
                         f"{SLURM_WORKERS} with --scheduler slurm)")
     p.add_argument("--scheduler", choices=SCHEDULERS, default=AUTO, type=canonical,
                    help="dask scheduler (default auto: threads where the positions are read "
@@ -368,18 +369,27 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
                      ds.get("box_edges"))
 
 
+#: The schedulers whose workers are threads or processes of this machine.
+_LOCAL = (AUTO, "threads", "processes", "distributed")
+
 #: The options of the SLURM group (``--scheduler slurm``) that default to None.
 _SLURM_OPTIONS = ("jobs", "cores", "memory", "walltime", "queue", "account", "interface",
                   "job_log_dir")
 
 
 def _options_apply(args: argparse.Namespace) -> bool:
-    """Whether ``--workers`` is possible and the SLURM options given go with
+    """Whether ``--workers`` is possible (at least 1; with a local scheduler, at most
+    the CPUs this process may use) and the SLURM options given go with
     ``--scheduler slurm`` (said on stderr where not): with another scheduler they were
     ignored, and the run was local (found by an audit)."""
-    if args.workers is not None and args.workers < 1:
-        print(f"h5mdx rmsd: --workers must be at least 1, not {args.workers}", file=sys.stderr)
-        return False
+    if args.workers is not None and (args.workers < 1 or args.scheduler in _LOCAL):
+        from h5mdx.cli._usage import workers_problem
+
+        problem = workers_problem(args.workers, f"--scheduler {args.scheduler} runs its "
+                                  "workers on this machine (--scheduler slurm elsewhere)")
+        if problem:
+            print(f"h5mdx rmsd: {problem}", file=sys.stderr)
+            return False
     from h5mdx.parallel.cluster import DEFAULT_TIMEOUT
 
     given = [name for name in _SLURM_OPTIONS if getattr(args, name, None) is not None]

@@ -1,0 +1,25 @@
+"""Usage checks that several subcommands share: each returns what is wrong with an
+option's value as one line (None: nothing), which the subcommand prints after its name
+and answers with exit status 2, as argparse does its own usage errors."""
+
+from __future__ import annotations
+
+
+def workers_problem(workers: int, why: str) -> str | None:
+    """What is wrong with ``--workers workers`` on this machine (None: nothing): fewer
+    than 1, or more than the CPUs this process may use (``--workers 1000`` on two cores
+    started 1,000 processes; found by an audit). ``why`` says why the command's workers
+    must fit this machine's CPUs.
+
+    >>> workers_problem(0, "")
+    '--workers must be at least 1, not 0'
+    """
+    from h5mdx._machine import usable_cpus
+
+    if workers < 1:
+        return f"--workers must be at least 1, not {workers}"
+    cpus = usable_cpus()
+    if workers > cpus:
+        return (f"--workers {workers} is more than the {cpus} CPU{'s' if cpus != 1 else ''} "
+                f"this process may use: {why}, so give at most {cpus}")
+    return None
