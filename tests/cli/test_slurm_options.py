@@ -58,10 +58,12 @@ def test_slurm_script_refuses_a_time_slurm_does_not_take(tmp_path, monkeypatch, 
     (tmp_path / "x.h5md").touch()
     for bad in ("abc", "25:00:00:00"):
         assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
-                     "--walltime", bad]) == 1
+                     "--walltime", bad]) == 2
         captured = capsys.readouterr()
         assert "#SBATCH" not in captured.out
-        assert f"walltime {bad!r} is not a SLURM time" in captured.err
+        assert captured.err == (f"h5mdx slurm-script: --walltime {bad!r} is not a SLURM "
+                                "time: use 'MM', 'HH:MM:SS', 'D-HH' or 'D-HH:MM:SS' (or "
+                                "UNLIMITED), e.g. --walltime 00:30:00\n")
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--time", "1-12"]) == 0
     assert "#SBATCH --time=1-12" in capsys.readouterr().out
 
@@ -243,3 +245,43 @@ def test_slurm_script_takes_a_launcher_with_its_options(tmp_path, monkeypatch, c
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
                  "--mpirun", str(launcher)]) == 0
     assert f"\n'{launcher}' -n 2 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ([], "--ntasks N is required: the number of MPI ranks of the job"),
+    (["--ntasks", "0"], "--ntasks must be at least 1, not 0"),
+    (["--ntasks", "-3"], "--ntasks must be at least 1, not -3"),
+    (["--ntasks", "2", "--nodes", "0"], "--nodes must be at least 1, not 0"),
+    (["--ntasks", "2", "--mem-per-cpu", "4GiB"],
+     "--mem-per-cpu '4GiB' is not a SLURM memory size: a whole number with K, M, G or T "
+     "(megabytes without), e.g. 2G or 2GB"),
+    (["--ntasks", "2", "--wait-timeout", "-5"],
+     "--wait-timeout must be a positive number of seconds, not -5"),
+    (["--ntasks", "2", "--mpirun-args", "'a"],
+     "--mpirun-args \"'a\": No closing quotation (the launcher's options are split as the "
+     "shell splits words)"),
+])
+def test_slurm_script_option_values_are_usage_errors(options, said, tmp_path, monkeypatch,
+                                                     capsys):
+    """A zero or negative count, a memory size or a launcher option SLURM or the shell
+    does not take exited with status 1 and a --debug hint, as a failure of the run; they
+    are usage errors (exit 2), one line naming the option, as other subcommands say."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"h5mdx slurm-script: {said}\n" and captured.out == ""
+
+
+def test_slurm_script_refuses_more_nodes_than_tasks(tmp_path, monkeypatch, capsys):
+    """--nodes 4 --ntasks 2 was written into the script, and sbatch refused the job at
+    submission; it is refused first (exit 2), naming both options."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--nodes", "4", "--ntasks", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx slurm-script: --nodes 4 is more than --ntasks 2: each "
+                            "node runs at least one of the job's tasks; give --nodes at "
+                            "most 2\n") and captured.out == ""
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--nodes", "2", "--ntasks", "2"]) == 0
+    assert "#SBATCH --nodes=2" in capsys.readouterr().out

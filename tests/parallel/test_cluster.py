@@ -485,7 +485,7 @@ def test_cli_slurm_script_prints_script(capsys, tmp_path, monkeypatch):
 def test_cli_slurm_script_needs_ntasks(capsys):
     from h5mdx.cli import main
 
-    assert main(["slurm-script", "mpi-rmsd", "x.h5md"]) == 1
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md"]) == 2  # a usage error
     assert "--ntasks N is required" in capsys.readouterr().err
 
 

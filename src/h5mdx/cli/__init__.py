@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 
 from h5mdx._version import __version__
 from h5mdx.cli import bench, doctor, example, info, layout, mpi, rmsd, slurm
+from h5mdx.cli._usage import UsageError
 from h5mdx.errors import (
     H5MDError,
     H5MDFormatError,
@@ -155,6 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return 128 + 13
+    except UsageError as err:  # a subcommand's own usage error, as argparse's: exit 2
+        if args.debug:
+            raise
+        print(f"h5mdx {args.command}: {_as_options(str(err), parser, args.command)}",
+              file=sys.stderr)
+        return 2
     except (H5MDError, OSError, ValueError, IndexError, ImportError) as err:
         if args.debug:
             raise
@@ -181,11 +188,15 @@ def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> 
                      message)
     # "give one with --format (format=)": the option, without the keyword's name
     message = re.sub(r"(--[\w-]+) \(\w+=\)", r"\1", message)
+    # "e.g. walltime='00:30:00' (--walltime 00:30:00)": the option's example alone
+    message = re.sub(r"e\.g\. \w+='([^']*)' \((--[\w-]+) \1\)", r"e.g. \2 \1", message)
     for opt in (sub._actions if sub is not None else ()):  # noqa: SLF001
         long = [o for o in opt.option_strings if o.startswith("--")]
         if long and "_" in opt.dest:
             message = re.sub(rf"(?<![\w\-=]){re.escape(opt.dest)}(?= must\b)", long[0],
                              message)
+        if long:  # "walltime 'abc' is not a SLURM time": the option named, first
+            message = re.sub(rf"^{re.escape(opt.dest)}(?= ')", long[0], message)
     return message
 
 

@@ -1,8 +1,15 @@
 """Usage checks that several subcommands share: each returns what is wrong with an
 option's value as one line (None: nothing), which the subcommand prints after its name
-and answers with exit status 2, as argparse does its own usage errors."""
+and answers with exit status 2, as argparse does its own usage errors; or a subcommand
+raises :class:`UsageError`, which :func:`h5mdx.cli.main` says so."""
 
 from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """An option's value refused by a subcommand: :func:`h5mdx.cli.main` prints the
+    message on one line, in the command's terms, with no --debug hint, and exits with
+    status 2 (argparse's status for a usage error)."""
 
 
 def workers_problem(workers: int, why: str) -> str | None:

@@ -166,31 +166,18 @@ def _log_name(log: str, job_id: str, job_name: str) -> str:
     return _LOG_PATTERN.sub(one, log)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Print or submit the script."""
-    from h5mdx.parallel.batch import (
-        DEFAULT_LOG,
-        _has_out,
-        default_out_dir,
-        mpi_rmsd_script,
-        straggler_summary,
-        submit,
-        wait_for_job,
-    )
+def _script(args: argparse.Namespace, rest: list[str], chdir: str, log: str) -> str:
+    """The sbatch script of the options; a ValueError naming the option whose value
+    SLURM (or the script) cannot take."""
+    from h5mdx.parallel.batch import mpi_rmsd_script
 
-    args, rest = _split(args)
     if args.ntasks is None:
         raise ValueError("--ntasks N is required: the number of MPI ranks of the job")
-    program_ns = _program_namespace(args.program, rest)
-    if program_ns.out is not None and not _has_out(rest):
-        # spelt so that the script did not see it (-qo DIR, --ou DIR): its default --out
-        # came last and won, and --submit looked for the records in DIR
-        rest = [*rest, "--out", program_ns.out]
-    chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
+    if args.wait_timeout is not None and not args.wait_timeout > 0:  # nan, 0, -5
+        raise ValueError(f"--wait-timeout must be a positive number of seconds, not "
+                         f"{args.wait_timeout:g}")
     _check_chdir(chdir, args.submit)
-    _warn_missing_inputs(program_ns, chdir)
-    log = args.log or DEFAULT_LOG
-    script = mpi_rmsd_script(
+    return mpi_rmsd_script(
         rest,
         ntasks=args.ntasks,
         nodes=args.nodes,
@@ -206,6 +193,34 @@ def run(args: argparse.Namespace) -> int:
         mpirun=args.mpirun or "mpirun",
         mpirun_args=_mpirun_args(args.mpirun_args),
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print or submit the script."""
+    from h5mdx.parallel.batch import (
+        DEFAULT_LOG,
+        _has_out,
+        default_out_dir,
+        straggler_summary,
+        submit,
+        wait_for_job,
+    )
+
+    args, rest = _split(args)
+    program_ns = _program_namespace(args.program, rest)
+    if program_ns.out is not None and not _has_out(rest):
+        # spelt so that the script did not see it (-qo DIR, --ou DIR): its default --out
+        # came last and won, and --submit looked for the records in DIR
+        rest = [*rest, "--out", program_ns.out]
+    chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
+    log = args.log or DEFAULT_LOG
+    try:  # the option values: usage errors (exit 2), as argparse's, not failures (exit 1)
+        script = _script(args, rest, chdir, log)
+    except ValueError as err:
+        from h5mdx.cli._usage import UsageError
+
+        raise UsageError(str(err)) from None
+    _warn_missing_inputs(program_ns, chdir)
     if not args.submit:
         sys.stdout.write(script)
         return 0

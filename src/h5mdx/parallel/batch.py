@@ -141,7 +141,8 @@ def mpi_rmsd_script(
     Raises
     ------
     ValueError
-        If ``ntasks`` or ``nodes`` is below 1, ``time_limit`` is no SLURM time, or
+        If ``ntasks`` or ``nodes`` is below 1, ``nodes`` above ``ntasks``,
+        ``time_limit`` is no SLURM time, or
         ``mem_per_cpu`` no SLURM memory size.
     """
     ntasks = int(ntasks)
@@ -149,6 +150,9 @@ def mpi_rmsd_script(
         raise ValueError(f"--ntasks must be at least 1, not {ntasks}")
     if nodes is not None and int(nodes) < 1:
         raise ValueError(f"--nodes must be at least 1, not {nodes}")
+    if nodes is not None and int(nodes) > ntasks:  # sbatch refused it at submission
+        raise ValueError(f"--nodes {nodes} is more than --ntasks {ntasks}: each node runs "
+                         f"at least one of the job's tasks; give --nodes at most {ntasks}")
     mem_per_cpu = _check_slurm_memory(mem_per_cpu)
     workdir = os.path.abspath(os.fspath(chdir) if chdir is not None else os.getcwd())
     from h5mdx._version import __version__
