@@ -54,8 +54,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+#: Where MPI launchers (Open MPI, MPICH/Hydra, PMIx, srun) put the rank of a process.
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the option values (None: nothing), said before MPI starts:
+    --read-mib 0 was refused by every rank with exit status 1 and a --debug hint, as a
+    failure of the run, in Python terms (read_mib; found by an audit)."""
+    if not 0 < args.read_mib < float("inf"):  # nan, inf, 0, -1
+        return f"--read-mib must be a positive, finite number of MiB, not {args.read_mib:g}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``mpi-rmsd`` (on every rank)."""
+    import os
+
+    problem = _usage_problem(args)
+    if problem:  # said once, by the first rank (the launcher's), not by each
+        if os.environ.get(next((v for v in _RANK_VARS if v in os.environ), ""), "0") == "0":
+            from h5mdx.cli._usage import UsageError
+
+            raise UsageError(problem)
+        return 2
     from h5mdx.mpi import require_parallel_h5py
 
     require_parallel_h5py()

@@ -1,0 +1,30 @@
+"""``h5mdx mpi-rmsd``'s option values refused before MPI starts, as usage errors (exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from h5mdx.cli import main
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_read_mib_not_positive_and_finite_is_a_usage_error(tmp_path, capsys, monkeypatch,
+                                                           value):
+    """--read-mib 0 exited with status 1, a --debug hint and 'read_mib must be positive
+    and finite', where h5mdx rmsd says its --chunk-mib with status 2 in its own words."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--read-mib", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx mpi-rmsd: --read-mib must be a positive, finite number "
+                            f"of MiB, not {float(value):g}\n") and captured.out == ""
+
+
+def test_a_usage_error_is_said_by_the_first_rank_alone(tmp_path, capsys, monkeypatch):
+    """Under mpirun every rank refuses the value (exit 2); only rank 0 says it."""
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--read-mib", "0"]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--read-mib", "0"]) == 2
+    assert "--read-mib must be" in capsys.readouterr().err
