@@ -77,3 +77,23 @@ def test_contiguous_with_compression_is_a_usage_error(small, tmp_path, capsys, c
     assert main([*argv, "--contiguous", "--compression", "none", "--no-progress"]) == (
         0 if command == "rechunk" else 1)  # convert: no such topology
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--start", "50", "--stop", "10"], "--start 50 --stop 10 select no frames"),
+    (["--start", "98"], "--start 98 selects no frames"),
+    (["--start", "200", "--step", "2"], "--start 200 --step 2 select no frames"),
+    (["--stop", "-200"], "--stop -200 selects no frames"),
+])
+def test_convert_frames_selecting_nothing_are_usage_errors(tmp_path, capsys, options, said):
+    """--start 50 --stop 10 (or a start past the end) said 'no frames to write: the
+    trajectory has 98 frames (start=50, stop=10, step=None)', Python's words, with exit
+    status 1 and a --debug hint; it names the options and the frames, exit status 2."""
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    out = tmp_path / "o.h5md"
+    assert main(["convert", PSF, DCD, str(out), *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx convert: {said}: the trajectory has 98 frames (0 to 97; "
+                            "negative values count from the end)\n")
+    assert captured.out == "" and not out.exists()

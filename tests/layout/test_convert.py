@@ -986,8 +986,12 @@ def test_errors_of_the_command_line_name_its_options(tmp_path, capsys):
             main(["rechunk", src, str(tmp_path / "b.h5md"), option, "0"])
         assert stop.value.code == 2
         assert f"h5mdx rechunk: error: argument {said}" in capsys.readouterr().err
-    assert main(["convert", d.PSF, d.DCD, str(tmp_path / "c.h5md"), "--start", "200"]) == 1
-    assert "no frames to write: the trajectory has 98 frames" in capsys.readouterr().err
+    assert main(["convert", d.PSF, d.DCD, str(tmp_path / "c.h5md"), "--start", "200"]) == 2
+    assert "--start 200 selects no frames: the trajectory has 98 frames" in \
+        capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"no frames to write: the trajectory has 98 frames "
+                                         r"\(start=200, stop=None, step=None\)"):
+        convert(d.PSF, [d.DCD], str(tmp_path / "c.h5md"), start=200, progress=False)
 
 
 def test_a_resname_warning_points_at_the_caller(tmp_path):

@@ -132,6 +132,24 @@ def add_parser(subparsers: Any) -> None:
     r.set_defaults(func=run)
 
 
+def _no_frames(err: Any) -> Exception:
+    """A usage error saying that --start, --stop and --step select no frames, in the
+    command's terms: it said 'start=50, stop=10, step=None', with exit status 1 and a
+    --debug hint (found by an audit)."""
+    from h5mdx.cli._usage import UsageError
+
+    given = [f"--{name} {value}" for name, value in
+             (("start", err.start), ("stop", err.stop), ("step", err.step))
+             if value is not None]
+    if not given:  # a trajectory of no frames: no option to blame
+        return ValueError(f"{err.args[0]}: nothing to convert")
+    n = err.n_frames
+    frames = f"{n} frame{'s' if n != 1 else ''}" + (f" (0 to {n - 1}; negative values count "
+                                                  "from the end)" if n else "")
+    return UsageError(f"{' '.join(given)} select{'s' if len(given) == 1 else ''} no frames: "
+                      f"the trajectory has {frames}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``convert`` or ``rechunk``."""
     from h5mdx.format.compression import parse_compression
@@ -154,14 +172,17 @@ def run(args: argparse.Namespace) -> int:
     # redirected (--json > stats.json) wrote the bar into the file, before the JSON
     progress = args.progress and sys.stdout.isatty()
     if args.command == "convert":
-        from h5mdx.layout.convert import convert
+        from h5mdx.layout.convert import NoFramesError, convert
 
         *trajs, out = args.paths
-        stats = convert(args.topology, trajs, out, select=args.select, start=args.start,
-                        stop=args.stop, step=args.step, velocities=args.velocities,
-                        forces=args.forces, group=args.group, progress=progress,
-                        format=args.fmt, topology_format=args.topology_format,
-                        partial=args.partial, **layout)
+        try:
+            stats = convert(args.topology, trajs, out, select=args.select, start=args.start,
+                            stop=args.stop, step=args.step, velocities=args.velocities,
+                            forces=args.forces, group=args.group, progress=progress,
+                            format=args.fmt, topology_format=args.topology_format,
+                            partial=args.partial, **layout)
+        except NoFramesError as err:
+            raise _no_frames(err) from None
     else:
         from h5mdx.layout.rechunk import rechunk
 

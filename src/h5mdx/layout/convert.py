@@ -548,6 +548,17 @@ def _atoms(u: Any, select: str | None) -> tuple[Any, np.ndarray | None]:
     return atoms, indices
 
 
+class NoFramesError(ValueError):
+    """``start``, ``stop`` and ``step`` select none of the ``n_frames`` frames of the
+    trajectory (the command line says it with its options)."""
+
+    def __init__(self, n_frames: int, start: int | None, stop: int | None,
+                 step: int | None) -> None:
+        super().__init__(f"no frames to write: the trajectory has {n_frames} frames "
+                         f"(start={start}, stop={stop}, step={step})")
+        self.n_frames, self.start, self.stop, self.step = n_frames, start, stop, step
+
+
 def _frames(u: Any, start: int | None, stop: int | None, step: int | None
             ) -> tuple[Any, Any, list[warnings.WarningMessage]]:
     """The frames to write, the first of them (the Timestep that decides the elements), and
@@ -557,8 +568,7 @@ def _frames(u: Any, start: int | None, stop: int | None, step: int | None
                          "frames in the order of their steps")
     frames = u.trajectory[slice(start, stop, step)]
     if len(frames) == 0:
-        raise ValueError(f"no frames to write: the trajectory has {len(u.trajectory)} "
-                         f"frames (start={start}, stop={stop}, step={step})")
+        raise NoFramesError(len(u.trajectory), start, stop, step)
     first = range(*slice(start, stop, step).indices(u.trajectory.n_frames))[0]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
