@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from h5mdx.cli import main
@@ -27,3 +29,20 @@ def test_more_workers_than_cpus_are_refused(small, tmp_path, capsys, monkeypatch
                             "process may use: the bench times worker processes (and MPI "
                             "ranks) of this machine, so give at most 2\n")
     assert captured.out == "" and not out.exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's /proc")
+def test_an_out_that_cannot_be_written_is_refused_first(small, tmp_path, capsys):
+    """--out /proc/x failed with '[Errno 2] No such file or directory' after the whole
+    grid ran; a directory the bench cannot write is refused before it (exit 2), by the
+    check of h5mdx rmsd's outputs."""
+    assert main(["bench", small, "--workers", "1", "--scheduler", "threads", "--repeats",
+                 "1", "--blocks-per-worker", "1", "--out", "/proc/x", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx bench: --out '/proc/x': the bench's records "
+                            "'/proc/x/records.parquet' cannot be written: '/proc' is a kernel "
+                            "file system, which holds no files\n") and captured.out == ""
+    from h5mdx.cli.bench import _unwritable
+
+    assert _unwritable(str(tmp_path / "new" / "b")) is None
+    assert not (tmp_path / "new").exists()

@@ -33,9 +33,17 @@ def _series_path(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _writable(path: Path, what: str) -> None:
-    """Refuse ``path`` where it is a directory, or its nearest existing directory cannot
-    be written to."""
+def check_writable(path: Path, what: str) -> None:
+    """Refuse ``path`` (``what`` names it in the error) where it is a directory, or its
+    nearest existing directory cannot be written to, or is a kernel file system.
+
+    Raises
+    ------
+    ValueError
+        Where ``path`` is a directory.
+    PermissionError
+        Where it cannot be written.
+    """
     if path.is_dir():
         raise ValueError(f"{what} {str(path)!r} is a directory; give a file name")
     parent = path.parent
@@ -77,14 +85,14 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
     """
     if out is not None:
         path = _series_path(out)
-        _writable(path, "the series file")
+        check_writable(path, "the series file")
     if plot is not None:
         path = Path(plot)
         if path.suffix.lower() not in PLOT_SUFFIXES:
             raise ValueError(f"{path}: the plot is written as .png, .pdf, .svg or another "
                              f"image matplotlib writes ({', '.join(PLOT_SUFFIXES[1:])}), not "
                              f"{path.suffix}")
-        _writable(path, "the plot")
+        check_writable(path, "the plot")
         from h5mdx._optional import import_optional
 
         import_optional("matplotlib", "the plot")  # before the work, not after it
@@ -92,7 +100,7 @@ def check_outputs(out: str | os.PathLike[str] | None = None,
         path = Path(directory)
         if path.exists() and not path.is_dir():
             raise ValueError(f"{str(path)!r} is a file; the timing records need a directory")
-        _writable(path / "timing.csv", "the timing records")
+        check_writable(path / "timing.csv", "the timing records")
     _check_distinct(out, plot, directory)
 
 

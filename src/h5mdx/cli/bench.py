@@ -148,6 +148,22 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
             parse_delay(args.delay)  # before the grid, not in its middle
     except ValueError as err:
         return str(err)
+    return _unwritable(args.out)
+
+
+def _unwritable(out: str) -> str | None:
+    """Why the bench cannot write its records into ``out`` (None: it can): --out /proc/x
+    failed with '[Errno 2] No such file or directory' after the whole grid ran (found by
+    an audit). The check of h5mdx rmsd's outputs
+    (:func:`h5mdx.analysis.series.check_writable`)."""
+    from pathlib import Path
+
+    from h5mdx.analysis.series import check_writable
+
+    try:
+        check_writable(Path(out) / "records.parquet", "the bench's records")
+    except (ValueError, PermissionError) as err:
+        return f"--out {out!r}: {err}"
     return None
 
 
