@@ -49,3 +49,23 @@ def test_more_workers_than_cpus_are_refused(small, capsys, monkeypatch):
     assert main(["rmsd", small, "--workers", "2", "--scheduler", "threads",
                  "--no-progress"]) == 0
     assert "on threads with 2 workers" in capsys.readouterr().out
+
+
+def test_mass_weights_without_masses_are_said_in_the_options_terms(small, capsys):
+    """--weights mass on a file with no masses and no --topology said 'open it with
+    topology=..., or pass the masses as weights=<array...>': Python's words, exit status 1
+    and a --debug hint. The command line names --topology (exit 2); the library's error
+    keeps its Python terms."""
+    import xarray as xr
+
+    from h5mdx.errors import TopologyError
+
+    assert main(["rmsd", small, "--weights", "mass", "--scheduler", "threads",
+                 "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx rmsd: --weights mass needs masses: {small} has no 'mass' "
+                            "element; give --topology FILE (a PSF, TPR, PDB, ... of the same "
+                            "atoms, with their masses)\n") and captured.out == ""
+    with xr.open_dataset(small, engine="h5md") as ds, \
+            pytest.raises(TopologyError, match=r"open it with topology=\.\.\."):
+        ds.md.rmsd(weights="mass")

@@ -369,6 +369,36 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
                      ds.get("box_edges"))
 
 
+def _masses_problem(ds: Any, args: argparse.Namespace) -> str | None:
+    """Why ``--weights mass`` has no masses to weigh by (None: it has, or it is not
+    given), in the command's terms: the library's error spoke of topology=... and
+    weights=<array> (found by an audit)."""
+    if args.weights != "mass" or args.topology is not None or ds.md.topology is not None:
+        return None
+    if "mass" in ds or "mass" in ds["position"].coords:
+        return None
+    return (f"--weights mass needs masses: {args.trajectory} has no 'mass' element; give "
+            "--topology FILE (a PSF, TPR, PDB, ... of the same atoms, with their masses)")
+
+
+def _ready(opened: Any, args: argparse.Namespace) -> bool:
+    """Whether the options fit the trajectory opened (said on stderr where not), before a
+    scheduler starts: --reference a frame of it, --weights mass masses to weigh by, and
+    --select atoms to select."""
+    ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
+    if not _reference_in_range(opened, args.reference):
+        return False
+    if "position" not in ds:
+        return True
+    problem = _masses_problem(ds, args)
+    if problem:
+        print(f"h5mdx rmsd: {problem}", file=sys.stderr)
+        return False
+    if isinstance(args.select, str):
+        _check_selection(opened, args.select, args.reference)
+    return True
+
+
 #: The schedulers whose workers are threads or processes of this machine.
 _LOCAL = (AUTO, "threads", "processes", "distributed")
 
@@ -491,10 +521,8 @@ def run(args: argparse.Namespace) -> int:
     with opened:
         t_open = time.perf_counter() - t0
         ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
-        if not _reference_in_range(opened, args.reference):
+        if not _ready(opened, args):
             return 2
-        if isinstance(args.select, str) and "position" in ds:  # before a cluster starts
-            _check_selection(opened, args.select, args.reference)
         scheduler = args.scheduler
         if scheduler == AUTO:
             scheduler, why = local_scheduler(ds)
