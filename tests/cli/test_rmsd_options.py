@@ -69,3 +69,37 @@ def test_mass_weights_without_masses_are_said_in_the_options_terms(small, capsys
     with xr.open_dataset(small, engine="h5md") as ds, \
             pytest.raises(TopologyError, match=r"open it with topology=\.\.\."):
         ds.md.rmsd(weights="mass")
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--cores", "0"], "--cores must be at least 1, not 0"),
+    (["--jobs", "0"], "--jobs must be at least 1, not 0: without a worker job the "
+                      "computation would wait for a worker forever"),
+    (["--memory", "4XB"], "--memory '4XB' is not a size: give a number with a unit, e.g. "
+                          "--memory 4GiB"),
+    (["--walltime", "abc"], "--walltime 'abc' is not a SLURM time: use 'MM', 'HH:MM:SS', "
+                            "'D-HH' or 'D-HH:MM:SS' (or UNLIMITED), e.g. --walltime 00:30:00"),
+    (["--wait-timeout", "-1"], "--wait-timeout must be a positive number of seconds, not -1"),
+    (["--job-log-dir", "/proc/h5mdx-logs"], "--job-log-dir '/proc/h5mdx-logs': the worker "
+     "jobs' output '/proc/h5mdx-logs/slurm-JOBID.out' cannot be written: '/proc' is a "
+     "kernel file system, which holds no files"),
+])
+def test_slurm_option_values_are_usage_errors(small, capsys, monkeypatch, options, said):
+    """--cores 0, --jobs 0, --memory 4XB, --walltime abc were refused when the cluster
+    started, after the file was opened, with exit status 1, a --debug hint and Python's
+    words (walltime='00:30:00'); --wait-timeout -1 went on to ask SLURM. They are usage
+    errors now, before any work (exit 2), without starting a cluster."""
+    import os
+
+    from h5mdx.parallel import cluster
+
+    if "/proc" in said and not os.path.isdir("/proc/self"):
+        pytest.skip("Linux's /proc")
+
+    def started(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(cluster, "slurm_client", started)
+    assert main(["rmsd", small, "--scheduler", "slurm", *options, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"h5mdx rmsd: {said}\n" and captured.out == ""

@@ -691,5 +691,5 @@ def test_a_client_of_no_worker_job_is_refused(monkeypatch, capsys, adk_h5md, job
     from h5mdx.cli import main
 
     assert main(["rmsd", adk_h5md, "--scheduler", "slurm", "--jobs", str(jobs),
-                 "--no-progress"]) == 1
-    assert f"--jobs) must be at least 1, not {jobs}" in capsys.readouterr().err
+                 "--no-progress"]) == 2  # a usage error, before the file is opened
+    assert f"h5mdx rmsd: --jobs must be at least 1, not {jobs}" in capsys.readouterr().err

@@ -195,8 +195,8 @@ def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> 
         if long and "_" in opt.dest:
             message = re.sub(rf"(?<![\w\-=]){re.escape(opt.dest)}(?= must\b)", long[0],
                              message)
-        if long:  # "walltime 'abc' is not a SLURM time": the option named, first
-            message = re.sub(rf"^{re.escape(opt.dest)}(?= ')", long[0], message)
+        if long:  # "walltime 'abc' is not a SLURM time", "cores must be ...": the option
+            message = re.sub(rf"^{re.escape(opt.dest)}(?= '| must\b)", long[0], message)
     return message
 
 

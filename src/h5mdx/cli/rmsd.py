@@ -431,7 +431,43 @@ def _options_apply(args: argparse.Namespace) -> bool:
         print(f"h5mdx rmsd: {names} {verb} to --scheduler slurm, not {args.scheduler}: add "
               "--scheduler slurm, or leave them out", file=sys.stderr)
         return False
+    if args.scheduler == "slurm":
+        _check_slurm_options(args)
     return True
+
+
+def _check_slurm_options(args: argparse.Namespace) -> None:
+    """Raise a usage error for a SLURM option value no job can have: --cores 0, --jobs 0,
+    a --memory or --walltime SLURM does not take, a --wait-timeout not above 0, a
+    --job-log-dir that cannot be written. They were found when the cluster started,
+    after the file was opened (or after SLURM was asked, for --wait-timeout), said with
+    exit status 1 and a --debug hint (found by an audit)."""
+    import warnings
+    from pathlib import Path
+
+    from h5mdx.analysis.series import check_writable
+    from h5mdx.cli._usage import UsageError
+    from h5mdx.parallel.cluster import slurm_options
+
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}: without a worker job "
+                         "the computation would wait for a worker forever")
+    if not args.wait_timeout > 0:  # nan, 0, -1
+        raise UsageError(f"--wait-timeout must be a positive number of seconds, not "
+                         f"{args.wait_timeout:g}")
+    try:  # as the cluster will take them, without starting it (its start warns)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            slurm_options(cores=args.cores, memory=args.memory, walltime=args.walltime,
+                          interface=None)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.job_log_dir is not None:
+        try:
+            check_writable(Path(args.job_log_dir) / "slurm-JOBID.out",
+                           "the worker jobs' output")
+        except (ValueError, PermissionError) as err:
+            raise UsageError(f"--job-log-dir {args.job_log_dir!r}: {err}") from None
 
 
 def _refused(args: argparse.Namespace) -> bool:
