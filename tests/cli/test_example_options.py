@@ -64,3 +64,20 @@ def test_frames_beyond_the_free_disk_space_are_refused(tmp_path, capsys, monkeyp
                    f"{str(out)!r} has 1.0 GB free; give fewer frames\n")
     assert not (tmp_path / "new").exists()
     assert example._space_problem(str(out), 20_000) is None  # 0.8 GB fit in 1 GB
+
+
+def test_an_out_that_cannot_be_written_is_said_so(capsys, monkeypatch):
+    """--out /proc/x was refused as a disk of '0.0 GB free; give fewer frames', which
+    fewer frames do not cure; it is said as an --out that cannot be written (exit 2)."""
+    import os
+
+    import pytest
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("Linux's /proc")
+    monkeypatch.setattr(_machine, "usable_cpus", lambda: 2)
+    assert main(["example", "--frames", "100", "--out", "/proc/h5mdx-example"]) == 2
+    assert capsys.readouterr().err == (
+        "h5mdx example: --out '/proc/h5mdx-example': the report "
+        "'/proc/h5mdx-example/report.html' cannot be written: '/proc' is a kernel file "
+        "system, which holds no files\n")

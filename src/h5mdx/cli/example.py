@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"h5mdx example: --out {args.out!r} is a file; the example writes its "
               "trajectory and report into a directory", file=sys.stderr)
         return 2
+    problem = _out_problem(args.out)
+    if problem:
+        print(f"h5mdx example: --out {args.out!r}: {problem}", file=sys.stderr)
+        return 2
     problem = _space_problem(args.out, args.frames)
     if problem:
         print(f"h5mdx example: --frames {args.frames}: {problem}", file=sys.stderr)
@@ -103,6 +107,21 @@ def _workers_refused(args: argparse.Namespace) -> bool:
     if problem:
         print(f"h5mdx example: {problem}", file=sys.stderr)
     return problem is not None
+
+
+def _out_problem(out: str) -> str | None:
+    """Why the example cannot write into ``out`` (None: it can), by the check of h5mdx
+    rmsd's outputs: --out /proc/x was said as a disk of 0.0 GB free, 'give fewer frames'
+    (found by an audit)."""
+    from pathlib import Path
+
+    from h5mdx.analysis.series import check_writable
+
+    try:
+        check_writable(Path(out) / "report.html", "the report")
+    except (ValueError, PermissionError) as err:
+        return str(err)
+    return None
 
 
 #: Bytes of one frame of the example's positions: 3,341 atoms x 3 float32.
