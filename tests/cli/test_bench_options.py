@@ -46,3 +46,19 @@ def test_an_out_that_cannot_be_written_is_refused_first(small, tmp_path, capsys)
 
     assert _unwritable(str(tmp_path / "new" / "b")) is None
     assert not (tmp_path / "new").exists()
+
+
+def test_a_selection_without_names_is_a_usage_error(small, tmp_path, capsys):
+    """--select 'name CA' on a file without atom names and no --topology was refused after
+    the file was opened, with exit status 1 and a --debug hint; as h5mdx rmsd says it, it
+    is a usage error (exit 2) before the grid."""
+    out = tmp_path / "b"
+    assert main(["bench", small, "--select", "name CA", "--workers", "1", "--scheduler",
+                 "threads", "--repeats", "1", "--blocks-per-worker", "1", "--out", str(out),
+                 "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx bench: --select 'name CA' needs --topology (a PSF, PDB, "
+                            f"GRO, TPR, ... of the same atoms): {small} holds no atom names "
+                            "(GROMACS' H5MD files hold their topology, and files with VMD's "
+                            "structure module)\n") and captured.out == ""
+    assert not out.exists()

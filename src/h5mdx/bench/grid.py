@@ -52,6 +52,7 @@ __all__ = [
     "read_workload",
     "render_report",
     "rmsd_workload",
+    "selection_problem",
     "run_grid",
     "write_outputs",
 ]
@@ -206,6 +207,20 @@ def read_workload(
     return Workload(build, n_frames, meta)
 
 
+def selection_problem(trajectory: str | os.PathLike[str], select: str | None,
+                      topology: str | None) -> str | None:
+    """Why ``select`` cannot be made on ``trajectory`` without a topology (None: it can,
+    or there is no selection): the file holds no atom names. Said by ``h5mdx bench``
+    before the grid, and by :func:`rmsd_workload`."""
+    from h5mdx.engine.topology import holds_topology
+
+    if select is None or topology is not None or holds_topology(os.fspath(trajectory)):
+        return None
+    return (f"--select {select!r} needs --topology (a PSF, PDB, GRO, TPR, ... of the same "
+            f"atoms): {os.fspath(trajectory)} holds no atom names (GROMACS' H5MD files hold "
+            "their topology, and files with VMD's structure module)")
+
+
 def rmsd_workload(
     trajectory: str | os.PathLike[str],
     topology: str | None = None,
@@ -231,8 +246,6 @@ def rmsd_workload(
     """
     import xarray as xr
 
-    from h5mdx.engine.topology import holds_topology
-
     try:
         from h5mdx.analysis.rmsd import rmsd
     except ImportError as err:
@@ -241,10 +254,9 @@ def rmsd_workload(
             "h5mdx bench --analysis read"
         ) from err
     trajectory = os.fspath(trajectory)
-    if select is not None and topology is None and not holds_topology(trajectory):
-        raise ValueError(f"--select {select!r} needs --topology (a PSF, PDB, GRO, TPR, ... of "
-                         f"the same atoms): {trajectory} holds no atom names (GROMACS' H5MD "
-                         "files hold their topology, and files with VMD's structure module)")
+    problem = selection_problem(trajectory, select, topology)
+    if problem:
+        raise ValueError(problem)
     value_path, chunks, n_frames = _position_dataset(trajectory)
     if topology is not None or select is not None or rmsd_kwargs:
         # a selection that matches nothing, a topology of other atoms: said before the grid

@@ -139,6 +139,11 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
     if args.analysis == "read" and (args.select is not None or args.topology is not None):
         return "--analysis read reads every atom: --select and --topology apply to " \
                "--analysis rmsd"
+    from h5mdx.bench.grid import selection_problem
+
+    problem = selection_problem(args.trajectory, args.select, args.topology)
+    if problem:  # said after the file was opened, with exit status 1 (found by an audit)
+        return problem
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         return (f"--out {args.out!r} is a file; the bench writes its records, figures and "
                 "report into a directory")
