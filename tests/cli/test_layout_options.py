@@ -97,3 +97,32 @@ def test_convert_frames_selecting_nothing_are_usage_errors(tmp_path, capsys, opt
     assert captured.err == (f"h5mdx convert: {said}: the trajectory has 98 frames (0 to 97; "
                             "negative values count from the end)\n")
     assert captured.out == "" and not out.exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="Linux's /proc")
+@pytest.mark.parametrize("command", ["convert", "rechunk"])
+@pytest.mark.parametrize("out", ["/proc/h5mdx-out.h5md", "/proc/h5mdx-out.zarr"])
+def test_an_output_that_cannot_be_written_is_refused_first(small, tmp_path, capsys,
+                                                           command, out):
+    """An output in /proc failed after the inputs were read, with exit status 1 and
+    HDF5's words naming the temporary file ('Unable to create file (unable to open file:
+    name = '/proc/.x.h5md.vm...h5mdx-partial', errno = 2 ...'); it is refused before
+    any input is read (exit 2), by the check of h5mdx rmsd's outputs."""
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    argv = [PSF, DCD, out] if command == "convert" else [small, out]
+    assert main([command, *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx {command}: the output {out!r} cannot be written: '/proc' "
+                            "is a kernel file system, which holds no files\n")
+    assert captured.out == ""
+
+
+def test_a_zarr_store_to_replace_is_checked_inside(small, tmp_path, capsys):
+    """An existing store (a directory) given with --overwrite is not 'a directory; give a
+    file name': the check looks inside it, and the copy replaces it."""
+    out = tmp_path / "o.zarr"
+    out.mkdir()
+    assert main(["rechunk", small, str(out), "--overwrite", "--no-progress"]) == 0
+    assert (out / "zarr.json").exists() or (out / ".zgroup").exists()
+    capsys.readouterr()

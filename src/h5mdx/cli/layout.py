@@ -132,6 +132,25 @@ def add_parser(subparsers: Any) -> None:
     r.set_defaults(func=run)
 
 
+def _output_problem(out: str) -> str | None:
+    """Why ``out`` cannot be written (None: it can), by the check of h5mdx rmsd's outputs,
+    before any input is read: an output in /proc or in a directory this user may not
+    write failed after the inputs were read, in HDF5's words, naming the temporary file
+    (found by an audit)."""
+    from pathlib import Path
+
+    from h5mdx.analysis.series import check_writable
+    from h5mdx.layout.convert import is_zarr_path
+
+    path = Path(out)
+    try:  # a Zarr store there already (--overwrite) is a directory: a file in it
+        check_writable(path / "zarr.json" if is_zarr_path(out) and path.is_dir() else path,
+                       "the output")
+    except (ValueError, PermissionError) as err:
+        return str(err)
+    return None
+
+
 def _no_frames(err: Any) -> Exception:
     """A usage error saying that --start, --stop and --step select no frames, in the
     command's terms: it said 'start=50, stop=10, step=None', with exit status 1 and a
@@ -159,6 +178,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"h5mdx {args.command}: --contiguous and --compression {args.compression}: "
               "HDF5 compresses chunked data only; drop --contiguous or --compression",
               file=sys.stderr)
+        return 2
+    out = args.paths[-1] if args.command == "convert" else args.output
+    problem = _output_problem(out)
+    if problem:
+        print(f"h5mdx {args.command}: {problem}", file=sys.stderr)
         return 2
     layout = {
         "frames_per_chunk": args.frames_per_chunk,
