@@ -285,3 +285,16 @@ def test_slurm_script_refuses_more_nodes_than_tasks(tmp_path, monkeypatch, capsy
                             "most 2\n") and captured.out == ""
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--nodes", "2", "--ntasks", "2"]) == 0
     assert "#SBATCH --nodes=2" in capsys.readouterr().out
+
+
+def test_slurm_script_refuses_a_program_option_the_job_would_refuse(tmp_path, monkeypatch,
+                                                                     capsys):
+    """--read-mib 0 was written into the job, whose mpi-rmsd refused it after the job's
+    wait in the queue; the script is refused first (exit 2), as mpi-rmsd says it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", "--read-mib",
+                 "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx slurm-script: --read-mib must be a positive, finite "
+                            "number of MiB, not 0\n") and captured.out == ""

@@ -59,9 +59,10 @@ _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the option values (None: nothing), said before MPI starts:
-    --read-mib 0 was refused by every rank with exit status 1 and a --debug hint, as a
-    failure of the run, in Python terms (read_mib; found by an audit)."""
+    """What is wrong with the option values (None: nothing), said before MPI starts (and
+    by ``h5mdx slurm-script`` before the job is written): --read-mib 0 was refused by
+    every rank with exit status 1 and a --debug hint, as a failure of the run, in Python
+    terms (read_mib), and a job script carried it into the queue (found by an audit)."""
     if not 0 < args.read_mib < float("inf"):  # nan, inf, 0, -1
         return f"--read-mib must be a positive, finite number of MiB, not {args.read_mib:g}"
     return None

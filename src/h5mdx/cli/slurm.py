@@ -166,13 +166,19 @@ def _log_name(log: str, job_id: str, job_name: str) -> str:
     return _LOG_PATTERN.sub(one, log)
 
 
-def _script(args: argparse.Namespace, rest: list[str], chdir: str, log: str) -> str:
+def _script(args: argparse.Namespace, rest: list[str], program_ns: argparse.Namespace,
+            chdir: str, log: str) -> str:
     """The sbatch script of the options; a ValueError naming the option whose value
-    SLURM (or the script) cannot take."""
+    SLURM, the script or the program (``program_ns``, its options) cannot take."""
     from h5mdx.parallel.batch import mpi_rmsd_script
 
     if args.ntasks is None:
         raise ValueError("--ntasks N is required: the number of MPI ranks of the job")
+    from h5mdx.cli.mpi import _usage_problem
+
+    problem = _usage_problem(program_ns)  # the job's mpi-rmsd would refuse it, after its wait
+    if problem:
+        raise ValueError(problem)
     if args.wait_timeout is not None and not args.wait_timeout > 0:  # nan, 0, -5
         raise ValueError(f"--wait-timeout must be a positive number of seconds, not "
                          f"{args.wait_timeout:g}")
@@ -215,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     chdir = os.path.abspath(args.chdir) if args.chdir else os.getcwd()
     log = args.log or DEFAULT_LOG
     try:  # the option values: usage errors (exit 2), as argparse's, not failures (exit 1)
-        script = _script(args, rest, chdir, log)
+        script = _script(args, rest, program_ns, chdir, log)
     except ValueError as err:
         from h5mdx.cli._usage import UsageError
 
