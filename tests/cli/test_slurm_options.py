@@ -298,3 +298,16 @@ def test_slurm_script_refuses_a_program_option_the_job_would_refuse(tmp_path, mo
     captured = capsys.readouterr()
     assert captured.err == ("h5mdx slurm-script: --read-mib must be a positive, finite "
                             "number of MiB, not 0\n") and captured.out == ""
+
+
+@pytest.mark.parametrize("option", ["--job-name", "--log", "--partition", "--account"])
+def test_slurm_script_names_the_option_holding_a_line_break(option, tmp_path, monkeypatch,
+                                                            capsys):
+    """--job-name 'a<newline>b' was refused as "'a\\nb' holds a line break", naming no
+    option; the option is named."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.h5md").touch()
+    assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", option,
+                 "a\nb"]) == 2
+    assert capsys.readouterr().err == (f"h5mdx slurm-script: {option} 'a\\nb' holds a line "
+                                       "break, which no #SBATCH line can hold\n")

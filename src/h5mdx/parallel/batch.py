@@ -161,7 +161,8 @@ def mpi_rmsd_script(
                              time_limit=_check_walltime(time_limit), partition=partition,
                              account=account,
                              mem_per_cpu=mem_per_cpu)
-    directives += [f"--output={_sbatch_word(log)}", f"--chdir={_sbatch_word(workdir)}",
+    directives += [f"--output={_sbatch_word(log, '--log')}",
+                   f"--chdir={_sbatch_word(workdir, '--chdir')}",
                    *(_extra_directive(d) for d in extra_directives)]
     command = [
         *map(shlex.quote, _launcher(mpirun)), "-n", str(ntasks),
@@ -216,21 +217,22 @@ def _directives(*, job_name: str, ntasks: int, nodes: int | None, time_limit: st
                 partition: str | None, account: str | None, mem_per_cpu: str | None
                 ) -> list[str]:
     """The ``#SBATCH`` options of the job's name and resources (without ``#SBATCH``)."""
-    directives = [f"--job-name={_sbatch_word(job_name)}", f"--ntasks={ntasks}"]
+    directives = [f"--job-name={_sbatch_word(job_name, '--job-name')}", f"--ntasks={ntasks}"]
     if nodes is not None:
         directives.append(f"--nodes={int(nodes)}")
     for option, value in (("time", time_limit), ("partition", partition),
                           ("account", account), ("mem-per-cpu", mem_per_cpu)):
         if value:
-            directives.append(f"--{option}={_sbatch_word(value)}")
+            directives.append(f"--{option}={_sbatch_word(value, '--' + option)}")
     return directives
 
 
-def _sbatch_word(value: str) -> str:
+def _sbatch_word(value: str, option: str | None = None) -> str:
     """``value`` as one word of an ``#SBATCH`` line: sbatch splits those lines at
     whitespace and ends them at an unquoted ``#``, but takes double quotes and backslash
     escapes (``--chdir=/scratch/my run`` set the job's directory to ``/scratch/my``: the
-    job failed in the queue, its log in the wrong place; found by an audit).
+    job failed in the queue, its log in the wrong place; found by an audit). ``option``
+    (``--job-name``) names the value in the error.
 
     Raises
     ------
@@ -239,7 +241,8 @@ def _sbatch_word(value: str) -> str:
     """
     text = str(value)
     if "\n" in text or "\r" in text:
-        raise ValueError(f"{text!r} holds a line break, which no #SBATCH line can hold")
+        raise ValueError(f"{option + ' ' if option else ''}{text!r} holds a line break, which "
+                         "no #SBATCH line can hold")
     if not re.search(r"[\s\"'\\#]", text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
