@@ -126,3 +126,18 @@ def test_a_zarr_store_to_replace_is_checked_inside(small, tmp_path, capsys):
     assert main(["rechunk", small, str(out), "--overwrite", "--no-progress"]) == 0
     assert (out / "zarr.json").exists() or (out / ".zgroup").exists()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["convert", "rechunk"])
+def test_an_output_named_as_no_file_written_is_a_usage_error(small, tmp_path, capsys,
+                                                             command):
+    """OUT.txt was refused with exit status 1 and a '(run with --debug ...)' hint, as a
+    failure of the copy; it is a usage error (exit 2), one line."""
+    from MDAnalysisTests.datafiles import DCD, PSF
+
+    out = str(tmp_path / "o.txt")
+    argv = [PSF, DCD, out] if command == "convert" else [small, out]
+    assert main([command, *argv]) == 2
+    assert capsys.readouterr().err == (f"h5mdx {command}: the output {out!r} is named as a "
+                                       f".txt file: {command} writes H5MD (.h5md, .h5, "
+                                       ".hdf5) or Zarr (.zarr)\n")

@@ -132,17 +132,23 @@ def add_parser(subparsers: Any) -> None:
     r.set_defaults(func=run)
 
 
-def _output_problem(out: str) -> str | None:
-    """Why ``out`` cannot be written (None: it can), by the check of h5mdx rmsd's outputs,
-    before any input is read: an output in /proc or in a directory this user may not
-    write failed after the inputs were read, in HDF5's words, naming the temporary file
-    (found by an audit)."""
+def _output_problem(out: str, command: str, trajectories: bool) -> str | None:
+    """Why ``out`` cannot be written (None: it can), before any input is read: named as
+    no file the command writes (OUT.txt: said with exit status 1 and a --debug hint, as
+    a failure), or, by the check of h5mdx rmsd's outputs, where it cannot be written (an
+    output in /proc failed after the inputs were read, in HDF5's words, naming the
+    temporary file); found by an audit. ``trajectories``: whether convert was given
+    trajectories besides its output."""
     from pathlib import Path
 
     from h5mdx.analysis.series import check_writable
-    from h5mdx.layout.convert import is_zarr_path
+    from h5mdx.layout.convert import _check_output_name, is_zarr_path
 
     path = Path(out)
+    try:
+        _check_output_name(out, is_zarr_path(out), trajectories, command)
+    except ValueError as err:
+        return str(err)
     try:  # a Zarr store there already (--overwrite) is a directory: a file in it
         check_writable(path / "zarr.json" if is_zarr_path(out) and path.is_dir() else path,
                        "the output")
@@ -180,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     out = args.paths[-1] if args.command == "convert" else args.output
-    problem = _output_problem(out)
+    problem = _output_problem(out, args.command, args.command == "rechunk" or
+                              len(args.paths) > 1)
     if problem:
         print(f"h5mdx {args.command}: {problem}", file=sys.stderr)
         return 2
