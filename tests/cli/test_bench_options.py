@@ -62,3 +62,21 @@ def test_a_selection_without_names_is_a_usage_error(small, tmp_path, capsys):
                             "(GROMACS' H5MD files hold their topology, and files with VMD's "
                             "structure module)\n") and captured.out == ""
     assert not out.exists()
+
+
+def test_the_default_workers_fit_the_cpus(small, monkeypatch):
+    """Without --workers: 1 and 2 workers, 1 alone where this process may use one CPU
+    (the default is not refused as more workers than the CPUs)."""
+    import argparse
+
+    from h5mdx import _machine
+    from h5mdx.bench.grid import SCHEDULERS
+    from h5mdx.cli import bench
+    from h5mdx.timing.phases import parse_delay
+
+    for cpus, default in ((8, [1, 2]), (1, [1])):
+        monkeypatch.setattr(_machine, "usable_cpus", lambda cpus=cpus: cpus)
+        args = bench.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
+            [small])
+        assert bench._usage_problem(args, SCHEDULERS, parse_delay) is None
+        assert args.workers == default

@@ -54,9 +54,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="comma-separated among threads,processes,distributed,mpi-io,"
                         "dask-mpi (the MPI backends run under mpirun; M does not apply to "
                         "them) (default threads,processes)")
-    p.add_argument("--workers", type=_int_list, default=[1, 2],
+    p.add_argument("--workers", type=_int_list, default=None,
                    help="comma-separated worker counts N, each at most the CPUs this "
-                        "process may use (default 1,2)")
+                        "process may use (default 1,2, or 1 on one CPU)")
     p.add_argument("--blocks-per-worker", type=_int_list, default=[1, 3],
                    help="comma-separated blocks per worker M (default 1,3)")
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (default 3)")
@@ -128,8 +128,11 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
     if bad:
         return (f"--scheduler: unknown scheduler{'s' if len(bad) > 1 else ''} "
                 f"{', '.join(map(repr, bad))}; valid ones are: {', '.join(schedulers)}")
+    from h5mdx._machine import usable_cpus
     from h5mdx.cli._usage import workers_problem
 
+    if args.workers is None:  # the default fits the CPUs: 2 workers are refused on one
+        args.workers = [n for n in (1, 2) if n <= usable_cpus()]
     problem = workers_problem(max(args.workers), "the bench times worker processes (and "
                               "MPI ranks) of this machine")
     if problem:
