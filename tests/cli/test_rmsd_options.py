@@ -103,3 +103,45 @@ def test_slurm_option_values_are_usage_errors(small, capsys, monkeypatch, option
     assert main(["rmsd", small, "--scheduler", "slurm", *options, "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"h5mdx rmsd: {said}\n" and captured.out == ""
+
+
+class _Comm:
+    """An MPI communicator of ``size`` ranks, as this process's rank ``rank``."""
+
+    def __init__(self, size, rank=0):
+        self.size, self.rank = size, rank
+
+    def Get_size(self):  # noqa: N802 - mpi4py's name
+        return self.size
+
+    def Get_rank(self):  # noqa: N802 - mpi4py's name
+        return self.rank
+
+
+@pytest.mark.parametrize(("size", "workers", "said"), [
+    (1, "5", "--scheduler dask-mpi needs at least 3 MPI ranks (scheduler, client, one "
+             "worker) but the job has 1: run it as mpirun -n 4 h5mdx rmsd ... --scheduler "
+             "dask-mpi"),
+    (1, None, "--scheduler dask-mpi needs at least 3 MPI ranks (scheduler, client, one "
+              "worker) but the job has 1: run it as mpirun -n 4 h5mdx rmsd ... --scheduler "
+              "dask-mpi"),
+    (4, "3", "--scheduler dask-mpi runs one worker on each rank but the scheduler's and "
+             "the client's: 4 ranks give 2 workers, not 3 (run mpirun -n 5, or leave "
+             "--workers out)"),
+])
+def test_dask_mpi_ranks_and_workers_are_usage_errors(small, capsys, monkeypatch, size,
+                                                     workers, said):
+    """Too few ranks for dask-mpi, or --workers not the ranks less two, were said with exit
+    status 1 and a --debug hint, and --workers 5 on one rank as '1 ranks give -1
+    workers'; they are usage errors (exit 2), said by rank 0 alone."""
+    import h5mdx.mpi
+
+    monkeypatch.setattr(h5mdx.mpi, "comm_world", lambda: _Comm(size))
+    argv = ["rmsd", small, "--scheduler", "dask-mpi", "--no-progress",
+            *(["--workers", workers] if workers else [])]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"h5mdx rmsd: {said}\n" and captured.out == ""
+    monkeypatch.setattr(h5mdx.mpi, "comm_world", lambda: _Comm(size, rank=1))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == ""

@@ -187,8 +187,21 @@ def _note_missing(result: Any, trajectory: str) -> None:
 
 
 def _run_dask_mpi(args: argparse.Namespace) -> int:
-    """``--scheduler dask-mpi``: every rank runs this (under mpirun); the client prints."""
-    from h5mdx.mpi.launch import rmsd_dask_mpi
+    """``--scheduler dask-mpi``: every rank runs this (under mpirun); the client prints.
+    Too few ranks, or --workers not the ranks less two, are usage errors, said by rank 0
+    (every rank finds the same): they were said with exit status 1 and a --debug hint,
+    and --workers 5 on one rank as '1 ranks give -1 workers' (found by an audit)."""
+    from h5mdx.mpi import comm_world
+    from h5mdx.mpi.launch import ranks_problem, rmsd_dask_mpi
+
+    comm = comm_world()
+    problem = ranks_problem(comm.Get_size(), args.workers)
+    if problem:
+        if comm.Get_rank() == 0:
+            from h5mdx.cli._usage import UsageError
+
+            raise UsageError(problem)
+        return 2
 
     values = rmsd_dask_mpi(
         args.trajectory, topology=args.topology, select=args.select,

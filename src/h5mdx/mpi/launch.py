@@ -40,6 +40,7 @@ __all__ = [
     "MIN_RANKS",
     "dask_mpi_client",
     "quiet_distributed_logging",
+    "ranks_problem",
     "refused_on_any_rank",
     "rmsd_dask_mpi",
     "worker_ranks",
@@ -97,6 +98,26 @@ def quiet_distributed_logging(level: str = "error") -> None:
     numeric = getattr(logging, level.upper())
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(numeric)
+
+
+def ranks_problem(size: int, workers: int | None = None) -> str | None:
+    """What is wrong with a dask-mpi job of ``size`` ranks asked for ``workers`` workers
+    (None: nothing): fewer than :data:`MIN_RANKS` ranks, or ``workers`` not the ranks
+    less the scheduler's and the client's. Said by ``h5mdx rmsd --scheduler dask-mpi``
+    before anything starts, and by :func:`dask_mpi_client` and :func:`rmsd_dask_mpi`.
+
+    >>> ranks_problem(4, 2) is None
+    True
+    """
+    if size < MIN_RANKS:  # first: with 1 rank, --workers 5 was said as "-1 workers"
+        return (f"--scheduler dask-mpi needs at least {MIN_RANKS} MPI ranks (scheduler, "
+                f"client, one worker) but the job has {size}: run it as mpirun -n 4 h5mdx "
+                "rmsd ... --scheduler dask-mpi")
+    if workers is not None and workers != size - 2:
+        return (f"--scheduler dask-mpi runs one worker on each rank but the scheduler's and "
+                f"the client's: {size} ranks give {size - 2} workers, not {workers} (run "
+                f"mpirun -n {workers + 2}, or leave --workers out)")
+    return None
 
 
 @contextmanager
@@ -163,12 +184,9 @@ def dask_mpi_client(
     if comm is None:
         comm = comm_world()
     size = comm.Get_size()
-    if size < MIN_RANKS:
-        raise ValueError(
-            f"--scheduler dask-mpi needs at least {MIN_RANKS} MPI ranks (scheduler, client, one "
-            f"worker) but the job has {size}: run it as mpirun -n 4 h5mdx rmsd ... "
-            "--scheduler dask-mpi"
-        )
+    problem = ranks_problem(size)
+    if problem:
+        raise ValueError(problem)
     for key, value in (env or {}).items():
         os.environ[key] = value
     quiet_distributed_logging(log_level if comm.Get_rank() == 1 else cluster_log_level)
@@ -299,11 +317,9 @@ def rmsd_dask_mpi(
     if comm is None:
         comm = comm_world()
     n_workers = comm.Get_size() - 2
-    if workers is not None and workers != n_workers:
-        raise ValueError(
-            f"--scheduler dask-mpi runs one worker on each rank but the scheduler's and the "
-            f"client's: {comm.Get_size()} ranks give {n_workers} workers, not {workers} "
-            f"(run mpirun -n {workers + 2}, or leave --workers out)")
+    problem = ranks_problem(comm.Get_size(), workers)
+    if problem:
+        raise ValueError(problem)
     timing = timing or out
     with dask_mpi_client(interface=interface, comm=comm) as client:
         if client is None:
