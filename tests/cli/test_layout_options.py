@@ -141,3 +141,21 @@ def test_an_output_named_as_no_file_written_is_a_usage_error(small, tmp_path, ca
     assert capsys.readouterr().err == (f"h5mdx {command}: the output {out!r} is named as a "
                                        f".txt file: {command} writes H5MD (.h5md, .h5, "
                                        ".hdf5) or Zarr (.zarr)\n")
+
+
+def test_an_output_the_library_refuses_is_a_usage_error(small, tmp_path, capsys):
+    """The output given as the input, or in a directory that does not exist, was refused
+    with exit status 1 and a '(run with --debug ...)' hint, as a failure of the copy; the
+    library's own check says it first, as a usage error (exit 2), one line."""
+    assert main(["rechunk", small, small, "--overwrite"]) == 2
+    assert capsys.readouterr().err == (f"h5mdx rechunk: the output {small!r} is also an "
+                                       "input; h5mdx never writes over its input: choose "
+                                       "another output name\n")
+    out = str(tmp_path / "none" / "o.h5md")
+    assert main(["rechunk", small, out]) == 2
+    assert capsys.readouterr().err == (f"h5mdx rechunk: the output directory "
+                                       f"{str(tmp_path / 'none')!r} does not exist\n")
+    existing = tmp_path / "o.h5md"  # an existing output: said by the command, as before
+    existing.write_bytes(b"")
+    assert main(["rechunk", small, str(existing)]) == 1
+    assert "already exists; pass --overwrite to replace it" in capsys.readouterr().err

@@ -132,21 +132,27 @@ def add_parser(subparsers: Any) -> None:
     r.set_defaults(func=run)
 
 
-def _output_problem(out: str, command: str, trajectories: bool) -> str | None:
+def _output_problem(out: str, command: str, inputs: list[str], overwrite: bool
+                    ) -> str | None:
     """Why ``out`` cannot be written (None: it can), before any input is read: named as
-    no file the command writes (OUT.txt: said with exit status 1 and a --debug hint, as
-    a failure), or, by the check of h5mdx rmsd's outputs, where it cannot be written (an
-    output in /proc failed after the inputs were read, in HDF5's words, naming the
-    temporary file); found by an audit. ``trajectories``: whether convert was given
-    trajectories besides its output."""
+    no file the command writes (OUT.txt), one of the ``inputs``, in a directory that does
+    not exist, or a kind --overwrite may not replace (the library's checks: said with
+    exit status 1 and a --debug hint, as failures), or, by the check of h5mdx rmsd's
+    outputs, where it cannot be written (an output in /proc failed after the inputs were
+    read, in HDF5's words, naming the temporary file); found by an audit. An existing
+    output without --overwrite is left to the command, which says it its own way."""
     from pathlib import Path
 
     from h5mdx.analysis.series import check_writable
+    from h5mdx.layout._atomic import check_target
     from h5mdx.layout.convert import _check_output_name, is_zarr_path
 
-    path = Path(out)
+    path, zarr = Path(out), is_zarr_path(out)
     try:
-        _check_output_name(out, is_zarr_path(out), trajectories, command)
+        _check_output_name(out, zarr, command == "rechunk" or len(inputs) > 1, command)
+        check_target(out, overwrite=overwrite, inputs=inputs, directory=zarr, hdf5=not zarr)
+    except FileExistsError:
+        pass
     except ValueError as err:
         return str(err)
     try:  # a Zarr store there already (--overwrite) is a directory: a file in it
@@ -185,9 +191,11 @@ def run(args: argparse.Namespace) -> int:
               "HDF5 compresses chunked data only; drop --contiguous or --compression",
               file=sys.stderr)
         return 2
-    out = args.paths[-1] if args.command == "convert" else args.output
-    problem = _output_problem(out, args.command, args.command == "rechunk" or
-                              len(args.paths) > 1)
+    if args.command == "convert":
+        out, inputs = args.paths[-1], [args.topology, *args.paths[:-1]]
+    else:
+        out, inputs = args.output, [args.input]
+    problem = _output_problem(out, args.command, inputs, args.overwrite)
     if problem:
         print(f"h5mdx {args.command}: {problem}", file=sys.stderr)
         return 2
