@@ -28,3 +28,19 @@ def test_a_usage_error_is_said_by_the_first_rank_alone(tmp_path, capsys, monkeyp
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
     assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--read-mib", "0"]) == 2
     assert "--read-mib must be" in capsys.readouterr().err
+
+
+def test_an_out_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """--out /proc/x was refused once MPI had started, by every rank, with exit status 1;
+    it is a usage error said before (exit 2), by the check of h5mdx rmsd's outputs."""
+    import os
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("Linux's /proc")
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--out", "/proc/h5mdx-out"]) == 2
+    assert capsys.readouterr().err == (
+        "h5mdx mpi-rmsd: --out '/proc/h5mdx-out': the timing records "
+        "'/proc/h5mdx-out/timing.csv' cannot be written: '/proc' is a kernel file system, "
+        "which holds no files\n")

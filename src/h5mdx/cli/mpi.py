@@ -68,11 +68,27 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _out_problem(out: str | None) -> str | None:
+    """Why ``--out`` cannot be written here (None: it can), by the check of h5mdx rmsd's
+    outputs: said by every rank with exit status 1 once MPI had started (found by an
+    audit). Not checked by ``h5mdx slurm-script``: the job writes on the cluster's file
+    systems, not necessarily this machine's."""
+    if out is None:
+        return None
+    from h5mdx.analysis.series import check_outputs
+
+    try:
+        check_outputs(directory=out)
+    except (ValueError, PermissionError) as err:
+        return f"--out {out!r}: {err}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``mpi-rmsd`` (on every rank)."""
     import os
 
-    problem = _usage_problem(args)
+    problem = _usage_problem(args) or _out_problem(args.out)
     if problem:  # said once, by the first rank (the launcher's), not by each
         if os.environ.get(next((v for v in _RANK_VARS if v in os.environ), ""), "0") == "0":
             from h5mdx.cli._usage import UsageError
