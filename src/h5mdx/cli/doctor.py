@@ -28,11 +28,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="exit with status 1 when any check is missing (for scripts and CI)",
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds allowed per probe (default 30)"
+        "--timeout", type=float, default=30.0, help="seconds allowed per probe, at most a day (default 30)"
     )
     p.add_argument("file", nargs="?", help=argparse.SUPPRESS)  # for the hint below
     p.set_defaults(func=run)
     return p
+
+
+#: The longest --timeout of a probe: a day (the waits for a subprocess take a whole number
+#: of milliseconds that the operating system's poll must hold; 1e308 s overflowed it).
+_MAX_TIMEOUT = 86_400
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
               f"layout diagnosis of a file is part of h5mdx info: h5mdx info {args.file}",
               file=sys.stderr)
         return 2
-    if not 0 < args.timeout < float("inf"):
-        print(f"h5mdx doctor: error: --timeout must be a positive number of seconds, not "
-              f"{args.timeout:g}", file=sys.stderr)
+    if not 0 < args.timeout <= _MAX_TIMEOUT:  # 1e308 ended in a traceback of selectors
+        print(f"h5mdx doctor: error: --timeout must be a positive number of seconds, at "
+              f"most {_MAX_TIMEOUT:,} (a day), not {args.timeout:g}", file=sys.stderr)
         return 2
     report = run_checks(timeout=args.timeout)
     if args.json:
