@@ -20,6 +20,10 @@ def small(tmp_path_factory):
     (["--chunk-mib", "-1"], "argument --chunk-mib: must be a finite number > 0, not -1"),
     (["--chunk-mib", "nan"], "argument --chunk-mib: must be a finite number > 0, not nan"),
     (["--buffer-mib", "0"], "argument --buffer-mib: must be a finite number > 0, not 0"),
+    (["--buffer-mib", "1e308"],
+     "argument --buffer-mib: must be at most 1,048,576 MiB (1 TiB), not 1e+308"),
+    (["--chunk-mib", "1e308"],
+     "argument --chunk-mib: must be at most 1,048,576 MiB (1 TiB), not 1e+308"),
     (["--compression", "gzip:99"], "argument --compression: gzip level must be 0-9"),
     (["--compression", "brotli"], "argument --compression: unknown compression 'brotli'"),
 ])

@@ -44,3 +44,13 @@ def test_an_out_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, monkey
         "h5mdx mpi-rmsd: --out '/proc/h5mdx-out': the timing records "
         "'/proc/h5mdx-out/timing.csv' cannot be written: '/proc' is a kernel file system, "
         "which holds no files\n")
+
+
+def test_read_mib_beyond_a_tib_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """--read-mib 1e308 passed the check (positive, finite) and ended in a traceback
+    (OverflowError: cannot convert float infinity to integer)."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["mpi-rmsd", str(tmp_path / "t.h5md"), "--read-mib", "1e308"]) == 2
+    assert capsys.readouterr().err == ("h5mdx mpi-rmsd: --read-mib must be at most "
+                                       "1,048,576 MiB (1 TiB), not 1e+308\n")

@@ -145,3 +145,12 @@ def test_dask_mpi_ranks_and_workers_are_usage_errors(small, capsys, monkeypatch,
     monkeypatch.setattr(h5mdx.mpi, "comm_world", lambda: _Comm(size, rank=1))
     assert main(argv) == 2
     assert capsys.readouterr().err == ""
+
+
+def test_chunk_mib_beyond_a_tib_is_a_usage_error(small, capsys):
+    """--chunk-mib 1e308 passed the check (positive, finite) and failed with 'cannot
+    convert float NaN to integer', exit status 1 and a --debug hint."""
+    assert main(["rmsd", small, "--chunk-mib", "1e308", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx rmsd: --chunk-mib must be at most 1,048,576 MiB (1 TiB), "
+                            "not 1e+308\n") and captured.out == ""

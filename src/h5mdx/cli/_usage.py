@@ -30,3 +30,21 @@ def workers_problem(workers: int, why: str) -> str | None:
         return (f"--workers {workers} is more than the {cpus} CPU{'s' if cpus != 1 else ''} "
                 f"this process may use: {why}, so give at most {cpus}")
     return None
+
+
+#: The largest size in MiB an option takes (1 TiB): --chunk-mib 1e308 ended in
+#: 'cannot convert float NaN to integer', --buffer-mib and --read-mib 1e308 in a traceback
+#: (found by an audit).
+MAX_MIB = 2**20
+
+
+def mib_problem(value: float) -> str | None:
+    """What is wrong with a size of ``value`` MiB beyond the checks of the option's
+    own (positive, finite): more than :data:`MAX_MIB` (None: nothing).
+
+    >>> mib_problem(1e308)
+    'must be at most 1,048,576 MiB (1 TiB), not 1e+308'
+    """
+    if value > MAX_MIB:
+        return f"must be at most {MAX_MIB:,} MiB (1 TiB), not {value:g}"
+    return None

@@ -32,13 +32,18 @@ def _frames(text: str) -> int:
 
 
 def _mib(text: str) -> float:
-    """A size in MiB: a finite number > 0."""
+    """A size in MiB: a finite number > 0, at most 1 TiB."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of MiB, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
+    from h5mdx.cli._usage import mib_problem
+
+    problem = mib_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

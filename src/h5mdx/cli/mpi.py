@@ -65,7 +65,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     terms (read_mib), and a job script carried it into the queue (found by an audit)."""
     if not 0 < args.read_mib < float("inf"):  # nan, inf, 0, -1
         return f"--read-mib must be a positive, finite number of MiB, not {args.read_mib:g}"
-    return None
+    from h5mdx.cli._usage import mib_problem
+
+    problem = mib_problem(args.read_mib)
+    return f"--read-mib {problem}" if problem else None
 
 
 def _out_problem(out: str | None) -> str | None:

@@ -485,6 +485,8 @@ def _check_slurm_options(args: argparse.Namespace) -> None:
 
 def _refused(args: argparse.Namespace) -> bool:
     """Check the options and the outputs before any work; print why where refused."""
+    from h5mdx.cli._usage import mib_problem
+
     if _one_trajectory(args) is None:
         return True
     if isinstance(args.select, str) and args.topology is None and not _holds_names(
@@ -499,6 +501,9 @@ def _refused(args: argparse.Namespace) -> bool:
     if chunk_mib is not None and not 0 < chunk_mib < float("inf"):  # nan, inf: exit 1
         print(f"h5mdx rmsd: --chunk-mib must be a positive, finite number of MiB, not "
               f"{chunk_mib:g}", file=sys.stderr)
+        return True
+    if chunk_mib is not None and (problem := mib_problem(chunk_mib)):
+        print(f"h5mdx rmsd: --chunk-mib {problem}", file=sys.stderr)
         return True
     fpb = getattr(args, "frames_per_block", None)
     if fpb is not None and fpb < 1:  # it was found after the scheduler was chosen (exit 1)
