@@ -80,3 +80,17 @@ def test_the_default_workers_fit_the_cpus(small, monkeypatch):
             [small])
         assert bench._usage_problem(args, SCHEDULERS, parse_delay) is None
         assert args.workers == default
+
+
+def test_a_delay_beyond_a_day_is_a_usage_error(small, tmp_path, capsys):
+    """--delay 0:1e308 passed the check (finite seconds) and ended in a traceback of
+    time.sleep in the first task (OverflowError), after the grid had started."""
+    out = tmp_path / "b"
+    assert main(["bench", small, "--delay", "0:1e308", "--workers", "1", "--scheduler",
+                 "threads", "--repeats", "1", "--blocks-per-worker", "1", "--out", str(out),
+                 "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("h5mdx bench: H5MDX_TIMING_DELAY (--delay) '0:1e308' is "
+                                   "not FRAME:SECONDS[:PHASE]") and captured.out == ""
+    assert "the seconds it sleeps (0 to 86,400, a day)" in captured.err
+    assert not out.exists()

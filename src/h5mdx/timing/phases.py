@@ -209,6 +209,10 @@ def injected_delay(frame_start: int) -> tuple[str, float] | None:
 #: The phases a delay can be injected into: every task and rank has them.
 DELAY_PHASES = ("io", "compute")
 
+#: The longest delay, in seconds (a day): --delay 0:1e308 passed (finite) and ended in a
+#: traceback of time.sleep in the task (OverflowError; found by an audit).
+MAX_DELAY_S = 86_400
+
 
 def parse_delay(spec: str) -> tuple[int, float, str]:
     """``(frame_start, seconds, phase)`` of a ``DELAY_ENV`` value ``frame:seconds[:phase]``.
@@ -217,8 +221,8 @@ def parse_delay(spec: str) -> tuple[int, float, str]:
     ------
     ValueError
         Naming the variable and the form, where ``spec`` is not of it (a frame that is
-        not an integer, negative or no seconds, a phase other than ``io`` or
-        ``compute``, which would inject nothing).
+        not an integer, negative or no seconds or more than a day, a phase other than
+        ``io`` or ``compute``, which would inject nothing).
 
     Examples
     --------
@@ -231,13 +235,14 @@ def parse_delay(spec: str) -> tuple[int, float, str]:
             raise ValueError
         frame, seconds = int(parts[0]), float(parts[1])
         phase = parts[2] if len(parts) == 3 else "io"
-        if frame < 0 or not 0 <= seconds < float("inf") or phase not in DELAY_PHASES:
+        if frame < 0 or not 0 <= seconds <= MAX_DELAY_S or phase not in DELAY_PHASES:
             raise ValueError
     except ValueError:
         raise ValueError(
             f"{DELAY_ENV} (--delay) {spec!r} is not FRAME:SECONDS[:PHASE]: the first frame "
-            "of the task to slow (an integer >= 0), the seconds it sleeps (>= 0) and the "
-            f"phase it sleeps in ({' or '.join(DELAY_PHASES)}, default io)") from None
+            "of the task to slow (an integer >= 0), the seconds it sleeps (0 to "
+            f"{MAX_DELAY_S:,}, a day) and the phase it sleeps in "
+            f"({' or '.join(DELAY_PHASES)}, default io)") from None
     return frame, seconds, phase
 
 
