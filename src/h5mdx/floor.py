@@ -82,7 +82,7 @@ def _read_spans(path: str, spans: list[tuple[int, int]]) -> int:
     Each span is read to its last byte, at most ``_RAW_PIECE`` bytes at a time: one
     ``preadv`` hands over what it can (Linux at most 2 GiB less 4 KiB, nothing past the
     end of the file), and the bytes it did not were counted as read, and a contiguous
-    slab took a buffer of its size (an audit).
+    slab took a buffer of its size.
     """
     need = min(max((n for _, n in spans), default=0), _RAW_PIECE)
     buf = _SLAB.get("raw")
@@ -170,7 +170,7 @@ def floor_slabs(path: str, workers: int) -> list[tuple[int, int]]:
     with h5py.File(path, "r") as f:
         d = f.get(POSITION)
         if not isinstance(d, h5py.Dataset) or d.ndim != 3:
-            # h5py's KeyError ('component not found') from deep in h5o (an audit)
+            # h5py's KeyError ('component not found') from deep in h5o
             from h5mdx.errors import H5MDFormatError
 
             raise H5MDFormatError(path, f"/{POSITION}", "the read floor reads the "

@@ -38,7 +38,7 @@ __all__: list[str] = []
 #: Atom-frames below which ``kernel="auto"`` runs the numpy kernel where the compiled one
 #: is not loaded in this process yet: loading it costs 0.5-0.8 s, and numpy computes
 #: 10-20 million atom-frames a second (2-core VM), so 2 million take ~0.1-0.2 s. A first
-#: C-alpha RMSD of the 98 adk frames took 0.5-0.7 s, against 0.02 s (found by an audit).
+#: C-alpha RMSD of the 98 adk frames took 0.5-0.7 s, against 0.02 s.
 _SMALL_WORK = 2_000_000
 
 

@@ -360,7 +360,7 @@ def _timed_by_step(series: Sequence[xr.DataArray]) -> list[xr.DataArray]:
     """The parts' RMSD series, each timed by its steps where one part has no times (its
     time is its steps, in unit ``step``) and another has them, with a warning: their
     times cannot be joined (``'step'`` is no unit of time; it failed as "cannot parse
-    unit 'step'", an audit). As they are where every part has times, or none."""
+    unit 'step'"). As they are where every part has times, or none."""
     units = [s[TIME_DIM].attrs.get("units") if TIME_DIM in s.coords else None
              for s in series]
     if _STEP_UNIT not in units or all(u == _STEP_UNIT for u in units) or not all(
@@ -420,7 +420,7 @@ def _in_units_of(part: xr.DataArray, first: xr.DataArray, k: int) -> xr.DataArra
 def seams(parts: Sequence[Any]) -> Iterator[tuple[int, int]]:
     """Each part after the first with the part it follows, ``(j, i)``: the last part
     before it with frames (a part without frames, a run stopped before its first, is no
-    seam: the repeated frame around it was kept twice; an audit). ``parts`` is read as
+    seam: the repeated frame around it was kept twice). ``parts`` is read as
     the caller leaves it: a part the caller cut to no frame is then none."""
     last = 0
     for i in range(1, len(parts)):
@@ -453,7 +453,7 @@ def _times_of(before: Any, part: Any) -> tuple[float, float] | None:
     """The last time of ``before`` and the first of ``part`` where both parts have times
     in one unit and ``part``'s do not go back: their steps numbered anew (a run
     restarted from step 0, or frames numbered 0..n-1 for want of steps) do not order
-    the parts, their times do (they were refused as out of order; an audit). None
+    the parts, their times do (they were refused as out of order). None
     otherwise."""
     if TIME_DIM not in before.coords or TIME_DIM not in part.coords:
         return None
@@ -469,7 +469,7 @@ def _note_repeated_seams(positions: Sequence[xr.DataArray]) -> None:
     (:func:`seam`, as ``h5mdx rmsd`` of the files finds it): a run continued from its last
     frame, whose frame is then in the series twice, and the frames after it one further
     on than ``h5mdx rmsd`` of the same files counts them (it keeps that frame once); it
-    was said nowhere (an audit)."""
+    was said nowhere."""
     for j, k in seams(positions):
         found = seam(positions[j], positions[k])
         if found is not None and found[1] == found[2]:

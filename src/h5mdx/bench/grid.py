@@ -131,7 +131,7 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
     from h5mdx.format.h5md import open_h5md, scan
 
     # a directory or a file that is not HDF5 said so, not h5py's "[Errno 21] Unable to
-    # open file (file read failed: ...)" or "file signature not found" (found by an audit)
+    # open file (file read failed: ...)" or "file signature not found"
     open_h5md(path).close()
     try:
         info = scan(path)
@@ -140,7 +140,7 @@ def _position_dataset(path: str) -> tuple[str, tuple[int, ...] | None, int]:
     if info is not None:
         # time-dependent positions first: a group's time-independent position (one
         # structure, shape (atoms, 3)) was taken for a trajectory of as many frames as
-        # atoms when its group came first (an audit)
+        # atoms when its group came first
         found = [el for el in (g.elements.get("position") for g in info.particles.values())
                  if el is not None]
         framed = [el for el in found if len(el.shape) >= 1]
@@ -509,7 +509,7 @@ def _check_mpi_workload(workload: Workload, schedulers: Sequence[str]) -> None:
     """Refuse, before any run, a workload the MPI backends would not run as the dask
     schedulers do: another analysis than the RMSD (refused after the other schedulers
     had run), or an RMSD of another reference, weights or superposition, which they
-    left out: the grid timed two computations side by side as one (an audit)."""
+    left out: the grid timed two computations side by side as one."""
     mpi = [s for s in schedulers if s in MPI_BACKENDS]
     if not mpi:
         return
@@ -532,7 +532,7 @@ def _child_error(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     # a rank's own line ('rank 1 of 4 failed: '), or rank 0's for several ('all 4 ranks
     # failed: ', 'ranks 0-2, 5 of 8 failed: '), which fell to Open MPI's closing lines
-    # ('Process name: ...', 'Exit code: 1': an audit)
+    # ('Process name: ...', 'Exit code: 1')
     said = [ln for ln in lines if re.search(
         r"(: error: |\branks? [\d, -]+ of \d+ failed: |\ball \d+ ranks failed: )", ln)]
     if not said:
@@ -590,7 +590,7 @@ def _cluster(scheduler: str, n_workers: int) -> Iterator[Any]:
         # every worker imports the task's modules and loads the kernel before any timed
         # run, as h5mdx rmsd's workers do: a worker that had run no task of the untimed
         # warm-up imported them when it first took another's output, 0.3-0.9 s of one
-        # timed run of tasks of milliseconds (S(2) = 0.05 in notebook 02; an audit)
+        # timed run of tasks of milliseconds (S(2) = 0.05 in notebook 02)
         warm_up_workers(client)
         yield client
 
@@ -647,7 +647,7 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
     versions = meta.get("versions", {})
     machine = meta.get("machine", {})
     # the file's layout; the dask blocks differ by run (n_frames / (N M), said below): the
-    # first run's, shown here, passed for every run's (found by an audit)
+    # first run's, shown here, passed for every run's
     hdf5 = {k: v for k, v in (meta.get("layout") or {}).items() if k != "dask_time_chunk"}
     lines = [
         "# h5mdx bench report",

@@ -68,7 +68,7 @@ def _terminate_as_exit() -> Iterator[None]:
     what they opened (the worker processes of the processes scheduler or a local cluster,
     SLURM jobs, temporary outputs). By default the signal killed this process alone, and
     the worker processes lived on, holding its output pipes; a closed terminal (SIGHUP)
-    left the example's staged outputs and leaked semaphores (found by an audit)."""
+    left the example's staged outputs and leaked semaphores."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -88,7 +88,7 @@ def _terminate_as_exit() -> Iterator[None]:
 
 
 #: Exit codes of the writers stopped by a signal, and the signal's name: a batch system's
-#: log said nothing of a cancelled rechunk or convert (found by an audit).
+#: log said nothing of a cancelled rechunk or convert.
 _SIGNAL_EXITS = {128 + int(getattr(signal, n)): n for n in ("SIGTERM", "SIGHUP", "SIGXCPU")
                  if hasattr(signal, n)}
 
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _as_options(message: str, parser: argparse.ArgumentParser, command: str) -> str:
     """An error of the Python API said in the command's terms: ``frames_per_chunk must
-    be >= 1`` as ``--frames-per-chunk must be >= 1`` (found by an audit)."""
+    be >= 1`` as ``--frames-per-chunk must be >= 1``."""
     import re
 
     for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers here

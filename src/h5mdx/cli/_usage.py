@@ -15,7 +15,7 @@ class UsageError(ValueError):
 def workers_problem(workers: int, why: str) -> str | None:
     """What is wrong with ``--workers workers`` on this machine (None: nothing): fewer
     than 1, or more than the CPUs this process may use (``--workers 1000`` on two cores
-    started 1,000 processes; found by an audit). ``why`` says why the command's workers
+    started 1,000 processes). ``why`` says why the command's workers
     must fit this machine's CPUs.
 
     >>> workers_problem(0, "")
@@ -34,7 +34,7 @@ def workers_problem(workers: int, why: str) -> str | None:
 
 #: The largest size in MiB an option takes (1 TiB): --chunk-mib 1e308 ended in
 #: 'cannot convert float NaN to integer', --buffer-mib and --read-mib 1e308 in a traceback
-#: (found by an audit).
+#:.
 MAX_MIB = 2**20
 
 

@@ -32,7 +32,7 @@ def _int_list(text: str) -> list[int]:
 
 def _str_list(text: str) -> list[str]:
     values = [v.strip() for v in text.split(",") if v.strip()]
-    if not values:  # --scheduler "" ran no run and failed in a traceback (an audit)
+    if not values:  # --scheduler "" ran no run and failed in a traceback
         raise argparse.ArgumentTypeError(f"expected names like threads,processes, got {text!r}")
     return values
 
@@ -74,10 +74,10 @@ def _warn_delay_without_block(frame: int, n_frames: int, args: argparse.Namespac
                               chunk_frames: int | None = None) -> None:
     """Warn where no block of the runs of a scheduler starts at ``frame``: the delay
     sleeps only in the task (or MPI rank) whose block starts there, so it would inject
-    nothing into them (found by an audit). The mpi-io ranks' blocks are cut at the
+    nothing into them. The mpi-io ranks' blocks are cut at the
     file's chunks (``chunk_frames``), not at ``n_frames / (N M)``: a delay at 49 of 98
     frames in chunks of 10 slept in the dask runs and in no mpi-io run, in silence, and
-    one at 50 was said to sleep nowhere (an audit)."""
+    one at 50 was said to sleep nowhere."""
     import warnings
 
     from h5mdx.bench.grid import MPI_BACKENDS, frames_per_block
@@ -112,7 +112,7 @@ _EARLIER = ("records.parquet", "report.md", "runs")
 def _check_out(out: str, overwrite: bool) -> None:
     """Refuse an ``out`` that holds an earlier bench's results, unless ``overwrite``: a
     second bench replaced its records and report and left its other runs' files in
-    runs/ beside the new ones (found by an audit)."""
+    runs/ beside the new ones."""
     found = [name for name in _EARLIER if os.path.exists(os.path.join(out, name))]
     if found and not overwrite:
         raise ValueError(f"--out {out!r} holds the results of an earlier bench "
@@ -123,7 +123,7 @@ def _check_out(out: str, overwrite: bool) -> None:
 def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
                    parse_delay: Callable[[str], object]) -> str | None:
     """What is wrong with the options (None: nothing), checked before the grid: these
-    were said with exit status 1 and a --debug hint, as failures of the run (an audit)."""
+    were said with exit status 1 and a --debug hint, as failures of the run."""
     bad = [s for s in args.scheduler if s not in schedulers]
     if bad:
         return (f"--scheduler: unknown scheduler{'s' if len(bad) > 1 else ''} "
@@ -145,7 +145,7 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
     from h5mdx.bench.grid import selection_problem
 
     problem = selection_problem(args.trajectory, args.select, args.topology)
-    if problem:  # said after the file was opened, with exit status 1 (found by an audit)
+    if problem:  # said after the file was opened, with exit status 1
         return problem
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         return (f"--out {args.out!r} is a file; the bench writes its records, figures and "
@@ -161,8 +161,8 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
 
 def _unwritable(out: str) -> str | None:
     """Why the bench cannot write its records into ``out`` (None: it can): --out /proc/x
-    failed with '[Errno 2] No such file or directory' after the whole grid ran (found by
-    an audit). The check of h5mdx rmsd's outputs
+    failed with '[Errno 2] No such file or directory' after the whole grid ran).
+    The check of h5mdx rmsd's outputs
     (:func:`h5mdx.analysis.series.check_writable`)."""
     from pathlib import Path
 

@@ -112,7 +112,7 @@ def _workers_refused(args: argparse.Namespace) -> bool:
 def _out_problem(out: str) -> str | None:
     """Why the example cannot write into ``out`` (None: it can), by the check of h5mdx
     rmsd's outputs: --out /proc/x was said as a disk of 0.0 GB free, 'give fewer frames'
-    (found by an audit)."""
+   ."""
     from pathlib import Path
 
     from h5mdx.analysis.series import check_writable
@@ -131,7 +131,7 @@ _FRAME_BYTES = 3341 * 3 * 4
 def _space_problem(out: str, frames: int) -> str | None:
     """Why the trajectory of ``frames`` frames cannot be built in ``out`` (None: it can):
     more bytes than the disk there has free. ``--frames 99999999999`` (4 PB) started
-    building, to fill the disk (found by an audit)."""
+    building, to fill the disk."""
     import shutil
 
     from h5mdx.examples.trajectory import is_cached

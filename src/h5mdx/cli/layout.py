@@ -144,7 +144,7 @@ def _output_problem(out: str, command: str, inputs: list[str], overwrite: bool
     not exist, or a kind --overwrite may not replace (the library's checks: said with
     exit status 1 and a --debug hint, as failures), or, by the check of h5mdx rmsd's
     outputs, where it cannot be written (an output in /proc failed after the inputs were
-    read, in HDF5's words, naming the temporary file); found by an audit. An existing
+    read, in HDF5's words, naming the temporary file). An existing
     output without --overwrite is left to the command, which says it its own way."""
     from pathlib import Path
 
@@ -171,7 +171,7 @@ def _output_problem(out: str, command: str, inputs: list[str], overwrite: bool
 def _no_frames(err: Any) -> Exception:
     """A usage error saying that --start, --stop and --step select no frames, in the
     command's terms: it said 'start=50, stop=10, step=None', with exit status 1 and a
-    --debug hint (found by an audit)."""
+    --debug hint."""
     from h5mdx.cli._usage import UsageError
 
     given = [f"--{name} {value}" for name, value in
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     from h5mdx.format.compression import parse_compression
 
     if args.contiguous and parse_compression(args.compression).codec != "none":
-        # said by the writer after the inputs were read, exit status 1 (found by an audit)
+        # said by the writer after the inputs were read, exit status 1
         print(f"h5mdx {args.command}: --contiguous and --compression {args.compression}: "
               "HDF5 compresses chunked data only; drop --contiguous or --compression",
               file=sys.stderr)

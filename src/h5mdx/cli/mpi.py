@@ -62,7 +62,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the option values (None: nothing), said before MPI starts (and
     by ``h5mdx slurm-script`` before the job is written): --read-mib 0 was refused by
     every rank with exit status 1 and a --debug hint, as a failure of the run, in Python
-    terms (read_mib), and a job script carried it into the queue (found by an audit)."""
+    terms (read_mib), and a job script carried it into the queue."""
     if not 0 < args.read_mib < float("inf"):  # nan, inf, 0, -1
         return f"--read-mib must be a positive, finite number of MiB, not {args.read_mib:g}"
     from h5mdx.cli._usage import mib_problem
@@ -73,8 +73,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 def _out_problem(out: str | None) -> str | None:
     """Why ``--out`` cannot be written here (None: it can), by the check of h5mdx rmsd's
-    outputs: said by every rank with exit status 1 once MPI had started (found by an
-    audit). Not checked by ``h5mdx slurm-script``: the job writes on the cluster's file
+    outputs: said by every rank with exit status 1 once MPI had started).
+    Not checked by ``h5mdx slurm-script``: the job writes on the cluster's file
     systems, not necessarily this machine's."""
     if out is None:
         return None

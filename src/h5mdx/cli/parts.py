@@ -35,7 +35,7 @@ def expand(given: list[str]) -> list[str]:
     (``'run-*.h5md'``, quoted from the shell) stands for the files it matches, sorted by
     name with the numbers in them compared as numbers (``run-2`` before ``run-10``: in
     the order of their letters, run-10 came first, and the parts were refused as out of
-    order; an audit).
+    order).
 
     >>> expand(["a.h5md", "b.h5md"])
     ['a.h5md', 'b.h5md']

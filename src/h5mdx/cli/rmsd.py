@@ -190,7 +190,7 @@ def _run_dask_mpi(args: argparse.Namespace) -> int:
     """``--scheduler dask-mpi``: every rank runs this (under mpirun); the client prints.
     Too few ranks, or --workers not the ranks less two, are usage errors, said by rank 0
     (every rank finds the same): they were said with exit status 1 and a --debug hint,
-    and --workers 5 on one rank as '1 ranks give -1 workers' (found by an audit)."""
+    and --workers 5 on one rank as '1 ranks give -1 workers'."""
     from h5mdx.mpi import comm_world
     from h5mdx.mpi.launch import ranks_problem, rmsd_dask_mpi
 
@@ -323,7 +323,7 @@ def _one_trajectory(args: argparse.Namespace) -> str | None:
     args.trajectory = args.parts[0]
     if args.scheduler == "dask-mpi" and is_zarr_store(args.trajectory):
         # said before the cluster starts: the client rank's h5md engine refused the store
-        # after it, saying "h5mdx rmsd reads it" (found by an audit)
+        # after it, saying "h5mdx rmsd reads it"
         print(f"h5mdx rmsd: --scheduler dask-mpi reads H5MD files, not Zarr stores "
               f"({args.trajectory}): run h5mdx rmsd without mpirun (--scheduler "
               "distributed, threads or processes), or on the H5MD file it was copied from",
@@ -385,7 +385,7 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
 def _masses_problem(ds: Any, args: argparse.Namespace) -> str | None:
     """Why ``--weights mass`` has no masses to weigh by (None: it has, or it is not
     given), in the command's terms: the library's error spoke of topology=... and
-    weights=<array> (found by an audit)."""
+    weights=<array>."""
     if args.weights != "mass" or args.topology is not None or ds.md.topology is not None:
         return None
     if "mass" in ds or "mass" in ds["position"].coords:
@@ -424,7 +424,7 @@ def _options_apply(args: argparse.Namespace) -> bool:
     """Whether ``--workers`` is possible (at least 1; with a local scheduler, at most
     the CPUs this process may use) and the SLURM options given go with
     ``--scheduler slurm`` (said on stderr where not): with another scheduler they were
-    ignored, and the run was local (found by an audit)."""
+    ignored, and the run was local."""
     if args.workers is not None and (args.workers < 1 or args.scheduler in _LOCAL):
         from h5mdx.cli._usage import workers_problem
 
@@ -454,7 +454,7 @@ def _check_slurm_options(args: argparse.Namespace) -> None:
     a --memory or --walltime SLURM does not take, a --wait-timeout not above 0, a
     --job-log-dir that cannot be written. They were found when the cluster started,
     after the file was opened (or after SLURM was asked, for --wait-timeout), said with
-    exit status 1 and a --debug hint (found by an audit)."""
+    exit status 1 and a --debug hint."""
     import warnings
     from pathlib import Path
 

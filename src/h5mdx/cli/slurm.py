@@ -102,7 +102,7 @@ def _check_chdir(chdir: str, submit: bool) -> None:
     """Refuse (``--submit``) or warn of a ``--chdir`` that is no directory: --submit
     failed with a bare '[Errno 2] No such file or directory: DIR', naming no option, and
     a script's job starts elsewhere (SLURM falls back to /tmp), its relative paths lost
-    (found by an audit)."""
+   ."""
     if os.path.isdir(chdir):
         return
     said = f"--chdir {chdir}: no such directory, where the job would start"
@@ -116,7 +116,7 @@ def _check_chdir(chdir: str, submit: bool) -> None:
 
 def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
     """Warn of a trajectory or topology the job will not find from its directory: the job
-    would fail in the queue, after its wait (found by an audit)."""
+    would fail in the queue, after its wait."""
     import warnings
 
     for what in ("trajectory", "topology"):
@@ -129,8 +129,7 @@ def _warn_missing_inputs(program_ns: argparse.Namespace, chdir: str) -> None:
 
 def _mpirun_args(text: str | None) -> list[str]:
     """The words of ``--mpirun-args``, split as the shell does; a ValueError naming the
-    option where they cannot be (an unclosed quote said only 'No closing quotation';
-    found by an audit)."""
+    option where they cannot be (an unclosed quote said only 'No closing quotation')."""
     try:
         return shlex.split(text or "")
     except ValueError as err:
@@ -147,7 +146,7 @@ _LOG_PATTERN = re.compile(r"%(\d*)([jAxu%])")
 def _log_name(log: str, job_id: str, job_name: str) -> str:
     """The name sbatch gives the job's output ``log`` (``--output``): only ``%j`` was
     replaced, so ``--log %x-%j.out`` made --submit look for ``%x-4242.out``, print no
-    output of the job and name a file that does not exist (found by an audit)."""
+    output of the job and name a file that does not exist."""
     import getpass
 
     def one(m: re.Match[str]) -> str:

@@ -357,7 +357,7 @@ class H5MDArray(BackendArray):
         storage of whole rows, else each chunk decoded once into the frames taken from
         it; None where direct reads do not apply. h5py's strided selection on chunked data took ~1 ms a frame: every 10th
         frame of a 4 GB file took 34-47 s to export, where reading all of it took 3-6 s
-        (found by an audit)."""
+       ."""
         if not key or not isinstance(key[0], slice):
             return None
         start, stop, step = key[0].indices(self.shape[0])

@@ -347,7 +347,7 @@ def _main_sampling(elements: Iterable[ElementInfo], preferred: str | None) -> Sa
 def _fuller(sampling: Sampling, other: Sampling) -> Sampling:
     """Of two samplings of the same frames, the one that says more: ``other`` where it has
     times and ``sampling`` none, or the unit of equal times that ``sampling`` leaves
-    unsaid (the shared axis took the first element's, and lost the unit: an audit)."""
+    unsaid (the shared axis took the first element's, and lost the unit)."""
     if other.time is not None and (sampling.time is None or (
             sampling.time_unit is None and other.time_unit is not None)):
         return other
@@ -725,7 +725,7 @@ def _plain_attrs(obj: h5py.HLObject, report: _Report) -> dict[str, Any]:
     paths they point to (``""`` for a null one), as an element's are; one of no value
     (HDF5's null dataspace) left out, one that h5py cannot read left out and said to
     ``report`` (it was in silence). They were served as h5py's ``Empty`` and
-    ``Reference`` objects, which no writer takes (an audit)."""
+    ``Reference`` objects, which no writer takes."""
     out: dict[str, Any] = {}
     try:
         names = list(obj.attrs)
@@ -777,7 +777,7 @@ def _observables_dataset(b: _Builder, prefix: str, drop: set[str],
                          root: str = "observables") -> xr.Dataset:
     """The elements directly under ``/<root>/<prefix>`` (``root``: ``observables`` or
     ``connectivity``), with the group's own attributes (H5MD defines none; writers add
-    theirs), as those of ``/parameters`` are: they were left out (an audit);
+    theirs), as those of ``/parameters`` are: they were left out;
     ``h5md_group`` stays the engine's."""
     where = f"/{root}/{prefix}".rstrip("/")
     ds = _elements_dataset(b, b.info.elements_under(root, prefix), where, drop)
@@ -869,7 +869,7 @@ def _dataset(variables: dict[str, xr.Variable], coords: dict[str, xr.Variable],
 def _same_time_blocks(variables: Mapping[str, xr.Variable]) -> None:
     """One preferred block length per time axis, the largest variable's, for every variable
     on it (coordinates too): with ``chunks={}`` elements of other HDF5 chunks, and ``step``,
-    had other blocks, and ``ds.chunks`` and ``xr.map_blocks`` raised (found by an audit)."""
+    had other blocks, and ``ds.chunks`` and ``xr.map_blocks`` raised."""
     block: dict[str, int] = {}
     for var in sorted(variables.values(), key=lambda v: v.size * v.dtype.itemsize,
                       reverse=True):

@@ -91,7 +91,7 @@ def _check_live(filename: str, live: tuple[str, int, int, int],
                 stamp: tuple[int, int, int, int, int]) -> None:
     """Refuse a live file replaced since it was opened (see :func:`_live_state`): a new run
     renamed over it was read through the first run's shapes and paths when xarray's
-    file cache, or a worker process, opened it again by name (an audit)."""
+    file cache, or a worker process, opened it again by name."""
     host, dev, ino, size = live
     replaced = host == socket.gethostname() and (dev, ino) != (stamp[0], stamp[1])
     if replaced or stamp[2] < size:
@@ -154,7 +154,7 @@ class _Closer:
         self.manager = manager
         self._release: Callable[[], None] | None = _readers.hold(filename)
         # a Dataset dropped without close(): its readers' descriptors close with the file
-        # (they stayed open, a deleted file's space in use; found by an audit)
+        # (they stayed open, a deleted file's space in use)
         weakref.finalize(manager, _readers.release_soon, self._release)
 
     def __call__(self) -> None:

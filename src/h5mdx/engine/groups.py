@@ -165,7 +165,7 @@ def _particles_fitting(b: _Builder, pg: ParticlesGroupInfo, topology: Any, drop:
                        misfits: list[Exception]) -> xr.Dataset:
     """The Dataset of ``pg``, with ``topology`` where its atoms are the group's: a file's
     groups differ in atoms (a protein's and its solvent's), and a topology of one of them
-    refused the whole tree (an audit). One it does not fit opens without it, said once;
+    refused the whole tree. One it does not fit opens without it, said once;
     the error goes to ``misfits``."""
     from h5mdx.engine.topology import AtomCountError
 
@@ -361,7 +361,7 @@ def _add_parameter(b: _Builder, ds: xr.Dataset, name: str, var: xr.Variable, pat
 def _elsewhere(grp: h5py.Group, f: h5py.File, allow_external: bool) -> bool:
     """Whether ``grp`` lies in another file than ``f`` (reached through an external
     link) where ``allow_external`` does not allow it: the scan left it out, said so, and
-    its groups and attributes were served all the same (an audit)."""
+    its groups and attributes were served all the same."""
     return not allow_external and grp.file.filename != f.filename
 
 
@@ -589,7 +589,7 @@ def _dealign(groups: dict[str, xr.Dataset]) -> None:
                     dim in ds.coords and dim in child.coords
                     and (not ds.indexes[dim].equals(child.indexes[dim])
                          # equal values, other attrs (times in fs, in ps): xarray keeps
-                         # the parent's alone, the child's unit was lost (an audit)
+                         # the parent's alone, the child's unit was lost
                          or not _same_attrs(ds[dim].attrs, child[dim].attrs))
                 ):
                     renames[dim] = f"{dim}_{node}"

@@ -118,7 +118,7 @@ def _another_run(path: str | os.PathLike[str], ds: xr.Dataset, seen: int,
     with a warning, where the file at ``path`` is another one (replaced: a new run
     written beside it and renamed over it) or holds fewer frames (truncated, or written
     again). Such a file was yielded only once it held more frames than the old one, as
-    if those were appended (an audit)."""
+    if those were appended."""
     now = _identity(path)
     shrank = n_frames(ds) < seen
     if seen and (shrank or None not in (now, identity) and now != identity):
@@ -186,7 +186,7 @@ def follow(
             try:
                 yield ds
                 # asked before the close: a read of the closed Dataset reopened its file
-                # and held it open (found by an audit)
+                # and held it open
                 done = until is not None and until(ds)
             finally:
                 ds.close()

@@ -116,7 +116,7 @@ def _frames(ds: xr.Dataset, tdim: str, tid: str) -> np.ndarray | None:
     matched by step; None where ``id`` has no frame of one of its steps. A step stored
     twice (a restarted run appended) is matched occurrence by occurrence: the k-th frame
     of a step takes the k-th frame of ``id`` at that step (the last where ``id`` has
-    fewer); each took the last before, the order of the other run's frame (an audit)."""
+    fewer); each took the last before, the order of the other run's frame."""
     if tdim == tid:
         return np.arange(ds.sizes[tid])
     own = ds.coords.get(STEP_COORD + tdim[len(TIME_DIM):])

@@ -924,7 +924,7 @@ def select_indices(universe: Any, selection: str, filename: str | None = None,
     indices = np.asarray(group.indices, dtype=np.int64)
     if hasattr(universe, "universe") and universe is not universe.universe:
         # an AtomGroup (a subset file's atoms): the selected atoms' places in it (their
-        # Universe's indices matched a few of the file's atoms by chance; audit46)
+        # Universe's indices matched a few of the file's atoms by chance)
         order = np.asarray(universe.indices, dtype=np.int64)
         sorter = np.argsort(order, kind="stable")
         indices = sorter[np.searchsorted(order, indices, sorter=sorter)]

@@ -41,7 +41,7 @@ def _values_bytes(values: np.ndarray) -> Any:
     (HDF5's variable-length strings, read as bytes) each object's, after its length.
     ``tobytes`` of such an array gives the objects' addresses in memory, which differ from
     one read to the next: ``rechunk --verify`` failed on every copy of a
-    variable-length string array (found by an audit).
+    variable-length string array.
 
     >>> a = np.array([b"Ar", b"Kr"], dtype=object)
     >>> _values_bytes(a) == _values_bytes(np.array([b"Ar", b"K" + b"r"], dtype=object))

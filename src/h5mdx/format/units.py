@@ -343,7 +343,7 @@ def scaled(values: Any, factor: float, *, decimals: bool = False) -> Any:
 
     ``decimals``: a float array multiplied by a power of ten (ns or us to ps) gives each
     value as the shortest decimal consistent with it, shifted: 0.0041 ns is 4.1 ps, not
-    4.1000000000000005 (which ``ds.sel(time=4.1)`` missed; an audit).
+    4.1000000000000005 (which ``ds.sel(time=4.1)`` missed).
 
     Examples
     --------

@@ -277,7 +277,7 @@ def _set_text(attrs: Any, name: str, text: str) -> None:
 def _stored_dtype(dtype: np.dtype) -> np.dtype:
     """Unicode text as fixed-length strings of HDF5's UTF-8 character set (4 bytes per
     character of room), where plain ``S`` would be ASCII: a reader then refused the
-    UTF-8 bytes of ``Å`` (an audit); other dtypes as they are."""
+    UTF-8 bytes of ``Å``; other dtypes as they are."""
     if dtype.kind != "U":
         return dtype
     return h5py.string_dtype("utf-8", max(1, dtype.itemsize))

@@ -49,7 +49,7 @@ def check_units_converted(u: Any, out: str) -> None:
     """Refuse a Universe whose reader was opened with ``convert_units=False``, where its
     file's units are not MDAnalysis': its values are then in the file's units, and were
     written labelled as MDAnalysis' (a TRR's positions in nm as 'Angstrom', 10 times too
-    small, an audit)."""
+    small)."""
     from MDAnalysis.units import get_conversion_factor
 
     ts = u.trajectory.ts  # velocities and forces count where the trajectory has them
@@ -79,8 +79,7 @@ def check_units_converted(u: Any, out: str) -> None:
 def check_unit_factors(inputs: Sequence[str], out: str) -> None:
     """Refuse an H5MD input whose particles' values are scaled by H5MD-NOMAD's
     ``unit_factor``, which MDAnalysis' H5MD reader ignores: positions stored in units of
-    10 nm were written 10 times too small (323.1 Å read by h5mdx, 32.3 Å written; an
-    audit)."""
+    10 nm were written 10 times too small (323.1 Å read by h5mdx, 32.3 Å written)."""
     import h5py
 
     from h5mdx.errors import H5MDUnitError
@@ -110,7 +109,7 @@ def check_unit_factors(inputs: Sequence[str], out: str) -> None:
 
 def frames_before(k: int) -> str:
     """``"the frame"`` or ``"the k frames"``, of frames before a damaged one ("the 1
-    frames before it", an audit)."""
+    frames before it")."""
     return "the frame" if k == 1 else f"the {k} frames"
 
 
@@ -121,7 +120,7 @@ def check_whole_frames(u: Any, out: str, partial: bool) -> None:
 
     The Universe is left at the frame it was at: :func:`_xdr_end` reads the last frames,
     and a selection by position (``around``, ``prop z < 30``) was then made in the last
-    frame, not the first (an audit)."""
+    frame, not the first."""
     at = u.trajectory.ts.frame
     readers = getattr(u.trajectory, "readers", None) or [u.trajectory]
     for reader in readers:
@@ -170,7 +169,7 @@ def _damaged_end(reader: Any) -> str | None:
 def _gro_end(reader: Any) -> str | None:
     """Where a GRO file holds more frames than its first, what to say (None: one frame).
     MDAnalysis' GRO reader reads a file's first frame alone: a GRO file of 2 frames was
-    converted as 1, with exit 0 (an audit)."""
+    converted as 1, with exit 0."""
     from MDAnalysis.lib.util import anyopen
 
     name = getattr(reader, "filename", None)
@@ -195,7 +194,7 @@ def _trz_end(reader: Any) -> str | None:
     """Where a TRZ file ends inside a frame, what to say (None: it does not). MDAnalysis
     counts a TRZ file's frames from its size and counts none where the size is not whole
     frames: a cut file read as 0 frames, said as 'the trajectory has 0 frames', and one
-    after another trajectory was left out of the copy without a word (an audit)."""
+    after another trajectory was left out of the copy without a word."""
     header, frame = getattr(reader, "_headerdtype", None), getattr(reader, "_dtype", None)
     name = getattr(reader, "filename", None)
     if type(reader).__name__ != "TRZReader" or header is None or frame is None or not name \
@@ -216,7 +215,7 @@ def _text_end(reader: Any) -> str | None:
     """Where an XYZ file holds more than whole frames after its last one, what follows
     (None: nothing, or blank lines). MDAnalysis counts an XYZ file's frames as its lines
     over the lines of one frame, rounded down, and notes where each starts: a file cut
-    inside frame 7 read as 6 frames, converted with exit 0 (an audit). A compressed file
+    inside frame 7 read as 6 frames, converted with exit 0. A compressed file
     (``.xyz.bz2``) is not checked: its offsets are not the file's."""
     name = getattr(reader, "filename", None)
     if type(reader).__name__ != "XYZReader" or not name or not os.path.isfile(name) \

@@ -576,7 +576,7 @@ def _frames(u: Any, start: int | None, stop: int | None, step: int | None
     if _single_frame(u.trajectory):
         # its frame as the Universe holds it: iterating a single-frame reader reads its
         # file again, and the box set (u.dimensions = ...) or the atoms moved since were
-        # lost, the box written as zeros (an audit); MDAnalysis' writers write it so
+        # lost, the box written as zeros; MDAnalysis' writers write it so
         frames = [ts0]
     return frames, ts0, said
 
@@ -1044,7 +1044,7 @@ def _unknown_units(u: Any, specs: list[ElementSpec]) -> list[str]:
 def _lammps_dcd_notes(u: Any) -> list[str]:
     """A note for each LAMMPS DCD read in MDAnalysis' default units, those of LAMMPS'
     'real' style (Å, fs): a DCD does not say its units, and a run in another style
-    (metal: ps) had its times written 1000 times too small without a word (an audit)."""
+    (metal: ps) had its times written 1000 times too small without a word."""
     notes = []
     for reader in getattr(u.trajectory, "readers", None) or [u.trajectory]:
         units = getattr(reader, "units", None) or {}
@@ -1083,7 +1083,7 @@ def _reader_units(reader: Any) -> dict[str, Any]:
     MemoryReader, which states none, those of the reader of the file it was filled from
     (none where MDAnalysis cannot tell it from the name: then nothing is said). The
     note said a DCD loaded in memory was written as read, its lengths and times
-    unconverted, where the DCD reader had converted its times from AKMA (an audit)."""
+    unconverted, where the DCD reader had converted its times from AKMA."""
     from MDAnalysis.coordinates.memory import MemoryReader
 
     if not isinstance(reader, MemoryReader):

@@ -127,7 +127,7 @@ def open_zarr_store(path: str | os.PathLike[str], *, check_chunks: bool = False,
     group = (group or "").strip("/") or None
     try:
         # quiet: a store without consolidated metadata (copied by hand) opens as well,
-        # with xarray's 5-line note of it, printed by h5mdx info and rmsd (an audit)
+        # with xarray's 5-line note of it, printed by h5mdx info and rmsd
         with _quiet_zarr():
             ds = _open_store(path, group)
     except (OSError, ValueError, KeyError) as err:
@@ -163,7 +163,7 @@ def _open_integers_kept(path: str | os.PathLike[str], **kwargs: Any) -> xr.Datas
     ``_FillValue`` (H5MD's ``id``, -1 for absent particles) kept integers, the fill value
     in their encoding, as the h5md engine serves them: CF's decoding made them floats
     (NaN for -1), and a store of selected atoms then had no ``id`` to find them in the
-    whole system's topology (found by an audit)."""
+    whole system's topology."""
     ds = xr.open_dataset(path, engine="zarr", chunks=None, **kwargs)
     names = [str(name) for name, var in ds.variables.items()
              if var.dtype.kind == "f" and var.encoding.get("_FillValue") is not None
@@ -537,7 +537,7 @@ def _json_attrs(ds: xr.Dataset) -> None:
     """Leave out of ``ds`` (a copy), with a warning each, the attributes Zarr's JSON
     metadata cannot hold (a complex number, from an HDF5 attribute of a complex type):
     one such attribute failed the whole copy with xarray's bare 'TypeError: Invalid
-    attribute in Dataset.attrs.' (found by an audit)."""
+    attribute in Dataset.attrs.'."""
     import json
 
     def kept(owner: str, attrs: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -567,7 +567,7 @@ def _drop_own_topology(out: xr.Dataset, sources: list[str]) -> None:
     the store holds the atoms' names, residues and masses as coordinates, where its
     selections are made. Kept, they made the store read its selections from that file by
     its path: refused where the file was moved or deleted ("No such topology file"),
-    another file's atoms where it was replaced (found by an audit)."""
+    another file's atoms where it was replaced."""
     copied = {os.path.realpath(s) for s in sources}
     owners = [out.attrs] + ([out.variables[ATOM_DIM].attrs] if ATOM_DIM in out.variables
                             else [])
@@ -689,7 +689,7 @@ def to_zarr(
     """Write a Dataset of the h5mdx data model to a Zarr store in chunks of whole frames.
 
     ``ds.to_zarr`` of a Dataset opened without ``chunks=`` lets Zarr choose chunks that
-    split the frames along ``atom`` and ``spatial`` ((25, 1671, 2) for adk, audit46): every
+    split the frames along ``atom`` and ``spatial`` ((25, 1671, 2) for adk): every
     task of an analysis then reads parts of many chunks. This writes each element in
     chunks of whole frames, as ``h5mdx convert OUT.zarr`` does, from a lazy or dask-backed
     Dataset, a block at a time, into a temporary store renamed into place.
@@ -727,7 +727,7 @@ def _with_selection_id(ds: xr.Dataset) -> xr.Dataset:
     ``atom`` coordinate of indices other than 0, 1, ...: ``isel(atom=...)``, a
     ``select=``) and no ``id``, as :func:`to_h5md` writes it: without it, ``h5mdx rmsd
     STORE --topology`` the whole system's topology refused the store ("has 3341 atoms;
-    the store has 214"; found by an audit)."""
+    the store has 214")."""
     if ATOM_DIM not in ds.coords or "id" in ds.variables or ds[ATOM_DIM].ndim != 1:
         return ds
     atoms = np.asarray(ds[ATOM_DIM].values)
@@ -759,7 +759,7 @@ def _check_kind_named(path: str | os.PathLike[str], *, zarr: bool) -> None:
 
 def _compute_with_bar(writes: Any, description: str) -> None:
     """Compute dask's ``writes`` under dask's own progress bar, after a line naming it (a
-    4 GB copy to Zarr ran 12-29 s without a sign of life; found by an audit)."""
+    4 GB copy to Zarr ran 12-29 s without a sign of life)."""
     import sys
 
     from dask.diagnostics import ProgressBar
@@ -1160,7 +1160,7 @@ def _elements(ds: xr.Dataset) -> tuple[list[ElementSpec],
 
 def _refuse_objects(name: str, var: xr.DataArray) -> None:
     """Refuse a variable of Python objects, before anything is written: h5py failed deep
-    in the writer with "Object dtype dtype('O') has no native HDF5 equivalent" (an audit),
+    in the writer with "Object dtype dtype('O') has no native HDF5 equivalent",
     naming neither the variable nor what to do."""
     if var.dtype.kind == "O":
         raise ValueError(
@@ -1195,7 +1195,7 @@ def _dimension(ds: xr.Dataset) -> int | None:
 def _warn_observables_left(path: Any, ds: xr.Dataset) -> None:
     """Warn where a source file of ``ds`` holds observables the Dataset does not: the engine
     opens them as a group of their own, and ``to_h5md`` of a file's Dataset left them out
-    in silence (an audit)."""
+    in silence."""
     from h5mdx.format.h5md import open_h5md
 
     for source in _sources(ds):

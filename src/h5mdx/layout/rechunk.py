@@ -76,7 +76,7 @@ def _copy_attrs(src: Any, dst: Any, refs: list[tuple[str, str | None, Any]] | No
     made once its target exists in the output (:func:`_make_refs`): copied as it is, it
     would hold an address in the input file. So are the scales attached to a dataset's
     axes (``DIMENSION_LIST``, with each scale's ``REFERENCE_LIST``: copied as they were,
-    the copy's could not be read; found by an audit)."""
+    the copy's could not be read)."""
     for name in src.attrs:
         aid = src.attrs.get_id(name)
         if refs is not None and name in (_DIMENSION_LIST, _REFERENCE_LIST) \
@@ -197,7 +197,7 @@ def _refs(fout: h5py.File, paths: Any) -> Any:
 def _make_refs(fout: h5py.File, refs: list[tuple[str, str | None, Any]]) -> None:
     """Make the object references of ``refs`` in ``fout``, to the same paths: those of an
     attribute ``name``, or of a dataset (``name`` None: HDF5 copies the references of a
-    dataset to another file as null ones, silently; found by an audit)."""
+    dataset to another file as null ones, silently)."""
     for where, name, paths in refs:
         if isinstance(paths, _Regions):
             value = paths.refs(fout)
@@ -257,8 +257,8 @@ def _unrounded(filters: dict[str, Any], dset: h5py.Dataset, chunks: tuple[int, .
     (floating-point values to some decimals, integers to some bits) and the chunks
     change: it rounds each chunk from that chunk's own minimum, so applied again to other
     chunks it changes values already rounded, silently (a float64 0.66666667 stored with
-    ``scaleoffset=3`` in chunks of 2 values became 0.66633333 in a copy of chunks of 4;
-    found by an audit). Kept where lossless (integers at their automatic bits) or where
+    ``scaleoffset=3`` in chunks of 2 values became 0.66633333 in a copy of chunks of 4).
+    Kept where lossless (integers at their automatic bits) or where
     the chunks are the input's."""
     digits = filters.get("scaleoffset")
     if digits is None or tuple(chunks) == dset.chunks or (
@@ -277,8 +277,7 @@ def _new_filters(spec: str, dset: h5py.Dataset) -> dict[str, Any]:
     """create_dataset keyword arguments of the compression ``spec`` for a copy of
     ``dset``: none, with a warning, for Blosc on variable-length data (strings), on
     which hdf5plugin's Blosc filter divides by zero and kills the process (SIGFPE: a
-    rechunk --compression blosc of a file with a string observable died without a word;
-    found by an audit)."""
+    rechunk --compression blosc of a file with a string observable died without a word)."""
     kwargs = compression_kwargs(spec)
     if kwargs.get("compression") != _BLOSC or h5py.check_vlen_dtype(dset.dtype) is None:
         return kwargs
@@ -324,7 +323,7 @@ def _external_target(filename: str, src: str, dst: str) -> str:
     """The file name an external link of ``src`` to ``filename`` takes in ``dst``: HDF5
     looks for a relative one next to the file holding the link, so a copy into another
     directory points to the same file by a name relative to ``dst`` (kept as it was, the
-    copy's link dangled: its data unreachable, silently; found by an audit). Absolute
+    copy's link dangled: its data unreachable, silently). Absolute
     names, and names of no file next to ``src`` (found through ``HDF5_EXT_PREFIX`` or the
     working directory), are kept."""
     if os.path.isabs(filename):
@@ -345,7 +344,7 @@ def _relocated_virtual(src: Any, gdst: h5py.Group, name: str, dst_file: str) -> 
     named relative to ``dst_file`` (:func:`_external_target`), where a relative name
     changes; False (nothing made) otherwise. HDF5 looks for a relative source file next
     to the virtual dataset's file: copied as it was into another directory, the copy read
-    the fill value in place of every mapped value, silently (found by an audit)."""
+    the fill value in place of every mapped value, silently."""
     if not isinstance(src, h5py.Dataset) or not src.is_virtual:
         return False
     maps = src.virtual_sources()
@@ -560,7 +559,7 @@ def _frame_chunks(src: h5py.Dataset, frames: int
     input's, resizable in time where the input was not chunked). An axis of no values
     (an element of no particles, ``(frames, 0, 3)``) gets chunks of 1 and no limit:
     HDF5 takes no chunk of 0, nor one past a fixed limit of 0 (the copy failed with a
-    bare 'All chunk dimensions must be positive'; found by an audit)."""
+    bare 'All chunk dimensions must be positive')."""
     maxshape = src.maxshape if src.chunks else (None, *src.shape[1:])
     chunks = (frames, *(max(1, int(s)) for s in src.shape[1:]))
     maxshape = (maxshape[0], *(None if s == 0 else m
@@ -572,12 +571,12 @@ def _reported(el: ElementInfo) -> bool:
     """Whether the frames copied of ``el`` advance the progress bar: positions, and
     elements of frames of 4 KiB or more (velocities, forces). The bar's total counts
     the frames of all of them: it was the positions' alone, and a copy of positions,
-    velocities and forces ended at '9/3 frames' (found by an audit)."""
+    velocities and forces ended at '9/3 frames'."""
     return el.name == "position" or (len(el.shape) > 2 and _frame_bytes(el) >= 4096)
 
 
 #: Input chunks one read may span at most: a read of 64 MiB of one-frame chunks of 10
-#: atoms spanned 560,000 of them, and HDF5 took 3.9 GB (audit; 4,096 chunks: ~30 MB).
+#: atoms spanned 560,000 of them, and HDF5 took 3.9 GB (4,096 chunks: ~30 MB).
 _CHUNKS_PER_READ = 4096
 
 
@@ -585,7 +584,7 @@ class _Room:
     """What the next block needs on the output's disk: its bytes, or for a compressed
     output its bytes at the compression seen so far (the file's growth over the bytes
     written), none before the first block has shown it (the check keeps its margin). The
-    bytes uncompressed refused a 0.6 MiB gzip copy with 50 MiB free (found by an audit)."""
+    bytes uncompressed refused a 0.6 MiB gzip copy with 50 MiB free."""
 
     def __init__(self, filename: str, compressed: bool) -> None:
         self.filename, self.compressed = filename, compressed
@@ -741,7 +740,7 @@ def _chunked_otherwise(layout: Layout, main: ElementInfo, elements: list[Element
     positions ``main`` (a float64 velocity beside float32 positions). Any element of
     other frame bytes counted, the box's edges too, whose chunks follow their own rule:
     the summary of a copy of MDAnalysis' files said each other element had its own
-    chunks where all had the positions' (found by an audit)."""
+    chunks where all had the positions'."""
     want = layout.frames(_frame_bytes(main), main.shape[0])
     return any(layout.frames(_frame_bytes(e), e.shape[0]) != want for e in elements
                if e.path.startswith("/particles/") and e.name != "box_edges")
@@ -750,7 +749,7 @@ def _chunked_otherwise(layout: Layout, main: ElementInfo, elements: list[Element
 @contextlib.contextmanager
 def _verifying(dst: str, progress: bool) -> Iterator[None]:
     """A bar of the time elapsed while the copy is read back (seconds a GB, silent after
-    the copy's bar had reached 100 %: found by an audit)."""
+    the copy's bar had reached 100 %)."""
     with progress_bar(None, f"verify {os.path.basename(dst)}", progress, unit=None,
                       elapsed=True):
         yield
@@ -799,7 +798,7 @@ def _free_form_groups(info: FileInfo) -> list[tuple[str, str, dict[str, ElementI
     """(H5MD group, Zarr group, elements) of each group that holds data in the root groups
     H5MD does not define (RMPCDMD's ``/fields``: :func:`~h5mdx.format.h5md.free_form`),
     as the engine opens them: its elements and datasets directly under it (they were left
-    out of a copy to Zarr, silently: found by an audit); ``/parameters``' first, walked
+    out of a copy to Zarr, silently); ``/parameters``' first, walked
     so too (a group of it laid out as an element is one, as the engine opens it)."""
     groups: list[tuple[str, str, dict[str, ElementInfo]]] = []
     for root in ("parameters", *info.other_groups):
@@ -903,7 +902,7 @@ def _rechunk_zarr(src: str, dst: str, info: FileInfo, layout: Layout, *, overwri
     t0 = _time.perf_counter()
     names: list[str] = []
     groups = _zarr_groups(info)
-    if not groups:  # it failed saying "the writer produced no output" (an audit)
+    if not groups:  # it failed saying "the writer produced no output"
         raise ValueError(f"{src}: holds no particles, observables, connectivity or "
                          "parameters: nothing to copy into a Zarr store")
     with atomic_output(dst, overwrite=overwrite, inputs=[src], directory=True) as tmp:

@@ -59,7 +59,7 @@ def refused_on_any_rank(message: str | None) -> bool:
     it did not refuse), said once by rank 0.
 
     Every rank checks the same options before dask-mpi starts, and refused them with the
-    same line, once per rank (an audit). A line every rank gave is said as it is; one
+    same line, once per rank. A line every rank gave is said as it is; one
     that only some ranks gave (a file that only they cannot see) names them.
 
     Parameters

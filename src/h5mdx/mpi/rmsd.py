@@ -361,7 +361,7 @@ def run_rmsd(options: MPIRMSDOptions, comm: Any = None) -> MPIRMSDResult | None:
         rmsd = _read_and_compute(options, job, timer)
     except BaseException:
         if comm.Get_size() == 1:  # the error goes up as it is (several ranks: an abort):
-            job.file.close()  # closed before MPI ends, not by h5py after it (an audit)
+            job.file.close()  # closed before MPI ends, not by h5py after it
         raise
     # 5. wait and gather
     with timer.phase("wait"):
@@ -492,7 +492,7 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
         raise H5MDFormatError(options.trajectory, source.element.path,
                               "the positions have no frames: there is no RMSD to compute")
     if not -source.n_frames <= ref_index < source.n_frames:
-        raise IndexError(  # naming the file and its positions (an audit)
+        raise IndexError(  # naming the file and its positions
             f"{options.trajectory} [{source.element.value_path}]: reference frame "
             f"{ref_index} is out of range for {source.n_frames} frames (0 to "
             f"{source.n_frames - 1}, or -{source.n_frames} to -1 from the end)")
@@ -519,7 +519,7 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
 def _warn_problems(source: PositionSource, trajectory: str) -> None:
     """Warn, once, of what the scan of the file assumed to read its positions (no
     ``step``: frames numbered 0..n-1; a ``time`` of other length: ignored), as the h5md
-    engine does: the series went out with those steps and times and no word (an audit)."""
+    engine does: the series went out with those steps and times and no word."""
     import warnings
 
     from h5mdx.errors import H5MDConformanceWarning
@@ -783,7 +783,7 @@ def _summary(res: MPIRMSDResult, options: MPIRMSDOptions) -> None:
     n = len(res.rmsd)
     unit = f" {res.unit}" if res.unit else ""
     # the reads and the kernel alone: on a short run, opening the topology and loading the
-    # kernel (init_top, warmup) take most of the wall time (found by an audit)
+    # kernel (init_top, warmup) take most of the wall time
     work = max(float(r.get("t_io", 0.0) or 0.0) + float(r.get("t_compute", 0.0) or 0.0)
                for r in recs)
     rate = (f"; {n / work:,.0f} frames/s in the busiest rank's io + compute, the rest "

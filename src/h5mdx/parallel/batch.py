@@ -231,7 +231,7 @@ def _sbatch_word(value: str, option: str | None = None) -> str:
     """``value`` as one word of an ``#SBATCH`` line: sbatch splits those lines at
     whitespace and ends them at an unquoted ``#``, but takes double quotes and backslash
     escapes (``--chdir=/scratch/my run`` set the job's directory to ``/scratch/my``: the
-    job failed in the queue, its log in the wrong place; found by an audit). ``option``
+    job failed in the queue, its log in the wrong place). ``option``
     (``--job-name``) names the value in the error.
 
     Raises
@@ -250,7 +250,7 @@ def _sbatch_word(value: str, option: str | None = None) -> str:
 
 def _launcher(mpirun: str) -> list[str]:
     """The words of the MPI launcher: ``"srun --mpi=pmix"`` was quoted as one command
-    name, and the job failed with 'command not found' (an audit); a path that exists
+    name, and the job failed with 'command not found'; a path that exists
     is one word, spaces and all."""
     if os.path.exists(mpirun) or not re.search(r"\s", mpirun.strip()):
         return [mpirun]
@@ -263,8 +263,8 @@ def _launcher(mpirun: str) -> list[str]:
 def _extra_directive(text: str) -> str:
     """A directive given by the user (``--sbatch``) as an ``#SBATCH`` line takes it: the
     value of ``--option=value`` as one word (``--comment=a b`` was split by sbatch), and
-    no line break (one ended the line and began a line of shell in the script; an
-    audit). Raises ValueError for a line break."""
+    no line break (one ended the line and began a line of shell in the script).
+    Raises ValueError for a line break."""
     text = str(text).strip()
     if "\n" in text or "\r" in text:
         raise ValueError(f"--sbatch {text!r} holds a line break, which no #SBATCH line "

@@ -286,7 +286,7 @@ def _warm_up_for(ds: Any, lazy: Any, kernel: str) -> None:
     """Load the kernel that the tasks of ``lazy`` (the RMSD of ``ds``, or of its parts)
     run, before the clock starts: none where ``rmsd`` gave a small job the numpy kernel.
     The threads scheduler's warm-up loaded numba and its kernel (0.5-1 s) before the graph
-    chose numpy for such a job (audit47)."""
+    chose numpy for such a job."""
     from h5mdx.analysis.plan import _small_work_kernel
     from h5mdx.analysis.qcp import warm_up
 
@@ -379,7 +379,7 @@ def compute_rmsd(ds: Any, *, select: Any, reference: int = 0, weights: Any = Non
         seconds = time.perf_counter() - t0
         stack.close()  # last entered first: a capture collects before its cluster closes
     if run is not None and timing:
-        # made here, not before the run: one interrupted or failed left it empty (audit70)
+        # made here, not before the run: one interrupted or failed left it empty
         os.makedirs(timing, exist_ok=True)
         run.save(os.path.join(timing, "timing.csv"))
     return result, seconds, workers

@@ -462,7 +462,7 @@ def _count_workers(backend: str, client: Any) -> int:
     import dask.system
 
     # dask's pools take CPU_COUNT (affinity and cgroup limits): os.cpu_count() said 64
-    # workers of a job given 4 cores, and the load imbalance divided by 64 (an audit)
+    # workers of a job given 4 cores, and the load imbalance divided by 64
     return 1 if backend == "synchronous" else int(
         dask.config.get("num_workers", None) or dask.system.CPU_COUNT or 1
     )

@@ -210,7 +210,7 @@ def injected_delay(frame_start: int) -> tuple[str, float] | None:
 DELAY_PHASES = ("io", "compute")
 
 #: The longest delay, in seconds (a day): --delay 0:1e308 passed (finite) and ended in a
-#: traceback of time.sleep in the task (OverflowError; found by an audit).
+#: traceback of time.sleep in the task (OverflowError).
 MAX_DELAY_S = 86_400
 
 

@@ -199,7 +199,7 @@ def _coerce(df: pd.DataFrame) -> pd.DataFrame:
             if col in _NULLABLE_STR:
                 # built as objects: ``Series.map`` infers pandas 3's ``str`` dtype, whose
                 # missing value is NaN, so a None beside a job id became NaN and failed
-                # validate (found by an audit)
+                # validate
                 out[col] = pd.Series([str(v) if ok else None for v, ok in zip(
                     s, s.notna(), strict=True)], index=s.index, dtype=object)
             else:
@@ -341,7 +341,7 @@ def _impossible_times(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
 
 def _which(bad: pd.Series, df: pd.DataFrame, most: int = 3) -> str:
     """The rows where ``bad`` holds, by position and task key (the first ``most``): a
-    clock that stepped back on one host is found by them (an audit: 'in some rows')."""
+    clock that stepped back on one host is found by them (said 'in some rows' before)."""
     rows = np.flatnonzero(bad.to_numpy(dtype=bool))
     more = f" and {len(rows) - most} more" if len(rows) > most else ""
     keys = ", ".join(str(df["task_key"].iloc[i]) for i in rows[:most])
@@ -581,7 +581,7 @@ def load(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
             na_values=[""],
         )
         # save let no text column but slurm_job_id be missing: an empty field of the
-        # others is an empty name ('' host or kind), not a missing one (an audit)
+        # others is an empty name ('' host or kind), not a missing one
         for col in (c for c, kind in COLUMNS.items() if kind == _STR
                     and c not in _NULLABLE_STR and c in df):
             df[col] = df[col].fillna("")

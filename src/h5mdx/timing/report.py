@@ -194,7 +194,7 @@ def _rich(names: list[str] | None, cells: list[list[str]], aligns: list[str],
 
 def _frames(r: Mapping[str, Any]) -> str:
     """The frames of a record, first and last (``frame_stop`` is one past the last), as
-    errors name them: "0-9"; the table said "0-10" (an audit); "none" where it had none."""
+    errors name them: "0-9"; the table said "0-10"; "none" where it had none."""
     start: Any = r.get("frame_start")
     stop: Any = r.get("frame_stop")
     return "" if _is_missing(start) or _is_missing(stop) else frame_range(int(start), int(stop))

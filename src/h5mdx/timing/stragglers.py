@@ -73,7 +73,7 @@ _DEFAULT_FACTOR = {"median": 1.5, "fastest-group": 2.0}
 #: Default minimum absolute excess over the median (s) for a straggler.
 DEFAULT_MIN_EXCESS = 0.05
 #: Work (the tasks' seconds summed) below which :func:`advice` judges nothing: a run of a
-#: few ms had drawn advice to rechunk and use MPI-IO from microsecond timings (an audit).
+#: few ms had drawn advice to rechunk and use MPI-IO from microsecond timings.
 MIN_JUDGED = 2 * DEFAULT_MIN_EXCESS
 
 
@@ -234,7 +234,7 @@ def flag_stragglers(
         return out
     # dropna=False: a task whose group key is unknown (rank of a dask task) is still judged
     # a task given no frames (an MPI rank left without a chunk) only opened the files: no
-    # one's peer, its short time made every rank that worked a straggler (an audit)
+    # one's peer, its short time made every rank that worked a straggler
     empty = (df["frame_stop"] <= df["frame_start"]).fillna(False).to_numpy(dtype=bool)
     for idx in df.groupby(list(by), sort=False, dropna=False).indices.values():
         d = ph.loc[idx, "duration"].mask(empty[idx])
@@ -265,7 +265,7 @@ def _others_median(d: np.ndarray) -> np.ndarray:
     """For each entry of ``d``, the median of the others (NaN for a lone one).
 
     Unknown (NaN) entries, tasks without a stop time, are no one's others: sorted last,
-    they had made the median of the known ones NaN, and no task a straggler (an audit).
+    they had made the median of the known ones NaN, and no task a straggler.
     Their own value is the median of the known ones.
 
     Examples
@@ -402,7 +402,7 @@ def _worker_warmup(df: pd.DataFrame) -> pd.Series:
     """Per run and worker, the seconds the worker spent warming up: the union of its tasks'
     warm-ups, each at the start of its task. A worker of several threads warms them up side
     by side (each loads the kernel at once): their sum, 1.0 s for two threads' 0.5 s, was
-    taken off the run's time as if one after the other (an audit)."""
+    taken off the run's time as if one after the other."""
     warm = _warmup(df)
     ivs = pd.DataFrame({"run_id": df["run_id"], "worker": df["worker"],
                         "a": df["t_start"], "b": df["t_start"] + warm, "w": warm})
@@ -619,7 +619,7 @@ def _io_class(r: float) -> str:
 def _io_advice(df: pd.DataFrame) -> str | None:
     """I/O bound, balanced or compute bound, by R_comp/IO; of each scheduler where the
     records' schedulers differ in that (one ratio of threads at 2.7 and mpi-io at 0.11
-    said 'Balanced: 1.2', true of neither; an audit)."""
+    said 'Balanced: 1.2', true of neither)."""
     by = [(str(b), _r_comp_io(part)) for b, part in df.groupby("backend", sort=True)]
     known = [(b, r) for b, r in by if r is not None]
     if len({_io_class(r) for _, r in known}) > 1:
@@ -692,7 +692,7 @@ def _straggler_advice(df: pd.DataFrame) -> str | None:
         per_worker = runs.size() / runs["n_workers"].first().clip(lower=1)
         slow = flagged.loc[flagged["is_straggler"], "run_id"].unique()
         least = float(per_worker.loc[slow].min())
-        if least >= 3:  # the advice was taken already (found by an audit)
+        if least >= 3:  # the advice was taken already
             remedy = (f" Those runs had {least:.0f} or more blocks per worker already, "
                       "which lets faster workers take over: the slow blocks themselves are "
                       "the trouble.")

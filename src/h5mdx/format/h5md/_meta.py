@@ -172,7 +172,7 @@ def _h5md_subgroup(c: _Ctx, parent: h5py.Group, name: str, where: str = "/h5md",
 
 def _unreadable(c: _Ctx, obj: h5py.HLObject, name: str, where: str, assumed: str) -> bool:
     """Whether ``obj`` has the attribute ``name`` but h5py cannot read it (an opaque
-    type): noted as such, ``assumed``; it was said to be missing (an audit)."""
+    type): noted as such, ``assumed``; it was said to be missing."""
     try:
         if name not in obj.attrs:
             return False

@@ -35,7 +35,7 @@ def _observables(
     of every group below it too); ``seen``: the addresses of the groups on the way to
     ``grp`` (a link back to one is a cycle)."""
     # the groups on the way here, not every group walked: a group of two names (hard
-    # links) was "a cycle" at its second name, and left out (an audit)
+    # links) was "a cycle" at its second name, and left out
     seen = {*seen, _addr(grp)}
     where = None  # grp.name: asked at the first child, not at each (7 us)
     if within is not None and prefix == f"{within}/":  # the group sought: its elements

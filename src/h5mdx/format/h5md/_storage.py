@@ -140,7 +140,7 @@ def _raw_attr(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
     """The attribute ``name`` of ``obj`` as h5py reads it (bytes undecoded), else
     ``default``: also for one of no value (HDF5's null dataspace, h5py's ``Empty``),
     which was read as the text "Empty(dtype=dtype('S1'))" (an empty
-    ``/h5md/author/email`` became that author e-mail; found by an audit)."""
+    ``/h5md/author/email`` became that author e-mail)."""
     try:
         if name not in obj.attrs:
             return default
@@ -214,8 +214,8 @@ def object_address(obj: h5py.HLObject) -> tuple[int, ...]:
     """Where ``obj`` lies in its file: one key per object, however many links name it.
 
     ``H5Gget_objinfo``, not ``H5Oget_info``: the latter sizes the object's storage too,
-    which walks a chunked dataset's whole index (68 ms for 100,000 chunks; an audit
-    found an open doing it four times)."""
+    which walks a chunked dataset's whole index (68 ms for 100,000 chunks;
+    an open did it four times)."""
     return _object_number(obj.id)
 
 

@@ -249,7 +249,7 @@ def groups_below(grp: h5py.Group) -> list[tuple[str, h5py.Group | None]]:
 
     Every name of an object hard-linked twice is given (a dataset of two groups, a group
     of two names): HDF5's visit of objects gave one of them, the others left out in
-    silence (an audit). Soft and external links are not followed, nor a hard link back
+    silence. Soft and external links are not followed, nor a hard link back
     to a group on the way to it (a cycle).
 
     Parameters
@@ -595,7 +595,7 @@ def _element_tree(c: _Ctx, root: str, deep: bool | str = True, subtree: bool = F
         within = deep.strip("/") if isinstance(deep, str) else None
         _observables(c, grp, "", elements, groups, set(), f"/{root}", bool(deep),
                      within or None, subtree)
-    else:  # it was left out in silence (an audit)
+    else:  # it was left out in silence
         _not_a_group(c, root, grp)
     return elements, groups
 
@@ -638,7 +638,7 @@ def _named_particles_groups(c: _Ctx, connectivity: dict[str, ElementInfo],
         named = el.attrs.get("particles_group")
         if isinstance(named, str) and (named.startswith("/") or not named):
             # a reference, read as the path it points to (or a path written so): one to
-            # no particles group was served without a word (an audit)
+            # no particles group was served without a word
             _check_reference(c, el.path, named, paths)
             continue
         if not isinstance(named, str):
