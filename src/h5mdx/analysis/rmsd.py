@@ -435,7 +435,7 @@ def seam(before: Any, part: Any) -> tuple[str, Any, Any] | None:
     steps, else ``time``) with the last value of ``before`` and the first of ``part``;
     None where either holds no frame. Steps numbered anew (a run restarted from step 0,
     or frames numbered 0..n-1 for want of steps) that go back are compared by time where
-    the times follow (:func:`_times_of`). ``first == last``: the part begins with the
+    the times follow (``_times_of``). ``first == last``: the part begins with the
     frame ``before`` ends with (a run continued from its last frame), which ``h5mdx
     rmsd`` of the files keeps once; ``first < last``: the parts are not in order."""
     what = "step" if "step" in part.coords and "step" in before.coords else "time"

@@ -801,7 +801,7 @@ def box_dimensions(edges: Any) -> np.ndarray | None:
 
 def angstrom_frame(xyz: np.ndarray, unit: Any, ids: np.ndarray, n: int,
                    edges: Any, what: str = "the reference") -> Frame:
-    """The :data:`Frame` of a selection by position: the positions ``xyz`` (in ``unit``;
+    """The ``Frame`` of a selection by position: the positions ``xyz`` (in ``unit``;
     without one, taken to be Angstrom) of the topology's atoms ``ids`` among its ``n``
     (NaN for the others), in Angstrom, with the box of one frame's ``box_edges``
     (:func:`box_dimensions`); ``what`` names the positions where their unit is no

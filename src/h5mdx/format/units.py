@@ -384,7 +384,7 @@ def shortest_decimals(x: np.ndarray, stored: np.dtype, todo: np.ndarray,
     ``stored``, with ``n`` a whole number float64 holds exactly (``abs(n) < 2**53``).
 
     The one search of h5mdx for the decimal a value was written as: float32 times
-    widened (:func:`h5mdx.format.h5md._decimals.widened`), float64 times shifted by a
+    widened (``h5mdx.format.h5md._decimals.widened``), float64 times shifted by a
     power of ten (:func:`scaled`).
 
     Returns

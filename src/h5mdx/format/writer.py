@@ -127,7 +127,7 @@ class Layout:
         """``create_dataset`` keyword arguments of a dataset ``values`` that is no time
         series (fixed-in-time data, bonds): chunked (HDF5's guess) with the compression,
         where one is asked and it holds rows of fixed-size values of at least
-        :data:`SMALL_UNCHUNKED_BYTES`; none otherwise. Before, a ``--compression``
+        ``SMALL_UNCHUNKED_BYTES``; none otherwise. Before, a ``--compression``
         compressed the time series alone."""
         kwargs = compression_kwargs(self.compression)
         if not kwargs or self.contiguous or values.ndim == 0 or values.dtype.hasobject \

@@ -4,9 +4,10 @@
 The ``value`` datasets of time-dependent elements (particles, box edges,
 observables) get the new layout (chunks of whole frames, compression); every
 other dataset is copied as it is, but with the compression asked for where one is
-(:func:`_refilterable`: not scalars and small unchunked datasets). An object reachable under several paths
-(hard links, such as the ``step``/``time`` datasets that MDAnalysis shares
-between elements) stays one object; soft and external links stay links.
+(``_refilterable``: not scalars and small unchunked datasets). An object reachable
+under several paths (hard links, such as the ``step``/``time`` datasets that
+MDAnalysis shares between elements) stays one object; soft and external links stay
+links.
 Data moves in blocks of whole output chunks (at most ``buffer_mib``), so
 memory stays bounded whatever the file size.
 """
