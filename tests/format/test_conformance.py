@@ -95,6 +95,33 @@ def _short_step(f):
     del f[f"{G}/position/time"]
 
 
+def _check_short_step(ds):
+    """The frame with a step, at its step; the two without one left out (all three were
+    served numbered 0..2 before, with no step or time of the file)."""
+    np.testing.assert_array_equal(ds.step, [0])
+    np.testing.assert_array_equal(ds.position, POS[:1])
+    np.testing.assert_array_equal(ds.step_box_edges, STEPS)  # the box keeps its own
+
+
+def _value_ahead(f):
+    """A writer that grew 'value' two frames ahead of 'step' and 'time' (or stopped
+    between writing them): the whole element was served numbered 0..n-1, its steps and
+    times lost."""
+    pos = f[f"{G}/position"]
+    attrs = dict(pos["value"].attrs)
+    _replace(pos, "value", np.concatenate([POS, np.zeros((2, N_ATOMS, 3))]))
+    pos["value"].attrs.update(attrs)
+
+
+def _value_ahead_of_step_only(f):
+    """As :func:`_value_ahead`, with a 'time' of as many entries as 'value': one warning,
+    of the step, not a second of the time."""
+    _value_ahead(f)
+    pos = f[f"{G}/position"]
+    _replace(pos, "time", np.concatenate([TIMES, [1.5, 2.0]]))
+    pos["time"].attrs["unit"] = "ps"
+
+
 def _stopped_mid_frame(f):
     """ESPResSo and GROMACS extend 'value' before 'step' and 'time': a writer stopped in
     between leaves one frame more in 'value' (never written: the fill value)."""
@@ -194,7 +221,8 @@ def _id_short_step(f):
 
 
 def _check_id(ds):
-    np.testing.assert_array_equal(ds["id"].isel(time_id=2), np.arange(N_ATOMS))
+    np.testing.assert_array_equal(ds["id"], [np.arange(N_ATOMS)])  # the frame at step 0
+    np.testing.assert_array_equal(ds["step_id"], [0])
 
 
 def _malformed_observable(f):
@@ -599,7 +627,8 @@ def _check_fixed_as_arrays_of_one(ds):
 @pytest.mark.parametrize("offset", [np.nan, "x", np.array([1, 2])])
 def test_a_step_of_one_entry_with_an_unusable_offset_is_one_problem(tmp_path, offset):
     """A step of one entry whose ``offset`` is no number is not taken for a fixed interval:
-    one warning (frames numbered), not "read as fixed-interval" and then numbered."""
+    one warning (the frames without a step left out), not "read as fixed-interval" and
+    then another."""
     path = _base(str(tmp_path / "one.h5md"))
     with h5py.File(path, "r+") as f:
         _replace(f[f"{G}/position"], "step", np.array([10]))
@@ -607,9 +636,10 @@ def test_a_step_of_one_entry_with_an_unusable_offset_is_one_problem(tmp_path, of
     with pytest.warns(H5MDConformanceWarning) as record:
         ds = xr.open_dataset(path, engine="h5md")
     with ds:
-        np.testing.assert_array_equal(ds.step, [0, 1, 2])
+        np.testing.assert_array_equal(ds.step, [10])
+        np.testing.assert_array_equal(ds.position, POS[:1])
     [found] = _matching(record, path, f"{G}/position/step")
-    assert "'step' has shape (1,) but 'value' has 3 frames" in found
+    assert "'step' has 1 entries but 'value' has 3 frames" in found
 
 
 def _box_behind(f):
@@ -667,7 +697,15 @@ TROUBLES = {
     "no step": Trouble(_no_step, f"{G}/position", "no step: frames numbered 0..n-1",
                        _check_numbered),
     "step shorter than value": Trouble(_short_step, f"{G}/position/step",
-                                       "frames numbered 0..n-1"),
+                                       r"'step' has 1 entries but 'value' has 3 frames.*"
+                                       r"the last 2 frame\(s\) of 'value', which have no "
+                                       "step, left out", _check_short_step),
+    "value two frames ahead": Trouble(_value_ahead, f"{G}/position/step",
+                                      r"the first 3 frame\(s\) read at their steps; the "
+                                      r"last 2 frame\(s\)", _check_stopped_mid_frame),
+    "value and time two frames ahead of step": Trouble(
+        _value_ahead_of_step_only, f"{G}/position/", r"'step' has 3 entries but 'value' has "
+        r"5 frames.*the last 2 frame\(s\)", _check_stopped_mid_frame),
     "positions not vectors": Trouble(_flat_positions, f"{G}/position",
                                      r"holds frames of shape \(4,\).*served as stored",
                                      _check_flat_positions),
@@ -691,7 +729,7 @@ TROUBLES = {
     "species without step": Trouble(_species_no_step, f"{G}/species",
                                     f"no step: sampled as {G}/position", _check_species),
     "id with a step of length 1": Trouble(_id_short_step, f"{G}/id/step",
-                                          "frames numbered 0..n-1", _check_id),
+                                          r"the last 2 frame\(s\) of 'value'", _check_id),
     "malformed observable": Trouble(_malformed_observable, "/observables/energy", "left out",
                                     _check_particles_fine, tree=True),
     "scalar observable value": Trouble(_scalar_observable, "/observables/energy/value",

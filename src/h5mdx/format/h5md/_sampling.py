@@ -69,7 +69,10 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
     ``n`` (the writer stopped before the value). One fewer: all of them, the last frame
     of ``value`` left out (a writer stopped mid-frame: ESPResSo and GROMACS extend
     ``value`` before ``step`` and ``time``; GROMACS' new writer writes a frame's ``time``
-    last, so a ``time`` one short beside a whole ``step`` is the same stop).
+    last, so a ``time`` one short beside a whole ``step`` is the same stop). A ``step``
+    fewer by more: its entries, the frames of ``value`` after them left out (they were
+    numbered 0..n-1 before, the steps and times of the whole element lost); a ``time``
+    fewer by more is ignored, the frames keep their steps.
     """
     shape = f"{name!r} has {m} entries but 'value' has {n} frames"
     if m == n or c.live:
@@ -85,6 +88,11 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
     if m == n - 1:
         c.note(path, f"{shape} (a writer stopped in the middle of a frame)",
                "the last frame of 'value' left out")
+        return 0, m
+    if name == "step" and m < n:
+        c.note(path, f"{shape} (a writer grew 'value' ahead of 'step', or stopped between "
+               "them)", f"the first {m} frame(s) read at their steps; the last {n - m} "
+               "frame(s) of 'value', which have no step, left out")
         return 0, m
     return None
 
@@ -280,8 +288,11 @@ def _fixed_times(c: _Ctx, time_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
     return offset + interval * np.arange(n, dtype=np.float64) if times is None else times
 
 
-def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndarray | None:
-    """Times of the frames (fixed or explicit), or None (absent or unusable: noted)."""
+def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str,
+           stored: int | None = None) -> np.ndarray | None:
+    """Times of the frames (fixed or explicit), or None (absent or unusable: noted).
+    ``stored``: the frames of ``value``, where its ``step`` holds fewer (``n``): a
+    ``time`` of as many entries as ``value`` is not noted again."""
     if time_ds is None:
         return None
     path = f"{where}/time"
@@ -296,8 +307,8 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str) -> np.ndar
         return None
     m = int(time_ds.shape[0])
     # beyond n, the fill value: frames never written, said of 'step' already
-    rows = (0, n) if m > n and _only_fill(c, time_ds, n, path) else _sampled_rows(
-        c, "time", m, n, path)
+    rows = (0, n) if m > n and (m == stored or _only_fill(c, time_ds, n, path)) else (
+        _sampled_rows(c, "time", m, n, path))
     if rows is None:
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
@@ -412,7 +423,7 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
     else:
         step = _explicit_steps(c, step_ds, n_frames, where)
     n = n_frames if step is None else min(n_frames, step.shape[0])
-    time = _times(c, time_ds, n, where)
+    time = _times(c, time_ds, n, where, n_frames)
     if time is not None and time.shape[0] < n:  # times lag behind (live, or stopped)
         n = time.shape[0]
         step = None if step is None else step[:n]
