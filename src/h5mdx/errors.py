@@ -17,6 +17,7 @@ __all__ = [
     "ParticleOrderWarning",
     "H5MDUnitError",
     "MissingDependencyError",
+    "NoSuchGroupError",
     "TopologyError",
     "user_stacklevel",
 ]
@@ -88,6 +89,13 @@ class H5MDUnitError(H5MDError, ValueError):
 
 class TopologyError(H5MDError, ValueError):
     """A topology does not fit the trajectory, or a selection is unusable."""
+
+
+class NoSuchGroupError(H5MDError, ValueError):
+    """The group asked for (``group=``, ``--group``) is not one the file has, or a file
+    of several groups was opened without one; the message names the file and lists the
+    groups there are. A ``ValueError``, as before this class: ``except ValueError`` still
+    catches it."""
 
 
 class MissingDependencyError(H5MDError, ImportError):

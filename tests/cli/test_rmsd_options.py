@@ -154,3 +154,21 @@ def test_chunk_mib_beyond_a_tib_is_a_usage_error(small, capsys):
     captured = capsys.readouterr()
     assert captured.err == ("h5mdx rmsd: --chunk-mib must be at most 1,048,576 MiB (1 TiB), "
                             "not 1e+308\n") and captured.out == ""
+
+
+def test_a_group_the_file_does_not_have_is_one_line_without_the_debug_hint(small, capsys):
+    """--group nope ended with '(run with --debug for the traceback)', as if the message
+    were not complete; now one line lists the groups there are, and nothing more."""
+    import xarray as xr
+
+    from h5mdx.errors import NoSuchGroupError
+
+    assert main(["rmsd", small, "--group", "nope", "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx rmsd: error: {small} has no group 'nope'; available: "
+                            "'particles/all'\n")
+    with pytest.raises(NoSuchGroupError, match="has no group 'nope'") as err:
+        xr.open_dataset(small, engine="h5md", group="nope")
+    assert isinstance(err.value, ValueError)  # as before the class: except ValueError works
+    with pytest.raises(NoSuchGroupError, match="has no group 'nope'; its groups: "):
+        xr.open_datatree(small, engine="h5md", group="nope")

@@ -96,6 +96,7 @@ def run_rmsd_job(ds: Any, *, select: str, workers: int, out_dir: str) -> int:
 def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
     """A Zarr store (as ``h5mdx convert OUT.zarr`` writes it) opened lazily, with the
     topology attached for selections and masses."""
+    from h5mdx.errors import NoSuchGroupError
     from h5mdx.layout.export import open_zarr_store, zarr_particles_groups
 
     where = None
@@ -103,8 +104,8 @@ def _open_zarr(path: str, topology: str | None, group: str | None) -> Any:
         groups = zarr_particles_groups(path)
         name = group.strip("/").removeprefix("particles/")
         if name not in groups:
-            raise ValueError(f"the Zarr store {path} has no particles group {group!r}; it "
-                             f"has: {', '.join(map(repr, groups)) or 'none'}")
+            raise NoSuchGroupError(f"the Zarr store {path} has no particles group {group!r}; "
+                                   f"it has: {', '.join(map(repr, groups)) or 'none'}")
         where = groups[name]
     # chunks missing (a copy that did not finish) said before the run: the frames of a
     # missing chunk of step read as 0, and of time as NaN, in the series written

@@ -41,7 +41,7 @@ from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR as PARTICLE_ORDER_ATTR
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _normalize_path, _scan_with
 from h5mdx.engine.groups import _element_of, _free_form_group, open_groups
-from h5mdx.errors import H5MDFormatError
+from h5mdx.errors import H5MDFormatError, NoSuchGroupError
 from h5mdx.format.h5md import FileInfo, is_h5md
 
 __all__ = ["H5MDBackendEntrypoint"]
@@ -56,7 +56,7 @@ def _default_group(info: FileInfo, listing: str) -> str:
     if len(info.particles) == 1 or len(with_positions) == 1:
         return (with_positions or list(info.particles.values()))[0].group
     if info.particles:
-        raise ValueError(
+        raise NoSuchGroupError(
             f"{info.filename} has several particles groups; choose one with group=... "
             f"(--group on the command line): "
             f"{listing}; or open them all with xr.open_datatree(..., engine='h5md')"
@@ -99,8 +99,8 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     if g == "observables" and info.observables:
         if not info.elements_under("observables"):
             subs = ", ".join(repr(f"observables/{s}") for s in info.observable_groups)
-            raise ValueError(f"{info.filename} has no observables directly under "
-                             f"/observables; open one of its groups: {subs}")
+            raise NoSuchGroupError(f"{info.filename} has no observables directly under "
+                                   f"/observables; open one of its groups: {subs}")
         return "observables", ""
     if g.startswith("observables/") and g[len("observables/"):] in info.observable_groups:
         return "observables", g[len("observables/"):]
@@ -116,9 +116,9 @@ def _resolve_group(info: FileInfo, group: str | None) -> tuple[str, str]:
     left = [p for p in info.problems if f"{p.path.rstrip('/')}/".startswith(f"/{g}/")]
     why = ("; ".join(f"{p.path}: {p.message}, {p.assumed}" for p in left[:3])
            + (f"; and {len(left) - 3} more" if len(left) > 3 else ""))
-    raise ValueError(f"{info.filename} has no group {group!r}"
-                     + (f" that h5mdx reads ({why})" if left else _element_of(info, g))
-                     + f"; available: {listing}")
+    raise NoSuchGroupError(f"{info.filename} has no group {group!r}"
+                           + (f" that h5mdx reads ({why})" if left else _element_of(info, g))
+                           + f"; available: {listing}")
 
 
 def _checked_keywords(topology: Any, convert_units: Any, chunk_mib: Any,

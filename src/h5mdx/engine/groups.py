@@ -33,7 +33,7 @@ from h5mdx.engine.assembly import (
 )
 from h5mdx.engine.chunking import DEFAULT_TARGET_MIB
 from h5mdx.engine.files import _Closer, _manager, _scan_with
-from h5mdx.errors import H5MDFormatError
+from h5mdx.errors import H5MDFormatError, NoSuchGroupError
 from h5mdx.format.h5md import (
     ElementInfo,
     FileInfo,
@@ -232,8 +232,8 @@ def _group_datasets(b: _Builder, info: FileInfo, topology: Any, drop: set[str],
         listing = ", ".join(groups[:_LISTED])
         if len(groups) > _LISTED:
             listing += f" and {len(groups) - _LISTED} more (h5mdx info lists them)"
-        raise ValueError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; its "
-                         f"groups: {listing or 'none'}")
+        raise NoSuchGroupError(f"{info.filename} has no group {root.lstrip('/')!r}{hint}; "
+                               f"its groups: {listing or 'none'}")
     return out
 
 
@@ -402,9 +402,9 @@ def _free_form_group(b: _Builder, sub: str, group: str | None, drop: set[str],
                 "to read it"))
         found = _free_form_datasets(b, root)  # for the listing
         listing = ", ".join(repr(root + (f"/{k}" if k else "")) for k in found)
-        raise ValueError(f"{b.info.filename} has no group {group!r}"
-                         f"{_element_hint(b, root, sub)}; the groups of "
-                         f"/{root}: {listing or 'none'}")
+        raise NoSuchGroupError(f"{b.info.filename} has no group {group!r}"
+                               f"{_element_hint(b, root, sub)}; the groups of "
+                               f"/{root}: {listing or 'none'}")
     ds = found[sub].drop_vars([v for v in drop if v in found[sub].variables])
     ds.attrs = {**_file_attrs(b.info), **ds.attrs, "h5md_group": f"/{root}/{sub}".rstrip("/")}
     return ds
