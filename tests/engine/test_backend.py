@@ -940,6 +940,31 @@ def test_select_matches_nothing(adk_h5md):
         xr.open_dataset(adk_h5md, engine="h5md", select="name CA")
 
 
+def test_a_selection_by_position_with_the_positions_dropped_says_so(adk_h5md, adk_universe,
+                                                                     tmp_path):
+    """drop_variables=['position'] with select='around 5 resid 1' said the group had no
+    positions (or no per-atom element, where the positions were its only one), as if the
+    file held none; now the error says drop_variables left them out. A selection by
+    properties still works without them."""
+    with pytest.raises(TopologyError, match=r"/particles/trajectory has no per-atom element "
+                       "left: drop_variables left out 'position'; keep one"):
+        xr.open_dataset(adk_h5md, engine="h5md", topology=PSF, select="around 5 resid 1",
+                        drop_variables=["position"])
+    path = shutil.copy(adk_h5md, tmp_path / "tagged.h5md")
+    with h5py.File(path, "r+") as f:  # a per-atom element beside the positions
+        f["particles/trajectory/tag"] = np.arange(adk_universe.atoms.n_atoms)
+    with pytest.raises(TopologyError, match=r"\[/particles/trajectory\]: a selection by "
+                       "position .* drop_variables left them out: keep 'position'"):
+        xr.open_dataset(path, engine="h5md", topology=PSF, select="around 5 resid 1",
+                        drop_variables=["position"])
+    with xr.open_dataset(path, engine="h5md", topology=PSF, select="name CA",
+                         drop_variables=["position"]) as ds:
+        assert "position" not in ds
+        ca = adk_universe.select_atoms("name CA").indices
+        np.testing.assert_array_equal(ds.atom, ca)
+        np.testing.assert_array_equal(ds.tag, ca)
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

@@ -511,17 +511,20 @@ def _particles_dataset(
         if topology is None and "topology" in ds.attrs:
             topology = info.filename
     elif topology is not None:
-        ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path)
+        ds = _with_topology(ds, topology, n_atoms, info.filename, pg.path,
+                            drop & set(pg.elements))
     if select is not None:
-        ds = _selected(ds, info, pg.path, topology, select)
+        ds = _selected(ds, info, pg.path, topology, select,
+                       dropped="position" in drop and "position" in pg.elements)
     return ds
 
 
 def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
-              select: str) -> xr.Dataset:
+              select: str, dropped: bool = False) -> xr.Dataset:
     """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``);
     a selection by position (``around``, ``prop z``, ...) on the file's first frame, in
-    Angstrom, in its box (:func:`h5mdx.engine.topology.first_frame`)."""
+    Angstrom, in its box (:func:`h5mdx.engine.topology.first_frame`); ``dropped``: the
+    positions were left out with ``drop_variables``."""
     from h5mdx.engine.topology import (
         SUBSET_OF_ATTR,
         first_frame,
@@ -542,7 +545,7 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
     subset = SUBSET_OF_ATTR in ds[ATOM_DIM].attrs  # the topology's indices of the atoms held
     ids = ds[ATOM_DIM].values if subset else np.arange(n_atoms or 0)
     indices = select_indices(universe, select, info.filename, frame=lambda: first_frame(
-        ds, ids, len(universe.atoms), f"{info.filename} [{group}]"))
+        ds, ids, len(universe.atoms), f"{info.filename} [{group}]", dropped))
     if subset:
         indices = np.flatnonzero(np.isin(ds[ATOM_DIM].values, indices))
         if not indices.size:
@@ -575,8 +578,10 @@ def _without_axes(var: xr.Variable, dims: Iterable[str]) -> xr.Variable:
 
 
 def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename: str,
-                   group: str) -> xr.Dataset:
-    """``ds`` with the per-atom coordinates of ``topology`` and ``attrs["topology"]``."""
+                   group: str, dropped: Iterable[str] = ()) -> xr.Dataset:
+    """``ds`` with the per-atom coordinates of ``topology`` and ``attrs["topology"]``;
+    ``dropped``: the group's elements left out with ``drop_variables`` (named where no
+    per-atom element is left)."""
     from h5mdx.engine.topology import (
         SUBSET_OF_ATTR,
         UNIVERSE_ENCODING,
@@ -587,7 +592,10 @@ def _with_topology(ds: xr.Dataset, topology: Any, n_atoms: int | None, filename:
     )
 
     if n_atoms is None:
-        raise TopologyError(f"{filename}: {group} has no per-atom element")
+        gone = ", ".join(repr(name) for name in sorted(dropped))
+        raise TopologyError(f"{filename}: {group} has no per-atom element" + (
+            f" left: drop_variables left out {gone}; keep one of them to attach a topology"
+            if gone else ""))
     universe = load_universe(topology, group)
     ids = input_indices(ds, universe, n_atoms, filename, group)
     where = f"{filename} [{group}]"  # which group: of a tree, another may fit

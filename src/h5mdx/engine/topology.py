@@ -826,11 +826,14 @@ def warn_unplaced(xyz: np.ndarray, ids: np.ndarray, where: str, stacklevel: int)
             "select them by index", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def first_frame(ds: Any, ids: np.ndarray, n: int, where: str) -> Frame:
+def first_frame(ds: Any, ids: np.ndarray, n: int, where: str, dropped: bool = False
+                ) -> Frame:
     """The frame a selection by position at open (``select=``) is made on: the first
     frame of the positions of ``ds`` as the file holds it (its box that frame's), in
     Angstrom, of the topology's atoms ``ids`` among its ``n``; the topology's own
-    positions (a Universe's current frame) are never used.
+    positions (a Universe's current frame) are never used. ``dropped``: the group's
+    positions were left out with ``drop_variables`` (said so, rather than that there are
+    none).
 
     Raises
     ------
@@ -838,6 +841,11 @@ def first_frame(ds: Any, ids: np.ndarray, n: int, where: str) -> Frame:
         Where ``ds`` has no positions, or none in any frame.
     """
     position = ds.variables.get("position")
+    if dropped and position is None:
+        raise TopologyError(f"{where}: a selection by position is made on the first frame "
+                            "of the positions, and drop_variables left them out: keep "
+                            "'position' (it is read only when used; drop it after the "
+                            "open), or select the atoms by their properties or indices")
     if position is None or ATOM_DIM not in position.dims:
         raise TopologyError(f"{where}: a selection by position is made on the first frame "
                             "of the positions, and there are none: select the atoms by "
