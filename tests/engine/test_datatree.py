@@ -162,25 +162,38 @@ def test_a_compound_parameter_is_one_variable_per_field(small):
 def test_a_compound_parameter_too_large_to_read_at_open_is_read_lazily(small):
     """A compound parameter of more than 1 MiB was left out ("too large to read"); its
     fields are variables read when indexed, named as a small one's, each field alone
-    (also through dask, and after pickling); a text field is left out, said."""
+    (also through dask, and after pickling); a text field, fixed-size or of variable
+    length, is decoded when read (it was left out, where a small compound's is served);
+    a field of references is left out, said."""
     from h5mdx.engine.arrays import backend_array
 
     dt = np.dtype([("x", "f8"), ("n", "i4"), ("v", "f4", (3,)), ("name", "S8"),
-                   ("inner", [("a", "i2"), ("b", "f8")])])
-    n = 40_000  # 42 bytes each: 1.68 MB
+                   ("inner", [("a", "i2"), ("b", "f8")]), ("note", h5py.string_dtype()),
+                   ("ref", h5py.ref_dtype)])
+    n = 40_000  # 58 bytes each: 2.32 MB
     d = np.zeros(n, dtype=dt)
     d["x"], d["n"], d["inner"]["b"] = np.arange(n) * 0.5, np.arange(n), -np.arange(n)
     d["v"] = np.arange(3 * n).reshape(n, 3)
+    d["name"] = [f"atöm{i % 7}".encode() for i in range(n)]
+    d["note"] = [f"n{i}" for i in range(n)]
+    d["ref"] = h5py.Reference()
     with h5py.File(small, "a") as f:
         f["parameters"].create_dataset("big", data=d, chunks=(1000,))
     with pytest.warns(H5MDConformanceWarning) as record:
         ds = xr.open_dataset(small, engine="h5md", group="parameters")
     assert sorted(_said(record)) == [
-        "/parameters/big]: a compound dataset of fields x, n, v, name, inner; served as one "
-        "variable per field: big_x, big_n, big_v, big_inner_a, big_inner_b",
-        "/parameters/big]: its field 'name' is of type |S8, and the dataset (1680000 bytes) "
-        "too large to read at open; field left out"]
+        "/parameters/big]: a compound dataset of fields x, n, v, name, inner, note, ref; "
+        "served as one variable per field: big_x, big_n, big_v, big_name, big_note, "
+        "big_inner_a, big_inner_b",
+        "/parameters/big]: its field 'ref' is of type object, and the dataset (2320000 "
+        "bytes) too large to read at open; field left out"]
     with ds:
+        assert backend_array(ds["big_name"].variable._data) is not None  # not read at open
+        assert ds["big_name"].dtype == np.dtype("U8") and ds["big_note"].dtype == object
+        assert ds["big_name"][8].item() == "atöm1" and ds["big_note"][-1].item() == "n39999"
+        np.testing.assert_array_equal(ds["big_name"].isel(big_dim_0=[0, 3]).values,
+                                      ["atöm0", "atöm3"])
+        np.testing.assert_array_equal(ds["big_note"][:2].values, ["n0", "n1"])
         assert backend_array(ds["big_x"].variable._data) is not None  # not read at open
         assert ds["big_v"].dims == ("big_dim_0", "big_v_dim_1")
         assert ds["big_v"].dtype == np.float32 and ds["big_n"].dtype == np.int32
@@ -191,10 +204,12 @@ def test_a_compound_parameter_too_large_to_read_at_open_is_read_lazily(small):
                                       [30.0, 32.0])
         np.testing.assert_array_equal(ds["big_inner_b"].isel(big_dim_0=[1, 5]).values,
                                       [-1.0, -5.0])
-        assert "big_name" not in ds and "big" not in ds
+        assert "big_ref" not in ds and "big" not in ds
     with pytest.warns(H5MDConformanceWarning):
         lazy = xr.open_dataset(small, engine="h5md", group="parameters", chunks={})
     with lazy:
+        assert lazy["big_note"][5:7].values.tolist() == ["n5", "n6"]
+        assert lazy["big_name"][-1].values.item() == f"atöm{(n - 1) % 7}"
         assert int(lazy["big_n"].sum()) == n * (n - 1) // 2
         assert float(lazy["big_x"].sum() + lazy["big_inner_b"].sum()) == n * (n - 1) / 4 \
             - n * (n - 1) / 2

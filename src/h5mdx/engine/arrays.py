@@ -476,7 +476,9 @@ class FieldArray(H5MDArray):
     """One field of a compound (structured) dataset, read when indexed: through h5py,
     the field alone (``h5py.Dataset.fields``), never by the direct reads, which read
     whole records. ``field``: the field's name, and those of the fields within it for a
-    nested compound; a field of a sub-array type adds its axes after the dataset's."""
+    nested compound; a field of a sub-array type adds its axes after the dataset's. A
+    text field (fixed-size or variable-length strings: ``dtype`` str of as many
+    characters, or object) is served as str, its bytes decoded as UTF-8."""
 
     def __init__(self, manager: CachingFileManager, path: str, shape: tuple[int, ...],
                  dtype: np.dtype, *, field: tuple[str, ...], **kwargs: Any) -> None:
@@ -485,6 +487,13 @@ class FieldArray(H5MDArray):
 
     def __dask_tokenize__(self) -> tuple:
         return (*super().__dask_tokenize__(), self.field)
+
+    def _finish(self, data: np.ndarray) -> np.ndarray:
+        if self.dtype.kind not in "UO":
+            return super()._finish(data)
+        text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                for v in data.ravel().tolist()]
+        return np.array(text, dtype=self.dtype).reshape(data.shape)
 
     def _direct_reader(self) -> _direct.DirectReader | None:
         return None

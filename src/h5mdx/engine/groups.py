@@ -529,8 +529,9 @@ def _lazy_fields(b: _Builder, dset: h5py.Dataset, leaf: str, dims: tuple[str, ..
                  attrs: dict[str, Any], encoding: dict[str, Any], path: str
                  ) -> dict[str, xr.Variable]:
     """A compound parameter too large to read at open as one variable per field, named
-    as :func:`_fields` names them, each read when indexed (:class:`FieldArray`); a field
-    of text or another kind than numbers is left out, said."""
+    as :func:`_fields` names them, each read when indexed (:class:`FieldArray`); a text
+    field decoded when read, as :func:`_fields` decodes a small one's (it was left out);
+    a field of another kind (references, variable-length arrays) is left out, said."""
     out: dict[str, xr.Variable] = {}
     todo: list[tuple[tuple[str, ...], np.dtype]] = [((), dset.dtype)]
     while todo:
@@ -540,7 +541,11 @@ def _lazy_fields(b: _Builder, dset: h5py.Dataset, leaf: str, dims: tuple[str, ..
             continue
         base, sub = dt.subdtype or (dt, ())
         name = "_".join((leaf, *names))
-        if base.kind not in "biufc":
+        if base.kind == "S":  # fixed-size: at most as many characters as bytes
+            base = np.dtype(f"U{max(base.itemsize, 1)}")
+        elif base.kind == "O" and h5py.check_string_dtype(base) is not None:
+            base = np.dtype(object)
+        elif base.kind not in "biufc":
             b.report.note(path, f"its field {name[len(leaf) + 1:]!r} is of type {base}, "
                           f"and the dataset ({dset.size * dset.dtype.itemsize} bytes) too "
                           "large to read at open", "field left out", departure=False)
