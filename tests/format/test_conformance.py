@@ -700,6 +700,11 @@ TROUBLES = {
                                        r"'step' has 1 entries but 'value' has 3 frames.*"
                                        r"the last 2 frame\(s\) of 'value', which have no "
                                        "step, left out", _check_short_step),
+    "empty step beside frames": Trouble(
+        lambda f: (_replace(f[f"{G}/position"], "step", np.zeros(0, int)),
+                   f[f"{G}/position"].pop("time")),
+        f"{G}/position/step", r"'step' has shape \(0,\) but 'value' has 3 frames; frames "
+        "numbered 0..n-1", _check_numbered),
     "value two frames ahead": Trouble(_value_ahead, f"{G}/position/step",
                                       r"the first 3 frame\(s\) read at their steps; the "
                                       r"last 2 frame\(s\)", _check_stopped_mid_frame),

@@ -71,8 +71,9 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
     ``value`` before ``step`` and ``time``; GROMACS' new writer writes a frame's ``time``
     last, so a ``time`` one short beside a whole ``step`` is the same stop). A ``step``
     fewer by more: its entries, the frames of ``value`` after them left out (they were
-    numbered 0..n-1 before, the steps and times of the whole element lost); a ``time``
-    fewer by more is ignored, the frames keep their steps.
+    numbered 0..n-1 before, the steps and times of the whole element lost); an empty
+    ``step`` beside frames is as none (frames numbered); a ``time`` fewer by more is
+    ignored, the frames keep their steps.
     """
     shape = f"{name!r} has {m} entries but 'value' has {n} frames"
     if m == n or c.live:
@@ -89,7 +90,7 @@ def _sampled_rows(c: _Ctx, name: str, m: int, n: int, path: str
         c.note(path, f"{shape} (a writer stopped in the middle of a frame)",
                "the last frame of 'value' left out")
         return 0, m
-    if name == "step" and m < n:
+    if name == "step" and 0 < m < n:
         c.note(path, f"{shape} (a writer grew 'value' ahead of 'step', or stopped between "
                "them)", f"the first {m} frame(s) read at their steps; the last {n - m} "
                "frame(s) of 'value', which have no step, left out")
