@@ -315,6 +315,17 @@ def _edges_bad_shape(f):
     _replace(f[f"{G}/box/edges"], "value", np.ones((N_FRAMES, 2)))
 
 
+def _edges_text(f):
+    """Box edges written as text: served as a variable of strings, with no warning (and
+    opened by strict=True), they failed in the first use of the box."""
+    _replace(f[f"{G}/box/edges"], "value", np.array([[b"5", b"6", b"7"]] * N_FRAMES))
+
+
+def _fixed_edges_text(f):
+    del f[f"{G}/box/edges"]
+    f[f"{G}/box/edges"] = np.array([b"5", b"6", b"7"])
+
+
 def _check_no_edges(ds):
     assert "box_edges" not in ds
     np.testing.assert_array_equal(ds.position, POS)
@@ -780,6 +791,11 @@ TROUBLES = {
                                      "read as fixed", _check_edges_attr),
     "edges of the wrong shape": Trouble(_edges_bad_shape, f"{G}/box/edges", "left out",
                                         _check_no_edges),
+    "edges as text": Trouble(_edges_text, f"{G}/box/edges", r"box edges hold values of "
+                             r"dtype \|S1, not numbers \(H5MD: Float or Integer\); left out",
+                             _check_no_edges),
+    "fixed edges as text": Trouble(_fixed_edges_text, f"{G}/box/edges", "not numbers.*left "
+                                   "out", _check_no_edges),
     "positions as a plain time series": Trouble(_plain_series, f"{G}/position",
                                                 "read as a time series, frames numbered",
                                                 _check_plain_series),

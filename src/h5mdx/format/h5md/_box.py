@@ -198,6 +198,10 @@ def _usable_edges(c: _Ctx, grp: h5py.Group, edges: ElementInfo | None, path: str
     if edges is None:
         return None, None
     tail = edges.shape[1:] if edges.time_dependent else edges.shape
+    if edges.dtype.kind not in "iufc":  # text, bools, references: served, they failed later
+        c.note(f"{path}/edges", f"box edges hold values of dtype {edges.dtype}, not "
+               "numbers (H5MD: Float or Integer)", "left out")
+        return None, None
     real = edges.dtype.kind in "iuf"  # others (complex) are not cast to probe their form
     if dimension == 3 and tail in ((3, 2), (1, 3, 2)) and real:
         return _from_bounds(c, grp, edges, path)
