@@ -657,7 +657,8 @@ def _box_behind(f):
     """GROMACS' writer (src/gromacs/fileio/h5md/h5md.cpp) links the box's step and time to
     the position's and writes the box's frame after the position's: a run stopped in
     between leaves the box a frame behind. The whole file failed ("its elements do not
-    fit together"; found by an audit)."""
+    fit together"; found by an audit). One warning, of the step: the linked time, as
+    long, was warned about a second time."""
     _replace(f[f"{G}/box/edges"], "value", EDGES[:2])
 
 
@@ -728,7 +729,7 @@ TROUBLES = {
     "writer stopped mid-frame": Trouble(_stopped_mid_frame, f"{G}/position/step",
                                         "stopped in the middle of a frame.*last frame of "
                                         "'value' left out", _check_stopped_mid_frame),
-    "ESPResSo's leading step": Trouble(_espresso_leading_entry, f"{G}/position/step",
+    "ESPResSo's leading step": Trouble(_espresso_leading_entry, f"{G}/position/",
                                        "ESPResSo.*entry k \\+ 1.*entries 1..3 used",
                                        _check_steps_and_times),
     "step one longer": Trouble(_step_one_longer, f"{G}/position/step",
@@ -846,7 +847,7 @@ TROUBLES = {
         _fixed_as_arrays_of_one, f"{G}/position/step", "an array of one entry with an "
         "'offset' attribute.*read as fixed-interval sampling", _check_fixed_as_arrays_of_one),
     "box a frame behind its linked step": Trouble(
-        _box_behind, f"{G}/box/edges/step", "'step' has 3 entries but 'value' has 2 frames; "
+        _box_behind, f"{G}/box/edges/", "'step' has 3 entries but 'value' has 2 frames; "
         "the first 2 steps used", _check_box_behind),
     "particles under /trajectory": Trouble(
         _pre_h5md_trajectory, "/trajectory", "H5MD's drafts before 1.0.*read as /particles",

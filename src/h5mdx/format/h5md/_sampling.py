@@ -196,31 +196,34 @@ def _column(c: _Ctx, dset: h5py.Dataset, name: str, path: str) -> bool:
     return True
 
 
-def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str) -> np.ndarray | None:
-    """Steps of explicit sampling (one per frame), or None where unusable (noted)."""
+def _explicit_steps(c: _Ctx, step_ds: h5py.Dataset, n: int, where: str
+                    ) -> tuple[np.ndarray | None, tuple[int, int] | None]:
+    """Steps of explicit sampling (one per frame), or None where unusable (noted); and
+    the entries of ``step_ds`` and the first of them used (ESPResSo's: 1), for a ``time``
+    of as many entries to be read from the same rows without a second note."""
     path = f"{where}/step"
     if step_ds.shape is None or (step_ds.ndim != 1 and not _column(c, step_ds, "step", path)):
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames", _NUMBERED)
-        return None
+        return None, None
     if step_ds.dtype.kind not in "iuf":
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
-        return None
+        return None, None
     rows = _sampled_rows(c, "step", int(step_ds.shape[0]), n, path)
     if rows is None:
         c.note(path, f"'step' has shape {step_ds.shape} but 'value' has {n} frames",
                _NUMBERED)
-        return None
+        return None, None
     raw = _unwritten_steps_cut(c, step_ds, _read_small(c, step_ds, path, rows[1],
                                                       start=rows[0]).reshape(-1), path)
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.array_equal(raw, np.round(raw)):
             c.note(path, f"'step' must be integer, not {step_ds.dtype}", _NUMBERED)
-            return None
+            return None, None
         c.note(path, f"'step' must be integer, not {step_ds.dtype}", "converted to integers")
     if raw.size and _beyond_int64(raw):
         c.note(path, f"'step' holds {raw.max()}, beyond 64-bit integers", _NUMBERED)
-        return None
-    return raw.astype(np.int64, copy=False)
+        return None, None
+    return raw.astype(np.int64, copy=False), (int(step_ds.shape[0]), rows[0])
 
 
 def _beyond_int64(raw: np.ndarray) -> bool:
@@ -290,10 +293,13 @@ def _fixed_times(c: _Ctx, time_ds: h5py.Dataset, n: int, where: str) -> np.ndarr
 
 
 def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str,
-           stored: int | None = None) -> np.ndarray | None:
+           stored: int | None = None, like_step: tuple[int, int] | None = None
+           ) -> np.ndarray | None:
     """Times of the frames (fixed or explicit), or None (absent or unusable: noted).
     ``stored``: the frames of ``value``, where its ``step`` holds fewer (``n``): a
-    ``time`` of as many entries as ``value`` is not noted again."""
+    ``time`` of as many entries as ``value`` is not noted again. ``like_step``: the
+    entries of an explicit ``step`` and the first used: a ``time`` of as many entries
+    is read from the same rows, not noted again (one problem, said of the step)."""
     if time_ds is None:
         return None
     path = f"{where}/time"
@@ -308,8 +314,12 @@ def _times(c: _Ctx, time_ds: h5py.Dataset | None, n: int, where: str,
         return None
     m = int(time_ds.shape[0])
     # beyond n, the fill value: frames never written, said of 'step' already
-    rows = (0, n) if m > n and (m == stored or _only_fill(c, time_ds, n, path)) else (
-        _sampled_rows(c, "time", m, n, path))
+    if like_step is not None and m == like_step[0] and m != n:
+        rows: tuple[int, int] | None = (like_step[1], n)  # the step's rows, said of it
+    elif m > n and (m == stored or _only_fill(c, time_ds, n, path)):
+        rows = (0, n)
+    else:
+        rows = _sampled_rows(c, "time", m, n, path)
     if rows is None:
         c.note(path, f"'time' has shape {time_ds.shape} but 'value' has {n} frames",
                "'time' ignored")
@@ -415,6 +425,7 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
                    key: tuple) -> Sampling:
     time_unit = _unit_attr(c, time_ds, f"{where}/time") if time_ds is not None else None
     fixed = step_ds is not None and _fixed_form(c, step_ds, "step", n_frames, where)
+    step_rows = None
     if step_ds is None:
         if not _has(grp, "step"):
             c.note(where, _NO_STEP, f"no step: {_NUMBERED}{_left_beside(grp)}")
@@ -422,9 +433,9 @@ def _read_sampling(c: _Ctx, grp: h5py.Group, step_ds: h5py.Dataset | None,
     elif fixed:
         step = _fixed_steps(c, step_ds, n_frames, where)
     else:
-        step = _explicit_steps(c, step_ds, n_frames, where)
+        step, step_rows = _explicit_steps(c, step_ds, n_frames, where)
     n = n_frames if step is None else min(n_frames, step.shape[0])
-    time = _times(c, time_ds, n, where, n_frames)
+    time = _times(c, time_ds, n, where, n_frames, step_rows)
     if time is not None and time.shape[0] < n:  # times lag behind (live, or stopped)
         n = time.shape[0]
         step = None if step is None else step[:n]
