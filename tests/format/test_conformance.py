@@ -657,8 +657,8 @@ def _box_behind(f):
     """GROMACS' writer (src/gromacs/fileio/h5md/h5md.cpp) links the box's step and time to
     the position's and writes the box's frame after the position's: a run stopped in
     between leaves the box a frame behind. The whole file failed ("its elements do not
-    fit together"; found by an audit). One warning, of the step: the linked time, as
-    long, was warned about a second time."""
+    fit together"). One warning, of the step: the linked time, as long, was warned
+    about a second time."""
     _replace(f[f"{G}/box/edges"], "value", EDGES[:2])
 
 
