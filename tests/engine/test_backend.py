@@ -940,6 +940,32 @@ def test_select_matches_nothing(adk_h5md):
         xr.open_dataset(adk_h5md, engine="h5md", select="name CA")
 
 
+def test_a_selection_by_position_with_the_box_dropped_is_made_in_the_files_box(tmp_path):
+    """drop_variables=['box_edges'] with select='around 2 resid 1' made the selection
+    without the box, its distances not periodic, in silence: atom 1, 0.8 A from atom 0
+    across the periodic boundary of a 10 A box, was left out (and, alone, the selection
+    "matched no atom"). Now it is made in the file's box, as MDAnalysis makes it."""
+    import MDAnalysis as mda
+
+    from h5mdx.testing import write_h5md
+
+    xyz = np.array([[0.5, 5, 5], [9.7, 5, 5], [5, 5, 5], [3, 5, 5]])
+    path = write_h5md(tmp_path / "pbc.h5md", {"g": {"position": dict(
+        value=np.stack([xyz, xyz]), step=np.arange(2), unit="Angstrom")}}, box={"g": dict(
+            edges=dict(value=np.full((2, 3), 10.0), step=np.arange(2), unit="Angstrom"))})
+    u = mda.Universe.empty(4, n_residues=4, atom_resindex=[0, 1, 2, 3], trajectory=True)
+    u.add_TopologyAttr("resid", [1, 2, 3, 4])
+    u.atoms.positions, u.dimensions = xyz, [10, 10, 10, 90, 90, 90]
+    want = u.select_atoms("around 2 resid 1").indices
+    assert want.tolist() == [1]
+    for drop in (None, ["box_edges"]):
+        with xr.open_dataset(path, engine="h5md", topology=u, select="around 2 resid 1",
+                             drop_variables=drop) as ds:
+            np.testing.assert_array_equal(ds.atom, want)
+            assert ("box_edges" in ds) == (drop is None)
+            np.testing.assert_array_equal(ds.position[0], xyz[want])
+
+
 def test_a_selection_by_position_with_the_positions_dropped_says_so(adk_h5md, adk_universe,
                                                                      tmp_path):
     """drop_variables=['position'] with select='around 5 resid 1' said the group had no

@@ -515,16 +515,32 @@ def _particles_dataset(
                             drop & set(pg.elements))
     if select is not None:
         ds = _selected(ds, info, pg.path, topology, select,
-                       dropped="position" in drop and "position" in pg.elements)
+                       dropped="position" in drop and "position" in pg.elements,
+                       box=_dropped_box(b, pg, main, drop, coords))
     return ds
 
 
+def _dropped_box(b: _Builder, pg: ParticlesGroupInfo, main: Sampling | None,
+                 drop: set[str], coords: dict[str, xr.Variable]) -> xr.Variable | None:
+    """The box edges of ``pg`` where ``drop_variables`` left them out, for a selection by
+    position at open, made in the file's box all the same (it was made without a box,
+    its distances not periodic, in silence); None where they are served or absent."""
+    if "box_edges" not in drop or pg.box is None or pg.box.edges is None:
+        return None
+    found: dict[str, xr.Variable] = {}
+    _box_variables(b, pg.box, main, {"box_offset", "box_pbc"}, found, dict(coords),
+                   pg.elements.get("position"))
+    return found.get("box_edges")
+
+
 def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
-              select: str, dropped: bool = False) -> xr.Dataset:
+              select: str, dropped: bool = False, box: xr.Variable | None = None
+              ) -> xr.Dataset:
     """The atoms of ``ds`` that the MDAnalysis selection ``select`` picks (``select=``);
     a selection by position (``around``, ``prop z``, ...) on the file's first frame, in
     Angstrom, in its box (:func:`h5mdx.engine.topology.first_frame`); ``dropped``: the
-    positions were left out with ``drop_variables``."""
+    positions were left out with ``drop_variables``; ``box``: the box edges, where they
+    were."""
     from h5mdx.engine.topology import (
         SUBSET_OF_ATTR,
         first_frame,
@@ -545,7 +561,7 @@ def _selected(ds: xr.Dataset, info: FileInfo, group: str, topology: Any,
     subset = SUBSET_OF_ATTR in ds[ATOM_DIM].attrs  # the topology's indices of the atoms held
     ids = ds[ATOM_DIM].values if subset else np.arange(n_atoms or 0)
     indices = select_indices(universe, select, info.filename, frame=lambda: first_frame(
-        ds, ids, len(universe.atoms), f"{info.filename} [{group}]", dropped))
+        ds, ids, len(universe.atoms), f"{info.filename} [{group}]", dropped, box))
     if subset:
         indices = np.flatnonzero(np.isin(ds[ATOM_DIM].values, indices))
         if not indices.size:

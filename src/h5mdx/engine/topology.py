@@ -826,14 +826,15 @@ def warn_unplaced(xyz: np.ndarray, ids: np.ndarray, where: str, stacklevel: int)
             "select them by index", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def first_frame(ds: Any, ids: np.ndarray, n: int, where: str, dropped: bool = False
-                ) -> Frame:
+def first_frame(ds: Any, ids: np.ndarray, n: int, where: str, dropped: bool = False,
+                box: Any = None) -> Frame:
     """The frame a selection by position at open (``select=``) is made on: the first
     frame of the positions of ``ds`` as the file holds it (its box that frame's), in
     Angstrom, of the topology's atoms ``ids`` among its ``n``; the topology's own
     positions (a Universe's current frame) are never used. ``dropped``: the group's
     positions were left out with ``drop_variables`` (said so, rather than that there are
-    none).
+    none); ``box``: the group's box edges, where ``drop_variables`` left them out of
+    ``ds`` (the selection is made in the file's box all the same).
 
     Raises
     ------
@@ -850,7 +851,7 @@ def first_frame(ds: Any, ids: np.ndarray, n: int, where: str, dropped: bool = Fa
         raise TopologyError(f"{where}: a selection by position is made on the first frame "
                             "of the positions, and there are none: select the atoms by "
                             "their properties or indices")
-    box = ds.variables.get("box_edges")
+    box = ds.variables.get("box_edges") if box is None else box
     if TIME_DIM in position.dims:
         if position.sizes[TIME_DIM] == 0:
             raise TopologyError(f"{where}: a selection by position is made on the first "
