@@ -33,8 +33,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "host_name", "keep_mode", "pid_alive", "read_sidecar",
-           "replacing", "sidecar_of", "warn_if_linked", "write_with_sidecar"]
+__all__ = ["CSV_DIGEST", "csv_digest", "fsync_path", "host_name", "keep_mode", "name_max",
+           "pid_alive", "read_sidecar", "replacing", "short_stem", "sidecar_of",
+           "warn_if_linked", "write_with_sidecar"]
 
 #: Errors only a write gives (a full disk or quota, a read-only file system, a file too
 #: large): whatever raises them, they are the output's.
@@ -71,11 +72,46 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def name_max(directory: Path) -> int:
+    """The longest file name the file system of ``directory`` takes (255 where unknown)."""
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf on Windows
+        return 255
+
+
+def short_stem(name: str, directory: Path, tail: int) -> str:
+    """How a temporary name ``.NAME.HOST.PID.RANDOM`` and a tail of ``tail`` bytes, in
+    ``directory``, starts for ``name``: the name itself, or, where the whole would be
+    longer than the file system takes (a name of over 200 bytes), its start and a
+    digest of the whole (``head~digest``), so that the write does not fail with "File
+    name too long" where the output's own name fits."""
+    # ".", "." HOST, "." PID (at most 10 digits), "." RANDOM (8), the tail
+    room = name_max(directory) - (len(host_name().encode()) + 22 + tail)
+    if len(name.encode()) <= room:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    head = name.encode()[:max(room - len(digest) - 1, 1)].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
+def _tail(target: Path) -> str:
+    """The end of ``target``'s temporary names: ``.tmp`` and its suffix (``.csv``: the
+    writers pick the format by the suffix)."""
+    return f".tmp{target.suffix}"
+
+
+def _head(target: Path) -> str:
+    """The start of ``target``'s temporary names on this host: ``.STEM.HOST.``."""
+    stem = short_stem(target.stem, target.parent, len(_tail(target).encode()))
+    return f".{stem}.{host_name()}."
+
+
 def _clean_stale(target: Path) -> None:
     """Remove the temporary files of ``target`` that processes of this host left when
     killed (SIGKILL, power loss: no cleanup ran); those of live processes stay."""
-    head = f".{target.stem}.{host_name()}."
-    pattern = f"{glob.escape(head)}*.tmp{glob.escape(target.suffix)}"
+    head = _head(target)
+    pattern = f"{glob.escape(head)}*{glob.escape(_tail(target))}"
     with contextlib.suppress(OSError):
         for left in target.parent.glob(pattern):
             pid = left.name[len(head):].split(".", 1)[0]
@@ -84,14 +120,16 @@ def _clean_stale(target: Path) -> None:
                     left.unlink()
 
 
-def _fsync(path: Path) -> None:
-    """Flush ``path``'s bytes to the disk (a file system that cannot: nothing to do)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` to the disk, best effort: a file's bytes, or a directory's entries
+    (a rename in it survives a power loss only once its directory is flushed). A file
+    system that cannot: nothing to do."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
             os.fsync(fd)
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 def warn_if_linked(target: Path, shown: str | os.PathLike[str], stacklevel: int = 3) -> None:
@@ -148,14 +186,15 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = _real(Path(path))
     _clean_stale(target)
-    tmp = target.with_name(f".{target.stem}.{host_name()}.{os.getpid()}."
-                           f"{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
+    tmp = target.with_name(f"{_head(target)}{os.getpid()}.{uuid.uuid4().hex[:8]}"
+                           f"{_tail(target)}")
     try:
         yield tmp
         keep_mode(target, tmp)
         warn_if_linked(target, path)
-        _fsync(tmp)  # on disk before its name: a crash after the rename (power loss) left
-        os.replace(tmp, target)  # an empty file in place of the earlier one (XFS, ext4)
+        fsync_path(tmp)  # on disk before its name: a crash after the rename (power loss)
+        os.replace(tmp, target)  # left an empty file in place of the earlier one (XFS, ext4)
+        fsync_path(target.parent)  # the rename itself: without it, lost in a power loss
     except OSError as err:
         tmp.unlink(missing_ok=True)
         if isinstance(err, _OutputError) or (str(tmp) not in str(err)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
-import hashlib
 import os
 import shlex
 import shutil
@@ -25,8 +24,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from h5mdx._replace import fsync_path as _fsync
 from h5mdx._replace import host_name as _host
-from h5mdx._replace import keep_mode, pid_alive, warn_if_linked
+from h5mdx._replace import keep_mode, name_max, pid_alive, short_stem, warn_if_linked
 from h5mdx.format.schema import ZARR_MARKERS
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
@@ -34,25 +34,12 @@ __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupt
 _SUFFIX = ".h5mdx-partial"
 
 
-def _name_max(directory: Path) -> int:
-    """The longest file name the file system of ``directory`` takes (255 where unknown)."""
-    try:
-        return int(os.pathconf(directory, "PC_NAME_MAX"))
-    except (OSError, ValueError, AttributeError):  # no pathconf on Windows
-        return 255
-
-
 def _stem(target: Path) -> str:
     """The target's name as its temporary names start (``.STEM.HOST.PID.RANDOM``): the
     name itself, or, where the temporary name would be longer than the file system takes
-    (a target name of over 200 characters), its start and a digest of the whole."""
-    # ".", "." HOST, "." PID (at most 10 digits), "." RANDOM (8), the suffix
-    room = _name_max(target.parent) - (len(_host()) + 22 + len(_SUFFIX))
-    if len(target.name.encode()) <= room:
-        return target.name
-    digest = hashlib.sha1(target.name.encode()).hexdigest()[:12]
-    head = target.name.encode()[:max(room - len(digest) - 1, 1)].decode(errors="ignore")
-    return f"{head}~{digest}"
+    (a target name of over 200 characters), its start and a digest of the whole
+    (:func:`h5mdx._replace.short_stem`, the rule of every output h5mdx replaces)."""
+    return short_stem(target.name, target.parent, len(_SUFFIX))
 
 
 def partial_files(target: str | os.PathLike[str]) -> list[Path]:
@@ -185,9 +172,9 @@ def check_target(
             )
     if not t.parent.is_dir():
         raise ValueError(f"the output directory {str(t.parent)!r} does not exist")
-    if len(t.name.encode()) > _name_max(t.parent):
+    if len(t.name.encode()) > name_max(t.parent):
         raise ValueError(f"the output name {t.name[:40]!r}... is {len(t.name.encode())} "
-                         f"bytes long, longer than the {_name_max(t.parent)} the file system "
+                         f"bytes long, longer than the {name_max(t.parent)} the file system "
                          f"of {str(t.parent)!r} takes: choose a shorter name")
     if (t.exists() or t.is_symlink()) and not overwrite:
         raise FileExistsError(
@@ -333,15 +320,6 @@ def _replaceable_file(path: Path) -> bool:
         return _superblock_offset(path) is not None or not os.access(path, os.R_OK)
     except OSError:
         return True  # unreadable here: the write itself will say what is wrong
-
-
-def _fsync(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 #: Signals received while an output was being written (in this process).
