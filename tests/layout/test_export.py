@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -423,3 +424,49 @@ def test_to_h5md_says_how_many_frames_have_no_box(tmp_path):
     assert len(got) == 1
     with h5py.File(tmp_path / "out.h5md") as f:
         np.testing.assert_array_equal(f["particles/trajectory/box/edges/value"][()], edges)
+
+
+def test_a_store_replaced_keeps_its_group_and_mode(tmp_path):
+    """A Zarr store written again with overwrite=True (--overwrite) came back with the
+    umask's mode and the user's own group: a store shared group-writable in a project's
+    group could no longer be replaced (nor, at 0o750, read) by the group's members. Now
+    the new store's directories get the old top directory's group and mode, and its
+    files those of the old store's zarr.json."""
+    import stat
+
+    from h5mdx.layout._atomic import atomic_output
+
+    def write(tmp, text):
+        os.mkdir(tmp)
+        (Path(tmp) / "zarr.json").write_text(text)
+        os.makedirs(Path(tmp) / "x" / "c" / "0")
+        (Path(tmp) / "x" / "c" / "0" / "0").write_bytes(b"chunk")
+
+    target = tmp_path / "out.zarr"
+    groups = [g for g in os.getgroups() if g != os.getegid()]
+    umask = os.umask(0o022)
+    try:
+        with atomic_output(target, directory=True) as tmp:
+            write(tmp, "{}")
+        for root, _dirs, files in os.walk(target):
+            os.chmod(root, 0o2770)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o660)
+            if groups:
+                os.chown(root, -1, groups[0])
+                for name in files:
+                    os.chown(os.path.join(root, name), -1, groups[0])
+                os.chmod(root, 0o2770)
+        with atomic_output(target, overwrite=True, directory=True) as tmp:
+            write(tmp, '{"new": 1}')
+    finally:
+        os.umask(umask)
+    assert (target / "zarr.json").read_text() == '{"new": 1}'
+    assert sorted(os.listdir(tmp_path)) == ["out.zarr"]
+    for d in (target, target / "x", target / "x" / "c" / "0"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o2770, d
+    for f in (target / "zarr.json", target / "x" / "c" / "0" / "0"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o660, f
+    if groups:
+        assert {p.stat().st_gid for p in (target, target / "zarr.json",
+                                          target / "x" / "c" / "0" / "0")} == {groups[0]}

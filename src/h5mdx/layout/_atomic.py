@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -399,6 +400,42 @@ def _signals_raise() -> Iterator[None]:
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
+def _give(path: str, old: os.stat_result, group: bool) -> None:
+    """Give ``path`` the permission bits of ``old`` (and its group where ``group``), where
+    it may: a group the user is not in stays as made."""
+    if group and hasattr(os, "chown"):
+        with contextlib.suppress(OSError):  # before the mode: chown drops setgid bits
+            os.chown(path, -1, old.st_gid)
+    with contextlib.suppress(OSError):
+        os.chmod(path, stat.S_IMODE(old.st_mode))
+
+
+def _keep_store_mode(target: Path, new: Path) -> None:
+    """Give the new store ``new`` the group and permission bits of the store ``target``
+    it replaces: its directories those of the old store's top directory, its files
+    those of the old store's metadata file (``zarr.json``, ``.zgroup``). A store shared
+    in a project's group came back in the user's own group with the umask's mode, its
+    members no longer able to read or replace it."""
+    try:
+        old_dir, new_dir = target.stat(), new.stat()
+        marker = next((m for m in (*ZARR_MARKERS, ".zarray") if (target / m).is_file()
+                       and (new / m).is_file()), None)
+        old_file = (target / marker).stat() if marker else None
+        new_file = (new / marker).stat() if marker else None
+    except OSError:
+        return
+    dirs = (old_dir.st_gid != new_dir.st_gid, old_dir.st_mode != new_dir.st_mode)
+    files = (old_file is not None and new_file is not None
+             and (old_file.st_gid != new_file.st_gid, old_file.st_mode != new_file.st_mode))
+    if not any(dirs) and not (files and any(files)):
+        return  # the same already (the common case): no walk over the chunks
+    for root, _, names in os.walk(new):
+        _give(root, old_dir, dirs[0])
+        if old_file is not None:
+            for name in names:
+                _give(os.path.join(root, name), old_file, bool(files and files[0]))
+
+
 def _swap(target: Path, new: Path, old: Path) -> None:
     """Put the directory ``new`` in place of ``target``, moved to ``old`` first (and then
     removed). A signal between the two renames would leave no store under the target
@@ -481,6 +518,7 @@ def atomic_output(
                 )
             if directory and t.is_dir() and not t.is_symlink():
                 old = t.parent / f".{_stem(t)}.{_host()}.{os.getpid()}.{_OLD}{_SUFFIX}"
+                _keep_store_mode(t, tmp)  # its group and permission bits
                 _swap(t, tmp, old)
                 raise_if_interrupted()  # the new store is whole and in place
             else:
