@@ -436,3 +436,51 @@ def test_an_earlier_runs_outputs_are_its_own(example_run, tmp_path):
     assert foreign_outputs(tmp_path) == []  # no list: the report says whose they are
     (tmp_path / _MANIFEST).write_text(json.dumps({"files": ["report.html"]}))
     assert foreign_outputs(tmp_path) == ["rmsd.csv"]
+
+
+def test_a_publish_stopped_half_way_leaves_no_report_of_other_files(tmp_path, monkeypatch):
+    """The outputs were renamed into place one at a time, report.html among the first: a
+    run stopped between two renames (killed, a full disk) left the new report.html
+    beside the plots and series of the run before. Now the earlier report goes first
+    and the new one comes last, and the list of files says the set is not complete
+    until it is; a publish that ends puts every new file in place."""
+    from types import SimpleNamespace
+
+    from h5mdx.examples import run
+    from h5mdx.examples.run import _MANIFEST, OUTPUTS, _publish
+
+    out, stage = tmp_path / "out", tmp_path / "out" / ".example-partial-1"
+    stage.mkdir(parents=True)
+    for name in OUTPUTS:
+        (out / name).write_text(f"old {name}")
+        (stage / name).write_text(f"new {name}")
+    (out / _MANIFEST).write_text(json.dumps({"files": sorted(OUTPUTS)}))
+    real = os.replace
+
+    def stop_at_rounds(src, dst):
+        if os.path.basename(dst) == "rounds.json":
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(run.os, "replace", stop_at_rounds)
+    res = SimpleNamespace(out=str(stage), files={"report": str(stage / "report.html")})
+    with pytest.raises(OSError, match="No space"):
+        _publish(res, str(out))
+    monkeypatch.setattr(run.os, "replace", real)
+    assert not (out / "report.html").exists()  # no page telling of two runs
+    assert (out / "rmsd.csv").read_text() == "new rmsd.csv"
+    assert (out / "timing.csv").read_text() == "old timing.csv"
+    manifest = json.loads((out / _MANIFEST).read_text())
+    assert manifest["complete"] is False and sorted(manifest["files"]) == sorted(OUTPUTS)
+    assert run.foreign_outputs(out) == []  # the next run replaces them without --overwrite
+
+    (stage / "rounds.json").write_text("new rounds.json")  # a run that goes through
+    for name in ("rmsd.csv", "report.html"):
+        (stage / name).write_text(f"new {name}")
+    names = sorted(p.name for p in stage.iterdir())
+    _publish(res, str(out))
+    for name in names:
+        assert (out / name).read_text() == f"new {name}", name
+    assert json.loads((out / _MANIFEST).read_text()) == {"files": names, "complete": True}
+    assert res.out == str(out) and res.files == {"report": str(out / "report.html")}
+    assert sorted(os.listdir(out)) == sorted([*OUTPUTS, _MANIFEST])

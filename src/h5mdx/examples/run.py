@@ -15,6 +15,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -222,15 +223,36 @@ def _staged(out: str) -> Iterator[str]:
         raise
 
 
+def _write_manifest(out: str, names: list[str], complete: bool) -> None:
+    """Write the list of the run's files into ``out``, whole or not at all."""
+    from h5mdx._replace import replacing
+
+    with replacing(os.path.join(out, _MANIFEST)) as tmp:
+        tmp.write_text(json.dumps({"files": names, "complete": complete}), encoding="utf-8")
+
+
 def _publish(res: ExampleResult, out: str) -> None:
     """Move the staged outputs into ``out`` (each a rename, after all were written), and
-    point ``res`` at them."""
+    point ``res`` at them.
+
+    The renames are one file at a time: a run stopped between two (killed, a full disk)
+    left the new report.html beside the plots and series of the run before, one page
+    telling of two runs. Now the earlier report.html goes first and the new one comes
+    last, and the list of files says ``"complete": false`` until it is in place: a
+    report.html in ``out`` is always the report of the files beside it."""
+    from h5mdx._replace import fsync_path
+
     stage = res.out
-    names = sorted(os.listdir(stage))  # every file: timing.csv's timing.meta.json too
-    with open(os.path.join(out, _MANIFEST), "w", encoding="utf-8") as fh:
-        json.dump({"files": names}, fh)  # before them: the next run knows them as its own
+    names = sorted(os.listdir(stage), key=lambda n: (n == "report.html", n))  # it last
+    for name in names:  # on disk before their names (a power loss: no empty files)
+        fsync_path(Path(stage, name))
+    _write_manifest(out, names, complete=False)  # the next run knows them as its own
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(out, "report.html"))
     for name in names:
         os.replace(os.path.join(stage, name), os.path.join(out, name))
+    fsync_path(Path(out))
+    _write_manifest(out, sorted(names), complete=True)
     res.files = {key: os.path.join(out, os.path.basename(p)) for key, p in res.files.items()}
     shutil.rmtree(stage, ignore_errors=True)
     res.out = out
