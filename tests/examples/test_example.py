@@ -484,3 +484,37 @@ def test_a_publish_stopped_half_way_leaves_no_report_of_other_files(tmp_path, mo
     assert json.loads((out / _MANIFEST).read_text()) == {"files": names, "complete": True}
     assert res.out == str(out) and res.files == {"report": str(out / "report.html")}
     assert sorted(os.listdir(out)) == sorted([*OUTPUTS, _MANIFEST])
+
+
+def test_the_report_and_its_plot_replace_the_earlier_ones_whole(tmp_path):
+    """write_report wrote report.html through a 'report.html.part' file that a failed
+    write left behind, and the new page came back with the umask's mode (a page shared
+    group-writable was no longer so); plot_rmsd wrote rmsd.png straight into place, a
+    savefig stopped half-way leaving a torn PNG. Now both are written beside the file
+    and renamed over it, with the earlier file's mode, and nothing is left beside them."""
+    import stat
+
+    import xarray as xr
+
+    from h5mdx.examples import plot_rmsd, write_report
+
+    res = _result()
+    res.out = str(tmp_path)
+    for name in ("report.html", "rmsd.png"):
+        (tmp_path / name).write_text("earlier")
+        os.chmod(tmp_path / name, 0o664)
+    umask = os.umask(0o022)
+    try:
+        page = write_report(res)["report"]
+        rmsd = xr.DataArray(np.linspace(0.0, 1.0, 50), dims="time",
+                            coords={"time": np.arange(50.0)}, attrs={"units": "Angstrom"})
+        rmsd["time"].attrs["units"] = "ps"
+        plot_rmsd(rmsd, str(tmp_path / "rmsd.png"))
+    finally:
+        os.umask(umask)
+    assert "<title>h5mdx example report</title>" in open(page, encoding="utf-8").read()
+    assert (tmp_path / "rmsd.png").read_bytes()[:4] == b"\x89PNG"
+    for name in ("report.html", "rmsd.png"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o664, name
+    assert sorted(os.listdir(tmp_path)) == ["gantt.png", "report.html", "rmsd.png",
+                                            "workers.png"]

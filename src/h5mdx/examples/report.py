@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from h5mdx._machine import cpu_description
+from h5mdx._replace import replacing
 from h5mdx.examples.trajectory import SYNTHETIC
 
 __all__ = ["ExampleResult", "machine_description", "plot_rmsd", "summary_lines",
@@ -416,10 +417,8 @@ th{{text-align:left;padding-right:1em;vertical-align:top}}pre{{background:#f4f4f
 {figures}
 </body></html>
 """
-    tmp = files["report"] + ".part"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    os.replace(tmp, files["report"])
+    with replacing(files["report"]) as tmp:  # whole, with the replaced page's mode
+        tmp.write_text(page, encoding="utf-8")
     return files
 
 
@@ -458,7 +457,8 @@ def plot_rmsd(rmsd: Any, path: str, zoom: int = 392, *, select: str = "name CA")
     for ax in (top, bottom):
         ax.set_xlabel(f"time ({unit})")
         ax.set_ylabel(f"RMSD ({rmsd.attrs.get('units', '')})")
-    fig.savefig(path, dpi=fig.dpi, format="png")
+    with replacing(path) as tmp:  # a savefig stopped half-way leaves the earlier plot
+        fig.savefig(tmp, dpi=fig.dpi, format="png")
 
 def _versions() -> str:
     """The versions the figures depend on."""
