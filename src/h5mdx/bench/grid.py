@@ -680,6 +680,10 @@ def render_report(result: BenchResult, images: Mapping[str, str] | None = None) 
 def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str, str]:
     """Write records (per run and combined), tables, plots and ``report.md`` to ``out``.
 
+    The earlier ``report.md`` is removed first and the new one written last: a
+    ``report.md`` in ``out`` is the report of the files beside it (a write stopped half-way
+    leaves none).
+
     Returns
     -------
     dict
@@ -690,6 +694,10 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
 
     out = Path(out)
     earlier = _earlier_files(out)  # before its records.parquet, which names them, is replaced
+    # the earlier report first, the new one last: a bench stopped while writing (killed, a
+    # full disk) left the earlier report.md beside this bench's records and tables
+    with contextlib.suppress(FileNotFoundError):
+        (out / "report.md").unlink()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     for meta in result.metas:
