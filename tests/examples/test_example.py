@@ -518,3 +518,29 @@ def test_the_report_and_its_plot_replace_the_earlier_ones_whole(tmp_path):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o664, name
     assert sorted(os.listdir(tmp_path)) == ["gantt.png", "report.html", "rmsd.png",
                                             "workers.png"]
+
+
+def test_published_outputs_keep_the_mode_of_the_files_they_replace(tmp_path):
+    """The example's outputs, written in a staging directory and renamed into place, came
+    back with the umask's mode: an rmsd.csv or report.html shared group-writable was no
+    longer so after the next run. Now each gets the mode of the file it replaces."""
+    import stat
+    from types import SimpleNamespace
+
+    from h5mdx.examples.run import _publish
+
+    out, stage = tmp_path / "out", tmp_path / "out" / ".example-partial-1"
+    stage.mkdir(parents=True)
+    umask = os.umask(0o022)
+    try:
+        for name in ("report.html", "rmsd.csv", "rounds.json"):
+            (stage / name).write_text(f"new {name}")
+        for name in ("report.html", "rmsd.csv"):
+            (out / name).write_text("old")
+            os.chmod(out / name, 0o664)
+        _publish(SimpleNamespace(out=str(stage), files={}), str(out))
+    finally:
+        os.umask(umask)
+    for name, mode in (("report.html", 0o664), ("rmsd.csv", 0o664), ("rounds.json", 0o644)):
+        assert (out / name).read_text() == f"new {name}"
+        assert stat.S_IMODE((out / name).stat().st_mode) == mode, name

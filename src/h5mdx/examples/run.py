@@ -240,12 +240,13 @@ def _publish(res: ExampleResult, out: str) -> None:
     telling of two runs. Now the earlier report.html goes first and the new one comes
     last, and the list of files says ``"complete": false`` until it is in place: a
     report.html in ``out`` is always the report of the files beside it."""
-    from h5mdx._replace import fsync_path
+    from h5mdx._replace import fsync_path, keep_mode
 
     stage = res.out
     names = sorted(os.listdir(stage), key=lambda n: (n == "report.html", n))  # it last
-    for name in names:  # on disk before their names (a power loss: no empty files)
-        fsync_path(Path(stage, name))
+    for name in names:  # the group and mode of the file each replaces, and on disk
+        keep_mode(Path(out, name), Path(stage, name))  # before their names (a power
+        fsync_path(Path(stage, name))  # loss: no empty files)
     _write_manifest(out, names, complete=False)  # the next run knows them as its own
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(out, "report.html"))
