@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "fsync_path", "host_name", "keep_mode", "name_max",
-           "pid_alive", "read_sidecar", "replacing", "short_stem", "sidecar_of",
+__all__ = ["CSV_DIGEST", "csv_digest", "fsync_path", "host_name", "keep_mode", "keep_stat",
+           "name_max", "pid_alive", "read_sidecar", "replacing", "short_stem", "sidecar_of",
            "warn_if_linked", "write_with_sidecar"]
 
 #: Errors only a write gives (a full disk or quota, a read-only file system, a file too
@@ -153,9 +153,21 @@ def keep_mode(target: Path, tmp: Path) -> None:
     back in the user's own group (its members could no longer write it), or with the
     umask's mode. A group the user is not in, or another owner's file, stays as made."""
     try:
-        if not (target.is_file() and tmp.is_file()):
+        if not target.is_file():
             return
-        old, new = target.stat(), tmp.stat()
+        old = target.stat()
+    except OSError:
+        return
+    keep_stat(old, tmp)
+
+
+def keep_stat(old: os.stat_result, tmp: Path) -> None:
+    """Give the new file ``tmp`` the group and permission bits of ``old``, the status of
+    the file it replaces, taken before that file was removed (:func:`keep_mode`)."""
+    try:
+        if not tmp.is_file():
+            return
+        new = tmp.stat()
     except OSError:
         return
     if new.st_gid != old.st_gid and hasattr(os, "chown"):

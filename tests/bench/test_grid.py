@@ -684,3 +684,29 @@ def test_a_report_that_fails_half_way_leaves_the_earlier_one(h5md_file, tmp_path
     run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1],
              blocks_per_worker=[1], repeats=1, out=out, progress=False)
     assert (out / "report.md").read_text().startswith(before.split("\n", 1)[0])
+
+
+def test_a_bench_written_again_keeps_its_reports_mode_and_link(h5md_file, tmp_path):
+    """report.md, removed before a bench's outputs are written (so that one stopped
+    half-way leaves no report of other tables), came back with the umask's mode, and a
+    report.md that was a symbolic link became a regular file. Now the new report gets
+    the earlier one's group and mode, and a link stays a link to the file replaced."""
+    import stat
+
+    out, shared = tmp_path / "bench", tmp_path / "shared"
+    shared.mkdir()
+    run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1],
+             blocks_per_worker=[1], repeats=1, out=out, progress=False)
+    os.replace(out / "report.md", shared / "report.md")
+    os.chmod(shared / "report.md", 0o664)
+    (out / "report.md").symlink_to(shared / "report.md")
+    umask = os.umask(0o022)
+    try:
+        run_grid(read_workload(h5md_file), schedulers=["threads"], workers=[1],
+                 blocks_per_worker=[1], repeats=1, out=out, progress=False)
+    finally:
+        os.umask(umask)
+    assert (out / "report.md").is_symlink()
+    assert (shared / "report.md").read_text().startswith("# h5mdx bench report")
+    assert stat.S_IMODE((shared / "report.md").stat().st_mode) == 0o664
+    assert os.listdir(shared) == ["report.md"]

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from h5mdx._progress import progress_bar
-from h5mdx._replace import replacing, write_with_sidecar
+from h5mdx._replace import keep_stat, replacing, write_with_sidecar
 from h5mdx.parallel.schedulers import SCHEDULERS as _ALL_SCHEDULERS
 from h5mdx.timing.phases import BlockTimer
 from h5mdx.timing.report import render_table
@@ -696,8 +696,10 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
     earlier = _earlier_files(out)  # before its records.parquet, which names them, is replaced
     # the earlier report first, the new one last: a bench stopped while writing (killed, a
     # full disk) left the earlier report.md beside this bench's records and tables
-    with contextlib.suppress(FileNotFoundError):
-        (out / "report.md").unlink()
+    report = out / "report.md"
+    earlier_report = report.stat() if report.is_file() else None  # its group and mode
+    with contextlib.suppress(FileNotFoundError):  # through a link: the file, the link kept
+        Path(os.path.realpath(report)).unlink()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     for meta in result.metas:
@@ -723,9 +725,11 @@ def write_outputs(result: BenchResult, out: str | os.PathLike[str]) -> dict[str,
         images[f"tasks of {rid}"] = gantt
         images[f"time per worker of {rid}"] = bars
     files.update({f"plot:{k}": str(out / v) for k, v in images.items()})
-    with replacing(out / "report.md") as tmp:  # a write stopped half-way: the earlier one
+    with replacing(report) as tmp:  # a write stopped half-way: none, never one cut short
         tmp.write_text(render_report(result, images), encoding="utf-8")
-    files["report"] = str(out / "report.md")
+        if earlier_report is not None:
+            keep_stat(earlier_report, tmp)
+    files["report"] = str(report)
     written = {Path(f).resolve() for f in files.values()}
     for path in earlier:  # left beside the new ones, they passed for this bench's
         if path.resolve() not in written:
