@@ -2,10 +2,13 @@
 
 :func:`replacing` gives a temporary name beside a file, renamed over it when the write
 succeeds (flushed to disk first, with the replaced file's group and permission bits;
-through a symbolic link, the file it leads to is replaced and the link kept) and removed when it fails, Ctrl-C included:
+through a symbolic link, the file it leads to is replaced and the link kept; the
+directory flushed after the rename) and removed when it fails, Ctrl-C included:
 a write stopped half-way never leaves a torn file in place of a good one. A process
 killed while writing (SIGKILL) leaves only its hidden ``.NAME.HOST.PID.RANDOM.tmp.SUFFIX``
-file, which the next write of the same file on this host removes.
+file, which the next write of the same file on this host removes; where that name would
+pass the file system's limit, ``NAME`` is shortened to its start and a digest
+(:func:`short_stem`, the rule of :func:`h5mdx.layout._atomic.atomic_output` too).
 
 A CSV and its sidecar (``timing.csv`` and ``timing.meta.json``, ``rmsd.csv``,
 ``runs.csv``, ``speedup.csv``) are two files, renamed one after the other: a process
