@@ -470,3 +470,41 @@ def test_a_store_replaced_keeps_its_group_and_mode(tmp_path):
     if groups:
         assert {p.stat().st_gid for p in (target, target / "zarr.json",
                                           target / "x" / "c" / "0" / "0")} == {groups[0]}
+
+
+def test_a_store_is_on_disk_before_it_replaces_another(tmp_path, monkeypatch):
+    """A Zarr store written with overwrite=True over another was swapped into place
+    without flushing its chunks (only an HDF5 output was flushed): a power loss after
+    the swap could leave the new store's chunks empty and the old store gone. Now
+    every file and directory of the new store is flushed before the swap."""
+    from h5mdx.layout import _atomic
+    from h5mdx.layout._atomic import atomic_output
+
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd to tell which file a descriptor is")
+    target = tmp_path / "out.zarr"
+    for text in ("{}", '{"new": 1}'):
+        events = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(fd, events=events, real_fsync=real_fsync):
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+            real_fsync(fd)
+
+        def replace(src, dst, events=events, real_replace=real_replace):
+            events.append(("replace", os.fspath(src)))
+            real_replace(src, dst)
+
+        monkeypatch.setattr(_atomic.os, "fsync", fsync)
+        monkeypatch.setattr(_atomic.os, "replace", replace)
+        with atomic_output(target, overwrite=True, directory=True) as tmp:
+            os.mkdir(tmp)
+            (Path(tmp) / "zarr.json").write_text(text)
+            os.makedirs(Path(tmp) / "x" / "c")
+            (Path(tmp) / "x" / "c" / "0").write_bytes(b"chunk")
+        monkeypatch.undo()
+    swap = next(i for i, (kind, _) in enumerate(events) if kind == "replace")
+    flushed = {path for kind, path in events[:swap] if kind == "fsync"}
+    assert {str(Path(tmp) / "x" / "c" / "0"), str(Path(tmp) / "zarr.json"),
+            str(Path(tmp) / "x"), tmp} <= flushed
+    assert (target / "zarr.json").read_text() == '{"new": 1}'

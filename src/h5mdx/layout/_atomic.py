@@ -436,6 +436,16 @@ def _keep_store_mode(target: Path, new: Path) -> None:
                 _give(os.path.join(root, name), old_file, bool(files and files[0]))
 
 
+def _fsync_store(store: Path) -> None:
+    """Flush every file and directory of the new store ``store`` to the disk, before it
+    takes the place of the store it replaces: swapped unflushed, a power loss could leave
+    the new store's chunks empty and the old store removed."""
+    for root, _, names in os.walk(store, topdown=False):
+        for name in names:
+            _fsync(Path(root, name))
+        _fsync(Path(root))
+
+
 def _swap(target: Path, new: Path, old: Path) -> None:
     """Put the directory ``new`` in place of ``target``, moved to ``old`` first (and then
     removed). A signal between the two renames would leave no store under the target
@@ -519,6 +529,7 @@ def atomic_output(
             if directory and t.is_dir() and not t.is_symlink():
                 old = t.parent / f".{_stem(t)}.{_host()}.{os.getpid()}.{_OLD}{_SUFFIX}"
                 _keep_store_mode(t, tmp)  # its group and permission bits
+                _fsync_store(tmp)  # on disk before the old store goes
                 _swap(t, tmp, old)
                 raise_if_interrupted()  # the new store is whole and in place
             else:
