@@ -192,14 +192,18 @@ def test_outputs_are_staged_and_stale_stages_removed(tmp_path):
     end (an interrupted rerun left new series beside an old report); a stage left by a
     process that is gone is removed by the next run, and one interrupted (Ctrl-C) goes
     at once."""
+    from h5mdx._replace import host_name
     from h5mdx.examples.run import _STAGE, _staged
 
-    dead = tmp_path / f"{_STAGE}999999999"
-    dead.mkdir()
-    (dead / "rmsd.csv").write_text("old")
+    dead = tmp_path / f"{_STAGE}999999999"  # of an earlier version: no host in its name
+    dead_here = tmp_path / f"{_STAGE}{host_name()}-999999998"
+    for stage in (dead, dead_here):
+        stage.mkdir()
+        (stage / "rmsd.csv").write_text("old")
     with _staged(str(tmp_path)) as mine:
-        assert not dead.exists()
-        assert os.path.basename(mine) == f"{_STAGE}{os.getpid()}" and os.listdir(mine) == []
+        assert not dead.exists() and not dead_here.exists()
+        assert os.path.basename(mine) == f"{_STAGE}{host_name()}-{os.getpid()}"
+        assert os.listdir(mine) == []
     with pytest.raises(KeyboardInterrupt), _staged(str(tmp_path)) as mine:
         (tmp_path / mine / "rmsd.csv").write_text("new")
         raise KeyboardInterrupt
@@ -544,3 +548,24 @@ def test_published_outputs_keep_the_mode_of_the_files_they_replace(tmp_path):
     for name, mode in (("report.html", 0o664), ("rmsd.csv", 0o664), ("rounds.json", 0o644)):
         assert (out / name).read_text() == f"new {name}"
         assert stat.S_IMODE((out / name).stat().st_mode) == mode, name
+
+
+def test_a_stage_of_another_host_is_left_alone(tmp_path, monkeypatch):
+    """A run removed every stage directory whose process number was not running on its
+    own host: in an output directory on a shared file system, the stage of a run going
+    on on another node (its number unknown here) was removed under it, and that run
+    failed while publishing. Now a stage is named by host and process, and only those
+    of this host's processes no longer running are removed."""
+    from h5mdx import _replace
+    from h5mdx.examples.run import _staged
+
+    with monkeypatch.context() as other_node:  # a run on node-07, process 999999999
+        other_node.setattr(_replace, "host_name", lambda: "node-07")
+        other_node.setattr(os, "getpid", lambda: 999999999)
+        with _staged(str(tmp_path)) as theirs:
+            pass
+    os.makedirs(theirs, exist_ok=True)  # still being written there
+    (tmp_path / theirs / "rmsd.csv").write_text("being written on node-07")
+    with _staged(str(tmp_path)) as mine:
+        assert mine != theirs
+    assert (tmp_path / theirs / "rmsd.csv").read_text() == "being written on node-07"

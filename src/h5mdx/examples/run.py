@@ -198,22 +198,37 @@ def _is_our_report(path: str) -> bool:
 
 
 #: The directory, in the output directory, where a run writes its outputs before they
-#: take their names together (by process: one killed leaves it, the next run removes it)
+#: take their names together (by host and process, ``.example-partial-HOST-PID``: one
+#: killed leaves it, the next run on that host removes it)
 _STAGE = ".example-partial-"
+
+
+def _stage_owner(name: str) -> tuple[str, int] | None:
+    """The host and process of a stage directory's name (a name of no host, of an
+    earlier version: this host), or None where ``name`` is no stage's."""
+    from h5mdx._replace import host_name
+
+    if not name.startswith(_STAGE):
+        return None
+    host, _, pid = name[len(_STAGE):].rpartition("-")
+    return (host or host_name(), int(pid)) if pid.isdigit() else None
 
 
 @contextlib.contextmanager
 def _staged(out: str) -> Iterator[str]:
     """A fresh staging directory in ``out`` for the block, removed where it ends in an
-    exception (Ctrl-C included); those of processes no longer running go first."""
-    from h5mdx._replace import pid_alive
+    exception (Ctrl-C included); those of processes of this host no longer running go
+    first (another host's process may still be running: an output directory on a
+    shared file system, its stage named by a process number of that host)."""
+    from h5mdx._replace import host_name, pid_alive
 
+    here = host_name()
     for name in os.listdir(out):
-        if name.startswith(_STAGE) and name[len(_STAGE):].isdigit():
-            pid = int(name[len(_STAGE):])
-            if pid != os.getpid() and not pid_alive(pid):
-                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-    stage = os.path.join(out, f"{_STAGE}{os.getpid()}")
+        owner = _stage_owner(name)
+        if owner is not None and owner[0] == here and owner[1] != os.getpid() \
+                and not pid_alive(owner[1]):
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    stage = os.path.join(out, f"{_STAGE}{here}-{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     os.makedirs(stage)
     try:
