@@ -137,13 +137,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     import h5mdx
+    from h5mdx._replace import replacing
 
     meta = {"machine": platform.node(), "cpus": os.cpu_count(), "frames": args.frames,
             "h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version,
             "h5mdx": h5mdx.__version__, "repeats": args.repeats}
     os.makedirs(RESULTS, exist_ok=True)
     stem = os.path.join(RESULTS, f"everyday-{args.name}")
-    with open(stem + ".json", "w") as fh:
+    # each beside its file, then renamed over it: a run stopped while writing (a full
+    # disk, Ctrl-C) left the earlier results cut short, which the docs then included
+    with replacing(stem + ".json") as tmp, open(tmp, "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     lines = [f"# Everyday reads against the h5py floor ({args.frames} frames x {N_ATOMS} "
              "atoms)", "",
@@ -155,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {r['layout']} | {r['read']} | {r['floor_ms']:.1f} | {r['h5mdx_ms']:.1f} | "
               f"{r['ratio']:.2f} | {r['floor_peak_mib']:.1f} | {r['h5mdx_peak_mib']:.1f} | "
               f"{r['result_mib']:.2f} |" for r in rows]
-    with open(stem + ".md", "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    with replacing(stem + ".md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
     print(f"results: {stem}.json/.md")
     return 0
 
