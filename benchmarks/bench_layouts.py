@@ -41,6 +41,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5mdx._replace import replacing
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             "ca_read_s (h5mdx.rmsd not available: C-alpha read through the h5md engine)"}
     stem = os.path.join(RESULTS, args.name or ("layouts_quick" if args.quick else "layouts"))
     os.makedirs(RESULTS, exist_ok=True)
-    with open(stem + ".json", "w") as fh:
+    with replacing(stem + ".json") as tmp, open(tmp, "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=2)
     write_markdown(stem + ".md", meta, rows)
     plot(stem + ".png", rows)
@@ -277,8 +279,10 @@ def write_markdown(path: str, meta: dict[str, Any], rows: list[dict[str, Any]]) 
         if meta["cold_cache"]:
             line += f" {r.get('cold_read_s', float('nan')):.3f} |"
         lines.append(line)
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    # beside the file, then renamed over it: written in place, a run stopped while
+    # writing (a full disk, Ctrl-C) left the earlier results cut short
+    with replacing(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
 
 
 def plot(path: str, rows: list[dict[str, Any]]) -> None:
@@ -299,7 +303,8 @@ def plot(path: str, rows: list[dict[str, Any]]) -> None:
         ax.set_title(title)
         ax.invert_yaxis()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
