@@ -107,9 +107,19 @@ def main() -> None:
                      "h5md_open_s": t_h5md, "h5md_tasks": tasks_h5md,
                      "h5netcdf_open_s": t_nc, "h5netcdf_tasks": tasks_nc})
         print(rows[-1])
+    print(write_results(rows, args.repeats))
+
+
+def write_results(rows: list[dict], repeats: int, results: str | None = None) -> str:
+    """Write ``open.json`` and ``open.md`` into ``results`` (default :data:`RESULTS`), each
+    beside its file and renamed over it: written in place, a run stopped while writing
+    (a full disk, Ctrl-C) left the earlier results cut short. Returns the table."""
+    from h5mdx._replace import replacing
+
+    results = results or RESULTS
     ratio = rows[1]["h5md_open_s"] / rows[0]["h5md_open_s"]
-    result = {"rows": rows, "open_time_ratio_10x_frames": ratio, "repeats": args.repeats}
-    with open(os.path.join(RESULTS, "open.json"), "w") as fh:
+    result = {"rows": rows, "open_time_ratio_10x_frames": ratio, "repeats": repeats}
+    with replacing(os.path.join(results, "open.json")) as tmp, open(tmp, "w") as fh:
         json.dump(result, fh, indent=2)
     lines = ["| frames | file (MiB) | h5md open (ms) | h5md dask tasks | h5netcdf open (ms) "
              "| h5netcdf dask tasks |", "|---|---|---|---|---|---|"]
@@ -118,10 +128,9 @@ def main() -> None:
                      f"{r['h5md_tasks']} | {r['h5netcdf_open_s'] * 1e3:.1f} | "
                      f"{r['h5netcdf_tasks']} |")
     lines.append(f"\nOpen time ratio for 10x the frames: {ratio:.2f}")
-    with open(os.path.join(RESULTS, "open.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+    with replacing(os.path.join(results, "open.md")) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
