@@ -687,3 +687,52 @@ def test_a_spooled_record_cut_short_is_left_out_with_a_warning(tmp_path):
                                          r"unreadable \(line 3: cut short\?\), left out"):
         records = read_spool(tmp_path)
     assert records == [good, {**good, "t_io": 0.25}]
+
+
+def test_untimed_tasks_of_a_worker_whose_clock_is_behind_wait_no_longer():
+    """distributed reports a task's ``startstops`` on the scheduler's clock, while the
+    in-task records and the run's start on a worker are on the worker's clock. Untimed
+    tasks kept the scheduler's times: on a node whose clock is 30 s behind, an untimed
+    task waited 30 s that never happened. Now they are put on their worker's clock, by the
+    offset its timed tasks show (else the worker's own ``scheduler_delay``)."""
+    from h5mdx.timing.capture import TimingRun
+
+    run = TimingRun("r", "distributed", 2, {"backend": "distributed", "n_workers": 2})
+    run.all_tasks = True
+    run.t_run_start, run.t_run_stop = 1000.0, 1010.0
+    behind, plain, lone = "tcp://10.0.0.2:1", "tcp://10.0.0.1:1", "tcp://10.0.0.3:1"
+    run.pid_to_worker = {2: behind, 1: plain, 3: lone}
+    run.worker_t0 = {behind: 970.0, plain: 1000.0, lone: 960.0}
+    run.scheduler_delay = {behind: 30.0, plain: 0.0, lone: 40.0}
+
+    def sched(key, worker, start, stop):
+        return {"key": key, "worker": worker, "worker_id": 7, "sched_start": start,
+                "sched_stop": stop, "t_transfer": 0.0, "status": "memory"}
+
+    def spooled(key, pid, start, stop):
+        return {"task_key": key, "pid": pid, "host": "h", "thread": 7, "kind": "rmsd",
+                "frame_start": 0, "frame_stop": 8, "t_start": start, "t_stop": stop,
+                "t_io": 0.4, "t_compute": 0.5}
+
+    run.scheduler_records = [
+        sched("('load-a', 0)", behind, 1000.5, 1001.0),    # untimed, before the timed one
+        sched("('rmsd-a', 0)", behind, 1001.2, 1002.2),
+        sched("('sum-a', 0)", behind, 1002.5, 1003.0),     # untimed, after it
+        sched("('rmsd-a', 1)", plain, 1000.2, 1001.2),
+        sched("('sum-a', 1)", plain, 1001.5, 1002.0),
+        sched("('sum-a', 2)", lone, 1000.5, 1001.0),       # a worker that timed nothing
+    ]
+    run.spooled = [spooled("('rmsd-a', 0)", 2, 971.21, 972.2),
+                   spooled("('rmsd-a', 1)", 1, 1000.21, 1001.2)]
+    df = run.records.set_index("task_key")
+    assert len(df) == 6
+    wait = df["t_wait"]
+    assert wait["('load-a', 0)"] == pytest.approx(0.51)      # 970.51 - 970
+    assert wait["('rmsd-a', 0)"] == pytest.approx(0.2)       # 971.21 - 971.01
+    assert wait["('sum-a', 0)"] == pytest.approx(0.31)       # 972.51 - 972.2
+    assert wait["('rmsd-a', 1)"] == pytest.approx(0.21)
+    assert wait["('sum-a', 1)"] == pytest.approx(0.31)
+    assert wait["('sum-a', 2)"] == pytest.approx(0.5)        # 960.5 - 960
+    assert df.loc["('sum-a', 0)", "t_start"] == pytest.approx(972.51)
+    assert df.loc["('sum-a', 0)", "sched_start"] == pytest.approx(1002.5)  # kept as is
+    assert df.loc["('sum-a', 0)", "wall"] == pytest.approx(0.5)

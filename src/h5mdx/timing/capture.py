@@ -129,6 +129,9 @@ class TimingRun:
         #: Per distributed worker, the run's start on its own clock (when it joined, for a
         #: worker that joined during the block): its first task's wait counts from there.
         self.worker_t0: dict[str, float] = {}
+        #: Per distributed worker, how far the scheduler's clock is ahead of its own, as
+        #: the worker estimated it (distributed's ``scheduler_delay``).
+        self.scheduler_delay: dict[str, float] = {}
         #: Whether ``n_workers`` was counted (not given): then it is the most workers the
         #: cluster had at once while the block ran.
         self.counted = False
@@ -267,9 +270,13 @@ def _spool_plugin(values: Mapping[str, str | None]) -> Any:
 T0_ENV = "H5MDX_TIMING_T0"
 
 
-def _take(name: str) -> dict[str, Any]:
-    """A worker's in-task records of the memory spool ``name`` and its :data:`T0_ENV`."""
-    return {"records": take_records(name), "t0": os.environ.get(T0_ENV)}
+def _take(name: str, dask_worker: Any = None) -> dict[str, Any]:
+    """A worker's in-task records of the memory spool ``name``, its :data:`T0_ENV` and its
+    estimate of how far the scheduler's clock is ahead of its own (``scheduler_delay``:
+    distributed adds it to the ``startstops`` it reports)."""
+    delay = getattr(dask_worker, "scheduler_delay", None)
+    return {"records": take_records(name), "t0": os.environ.get(T0_ENV),
+            "delay": None if delay is None else float(delay)}
 
 
 def _collect_plugin(dask_scheduler: Any, name: str) -> dict[str, Any]:
@@ -520,6 +527,8 @@ def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool:
                 run.answered.add(str(addr))
                 if got["t0"]:
                     run.worker_t0[str(addr)] = float(got["t0"])
+                if got.get("delay") is not None:
+                    run.scheduler_delay[str(addr)] = float(got["delay"])
             elif str(addr) not in run.removed:  # still in the cluster, but no answer
                 run.unanswered.add(str(addr))
     if check:
@@ -714,15 +723,18 @@ def _task_row(run: TimingRun, rec: Mapping[str, Any], s: Mapping[str, Any] | Non
     return row
 
 
-def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None) -> dict[str, Any]:
-    """The row of a task that spooled no in-task record (phases NaN, kind from its key)."""
+def _untimed_row(run: TimingRun, s: Mapping[str, Any], slurm: str | None,
+                 offset: float = 0.0) -> dict[str, Any]:
+    """The row of a task that spooled no in-task record (phases NaN, kind from its key);
+    its ``t_start`` and ``t_stop`` are the scheduler's plus ``offset``, on its worker's
+    clock (see :func:`_clock_offsets`)."""
     nan = float("nan")
     return {
         "run_id": run.run_id, "backend": run.backend, "n_workers": run.n_workers,
         "worker": str(s["worker"]), "host": socket.gethostname(), "rank": None,
         "slurm_job_id": slurm, "task_key": s["key"], "kind": _key_split(s["key"]),
         "frame_start": None, "frame_stop": None,
-        "t_start": s["sched_start"], "t_stop": s["sched_stop"],
+        "t_start": s["sched_start"] + offset, "t_stop": s["sched_stop"] + offset,
         "wall": s["sched_stop"] - s["sched_start"], "bytes_read": None,
         "sched_start": s["sched_start"], "sched_stop": s["sched_stop"],
         **{f"t_{p}": nan for p in _KNOWN_PHASES},
@@ -744,6 +756,28 @@ def _set_waits(rows: list[dict[str, Any]],
             if idx >= 0:
                 rows[idx]["t_wait"] = max(0.0, start - last)
             last = max(last, stop)
+
+
+def _clock_offsets(run: TimingRun,
+                   pairs: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[str, float]:
+    """Per distributed worker, what to add to a scheduler time (its ``startstops``, which
+    the worker reports on the scheduler's clock) to put it on the worker's own clock, where
+    the in-task records and :attr:`TimingRun.worker_t0` are: the median of in-task start
+    less scheduler start of its timed tasks, else minus the worker's ``scheduler_delay``.
+    Untimed tasks' intervals were left on the scheduler's clock: on a node whose clock is
+    30 s behind, an untimed task waited 30 s that never happened. The local schedulers
+    have one clock: no offsets."""
+    import numpy as np
+
+    if run.backend not in _CLIENT_BACKENDS:
+        return {}
+    diffs: dict[str, list[float]] = defaultdict(list)
+    for rec, s in pairs:
+        if s is not None and np.isfinite(s["sched_start"]):
+            diffs[str(s["worker"])].append(float(rec["t_start"]) - float(s["sched_start"]))
+    offsets = {w: -d for w, d in run.scheduler_delay.items()}
+    offsets.update({w: float(np.median(d)) for w, d in diffs.items()})
+    return offsets
 
 
 def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
@@ -848,13 +882,14 @@ def _merge(run: TimingRun) -> Any:
     for i, (row, (rec, _)) in enumerate(zip(rows, pairs, strict=True)):
         lane = rec.get("thread") if lanes else None
         intervals[(row["worker"], lane)].append((row["t_start"], row["t_stop"], i))
+    offsets = _clock_offsets(run, pairs)
     for s in others:
         if not np.isfinite(s["sched_start"]):
             continue
-        rows.append(_untimed_row(run, s, slurm))
+        row = _untimed_row(run, s, slurm, offsets.get(str(s["worker"]), 0.0))
+        rows.append(row)
         lane = s.get("worker_id") if lanes else None
-        intervals[(str(s["worker"]), lane)].append(
-            (s["sched_start"], s["sched_stop"], len(rows) - 1))
+        intervals[(str(s["worker"]), lane)].append((row["t_start"], row["t_stop"], len(rows) - 1))
     _set_waits(rows, intervals, run.t_run_start, run.worker_t0)
     rows = _one_row_per_task(rows, n_timed, run.all_tasks, run.removed)
     if not rows:
