@@ -601,7 +601,7 @@ def test_a_directory_or_a_file_not_hdf5_is_said_in_one_line(tmp_path, capsys, an
                                      "valid ones are: threads, processes"),
     (["--repeats", "0"], "h5mdx bench: --repeats must be at least 1, not 0\n"),
     (["--repeats", "-2"], "h5mdx bench: --repeats must be at least 1, not -2\n"),
-    (["--delay", "foo"], "h5mdx bench: H5MDX_TIMING_DELAY (--delay) 'foo' is not "
+    (["--delay", "foo"], "h5mdx bench: --delay 'foo' is not "
                          "FRAME:SECONDS[:PHASE]"),
     (["--analysis", "read", "--topology", "t.psf"], "h5mdx bench: --analysis read reads "
                                                     "every atom"),

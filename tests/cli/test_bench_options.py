@@ -90,7 +90,7 @@ def test_a_delay_beyond_a_day_is_a_usage_error(small, tmp_path, capsys):
                  "threads", "--repeats", "1", "--blocks-per-worker", "1", "--out", str(out),
                  "--no-progress"]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("h5mdx bench: H5MDX_TIMING_DELAY (--delay) '0:1e308' is "
+    assert captured.err.startswith("h5mdx bench: --delay '0:1e308' is "
                                    "not FRAME:SECONDS[:PHASE]") and captured.out == ""
     assert "the seconds it sleeps (0 to 86,400, a day)" in captured.err
     assert not out.exists()

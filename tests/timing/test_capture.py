@@ -240,7 +240,9 @@ def test_a_capture_of_another_scheduler_says_so(frames_file, client):
 def test_a_delay_not_of_the_form_is_refused_at_once(frames_file, capsys):
     """H5MDX_TIMING_DELAY (bench --delay) is FRAME:SECONDS[:PHASE]: anything else is a
     clear error before a run, naming the form (--delay 0 failed mid-grid with 'list index
-    out of range', and a phase no task has injected nothing; found by an audit)."""
+    out of range', and a phase no task has injected nothing). The message began
+    'H5MDX_TIMING_DELAY (--delay)' wherever it came from: on the command line it names
+    --delay, in the library the variable."""
     from h5mdx.cli import main
     from h5mdx.timing.phases import parse_delay
 
@@ -248,14 +250,19 @@ def test_a_delay_not_of_the_form_is_refused_at_once(frames_file, capsys):
     for spec in ("0", "abc", "0:x", "-1:0.5", "0:-1", "0:0.5:IO", "0:0.5:init_top", "1:2:io:4"):
         with pytest.raises(ValueError, match=r"is not FRAME:SECONDS\[:PHASE\]"):
             parse_delay(spec)
-    with pytest.raises(ValueError, match="is not FRAME:SECONDS"):
+    # the library names the variable it read; the command line its option
+    with pytest.raises(ValueError, match=r"^H5MDX_TIMING_DELAY '0' is not FRAME"):
+        parse_delay("0")
+    with pytest.raises(ValueError, match=r"^H5MDX_TIMING_DELAY '0:0.5:init_top' is not"):
         with capture(backend="threads", env={DELAY_ENV: "0:0.5:init_top"}):
             pass
     path, _ = frames_file
     assert main(["bench", path, "--analysis", "read", "--scheduler", "threads",
                  "--workers", "1", "--delay", "0", "--out", str(Path(path).parent / "b"),
                  "--no-progress"]) == 2
-    assert "--delay) '0' is not FRAME:SECONDS[:PHASE]" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "h5mdx bench: --delay '0' is not FRAME:SECONDS[:PHASE]" in err
+    assert DELAY_ENV not in err
 
 
 def test_a_failed_computation_gets_no_warning_of_its_own():

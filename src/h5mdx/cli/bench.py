@@ -121,7 +121,7 @@ def _check_out(out: str, overwrite: bool) -> None:
 
 
 def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
-                   parse_delay: Callable[[str], object]) -> str | None:
+                   parse_delay: Callable[[str, str], object]) -> str | None:
     """What is wrong with the options (None: nothing), checked before the grid: these
     were said with exit status 1 and a --debug hint, as failures of the run."""
     bad = [s for s in args.scheduler if s not in schedulers]
@@ -153,7 +153,7 @@ def _usage_problem(args: argparse.Namespace, schedulers: Sequence[str],
     try:
         _check_out(args.out, args.overwrite)
         if args.delay:
-            parse_delay(args.delay)  # before the grid, not in its middle
+            parse_delay(args.delay, "--delay")  # before the grid, not in its middle
     except ValueError as err:
         return str(err)
     return _unwritable(args.out)

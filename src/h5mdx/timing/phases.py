@@ -214,13 +214,21 @@ DELAY_PHASES = ("io", "compute")
 MAX_DELAY_S = 86_400
 
 
-def parse_delay(spec: str) -> tuple[int, float, str]:
+def parse_delay(spec: str, source: str = DELAY_ENV) -> tuple[int, float, str]:
     """``(frame_start, seconds, phase)`` of a ``DELAY_ENV`` value ``frame:seconds[:phase]``.
+
+    Parameters
+    ----------
+    spec : str
+        The value.
+    source : str, optional
+        Where the value came from, for the error: the variable (default), or the
+        command line's option (``"--delay"``).
 
     Raises
     ------
     ValueError
-        Naming the variable and the form, where ``spec`` is not of it (a frame that is
+        Naming ``source`` and the form, where ``spec`` is not of it (a frame that is
         not an integer, negative or no seconds or more than a day, a phase other than
         ``io`` or ``compute``, which would inject nothing).
 
@@ -239,7 +247,7 @@ def parse_delay(spec: str) -> tuple[int, float, str]:
             raise ValueError
     except ValueError:
         raise ValueError(
-            f"{DELAY_ENV} (--delay) {spec!r} is not FRAME:SECONDS[:PHASE]: the first frame "
+            f"{source} {spec!r} is not FRAME:SECONDS[:PHASE]: the first frame "
             "of the task to slow (an integer >= 0), the seconds it sleeps (0 to "
             f"{MAX_DELAY_S:,}, a day) and the phase it sleeps in "
             f"({' or '.join(DELAY_PHASES)}, default io)") from None
