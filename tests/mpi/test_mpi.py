@@ -546,9 +546,10 @@ def test_mass_weights_without_a_topology_take_the_files_masses(adk_universe, adk
     none = write_h5md(tmp_path / "none.h5md", {"trajectory": {"position": {
         "value": adk_positions[:3], "step": np.arange(3)}}})
     proc = mpirun(2, h5mdx_argv("mpi-rmsd", str(none), "--weights", "mass"))
-    assert proc.returncode == 1, proc.stderr
-    lines = _error_lines(proc.stderr)
-    assert len(lines) == 1 and "mass weights need masses: pass --topology FILE" in lines[0]
+    assert proc.returncode == 2, proc.stderr  # the user's mistake: a usage error
+    assert _error_lines(proc.stderr) == [
+        f"h5mdx mpi-rmsd: {none}: mass weights need masses: pass --topology FILE "
+        "(/particles/trajectory has no mass element of one mass per atom)"], proc.stderr
 
 
 @pytest.mark.mpi
@@ -1032,15 +1033,34 @@ def test_what_the_scan_assumed_of_the_positions_is_warned_once(layouts, mda_rmsd
 @pytest.mark.mpi
 def test_a_reference_out_of_range_names_the_file_once(layouts):
     """--reference 98 of 98 frames: 'reference frame 98 is out of range for 98 frames',
-    naming no file (an audit); now once, with the file, the path and the range."""
+    naming no file; then once, with the file, the path and the range, but as a failure of
+    every rank ('all 2 ranks failed: IndexError: ...') with exit status 1. It is the
+    user's mistake: one line, as it is, and exit status 2, as for a usage error."""
     require_mpi()
     path = layouts["chunk10"]
     proc = mpirun(2, h5mdx_argv("mpi-rmsd", path, "--reference", "98"), timeout=120)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert _error_lines(proc.stderr) == [
-        f"h5mdx mpi-rmsd: all 2 ranks failed: IndexError: {path} [/particles/trajectory/"
+        f"h5mdx mpi-rmsd: {path} [/particles/trajectory/"
         "position/value]: reference frame 98 is out of range for 98 frames (0 to 97, or "
         "-98 to -1 from the end)"], proc.stderr
+    assert "--debug" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_selection_without_a_topology_is_a_usage_error(layouts, ranks):
+    """--select without --topology, of a file that holds none: said by every rank's
+    failure with exit status 1 (on one rank with a --debug hint); now one line, once,
+    with exit status 2."""
+    require_mpi()
+    proc = mpirun(ranks, h5mdx_argv("mpi-rmsd", layouts["chunk10"], "--select", "name CA"),
+                  timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert _error_lines(proc.stderr) == [
+        "h5mdx mpi-rmsd: a selection ('name CA') needs a topology: pass --topology FILE"], \
+        proc.stderr
+    assert "--debug" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.mpi

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from h5mdx.mpi import require_parallel_h5py
 
     require_parallel_h5py()
-    from h5mdx.mpi.rmsd import MPIRMSDOptions, main
+    from h5mdx.mpi.rmsd import MPIRMSDOptions, OptionError, main
 
     options = MPIRMSDOptions(
         trajectory=args.trajectory,
@@ -121,4 +121,9 @@ def run(args: argparse.Namespace) -> int:
         convert_units=args.convert_units,
         run_id=args.run_id,
     )
-    return main(options, verbose=not args.quiet)
+    try:
+        return main(options, verbose=not args.quiet)
+    except OptionError as err:  # on one rank it goes up as it is: a usage error, exit 2
+        from h5mdx.cli._usage import UsageError
+
+        raise UsageError(str(err)) from err

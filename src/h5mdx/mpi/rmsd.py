@@ -23,8 +23,11 @@ tool: every rank
 
 Rank 0 writes the time series and one timing record per rank (the common
 schema of :mod:`h5mdx.timing.records`, backend ``"mpi-io"``). A failure of the
-start-up that every rank meets alike (a bad option or selection, a file that is not H5MD)
-is reported once, by rank 0, naming the ranks, and every rank exits with status 1.
+start-up that every rank meets alike (a bad selection, a file that is not H5MD)
+is reported once, by rank 0, naming the ranks, and every rank exits with status 1; an
+option that does not fit the file (:class:`OptionError`: a selection without a topology,
+mass weights without masses, a reference frame out of range) is said once, by rank 0,
+as it is, and every rank exits with status 2, as for a usage error.
 A rank that fails alone prints its rank and the reason and aborts the whole job
 (``MPI_Abort``) so that ``mpirun`` exits non-zero at once instead of hanging in a
 collective call.
@@ -69,14 +72,25 @@ from h5mdx.timing.records import (
 )
 from h5mdx.timing.report import task_table
 
-__all__ = ["BACKEND", "PHASES", "READ_MODES", "MPIRMSDOptions", "MPIRMSDResult", "main",
-           "run_rmsd"]
+__all__ = ["BACKEND", "PHASES", "READ_MODES", "MPIRMSDOptions", "MPIRMSDResult", "OptionError",
+           "main", "run_rmsd"]
 
 #: Value of the ``backend`` column of the timing records.
 BACKEND = "mpi-io"
 
 #: How a rank reads its block (``MPIRMSDOptions.read``); the first is the default.
 READ_MODES = ("step", "block", "frame")
+
+class OptionError(ValueError):
+    """An option that does not fit the file (a selection without a topology, mass weights
+    without masses, a reference frame out of range): the user's mistake, said once, by
+    rank 0, in one line, with exit status 2 as a usage error (it was said as a failure
+    of every rank, with status 1)."""
+
+
+class ReferenceOutOfRange(OptionError, IndexError):
+    """``reference`` is not a frame of the file (an ``IndexError`` too, as before)."""
+
 
 @dataclass
 class MPIRMSDOptions:
@@ -162,7 +176,7 @@ class MPIRMSDOptions:
             if holds_topology(self.trajectory):  # GROMACS' H5MD: its own topology
                 self.topology = self.trajectory
         if self.select is not None and self.topology is None:
-            raise ValueError(
+            raise OptionError(
                 f"a selection ({self.select!r}) needs a topology: pass --topology FILE"
             )
         if self.out is not None:  # before the run, not after it
@@ -269,7 +283,7 @@ def _file_masses(filename: str, group: str | None) -> np.ndarray:
         source = position_source(f, group)
         el = source.info.particles[source.group].elements.get("mass")
         if el is None or el.time_dependent or el.shape != (source.n_atoms,):
-            raise ValueError(
+            raise OptionError(
                 f"{filename}: mass weights need masses: pass --topology FILE (/particles/"
                 f"{source.group} has no mass element of one mass per atom)")
         return np.asarray(f[el.value_path][()], dtype=np.float64)
@@ -412,13 +426,27 @@ def _selection(options: MPIRMSDOptions, comm: Any, timer: _Timer
     if failure is not None:
         if comm.Get_rank() == 0:
             _report([failure], comm.Get_size())
-        raise _Reported(failure)
+        raise _Reported(failure, _status([failure]))
     return payload
 
 
 class _Reported(Exception):
     """A failure of a stage every rank runs alike, reported once by rank 0: every rank
-    leaves with status 1."""
+    leaves with ``status`` (2 for an :class:`OptionError`, else 1)."""
+
+    def __init__(self, failure: str | None, status: int = 1) -> None:
+        super().__init__(failure)
+        self.status = status
+
+
+#: The start of a failure's text that is an :class:`OptionError`'s (said as it is).
+_OPTION = "OptionError: "
+
+
+def _status(seen: list[str | None]) -> int:
+    """2 where every failure of ``seen`` is an :class:`OptionError`, else 1."""
+    failures = [text for text in seen if text]
+    return 2 if failures and all(t.startswith(_OPTION) for t in failures) else 1
 
 
 def _together(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any], *args: Any,
@@ -445,7 +473,7 @@ def _together(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any], *
         comm.Barrier()  # until rank 0's abort ends this rank too
     if on_fail is not None:
         on_fail()  # every rank: a collective close of the file
-    raise _Reported(failure)
+    raise _Reported(failure, _status(seen))
 
 
 def _attempt(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any],
@@ -458,13 +486,17 @@ def _attempt(comm: Any, timer: _Timer, phase: str, stage: Callable[..., Any],
         except Exception as err:
             if comm.Get_size() == 1:
                 raise
-            return None, f"{type(err).__name__}: {err}"
+            kind = "OptionError" if isinstance(err, OptionError) else type(err).__name__
+            return None, f"{kind}: {err}"
 
 
 def _report(seen: list[str | None], size: int) -> None:
     """One line per distinct failure, naming its ranks (``seen``: one entry per rank, or
     one entry for a failure of rank 0's that every rank shares)."""
     for text, ranks in ranks_by_text(seen).items():
+        if text.startswith(_OPTION):  # the user's mistake, not a failure of the ranks
+            print(f"h5mdx mpi-rmsd: {text[len(_OPTION):]}", file=sys.stderr, flush=True)
+            continue
         who = ranks_phrase(ranks, size) if len(seen) == size else f"rank 0 of {size}"
         print(f"h5mdx mpi-rmsd: {who} failed: {text}", file=sys.stderr, flush=True)
 
@@ -492,7 +524,7 @@ def _open(options: MPIRMSDOptions, comm: Any, f: Any, idx: np.ndarray | None,
         raise H5MDFormatError(options.trajectory, source.element.path,
                               "the positions have no frames: there is no RMSD to compute")
     if not -source.n_frames <= ref_index < source.n_frames:
-        raise IndexError(  # naming the file and its positions
+        raise ReferenceOutOfRange(  # naming the file and its positions
             f"{options.trajectory} [{source.element.value_path}]: reference frame "
             f"{ref_index} is out of range for {source.n_frames} frames (0 to "
             f"{source.n_frames - 1}, or -{source.n_frames} to -1 from the end)")
@@ -755,7 +787,8 @@ def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
     """Run :func:`run_rmsd` with the error handling of the command line.
 
     On a single rank errors propagate (the CLI prints them). On several ranks a failure
-    of the start-up is printed once by rank 0 and every rank returns 1; a rank that fails
+    of the start-up is printed once by rank 0 and every rank returns 1 (2 for an
+    :class:`OptionError`, the user's mistake); a rank that fails
     later prints its rank and the reason and calls ``MPI_Abort(1)``.
     """
     comm = comm_world()
@@ -765,8 +798,8 @@ def main(options: MPIRMSDOptions, *, verbose: bool = True) -> int:
               "use: mpirun -n N h5mdx mpi-rmsd ...", file=sys.stderr)
     try:
         res = run_rmsd(options, comm)
-    except _Reported:
-        return 1
+    except _Reported as reported:
+        return reported.status
     except Exception as err:
         if size == 1:
             raise
