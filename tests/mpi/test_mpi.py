@@ -1224,3 +1224,27 @@ def test_mpi_rmsd_selection_by_position_on_the_reference_frame(tmp_path, adk_pos
         idx, masses, n = _select(PSF, select, None, path, None, frame)
         np.testing.assert_array_equal(idx, u.select_atoms(select).indices)
         assert masses is None and n == 3341
+
+
+def test_dask_mpi_rows_of_a_worker_of_unknown_rank_are_said():
+    """A dask-mpi timing row whose worker is not in the worker-to-rank map (not named
+    after its rank, or gone before the map was taken) got rank NaN and no word. Its rank
+    is left empty and a warning names the worker, once."""
+    import pandas as pd
+
+    from h5mdx.mpi.launch import with_ranks
+
+    records = pd.DataFrame({"worker": ["tcp://a:1", "tcp://b:2", "tcp://gone:3",
+                                       "tcp://gone:3"], "wall": [1.0, 2.0, 3.0, 4.0]})
+    with pytest.warns(RuntimeWarning, match=r"^2 timing record\(s\) of 1 dask-mpi worker\(s\) "
+                                            r"whose MPI rank is not known \(tcp://gone:3\)") \
+            as said:
+        frame = with_ranks(records, {"tcp://a:1": 2, "tcp://b:2": 3})
+    assert len(said) == 1
+    assert frame["rank"].tolist()[:2] == [2, 3] and frame["rank"].isna().tolist() == [
+        False, False, True, True]
+    assert "rank" not in records  # the records given are left as they were
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert with_ranks(records[:2], {"tcp://a:1": 2, "tcp://b:2": 3})["rank"].tolist() \
+            == [2, 3]

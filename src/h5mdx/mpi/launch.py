@@ -228,6 +228,27 @@ def worker_ranks(client: Any) -> dict[str, int]:
     return out
 
 
+def with_ranks(records: Any, ranks: dict[str, int]) -> Any:
+    """``records`` (a timing DataFrame) with the ``rank`` of each row's worker (from
+    :func:`worker_ranks`). A row whose worker is not in ``ranks`` (a worker not named
+    after its rank, or lost before the map was taken) got rank NaN and no word: it keeps
+    an empty rank, and a warning names the worker(s), once."""
+    import warnings
+
+    frame = records.copy()
+    frame["rank"] = frame["worker"].map(ranks).astype("Int64")
+    missing = sorted({str(w) for w in frame.loc[frame["rank"].isna(), "worker"]})
+    if missing:
+        n = int(frame["rank"].isna().sum())
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        warnings.warn(
+            f"{n} timing record(s) of {len(missing)} dask-mpi worker(s) whose MPI rank is "
+            f"not known ({shown}): not named after its rank by dask-mpi, or gone from the "
+            "cluster before the ranks were asked; their rank is left empty",
+            RuntimeWarning, stacklevel=2)
+    return frame
+
+
 def file_rmsd(trajectory: str, *, topology: str | None, group: str | None,
               convert_units: bool, select: Any = None, **options: Any) -> Any:
     """The RMSD of ``trajectory`` as :func:`rmsd_dask_mpi` computes it on its cluster (on
@@ -335,6 +356,7 @@ def rmsd_dask_mpi(
                 "interface": interface, "warm_up_s": warm}
         if timing:
             os.makedirs(timing, exist_ok=True)
+        ranks = worker_ranks(client)  # a worker lost in the run is known by its rank still
         with capture(backend="dask-mpi", client=client, n_workers=n_workers, run_id=run_id,
                      meta=meta) as run:
             result = file_rmsd(trajectory, topology=topology, group=group,
@@ -342,9 +364,8 @@ def rmsd_dask_mpi(
                                select=select, weights=weights, superposition=superposition,
                                frames_per_block=frames_per_block, chunk_mib=chunk_mib,
                                kernel=kernel)
-        ranks = worker_ranks(client)
-    frame = run.records.copy()
-    frame["rank"] = frame["worker"].map(ranks).astype("Int64")
+        ranks.update(worker_ranks(client))
+    frame = with_ranks(run.records, ranks)
     if out and not rmsd_file:
         rmsd_file = str(Path(out) / "rmsd.csv")
     write_outputs(result, rmsd_file, plot)
