@@ -743,3 +743,46 @@ def test_untimed_tasks_of_a_worker_whose_clock_is_behind_wait_no_longer():
     assert df.loc["('sum-a', 0)", "t_start"] == pytest.approx(972.51)
     assert df.loc["('sum-a', 0)", "sched_start"] == pytest.approx(1002.5)  # kept as is
     assert df.loc["('sum-a', 0)", "wall"] == pytest.approx(0.5)
+
+
+def test_a_stopped_worker_does_not_hold_the_capture(frames_file, monkeypatch):
+    """A worker stopped (SIGSTOP, as a node that hangs) but still connected never answers
+    client.run, which has no bound: capture's start waited for it forever, and so did its
+    end. Each wait is bounded now: the worker is said not to have answered, the tasks of
+    the others are recorded. (A watchdog wakes the worker after 30 s, so that the code
+    before the fix fails here instead of hanging.)"""
+    import signal
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.parallel import local_cluster
+
+    capture_module = importlib.import_module("h5mdx.timing.capture")
+    monkeypatch.setattr(capture_module, "ANSWER_TIMEOUT_S", 2.0, raising=False)
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.compute(arr, sync=True)  # warm-up
+        pids = client.run(os.getpid)
+        stopped, other = sorted(pids)
+        os.kill(pids[stopped], signal.SIGSTOP)
+        woken = threading.Timer(30.0, os.kill, (pids[stopped], signal.SIGCONT))
+        woken.start()
+        try:
+            t0 = time.monotonic()
+            with pytest.warns(RuntimeWarning, match=rf"1 worker\(s\) did not answer when "
+                              rf"asked, at the start of the block, to time their tasks "
+                              rf"\(stopped, .*\({stopped}: {stopped} did not answer within "
+                              r"2 s\)"):
+                with capture(client=client) as run:
+                    t_entered = time.monotonic() - t0
+                    client.compute(arr, workers=[other], sync=True)
+                    t1 = time.monotonic()
+            t_left = time.monotonic() - t1
+        finally:
+            woken.cancel()
+            os.kill(pids[stopped], signal.SIGCONT)
+    assert t_entered < 10 and t_left < 10, (t_entered, t_left)
+    assert run.unanswered == {stopped} and run.answered == {other}
+    df = run.records
+    assert len(df) == N_FRAMES // FPB and set(df["worker"]) == {other}

@@ -480,12 +480,16 @@ def _start_distributed(stack: ExitStack, run: TimingRun, client: Any,
                        report: str | os.PathLike[str] | None) -> None:
     """Set the spool variables on the workers and register the scheduler plugin (undone
     by ``stack``); start dask's performance report if asked."""
-    old_remote = client.run(_set_env, values)
+    answers = _run_each(client, _set_env, dict.fromkeys(_worker_addresses(client), (values,)))
+    old_remote = {a: v for a, v in answers.items() if isinstance(v, dict)}
     stack.callback(_restore_remote, client, old_remote)
-    # workers that join later: after client.run, so that its restore (last) wins on these
-    client.register_plugin(_spool_plugin(values), name=f"{plugin_name}-spool")
-    stack.callback(_unregister_worker_plugin, client, f"{plugin_name}-spool")
-    run.pid_to_worker = {int(pid): addr for addr, pid in client.run(_worker_pid).items()}
+    _warn_silent_at_start(sorted(set(answers) - set(old_remote)), answers)
+    # workers that join later: after the above, so that its restore (last) wins on these
+    _bounded(client.register_plugin, _spool_plugin(values), f"{plugin_name}-spool",
+             wait=len(old_remote) == len(answers))
+    stack.callback(_unregister_worker_plugin, client, f"{plugin_name}-spool", run)
+    pids = _run_each(client, _worker_pid, dict.fromkeys(old_remote, ()))
+    run.pid_to_worker = {int(pid): addr for addr, pid in pids.items() if isinstance(pid, int)}
     client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
     stack.callback(_unregister, client, plugin_name)
     if report is not None:
@@ -496,6 +500,21 @@ def _start_distributed(stack: ExitStack, run: TimingRun, client: Any,
         import_optional("bokeh", "dask's performance_report HTML")
 
         stack.enter_context(performance_report(filename=os.fspath(report)))
+
+
+def _warn_silent_at_start(silent: list[str], answers: Mapping[str, Any]) -> None:
+    """Warn of the workers that did not take the spool variables at the start of the block
+    (they did not answer in time, a frozen worker, or failed): their tasks may not be
+    timed."""
+    if not silent:
+        return
+    why = "; ".join(f"{a}: {answers[a]}" for a in silent[:3]) + ("; ..." if len(silent) > 3
+                                                                 else "")
+    warnings.warn(
+        f"capture(): {len(silent)} worker(s) did not answer when asked, at the start of "
+        f"the block, to time their tasks (stopped, or busy under a task that holds the "
+        f"GIL) ({why}): their tasks may have no timing records", RuntimeWarning,
+        stacklevel=5)
 
 
 def _finish(run: TimingRun, client: Any, plugin_name: str, recorder: Any, spool: str,
@@ -585,36 +604,84 @@ def _untimed_message(run: TimingRun) -> str:
 #: mid-run stays listed for a while, and each call to it waited distributed's 30 s.
 COLLECT_CONNECT_TIMEOUT = "5s"
 
+#: Seconds capture waits for a worker's answer (to set its spool variables, give its pid or
+#: its records): a worker that is stopped (SIGSTOP, a node that hangs) but still connected
+#: never answers, and capture's start and end waited for it forever.
+ANSWER_TIMEOUT_S = 5.0
+
+
+def _worker_addresses(client: Any) -> list[str]:
+    return sorted(client.scheduler_info(n_workers=-1).get("workers", {}))
+
+
+def _run_each(client: Any, fn: Any, args: Mapping[str, tuple[Any, ...]]) -> dict[str, Any]:
+    """``fn(*args[addr])`` on each worker ``addr`` of ``args``, all at once, each answer
+    awaited at most :data:`ANSWER_TIMEOUT_S`: per worker its answer, or the error (not
+    raised): a :class:`TimeoutError` where it did not answer in time. ``client.run`` has
+    no bound of its own: one frozen worker made it wait forever for all."""
+    import asyncio
+
+    bound = ANSWER_TIMEOUT_S
+
+    async def one(addr: str) -> Any:
+        try:
+            got = await asyncio.wait_for(client.run(
+                fn, *args[addr], workers=[addr], on_error="return", asynchronous=True), bound)
+        except asyncio.TimeoutError:
+            return TimeoutError(f"{addr} did not answer within {bound:g} s")
+        except Exception as err:  # noqa: BLE001 - said per worker, as client.run's own
+            return err
+        return got.get(addr, KeyError(addr)) if isinstance(got, dict) else got
+
+    async def every() -> dict[str, Any]:
+        addrs = list(args)
+        return dict(zip(addrs, await asyncio.gather(*(one(a) for a in addrs)), strict=True))
+
+    return dict(client.sync(every))
+
+
+def _bounded(call: Any, *args: Any, wait: bool = True) -> bool:
+    """``call(*args)`` (a client call that every worker must answer: a worker plugin's
+    registration) waited for at most :data:`ANSWER_TIMEOUT_S` (not at all unless ``wait``:
+    a worker that did not answer before will not), in a thread of its own; whether it
+    ended in time. Where it did not, the scheduler goes on with it (a frozen
+    worker gets the plugin when it wakes up), and an error of it is dropped."""
+
+    def run() -> None:
+        try:
+            call(*args)
+        except Exception:  # noqa: BLE001 - the workers that matter are said elsewhere
+            pass
+
+    thread = threading.Thread(target=run, name="h5mdx-capture-call", daemon=True)
+    thread.start()
+    thread.join(ANSWER_TIMEOUT_S if wait else 0.0)
+    return not thread.is_alive()
+
 
 def _from_live_workers(client: Any, fn: Any, *args: Any) -> dict[str, Any]:
-    """``client.run(fn, *args)`` on the workers the scheduler lists, an error returned
-    (not raised) for one that died, which is tried for :data:`COLLECT_CONNECT_TIMEOUT`
-    (where the scheduler runs in this process: a local or SLURM cluster)."""
+    """``fn(*args)`` on the workers the scheduler lists (:func:`_run_each`), an error
+    returned (not raised) for one that died, which is tried for
+    :data:`COLLECT_CONNECT_TIMEOUT` (where the scheduler runs in this process: a local or
+    SLURM cluster), or that did not answer within :data:`ANSWER_TIMEOUT_S`."""
     import dask
 
     with dask.config.set({"distributed.comm.timeouts.connect": COLLECT_CONNECT_TIMEOUT}):
-        return dict(client.run(fn, *args, on_error="return"))
+        return _run_each(client, fn, dict.fromkeys(_worker_addresses(client), args))
 
 
 def _restore_remote(client: Any, old: Mapping[str, Mapping[str, str | None]]) -> None:
     try:
-        live = set(client.scheduler_info().get("workers", {}))
+        live = set(_worker_addresses(client))
     except Exception:  # noqa: BLE001 - the cluster is going: nothing to restore
         return
-    for addr, values in old.items():
-        if addr not in live:  # left during the run (killed, or its job ended)
-            continue
-        try:
-            client.run(_set_env, values, workers=[addr])
-        except Exception:  # noqa: BLE001 - a worker that left needs no clean-up
-            pass
+    # a worker that left during the run (killed, or its job ended) needs no clean-up
+    _run_each(client, _set_env, {a: (v,) for a, v in old.items() if a in live})
 
 
-def _unregister_worker_plugin(client: Any, name: str) -> None:
-    try:
-        client.unregister_worker_plugin(name)
-    except Exception:  # noqa: BLE001 - already gone with the workers
-        pass
+def _unregister_worker_plugin(client: Any, name: str, run: TimingRun) -> None:
+    # errors: already gone with the workers; no wait for the ones that did not answer
+    _bounded(client.unregister_worker_plugin, name, wait=not run.unanswered)
 
 
 def _unregister(client: Any, name: str) -> None:
