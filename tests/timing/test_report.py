@@ -177,3 +177,18 @@ def test_the_summary_says_the_tasks_run_again():
     assert ("run again: 1 task(s) after their worker was lost, 1 earlier attempt(s) of "
             "0.250 s in all (in no task's total)") in text.splitlines()
     assert "run again" not in straggler_summary(to_frame(rows).drop(columns="retries"))
+
+
+def test_the_summary_takes_the_runs_wall_time_from_its_metadata():
+    """The header's time of a dask run was the span from the first task's start to the
+    last one's stop, whatever the metadata said: the tasks of workers on hosts whose
+    clocks differ by 30 s said a run of 1.5 s took 31.5 s. The run's measured wall time
+    (``meta["wall"]``, one clock) is said where it is known."""
+    from h5mdx.timing.report import straggler_summary
+
+    df = _dask_records()
+    df.loc[1, ["t_start", "t_stop"]] += 30.0  # a worker whose clock is ahead
+    header = straggler_summary(df, {"wall": 1.5, "run_id": "r"}).splitlines()[0]
+    assert header == "timing: 2 record(s), backend threads, 2 worker(s)/rank(s), 1.500 s"
+    header = straggler_summary(df).splitlines()[0]  # no metadata: the span, as before
+    assert header.endswith(", 31.500 s from first start to last stop")
