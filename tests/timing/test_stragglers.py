@@ -595,3 +595,14 @@ def test_a_run_that_only_warmed_up_has_no_speed_up_rather_than_an_error():
     np.testing.assert_allclose(table["t_N"], [0.9, 0.4, 0.0])
     np.testing.assert_allclose(table["S"], [1.0, 2.25, np.nan])
     np.testing.assert_allclose(table["E"], [1.0, 1.125, np.nan])
+
+
+def test_the_rule_says_its_minimum_excess_as_given():
+    """straggler_rule rounded the minimum excess to whole milliseconds: a rule of
+    min_excess=0.0004 s said '> 0 ms longer', one of 2.5 s '> 2500 ms longer'."""
+    from h5mdx.timing.stragglers import straggler_rule
+
+    assert "> 0.4 ms longer" in straggler_rule(min_excess=0.0004)
+    assert "> 2.5 s longer" in straggler_rule(min_excess=2.5)
+    assert "> 50 ms longer" in straggler_rule()
+    assert "> 0 ms longer" in straggler_rule(min_excess=0.0)

@@ -97,7 +97,8 @@ def straggler_rule(rule: str = "median", factor: float | None = None,
             f"unknown straggler rule {rule!r}; valid options are: {', '.join(_DEFAULT_FACTOR)}"
         )
     f = _DEFAULT_FACTOR[rule] if factor is None else float(factor)
-    excess = f"{min_excess * 1e3:.0f} ms"
+    # the milliseconds as they are: 0.4 ms was said "0 ms", 2.5 s "2500 ms"
+    excess = f"{min_excess * 1e3:g} ms" if min_excess < 1 else f"{min_excess:g} s"
     if rule == "median":
         return (f"a task is a straggler when > {f:g}x the median of the other tasks and > "
                 f"{excess} longer, warm-up excluded")
