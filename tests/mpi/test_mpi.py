@@ -224,6 +224,25 @@ def test_serial_h5py_error_names_the_fix(monkeypatch, adk_h5md):
     assert main(["mpi-rmsd", adk_h5md]) == 1
 
 
+def test_a_serial_h5py_is_said_by_the_first_rank_alone(monkeypatch, adk_h5md, capsys):
+    """Without a parallel h5py every rank of the job printed the same line (64 ranks, 64
+    lines). The first rank says it, as for the usage errors; every rank exits with 1."""
+    import h5mdx.mpi
+    from h5mdx.cli import main
+
+    monkeypatch.setattr(h5mdx.mpi, "has_parallel_h5py", lambda: False)
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert main(["mpi-rmsd", adk_h5md]) == 1
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert main(["mpi-rmsd", adk_h5md]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("h5mdx mpi-rmsd: error: ") \
+        and "is a serial build" in err[0]
+
+
 def test_locking_failure_gives_advice(monkeypatch, tmp_path):
     pytest.importorskip("mpi4py")
     import h5mdx.mpi.io as mio

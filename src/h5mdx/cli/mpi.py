@@ -87,20 +87,32 @@ def _out_problem(out: str | None) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``mpi-rmsd`` (on every rank)."""
+def _first_rank() -> bool:
+    """Whether this process is the first rank of its job, by its launcher's word (before
+    MPI starts), or was started by none."""
     import os
 
+    return os.environ.get(next((v for v in _RANK_VARS if v in os.environ), ""), "0") == "0"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``mpi-rmsd`` (on every rank)."""
     problem = _usage_problem(args) or _out_problem(args.out)
     if problem:  # said once, by the first rank (the launcher's), not by each
-        if os.environ.get(next((v for v in _RANK_VARS if v in os.environ), ""), "0") == "0":
+        if _first_rank():
             from h5mdx.cli._usage import UsageError
 
             raise UsageError(problem)
         return 2
+    from h5mdx.errors import MissingDependencyError
     from h5mdx.mpi import require_parallel_h5py
 
-    require_parallel_h5py()
+    try:
+        require_parallel_h5py()
+    except MissingDependencyError:  # every rank's h5py is serial: said by the first alone
+        if _first_rank():  # (64 ranks printed the same line 64 times)
+            raise
+        return 1
     from h5mdx.mpi.rmsd import MPIRMSDOptions, OptionError, main
 
     options = MPIRMSDOptions(
