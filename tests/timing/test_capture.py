@@ -758,7 +758,7 @@ def test_a_stopped_worker_does_not_hold_the_capture(frames_file, monkeypatch):
     from h5mdx.parallel import local_cluster
 
     capture_module = importlib.import_module("h5mdx.timing.capture")
-    monkeypatch.setattr(capture_module, "ANSWER_TIMEOUT_S", 2.0, raising=False)
+    monkeypatch.setattr(capture_module, "ANSWER_TIMEOUT_S", 3.0, raising=False)
     path, _ = frames_file
     arr = read_workload(path, "x").build(FPB)
     with local_cluster(2) as cluster, distributed.Client(cluster) as client:
@@ -773,7 +773,7 @@ def test_a_stopped_worker_does_not_hold_the_capture(frames_file, monkeypatch):
             with pytest.warns(RuntimeWarning, match=rf"1 worker\(s\) did not answer when "
                               rf"asked, at the start of the block, to time their tasks "
                               rf"\(stopped, .*\({stopped}: {stopped} did not answer within "
-                              r"2 s\)"):
+                              r"3 s\)"):
                 with capture(client=client) as run:
                     t_entered = time.monotonic() - t0
                     client.compute(arr, workers=[other], sync=True)
@@ -782,7 +782,7 @@ def test_a_stopped_worker_does_not_hold_the_capture(frames_file, monkeypatch):
         finally:
             woken.cancel()
             os.kill(pids[stopped], signal.SIGCONT)
-    assert t_entered < 10 and t_left < 10, (t_entered, t_left)
+    assert t_entered < 15 and t_left < 15, (t_entered, t_left)  # 3 s a wait, not 30
     assert run.unanswered == {stopped} and run.answered == {other}
     df = run.records
     assert len(df) == N_FRAMES // FPB and set(df["worker"]) == {other}
