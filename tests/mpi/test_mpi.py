@@ -1173,7 +1173,7 @@ def test_times_in_ns_are_the_decimals_the_engine_gives():
     from h5mdx.mpi.rmsd import _in_base_unit
 
     times, unit = _in_base_unit(np.array([0.0, 0.0041, 0.0049]), "ns", "t.h5md",
-                                decimals=True)
+                                "the times are", decimals=True)
     assert unit == "ps" and times.tolist() == [0.0, 4.1, 4.9]
 
 
@@ -1267,3 +1267,29 @@ def test_dask_mpi_rows_of_a_worker_of_unknown_rank_are_said():
         warnings.simplefilter("error")
         assert with_ranks(records[:2], {"tcp://a:1": 2, "tcp://b:2": 3})["rank"].tolist() \
             == [2, 3]
+
+
+def test_a_unit_the_series_cannot_be_put_in_names_the_dataset(tmp_path):
+    """mpi-rmsd keeps a series whose unit it cannot read, with a warning that named the
+    file alone and said 'the series is left in' of the times too. It names the file, the
+    dataset and what is left as it is."""
+    from h5mdx.mpi.rmsd import MPIRMSDOptions, _result
+    from h5mdx.testing import write_h5md
+
+    path = write_h5md(tmp_path / "units.h5md", {"trajectory": {"position": {
+        "value": np.zeros((3, 2, 3)), "step": np.arange(3), "time": np.arange(3) * 2.0,
+        "unit": "furlongz", "time_unit": "fortnightz"}}})
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with h5py.File(path, "r") as f:
+            source = position_source(f)
+        res = _result(MPIRMSDOptions(path), source, np.array([0.0, 1.0, 2.0]), [])
+    texts = [str(w.message) for w in said]
+    where = f"{path} [/particles/trajectory/position"
+    assert any(t.startswith(f"{where}/value]: ") and t.endswith(
+        "; the RMSD is left in 'furlongz'") for t in texts), texts
+    assert any(t.startswith(f"{where}/time]: ") and t.endswith(
+        "; the times are left in 'fortnightz'") for t in texts), texts
+    assert res.unit == "furlongz" and res.time_unit == "fortnightz"
+    np.testing.assert_array_equal(res.rmsd, [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(res.time, [0.0, 2.0, 4.0])

@@ -659,12 +659,13 @@ def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
     """Rank 0's result: the series in h5mdx's units (if asked), its time and step."""
     sampling = source.element.sampling
     unit = source.element.unit
+    where = f"{options.trajectory} [{source.element.path}"
     if options.convert_units and unit is not None:
-        result, unit = _in_base_unit(result, unit, options.trajectory)
+        result, unit = _in_base_unit(result, unit, f"{where}/value]", "the RMSD is")
     times = None if sampling is None or sampling.time is None else np.asarray(sampling.time)
     time_unit = None if sampling is None else sampling.time_unit
     if options.convert_units and times is not None and time_unit:
-        times, time_unit = _in_base_unit(times, time_unit, options.trajectory,
+        times, time_unit = _in_base_unit(times, time_unit, f"{where}/time]", "the times are",
                                          decimals=True)
     return MPIRMSDResult(
         rmsd=result,
@@ -679,10 +680,12 @@ def _result(options: MPIRMSDOptions, source: Any, result: np.ndarray,
     )
 
 
-def _in_base_unit(values: np.ndarray, unit: str, trajectory: str, *, decimals: bool = False
-                  ) -> tuple[np.ndarray, str]:
-    """``values`` in h5mdx's base unit for ``unit``; as they are, with a warning, where the
-    unit cannot be read (the run is done: its result is not thrown away for a label).
+def _in_base_unit(values: np.ndarray, unit: str, where: str, what: str, *,
+                  decimals: bool = False) -> tuple[np.ndarray, str]:
+    """``values`` in h5mdx's base unit for ``unit``; as they are, with a warning naming the
+    file and the dataset (``where``) and ``what`` ("the RMSD is") left so, where the unit cannot be read
+    (the run is done: its result is not thrown away for a label). The warning named the
+    file alone, and said "the series" of the times too.
     ``decimals``: as :func:`h5mdx.format.units.scaled`'s, for times (0.0041 ns is 4.1 ps,
     as the h5md engine gives it, not 4.1000000000000005)."""
     import warnings
@@ -691,7 +694,7 @@ def _in_base_unit(values: np.ndarray, unit: str, trajectory: str, *, decimals: b
 
     factor, base, problem = base_factor(unit)
     if problem is not None:
-        warnings.warn(f"{trajectory}: {problem}; the series is left in {unit!r}", stacklevel=2)
+        warnings.warn(f"{where}: {problem}; {what} left in {unit!r}", stacklevel=2)
     return scaled(values, factor, decimals=decimals), base
 
 
