@@ -696,6 +696,33 @@ def test_a_spooled_record_cut_short_is_left_out_with_a_warning(tmp_path):
     assert records == [good, {**good, "t_io": 0.25}]
 
 
+def test_a_record_spooled_after_a_line_cut_short_starts_a_line_of_its_own(
+        tmp_path, monkeypatch):
+    """A spool line cut short (a full disk) had no newline: the next record the same
+    process spooled was appended onto it, and both were lost. The next record now starts
+    on a new line: only the cut line is left out."""
+    import json
+    import socket
+
+    from h5mdx.timing.phases import BlockTimer, read_spool
+
+    monkeypatch.setenv(SPOOL_ENV, str(tmp_path))
+    monkeypatch.delenv(DELAY_ENV, raising=False)
+    path = tmp_path / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+    path.write_text(json.dumps({"frame_start": 0, "t_io": 0.5}) + "\n" + '{"frame_st')
+    with BlockTimer(8, 16, kind="sleep"):
+        pass
+    with pytest.warns(UserWarning, match=r"1 spooled timing record\(s\) unreadable "
+                                         r"\(line 2: cut short\?\)"):
+        records = read_spool(tmp_path)
+    assert [(r["frame_start"], r.get("frame_stop")) for r in records] == [(0, None), (8, 16)]
+    assert records[1]["kind"] == "sleep"
+    with BlockTimer(16, 24, kind="sleep"):  # a whole last line: no blank line between
+        pass
+    text = path.read_text()
+    assert text.count("\n") == 4 and "\n\n" not in text
+
+
 def test_untimed_tasks_of_a_worker_whose_clock_is_behind_wait_no_longer():
     """distributed reports a task's ``startstops`` on the scheduler's clock, while the
     in-task records and the run's start on a worker are on the worker's clock. Untimed

@@ -148,9 +148,15 @@ class BlockTimer:
             with _lock:
                 _MEMORY.setdefault(spool[len(MEMORY_SPOOL):], []).append(self.record(wall))
             return
-        line = json.dumps(self.record(wall)) + "\n"
+        line = (json.dumps(self.record(wall)) + "\n").encode("utf-8")
         path = Path(spool) / f"{socket.gethostname()}-{os.getpid()}.jsonl"
-        with _lock, open(path, "a", encoding="utf-8") as fh:
+        with _lock, open(path, "ab+") as fh:
+            # a line cut short before (a full disk) has no newline: this record starts
+            # on a line of its own, not joined onto it (both were lost)
+            if fh.seek(0, os.SEEK_END) > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    line = b"\n" + line
             fh.write(line)
 
 
