@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from h5mdx._replace import replacing, sidecar_of, write_with_sidecar
+from h5mdx._replace import csv_digest, replacing, sidecar_of, write_with_sidecar
 
 __all__ = ["check_outputs", "plot_series", "series_metadata", "sidecar_path", "write_outputs",
            "write_series"]
@@ -164,11 +164,20 @@ def write_series(path: str | os.PathLike[str], result: Any) -> Path:
         The file written: written beside it, then renamed over it (and its sidecar), so
         that a failed write or computation leaves a file already there as it was.
     """
+    return _write_series(path, result, {})
+
+
+def _write_series(path: str | os.PathLike[str], result: Any, extra: dict[str, Any]) -> Path:
+    """:func:`write_series`, with ``extra`` attrs (the plot written with it) in the netCDF
+    file or the CSV's sidecar."""
     path = _series_path(path)
     # computed before any file is touched, and written beside the file, then renamed
     # over it: a lazy series whose task failed (a damaged chunk) left the previous .nc
     # replaced by one of NaN RMSD values that read back without an error
     result = result.compute()
+    if extra:
+        result = result.copy()
+        result.attrs.update(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".nc":
         with replacing(path) as tmp:
@@ -230,11 +239,23 @@ def write_outputs(result: Any, out: str | None, plot: str | None) -> None:
         The series file, or None for none.
     plot : str or None
         The PNG file (:func:`plot_series`), or None for none.
+
+    Notes
+    -----
+    The plot is written first and the series last, each replaced whole: a run stopped
+    between the two leaves the earlier series beside the new plot, never a new series
+    beside an earlier plot. The series records which plot it was drawn into: the plot's
+    file name and the BLAKE2 digest of its bytes, as the attrs ``plot`` and
+    ``plot_blake2b`` (in the CSV's sidecar ``<stem>.meta.json``, or the netCDF file's
+    attrs); a plot whose digest differs belongs to another run.
     """
-    if out:
-        write_series(out, result)
+    result = result.compute()  # once, not once per output
+    extra: dict[str, Any] = {}
     if plot:
         plot_series(result, plot)
+        extra = {"plot": Path(plot).name, "plot_blake2b": csv_digest(plot)}
+    if out:
+        _write_series(out, result, extra)
 
 
 def plot_series(result: Any, plot: str) -> None:
