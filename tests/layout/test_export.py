@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -508,3 +509,62 @@ def test_a_store_is_on_disk_before_it_replaces_another(tmp_path, monkeypatch):
     assert {str(Path(tmp) / "x" / "c" / "0"), str(Path(tmp) / "zarr.json"),
             str(Path(tmp) / "x"), tmp} <= flushed
     assert (target / "zarr.json").read_text() == '{"new": 1}'
+
+
+def _denied_in_read_only_directories(monkeypatch):
+    """os.unlink and os.rmdir refuse, as for a user other than root, an entry of a
+    directory without the owner's write bit (the tests run as root, which ignores it)."""
+    import stat
+
+    def guarded(real):
+        def call(path, *, dir_fd=None):
+            parent = os.fstat(dir_fd) if dir_fd is not None else os.stat(
+                os.path.dirname(os.path.abspath(path)))
+            if not parent.st_mode & stat.S_IWUSR:
+                raise PermissionError(13, "Permission denied", path)
+            return real(path, dir_fd=dir_fd)
+        return call
+
+    monkeypatch.setattr(os, "unlink", guarded(os.unlink))
+    monkeypatch.setattr(os, "rmdir", guarded(os.rmdir))
+
+
+def test_a_read_only_store_replaced_is_removed(tmp_path, monkeypatch):
+    """A read-only Zarr store (0o555 directories) replaced with overwrite=True could not be
+    removed: the removal failed without a word and left
+    ``.NAME.HOST.PID.old.h5mdx-partial`` beside the new store for good. Its directories
+    are now made writable and it is removed."""
+    from h5mdx.layout._atomic import atomic_output, partial_files
+
+    target = tmp_path / "out.zarr"
+    for text in ("{}", '{"new": 1}'):
+        with atomic_output(target, overwrite=True, directory=True) as tmp:
+            os.makedirs(Path(tmp) / "x" / "c")
+            (Path(tmp) / "zarr.json").write_text(text)
+            (Path(tmp) / "x" / "c" / "0").write_bytes(b"chunk")
+        for d in (target / "x" / "c", target / "x", target):
+            d.chmod(0o555)
+        _denied_in_read_only_directories(monkeypatch)
+    assert (target / "zarr.json").read_text() == '{"new": 1}'
+    assert partial_files(target) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr"]
+
+
+def test_a_replaced_store_that_cannot_be_removed_is_named(tmp_path):
+    """Where the replaced store cannot be removed even so, a warning names what is left."""
+    from h5mdx.layout import _atomic
+    from h5mdx.layout._atomic import atomic_output, partial_files
+
+    target = tmp_path / "out.zarr"
+    for text in ("{}", '{"new": 1}'):
+        with pytest.MonkeyPatch.context() as mp:
+            if text != "{}":
+                mp.setattr(_atomic.shutil, "rmtree", lambda path, **kw: None)
+            ctx = pytest.warns(RuntimeWarning, match=r"out\.zarr' was replaced, but the store"
+                               r" it replaced could not be removed: it is left as '.*\.old\.") \
+                if text != "{}" else contextlib.nullcontext()
+            with ctx, atomic_output(target, overwrite=True, directory=True) as tmp:
+                os.mkdir(tmp)
+                (Path(tmp) / "zarr.json").write_text(text)
+    assert (target / "zarr.json").read_text() == '{"new": 1}'
+    assert [p.name.split(".")[-2] for p in partial_files(target)] == ["old"]

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ def _remove(path: Path, *, in_flight: bool = False) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
         return
-    shutil.rmtree(path, ignore_errors=True)
+    _rmtree(path)
     if not in_flight:
         return
     # a Zarr store: chunk writes already handed to zarr's I/O thread or to dask's workers
@@ -81,12 +82,30 @@ def _remove(path: Path, *, in_flight: bool = False) -> None:
         now = time.monotonic()
         if os.path.lexists(path):
             gone_since = None
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path)
         elif gone_since is None:
             gone_since = now
         elif now - gone_since >= GONE_SECONDS:  # stayed gone: no write in flight
             break
         time.sleep(0.05)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove the directory ``path`` and all in it, best effort; where some of it stays
+    (a read-only store, 0o555 directories, whose entries this user may not unlink), its
+    directories are made writable and it is removed again. A replaced read-only store
+    stayed behind for good as ``.NAME.HOST.PID.old.h5mdx-partial``."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path):
+        return
+    todo = [os.fspath(path)]
+    while todo:  # top-down: a directory made writable (and readable) before it is listed
+        top = todo.pop()
+        with contextlib.suppress(OSError):
+            os.chmod(top, stat.S_IMODE(os.lstat(top).st_mode) | stat.S_IRWXU)
+            with os.scandir(top) as entries:
+                todo += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    shutil.rmtree(path, ignore_errors=True)
 
 
 #: The middle of the name a replaced Zarr store is moved to while the new one takes
@@ -462,6 +481,10 @@ def _swap(target: Path, new: Path, old: Path) -> None:
     finally:
         _SWAPPING.clear()
     _remove(old)
+    if os.path.lexists(old):  # the new store is in place: said, not raised
+        warnings.warn(f"{os.fspath(target)!r} was replaced, but the store it replaced could "
+                      f"not be removed: it is left as {os.fspath(old)!r}; remove it by hand",
+                      RuntimeWarning, stacklevel=4)
 
 
 @contextlib.contextmanager
