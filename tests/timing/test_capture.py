@@ -637,13 +637,33 @@ def test_a_worker_that_did_not_answer_is_not_said_to_have_left(frames_file, monk
             held = {w: len(keys) for w, keys in client.has_what().items() if keys}
             silent.append(max(held, key=held.get))
         with pytest.warns(RuntimeWarning, match=rf"{held[silent[0]]} timed task\(s\) ran on "
-                          r"1 worker\(s\) that did not answer within 5s when asked for their "
+                          r"1 worker\(s\) that did not answer within 5 s when asked for their "
                           r"records at the end of the run, though the scheduler still lists "
                           rf"them \(busy .*\) \({silent[0]}\)") as said:
             df = run.records
     assert not any("left before the end" in str(w.message) for w in said)
     assert run.unanswered == {silent[0]} and run.removed == set()
     assert run.n_lost == held[silent[0]] and len(df) + run.n_lost == N_FRAMES // FPB
+
+
+def test_the_bound_a_silent_worker_did_not_answer_within_is_the_one_applied(monkeypatch):
+    """The warning of a worker that did not give its records said "did not answer within
+    5s", the scheduler's connect timeout, while the bound its answer was awaited for is
+    ``ANSWER_TIMEOUT_S``: a run given 3 s (a loaded machine's) was told 5s. There is one
+    bound now, and the warning says it."""
+    capture_module = importlib.import_module("h5mdx.timing.capture")
+    monkeypatch.setattr(capture_module, "ANSWER_TIMEOUT_S", 0.5)
+    run = capture_module.TimingRun("r", "distributed", 2, {})
+    silent, spoke = "tcp://10.0.0.2:1", "tcp://10.0.0.1:1"
+    run.answered, run.unanswered = {spoke}, {silent}
+
+    def sched(i, worker):
+        return {"key": f"('rmsd-a', {i})", "worker": worker, "status": "memory"}
+
+    with pytest.warns(RuntimeWarning, match=r"2 timed task\(s\) ran on 1 worker\(s\) that "
+                      r"did not answer within 0\.5 s when asked for their records"):
+        capture_module._warn_lost(run, [sched(0, spoke)], [sched(1, silent), sched(2, silent)])
+    assert run.n_lost == 2
 
 
 def test_a_worker_whose_clock_is_ahead_waits_no_longer_for_it(frames_file):

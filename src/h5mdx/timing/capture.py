@@ -122,7 +122,7 @@ class TimingRun:
         #: the local schedulers, whose records are in the spool directory).
         self.answered: set[str] | None = None
         #: The workers the scheduler still listed at the end that did not answer within
-        #: ``COLLECT_CONNECT_TIMEOUT`` (busy, or unreachable): not removed, not left.
+        #: ``ANSWER_TIMEOUT_S`` (busy, or unreachable): not removed, not left.
         self.unanswered: set[str] = set()
         #: The workers the scheduler removed while the block ran (they left the cluster).
         self.removed: set[str] = set()
@@ -600,13 +600,12 @@ def _untimed_message(run: TimingRun) -> str:
             f"recorded none: {why}")
 
 
-#: Seconds the scheduler tries to reach a worker when collecting records: a worker killed
-#: mid-run stays listed for a while, and each call to it waited distributed's 30 s.
-COLLECT_CONNECT_TIMEOUT = "5s"
-
 #: Seconds capture waits for a worker's answer (to set its spool variables, give its pid or
 #: its records): a worker that is stopped (SIGSTOP, a node that hangs) but still connected
-#: never answers, and capture's start and end waited for it forever.
+#: never answers, and capture's start and end waited for it forever. It is also how long
+#: the scheduler tries to reach a worker when collecting records (a worker killed mid-run
+#: stays listed for a while, and each call to it waited distributed's 30 s): one bound,
+#: which the warnings say.
 ANSWER_TIMEOUT_S = 5.0
 
 
@@ -661,12 +660,13 @@ def _bounded(call: Any, *args: Any, wait: bool = True) -> bool:
 
 def _from_live_workers(client: Any, fn: Any, *args: Any) -> dict[str, Any]:
     """``fn(*args)`` on the workers the scheduler lists (:func:`_run_each`), an error
-    returned (not raised) for one that died, which is tried for
-    :data:`COLLECT_CONNECT_TIMEOUT` (where the scheduler runs in this process: a local or
-    SLURM cluster), or that did not answer within :data:`ANSWER_TIMEOUT_S`."""
+    returned (not raised) for one that died, which is tried for :data:`ANSWER_TIMEOUT_S`
+    (where the scheduler runs in this process: a local or SLURM cluster), or that did not
+    answer within :data:`ANSWER_TIMEOUT_S`."""
     import dask
 
-    with dask.config.set({"distributed.comm.timeouts.connect": COLLECT_CONNECT_TIMEOUT}):
+    connect = f"{ANSWER_TIMEOUT_S:g}s"
+    with dask.config.set({"distributed.comm.timeouts.connect": connect}):
         return _run_each(client, fn, dict.fromkeys(_worker_addresses(client), args))
 
 
@@ -857,7 +857,7 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
     own word: a worker it removed, or no longer lists, *left* the cluster before the end
     of the block (retired, its SLURM job's walltime ended, scaled down, killed), taking
     the records it kept in memory; a worker it still lists did not answer within
-    :data:`COLLECT_CONNECT_TIMEOUT` (busy under a task that holds the GIL, or
+    :data:`ANSWER_TIMEOUT_S` (busy under a task that holds the GIL, or
     unreachable): it has not left, its records were not collected."""
     if run.answered is None or not matched:
         return
@@ -874,7 +874,7 @@ def _warn_lost(run: TimingRun, matched: list[dict[str, Any]],
     for group, why, went, fix in (
             (left, "that left before the end of the run", "left with them",
              "keep the workers until the block ends"),
-            (silent, f"that did not answer within {COLLECT_CONNECT_TIMEOUT} when asked for "
+            (silent, f"that did not answer within {ANSWER_TIMEOUT_S:g} s when asked for "
              "their records at the end of the run, though the scheduler still lists them "
              "(busy under a task that holds the GIL, or unreachable)", "were not collected",
              "let the workers' other work finish before the block ends")):
