@@ -1293,3 +1293,38 @@ def test_a_unit_the_series_cannot_be_put_in_names_the_dataset(tmp_path):
     assert res.unit == "furlongz" and res.time_unit == "fortnightz"
     np.testing.assert_array_equal(res.rmsd, [0.0, 1.0, 2.0])
     np.testing.assert_array_equal(res.time, [0.0, 2.0, 4.0])
+
+
+def test_a_worker_frozen_at_the_dask_mpi_warm_up_is_named_and_the_run_goes_on(monkeypatch):
+    """The kernel's warm-up on every worker at a dask-mpi start (``client.run``) had no
+    time limit: a frozen rank held the whole job without a word. Each answer is now
+    awaited for a bounded time; the workers that did not answer are named with their
+    ranks (dask-mpi names its workers after them), and the others' seconds are kept."""
+    import importlib
+
+    distributed = pytest.importorskip("distributed")
+    from h5mdx.mpi.launch import warm_up_workers
+
+    capture_module = importlib.import_module("h5mdx.timing.capture")
+    monkeypatch.setattr(capture_module, "ANSWER_TIMEOUT_S", 1.0)
+
+    def warm_up(dask_worker=None):
+        import time as _time
+
+        if dask_worker.name == 1:  # a frozen rank
+            _time.sleep(4.0)
+        return 0.25
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        frozen = next(a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()
+                      if w["name"] == 1)
+        t0 = time.monotonic()
+        with pytest.warns(RuntimeWarning, match=rf"dask-mpi: 1 worker\(s\) did not load the "
+                          rf"RMSD kernel at start-up within 1 s \(rank 1 \({frozen}\): "
+                          rf"{frozen} did not answer within 1 s\)") as said:
+            warm = warm_up_workers(client, warm_up)
+        assert time.monotonic() - t0 < 3.5
+        assert len(said) == 1
+        assert list(warm.values()) == [0.25] and frozen not in warm

@@ -43,6 +43,7 @@ __all__ = [
     "ranks_problem",
     "refused_on_any_rank",
     "rmsd_dask_mpi",
+    "warm_up_workers",
     "worker_ranks",
 
 ]
@@ -215,6 +216,31 @@ def dask_mpi_client(
             client.close()
 
 
+def warm_up_workers(client: Any, warm_up: Any) -> dict[str, float]:
+    """``warm_up()`` (the seconds it took) on every worker of ``client``, each answer
+    awaited for a bounded time (``h5mdx.timing.capture.run_on_workers``): a frozen
+    rank held the whole job at its start without a word. The workers that did not answer
+    (or failed) are named, with their ranks, in one warning, and the run goes on; the
+    seconds of those that did, by worker address."""
+    import warnings
+
+    from h5mdx.timing.capture import ANSWER_TIMEOUT_S, run_on_workers
+
+    answers = run_on_workers(client, warm_up)
+    warm = {str(a): float(v) for a, v in answers.items() if isinstance(v, (int, float))}
+    silent = sorted(str(a) for a in answers if str(a) not in warm)
+    if silent:
+        ranks = worker_ranks(client)
+        named = [f"rank {ranks[a]} ({a})" if a in ranks else a for a in silent]
+        why = "; ".join(f"{n}: {answers[a]}" for n, a in zip(named[:3], silent, strict=False))
+        warnings.warn(
+            f"dask-mpi: {len(silent)} worker(s) did not load the RMSD kernel at start-up "
+            f"within {ANSWER_TIMEOUT_S:g} s ({why}{'; ...' if len(silent) > 3 else ''}): "
+            "stopped, or busy; the run goes on, and their first tasks may be slow",
+            RuntimeWarning, stacklevel=2)
+    return warm
+
+
 def worker_ranks(client: Any) -> dict[str, int]:
     """Map the address of every dask-mpi worker to its MPI rank (dask-mpi names workers
     after their rank)."""
@@ -350,7 +376,7 @@ def rmsd_dask_mpi(
 
         # every worker loads the kernel now, as h5mdx's other clusters do when they
         # start: a first task that did would look like a straggler (seconds in ``meta``)
-        warm = {str(k): float(v) for k, v in client.run(warm_up).items()}
+        warm = warm_up_workers(client, warm_up)
         meta = {"file": trajectory, "selection": select, "topology": topology,
                 "reference": reference, "weights": weights, "n_ranks": comm.Get_size(),
                 "interface": interface, "warm_up_s": warm}

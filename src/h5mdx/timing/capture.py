@@ -639,6 +639,14 @@ def _run_each(client: Any, fn: Any, args: Mapping[str, tuple[Any, ...]]) -> dict
     return dict(client.sync(every))
 
 
+def run_on_workers(client: Any, fn: Any, *args: Any) -> dict[str, Any]:
+    """``fn(*args)`` on every worker the scheduler of ``client`` lists, each answer awaited
+    at most ``ANSWER_TIMEOUT_S`` seconds (``client.run`` has no bound: one frozen worker
+    held it forever): per worker address its answer, or the error, not raised (a
+    :class:`TimeoutError` where it did not answer in time)."""
+    return _run_each(client, fn, dict.fromkeys(_worker_addresses(client), args))
+
+
 def _bounded(call: Any, *args: Any, wait: bool = True) -> bool:
     """``call(*args)`` (a client call that every worker must answer: a worker plugin's
     registration) waited for at most :data:`ANSWER_TIMEOUT_S` (not at all unless ``wait``:
