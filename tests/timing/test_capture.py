@@ -666,6 +666,45 @@ def test_the_bound_a_silent_worker_did_not_answer_within_is_the_one_applied(monk
     assert run.n_lost == 2
 
 
+def test_a_spool_plugin_that_reaches_a_worker_after_its_run_ended_does_nothing(
+        frames_file, monkeypatch):
+    """A worker stopped during the block that woke after it could get the spool plugin's
+    removal before its addition: the removal found nothing (a KeyError in its log), the
+    addition set the spool variables for good, and its records piled up in memory nobody
+    collected. The plugin belongs to its run, and once the run has ended its setup (and
+    a late request to set the variables) does nothing."""
+    distributed = pytest.importorskip("distributed")
+    capture_module = importlib.import_module("h5mdx.timing.capture")
+    made = []
+
+    def keep(*args):
+        made.append(capture_module_spool(*args))
+        return made[-1]
+
+    capture_module_spool = capture_module._spool_plugin
+    monkeypatch.setattr(capture_module, "_spool_plugin", keep)
+    monkeypatch.delenv(SPOOL_ENV, raising=False)
+    path, _ = frames_file
+    arr = read_workload(path, "x").build(FPB)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        with capture(client=client) as run:
+            client.compute(arr, sync=True)
+            spool = os.environ[SPOOL_ENV]
+        assert len(run.records) == N_FRAMES // FPB and SPOOL_ENV not in os.environ
+        (plugin,) = made
+        # the plugin's addition, reaching the worker after the run ended (and its removal)
+        client.register_plugin(plugin, name="late-spool")
+        assert SPOOL_ENV not in os.environ
+        client.unregister_worker_plugin("late-spool")
+        assert SPOOL_ENV not in os.environ
+        # so for the request to set the variables, sent at the start
+        late = client.run(capture_module._set_env_of_run, {SPOOL_ENV: spool},
+                          spool)
+        assert list(late.values()) == [None] and SPOOL_ENV not in os.environ
+
+
 def test_a_worker_whose_clock_is_ahead_waits_no_longer_for_it(frames_file):
     """A worker on a node whose clock is 30 s ahead of the client's: its first task's
     wait was its start (its clock) less the run's start (the client's clock), 30 s of

@@ -243,27 +243,72 @@ def _scheduler_plugin_class() -> Any:
     return TaskRecorder
 
 
-def _spool_plugin(values: Mapping[str, str | None]) -> Any:
+def _spool_plugin(values: Mapping[str, str | None], token: str) -> Any:
     """A worker plugin that sets ``values`` in the environment of every worker that joins
     while the block runs, and gives each its own back when it is unregistered.
     ``client.run`` reaches only the workers there at the start: a SLURM worker job that
     started during the block, or a worker of an adaptive cluster, timed its tasks into no
-    spool, and the records lacked them."""
+    spool, and the records lacked them.
+
+    It belongs to the run of ``token`` (its spool's name, unique, where a run id given
+    may be reused): its setup does nothing once that run has ended (``_run_ended``). A
+    worker stopped during the block that woke after it could get
+    the plugin's removal before its addition: the removal found nothing to remove, the
+    addition set the spool variables for good, and the worker's records piled up in
+    memory that nobody collected."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class SpoolEnviron(WorkerPlugin):
-        def __init__(self, values: Mapping[str, str | None]) -> None:
+        def __init__(self, values: Mapping[str, str | None], token: str) -> None:
             self.values = dict(values)
+            self.token = token
             self.old: dict[str, str | None] = {}
 
-        def setup(self, worker: Any) -> None:
+        async def setup(self, worker: Any) -> None:
+            if await _run_ended(worker, self.token):
+                return
             # the run's start on this worker's clock (or when it joined the block)
             self.old = _set_env({**self.values, T0_ENV: repr(time.time())})
 
         def teardown(self, worker: Any) -> None:
-            _set_env(self.old)
+            old, self.old = self.old, {}
+            _set_env(old)
 
-    return SpoolEnviron(values)
+    return SpoolEnviron(values, token)
+
+
+#: Where capture notes, in the scheduler's metadata, the runs that have ended (the last
+#: part of the key is the run's token, its spool's name).
+_ENDED_KEY = "h5mdx-timing-ended"
+
+
+async def _run_ended(worker: Any, token: str) -> bool:
+    """Whether the run of ``token`` (its spool's name) has ended, as the scheduler of
+    ``worker`` says (``_end_run``); False where it cannot be asked."""
+    try:
+        return bool(await worker.scheduler.get_metadata(keys=[_ENDED_KEY, token],
+                                                        default=False))
+    except Exception:  # noqa: BLE001 - no scheduler to ask: the run goes on
+        return False
+
+
+async def _set_env_of_run(values: Mapping[str, str | None], token: str,
+                          dask_worker: Any = None) -> dict[str, str | None] | None:
+    """``_set_env`` on a worker, unless the run of ``token`` (its spool's name) has ended
+    (None then): a request that reached a stopped worker only after the block ended."""
+    if dask_worker is not None and await _run_ended(dask_worker, token):
+        return None
+    return _set_env(values)
+
+
+def _end_run(client: Any, token: str) -> None:
+    """Note in the scheduler that the run of ``token`` (its spool's name) has ended,
+    before its worker plugin is removed: a worker that gets the plugin (or the spool
+    variables) late does not take them."""
+    try:
+        client.set_metadata([_ENDED_KEY, token], True)
+    except Exception:  # noqa: BLE001 - the scheduler is gone, and the workers with it
+        pass
 
 
 #: Where a distributed worker keeps, for the block, the run's start on its own clock.
@@ -480,14 +525,18 @@ def _start_distributed(stack: ExitStack, run: TimingRun, client: Any,
                        report: str | os.PathLike[str] | None) -> None:
     """Set the spool variables on the workers and register the scheduler plugin (undone
     by ``stack``); start dask's performance report if asked."""
-    answers = _run_each(client, _set_env, dict.fromkeys(_worker_addresses(client), (values,)))
+    # the run's own token (its spool's name, unique; a run id given may be reused)
+    token = str(values[SPOOL_ENV])
+    answers = _run_each(client, _set_env_of_run,
+                        dict.fromkeys(_worker_addresses(client), (values, token)))
     old_remote = {a: v for a, v in answers.items() if isinstance(v, dict)}
     stack.callback(_restore_remote, client, old_remote)
     _warn_silent_at_start(sorted(set(answers) - set(old_remote)), answers)
     # workers that join later: after the above, so that its restore (last) wins on these
-    _bounded(client.register_plugin, _spool_plugin(values), f"{plugin_name}-spool",
-             wait=len(old_remote) == len(answers))
+    _bounded(client.register_plugin, _spool_plugin(values, token),
+             f"{plugin_name}-spool", wait=len(old_remote) == len(answers))
     stack.callback(_unregister_worker_plugin, client, f"{plugin_name}-spool", run)
+    stack.callback(_end_run, client, token)  # (first: the callbacks run last-in first)
     pids = _run_each(client, _worker_pid, dict.fromkeys(old_remote, ()))
     run.pid_to_worker = {int(pid): addr for addr, pid in pids.items() if isinstance(pid, int)}
     client.register_plugin(_scheduler_plugin_class()(plugin_name), name=plugin_name)
