@@ -782,6 +782,48 @@ def test_a_record_spooled_after_a_line_cut_short_starts_a_line_of_its_own(
     assert text.count("\n") == 4 and "\n\n" not in text
 
 
+def test_a_record_of_no_key_is_matched_on_its_worker_s_clock():
+    """An in-task record of no known key is matched to the scheduler record of its worker
+    whose window holds it; the windows (scheduler's clock) were compared with the
+    record's times (the worker's clock) as they were: on a node whose clock is 30 s
+    behind no window held it, the record was unmatched (with a warning) and its task
+    took a second row of its own. The worker's clock offset, from its tasks matched by
+    key (else its ``scheduler_delay``), is now added to the windows first."""
+    from h5mdx.timing.capture import TimingRun
+
+    run = TimingRun("r", "distributed", 2, {"backend": "distributed", "n_workers": 2})
+    run.all_tasks = True
+    run.t_run_start, run.t_run_stop = 1000.0, 1010.0
+    behind, lone = "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"
+    run.pid_to_worker = {2: behind, 3: lone}
+    run.worker_t0 = {behind: 970.0, lone: 960.0}
+    run.scheduler_delay = {behind: 30.0, lone: 40.0}
+
+    def sched(key, worker, start, stop):
+        return {"key": key, "worker": worker, "worker_id": 7, "sched_start": start,
+                "sched_stop": stop, "t_transfer": 0.0, "status": "memory"}
+
+    def spooled(key, pid, start, stop, frame):
+        rec = {"pid": pid, "host": "h", "thread": 7, "kind": "rmsd", "frame_start": frame,
+               "frame_stop": frame + 8, "t_start": start, "t_stop": stop, "t_io": 0.4,
+               "t_compute": 0.5}
+        return rec if key is None else {**rec, "task_key": key}
+
+    run.scheduler_records = [sched("('rmsd-a', 0)", behind, 1001.0, 1002.0),
+                             sched("('rmsd-a', 1)", behind, 1003.0, 1004.0),
+                             sched("('rmsd-a', 2)", lone, 1001.0, 1002.0)]
+    run.spooled = [spooled("('rmsd-a', 0)", 2, 971.01, 972.0, 0),
+                   spooled(None, 2, 973.01, 974.0, 8),    # offset -30 s, from the key above
+                   spooled(None, 3, 961.01, 962.0, 16)]   # -40 s, its scheduler_delay
+    df = run.records.set_index("task_key")
+    assert run.n_unmatched == 0
+    assert sorted(df.index) == ["('rmsd-a', 0)", "('rmsd-a', 1)", "('rmsd-a', 2)"]
+    assert df["frame_start"].to_dict() == {"('rmsd-a', 0)": 0, "('rmsd-a', 1)": 8,
+                                           "('rmsd-a', 2)": 16}
+    assert df.loc["('rmsd-a', 1)", "sched_start"] == pytest.approx(1003.0)
+    assert df.loc["('rmsd-a', 1)", "t_wait"] == pytest.approx(1.01)   # 973.01 - 972.0
+
+
 def test_untimed_tasks_of_a_worker_whose_clock_is_behind_wait_no_longer():
     """distributed reports a task's ``startstops`` on the scheduler's clock, while the
     in-task records and the run's start on a worker are on the worker's clock. Untimed

@@ -25,7 +25,8 @@ Two sources are merged into one row per task:
 
 Records are joined on the task key. A spooled record whose key is unknown
 is joined to the scheduler record of the same worker (thread, pid or worker
-address) whose time window contains it, the narrowest such window winning.
+address) whose time window contains it (put on the worker's clock first, see
+``_clock_offsets``), the nearest such window winning.
 A task run more than once (``distributed`` runs it again when a worker is lost
 with its result, or while it ran) is one row, its last attempt's, with
 ``retries`` and ``t_retried`` (the earlier attempts and their seconds).
@@ -793,30 +794,50 @@ def _spooled_worker(run: TimingRun, rec: Mapping[str, Any]) -> str:
 
 
 def _match(run: TimingRun) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each in-task record (by start) with its scheduler record: by the task's key, else
+    (a record of no known key) the one of its worker whose window holds it, the nearest.
+    The windows are on the scheduler's clock and the in-task times on the worker's: they
+    are compared with the worker's clock offset (:func:`_clock_offsets`, from the tasks
+    matched by key) added to the windows; on a node whose clock was 30 s behind, no
+    window held a record and every such record was left unmatched."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in run.scheduler_records:
         by_key[s["key"]].append(s)
         by_worker[s["worker"]].append(s)
     used: set[int] = set()
-    pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-    for rec in sorted(run.spooled, key=lambda r: r["t_start"]):
-        worker = _spooled_worker(run, rec)
+    recs = sorted(run.spooled, key=lambda r: r["t_start"])
+    found: list[dict[str, Any] | None] = []
+    for rec in recs:
         cands = [s for s in by_key.get(str(rec.get("task_key")), []) if id(s) not in used]
-        if not cands:
-            cands = [
-                s for s in by_worker.get(worker, [])
-                if id(s) not in used
-                and s["sched_start"] - _EPS <= rec["t_start"]
-                and rec["t_stop"] <= s["sched_stop"] + _EPS
-            ]
-        best = None
+        found.append(_nearest(rec, cands, 0.0) if cands else None)
         if cands:
-            best = min(cands, key=lambda s: (abs(s["sched_stop"] - rec["t_stop"])
-                                             + abs(s["sched_start"] - rec["t_start"])))
-            used.add(id(best))
-        pairs.append((rec, best))
-    return pairs
+            used.add(id(found[-1]))
+    offsets = _clock_offsets(run, [(r, s) for r, s in zip(recs, found, strict=True)
+                                   if s is not None])
+    for i, rec in enumerate(recs):
+        if found[i] is not None:
+            continue
+        worker = _spooled_worker(run, rec)
+        off = offsets.get(str(worker), 0.0)
+        cands = [
+            s for s in by_worker.get(worker, [])
+            if id(s) not in used
+            and s["sched_start"] + off - _EPS <= rec["t_start"]
+            and rec["t_stop"] <= s["sched_stop"] + off + _EPS
+        ]
+        if cands:
+            found[i] = _nearest(rec, cands, off)
+            used.add(id(found[i]))
+    return list(zip(recs, found, strict=True))
+
+
+def _nearest(rec: Mapping[str, Any], cands: list[dict[str, Any]],
+             offset: float) -> dict[str, Any]:
+    """The scheduler record of ``cands`` whose window (plus ``offset``) is nearest the
+    in-task record ``rec``'s."""
+    return min(cands, key=lambda s: (abs(s["sched_stop"] + offset - rec["t_stop"])
+                                     + abs(s["sched_start"] + offset - rec["t_start"])))
 
 
 def _task_row(run: TimingRun, rec: Mapping[str, Any], s: Mapping[str, Any] | None,
