@@ -127,6 +127,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _option_lines(parser: argparse.ArgumentParser) -> list[str]:
     lines: list[str] = []
+    formatter = parser._get_formatter()
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
             continue
@@ -144,7 +145,8 @@ def _option_lines(parser: argparse.ArgumentParser) -> list[str]:
             sig = str(action.metavar or action.dest)
             if isinstance(action.metavar, tuple):
                 sig = " ".join(action.metavar)
-        help_text = (action.help or "").replace("%(default)s", str(action.default))
+        # as ``--help`` prints it: %(default)s, %(prog)s, ... filled in and %% as %
+        help_text = formatter._expand_help(action) if action.help else ""
         help_text = help_text.replace("*", r"\*").replace("`", r"\`").replace("|", r"\|")
         lines += [f".. option:: {sig}", "", f"   {help_text or '(no description)'}", ""]
     return lines

@@ -141,3 +141,23 @@ def test_documented_cli_commands_and_flags_exist() -> None:
             if flag not in known:
                 problems.append(f"{page}: h5mdx {command} has no option {flag} ({line!r})")
     assert not problems, "\n".join(problems)
+
+
+def test_cli_reference_shows_help_as_help_prints_it() -> None:
+    """An option's help with ``%%`` (slurm-script's ``--log``, ``%j``) reads as ``--help``
+    prints it in the CLI reference, not with the doubled ``%%`` argparse's source needs."""
+    pytest.importorskip("sphinx")
+    from h5mdx.cli import build_parser
+
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import h5mdx_docs
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a.choices, dict)).choices
+    text = "\n".join(h5mdx_docs._option_lines(subparsers["slurm-script"]))
+    assert "job output file, %j = job id (default h5mdx-mpi-rmsd-%j.out)" in text
+    assert "%%" not in text
+    rmsd = "\n".join(h5mdx_docs._option_lines(subparsers["rmsd"]))
+    assert "seconds to wait for the workers (default 120)" in rmsd
