@@ -372,6 +372,18 @@ def test_a_cluster_of_workers_in_this_process_is_no_other_scheduler(frames_file)
                 dask.compute(arr, scheduler="threads", num_workers=2)
 
 
+def _kill_worker(client, victim):
+    """SIGKILL the worker process ``victim`` (its results lost with it) and wait until
+    the scheduler no longer lists it."""
+    import signal
+
+    os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while victim in client.scheduler_info()["workers"]:
+        assert time.monotonic() < deadline, "the killed worker stayed listed"
+        time.sleep(0.05)
+
+
 def _sleeping_block(i, seconds):
     import time
 
@@ -523,7 +535,6 @@ def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
     on the dead worker and the timed one, and the straggler analysis counted two tasks.
     Each task is one row, its last attempt's, with ``retries`` and the seconds of the
     earlier attempts in ``t_retried``."""
-    import signal
 
     distributed = pytest.importorskip("distributed")
     from h5mdx.parallel import local_cluster
@@ -537,11 +548,7 @@ def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
             distributed.wait(blocks)
             held = {w: set(keys) for w, keys in client.has_what().items() if keys}
             victim = max(held, key=lambda w: len(held[w]))
-            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while victim in client.scheduler_info()["workers"]:
-                assert time.monotonic() < deadline, "the killed worker stayed listed"
-                time.sleep(0.05)
+            _kill_worker(client, victim)
             assert blocks.sum().compute() > 0  # the lost blocks run again
     df = run.records
     validate(df)
@@ -582,7 +589,6 @@ def test_a_worker_lost_and_started_again_is_not_one_more_worker(frames_file):
     in its place: the workers that ran the block's tasks were three addresses, and the
     records said n_workers 3 of a cluster that never had more than 2 (load imbalance
     and speed-up divided by 3). The count is the most workers at once."""
-    import signal
 
     distributed = pytest.importorskip("distributed")
     from h5mdx.parallel import local_cluster
@@ -594,11 +600,7 @@ def test_a_worker_lost_and_started_again_is_not_one_more_worker(frames_file):
         with capture(client=client) as run:
             client.compute(arr, sync=True)
             victim = sorted(client.scheduler_info()["workers"])[0]
-            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while victim in client.scheduler_info()["workers"]:
-                assert time.monotonic() < deadline, "the killed worker stayed listed"
-                time.sleep(0.05)
+            _kill_worker(client, victim)
             client.wait_for_workers(2, timeout=60)  # its nanny's new worker
             client.compute(arr, sync=True)
     workers = {str(r["worker"]) for r in run.scheduler_records}
