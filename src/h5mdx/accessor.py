@@ -68,11 +68,8 @@ class MDAccessor:
         """
         from h5mdx.analysis.rmsd import rmsd
 
-        if "position" not in self._ds:
-            raise ValueError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)"
-                             + (_engine_hint(self._ds) or _holds(self._ds)))
+        position = _position_of(self._ds)
         kwargs.setdefault("topology", self.topology)
-        position = self._ds["position"]
         if isinstance(select, str):
             from h5mdx.analysis.reference import with_atom_data
 
@@ -165,6 +162,18 @@ class MDAccessor:
         from h5mdx.layout.export import to_zarr
 
         return to_zarr(self._ds, store, **kwargs)
+
+
+def _position_of(ds: xr.Dataset) -> xr.DataArray:
+    """``ds.position``; a :class:`~h5mdx.errors.PositionsError` that says what the
+    Dataset holds instead (the file and its group), or that it was opened without the
+    ``h5md`` engine, where it has none."""
+    if "position" not in ds:
+        from h5mdx.errors import PositionsError
+
+        raise PositionsError("ds.md.rmsd needs a 'position' variable on (time, atom, spatial)"
+                             + (_engine_hint(ds) or _holds(ds)))
+    return ds["position"]
 
 
 def _fixed_along(values: xr.DataArray, keep: str) -> xr.DataArray:

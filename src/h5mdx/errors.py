@@ -18,6 +18,7 @@ __all__ = [
     "H5MDUnitError",
     "MissingDependencyError",
     "NoSuchGroupError",
+    "PositionsError",
     "TopologyError",
     "user_stacklevel",
 ]
@@ -96,6 +97,13 @@ class NoSuchGroupError(H5MDError, ValueError):
     of several groups was opened without one; the message names the file and lists the
     groups there are. A ``ValueError``, as before this class: ``except ValueError`` still
     catches it."""
+
+
+class PositionsError(H5MDError, ValueError):
+    """The positions an analysis needs are not there or not usable: a Dataset (a group)
+    without ``position``, positions of no frames, or positions stored as text; the
+    message names the file, the H5MD path and what is wrong. A ``ValueError``, as before
+    this class: ``except ValueError`` still catches it."""
 
 
 class MissingDependencyError(H5MDError, ImportError):

@@ -21,7 +21,7 @@ from h5mdx.engine.assembly import PARTICLE_ORDER_ATTR
 from h5mdx.engine.topology import angstrom_frame, mda_box, warn_unplaced
 from h5mdx.engine.topology import length_scale as _length_scale
 from h5mdx.engine.topology import mda_dimensions as mda_dimensions
-from h5mdx.errors import H5MDError, H5MDReadError, TopologyError
+from h5mdx.errors import H5MDError, H5MDReadError, PositionsError, TopologyError
 from h5mdx.errors import user_stacklevel as _user_stacklevel
 from h5mdx.format.schema import ATOM_DIM, SPATIAL_DIM, TIME_DIM
 
@@ -134,6 +134,21 @@ def _of_file(position: xr.DataArray) -> str:
     """`` (of FILE)`` for a message, where the positions came from a file."""
     source = position.encoding.get("source")
     return f" (of {source})" if source else ""
+
+
+def _of_element(position: xr.DataArray) -> str:
+    """`` (of FILE [H5MD path])`` for a message, where the positions came from a file."""
+    source, path = position.encoding.get("source"), position.encoding.get("h5md_path")
+    if not source:
+        return ""
+    return f" (of {source} [{path}])" if path else f" (of {source})"
+
+
+def _no_frames(position: xr.DataArray) -> PositionsError:
+    """The error of positions of no frame, where a frame index is the reference."""
+    return PositionsError(f"the positions{_of_element(position)} hold no frames (an empty "
+                          "time slice, or a file written before its first frame): there is "
+                          "no reference frame")
 
 
 def _positions_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -658,9 +673,7 @@ def _reference(position: xr.DataArray, sub: xr.DataArray, reference: Any,
     if isinstance(reference, (int, np.integer)):
         n_frames = sub.sizes[TIME_DIM]
         if n_frames == 0:
-            raise ValueError(f"the positions{_of_file(position)} hold no frames (an empty "
-                             "time slice, or a file written before its first frame): there "
-                             "is no reference frame")
+            raise _no_frames(position)
         if not -n_frames <= int(reference) < n_frames:
             raise IndexError(f"reference frame {reference} out of range for {n_frames} "
                              f"frames{_of_file(position)}")

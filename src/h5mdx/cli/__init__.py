@@ -26,15 +26,17 @@ from h5mdx.errors import (
     H5MDUnitError,
     MissingDependencyError,
     NoSuchGroupError,
+    PositionsError,
     TopologyError,
 )
 
 #: Errors whose message says all there is (a file missing or in the way, a bad file, a
-#: selection matching nothing, a group the file does not have, a package to install): no "--debug" hint after them, unless
-#: they wrap an error no check anticipated (``H5MDError.unexpected``).
+#: selection matching nothing, a group the file does not have, positions missing, empty or
+#: not numbers, a package to install): no "--debug" hint after them, unless they wrap an
+#: error no check anticipated (``H5MDError.unexpected``).
 _SAID_ALL = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
              NotADirectoryError, H5MDFormatError, H5MDUnitError, TopologyError,
-             MissingDependencyError, NoSuchGroupError)
+             MissingDependencyError, NoSuchGroupError, PositionsError)
 
 #: Subcommand modules, in the order they appear in ``h5mdx --help``.
 SUBCOMMAND_MODULES = (info, example, rmsd, layout, bench, doctor, mpi, slurm)

@@ -383,6 +383,22 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
                      ds.get("box_edges"))
 
 
+def _check_positions(opened: Any) -> None:
+    """Raise the error the RMSD would, before a scheduler starts (a local cluster was
+    started for a file of no frames), where a part holds no positions, positions that
+    are not numbers (text failed at the first read, with the --debug hint), or where the
+    trajectory has no frame."""
+    from h5mdx.accessor import _position_of
+    from h5mdx.analysis.reference import _check_dims, _no_frames
+
+    parts = opened if isinstance(opened, list) else [opened]
+    positions = [_position_of(ds) for ds in parts]
+    for position in positions:
+        _check_dims(position)
+    if not sum(p.sizes.get("time", 0) for p in positions):  # no reference frame
+        raise _no_frames(positions[0])
+
+
 def _masses_problem(ds: Any, args: argparse.Namespace) -> str | None:
     """Why ``--weights mass`` has no masses to weigh by (None: it has, or it is not
     given), in the command's terms: the library's error spoke of topology=... and
@@ -400,10 +416,9 @@ def _ready(opened: Any, args: argparse.Namespace) -> bool:
     scheduler starts: --reference a frame of it, --weights mass masses to weigh by, and
     --select atoms to select."""
     ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
+    _check_positions(opened)
     if not _reference_in_range(opened, args.reference):
         return False
-    if "position" not in ds:
-        return True
     problem = _masses_problem(ds, args)
     if problem:
         print(f"h5mdx rmsd: {problem}", file=sys.stderr)

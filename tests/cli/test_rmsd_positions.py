@@ -1,0 +1,63 @@
+"""``h5mdx rmsd`` of a file whose positions it cannot use (none, no frame, text): one
+line naming the file and the H5MD path, exit status 1, said before a scheduler starts,
+and no --debug hint after a message that says all there is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5mdx  # noqa: F401 - registers ds.md
+from h5mdx.cli import main
+from h5mdx.errors import PositionsError
+from h5mdx.testing import write_h5md
+
+
+def _sampling(frames: int) -> dict:
+    return {"step": np.arange(frames), "time": np.arange(frames) * 0.5}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rmsd_positions")
+    pos = np.random.default_rng(3).random((4, 5, 3))
+    return {
+        "velocity": write_h5md(d / "velocity.h5md", {"all": {"velocity": {
+            "value": pos, **_sampling(4)}}}),
+        "empty": write_h5md(d / "empty.h5md", {"all": {"position": {
+            "value": np.zeros((0, 5, 3)), **_sampling(0)}}}),
+    }
+
+
+def test_a_group_without_positions_is_one_line_without_the_debug_hint(files, capsys):
+    """A file of velocities alone said 'scheduler threads (no position to read)', then
+    its (complete) error and '(run with --debug for the traceback)'."""
+    path = files["velocity"]
+    assert main(["rmsd", path, "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx rmsd: error: ds.md.rmsd needs a 'position' variable on "
+                            f"(time, atom, spatial): {path} [/particles/all] holds "
+                            "velocity, no position\n")
+    assert captured.out == ""
+    with xr.open_dataset(path, engine="h5md") as ds, \
+            pytest.raises(PositionsError, match="holds velocity, no position") as err:
+        ds.md.rmsd()
+    assert isinstance(err.value, ValueError)  # as before the class
+
+
+def test_a_file_of_no_frames_is_refused_before_a_scheduler_starts(files, capsys):
+    """A file of no frames started a local cluster of worker processes, then said 'hold
+    no frames' with the --debug hint."""
+    path = files["empty"]
+    assert main(["rmsd", path, "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx rmsd: error: the positions (of {path} "
+                            "[/particles/all/position]) hold no frames (an empty time "
+                            "slice, or a file written before its first frame): there is "
+                            "no reference frame\n")
+    assert captured.out == ""
+    with xr.open_dataset(path, engine="h5md") as ds, \
+            pytest.raises(PositionsError, match="hold no frames") as err:
+        ds.md.rmsd()
+    assert isinstance(err.value, ValueError)
