@@ -10,7 +10,7 @@ import xarray as xr
 
 import h5mdx  # noqa: F401 - registers ds.md
 from h5mdx.cli import main
-from h5mdx.errors import PositionsError
+from h5mdx.errors import H5MDConformanceWarning, PositionsError
 from h5mdx.testing import write_h5md
 
 
@@ -27,6 +27,8 @@ def files(tmp_path_factory):
             "value": pos, **_sampling(4)}}}),
         "empty": write_h5md(d / "empty.h5md", {"all": {"position": {
             "value": np.zeros((0, 5, 3)), **_sampling(0)}}}),
+        "text": write_h5md(d / "text.h5md", {"all": {"position": {
+            "value": np.full((4, 5, 3), b"1.5x", dtype="S4"), **_sampling(4)}}}),
     }
 
 
@@ -60,4 +62,23 @@ def test_a_file_of_no_frames_is_refused_before_a_scheduler_starts(files, capsys)
     with xr.open_dataset(path, engine="h5md") as ds, \
             pytest.raises(PositionsError, match="hold no frames") as err:
         ds.md.rmsd()
+    assert isinstance(err.value, ValueError)
+
+
+def test_text_positions_are_refused_before_the_first_read(files, capsys):
+    """Positions stored as text failed at the reference frame's read: 'cannot read the
+    reference frame 0: ValueError: could not convert string to float', with the --debug
+    hint. They are refused before any read, naming the file, the H5MD path and the dtype."""
+    path = files["text"]
+    with pytest.warns(H5MDConformanceWarning, match="holds text"):
+        assert main(["rmsd", path, "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ("h5mdx rmsd: error: rmsd needs positions that are numbers; "
+                            f"'position' (of {path} [/particles/all/position]) holds text "
+                            "(dtype <U4)\n")
+    assert captured.out == ""
+    with pytest.warns(H5MDConformanceWarning, match="holds text"):
+        ds = xr.open_dataset(path, engine="h5md")
+    with ds, pytest.raises(PositionsError, match=r"holds text \(dtype <U4\)") as err:
+        ds.md.rmsd(reference=np.zeros((5, 3)))  # refused with no frame read, too
     assert isinstance(err.value, ValueError)

@@ -66,6 +66,11 @@ def _check_dims(position: xr.DataArray) -> None:
             f"rmsd needs positions on (time, atom, spatial); {position.name!r}"
             f"{_of_file(position)} has dims {position.dims} (missing {missing})"
         )
+    if position.dtype.kind not in "biuf":  # text failed at the first read, deep in numpy
+        what = "text" if position.dtype.kind in "SUO" else "values"
+        raise PositionsError(f"rmsd needs positions that are numbers; {position.name!r}"
+                             f"{_of_element(position)} holds {what} (dtype "
+                             f"{position.dtype.str})")
     if not position.sizes[ATOM_DIM]:
         raise ValueError(f"rmsd needs atoms to compare; the positions{_of_file(position)} "
                          "hold none")
