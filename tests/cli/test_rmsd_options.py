@@ -172,3 +172,21 @@ def test_a_group_the_file_does_not_have_is_one_line_without_the_debug_hint(small
     assert isinstance(err.value, ValueError)  # as before the class: except ValueError works
     with pytest.raises(NoSuchGroupError, match="has no group 'nope'; its groups: "):
         xr.open_datatree(small, engine="h5md", group="nope")
+
+
+
+def test_a_selection_matching_nothing_or_refused_is_a_usage_error(small, adk_h5md, capsys):
+    """--select matching no atom, or one MDAnalysis refuses, was said with exit status 1,
+    as a problem of the file; it is the option's mistake: exit 2, one line naming the
+    file, no --debug hint."""
+    from MDAnalysisTests.datafiles import PSF
+
+    for path, options, said in (
+            (small, [], "the selection 'prop z > 100' matches no atom"),
+            (adk_h5md, ["--topology", PSF], "invalid selection 'name CA and'")):
+        select = said.split("'")[1]
+        assert main(["rmsd", path, *options, "--select", select, "--no-progress"]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"h5mdx rmsd: {path}: {said}")
+        assert captured.err.count("\n") == 1 and "--debug" not in captured.err
+        assert captured.out == ""

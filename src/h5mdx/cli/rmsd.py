@@ -366,9 +366,12 @@ def _reference_in_range(opened: Any, reference: int) -> bool:
 def _check_selection(opened: Any, select: str, reference: int) -> None:
     """Make ``--select`` on the first part as the RMSD will (a selection by position on
     the reference frame, of the part that holds it), so that a bad one is said before a
-    scheduler starts."""
+    scheduler starts. A selection MDAnalysis refuses, or one matching no atom, is the
+    option's mistake: a usage error (exit 2; it was exit 1, as a file's problem)."""
     from h5mdx.analysis.reference import select_atoms, with_atom_data
     from h5mdx.analysis.rmsd import reference_of_parts
+    from h5mdx.cli._usage import UsageError
+    from h5mdx.errors import TopologyError
 
     ds = opened[0] if isinstance(opened, list) else opened
     topology = ds.md.topology
@@ -377,10 +380,15 @@ def _check_selection(opened: Any, select: str, reference: int) -> None:
         ref = reference_of_parts(opened, reference)[0]
     import warnings
 
+    position = with_atom_data(ds, ds["position"], topology)
     with warnings.catch_warnings():  # the run's own selection says them: once, not twice
         warnings.simplefilter("ignore")
-        select_atoms(with_atom_data(ds, ds["position"], topology), select, topology, ref,
-                     ds.get("box_edges"))
+        try:
+            select_atoms(position, select, topology, ref, ds.get("box_edges"))
+        except TopologyError as err:
+            if err.unexpected:
+                raise
+            raise UsageError(str(err)) from err
 
 
 def _check_positions(opened: Any) -> None:
