@@ -815,7 +815,7 @@ def test_positions_without_frames_or_atoms_name_their_file(tmp_path):
         path = write_h5md(tmp_path / f"{name}.h5md", {"all": {"position": {
             "value": np.zeros(shape, np.float32), "step": 1, "time": 1.0}}})
         with xr.open_dataset(path, engine="h5md") as ds:
-            where = " [/particles/all/position]" if name == "no_frames" else ""
+            where = " [/particles/all/position]"
             what = "hold no frames" if name == "no_frames" else "hold none"
             with pytest.raises(ValueError, match=f"the positions \\(of {re.escape(path)}"
                                f"{re.escape(where)}\\) {what}"):

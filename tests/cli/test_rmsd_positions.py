@@ -10,7 +10,7 @@ import xarray as xr
 
 import h5mdx  # noqa: F401 - registers ds.md
 from h5mdx.cli import main
-from h5mdx.errors import H5MDConformanceWarning, PositionsError
+from h5mdx.errors import H5MDConformanceWarning, ParticleOrderWarning, PositionsError
 from h5mdx.testing import write_h5md
 
 
@@ -29,6 +29,14 @@ def files(tmp_path_factory):
             "value": np.zeros((0, 5, 3)), **_sampling(0)}}}),
         "text": write_h5md(d / "text.h5md", {"all": {"position": {
             "value": np.full((4, 5, 3), b"1.5x", dtype="S4"), **_sampling(4)}}}),
+        "2-D": write_h5md(d / "plane.h5md", {"all": {"position": {
+            "value": pos[..., :2], **_sampling(4)}}}),
+        "no atoms": write_h5md(d / "no_atoms.h5md", {"all": {"position": {
+            "value": np.zeros((4, 0, 3)), **_sampling(4)}}}),
+        "order": write_h5md(d / "order.h5md", {"all": {
+            "position": {"value": pos, **_sampling(4)},
+            "id": {"value": np.array([[0, 1, 2, 3, 4], [1, 0, 2, 3, 4]] * 2),
+                   **_sampling(4)}}}),
     }
 
 
@@ -82,3 +90,28 @@ def test_text_positions_are_refused_before_the_first_read(files, capsys):
     with ds, pytest.raises(PositionsError, match=r"holds text \(dtype <U4\)") as err:
         ds.md.rmsd(reference=np.zeros((5, 3)))  # refused with no frame read, too
     assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("name, said", [
+    ("2-D", "rmsd needs 3 spatial dimensions, not 2 (of {path} [/particles/all/position]): "
+            "the RMSD after superposition in 3-D"),
+    ("no atoms", "rmsd needs atoms to compare; the positions (of {path} "
+                 "[/particles/all/position]) hold none"),
+    ("order", "rmsd needs each atom in one slot in every frame; 'position' is served "),
+])
+def test_positions_the_rmsd_cannot_use_are_one_line_before_a_scheduler(files, capsys, name,
+                                                                       said):
+    """Positions in 2-D were said after the scheduler was chosen; those and positions of
+    no atom, or in another order in some frames (ESPResSo), ended with the --debug hint
+    after their complete message."""
+    import contextlib
+
+    path = files[name]
+    expect = pytest.warns(ParticleOrderWarning) if name == "order" else \
+        contextlib.nullcontext()
+    with expect:
+        assert main(["rmsd", path, "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("h5mdx rmsd: error: " + said.format(path=path))
+    assert captured.err.count("\n") == 1 and "--debug" not in captured.err
+    assert captured.out == ""

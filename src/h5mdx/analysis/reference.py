@@ -62,7 +62,7 @@ def _check_dims(position: xr.DataArray) -> None:
                         "xr.DataArray(frames, dims=('time', 'atom', 'spatial'))")
     missing = [d for d in (TIME_DIM, ATOM_DIM, SPATIAL_DIM) if d not in position.dims]
     if missing:
-        raise ValueError(
+        raise PositionsError(
             f"rmsd needs positions on (time, atom, spatial); {position.name!r}"
             f"{_of_file(position)} has dims {position.dims} (missing {missing})"
         )
@@ -72,11 +72,15 @@ def _check_dims(position: xr.DataArray) -> None:
                              f"{_of_element(position)} holds {what} (dtype "
                              f"{position.dtype.str})")
     if not position.sizes[ATOM_DIM]:
-        raise ValueError(f"rmsd needs atoms to compare; the positions{_of_file(position)} "
-                         "hold none")
+        raise PositionsError(f"rmsd needs atoms to compare; the positions"
+                             f"{_of_element(position)} hold none")
+    if position.sizes[SPATIAL_DIM] != 3:  # said before a scheduler starts, not after
+        raise PositionsError(f"rmsd needs 3 spatial dimensions, not "
+                             f"{position.sizes[SPATIAL_DIM]}{_of_element(position)}: the "
+                             "RMSD after superposition in 3-D")
     order = position.attrs.get(PARTICLE_ORDER_ATTR)
     if order is not None:
-        raise ValueError(
+        raise PositionsError(
             f"rmsd needs each atom in one slot in every frame; {position.name!r} is served "
             f"{order}: the RMSD would compare different particles, or slots without one. "
             "Put the particles in "

@@ -53,7 +53,6 @@ from h5mdx.analysis.reference import (
     _centred_reference,
     _check_dims,
     _frame_index,
-    _of_file,
     _user_stacklevel,
     _weights,
     select_atoms,
@@ -211,9 +210,6 @@ def rmsd(
     w = _weights(position, weights, idx, topology)
     sub = (position if idx is None else position.isel({ATOM_DIM: idx})).transpose(
         TIME_DIM, ATOM_DIM, SPATIAL_DIM)
-    if sub.sizes[SPATIAL_DIM] != 3:
-        raise ValueError(f"rmsd needs 3 spatial dimensions, not {sub.sizes[SPATIAL_DIM]}"
-                         f"{_of_file(position)}: the RMSD after superposition in 3-D")
     w = normalize_weights(w, sub.sizes[ATOM_DIM])
     ref_c = _centred_reference(position, sub, reference, idx, w, select)
     n_frames = sub.sizes[TIME_DIM]
