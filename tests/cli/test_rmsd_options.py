@@ -190,3 +190,18 @@ def test_a_selection_matching_nothing_or_refused_is_a_usage_error(small, adk_h5m
         assert captured.err.startswith(f"h5mdx rmsd: {path}: {said}")
         assert captured.err.count("\n") == 1 and "--debug" not in captured.err
         assert captured.out == ""
+
+
+def test_a_topology_of_a_format_mdanalysis_does_not_know_is_one_line(small, tmp_path,
+                                                                      capsys):
+    """--topology of a format MDAnalysis does not know printed its 9-line message (the
+    list of formats) and the --debug hint; now one line, naming the file and the fix."""
+    top = tmp_path / "atoms.xyz123"
+    top.write_text("not a topology\n")
+    assert main(["rmsd", small, "--topology", str(top), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"h5mdx rmsd: error: {top}: MDAnalysis cannot read this "
+                            "topology: 'XYZ123' isn't a valid topology format, nor a "
+                            "coordinate format; give a file of a topology format it reads "
+                            "(PSF, PDB, GRO, TPR, ...)\n")
+    assert captured.out == ""

@@ -59,6 +59,13 @@ def _universe(path: str, mtime: float, group: str | None = None) -> Any:
         except Exception as err:  # MDAnalysis raises many kinds of errors
             if unusable:  # not MDAnalysis' words on an H5MD file (no 'trajectory' group)
                 raise TopologyError(unusable) from err
+            first = str(err).splitlines()[0] if str(err) else ""
+            if isinstance(err, ValueError) and "isn't a valid topology format" in first:
+                # a format MDAnalysis does not know (by the file's suffix): its message
+                # went on for 8 more lines (the list of formats), with the --debug hint
+                raise TopologyError(f"{path}: MDAnalysis cannot read this topology: "
+                                    f"{first}; give a file of a topology format it reads "
+                                    "(PSF, PDB, GRO, TPR, ...)") from err
             error = TopologyError(f"{path}: MDAnalysis cannot read this topology: {err}")
             error.unexpected = True
             raise error from err
