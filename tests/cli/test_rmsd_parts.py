@@ -298,3 +298,21 @@ def test_the_cli_series_names_the_reference_by_its_step(parts, tmp_path, adk_h5m
         assert back.attrs["reference_frame"] == 50
         assert back.attrs["reference_step"] == int(whole.step[50])
         assert back.attrs["reference_time"] == float(whole.time[50])
+
+
+def test_a_first_part_of_no_frames_does_not_choose_the_scheduler(tmp_path, capsys):
+    """A first part of no frames (a run stopped before its first frame) chose the
+    scheduler: 'distributed (... empty or scalar dataset)', a local cluster of worker
+    processes started for a file h5mdx reads with threads. The first part with frames
+    chooses it now."""
+    from h5mdx.testing import write_h5md
+    from infra import random_trajectory
+
+    empty = write_h5md(tmp_path / "a.h5md", {"all": {"position": {
+        "value": np.zeros((0, 30, 3), np.float32), "step": np.zeros(0, np.int64),
+        "time": np.zeros(0), "unit": "nm"}}})
+    full = random_trajectory(tmp_path / "b.h5md", 20, 30, 4, 3)
+    assert main(["rmsd", empty, full, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("h5mdx rmsd: scheduler threads (")
+    assert "rmsd: 20 frames of 2 files" in captured.out

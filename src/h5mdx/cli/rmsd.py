@@ -598,7 +598,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with opened:
         t_open = time.perf_counter() - t0
-        ds = opened[0] if isinstance(opened, list) else opened  # the first of the parts
+        parts = opened if isinstance(opened, list) else [opened]
+        # the first part with frames: a part of none (a run stopped before its first
+        # frame) chose a local cluster of processes ("empty or scalar dataset")
+        ds = next((p for p in parts if p.sizes.get("time", 0)), parts[0])
         if not _ready(opened, args):
             return 2
         scheduler = args.scheduler
