@@ -316,3 +316,22 @@ def test_a_first_part_of_no_frames_does_not_choose_the_scheduler(tmp_path, capsy
     captured = capsys.readouterr()
     assert captured.err.startswith("h5mdx rmsd: scheduler threads (")
     assert "rmsd: 20 frames of 2 files" in captured.out
+
+
+def test_a_part_of_no_frames_sets_no_unit_and_is_warned_of_for_none(tmp_path, capsys):
+    """A part of no frames and no unit, first or not, was warned of ('part 1 of the
+    trajectory has its RMSD in no unit, the first part in Angstrom') and, first, labelled
+    the series with its missing unit ('rmsd (the file's length unit, which it does not
+    name)'). The first part with frames sets the units; a part of none is not warned of."""
+    from h5mdx.testing import write_h5md
+    from infra import random_trajectory
+
+    empty = write_h5md(tmp_path / "a.h5md", {"all": {"position": {
+        "value": np.zeros((0, 30, 3), np.float32), "step": np.zeros(0, np.int64),
+        "time": np.zeros(0)}}})
+    full = random_trajectory(tmp_path / "b.h5md", 20, 30, 4, 3)
+    for given in ([empty, full], [full, empty]):
+        assert main(["rmsd", *given, "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert "warning" not in captured.err
+        assert "\nrmsd (Å): first " in captured.out

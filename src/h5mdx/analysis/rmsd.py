@@ -312,11 +312,16 @@ def reference_of_parts(positions: Sequence[xr.DataArray | xr.Dataset],
 def join_parts(series: Sequence[xr.DataArray], frame: int | None) -> xr.DataArray:
     """The RMSD series of a trajectory's parts as one, along ``time`` (``frame``: the
     reference frame of them all, as :func:`reference_of_parts` gave it). A part whose RMSD
-    or time is in another unit than the first part's (files opened on their own keep their
-    units) is converted to the first's."""
+    or time is in another unit than the first part's with frames (files opened on their own
+    keep their units) is converted to that part's."""
     series = _timed_by_step(series)
-    series = [series[0], *(_in_units_of(s, series[0], k)
-                           for k, s in enumerate(series[1:], start=1))]
+    # a part of no frames has no RMSD in any unit: the first part with frames sets them (a
+    # first part of none labelled the series with its units, or none, and a part of none
+    # was warned of as 'in no unit')
+    full = [(k, s) for k, s in enumerate(series) if s.sizes.get(TIME_DIM, 0)] \
+        or [(0, series[0])]
+    first = full[0][1]
+    series = [first, *(_in_units_of(s, first, k) for k, s in full[1:])]
     out = xr.concat(series, dim=TIME_DIM, combine_attrs="override")
     if frame is not None:
         out.attrs["reference_frame"] = frame
