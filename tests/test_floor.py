@@ -117,7 +117,7 @@ def test_the_floor_of_no_workers_asked_is_one_process_s(tmp_path):
 def test_raw_reads_read_every_byte_they_count(tmp_path, monkeypatch):
     """One os.preadv reads what it can (nothing past the end of the file, at most 2 GiB on
     Linux): _read_spans counted the bytes it was asked for as read, the bytes of a
-    truncated file too, and took a buffer of a contiguous slab's size (an audit). Now it
+    truncated file too, and took a buffer of a contiguous slab's size. Now it
     reads each span to its end in pieces of _RAW_PIECE, and says where the file ends."""
     import h5mdx.floor as floor
 
@@ -143,7 +143,7 @@ def test_raw_reads_read_every_byte_they_count(tmp_path, monkeypatch):
 
 def test_a_file_without_the_floors_positions_is_said_with_its_path(tmp_path):
     """Positions in /particles/all: read_floor raised h5py's bare KeyError ('Unable to
-    open object (component not found)') from deep inside h5o (an audit)."""
+    open object (component not found)') from deep inside h5o."""
     from h5mdx.errors import H5MDFormatError
     from h5mdx.testing import write_h5md
 

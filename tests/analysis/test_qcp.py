@@ -353,7 +353,7 @@ def test_matches_mdanalysis_on_random_structures(data):
 def test_atoms_far_from_the_origin_keep_small_rmsds_exact(adk_positions, adk_masses, kernel,
                                                          shift):
     """The one-pass sum of |y|^2 cancels away a small RMSD where atoms lie far from the
-    origin (3.5e-4 Å for the reference frame at +2000 Å, found by an audit): both kernels
+    origin (3.5e-4 Å for the reference frame at +2000 Å): both kernels
     give the exact Kabsch RMSD to 1e-6 Å, frames near the reference included, with and
     without weights that are zero for some atoms (virtual sites)."""
     frames = adk_positions[:6].astype(np.float64) + shift
@@ -375,7 +375,7 @@ def test_atoms_very_far_from_the_origin_keep_every_rmsd_exact(adk_universe,
     """Frames ~0.1-1 Å from the reference with atoms 1e5-1e6 Å from the origin (float64):
     the compiled kernel's one-pass sum of |y|^2 trusted RMSDs its cancellation had made
     up to 6e-4 Å wrong (C-alpha at +1e6 Å: 2.4333 Å for 2.4331; the check re-summed only
-    square RMSDs under 4096 eps sum|y|^2/n, found by an audit). Both kernels now agree with
+    square RMSDs under 4096 eps sum|y|^2/n). Both kernels now agree with
     Kabsch to 1e-6 Å."""
     ca = adk_universe.select_atoms("name CA").indices
     base = adk_positions[0, ca].astype(np.float64)

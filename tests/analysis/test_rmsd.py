@@ -360,7 +360,7 @@ def test_references(adk_h5md_blocked, adk_universe, adk_positions, ca):
         other = xr.open_dataset(adk_h5md_blocked, engine="h5md", topology=PSF)
         got = ds.md.rmsd(other.position.isel(time=57), select="name CA").compute()
         assert_close(got, _mda_rmsd(adk_universe, ref_frame=57))
-        # the frame as a Dataset, as the guide says (an xarray TypeError; found by an audit)
+        # the frame as a Dataset, as the guide says (an xarray TypeError)
         got = ds.md.rmsd(select="name CA", reference=other.isel(time=57)).compute()
         assert_close(got, _mda_rmsd(adk_universe, ref_frame=57))
         with pytest.raises(TypeError, match="a reference Dataset must hold 'position'"):
@@ -410,7 +410,7 @@ def test_integer_select_is_atom_indices_on_a_subset(memory_position, adk_univers
     """Integers in select= are atom indices, as everything else is matched (and as
     MDAnalysis' ``AtomGroup.indices``): on positions of a subset of the atoms they were
     taken as positions along ``atom`` and compared other atoms (O, HB2, HA for C-alphas),
-    silently. Found by an audit."""
+    silently."""
     ca = adk_universe.select_atoms("name CA and resid 100:110")
     sub = memory_position.isel(atom=slice(1500, 1800))
     got = h5mdx.rmsd(sub, select=ca.indices).values
@@ -443,7 +443,7 @@ def test_argument_errors(memory_position):
 
 def test_rmsd_of_a_group_without_positions_names_the_file_and_group(tmp_path):
     """``h5mdx rmsd FILE --group observables`` (``ds.md.rmsd`` of the observables) said
-    only "needs a 'position' variable", not of which file and group (found by an audit)."""
+    only "needs a 'position' variable", not of which file and group."""
     path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
         value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
         "energy": dict(value=np.arange(2.0), step=np.arange(2))})
@@ -457,7 +457,7 @@ def test_rmsd_of_a_group_without_positions_names_the_file_and_group(tmp_path):
 def test_first_hour_mistakes_are_one_clear_error(adk_h5md, adk_universe):
     """A Dataset or a numpy array given as positions failed inside xarray; a selection
     string given as the (first, positional) reference said nothing of select=; an
-    AtomGroup as select= was refused. Found by an audit."""
+    AtomGroup as select= was refused."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         with pytest.raises(TypeError, match=r"not a Dataset: or use ds.md.rmsd"):
             h5mdx.rmsd(ds)
@@ -477,7 +477,7 @@ def test_first_hour_mistakes_are_one_clear_error(adk_h5md, adk_universe):
 def test_the_engine_forgotten_and_no_masses_say_what_to_do(adk_h5md):
     """xarray opens an H5MD file without engine="h5md" as an empty Dataset (h5netcdf);
     ds.md.rmsd said only that it needs positions. weights='mass' without masses advised
-    the call just made. Both name the file now. Found by an audit."""
+    the call just made. Both name the file now."""
     pytest.importorskip("h5netcdf")
     import warnings as _w
 
@@ -609,7 +609,7 @@ def test_missing_optional_packages_are_named_before_the_work(adk_h5md, tmp_path,
                                                              monkeypatch):
     """``--plot`` without matplotlib failed after the RMSD, with the series written and
     "No module named 'matplotlib'"; ``bench`` without pyarrow and ``info`` of a Zarr
-    store without zarr alike (found by an audit): each is refused first, naming the pip
+    store without zarr alike: each is refused first, naming the pip
     line."""
     out, png = tmp_path / "r.csv", tmp_path / "r.png"
     computed = []
@@ -689,7 +689,7 @@ def test_cli_select_needs_topology(adk_h5md, capsys):
 
 def test_cli_slurm_options_need_the_slurm_scheduler(adk_h5md, tmp_path, capsys):
     """--jobs, --cores, --walltime (the SLURM group) with another scheduler were ignored and
-    the RMSD ran locally, not a word said (found by an audit): refused before the run."""
+    the RMSD ran locally, not a word said: refused before the run."""
     out = tmp_path / "rmsd.csv"
     assert cli_main(["rmsd", adk_h5md, "--scheduler", "threads", "--jobs", "3", "--cores",
                      "4", "--walltime", "00:10:00", "--out", str(out), "--no-progress"]) == 2
@@ -755,7 +755,7 @@ def test_a_reference_of_another_file_is_selected_as_mdanalysis_does(adk_h5md, ad
     atom order, solvent after it): the selection string is applied to it, as MDAnalysis'
     rms.RMSD does. It was matched by atom index, and 10 of 214 "C-alphas" were HB1 (0.15 Å
     off, silently). Matched by index (no selection string) its other names are refused.
-    Found by an audit."""
+   """
     import MDAnalysis as mda
     from MDAnalysisTests.datafiles import GRO
 
@@ -780,7 +780,7 @@ def test_a_frame_of_another_dataset_with_other_atom_names_is_refused(adk_h5md, a
     matched by atom index; where it names its atoms (its ``name`` coordinate) and the
     names differ from the compared atoms', the docs promise a TopologyError. Only a
     Universe's names were checked: such a frame gave RMSDs to the wrong atoms (24 Å off)
-    in silence. Found by an audit."""
+    in silence."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         frame = ds.isel(time=[7]).load()
         want = _mda_rmsd(adk_universe, ref_frame=7)
@@ -825,7 +825,7 @@ def test_positions_without_frames_or_atoms_name_their_file(tmp_path):
 def test_a_frame_index_held_in_a_0d_array_and_a_reference_on_other_dims(adk_h5md):
     """The frame of the largest RMSD, ``series.argmax("time")``, is a 0-d DataArray: it
     failed with xarray's "Dimensions {'atom', 'spatial'} do not exist" (and a 0-d numpy
-    integer was refused); a DataArray on other dimensions is said so. Found by an audit."""
+    integer was refused); a DataArray on other dimensions is said so."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         series = ds.md.rmsd(select="name CA")
         far = int(series.argmax("time"))
@@ -930,7 +930,7 @@ def test_a_small_first_job_does_not_wait_for_the_compiled_kernel(adk_h5md):
     """Loading the compiled kernel costs 0.5-0.8 s; the first C-alpha RMSD of 98 frames
     took that where numpy needs 0.02 s. Under kernel="auto" a small job (under 2 million
     atom-frames) in a process that has not loaded it runs the numpy kernel; asked for,
-    numba still runs. Found by an audit."""
+    numba still runs."""
     pytest.importorskip("numba")
     script = (
         "import sys, numpy as np, xarray as xr, h5mdx\n"
@@ -950,7 +950,7 @@ def test_selections_in_an_atom_group_topology_of_a_subset_file(tmp_path, adk_h5m
                                                                adk_universe, expected_ca):
     """A file of the C-alphas alone opened with topology=<the C-alpha AtomGroup>: a
     selection ran on the whole Universe and its indices (4, 21, 45, ...) matched 15 of the
-    file's atoms 0..213 by chance, in silence: an RMSD 0.44 Å off (audit46). Selections
+    file's atoms 0..213 by chance, in silence: an RMSD 0.44 Å off. Selections
     are made in the group, and index it."""
     ca = adk_universe.select_atoms("name CA")
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
@@ -974,7 +974,7 @@ def test_a_subset_file_opened_with_the_whole_systems_topology(tmp_path, adk_h5md
                                                              capsys):
     """A file of selected atoms (to_h5md of ds.isel(atom=...), convert --select) keeps
     their indices in its id; opened with the whole system's topology it was refused (214
-    vs 3341 atoms, audit46). The id finds the atoms in the topology: the atom coordinate
+    vs 3341 atoms). The id finds the atoms in the topology: the atom coordinate
     holds their indices, and selections, integer atom indices and masses are the
     topology's."""
     ca = adk_universe.select_atoms("name CA")
@@ -1024,7 +1024,7 @@ def test_a_file_of_all_atoms_in_another_order_takes_the_topology_by_its_id(
     opened with the topology of as many atoms the id was ignored and the topology's
     atoms laid on the file's slots in order: names, masses and selections of other atoms,
     and a Universe reference selected with the string in another order than the compared
-    atoms (25 Å off, silently). Found by an audit."""
+    atoms (25 Å off, silently)."""
     import MDAnalysis as mda
     from MDAnalysisTests.datafiles import CRD
 
@@ -1077,7 +1077,7 @@ def test_a_subset_file_with_a_topology_it_does_not_index(tmp_path, adk_h5md, adk
 def test_a_trajectory_in_two_files_as_the_guide_opens_it(tmp_path, adk_h5md, expected_ca):
     """docs/guide/data-model.md, "A trajectory in several files": open_mfdataset joins
     the parts along time, per-atom variables stay per atom, and the RMSD over both parts is
-    MDAnalysis' over the whole run (audit46)."""
+    MDAnalysis' over the whole run."""
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
         ds.isel(time=slice(0, 50)).md.to_h5md(tmp_path / "run-1.h5md")
         ds.isel(time=slice(50, None)).md.to_h5md(tmp_path / "run-2.h5md")
@@ -1098,7 +1098,7 @@ def test_a_trajectory_in_two_files_as_the_guide_opens_it(tmp_path, adk_h5md, exp
 def test_to_zarr_of_a_lazily_opened_dataset_keeps_whole_frames(tmp_path, adk_h5md,
                                                                expected_ca, ca):
     """ds.to_zarr of a Dataset opened without chunks= let Zarr split the frames
-    ((25, 1671, 2), audit46), and the RMSD's warning then spoke of the h5md engine.
+    ((25, 1671, 2)), and the RMSD's warning then spoke of the h5md engine.
     ds.md.to_zarr writes whole frames; the warning on a store that splits them says how to
     write it."""
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
@@ -1141,7 +1141,7 @@ def test_parts_in_other_units_join_in_the_first_parts_units(adk_positions, expec
                                                             tmp_path):
     """A run in two files opened on their own, the first in nm and ns, the second in Å and
     ps: the second part's RMSD was joined as it was, 10x too large under the first's
-    "nm" (frame 40: 3.95 "nm"), and its times 1000x (found by an audit). Now the series
+    "nm" (frame 40: 3.95 "nm"), and its times 1000x. Now the series
     is in the first part's units throughout; a part without a unit is taken to be in the
     first's, with a warning."""
     n = len(adk_positions)
@@ -1176,7 +1176,7 @@ def test_parts_in_other_units_join_in_the_first_parts_units(adk_positions, expec
 def test_cli_summary_of_a_file_without_units(adk_positions, expected_ca, tmp_path, capsys):
     """A file whose positions name no unit: the summary said "rmsd (): first ...", as if
     the unit had been lost; it now says the values are in the file's own, unnamed unit
-    (found by an audit)."""
+   ."""
     path = write_h5md(tmp_path / "bare.h5md", {"all": {"position": dict(
         value=adk_positions, step=1, time=1.0, unit=None, time_unit=None)}})
     out = tmp_path / "rmsd.csv"
@@ -1191,7 +1191,7 @@ def test_cli_summary_of_a_file_without_units(adk_positions, expected_ca, tmp_pat
 
 def test_an_unknown_kernel_is_refused_when_the_series_is_made(adk_h5md):
     """kernel="fast" gave a lazy series that failed only at compute time, inside every
-    task (on a cluster's workers, after the graph was sent; found by an audit)."""
+    task (on a cluster's workers, after the graph was sent)."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         for position in (ds.position, ds.position.chunk({"time": 10})):
             with pytest.raises(ValueError, match="kernel must be 'auto', 'numpy' or "
@@ -1200,7 +1200,7 @@ def test_an_unknown_kernel_is_refused_when_the_series_is_made(adk_h5md):
 
 
 def test_a_block_of_a_fraction_of_frames_is_refused(adk_h5md):
-    """frames_per_block=2.5 ran blocks of 2 frames in silence (audit78); a whole number
+    """frames_per_block=2.5 ran blocks of 2 frames in silence; a whole number
     of frames, numpy's too, is taken as before."""
     with xr.open_dataset(adk_h5md, engine="h5md", topology=PSF) as ds:
         for bad in (2.5, "10", True):

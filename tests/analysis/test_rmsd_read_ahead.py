@@ -126,7 +126,7 @@ def test_many_threads_of_one_process_read_more_at_a_time_and_not_ahead(
 def test_the_local_schedulers_count_the_cpus_dask_runs(monkeypatch):
     """Without ``num_workers``, dask's pools run ``dask.system.CPU_COUNT`` (the process's
     affinity and cgroup limits); the plan took ``os.cpu_count()``, and under taskset or a
-    SLURM job's cgroup cut blocks for CPUs no task ran on (found by an audit)."""
+    SLURM job's cgroup cut blocks for CPUs no task ran on."""
     import os
 
     import dask.system

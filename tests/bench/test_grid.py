@@ -28,7 +28,7 @@ def h5md_file(tmp_path_factory):
 def test_workloads_take_the_trajectory_not_a_groups_single_structure(h5md_file, tmp_path):
     """A file whose first particles group holds one time-independent structure (500
     atoms) beside a trajectory of 48 frames: the read workload read the structure's 500
-    rows as 500 frames, and the RMSD's blocks were cut for 500 frames (an audit)."""
+    rows as 500 frames, and the RMSD's blocks were cut for 500 frames."""
     import shutil
 
     from h5mdx.bench.grid import rmsd_workload
@@ -107,7 +107,7 @@ def test_run_grid(h5md_file, tmp_path):
 def test_a_grid_that_fails_keeps_the_runs_that_finished(h5md_file, tmp_path, monkeypatch,
                                                        capsys):
     """A scheduler failing after others finished leaves their records and tables in
-    --out, and says so (bench wrote nothing; found by an audit)."""
+    --out, and says so (bench wrote nothing)."""
     from h5mdx.bench import grid
 
     real = grid._dask_runs
@@ -129,7 +129,7 @@ def test_a_grid_that_fails_keeps_the_runs_that_finished(h5md_file, tmp_path, mon
 def test_an_mpi_backend_without_its_modules_is_refused_before_any_run(h5md_file, tmp_path,
                                                                       monkeypatch):
     """dask-mpi missing: bench refused after running the other schedulers, in mpirun,
-    with a traceback (found by an audit)."""
+    with a traceback."""
     import importlib.util
 
     from h5mdx.errors import MissingDependencyError
@@ -160,7 +160,7 @@ def test_a_failed_mpirun_says_what_its_ranks_said():
 def test_a_failed_mpi_io_run_says_what_rank_0_said_for_all_ranks(tmp_path):
     """mpi-rmsd reports a failure of every rank once, as 'all 2 ranks failed: ...': the
     bench's error gave Open MPI's closing lines instead ('Process name: [[...]]; Exit
-    code: 1; ---'; an audit)."""
+    code: 1; ---')."""
     from infra import require_mpi
 
     require_mpi()
@@ -226,7 +226,7 @@ def test_cli_bench_without_a_one_worker_run_says_why_speedup_is_empty(h5md_file,
 
 def test_a_selection_without_a_topology_is_the_command_line_s_error(h5md_file):
     """bench --select without --topology names the options (it spoke of the Python API
-    after the grid had started; found by an audit)."""
+    after the grid had started)."""
     from h5mdx.bench.grid import rmsd_workload
 
     with pytest.raises(ValueError, match=r"--select 'name CA' needs --topology"):
@@ -302,7 +302,7 @@ def test_run_grid_mpi_backends_side_by_side(adk_h5md_blocked, tmp_path):
 def test_a_missing_file_and_a_selection_of_nothing_are_said_before_the_grid(
         adk_h5md, tmp_path, capsys):
     """bench on a missing file printed h5py's errno text; a selection matching no atom
-    was said after the progress bar had started (found by an audit)."""
+    was said after the progress bar had started."""
     from MDAnalysisTests.datafiles import PSF
 
     from h5mdx.cli import main
@@ -320,7 +320,7 @@ def test_a_missing_file_and_a_selection_of_nothing_are_said_before_the_grid(
 
 def test_a_delay_at_a_frame_where_no_block_starts_is_warned():
     """--delay sleeps only in the task whose block starts at FRAME: at another frame it
-    injected nothing, in silence (found by an audit)."""
+    injected nothing, in silence."""
     import warnings
 
     from h5mdx.cli.bench import _warn_delay_without_block
@@ -342,7 +342,7 @@ def test_a_delay_where_no_mpi_rank_block_starts_is_warned(adk_h5md_blocked, tmp_
                                                          monkeypatch, frame, who, starts):
     """The mpi-io ranks' blocks are cut at the chunks (98 frames in chunks of 10, 2 ranks:
     0-50, 50-98), the dask blocks at 98 / (N M) (0-49, 49-98): --delay 49 slept in the
-    threads runs and in no mpi-io run, in silence (an audit). Each is said now."""
+    threads runs and in no mpi-io run, in silence. Each is said now."""
     import h5mdx.bench.grid as grid
     from h5mdx.cli import main
 
@@ -409,7 +409,7 @@ def test_a_second_bench_into_the_same_out_asks_and_leaves_no_stale_run(h5md_file
 def test_a_client_that_fails_to_start_leaves_no_cluster_running(h5md_file, monkeypatch):
     """bench --scheduler distributed: where the Client failed to connect to the cluster it
     had just started, the cluster's worker processes were left running (the cluster was
-    closed only by a client that had started; found by an audit)."""
+    closed only by a client that had started)."""
     distributed = pytest.importorskip("distributed")
     import h5mdx.parallel.local as local
 
@@ -463,7 +463,7 @@ def test_every_worker_of_the_distributed_grid_is_warmed_up_before_it_is_timed():
     """The grid's local cluster warms every worker (the task's modules, the kernel) as h5mdx
     rmsd's does: the untimed warm-up compute left a worker that ran none of its tasks cold,
     and it imported h5mdx when it first took another worker's output, 0.3-0.9 s within a
-    timed run of tasks of milliseconds (S(2) = 0.05 in notebook 02; found by an audit)."""
+    timed run of tasks of milliseconds (S(2) = 0.05 in notebook 02)."""
     pytest.importorskip("distributed")
     from h5mdx.bench.grid import _cluster
 
@@ -524,7 +524,7 @@ def test_mpi_backends_refuse_an_rmsd_they_would_not_compute_before_any_run(
         adk_h5md_blocked, h5md_file, tmp_path):
     """rmsd_workload(..., reference=5, weights="mass") on threads and mpi-io: mpirun ran
     h5mdx mpi-rmsd with reference 0 and no weights, and the grid set the two side by side
-    as one computation (an audit); --analysis read failed at mpi-io after the threads'
+    as one computation; --analysis read failed at mpi-io after the threads'
     runs. Both are refused before any run now; the defaults pass."""
     from MDAnalysisTests.datafiles import PSF
 

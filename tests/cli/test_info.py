@@ -54,7 +54,7 @@ def test_info_observables_and_fixed(tmp_path, capsys):
     assert main(["info", path]) == 0
     out = capsys.readouterr().out
     assert "(fixed)" in out and "energy" in out and "steps 0..8" in out
-    # how to open them, which the default view does not show (audit46)
+    # how to open them, which the default view does not show
     assert '\nobservables  (xr.open_dataset(..., engine="h5md", group="observables"), or ' \
            'open_datatree)\n' in out
 
@@ -101,7 +101,7 @@ def test_a_reference_frame_out_of_range_is_one_clear_line(adk_h5md, capsys):
 
 def test_a_creator_without_a_version_has_no_stray_space(capsys):
     """``creator ZnH5MD )`` where the file names no version (MDAnalysisTests'
-    cu_malformed.h5md). Found by an audit."""
+    cu_malformed.h5md)."""
     pytest.importorskip("MDAnalysisTests")
     from MDAnalysisTests.datafiles import H5MD_malformed
 
@@ -113,7 +113,7 @@ def test_a_creator_without_a_version_has_no_stray_space(capsys):
 def test_warnings_are_lines_of_the_command(tmp_path, capsys):
     """A file's conformance warning, printed by a command, is one ``h5mdx rmsd: warning:``
     line, not Python's ``backend.py:1084: H5MDConformanceWarning:`` with the code that
-    raised it; a 2-D trajectory's error names the file. Found by an audit."""
+    raised it; a 2-D trajectory's error names the file."""
     import warnings
 
     rng = np.random.default_rng(0)
@@ -181,7 +181,7 @@ def test_modules_are_shown(tmp_path, capsys):
 
 def test_a_damaged_root_group_is_called_damage(tmp_path, adk_h5md, capsys):
     """Metadata bytes flipped under the root group: 'an HDF5 file but not an H5MD file ...
-    open it with h5netcdf' sent the user the wrong way (found by an audit)."""
+    open it with h5netcdf' sent the user the wrong way."""
     import shutil
 
     bad = tmp_path / "damaged.h5md"
@@ -201,7 +201,7 @@ def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
         tmp_path, capsys, monkeypatch, adk_h5md):
     """Every error ended in "(run with --debug for the traceback)", a missing file or an
     output in the way too, and the CLI said "pass overwrite=True (--overwrite on the
-    command line)" (audit42); an unexpected error keeps the hint."""
+    command line)"; an unexpected error keeps the hint."""
     import h5mdx.cli.info
     from h5mdx.cli import main
 
@@ -223,7 +223,7 @@ def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
     assert "(run with --debug for the traceback)" in err
     monkeypatch.undo()
 
-    # a format error wrapping a failure no check anticipated keeps the hint (audit45)
+    # a format error wrapping a failure no check anticipated keeps the hint
     import h5mdx.format.h5md._walk
 
     def failing(*args, **kwargs):
@@ -238,14 +238,14 @@ def test_errors_hint_at_a_traceback_only_where_their_message_may_not_say_all(
 
 def test_debug_after_the_command_shows_the_traceback(tmp_path, capsys):
     """The errors' hint says "run with --debug": `h5mdx info F --debug` was a usage error
-    (found by an audit); it raises, as `h5mdx --debug info F` does."""
+   ; it raises, as `h5mdx --debug info F` does."""
     from h5mdx.cli import main
 
     missing = str(tmp_path / "nope.h5md")
     assert main(["info", missing]) == 1
     err = capsys.readouterr().err
     assert "No such file" in err
-    # a missing file says all there is: no hint of a traceback (audit42)
+    # a missing file says all there is: no hint of a traceback
     assert "--debug" not in err, err
     for argv in (["info", missing, "--debug"], ["--debug", "info", missing]):
         with pytest.raises(FileNotFoundError, match="No such file"):
@@ -323,7 +323,7 @@ def test_the_time_range_is_printed_as_the_json_holds_it(tmp_path, capsys):
 
 
 def test_sizes_just_under_a_unit_are_said_in_the_next():
-    """1 MiB less a byte printed as '1024.0 KiB' (found by an audit)."""
+    """1 MiB less a byte printed as '1024.0 KiB'."""
     from h5mdx.format.text import human_bytes
     from h5mdx.layout.diagnosis import _human as diagnosis_human
 

@@ -106,7 +106,7 @@ def test_files_that_are_not_one_trajectory_are_refused(parts, tmp_path, capsys, 
 def test_an_empty_part_is_no_seam(parts, tmp_path, adk_h5md):
     """A part without frames (a run stopped before its first) between two others: the
     frame repeated at the seam was kept twice (99 frames, step 40 twice) and parts in the
-    wrong order around it were taken (an audit). The RMSD is MDAnalysis' of the parts
+    wrong order around it were taken. The RMSD is MDAnalysis' of the parts
     read by its ChainReader, the repeated frames left out."""
     import MDAnalysis as mda
 
@@ -133,7 +133,7 @@ def test_an_empty_part_is_no_seam(parts, tmp_path, adk_h5md):
 
 def test_a_part_without_times_times_the_series_by_step(parts, tmp_path, expected_ca):
     """A part whose file has no time (pyh5md writes none; a stopped writer's is ignored)
-    among parts timed in ps: h5mdx rmsd failed, "cannot parse unit 'step'" (an audit).
+    among parts timed in ps: h5mdx rmsd failed, "cannot parse unit 'step'".
     Now the series is timed by the steps of every part, with a warning."""
     import h5py
 
@@ -163,7 +163,7 @@ def test_a_part_without_times_times_the_series_by_step(parts, tmp_path, expected
 def test_a_pattern_takes_its_files_in_the_order_of_their_numbers(adk_h5md, tmp_path,
                                                                    expected_ca):
     """'run-*.h5md' over run-1 .. run-11 took run-10 and run-11 before run-2 (the order of
-    their letters) and was refused as out of order (an audit)."""
+    their letters) and was refused as out of order."""
     with xr.open_dataset(adk_h5md, engine="h5md") as ds:
         for i, a in enumerate(range(0, 98, 9)):
             ds.isel(time=slice(a, a + 9)).md.to_h5md(tmp_path / f"run-{i + 1}.h5md")
@@ -180,7 +180,7 @@ def test_a_pattern_takes_its_files_in_the_order_of_their_numbers(adk_h5md, tmp_p
 def test_parts_opened_alone_say_their_repeated_frame(parts, adk_universe):
     """Parts opened each on its own, given to h5mdx.rmsd: the frame that ends one and
     begins the next is in the series twice (100 frames, where h5mdx rmsd of the files
-    gives 98), which was said nowhere (an audit)."""
+    gives 98), which was said nowhere."""
     import h5mdx
 
     opened = [xr.open_dataset(p, engine="h5md", topology=PSF) for p in parts]
@@ -202,7 +202,7 @@ def test_parts_opened_alone_say_their_repeated_frame(parts, adk_universe):
 def test_a_part_timed_in_ns_joins_in_ps_as_its_decimals(parts, tmp_path):
     """Part 1's times in ns, joined to part 0's in ps (files opened without converting
     units keep theirs), were multiplied into float noise (0.0041 ns as
-    4.1000000000000005 ps), which series.sel(time=...) missed (an audit)."""
+    4.1000000000000005 ps), which series.sel(time=...) missed."""
     import h5py
 
     import h5mdx
@@ -270,7 +270,7 @@ def test_parts_opened_alone_say_their_repeated_frame_by_time(parts, tmp_path, ho
 def test_parts_whose_steps_start_anew_are_ordered_by_time(parts, tmp_path, expected_ca, how):
     """Parts whose steps begin at 0 again (a run restarted with its step count reset) or
     that have no steps (frames numbered 0..n-1) were refused as out of order ('begins at
-    step 0, before the last of ...'), though their times follow (an audit). Now their
+    step 0, before the last of ...'), though their times follow. Now their
     times order them, the repeated frame kept once; a wrong order is still refused."""
     given = _restepped(parts, tmp_path, how)
     with warnings.catch_warnings():

@@ -72,7 +72,7 @@ def test_slurm_script_refuses_a_time_slurm_does_not_take(tmp_path, monkeypatch, 
 def test_slurm_script_keeps_an_out_however_spelt(spelling, tmp_path, monkeypatch, capsys):
     """mpi-rmsd takes -qo DIR and --ou DIR as --out DIR; the script did not see them, added
     its default --out after them, which won: the job wrote elsewhere and --submit found no
-    records in DIR (found by an audit)."""
+    records in DIR."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.h5md").touch()
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2", *spelling]) == 0
@@ -158,7 +158,7 @@ def test_slurm_script_quotes_sbatch_values_with_spaces(capsys, tmp_path, monkeyp
                  "--job-name", "a\nb"]) != 0
     captured = capsys.readouterr()
     assert "holds a line break" in captured.err and "#SBATCH" not in captured.out
-    # a line break in --sbatch began a line of shell in the script (an audit)
+    # a line break in --sbatch began a line of shell in the script
     assert main(["slurm-script", "mpi-rmsd", "x.h5md", "--ntasks", "2",
                  "--sbatch=--comment=x\nrm -rf ~"]) != 0
     captured = capsys.readouterr()
@@ -232,7 +232,7 @@ def test_slurm_script_names_mpirun_args_it_cannot_split(tmp_path, monkeypatch, c
 
 def test_slurm_script_takes_a_launcher_with_its_options(tmp_path, monkeypatch, capsys):
     """--mpirun "srun --mpi=pmix" was quoted as one command name ('srun --mpi=pmix' -n 2
-    ...: 'command not found' in the job; an audit); a launcher at a path with a space
+    ...: 'command not found' in the job); a launcher at a path with a space
     stays one word."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.h5md").touch()

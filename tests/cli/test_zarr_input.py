@@ -102,12 +102,12 @@ def _store_with_topology(path, topology):
 def test_a_store_of_several_groups_is_described_and_read_whole(tmp_path, capsys):
     """rechunk copies a file of two particles groups and observables into a store, the
     first group at its root: info lists them all (it showed the root alone) and
-    rmsd --group reads either (it refused, saying a store holds one). Found by an audit."""
+    rmsd --group reads either (it refused, saying a store holds one)."""
     from h5mdx.testing import write_h5md
 
     rng = np.random.default_rng(3)
     # other atoms in each group, an observable of other frames: a group that does not
-    # line up with the root (opened as a tree, it raised; found by an audit)
+    # line up with the root (opened as a tree, it raised)
     pos = {g: rng.random((4, n, 3)) * 10 for g, n in (("solute", 5), ("solvent", 7))}
     src = write_h5md(tmp_path / "two.h5md", {
         g: {"position": {"value": p, "step": np.arange(4), "unit": "Angstrom"}}
@@ -435,7 +435,7 @@ def test_select_in_a_group_without_names_asks_for_a_topology(tmp_path, capsys):
 def test_a_store_without_consolidated_metadata_opens_without_xarrays_note(tmp_path):
     """A store whose consolidated metadata is gone (copied by hand, or written by another
     tool) opens as well; h5mdx info and rmsd printed xarray's 5-line RuntimeWarning about
-    it (an audit)."""
+    it."""
     import json
     import shutil
     import warnings

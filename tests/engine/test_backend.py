@@ -307,7 +307,7 @@ def test_datatree(mixed_file):
 def test_datatree_renamed_time_keeps_its_hdf5_blocks(tmp_path):
     """A time axis renamed on a parent (``time_observables``, where a child's time does not
     align) keeps its preferred chunks: ``preferred_chunks`` kept the name ``time``, so
-    ``chunks={}`` served the whole axis as one dask block (found by an audit)."""
+    ``chunks={}`` served the whole axis as one dask block."""
     n = 40
     path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
         value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
@@ -364,7 +364,7 @@ def test_datatree_topology_of_one_group_opens_the_others_without_it(mixed_file):
 def test_datatree_renames_the_step_of_an_element_time_axis_once(tmp_path):
     """A parent's ``time_pressure`` renamed where a child's does not align with it is
     ``time_pressure_observables``, and its ``step_pressure`` ``step_pressure_observables``:
-    it was ``step_pressure_pressure_observables`` (found by an audit)."""
+    it was ``step_pressure_pressure_observables``."""
     path = write_h5md(tmp_path / "obs.h5md", {"g": {"position": dict(
         value=np.zeros((2, 1, 3)), step=np.arange(2))}}, observables={
         "energy": dict(value=np.arange(4.0), step=np.arange(4)),
@@ -620,7 +620,7 @@ def test_datatree_of_one_group_and_keywords_it_does_not_take(mixed_file):
     np.testing.assert_array_equal(groups["/trajectory"].position.values, data["pos"])
     for ds in groups.values():
         ds.close()
-    # open_dataset says why too (a bare "got an unexpected keyword argument"; an audit)
+    # open_dataset says why too (a bare "got an unexpected keyword argument")
     with pytest.raises(TypeError, match=r"decode_times \(CF decoding does not apply"):
         xr.open_dataset(path, engine="h5md", group="trajectory", decode_times=False)
 
@@ -628,7 +628,7 @@ def test_datatree_of_one_group_and_keywords_it_does_not_take(mixed_file):
 def test_drop_variables_drops_coordinates_and_paths_expand_the_home(tmp_path, monkeypatch,
                                                                      mixed_file):
     """``drop_variables`` drops coordinates (``step``, ``time``) as xarray's engines do;
-    ``~`` in a path is the user's home (found by an audit)."""
+    ``~`` in a path is the user's home."""
     path, data = mixed_file
     with xr.open_dataset(path, engine="h5md", group="trajectory",
                          drop_variables=["step", "time"]) as ds:
@@ -658,7 +658,7 @@ def test_fill_value_becomes_nan(tmp_path):
 
 def test_integer_fill_value_becomes_nan_when_units_make_floats(tmp_path):
     """Integers in pm with fill -9999, served in Å as floats: the padding is NaN, not
-    -99.99 Å (found by an audit). Served as stored, integers keep their fill value."""
+    -99.99 Å. Served as stored, integers keep their fill value."""
     value = np.arange(24, dtype=np.int32).reshape(2, 4, 3) * 100
     value[1, 3] = -9999
     path = write_h5md(
@@ -681,7 +681,7 @@ def test_integer_fill_value_becomes_nan_when_units_make_floats(tmp_path):
 def test_netcdf_and_zarr_writers_keep_served_values_and_filters(tmp_path):
     """``encoding`` tells xarray's writers the dtype served (integers in pm served as
     float Å, not written back as integer zeros) and the filters (shuffle kept), as
-    h5netcdf's engine does (found by an audit)."""
+    h5netcdf's engine does."""
     value = np.arange(24, dtype=np.int32).reshape(2, 4, 3) + 5
     path = write_h5md(tmp_path / "int.h5md", particles={"g": {
         "position": dict(value=value, step=np.arange(2), unit="pm"),
@@ -704,7 +704,7 @@ def test_netcdf_and_zarr_writers_keep_served_values_and_filters(tmp_path):
 def test_netcdf_writer_keeps_a_plugin_filter(tmp_path, spec):
     """A Blosc or Zstandard file (as ``h5mdx rechunk --compression blosc`` writes it)
     written out with ``to_netcdf(engine="h5netcdf")`` failed: its encoding said
-    ``compression="unknown"``, h5py's name for a plugin filter (found by an audit). It is
+    ``compression="unknown"``, h5py's name for a plugin filter. It is
     now the filter's id and values, which h5py takes back; ``info`` names the filter."""
     from h5mdx.cli.info import element_dict
     from h5mdx.format.compression import compression_kwargs
@@ -924,7 +924,7 @@ def test_a_universe_passed_is_the_one_analyses_use(adk_h5md, adk_universe):
 
 def test_a_relative_topology_path_is_kept_absolute(adk_h5md, tmp_path, monkeypatch):
     """attrs['topology'] named 'adk.psf' as given: after a chdir (or in a worker started
-    elsewhere) the analyses could not find it (found by an audit)."""
+    elsewhere) the analyses could not find it."""
     shutil.copy(PSF, tmp_path / "adk.psf")
     monkeypatch.chdir(tmp_path)
     with xr.open_dataset(adk_h5md, engine="h5md", topology="adk.psf") as ds:
@@ -1008,7 +1008,7 @@ def test_bad_files(tmp_path, adk_h5md):
     text = tmp_path / "text.h5md"
     text.write_text("not hdf5\n" * 100)
     _expect(text, "not an HDF5 file")
-    dcd = tmp_path / "run1.dcd"  # an MDAnalysis user's first try (found by an audit)
+    dcd = tmp_path / "run1.dcd"  # an MDAnalysis user's first try
     dcd.write_bytes(b"\x54\x00\x00\x00CORD" + bytes(200))
     _expect(dcd, "a .dcd trajectory converts to H5MD once with: h5mdx convert TOPOLOGY "
                  "run1.dcd run1.h5md")
@@ -1459,7 +1459,7 @@ def test_a_file_rewritten_in_place_while_open_is_refused(tmp_path, monkeypatch, 
     """A file rewritten through the same inode while a Dataset of it is open: its reads
     served the new bytes under the old coordinates (direct reads), or garbage through the
     old chunk index; an open of it in the meantime shared HDF5's stale open and described
-    the old frames. Both are refused now (found by an audit); so are those of a file of
+    the old frames. Both are refused now; so are those of a file of
     the same size whose modification time was set back (``cp -p``), by its change time."""
     monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
     rng = np.random.default_rng(5)
@@ -1495,7 +1495,7 @@ def test_a_file_whose_attributes_change_while_open_still_reads(tmp_path, monkeyp
                                                               change):
     """chmod, chown or a hard link move a file's change time alone: an open Dataset
     refused every read of it as "rewritten since it was opened", and any new open of it
-    as "rewritten while another Dataset of it is open" (an audit), though its bytes were
+    as "rewritten while another Dataset of it is open", though its bytes were
     the same. Its bytes sampled at the open tell it from a rewrite (cp -p, refused by
     the test above): it reads as before."""
     monkeypatch.setenv("H5MDX_DIRECT_READ", direct)
@@ -1522,7 +1522,7 @@ def test_a_file_whose_attributes_change_while_open_still_reads(tmp_path, monkeyp
 def test_a_file_replaced_by_one_of_the_same_size_and_time_reads_as_opened(tmp_path):
     """A file replaced (a new inode) by one of the same size and modification time
     (cp -p, rsync -t): once another Dataset of the new file had planned its direct reads,
-    the first Dataset read the new file's bytes under its own coordinates (an audit)."""
+    the first Dataset read the new file's bytes under its own coordinates."""
     rng = np.random.default_rng(9)
     a, b, path = tmp_path / "a.h5md", tmp_path / "b.h5md", tmp_path / "t.h5md"
     for p in (a, b):
@@ -1545,7 +1545,7 @@ def test_a_file_replaced_by_one_of_the_same_size_and_time_reads_as_opened(tmp_pa
 def test_utf8_parameters_and_a_clash_of_names_leave_the_rest(tmp_path):
     """Fixed-size strings are UTF-8 (GROMACS writes them so), not ASCII; a parameter named
     like another's axis is left out with a warning (both raised bare from numpy and xarray,
-    and the whole tree failed; found by an audit)."""
+    and the whole tree failed)."""
     path = _nested_parameters(str(tmp_path / "par.h5md"))
     with h5py.File(path, "r+") as f:
         f["parameters/labels"] = np.array(["Å".encode(), b"nm"])
@@ -1601,7 +1601,7 @@ def test_a_parameter_unit_given_as_a_one_element_array_is_read(tmp_path):
 def test_wrong_keywords_are_the_callers_error_not_the_files(adk_h5md, tmp_path, monkeypatch):
     """chunk_mib="big" or topology=123 were reported as a file that cannot be assembled;
     chunk_mib=0 was taken; convert_units="no" converted. They are checked before the file
-    is read; a topology's ``~`` is expanded as the file's is. Found by an audit."""
+    is read; a topology's ``~`` is expanded as the file's is."""
     import shutil
 
     cases = [({"chunk_mib": "big"}, TypeError, "chunk_mib= takes a number of MiB"),
@@ -1611,7 +1611,7 @@ def test_wrong_keywords_are_the_callers_error_not_the_files(adk_h5md, tmp_path, 
              ({"convert_units": "no"}, TypeError, "convert_units= takes True or False"),
              ({"select": [1, 2]}, TypeError, "select= at open takes an MDAnalysis")]
     # a string was taken for True: allow_external="no" followed external links, swmr="no"
-    # opened in SWMR mode, strict="false" refused the file (another audit)
+    # opened in SWMR mode, strict="false" refused the file
     flags = [({"allow_external": "no"}, TypeError, "allow_external= takes True or False"),
              ({"swmr": "no"}, TypeError, "swmr= takes True or False"),
              ({"strict": "false"}, TypeError, "strict= takes True or False")]
@@ -1635,7 +1635,7 @@ def test_wrong_keywords_are_the_callers_error_not_the_files(adk_h5md, tmp_path, 
 def test_opening_does_not_walk_the_chunk_index_for_object_ids(adk_h5md, monkeypatch):
     """H5Oget_info sizes an object's storage, which walks a chunked dataset's whole index
     (68 ms for 100,000 chunks): an open called it and get_storage_size four times. Objects
-    are told apart by H5Gget_objinfo now. Found by an audit."""
+    are told apart by H5Gget_objinfo now."""
     import h5py
 
     calls = []
@@ -1650,7 +1650,7 @@ def test_opening_does_not_walk_the_chunk_index_for_object_ids(adk_h5md, monkeypa
 
 def test_a_dropped_element_warns_of_nothing(tmp_path):
     """``drop_variables=["velocity"]`` of a file whose velocity is broken (a 'step' of
-    other length than its 'value') still warned of it, though it was not read (audit76);
+    other length than its 'value') still warned of it, though it was not read;
     its problems are left out with it. strict=True refuses the file as before (the file
     departs from H5MD whatever is read of it)."""
     rng = np.random.default_rng(4)
@@ -1673,7 +1673,7 @@ def test_a_dropped_element_warns_of_nothing(tmp_path):
 def test_a_time_that_goes_back_is_said_once(tmp_path):
     """Steps that increase with a time that goes back (0, 0.5, 0.0) were served in
     silence: the Dataset's time index is then not monotonic, and ``.sel(time=slice(...))``
-    fails far from the cause (audit76). One warning names the frame; the frames stay in
+    fails far from the cause. One warning names the frame; the frames stay in
     the order stored; strict=True does not refuse it (H5MD asks only the steps to
     increase); steps and times that both go back are said once, of the steps."""
     pos = np.zeros((3, 2, 3))

@@ -52,7 +52,7 @@ def test_balanced_block_never_larger_nor_more_rounds():
 
 def test_every_variable_on_time_gets_the_same_blocks(tmp_path):
     """chunks={}: the step coordinate was one block and an element of other HDF5 chunks
-    had blocks of its own, so ds.chunks and xr.map_blocks raised (found by an audit);
+    had blocks of its own, so ds.chunks and xr.map_blocks raised;
     every variable on a time axis takes the largest one's blocks."""
     from h5mdx.testing import write_h5md
 

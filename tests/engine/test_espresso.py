@@ -182,7 +182,7 @@ def test_slots_grown_without_a_fill_value_are_absent_by_id(tmp_path):
     """ESPResSo 5 (its HighFive writer) sets no fill value and grows the particle axis as
     particles come: the slots of earlier frames never written read as id 0 at the origin.
     by_id takes the first 0 of a frame for particle 0 and the others as absent, with one
-    warning; it raised a bare ValueError (found by an audit)."""
+    warning; it raised a bare ValueError."""
     path = tmp_path / "grown.h5"
     orders = ORDERS.copy()
     orders[0] = [2, 0, 1, 0, 0]  # frame 0 held 3 particles; slots 3, 4 came later

@@ -211,7 +211,7 @@ def test_names_indexing_beyond_their_table_are_left_out(gmx_copy, tpr):
 
 
 def test_a_name_table_of_references_is_left_out_not_served_as_text(gmx_copy, tpr):
-    """A name table of object references (a mutation fuzz, audit65) named every atom
+    """A name table of object references (a mutation fuzz) named every atom
     '<HDF5 object reference>', in silence: it is left out, as an unreadable table is."""
     table = f"{MODULE}/NA+/particle_name_table"
     with h5py.File(gmx_copy, "r+") as f:
@@ -370,7 +370,7 @@ def test_to_h5md_of_atoms_whose_names_share_a_species_says_the_names_are_not_wri
     of its waters (molecules renumbered: no GROMACS module) written with ds.md.to_h5md
     lost their names, residues and segments without a word (HW1 and HW2 share a type,
     and VMD's structure module holds one name per species). The loss is said now,
-    naming the file, the module and a species. Found by an audit."""
+    naming the file, the module and a species."""
     from h5mdx.layout.convert import convert
 
     path = tmp_path / "adk_water.h5md"
@@ -391,7 +391,7 @@ def test_to_h5md_of_atoms_whose_names_share_a_species_says_the_names_are_not_wri
 def test_a_name_ends_at_its_first_nul_as_gromacs_reads_it(gmx_copy, tpr):
     """Fixed-size name tables read as C strings (H5T_C_S1, as GROMACS reads its own): a
     table entry with bytes after its NUL (b"NA\\x00\\x7f", an unzeroed buffer) is "NA";
-    h5mdx served "NA\\x00\\x7f", and select="name NA" missed the ion. Found by an audit."""
+    h5mdx served "NA\\x00\\x7f", and select="name NA" missed the ion."""
     table = f"{MODULE}/NA+/particle_name_table"
     with h5py.File(gmx_copy, "r+") as f:
         assert f[table][()].tolist() == [b"NA"]
@@ -413,7 +413,7 @@ def test_a_module_left_out_is_named_when_the_file_is_passed_as_topology(gmx_copy
     """The file itself as topology= (or load_universe, --topology) where its module was
     left out: the error was MDAnalysis' "MDAnalysis cannot read this topology: Unable to
     open object (object 'trajectory' doesn't exist)", about a group nobody named. It
-    names the module's problem and what to pass now. Found by an audit."""
+    names the module's problem and what to pass now."""
     from h5mdx.engine.topology import load_universe
 
     with h5py.File(gmx_copy, "r+") as f:

@@ -154,7 +154,7 @@ def test_espressopp_padding_is_said_where_the_order_varies_too(tmp_path):
 
 def test_a_periodic_box_without_edges_is_said(tmp_path):
     """MindSPONGE's create_box() tests ``use_pbc is None`` on a bool: a run without a box
-    is written periodic, with no edges; nothing said so (audit37 #6)."""
+    is written periodic, with no edges; nothing said so."""
     path = tmp_path / "nopbc.h5"
     _mindsponge(path, 5)
     with h5py.File(path, "r+") as f:
@@ -185,7 +185,7 @@ def test_a_scalar_id_leaves_the_group_readable(tmp_path):
 def test_espresso3_masses_are_per_particle(tmp_path):
     """ESPResSo 3.x's scripts/h5md.tcl (h5md_init) writes each particle's mass once, as
     particles/atoms/mass/value (N,) with no step: it was read as N frames of one number
-    (time_mass, steps 0..N-1), off the atom axis (audit38)."""
+    (time_mass, steps 0..N-1), off the atom axis."""
     from h5mdx.testing import write_h5md
 
     masses = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
@@ -206,7 +206,7 @@ def test_espresso3_masses_are_per_particle(tmp_path):
 def test_box_edges_never_written_are_no_box(tmp_path, chunks):
     """ESPResSo 3.x's h5md.tcl creates box/edges (3, 3) and never writes it, with no
     'dimension' or 'boundary': its zeros were served as a periodic box of size 0
-    (audit38 #2). Now: no edges, boundary 'none', the never-written edges said once."""
+   . Now: no edges, boundary 'none', the never-written edges said once."""
     from h5mdx.format.h5md import scan
     from h5mdx.testing import write_h5md
 
@@ -288,7 +288,7 @@ def _sarkas(path, frames=5, n=6):
 def test_sarkas_particles_straight_in_particles(tmp_path):
     """/particles holding pos/vel/acc beside a shared step and time, no particles group
     below it: the box group was read as the particles group (its 3 box vectors as 3
-    atoms, no position) in silence (audit39 #1)."""
+    atoms, no position) in silence."""
 
     path = tmp_path / "sarkas.h5"
     pos = _sarkas(path)
@@ -366,7 +366,7 @@ def test_flat_particles_note_only_on_opens_of_particles(tmp_path):
 def test_particles_left_out_is_said_on_every_open(tmp_path):
     """/particles that cannot be read (a dataset) leaves no particles group to open: its
     note is given on the opens of the observables (the rule for the flat note hid it from
-    every open; audit45)."""
+    every open)."""
     path = _beside_energy(tmp_path / "bad.h5", "particles", np.arange(3))
     for group in (None, "observables"):
         with pytest.warns(H5MDConformanceWarning) as said:
@@ -449,7 +449,7 @@ def _random_bounds(frames):
 
 def test_lammps_orthogonal_bounds_are_edges_and_offset(tmp_path):
     """(T, 3, 2) [lo, hi] per axis: five warnings that contradicted each other and a
-    periodic box with no edges (audit39 #2). Now edges hi - lo and offset lo."""
+    periodic box with no edges. Now edges hi - lo and offset lo."""
     lo = np.array([[-2.0, -3.0, 0.0], [-2.1, -3.0, 0.0]])
     hi = np.array([[7.0, 6.0, 9.5], [7.0, 6.1, 9.5]])
     path, pos = _lammps_bounds(tmp_path / "ortho.h5", np.stack([lo, hi], axis=-1))
@@ -660,7 +660,7 @@ def test_a_stored_box_offset_is_sampled_as_the_edges(tmp_path, case):
 
 def test_lammps_triclinic_bounds_are_no_box_matrix(tmp_path):
     """(T, 3, 3) [lo, hi, tilt] rows were served as box vectors (determinant -0.25) with
-    nothing said (audit39 #2). Now left out, said once, and no periodic box assumed."""
+    nothing said. Now left out, said once, and no periodic box assumed."""
     from h5mdx.format.h5md import scan
 
     frame = [[-2.0, 7.0, 0.5], [-3.0, 6.0, 0.5], [0.0, 9.5, 0.5]]
@@ -695,7 +695,7 @@ def test_lammps_bounds_copy_to_zarr_verified(tmp_path):
 def test_root_groups_h5md_does_not_define_are_served(tmp_path, capsys):
     """RMPCDMD (programs/single_body.f90) keeps its averaged fields in /fields, Mosaic its
     universe in /mosaic: they vanished in silence, from the datatree and from `info`
-    (audit38 #5, audit39 #3). Now free-form nodes, as /parameters; a soft link at the
+   . Now free-form nodes, as /parameters; a soft link at the
     root is not walked twice."""
     from h5mdx.cli import main
     from h5mdx.testing import write_h5md
@@ -729,7 +729,7 @@ def test_root_groups_h5md_does_not_define_are_served(tmp_path, capsys):
 def test_a_version_of_an_array_type_is_a_minor_departure(tmp_path):
     """VOTCA (csg h5mdtrajectorywriter.cc, initializeHeader) writes the version as one
     int[2] value in a scalar dataspace: accepted without a note, even by strict=True
-    (audit38 #3). Now a minor departure: read as 1.1, refused by strict=True."""
+   . Now a minor departure: read as 1.1, refused by strict=True."""
     from h5mdx.format.h5md import scan
     from h5mdx.testing import write_h5md
 
@@ -752,7 +752,7 @@ def test_a_version_of_an_array_type_is_a_minor_departure(tmp_path):
 @pytest.mark.parametrize("frame", [
     [[4.0, 0.0], [1.0, 4.0]], [[4.0, 0.0], [0.0, 4.0]], [[4.0, 5.0], [0.0, 4.0]]])
 def test_a_2d_box_matrix_is_no_bounds(tmp_path, frame):
-    """A (2, 2) box matrix of a 2-D box was taken for [lo, hi] bounds (audit40 #1)."""
+    """A (2, 2) box matrix of a 2-D box was taken for [lo, hi] bounds."""
     path = _periodic_box(tmp_path / "2d.h5md", frame, dimension=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -769,7 +769,7 @@ def test_a_2d_box_matrix_is_no_bounds(tmp_path, frame):
     [[-5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]])
 def test_box_matrices_that_are_no_bounds_are_kept(tmp_path, frame):
     """A triclinic box of H5MD's form, a slab's zero vector or a left-handed cell is no
-    LAMMPS bounds block: served as stored, in silence (audit40 #2)."""
+    LAMMPS bounds block: served as stored, in silence."""
     path, _ = _lammps_bounds(tmp_path / "slab.h5", np.array([frame, frame]))
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -780,7 +780,7 @@ def test_box_matrices_that_are_no_bounds_are_kept(tmp_path, frame):
 
 
 def test_fixed_bounds_of_one_frame(tmp_path):
-    """Fixed bounds (1, 3, 2), as the one-box forms (1, 3) and (1, 3, 3) (audit40 #13)."""
+    """Fixed bounds (1, 3, 2), as the one-box forms (1, 3) and (1, 3, 3)."""
 
     path = _two_frames(tmp_path / "one.h5md")
     with h5py.File(path, "r+") as f:
@@ -830,7 +830,7 @@ def test_to_h5md_keeps_the_box_offset_of_lammps_bounds(tmp_path, fixed):
 def test_shared_series_variants(tmp_path, variant):
     """Sarkas-like files a stopped writer or another writer leaves: step and time one
     entry longer than the data, a time and no step, a dataset one frame behind; and a
-    fixed (N, 3) dataset with N equal to the frames stays fixed (audit40 #5 #6 #7)."""
+    fixed (N, 3) dataset with N equal to the frames stays fixed."""
     path = tmp_path / "s.h5"
     pos = _sarkas(path, frames=6, n=6)
     with h5py.File(path, "r+") as f:
@@ -865,7 +865,7 @@ def test_shared_series_variants(tmp_path, variant):
 
 def test_an_external_particles_group_beside_a_stray_dataset_is_no_flat_group(tmp_path):
     """/particles/all an external link, /particles holding one stray dataset: /particles
-    was taken for a flat group (audit40 #8)."""
+    was taken for a flat group."""
     from h5mdx.testing import write_h5md
 
     pos = np.ones((2, 3, 3))
@@ -888,7 +888,7 @@ def test_an_external_particles_group_beside_a_stray_dataset_is_no_flat_group(tmp
 def test_root_groups_are_walked_only_where_served(tmp_path, capsys):
     """A problem inside a root group H5MD does not define warned at every open of the
     particles and made strict=True refuse a conformant file; its datasets were walked at
-    every open (audit40 #3 #4 #10)."""
+    every open."""
     from h5mdx.format.h5md import scan
 
     path = _two_frames(tmp_path / "extra.h5md")
@@ -971,7 +971,7 @@ def test_flat_group_spellings_and_a_lone_small_dataset(tmp_path):
 
 def test_the_paths_below_each_group_found_in_one_pass():
     """_dealign found each group's descendants by a walk of all groups per group
-    (quadratic: 97 s of the NOMAD file's tree, audit43); _below gives the same lists in
+    (quadratic: 97 s of the NOMAD file's tree); _below gives the same lists in
     the same order."""
     from h5mdx.engine.groups import _below
 
@@ -986,7 +986,7 @@ def test_many_groups_of_connectivity(tmp_path, capsys):
     """H5MD-NOMAD writes a connectivity group per molecule (10,482 in
     nomad-parser-plugins-atomistic's OpenMM test file): each group's elements were found
     by a walk of all of them (quadratic), a mistyped group= listed every group (778,747
-    characters), and `h5mdx info` printed a line per element (audit41)."""
+    characters), and `h5mdx info` printed a line per element."""
     from h5mdx.cli import main
     from h5mdx.format.h5md import scan
 

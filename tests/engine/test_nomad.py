@@ -2,7 +2,7 @@
 Average Observables", "Time Correlation Observables"): a radial distribution function is a
 ``value`` beside its ``bins``, a mean squared displacement a ``value`` beside its ``times``
 (and ``errors``), a diffusion constant a scalar ``value``. They were served as time series
-of numbered frames, their axes dropped, and the scalar left out (found by an audit)."""
+of numbered frames, their axes dropped, and the scalar left out."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_an_axis_of_another_length_keeps_the_numbered_frames(tmp_path):
 def test_scalar_strings_read_as_h5py_reads_them(tmp_path, monkeypatch):
     """H5MD-NOMAD's connectivity holds thirty thousand scalar strings (``formula``,
     ``label``, ``type``): they are read with HDF5's own calls rather than through h5py's
-    Dataset (audit48), and give what ``asstr()`` gives, in either encoding and fixed-length
+    Dataset, and give what ``asstr()`` gives, in either encoding and fixed-length
     too; an undecodable one is left out with the same note, an array of strings read as
     before."""
     path = _nomad(tmp_path / "nomad.h5")

@@ -1,4 +1,4 @@
-"""Times selected by the decimals a writer gave (found by an audit): MDAnalysis writes
+"""Times selected by the decimals a writer gave: MDAnalysis writes
 ``time`` as float32, served widened to float64 (0.10000000149011612), so that
 ``ds.sel(time=0.1)`` raised a KeyError and ``ds.sel(time=slice(0.1, 0.2))`` left out the
 frame at 0.2; fixed-interval times ``offset + k * interval`` held float noise
@@ -100,7 +100,7 @@ def test_the_one_search_of_decimals_takes_any_shape():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_times_in_ns_are_the_decimals_in_ps(tmp_path, dtype):
     """Times in ns (LAMMPS' units nano) converted to ps by multiplying: 0.0041 ns was
-    4.1000000000000005 ps, which ds.sel(time=4.1) missed (an audit)."""
+    4.1000000000000005 ps, which ds.sel(time=4.1) missed."""
     path = tmp_path / "ns.h5md"
     with h5py.File(path, "w") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])

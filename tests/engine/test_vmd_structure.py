@@ -218,7 +218,7 @@ def test_names_of_references_or_sequences_are_left_out_not_served_as_text(tmp_pa
 @pytest.mark.parametrize("name", [np.array([[b"O", b"O"], [b"H", b"H"]]), "group"],
                          ids=["2-d", "group"])
 def test_a_property_the_scan_leaves_out_is_said_at_the_open_of_the_atoms(tmp_path, name):
-    """A ``name`` of shape (2, 2), or a group (a mutation fuzz, audit65): the particles'
+    """A ``name`` of shape (2, 2), or a group (a mutation fuzz): the particles'
     Dataset came without names and without a warning, where strict=True refused it and
     a ``name`` of the wrong length is said at that open. Said once, the others served."""
     path = tmp_path / "tiny.h5"
@@ -294,7 +294,7 @@ def test_mass_weights_from_the_files_masses_where_the_module_has_none(
     ``weights="mass"`` took the module as the topology and failed with MDAnalysis'
     bare NoDataError ("This Universe does not contain mass information"). It takes the
     file's masses now, as MDAnalysis weighs by the PSF's; positions alone say what to
-    pass. Found by an audit."""
+    pass."""
     from MDAnalysis.analysis import rms
 
     path = write_adk_vmd(tmp_path / "adk_vmd.h5", adk_universe, adk_positions)
@@ -340,7 +340,7 @@ def test_mpi_mass_weights_from_the_files_masses_where_the_module_has_none(
 def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
     """Fixed-length names of a C writer that copies them into an unzeroed buffer
     (b"O\\x00\\x7fq"): VMD's plugin reads them as C strings (H5T_C_S1), "O"; h5mdx served
-    "O\\x00\\x7fq", so that select="name O" picked one atom of two. Found by an audit."""
+    "O\\x00\\x7fq", so that select="name O" picked one atom of two."""
     path = tmp_path / "tiny.h5"
     _tiny(path, **{**GOOD, "name": np.array([b"O\x00\x7fq", b"H"], dtype="S4"),
                    "resname": np.array([b"SOL\x00\x01", b"ION"], dtype="S5")})
@@ -351,7 +351,7 @@ def test_a_name_ends_at_its_first_nul_as_vmd_reads_it(tmp_path):
 
 def test_a_name_of_latin1_bytes_is_read_as_latin1(tmp_path):
     """A name stored in Latin-1 (b"C\xe91", an older writer's) was served as "C\ufffd1",
-    which no selection can name; now "Cé1" (found by an audit)."""
+    which no selection can name; now "Cé1"."""
     path = tmp_path / "latin1.h5"
     _tiny(path, **{**GOOD, "name": np.array([b"C\xe91", b"H"], dtype="S4")})
     with xr.open_dataset(path, engine="h5md", select="name Cé1") as ds:
@@ -363,7 +363,7 @@ def test_convert_keeps_negative_residue_numbers(tmp_path, adk_universe):
     ``h5mdx convert`` wrote no resid, resname or chain at all, without a word, so that
     select="resid 5" failed on the written file. resid is written as given now (VMD
     reads it per atom); resname and chain, which VMD reads as resname[resid], are left
-    out with a warning naming the file and the dataset. Found by an audit."""
+    out with a warning naming the file and the dataset."""
     from h5mdx.layout.convert import convert
 
     u = adk_universe.copy()
@@ -386,7 +386,7 @@ def test_the_module_as_espresso_writes_it_one_column_a_dataset(tmp_path):
     (rows, 1), maxshape (None, 1): indexOfSpecies int64, name 'S30', resid, charge.
     VMD's plugin reads them a row an entry; h5mdx left out every one ("not one entry
     per species, atom, residue or bond"), so the file had no names at all. They are
-    read as the plugin reads them, without a warning. Found by an audit."""
+    read as the plugin reads them, without a warning."""
     path = tmp_path / "espresso.h5"
     _tiny(path)
     with h5py.File(path, "r+") as f:
@@ -431,7 +431,7 @@ def test_species_stored_per_frame_give_the_atoms_their_names(tmp_path):
     frame's. h5mdx served no names ("has no species of integers, one per atom") and
     load_universe failed. The first frame's species name the atoms where the last
     frame's agree (two frames read); species that change still leave the names out,
-    said. Found by an audit."""
+    said."""
     from h5mdx.engine.topology import load_universe
 
     path = tmp_path / "espresso.h5"
@@ -458,7 +458,7 @@ def test_numbers_stored_as_floats_or_text(tmp_path):
     or not integers'); resid of floats served float residue numbers and left the
     resnames out ('resid (none) do not index'); a mass of booleans or text was served
     as the atoms' masses (True, '12'). Whole floats are read as integers now, noted;
-    a mass that is no number is left out, noted. Found by an audit."""
+    a mass that is no number is left out, noted."""
     path = tmp_path / "tiny.h5"
     _tiny(path, **{**GOOD, "indexOfSpecies": np.array([7.0, 8.0]),
                    "resid": np.array([0.0, 0.0, 1.0]), "mass": np.array([b"16", b"1"])})

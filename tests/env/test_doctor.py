@@ -233,7 +233,7 @@ def test_a_probe_past_its_timeout_asks_for_more_time_not_an_install(tmp_path, mo
     for name in ("h5py", "h5py MPI"):
         assert rep[name].status == "missing" and rep[name].fix == doctor.FIX_TIMEOUT
     assert rep["h5py"].detail == "importing it gave no answer within 1 s"
-    # not 'h5py cannot be imported' (audit84)
+    # not 'h5py cannot be imported'
     assert rep["chunk index"].detail == "unknown (importing h5py gave no answer)"
     if rep["mpi4py"].detail != "not installed":
         assert rep["mpi4py"].fix == doctor.FIX_TIMEOUT
@@ -284,7 +284,7 @@ def test_the_fix_for_a_serial_h5py_rebuilds_the_installed_one():
 
 def test_mpi_rmsd_s_hint_for_a_serial_h5py_rebuilds_the_installed_one():
     """mpi-rmsd's error for a serial h5py gave the fix doctor had, which pip answers with
-    'Requirement already satisfied' (found by an audit): it gives doctor's rebuild now."""
+    'Requirement already satisfied': it gives doctor's rebuild now."""
     from h5mdx.mpi import PARALLEL_H5PY_HINT
 
     rebuild = doctor.FIX_H5PY_MPI.split(" && ")[0]

@@ -125,7 +125,7 @@ def test_trajectory_construction(tmp_path):
         np.testing.assert_allclose(f["particles/trajectory/position/time"][:3],
                                    t0 + np.arange(3) * dt)
         # the steps of the DCD's frames (and adk_example's): 1, 2, ... at 1, 2, ... ps
-        # (they were 0, 1, ... at 1, 2, ... ps; audit42)
+        # (they were 0, 1, ... at 1, 2, ... ps)
         np.testing.assert_array_equal(f["particles/trajectory/position/step"][:3],
                                       [1, 2, 3])
         with h5py.File(adk_example(), "r") as small:

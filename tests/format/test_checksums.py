@@ -43,7 +43,7 @@ def test_digest_of_big_endian_values_equals_the_native_ones(tmp_path):
     """The digest covered the bytes in the array's byte order: an HDF5 dataset of
     big-endian floats and its Zarr copy (little-endian) differed, and ``rechunk
     OUT.zarr --verify`` of such a file said "the Zarr copy differs from the input"
-    (an audit)."""
+   ."""
     from h5mdx.layout.rechunk import rechunk
     from h5mdx.testing import write_h5md
 

@@ -570,7 +570,7 @@ def _grown_ahead(f):
 def _grown_ahead_with_fill(f):
     """As :func:`_grown_ahead`, the value created with a fill value of its own (NaN): its
     17 frames never written read as 20 frames numbered 0..19, NaN after the third, and the
-    times dropped (found by an audit)."""
+    times dropped."""
     pos = f[f"{G}/position"]
     del pos["value"]
     value = pos.create_dataset("value", shape=(20, N_ATOMS, 3), maxshape=(None, N_ATOMS, 3),
@@ -582,7 +582,7 @@ def _grown_ahead_with_fill(f):
 def _gromacs_chunk_ahead(f):
     """GROMACS grows 'value', 'step' and 'time' a chunk (20 frames) at a time, with fill
     value -1 (``writeData`` in ``src/gromacs/fileio/h5md_util.cpp``): 3 frames written of
-    20 allocated read as 20 frames of steps -1, NaN positions (found by an audit)."""
+    20 allocated read as 20 frames of steps -1, NaN positions."""
     for el, values in ((f"{G}/position", POS), (f"{G}/box/edges", EDGES),
                        ("observables/energy", ENERGY)):
         grp = f[el]
@@ -599,7 +599,7 @@ def _gromacs_chunk_ahead(f):
 def _gromacs_nothing_written_yet(f):
     """A GROMACS file as it starts: 'value', 'step' and 'time' of 20 frames allocated with
     fill value -1, none written yet; read as 20 frames of step -1 and positions -1, said
-    only as steps that do not increase (audit76)."""
+    only as steps that do not increase."""
     for el in (f"{G}/position", f"{G}/box/edges", "observables/energy"):
         grp = f[el]
         unit = grp["value"].attrs["unit"]
@@ -673,7 +673,7 @@ def _check_box_behind(ds):
 
 def _pre_h5md_trajectory(f):
     """HALMD until 2013 (H5MD's drafts before 1.0) kept its particles groups under
-    /trajectory: the positions were not read, and nothing said so (found by an audit)."""
+    /trajectory: the positions were not read, and nothing said so."""
     f.move("particles", "trajectory")
 
 
@@ -951,7 +951,7 @@ def test_particles_open_quietly_beside_a_malformed_observable(tmp_path):
 def test_an_observables_group_opens_quietly_above_a_troubled_nested_one(tmp_path):
     """A group nested in an observables group is a Dataset of its own: the open of
     /observables/thermo warned of /observables/thermo/box/volume, which it does not hold
-    (found by an audit). The open of the nested group, and the tree, warn once."""
+   . The open of the nested group, and the tree, warn once."""
     path = _base(str(tmp_path / "nested.h5md"))
     with h5py.File(path, "r+") as f:
         thermo = f.create_group("observables/thermo")
@@ -1135,7 +1135,7 @@ def test_external_link_is_left_out_never_followed(tmp_path):
 
 @pytest.mark.parametrize("shape", [(N_FRAMES, 3, 3), (N_FRAMES, 3, 2)], ids=["matrix", "bounds"])
 def test_complex_box_edges_give_no_numpy_warning(tmp_path, shape):
-    """Complex box edges (a mutation fuzz, audit65): the check of the first box matrix
+    """Complex box edges (a mutation fuzz): the check of the first box matrix
     (or [lo, hi] bounds) cast them to float, and numpy's ComplexWarning, naming neither
     the file nor the path, came out of every open and of h5mdx info."""
     path = _base(str(tmp_path / "complex.h5md"))
@@ -1155,7 +1155,7 @@ def test_complex_box_edges_give_no_numpy_warning(tmp_path, shape):
     (f"{G}/position", np.array([0, 1, 2**63], dtype=np.float64)),
 ], ids=["fixed-uint64", "fixed-overflowing", "explicit-uint64", "explicit-float"])
 def test_steps_beyond_64_bit_integers_are_said_not_wrapped(tmp_path, element, step):
-    """Steps no int64 holds (a mutation fuzz, audit65): a fixed interval of uint64 refused
+    """Steps no int64 holds (a mutation fuzz): a fixed interval of uint64 refused
     the whole file with an OverflowError naming no path; one whose later steps overflow,
     or explicit uint64 steps beyond 2**63, were served wrapped to negative steps, in
     silence. The frames are numbered 0..n-1, said; the rest of the file is as stored."""
@@ -1177,7 +1177,7 @@ def test_steps_beyond_64_bit_integers_are_said_not_wrapped(tmp_path, element, st
 
 
 def test_float16_steps_are_converted_without_a_numpy_warning(tmp_path):
-    """Whole steps stored as float16 (a mutation fuzz, audit65): the check that they fit
+    """Whole steps stored as float16 (a mutation fuzz): the check that they fit
     int64 compared them with 2**63 in float16, and numpy warned of an overflow."""
     path = _base(str(tmp_path / "f16.h5md"))
     with h5py.File(path, "r+") as f:
@@ -1193,7 +1193,7 @@ def test_float16_steps_are_converted_without_a_numpy_warning(tmp_path):
 @pytest.mark.parametrize("link", [h5py.SoftLink("/nowhere"), h5py.ExternalLink("other.h5", "/")],
                          ids=["dangling", "external"])
 def test_a_parameters_link_that_cannot_be_followed_leaves_out_parameters_alone(tmp_path, link):
-    """/parameters as a dangling or external link (a mutation fuzz, audit65) refused the
+    """/parameters as a dangling or external link (a mutation fuzz) refused the
     whole file, h5mdx info too, where a dangling or external /observables is left out with
     a warning: /parameters is left out so, the particles open, and strict=True refuses."""
     from h5mdx.cli import main
@@ -1397,7 +1397,7 @@ def _version_of_three(f):
     (_h5md_10_without_time, f"{G}/position", "H5MD 1.0 asks for a 'time'"),
     (_h5md_10_fixed_step, f"{G}/position/step", "fixed-interval sampling"),
     (_boundary_one_string, f"{G}/box", "box 'boundary' is one string ('periodic')"),
-    # strict=True let these through (found by an audit)
+    # strict=True let these through
     (_dimension_float, f"{G}/box", "box 'dimension' is 3.0, not an integer"),
     (_version_of_three, "/h5md", "the H5MD version is [1, 1, 0], not two integers"),
 ])
@@ -1423,7 +1423,7 @@ def test_departures_that_cost_no_data_are_minor(tmp_path, mutate, hpath, message
 def test_fixed_sampling_offsets_of_other_forms_are_minor(tmp_path, step_offset, time_offset):
     """A fixed interval's ``offset`` as an array of one value, or a step's as a float of a
     whole number, says the same as H5MD's scalar: read quietly (refused by strict). Each
-    numbered the frames 0..n-1 and dropped the times (found by an audit)."""
+    numbered the frames 0..n-1 and dropped the times."""
     path = _base(str(tmp_path / "fixed.h5md"))
     with h5py.File(path, "r+") as f:
         pos = f[f"{G}/position"]
@@ -1448,7 +1448,7 @@ def test_fixed_sampling_offsets_of_other_forms_are_minor(tmp_path, step_offset, 
 def test_step_and_time_as_columns_are_read_as_such(tmp_path):
     """``step`` and ``time`` stored as columns, shape ``(n, 1)``, hold one per frame as
     ``(n,)`` would: read quietly (refused by strict). The frames were numbered 0..n-1 and
-    the times dropped (found by an audit)."""
+    the times dropped."""
     path = _base(str(tmp_path / "columns.h5md"))
     with h5py.File(path, "r+") as f:
         pos = f[f"{G}/position"]
@@ -1485,7 +1485,7 @@ def _version_dataset(f):
 def test_a_version_as_text_or_dataset_is_that_version(tmp_path, mutate, message):
     """A version written as the text "1.0", or as a dataset, is H5MD 1.0: it was read as
     1.1 ("cannot understand", "no 'version' attribute") and served as h5md_version 1.1
-    (found by an audit). A minor departure: strict refuses it."""
+   . A minor departure: strict refuses it."""
     path = _base(str(tmp_path / "version.h5md"))
     with h5py.File(path, "r+") as f:
         mutate(f)
@@ -1525,7 +1525,7 @@ def test_datasets_beside_a_timed_value_are_said_to_be_left_out(tmp_path):
 
 def test_frames_numbered_for_want_of_a_step_do_not_take_the_time_axis(tmp_path):
     """The group's ``time`` comes from an element whose file gives its sampling, not from
-    one numbered 0..n-1 because it has no ``step`` (found by an audit)."""
+    one numbered 0..n-1 because it has no ``step``."""
     path = _base(str(tmp_path / "obs.h5md"))
     with h5py.File(path, "r+") as f:
         f.create_dataset("observables/density/value", data=ENERGY * 2)  # sorts first
@@ -1558,7 +1558,7 @@ def test_other_writers_box_members_are_read_as_minor_departures(tmp_path, mutate
     """HALMD writes the box's lower corner as ``box/offset``, znh5md the periodicity of
     each frame as ``box/pbc``; H5MD 1.1 has neither: they are served as ``box_offset`` and
     ``box_pbc`` without a warning (listed by scan, refused by strict). znh5md's was left
-    out with a warning (found by an audit)."""
+    out with a warning."""
     path = _base(str(tmp_path / f"{name}.h5md"))
     with h5py.File(path, "r+") as f:
         mutate(f)
@@ -1698,7 +1698,7 @@ def test_frames_stored_where_chunks_overhang_or_rows_are_missing(tmp_path, monke
     """Chunks that overhang the atoms (stored bytes above the data's) hid frames grown
     ahead; HDF5 1.10's binary search cannot see a missing middle row, and then reads the
     value whole rather than cut real frames; nested elements served by one name: one
-    left out, with a note (found by an audit)."""
+    left out, with a note."""
     from h5mdx.format.h5md import _storage as h5md
 
     path = str(tmp_path / "overhang.h5md")
@@ -1783,7 +1783,7 @@ def test_unfiltered_chunks_are_counted_from_their_bytes(tmp_path):
 def test_nomad_unit_factor_and_program(tmp_path, capsys):
     """H5MD-NOMAD writes a ``unit_factor`` beside each ``unit`` (energies in 1000 joule:
     nomad-coe/nomad docs/examples/computational_data/h5md_howto.md). It was ignored:
-    converted values were off by that factor, with no warning (found by an audit). Its
+    converted values were off by that factor, with no warning. Its
     ``/h5md/program`` (the MD program) is served beside the creator."""
     path = _base(str(tmp_path / "nomad.h5md"))
     with h5py.File(path, "r+") as f:
@@ -1860,7 +1860,7 @@ def test_a_time_of_absurd_declared_size_leaves_the_frames(tmp_path):
 def test_a_time_not_yet_written_past_the_steps_is_no_time(tmp_path):
     """GROMACS writes a frame's value, step, then time, into datasets grown 20 frames at a
     time with fill value -1: a run stopped (or a live file read) before the last time was
-    served with time -1 for that frame, without a warning (found by an audit). Now the
+    served with time -1 for that frame, without a warning. Now the
     frame is left out, as for a ``time`` one short; two short in a finished file, ``time``
     is ignored; a live file is cut to the frames with times."""
     path = str(tmp_path / "gmx.h5md")
@@ -1912,7 +1912,7 @@ def test_a_time_not_yet_written_past_the_steps_is_no_time(tmp_path):
 def test_creation_properties_are_read_from_the_list_h5py_keeps(tmp_path):
     """The scan reads a dataset's filters, fill value and layout from the creation
     property list h5py keeps for it (HDF5 copies the list at each ask, up to seven per
-    element; audit48), and asks HDF5 for one where h5py keeps none."""
+    element), and asks HDF5 for one where h5py keeps none."""
     from types import SimpleNamespace
 
     from h5mdx.format.h5md._storage import (

@@ -258,7 +258,7 @@ def test_parts_of_whole_rows_equal_h5py(tmp_path, monkeypatch, layout, how):
 @pytest.mark.parametrize("chunks", [None, (1, 3341, 3), (100, 3341, 3), (1000, 8, 3)])
 def test_one_atom_across_all_frames_reads_in_bounded_memory(tmp_path, chunks):
     """One atom's time series read every frame whole at once from storage that holds
-    whole frames (765 MiB for a 0.23 MiB result of a 766 MiB file; found by an audit):
+    whole frames (765 MiB for a 0.23 MiB result of a 766 MiB file):
     now a few MiB at most, whatever the file's length."""
     import tracemalloc
 
@@ -414,7 +414,7 @@ def test_stored_types_numpy_lays_out_otherwise_fall_back(tmp_path, stored, chunk
     """h5py serves a stored type as numpy's nearest (HDF5 converts the values): a 12-bit
     integer at bit 2 as int16, a float of another normalisation or exponent bias as
     float64. Their bytes read directly were taken for the values: wrong values (a float32
-    of another bias read 8 bytes an element, past its data; an audit). They are read
+    of another bias read 8 bytes an element, past its data). They are read
     through h5py."""
     path = str(tmp_path / "t.h5")
     with h5py.File(path, "w") as f:
@@ -585,7 +585,7 @@ def test_engine_outer_indexing_on_both_paths(tmp_path, monkeypatch, chunks):
 def test_long_strides_along_time_are_read_directly(tmp_path, monkeypatch, chunks):
     """Every n-th frame (n > MAX_OVERREAD) went to h5py's strided selection, ~1 ms a frame
     on chunked data (an every-10th-frame export of 4 GB: 34-47 s against 3-6 s for all of
-    it; found by an audit): read directly frame by frame, byte for byte the same."""
+    it): read directly frame by frame, byte for byte the same."""
     from h5mdx.engine.arrays import H5MDArray
 
     filters = {}
@@ -635,7 +635,7 @@ def test_a_file_rewritten_in_place_with_its_size_and_time_is_replanned(tmp_path)
     the file's device, inode, size and modification time: the file rewritten in place
     (the same inode) with another layout of the same size, its time set back (``cp -p``
     over it), was read at the old chunks' offsets: the velocities served as the positions
-    (an audit). The change time, which nothing sets back, is in the key now."""
+   . The change time, which nothing sets back, is in the key now."""
     path = str(tmp_path / "r.h5md")
     values = _values("<f4")
 
@@ -1051,7 +1051,7 @@ def test_a_file_replaced_or_deleted_after_opening_reads_as_opened(tmp_path, how,
 def test_edge_chunks_stored_unfiltered_are_read_through_h5py(tmp_path, shuffle):
     """H5Pset_chunk_opts(DONT_FILTER_PARTIAL_CHUNKS): HDF5 stores the partial edge chunks
     raw with a filter mask of 0; decoded as filtered, they read as garbage (shuffle alone:
-    silently; an audit). Such datasets are read through h5py."""
+    silently). Such datasets are read through h5py."""
     import ctypes
 
     lib = direct._hdf5_library()
@@ -1120,7 +1120,7 @@ def test_edge_chunks_stored_unfiltered_with_another_hdf5_loaded(tmp_path):
     """Whether partial edge chunks are stored unfiltered is asked of h5py's own HDF5: with
     a second copy of HDF5 loaded (netCDF4's wheel brings one), the first ``libhdf5`` of
     the process' maps was asked, which knows no identifier of h5py's and could not tell,
-    and the raw edge chunks were unshuffled: wrong values, without an error (an audit)."""
+    and the raw edge chunks were unshuffled: wrong values, without an error."""
     import subprocess
 
     run = subprocess.run([sys.executable, "-c", _SECOND_HDF5, str(tmp_path / "edge.h5md"),
@@ -1133,7 +1133,7 @@ def test_edge_chunks_stored_unfiltered_with_another_hdf5_loaded(tmp_path):
 
 def test_a_read_of_an_unallocated_chunk_leaves_the_others_direct(tmp_path, monkeypatch):
     """One read that touched a chunk never written (a writer that stopped early) sent
-    every later read of the dataset through h5py, frames fully stored too (an audit).
+    every later read of the dataset through h5py, frames fully stored too.
     Only that read goes through h5py (HDF5 supplies the fill value)."""
     values = _values("<f4")
     path = str(tmp_path / "hole.h5md")
@@ -1166,7 +1166,7 @@ def test_a_read_of_an_unallocated_chunk_leaves_the_others_direct(tmp_path, monke
 def test_a_dataset_dropped_without_close_keeps_no_descriptor(tmp_path, monkeypatch):
     """``ds = xr.open_dataset(p)`` in a loop, never closed: once a Dataset is collected
     its readers' descriptors close too (they stayed open, up to 256, deleted files'
-    space in use, where h5netcdf's files close; found by an audit)."""
+    space in use, where h5netcdf's files close)."""
     monkeypatch.setenv(direct.ENV_VAR, "1")
     values = _values("<f4")
     paths = []
@@ -1188,7 +1188,7 @@ def test_a_dataset_dropped_without_close_keeps_no_descriptor(tmp_path, monkeypat
 def test_a_release_from_a_finalizer_waits_for_a_free_lock():
     """A Dataset collected while its thread holds the readers' lock (a collection inside a
     cached read) released under that lock: a deadlock. The release runs once the lock is
-    free (found by an audit)."""
+    free."""
     done: list[int] = []
     with reader_cache._CACHE_LOCK:
         reader_cache.release_soon(lambda: done.append(1))

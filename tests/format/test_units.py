@@ -45,7 +45,7 @@ from h5mdx.testing import write_h5md
         ("kilojoule / mole / nanometer", 0.1, "kJ mol-1 Angstrom-1"),
         ("nm * ps ** -1", 10.0, "Angstrom ps-1"),
         ("10 nm", 100.0, "Angstrom"),
-        # the H5MD units module (found by an audit): its Angstrom, its powers of ten, and
+        # the H5MD units module: its Angstrom, its powers of ten, and
         # Boltzmann's constant, which pint took for a kilobyte (x8000)
         ("Ang", 1.0, "Angstrom"),
         ("Ang ps-1", 1.0, "Angstrom ps-1"),
@@ -53,11 +53,11 @@ from h5mdx.testing import write_h5md
         ("10-1 nm", 1.0, "Angstrom"),
         ("kB K", 1.380649e-23 * 6.02214076e23 / 1e3, "kJ mol-1"),
         ("Eh", 2625.4996394799, "kJ mol-1"),
-        # UDUNITS' product (CF's unit strings): it was "unknown unit 'nm.ps-1'" (an audit)
+        # UDUNITS' product (CF's unit strings): it was "unknown unit 'nm.ps-1'"
         ("nm.ps-1", 10.0, "Angstrom ps-1"),
         ("kJ.mol-1.nm-1", 0.1, "kJ mol-1 Angstrom-1"),
         ("1.5 nm", 15.0, "Angstrom"),  # a number's "." is no product
-        # a power of ten written with ^ or ** ("unknown unit '10^-9'", audit76)
+        # a power of ten written with ^ or ** ("unknown unit '10^-9'")
         ("10^-9 m", 10.0, "Angstrom"),
         ("10**-12 s", 1.0, "ps"),
         ("10^3 nm", 1e4, "Angstrom"),
@@ -206,7 +206,7 @@ def test_md_mass_units_convert_exactly(unit, factor, base):
 def test_box_edges_without_a_unit_beside_converted_positions_are_said_so(tmp_path):
     """Positions in nm, box edges without a unit: convert_units=True scaled the positions
     to Angstrom (x10) and served the edges as stored, in silence: a box a tenth of the
-    system's size (found by an audit). Warned once; H5MD's units are optional, so strict
+    system's size. Warned once; H5MD's units are optional, so strict
     reads it; without convert_units there is nothing to say."""
     path = str(tmp_path / "mixed.h5md")
     write_h5md(path, {"g": {"position": {"value": np.ones((2, 3, 3)), "step": np.arange(2),
@@ -251,7 +251,7 @@ def test_unicode_forms_of_units_convert(unit, factor, base):
 ])
 def test_units_as_writers_spell_them_convert(unit, factor, base):
     """Spellings of units by hand and by other writers were 'unknown' and left
-    unconverted (found by an audit)."""
+    unconverted."""
     got = conversion(unit)
     assert got is not None and got[1] == base
     assert got[0] == pytest.approx(factor, rel=1e-12)

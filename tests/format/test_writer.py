@@ -167,7 +167,7 @@ def test_overwrite_replaces_only_an_hdf5_file(tmp_path):
     """--overwrite replaced any file: `h5mdx convert top.gro traj.xtc --overwrite` (the
     output forgotten, as the error advised) replaced the trajectory with a one-frame HDF5
     file. Only an HDF5 file (signature at 0 or after a user block) or an empty one is
-    replaced now. Found by an audit."""
+    replaced now."""
     xtc = tmp_path / "traj.xtc"
     xtc.write_bytes(b"\x00\x00\x07\xcb" + bytes(100))
     with pytest.raises(ValueError, match="exists and is not an HDF5 file"):
@@ -187,7 +187,7 @@ def test_overwrite_replaces_only_an_hdf5_file(tmp_path):
 
 def test_overwrite_replaces_no_file_with_a_zarr_store(tmp_path, adk_h5md):
     """--overwrite of a Zarr output replaced a file of that name, whatever it held (a
-    zipped store, notes), where it replaces only a Zarr store (found by an audit); an
+    zipped store, notes), where it replaces only a Zarr store; an
     empty file is replaced, as for an HDF5 output."""
     from h5mdx.layout.rechunk import rechunk
 
@@ -303,7 +303,7 @@ def test_a_store_replaced_is_never_lost(tmp_path, monkeypatch):
     """A replaced Zarr store is moved aside, then the new one takes its name. A signal
     between the two renames waits until both are done; a failure there puts the old store
     back; a process killed there leaves the old store aside, and the next write to the
-    target puts it back instead of removing it as a leftover (found by an audit)."""
+    target puts it back instead of removing it as a leftover."""
     import socket
 
     from h5mdx.layout import _atomic
@@ -351,7 +351,7 @@ def test_a_store_replaced_is_never_lost(tmp_path, monkeypatch):
 def test_a_failed_write_names_the_output_not_its_cleanup(tmp_path, monkeypatch):
     """An error while writing is reported, named by the output, even where removing the
     temporary file fails too (a read-only file system refuses to unlink what is not
-    there; found by an audit)."""
+    there)."""
     from h5mdx.layout import _atomic
 
     def refuse(self, *args, **kwargs):
@@ -373,7 +373,7 @@ def test_a_full_disk_stops_the_write_before_hdf5_hits_it(tmp_path, monkeypatch, 
                                                          contiguous):
     """Writers check the room left before each block (before a contiguous dataset, for
     all of it): HDF5 on a full disk fails inside, and h5py can crash at close (a
-    segfault after the error; found by an audit). The error names the output; nothing
+    segfault after the error). The error names the output; nothing
     is left behind, and an existing output is untouched."""
     from collections import namedtuple
 
@@ -492,7 +492,7 @@ def test_to_h5md_keeps_the_topology_a_converted_file_holds(tmp_path):
     GROMACS' module and /connectivity/bonds from a TPR); ``to_h5md`` of it lost the bonds
     (no variable of the Dataset), the module's masses and charges (served as elements, not
     coordinates: ``ds.md.rmsd(weights="mass")`` failed on the copy) and GROMACS' atomic
-    numbers, silently (found by an audit). A selection keeps the bonds among its atoms."""
+    numbers, silently. A selection keeps the bonds among its atoms."""
     from MDAnalysisTests.datafiles import DCD, PSF, TPR, XTC
 
     from h5mdx.engine.topology import load_universe
@@ -672,7 +672,7 @@ def test_to_h5md_keeps_what_h5md_allows_the_input(tmp_path):
 def test_write_h5md_replaces_a_file_a_dataset_still_has_open(tmp_path):
     """Rerunning a notebook cell that writes a file a Dataset still has open failed with
     HDF5's bare "unable to truncate a file which is already open"; the helper writes
-    aside and renames, as the writers do. Found by an audit."""
+    aside and renames, as the writers do."""
     from h5mdx.testing import write_h5md
 
     path = tmp_path / "cell.h5md"
@@ -705,7 +705,7 @@ def test_a_disk_that_fills_at_closing_is_one_clear_error(tmp_path, adk_h5md, com
     """HDF5 holds some of the last writes until the file closes: where they no longer fit,
     the close failed inside h5py (RuntimeError: Can't decrement id ref count), and the
     process crashed (a segfault). Now: one error line naming the output, status 1, the
-    good file in place, nothing left behind (found by an audit)."""
+    good file in place, nothing left behind."""
     import subprocess
     import sys
 
@@ -748,7 +748,7 @@ def _tiled(tmp_path, adk_h5md):
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_a_contiguous_writer_after_a_failure_raises_the_failure(tmp_path, error):
     """A failure inside ``with H5MDWriter(..., Layout(contiguous=True))`` became the
-    writer's own "ValueError: 3 frames written but 25 announced" at its close (audit77);
+    writer's own "ValueError: 3 frames written but 25 announced" at its close;
     the failure is raised now, and the file is closed (it opens again)."""
     pos, box = _frames()
     specs = [ElementSpec("position", pos.shape[1:], np.float32, "Angstrom"),
@@ -801,7 +801,7 @@ def test_a_step_that_is_no_integer_is_refused(tmp_path):
     """A step coordinate made float with NaN (frames without a step, after xr.concat or
     reindex) was written by to_h5md as step -9223372036854775808, or refused as 'step
     -9223372036854775808 after step 0'; fractional steps were cut to integers ([0, 1.5,
-    2.7] written as [0, 1, 2]) (an audit). Now each writer refuses a step that is no
+    2.7] written as [0, 1, 2]). Now each writer refuses a step that is no
     integer, naming it, and writes nothing of the block; whole steps given as floats are
     written as they are."""
     from h5mdx.layout.export import ZarrWriter

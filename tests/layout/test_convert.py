@@ -384,7 +384,7 @@ def test_a_truncated_trajectory_fails_instead_of_writing_fewer_frames(tmp_path):
 
 def test_a_dcd_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(tmp_path):
     """MDAnalysis counts a DCD's frames from its size: a file cut inside frame 13 read as
-    12 frames, and convert wrote them with exit 0 (found by an audit). A whole DCD, alone
+    12 frames, and convert wrote them with exit 0. A whole DCD, alone
     or after another trajectory, converts as before."""
     from h5mdx.errors import H5MDReadError
 
@@ -405,7 +405,7 @@ def test_a_dcd_cut_inside_a_frame_fails_instead_of_writing_the_whole_ones(tmp_pa
 def test_an_unreadable_input_is_one_message(tmp_path, capsys):
     """An input MDAnalysis cannot open gives one error: no 'Exception ignored in
     ReaderBase.__del__' block after it, and no --format hint where the format was known
-    (found by an audit)."""
+   ."""
     import gc
 
     from h5mdx.cli import main
@@ -512,7 +512,7 @@ def test_overwrite_replaces_only_a_file_or_a_zarr_store(tmp_path):
 @pytest.mark.parametrize("name", ["fifo.h5md", "fifo.zarr"])
 def test_overwrite_never_replaces_a_fifo_or_a_device(tmp_path, adk_h5md, name):
     """--overwrite put the output in place of a FIFO or device node (as root, /dev/null
-    became a 4 MB file), rc 0 (found by an audit)."""
+    became a 4 MB file), rc 0."""
     from h5mdx.layout.rechunk import rechunk
 
     node = tmp_path / name
@@ -531,7 +531,7 @@ def test_the_output_forgotten_never_replaces_the_trajectory(tmp_path, capsys):
     """`h5mdx convert top.gro traj.xtc` takes traj.xtc as the output; its error advised
     --overwrite, which replaced the trajectory with a one-frame HDF5 file, and `out.dcd`
     was written as HDF5. An output named as another format is refused, with the usage.
-    Found by an audit."""
+   """
     import shutil
 
     xtc = tmp_path / "traj.xtc"
@@ -766,7 +766,7 @@ def test_the_summary_gives_the_chunks_written(tmp_path):
 
 def test_an_option_between_the_trajectories_and_the_output(tmp_path, capsys):
     """`h5mdx convert TOP TRAJ --contiguous OUT` (argparse ends the file list at the
-    option; found by an audit); other unknown arguments stay an error."""
+    option); other unknown arguments stay an error."""
     out = tmp_path / "c.h5md"
     assert main(["convert", d.PSF, d.DCD, "--contiguous", str(out)]) == 0
     with h5py.File(out) as f:
@@ -807,7 +807,7 @@ def test_observables_the_reader_gives_are_written(tmp_path):
     zarr = convert(d.TPR_xvf, [d.TRR_xvf], tmp_path / "trr.zarr", progress=False)
     assert any("observables ['lambda'] not written" in n for n in zarr.notes)
     # a Universe of two H5MD files whose units differ: the first file's unit was given to
-    # the second's values too (only its filename was looked at; audit77); now none, as
+    # the second's values too (only its filename was looked at); now none, as
     # for the two files given by name
     other = tmp_path / "units_kj.h5md"
     shutil.copy(d.H5MD_xvf, other)
@@ -843,7 +843,7 @@ def test_a_reader_that_knows_no_units_is_noted(tmp_path):
 def test_an_h5md_file_mdanalysis_cannot_read_points_to_h5mdx(tmp_path, capsys):
     """Other programs' H5MD files often lack what MDAnalysis' reader needs (here units,
     as LAMMPS writes none): the error says that h5mdx reads them itself, and how to copy
-    them (found by an audit)."""
+    them."""
     from h5mdx.cli import main
 
     rng = np.random.default_rng(1)
@@ -882,7 +882,7 @@ def test_a_directory_or_a_zarr_store_given_as_input_is_said_as_such(tmp_path, ca
     assert main(["convert", d.PSF, d.DCD, str(store), "--stop", "2", "--no-progress"]) == 0
     capsys.readouterr()
     (tmp_path / "adir").mkdir()
-    # the advice runs as printed: .md exists once h5mdx is imported (an audit)
+    # the advice runs as printed: .md exists once h5mdx is imported
     for argv, said in (([d.PSF, str(store)], ".md.to_h5md(OUT) writes it as H5MD (after "
                                              "import h5mdx"),
                        ([d.PSF, str(tmp_path / "adir")], "is a directory, not a topology"),
@@ -913,7 +913,7 @@ def test_an_mdtraj_hdf5_trajectory_is_named_as_such(tmp_path, capsys):
 
 def test_an_h5md_input_without_frames_says_so(tmp_path):
     """convert of an H5MD file whose positions hold no frames: MDAnalysis' error says
-    nothing (the message read 'adk.psf with zero.h5md: .'; an audit)."""
+    nothing (the message read 'adk.psf with zero.h5md: .')."""
     empty = tmp_path / "zero.h5md"
     convert(d.PSF, [d.DCD], empty, stop=2, progress=False)
     with h5py.File(empty, "a") as f:
@@ -929,7 +929,7 @@ def test_an_h5md_input_without_frames_says_so(tmp_path):
 def test_an_interrupted_zarr_write_leaves_no_partial_store(tmp_path, big_h5md, sig):
     """A Zarr write stopped by SIGINT/SIGTERM: chunk writes already handed to zarr's I/O
     thread and dask's workers landed after the cleanup, and the hidden partial store
-    stayed behind in 5 of 8 runs (found by an audit). It is removed until it stays gone."""
+    stayed behind in 5 of 8 runs. It is removed until it stays gone."""
     out = tmp_path / "out.zarr"
     for delay in (0.3, 0.8, 1.5):
         proc = subprocess.Popen(
@@ -975,7 +975,7 @@ def test_adk_example_reuses_its_file_and_refuses_another(tmp_path, monkeypatch):
 
 def test_errors_of_the_command_line_name_its_options(tmp_path, capsys):
     """The API's keyword names (frames_per_chunk, chunk_mib) are said as the options the
-    user typed; a start past the end gives the frame count (found by an audit)."""
+    user typed; a start past the end gives the frame count."""
     from h5mdx.cli import main
 
     src = str(tmp_path / "a.h5md")
@@ -1015,7 +1015,7 @@ def test_a_resname_warning_points_at_the_caller(tmp_path):
 def test_a_contiguous_write_that_fails_raises_its_own_error(tmp_path, monkeypatch, failure):
     """With --contiguous, a read error or a Ctrl-C while converting came out as "ValueError:
     .x.h5md.HOST.PID.RND.h5mdx-partial: 0 frames written but 98 announced for contiguous
-    storage" (the writer's count, at its close after the failure; audit77): the failure
+    storage" (the writer's count, at its close after the failure): the failure
     itself is raised now, and nothing is left."""
     import h5mdx.layout.convert as module
     from h5mdx.errors import H5MDReadError
@@ -1048,7 +1048,7 @@ def test_a_contiguous_write_that_fails_raises_its_own_error(tmp_path, monkeypatc
 def test_a_universe_is_not_converted_over_the_files_it_reads(tmp_path):
     """convert(Universe(top, 'a.h5md'), [], 'a.h5md', overwrite=True) replaced its own
     input (its /parameters and what convert does not copy lost): only files given by name
-    counted as inputs (audit77). The Universe's topology and trajectory files (each of a
+    counted as inputs. The Universe's topology and trajectory files (each of a
     chain) are inputs now; a Universe built in memory converts as before."""
     a, b = tmp_path / "a.h5md", tmp_path / "b.h5md"
     convert(d.PSF, [d.DCD], a, stop=3, progress=False)
@@ -1065,7 +1065,7 @@ def test_a_universe_is_not_converted_over_the_files_it_reads(tmp_path):
 def test_a_trz_files_energies_are_written_as_observables(tmp_path):
     """MDAnalysis gives a TRZ's pressure, energies and temperature as arrays of one value
     (``ts.data['pressure']`` is ``array([2062131.5])``): convert wrote only scalars and
-    dropped them without a word (audit77). They are written as one-value observables now,
+    dropped them without a word. They are written as one-value observables now,
     read back alike by the h5md engine and MDAnalysis; the pressure tensor (6 values a
     frame) is noted as left out."""
     u = universe(d.TRZ_psf, [d.TRZ])
@@ -1092,7 +1092,7 @@ def test_a_trz_files_energies_are_written_as_observables(tmp_path):
 def test_a_selections_per_atom_values_are_no_observable_left_out(tmp_path):
     """A PDB's occupancy and tempfactor are per-atom arrays of all its atoms: with a
     selection they were taken for several values a frame and noted "observable
-    'occupancy' left out: 47681 values a frame (shape (47681,))" (an audit). No note
+    'occupancy' left out: 47681 values a frame (shape (47681,))". No note
     now, as without the selection."""
     stats = convert(d.PDB, [], tmp_path / "ca.h5md", select="name CA", progress=False)
     assert not [n for n in stats.notes if "observable" in n], stats.notes
@@ -1103,7 +1103,7 @@ def test_a_selections_per_atom_values_are_no_observable_left_out(tmp_path):
 
 def test_an_output_named_in_capitals_zarr_is_a_zarr_store(tmp_path):
     """``h5mdx convert adk.psf adk.dcd OUT.ZARR`` wrote an HDF5 file named OUT.ZARR (the
-    suffix was matched in lower case only, and ".ZARR" passed as a Zarr name; audit77):
+    suffix was matched in lower case only, and ".ZARR" passed as a Zarr name):
     it writes a Zarr store now, as OUT.zarr does."""
     out = tmp_path / "OUT.ZARR"
     stats = convert(d.PSF, [d.DCD], out, stop=3, progress=False)
@@ -1117,7 +1117,7 @@ def test_an_output_named_in_capitals_zarr_is_a_zarr_store(tmp_path):
 
 def test_a_selection_error_names_the_topology(tmp_path, capsys):
     """``--select`` that matches nothing, or does not parse, said neither the file nor its
-    atoms ("the selection 'name CA and resname XYZ' matches no atoms"; audit77)."""
+    atoms ("the selection 'name CA and resname XYZ' matches no atoms")."""
     out = str(tmp_path / "q.h5md")
     assert main(["convert", d.GRO, d.XTC, out, "--select", "name CA and resname XYZ"]) == 1
     assert (f"error: the selection 'name CA and resname XYZ' matches none of the atoms of "
@@ -1130,7 +1130,7 @@ def test_a_selection_error_names_the_topology(tmp_path, capsys):
 
 def test_an_h5md_file_read_through_a_universe_is_reported_left_behind(tmp_path):
     """convert(Universe(top, 'in.h5md'), [], out) said nothing of the /parameters it did
-    not copy (the notes looked at the files given by name only; audit77); it says what
+    not copy (the notes looked at the files given by name only); it says what
     convert(top, ['in.h5md'], out) says."""
     import shutil
 
@@ -1148,7 +1148,7 @@ def test_an_h5md_file_read_through_a_universe_is_reported_left_behind(tmp_path):
 def test_a_trr_damaged_in_its_middle_fails_instead_of_writing_its_first_frames(tmp_path):
     """MDAnalysis counts an XTC's or TRR's frames by scanning it, and stops without a word
     at a frame it cannot read: adk's TRR of 10 frames, 4000 bytes garbled in its middle,
-    converted as its first 5 frames with exit 0 (audit77). convert refuses it, saying
+    converted as its first 5 frames with exit 0. convert refuses it, saying
     how much follows the last frame counted; whole files convert as before."""
     from h5mdx.errors import H5MDReadError
 
@@ -1227,7 +1227,7 @@ def _frames_read(topology, path):
 def test_a_selection_by_position_is_made_in_the_first_frame_of_an_xtc(tmp_path, traj):
     """The end check of an XTC or TRR (``_xdr_end``) reads its last frame: a selection by
     position was then made in the last frame (GRO + XTC, 'prop z < 30': 25151 atoms for
-    the first frame's 25231, an audit). The Universe is put back at its first frame."""
+    the first frame's 25231). The Universe is put back at its first frame."""
     out = tmp_path / "sel.h5md"
     convert(d.GRO, [getattr(d, traj)], out, select="prop z < 30", progress=False)
     u = mda.Universe(d.GRO, getattr(d, traj))
@@ -1341,7 +1341,7 @@ def test_a_trz_file_cut_inside_a_frame_is_refused_naming_its_whole_frames(tmp_pa
     """MDAnalysis counts no frame of a TRZ file whose size is not whole frames: one cut
     inside frame 4 failed with 'no frames to write: the trajectory has 0 frames', and
     after a whole TRZ it was left out of the copy without a word, 6 frames written of the
-    9 (an audit). Now both are refused, partial=True too (MDAnalysis reads none of it),
+    9. Now both are refused, partial=True too (MDAnalysis reads none of it),
     naming the bytes that hold its whole frames; a copy of those converts them."""
     from h5mdx.errors import H5MDReadError
 
@@ -1368,7 +1368,7 @@ def test_a_trz_file_cut_inside_a_frame_is_refused_naming_its_whole_frames(tmp_pa
 def test_a_gro_file_of_several_frames_is_refused(tmp_path):
     """MDAnalysis' GRO reader reads a file's first frame alone: MDAnalysisTests' GRO file
     of 2 frames (the second's first atom at (12.30, 16.28, 11.13) Å, in a box of 120 Å)
-    was converted as its first frame, exit 0 (an audit). Now it is refused, naming the
+    was converted as its first frame, exit 0. Now it is refused, naming the
     frames and the way to convert them; partial=True converts the first frame."""
     from h5mdx.errors import H5MDReadError
 
@@ -1415,7 +1415,7 @@ def test_a_universe_read_without_unit_conversion_is_refused(tmp_path):
 def test_a_single_frame_universe_is_written_as_it_holds_its_frame(tmp_path):
     """A CRD file's Universe given a box (u.dimensions = ...) and moved: convert read the
     file again as it iterated its one frame, and wrote the file's positions with a box of
-    zeros (the box element decided before, from the Universe's frame) (an audit). Now
+    zeros (the box element decided before, from the Universe's frame). Now
     the frame the Universe holds is written, as MDAnalysis' writers write it."""
     u = mda.Universe(d.CRD)
     u.dimensions = [50.0, 60.0, 70.0, 90.0, 90.0, 90.0]
@@ -1431,7 +1431,7 @@ def test_a_single_frame_universe_is_written_as_it_holds_its_frame(tmp_path):
 def test_an_h5md_input_scaled_by_a_unit_factor_is_refused(tmp_path):
     """H5MD-NOMAD's unit_factor scales the values stored; MDAnalysis' H5MD reader ignores
     it: cobrotoxin.h5md with unit_factor 10 on its positions (the first atom at 323.1 Å,
-    as h5mdx reads it) was converted with the atom at 32.3 Å, without a word (an audit).
+    as h5mdx reads it) was converted with the atom at 32.3 Å, without a word.
     Now it is refused, naming the file, the dataset and what writes it right, which does."""
     import shutil
 
@@ -1462,7 +1462,7 @@ def test_a_lammps_dcd_is_noted_for_the_units_it_is_read_in(tmp_path):
     """A DCD beside a LAMMPS data file was read as CHARMM's (times in AKMA) and its times
     written 48.9 times too large for LAMMPS' 'real' style (0, 24.44, 48.89 ps for 0,
     0.5, 1 ps), and with format='LAMMPS' in 'real' units whatever the run's style,
-    without a word (an audit). Now a note says each, and what to give."""
+    without a word. Now a note says each, and what to give."""
     plain = convert(d.LAMMPSdata2, [d.LAMMPSdcd2], tmp_path / "a.h5md", progress=False)
     [note] = [n for n in plain.notes if "ifabp_apo_100mM.dcd" in n]
     assert "read as CHARMM's DCD (times in AKMA" in note and "format='LAMMPS'" in note

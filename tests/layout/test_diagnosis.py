@@ -116,7 +116,7 @@ def test_gzip_without_the_byte_shuffle_is_named(tmp_path, adk_positions):
 def test_gzip_without_the_shuffle_is_left_where_the_shuffle_would_grow_it(tmp_path):
     """Values of two decimals spread over 0..10 nm deflate better without the shuffle
     (gzip saved 52% without it, 37% with): the advice to rewrite with it grew the file
-    from 11.0 to 14.5 MiB (found by an audit). A probe of the first chunk measures both,
+    from 11.0 to 14.5 MiB. A probe of the first chunk measures both,
     and the finding says so instead of giving the fix."""
     x = np.round(np.random.default_rng(0).random((N_FRAMES, N_ATOMS, 3)) * 10, 2
                  ).astype(np.float32)
@@ -197,7 +197,7 @@ def test_zstd_without_the_byte_shuffle_is_named(tmp_path, adk_positions):
 
 def test_the_chunk_cache_named_is_this_hdf5s(tmp_path, adk_positions, monkeypatch):
     """Frame-by-frame readers decode a chunk per frame only where it exceeds HDF5's chunk
-    cache: 8 MiB since HDF5 2.0, not the 1 MiB the finding said (found by an audit)."""
+    cache: 8 MiB since HDF5 2.0, not the 1 MiB the finding said."""
     from h5mdx.layout import diagnosis
 
     x = np.asarray(adk_positions, np.float32)[:N_FRAMES]  # chunks of 1.1 MiB

@@ -98,7 +98,7 @@ def test_a_store_missing_chunks_is_said_so(tmp_path, adk_h5md, capsys):
     """A store that lost a chunk file (a copy that did not finish) reads those frames as
     NaN: ``h5mdx info`` says so, ``open_zarr_store(check_chunks=True)`` warns, and
     ``h5mdx rmsd`` counts the frames without an RMSD (it exited 0 with NaN in the
-    series and said nothing; found by an audit)."""
+    series and said nothing)."""
     import json
     import shutil
 
@@ -131,7 +131,7 @@ def test_a_store_missing_chunks_is_said_so(tmp_path, adk_h5md, capsys):
 def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compression):
     """A truncated chunk of a Zarr store fails the RMSD with one line naming the store,
     the array and the frames (a 134-line traceback from the codec, or "cannot reshape"
-    naming nothing; found by an audit)."""
+    naming nothing)."""
     from h5mdx.cli import main
     from h5mdx.layout.rechunk import rechunk
 
@@ -145,7 +145,7 @@ def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compres
     assert f"error: {store} [position]: cannot read frames 30-39: " in err, err
     assert "Traceback" not in err
     # the reference frame's chunk (read before the tasks): named alike, not "cannot
-    # reshape array of size 2" (found by an audit)
+    # reshape array of size 2"
     assert main(["rmsd", str(store), "--scheduler", "threads", "--no-progress",
                  "--reference", "35"]) == 1
     err = capsys.readouterr().err
@@ -154,7 +154,7 @@ def test_a_damaged_chunk_of_a_store_is_named(tmp_path, adk_h5md, capsys, compres
 
 def test_text_that_is_not_ascii_is_written_as_utf8(tmp_path, adk_h5md):
     """to_h5md wrote unicode variables as ASCII-typed strings holding UTF-8 bytes, which
-    h5mdx's own reader then left out ('ascii' codec can't decode; an audit)."""
+    h5mdx's own reader then left out ('ascii' codec can't decode)."""
     import warnings
 
     import xarray as xr
@@ -224,7 +224,7 @@ def test_zarr_writer_chunks_the_box_as_the_h5md_writer_does(tmp_path):
 def test_zarr_writer_refuses_what_the_h5md_writer_refuses(tmp_path):
     """ZarrWriter ("the same interface as H5MDWriter") wrote steps 0, 10, 5, 5 as they came
     (a store whose ``time`` goes back), and an element left out was a bare KeyError
-    (audit77); it refuses both as H5MDWriter does, and a missing time, before writing."""
+   ; it refuses both as H5MDWriter does, and a missing time, before writing."""
     import xarray as xr
 
     from h5mdx.format.writer import ElementSpec, Layout
@@ -258,7 +258,7 @@ def test_zarr_writer_refuses_what_the_h5md_writer_refuses(tmp_path):
 def test_an_output_named_as_the_other_kind_is_refused(tmp_path, adk_h5md):
     """``ds.md.to_h5md("out.zarr")`` wrote an HDF5 file named as a Zarr store (which
     xr.open_zarr refuses, and h5mdx's tools take for a store), and ``ds.md.to_zarr(
-    "out.h5md")`` a store the h5md engine refuses (audit77): both are refused before
+    "out.h5md")`` a store the h5md engine refuses: both are refused before
     anything is written, naming the writer to use; the right names write as before."""
     import xarray as xr
 
@@ -287,7 +287,7 @@ def test_a_zarr_copy_selects_residues_of_insertion_codes_by_their_names(tmp_path
     names (coords_topology, a store without its topology file) made one residue of
     each number, named by its first atom: "resname ALA" took 50 atoms where MDAnalysis
     takes 55 (64 atoms misnamed). A residue starts where the
-    resname changes too, as MDAnalysis' PDB parser splits them. Found by an audit."""
+    resname changes too, as MDAnalysis' PDB parser splits them."""
     import warnings
 
     import MDAnalysis as mda
@@ -333,7 +333,7 @@ def test_one_frame_without_its_axis_is_said_as_such(tmp_path, adk_h5md):
 
 def test_a_variable_of_python_objects_is_refused_by_name_before_writing(tmp_path, adk_h5md):
     """A string variable of dtype object on 'time' failed deep in the writer with h5py's
-    "Object dtype dtype('O') has no native HDF5 equivalent" (an audit); now a ValueError
+    "Object dtype dtype('O') has no native HDF5 equivalent"; now a ValueError
     names it and the fix, nothing is written, and the fix writes it."""
     import xarray as xr
 
@@ -352,7 +352,7 @@ def test_a_variable_of_python_objects_is_refused_by_name_before_writing(tmp_path
 
 def test_to_h5md_says_the_observables_of_its_file_it_leaves_out(tmp_path):
     """to_h5md of a file's Dataset left the file's /observables out in silence (the
-    engine opens them as a group of their own; an audit); now a warning names them."""
+    engine opens them as a group of their own); now a warning names them."""
     import warnings
 
     import xarray as xr

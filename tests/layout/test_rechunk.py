@@ -222,7 +222,7 @@ def test_cli_rechunk(tmp_path, adk_h5md, capsys):
         v = f["particles/trajectory/position/value"]
         assert v.chunks == (49, 3341, 3) and v.compression_opts == 1
     # a chunk size in MiB is said as the frames a chunk holds, as h5mdx info shows them
-    # ("chunks of about 4 MiB of whole frames"; audit42)
+    # ("chunks of about 4 MiB of whole frames")
     for dst, chunks in ((tmp_path / "mib.h5md", 26), (tmp_path / "mib.zarr", 26)):
         args = parser.parse_args(["rechunk", adk_h5md, str(dst), "--chunk-mib", "1"])
         assert args.func(args) == 0
@@ -265,7 +265,7 @@ def test_a_damaged_chunk_names_the_file_the_element_and_the_frames(tmp_path):
 def test_object_references_point_into_the_copy(tmp_path, adk_h5md):
     """H5MD's particles_group (an object reference, on connectivity and observables) points
     to the same group of the copy: copied as it was, it held an address in the input and
-    could not be opened (found by an audit). A null reference stays null."""
+    could not be opened. A null reference stays null."""
     src = tmp_path / "refs.h5md"
     import shutil
 
@@ -305,7 +305,7 @@ def _small_frames(path, n=20_000, atoms=10, chunk=1):
 def test_a_read_spans_a_bounded_number_of_input_chunks(tmp_path, monkeypatch):
     """64 MiB of one-frame chunks of 10 atoms is 560,000 chunks in one read, for which
     HDF5 took 3.9 GB to copy a 183 MB file; a read now spans at most 4,096 input chunks.
-    Found by an audit."""
+   """
     from h5mdx.layout import rechunk as module
 
     src = tmp_path / "c1.h5md"
@@ -329,7 +329,7 @@ def test_a_compressed_copy_needs_room_for_what_it_writes(tmp_path, monkeypatch):
     """The room check of a compressed copy counted every block uncompressed: a 0.6 MiB
     gzip copy was refused with 50 MiB free (a copy of one block: the first is
     not counted). It counts them at the compression seen so
-    far. Found by an audit."""
+    far."""
     import collections
 
     from h5mdx.format import writer
@@ -349,7 +349,7 @@ def test_a_compressed_copy_needs_room_for_what_it_writes(tmp_path, monkeypatch):
 @pytest.mark.parametrize("code, name", [(143, "SIGTERM"), (129, "SIGHUP")])
 def test_a_writer_stopped_by_a_signal_says_so(tmp_path, monkeypatch, capsys, code, name):
     """rechunk and convert stopped by SIGTERM (scancel) or SIGHUP exited 143/129 with no
-    word: a batch job's log showed nothing. Found by an audit."""
+    word: a batch job's log showed nothing."""
     from h5mdx.cli import main
     from h5mdx.layout import rechunk as module
 
@@ -365,7 +365,7 @@ def test_a_writer_stopped_by_a_signal_says_so(tmp_path, monkeypatch, capsys, cod
 
 def test_a_copy_to_zarr_and_the_verification_show_progress(tmp_path, capsys):
     """rechunk to Zarr ran without a sign of life (12-29 s for 4 GB), and --verify read
-    the copy back in silence after the bar had reached 100 %. Found by an audit."""
+    the copy back in silence after the bar had reached 100 %."""
     pytest.importorskip("zarr")
     src = tmp_path / "in.h5md"
     _small_frames(src, n=2000, chunk=100)
@@ -389,7 +389,7 @@ def test_summary_counts_particles_without_a_position(tmp_path):
     assert "3 frames x 6 atoms (/particles/all/velocity)" in stats.summary()
 
     # observables sampled more often than the positions: the positions' frames (it said
-    # '40 frames x 5 atoms' of a file of 4 frames of positions; found by an audit)
+    # '40 frames x 5 atoms' of a file of 4 frames of positions)
     both = write_h5md(tmp_path / "both.h5", {"all": {
         "position": {"value": np.ones((4, 5, 3)), "step": np.arange(4) * 10}}},
         observables={"energy": {"value": np.arange(40.0), "step": np.arange(40)}})
@@ -418,7 +418,7 @@ def test_summary_counts_particles_without_a_position(tmp_path):
 def test_verify_takes_a_dataset_of_no_values(tmp_path, capsys):
     """A dataset of HDF5's null dataspace (``h5py.Empty``, e.g. a parameter set to
     nothing) is copied, and --verify compares it: it failed with a bare TypeError from
-    inside the checksums ('NoneType' object is not iterable; found by an audit)."""
+    inside the checksums ('NoneType' object is not iterable)."""
     from h5mdx.testing import write_h5md
 
     src = write_h5md(tmp_path / "in.h5md", {"all": {
@@ -439,7 +439,7 @@ def test_verify_takes_a_dataset_of_no_values(tmp_path, capsys):
 def test_a_copy_to_zarr_keeps_the_root_groups_h5md_does_not_define(tmp_path):
     """The groups of a root group H5MD leaves free (RMPCDMD's ``/fields``: an element of
     fixed-interval sampling and plain datasets), which the engine opens, are copied to the
-    store as they open; they were left out, silently (found by an audit). One named as an
+    store as they open; they were left out, silently. One named as an
     array of the store's root (the first particles group's ``time``) is left out, with a
     warning naming it: it failed naming the hidden temporary store."""
     from h5mdx.testing import write_h5md
@@ -466,7 +466,7 @@ def test_a_copy_to_zarr_keeps_the_root_groups_h5md_does_not_define(tmp_path):
 def test_verify_compares_variable_length_strings_by_their_text(tmp_path):
     """A variable-length string array (h5py's default for a list of str: a parameter, an
     observable of labels) failed ``--verify`` of every copy: its digest covered the
-    addresses in memory of the strings read, not their text (found by an audit)."""
+    addresses in memory of the strings read, not their text."""
     from h5mdx.format.checksums import dataset_checksums
     from h5mdx.testing import write_h5md
 
@@ -510,7 +510,7 @@ def test_a_dataset_of_object_references_points_into_the_copy(tmp_path):
 
 def test_a_reference_of_the_files_own_attributes_points_into_the_copy(tmp_path):
     """An object reference among the root group's attributes was copied as it was (an
-    address in the input): the copy's could not be opened (found by an audit)."""
+    address in the input): the copy's could not be opened."""
     from h5mdx.testing import write_h5md
 
     src = write_h5md(tmp_path / "in.h5md", {"all": {
@@ -524,7 +524,7 @@ def test_a_reference_of_the_files_own_attributes_points_into_the_copy(tmp_path):
 
 def test_a_file_of_nothing_to_copy_into_zarr_says_so(tmp_path, capsys):
     """An H5MD file of its /h5md group alone (valid H5MD) copied to Zarr failed with "the
-    writer produced no output at OUT.zarr" (found by an audit): it says what is wrong with
+    writer produced no output at OUT.zarr": it says what is wrong with
     the input now, on the command line as one line."""
     from h5mdx.cli import main
 
@@ -543,7 +543,7 @@ def test_a_file_of_nothing_to_copy_into_zarr_says_so(tmp_path, capsys):
 def test_dimension_scales_stay_attached_in_the_copy(tmp_path):
     """HDF5's dimension scales (netCDF-4's dimensions: references in the attributes
     DIMENSION_LIST and REFERENCE_LIST) were copied as they were, addresses in the input:
-    the copy's axes could not be read (found by an audit). They are attached again."""
+    the copy's axes could not be read. They are attached again."""
     from h5mdx.testing import write_h5md
 
     src = write_h5md(tmp_path / "in.h5md", {"all": {
@@ -699,7 +699,7 @@ def test_region_references_point_into_the_copy(tmp_path):
 def test_the_summary_says_whose_chunks_it_gives(tmp_path):
     """A float32 position and a float64 velocity, rechunked to about 4 MiB of whole
     frames, get 34- and 17-frame chunks: the summary said only "chunks of 34 frames"
-    (found by an audit); it now says they are the positions'."""
+   ; it now says they are the positions'."""
     from h5mdx.testing import write_h5md
 
     x = np.arange(40 * 10000 * 3, dtype=np.float32).reshape(40, 10000, 3)

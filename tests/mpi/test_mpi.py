@@ -163,7 +163,7 @@ def test_slab_reader_reads_selection_exactly(adk_h5md_blocked, adk_universe):
 def test_a_slab_that_cannot_be_read_names_the_file_and_frames(tmp_path):
     """A corrupt gzip chunk on the MPI-IO path said only ``OSError: Can't read data
     (inflate() failed)``; it names the file, the dataset and the frames, as the other
-    paths do (found by an audit)."""
+    paths do."""
     from h5mdx.errors import H5MDReadError
 
     path = tmp_path / "corrupt.h5"
@@ -195,7 +195,7 @@ def test_position_source_errors(tmp_path):
         with pytest.raises(H5MDFormatError, match="groups with positions"):
             position_source(f, "c")
     # one static frame: it has positions, but no trajectory (it said 'no particles group
-    # has positions'; found by an audit)
+    # has positions')
     path = write_h5md(tmp_path / "static.h5md", {"a": {"position": {"value": np.zeros((3, 3))}}})
     with h5py.File(path) as f, pytest.raises(H5MDFormatError) as err:
         position_source(f)
@@ -347,7 +347,7 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="read_mib must be positive"):
         MPIRMSDOptions("x.h5md", read_mib=0).check()
     # inf failed later, in every rank's open: "OverflowError: cannot convert float infinity
-    # to integer", naming no option (found by an audit)
+    # to integer", naming no option
     with pytest.raises(ValueError, match=r"read_mib must be positive and finite, got inf"):
         MPIRMSDOptions("x.h5md", read_mib=float("inf")).check()
 
@@ -519,7 +519,7 @@ def test_collective_reads_of_chunks_stored_without_their_filter(adk_lzf64, mda_r
                                                                 tmp_path):
     """--collective on an lzf file whose first chunk lzf could not shrink: HDF5 1.10's
     collective reads ran lzf on the raw chunk and every rank failed ('Invalid data for LZF
-    decompression', as if the file were corrupt; found by an audit). The ranks read it
+    decompression', as if the file were corrupt). The ranks read it
     independently, say so once, and the records say what ran."""
     require_mpi()
     import json
@@ -541,7 +541,7 @@ def test_collective_reads_of_chunks_stored_without_their_filter(adk_lzf64, mda_r
 def test_mass_weights_without_a_topology_take_the_files_masses(adk_universe, adk_positions,
                                                                tmp_path):
     """h5mdx rmsd --weights mass takes the file's own mass element; mpi-rmsd refused it
-    ('mass weights need a topology'; found by an audit)."""
+    ('mass weights need a topology')."""
     require_mpi()
     from MDAnalysis.analysis.rms import RMSD
 
@@ -588,7 +588,7 @@ def test_a_delay_makes_the_rank_that_starts_at_its_frame_a_straggler(layouts, tm
     assert frame.loc[0, "t_compute"] >= 0.6
     assert frame.drop(index=0)["t_compute"].max() < 0.6
     # the summary gives the rate of the reads and the kernel beside the wall time's, whose
-    # start-up dominates a short run (found by an audit); the delay is the busiest's compute
+    # start-up dominates a short run; the delay is the busiest's compute
     rate = re.search(r"; ([\d,]+) frames/s in the busiest rank's io \+ compute", proc.stdout)
     assert rate, proc.stdout
     busiest = frame["t_io"] + frame["t_compute"]
@@ -629,7 +629,7 @@ def test_mpi_rmsd_without_mpirun_runs_on_one_rank_and_says_so(layouts, mda_rmsd,
         assert da.attrs["reference_step"] == int(da.step[97])
         assert da.attrs["selection"] == "all" and da.attrs["units"] == "Angstrom"
     # without --out nothing is written: the summary says how to keep the series (as
-    # h5mdx rmsd does; found by an audit)
+    # h5mdx rmsd does)
     proc = subprocess.run(h5mdx_argv("mpi-rmsd", layouts["chunk10"]), env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -753,7 +753,7 @@ def test_failing_rank_aborts_the_job(layouts, tmp_path):
 def test_a_file_open_for_writing_is_refused_on_every_rank(layouts, tmp_path):
     """HDF5's MPI-IO driver takes no file lock: mpi-rmsd read a file another process was
     writing, in silence (a snapshot, or torn metadata). Rank 0 now asks the serial way,
-    and every rank refuses as h5mdx rmsd does (found by an audit)."""
+    and every rank refuses as h5mdx rmsd does."""
     import shutil
 
     require_mpi()
@@ -773,7 +773,7 @@ def test_a_file_open_for_writing_is_refused_on_every_rank(layouts, tmp_path):
 @pytest.mark.parametrize("has_it", [0, 1], ids=["rank-0-only", "rank-1-only"])
 def test_a_file_only_some_ranks_see_is_refused_on_every_rank(layouts, tmp_path, has_it):
     """One path, a file on one node's /tmp only: the ranks that saw it waited forever in the
-    collective MPI-IO open for the one that failed before it (found by an audit). Every
+    collective MPI-IO open for the one that failed before it. Every
     rank now refuses it, naming what each rank sees, and the job exits 1."""
     import shutil
 
@@ -863,7 +863,7 @@ def test_dask_mpi_rmsd_matches_mdanalysis(layouts, mda_rmsd, tmp_path):
 def test_dask_mpi_command_line_takes_every_option(layouts, mda_rmsd, tmp_path):
     """``h5mdx rmsd --scheduler dask-mpi`` under mpirun honours the options of the other
     schedulers (it dropped --no-superposition, --timing, --plot, --group, --kernel and
-    --frames-per-block, and gave the superposed RMSD; found by an audit); --workers
+    --frames-per-block, and gave the superposed RMSD); --workers
     other than the job's is an error."""
     require_mpi()
     pytest.importorskip("dask_mpi")
@@ -948,7 +948,7 @@ def _error_lines(stderr: str) -> list[str]:
 @pytest.mark.parametrize("on_root", [False, True], ids=["every-rank", "topology-on-root"])
 def test_a_start_up_failure_of_every_rank_is_reported_once(layouts, tmp_path, on_root):
     """A bad selection fails alike on every rank: one line from rank 0, naming the ranks,
-    status 1, no abort (each of 64 ranks printed its own line; found by an audit)."""
+    status 1, no abort (each of 64 ranks printed its own line)."""
     require_mpi()
     from h5mdx.testing import adk_topology
 
@@ -969,7 +969,7 @@ def test_a_start_up_failure_of_every_rank_is_reported_once(layouts, tmp_path, on
 @pytest.mark.mpi
 def test_a_bad_option_is_reported_once(layouts, tmp_path):
     """--out naming a file fails alike on every rank: one line from rank 0, no abort
-    (every rank printed it and called MPI_Abort; found by an audit); a usage error, said
+    (every rank printed it and called MPI_Abort); a usage error, said
     before MPI starts, with status 2."""
     require_mpi()
     (tmp_path / "afile").write_text("")
@@ -1008,7 +1008,7 @@ def test_failures_are_grouped_by_their_ranks(capsys):
 @pytest.mark.mpi
 def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
     """Positions with no frame: 'no frames', not 'reference frame 0 is out of range'
-    (found by an audit)."""
+   ."""
     require_mpi()
     from h5mdx.testing import write_h5md
 
@@ -1023,7 +1023,7 @@ def test_mpi_rmsd_of_a_file_without_frames_says_so(tmp_path):
 def test_what_the_scan_assumed_of_the_positions_is_warned_once(layouts, mda_rmsd, tmp_path):
     """A ``step`` and ``time`` of 90 entries beside 98 frames: the engine warns that the
     frames are numbered 0..n-1 and the time left out; mpi-rmsd wrote steps 0..97 and no
-    word (an audit). Now rank 0 warns, once each, naming the file and the path."""
+    word. Now rank 0 warns, once each, naming the file and the path."""
     require_mpi()
     import shutil
 
@@ -1112,7 +1112,7 @@ def test_a_damaged_chunk_on_one_rank_closes_the_file_before_mpi_ends(tmp_path):
 @pytest.mark.mpi
 def test_dask_mpi_refusals_are_said_once(layouts):
     """Every rank checks the options before dask-mpi starts: a refusal was printed once
-    per rank (an audit); rank 0 says it once, and names the ranks of one that only some
+    per rank; rank 0 says it once, and names the ranks of one that only some
     ranks gave."""
     require_mpi()
     pytest.importorskip("dask_mpi")
@@ -1139,7 +1139,7 @@ def test_dask_mpi_refusals_are_said_once(layouts):
 def test_a_rank_whose_checks_raise_does_not_leave_the_others_waiting():
     """The ranks of a dask-mpi job agree on a refusal with one allgather: a rank whose
     checks raised (a file only it cannot read) never reached it, and the others waited
-    for it for ever (mpirun -n 3 hung; an audit). It takes part, then raises its error."""
+    for it for ever (mpirun -n 3 hung). It takes part, then raises its error."""
     require_mpi()
     code = ("import sys\nimport h5mdx.cli.rmsd as r\nfrom h5mdx.cli import main\n"
             "from h5mdx.mpi import comm_world\n"
@@ -1169,7 +1169,7 @@ def test_the_summary_s_run_time_is_the_longest_rank_whatever_the_nodes_clocks(ca
 
 def test_times_in_ns_are_the_decimals_the_engine_gives():
     """mpi-rmsd's times in ns, put in ps, held float noise (0.0041 ns: 4.1000000000000005
-    ps in the .nc output) where the h5md engine gives 4.1 (found by an audit)."""
+    ps in the .nc output) where the h5md engine gives 4.1."""
     from h5mdx.mpi.rmsd import _in_base_unit
 
     times, unit = _in_base_unit(np.array([0.0, 0.0041, 0.0049]), "ns", "t.h5md",

@@ -266,7 +266,7 @@ def test_job_states_parses_squeue(monkeypatch):
 
 def test_a_controller_that_does_not_answer_is_not_the_options_fault(monkeypatch):
     """sbatch --test-only failing because slurmctld is down says so, not that SLURM
-    rejects the jobs for their queue or account (found by an audit); a real rejection
+    rejects the jobs for their queue or account; a real rejection
     still names the options."""
     from h5mdx.parallel.cluster import SlurmError
 
@@ -529,7 +529,7 @@ def test_straggler_summary_flags_the_slow_rank():
 def test_straggler_summary_states_the_rule_it_applies():
     """Of two ranks, 0.65 s and 1.05 s, the slower is a straggler (> 1.5 x the other's
     0.65 s): the summary said its rule was "> 1.5 x median" (of both, 0.85 s: 1.275 s,
-    which 1.05 s is not above) beside "1.050 s > 0.975 s" (found by an audit)."""
+    which 1.05 s is not above) beside "1.050 s > 0.975 s"."""
     text = straggler_summary(_rank_records([0.5, 0.9]))
     assert ("stragglers (a task is a straggler when > 1.5x the median of the other tasks "
             "and > 50 ms longer, warm-up excluded): rank 1 (1.050 s > 0.975 s, slow in io)"
@@ -611,7 +611,7 @@ def test_walltime_of_the_config_is_checked_too():
                                     "QOSMaxWallDurationPerJobLimit", "AccountNotAllowed"])
 def test_waiting_on_a_job_that_can_never_start_ends_at_once(monkeypatch, reason):
     """``slurm-script --submit`` waited without end, saying nothing, on a job asking for
-    more CPUs than the partition has (PENDING, PartitionConfig; found by an audit): the
+    more CPUs than the partition has (PENDING, PartitionConfig): the
     job is cancelled and the error says why and what to do."""
     from h5mdx.parallel import batch
     from h5mdx.parallel.cluster import SlurmError

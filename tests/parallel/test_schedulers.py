@@ -79,7 +79,7 @@ def test_local_compute_does_not_import_distributed(adk_h5md_blocked):
 
 def test_a_small_job_on_threads_loads_no_numba(adk_h5md_blocked):
     """h5mdx rmsd on threads loaded numba and its kernels (0.5-0.8 s) before the graph
-    gave a job this small the numpy kernel (audit47): the kernel its graph runs is loaded,
+    gave a job this small the numpy kernel: the kernel its graph runs is loaded,
     none here; a large job still loads numba before the clock starts."""
     pytest.importorskip("numba")
     script = (
@@ -121,7 +121,7 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_run(adk_h5md, 
                                                                       capsys, monkeypatch):
     """--out, --plot and --timing are checked before the RMSD runs: a suffix that cannot
     be written, or a file where a directory must be, failed only after the whole run
-    (hours on a cluster; found by an audit)."""
+    (hours on a cluster)."""
     from h5mdx.cli import main
     from h5mdx.parallel import schedulers
 
@@ -179,7 +179,7 @@ def test_outputs_that_would_overwrite_each_other_are_refused_before_the_run(
 def test_a_selection_matching_nothing_fails_before_a_scheduler_is_chosen(
         adk_h5md, capsys, monkeypatch):
     """--select matching no atom said "scheduler threads (...)" (and started the cluster)
-    before its error (audit42); it fails first, with no traceback hint."""
+    before its error; it fails first, with no traceback hint."""
     from MDAnalysisTests.datafiles import PSF
 
     from h5mdx.cli import main
@@ -265,7 +265,7 @@ def test_sigterm_ends_the_worker_processes_too(adk_h5md_blocked, tmp_path, sched
 def test_a_failed_task_on_a_local_cluster_is_one_line(tmp_path):
     """A damaged chunk under --scheduler distributed: one error naming the file, the
     element and the frames, without the workers' 'Compute Failed' log and its traceback
-    before it (found by an audit)."""
+    before it."""
     import h5py
 
     from h5mdx.testing import write_h5md
@@ -340,7 +340,7 @@ def test_rmsd_timing_records_every_task_on_the_local_schedulers(adk_h5md_blocked
 def test_an_interrupted_run_leaves_no_empty_timing_directory(adk_h5md_blocked, tmp_path,
                                                              monkeypatch, scheduler):
     """``h5mdx rmsd --timing DIR`` stopped by Ctrl-C (or a failed task) left an empty DIR,
-    made before the run (audit70); it is made when the records are saved."""
+    made before the run; it is made when the records are saved."""
     from h5mdx.parallel import schedulers
 
     def interrupted(*args, **kwargs):

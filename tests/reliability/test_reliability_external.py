@@ -66,7 +66,7 @@ def test_external_link_needs_opt_in(tmp_path):
     tree.close()
     with pytest.raises(H5MDFormatError, match="allow_external"):
         xr.open_datatree(path, engine="h5md", strict=True)
-    # a string is truthy: scan(path, allow_external="no") followed the link (an audit)
+    # a string is truthy: scan(path, allow_external="no") followed the link
     from h5mdx.format.h5md import free_form, scan, scan_free_form
 
     for call in (lambda: scan(path, allow_external="no"),

@@ -142,7 +142,7 @@ def test_follow_until_reads_the_dataset_before_it_is_closed(tmp_path):
     """``until`` was asked after the Dataset was closed: one that read its data reopened
     the file, and held it open after follow() ended (the writer, or a plain open of the
     finished file in this process, then failed: "file is already open for read-only").
-    Found by an audit."""
+   """
     path = str(tmp_path / "until.h5md")
     with h5py.File(path, "w", libver="latest") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])
@@ -169,7 +169,7 @@ def test_follow_until_reads_the_dataset_before_it_is_closed(tmp_path):
 def test_a_file_open_without_swmr_in_this_process_is_named(tmp_path):
     """HDF5 refuses swmr=True for a file this process has open without it: the error
     says so (it blamed the file's format), and follow() raises it at once (it waited
-    out its timeout in silence). Found by an audit."""
+    out its timeout in silence)."""
     path = tmp_path / "done.h5md"
     with h5py.File(path, "w", libver="latest") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])
@@ -218,7 +218,7 @@ def test_a_file_being_written_opened_without_swmr_says_so(tmp_path):
 def test_refresh_opens_the_file_as_it_was_opened(tmp_path):
     """refresh reopened with the group, topology and selection alone: a Dataset opened
     with convert_units=True came back in nm, drop_variables and chunks were lost, and a
-    Dataset of several dask blocks raised (found by an audit)."""
+    Dataset of several dask blocks raised."""
     path = tmp_path / "nm.h5md"
     with h5py.File(path, "w", libver="latest") as f:
         f.create_group("h5md").attrs["version"] = np.array([1, 1])
@@ -415,7 +415,7 @@ def test_closing_one_live_dataset_fails_no_read_of_another(tmp_path, monkeypatch
 def test_a_failed_live_read_keeps_no_handle(tmp_path, monkeypatch):
     """A read of a live file that fails holds no HDF5 handle through its exception (kept
     by the caller, or as IPython's last): a later open saw 4 of 8 frames while it lived,
-    its handle made the scan's a second handle, never refreshed (audit62)."""
+    its handle made the scan's a second handle, never refreshed."""
     from h5mdx.engine.arrays import H5MDArray
 
     monkeypatch.setenv("H5MDX_DIRECT_READ", "0")
@@ -447,7 +447,7 @@ def _run_file(path, positions):
 def test_follow_yields_a_new_run_written_over_the_file(tmp_path, adk_positions):
     """A new run renamed over the file (or the file written again, shorter) was yielded
     only once it held more frames than the old one, as if they were appended: a run of 3
-    frames never, one of 6 after one of 5 as 'one new frame' (an audit)."""
+    frames never, one of 6 after one of 5 as 'one new frame'."""
     import warnings
 
     path = str(tmp_path / "run.h5md")
@@ -471,7 +471,7 @@ def test_follow_yields_a_new_run_written_over_the_file(tmp_path, adk_positions):
 def test_a_live_file_replaced_under_its_name_is_refused_at_its_reopen(tmp_path, adk_positions):
     """A Dataset opened with swmr=True keeps no state of its file (it grows): a new run
     renamed over it was read through the first run's shapes when xarray's file cache
-    (or a worker process) opened it again by name (an audit). Now another inode, or
+    (or a worker process) opened it again by name. Now another inode, or
     fewer bytes, is refused; a file that grew in place still reads."""
     import warnings
 

@@ -149,7 +149,7 @@ def test_distributed(frames_file, client):
 def test_distributed_workers_need_no_shared_spool_directory(frames_file, client, tmp_path):
     """Workers on other nodes may not see the client's directories: their records come
     back through the client, and a spool directory they cannot reach costs nothing (a
-    worker that wrote there failed the analysis itself; found by an audit)."""
+    worker that wrote there failed the analysis itself)."""
     import shutil
 
     path, data = frames_file
@@ -267,7 +267,7 @@ def test_a_delay_not_of_the_form_is_refused_at_once(frames_file, capsys):
 
 def test_a_failed_computation_gets_no_warning_of_its_own():
     """A computation that raises inside capture() raises its error alone (it was preceded
-    by a warning that the tasks ran on another scheduler; found by an audit)."""
+    by a warning that the tasks ran on another scheduler)."""
     import warnings
 
     def boom():
@@ -284,7 +284,7 @@ def test_a_failed_computation_gets_no_warning_of_its_own():
 def test_a_worker_killed_mid_run_costs_no_wait_after_it(adk_h5md, adk_universe):
     """A worker killed with SIGKILL during a captured run (its nanny starts another):
     collecting the records waited 30 s for the dead worker's address, and the run's
-    reported time took it in (50 s where the records said 20 s; found by an audit)."""
+    reported time took it in (50 s where the records said 20 s)."""
     import signal
     import threading
     import time
@@ -316,7 +316,7 @@ def test_a_worker_killed_mid_run_costs_no_wait_after_it(adk_h5md, adk_universe):
 def test_an_injected_delay_is_slept_once_per_task(monkeypatch):
     """A task that reads in several parts (h5mdx's RMSD on the threaded scheduler) enters
     its ``io`` phase more than once: the delay was slept at each, 2 s of a
-    ``49:1.0`` in the docs' straggler example (found by an audit)."""
+    ``49:1.0`` in the docs' straggler example."""
     from h5mdx.timing.phases import BlockTimer
 
     monkeypatch.setenv(DELAY_ENV, "49:0.2")
@@ -351,7 +351,7 @@ def test_a_process_pool_started_before_the_capture_says_so(frames_file):
 def test_a_cluster_of_workers_in_this_process_is_no_other_scheduler(frames_file):
     """With LocalCluster(processes=False) (a notebook's usual cluster) the workers run in
     this process: capture(client=client) warned that the tasks 'ran in this process, not on
-    the distributed scheduler' of every run on it (found by an audit). Only a compute that
+    the distributed scheduler' of every run on it. Only a compute that
     did not go to the cluster (its scheduler saw no task) warns."""
     import warnings
 

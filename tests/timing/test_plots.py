@@ -53,7 +53,7 @@ def test_per_worker_bars(saved, tmp_path):
 
 def test_per_worker_title_is_clear_of_the_legend(saved):
     """The title of a bench's run ('... processes, N=2, run processes-n2-m1-r1') ran under
-    the legend at the right of the default figure, its end hidden (found by an audit)."""
+    the legend at the right of the default figure, its end hidden."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     df = saved.assign(run_id=saved["run_id"].str.replace("n2", "processes-n2-m1-r1"),
@@ -77,7 +77,7 @@ def test_gantt_marks_straggler(saved, tmp_path):
 
 def test_gantt_of_mpi_ranks_draws_their_wait(tmp_path):
     """An MPI rank waits for the others before the gather: its bar ended at its compute,
-    2 s before the rank did (found by an audit)."""
+    2 s before the rank did."""
     rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 2, "worker": f"rank-{r}",
              "rank": r, "task_key": f"r{r}", "kind": "rmsd", "frame_start": 50 * r,
              "frame_stop": 50 * r + 50, "t_start": 10.0, "t_stop": 13.0, "t_io": 0.5,
@@ -120,7 +120,7 @@ def test_gantt_of_mpi_ranks_on_nodes_whose_clocks_differ():
 def test_gantt_outlines_a_straggler_rank_whole(tmp_path):
     """An MPI rank's bar holds its wait (at the barriers, the gather): a straggler rank
     that had waited got an outline and a label that stopped short of its bar's end by
-    that wait (found by an audit)."""
+    that wait."""
     rows = [{"run_id": "m", "backend": "mpi-io", "n_workers": 3, "worker": f"rank-{r}",
              "rank": r, "task_key": f"r{r}", "kind": "rmsd", "frame_start": 50 * r,
              "frame_stop": 50 * r + 50, "t_start": 10.0, "t_stop": 13.0 if r < 2 else 13.5,

@@ -114,7 +114,7 @@ def test_saved_records_state_their_units(tmp_path, suffix):
 
 def test_loading_parquet_without_pyarrow_names_the_fix(tmp_path, monkeypatch):
     """save() named the missing pyarrow and how to install it; load() raised a bare
-    ModuleNotFoundError (found by an audit)."""
+    ModuleNotFoundError."""
     import sys
 
     from h5mdx.errors import MissingDependencyError
@@ -227,7 +227,7 @@ def test_validate_names_the_rows_of_bad_times():
 def test_load_leaves_out_records_of_impossible_times_and_keeps_the_others(tmp_path, suffix):
     """One record whose stop came before its start (a host's clock stepped back) made
     load refuse the whole file; the others are read, the one left out with a warning
-    naming the file and the task (found by an audit)."""
+    naming the file and the task."""
     if suffix == ".parquet":
         pytest.importorskip("pyarrow")
     df = rec.to_frame(_rows(4))
@@ -276,7 +276,7 @@ except OSError as err:
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_save_that_fails_half_way_leaves_the_earlier_records(tmp_path, suffix):
     """Records written over earlier ones when the disk fills half-way: the earlier file
-    was left torn (the first rows of the new records, cut mid-line: an audit); now the
+    was left torn (the first rows of the new records, cut mid-line); now the
     new records are written beside it and renamed over it, so it stays as it was."""
     import subprocess
     import sys

@@ -158,7 +158,7 @@ def test_runs_of_other_frame_counts_are_other_series():
 
 def test_a_straggler_of_two_tasks_is_found():
     """Two workers, one twice as slow: the median of the *other* task (a median holding
-    the task itself flagged one only beyond 3x the other; found by an audit)."""
+    the task itself flagged one only beyond 3x the other)."""
     df = flag_stragglers(_run(n_tasks=2, slow={1: ("io", 0.5)}))  # 0.901 s against 0.401 s
     assert df["is_straggler"].tolist() == [False, True]
     assert df.loc[1, "slow_phase"] == "io"
@@ -169,7 +169,7 @@ def test_a_straggler_of_two_tasks_is_found():
 
 def test_speedup_of_saved_records_takes_their_metadata(tmp_path):
     """Records alone give each run's task span as its time; with the metadata saved
-    beside them, speedup() gives what bench reported (found by an audit)."""
+    beside them, speedup() gives what bench reported."""
     df = pd.concat([_run("a", n_workers=1), _run("b", n_workers=2)], ignore_index=True)
     metas = {"runs": [{"run_id": "a", "wall": 4.0, "blocks_per_worker": 1},
                       {"run_id": "b", "wall": 2.5, "blocks_per_worker": 1}]}
@@ -197,7 +197,7 @@ def test_advice_sentences():
     assert "No timing records" in advice(rec.empty())[0]
     assert "mpi-rmsd" in io_bound[0]  # dask tasks: parallel HDF5 is the other way
     # schedulers whose ratios differ in kind are said apart: one ratio of them all said
-    # 'Balanced: R_comp/IO = 1.2' of threads at 3 and mpi-io at 0.1 (an audit)
+    # 'Balanced: R_comp/IO = 1.2' of threads at 3 and mpi-io at 0.1
     mixed = pd.concat([_run("a", io=0.1, compute=0.25),
                        _run("b", io=1.0, compute=0.1, backend="mpi-io")], ignore_index=True)
     assert advice(mixed)[0].startswith("R_comp/IO differs by scheduler: mpi-io 0.1 (I/O "
@@ -210,7 +210,7 @@ def test_advice_sentences():
 def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
     """With one task per worker, more blocks let a fast worker help; with several, the
     blocks were there and the workers differ (h5mdx bench advised --blocks-per-worker 3
-    after a grid that had run it; found by an audit)."""
+    after a grid that had run it)."""
     few = [a for a in advice(_run(n_tasks=2, slow={1: ("io", 1.0)}))
            if a.startswith("Load imbalance")]
     assert len(few) == 1 and "--blocks-per-worker 3" in few[0]
@@ -227,7 +227,7 @@ def test_imbalance_advice_asks_for_more_blocks_only_where_there_were_few():
 def test_imbalance_advice_of_a_grid_quotes_the_median_and_the_runs_with_more_blocks():
     """h5mdx bench quoted the worst repeat (2.00 x) beside a table of medians (1.56 at
     most), asked for --blocks-per-worker 3 after a grid that had run it, and asked for
-    smaller blocks beside idle advice asking for larger ones (audit42)."""
+    smaller blocks beside idle advice asking for larger ones."""
     m1 = [_run(f"threads-n2-m1-r{r}", n_tasks=2, slow={1: ("io", extra)})
           for r, extra in enumerate((0.2, 0.4, 1.0))]  # 1.20, 1.33 and 1.55 x the mean
     m3 = [_run(f"threads-n2-m3-r{r}", n_tasks=6, slow={1: ("io", 0.1)}) for r in range(3)]
@@ -239,7 +239,7 @@ def test_imbalance_advice_of_a_grid_quotes_the_median_and_the_runs_with_more_blo
     assert "--blocks-per-worker 3" not in said[0]
     assert "; threads-n2-m3, with more blocks per worker, had 1.04 x: more blocks share " \
            "the work out." in said[0], said[0]
-    # only the same scheduler and workers count, and 1.42 is no remedy (audit45)
+    # only the same scheduler and workers count, and 1.42 is no remedy
     n4 = [_run(f"threads-n4-m3-r{r}", n_workers=4, n_tasks=12) for r in range(3)]
     still = [_run(f"threads-n2-m3-r{r}", n_tasks=6, slow={1: ("io", 0.9)}) for r in range(3)]
     said = [a for a in advice(pd.concat(m1 + still + n4, ignore_index=True))
@@ -262,7 +262,7 @@ def test_imbalance_advice_of_a_grid_quotes_the_median_and_the_runs_with_more_blo
 
 def test_straggler_advice_asks_for_more_blocks_only_where_there_were_few():
     """The same for the stragglers' sentence: "More blocks per worker (e.g. 3)" after runs
-    of 3 or more (found by an audit)."""
+    of 3 or more."""
     def said(df):
         return [a for a in advice(df) if "straggler" in a]
 
@@ -310,7 +310,7 @@ def test_advice_to_mpi_ranks_knows_what_they_did():
 def test_a_rank_given_no_frames_shows_in_the_imbalance_and_the_advice():
     """More ranks than chunks: a rank with no frames still loads the kernel and opens the
     files, which are not the work shared out; the imbalance shows it idle, and the advice
-    says why (it read 1.00 and said nothing; found by an audit)."""
+    says why (it read 1.00 and said nothing)."""
     ranks = _run(n_workers=3, n_tasks=3, io=0.1, compute=0.3, backend="mpi-io")
     ranks["rank"] = [0, 1, 2]
     ranks["t_warmup"] = 0.5
@@ -502,7 +502,7 @@ def test_speedup_leaves_warm_up_out_and_reports_it_beside():
 
 def test_a_run_of_a_few_ms_gets_no_advice_but_that():
     """A run of 2 ms in all drew advice to rechunk, use MPI-IO and more blocks, and
-    "74% of the work (0.00 s)": microseconds judge nothing. Found by an audit."""
+    "74% of the work (0.00 s)": microseconds judge nothing."""
     said = advice(_run(io=0.0005, compute=0.0002, n_tasks=2))
     assert len(said) == 1 and said[0].startswith("The run's tasks worked 3.4 ms in all: "
                                                  "too short to judge"), said
