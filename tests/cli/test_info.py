@@ -140,7 +140,7 @@ def test_warnings_are_lines_of_the_command(tmp_path, capsys):
     flat = write_h5md(tmp_path / "flat.h5md", {"g": {
         "position": {"value": rng.random((4, 5, 2)), "step": np.arange(4)}}})
     assert main(["rmsd", flat, "--scheduler", "threads", "--no-progress"]) == 1
-    assert f"not 2 (of {flat})" in capsys.readouterr().err
+    assert f"not 2 (of {flat} [/particles/g/position])" in capsys.readouterr().err
 
 
 def test_rmsd_under_mpirun_without_dask_mpi_is_refused(adk_h5md, capsys, monkeypatch):
