@@ -188,7 +188,7 @@ def test_a_selection_matching_nothing_fails_before_a_scheduler_is_chosen(
     ran = []
     monkeypatch.setattr(schedulers, "scheduler_context",
                         lambda *a, **k: ran.append(True))  # never reached
-    assert main(["rmsd", str(adk_h5md), "--topology", PSF, "--select", "name XX"]) == 1
+    assert main(["rmsd", str(adk_h5md), "--topology", PSF, "--select", "name XX"]) == 2  # a usage error
     err = capsys.readouterr().err
     assert "the selection 'name XX' matches no atom" in err, err
     assert "scheduler" not in err and "--debug" not in err
