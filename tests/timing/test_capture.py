@@ -535,7 +535,6 @@ def test_a_task_run_again_after_its_worker_was_lost_is_one_row(frames_file):
     on the dead worker and the timed one, and the straggler analysis counted two tasks.
     Each task is one row, its last attempt's, with ``retries`` and the seconds of the
     earlier attempts in ``t_retried``."""
-
     distributed = pytest.importorskip("distributed")
     from h5mdx.parallel import local_cluster
 
@@ -589,7 +588,6 @@ def test_a_worker_lost_and_started_again_is_not_one_more_worker(frames_file):
     in its place: the workers that ran the block's tasks were three addresses, and the
     records said n_workers 3 of a cluster that never had more than 2 (load imbalance
     and speed-up divided by 3). The count is the most workers at once."""
-
     distributed = pytest.importorskip("distributed")
     from h5mdx.parallel import local_cluster
 
