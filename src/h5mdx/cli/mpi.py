@@ -98,12 +98,15 @@ def _first_rank() -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run ``mpi-rmsd`` (on every rank)."""
     problem = _usage_problem(args) or _out_problem(args.out)
-    if problem:  # said once, by the first rank (the launcher's), not by each
+    # Said once, by the first rank (the launcher's), which gives the job its status; the
+    # others end with 0: one that ended first with a failure had mpirun kill the first
+    # rank before it printed its line, and the job failed without a word.
+    if problem:
         if _first_rank():
             from h5mdx.cli._usage import UsageError
 
             raise UsageError(problem)
-        return 2
+        return 0
     from h5mdx.errors import MissingDependencyError
     from h5mdx.mpi import require_parallel_h5py
 
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     except MissingDependencyError:  # every rank's h5py is serial: said by the first alone
         if _first_rank():  # (64 ranks printed the same line 64 times)
             raise
-        return 1
+        return 0  # the first rank's status is the job's (see above)
     from h5mdx.mpi.rmsd import MPIRMSDOptions, OptionError, main
 
     options = MPIRMSDOptions(
