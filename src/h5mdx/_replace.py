@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_DIGEST", "csv_digest", "fsync_path", "host_name", "keep_mode", "keep_stat",
-           "name_max", "pid_alive", "read_sidecar", "replacing", "short_stem", "sidecar_of",
-           "warn_if_linked", "write_with_sidecar"]
+__all__ = ["CSV_DIGEST", "csv_digest", "fsync_path", "give_stat", "host_name", "keep_mode",
+           "keep_stat", "name_max", "pid_alive", "read_sidecar", "replacing", "short_stem",
+           "sidecar_of", "warn_if_linked", "write_with_sidecar"]
 
 #: Errors only a write gives (a full disk or quota, a read-only file system, a file too
 #: large): whatever raises them, they are the output's.
@@ -173,11 +173,17 @@ def keep_stat(old: os.stat_result, tmp: Path) -> None:
         new = tmp.stat()
     except OSError:
         return
-    if new.st_gid != old.st_gid and hasattr(os, "chown"):
+    give_stat(tmp, old, group=new.st_gid != old.st_gid)
+
+
+def give_stat(path: str | os.PathLike[str], old: os.stat_result, group: bool) -> None:
+    """Give ``path`` (a file or a directory) the permission bits of ``old`` (and its group
+    where ``group``), where it may: a group the user is not in stays as made."""
+    if group and hasattr(os, "chown"):
         with contextlib.suppress(OSError):  # before the mode: chown drops setgid bits
-            os.chown(tmp, -1, old.st_gid)
+            os.chown(path, -1, old.st_gid)
     with contextlib.suppress(OSError):
-        os.chmod(tmp, stat.S_IMODE(old.st_mode))
+        os.chmod(path, stat.S_IMODE(old.st_mode))
 
 
 @contextlib.contextmanager

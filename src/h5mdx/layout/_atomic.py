@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from h5mdx._replace import fsync_path as _fsync
+from h5mdx._replace import give_stat, keep_mode, name_max, pid_alive, short_stem, warn_if_linked
 from h5mdx._replace import host_name as _host
-from h5mdx._replace import keep_mode, name_max, pid_alive, short_stem, warn_if_linked
-from h5mdx.format.schema import ZARR_MARKERS
+from h5mdx.format.schema import H5MD_SIGNATURE, ZARR_MARKERS
 
 __all__ = ["atomic_output", "check_target", "partial_files", "raise_if_interrupted"]
 
@@ -291,8 +291,6 @@ def _locked(path: Path) -> bool:
     return False
 
 
-#: HDF5's signature, at offset 0, 512, 1024, ... (a user block comes first).
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: The superblock's file-consistency flags (superblock versions 2 and 3, its 12th byte):
 #: open for writing; open for writing by a SWMR writer (H5Fpkg.h).
 _WRITE_ACCESS, _SWMR_WRITE_ACCESS = 0x01, 0x04
@@ -305,9 +303,9 @@ def _superblock_offset(path: Path) -> int | None:
         size = path.stat().st_size
         with open(path, "rb") as fh:
             offset = 0
-            while offset + len(_SIGNATURE) <= size:
+            while offset + len(H5MD_SIGNATURE) <= size:
                 fh.seek(offset)
-                if fh.read(len(_SIGNATURE)) == _SIGNATURE:
+                if fh.read(len(H5MD_SIGNATURE)) == H5MD_SIGNATURE:
                     return offset
                 offset = 512 if offset == 0 else offset * 2
     except OSError:
@@ -323,7 +321,7 @@ def _consistency_flags(path: Path) -> int:
         return 0
     try:
         with open(path, "rb") as fh:
-            fh.seek(offset + len(_SIGNATURE))
+            fh.seek(offset + len(H5MD_SIGNATURE))
             head = fh.read(4)  # version, size of offsets, size of lengths, flags
     except OSError:
         return 0
@@ -419,16 +417,6 @@ def _signals_raise() -> Iterator[None]:
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
-def _give(path: str, old: os.stat_result, group: bool) -> None:
-    """Give ``path`` the permission bits of ``old`` (and its group where ``group``), where
-    it may: a group the user is not in stays as made."""
-    if group and hasattr(os, "chown"):
-        with contextlib.suppress(OSError):  # before the mode: chown drops setgid bits
-            os.chown(path, -1, old.st_gid)
-    with contextlib.suppress(OSError):
-        os.chmod(path, stat.S_IMODE(old.st_mode))
-
-
 def _keep_store_mode(target: Path, new: Path) -> None:
     """Give the new store ``new`` the group and permission bits of the store ``target``
     it replaces: its directories those of the old store's top directory, its files
@@ -449,10 +437,10 @@ def _keep_store_mode(target: Path, new: Path) -> None:
     if not any(dirs) and not (files and any(files)):
         return  # the same already (the common case): no walk over the chunks
     for root, _, names in os.walk(new):
-        _give(root, old_dir, dirs[0])
+        give_stat(root, old_dir, dirs[0])
         if old_file is not None:
             for name in names:
-                _give(os.path.join(root, name), old_file, bool(files and files[0]))
+                give_stat(os.path.join(root, name), old_file, bool(files and files[0]))
 
 
 def _fsync_store(store: Path) -> None:
